@@ -1,0 +1,35 @@
+# The two commands of the README. Both set everything up on a fresh machine:
+# a virtualenv in .venv with hutch installed (editable) and the test tools,
+# and Node's amqplib for the interop tests.
+#
+#   make serve    run the broker on port 5672, data in ./hutch-data
+#   make test     run the whole test suite (what .ci/run calls)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+NODE_INSTALLED := tests/node/node_modules/.installed
+
+.PHONY: serve test setup clean
+
+serve: $(INSTALLED)
+	$(BIN)/hutch serve $(ARGS)
+
+test: $(INSTALLED) $(NODE_INSTALLED)
+	$(BIN)/python -m pytest $(ARGS)
+
+setup: $(INSTALLED) $(NODE_INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(NODE_INSTALLED): tests/node/package.json tests/node/package-lock.json
+	npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+	touch $@
+
+clean:
+	rm -rf $(VENV) tests/node/node_modules hutch-data

@@ -1,0 +1,82 @@
+"""Users, password hashes and the SASL mechanisms PLAIN and AMQPLAIN.
+
+Password hashes use RabbitMQ's rabbit_password_hashing_sha256 format,
+base64(salt + sha256(salt + password)) with a 4-byte salt, so a hash exported
+from a RabbitMQ definitions file works here unchanged.
+"""
+import binascii
+import hashlib
+
+from .codec import decode_table
+from .errors import DecodeError
+
+MECHANISMS = b"PLAIN AMQPLAIN"
+
+
+def hash_password(password, salt):
+    """The stored form of password with the given 4-byte salt (callers pick a random one)."""
+    if isinstance(password, str):
+        password = password.encode()
+    digest = hashlib.sha256(salt + password).digest()
+    return binascii.b2a_base64(salt + digest).strip().decode()
+
+
+def _same(a, b):
+    """Compare without stopping at the first difference (no timing hint)."""
+    if len(a) != len(b):
+        return False
+    diff = 0
+    for i in range(len(a)):
+        diff |= a[i] ^ b[i]
+    return diff == 0
+
+
+class Users:
+    def __init__(self, hashes=None, loopback_users=("guest",)):
+        # user name (str) -> stored hash (str)
+        self.hashes = dict(hashes) if hashes is not None else {"guest": hash_password("guest", b"hutc")}
+        self.loopback_users = tuple(loopback_users)
+
+    def check(self, user, password, loopback):
+        """None if the login is good, else the reason (for the log, never for the client)."""
+        stored = self.hashes.get(user)
+        if stored is None:
+            return "user '%s' - invalid credentials" % user
+        try:
+            raw = binascii.a2b_base64(stored)
+        except ValueError:  # binascii.Error is a ValueError on CPython; MicroPython raises ValueError
+            return "user '%s' has a malformed password hash in the config" % user
+        if len(raw) != 36:
+            return "user '%s' has a malformed password hash in the config" % user
+        if not _same(hashlib.sha256(raw[:4] + password.encode()).digest(), raw[4:]):
+            return "user '%s' - invalid credentials" % user
+        if user in self.loopback_users and not loopback:
+            return "user '%s' can only connect via localhost" % user
+        return None
+
+
+def credentials(mechanism, response):
+    """(user, password) from a start-ok response, or raise DecodeError."""
+    if mechanism == b"PLAIN":
+        parts = bytes(response).split(b"\x00")
+        if len(parts) != 3:
+            raise DecodeError("PLAIN response must be authzid NUL user NUL password")
+        user, password = parts[1], parts[2]
+    elif mechanism == b"AMQPLAIN":
+        # a field table without its 4-byte length prefix
+        table = decode_table(len(response).to_bytes(4, "big") + bytes(response), 0, len(response) + 4)[0]
+        user, password = table.get("LOGIN"), table.get("PASSWORD")
+        if not isinstance(user, bytes) or not isinstance(password, bytes):
+            raise DecodeError("AMQPLAIN response needs LOGIN and PASSWORD strings")
+    else:
+        raise DecodeError("unknown mechanism")
+    try:
+        return user.decode(), password.decode()
+    except UnicodeError:
+        raise DecodeError("user name or password is not UTF-8")
+
+
+def is_loopback(address):
+    if not address:
+        return False
+    return address.startswith("127.") or address == "::1" or address.startswith("::ffff:127.")

@@ -1,0 +1,62 @@
+"""Every resource budget of the broker in one object.
+
+A board profile (boards/) sets these; the core reads them and answers in
+protocol terms when one runs out (design.md, "Fixed budgets"):
+
+- frame_max, channel_max: proposed in connection.tune; frames or channels
+  beyond them close the connection (501 / 530);
+- max_connections: connection.open beyond it gets 530;
+- max_message_bytes: a larger publish closes the channel with 406;
+- queue_max_messages / queue_max_bytes: a full queue refuses publishes
+  (basic.nack under confirms, otherwise the publisher is paused until it drains);
+- total_max_messages / total_max_bytes: all queues together; past it every
+  publishing connection is blocked (connection.blocked) until consumers drain
+  the broker below the low-water fraction;
+- output_high_water: bytes queued towards one client before the broker stops
+  delivering to it (a slow consumer cannot eat the heap).
+"""
+
+FRAME_MIN_SIZE = 4096
+
+
+class Limits:
+    frame_max = 131072
+    channel_max = 2047
+    heartbeat = 60
+    max_connections = 1000
+    max_queues = 10000
+    max_exchanges = 1000
+    max_bindings = 100000
+    max_consumers = 10000
+    max_message_bytes = 16 * 1024 * 1024
+    queue_max_messages = 1000000
+    queue_max_bytes = 256 * 1024 * 1024
+    total_max_messages = 2000000
+    total_max_bytes = 512 * 1024 * 1024
+    low_water_percent = 80
+    output_high_water = 256 * 1024
+    handshake_timeout_ms = 10000
+    auth_failure_delay_ms = 1000
+    close_timeout_ms = 3000
+
+    def __init__(self, **overrides):
+        for name in overrides:
+            if not hasattr(Limits, name) or name.startswith("_"):
+                raise ValueError("unknown limit %r" % name)
+            value = overrides[name]
+            if not isinstance(value, int) or value < 0:
+                raise ValueError("limit %s must be a whole number >= 0, not %r" % (name, value))
+            setattr(self, name, value)
+        if self.frame_max < FRAME_MIN_SIZE:
+            raise ValueError("frame_max must be at least %d" % FRAME_MIN_SIZE)
+        if not 1 <= self.channel_max <= 65535:
+            raise ValueError("channel_max must be between 1 and 65535")
+        if self.heartbeat > 65535:
+            raise ValueError("heartbeat must fit in 16 bits (seconds)")
+
+    def as_dict(self):
+        out = {}
+        for name in dir(Limits):
+            if not name.startswith("_") and isinstance(getattr(Limits, name), int):
+                out[name] = getattr(self, name)
+        return out

@@ -1,0 +1,78 @@
+"""Messages and the frames that carry them.
+
+A message keeps the publisher's bytes: `header_tail` and `body_tail` are the
+incoming content frames minus their first three octets (type and channel),
+that is size + payload + frame-end. A delivery on another channel only has to
+put a new 3-octet prefix in front of each (design.md, "The hot path"): the
+content header is reused byte for byte and the body is never copied.
+Properties are decoded only when a feature asks for them.
+"""
+import struct
+
+from .codec import decode_properties, property_flags
+from .spec import FRAME_END
+
+FRAME_END_BYTE = bytes((FRAME_END,))
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+FLAG_EXPIRATION = 0x0100
+FLAG_DELIVERY_MODE = 0x1000
+FLAG_USER_ID = 0x0010
+
+
+class Message:
+    def __init__(self, exchange, routing_key, route, header_tail, body_tail, body_size):
+        self.exchange = exchange        # bytes
+        self.routing_key = routing_key  # bytes
+        self.route = route              # exchange + routing key as shortstrs, ready for deliver
+        self.header_tail = header_tail
+        self.body_tail = body_tail      # None when body_size == 0
+        self.body_size = body_size
+        self.ttl = None                 # milliseconds, from the expiration property when set
+        self.cost = body_size + len(header_tail) + 64  # heap bytes held, for the budgets
+        self._properties = None
+
+    def header(self):
+        """The content header payload (class, weight, size, flags, properties)."""
+        return memoryview(self.header_tail)[4:-1]
+
+    def body(self):
+        if self.body_tail is None:
+            return b""
+        return memoryview(self.body_tail)[4:-1]
+
+    def flags(self):
+        return property_flags(self.header())
+
+    def properties(self):
+        if self._properties is None:
+            self._properties = decode_properties(self.header())
+        return self._properties
+
+
+def tail(payload):
+    """size + payload + frame-end: a frame without its type and channel."""
+    return struct.pack(">I", len(payload)) + bytes(payload) + FRAME_END_BYTE
+
+
+def frame(frame_type, channel, payload):
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def append_content(out, channel, message, max_payload):
+    """Append the header and body frames of `message` for `channel` to out."""
+    out.append(channel.header_prefix)
+    out.append(message.header_tail)
+    size = message.body_size
+    if size == 0:
+        return
+    if size <= max_payload:
+        out.append(channel.body_prefix)
+        out.append(message.body_tail)
+        return
+    body = message.body()
+    for start in range(0, size, max_payload):
+        chunk = bytes(body[start:start + max_payload])
+        out.append(channel.body_prefix + struct.pack(">I", len(chunk)))
+        out.append(chunk)
+        out.append(FRAME_END_BYTE)

@@ -1,0 +1,280 @@
+"""Queues and consumers.
+
+A queue holds entries (message, redelivered, expires_at) in FIFO order and
+hands them round-robin to consumers that have room: their channel is open and
+flowing, their connection is not backed up, and the prefetch windows allow.
+A message leaves the broker's budget when it is acknowledged (or delivered
+with no-ack), purged, expired or dropped; until then it is "held".
+"""
+from .codec import shortstr, text
+from .errors import ChannelException
+from .fifo import Fifo
+from .spec import PRECONDITION_FAILED
+
+OVERFLOW_MODES = (b"drop-head", b"reject-publish", b"reject-publish-dlx")
+
+# Arguments RabbitMQ users rely on that this broker implements, with their check.
+def _non_negative(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _positive(value):
+    return _non_negative(value) and value > 0
+
+
+def _name(value):
+    return isinstance(value, (bytes, str))
+
+
+def _overflow(value):
+    return _name(value) and _as_bytes(value) in OVERFLOW_MODES
+
+
+def _classic(value):
+    return _name(value) and _as_bytes(value) == b"classic"
+
+
+def _queue_mode(value):
+    return _name(value) and _as_bytes(value) in (b"default", b"lazy")
+
+
+def _as_bytes(value):
+    return value.encode() if isinstance(value, str) else value
+
+
+QUEUE_ARGUMENTS = {
+    "x-message-ttl": _non_negative,
+    "x-expires": _positive,
+    "x-max-length": _non_negative,
+    "x-max-length-bytes": _non_negative,
+    "x-overflow": _overflow,
+    "x-dead-letter-exchange": _name,
+    "x-dead-letter-routing-key": _name,
+    "x-queue-type": _classic,
+    "x-queue-mode": _queue_mode,
+}
+
+# Arguments with a meaning in RabbitMQ that hutch does not implement: refusing them
+# is better than silently ignoring a promise the client thinks it was given.
+UNSUPPORTED_ARGUMENTS = ("x-max-priority", "x-single-active-consumer", "x-queue-master-locator",
+                         "x-queue-leader-locator", "x-quorum-initial-group-size", "x-delivery-limit",
+                         "x-max-age", "x-stream-max-segment-size-bytes")
+
+
+def check_queue_arguments(name, arguments):
+    for key in arguments:
+        if key in UNSUPPORTED_ARGUMENTS:
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - queue argument '%s' is not supported by hutch (queue '%s')"
+                % (key, text(name)))
+        check = QUEUE_ARGUMENTS.get(key)
+        if check is not None and not check(arguments[key]):
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %r"
+                % (key, text(name), arguments[key]))
+
+
+class Consumer:
+    def __init__(self, channel, tag, queue, no_ack, exclusive, prefetch):
+        self.channel = channel
+        self.tag = tag
+        self.tag_shortstr = shortstr(tag)
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+
+    def ready(self):
+        channel = self.channel
+        if not channel.can_deliver():
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        limit = channel.prefetch_global
+        return not limit or channel.consumer_unacked < limit
+
+
+class Queue:
+    is_queue = True
+
+    def __init__(self, broker, name, durable, owner, auto_delete, arguments):
+        self.broker = broker
+        self.name = name
+        self.durable = durable
+        self.owner = owner            # the Connection of an exclusive queue, else None
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.messages = Fifo()
+        self.ready_bytes = 0
+        self.consumers = []
+        self.next_consumer = 0
+        self.had_consumer = False
+        self.exclusive_consumer = None
+        self.inbound = []             # Bindings to this queue
+        self.waiting = []             # Connections paused until this queue has room
+        self.deleted = False
+        limits = broker.limits
+        self.message_ttl = arguments.get("x-message-ttl")
+        self.expires = arguments.get("x-expires")
+        self.max_length = arguments.get("x-max-length")
+        self.max_length_bytes = arguments.get("x-max-length-bytes")
+        self.overflow = _as_bytes(arguments.get("x-overflow", b"drop-head"))
+        dlx = arguments.get("x-dead-letter-exchange")
+        self.dead_letter_exchange = None if dlx is None else _as_bytes(dlx)
+        dlk = arguments.get("x-dead-letter-routing-key")
+        self.dead_letter_routing_key = None if dlk is None else _as_bytes(dlk)
+        self.hard_max_messages = limits.queue_max_messages
+        self.hard_max_bytes = limits.queue_max_bytes
+        self.last_used = broker.now
+
+    def __repr__(self):
+        return "<Queue %s>" % text(self.name)
+
+    # ------------------------------------------------------------ publishing
+
+    def is_full(self):
+        """True when the board's hard per-queue budget is used up."""
+        return ((self.hard_max_messages and len(self.messages) >= self.hard_max_messages)
+                or (self.hard_max_bytes and self.ready_bytes >= self.hard_max_bytes))
+
+    def _over_user_limit(self, extra_bytes):
+        if self.max_length is not None and len(self.messages) + 1 > self.max_length:
+            return True
+        return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
+
+    def accepts(self, message):
+        """Would a publish be refused by x-overflow=reject-publish(-dlx)?"""
+        return self.overflow == b"drop-head" or not self._over_user_limit(message.body_size)
+
+    def publish(self, message, expires_at):
+        """Enqueue (or hand straight to a ready consumer). The caller checked accepts()."""
+        broker = self.broker
+        broker.hold(message)
+        entry = (message, False, expires_at)
+        if self.consumers and not len(self.messages):
+            consumer = self._next_ready_consumer()
+            if consumer is not None:
+                consumer.channel.deliver(consumer, self, entry)
+                return
+        if self.overflow == b"drop-head":
+            while len(self.messages) and self._over_user_limit(message.body_size):
+                self.drop(self._pop(), b"maxlen")
+            if self.max_length == 0 or (self.max_length_bytes is not None
+                                        and message.body_size > self.max_length_bytes):
+                self.drop(entry, b"maxlen")
+                return
+        self.messages.push(entry)
+        self.ready_bytes += message.body_size
+
+    # ------------------------------------------------------------ delivering
+
+    def _next_ready_consumer(self):
+        consumers = self.consumers
+        n = len(consumers)
+        i = self.next_consumer
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            consumer = consumers[i]
+            i += 1
+            if consumer.ready():
+                self.next_consumer = i
+                return consumer
+        return None
+
+    def _pop(self):
+        entry = self.messages.pop()
+        self.ready_bytes -= entry[0].body_size
+        if self.waiting and not self.is_full():
+            self._wake_waiting()
+        return entry
+
+    def take(self):
+        """The next live entry, dropping expired ones on the way (basic.get)."""
+        now = self.broker.now
+        while len(self.messages):
+            entry = self._pop()
+            if entry[2] is not None and entry[2] <= now:
+                self.drop(entry, b"expired")
+                continue
+            return entry
+        return None
+
+    def dispatch(self):
+        if self.deleted:
+            return
+        while self.consumers and len(self.messages):
+            consumer = self._next_ready_consumer()
+            if consumer is None:
+                return
+            entry = self.take()
+            if entry is None:
+                return
+            consumer.channel.deliver(consumer, self, entry)
+
+    def requeue(self, entries):
+        """Put unacknowledged entries back at the head, in delivery order, marked redelivered."""
+        if self.deleted:
+            for entry in entries:
+                self.broker.release(entry[0])
+            return
+        self.messages.push_front([(e[0], True, e[2]) for e in entries])
+        for entry in entries:
+            self.ready_bytes += entry[0].body_size
+        self.dispatch()
+
+    def drop(self, entry, reason):
+        """A message leaves the queue without being delivered: dead-letter it if configured."""
+        message = entry[0]
+        if self.dead_letter_exchange is not None:
+            self.broker.dead_letter(self, message, reason)
+        self.broker.release(message)
+
+    def expire(self, now):
+        """Drop expired entries at the head (as RabbitMQ does: only the head is checked)."""
+        while len(self.messages):
+            entry = self.messages.peek()
+            if entry[2] is None or entry[2] > now:
+                return
+            self.drop(self._pop(), b"expired")
+
+    def purge(self):
+        entries = self.messages.clear()
+        self.ready_bytes = 0
+        for entry in entries:
+            self.broker.release(entry[0])
+        self._wake_waiting()
+        return len(entries)
+
+    def _wake_waiting(self):
+        if self.waiting:
+            waiting = self.waiting
+            self.waiting = []
+            for conn in waiting:
+                conn.resume_reading()
+
+    # ------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer):
+        self.consumers.append(consumer)
+        self.had_consumer = True
+        if consumer.exclusive:
+            self.exclusive_consumer = consumer
+        self.dispatch()
+
+    def remove_consumer(self, consumer):
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if self.exclusive_consumer is consumer:
+            self.exclusive_consumer = None
+        self.last_used = self.broker.now
+        if self.auto_delete and self.had_consumer and not self.consumers and not self.deleted:
+            self.broker.delete_queue(self)
+
+    def message_count(self):
+        return len(self.messages)

@@ -1,0 +1,1 @@
+"""Transports and platform glue that drive the sans-IO core: TCP on asyncio, the clock, logging."""

@@ -1,0 +1,1 @@
+"""The command line (`hutch serve`, `hutch passwd`) and developer tools."""

@@ -1,0 +1,78 @@
+"""The `hutch` command (CPython).
+
+    hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
+    hutch passwd [--password PW]     print a password hash for the config file
+    hutch version
+"""
+import argparse
+import asyncio
+import getpass
+import logging
+import os
+import signal
+import sys
+
+from ..core.auth import hash_password
+from ..core.broker import VERSION
+from . import config, serve
+
+
+def cmd_serve(args):
+    try:
+        opts = serve.settings(args)
+    except config.ConfigError as e:
+        print("hutch: %s" % e, file=sys.stderr)
+        return 2
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s",
+                        level=getattr(logging, opts["log_level"].upper()))
+    log = serve.make_log(opts["log_level"])
+
+    async def run():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve.serve(opts, log, stop)
+
+    try:
+        asyncio.run(run())
+    except OSError as e:  # most often: the port is taken
+        print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], e.strerror or e), file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_passwd(args):
+    password = args.password
+    if password is None:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            print("hutch: the passwords differ", file=sys.stderr)
+            return 1
+    print(hash_password(password, os.urandom(4)))
+    return 0
+
+
+def cmd_version(args):
+    print("hutch %s" % VERSION)
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    p = commands.add_parser("serve", help="run the broker")
+    serve.add_options(p)
+    p.set_defaults(run=cmd_serve)
+    p = commands.add_parser("passwd", help="print a password hash for [users.NAME] password_hash")
+    p.add_argument("--password", help="the password (default: ask twice)")
+    p.set_defaults(run=cmd_passwd)
+    p = commands.add_parser("version", help="print the version")
+    p.set_defaults(run=cmd_version)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The broker's config file: TOML on CPython (tomllib), JSON where tomllib is missing.
+
+    [server]
+    bind = "0.0.0.0"
+    port = 5672
+    data = "hutch-data"
+
+    [limits]              # any field of hutch.core.limits.Limits
+    frame_max = 131072
+
+    [users.guest]         # no [users] table at all means the built-in guest/guest
+    password_hash = "..."  # from `hutch passwd`, or a RabbitMQ SHA-256 hash
+
+    [auth]
+    loopback_users = ["guest"]   # these users may only log in from 127.0.0.1/::1
+
+Every mistake is reported as ConfigError with the file and key, so `hutch
+serve` can print one readable line instead of a traceback.
+"""
+try:
+    import tomllib
+except ImportError:  # MicroPython: no TOML parser in the firmware
+    tomllib = None
+import json
+
+from ..core.auth import Users
+from ..core.limits import Limits
+
+SECTIONS = {"server": ("bind", "port", "data", "log_level"), "limits": None, "users": None, "auth": ("loopback_users",)}
+
+
+class ConfigError(Exception):
+    pass
+
+
+def read(path):
+    """The config file as a dict of sections (an empty dict for no file)."""
+    if path is None:
+        return {}
+    try:
+        if tomllib is not None and not path.endswith(".json"):
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        else:
+            with open(path) as f:
+                data = json.load(f)
+    except OSError as e:
+        raise ConfigError("cannot read config file %s: %s" % (path, e))
+    except ValueError as e:  # tomllib.TOMLDecodeError and JSON errors are ValueErrors
+        raise ConfigError("config file %s is not valid: %s" % (path, e))
+    for section in data:
+        if section not in SECTIONS:
+            raise ConfigError("%s: unknown section [%s] (known: %s)" % (path, section, ", ".join(sorted(SECTIONS))))
+        if not isinstance(data[section], dict):
+            raise ConfigError("%s: [%s] must be a table" % (path, section))
+        allowed = SECTIONS[section]
+        if allowed is not None:
+            for key in data[section]:
+                if key not in allowed:
+                    raise ConfigError("%s: unknown key '%s' in [%s] (known: %s)" % (path, key, section, ", ".join(allowed)))
+    return data
+
+
+def limits_from(data, path="config"):
+    try:
+        return Limits(**data.get("limits", {}))
+    except ValueError as e:
+        raise ConfigError("%s: [limits]: %s" % (path, e))
+
+
+def users_from(data, path="config"):
+    auth = data.get("auth", {})
+    loopback = auth.get("loopback_users", ["guest"])
+    if not isinstance(loopback, list) or not all(isinstance(u, str) for u in loopback):
+        raise ConfigError("%s: [auth] loopback_users must be a list of user names" % path)
+    if "users" not in data:
+        return Users(loopback_users=loopback)
+    hashes = {}
+    for name, entry in data["users"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("password_hash"), str):
+            raise ConfigError("%s: [users.%s] needs password_hash = \"...\" (make one with `hutch passwd`)" % (path, name))
+        unknown = [k for k in entry if k != "password_hash"]
+        if unknown:
+            raise ConfigError("%s: unknown key '%s' in [users.%s]" % (path, unknown[0], name))
+        hashes[name] = entry["password_hash"]
+    return Users(hashes, loopback_users=loopback)

@@ -1,0 +1,111 @@
+"""`hutch serve`: run the broker on TCP.
+
+Runs on CPython (through the `hutch` command) and on MicroPython:
+
+    micropython -m hutch.tools.serve --port 5672
+
+Options override the config file, which overrides the defaults. Stops cleanly
+on SIGINT/SIGTERM (CPython) or Ctrl-C (MicroPython): every client gets
+connection.close 320 CONNECTION_FORCED first.
+"""
+import asyncio
+import os
+import sys
+
+from ..core.broker import VERSION, Broker
+from ..ports.log import make_log
+from ..ports.tcp import TcpServer
+from . import config
+
+DEFAULT_DATA = "hutch-data"
+
+
+def add_options(parser):
+    parser.add_argument("--bind", default=None, help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=None, help="TCP port (default 5672)")
+    parser.add_argument("--config", default=None, help="config file (TOML): users, limits, server")
+    parser.add_argument("--data", default=None, help="data folder (default ./%s)" % DEFAULT_DATA)
+    parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default info)")
+
+
+def platform_name():
+    impl = sys.implementation
+    version = ".".join(str(v) for v in impl.version[:3])
+    return "%s %s" % ("MicroPython" if impl.name == "micropython" else "CPython", version)
+
+
+def _make_dirs(path):
+    parts = path.split("/")
+    for i in range(1, len(parts) + 1):
+        step = "/".join(parts[:i])
+        if step and not _exists(step):
+            os.mkdir(step)
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def settings(args):
+    """Merge options, config file and defaults; raises config.ConfigError."""
+    data = config.read(args.config)
+    server = data.get("server", {})
+    path = args.config or "config"
+    port = args.port if args.port is not None else server.get("port", 5672)
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise config.ConfigError("port must be a number from 0 to 65535, not %r" % (port,))
+    level = args.log_level or server.get("log_level", "info")
+    if level not in ("debug", "info", "warning", "error"):
+        raise config.ConfigError("log level must be debug, info, warning or error, not %r" % (level,))
+    return {
+        "bind": args.bind or server.get("bind", "0.0.0.0"),
+        "port": port,
+        "data": args.data or server.get("data", DEFAULT_DATA),
+        "log_level": level,
+        "limits": config.limits_from(data, path),
+        "users": config.users_from(data, path),
+    }
+
+
+async def serve(opts, log, stop_event=None, on_ready=None):
+    _make_dirs(opts["data"])
+    entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
+    broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
+    server = TcpServer(broker, opts["bind"], opts["port"], log)
+    await server.start()
+    log("info", "hutch %s on %s, data folder %s" % (VERSION, platform_name(), opts["data"]))
+    if on_ready is not None:
+        on_ready(server)
+    if stop_event is None:
+        stop_event = asyncio.Event()
+    try:
+        await stop_event.wait()
+    finally:
+        log("info", "shutting down")
+        await server.stop()
+
+
+def main(argv=None):
+    import argparse
+    parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
+    add_options(parser)
+    args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    try:
+        opts = settings(args)
+    except config.ConfigError as e:
+        print("hutch: %s" % e)
+        return 2
+    log = make_log(opts["log_level"])
+    try:
+        asyncio.run(serve(opts, log))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
