@@ -1,0 +1,91 @@
+"""Start the real broker the way a user does (`hutch serve`) for the interop tests.
+
+The `broker` fixture runs `hutch serve --bind 127.0.0.1 --port FREE --data TMP`
+from this virtualenv, waits until it accepts connections, and at the end stops
+it with SIGTERM. A broker log line at ERROR level (an internal error, a
+traceback) fails the test that caused it, even if the client did not notice.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, proc, log_path, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError("broker exited with %s:\n%s" % (proc.returncode, read_log(log_path)))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("broker did not listen on %d within %ds:\n%s" % (port, timeout, read_log(log_path)))
+
+
+def read_log(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+class RunningBroker:
+    host = "127.0.0.1"
+
+    def __init__(self, command, tmp_path, env=None):
+        self.port = free_port()
+        self.data = str(tmp_path / "data")
+        self.log_path = str(tmp_path / "broker.log")
+        self.command = command + ["--bind", "127.0.0.1", "--port", str(self.port), "--data", self.data]
+        self.env = env
+        self.proc = None
+
+    def start(self):
+        self.log_file = open(self.log_path, "a")
+        self.proc = subprocess.Popen(self.command, stdout=self.log_file, stderr=subprocess.STDOUT, env=self.env)
+        wait_for_port(self.port, self.proc, self.log_path)
+        return self
+
+    def stop(self, timeout=15):
+        """SIGTERM, as a service manager would; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("broker did not stop within %ds of SIGTERM:\n%s" % (timeout, self.log()))
+        self.log_file.close()
+        return self.proc.returncode
+
+    def log(self):
+        return read_log(self.log_path)
+
+    def errors(self):
+        return [line for line in self.log().splitlines() if " ERROR " in line or "Traceback" in line]
+
+    @property
+    def url(self):
+        return "amqp://guest:guest@127.0.0.1:%d/" % self.port
+
+
+@pytest.fixture
+def broker(tmp_path):
+    running = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path).start()
+    yield running
+    code = running.stop()
+    assert not running.errors(), "broker logged errors:\n" + running.log()[-5000:]
+    assert code == 0, "broker exited with %s:\n%s" % (code, running.log()[-3000:])
