@@ -150,7 +150,7 @@ class Connection:
 
     def _read_frames(self, data, pos):
         n = len(data)
-        while n - pos >= 8:
+        while n - pos >= 7:
             if self.paused or self.closed:
                 break
             size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]

@@ -150,6 +150,11 @@ class Client:
         self.expect(number, spec.CHANNEL_OPEN, (b"",))
         return number
 
+    def reopen(self, number=1):
+        """Answer the broker's channel.close with close-ok, then open the channel again."""
+        self.send(method(number, spec.CHANNEL_CLOSE_OK))
+        return self.channel(number)
+
     # --------------------------------------------------------- convenience
 
     def declare_queue(self, ch, name=b"", passive=False, durable=False, exclusive=False, auto_delete=False,

@@ -1,0 +1,137 @@
+"""Property tests (hypothesis) of the codec and of the connection's frame reader.
+
+CPython only (hypothesis does not run on MicroPython); the plain codec tests in
+tests/core run on both.
+"""
+import os
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hutch.core.broker import Broker
+from hutch.core.codec import decode_args, decode_table, encode_args, encode_table
+from hutch.core.errors import DecodeError
+from hutch.core.spec import METHODS
+
+# HUTCH_FUZZ_EXAMPLES=5000 for a longer hunt than CI's
+FUZZ_EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "300"))
+
+keys = st.text(max_size=20).filter(lambda k: len(k.encode()) <= 255)
+scalars = (st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1) | st.floats(allow_nan=False)
+           | st.binary(max_size=50) | st.none() | st.binary(max_size=20).map(bytearray))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+                      max_leaves=20)
+tables = st.dictionaries(keys, values, max_size=8)
+
+
+@given(tables)
+def test_tables_round_trip(table):
+    raw = encode_table(table)
+    assert decode_table(raw, 0, len(raw)) == (table, len(raw))
+
+
+@given(st.binary(max_size=200))
+def test_random_bytes_never_crash_the_table_decoder(raw):
+    try:
+        decode_table(raw, 0, len(raw))
+    except DecodeError:
+        pass
+
+
+def _value(code):
+    return {"o": st.integers(0, 255), "h": st.integers(0, 65535), "l": st.integers(0, 2 ** 32 - 1),
+            "q": st.integers(0, 2 ** 64 - 1), "T": st.integers(0, 2 ** 64 - 1), "b": st.booleans(),
+            "s": st.binary(max_size=255), "S": st.binary(max_size=300), "t": tables}[code]
+
+
+@st.composite
+def method_args(draw):
+    method_id = draw(st.sampled_from(sorted(METHODS)))
+    sig = METHODS[method_id][1]
+    return sig, [draw(_value(code)) for code in sig]
+
+
+@given(method_args())
+def test_method_args_round_trip(case):
+    sig, args = case
+    raw = encode_args(sig, args)
+    assert decode_args(sig, raw, 0, len(raw)) == args
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.binary(max_size=40)), max_size=10),
+       st.integers(1, 64))
+def test_random_frames_never_crash_the_broker(frames, chunk):
+    """Whatever arrives, the broker answers in protocol terms (or waits), never with an exception."""
+    broker = Broker()
+    logged = []
+    broker.log = lambda level, message, exc=None: logged.append((level, message))
+    conn = broker.connect({"address": "127.0.0.1", "port": 1})
+    data = b"AMQP\x00\x00\x09\x01" + b"".join(
+        struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in frames)
+    for i in range(0, len(data), chunk):
+        conn.feed(data[i:i + chunk])
+        conn.take_output()
+    assert not [m for level, m in logged if level == "error"], logged
+
+
+def _open_connection(broker):
+    conn = broker.connect({"address": "127.0.0.1", "port": 1})
+    conn.feed(b"AMQP\x00\x00\x09\x01")
+    conn.feed(_frame(1, 0, struct.pack(">I", 0x000A000B) + encode_args("tsSs", [{}, b"PLAIN", b"\x00guest\x00guest", b"en_US"])))
+    conn.feed(_frame(1, 0, struct.pack(">I", 0x000A001F) + encode_args("hlh", [100, 131072, 0])))
+    conn.feed(_frame(1, 0, struct.pack(">I", 0x000A0028) + encode_args("ssb", [b"/", b"", False])))
+    conn.feed(_frame(1, 1, struct.pack(">I", 0x0014000A) + encode_args("s", [b""])))
+    conn.take_output()
+    return conn
+
+
+def _frame(frame_type, channel, payload):
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + b"\xce"
+
+
+names = st.sampled_from([b"", b"q", b"amq.direct", b"amq.topic", b"x", b"amq.gen-1"])
+
+
+@st.composite
+def valid_methods(draw):
+    """Well-formed method frames with arbitrary (often nonsensical) arguments, on channels 1-2."""
+    method_id = draw(st.sampled_from(sorted(m for m in METHODS if m >> 16 != 10)))
+    sig = METHODS[method_id][1]
+    args = []
+    for code in sig:
+        if code == "s":
+            args.append(draw(names))
+        elif code == "t":
+            args.append(draw(st.sampled_from([{}, {"x-match": "any", "a": 1}, {"x-message-ttl": 5},
+                                              {"x-max-length": 1}, {"alternate-exchange": "x"}])))
+        else:
+            args.append(draw(_value(code)))
+    channel = draw(st.sampled_from([1, 1, 1, 2]))
+    frame = _frame(1, channel, struct.pack(">I", method_id) + encode_args(sig, args))
+    if METHODS[method_id][2]:  # a content method: add a header and a body
+        body = draw(st.binary(max_size=30))
+        frame += _frame(2, channel, struct.pack(">HHQH", 60, 0, len(body), 0))
+        frame += _frame(3, channel, body) if body else b""
+    return frame
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(st.lists(valid_methods(), max_size=25))
+def test_random_methods_on_open_channels_never_crash(frames):
+    broker = Broker()
+    logged = []
+    broker.log = lambda level, message, exc=None: logged.append((level, message))
+    conns = [_open_connection(broker), _open_connection(broker)]
+    for i, frame in enumerate(frames):
+        conns[i % 2].feed(frame)
+        for conn in conns:
+            conn.take_output()
+        broker.tick(i * 100)
+    for conn in conns:
+        conn.lost()
+    assert not [m for level, m in logged if level == "error"], logged
+    # with every connection gone, each held message sits in a queue: the budget leaks nothing
+    assert broker.held_messages == sum(q.message_count() for q in broker.queues.values())
+    assert broker.consumer_count == 0 and broker.open_connections == 0
