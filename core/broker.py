@@ -74,6 +74,7 @@ class Broker:
         self.block_reason = ""
         self.paused = []          # connections held back from reading
         self.expiring = []        # queues that may hold entries with a TTL
+        self.expirable = []       # queues with x-expires: deleted after that long unused
         self._serial = 0
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
         self._properties = None
@@ -114,8 +115,8 @@ class Broker:
                 queue.dispatch()
                 if not len(queue.messages) or queue.deleted:
                     self.expiring.remove(queue)
-        for queue in list(self.queues.values()):
-            if queue.expires and not queue.consumers and now - queue.last_used >= queue.expires:
+        for queue in list(self.expirable):
+            if not queue.consumers and now - queue.last_used >= queue.expires:
                 self.log("info", "queue '%s' expired after %d ms unused" % (text(queue.name), queue.expires))
                 self.delete_queue(queue)
 
@@ -188,7 +189,7 @@ class Broker:
                 raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
             return exchange
         if not name:
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
+            raise _default_exchange_refused(method)
         if name.startswith(b"amq."):
             raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'"
                                    % text(name), method)
@@ -218,7 +219,7 @@ class Broker:
     def delete_exchange_named(self, name, if_unused):
         method = spec.EXCHANGE_DELETE
         if not name:
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
+            raise _default_exchange_refused(method)
         if name.startswith(b"amq."):
             raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - exchange '%s' is a system exchange and cannot be deleted"
                                    % text(name), method)
@@ -249,27 +250,19 @@ class Broker:
                                    % text(name), spec.BASIC_PUBLISH)
         return exchange
 
-    def exchange_destination(self, name, method):
-        """The destination of exchange.bind/unbind."""
-        if not name:
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
-        exchange = self.exchanges.get(name)
-        if exchange is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
-        return exchange
-
     # ------------------------------------------------------------ bindings
 
-    def _source(self, name, method):
+    def named_exchange(self, name, method):
+        """An exchange that bind/unbind names: never the default one, and it must exist."""
         if not name:
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
+            raise _default_exchange_refused(method)
         exchange = self.exchanges.get(name)
         if exchange is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
         return exchange
 
     def bind(self, source_name, destination, key, arguments, method):
-        source = self._source(source_name, method)
+        source = self.named_exchange(source_name, method)
         if self.binding_count >= self.limits.max_bindings:
             raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - binding limit (%d) is reached"
                                    % self.limits.max_bindings, method)
@@ -277,7 +270,7 @@ class Broker:
             self.binding_count += 1
 
     def unbind(self, source_name, destination, key, arguments, method):
-        source = self._source(source_name, method)
+        source = self.named_exchange(source_name, method)
         binding = source.find(destination, key, arguments)
         if binding is not None:  # unbinding what is not bound succeeds, as in RabbitMQ
             self._remove_binding(binding)
@@ -322,6 +315,8 @@ class Broker:
                                    % (text(name), self.limits.max_queues), method)
         queue = Queue(self, name, durable, conn if exclusive else None, auto_delete, arguments)
         self.queues[name] = queue
+        if queue.expires:
+            self.expirable.append(queue)
         return queue
 
     def check_exclusive(self, queue, conn, method):
@@ -334,6 +329,8 @@ class Broker:
             return 0
         queue.deleted = True
         del self.queues[queue.name]
+        if queue in self.expirable:
+            self.expirable.remove(queue)
         for binding in list(queue.inbound):
             self._remove_binding(binding)
         for consumer in list(queue.consumers):
@@ -419,6 +416,10 @@ class Broker:
                 continue
             if target.accepts(dead):
                 target.publish(dead, self.expiry(target, dead))
+
+
+def _default_exchange_refused(method):
+    return ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
 
 
 def _locked(queue, method):

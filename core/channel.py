@@ -452,7 +452,7 @@ def exchange_delete(ch, args):
 
 def exchange_bind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    ch.broker.bind(source, ch.broker.exchange_destination(destination, spec.EXCHANGE_BIND),
+    ch.broker.bind(source, ch.broker.named_exchange(destination, spec.EXCHANGE_BIND),
                    key, arguments, spec.EXCHANGE_BIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_BIND_OK)
@@ -460,7 +460,7 @@ def exchange_bind(ch, args):
 
 def exchange_unbind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    ch.broker.unbind(source, ch.broker.exchange_destination(destination, spec.EXCHANGE_UNBIND),
+    ch.broker.unbind(source, ch.broker.named_exchange(destination, spec.EXCHANGE_UNBIND),
                      key, arguments, spec.EXCHANGE_UNBIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_UNBIND_OK)
