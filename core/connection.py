@@ -111,9 +111,12 @@ class Connection:
             self.close_with(ConnectionException(e.code, "%s - %s" % (
                 "FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e)))
             pos = len(data)
-        except Exception as e:  # a bug must cost one connection, never the broker
+        except Exception as e:  # a bug (or MemoryError) must cost one connection, never the broker
             self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
-            self.close_with(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
+            try:
+                self.close_with(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
+            except Exception:
+                self._finish()  # cannot even say why: hang up
             pos = len(data)
         if pos < len(data) and not self.closed:
             self._pending = bytes(data[pos:])
@@ -372,13 +375,15 @@ class Connection:
             self._finish()
 
     def _finish(self):
-        self._release()
-        self.broker.forget(self)
         self.state = CLOSED
         self.closed = True
         self._pending = b""
-        if self.wake is not None:
-            self.wake()
+        try:
+            self._release()
+        finally:  # even if giving back failed (MemoryError), the port must learn we are closed
+            self.broker.forget(self)
+            if self.wake is not None:
+                self.wake()
 
     def lost(self):
         """The transport is gone; nothing more can be sent."""

@@ -11,10 +11,15 @@ core calls `conn.wake` whenever output appears (from this client's input or
 from another client's publish), which wakes both tasks.
 """
 import asyncio
+import sys
 
 from .clock import Clock
 
-READ_SIZE = 65536
+MICROPYTHON = sys.implementation.name == "micropython"
+# CPython's StreamReader.read(n) returns just what arrived. MicroPython's allocates n+1 bytes for
+# every read, which soon fragments a small heap (a 2 MB unix heap fails within a few hundred
+# reads of 64 KiB), so there the port reads into one buffer it keeps and copies what arrived.
+READ_SIZE = 16384 if MICROPYTHON else 65536
 TICK_MS = 200
 
 
@@ -48,6 +53,7 @@ class TcpServer:
         self.server = None
         self.clients = []
         self._stopping = False
+        self.read_buffer = bytearray(READ_SIZE) if MICROPYTHON else None
 
     async def start(self):
         self.server = await asyncio.start_server(self._client, self.host, self.port)
@@ -66,7 +72,7 @@ class TcpServer:
         broker = self.broker
         broker.now = self.clock.now_ms()
         conn = broker.connect({"address": host, "port": port, "transport": "tcp"})
-        client = _Client(conn, reader, writer)
+        client = _Client(conn, reader, writer, self.read_buffer)
         self.clients.append(client)
         self.log("debug", "%s: accepted" % conn.name)
         reader_task = asyncio.create_task(self._read(client))
@@ -103,15 +109,18 @@ class TcpServer:
         for client in list(self.clients):
             client.conn.lost()
             client.output.set()
-            client.close_socket()
+            await client.close_socket()
         if self.server is not None:
             await self.server.wait_closed()
         self.log("info", "stopped")
 
 
 class _Client:
-    def __init__(self, conn, reader, writer):
+    def __init__(self, conn, reader, writer, read_buffer=None):
         self.conn = conn
+        # Shared by every client of the server: safe, because what readinto() put there is
+        # copied out before this task awaits again.
+        self.read_buffer = read_buffer
         self.reader = reader
         self.writer = writer
         self.output = asyncio.Event()   # the core has output, or closed
@@ -138,7 +147,13 @@ class _Client:
                 self.output.set()
                 await self.caught_up.wait()
                 continue
-            data = await reader.read(READ_SIZE)
+            if self.read_buffer is None:
+                data = await reader.read(READ_SIZE)
+            else:
+                n = await reader.readinto(self.read_buffer)
+                if n is None:  # woken without data (EAGAIN)
+                    continue
+                data = bytes(memoryview(self.read_buffer)[:n])
             if not data:
                 conn.eof()
                 break
@@ -163,10 +178,16 @@ class _Client:
             conn.lost()
         finally:
             self.caught_up.set()
-            self.close_socket()
+            await self.close_socket()
 
-    def close_socket(self):
+    async def close_socket(self):
         try:
             self.writer.close()
+            if MICROPYTHON:
+                # MicroPython's StreamWriter.close() does nothing: the socket is closed by
+                # wait_closed() (at once, without waiting). CPython's close() closes the
+                # transport once its buffer is flushed; waiting for that could hang on a
+                # client that does not read, so it is not awaited there.
+                await self.writer.wait_closed()
         except OSError:
             pass

