@@ -248,7 +248,7 @@ class Connection:
         args = decode_args(info[1], buf, pos, end)
         if method_id == spec.CONNECTION_CLOSE:
             code, reply_text = args[0], args[1]
-            if code != spec.REPLY_SUCCESS:
+            if code not in (0, spec.REPLY_SUCCESS):  # py-amqp closes with 0 by default: not a problem
                 self.broker.log("warning", "%s: client closed the connection: %d %s" % (self.name, code, text(reply_text)))
             self.send_method(0, spec.CONNECTION_CLOSE_OK)
             self._finish()

@@ -36,6 +36,19 @@ def wait_for_port(port, proc, log_path, timeout=30):
     raise AssertionError("broker did not listen on %d within %ds:\n%s" % (port, timeout, read_log(log_path)))
 
 
+def terminate(proc, timeout, what, log):
+    """Stop a process we started with SIGTERM; kill it and fail if it ignores that. The exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("%s did not stop within %ds of SIGTERM:\n%s" % (what, timeout, log()))
+    return proc.returncode
+
+
 def read_log(path):
     with open(path, errors="replace") as f:
         return f.read()
@@ -60,16 +73,9 @@ class RunningBroker:
 
     def stop(self, timeout=15):
         """SIGTERM, as a service manager would; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError("broker did not stop within %ds of SIGTERM:\n%s" % (timeout, self.log()))
+        code = terminate(self.proc, timeout, "broker", self.log)
         self.log_file.close()
-        return self.proc.returncode
+        return code
 
     def log(self):
         return read_log(self.log_path)

@@ -12,8 +12,6 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_DIR = os.path.join(ROOT, "tests", "node")
 SCRIPT_TIMEOUT_MS = 15000
