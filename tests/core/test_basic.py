@@ -366,3 +366,11 @@ def test_slow_consumer_is_not_flooded():
         total += len(_deliveries(client.read()))
     assert total == 20
 
+
+
+def test_recover_async_requeues_without_reply():
+    client = opened()
+    _fill(client, b"q", 1)
+    client.get(1, b"q")
+    assert client.call(1, spec.BASIC_RECOVER_ASYNC, (True,)) == []
+    assert client.get(1, b"q")[0].args[1] is True

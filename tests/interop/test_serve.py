@@ -141,3 +141,40 @@ def test_log_names_connections_and_errors(broker):
 def test_version():
     result = _hutch("version")
     assert result.returncode == 0 and result.stdout.startswith("hutch ")
+
+
+def test_memory_budget_blocks_publisher_then_recovers(tmp_path):
+    """A publisher faster than the budget is blocked (connection.blocked), nothing is lost, and it
+    is unblocked once a consumer drains the queue."""
+    config = _config(tmp_path, "[limits]\ntotal_max_messages = 200\nlow_water_percent = 50\n")
+    broker = RunningBroker([HUTCH, "serve", "--config", config], tmp_path).start()
+    try:
+        publisher = _connect(broker)
+        events = []
+        publisher.add_on_connection_blocked_callback(lambda conn, method: events.append("blocked"))
+        publisher.add_on_connection_unblocked_callback(lambda conn, method: events.append("unblocked"))
+        pub = publisher.channel()
+        pub.queue_declare("flood")
+        for i in range(300):
+            pub.basic_publish("", "flood", b"%d" % i)  # pika buffers these; the broker stops reading at 200
+        publisher.process_data_events(time_limit=0.5)
+        assert events == ["blocked"]
+        assert "publishers blocked" in broker.log()
+        consumer = _connect(broker)
+        sub = consumer.channel()
+        received = []
+        deadline = time.monotonic() + 15
+        while len(received) < 300 and time.monotonic() < deadline:
+            method, _props, body = sub.basic_get("flood", auto_ack=True)
+            if method is None:
+                publisher.process_data_events(time_limit=0.05)  # let the held publishes through
+                continue
+            received.append(int(body))
+        assert received == list(range(300))  # every message, in order
+        publisher.process_data_events(time_limit=0.2)
+        assert events[-1] == "unblocked"
+        publisher.close()
+        consumer.close()
+    finally:
+        assert broker.stop() == 0
+    assert not broker.errors()
