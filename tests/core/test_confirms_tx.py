@@ -114,7 +114,8 @@ def test_tx_rollback_discards_publishes():
     assert client.get(1, b"q")[0].name == "basic.get-empty"
 
 
-def test_tx_acks_apply_on_commit():
+def _two_fetched_in_tx():
+    """A transactional channel holding two unacknowledged messages, tags 1 and 2."""
     client = opened()
     client.queue(1, b"q")
     for body in (b"1", b"2"):
@@ -122,19 +123,18 @@ def test_tx_acks_apply_on_commit():
     client.call(1, spec.TX_SELECT)
     client.get(1, b"q")
     client.get(1, b"q")
+    return client
+
+
+def test_tx_acks_apply_on_commit():
+    client = _two_fetched_in_tx()
     client.ack(1, 2, multiple=True)
     assert len(client.conn.channels[1].unacked) == 2
     closed_with(client.ack(1, 1), spec.PRECONDITION_FAILED)  # already acked in this transaction
 
 
 def test_tx_ack_commit_and_rollback():
-    client = opened()
-    client.queue(1, b"q")
-    for body in (b"1", b"2"):
-        client.publish(1, b"", b"q", body)
-    client.call(1, spec.TX_SELECT)
-    client.get(1, b"q")
-    client.get(1, b"q")
+    client = _two_fetched_in_tx()
     client.ack(1, 1)
     client.call(1, spec.TX_COMMIT)
     assert sorted(client.conn.channels[1].unacked) == [2]
