@@ -409,7 +409,10 @@ class Connection:
             return
         if state < OPEN and state != AUTH_FAILED and now >= self.deadline:
             self.broker.log("warning", "%s: handshake timed out while %s" % (self.name, STATE_NAMES[state]))
-            self._finish()
+            if state == AWAIT_HEADER:
+                self._refuse_header(self._pending)  # a short header still learns what we speak
+            else:
+                self._finish()
         elif state == AUTH_FAILED and now >= self.deadline:
             self._refuse_login()
         elif state == CLOSING and now >= self.deadline:

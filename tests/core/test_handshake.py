@@ -72,6 +72,13 @@ def test_short_header_then_eof_is_answered():
     assert names(events) == ["protocol-header"] and client.conn.closed
 
 
+def test_short_header_then_silence_is_answered():
+    client = Client()
+    client.send(b"AMQP")
+    events = client.tick(Limits().handshake_timeout_ms + 1)
+    assert names(events) == ["protocol-header"] and client.conn.closed
+
+
 def test_plain_login_tune_and_open():
     client = Client()
     tune = client.handshake()
