@@ -8,6 +8,7 @@ content header is reused byte for byte and the body is never copied.
 Properties are decoded only when a feature asks for them.
 """
 import struct
+import sys
 
 from .codec import decode_properties, property_flags
 from .spec import FRAME_END
@@ -18,7 +19,7 @@ HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 # Heap a queued message costs beyond its body and header: the Message, its byte strings
 # and the queue entry. Measured with a 5-byte body: ~356 bytes on 64-bit CPython 3.11
 # (tracemalloc), ~580 on the MicroPython unix port (with allocator slack).
-MESSAGE_OVERHEAD = 340
+MESSAGE_OVERHEAD = 600 if sys.implementation.name == "micropython" else 340
 
 FLAG_EXPIRATION = 0x0100
 FLAG_DELIVERY_MODE = 0x1000

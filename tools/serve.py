@@ -61,14 +61,42 @@ def settings(args):
     level = args.log_level or server.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
         raise config.ConfigError("log level must be debug, info, warning or error, not %r" % (level,))
+    limits = config.limits_from(data, path)
+    _fit_heap(limits, data.get("limits", {}))
     return {
         "bind": args.bind or server.get("bind", "0.0.0.0"),
         "port": port,
         "data": args.data or server.get("data", DEFAULT_DATA),
         "log_level": level,
-        "limits": config.limits_from(data, path),
+        "limits": limits,
         "users": config.users_from(data, path),
     }
+
+
+def micropython_heap():
+    """The MicroPython heap size in bytes; None on CPython, whose memory is the machine's."""
+    import gc
+    if not hasattr(gc, "mem_free"):
+        return None
+    return gc.mem_free() + gc.mem_alloc()
+
+
+def _fit_heap(limits, configured):
+    """MicroPython: size the memory budgets to the heap there is, unless the config set them.
+
+    The defaults suit a Linux gateway (512 MiB of queued messages); on a MicroPython heap
+    of a few MiB they would let publishers run the heap out before connection.blocked.
+    Queued messages get 60% of the heap (the unix port's 2 MiB heap ran out at ~90% full with
+    no budget), each client's unsent output 1/32 of it.
+    Board profiles (boards/) will set these per board.
+    """
+    heap = micropython_heap()
+    if heap is None:
+        return
+    if "total_max_bytes" not in configured:
+        limits.total_max_bytes = heap * 60 // 100
+    if "output_high_water" not in configured:
+        limits.output_high_water = max(4096, heap // 32)
 
 
 def _tune_gc():
@@ -79,12 +107,10 @@ def _tune_gc():
     collection no hole is big enough for a growing queue list and a 2 MB heap fails with
     MemoryError while holding under 1 MB. Frequent collections keep live objects packed.
     """
-    try:
+    heap = micropython_heap()
+    if heap is not None:
         import gc
-        threshold = gc.threshold
-    except (ImportError, AttributeError):  # CPython
-        return
-    threshold(max(16384, (gc.mem_free() + gc.mem_alloc()) // 16))
+        gc.threshold(max(16384, heap // 16))
 
 
 async def serve(opts, log, stop_event=None, on_ready=None):

@@ -124,3 +124,40 @@ def test_refused_header_is_answered_and_the_socket_closed(mp_broker):
     assert received == b"AMQP\x00\x00\x09\x01"
     assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
     assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
+
+
+def test_flood_past_the_heap_budget_blocks_and_recovers(mp_broker):
+    """Publishers faster than the heap allows are blocked (connection.blocked), not killed by
+    MemoryError; a consumer drains the queue and gets every message, in order."""
+    flood = 4000  # ~4000 x 820 bytes: well past 60% of the unix port's 2 MiB default heap
+    publisher = connect(mp_broker)
+    blocked = []
+    publisher.add_on_connection_blocked_callback(lambda conn, method: blocked.append("blocked"))
+    publisher.add_on_connection_unblocked_callback(lambda conn, method: blocked.append("unblocked"))
+    pub = publisher.channel()
+    pub.queue_declare("mp-flood")
+    for i in range(flood):
+        pub.basic_publish("", "mp-flood", b"%05d" % i + b"x" * 200)
+    publisher.process_data_events(time_limit=1)
+    assert blocked == ["blocked"], blocked
+    assert "publishers blocked" in mp_broker.log()
+
+    consumer = connect(mp_broker)
+    sub = consumer.channel()
+    sub.basic_qos(prefetch_count=100)
+    received = 0
+    for method, _properties, payload in sub.consume("mp-flood", inactivity_timeout=0.05):
+        if method is None:
+            publisher.process_data_events(time_limit=0.05)  # the held publishes go through
+            continue
+        assert payload[:5] == b"%05d" % received, "message %d out of order" % received
+        sub.basic_ack(method.delivery_tag)
+        received += 1
+        if received == flood:
+            break
+    publisher.process_data_events(time_limit=0.3)
+    assert blocked[-1] == "unblocked"
+    publisher.close()
+    consumer.close()
+    assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
+    assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
