@@ -53,7 +53,8 @@ class Connection:
         self.broker = broker
         self.peer = peer
         self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
-        self.loopback = peer.get("transport") == "local" or is_loopback(peer.get("address"))
+        # A serial link is a wire to this device, as local as a loopback socket.
+        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
         self.state = AWAIT_HEADER
         self.closed = False
         self.wake = None

@@ -50,8 +50,19 @@ def _exists(path):
         return False
 
 
+class Options:
+    """What the command line can set; firmware/main.py builds one without argparse."""
+
+    def __init__(self, config=None, bind=None, port=None, data=None, log_level=None):
+        self.config = config
+        self.bind = bind
+        self.port = port
+        self.data = data
+        self.log_level = log_level
+
+
 def settings(args):
-    """Merge options, config file and defaults; raises config.ConfigError."""
+    """Merge options (argparse's or an Options), config file and defaults; raises config.ConfigError."""
     data = config.read(args.config)
     server = data.get("server", {})
     path = args.config or "config"
@@ -132,21 +143,13 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         await server.stop()
 
 
-def main(argv=None):
-    import argparse
-    parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
-    add_options(parser)
-    args = parser.parse_args(argv if argv is not None else sys.argv[1:])
-    try:
-        opts = settings(args)
-    except config.ConfigError as e:
-        print("hutch: %s" % e)
-        return 2
+def run(opts):
+    """Run the broker until Ctrl-C (or SIGINT/SIGTERM through `hutch serve`); an exit code."""
     log = make_log(opts["log_level"])
     stop = asyncio.Event()
     running = []
 
-    async def run():
+    async def main_task():
         running.append(asyncio.current_task())
         await serve(opts, log, stop)
 
@@ -155,7 +158,7 @@ def main(argv=None):
         await running[0]
 
     try:
-        asyncio.run(run())
+        asyncio.run(main_task())
     except KeyboardInterrupt:
         # Ctrl-C (SIGINT). MicroPython has no signal module: the interrupt leaves its event loop
         # with every task still pending, so run it again to close each connection with 320
@@ -170,6 +173,19 @@ def main(argv=None):
         print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], e))
         return 1
     return 0
+
+
+def main(argv=None):
+    import argparse
+    parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
+    add_options(parser)
+    args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    try:
+        opts = settings(args)
+    except config.ConfigError as e:
+        print("hutch: %s" % e)
+        return 2
+    return run(opts)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""What goes onto a MicroPython board, and the build of that bundle."""
