@@ -1,1 +1,25 @@
-"""Board profiles: what each board can afford (see README.md in this folder)."""
+"""Board profiles: what each board can afford.
+
+A profile is a small module (boards/esp32.py, ...) with:
+
+    HEAP      bytes of heap the profile is sized for
+    LIMITS    fields of hutch.core.limits.Limits (frame_max, connections, queue budgets...)
+    READ_SIZE bytes of the transport read buffer (one per server, reused)
+    STORAGE   {"path": data folder, "max_bytes": what the journal may use}
+    SERIAL    UARTs wired for AMQP links: [{"uart": id, "tx": pin, "rx": pin, "baudrate": n}]
+
+`hutch serve --board NAME` (or "board" in the config's [server] section) picks
+one; the config file's [limits] still override single values. Only the chosen
+module is imported, so a board pays for its own profile alone.
+"""
+
+NAMES = ("esp32", "esp32s3-psram", "rp2-pico-w", "rpi", "unix")
+
+
+def load(name):
+    """The profile module for a board name; ValueError names the known boards."""
+    if name not in NAMES:
+        raise ValueError("unknown board %r (known: %s)" % (name, ", ".join(NAMES)))
+    module = name.replace("-", "_")
+    package = __import__("hutch.boards." + module)  # returns the top package, hutch
+    return getattr(package.boards, module)

@@ -59,10 +59,8 @@ class Broker:
         self.platform = platform
         self.now = 0          # milliseconds, from the port's monotonic clock
         self.wall_seconds = 0  # for x-death timestamps, from the port's wall clock
-        self.exchanges = {}
-        for name, kind in PREDECLARED:
-            self.exchanges[name] = Exchange(name, kind, durable=True)
-        self.default_exchange = self.exchanges[b""]
+        self.default_exchange = Exchange(b"", b"direct")
+        self.exchanges = {b"": self.default_exchange}  # amq.* ones appear on first use: see exchange()
         self.queues = {}
         self.connections = []
         self.open_connections = 0
@@ -70,7 +68,10 @@ class Broker:
         self.binding_count = 0
         self.held_messages = 0
         self.held_bytes = 0
-        self.blocked = False
+        self.blocked = False      # publishers are held back, for one of these reasons:
+        self.over_budget = False  # - queued messages passed total_max_messages/bytes
+        self.alarm = None         # - the port says memory is short (set_alarm)
+        self.refuse_connections = None  # a reason to refuse connection.open, set by the port
         self.block_reason = ""
         self.paused = []          # connections held back from reading
         self.expiring = []        # queues that may hold entries with a TTL
@@ -145,45 +146,64 @@ class Broker:
     def hold(self, message):
         self.held_messages += 1
         self.held_bytes += message.cost
-        if not self.blocked:
+        if not self.over_budget:
             limits = self.limits
             if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:
-                self._block("queued messages use %d of %d bytes (%d messages)"
-                            % (self.held_bytes, limits.total_max_bytes, self.held_messages))
+                self.over_budget = True
+                self._update_block("queued messages use %d of %d bytes (%d messages)"
+                                   % (self.held_bytes, limits.total_max_bytes, self.held_messages))
 
     def release(self, message):
         self.held_messages -= 1
         self.held_bytes -= message.cost
-        if self.blocked:
+        if self.over_budget:
             limits = self.limits
             percent = limits.low_water_percent
             if (self.held_bytes * 100 <= limits.total_max_bytes * percent
                     and self.held_messages * 100 <= limits.total_max_messages * percent):
-                self._unblock()
+                self.over_budget = False
+                self._update_block("queued messages back under %d%% of the budget" % percent)
 
-    def _block(self, reason):
-        self.blocked = True
-        self.block_reason = "low on memory: " + reason
-        self.log("warning", "publishers blocked: " + self.block_reason)
-        for conn in self.connections:
-            conn.notify_blocked(self.block_reason)
+    def set_alarm(self, reason):
+        """The port's own view of memory: a reason (e.g. "free heap 9 KiB") blocks publishers
+        as an exhausted budget does, None clears it. The core cannot measure the heap itself."""
+        if reason != self.alarm:
+            self.alarm = reason
+            self._update_block(reason or "memory alarm cleared")
 
-    def _unblock(self):
-        self.blocked = False
-        self.log("info", "publishers unblocked: queued messages back under %d%% of the budget"
-                 % self.limits.low_water_percent)
-        for conn in self.connections:
-            conn.notify_unblocked()
-        paused = self.paused
-        self.paused = []
-        for conn in paused:
-            conn.resume_reading()
+    def _update_block(self, reason):
+        should_block = self.over_budget or self.alarm is not None
+        if should_block and not self.blocked:
+            self.blocked = True
+            self.block_reason = "low on memory: " + reason
+            self.log("warning", "publishers blocked: " + self.block_reason)
+            for conn in self.connections:
+                conn.notify_blocked(self.block_reason)
+        elif not should_block and self.blocked:
+            self.blocked = False
+            self.log("info", "publishers unblocked: " + reason)
+            for conn in self.connections:
+                conn.notify_unblocked()
+            paused = self.paused
+            self.paused = []
+            for conn in paused:
+                conn.resume_reading()
 
     # ------------------------------------------------------------ exchanges
 
+    def exchange(self, name):
+        """The exchange called name, or None. The predeclared amq.* exchanges always exist;
+        each is built the first time it is named (an unused one costs a board ~700 bytes)."""
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            for predeclared, kind in PREDECLARED:
+                if name == predeclared:
+                    exchange = self.exchanges[name] = Exchange(name, kind)
+        return exchange
+
     def declare_exchange(self, name, kind, passive, durable, auto_delete, internal, arguments):
         method = spec.EXCHANGE_DECLARE
-        exchange = self.exchanges.get(name)
+        exchange = self.exchange(name)
         if passive:
             if exchange is None:
                 raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
@@ -207,12 +227,10 @@ class Broker:
         if alternate is not None and not isinstance(alternate, (bytes, str)):
             raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange '%s'"
                                    % text(name), method)
-        if len(self.exchanges) >= self.limits.max_exchanges + len(PREDECLARED):
+        if sum(1 for n in self.exchanges if not n.startswith(b"amq.") and n) >= self.limits.max_exchanges:
             raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot declare exchange '%s': exchange limit (%d) is reached"
                                    % (text(name), self.limits.max_exchanges), method)
         exchange = Exchange(name, kind, durable, auto_delete, internal, arguments)
-        if alternate is not None:
-            exchange.alternate = alternate.encode() if isinstance(alternate, str) else alternate
         self.exchanges[name] = exchange
         return exchange
 
@@ -223,7 +241,7 @@ class Broker:
         if name.startswith(b"amq."):
             raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - exchange '%s' is a system exchange and cannot be deleted"
                                    % text(name), method)
-        exchange = self.exchanges.get(name)
+        exchange = self.exchange(name)
         if exchange is None:
             return  # deleting what is not there succeeds, as in RabbitMQ
         if if_unused and exchange.bindings:
@@ -242,7 +260,7 @@ class Broker:
     def exchange_for_publish(self, name):
         if not name:
             return self.default_exchange
-        exchange = self.exchanges.get(name)
+        exchange = self.exchange(name)
         if exchange is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), spec.BASIC_PUBLISH)
         if exchange.internal:
@@ -256,7 +274,7 @@ class Broker:
         """An exchange that bind/unbind names: never the default one, and it must exist."""
         if not name:
             raise _default_exchange_refused(method)
-        exchange = self.exchanges.get(name)
+        exchange = self.exchange(name)
         if exchange is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
         return exchange
@@ -359,7 +377,7 @@ class Broker:
         if not out:
             alternate = exchange.alternate
             if alternate is not None:
-                target = self.exchanges.get(alternate)
+                target = self.exchange(alternate)
                 if target is not None and target is not exchange:
                     target.route(message, out)
         if len(out) > 1:
@@ -379,7 +397,7 @@ class Broker:
 
     def dead_letter(self, queue, message, reason):
         """Republish a dropped message to the queue's dead-letter exchange, with x-death."""
-        exchange = self.exchanges.get(queue.dead_letter_exchange)
+        exchange = self.exchange(queue.dead_letter_exchange)
         if exchange is None:
             return  # RabbitMQ drops it too when the DLX is missing
         routing_key = queue.dead_letter_routing_key

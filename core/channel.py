@@ -8,7 +8,7 @@ ConnectionException (the connection closes itself).
 import struct
 
 from . import spec
-from .codec import decode_args, text
+from .codec import decode_args, method_name, text
 from .errors import ChannelException, ConnectionException
 from .message import FLAG_EXPIRATION, FLAG_USER_ID, FRAME_END_BYTE, Message, append_content
 from .queue import Consumer
@@ -90,7 +90,7 @@ class Channel:
         handler = HANDLERS.get(method_id)
         if handler is None:
             raise_unexpected(method_id)
-        handler(self, decode_args(spec.METHODS[method_id][1], buf, pos, end))
+        handler(self, decode_args(spec.SIGNATURES[method_id], buf, pos, end))
 
     def on_publish(self, buf, pos, end):
         # basic.publish: ticket short, exchange shortstr, routing-key shortstr, mandatory/immediate bits
@@ -165,13 +165,14 @@ class Channel:
             self._complete(struct.pack(">I", len(body)) + body + FRAME_END_BYTE)
 
     def _complete(self, body_tail):
-        exchange, routing_key, route, mandatory = self.publishing
+        exchange, routing_key, route, mandatory = self.publishing  # pyright: ignore[reportGeneralTypeIssues] (set by on_publish)
         self.publishing = None
         self.content_state = IDLE
         message = Message(exchange, routing_key, route, self.header_tail, body_tail, self.body_size)
         self.header_tail = None
         self.publish(message, mandatory)
-        self.conn.after_publish()
+        if not self.confirming:
+            self.conn.after_publish()
 
     # ------------------------------------------------------------ publishing
 
@@ -205,7 +206,13 @@ class Channel:
         broker = self.broker
         queues = broker.route(exchange, message)
         refused = False
+        # Out of memory, a publisher with confirms is told no (basic.nack) and still read: its
+        # connection may carry acks too, and they are what frees memory. Others are paused.
+        refuse_all = self.confirming and broker.blocked
         for queue in queues:
+            if refuse_all:
+                refused = True
+                continue
             if not queue.accepts(message):
                 refused = True  # x-overflow reject-publish(-dlx)
                 if queue.overflow == b"reject-publish-dlx" and queue.dead_letter_exchange is not None:
@@ -355,7 +362,7 @@ class Channel:
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
             self.broker.uncount_consumer()
-        if self.state == OPEN and self.conn.capabilities.get("consumer_cancel_notify"):
+        if self.state == OPEN and self.conn.wants_cancel:
             self.reply(spec.BASIC_CANCEL, (consumer.tag, False))
 
     # ------------------------------------------------------------ closing
@@ -398,13 +405,14 @@ class Channel:
 
 
 def raise_unexpected(method_id):
-    info = spec.METHODS.get(method_id)
-    if info is None:
+    if method_id not in spec.SIGNATURES:
         raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - unknown method class %d method %d"
                                   % (method_id >> 16, method_id & 0xFFFF), method_id)
     if method_id >> 16 == spec.CLASS_CONNECTION:
-        raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is only allowed on channel 0" % info[0], method_id)
-    raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is not a method a client may send" % info[0], method_id)
+        raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is only allowed on channel 0"
+                                  % method_name(method_id), method_id)
+    raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is not a method a client may send"
+                              % method_name(method_id), method_id)
 
 
 # ---------------------------------------------------------------- method handlers

@@ -16,7 +16,7 @@ t b B s u U I i l L f d D S A T F V x; encode only t I l d D S A T F V x.
 import struct
 
 from .errors import DecodeError
-from .spec import BASIC_PROPERTIES, METHODS
+from .spec import BASIC_PROPERTIES, NAMES, SIGNATURES
 
 
 class Timestamp:
@@ -302,7 +302,15 @@ def encode_args(sig, args):
 
 
 def method_payload(method_id, args=()):
-    return struct.pack(">I", method_id) + encode_args(METHODS[method_id][1], args)
+    return struct.pack(">I", method_id) + encode_args(SIGNATURES[method_id], args)
+
+
+def method_name(method_id):
+    """"basic.publish" for 0x003C0028: for error texts and logs, never on a hot path."""
+    at = NAMES.find("%08X " % method_id)
+    if at < 0:
+        return "unknown method %d.%d" % (method_id >> 16, method_id & 0xFFFF)
+    return NAMES[at + 9:NAMES.find("\n", at)]
 
 
 # ---------------------------------------------------------------- basic properties

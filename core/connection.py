@@ -22,11 +22,11 @@ from . import spec
 from .auth import MECHANISMS, credentials, is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
 from .channel import Channel, raise_unexpected
-from .codec import decode_args, method_payload, text
+from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
 from .message import FRAME_END_BYTE, HEARTBEAT_FRAME
 from .spec import (ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR,
-                   NOT_ALLOWED, UNEXPECTED_FRAME)
+                   NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
@@ -51,7 +51,6 @@ class Connection:
     def __init__(self, broker, peer):
         limits = broker.limits
         self.broker = broker
-        self.peer = peer
         self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
         # A serial link is a wire to this device, as local as a loopback socket.
         self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
@@ -69,8 +68,12 @@ class Connection:
         self.channel_max = limits.channel_max
         self.heartbeat_ms = 0
         self.user = None
-        self.capabilities = {}
-        self.client_properties = {}
+        # The three client capabilities (start-ok) the broker acts on; the rest of the
+        # client-properties table is not kept: on a board it would cost ~1 KiB per client.
+        self.wants_blocked = False      # connection.blocked / unblocked
+        self.wants_cancel = False       # consumer_cancel_notify: basic.cancel when a queue goes
+        self.wants_auth_close = False   # authentication_failure_close: 403 instead of a hang-up
+        self.client = b"?"              # its product name, for the log
         self.last_recv = broker.now
         self.last_send = broker.now
         self.deadline = broker.now + limits.handshake_timeout_ms
@@ -89,11 +92,13 @@ class Connection:
     # ------------------------------------------------------------ bytes in
 
     def feed(self, data):
+        """Process every complete frame in data (bytes, or a memoryview of the port's read
+        buffer: whatever the broker keeps is copied out before feed returns)."""
         if self.closed:
             return
         self.last_recv = self.broker.now
         if self._pending:
-            data = self._pending + bytes(data)
+            data = self._pending + data
             self._pending = b""
         if self.paused or self.state == AUTH_FAILED:
             self._pending = bytes(data)
@@ -112,16 +117,24 @@ class Connection:
             self.close_with(ConnectionException(e.code, "%s - %s" % (
                 "FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e)))
             pos = len(data)
-        except Exception as e:  # a bug (or MemoryError) must cost one connection, never the broker
+        except MemoryError:
+            # The heap ran out mid-frame: say so in AMQP terms (506) and give everything back.
+            self.broker.log("warning", "%s: out of memory, closing the connection" % self.name)
+            self._close_or_drop(ConnectionException(RESOURCE_ERROR, "RESOURCE_ERROR - broker out of memory"))
+            pos = len(data)
+        except Exception as e:  # a bug must cost one connection, never the broker
             self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
-            try:
-                self.close_with(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
-            except Exception:
-                self._finish()  # cannot even say why: hang up
+            self._close_or_drop(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
             pos = len(data)
         if pos < len(data) and not self.closed:
             self._pending = bytes(data[pos:])
         self._flush_confirms()
+
+    def _close_or_drop(self, e):
+        try:
+            self.close_with(e)
+        except Exception:  # cannot even say why (no memory to build the frame): hang up
+            self._finish()
 
     def eof(self):
         """The peer closed its sending side."""
@@ -242,11 +255,11 @@ class Connection:
     def _connection_method(self, method_id, buf, pos, end):
         if method_id >> 16 != spec.CLASS_CONNECTION:
             raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method %s on channel 0"
-                                      % spec.METHODS.get(method_id, ("unknown",))[0], method_id)
-        info = spec.METHODS.get(method_id)
-        if info is None:
+                                      % method_name(method_id), method_id)
+        sig = spec.SIGNATURES.get(method_id)
+        if sig is None:
             raise_unexpected(method_id)
-        args = decode_args(info[1], buf, pos, end)
+        args = decode_args(sig, buf, pos, end)
         if method_id == spec.CONNECTION_CLOSE:
             code, reply_text = args[0], args[1]
             if code not in (0, spec.REPLY_SUCCESS):  # py-amqp closes with 0 by default: not a problem
@@ -257,7 +270,7 @@ class Connection:
         expected = EXPECTED.get(self.state)
         if method_id != expected:
             raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is not allowed while the connection is %s"
-                                      % (info[0], STATE_NAMES[self.state]), method_id)
+                                      % (method_name(method_id), STATE_NAMES[self.state]), method_id)
         if method_id == spec.CONNECTION_START_OK:
             self._start_ok(*args)
         elif method_id == spec.CONNECTION_TUNE_OK:
@@ -266,9 +279,14 @@ class Connection:
             self._open(args[0])
 
     def _start_ok(self, client_properties, mechanism, response, _locale):
-        self.client_properties = client_properties
         caps = client_properties.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
+        if isinstance(caps, dict):
+            self.wants_blocked = caps.get("connection.blocked") is True
+            self.wants_cancel = caps.get("consumer_cancel_notify") is True
+            self.wants_auth_close = caps.get("authentication_failure_close") is True
+        product = client_properties.get("product")
+        if isinstance(product, bytes):
+            self.client = product
         if mechanism not in (b"PLAIN", b"AMQPLAIN"):
             raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - unknown authentication mechanism '%s'"
                                       % text(mechanism), spec.CONNECTION_START_OK)
@@ -291,7 +309,7 @@ class Connection:
         self.state = AWAIT_TUNE_OK
 
     def _refuse_login(self):
-        if self.capabilities.get("authentication_failure_close"):
+        if self.wants_auth_close:
             self.close_with(ConnectionException(
                 ACCESS_REFUSED, "ACCESS_REFUSED - Login was refused using authentication mechanism %s. "
                 "For details see the broker logfile." % text(self._auth_mechanism), spec.CONNECTION_START_OK))
@@ -319,6 +337,9 @@ class Connection:
         broker = self.broker
         if vhost != b"/":
             raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN)
+        if broker.refuse_connections is not None:
+            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + broker.refuse_connections,
+                                      spec.CONNECTION_OPEN)
         limit = broker.limits.max_connections
         if broker.open_connections >= limit:
             raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - access to vhost '/' refused for user '%s': "
@@ -327,8 +348,7 @@ class Connection:
         self.counted = True
         self.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
         self.state = OPEN
-        product = self.client_properties.get("product", b"?")
-        broker.log("info", "%s: connection open (user '%s', client %s)" % (self.name, text(self.user), text(product)))
+        broker.log("info", "%s: connection open (user '%s', client %s)" % (self.name, text(self.user), text(self.client)))
         if broker.blocked:
             self.notify_blocked(broker.block_reason)
 
@@ -446,9 +466,16 @@ class Connection:
         return self.out_bytes >= self.high_water
 
     def take_output(self):
+        """Everything to send, as one bytes object (b"" if nothing)."""
+        parts = self.take_parts()
+        return b"".join(parts) if parts else b""
+
+    def take_parts(self):
+        """Everything to send, as the list of buffers it was built from. A port on a small heap
+        writes them one by one rather than joining them into one large (fragmenting) buffer."""
         if not self.out:
-            return b""
-        data = b"".join(self.out)
+            return None
+        parts = self.out
         self.out = []
         was_saturated = self.out_bytes >= self.high_water
         self.out_bytes = 0
@@ -458,7 +485,7 @@ class Connection:
             # the client caught up: let its queues deliver again (the next take gets it)
             for channel in list(self.channels.values()):
                 channel._redispatch([c.queue for c in channel.consumers.values()])
-        return data
+        return parts
 
     # ------------------------------------------------------------ confirms and flow control
 
@@ -500,9 +527,9 @@ class Connection:
             self.wake()
 
     def notify_blocked(self, reason):
-        if self.state == OPEN and self.capabilities.get("connection.blocked"):
+        if self.state == OPEN and self.wants_blocked:
             self.send_method(0, spec.CONNECTION_BLOCKED, (reason,))
 
     def notify_unblocked(self):
-        if self.state == OPEN and self.capabilities.get("connection.blocked"):
+        if self.state == OPEN and self.wants_blocked:
             self.send_method(0, spec.CONNECTION_UNBLOCKED)

@@ -90,7 +90,16 @@ def topic_words(key):
 class TopicNode:
     def __init__(self):
         self.children = {}
-        self.dests = None  # CountedSet of bindings whose pattern ends here
+        self.dests = None  # CountedSet of bindings whose pattern ends here, made on first use
+
+    def add(self, destination):
+        if self.dests is None:
+            self.dests = CountedSet()
+        self.dests.add(destination)
+
+    def remove(self, destination):
+        if self.dests is not None and self.dests.remove(destination):
+            self.dests = None  # no binding ends here any more
 
 
 class TopicRouter:
@@ -104,18 +113,14 @@ class TopicRouter:
             if child is None:
                 child = node.children[word] = TopicNode()
             node = child
-        if node.dests is None:
-            node.dests = CountedSet()
-        node.dests.add(binding.destination)
+        node.add(binding.destination)
 
     def remove(self, binding):
         path = [self.root]
         words = topic_words(binding.key)
         for word in words:
             path.append(path[-1].children[word])
-        node = path[-1]
-        if node.dests.remove(binding.destination):
-            node.dests = None
+        path[-1].remove(binding.destination)
         # prune nodes that lead nowhere, so a board's heap does not fill with dead words
         for i in range(len(words) - 1, -1, -1):
             child = path[i + 1]
@@ -207,7 +212,6 @@ ROUTERS = {
 
 class Exchange:
     is_queue = False
-    alternate = None  # name of the alternate-exchange for unroutable messages
 
     def __init__(self, name, kind, durable=True, auto_delete=False, internal=False, arguments=None):
         self.name = name
@@ -220,6 +224,9 @@ class Exchange:
         self.bindings = {}   # identity -> Binding, where this exchange is the source
         self.inbound = []    # Bindings where this exchange is the destination
         self.routes_to_exchanges = 0
+        # where unroutable messages go (the alternate-exchange argument), as a name
+        alternate = self.arguments.get("alternate-exchange")
+        self.alternate = alternate.encode() if isinstance(alternate, str) else alternate
 
     def bind(self, destination, key, arguments):
         """Add a binding; returns it, or None when an equal one exists (a no-op)."""

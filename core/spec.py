@@ -112,75 +112,149 @@ TX_ROLLBACK_OK = 0x005A001F
 CONFIRM_SELECT = 0x0055000A
 CONFIRM_SELECT_OK = 0x0055000B
 
-# id: (name, signature, carries content)
-METHODS = {
-    0x000A000A: ('connection.start', 'ootSS', False),  # version-major, version-minor, server-properties, mechanisms, locales
-    0x000A000B: ('connection.start-ok', 'tsSs', False),  # client-properties, mechanism, response, locale
-    0x000A0014: ('connection.secure', 'S', False),  # challenge
-    0x000A0015: ('connection.secure-ok', 'S', False),  # response
-    0x000A001E: ('connection.tune', 'hlh', False),  # channel-max, frame-max, heartbeat
-    0x000A001F: ('connection.tune-ok', 'hlh', False),  # channel-max, frame-max, heartbeat
-    0x000A0028: ('connection.open', 'ssb', False),  # virtual-host, capabilities, insist
-    0x000A0029: ('connection.open-ok', 's', False),  # known-hosts
-    0x000A0032: ('connection.close', 'hshh', False),  # reply-code, reply-text, class-id, method-id
-    0x000A0033: ('connection.close-ok', '', False),
-    0x000A003C: ('connection.blocked', 's', False),  # reason
-    0x000A003D: ('connection.unblocked', '', False),
-    0x000A0046: ('connection.update-secret', 'Ss', False),  # new-secret, reason
-    0x000A0047: ('connection.update-secret-ok', '', False),
-    0x0014000A: ('channel.open', 's', False),  # out-of-band
-    0x0014000B: ('channel.open-ok', 'S', False),  # channel-id
-    0x00140014: ('channel.flow', 'b', False),  # active
-    0x00140015: ('channel.flow-ok', 'b', False),  # active
-    0x00140028: ('channel.close', 'hshh', False),  # reply-code, reply-text, class-id, method-id
-    0x00140029: ('channel.close-ok', '', False),
-    0x001E000A: ('access.request', 'sbbbbb', False),  # realm, exclusive, passive, active, write, read
-    0x001E000B: ('access.request-ok', 'h', False),  # ticket
-    0x0028000A: ('exchange.declare', 'hssbbbbbt', False),  # ticket, exchange, type, passive, durable, auto-delete, internal, nowait, arguments
-    0x0028000B: ('exchange.declare-ok', '', False),
-    0x00280014: ('exchange.delete', 'hsbb', False),  # ticket, exchange, if-unused, nowait
-    0x00280015: ('exchange.delete-ok', '', False),
-    0x0028001E: ('exchange.bind', 'hsssbt', False),  # ticket, destination, source, routing-key, nowait, arguments
-    0x0028001F: ('exchange.bind-ok', '', False),
-    0x00280028: ('exchange.unbind', 'hsssbt', False),  # ticket, destination, source, routing-key, nowait, arguments
-    0x00280033: ('exchange.unbind-ok', '', False),
-    0x0032000A: ('queue.declare', 'hsbbbbbt', False),  # ticket, queue, passive, durable, exclusive, auto-delete, nowait, arguments
-    0x0032000B: ('queue.declare-ok', 'sll', False),  # queue, message-count, consumer-count
-    0x00320014: ('queue.bind', 'hsssbt', False),  # ticket, queue, exchange, routing-key, nowait, arguments
-    0x00320015: ('queue.bind-ok', '', False),
-    0x0032001E: ('queue.purge', 'hsb', False),  # ticket, queue, nowait
-    0x0032001F: ('queue.purge-ok', 'l', False),  # message-count
-    0x00320028: ('queue.delete', 'hsbbb', False),  # ticket, queue, if-unused, if-empty, nowait
-    0x00320029: ('queue.delete-ok', 'l', False),  # message-count
-    0x00320032: ('queue.unbind', 'hssst', False),  # ticket, queue, exchange, routing-key, arguments
-    0x00320033: ('queue.unbind-ok', '', False),
-    0x003C000A: ('basic.qos', 'lhb', False),  # prefetch-size, prefetch-count, global
-    0x003C000B: ('basic.qos-ok', '', False),
-    0x003C0014: ('basic.consume', 'hssbbbbt', False),  # ticket, queue, consumer-tag, no-local, no-ack, exclusive, nowait, arguments
-    0x003C0015: ('basic.consume-ok', 's', False),  # consumer-tag
-    0x003C001E: ('basic.cancel', 'sb', False),  # consumer-tag, nowait
-    0x003C001F: ('basic.cancel-ok', 's', False),  # consumer-tag
-    0x003C0028: ('basic.publish', 'hssbb', True),  # ticket, exchange, routing-key, mandatory, immediate
-    0x003C0032: ('basic.return', 'hsss', True),  # reply-code, reply-text, exchange, routing-key
-    0x003C003C: ('basic.deliver', 'sqbss', True),  # consumer-tag, delivery-tag, redelivered, exchange, routing-key
-    0x003C0046: ('basic.get', 'hsb', False),  # ticket, queue, no-ack
-    0x003C0047: ('basic.get-ok', 'qbssl', True),  # delivery-tag, redelivered, exchange, routing-key, message-count
-    0x003C0048: ('basic.get-empty', 's', False),  # cluster-id
-    0x003C0050: ('basic.ack', 'qb', False),  # delivery-tag, multiple
-    0x003C005A: ('basic.reject', 'qb', False),  # delivery-tag, requeue
-    0x003C0064: ('basic.recover-async', 'b', False),  # requeue
-    0x003C006E: ('basic.recover', 'b', False),  # requeue
-    0x003C006F: ('basic.recover-ok', '', False),
-    0x003C0078: ('basic.nack', 'qbb', False),  # delivery-tag, multiple, requeue
-    0x005A000A: ('tx.select', '', False),
-    0x005A000B: ('tx.select-ok', '', False),
-    0x005A0014: ('tx.commit', '', False),
-    0x005A0015: ('tx.commit-ok', '', False),
-    0x005A001E: ('tx.rollback', '', False),
-    0x005A001F: ('tx.rollback-ok', '', False),
-    0x0055000A: ('confirm.select', 'b', False),  # nowait
-    0x0055000B: ('confirm.select-ok', '', False),
+# id: signature (a character per argument)
+SIGNATURES = {
+    0x000A000A: 'ootSS',  # version-major, version-minor, server-properties, mechanisms, locales
+    0x000A000B: 'tsSs',  # client-properties, mechanism, response, locale
+    0x000A0014: 'S',  # challenge
+    0x000A0015: 'S',  # response
+    0x000A001E: 'hlh',  # channel-max, frame-max, heartbeat
+    0x000A001F: 'hlh',  # channel-max, frame-max, heartbeat
+    0x000A0028: 'ssb',  # virtual-host, capabilities, insist
+    0x000A0029: 's',  # known-hosts
+    0x000A0032: 'hshh',  # reply-code, reply-text, class-id, method-id
+    0x000A0033: '',
+    0x000A003C: 's',  # reason
+    0x000A003D: '',
+    0x000A0046: 'Ss',  # new-secret, reason
+    0x000A0047: '',
+    0x0014000A: 's',  # out-of-band
+    0x0014000B: 'S',  # channel-id
+    0x00140014: 'b',  # active
+    0x00140015: 'b',  # active
+    0x00140028: 'hshh',  # reply-code, reply-text, class-id, method-id
+    0x00140029: '',
+    0x001E000A: 'sbbbbb',  # realm, exclusive, passive, active, write, read
+    0x001E000B: 'h',  # ticket
+    0x0028000A: 'hssbbbbbt',  # ticket, exchange, type, passive, durable, auto-delete, internal, nowait, arguments
+    0x0028000B: '',
+    0x00280014: 'hsbb',  # ticket, exchange, if-unused, nowait
+    0x00280015: '',
+    0x0028001E: 'hsssbt',  # ticket, destination, source, routing-key, nowait, arguments
+    0x0028001F: '',
+    0x00280028: 'hsssbt',  # ticket, destination, source, routing-key, nowait, arguments
+    0x00280033: '',
+    0x0032000A: 'hsbbbbbt',  # ticket, queue, passive, durable, exclusive, auto-delete, nowait, arguments
+    0x0032000B: 'sll',  # queue, message-count, consumer-count
+    0x00320014: 'hsssbt',  # ticket, queue, exchange, routing-key, nowait, arguments
+    0x00320015: '',
+    0x0032001E: 'hsb',  # ticket, queue, nowait
+    0x0032001F: 'l',  # message-count
+    0x00320028: 'hsbbb',  # ticket, queue, if-unused, if-empty, nowait
+    0x00320029: 'l',  # message-count
+    0x00320032: 'hssst',  # ticket, queue, exchange, routing-key, arguments
+    0x00320033: '',
+    0x003C000A: 'lhb',  # prefetch-size, prefetch-count, global
+    0x003C000B: '',
+    0x003C0014: 'hssbbbbt',  # ticket, queue, consumer-tag, no-local, no-ack, exclusive, nowait, arguments
+    0x003C0015: 's',  # consumer-tag
+    0x003C001E: 'sb',  # consumer-tag, nowait
+    0x003C001F: 's',  # consumer-tag
+    0x003C0028: 'hssbb',  # ticket, exchange, routing-key, mandatory, immediate
+    0x003C0032: 'hsss',  # reply-code, reply-text, exchange, routing-key
+    0x003C003C: 'sqbss',  # consumer-tag, delivery-tag, redelivered, exchange, routing-key
+    0x003C0046: 'hsb',  # ticket, queue, no-ack
+    0x003C0047: 'qbssl',  # delivery-tag, redelivered, exchange, routing-key, message-count
+    0x003C0048: 's',  # cluster-id
+    0x003C0050: 'qb',  # delivery-tag, multiple
+    0x003C005A: 'qb',  # delivery-tag, requeue
+    0x003C0064: 'b',  # requeue
+    0x003C006E: 'b',  # requeue
+    0x003C006F: '',
+    0x003C0078: 'qbb',  # delivery-tag, multiple, requeue
+    0x005A000A: '',
+    0x005A000B: '',
+    0x005A0014: '',
+    0x005A0015: '',
+    0x005A001E: '',
+    0x005A001F: '',
+    0x0055000A: 'b',  # nowait
+    0x0055000B: '',
 }
+
+# the methods that carry content (a header and body frames follow them)
+CONTENT = (0x003C0028, 0x003C0032, 0x003C003C, 0x003C0047)
+
+# method names, looked up only to word errors and logs (codec.method_name):
+# one string, so a board keeps it in flash instead of building a table in its heap
+NAMES = """\
+000A000A connection.start
+000A000B connection.start-ok
+000A0014 connection.secure
+000A0015 connection.secure-ok
+000A001E connection.tune
+000A001F connection.tune-ok
+000A0028 connection.open
+000A0029 connection.open-ok
+000A0032 connection.close
+000A0033 connection.close-ok
+000A003C connection.blocked
+000A003D connection.unblocked
+000A0046 connection.update-secret
+000A0047 connection.update-secret-ok
+0014000A channel.open
+0014000B channel.open-ok
+00140014 channel.flow
+00140015 channel.flow-ok
+00140028 channel.close
+00140029 channel.close-ok
+001E000A access.request
+001E000B access.request-ok
+0028000A exchange.declare
+0028000B exchange.declare-ok
+00280014 exchange.delete
+00280015 exchange.delete-ok
+0028001E exchange.bind
+0028001F exchange.bind-ok
+00280028 exchange.unbind
+00280033 exchange.unbind-ok
+0032000A queue.declare
+0032000B queue.declare-ok
+00320014 queue.bind
+00320015 queue.bind-ok
+0032001E queue.purge
+0032001F queue.purge-ok
+00320028 queue.delete
+00320029 queue.delete-ok
+00320032 queue.unbind
+00320033 queue.unbind-ok
+003C000A basic.qos
+003C000B basic.qos-ok
+003C0014 basic.consume
+003C0015 basic.consume-ok
+003C001E basic.cancel
+003C001F basic.cancel-ok
+003C0028 basic.publish
+003C0032 basic.return
+003C003C basic.deliver
+003C0046 basic.get
+003C0047 basic.get-ok
+003C0048 basic.get-empty
+003C0050 basic.ack
+003C005A basic.reject
+003C0064 basic.recover-async
+003C006E basic.recover
+003C006F basic.recover-ok
+003C0078 basic.nack
+005A000A tx.select
+005A000B tx.select-ok
+005A0014 tx.commit
+005A0015 tx.commit-ok
+005A001E tx.rollback
+005A001F tx.rollback-ok
+0055000A confirm.select
+0055000B confirm.select-ok
+"""
 
 # basic properties in flag order: bit 15 is the first one
 BASIC_PROPERTIES = (

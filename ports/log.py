@@ -8,10 +8,12 @@ import time
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
-try:
+import sys
+
+if sys.implementation.name == "micropython":
+    logging = None  # some unix builds freeze micropython-lib's logging; 8 KiB of heap for print
+else:
     import logging
-except ImportError:
-    logging = None
 
 
 def make_log(level="info", name="hutch"):
@@ -22,8 +24,6 @@ def make_log(level="info", name="hutch"):
         def log(lvl, message, exc=None):
             logger.log(LEVELS.get(lvl, 20), message, exc_info=exc)
         return log
-
-    import sys
 
     def log(lvl, message, exc=None):
         if LEVELS.get(lvl, 20) >= threshold:

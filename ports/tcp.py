@@ -19,7 +19,7 @@ MICROPYTHON = sys.implementation.name == "micropython"
 # CPython's StreamReader.read(n) returns just what arrived. MicroPython's allocates n+1 bytes for
 # every read, which soon fragments a small heap (a 2 MB unix heap fails within a few hundred
 # reads of 64 KiB), so there the port reads into one buffer it keeps and copies what arrived.
-READ_SIZE = 16384 if MICROPYTHON else 65536
+# Its size comes from the board profile (READ_SIZE).
 TICK_MS = 200
 
 
@@ -37,6 +37,23 @@ def peer_address(info):
     return "?", 0
 
 
+# Linux and lwIP agree on these; MicroPython's socket module does not name them.
+IPPROTO_TCP = 6
+TCP_NODELAY = 1
+
+
+def _no_delay(writer):
+    """Send small frames at once (no Nagle): a delivery is several small writes on MicroPython,
+    and waiting for the client's delayed ACK would cost ~40 ms per message. CPython's asyncio
+    already does this for every TCP stream."""
+    sock = getattr(writer, "s", None)  # MicroPython's Stream keeps its socket as .s
+    if sock is not None:
+        try:
+            sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)
+        except (OSError, AttributeError):
+            pass  # a port without the option: still correct, only slower
+
+
 def _sleep_ms(ms):
     if hasattr(asyncio, "sleep_ms"):
         return asyncio.sleep_ms(ms)
@@ -44,7 +61,7 @@ def _sleep_ms(ms):
 
 
 class TcpServer:
-    def __init__(self, broker, host="0.0.0.0", port=5672, log=None):
+    def __init__(self, broker, host="0.0.0.0", port=5672, log=None, read_size=65536, monitor=None):
         self.broker = broker
         self.host = host
         self.port = port
@@ -53,7 +70,9 @@ class TcpServer:
         self.server = None
         self.clients = []
         self._stopping = False
-        self.read_buffer = bytearray(READ_SIZE) if MICROPYTHON else None
+        self.read_size = read_size
+        self.read_buffer = bytearray(read_size) if MICROPYTHON else None
+        self.monitor = monitor  # sampled every tick: heap watch and stats (ports/heap.py)
 
     async def start(self):
         self.server = await asyncio.start_server(self._client, self.host, self.port)
@@ -64,36 +83,30 @@ class TcpServer:
         broker = self.broker
         clock = self.clock
         while not self._stopping:
-            broker.tick(clock.now_ms(), clock.wall_seconds())
+            now = clock.now_ms()
+            broker.tick(now, clock.wall_seconds())
+            if self.monitor is not None:
+                self.monitor.sample(now)
             await _sleep_ms(TICK_MS)
 
     async def _client(self, reader, writer):
         host, port = peer_address(writer.get_extra_info("peername"))
         broker = self.broker
         broker.now = self.clock.now_ms()
+        if MICROPYTHON:
+            _no_delay(writer)
         conn = broker.connect({"address": host, "port": port, "transport": "tcp"})
-        client = _Client(conn, reader, writer, self.read_buffer)
+        client = _Client(conn, reader, writer, self.read_size, self.read_buffer)
         self.clients.append(client)
         self.log("debug", "%s: accepted" % conn.name)
-        reader_task = asyncio.create_task(self._read(client))
+        reader_task = asyncio.create_task(client.read_loop(self.log, self.monitor))
         try:
-            await client.write_loop()  # returns once the connection is closed and flushed
+            await client.write_loop(self.log)  # returns once the connection is closed and flushed
         finally:
             reader_task.cancel()
             self.clients.remove(client)
             if not conn.closed:
                 conn.lost()
-
-    async def _read(self, client):
-        try:
-            await client.read_loop()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a reset socket, or a bug: either way this client is done
-            if not isinstance(e, OSError):
-                self.log("error", "%s: port error: %r" % (client.conn.name, e), e)
-            client.conn.lost()
-        client.output.set()
 
     async def stop(self, grace_ms=2000):
         """Close every connection with 320 CONNECTION_FORCED, then stop listening."""
@@ -116,68 +129,94 @@ class TcpServer:
 
 
 class _Client:
-    def __init__(self, conn, reader, writer, read_buffer=None):
+    def __init__(self, conn, reader, writer, read_size, read_buffer=None):
         self.conn = conn
+        self.read_size = read_size
         # Shared by every client of the server: safe, because what readinto() put there is
         # copied out before this task awaits again.
         self.read_buffer = read_buffer
         self.reader = reader
         self.writer = writer
-        self.output = asyncio.Event()   # the core has output, or closed
-        self.resume = asyncio.Event()   # the core may want reading again
-        self.caught_up = asyncio.Event()
+        self.output = asyncio.Event()   # the writer has something to do: output, or the end
+        self.ready = asyncio.Event()    # the reader may go on: reading resumed, or output caught up
         conn.wake = self._wake
 
     def _wake(self):
         self.output.set()
-        self.resume.set()
+        self.ready.set()
 
-    async def read_loop(self):
+    async def read_loop(self, log, monitor=None):
         conn = self.conn
-        reader = self.reader
-        while not conn.closed:
-            if not conn.want_read:
-                self.resume.clear()
-                if not conn.want_read:
-                    await self.resume.wait()
-                continue
-            if conn.saturated():
-                # the client is not reading what we send; stop reading what it sends
-                self.caught_up.clear()
-                self.output.set()
-                await self.caught_up.wait()
-                continue
-            if self.read_buffer is None:
-                data = await reader.read(READ_SIZE)
-            else:
-                n = await reader.readinto(self.read_buffer)
-                if n is None:  # woken without data (EAGAIN)
+        try:
+            while not conn.closed:
+                if not conn.want_read or conn.saturated():
+                    # Held back by the broker, or the client does not read what we send:
+                    # either way, stop reading what it sends until that changes.
+                    self.ready.clear()
+                    self.output.set()
+                    await self.ready.wait()
                     continue
-                data = bytes(memoryview(self.read_buffer)[:n])
-            if not data:
-                conn.eof()
-                break
-            conn.feed(data)
+                data = await self._read()
+                if data is None:
+                    continue
+                if not data:
+                    conn.eof()
+                    break
+                conn.feed(data)
+                if monitor is not None and monitor.measures:
+                    monitor.watch()  # a burst of publishes can outrun the tick's sampling
+        except asyncio.CancelledError:
+            raise
+        except MemoryError:
+            log("warning", "%s: out of memory in the port, closing the connection" % conn.name)
+            conn.close(506, "RESOURCE_ERROR - broker out of memory")
+        except Exception as e:  # a reset socket, or a bug: either way this client is done
+            if isinstance(e, OSError):
+                log("debug", "%s: socket error while reading: %r" % (conn.name, e))
+            else:
+                log("error", "%s: port error: %r" % (conn.name, e), e)
+            conn.lost()
+        self.output.set()
 
-    async def write_loop(self):
+    async def _read(self):
+        """Bytes from the socket (b"" at the end, None if woken without data)."""
+        if self.read_buffer is None:
+            return await self.reader.read(self.read_size)
+        n = await self.reader.readinto(self.read_buffer)
+        if n is None:  # woken without data (EAGAIN)
+            return None
+        return memoryview(self.read_buffer)[:n]  # the core copies what it keeps
+
+    async def write_loop(self, log):
         conn = self.conn
         writer = self.writer
         try:
             while True:
                 await self.output.wait()
                 self.output.clear()
-                data = conn.take_output()
-                while data:
-                    writer.write(data)
+                while True:
+                    if MICROPYTHON:
+                        parts = conn.take_parts()  # no join: one large buffer fragments a small heap
+                        if not parts:
+                            break
+                        for part in parts:
+                            writer.write(part)
+                    else:
+                        data = conn.take_output()
+                        if not data:
+                            break
+                        writer.write(data)
                     await writer.drain()
-                    data = conn.take_output()
-                self.caught_up.set()
+                self.ready.set()
                 if conn.closed:
                     break
-        except OSError:
+        except OSError as e:
+            log("debug", "%s: socket error while writing: %r" % (conn.name, e))
             conn.lost()
+        except MemoryError:
+            conn.lost()  # not even room to say why; the client sees the socket close
         finally:
-            self.caught_up.set()
+            self.ready.set()
             await self.close_socket()
 
     async def close_socket(self):

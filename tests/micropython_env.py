@@ -17,7 +17,7 @@ def micropython():
     return path
 
 
-def package_root(folder, packages=("core", "ports", "tools")):
+def package_root(folder, packages=("core", "ports", "tools", "boards")):
     """A folder holding hutch/<package> links, the layout the firmware bundle uses on a board."""
     root = os.path.join(str(folder), "pkg")
     os.makedirs(os.path.join(root, "hutch"))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hutch.core.broker import Broker
 from hutch.core.codec import decode_args, decode_table, encode_args, encode_table
 from hutch.core.errors import DecodeError
-from hutch.core.spec import METHODS
+from hutch.core.spec import CONTENT, SIGNATURES
 
 # HUTCH_FUZZ_EXAMPLES=5000 for a longer hunt than CI's
 FUZZ_EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "300"))
@@ -47,8 +47,8 @@ def _value(code):
 
 @st.composite
 def method_args(draw):
-    method_id = draw(st.sampled_from(sorted(METHODS)))
-    sig = METHODS[method_id][1]
+    method_id = draw(st.sampled_from(sorted(SIGNATURES)))
+    sig = SIGNATURES[method_id]
     return sig, [draw(_value(code)) for code in sig]
 
 
@@ -97,8 +97,8 @@ names = st.sampled_from([b"", b"q", b"amq.direct", b"amq.topic", b"x", b"amq.gen
 @st.composite
 def valid_methods(draw):
     """Well-formed method frames with arbitrary (often nonsensical) arguments, on channels 1-2."""
-    method_id = draw(st.sampled_from(sorted(m for m in METHODS if m >> 16 != 10)))
-    sig = METHODS[method_id][1]
+    method_id = draw(st.sampled_from(sorted(m for m in SIGNATURES if m >> 16 != 10)))
+    sig = SIGNATURES[method_id]
     args = []
     for code in sig:
         if code == "s":
@@ -110,7 +110,7 @@ def valid_methods(draw):
             args.append(draw(_value(code)))
     channel = draw(st.sampled_from([1, 1, 1, 2]))
     frame = _frame(1, channel, struct.pack(">I", method_id) + encode_args(sig, args))
-    if METHODS[method_id][2]:  # a content method: add a header and a body
+    if method_id in CONTENT:  # a content method: add a header and a body
         body = draw(st.binary(max_size=30))
         frame += _frame(2, channel, struct.pack(">HHQH", 60, 0, len(body), 0))
         frame += _frame(3, channel, body) if body else b""

@@ -19,7 +19,7 @@ def test_core_suite_under_micropython(tmp_path, heap):
     command = [micropython()]
     if heap:
         command += ["-X", "heapsize=" + heap]
-    command += [os.path.join(ROOT, "tests", "core", "run_micropython.py"), package_root(tmp_path, ("core",))]
+    command += [os.path.join(ROOT, "tests", "core", "run_micropython.py"), package_root(tmp_path, ("core", "ports"))]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     summary = re.search(r"(\d+) passed, (\d+) failed", output)

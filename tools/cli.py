@@ -2,6 +2,7 @@
 
     hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
     hutch passwd [--password PW]     print a password hash for the config file
+    hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
     hutch version
 """
 import argparse
@@ -14,7 +15,7 @@ import sys
 
 from ..core.auth import hash_password
 from ..core.broker import VERSION
-from . import config, serve
+from . import config, flash, serve
 
 
 def cmd_serve(args):
@@ -68,6 +69,10 @@ def main(argv=None):
     p = commands.add_parser("passwd", help="print a password hash for [users.NAME] password_hash")
     p.add_argument("--password", help="the password (default: ask twice)")
     p.set_defaults(run=cmd_passwd)
+    p = commands.add_parser("flash", help="install hutch on a MicroPython board (with mpremote)",
+                            description="build hutch's firmware bundle and install it on a MicroPython board")
+    flash.add_options(p)
+    p.set_defaults(run=flash.run)
     p = commands.add_parser("version", help="print the version")
     p.set_defaults(run=cmd_version)
     args = parser.parse_args(argv)

@@ -4,6 +4,8 @@
     bind = "0.0.0.0"
     port = 5672
     data = "hutch-data"
+    serial = ["/dev/ttyUSB0"]   # also serve AMQP on these serial links (ports/serial.py)
+    baud = 115200
 
     [limits]              # any field of hutch.core.limits.Limits
     frame_max = 131072
@@ -26,7 +28,8 @@ import json
 from ..core.auth import Users
 from ..core.limits import Limits
 
-SECTIONS = {"server": ("bind", "port", "data", "log_level"), "limits": None, "users": None, "auth": ("loopback_users",)}
+SECTIONS = {"wifi": ("ssid", "password"),  # used by firmware/main.py on boards with a network module
+            "server": ("bind", "port", "data", "log_level", "board", "stats_interval", "serial", "baud"), "limits": None, "users": None, "auth": ("loopback_users",)}
 
 
 class ConfigError(Exception):
@@ -64,9 +67,12 @@ def read(path):
     return data
 
 
-def limits_from(data, path="config"):
+def limits_from(data, path="config", base=None):
+    """Limits from the [limits] section, on top of `base` (a board profile's LIMITS)."""
+    values = dict(base or {})
+    values.update(data.get("limits", {}))
     try:
-        return Limits(**data.get("limits", {}))
+        return Limits(**values)
     except ValueError as e:
         raise ConfigError("%s: [limits]: %s" % (path, e))
 

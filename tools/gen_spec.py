@@ -34,7 +34,9 @@ def constant_name(text):
     return text.upper().replace("-", "_").replace(".", "_")
 
 
-def render(spec):
+def render(spec, constants=True):
+    """core/spec.py's text; constants=False leaves out the named constants (the firmware
+    build folds them into literals, see firmware/build.py)."""
     domains = dict(spec["domains"])
     lines = [
         '"""AMQP 0-9-1 method table and constants.',
@@ -48,14 +50,15 @@ def render(spec):
         '"""',
         "",
     ]
-    for const in spec["constants"]:
-        lines.append("%s = %d" % (constant_name(const["name"]), const["value"]))
-    lines.append("")
-    lines.append("# Class ids")
-    for cls in spec["classes"]:
-        lines.append("CLASS_%s = %d" % (constant_name(cls["name"]), cls["id"]))
-    lines.append("")
-    lines.append("# Method ids")
+    if constants:
+        for const in spec["constants"]:
+            lines.append("%s = %d" % (constant_name(const["name"]), const["value"]))
+        lines.append("")
+        lines.append("# Class ids")
+        for cls in spec["classes"]:
+            lines.append("CLASS_%s = %d" % (constant_name(cls["name"]), cls["id"]))
+        lines.append("")
+        lines.append("# Method ids")
     table = []
     for cls in spec["classes"]:
         for meth in cls["methods"]:
@@ -67,15 +70,26 @@ def render(spec):
                 wire = arg.get("type") or domains[arg["domain"]]
                 sig += TYPE_CODES[wire]
                 names.append(arg["name"])
-            lines.append("%s = 0x%08X" % (constant_name(full), mid))
+            if constants:
+                lines.append("%s = 0x%08X" % (constant_name(full), mid))
             table.append((mid, full, sig, bool(meth.get("content")), names))
     lines.append("")
-    lines.append("# id: (name, signature, carries content)")
-    lines.append("METHODS = {")
+    lines.append("# id: signature (a character per argument)")
+    lines.append("SIGNATURES = {")
     for mid, full, sig, content, names in table:
         comment = ("  # " + ", ".join(names)) if names else ""
-        lines.append("    0x%08X: (%r, %r, %r),%s" % (mid, full, sig, content, comment))
+        lines.append("    0x%08X: %r,%s" % (mid, sig, comment))
     lines.append("}")
+    lines.append("")
+    lines.append("# the methods that carry content (a header and body frames follow them)")
+    lines.append("CONTENT = (%s)" % ", ".join("0x%08X" % mid for mid, _, _, content, _ in table if content))
+    lines.append("")
+    lines.append("# method names, looked up only to word errors and logs (codec.method_name):")
+    lines.append("# one string, so a board keeps it in flash instead of building a table in its heap")
+    lines.append("NAMES = \"\"\"\\")
+    for mid, full, sig, content, names in table:
+        lines.append("%08X %s" % (mid, full))
+    lines.append("\"\"\"")
     lines.append("")
     basic = [c for c in spec["classes"] if c["name"] == "basic"][0]
     lines.append("# basic properties in flag order: bit 15 is the first one")

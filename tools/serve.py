@@ -1,4 +1,4 @@
-"""`hutch serve`: run the broker on TCP.
+"""`hutch serve`: run the broker on TCP (and on serial links: --serial DEVICE).
 
 Runs on CPython (through the `hutch` command) and on MicroPython:
 
@@ -12,20 +12,30 @@ import asyncio
 import os
 import sys
 
+from .. import boards
 from ..core.broker import VERSION, Broker
+from ..ports.heap import HeapMonitor
 from ..ports.log import make_log
 from ..ports.tcp import TcpServer
 from . import config
-
-DEFAULT_DATA = "hutch-data"
 
 
 def add_options(parser):
     parser.add_argument("--bind", default=None, help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=None, help="TCP port (default 5672)")
     parser.add_argument("--config", default=None, help="config file (TOML): users, limits, server")
-    parser.add_argument("--data", default=None, help="data folder (default ./%s)" % DEFAULT_DATA)
+    parser.add_argument("--data", default=None, help="data folder (default ./hutch-data, or the board's)")
     parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default info)")
+    parser.add_argument("--board", default=None,
+                        help="board profile: %s (default: limits from the config)" % ", ".join(boards.NAMES))
+    parser.add_argument("--stats-interval", type=int, default=None,
+                        help="log heap and queue figures every N seconds (default 60 on MicroPython, 0 = off)")
+    # Serial links (ports/serial.py). MicroPython's argparse has no "append": there one
+    # --serial takes a comma-separated list.
+    repeat = {} if sys.implementation.name == "micropython" else {"action": "append"}
+    parser.add_argument("--serial", default=None, metavar="DEVICE", help="also serve AMQP over this serial "
+                        "port, e.g. /dev/ttyUSB0 (repeat for more)", **repeat)
+    parser.add_argument("--baud", type=int, default=None, help="serial baud rate (default 115200)")
 
 
 def platform_name():
@@ -53,12 +63,17 @@ def _exists(path):
 class Options:
     """What the command line can set; firmware/main.py builds one without argparse."""
 
-    def __init__(self, config=None, bind=None, port=None, data=None, log_level=None):
+    def __init__(self, config=None, bind=None, port=None, data=None, log_level=None, board=None,
+                 stats_interval=None, serial=None, baud=None):
         self.config = config
         self.bind = bind
         self.port = port
         self.data = data
         self.log_level = log_level
+        self.board = board
+        self.stats_interval = stats_interval
+        self.serial = serial
+        self.baud = baud
 
 
 def settings(args):
@@ -72,66 +87,69 @@ def settings(args):
     level = args.log_level or server.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
         raise config.ConfigError("log level must be debug, info, warning or error, not %r" % (level,))
-    limits = config.limits_from(data, path)
-    _fit_heap(limits, data.get("limits", {}))
+    board = args.board or server.get("board")
+    if board is not None:
+        try:
+            profile = boards.load(board)
+        except ValueError as e:
+            raise config.ConfigError(str(e))
+        limits = config.limits_from(data, path, profile.LIMITS)  # [limits] refines the profile
+    else:
+        profile = boards.load("unix")
+        limits = config.limits_from(data, path)
+    stats = args.stats_interval if args.stats_interval is not None else server.get("stats_interval")
+    if stats is None:
+        stats = 60 if sys.implementation.name == "micropython" else 0
+    if not isinstance(stats, int) or stats < 0:
+        raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
     return {
         "bind": args.bind or server.get("bind", "0.0.0.0"),
         "port": port,
-        "data": args.data or server.get("data", DEFAULT_DATA),
+        "data": args.data or server.get("data", profile.STORAGE["path"]),
         "log_level": level,
+        "board": board,
+        "read_size": profile.READ_SIZE,
+        "stats_interval": stats,
         "limits": limits,
         "users": config.users_from(data, path),
+        "serial": _serial_devices(getattr(args, "serial", None), server),
+        "baud": _baud(getattr(args, "baud", None), server),
     }
 
 
-def micropython_heap():
-    """The MicroPython heap size in bytes; None on CPython, whose memory is the machine's."""
-    import gc
-    if not hasattr(gc, "mem_free"):
-        return None
-    return gc.mem_free() + gc.mem_alloc()
+def _serial_devices(option, server):
+    """Serial devices from --serial (repeated, or comma-separated) or [server] serial = [...]."""
+    devices = option if option is not None else server.get("serial", [])
+    if isinstance(devices, str):
+        devices = [devices]
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        raise config.ConfigError("serial must be a list of device names, not %r" % (devices,))
+    return [d for entry in devices for d in entry.split(",") if d]
 
 
-def _fit_heap(limits, configured):
-    """MicroPython: size the memory budgets to the heap there is, unless the config set them.
-
-    The defaults suit a Linux gateway (512 MiB of queued messages); on a MicroPython heap
-    of a few MiB they would let publishers run the heap out before connection.blocked.
-    Queued messages get 60% of the heap (the unix port's 2 MiB heap ran out at ~90% full with
-    no budget), each client's unsent output 1/32 of it.
-    Board profiles (boards/) will set these per board.
-    """
-    heap = micropython_heap()
-    if heap is None:
-        return
-    if "total_max_bytes" not in configured:
-        limits.total_max_bytes = heap * 60 // 100
-    if "output_high_water" not in configured:
-        limits.output_high_water = max(4096, heap // 32)
-
-
-def _tune_gc():
-    """MicroPython: collect garbage every 1/16 of the heap instead of only when it is full.
-
-    Left to itself, MicroPython's GC first runs when the heap is exhausted, so the messages
-    still queued end up scattered over the whole heap with garbage between them; after the
-    collection no hole is big enough for a growing queue list and a 2 MB heap fails with
-    MemoryError while holding under 1 MB. Frequent collections keep live objects packed.
-    """
-    heap = micropython_heap()
-    if heap is not None:
-        import gc
-        gc.threshold(max(16384, heap // 16))
+def _baud(option, server):
+    baud = option if option is not None else server.get("baud", 115200)
+    if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
+        raise config.ConfigError("baud must be a positive number, not %r" % (baud,))
+    return baud
 
 
 async def serve(opts, log, stop_event=None, on_ready=None):
-    _tune_gc()
     _make_dirs(opts["data"])
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
-    server = TcpServer(broker, opts["bind"], opts["port"], log)
+    monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
+    server = TcpServer(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
     await server.start()
-    log("info", "hutch %s on %s, data folder %s" % (VERSION, platform_name(), opts["data"]))
+    serials = []
+    if opts.get("serial"):
+        from ..ports.serial import SerialServer  # only a broker with serial links loads it
+        for device in opts["serial"]:
+            serials.append(SerialServer(broker, device, opts.get("baud", 115200), log, server.clock))
+            await serials[-1].start()
+    monitor.fit(broker.limits)
+    board = " (board profile %s)" % opts["board"] if opts["board"] else ""
+    log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
     if on_ready is not None:
         on_ready(server)
     if stop_event is None:
@@ -140,6 +158,8 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         await stop_event.wait()
     finally:
         log("info", "shutting down")
+        for serial in serials:  # first, while the broker still ticks: their peers get 320 and a moment
+            await serial.stop()
         await server.stop()
 
 
@@ -175,13 +195,17 @@ def run(opts):
     return 0
 
 
-def main(argv=None):
+def _parse(argv):
     import argparse
     parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
     add_options(parser)
-    args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    return settings(parser.parse_args(argv))
+
+
+def main(argv=None):
     try:
-        opts = settings(args)
+        # parsed in a function of its own, so the parser is garbage before the broker runs
+        opts = _parse(argv if argv is not None else sys.argv[1:])
     except config.ConfigError as e:
         print("hutch: %s" % e)
         return 2

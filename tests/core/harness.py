@@ -9,7 +9,8 @@ import struct
 
 from hutch.core import spec
 from hutch.core.broker import Broker
-from hutch.core.codec import decode_args, decode_properties, encode_properties, encode_table, method_payload
+from hutch.core.codec import (decode_args, decode_properties, encode_properties, encode_table, method_name,
+                              method_payload)
 from hutch.core.limits import Limits
 
 LOCAL = {"address": "127.0.0.1", "port": 40000, "transport": "tcp"}
@@ -81,9 +82,9 @@ class Client:
             self.buf = self.buf[8 + size:]
             if ftype == 1:
                 method_id = struct.unpack_from(">I", payload)[0]
-                name, sig, has_content = spec.METHODS[method_id]
-                event = Event(channel, name, decode_args(sig, payload, 4, len(payload)))
-                if has_content:
+                event = Event(channel, method_name(method_id),
+                              decode_args(spec.SIGNATURES[method_id], payload, 4, len(payload)))
+                if method_id in spec.CONTENT:
                     self._content_for[channel] = event
                 else:
                     new.append(event)
@@ -115,7 +116,7 @@ class Client:
     def expect(self, channel, method_id, args=(), reply=None):
         """Send a method; assert the single reply is `reply` (default: the -ok) and return it."""
         events = self.call(channel, method_id, args)
-        want = reply or spec.METHODS[method_id + 1][0]
+        want = reply or method_name(method_id + 1)
         assert len(events) == 1 and events[0].name == want, "wanted %s, got %r" % (want, events)
         return events[0]
 

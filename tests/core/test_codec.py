@@ -64,7 +64,7 @@ def test_truncated_and_lying_tables():
 
 
 def test_args_with_packed_bits():
-    sig = spec.METHODS[spec.QUEUE_DECLARE][1]
+    sig = spec.SIGNATURES[spec.QUEUE_DECLARE]
     args = [0, b"q", True, False, True, False, True, {"x": 1}]
     raw = encode_args(sig, args)
     assert raw[2 + 2] == 0b10101  # five bits in one octet, low bit first
@@ -78,7 +78,7 @@ def test_nine_bits_take_two_octets():
 
 
 def test_args_reject_short_and_long_payloads():
-    sig = spec.METHODS[spec.BASIC_QOS][1]
+    sig = spec.SIGNATURES[spec.BASIC_QOS]
     raw = encode_args(sig, [0, 5, False])
     _raises(lambda: decode_args(sig, raw[:-1], 0, len(raw) - 1))
     _raises(lambda: decode_args(sig, raw + b"\x00", 0, len(raw) + 1))

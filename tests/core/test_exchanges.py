@@ -160,7 +160,7 @@ def test_topic_unbind_prunes():
     client.call(1, spec.QUEUE_UNBIND, (0, b"q", b"amq.topic", b"a.b.c", {}))
     assert _routes(client, b"amq.topic", b"a.b.c", [b"q"]) == []
     assert _routes(client, b"amq.topic", b"a.b", [b"q"]) == [b"q"]
-    router = client.broker.exchanges[b"amq.topic"].router
+    router = client.broker.exchange(b"amq.topic").router
     assert list(router.root.children[b"a"].children) == [b"*"]
 
 

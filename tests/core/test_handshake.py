@@ -292,5 +292,7 @@ def test_no_heartbeat_when_disabled():
 
 
 def test_client_capabilities_are_kept():
-    client = opened(capabilities={"connection.blocked": True})
-    assert client.conn.capabilities == {"connection.blocked": True}
+    client = opened(capabilities={"connection.blocked": True, "something_else": True})
+    conn = client.conn
+    assert conn.wants_blocked and not conn.wants_cancel and not conn.wants_auth_close
+    assert conn.client == b"harness"

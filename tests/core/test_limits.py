@@ -126,3 +126,74 @@ def test_budget_released_on_every_exit():
     client.publish(1, b"", b"q", b"m")
     client.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))  # delete
     assert broker.held_messages == 0 and broker.held_bytes == 0
+
+
+def test_port_memory_alarm_blocks_and_clears():
+    publisher = opened()
+    publisher.queue(1, b"q")
+    broker = publisher.broker
+    broker.set_alarm("free heap 9 KiB")
+    assert names(publisher.read()) == ["connection.blocked"]
+    assert b"free heap 9 KiB" in publisher.events[-1].args[0]
+    publisher.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2"))
+    assert not publisher.conn.want_read  # the publish that arrived is kept; the next waits
+    assert broker.queues[b"q"].message_count() == 1
+    broker.set_alarm(None)
+    assert names(publisher.read()) == ["connection.unblocked"]
+    assert broker.queues[b"q"].message_count() == 2 and publisher.conn.want_read
+
+
+def test_alarm_and_budget_both_must_clear():
+    client = opened(limits=Limits(total_max_messages=1, low_water_percent=100))
+    client.queue(1, b"q")
+    client.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2"))
+    assert names(client.read()) == ["connection.blocked"]
+    client.broker.set_alarm("free heap low")
+    drainer = opened(client.broker, capabilities={})  # no blocked notices for this one
+    drainer.get(1, b"q", no_ack=True)   # the budget recovers, the alarm does not
+    drainer.get(1, b"q", no_ack=True)
+    assert "connection.unblocked" not in names(client.read())
+    client.broker.set_alarm(None)
+    assert "connection.unblocked" in names(client.read())
+
+
+def test_refused_connections_get_530():
+    broker = opened().broker
+    broker.refuse_connections = "hutch is low on memory"
+    late = Client(broker)
+    late.handshake()
+    text = closed_with(late.call(0, spec.CONNECTION_OPEN, (b"/", b"", False)), spec.NOT_ALLOWED, "connection.close")
+    assert b"low on memory" in text
+
+
+def test_confirm_publisher_is_nacked_not_paused_when_memory_runs_out():
+    """A connection that publishes with confirms and also consumes must keep being read when
+    memory runs out, or its acks (which free memory) would wait behind its publishes."""
+    client = opened(limits=Limits(total_max_messages=1, low_water_percent=50))
+    client.queue(1, b"q")
+    client.call(1, spec.CONFIRM_SELECT, (False,))
+    # the second publish crosses the budget (kept: it was in hand), the third is refused
+    client.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2") + _publish(1, b"q", b"3"))
+    events = client.read()
+    assert [(e.name, e.args[0]) for e in events if e.name.startswith("basic.")] == [
+        ("basic.ack", 2), ("basic.nack", 3)]
+    assert "connection.blocked" in names(events) and client.conn.want_read
+    got = client.get(1, b"q")[0]          # the same connection consumes...
+    client.ack(1, got.args[0])            # ...and its ack is read and frees room
+    client.get(1, b"q", no_ack=True)
+    assert "connection.unblocked" in names(client.read() + client.events)
+    assert names(client.publish(1, b"", b"q", b"4")) == ["basic.ack"]
+
+
+def test_out_of_memory_mid_frame_is_a_506_close():
+    """When the heap runs out inside the broker (simulated: the allocator fails in the
+    channel's publish path), the client gets 506 RESOURCE_ERROR and the broker lives on."""
+    client = opened()
+    client.queue(1, b"q")
+
+    def out_of_memory(message, mandatory):
+        raise MemoryError("memory allocation failed, allocating 262 bytes")
+    client.conn.channels[1].publish = out_of_memory
+    text = closed_with(client.publish(1, b"", b"q", b"x"), spec.RESOURCE_ERROR, "connection.close")
+    assert b"out of memory" in text
+    assert opened(client.broker).get(1, b"q")[0].name == "basic.get-empty"  # others carry on

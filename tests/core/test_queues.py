@@ -154,7 +154,7 @@ def test_delete_removes_bindings():
     client.queue(1, b"q")
     client.bind(1, b"q", b"amq.fanout")
     client.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))
-    assert client.broker.exchanges[b"amq.fanout"].bindings == {}
+    assert client.broker.exchange(b"amq.fanout").bindings == {}
 
 
 def test_empty_name_means_last_declared_queue():

@@ -23,7 +23,7 @@ def mp_broker(tmp_path):
     env = dict(os.environ)
     # MICROPYPATH replaces the default path: keep ".frozen", where asyncio and argparse live.
     env["MICROPYPATH"] = package_root(tmp_path) + ":.frozen"
-    running = RunningBroker([micropython(), "-m", "hutch.tools.serve"], tmp_path, env=env).start()
+    running = RunningBroker([micropython(), "-m", "hutch.tools.serve", "--log-level", "debug"], tmp_path, env=env).start()
     try:
         yield running
     finally:

@@ -1,0 +1,21 @@
+"""ESP32-S3 with 8 MiB of PSRAM (ESP32-S3-DevKitC-1 N8R8 and the like): a few MiB of heap."""
+HEAP = 4 * 1024 * 1024
+LIMITS = {
+    "frame_max": 32768,
+    "channel_max": 16,
+    "heartbeat": 30,
+    "max_connections": 16,
+    "max_queues": 128,
+    "max_exchanges": 32,
+    "max_bindings": 512,
+    "max_consumers": 128,
+    "max_message_bytes": 256 * 1024,
+    "queue_max_messages": 5000,
+    "queue_max_bytes": 1024 * 1024,
+    "total_max_messages": 10000,
+    "total_max_bytes": 2 * 1024 * 1024,
+    "output_high_water": 16 * 1024,
+}
+READ_SIZE = 8192
+STORAGE = {"path": "/data", "max_bytes": 2 * 1024 * 1024}
+SERIAL = [{"uart": 1, "tx": 17, "rx": 18, "baudrate": 115200}]

@@ -1,0 +1,22 @@
+"""Raspberry Pi Pico W (RP2040, 264 KiB of RAM, about 160 KiB of heap with Wi-Fi up)."""
+HEAP = 160 * 1024
+LIMITS = {
+    "frame_max": 8192,
+    "channel_max": 8,
+    "heartbeat": 30,
+    "max_connections": 6,
+    "max_queues": 32,
+    "max_exchanges": 16,
+    "max_bindings": 64,
+    "max_consumers": 32,
+    "max_message_bytes": 16 * 1024,
+    "queue_max_messages": 128,
+    "queue_max_bytes": 32 * 1024,
+    "total_max_messages": 256,
+    "total_max_bytes": 64 * 1024,
+    "output_high_water": 4096,
+    "low_water_percent": 50,      # unblock publishers only once half the budget is free: fewer flaps
+}
+READ_SIZE = 2048
+STORAGE = {"path": "/data", "max_bytes": 512 * 1024}
+SERIAL = [{"uart": 0, "tx": 0, "rx": 1, "baudrate": 115200}]
