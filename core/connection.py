@@ -118,9 +118,7 @@ class Connection:
                 "FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e)))
             pos = len(data)
         except MemoryError:
-            # The heap ran out mid-frame: say so in AMQP terms (506) and give everything back.
-            self.broker.log("warning", "%s: out of memory, closing the connection" % self.name)
-            self._close_or_drop(ConnectionException(RESOURCE_ERROR, "RESOURCE_ERROR - broker out of memory"))
+            self.out_of_memory()
             pos = len(data)
         except Exception as e:  # a bug must cost one connection, never the broker
             self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
@@ -129,6 +127,12 @@ class Connection:
         if pos < len(data) and not self.closed:
             self._pending = bytes(data[pos:])
         self._flush_confirms()
+
+    def out_of_memory(self):
+        """The heap ran out while serving this client (in the core or in its port): say so in
+        AMQP terms (506) and give back everything the connection holds."""
+        self.broker.log("warning", "%s: out of memory, closing the connection" % self.name)
+        self._close_or_drop(ConnectionException(RESOURCE_ERROR, "RESOURCE_ERROR - broker out of memory"))
 
     def _close_or_drop(self, e):
         try:

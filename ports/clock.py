@@ -29,3 +29,11 @@ class Clock:
     @staticmethod
     def wall_seconds():
         return int(time.time())
+
+
+def sleep_ms(ms):
+    """An awaitable pause of ms milliseconds, on either asyncio."""
+    import asyncio  # here, not at the top: sensor nodes use the Clock without any asyncio
+    if hasattr(asyncio, "sleep_ms"):
+        return asyncio.sleep_ms(ms)
+    return asyncio.sleep(ms / 1000)

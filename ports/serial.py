@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - every supported Python has it
     asyncio = None
 
-from .clock import Clock
+from .clock import Clock, sleep_ms
 from .link import Link
 
 MICROPYTHON = sys.implementation.name == "micropython"
@@ -43,12 +43,6 @@ TICK_MS = 50          # link timers (retransmission after 200 ms, HELLO retries)
 IDLE_TICK_MS = 250    # when nothing is in flight
 RETRY_MS = 2000       # reopening a port that is missing or failed
 STOP_GRACE_MS = 1000  # waiting for the peer's close-ok when the broker stops
-
-
-def _sleep_ms(ms):
-    if hasattr(asyncio, "sleep_ms"):
-        return asyncio.sleep_ms(ms)
-    return asyncio.sleep(ms / 1000)
 
 
 def device_name(device):
@@ -209,7 +203,7 @@ class _PollStream:
             if data:
                 return data
             # A UART with timeout=0 answers None, a tty with min 0 answers b"": nothing yet.
-            await _sleep_ms(5)
+            await sleep_ms(5)
 
     async def write(self, data):
         self.writer.write(data)
@@ -272,7 +266,7 @@ class SerialServer:
         while self.link.connected and self.stream is not None and waited < grace_ms:
             if (self.conn is None or self.conn.closed) and not self._parts and not self.link.pending():
                 break
-            await _sleep_ms(20)
+            await sleep_ms(20)
             waited += 20
         if self.conn is not None and not self.conn.closed:
             self.conn.lost()
@@ -324,13 +318,13 @@ class SerialServer:
     async def _read_loop(self):
         while not self._stopping:
             if self.stream is None and not self._open():
-                await _sleep_ms(RETRY_MS)
+                await sleep_ms(RETRY_MS)
                 continue
             try:
                 data = await self.stream.read()
             except OSError as e:
                 self._port_failed(e)
-                await _sleep_ms(RETRY_MS)
+                await sleep_ms(RETRY_MS)
                 continue
             self.link.receive(data)
             self._event.set()
@@ -340,7 +334,7 @@ class SerialServer:
         while True:
             self._event.set()
             # retransmission needs a fine tick; HELLO retries (every 0.2-2 s) do not
-            await _sleep_ms(TICK_MS if link.pending() else IDLE_TICK_MS)
+            await sleep_ms(TICK_MS if link.pending() else IDLE_TICK_MS)
 
     async def _write_loop(self):
         event = self._event

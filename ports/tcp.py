@@ -13,7 +13,7 @@ from another client's publish), which wakes both tasks.
 import asyncio
 import sys
 
-from .clock import Clock
+from .clock import Clock, sleep_ms
 
 MICROPYTHON = sys.implementation.name == "micropython"
 # CPython's StreamReader.read(n) returns just what arrived. MicroPython's allocates n+1 bytes for
@@ -54,12 +54,6 @@ def _no_delay(writer):
             pass  # a port without the option: still correct, only slower
 
 
-def _sleep_ms(ms):
-    if hasattr(asyncio, "sleep_ms"):
-        return asyncio.sleep_ms(ms)
-    return asyncio.sleep(ms / 1000)
-
-
 class TcpServer:
     def __init__(self, broker, host="0.0.0.0", port=5672, log=None, read_size=65536, monitor=None):
         self.broker = broker
@@ -87,7 +81,7 @@ class TcpServer:
             broker.tick(now, clock.wall_seconds())
             if self.monitor is not None:
                 self.monitor.sample(now)
-            await _sleep_ms(TICK_MS)
+            await sleep_ms(TICK_MS)
 
     async def _client(self, reader, writer):
         host, port = peer_address(writer.get_extra_info("peername"))
@@ -116,7 +110,7 @@ class TcpServer:
         self.broker.shutdown()
         waited = 0
         while self.clients and waited < grace_ms:
-            await _sleep_ms(50)
+            await sleep_ms(50)
             waited += 50
             self.broker.tick(self.clock.now_ms(), self.clock.wall_seconds())
         for client in list(self.clients):
@@ -164,12 +158,11 @@ class _Client:
                     break
                 conn.feed(data)
                 if monitor is not None and monitor.measures:
-                    monitor.watch()  # a burst of publishes can outrun the tick's sampling
+                    monitor.fed(len(data))  # a burst of publishes can outrun the tick's sampling
         except asyncio.CancelledError:
             raise
         except MemoryError:
-            log("warning", "%s: out of memory in the port, closing the connection" % conn.name)
-            conn.close(506, "RESOURCE_ERROR - broker out of memory")
+            conn.out_of_memory()
         except Exception as e:  # a reset socket, or a bug: either way this client is done
             if isinstance(e, OSError):
                 log("debug", "%s: socket error while reading: %r" % (conn.name, e))

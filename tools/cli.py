@@ -26,21 +26,14 @@ def cmd_serve(args):
         return 2
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s",
                         level=getattr(logging, opts["log_level"].upper()))
-    log = serve.make_log(opts["log_level"])
+    return serve.run(opts, _stop_on_signals)
 
-    async def run():
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await serve.serve(opts, log, stop)
 
-    try:
-        asyncio.run(run())
-    except OSError as e:  # most often: the port is taken
-        print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], e.strerror or e), file=sys.stderr)
-        return 1
-    return 0
+def _stop_on_signals(stop):
+    """SIGINT and SIGTERM stop the broker cleanly: every client gets 320 first."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
 
 
 def cmd_passwd(args):

@@ -112,8 +112,8 @@ def settings(args):
         "stats_interval": stats,
         "limits": limits,
         "users": config.users_from(data, path),
-        "serial": _serial_devices(getattr(args, "serial", None), server),
-        "baud": _baud(getattr(args, "baud", None), server),
+        "serial": _serial_devices(args.serial, server),
+        "baud": _baud(args.baud, server),
     }
 
 
@@ -142,10 +142,10 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     server = TcpServer(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
     await server.start()
     serials = []
-    if opts.get("serial"):
+    if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
         for device in opts["serial"]:
-            serials.append(SerialServer(broker, device, opts.get("baud", 115200), log, server.clock))
+            serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
             await serials[-1].start()
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
@@ -163,14 +163,17 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         await server.stop()
 
 
-def run(opts):
-    """Run the broker until Ctrl-C (or SIGINT/SIGTERM through `hutch serve`); an exit code."""
+def run(opts, on_start=None):
+    """Run the broker until Ctrl-C; an exit code. on_start(stop_event) runs inside the event
+    loop first: the CPython `hutch` command uses it to stop on SIGINT/SIGTERM."""
     log = make_log(opts["log_level"])
     stop = asyncio.Event()
     running = []
 
     async def main_task():
         running.append(asyncio.current_task())
+        if on_start is not None:
+            on_start(stop)
         await serve(opts, log, stop)
 
     async def finish():
@@ -180,19 +183,20 @@ def run(opts):
     try:
         asyncio.run(main_task())
     except KeyboardInterrupt:
-        # Ctrl-C (SIGINT). MicroPython has no signal module: the interrupt leaves its event loop
+        # Ctrl-C on MicroPython, which has no signal module: the interrupt leaves its event loop
         # with every task still pending, so run it again to close each connection with 320
-        # CONNECTION_FORCED. CPython's asyncio.run has already cancelled them (`hutch serve`
-        # handles SIGINT/SIGTERM itself instead).
+        # CONNECTION_FORCED. (`hutch serve` on CPython turns SIGINT/SIGTERM into `stop` instead.)
         if sys.implementation.name == "micropython" and running:
             try:
                 asyncio.run(finish())
             except KeyboardInterrupt:
                 pass
     except OSError as e:  # most often: the port is taken
-        print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], e))
+        print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], getattr(e, "strerror", None) or e),
+              file=sys.stderr)
         return 1
     return 0
+
 
 
 def _parse(argv):
@@ -207,7 +211,7 @@ def main(argv=None):
         # parsed in a function of its own, so the parser is garbage before the broker runs
         opts = _parse(argv if argv is not None else sys.argv[1:])
     except config.ConfigError as e:
-        print("hutch: %s" % e)
+        print("hutch: %s" % e, file=sys.stderr)
         return 2
     return run(opts)
 

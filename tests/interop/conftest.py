@@ -88,6 +88,28 @@ class RunningBroker:
         return "amqp://guest:guest@127.0.0.1:%d/" % self.port
 
 
+def blocked_notices(connection):
+    """A list that fills with "blocked"/"unblocked" as the broker sends them to this pika connection."""
+    notices = []
+    connection.add_on_connection_blocked_callback(lambda conn, method: notices.append("blocked"))
+    connection.add_on_connection_unblocked_callback(lambda conn, method: notices.append("unblocked"))
+    return notices
+
+
+def drain(channel, queue, count, publisher, timeout=30):
+    """basic_get up to count bodies from queue; while it is empty, let the (paused) publisher's
+    pika connection run, so the publishes the broker held back come through."""
+    received = []
+    deadline = time.monotonic() + timeout
+    while len(received) < count and time.monotonic() < deadline:
+        method, _props, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            publisher.process_data_events(time_limit=0.05)
+            continue
+        received.append(body)
+    return received
+
+
 @pytest.fixture
 def broker(tmp_path):
     running = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path).start()

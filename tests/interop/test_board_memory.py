@@ -22,7 +22,7 @@ import pika
 import pytest
 from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker, ConnectionClosedByBroker, NackError
 
-from conftest import RunningBroker
+from conftest import RunningBroker, blocked_notices, drain
 
 from hutch.firmware import build
 
@@ -177,9 +177,7 @@ def test_flood_blocks_then_recovers(romfs, tmp_path):
     try:
         # a publisher without confirms, faster than anyone consumes: blocked, not dropped
         publisher = connect(board)
-        notices = []
-        publisher.add_on_connection_blocked_callback(lambda c, m: notices.append("blocked"))
-        publisher.add_on_connection_unblocked_callback(lambda c, m: notices.append("unblocked"))
+        notices = blocked_notices(publisher)
         pub = publisher.channel()
         pub.queue_declare("flood")
         for n in range(300):
@@ -188,14 +186,7 @@ def test_flood_blocks_then_recovers(romfs, tmp_path):
         assert notices == ["blocked"], notices
         consumer = connect(board)
         sub = consumer.channel()
-        received = []
-        deadline = time.monotonic() + 60
-        while len(received) < 300 and time.monotonic() < deadline:
-            method, _props, payload = sub.basic_get("flood", auto_ack=True)
-            if method is None:
-                publisher.process_data_events(time_limit=0.05)
-                continue
-            received.append(payload)
+        received = drain(sub, "flood", 300, publisher, timeout=60)
         assert received == [body(9, n) for n in range(300)]
         publisher.process_data_events(time_limit=0.5)
         assert notices[-1] == "unblocked"

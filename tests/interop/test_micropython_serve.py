@@ -12,7 +12,7 @@ import subprocess
 import pika
 import pytest
 
-from conftest import RunningBroker
+from conftest import RunningBroker, blocked_notices
 from micropython_env import micropython, package_root
 
 COUNT = 1000
@@ -131,9 +131,7 @@ def test_flood_past_the_heap_budget_blocks_and_recovers(mp_broker):
     MemoryError; a consumer drains the queue and gets every message, in order."""
     flood = 4000  # ~4000 x 820 bytes: well past 60% of the unix port's 2 MiB default heap
     publisher = connect(mp_broker)
-    blocked = []
-    publisher.add_on_connection_blocked_callback(lambda conn, method: blocked.append("blocked"))
-    publisher.add_on_connection_unblocked_callback(lambda conn, method: blocked.append("unblocked"))
+    blocked = blocked_notices(publisher)
     pub = publisher.channel()
     pub.queue_declare("mp-flood")
     for i in range(flood):

@@ -8,7 +8,7 @@ import time
 import pika
 import pika.exceptions
 import pytest
-from conftest import BIN, RunningBroker
+from conftest import BIN, RunningBroker, blocked_notices, drain
 
 HUTCH = os.path.join(BIN, "hutch")
 
@@ -150,9 +150,7 @@ def test_memory_budget_blocks_publisher_then_recovers(tmp_path):
     broker = RunningBroker([HUTCH, "serve", "--config", config], tmp_path).start()
     try:
         publisher = _connect(broker)
-        events = []
-        publisher.add_on_connection_blocked_callback(lambda conn, method: events.append("blocked"))
-        publisher.add_on_connection_unblocked_callback(lambda conn, method: events.append("unblocked"))
+        events = blocked_notices(publisher)
         pub = publisher.channel()
         pub.queue_declare("flood")
         for i in range(300):
@@ -162,15 +160,8 @@ def test_memory_budget_blocks_publisher_then_recovers(tmp_path):
         assert "publishers blocked" in broker.log()
         consumer = _connect(broker)
         sub = consumer.channel()
-        received = []
-        deadline = time.monotonic() + 15
-        while len(received) < 300 and time.monotonic() < deadline:
-            method, _props, body = sub.basic_get("flood", auto_ack=True)
-            if method is None:
-                publisher.process_data_events(time_limit=0.05)  # let the held publishes through
-                continue
-            received.append(int(body))
-        assert received == list(range(300))  # every message, in order
+        received = drain(sub, "flood", 300, publisher)
+        assert received == [b"%d" % i for i in range(300)]  # every message, in order
         publisher.process_data_events(time_limit=0.2)
         assert events[-1] == "unblocked"
         publisher.close()
