@@ -23,3 +23,19 @@ def load(name):
     module = name.replace("-", "_")
     package = __import__("hutch.boards." + module)  # returns the top package, hutch
     return getattr(package.boards, module)
+
+
+def serial_link(profile, device, baud=None):
+    """What to open for `--serial DEVICE` on this board: the profile's SERIAL entry that
+    DEVICE names ("uart2" or "2" for {"uart": 2, ...}, or the entry's device path), so the
+    UART comes up on the pins the profile wires; DEVICE itself when no entry matches.
+    A baud rate given explicitly (--baud, [server] baud) replaces the entry's."""
+    name = device.lower()
+    for entry in profile.SERIAL:
+        if "uart" in entry:
+            matches = name in ("uart%d" % entry["uart"], "%d" % entry["uart"])
+        else:
+            matches = device == entry.get("device")
+        if matches:
+            return entry if baud is None else dict(entry, baudrate=baud)
+    return device

@@ -76,14 +76,28 @@ try:
 except ImportError:  # CPython
     import time
 
-    def const(x):
+    # MicroPython's time has no monotonic(), and the board's type check (tests/test_typecheck.py)
+    # reads this file against MicroPython's modules: looked up by name, as only CPython gets here.
+    _monotonic = getattr(time, "monotonic")
+
+    def _const(x):
         return x
 
-    def ticks_ms():
-        return int(time.monotonic() * 1000)
+    def _ticks_ms():
+        return int(_monotonic() * 1000)
 
-    def ticks_diff(a, b):
+    def _ticks_diff(a, b):
         return a - b
+
+    # Bound by assignment rather than defined under these names: a `def` would declare its own
+    # signature, which MicroPython's functions (positional-only, opaque tick values) do not match.
+    const = _const
+    ticks_ms = _ticks_ms
+    ticks_diff = _ticks_diff
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Any
 
 pack_into = struct.pack_into
 
@@ -155,6 +169,10 @@ class ConnectionClosed(AMQPError):
 
 class Returned(AMQPError):
     """A mandatory message came back (basic.return, usually 312 NO_ROUTE); .message holds it."""
+
+    # The message that came back, set by Client._done (whose message the checker sees as
+    # Message | None). Declared by an annotation alone, which costs nothing at run time.
+    message: "Message | None"
 
 
 class Blocked(Exception):
@@ -230,15 +248,23 @@ def _table(b, p, end):
 class Message:
     """A delivery (consume, get) or a returned message (on_return)."""
 
+    # Only some kinds of message have these (Client._method sets them). Annotations without a
+    # value create no attribute - on MicroPython not even an __annotations__ entry - so they
+    # cost nothing per message; they tell readers and type checkers what may be there.
+    reply_code: int  # a returned message: why the broker sent it back (312 NO_ROUTE...)
+    reply_text: str
+    message_count: int  # basic.get: how many messages the queue still holds
+
     def __init__(self, kind, exchange, routing_key):
         self._kind = kind
         self.exchange = exchange
         self.routing_key = routing_key
         self.delivery_tag = 0
         self.redelivered = False
-        self.consumer_tag = None
-        self.body = b""
-        self._raw = None  # the content header's flags and properties, decoded on first use
+        self.consumer_tag = None  # type: str | None
+        self.body = b""  # type: bytes | bytearray
+        # the content header's flags and properties (bytes), decoded into a dict on first use
+        self._raw = None  # type: bytes | dict | None
         self._size = self._at = 0
 
     @property
@@ -271,6 +297,10 @@ class Message:
 
 
 class Client:
+    # The last RPC reply's value (_method, _done): a tuple, a str, an int, a Message or None,
+    # depending on the method. Each caller of _call() knows which; a type checker cannot.
+    _value: "Any"
+
     def __init__(self, host=None, port=5672, user="guest", password="guest", vhost="/", heartbeat=30,
                  frame_max=4096, transport=None, timeout_ms=10000, name=None):
         if transport is None:
@@ -625,9 +655,10 @@ class Client:
                 if not m._at and m._size == size:  # the whole body in one frame
                     m.body = bytes(self._rxm[p:end - 1])
                 else:
-                    if not m._at:
-                        m.body = bytearray(m._size)
-                    m.body[m._at:m._at + size] = self._rxm[p:end - 1]
+                    body = m.body
+                    if not isinstance(body, bytearray):  # the first of several frames: assemble in place
+                        body = m.body = bytearray(m._size)
+                    body[m._at:m._at + size] = self._rxm[p:end - 1]
                 m._at += size
                 if m._at >= m._size:
                     self._done()

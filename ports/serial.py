@@ -93,29 +93,35 @@ def open_serial(device, baudrate=115200):
     if not MICROPYTHON:
         if isinstance(device, (dict, int)):
             raise ValueError("a UART number needs MicroPython's machine.UART; give a device path")
-        import serial  # pyserial
-        return serial.Serial(device, baudrate, timeout=0, exclusive=True)
+        # pyserial, imported by name: a type checker that cannot find pyserial (as in the board's
+        # check, tests/test_typecheck.py) resolves `import serial` here to this very file.
+        pyserial = __import__("serial")
+        return pyserial.Serial(device, baudrate, timeout=0, exclusive=True)
+    if isinstance(device, dict):  # a board profile's entry: {"uart": 2, "tx": 17, "rx": 16, ...}
+        return _open_uart(device, baudrate)
     uart = _uart_id(device)
-    if uart is not None or isinstance(device, dict):
-        import machine
-        if isinstance(device, dict):
-            settings = dict(device)
-            uart = settings.pop("uart")
-            settings.setdefault("baudrate", baudrate)
-        else:
-            settings = {"baudrate": baudrate}
-        settings["timeout"] = 0
-        settings.setdefault("rxbuf", 1024)  # ~90 ms at 115,200 baud: room for a busy event loop
-        try:
-            return machine.UART(uart, **settings)
-        except (TypeError, ValueError):
-            settings.pop("rxbuf", None)  # not every port takes rxbuf
-            return machine.UART(uart, **settings)
+    if uart is not None:
+        return _open_uart({"uart": uart}, baudrate)
     if hasattr(os, "system"):
         # No termios on MicroPython: stty sets raw mode. A non-zero status is not fatal:
         # the tty may already be raw (a pty set up by its creator).
         os.system("stty -F %s %d raw -echo min 0 time 0 2>/dev/null" % (device, baudrate))
     return open(device, "r+b", buffering=0)
+
+
+def _open_uart(profile, baudrate):
+    """A machine.UART from {"uart": its number, other UART settings...}, non-blocking (timeout=0)."""
+    import machine
+    settings = dict(profile)
+    uart = settings.pop("uart")
+    settings.setdefault("baudrate", baudrate)
+    settings["timeout"] = 0
+    settings.setdefault("rxbuf", 1024)  # ~90 ms at 115,200 baud: room for a busy event loop
+    try:
+        return machine.UART(uart, **settings)
+    except (TypeError, ValueError):
+        settings.pop("rxbuf", None)  # not every port takes rxbuf
+        return machine.UART(uart, **settings)
 
 
 class _FdStream:
@@ -124,7 +130,9 @@ class _FdStream:
     def __init__(self, port):
         self.port = port
         self.fd = port.fileno()
-        self.loop = asyncio.get_running_loop()
+        # MicroPython's asyncio has no get_running_loop(), and the board's type check reads this
+        # file against it: looked up by name, as only CPython builds an _FdStream (see _stream).
+        self.loop = getattr(asyncio, "get_running_loop")()
         self._waiting = {}   # "read"/"write": the future a task waits on
         self.closed = False
 

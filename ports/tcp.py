@@ -89,11 +89,23 @@ class TcpServer:
         broker.now = self.clock.now_ms()
         if MICROPYTHON:
             _no_delay(writer)
-        conn = broker.connect({"address": host, "port": port, "transport": "tcp"})
-        client = _Client(conn, reader, writer, self.read_size, self.read_buffer)
+        if self.monitor is not None and self.monitor.measures:
+            self.monitor.watch()  # fresh figures, so a client that does not fit is refused with 530
+        conn = None
+        try:
+            conn = broker.connect({"address": host, "port": port, "transport": "tcp"})
+            client = _Client(conn, reader, writer, self.read_size, self.read_buffer)
+            reader_task = asyncio.create_task(client.read_loop(self.log, self.monitor))
+        except MemoryError:
+            # Not even room for this client's state, so no AMQP to speak yet: hang up. (Once
+            # it runs, a lack of memory closes a connection with 506: see _Client.read_loop.)
+            self.log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
+            if conn is not None:
+                conn.lost()
+            await close_writer(writer)
+            return
         self.clients.append(client)
         self.log("debug", "%s: accepted" % conn.name)
-        reader_task = asyncio.create_task(client.read_loop(self.log, self.monitor))
         try:
             await client.write_loop(self.log)  # returns once the connection is closed and flushed
         finally:
@@ -116,7 +128,7 @@ class TcpServer:
         for client in list(self.clients):
             client.conn.lost()
             client.output.set()
-            await client.close_socket()
+            await close_writer(client.writer)
         if self.server is not None:
             await self.server.wait_closed()
         self.log("info", "stopped")
@@ -210,16 +222,17 @@ class _Client:
             conn.lost()  # not even room to say why; the client sees the socket close
         finally:
             self.ready.set()
-            await self.close_socket()
+            await close_writer(self.writer)
 
-    async def close_socket(self):
-        try:
-            self.writer.close()
-            if MICROPYTHON:
-                # MicroPython's StreamWriter.close() does nothing: the socket is closed by
-                # wait_closed() (at once, without waiting). CPython's close() closes the
-                # transport once its buffer is flushed; waiting for that could hang on a
-                # client that does not read, so it is not awaited there.
-                await self.writer.wait_closed()
-        except OSError:
-            pass
+
+async def close_writer(writer):
+    try:
+        writer.close()
+        if MICROPYTHON:
+            # MicroPython's StreamWriter.close() does nothing: the socket is closed by
+            # wait_closed() (at once, without waiting). CPython's close() closes the
+            # transport once its buffer is flushed; waiting for that could hang on a
+            # client that does not read, so it is not awaited there.
+            await writer.wait_closed()
+    except OSError:
+        pass

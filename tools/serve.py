@@ -97,6 +97,8 @@ def settings(args):
     else:
         profile = boards.load("unix")
         limits = config.limits_from(data, path)
+    explicit_baud = args.baud if args.baud is not None else server.get("baud")
+    baud = _baud(explicit_baud)
     stats = args.stats_interval if args.stats_interval is not None else server.get("stats_interval")
     if stats is None:
         stats = 60 if sys.implementation.name == "micropython" else 0
@@ -112,8 +114,10 @@ def settings(args):
         "stats_interval": stats,
         "limits": limits,
         "users": config.users_from(data, path),
-        "serial": _serial_devices(args.serial, server),
-        "baud": _baud(args.baud, server),
+        # a board's UART by name ("uart2") comes up on the pins its profile wires
+        "serial": [boards.serial_link(profile, device, explicit_baud)
+                   for device in _serial_devices(args.serial, server)],
+        "baud": baud,
     }
 
 
@@ -127,8 +131,10 @@ def _serial_devices(option, server):
     return [d for entry in devices for d in entry.split(",") if d]
 
 
-def _baud(option, server):
-    baud = option if option is not None else server.get("baud", 115200)
+def _baud(baud):
+    """The baud rate of serial links whose profile entry does not set one (default 115200)."""
+    if baud is None:
+        return 115200
     if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
         raise config.ConfigError("baud must be a positive number, not %r" % (baud,))
     return baud

@@ -260,6 +260,22 @@ def test_serial_options_parse():
     assert opts["serial"] == [] and opts["baud"] == 115200
 
 
+def test_serial_option_takes_a_boards_uart_pins():
+    """--serial uart2 on the esp32 profile opens UART 2 on the pins boards/esp32.py wires;
+    a name no profile entry has is opened as given."""
+    import argparse
+
+    from hutch.tools import serve
+    parser = argparse.ArgumentParser()
+    serve.add_options(parser)
+    opts = serve.settings(parser.parse_args(["--board", "esp32", "--serial", "uart2,uart1"]))
+    assert opts["serial"] == [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}, "uart1"]
+    opts = serve.settings(parser.parse_args(["--board", "rp2-pico-w", "--serial", "0", "--baud", "9600"]))
+    assert opts["serial"] == [{"uart": 0, "tx": 0, "rx": 1, "baudrate": 9600}]
+    opts = serve.settings(parser.parse_args(["--board", "rpi", "--serial", "/dev/serial0,/dev/ttyUSB0"]))
+    assert opts["serial"] == [{"device": "/dev/serial0", "baudrate": 115200}, "/dev/ttyUSB0"]
+
+
 def test_micropython_broker_serves_a_serial_sensor(tmp_path, line):
     """`micropython -m hutch.tools.serve --serial PTY`: the port reads the tty through asyncio streams."""
     import signal
