@@ -11,8 +11,8 @@ is 64-bit: every object, qstr and dict slot takes twice the bytes it takes on a
 objects and constants in the heap, ~34 KiB more here than code frozen into the
 firmware, as firmware/manifest.py builds it. The same load measured outside CI
 (unix ports built from MicroPython's source with hutch frozen in; CI has no
-MicroPython source to build from) peaked at 42 KiB of a 96k heap on 32-bit and
-79 KiB on 64-bit; here, with ROMFS on 64-bit, it peaks near 112 KiB.
+MicroPython source to build from) peaked at 41 KiB of a 96k heap on 32-bit and
+76 KiB on 64-bit; here, with ROMFS on 64-bit, it peaks near 110 KiB.
 
 Shown: four pika clients publishing (with confirms) and consuming (with acks)
 10,000 messages of 256 bytes; on a heap too small for them all, every client is
