@@ -59,6 +59,16 @@ class Wire:
         return [chunk]
 
 
+def step(a, b, wire_ab, wire_ba, now):
+    """One 10 ms slice of time: both links tick, and what each sends crosses its wire."""
+    a.tick(now)
+    b.tick(now)
+    for piece in wire_ab.carry(a.take_output()):
+        b.receive(piece)
+    for piece in wire_ba.carry(b.take_output()):
+        a.receive(piece)
+
+
 def run(a, b, wire_ab, wire_ba, to_b, to_a, ms):
     now = a.now
     got_a = bytearray()
@@ -69,12 +79,7 @@ def run(a, b, wire_ab, wire_ba, to_b, to_a, ms):
         now += 10
         pos_b += a.send(to_b[pos_b:pos_b + 1000])
         pos_a += b.send(to_a[pos_a:pos_a + 1000])
-        a.tick(now)
-        b.tick(now)
-        for piece in wire_ab.carry(a.take_output()):
-            b.receive(piece)
-        for piece in wire_ba.carry(b.take_output()):
-            a.receive(piece)
+        step(a, b, wire_ab, wire_ba, now)
         got_b += b.take_data()
         got_a += a.take_data()
         assert bytes(got_b) == to_b[:len(got_b)]
@@ -171,12 +176,7 @@ def test_after_a_peer_restart_only_the_new_life_is_delivered(restart_at, plan, o
     got_b = bytearray()
     for _ in range(restart_at):
         now += 10
-        for link in (a, b):
-            link.tick(now)
-        for piece in wire_ab.carry(a.take_output()):
-            b.receive(piece)
-        for piece in wire_ba.carry(b.take_output()):
-            a.receive(piece)
+        step(a, b, wire_ab, wire_ba, now)
         got_b += b.take_data()
         a.take_data()
     assert bytes(got_b) == old[:len(got_b)]
@@ -187,12 +187,7 @@ def test_after_a_peer_restart_only_the_new_life_is_delivered(restart_at, plan, o
     pos = 0
     for _ in range(12000):
         now += 10
-        for link in (a, b):
-            link.tick(now)
-        for piece in wire_ab.carry(a.take_output()):
-            b.receive(piece)
-        for piece in wire_ba.carry(b.take_output()):
-            a.receive(piece)
+        step(a, b, wire_ab, wire_ba, now)
         if a.peer_restarted:
             a.clear_restart()
             assert not new_life
