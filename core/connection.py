@@ -18,12 +18,13 @@ handshake in either direction.
 """
 import struct
 
-from . import spec
+from . import framing, spec
 from .auth import MECHANISMS, credentials, is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
 from .channel import Channel, raise_unexpected
 from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
+from .framing import FULL, NEED_MORE, OVERSIZE
 from .message import FRAME_END_BYTE, HEARTBEAT_FRAME
 from .spec import (ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR,
                    NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME)
@@ -61,6 +62,10 @@ class Connection:
         self.out_bytes = 0
         self.high_water = limits.output_high_water
         self._pending = b""
+        # this connection's frame scanner and the records it fills (framing.py): each
+        # connection has its own, as one may be fed while another's batch is being handled
+        self._scan = framing.active_scan
+        self._records = framing.active_new_records()
         self._woken = False
         self.channels = {}
         self.frame_max = limits.frame_max
@@ -170,36 +175,47 @@ class Connection:
         self._finish()
 
     def _read_frames(self, data, pos):
-        n = len(data)
-        while n - pos >= 7:
-            if self.paused or self.closed:
-                break
-            size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]
-            if size > self.max_payload:
-                self._frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
-                return n
-            end = pos + 7 + size
-            if end >= n:
-                break
-            if data[end] != 0xCE:
-                self._frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % data[end])
-                return n
-            ftype = data[pos]
-            number = (data[pos + 1] << 8) | data[pos + 2]
-            if self.state == CLOSING:
-                self._closing_frame(ftype, number, data, pos, end)
-            elif ftype == 1:
-                self._method_frame(number, data, pos + 7, end)
-            elif ftype == 2 or ftype == 3:
-                self._content_frame(ftype, number, data, pos, end)
-            elif ftype == 8:
-                if number != 0:
-                    raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+        # The scanner finds a batch of frames in one call (in C when the accelerator is on);
+        # then they are handled one by one, because any of them may pause or close the
+        # connection, and what follows must then stay unread (kept in _pending) or be dropped.
+        records = self._records
+        while True:
+            max_payload = self.max_payload
+            count, stop, status, detail = self._scan(data, pos, max_payload, records)
+            slot = 0
+            for _ in range(count):
+                if self.paused or self.closed:
+                    return pos
+                ftype = records[slot]
+                number = records[slot + 1]
+                start = records[slot + 2]
+                end = records[slot + 3]
+                slot += 4
+                if self.state == CLOSING:
+                    self._closing_frame(ftype, number, data, start - 7, end)
+                elif ftype == 1:
+                    self._method_frame(number, data, start, end)
+                elif ftype == 2 or ftype == 3:
+                    self._content_frame(ftype, number, data, start - 7, end)
+                elif ftype == 8:
+                    if number != 0:
+                        raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+                else:
+                    self._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+                    return len(data)
+                pos = end + 1
+                if self.max_payload != max_payload:
+                    break  # tune-ok lowered frame_max: the frames after it were checked against the old one
             else:
-                self._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
-                return n
-            pos = end + 1
-        return pos
+                if status == FULL:
+                    continue
+                if status == NEED_MORE or self.paused or self.closed:
+                    return stop
+                if status == OVERSIZE:
+                    self._frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (detail + 8, self.frame_max))
+                else:
+                    self._frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % detail)
+                return len(data)
 
     def _frame_error(self, reply_text):
         # The byte stream cannot be trusted past a framing error: say why, then hang up.
