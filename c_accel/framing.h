@@ -1,0 +1,31 @@
+/* hutch C accelerator: the batch frame scanner.
+ *
+ * The C twin of scan_frames() in core/framing.py, which is the reference:
+ * same records, same stop, same status, same detail, on any input. */
+#ifndef HUTCH_FRAMING_H
+#define HUTCH_FRAMING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Why a scan stopped: the values of NEED_MORE, FULL, ... in core/framing.py. */
+enum {
+    HUTCH_NEED_MORE = 0,      /* the rest is not a whole frame: wait for more bytes */
+    HUTCH_FULL = 1,           /* records is full: scan again from the stop */
+    HUTCH_OVERSIZE = 2,       /* payload size above max_payload; detail = that size */
+    HUTCH_BAD_FRAME_END = 3   /* no 0xCE after the payload; detail = the octet found */
+};
+
+/* Slots of one record (four size_t per frame) and of the outcome array. */
+enum { HUTCH_TYPE = 0, HUTCH_CHANNEL = 1, HUTCH_PAYLOAD_START = 2, HUTCH_PAYLOAD_END = 3,
+       HUTCH_RECORD_SLOTS = 4 };
+enum { HUTCH_STOP = 0, HUTCH_STATUS = 1, HUTCH_DETAIL = 2, HUTCH_OUTCOME_SLOTS = 3 };
+
+/* Record the complete frames in buf[pos:len], at most capacity of them, in
+ * records (capacity * HUTCH_RECORD_SLOTS size_t). Returns how many; outcome
+ * (HUTCH_OUTCOME_SLOTS size_t) gets where the scan stopped, why, and the size
+ * or octet at fault. */
+size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
+                         size_t *records, size_t capacity, size_t *outcome);
+
+#endif

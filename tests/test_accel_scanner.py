@@ -1,0 +1,183 @@
+"""The C frame scanner (c_accel/) against its pure-Python reference (core/framing.py).
+
+Differential tests: on the same buffer, start, max_payload and batch size, both
+give the same frames, stop, status and detail, call after call, whatever the bytes
+(valid streams, truncated, oversize, bad frame-ends, random). CPython only;
+skipped when the extension was not built (an install without a C compiler).
+"""
+import struct
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from hutch.core import framing
+from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE
+
+try:
+    from hutch.c_accel import scanner as c_scanner
+except ImportError as e:  # pragma: no cover - depends on the install
+    pytest.skip("C accelerator not built: %s" % e, allow_module_level=True)
+
+EXAMPLES = 500
+
+
+def frame(ftype, channel, payload):
+    return struct.pack(">BHI", ftype, channel, len(payload)) + payload + b"\xce"
+
+
+def scan_to_the_end(scan, make_records, buf, pos, max_payload, capacity):
+    """Every call a connection would make on buf: [(count, stop, status, detail, records)]."""
+    records = make_records(capacity)
+    calls = []
+    while True:
+        count, stop, status, detail = scan(buf, pos, max_payload, records)
+        found = tuple(tuple(records[4 * i + k] for k in range(4)) for i in range(count))
+        calls.append((count, stop, status, detail, found))
+        if status != FULL:
+            return calls
+        assert count == capacity and stop > pos
+        pos = stop
+
+
+def both(buf, pos, max_payload, capacity):
+    """The C and Python transcripts of buf, after checking they are the same."""
+    python = scan_to_the_end(framing.scan_frames, framing.new_records, buf, pos, max_payload, capacity)
+    c = scan_to_the_end(c_scanner.scan_frames, c_scanner.new_records, buf, pos, max_payload, capacity)
+    assert c == python
+    return python
+
+
+def frames_of(calls):
+    return [record for call in calls for record in call[4]]
+
+
+def as_buffer(data, kind):
+    """data as each kind of buffer a port hands the connection."""
+    if kind == "bytes":
+        return data
+    if kind == "bytearray":
+        return bytearray(data)
+    if kind == "memoryview":
+        return memoryview(data)
+    # a view into the middle of a larger (port's read) buffer
+    return memoryview(bytearray(b"\xce" * 3 + data + b"\x01" * 5))[3:3 + len(data)]
+
+
+frame_lists = st.lists(st.tuples(st.integers(0, 255), st.integers(0, 65535), st.binary(max_size=300)), max_size=30)
+capacities = st.integers(1, 40)
+buffer_kinds = st.sampled_from(["bytes", "bytearray", "memoryview", "slice"])
+max_payloads = st.sampled_from([0, 1, 7, 100, 299, 300, 4088, 131064, 2 ** 32 - 9, 2 ** 32 - 1]) | st.integers(0, 400)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(frame_lists, st.binary(max_size=20), capacities, buffer_kinds)
+def test_valid_streams(frames, prefix, capacity, kind):
+    data = prefix + b"".join(frame(*f) for f in frames)
+    calls = both(as_buffer(data, kind), len(prefix), 300, capacity)
+    assert calls[-1][1:4] == (len(data), NEED_MORE, 0)
+    # and the records say where each frame's payload is
+    found = [(t, ch, data[start:end]) for t, ch, start, end in frames_of(calls)]
+    assert found == frames
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(frame_lists, capacities, st.data())
+def test_truncated_streams(frames, capacity, data):
+    stream = b"".join(frame(*f) for f in frames)
+    cut = data.draw(st.integers(0, len(stream)))
+    calls = both(stream[:cut], 0, 300, capacity)
+    assert calls[-1][2] == NEED_MORE
+    # whole frames before the cut are all found; the stop is the start of the cut one
+    whole, end = 0, 0
+    for f in frames:
+        if end + len(f[2]) + 8 > cut:
+            break
+        whole, end = whole + 1, end + len(f[2]) + 8
+    assert len(frames_of(calls)) == whole and calls[-1][1] == end
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(frame_lists.filter(bool), capacities, max_payloads, st.data())
+def test_oversize_frame(frames, capacity, max_payload, data):
+    """A size above max_payload stops the scan at that frame, payload arrived or not."""
+    stream = bytearray(b"".join(frame(*f) for f in frames))
+    bad = data.draw(st.integers(0, len(frames) - 1))
+    at = sum(len(f[2]) + 8 for f in frames[:bad])
+    assume(all(len(f[2]) <= max_payload for f in frames[:bad]))
+    size = data.draw(st.integers(max_payload + 1, 2 ** 32 - 1)) if max_payload < 2 ** 32 - 1 else 2 ** 32 - 1
+    stream[at + 3:at + 7] = struct.pack(">I", size)
+    calls = both(bytes(stream), 0, max_payload, capacity)
+    if size > max_payload:
+        assert calls[-1][1:4] == (at, OVERSIZE, size)
+        assert len(frames_of(calls)) == bad
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(frame_lists.filter(bool), capacities, st.integers(0, 255).filter(lambda b: b != 0xCE), st.data())
+def test_bad_frame_end(frames, capacity, octet, data):
+    stream = bytearray(b"".join(frame(*f) for f in frames))
+    bad = data.draw(st.integers(0, len(frames) - 1))
+    at = sum(len(f[2]) + 8 for f in frames[:bad])
+    stream[at + 7 + len(frames[bad][2])] = octet
+    calls = both(bytes(stream), 0, 300, capacity)
+    assert calls[-1][1:4] == (at, BAD_FRAME_END, octet)
+    assert len(frames_of(calls)) == bad
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(frame_lists, capacities, st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 255)), max_size=5))
+def test_corrupted_streams(frames, capacity, flips):
+    stream = bytearray(b"".join(frame(*f) for f in frames))
+    for where, octet in flips:
+        if stream:
+            stream[where % len(stream)] = octet
+    both(bytes(stream), 0, 300, capacity)
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(st.binary(max_size=3000), st.integers(0, 3005), max_payloads, capacities, buffer_kinds)
+def test_random_bytes(raw, pos, max_payload, capacity, kind):
+    both(as_buffer(raw, kind), pos, max_payload, capacity)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.sampled_from([b"\x01\x00\x01", b"\x03\x00\x01", b"\x08\x00\x00"]), max_size=50),
+       st.lists(st.integers(0, 8), max_size=50), st.integers(0, 8), capacities)
+def test_many_small_frames_near_the_limit(heads, sizes, max_payload, capacity):
+    """Sizes around max_payload: equal passes, one more is oversize."""
+    stream = b"".join(head + struct.pack(">I", size) + b"\x00" * size + b"\xce" for head, size in zip(heads, sizes))
+    both(stream, 0, max_payload, capacity)
+
+
+def test_edges():
+    big = struct.pack(">BHI", 3, 1, 0xFFFFFFFF)
+    cases = [
+        (b"", 0, 100),
+        (b"\x01\x00", 0, 100),
+        (frame(1, 0, b"abc"), 50, 100),             # pos past the end
+        (frame(1, 0, b"abc"), 11, 100),             # pos at the end
+        (frame(1, 0, b"abc")[:-1], 0, 100),         # all but the frame-end octet
+        (frame(1, 0, b"abc")[:7], 0, 100),          # the header alone
+        (frame(1, 0, b"abc"), 0, 3),                # size == max_payload
+        (frame(1, 0, b"abc"), 0, 2),                # size == max_payload + 1
+        (frame(1, 0, b"abc"), 0, -1),               # a nonsensical max_payload is still compared, not trusted
+        (big, 0, 2 ** 32 - 1),                      # the largest size: incomplete, no overflow
+        (big + b"\x00" * 100, 0, 2 ** 32 - 9),
+        (frame(8, 0, b"") * 100, 0, 0),
+    ]
+    for buf, pos, max_payload in cases:
+        for capacity in (1, 2, 32):
+            both(buf, pos, max_payload, capacity)
+    assert both(frame(1, 0, b"abc"), 0, 2, 32)[-1][1:] == (0, OVERSIZE, 3, ())
+    assert both(big, 0, 2 ** 32 - 1, 32)[-1][1:] == (0, NEED_MORE, 0, ())
+
+
+def test_records_beyond_count_are_left_alone():
+    """A scan writes count records and nothing past them (the connection reads only those)."""
+    records = c_scanner.new_records(4)
+    for i in range(16):
+        records[i] = 7
+    count, stop, status, _ = c_scanner.scan_frames(frame(1, 2, b"xy"), 0, 100, records)
+    assert (count, stop, status) == (1, 10, NEED_MORE)
+    assert list(records[0:4]) == [1, 2, 7, 9] and list(records[4:16]) == [7] * 12
