@@ -140,8 +140,18 @@ def _baud(baud):
     return baud
 
 
+def choose_frame_scanner():
+    """On CPython, the C frame scanner if it was built (c_accel/loader.py); a line for the log,
+    or None on MicroPython, which has no accelerator: there c_accel is never imported."""
+    if sys.implementation.name == "micropython":
+        return None
+    from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
+    return loader.activate()
+
+
 async def serve(opts, log, stop_event=None, on_ready=None):
     _make_dirs(opts["data"])
+    scanner = choose_frame_scanner()  # before the first connection: each keeps the scanner it was made with
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
@@ -156,6 +166,8 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
+    if scanner is not None:
+        log("info", scanner)
     if on_ready is not None:
         on_ready(server)
     if stop_event is None:
