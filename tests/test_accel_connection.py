@@ -1,14 +1,14 @@
 """The connection behaves the same whichever frame scanner it uses.
 
-Three connections are fed the same bytes in the same chunks: one with the C
-scanner, one with the pure-Python one, and one with the frame loop the
-connection had before the batch scanner (kept below as the behaviour to keep).
-After every chunk their output, state, closed flag and unread bytes must match:
-so errors are reported with the same reply text at the same frame, and pausing
-or closing mid-buffer stops at the same frame.
+Three connections are fed the same bytes in the same chunks: one reading frames
+with the C batch scanner, one with its pure-Python reference, and one with its
+own frame loop (what runs without the C scanner, and on MicroPython: the loop
+as it was before the scanner). After every chunk their output, state, closed
+flag, pause and unread bytes must match: so errors are reported with the same
+reply text at the same frame, and pausing or closing mid-buffer stops at the
+same frame.
 """
 import struct
-import types
 
 import pytest
 from hypothesis import given, settings
@@ -17,47 +17,12 @@ from hypothesis import strategies as st
 from hutch.core import framing, spec
 from hutch.core.broker import Broker
 from hutch.core.codec import encode_args
-from hutch.core.connection import CLOSING, ConnectionException
 from hutch.core.limits import Limits
 
 try:
     from hutch.c_accel import scanner as c_scanner
 except ImportError as e:  # pragma: no cover - depends on the install
     pytest.skip("C accelerator not built: %s" % e, allow_module_level=True)
-
-
-def legacy_read_frames(self, data, pos):
-    """Connection._read_frames as it was before the batch scanner (commit 3bcd288)."""
-    n = len(data)
-    while n - pos >= 7:
-        if self.paused or self.closed:
-            break
-        size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]
-        if size > self.max_payload:
-            self._frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
-            return n
-        end = pos + 7 + size
-        if end >= n:
-            break
-        if data[end] != 0xCE:
-            self._frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % data[end])
-            return n
-        ftype = data[pos]
-        number = (data[pos + 1] << 8) | data[pos + 2]
-        if self.state == CLOSING:
-            self._closing_frame(ftype, number, data, pos, end)
-        elif ftype == 1:
-            self._method_frame(number, data, pos + 7, end)
-        elif ftype == 2 or ftype == 3:
-            self._content_frame(ftype, number, data, pos, end)
-        elif ftype == 8:
-            if number != 0:
-                raise ConnectionException(spec.UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
-        else:
-            self._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
-            return n
-        pos = end + 1
-    return pos
 
 
 class Side:
@@ -67,8 +32,8 @@ class Side:
         self.log = []
         self.broker = Broker(limits, log=lambda level, message, exc=None: self.log.append((level, message)))
         self.conn = self.broker.connect({"address": "127.0.0.1", "port": 1})
-        if how == "legacy":
-            self.conn._read_frames = types.MethodType(legacy_read_frames, self.conn)
+        if how == "inline":
+            self.conn._scan, self.conn._records = None, None
         elif how == "c":
             self.conn._scan, self.conn._records = c_scanner.scan_frames, c_scanner.new_records()
         else:
@@ -126,7 +91,7 @@ def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, 
     a queue that holds 1 or 2 messages pauses the publisher mid-buffer."""
     limits = Limits()
     limits.queue_max_messages = queue_max
-    sides = [Side(how, limits) for how in ("legacy", "python", "c")]
+    sides = [Side(how, limits) for how in ("inline", "python", "c")]
     stream = b"".join(body)
     if handshake_in_same_read:
         reads = [handshake(frame_max) + DECLARE + stream]
@@ -135,14 +100,14 @@ def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, 
         reads += [stream[i:i + chunk] for i in range(0, len(stream), chunk)]
     for data in reads:
         results = [side.feed(data) for side in sides]
-        assert results[1] == results[0], "python scanner differs from the old loop"
-        assert results[2] == results[0], "C scanner differs from the old loop"
+        assert results[1] == results[0], "python scanner differs from the connection's own loop"
+        assert results[2] == results[0], "C scanner differs from the connection's own loop"
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=600), st.integers(1, 64))
 def test_same_behaviour_on_random_bytes(raw, chunk):
-    sides = [Side(how, Limits()) for how in ("legacy", "python", "c")]
+    sides = [Side(how, Limits()) for how in ("inline", "python", "c")]
     data = b"AMQP\x00\x00\x09\x01" + raw
     for i in range(0, len(data), chunk):
         results = [side.feed(memoryview(data)[i:i + chunk]) for side in sides]
@@ -152,7 +117,7 @@ def test_same_behaviour_on_random_bytes(raw, chunk):
 def test_tune_ok_lowers_frame_max_for_the_frames_after_it_in_the_same_read():
     """A 5000-octet frame is fine under the offered 131072 but not after tune-ok's 4096."""
     data = handshake(4096) + frame(3, 1, b"\x00" * 5000)
-    for how in ("legacy", "python", "c"):
+    for how in ("inline", "python", "c"):
         side = Side(how, Limits())
         out, state, closed, paused, pending, log = side.feed(data)
         assert closed and b"frame size 5008 exceeds frame_max 4096" in out, how
@@ -162,7 +127,7 @@ def test_paused_publisher_keeps_the_rest_unread():
     limits = Limits()
     limits.queue_max_messages = 1
     data = handshake(131072) + DECLARE + publish(b"a") + publish(b"b") + publish(b"c")
-    results = [Side(how, limits).feed(data) for how in ("legacy", "python", "c")]
+    results = [Side(how, limits).feed(data) for how in ("inline", "python", "c")]
     assert results[0][3] and results[0][4]  # paused, with bytes kept for later
     assert results[1] == results[0] and results[2] == results[0]
 
@@ -173,7 +138,7 @@ def test_paused_publisher_leaves_a_bad_frame_after_it_for_later():
     limits.queue_max_messages = 1
     for broken in (struct.pack(">BHI", 3, 1, 10 ** 6), frame(1, 1, b"abcd")[:-1] + b"\x00"):
         data = handshake(131072) + DECLARE + publish(b"a") + publish(b"b") + broken
-        results = [Side(how, limits).feed(data) for how in ("legacy", "python", "c")]
+        results = [Side(how, limits).feed(data) for how in ("inline", "python", "c")]
         out, state, closed, paused, pending, log = results[0]
         assert paused and not closed and pending.endswith(broken)
         assert results[1] == results[0] and results[2] == results[0]
