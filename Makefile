@@ -21,7 +21,8 @@ test: $(INSTALLED) $(NODE_INSTALLED)
 
 setup: $(INSTALLED) $(NODE_INSTALLED)
 
-$(INSTALLED): pyproject.toml
+# setup.py and c_accel/: pip install also compiles the C accelerator (see README)
+$(INSTALLED): pyproject.toml setup.py c_accel/build.py c_accel/framing.c c_accel/framing.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
