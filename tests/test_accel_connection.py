@@ -10,7 +10,6 @@ same frame.
 """
 import struct
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,10 +18,7 @@ from hutch.core.broker import Broker
 from hutch.core.codec import encode_args
 from hutch.core.limits import Limits
 
-try:
-    from hutch.c_accel import scanner as c_scanner
-except ImportError as e:  # pragma: no cover - depends on the install
-    pytest.skip("C accelerator not built: %s" % e, allow_module_level=True)
+from hutch.c_accel import scanner as c_scanner
 
 
 class Side:

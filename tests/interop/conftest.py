@@ -110,9 +110,20 @@ def drain(channel, queue, count, publisher, timeout=30):
     return received
 
 
-@pytest.fixture
-def broker(tmp_path):
-    running = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path).start()
+# Every test that uses `broker` runs twice: against the C frame scanner and against
+# the pure-Python one (HUTCH_PURE_PYTHON=1), so both paths pass the whole client suite.
+SCANNERS = {
+    "c": ("0", "frame scanner: C accelerator"),
+    "python": ("1", "frame scanner: pure Python"),
+}
+
+
+@pytest.fixture(params=sorted(SCANNERS))
+def broker(request, tmp_path):
+    pure_python, log_line = SCANNERS[request.param]
+    env = dict(os.environ, HUTCH_PURE_PYTHON=pure_python)
+    running = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path, env=env).start()
+    assert log_line in running.log(), "expected %r in the log:\n%s" % (log_line, running.log())
     yield running
     code = running.stop()
     assert not running.errors(), "broker logged errors:\n" + running.log()[-5000:]
