@@ -131,9 +131,9 @@ def main(argv=None):
             # feed's connection keeps the scanner installed when it is made; without C, that
             # is none: the connection's own loop, as in production (framing.py says why)
             if name == "C":
-                framing.use_scanner(scan, new_records, name)
+                framing.use_scanner(scan, new_records)
             else:
-                framing.use_scanner(None, None, name)
+                framing.use_scanner(None, None)
             runs.append(make_run(scan, new_records))
         columns.append(rates(runs, frames, args.seconds))
     print("%-8s %14s %14s %14s" % ("", "scan", "scan + read", "feed"))

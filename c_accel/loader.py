@@ -21,12 +21,12 @@ def pure_python_forced():
 def activate():
     """Install the fastest scanner allowed into core.framing; one line saying which, for the log."""
     if pure_python_forced():
-        framing.use_scanner(None, None, "python")
+        framing.use_scanner(None, None)
         return "frame scanner: pure Python (HUTCH_PURE_PYTHON is set)"
     try:
         from . import scanner
     except ImportError as e:
-        framing.use_scanner(None, None, "python")
+        framing.use_scanner(None, None)
         return "frame scanner: pure Python (C accelerator not available: %s)" % e
-    framing.use_scanner(scanner.scan_frames, scanner.new_records, "c")
+    framing.use_scanner(scanner.scan_frames, scanner.new_records)
     return "frame scanner: C accelerator (cffi)"

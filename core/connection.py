@@ -18,13 +18,12 @@ handshake in either direction.
 """
 import struct
 
-from . import framing, spec
+from . import spec
 from .auth import MECHANISMS, credentials, is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
 from .channel import Channel, raise_unexpected
 from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
-from .framing import FULL, NEED_MORE, OVERSIZE
 from .message import FRAME_END_BYTE, HEARTBEAT_FRAME
 from .spec import (ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR,
                    NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME)
@@ -32,6 +31,17 @@ from .spec import (ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, FRAME_ERROR, 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
+
+# The batch frame scanner connections use, as (scan, new_records): installed on CPython by
+# framing.use_scanner (the C one, from hutch.c_accel.loader). None, and always on MicroPython:
+# each connection reads frame headers in its own loop (_read_frames).
+frame_scanner = None
+# The scanner's statuses, as framing.py defines them. Repeated here so that a board, which never
+# scans in batch, does not load framing.py at all: that would cost ~1.2 KiB of its heap.
+# (tests/test_accel_connection.py checks they match.)
+NEED_MORE = 0
+FULL = 1
+OVERSIZE = 2
 
 AWAIT_HEADER = 0
 AWAIT_START_OK = 1
@@ -64,8 +74,9 @@ class Connection:
         self._pending = b""
         # The batch frame scanner (C) if one is installed, and the records it fills: each
         # connection has its own, as one may be fed while another's batch is being handled.
-        self._scan = framing.active_scan
-        self._records = framing.active_new_records() if self._scan is not None else None
+        scanner = frame_scanner
+        self._scan = scanner[0] if scanner is not None else None
+        self._records = scanner[1]() if scanner is not None else None
         self._woken = False
         self.channels = {}
         self.frame_max = limits.frame_max

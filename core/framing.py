@@ -79,7 +79,7 @@ def scan_frames(buf, pos, max_payload, records):
 # The scanner connections use: none (they read each frame header in their own loop) until
 # a CPython entry point installs the C one (hutch.c_accel.loader). The core never imports
 # the accelerator itself: on MicroPython there is none, and the core stays free of
-# CPython-only code.
+# CPython-only code. Nor does the connection import this module: a board never needs it.
 #
 # Why not scan_frames above when there is no C: in pure Python the batch costs more than
 # it saves. Each frame's record is written and read back on top of reading its header, and
@@ -87,15 +87,8 @@ def scan_frames(buf, pos, max_payload, records):
 # scan_frames was ~35-45% slower than the connection's own loop (~10-15% on CPython).
 # scan_frames stays the reference the C code is tested against, and the connection's
 # batch loop is tested with it too (tests/test_accel_*.py).
-active_scan = None
-active_new_records = None
-active_name = "python"
-
-
-def use_scanner(scan, make_records, name):
+def use_scanner(scan, make_records):
     """Make scan (with records from make_records()) the scanner of connections made from now
     on; scan None: the connection's own loop."""
-    global active_scan, active_new_records, active_name
-    active_scan = scan
-    active_new_records = make_records
-    active_name = name
+    from . import connection
+    connection.frame_scanner = (scan, make_records) if scan is not None else None

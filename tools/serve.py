@@ -152,6 +152,8 @@ def choose_frame_scanner():
 async def serve(opts, log, stop_event=None, on_ready=None):
     _make_dirs(opts["data"])
     scanner = choose_frame_scanner()  # before the first connection: each keeps the scanner it was made with
+    if scanner is not None:
+        log("info", scanner)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
@@ -166,8 +168,6 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
-    if scanner is not None:
-        log("info", scanner)
     if on_ready is not None:
         on_ready(server)
     if stop_event is None:
