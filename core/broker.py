@@ -114,7 +114,7 @@ class Broker:
             for queue in list(self.expiring):
                 queue.expire(now)
                 queue.dispatch()
-                if not len(queue.messages) or queue.deleted:
+                if not queue.messages.length or queue.deleted:
                     self.expiring.remove(queue)
         for queue in list(self.expirable):
             if not queue.consumers and now - queue.last_used >= queue.expires:

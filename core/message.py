@@ -10,7 +10,7 @@ Properties are decoded only when a feature asks for them.
 import struct
 import sys
 
-from .codec import decode_properties, property_flags
+from .codec import decode_properties
 from .spec import FRAME_END
 
 FRAME_END_BYTE = bytes((FRAME_END,))
@@ -48,7 +48,11 @@ class Message:
         return memoryview(self.body_tail)[4:-1]
 
     def flags(self):
-        return property_flags(self.header())
+        # property_flags(self.header()) read straight from the frame: every publish asks, and
+        # the memoryview would cost more than the rest of the check (header_tail is size(4) +
+        # class, weight, body size (12) + flags: on_header made sure they are all there).
+        tail = self.header_tail
+        return (tail[16] << 8) | tail[17]
 
     def properties(self):
         if self._properties is None:

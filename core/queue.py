@@ -139,11 +139,11 @@ class Queue:
 
     def is_full(self):
         """True when the board's hard per-queue budget is used up."""
-        return ((self.hard_max_messages and len(self.messages) >= self.hard_max_messages)
+        return ((self.hard_max_messages and self.messages.length >= self.hard_max_messages)
                 or (self.hard_max_bytes and self.ready_bytes >= self.hard_max_bytes))
 
     def _over_user_limit(self, extra_bytes):
-        if self.max_length is not None and len(self.messages) + 1 > self.max_length:
+        if self.max_length is not None and self.messages.length + 1 > self.max_length:
             return True
         return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
 
@@ -156,13 +156,13 @@ class Queue:
         broker = self.broker
         broker.hold(message)
         entry = (message, False, expires_at)
-        if self.consumers and not len(self.messages):
+        if self.consumers and not self.messages.length:
             consumer = self._next_ready_consumer()
             if consumer is not None:
                 consumer.channel.deliver(consumer, self, entry)
                 return
         if self.overflow == b"drop-head":
-            while len(self.messages) and self._over_user_limit(message.body_size):
+            while self.messages.length and self._over_user_limit(message.body_size):
                 self.drop(self._pop(), b"maxlen")
             if self.max_length == 0 or (self.max_length_bytes is not None
                                         and message.body_size > self.max_length_bytes):
@@ -197,7 +197,7 @@ class Queue:
     def take(self):
         """The next live entry, dropping expired ones on the way (basic.get)."""
         now = self.broker.now
-        while len(self.messages):
+        while self.messages.length:
             entry = self._pop()
             if entry[2] is not None and entry[2] <= now:
                 self.drop(entry, b"expired")
@@ -208,7 +208,7 @@ class Queue:
     def dispatch(self):
         if self.deleted:
             return
-        while self.consumers and len(self.messages):
+        while self.consumers and self.messages.length:
             consumer = self._next_ready_consumer()
             if consumer is None:
                 return
@@ -237,7 +237,7 @@ class Queue:
 
     def expire(self, now):
         """Drop expired entries at the head (as RabbitMQ does: only the head is checked)."""
-        while len(self.messages):
+        while self.messages.length:
             entry = self.messages.peek()
             if entry[2] is None or entry[2] > now:
                 return
@@ -277,4 +277,4 @@ class Queue:
             self.broker.delete_queue(self)
 
     def message_count(self):
-        return len(self.messages)
+        return self.messages.length

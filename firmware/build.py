@@ -37,6 +37,7 @@ HOST_ONLY = {
     "tools/unixboard.py",  # runs the unix port as a board, from a host
     "tools/unixboard_repl.py",  # the REPL of that pretend board (a board has its own, in C)
     "tools/flash.py",      # drives mpremote from a host
+    "ports/tcp_cpython.py",  # CPython's asyncio protocols: a board's asyncio has only streams
     "firmware/build.py",   # this file
 }
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points, copied as source to the board's root

@@ -126,9 +126,7 @@ class TcpServer:
             waited += 50
             self.broker.tick(self.clock.now_ms(), self.clock.wall_seconds())
         for client in list(self.clients):
-            client.conn.lost()
-            client.output.set()
-            await close_writer(client.writer)
+            await client.abort()
         if self.server is not None:
             await self.server.wait_closed()
         self.log("info", "stopped")
@@ -150,6 +148,12 @@ class _Client:
     def _wake(self):
         self.output.set()
         self.ready.set()
+
+    async def abort(self):
+        """Hang up without waiting for the client (the end of a shutdown's grace time)."""
+        self.conn.lost()
+        self.output.set()
+        await close_writer(self.writer)
 
     async def read_loop(self, log, monitor=None):
         conn = self.conn

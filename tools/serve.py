@@ -140,6 +140,15 @@ def _baud(baud):
     return baud
 
 
+def tcp_server_class():
+    """On CPython, the port built on asyncio's protocol callbacks (faster); on MicroPython,
+    whose asyncio has only streams, the stream port."""
+    if sys.implementation.name == "micropython":
+        return TcpServer
+    from ..ports.tcp_cpython import ProtocolServer  # pyright: ignore[reportMissingImports] (host only)
+    return ProtocolServer
+
+
 def choose_frame_scanner():
     """On CPython, the C frame scanner if it was built (c_accel/loader.py); a line for the log,
     or None on MicroPython, which has no accelerator: there c_accel is never imported."""
@@ -157,7 +166,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
-    server = TcpServer(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
+    server = tcp_server_class()(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
     await server.start()
     serials = []
     if opts["serial"]:

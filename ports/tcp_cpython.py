@@ -1,0 +1,127 @@
+"""The TCP port on CPython: asyncio protocol callbacks instead of streams.
+
+ports/tcp.py serves each client with two tasks on streams, because that is what
+MicroPython's asyncio offers. CPython's event loop can instead call the port when
+bytes arrive and when a socket's send buffer fills or drains. That saves, per read,
+a task switch for the reader and one for the writer, two Events and the stream's
+own buffering: on a busy broker that was most of the port's cost per message.
+
+Per client: data_received feeds the connection; whatever output appears (from this
+client's input, another client's publish, or a tick) is written once per pass of the
+event loop (_flush, scheduled by conn.wake), so many deliveries go out in one send.
+Flow control is the same as the stream port's: a held-back publisher or a client that
+does not read what it is sent is not read from (pause_reading), and while the socket's
+send buffer is full (pause_writing) output stays in the connection, where the broker
+sees it (conn.saturated) and stops delivering to it.
+"""
+import asyncio
+
+from .tcp import TcpServer, peer_address
+
+
+class ProtocolServer(TcpServer):
+    """TcpServer with the same start/stop/tick, serving clients through _ClientProtocol."""
+
+    async def start(self):
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: _ClientProtocol(self, loop), self.host, self.port)
+        self._ticker = asyncio.create_task(self._tick_loop())
+        self.log("info", "listening for AMQP 0-9-1 on %s:%d" % (self.host, self.port))
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(self, server, loop):
+        self.server = server
+        self.loop = loop
+        self.conn = None
+        self.transport = None
+        self.flush_scheduled = False
+        self.writing_paused = False   # the socket's send buffer is above its high-water mark
+        self.reading_paused = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        server = self.server
+        host, port = peer_address(transport.get_extra_info("peername"))
+        server.broker.now = server.clock.now_ms()
+        try:
+            conn = server.broker.connect({"address": host, "port": port, "transport": "tcp"})
+        except MemoryError:
+            server.log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
+            transport.abort()
+            return
+        conn.wake = self._wake
+        self.conn = conn
+        server.clients.append(self)
+        server.log("debug", "%s: accepted" % conn.name)
+
+    def data_received(self, data):
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        try:
+            conn.feed(data)
+        except MemoryError:
+            conn.out_of_memory()
+        except Exception as e:  # a bug in the port: it costs this client, never the broker
+            self.server.log("error", "%s: port error: %r" % (conn.name, e), e)
+            conn.lost()
+        self._wake()
+
+    def eof_received(self):
+        if self.conn is not None and not self.conn.closed:
+            self.conn.eof()
+            self._wake()
+        return False  # let the transport close itself
+
+    def connection_lost(self, exc):
+        conn = self.conn
+        if conn is None:
+            return
+        if exc is not None:
+            self.server.log("debug", "%s: socket error: %r" % (conn.name, exc))
+        if self in self.server.clients:
+            self.server.clients.remove(self)
+        if not conn.closed:
+            conn.lost()
+
+    def pause_writing(self):
+        self.writing_paused = True
+
+    def resume_writing(self):
+        self.writing_paused = False
+        self._wake()
+
+    def _wake(self):
+        """Output appeared, or the connection's state changed: look at it once this pass of
+        the event loop is done, so that what every client sent in it goes out in one write."""
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self):
+        self.flush_scheduled = False
+        conn = self.conn
+        transport = self.transport
+        if conn.closed:
+            data = conn.take_output()  # the last words (close, close-ok): then hang up
+            if data and not transport.is_closing():
+                transport.write(data)
+            transport.close()
+            return
+        if not self.writing_paused:
+            data = conn.take_output()
+            if data:
+                transport.write(data)
+        read = conn.want_read and not conn.saturated()
+        if read == self.reading_paused:
+            self.reading_paused = not read
+            if read:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    async def abort(self):
+        """Hang up without waiting for the client (the end of a shutdown's grace time)."""
+        self.conn.lost()
+        self.transport.abort()
