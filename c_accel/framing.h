@@ -16,9 +16,12 @@ enum {
     HUTCH_BAD_FRAME_END = 3   /* no 0xCE after the payload; detail = the octet found */
 };
 
-/* Slots of one record (four size_t per frame) and of the outcome array. */
+/* Slots of one record (six size_t) and of the outcome array. A record is one
+ * frame, or one whole publish: see PUBLISH in core/framing.py. */
 enum { HUTCH_TYPE = 0, HUTCH_CHANNEL = 1, HUTCH_PAYLOAD_START = 2, HUTCH_PAYLOAD_END = 3,
-       HUTCH_RECORD_SLOTS = 4 };
+       HUTCH_HEADER_END = 4, HUTCH_BODY_END = 5, HUTCH_RECORD_SLOTS = 6 };
+/* The record type of a whole publish (above any frame type octet). */
+enum { HUTCH_PUBLISH = 256 };
 enum { HUTCH_STOP = 0, HUTCH_STATUS = 1, HUTCH_DETAIL = 2, HUTCH_OUTCOME_SLOTS = 3 };
 
 /* Record the complete frames in buf[pos:len], at most capacity of them, in

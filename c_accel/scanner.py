@@ -3,6 +3,7 @@
 Importing this module fails with ImportError when the extension was not built
 (no compiler at install time, another platform): loader.py then keeps pure Python.
 """
+from ..core.framing import RECORD_SLOTS
 from ._accel import ffi, lib
 
 # Frames per scan. One FFI call costs about what scanning a few frames in Python does,
@@ -17,7 +18,7 @@ _outcome = ffi.new("size_t[3]")
 
 
 def new_records(capacity=BATCH):
-    return ffi.new("size_t[]", 4 * capacity)
+    return ffi.new("size_t[]", RECORD_SLOTS * capacity)
 
 
 def scan_frames(buf, pos, max_payload, records):
@@ -25,5 +26,5 @@ def scan_frames(buf, pos, max_payload, records):
     outcome = _outcome
     # from_buffer: no copy of bytes, bytearray or memoryview; len() of it is in bytes
     data = ffi.from_buffer(buf)
-    count = lib.hutch_scan_frames(data, len(data), pos, max_payload, records, len(records) >> 2, outcome)
+    count = lib.hutch_scan_frames(data, len(data), pos, max_payload, records, len(records) // RECORD_SLOTS, outcome)
     return count, outcome[0], outcome[1], outcome[2]

@@ -21,6 +21,8 @@ import struct
 from . import spec
 from .auth import MECHANISMS, credentials, is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
+from .channel import IDLE
+from .channel import OPEN as CHANNEL_OPEN
 from .channel import Channel, raise_unexpected
 from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
@@ -36,12 +38,14 @@ PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 # framing.use_scanner (the C one, from hutch.c_accel.loader). None, and always on MicroPython:
 # each connection reads frame headers in its own loop (_read_frames).
 frame_scanner = None
-# The scanner's statuses, as framing.py defines them. Repeated here so that a board, which never
+# The scanner's statuses and records, as framing.py defines them. Repeated here so that a board, which never
 # scans in batch, does not load framing.py at all: that would cost ~1.2 KiB of its heap.
 # (tests/test_accel_connection.py checks they match.)
 NEED_MORE = 0
 FULL = 1
 OVERSIZE = 2
+RECORD_SLOTS = 6    # the slots of one record,
+PUBLISH = 256       # and the record type of a whole publish
 
 AWAIT_HEADER = 0
 AWAIT_START_OK = 1
@@ -234,11 +238,19 @@ class Connection:
             for _ in range(count):
                 if self.paused or self.closed:
                     return pos
+                ftype = records[slot]
                 end = records[slot + 3]
-                if not self._handle_frame(records[slot], records[slot + 1], data, records[slot + 2] - 7, end):
-                    return len(data)
-                slot += 4
-                pos = end + 1
+                if ftype == PUBLISH:
+                    last = records[slot + 5]
+                    after = self._whole_publish(records[slot + 1], data, records[slot + 2], end, records[slot + 4], last)
+                    if after <= last:
+                        return after  # paused or closed part way: the rest stays unread
+                    pos = after
+                else:
+                    if not self._handle_frame(ftype, records[slot + 1], data, records[slot + 2] - 7, end):
+                        return len(data)
+                    pos = end + 1
+                slot += RECORD_SLOTS
                 if self.max_payload != max_payload:
                     break  # tune-ok lowered frame_max: the frames after it were checked against the old one
             else:
@@ -251,6 +263,30 @@ class Connection:
                 else:
                     self._bad_frame_end(detail)
                 return len(data)
+
+    def _whole_publish(self, number, data, payload, end, header_end, body_end):
+        """A basic.publish method frame (payload to end) and its content frames, which end at
+        header_end and body_end (the same when the body is empty): one step for the channel
+        when it is open and idle, else frame by frame, exactly as they would have been.
+        Returns where the next unhandled frame starts."""
+        channel = self.channels.get(number) if self.state == OPEN else None
+        if channel is not None and channel.state == CHANNEL_OPEN and channel.content_state == IDLE:
+            try:
+                channel.on_publish(data, payload + 4, end)
+                channel.on_header(data, end + 1, header_end)
+                if body_end != header_end:
+                    channel.on_body(data, header_end + 1, body_end)
+            except ChannelException as e:
+                self.channel_error(channel, e)  # the frames after the error go unread, as on a closing channel
+            return body_end + 1
+        frames = [(1, payload - 7, end), (2, end + 1, header_end)]
+        if body_end != header_end:
+            frames.append((3, header_end + 1, body_end))
+        for ftype, start, frame_end in frames:
+            if self.paused or self.closed:
+                return start
+            self._handle_frame(ftype, number, data, start, frame_end)
+        return body_end + 1
 
     def _handle_frame(self, ftype, number, data, pos, end):
         """One whole frame, its header at pos and its frame-end octet at end. False after a

@@ -57,9 +57,22 @@ def handshake(frame_max):
             + method(1, spec.CHANNEL_OPEN, "s", [b""]))
 
 
-def publish(body, queue=b"q"):
-    return (method(1, spec.BASIC_PUBLISH, "hssbb", [0, b"", queue, False, False])
-            + frame(2, 1, struct.pack(">HHQH", 60, 0, len(body), 0)) + (frame(3, 1, body) if body else b""))
+def publish(body, queue=b"q", exchange=b"", properties=b"\x00\x00", channel=1):
+    return (method(channel, spec.BASIC_PUBLISH, "hssbb", [0, exchange, queue, False, False])
+            + frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + properties)
+            + (frame(3, channel, body) if body else b""))
+
+
+# Publishes the channel refuses after its header arrived, each in its own way: the channel
+# closes (404, 406 for a user-id that is not the login's) and ignores what follows until
+# close-ok; a channel that is not open closes the connection.
+refused_publishes = st.one_of(
+    st.builds(lambda b: publish(b, exchange=b"nowhere"), st.binary(max_size=20)),
+    st.builds(lambda b: publish(b, properties=b"\x00\x10\x07mallory"), st.binary(max_size=20)),
+    st.builds(lambda b: publish(b, channel=2), st.binary(max_size=20)),
+    st.just(method(1, spec.CHANNEL_CLOSE_OK, "", [])),
+    st.just(method(1, spec.CHANNEL_OPEN, "s", [b""])),
+)
 
 
 DECLARE = method(1, spec.QUEUE_DECLARE, "hsbbbbbt", [0, b"q", False, False, False, False, False, {}])
@@ -76,17 +89,20 @@ pieces = st.one_of(
     st.builds(lambda n: frame(3, 1, b"\x00" * n), st.sampled_from([4087, 4088, 4089, 131064])),
     st.builds(lambda b: frame(1, 1, b"\x00\x3c\x00\x28")[:-1] + bytes([b]), st.integers(0, 255)),  # bad frame end
     st.binary(min_size=1, max_size=12),
+    refused_publishes,
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from([4096, 131072]), st.lists(pieces, max_size=25), st.integers(1, 400),
-       st.sampled_from([1, 2, 1000]), st.booleans())
-def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, handshake_in_same_read):
+       st.sampled_from([1, 2, 1000]), st.booleans(), st.sampled_from([30, 2 ** 20]))
+def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, handshake_in_same_read, max_message):
     """Random frames after a handshake (its tune-ok may lower frame_max in the middle of a read);
-    a queue that holds 1 or 2 messages pauses the publisher mid-buffer."""
+    a queue that holds 1 or 2 messages pauses the publisher mid-buffer; a message size limit
+    of 30 bytes makes the channel refuse larger ones at their header."""
     limits = Limits()
     limits.queue_max_messages = queue_max
+    limits.max_message_bytes = max_message
     sides = [Side(how, limits) for how in ("inline", "python", "c")]
     stream = b"".join(body)
     if handshake_in_same_read:
@@ -142,4 +158,5 @@ def test_paused_publisher_leaves_a_bad_frame_after_it_for_later():
 
 def test_the_connection_knows_the_scanner_statuses_framing_defines():
     """connection.py repeats three of framing.py's constants so that boards need not load it."""
-    assert (connection.NEED_MORE, connection.FULL, connection.OVERSIZE) == (framing.NEED_MORE, framing.FULL, framing.OVERSIZE)
+    assert ((connection.NEED_MORE, connection.FULL, connection.OVERSIZE, connection.RECORD_SLOTS, connection.PUBLISH)
+            == (framing.NEED_MORE, framing.FULL, framing.OVERSIZE, framing.RECORD_SLOTS, framing.PUBLISH))

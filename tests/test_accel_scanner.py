@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hutch.core import framing
-from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE
+from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS
 
 from hutch.c_accel import scanner as c_scanner
 
@@ -28,7 +28,7 @@ def scan_to_the_end(scan, make_records, buf, pos, max_payload, capacity):
     calls = []
     while True:
         count, stop, status, detail = scan(buf, pos, max_payload, records)
-        found = tuple(tuple(records[4 * i + k] for k in range(4)) for i in range(count))
+        found = tuple(tuple(records[RECORD_SLOTS * i + k] for k in range(RECORD_SLOTS)) for i in range(count))
         calls.append((count, stop, status, detail, found))
         if status != FULL:
             return calls
@@ -48,6 +48,20 @@ def frames_of(calls):
     return [record for call in calls for record in call[4]]
 
 
+def frames_in(data, calls):
+    """(type, channel, payload) of every frame the records cover, a whole publish as its frames."""
+    found = []
+    for ftype, channel, start, end, header_end, body_end in frames_of(calls):
+        if ftype != PUBLISH:
+            found.append((ftype, channel, data[start:end]))
+            continue
+        found.append((1, channel, data[start:end]))
+        found.append((2, channel, data[end + 8:header_end]))
+        if body_end != header_end:
+            found.append((3, channel, data[header_end + 8:body_end]))
+    return found
+
+
 def as_buffer(data, kind):
     """data as each kind of buffer a port hands the connection."""
     if kind == "bytes":
@@ -60,7 +74,31 @@ def as_buffer(data, kind):
     return memoryview(bytearray(b"\xce" * 3 + data + b"\x01" * 5))[3:3 + len(data)]
 
 
-frame_lists = st.lists(st.tuples(st.integers(0, 255), st.integers(0, 65535), st.binary(max_size=300)), max_size=30)
+PUBLISH_ID = b"\x00\x3c\x00\x28"
+
+
+@st.composite
+def publishes(draw):
+    """A basic.publish and its content frames, now and then a little wrong: another channel,
+    a body size that does not match, the body split in two, a short header."""
+    channel = draw(st.integers(0, 3))
+    body = draw(st.binary(max_size=120))
+    declared = len(body) if draw(st.booleans()) else draw(st.integers(0, 2 ** 64 - 1))
+    method = PUBLISH_ID + draw(st.sampled_from([b"\x00\x00\x00\x01q\x00", b"", b"\x00\x00\x01x\x00\x00"]))
+    header = b"\x00\x3c\x00\x00" + struct.pack(">Q", declared) + draw(st.sampled_from([b"\x00\x00", b"", b"\x10\x00\x02"]))
+    if draw(st.integers(0, 5)) == 0:
+        header = header[:draw(st.integers(0, len(header)))]
+    frames = [(1, channel, method), (2, channel if draw(st.integers(0, 5)) else channel + 1, header)]
+    if body and draw(st.integers(0, 4)) == 0:
+        frames += [(3, channel, body[:len(body) // 2]), (3, channel, body[len(body) // 2:])]
+    elif body or draw(st.booleans()):
+        frames.append((3, channel if draw(st.integers(0, 5)) else channel + 1, body))
+    return frames
+
+
+any_frames = st.tuples(st.integers(0, 255), st.integers(0, 65535), st.binary(max_size=300))
+frame_lists = st.lists(st.one_of(any_frames.map(lambda f: [f]), publishes()), max_size=20).map(
+    lambda groups: [f for group in groups for f in group])
 capacities = st.integers(1, 40)
 buffer_kinds = st.sampled_from(["bytes", "bytearray", "memoryview", "slice"])
 max_payloads = st.sampled_from([0, 1, 7, 100, 299, 300, 4088, 131064, 2 ** 32 - 9, 2 ** 32 - 1]) | st.integers(0, 400)
@@ -73,8 +111,7 @@ def test_valid_streams(frames, prefix, capacity, kind):
     calls = both(as_buffer(data, kind), len(prefix), 300, capacity)
     assert calls[-1][1:4] == (len(data), NEED_MORE, 0)
     # and the records say where each frame's payload is
-    found = [(t, ch, data[start:end]) for t, ch, start, end in frames_of(calls)]
-    assert found == frames
+    assert frames_in(data, calls) == frames
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -90,7 +127,7 @@ def test_truncated_streams(frames, capacity, data):
         if end + len(f[2]) + 8 > cut:
             break
         whole, end = whole + 1, end + len(f[2]) + 8
-    assert len(frames_of(calls)) == whole and calls[-1][1] == end
+    assert len(frames_in(stream, calls)) == whole and calls[-1][1] == end
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -106,7 +143,7 @@ def test_oversize_frame(frames, capacity, max_payload, data):
     calls = both(bytes(stream), 0, max_payload, capacity)
     if size > max_payload:
         assert calls[-1][1:4] == (at, OVERSIZE, size)
-        assert len(frames_of(calls)) == bad
+        assert len(frames_in(bytes(stream), calls)) == bad
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -118,7 +155,7 @@ def test_bad_frame_end(frames, capacity, octet, data):
     stream[at + 7 + len(frames[bad][2])] = octet
     calls = both(bytes(stream), 0, 300, capacity)
     assert calls[-1][1:4] == (at, BAD_FRAME_END, octet)
-    assert len(frames_of(calls)) == bad
+    assert len(frames_in(bytes(stream), calls)) == bad
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -172,8 +209,22 @@ def test_edges():
 def test_records_beyond_count_are_left_alone():
     """A scan writes count records and nothing past them (the connection reads only those)."""
     records = c_scanner.new_records(4)
-    for i in range(16):
+    for i in range(24):
         records[i] = 7
     count, stop, status, _ = c_scanner.scan_frames(frame(1, 2, b"xy"), 0, 100, records)
     assert (count, stop, status) == (1, 10, NEED_MORE)
-    assert list(records[0:4]) == [1, 2, 7, 9] and list(records[4:16]) == [7] * 12
+    assert list(records[0:6]) == [1, 2, 7, 9, 0, 0] and list(records[6:24]) == [7] * 18
+
+
+def test_a_whole_publish_is_one_record():
+    method = frame(1, 5, PUBLISH_ID + b"\x00\x00\x00\x01q\x00")
+    header = frame(2, 5, b"\x00\x3c\x00\x00" + struct.pack(">Q", 3) + b"\x00\x00")
+    body = frame(3, 5, b"abc")
+    data = method + header + body + frame(8, 0, b"")
+    calls = both(data, 0, 100, 32)
+    m, h = len(method), len(method) + len(header)
+    assert frames_of(calls) == [(PUBLISH, 5, 7, m - 1, h - 1, len(data) - 9), (8, 0, len(data) - 1, len(data) - 1, 0, 0)]
+    # an empty body has no body frame; a body frame that has not arrived yet: frame by frame
+    empty = frame(2, 5, b"\x00\x3c\x00\x00" + struct.pack(">Q", 0) + b"\x00\x00")
+    assert frames_of(both(method + empty, 0, 100, 32))[0][0] == PUBLISH
+    assert [r[0] for r in frames_of(both(method + header + body[:-1], 0, 100, 32))] == [1, 2]
