@@ -14,31 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.core import connection, framing, spec
-from hutch.core.broker import Broker
 from hutch.core.codec import encode_args
 from hutch.core.limits import Limits
 
-from hutch.c_accel import scanner as c_scanner
-
-
-class Side:
-    """One broker and one connection, reading frames one way."""
-
-    def __init__(self, how, limits):
-        self.log = []
-        self.broker = Broker(limits, log=lambda level, message, exc=None: self.log.append((level, message)))
-        self.conn = self.broker.connect({"address": "127.0.0.1", "port": 1})
-        if how == "inline":
-            self.conn._scan, self.conn._records = None, None
-        elif how == "c":
-            self.conn._scan, self.conn._records = c_scanner.scan_frames, c_scanner.new_records()
-        else:
-            self.conn._scan, self.conn._records = framing.scan_frames, framing.new_records()
-
-    def feed(self, chunk):
-        self.conn.feed(chunk)
-        conn = self.conn
-        return conn.take_output(), conn.state, conn.closed, conn.paused, conn._pending, self.log[:]
+from accel_sides import Side
 
 
 def frame(ftype, channel, payload):
