@@ -107,7 +107,9 @@ class Channel:
         bits = buf[bits_at]
         if bits & 2:
             raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", spec.BASIC_PUBLISH)
-        route = bytes(buf[pos + 2:bits_at])
+        route = buf[pos + 2:bits_at]
+        if type(route) is not bytes:  # a memoryview of the port's buffer: copy what is kept
+            route = bytes(route)      # (bytes() of bytes would cost as much as the slice again)
         self.publishing = (route[1:1 + n], route[2 + n:], route, bits & 1)
         self.content_state = WANT_HEADER
 
@@ -131,7 +133,8 @@ class Channel:
             self.content_state = IDLE
             raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - message size %d is larger than configured max size %d"
                                    % (size, limit), spec.BASIC_PUBLISH)
-        self.header_tail = bytes(buf[start + 3:end + 1])
+        header_tail = buf[start + 3:end + 1]
+        self.header_tail = header_tail if type(header_tail) is bytes else bytes(header_tail)
         self.body_size = size
         self.received = 0
         self.chunks = None
@@ -153,7 +156,8 @@ class Channel:
             raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - content body is larger than the %d bytes its header announced"
                                       % self.body_size)
         if received == self.body_size and self.chunks is None:
-            self._complete(bytes(buf[start + 3:end + 1]))  # the whole body in one frame: keep it as it came
+            body_tail = buf[start + 3:end + 1]  # the whole body in one frame: keep it as it came
+            self._complete(body_tail if type(body_tail) is bytes else bytes(body_tail))
             return
         if self.chunks is None:
             self.chunks = []
