@@ -1,6 +1,6 @@
 # The two commands of the README. Both set everything up on a fresh machine:
 # a virtualenv in .venv with hutch installed (editable) and the test tools,
-# and Node's amqplib for the interop tests.
+# Node's amqplib for the interop tests, and Debian's rabbitmq-server (apt) when missing.
 #
 #   make serve    run the broker on port 5672, data in ./hutch-data
 #   make test     run the whole test suite (what .ci/run calls)
@@ -10,16 +10,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NODE_INSTALLED := tests/node/node_modules/.installed
+# Debian's RabbitMQ, for `hutch bench --start-rabbitmq` and its test: installed when missing.
+RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
 .PHONY: serve test setup clean
 
 serve: $(INSTALLED)
 	$(BIN)/hutch serve $(ARGS)
 
-test: $(INSTALLED) $(NODE_INSTALLED)
+test: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER)
 	$(BIN)/python -m pytest $(ARGS)
 
-setup: $(INSTALLED) $(NODE_INSTALLED)
+setup: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER)
 
 # setup.py and c_accel/: pip install also compiles the C accelerator (see README)
 $(INSTALLED): pyproject.toml setup.py c_accel/build.py c_accel/framing.c c_accel/framing.h
@@ -31,6 +35,9 @@ $(INSTALLED): pyproject.toml setup.py c_accel/build.py c_accel/framing.c c_accel
 $(NODE_INSTALLED): tests/node/package.json tests/node/package-lock.json
 	npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 	touch $@
+
+$(RABBITMQ_SERVER):
+	$(APT_INSTALL) rabbitmq-server || ($(SUDO) apt-get update -q && $(APT_INSTALL) rabbitmq-server)
 
 clean:
 	rm -rf $(VENV) tests/node/node_modules hutch-data

@@ -38,6 +38,9 @@ HOST_ONLY = {
     "tools/unixboard_repl.py",  # the REPL of that pretend board (a board has its own, in C)
     "tools/flash.py",      # drives mpremote from a host
     "ports/tcp_cpython.py",  # CPython's asyncio protocols: a board's asyncio has only streams
+    "tools/bench.py",      # benchmarks a broker from a host
+    "tools/loadgen.py",    # the load generator of hutch bench
+    "tools/micropython_host.py",  # runs the unix port from a host
     "firmware/build.py",   # this file
 }
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points, copied as source to the board's root

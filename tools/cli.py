@@ -3,6 +3,7 @@
     hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
     hutch passwd [--password PW]     print a password hash for the config file
     hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
+    hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython]   benchmark hutch and RabbitMQ
     hutch version
 """
 import sys
@@ -24,7 +25,7 @@ import signal  # noqa: E402
 
 from ..core.auth import hash_password
 from ..core.broker import VERSION
-from . import config, flash, serve
+from . import bench, config, flash, serve
 
 
 def cmd_serve(args):
@@ -92,6 +93,11 @@ def main(argv=None):
                             description="build hutch's firmware bundle and install it on a MicroPython board")
     flash.add_options(p)
     p.set_defaults(run=flash.run)
+    p = commands.add_parser("bench", help="benchmark hutch (and RabbitMQ) with the same load",
+                            description="run the same load against hutch with and without its C accelerator, "
+                            "and against RabbitMQ when asked; print the figures and their ratios")
+    bench.add_options(p)
+    p.set_defaults(run=bench.run)
     p = commands.add_parser("version", help="print the version")
     p.set_defaults(run=cmd_version)
     args = parser.parse_args(argv)

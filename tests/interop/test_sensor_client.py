@@ -19,7 +19,7 @@ import pika
 import pytest
 
 from conftest import RunningBroker
-from micropython_env import ROOT, micropython, package_root
+from micropython_env import ROOT, micropython, package_root, serve_env
 from sensor.sensor_node import body
 
 SCRIPTS = os.path.join(ROOT, "tests", "sensor")
@@ -275,7 +275,7 @@ def serial_broker(request, tmp_path):
 
     def start(device, runtime):
         if runtime == "micropython":
-            env = dict(os.environ, MICROPYPATH=package_root(tmp_path / "broker") + ":.frozen")
+            env = serve_env(tmp_path / "broker")
             command = [micropython(), "-m", "hutch.tools.serve"]
         else:
             env, command = None, [os.path.join(os.path.dirname(sys.executable), "hutch"), "serve"]

@@ -1,0 +1,99 @@
+"""`hutch bench` as a user runs it: small counts, real brokers, the printed table and the JSON."""
+import json
+import os
+import subprocess
+
+from conftest import BIN
+
+HUTCH = os.path.join(BIN, "hutch")
+SCENARIO_ROWS = ["throughput 16 B, no-ack consumer", "throughput 16 B, acks every 100", "confirms 16 B, window 1000",
+                 "latency p50, one in flight", "latency p99, one in flight", "fanout to 10 queues",
+                 "64 KiB bodies, acks every 10", "resident memory, idle", "resident memory per idle connection"]
+
+
+def bench(*args, timeout=600):
+    return subprocess.run([HUTCH, "bench"] + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+def rows(table):
+    """{scenario: [cells after the unit]} from the printed table."""
+    found = {}
+    for line in table.splitlines():
+        for name in SCENARIO_ROWS:
+            if line.startswith(name + "  "):
+                found[name] = line[len(name):].split()[1:]
+    return found
+
+
+def number(cell):
+    return float(cell.replace(",", ""))
+
+
+def running(name):
+    """PIDs of the live processes called name (an exited one waiting to be reaped does not count)."""
+    pids = set()
+    for pid in subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split():
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone meanwhile
+        if state != "Z":
+            pids.add(pid)
+    return pids
+
+
+def beam_processes():
+    return running("beam.smp"), running("epmd")
+
+
+def test_every_scenario_against_hutch_with_and_without_the_accelerator(tmp_path):
+    out = tmp_path / "bench.json"
+    done = bench("--count", "4000", "--idle-connections", "30", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    table = rows(done.stdout)
+    assert sorted(table) == sorted(SCENARIO_ROWS), done.stdout
+    for name, cells in table.items():
+        c, pure = number(cells[0]), number(cells[1])
+        if name == "resident memory per idle connection":
+            assert c >= 0 and pure >= 0, (name, cells)  # a few KB each: may round into the heap's slack
+        else:
+            assert c > 0 and pure > 0, (name, cells)
+    saved = json.loads(out.read_text())
+    assert saved["scanners"] == {"c": "C accelerator (cffi)", "pure": "pure Python (HUTCH_PURE_PYTHON is set)"}
+    assert saved["results"]["c"]["no-ack"] > 0 and saved["results"]["pure"]["confirms"] > 0
+
+
+def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running():
+    before = beam_processes()
+    done = bench("--start-rabbitmq", "--no-pure", "--scenarios", "no-ack,confirms,idle-rss", "--count", "4000",
+                 "--idle-connections", "10")
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0]
+    assert "RabbitMQ" in header and "hutch/RabbitMQ" in header
+    table = rows(done.stdout)
+    for name in ("throughput 16 B, no-ack consumer", "confirms 16 B, window 1000", "resident memory, idle"):
+        hutch, rabbitmq, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
+        assert number(hutch) > 0 and number(rabbitmq) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
+    assert number(table["resident memory, idle"][1]) > 50  # RabbitMQ's node really ran (it idles at ~100+ MB)
+    assert beam_processes() == before  # its beam.smp and its epmd are gone
+
+
+def test_micropython_column():
+    done = bench("--micropython", "--no-pure", "--scenarios", "no-ack,acks", "--count", "2000")
+    assert done.returncode == 0, done.stderr
+    assert "MicroPython" in done.stdout.splitlines()[0]
+    for cells in rows(done.stdout).values():
+        assert number(cells[0]) > 0 and number(cells[1]) > 0, cells
+
+
+def test_a_bad_rabbitmq_address_is_one_readable_line():
+    for address, says in (("nonsense", "--rabbitmq wants HOST:PORT"), ("127.0.0.1:1", "cannot reach the broker")):
+        done = bench("--rabbitmq", address, timeout=60)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith("hutch bench: " + says) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_an_unknown_scenario_is_refused():
+    done = bench("--scenarios", "no-ack,warp", timeout=60)
+    assert done.returncode == 2 and "unknown scenario warp" in done.stderr

@@ -1,0 +1,318 @@
+"""`hutch bench`: hutch against RabbitMQ (and against itself without the C accelerator).
+
+    hutch bench                          hutch with the C scanner and in pure Python
+    hutch bench --start-rabbitmq         ... and Debian's rabbitmq-server, started here
+    hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
+    hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
+
+Every broker runs the same scenarios (tools/loadgen.py), one broker at a time, and the
+table gives each figure with the ratios hutch/RabbitMQ and C/pure Python. The brokers
+this command starts are stopped by their PID when it ends, whatever happens.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import loadgen
+from .micropython_host import micropython, serve_env
+
+# name: (what it measures, its unit, whether more is better, the loadgen call)
+SCENARIOS = {
+    "no-ack": ("throughput 16 B, no-ack consumer", "msg/s", True,
+               lambda host, port, n: loadgen.throughput(host, port, n)["msgs_per_s"]),
+    "acks": ("throughput 16 B, acks every 100", "msg/s", True,
+             lambda host, port, n: loadgen.throughput(host, port, n, ack_every=100)["msgs_per_s"]),
+    "confirms": ("confirms 16 B, window 1000", "msg/s", True,
+                 lambda host, port, n: loadgen.confirms(host, port, n)["msgs_per_s"]),
+    "latency-p50": ("latency p50, one in flight", "µs", False, None),
+    "latency-p99": ("latency p99, one in flight", "µs", False, None),
+    "fanout": ("fanout to 10 queues", "deliveries/s", True,
+               lambda host, port, n: loadgen.fanout(host, port, n // 4)["deliveries_per_s"]),
+    "64k": ("64 KiB bodies, acks every 10", "msg/s", True,
+            lambda host, port, n: loadgen.throughput(host, port, max(200, n // 40), size=65536, ack_every=10,
+                                                     prefetch=100)["msgs_per_s"]),
+    "idle-rss": ("resident memory, idle", "MB", False, None),
+    "per-conn": ("resident memory per idle connection", "KB", False, None),
+}
+MICROPYTHON_SCENARIOS = ("no-ack", "acks")
+
+
+class BenchError(Exception):
+    """Something the user can fix: one line for the terminal."""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_amqp(host, port, proc, what, timeout):
+    """Until a handshake succeeds (or proc dies, or time runs out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BenchError("%s exited with code %s while starting" % (what, proc.returncode))
+        try:
+            loadgen.Connection(host, port, 5).close()
+            return
+        except (OSError, loadgen.LoadError):
+            time.sleep(0.25)
+    raise BenchError("%s did not accept AMQP connections on %s:%d within %ds" % (what, host, port, timeout))
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise BenchError("no VmRSS for process %d" % pid)
+
+
+def stop_process(proc, timeout=20):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # hutch and micropython both stop cleanly on Ctrl-C
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Hutch:
+    """`hutch serve` started here (CPython, C scanner or pure Python; or the MicroPython unix port)."""
+
+    def __init__(self, kind, workdir):
+        self.kind = kind
+        self.host, self.port = "127.0.0.1", free_port()
+        folder = tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
+        common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
+        if kind == "micropython":
+            command = [micropython(), "-m", "hutch.tools.serve"] + common
+            env = serve_env(folder)
+        else:
+            command = [sys.executable, "-m", "hutch.tools.cli", "serve", "--data", os.path.join(folder, "data")] + common
+            env = dict(os.environ, HUTCH_PURE_PYTHON="1" if kind == "pure" else "0")
+        self.log = open(os.path.join(folder, "broker.log"), "w+")
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=folder)
+        self.pid = self.proc.pid
+
+    def start(self):
+        wait_for_amqp(self.host, self.port, self.proc, "hutch (%s)" % self.kind, 30)
+        return self
+
+    def scanner(self):
+        """What the broker's log says of its frame scanner (None on MicroPython: it has one)."""
+        self.log.seek(0)
+        for line in self.log:
+            if "frame scanner: " in line:
+                return line.split("frame scanner: ", 1)[1].strip()
+        return None
+
+    def stop(self):
+        stop_process(self.proc)
+        self.log.close()
+
+
+class RabbitMQ:
+    """Debian's rabbitmq-server, started in a folder of its own on ports of its own.
+
+    The node, its distribution port and its epmd all listen on 127.0.0.1 only, on free
+    ports, so a system RabbitMQ (on 5672/25672, epmd 4369) is neither used nor disturbed.
+    The wrapper script is bypassed (as root it would switch to the rabbitmq user)."""
+
+    SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+    CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+    def __init__(self, workdir):
+        if not os.path.exists(self.SERVER):
+            raise BenchError("rabbitmq-server is not installed (%s is missing): apt-get install rabbitmq-server"
+                             % self.SERVER)
+        self.host, self.port = "127.0.0.1", free_port()
+        home = tempfile.mkdtemp(prefix="rabbitmq-bench-", dir=workdir)
+        config = os.path.join(home, "rabbitmq")
+        with open(config + ".conf", "w") as f:
+            f.write("listeners.tcp.1 = 127.0.0.1:%d\nloopback_users = none\n" % self.port)
+        with open(os.path.join(home, "enabled_plugins"), "w") as f:
+            f.write("[].\n")
+        open(os.path.join(home, "rabbitmq-env.conf"), "w").close()
+        self.env = dict(
+            os.environ, HOME=home, RABBITMQ_NODENAME="bench%d@localhost" % self.port,
+            RABBITMQ_NODE_IP_ADDRESS=self.host, RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(free_port()), ERL_EPMD_ADDRESS=self.host, ERL_EPMD_PORT=str(free_port()),
+            RABBITMQ_MNESIA_BASE=os.path.join(home, "mnesia"), RABBITMQ_LOG_BASE=os.path.join(home, "log"),
+            RABBITMQ_CONF_ENV_FILE=os.path.join(home, "rabbitmq-env.conf"), RABBITMQ_CONFIG_FILE=config,
+            RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(home, "enabled_plugins"), RABBITMQ_ENABLED_PLUGINS="",
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
+        self.log = open(os.path.join(home, "stdout.log"), "w+")
+        self.proc = subprocess.Popen([self.SERVER], stdout=self.log, stderr=subprocess.STDOUT, env=self.env, cwd=home)
+        self.pid = None
+
+    def start(self):
+        wait_for_amqp(self.host, self.port, self.proc, "rabbitmq-server", 90)
+        # the wrapper is a shell script; the broker (whose memory counts) is its beam.smp child
+        children = subprocess.run(["pgrep", "-P", str(self.proc.pid), "beam.smp"], capture_output=True, text=True)
+        self.pid = int(children.stdout.split()[0]) if children.stdout.split() else None
+        return self
+
+    def stop(self):
+        subprocess.run([self.CTL, "stop"], env=self.env, capture_output=True, timeout=60)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        # epmd was started by the node and outlives it: stop the one on this run's port
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        subprocess.run([epmd, "-kill"], env=self.env, capture_output=True, timeout=30)
+        self.log.close()
+
+
+class External:
+    """A broker someone else runs (--rabbitmq HOST:PORT)."""
+
+    def __init__(self, address, pid):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise BenchError("--rabbitmq wants HOST:PORT, got %r" % address)
+        self.host, self.port, self.pid = host, int(port), pid
+
+    def start(self):
+        try:
+            loadgen.Connection(self.host, self.port, 10).close()
+        except (OSError, loadgen.LoadError) as e:
+            raise BenchError("cannot reach the broker at %s:%d: %s" % (self.host, self.port, e))
+        return self
+
+    def stop(self):
+        pass
+
+
+def measure(broker, names, count, idle_connections, log):
+    """{scenario: figure} for one running broker. Memory first, while the broker is fresh: after
+    the load scenarios its heap has grown, and idle connections would fill freed room."""
+    figures = {}
+    if broker.pid is not None and ("idle-rss" in names or "per-conn" in names):
+        log("  idle connections")
+        time.sleep(1)
+        before = rss_kb(broker.pid)
+        connections = loadgen.idle(broker.host, broker.port, idle_connections)
+        time.sleep(1)
+        after = rss_kb(broker.pid)
+        loadgen.close_all(connections)
+        figures["idle-rss"] = round(before / 1024, 1)
+        figures["per-conn"] = round((after - before) / idle_connections, 1)
+    for name in names:
+        run = SCENARIOS[name][3]
+        if run is not None:
+            log("  %s" % name)
+            figures[name] = run(broker.host, broker.port, count)
+    if "latency-p50" in names or "latency-p99" in names:
+        log("  latency")
+        result = loadgen.latency(broker.host, broker.port, max(1000, count // 20))
+        figures["latency-p50"], figures["latency-p99"] = result["p50_us"], result["p99_us"]
+    return figures
+
+
+def ratio(a, b):
+    return "%.2f" % (a / b) if a is not None and b else "-"
+
+
+def table(results, names):
+    """The printed table: one row per scenario, one column per broker, then the ratios."""
+    columns = [("hutch C", "c"), ("hutch pure", "pure"), ("RabbitMQ", "rabbitmq"), ("MicroPython", "micropython")]
+    columns = [(title, key) for title, key in columns if key in results]
+    head = ["scenario", "unit"] + [title for title, _ in columns] + ["hutch/RabbitMQ", "C/pure"]
+    rows = [head]
+    for name in names:
+        what, unit, _higher, _ = SCENARIOS[name]
+        cells = [what, unit]
+        for _, key in columns:
+            value = results[key].get(name)
+            cells.append("-" if value is None else ("{:,}".format(value) if isinstance(value, int) else str(value)))
+        c = results.get("c", {}).get(name)
+        cells.append(ratio(c, results.get("rabbitmq", {}).get(name)))
+        cells.append(ratio(c, results.get("pure", {}).get(name)))
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.append("Ratios are hutch (C) over the other. For latency and memory, lower is better.")
+    return "\n".join(lines)
+
+
+def add_options(parser):
+    parser.add_argument("--rabbitmq", metavar="HOST:PORT", help="also run against this RabbitMQ (guest/guest)")
+    parser.add_argument("--rabbitmq-pid", type=int, help="its broker process, to measure its memory")
+    parser.add_argument("--start-rabbitmq", action="store_true", help="start Debian's rabbitmq-server for the run")
+    parser.add_argument("--micropython", action="store_true",
+                        help="also run the throughput scenarios against the unix-port MicroPython broker")
+    parser.add_argument("--no-pure", action="store_true", help="skip hutch in pure Python")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help="comma-separated subset of: %s" % ", ".join(SCENARIOS))
+    parser.add_argument("--count", type=int, default=200000, help="messages per throughput scenario (default 200000)")
+    parser.add_argument("--idle-connections", type=int, default=500, help="connections for the memory figures")
+    parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
+
+
+def brokers_to_run(args, workdir):
+    """[(result key, a callable that makes the broker)] in the order they run."""
+    if args.rabbitmq and args.start_rabbitmq:
+        raise BenchError("--rabbitmq and --start-rabbitmq: pick one")
+    plan = [("c", lambda: Hutch("c", workdir))]
+    if not args.no_pure:
+        plan.append(("pure", lambda: Hutch("pure", workdir)))
+    if args.rabbitmq:
+        plan.append(("rabbitmq", lambda: External(args.rabbitmq, args.rabbitmq_pid)))
+    elif args.start_rabbitmq:
+        plan.append(("rabbitmq", lambda: RabbitMQ(workdir)))
+    if args.micropython:
+        plan.append(("micropython", lambda: Hutch("micropython", workdir)))
+    return plan
+
+
+def run(args):
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print("hutch bench: unknown scenario %s (choose from %s)" % (", ".join(unknown), ", ".join(SCENARIOS)),
+              file=sys.stderr)
+        return 2
+
+    def log(line):
+        print(line, file=sys.stderr, flush=True)
+    results = {}
+    scanners = {}
+    workdir = tempfile.mkdtemp(prefix="hutch-bench-")
+    try:
+        plan = brokers_to_run(args, workdir)
+        if args.rabbitmq:
+            External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
+        for key, make in plan:
+            broker = make()
+            try:
+                log("%s on %s:%d" % (key, broker.host, broker.port))
+                broker.start()
+                todo = [n for n in names if key != "micropython" or n in MICROPYTHON_SCENARIOS]
+                results[key] = measure(broker, todo, args.count, args.idle_connections, log)
+                if isinstance(broker, Hutch):
+                    scanners[key] = broker.scanner()
+            finally:
+                broker.stop()
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(table(results, names))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"count": args.count, "scanners": scanners, "results": results}, f, indent=1)
+    return 0
