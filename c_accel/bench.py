@@ -21,7 +21,7 @@ import time
 from hutch.core import framing
 from hutch.core.broker import Broker
 from hutch.core.codec import encode_args
-from hutch.core.framing import FULL
+from hutch.core.framing import FULL, RECORD_SLOTS
 
 BUFFER_SIZE = 64 * 1024
 
@@ -79,7 +79,7 @@ def scan_and_read(scan, records, buf):
                 number = records[slot + 1]
                 start = records[slot + 2]
                 end = records[slot + 3]
-                slot += 4
+                slot += RECORD_SLOTS
             pos = stop
             if status != FULL:
                 return
