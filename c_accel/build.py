@@ -13,7 +13,7 @@ from cffi import FFI
 # What Python sees of framing.h (cffi's parser takes no #include or #ifndef).
 CDEF = """
 size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
-                         size_t *records, size_t capacity, size_t *outcome);
+                         uint64_t *records, size_t capacity, size_t *outcome);
 """
 
 

@@ -91,13 +91,25 @@ static int whole_publish(const uint8_t *buf, size_t len, size_t frame, size_t pa
     return (uint64_t)(*body_end - body_payload) == body_size;
 }
 
+/* The method id (class << 16 | method) of a basic.ack, basic.nack or basic.reject
+ * frame with exactly its arguments (delivery tag, one octet of bits), else 0. */
+static uint32_t settlement(const uint8_t *buf, size_t payload, size_t end)
+{
+    uint32_t id;
+    if (end - payload != 4 + 8 + 1)
+        return 0;
+    id = ((uint32_t)buf[payload] << 24) | ((uint32_t)buf[payload + 1] << 16)
+       | ((uint32_t)buf[payload + 2] << 8) | buf[payload + 3];
+    return id == 0x003C0050 || id == 0x003C0078 || id == 0x003C005A ? id : 0;
+}
+
 size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
-                         size_t *records, size_t capacity, size_t *outcome)
+                         uint64_t *records, size_t capacity, size_t *outcome)
 {
     size_t count = 0;
     for (;;) {
         size_t payload, end, header_end, body_end, detail = 0;
-        size_t *record;
+        uint64_t *record;
         int status;
         if (pos <= len && len - pos >= FRAME_HEADER_SIZE && count == capacity) {
             stop_at(outcome, pos, HUTCH_FULL, 0);
@@ -117,6 +129,11 @@ size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max
             record[HUTCH_HEADER_END] = header_end;
             record[HUTCH_BODY_END] = body_end;
             pos = body_end + 1;
+        } else if (buf[pos] == 1 && settlement(buf, payload, end)) {
+            record[HUTCH_TYPE] = HUTCH_SETTLE;
+            record[HUTCH_METHOD_ID] = settlement(buf, payload, end);
+            record[HUTCH_DELIVERY_TAG] = read_u64(buf + payload + 4);
+            pos = end + 1;
         } else {
             record[HUTCH_TYPE] = buf[pos];
             record[HUTCH_HEADER_END] = 0;

@@ -18,7 +18,7 @@ _outcome = ffi.new("size_t[3]")
 
 
 def new_records(capacity=BATCH):
-    return ffi.new("size_t[]", RECORD_SLOTS * capacity)
+    return ffi.new("uint64_t[]", RECORD_SLOTS * capacity)
 
 
 def scan_frames(buf, pos, max_payload, records):

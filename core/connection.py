@@ -45,7 +45,8 @@ NEED_MORE = 0
 FULL = 1
 OVERSIZE = 2
 RECORD_SLOTS = 6    # the slots of one record,
-PUBLISH = 256       # and the record type of a whole publish
+PUBLISH = 256       # the record type of a whole publish,
+SETTLE = 257        # and that of a decoded basic.ack, nack or reject
 
 AWAIT_HEADER = 0
 AWAIT_START_OK = 1
@@ -246,6 +247,9 @@ class Connection:
                     if after <= last:
                         return after  # paused or closed part way: the rest stays unread
                     pos = after
+                elif ftype == SETTLE:
+                    self._settle(records[slot + 1], data, records[slot + 2], end, records[slot + 4], records[slot + 5])
+                    pos = end + 1
                 else:
                     if not self._handle_frame(ftype, records[slot + 1], data, records[slot + 2] - 7, end):
                         return len(data)
@@ -287,6 +291,24 @@ class Connection:
                 return start
             self._handle_frame(ftype, number, data, start, frame_end)
         return body_end + 1
+
+    def _settle(self, number, data, payload, end, method_id, tag):
+        """A basic.ack, nack or reject whose delivery tag the scanner decoded: straight to the
+        channel when it is open and idle, else as any method frame."""
+        channel = self.channels.get(number) if self.state == OPEN else None
+        if channel is None or channel.state != CHANNEL_OPEN or channel.content_state != IDLE:
+            self._handle_frame(1, number, data, payload - 7, end)
+            return
+        bits = data[end - 1]
+        try:
+            if method_id == spec.BASIC_ACK:
+                channel.settle(tag, bits & 1, True, False, method_id)
+            elif method_id == spec.BASIC_NACK:
+                channel.settle(tag, bits & 1, False, bits & 2, method_id)
+            else:
+                channel.settle(tag, False, False, bits & 1, method_id)
+        except ChannelException as e:
+            self.channel_error(channel, e)
 
     def _handle_frame(self, ftype, number, data, pos, end):
         """One whole frame, its header at pos and its frame-end octet at end. False after a

@@ -10,9 +10,9 @@ Connections use the C one when it is installed (use_scanner, below).
 It only checks what tells where frames start and end: a payload larger than the
 connection allows (its header is enough to know; the payload need not have
 arrived) and the frame-end octet. Frame types and channels are the connection's
-business: they are recorded, not judged; the one thing made of them is a record
-for a whole publish (PUBLISH, below), so the connection handles its three frames
-in one step.
+business: they are recorded, not judged; the things made of them are a record for
+a whole publish (PUBLISH, below), so the connection handles its three frames in
+one step, and the decoded arguments of an ack, nack or reject (SETTLE).
 
 Written for MicroPython too (its tests run there), though no board runs it.
 """
@@ -33,6 +33,8 @@ PAYLOAD_START = 2   # index of the payload's first octet (the frame header start
 PAYLOAD_END = 3     # index of the frame-end octet, just past the payload
 HEADER_END = 4      # PUBLISH only: frame-end index of the content header frame
 BODY_END = 5        # PUBLISH only: frame-end index of the body frame (= HEADER_END: no body)
+METHOD_ID = 4       # SETTLE only: basic.ack, basic.nack or basic.reject
+DELIVERY_TAG = 5    # SETTLE only: its delivery tag (the bits are the octet before the frame end)
 RECORD_SLOTS = 6
 
 # The record TYPE of a whole publish: a basic.publish method frame (PAYLOAD_START and
@@ -43,6 +45,11 @@ RECORD_SLOTS = 6
 # every field, exactly as it does frame by frame. 256 is above any frame type octet.
 PUBLISH = 256
 BASIC_PUBLISH_ID = b"\x00\x3c\x00\x28"  # class 60, method 40
+
+# The record TYPE of a basic.ack, basic.nack or basic.reject frame with exactly its arguments
+# (delivery tag, one octet of bits), decoded: METHOD_ID and DELIVERY_TAG. 257: above any type.
+SETTLE = 257
+SETTLE_IDS = (0x003C0050, 0x003C0078, 0x003C005A)  # ack, nack, reject
 
 # Frames per scan with this reference (tests): in pure Python a larger batch saves nothing.
 BATCH = 4
@@ -118,10 +125,16 @@ def scan_frames(buf, pos, max_payload, records):
         records[slot + PAYLOAD_START] = payload
         records[slot + PAYLOAD_END] = end
         group = whole_publish(buf, pos, payload, end, max_payload) if buf[pos] == 1 else None
+        method_id = int.from_bytes(bytes(buf[payload:payload + 4]), "big") if end - payload == 13 else 0
         if group is not None:
             records[slot + TYPE] = PUBLISH
             records[slot + HEADER_END], records[slot + BODY_END] = group
             pos = group[1] + 1
+        elif buf[pos] == 1 and method_id in SETTLE_IDS:
+            records[slot + TYPE] = SETTLE
+            records[slot + METHOD_ID] = method_id
+            records[slot + DELIVERY_TAG] = int.from_bytes(bytes(buf[payload + 4:payload + 12]), "big")
+            pos = end + 1
         else:
             records[slot + TYPE] = buf[pos]
             records[slot + HEADER_END] = records[slot + BODY_END] = 0

@@ -17,7 +17,7 @@ from hutch.core import connection, framing, spec
 from hutch.core.codec import encode_args
 from hutch.core.limits import Limits
 
-from accel_sides import Side
+from accel_sides import SCANNERS, Side
 
 
 def frame(ftype, channel, payload):
@@ -45,6 +45,20 @@ def publish(body, queue=b"q", exchange=b"", properties=b"\x00\x00", channel=1):
 # Publishes the channel refuses after its header arrived, each in its own way: the channel
 # closes (404, 406 for a user-id that is not the login's) and ignores what follows until
 # close-ok; a channel that is not open closes the connection.
+CONSUME = method(1, spec.BASIC_CONSUME, "hssbbbbt", [0, b"q", b"c", False, False, False, False, {}])
+settlements = st.one_of(
+    st.just(CONSUME),
+    st.builds(lambda mid, tag, bits: frame(1, 1, struct.pack(">IQB", mid, tag, bits)),
+              st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK, spec.BASIC_REJECT]),
+              st.integers(0, 6) | st.integers(0, 2 ** 64 - 1), st.integers(0, 255)),
+    st.builds(lambda mid, tag: frame(1, 1, struct.pack(">IQ", mid, tag)),    # one octet short
+              st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK, spec.BASIC_REJECT]), st.integers(0, 6)),
+    st.builds(lambda mid, ftype, number: frame(ftype, number, struct.pack(">IQB", mid, 1, 1)),  # elsewhere
+              st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK]), st.integers(1, 3), st.sampled_from([0, 2, 3])),
+    st.just(method(1, spec.TX_SELECT, "", [])),
+)
+
+
 refused_publishes = st.one_of(
     st.builds(lambda b: publish(b, exchange=b"nowhere"), st.binary(max_size=20)),
     st.builds(lambda b: publish(b, properties=b"\x00\x10\x07mallory"), st.binary(max_size=20)),
@@ -69,6 +83,7 @@ pieces = st.one_of(
     st.builds(lambda b: frame(1, 1, b"\x00\x3c\x00\x28")[:-1] + bytes([b]), st.integers(0, 255)),  # bad frame end
     st.binary(min_size=1, max_size=12),
     refused_publishes,
+    settlements,
 )
 
 
@@ -137,5 +152,27 @@ def test_paused_publisher_leaves_a_bad_frame_after_it_for_later():
 
 def test_the_connection_knows_the_scanner_statuses_framing_defines():
     """connection.py repeats three of framing.py's constants so that boards need not load it."""
-    assert ((connection.NEED_MORE, connection.FULL, connection.OVERSIZE, connection.RECORD_SLOTS, connection.PUBLISH)
-            == (framing.NEED_MORE, framing.FULL, framing.OVERSIZE, framing.RECORD_SLOTS, framing.PUBLISH))
+    assert ((connection.NEED_MORE, connection.FULL, connection.OVERSIZE, connection.RECORD_SLOTS, connection.PUBLISH,
+             connection.SETTLE)
+            == (framing.NEED_MORE, framing.FULL, framing.OVERSIZE, framing.RECORD_SLOTS, framing.PUBLISH,
+                framing.SETTLE))
+
+
+def test_acks_nacks_and_rejects_settle_the_same_whatever_the_scanner():
+    """Every combination of the bits, on real deliveries: requeued ones come back (redelivered),
+    others are gone; a tag that is not outstanding closes the channel (406)."""
+    def settle(method_id, tag, bits):
+        return frame(1, 1, struct.pack(">IQB", method_id, tag, bits))
+    steps = [handshake(131072) + DECLARE + b"".join(publish(b"m%d" % i) for i in range(8)) + CONSUME]
+    for method_id, tag, bits in [(spec.BASIC_NACK, 1, 2), (spec.BASIC_NACK, 2, 0), (spec.BASIC_REJECT, 3, 1),
+                                 (spec.BASIC_REJECT, 4, 0), (spec.BASIC_NACK, 6, 3), (spec.BASIC_ACK, 8, 1),
+                                 (spec.BASIC_ACK, 0, 1), (spec.BASIC_NACK, 0, 1), (spec.BASIC_ACK, 99, 0)]:
+        steps.append(settle(method_id, tag, bits))
+    sides = [Side(how, Limits()) for how in SCANNERS]
+    outputs = []
+    for data in steps:
+        results = [side.feed(data) for side in sides]
+        assert results[1] == results[0] and results[2] == results[0], data
+        outputs.append(results[0][0])
+    assert b"m0" in outputs[1] and b"m1" not in outputs[2]  # nack with requeue redelivers; without, drops
+    assert any("unknown delivery tag 99" in message for _, message in sides[0].log)

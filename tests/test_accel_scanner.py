@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hutch.core import framing
-from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS
+from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS, SETTLE
 
 from hutch.c_accel import scanner as c_scanner
 
@@ -52,6 +52,10 @@ def frames_in(data, calls):
     """(type, channel, payload) of every frame the records cover, a whole publish as its frames."""
     found = []
     for ftype, channel, start, end, header_end, body_end in frames_of(calls):
+        if ftype == SETTLE:
+            assert (header_end, body_end) == struct.unpack_from(">IQ", data, start)
+            found.append((1, channel, data[start:end]))
+            continue
         if ftype != PUBLISH:
             found.append((ftype, channel, data[start:end]))
             continue
@@ -96,8 +100,14 @@ def publishes(draw):
     return frames
 
 
+settlements = st.tuples(st.sampled_from([1, 1, 1, 2]), st.integers(0, 3), st.builds(
+    lambda mid, tag, bits, cut: (struct.pack(">IQ", mid, tag) + bytes((bits,)) + b"+")[:cut],
+    st.sampled_from([0x003C0050, 0x003C0078, 0x003C005A, 0x003C0028, 0x003C0051]),
+    st.integers(0, 2 ** 64 - 1), st.integers(0, 255), st.sampled_from([12, 13, 13, 13, 14])))
+
 any_frames = st.tuples(st.integers(0, 255), st.integers(0, 65535), st.binary(max_size=300))
-frame_lists = st.lists(st.one_of(any_frames.map(lambda f: [f]), publishes()), max_size=20).map(
+frame_lists = st.lists(st.one_of(any_frames.map(lambda f: [f]), settlements.map(lambda f: [f]), publishes()),
+                       max_size=20).map(
     lambda groups: [f for group in groups for f in group])
 capacities = st.integers(1, 40)
 buffer_kinds = st.sampled_from(["bytes", "bytearray", "memoryview", "slice"])
@@ -228,3 +238,13 @@ def test_a_whole_publish_is_one_record():
     empty = frame(2, 5, b"\x00\x3c\x00\x00" + struct.pack(">Q", 0) + b"\x00\x00")
     assert frames_of(both(method + empty, 0, 100, 32))[0][0] == PUBLISH
     assert [r[0] for r in frames_of(both(method + header + body[:-1], 0, 100, 32))] == [1, 2]
+
+
+def test_an_ack_nack_or_reject_is_decoded():
+    ack = frame(1, 2, struct.pack(">IQB", 0x003C0050, 2 ** 64 - 1, 1))
+    nack = frame(1, 2, struct.pack(">IQB", 0x003C0078, 7, 3))
+    reject = frame(1, 2, struct.pack(">IQB", 0x003C005A, 8, 0))
+    recover = frame(1, 2, struct.pack(">IB", 0x003C006E, 1))
+    found = frames_of(both(ack + nack + reject + recover, 0, 100, 32))
+    assert [r[0] for r in found] == [SETTLE, SETTLE, SETTLE, 1]
+    assert [r[4:] for r in found[:3]] == [(0x003C0050, 2 ** 64 - 1), (0x003C0078, 7), (0x003C005A, 8)]
