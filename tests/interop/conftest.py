@@ -123,7 +123,9 @@ def broker(request, tmp_path):
     pure_python, log_line = SCANNERS[request.param]
     env = dict(os.environ, HUTCH_PURE_PYTHON=pure_python)
     running = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path, env=env).start()
-    assert log_line in running.log(), "expected %r in the log:\n%s" % (log_line, running.log())
+    if log_line not in running.log():
+        running.stop()  # not left running behind a failed test
+        raise AssertionError("expected %r in the log:\n%s" % (log_line, running.log()))
     yield running
     code = running.stop()
     assert not running.errors(), "broker logged errors:\n" + running.log()[-5000:]
