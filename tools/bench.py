@@ -5,15 +5,18 @@
     hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
     hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
 
-Every broker runs the same scenarios (tools/loadgen.py), one broker at a time, and the
-table gives each figure with the ratios hutch/RabbitMQ and C/pure Python. The brokers
-this command starts are stopped by their PID when it ends, whatever happens.
+Every broker runs the same scenarios (tools/loadgen.py): all of them are started, their
+memory is measured while they are fresh, then each scenario runs in rounds, one broker
+after the other, and the table gives the median of the rounds with the ratios
+hutch/RabbitMQ and C/pure Python. The brokers this command starts are stopped by their
+PID when it ends, whatever happens.
 """
 import json
 import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -194,30 +197,40 @@ class External:
         pass
 
 
-def measure(broker, names, count, idle_connections, log):
-    """{scenario: figure} for one running broker. Memory first, while the broker is fresh: after
-    the load scenarios its heap has grown, and idle connections would fill freed room."""
-    figures = {}
-    if broker.pid is not None and ("idle-rss" in names or "per-conn" in names):
-        log("  idle connections")
-        time.sleep(1)
-        before = rss_kb(broker.pid)
-        connections = loadgen.idle(broker.host, broker.port, idle_connections)
-        time.sleep(1)
-        after = rss_kb(broker.pid)
-        loadgen.close_all(connections)
-        figures["idle-rss"] = round(before / 1024, 1)
-        figures["per-conn"] = round((after - before) / idle_connections, 1)
-    for name in names:
-        run = SCENARIOS[name][3]
-        if run is not None:
-            log("  %s" % name)
-            figures[name] = run(broker.host, broker.port, count)
-    if "latency-p50" in names or "latency-p99" in names:
-        log("  latency")
+def memory(broker, names, idle_connections, log):
+    """Resident memory idle and per idle connection, measured first, while the broker is fresh:
+    after the load scenarios its heap has grown, and idle connections would fill freed room."""
+    if broker.pid is None or not ("idle-rss" in names or "per-conn" in names):
+        return {}
+    log("  idle connections")
+    time.sleep(1)
+    before = rss_kb(broker.pid)
+    connections = loadgen.idle(broker.host, broker.port, idle_connections)
+    time.sleep(1)
+    after = rss_kb(broker.pid)
+    loadgen.close_all(connections)
+    return {"idle-rss": round(before / 1024, 1), "per-conn": round((after - before) / idle_connections, 1)}
+
+
+def load(broker, name, count):
+    """{scenario: figure} of one run of scenario `name` (latency gives p50 and p99 at once)."""
+    if name == "latency":
         result = loadgen.latency(broker.host, broker.port, max(1000, count // 20))
-        figures["latency-p50"], figures["latency-p99"] = result["p50_us"], result["p99_us"]
-    return figures
+        return {"latency-p50": result["p50_us"], "latency-p99": result["p99_us"]}
+    return {name: SCENARIOS[name][3](broker.host, broker.port, count)}
+
+
+def load_scenarios(names):
+    """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99."""
+    runs = [n for n in names if SCENARIOS[n][3] is not None]
+    if "latency-p50" in names or "latency-p99" in names:
+        runs.append("latency")
+    return runs
+
+
+def median(values):
+    middle = statistics.median(values)
+    return round(middle) if all(isinstance(v, int) for v in values) else round(middle, 1)
 
 
 def ratio(a, b):
@@ -253,11 +266,14 @@ def add_options(parser):
     parser.add_argument("--rabbitmq-pid", type=int, help="its broker process, to measure its memory")
     parser.add_argument("--start-rabbitmq", action="store_true", help="start Debian's rabbitmq-server for the run")
     parser.add_argument("--micropython", action="store_true",
-                        help="also run the throughput scenarios against the unix-port MicroPython broker")
+                        help="also run the throughput scenarios against the unix-port MicroPython broker "
+                        "(with a tenth of --count)")
     parser.add_argument("--no-pure", action="store_true", help="skip hutch in pure Python")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="comma-separated subset of: %s" % ", ".join(SCENARIOS))
     parser.add_argument("--count", type=int, default=200000, help="messages per throughput scenario (default 200000)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of each scenario; the table shows the median (default 3)")
     parser.add_argument("--idle-connections", type=int, default=500, help="connections for the memory figures")
     parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
 
@@ -290,29 +306,46 @@ def run(args):
         print(line, file=sys.stderr, flush=True)
     results = {}
     scanners = {}
+    brokers = []
     workdir = tempfile.mkdtemp(prefix="hutch-bench-")
     try:
         plan = brokers_to_run(args, workdir)
         if args.rabbitmq:
             External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
         for key, make in plan:
-            broker = make()
-            try:
-                log("%s on %s:%d" % (key, broker.host, broker.port))
-                broker.start()
-                todo = [n for n in names if key != "micropython" or n in MICROPYTHON_SCENARIOS]
-                results[key] = measure(broker, todo, args.count, args.idle_connections, log)
-                if isinstance(broker, Hutch):
-                    scanners[key] = broker.scanner()
-            finally:
-                broker.stop()
+            brokers.append((key, make()))
+            log("%s on %s:%d" % (key, brokers[-1][1].host, brokers[-1][1].port))
+            brokers[-1][1].start()
+        for key, broker in brokers:
+            # (the micropython command hosts the unix port in a CPython process: its RSS says nothing)
+            results[key] = memory(broker, names, args.idle_connections, log) if key != "micropython" else {}
+            if isinstance(broker, Hutch):
+                scanners[key] = broker.scanner()
+        # Round by round, every broker in turn: on a shared machine a busy spell then slows them
+        # all alike, and the median of the rounds leaves out the worst of it.
+        samples = {}
+        for name in load_scenarios(names):
+            for round_number in range(args.repeat):
+                for key, broker in brokers:
+                    if key == "micropython" and name not in MICROPYTHON_SCENARIOS:
+                        continue
+                    log("  %s %s, round %d" % (key, name, round_number + 1))
+                    count = args.count // 10 if key == "micropython" else args.count  # ~20x slower
+                    for figure, value in load(broker, name, count).items():
+                        samples.setdefault(key, {}).setdefault(figure, []).append(value)
+        for key in samples:
+            for figure, values in samples[key].items():
+                results[key][figure] = median(values)
     except (BenchError, loadgen.LoadError) as e:
         print("hutch bench: %s" % e, file=sys.stderr)
         return 2
     finally:
+        for _, broker in brokers:
+            broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print(table(results, names))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"count": args.count, "scanners": scanners, "results": results}, f, indent=1)
+            json.dump({"count": args.count, "repeat": args.repeat, "scanners": scanners, "results": results,
+                       "samples": samples}, f, indent=1)
     return 0
