@@ -6,9 +6,10 @@ bytes arrive and when a socket's send buffer fills or drains. That saves, per re
 a task switch for the reader and one for the writer, two Events and the stream's
 own buffering: on a busy broker that was most of the port's cost per message.
 
-Per client: data_received feeds the connection; whatever output appears (from this
-client's input, another client's publish, or a tick) is written once per pass of the
-event loop (_flush, scheduled by conn.wake), so many deliveries go out in one send.
+Per client: data_received feeds the connection; whatever output that read produced,
+for this client and for the consumers its publishes reached, is written before it
+returns, one write per client (see _wake), so many deliveries go out in one send
+and none waits for another pass of the event loop.
 Flow control is the same as the stream port's: a held-back publisher or a client that
 does not read what it is sent is not read from (pause_reading), and while the socket's
 send buffer is full (pause_writing) output stays in the connection, where the broker
@@ -21,6 +22,17 @@ from .tcp import TcpServer, peer_address
 
 class ProtocolServer(TcpServer):
     """TcpServer with the same start/stop/tick, serving clients through _ClientProtocol."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.feeding = False   # inside a client's data_received
+        self.woken = []        # clients given output meanwhile: flushed before it returns
+
+    def flush_woken(self):
+        woken = self.woken
+        self.woken = []
+        for client in woken:
+            client.flush()
 
     async def start(self):
         loop = asyncio.get_running_loop()
@@ -59,14 +71,19 @@ class _ClientProtocol(asyncio.Protocol):
         conn = self.conn
         if conn is None or conn.closed:
             return
+        server = self.server
+        server.feeding = True
         try:
             conn.feed(data)
         except MemoryError:
             conn.out_of_memory()
         except Exception as e:  # a bug in the port: it costs this client, never the broker
-            self.server.log("error", "%s: port error: %r" % (conn.name, e), e)
+            server.log("error", "%s: port error: %r" % (conn.name, e), e)
             conn.lost()
+        finally:
+            server.feeding = False
         self._wake()
+        server.flush_woken()
 
     def eof_received(self):
         if self.conn is not None and not self.conn.closed:
@@ -93,13 +110,21 @@ class _ClientProtocol(asyncio.Protocol):
         self._wake()
 
     def _wake(self):
-        """Output appeared, or the connection's state changed: look at it once this pass of
-        the event loop is done, so that what every client sent in it goes out in one write."""
-        if not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        """Output appeared, or the connection's state changed. While a client's bytes are being
+        fed (the usual case: a publish delivered to consumers), every client so woken is
+        flushed once they all have been handled: one write each per read, at once. Otherwise
+        (a tick, a resumed socket) once the event loop is free."""
+        if self.flush_scheduled:
+            return
+        self.flush_scheduled = True
+        if self.server.feeding:
+            self.server.woken.append(self)
+        else:
+            self.loop.call_soon(self.flush)
 
-    def _flush(self):
+    def flush(self):
+        if not self.flush_scheduled:
+            return  # flushed already, by the other of the two ways
         self.flush_scheduled = False
         conn = self.conn
         transport = self.transport
