@@ -21,8 +21,6 @@ import struct
 from . import spec
 from .auth import MECHANISMS, credentials, is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
-from .channel import IDLE
-from .channel import OPEN as CHANNEL_OPEN
 from .channel import Channel, raise_unexpected
 from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
@@ -34,19 +32,11 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 
-# The batch frame scanner connections use, as (scan, new_records): installed on CPython by
-# framing.use_scanner (the C one, from hutch.c_accel.loader). None, and always on MicroPython:
-# each connection reads frame headers in its own loop (_read_frames).
+# The batch frame reading connections use: installed on CPython by framing.use_scanner (the C
+# scanner, from hutch.c_accel.loader) as (scan, new_records, read_batch); see core/batch.py.
+# None, and always on MicroPython: each connection reads frame headers in its own loop
+# (_read_frames). Nothing of the batch path is imported here, so a board's heap never holds it.
 frame_scanner = None
-# The scanner's statuses and records, as framing.py defines them. Repeated here so that a board, which never
-# scans in batch, does not load framing.py at all: that would cost ~1.2 KiB of its heap.
-# (tests/test_accel_connection.py checks they match.)
-NEED_MORE = 0
-FULL = 1
-OVERSIZE = 2
-RECORD_SLOTS = 6    # the slots of one record,
-PUBLISH = 256       # the record type of a whole publish,
-SETTLE = 257        # and that of a decoded basic.ack, nack or reject
 
 AWAIT_HEADER = 0
 AWAIT_START_OK = 1
@@ -82,6 +72,7 @@ class Connection:
         scanner = frame_scanner
         self._scan = scanner[0] if scanner is not None else None
         self._records = scanner[1]() if scanner is not None else None
+        self._read_batch = scanner[2] if scanner is not None else None
         self._woken = False
         self.channels = {}
         self.frame_max = limits.frame_max
@@ -192,7 +183,7 @@ class Connection:
 
     def _read_frames(self, data, pos):
         if self._scan is not None:
-            return self._read_scanned_frames(data, pos)
+            return self._read_batch(self, data, pos)
         # Pure Python (MicroPython, or CPython without the C scanner): read each header here.
         # A batch scan in Python costs more than it saves (framing.py says why).
         n = len(data)
@@ -209,7 +200,7 @@ class Connection:
             if data[end] != 0xCE:
                 self._bad_frame_end(data[end])
                 return n
-            # The same as _handle_frame, written out: on MicroPython the call costs ~10% of feed.
+            # The same as batch.handle_frame, written out: on MicroPython the call costs ~10% of feed.
             ftype = data[pos]
             number = (data[pos + 1] << 8) | data[pos + 2]
             if self.state == CLOSING:
@@ -226,106 +217,6 @@ class Connection:
                 return n
             pos = end + 1
         return pos
-
-    def _read_scanned_frames(self, data, pos):
-        # The scanner (C) finds a batch of frames in one call; then they are handled one by
-        # one, because any of them may pause or close the connection, and what follows must
-        # then stay unread (kept in _pending) or be dropped. Same behaviour as the loop above.
-        records = self._records
-        while True:
-            max_payload = self.max_payload
-            count, stop, status, detail = self._scan(data, pos, max_payload, records)
-            slot = 0
-            for _ in range(count):
-                if self.paused or self.closed:
-                    return pos
-                ftype = records[slot]
-                end = records[slot + 3]
-                if ftype == PUBLISH:
-                    last = records[slot + 5]
-                    after = self._whole_publish(records[slot + 1], data, records[slot + 2], end, records[slot + 4], last)
-                    if after <= last:
-                        return after  # paused or closed part way: the rest stays unread
-                    pos = after
-                elif ftype == SETTLE:
-                    self._settle(records[slot + 1], data, records[slot + 2], end, records[slot + 4], records[slot + 5])
-                    pos = end + 1
-                else:
-                    if not self._handle_frame(ftype, records[slot + 1], data, records[slot + 2] - 7, end):
-                        return len(data)
-                    pos = end + 1
-                slot += RECORD_SLOTS
-                if self.max_payload != max_payload:
-                    break  # tune-ok lowered frame_max: the frames after it were checked against the old one
-            else:
-                if status == FULL:
-                    continue
-                if status == NEED_MORE or self.paused or self.closed:
-                    return stop
-                if status == OVERSIZE:
-                    self._oversize_frame(detail)
-                else:
-                    self._bad_frame_end(detail)
-                return len(data)
-
-    def _whole_publish(self, number, data, payload, end, header_end, body_end):
-        """A basic.publish method frame (payload to end) and its content frames, which end at
-        header_end and body_end (the same when the body is empty): one step for the channel
-        when it is open and idle, else frame by frame, exactly as they would have been.
-        Returns where the next unhandled frame starts."""
-        channel = self.channels.get(number) if self.state == OPEN else None
-        if channel is not None and channel.state == CHANNEL_OPEN and channel.content_state == IDLE:
-            try:
-                channel.on_publish(data, payload + 4, end)
-                channel.on_header(data, end + 1, header_end)
-                if body_end != header_end:
-                    channel.on_body(data, header_end + 1, body_end)
-            except ChannelException as e:
-                self.channel_error(channel, e)  # the frames after the error go unread, as on a closing channel
-            return body_end + 1
-        frames = [(1, payload - 7, end), (2, end + 1, header_end)]
-        if body_end != header_end:
-            frames.append((3, header_end + 1, body_end))
-        for ftype, start, frame_end in frames:
-            if self.paused or self.closed:
-                return start
-            self._handle_frame(ftype, number, data, start, frame_end)
-        return body_end + 1
-
-    def _settle(self, number, data, payload, end, method_id, tag):
-        """A basic.ack, nack or reject whose delivery tag the scanner decoded: straight to the
-        channel when it is open and idle, else as any method frame."""
-        channel = self.channels.get(number) if self.state == OPEN else None
-        if channel is None or channel.state != CHANNEL_OPEN or channel.content_state != IDLE:
-            self._handle_frame(1, number, data, payload - 7, end)
-            return
-        bits = data[end - 1]
-        try:
-            if method_id == spec.BASIC_ACK:
-                channel.settle(tag, bits & 1, True, False, method_id)
-            elif method_id == spec.BASIC_NACK:
-                channel.settle(tag, bits & 1, False, bits & 2, method_id)
-            else:
-                channel.settle(tag, False, False, bits & 1, method_id)
-        except ChannelException as e:
-            self.channel_error(channel, e)
-
-    def _handle_frame(self, ftype, number, data, pos, end):
-        """One whole frame, its header at pos and its frame-end octet at end. False after a
-        framing error: the rest of the stream cannot be read. (_read_frames has it inline.)"""
-        if self.state == CLOSING:
-            self._closing_frame(ftype, number, data, pos, end)
-        elif ftype == 1:
-            self._method_frame(number, data, pos + 7, end)
-        elif ftype == 2 or ftype == 3:
-            self._content_frame(ftype, number, data, pos, end)
-        elif ftype == 8:
-            if number != 0:
-                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
-        else:
-            self._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
-            return False
-        return True
 
     def _oversize_frame(self, size):
         self._frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))

@@ -145,7 +145,8 @@ def scan_frames(buf, pos, max_payload, records):
 # The scanner connections use: none (they read each frame header in their own loop) until
 # a CPython entry point installs the C one (hutch.c_accel.loader). The core never imports
 # the accelerator itself: on MicroPython there is none, and the core stays free of
-# CPython-only code. Nor does the connection import this module: a board never needs it.
+# CPython-only code. Nor does the connection import this module (or batch.py): a board never
+# needs them.
 #
 # Why not scan_frames above when there is no C: in pure Python the batch costs more than
 # it saves. Each frame's record is written and read back on top of reading its header, and
@@ -155,6 +156,6 @@ def scan_frames(buf, pos, max_payload, records):
 # batch loop is tested with it too (tests/test_accel_*.py).
 def use_scanner(scan, make_records):
     """Make scan (with records from make_records()) the scanner of connections made from now
-    on; scan None: the connection's own loop."""
-    from . import connection
-    connection.frame_scanner = (scan, make_records) if scan is not None else None
+    on, read by batch.read_batch; scan None: the connection's own loop."""
+    from . import batch, connection
+    connection.frame_scanner = (scan, make_records, batch.read_batch) if scan is not None else None

@@ -38,6 +38,8 @@ HOST_ONLY = {
     "tools/unixboard_repl.py",  # the REPL of that pretend board (a board has its own, in C)
     "tools/flash.py",      # drives mpremote from a host
     "ports/tcp_cpython.py",  # CPython's asyncio protocols: a board's asyncio has only streams
+    "core/batch.py",       # reads frames found by the C scanner, which boards do not have
+    "core/framing.py",     # the C scanner's pure-Python reference
     "tools/bench.py",      # benchmarks a broker from a host
     "tools/loadgen.py",    # the load generator of hutch bench
     "tools/micropython_host.py",  # runs the unix port from a host

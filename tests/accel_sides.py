@@ -3,7 +3,7 @@
 "python" (the batch loop with core/framing.py's reference scanner) and "c" (the batch
 loop with the C scanner). The differential tests feed all three the same bytes."""
 from hutch.c_accel import scanner as c_scanner
-from hutch.core import framing
+from hutch.core import batch, framing
 from hutch.core.broker import Broker
 
 SCANNERS = ("inline", "python", "c")
@@ -16,12 +16,13 @@ class Side:
         self.log = []
         self.broker = Broker(limits, log=lambda level, message, exc=None: self.log.append((level, message)))
         self.conn = self.broker.connect({"address": "127.0.0.1", "port": 1})
+        conn = self.conn
         if how == "inline":
-            self.conn._scan, self.conn._records = None, None
+            conn._scan, conn._records, conn._read_batch = None, None, None
         elif how == "c":
-            self.conn._scan, self.conn._records = c_scanner.scan_frames, c_scanner.new_records()
+            conn._scan, conn._records, conn._read_batch = c_scanner.scan_frames, c_scanner.new_records(), batch.read_batch
         else:
-            self.conn._scan, self.conn._records = framing.scan_frames, framing.new_records()
+            conn._scan, conn._records, conn._read_batch = framing.scan_frames, framing.new_records(), batch.read_batch
 
     def feed(self, chunk):
         self.conn.feed(chunk)

@@ -13,7 +13,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hutch.core import connection, framing, spec
+from hutch.core import spec
 from hutch.core.codec import encode_args
 from hutch.core.limits import Limits
 
@@ -148,14 +148,6 @@ def test_paused_publisher_leaves_a_bad_frame_after_it_for_later():
         out, state, closed, paused, pending, log = results[0]
         assert paused and not closed and pending.endswith(broken)
         assert results[1] == results[0] and results[2] == results[0]
-
-
-def test_the_connection_knows_the_scanner_statuses_framing_defines():
-    """connection.py repeats three of framing.py's constants so that boards need not load it."""
-    assert ((connection.NEED_MORE, connection.FULL, connection.OVERSIZE, connection.RECORD_SLOTS, connection.PUBLISH,
-             connection.SETTLE)
-            == (framing.NEED_MORE, framing.FULL, framing.OVERSIZE, framing.RECORD_SLOTS, framing.PUBLISH,
-                framing.SETTLE))
 
 
 def test_acks_nacks_and_rejects_settle_the_same_whatever_the_scanner():
