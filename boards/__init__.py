@@ -5,7 +5,8 @@ A profile is a small module (boards/esp32.py, ...) with:
     HEAP      bytes of heap the profile is sized for
     LIMITS    fields of hutch.core.limits.Limits (frame_max, connections, queue budgets...)
     READ_SIZE bytes of the transport read buffer (one per server, reused)
-    STORAGE   {"path": data folder, "max_bytes": what the journal may use}
+    STORAGE   {"path": data folder, "max_bytes": what the journal may use (publishers are
+              blocked near it), "segment_bytes": the size of one journal segment file}
     SERIAL    UARTs wired for AMQP links: [{"uart": id, "tx": pin, "rx": pin, "baudrate": n}]
 
 `hutch serve --board NAME` (or "board" in the config's [server] section) picks

@@ -24,5 +24,5 @@ LIMITS = {
     "low_water_percent": 50,      # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 1024
-STORAGE = {"path": "/data", "max_bytes": 256 * 1024}
+STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024}
 SERIAL = [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}]

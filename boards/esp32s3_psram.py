@@ -17,5 +17,5 @@ LIMITS = {
     "output_high_water": 16 * 1024,
 }
 READ_SIZE = 8192
-STORAGE = {"path": "/data", "max_bytes": 2 * 1024 * 1024}
+STORAGE = {"path": "/data", "max_bytes": 2 * 1024 * 1024, "segment_bytes": 64 * 1024}
 SERIAL = [{"uart": 1, "tx": 17, "rx": 18, "baudrate": 115200}]

@@ -18,5 +18,5 @@ LIMITS = {
     "low_water_percent": 50,      # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 2048
-STORAGE = {"path": "/data", "max_bytes": 512 * 1024}
+STORAGE = {"path": "/data", "max_bytes": 512 * 1024, "segment_bytes": 32 * 1024}
 SERIAL = [{"uart": 0, "tx": 0, "rx": 1, "baudrate": 115200}]

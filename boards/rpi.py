@@ -17,5 +17,5 @@ LIMITS = {
     "output_high_water": 256 * 1024,
 }
 READ_SIZE = 65536
-STORAGE = {"path": "hutch-data", "max_bytes": 4 * 1024 * 1024 * 1024}
+STORAGE = {"path": "hutch-data", "max_bytes": 4 * 1024 * 1024 * 1024, "segment_bytes": 8 * 1024 * 1024}
 SERIAL = [{"device": "/dev/serial0", "baudrate": 115200}]

@@ -71,11 +71,15 @@ class Broker:
         self.blocked = False      # publishers are held back, for one of these reasons:
         self.over_budget = False  # - queued messages passed total_max_messages/bytes
         self.alarm = None         # - the port says memory is short (set_alarm)
+        self.disk_alarm = None    # - the journal is near its disk budget (check_disk)
+        self.disk_failure = None  # - the journal cannot write (set_disk_failure)
         self.refuse_connections = None  # a reason to refuse connection.open, set by the port
         self.block_reason = ""
         self.paused = []          # connections held back from reading
         self.expiring = []        # queues that may hold entries with a TTL
         self.expirable = []       # queues with x-expires: deleted after that long unused
+        self.journal = None       # core/durable.Journal, attached by the storage port after replay
+        self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         self._serial = 0
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
         self._properties = None
@@ -116,6 +120,8 @@ class Broker:
                 queue.dispatch()
                 if not queue.messages.length or queue.deleted:
                     self.expiring.remove(queue)
+        if self.journal is not None:
+            self.journal.tick()
         for queue in list(self.expirable):
             if not queue.consumers and now - queue.last_used >= queue.expires:
                 self.log("info", "queue '%s' expired after %d ms unused" % (text(queue.name), queue.expires))
@@ -150,7 +156,7 @@ class Broker:
             limits = self.limits
             if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:
                 self.over_budget = True
-                self._update_block("queued messages use %d of %d bytes (%d messages)"
+                self._update_block("low on memory: queued messages use %d of %d bytes (%d messages)"
                                    % (self.held_bytes, limits.total_max_bytes, self.held_messages))
 
     def release(self, message):
@@ -169,13 +175,35 @@ class Broker:
         as an exhausted budget does, None clears it. The core cannot measure the heap itself."""
         if reason != self.alarm:
             self.alarm = reason
-            self._update_block(reason or "memory alarm cleared")
+            self._update_block("low on memory: " + reason if reason else "memory alarm cleared")
+
+    def check_disk(self, journal):
+        """Block publishers while the journal is near the disk budget (90%), until it is back
+        under 75%: they are told (connection.blocked, basic.nack under confirms) and paused,
+        never dropped. Consumers' acks still go through: they are what frees the disk."""
+        budget = journal.max_bytes
+        if budget <= 0:
+            return
+        if self.disk_alarm is None and journal.total * 10 >= budget * 9:
+            self.disk_alarm = "journal uses %d of %d bytes" % (journal.total, budget)
+            self._update_block("low on disk: " + self.disk_alarm)
+        elif self.disk_alarm is not None and journal.total * 4 < budget * 3:
+            self.disk_alarm = None
+            self._update_block("journal back under 75%% of its %d bytes" % budget)
+
+    def set_disk_failure(self, reason):
+        """The storage port cannot write the journal (disk full, card gone): block publishers
+        until it can again; None clears it."""
+        if reason != self.disk_failure:
+            self.disk_failure = reason
+            self._update_block("disk: " + reason if reason else "journal writes again")
 
     def _update_block(self, reason):
-        should_block = self.over_budget or self.alarm is not None
+        should_block = (self.over_budget or self.alarm is not None or self.disk_alarm is not None
+                        or self.disk_failure is not None)
         if should_block and not self.blocked:
             self.blocked = True
-            self.block_reason = "low on memory: " + reason
+            self.block_reason = reason
             self.log("warning", "publishers blocked: " + self.block_reason)
             for conn in self.connections:
                 conn.notify_blocked(self.block_reason)
@@ -188,6 +216,24 @@ class Broker:
             self.paused = []
             for conn in paused:
                 conn.resume_reading()
+
+    # ------------------------------------------------------------ the journal
+
+    def wait_for_journal(self, conn):
+        if conn not in self.journal_waiters:
+            self.journal_waiters.append(conn)
+
+    def journal_synced(self, seq):
+        """The storage port made every journal record up to seq durable: the confirms and
+        tx.commit-oks that waited for them can go out."""
+        journal = self.journal
+        if journal is not None:
+            journal.synced = seq
+        waiters = self.journal_waiters
+        self.journal_waiters = []
+        for conn in waiters:
+            if not conn.closed:
+                conn.flush_confirms()
 
     # ------------------------------------------------------------ exchanges
 
@@ -232,6 +278,8 @@ class Broker:
                                    % (text(name), self.limits.max_exchanges), method)
         exchange = Exchange(name, kind, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
+        if durable and self.journal is not None:
+            self.journal.exchange_declared(exchange)
         return exchange
 
     def delete_exchange_named(self, name, if_unused):
@@ -252,6 +300,8 @@ class Broker:
         if self.exchanges.get(exchange.name) is not exchange:
             return
         del self.exchanges[exchange.name]
+        if exchange.durable and self.journal is not None:
+            self.journal.exchange_deleted(exchange)  # its bindings go with it, here and at replay
         for binding in list(exchange.bindings.values()):
             self._remove_binding(binding)
         for binding in list(exchange.inbound):
@@ -284,8 +334,11 @@ class Broker:
         if self.binding_count >= self.limits.max_bindings:
             raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - binding limit (%d) is reached"
                                    % self.limits.max_bindings, method)
-        if source.bind(destination, key, arguments) is not None:
+        binding = source.bind(destination, key, arguments)
+        if binding is not None:
             self.binding_count += 1
+            if self.journal is not None:
+                self.journal.bound(binding)
 
     def unbind(self, source_name, destination, key, arguments, method):
         source = self.named_exchange(source_name, method)
@@ -299,6 +352,8 @@ class Broker:
             return
         source.unbind(binding)
         self.binding_count -= 1
+        if self.journal is not None:
+            self.journal.unbound(binding)
         if source.auto_delete and not source.bindings:
             self.delete_exchange(source)
 
@@ -333,6 +388,8 @@ class Broker:
                                    % (text(name), self.limits.max_queues), method)
         queue = Queue(self, name, durable, conn if exclusive else None, auto_delete, arguments)
         self.queues[name] = queue
+        if queue.journalled and self.journal is not None:
+            self.journal.queue_declared(queue)
         if queue.expires:
             self.expirable.append(queue)
         return queue
@@ -347,6 +404,8 @@ class Broker:
             return 0
         queue.deleted = True
         del self.queues[queue.name]
+        if queue.journalled and self.journal is not None:
+            self.journal.queue_deleted(queue)  # its messages and bindings go with it
         if queue in self.expirable:
             self.expirable.remove(queue)
         for binding in list(queue.inbound):
@@ -429,11 +488,11 @@ class Broker:
         # A cycle back to a queue the message already died in, with no client rejection
         # in between, would spin forever: RabbitMQ drops it, and so do we.
         visited = [d.get("queue") for d in deaths if isinstance(d, dict)] if reason != b"rejected" else ()
-        for target in self.route(exchange, dead):
-            if target.name in visited:
-                continue
-            if target.accepts(dead):
-                target.publish(dead, self.expiry(target, dead))
+        targets = [t for t in self.route(exchange, dead) if t.name not in visited and t.accepts(dead)]
+        if targets and self.journal is not None:
+            self.journal.add_message(dead, targets)  # before the queues: a consumer may ack it at once
+        for target in targets:
+            target.publish(dead, self.expiry(target, dead))
 
 
 def _default_exchange_refused(method):

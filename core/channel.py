@@ -62,6 +62,10 @@ class Channel:
         self.publish_seq = 0
         self.confirm_ready = 0     # every publish up to this one can be acked
         self.confirm_sent = 0
+        # Confirms (and tx.commit-oks) held until the journal has made durable what they
+        # promise, in publish order: (publish seq, journal seq needed, refused) and journal seqs.
+        self.confirm_waits = []
+        self.commit_waits = []
         self.tx = None
 
     # ------------------------------------------------------------ frames in
@@ -213,6 +217,7 @@ class Channel:
         # Out of memory, a publisher with confirms is told no (basic.nack) and still read: its
         # connection may carry acks too, and they are what frees memory. Others are paused.
         refuse_all = self.confirming and broker.blocked
+        targets = []
         for queue in queues:
             if refuse_all:
                 refused = True
@@ -227,12 +232,21 @@ class Channel:
                     refused = True  # the board's budget for this queue is spent: nack, never drop silently
                     continue
                 self.conn.wait_for(queue)  # no confirms to say no with: slow the publisher down instead
+            targets.append(queue)
+        journal = broker.journal
+        # Into the journal before any queue has it: a consumer may take (and ack) it at once.
+        journalled = journal is not None and targets and journal.add_message(message, targets)
+        for queue in targets:
             queue.publish(message, broker.expiry(queue, message))
         if not queues and mandatory:
             self.send_return(spec.NO_ROUTE, "NO_ROUTE", message)
         if self.confirming:
             self.publish_seq += 1
-            if refused:
+            if journalled or self.confirm_waits:
+                # confirmed once the journal has it on disk (and after those before it)
+                self.confirm_waits.append((self.publish_seq, journal.seq if journalled else 0, refused))
+                self.conn.confirm_pending(self)
+            elif refused:
                 self.flush_confirms()
                 self.conn.send_method(self.number, spec.BASIC_NACK, (self.publish_seq, False, False))
                 self.confirm_sent = self.publish_seq
@@ -241,6 +255,36 @@ class Channel:
                 self.conn.confirm_pending(self)
 
     def flush_confirms(self):
+        """Send the confirms that are due; True if some still wait for the journal."""
+        if self.confirm_waits or self.commit_waits:
+            return self._flush_durable()
+        self._send_acks()
+        return False
+
+    def _flush_durable(self):
+        synced = self.broker.journal.synced
+        waits = self.confirm_waits
+        done = 0
+        for seq, needed, refused in waits:
+            if needed > synced:
+                break
+            done += 1
+            if refused:
+                self._send_acks()
+                self.conn.send_method(self.number, spec.BASIC_NACK, (seq, False, False))
+                self.confirm_sent = seq
+            else:
+                self.confirm_ready = seq
+        if done:
+            del waits[:done]
+        self._send_acks()
+        commits = self.commit_waits
+        while commits and commits[0] <= synced:
+            commits.pop(0)
+            self.reply(spec.TX_COMMIT_OK)
+        return bool(waits or commits)
+
+    def _send_acks(self):
         if self.confirm_ready > self.confirm_sent:
             multiple = self.confirm_ready - self.confirm_sent > 1
             self.conn.send_method(self.number, spec.BASIC_ACK, (self.confirm_ready, multiple))
@@ -263,11 +307,13 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if consumer.no_ack:
-            self.broker.release(message)
+            queue.forget(message)
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             self.consumer_unacked += 1
+            if message.pid and not entry[1] and queue.journalled:
+                self.broker.journal.delivered(queue, message)  # so it comes back redelivered
         conn = self.conn
         tag_ss = consumer.tag_shortstr
         route = message.route
@@ -322,7 +368,7 @@ class Channel:
             if queue not in touched:
                 touched.append(queue)
             if ack:
-                self.broker.release(entry[0])
+                queue.forget(entry[0])
             elif requeue:
                 if requeues is None:
                     requeues = {}
@@ -580,9 +626,11 @@ def basic_get(ch, args):
     tag = ch.next_tag
     ch.next_tag = tag + 1
     if no_ack:
-        ch.broker.release(message)
+        queue.forget(message)
     else:
         ch.unacked[tag] = (queue, entry, None)
+        if message.pid and not entry[1] and queue.journalled:
+            ch.broker.journal.delivered(queue, message)
     conn = ch.conn
     conn.send_method(ch.number, spec.BASIC_GET_OK, (tag, entry[1], message.exchange, message.routing_key,
                                                     queue.message_count()))
@@ -646,6 +694,11 @@ def tx_commit(ch, args):
         ch._route(broker.exchange_for_publish(message.exchange), message, mandatory)
     for tags, ack, requeue in tx.settles:
         ch._apply(tags, ack, requeue)
+    journal = broker.journal
+    if journal is not None and (journal.unsynced() or ch.commit_waits):
+        ch.commit_waits.append(journal.seq)  # commit-ok once what it wrote is on disk
+        ch.conn.confirm_pending(ch)
+        return
     ch.reply(spec.TX_COMMIT_OK)
 
 

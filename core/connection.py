@@ -138,7 +138,7 @@ class Connection:
             pos = len(data)
         if pos < len(data) and not self.closed:
             self._pending = bytes(data[pos:])
-        self._flush_confirms()
+        self.flush_confirms()
 
     def out_of_memory(self):
         """The heap ran out while serving this client (in the core or in its port): say so in
@@ -520,11 +520,19 @@ class Connection:
         if channel not in self.confirm_channels:
             self.confirm_channels.append(channel)
 
-    def _flush_confirms(self):
+    def flush_confirms(self):
+        """The confirms every channel has due; channels whose confirms wait for the journal
+        stay listed, and the broker calls this again once the journal has synced."""
         if self.confirm_channels:
+            waiting = None
             for channel in self.confirm_channels:
-                channel.flush_confirms()
-            self.confirm_channels = []
+                if channel.flush_confirms():
+                    if waiting is None:
+                        waiting = []
+                    waiting.append(channel)
+            self.confirm_channels = waiting or []
+            if waiting:
+                self.broker.wait_for_journal(self)
 
     def after_publish(self):
         if self.broker.blocked:

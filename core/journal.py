@@ -37,16 +37,29 @@ ENDINGS = ("clean", "torn", "corrupt")
 
 def encode_record(kind, payload):
     """The bytes of one record (kind 0-255, payload bytes)."""
+    return b"".join(record_parts(kind, (payload,)))
+
+
+def record_parts(kind, parts):
+    """One record as a list of byte strings, its payload given in parts: a message's body
+    goes into the journal's write without being copied into a payload first."""
     if not 0 <= kind <= 255:
         raise ValueError("record kind %r is not an octet" % (kind,))
-    if len(payload) > MAX_PAYLOAD:
-        raise ValueError("record payload of %d bytes is too large" % len(payload))
-    n = len(payload)
+    n = 0
+    for part in parts:
+        n += len(part)
+    if n > MAX_PAYLOAD:
+        raise ValueError("record payload of %d bytes is too large" % n)
     fields = bytes((kind, (n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255))
-    check = crc32(fields) & 0xFFFF
-    crc = crc32(payload, crc32(fields)) & 0xFFFFFFFF
-    return (bytes((MAGIC,)) + fields + bytes((check >> 8, check & 255)) + bytes(payload)
-            + bytes(((crc >> 24) & 255, (crc >> 16) & 255, (crc >> 8) & 255, crc & 255)))
+    crc = crc32(fields)
+    check = crc & 0xFFFF
+    out = [bytes((MAGIC,)) + fields + bytes((check >> 8, check & 255))]
+    for part in parts:
+        crc = crc32(part, crc)
+        out.append(part)
+    crc &= 0xFFFFFFFF
+    out.append(bytes(((crc >> 24) & 255, (crc >> 16) & 255, (crc >> 8) & 255, crc & 255)))
+    return out
 
 
 def _all_zero(data, start):

@@ -27,6 +27,9 @@ FLAG_USER_ID = 0x0010
 
 
 class Message:
+    pid = 0       # its id in the journal, once journalled (core/durable.py); 0: not journalled
+    segment = 0   # the journal segment holding it
+
     def __init__(self, exchange, routing_key, route, header_tail, body_tail, body_size):
         self.exchange = exchange        # bytes
         self.routing_key = routing_key  # bytes
@@ -34,7 +37,7 @@ class Message:
         self.header_tail = header_tail
         self.body_tail = body_tail      # None when body_size == 0
         self.body_size = body_size
-        self.ttl = None                 # milliseconds, from the expiration property when set
+        self.ttl = None  # type: int | None  # milliseconds, from the expiration property when set
         self.cost = body_size + len(header_tail) + MESSAGE_OVERHEAD  # heap bytes held, for the budgets
         self._properties = None
 
@@ -53,6 +56,16 @@ class Message:
         # class, weight, body size (12) + flags: on_header made sure they are all there).
         tail = self.header_tail
         return (tail[16] << 8) | tail[17]
+
+    def persistent(self):
+        """delivery-mode 2. Read from the frame when it is the first property set (the usual
+        case: persistent messages with no content type, encoding or headers)."""
+        flags = self.flags()
+        if not flags & FLAG_DELIVERY_MODE:
+            return False
+        if not flags & 0xE000:
+            return self.header_tail[18] == 2
+        return self.properties().get("delivery-mode") == 2
 
     def properties(self):
         if self._properties is None:

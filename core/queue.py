@@ -107,6 +107,9 @@ class Queue:
         self.name = name
         self.durable = durable
         self.owner = owner            # the Connection of an exclusive queue, else None
+        # Its persistent messages go to the journal: exclusive queues end with their
+        # connection, so a restart (which ends every connection) never brings them back.
+        self.journalled = durable and owner is None
         self.auto_delete = auto_delete
         self.arguments = arguments
         self.messages = Fifo()
@@ -171,6 +174,19 @@ class Queue:
         self.messages.push(entry)
         self.ready_bytes += message.body_size
 
+    def restore(self, message, redelivered):
+        """A message read back from the journal at start, behind those restored before it."""
+        self.broker.hold(message)
+        self.messages.push((message, redelivered, self.broker.expiry(self, message)))
+        self.ready_bytes += message.body_size
+
+    def forget(self, message):
+        """A message this queue held leaves it for good (acked, delivered with no-ack, dropped,
+        purged): out of the broker's budget, and out of the journal if it was there."""
+        self.broker.release(message)
+        if message.pid and self.journalled:
+            self.broker.journal.removed(self, message)
+
     # ------------------------------------------------------------ delivering
 
     def _next_ready_consumer(self):
@@ -221,7 +237,7 @@ class Queue:
         """Put unacknowledged entries back at the head, in delivery order, marked redelivered."""
         if self.deleted:
             for entry in entries:
-                self.broker.release(entry[0])
+                self.forget(entry[0])
             return
         self.messages.push_front([(e[0], True, e[2]) for e in entries])
         for entry in entries:
@@ -233,7 +249,7 @@ class Queue:
         message = entry[0]
         if self.dead_letter_exchange is not None:
             self.broker.dead_letter(self, message, reason)
-        self.broker.release(message)
+        self.forget(message)
 
     def expire(self, now):
         """Drop expired entries at the head (as RabbitMQ does: only the head is checked)."""
@@ -247,7 +263,7 @@ class Queue:
         entries = self.messages.clear()
         self.ready_bytes = 0
         for entry in entries:
-            self.broker.release(entry[0])
+            self.forget(entry[0])
         self._wake_waiting()
         return len(entries)
 

@@ -4,6 +4,7 @@
     hutch passwd [--password PW]     print a password hash for the config file
     hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
     hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython]   benchmark hutch and RabbitMQ
+    hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
     hutch version
 """
 import sys
@@ -25,7 +26,7 @@ import signal  # noqa: E402
 
 from ..core.auth import hash_password
 from ..core.broker import VERSION
-from . import bench, config, flash, serve
+from . import bench, config, ctl, flash, serve
 
 
 def cmd_serve(args):
@@ -98,6 +99,9 @@ def main(argv=None):
                             "and against RabbitMQ when asked; print the figures and their ratios")
     bench.add_options(p)
     p.set_defaults(run=bench.run)
+    p = commands.add_parser("ctl", help="look at a data folder: journal, last recovery, quarantine",
+                            description="look at a broker's data folder (running or not)")
+    ctl.add_options(p)
     p = commands.add_parser("version", help="print the version")
     p.set_defaults(run=cmd_version)
     args = parser.parse_args(argv)

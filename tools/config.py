@@ -3,7 +3,9 @@
     [server]
     bind = "0.0.0.0"
     port = 5672
-    data = "hutch-data"
+    data = "hutch-data"     # the journal: durable definitions and persistent messages
+    journal_max_bytes = 1073741824   # disk budget (default: the board profile's)
+    segment_bytes = 8388608          # one journal segment file (default: the board profile's)
     serial = ["/dev/ttyUSB0"]   # also serve AMQP on these serial links (ports/serial.py)
     baud = 115200
 
@@ -29,7 +31,8 @@ from ..core.auth import Users
 from ..core.limits import Limits
 
 SECTIONS = {"wifi": ("ssid", "password"),  # used by firmware/main.py on boards with a network module
-            "server": ("bind", "port", "data", "log_level", "board", "stats_interval", "serial", "baud"), "limits": None, "users": None, "auth": ("loopback_users",)}
+            "server": ("bind", "port", "data", "log_level", "board", "stats_interval", "serial", "baud",
+                       "journal_max_bytes", "segment_bytes"), "limits": None, "users": None, "auth": ("loopback_users",)}
 
 
 class ConfigError(Exception):

@@ -104,10 +104,15 @@ def settings(args):
         stats = 60 if sys.implementation.name == "micropython" else 0
     if not isinstance(stats, int) or stats < 0:
         raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
+    storage = profile.STORAGE
+    journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
+    segment_bytes = _size(server, "segment_bytes", storage["segment_bytes"])
     return {
         "bind": args.bind or server.get("bind", "0.0.0.0"),
         "port": port,
-        "data": args.data or server.get("data", profile.STORAGE["path"]),
+        "data": args.data or server.get("data", storage["path"]),
+        "journal_max_bytes": journal_max_bytes,
+        "segment_bytes": segment_bytes,
         "log_level": level,
         "board": board,
         "read_size": profile.READ_SIZE,
@@ -119,6 +124,13 @@ def settings(args):
                    for device in _serial_devices(args.serial, server)],
         "baud": baud,
     }
+
+
+def _size(server, key, default):
+    value = server.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 4096:
+        raise config.ConfigError("%s must be a number of bytes, at least 4096, not %r" % (key, value))
+    return value
 
 
 def _serial_devices(option, server):
@@ -158,6 +170,24 @@ def choose_frame_scanner():
     return loader.activate()
 
 
+def recover_journal(opts, broker, log):
+    """Durable definitions and persistent messages come back before any client connects.
+    The code that reads them back is only needed now: a board forgets it afterwards, so
+    its heap does not keep it (about %d KiB on the esp32 profile)."""
+    from ..ports.recovery import recover
+    writer = recover(opts["data"], broker, opts["segment_bytes"], opts["journal_max_bytes"], log)
+    if sys.implementation.name == "micropython":
+        for name in ("hutch.ports.recovery", "hutch.core.replay"):
+            sys.modules.pop(name, None)
+            package, _, attribute = name.rpartition(".")
+            if hasattr(sys.modules.get(package), attribute):
+                delattr(sys.modules[package], attribute)
+        del recover
+        import gc
+        gc.collect()
+    return writer
+
+
 async def serve(opts, log, stop_event=None, on_ready=None):
     _make_dirs(opts["data"])
     scanner = choose_frame_scanner()  # before the first connection: each keeps the scanner it was made with
@@ -165,9 +195,11 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         log("info", scanner)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
+    journal = recover_journal(opts, broker, log)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     server = tcp_server_class()(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
     await server.start()
+    journal.start()
     serials = []
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
@@ -188,6 +220,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         for serial in serials:  # first, while the broker still ticks: their peers get 320 and a moment
             await serial.stop()
         await server.stop()
+        await journal.stop()  # after the clients: what they were confirmed is on disk
 
 
 def run(opts, on_start=None):

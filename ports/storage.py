@@ -1,0 +1,226 @@
+"""The storage port: the journal's files in the data folder, and group commit.
+
+    DATA/journal/00000001.seg ...  segments of records (core/journal.py, core/durable.py)
+    DATA/quarantine/               segments found corrupt at start, kept as they were
+    DATA/recovery.txt              what the last start found and did (`hutch ctl status`)
+
+Reading them back at start is ports/recovery.py's job.
+
+Making writes durable (what a confirm promises):
+- CPython: os.fsync on the segment file, in a worker thread, so the broker keeps
+  serving while the disk works. Everything that arrives meanwhile shares the next
+  fsync: one flush per batch of publishes, not per message (group commit).
+- MicroPython has no os.fsync. There a file's flush() is the sync the filesystem
+  offers: on LittleFS (ESP32, RP2040) it commits the file to flash (lfs_file_sync),
+  on the unix port it calls fsync. It runs in the event loop, between reads.
+Records reach the operating system (write + flush) as soon as the writer task runs, one
+turn of the event loop after they were made; with no confirm waiting they are synced at
+least every SYNC_EVERY_MS.
+"""
+import os
+import sys
+
+import asyncio
+
+from .clock import Clock
+
+MICROPYTHON = sys.implementation.name == "micropython"
+SEGMENT_SUFFIX = ".seg"
+SYNC_EVERY_MS = 1000     # with no confirm waiting, records are synced at least this often
+
+
+def exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def make_dir(path):
+    if not exists(path):
+        os.mkdir(path)
+
+
+class SegmentFiles:
+    """The segment files: read them at start, append to the newest, sync, delete old ones."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.dir = folder + "/journal"
+        self.quarantine_dir = folder + "/quarantine"
+        make_dir(folder)
+        make_dir(self.dir)
+        self.file = None          # the open segment file, and its number
+        self.file_segment = None
+        self.unsynced = []        # files written since the last sync (a rolled one stays until then)
+        self.new_file = False     # a segment file was created: its directory entry needs a sync too
+
+    def path(self, segment):
+        return "%s/%08d%s" % (self.dir, segment, SEGMENT_SUFFIX)
+
+    def numbers(self):
+        out = []
+        for name in os.listdir(self.dir):
+            if name.endswith(SEGMENT_SUFFIX) and name[:-len(SEGMENT_SUFFIX)].isdigit():
+                out.append(int(name[:-len(SEGMENT_SUFFIX)]))
+        out.sort()
+        return out
+
+    def append(self, segment, parts):
+        if segment != self.file_segment:
+            self.file = open(self.path(segment), "ab")
+            self.file_segment = segment
+            self.new_file = True
+        f = self.file
+        if f not in self.unsynced:
+            self.unsynced.append(f)
+        if MICROPYTHON:
+            for part in parts:  # no join: one large buffer would fragment a board's heap
+                f.write(part)
+        else:
+            f.write(b"".join(parts))
+            f.flush()  # to the operating system now: a killed process loses nothing
+
+    def remove(self, segment):
+        try:
+            os.remove(self.path(segment))
+        except OSError:
+            pass  # already gone (by hand): nothing was needed from it
+
+    def take_unsynced(self):
+        """The files to sync, and whether the directory needs it too; the caller passes them
+        to sync() (CPython: in a worker thread) and then to synced()."""
+        files = self.unsynced
+        self.unsynced = []
+        new_file = self.new_file
+        self.new_file = False
+        return files, new_file
+
+    def sync(self, files, new_file):
+        for f in files:
+            self.sync_file(f)
+        read_only = getattr(os, "O_RDONLY", None)  # CPython: MicroPython's os has neither
+        if new_file and hasattr(os, "fsync") and read_only is not None:
+            fd = os.open(self.dir, read_only)  # a new file is durable once its directory entry is
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def synced(self, files):
+        """Close the files that were rolled over, now that they are synced."""
+        for f in files:
+            if f is not self.file and f not in self.unsynced:
+                f.close()
+
+    def sync_file(self, f):
+        f.flush()  # MicroPython: the filesystem's own sync (see the module's docstring)
+        if hasattr(os, "fsync"):
+            os.fsync(f.fileno())
+
+    def close(self):
+        if self.file is not None:
+            self.sync_file(self.file)
+            self.file.close()
+            self.file = None
+            self.file_segment = None
+
+
+class JournalWriter:
+    """Writes what the journal has, syncs when a confirm waits (or every SYNC_EVERY_MS), and
+    tells the broker what is durable. One asyncio task; fsync in a thread on CPython."""
+
+    def __init__(self, journal, files, broker, log):
+        self.journal = journal
+        self.files = files
+        self.broker = broker
+        self.log = log
+        self.written = 0        # journal seq written to the files
+        self.clock = Clock()
+        self.last_sync = self.clock.now_ms()
+        self.failing = None     # the last write error, while writes fail
+        self.stopping = False
+        self._pending = None    # what take() gave, until it is written
+        self.event = None
+        self.tasks = []
+        journal.wake = self.kick
+
+    def start(self):
+        self.event = asyncio.Event()
+        self.tasks = [asyncio.create_task(self._run())]
+        self.kick()  # the new segment's snapshot
+
+    def kick(self):
+        if self.event is not None:
+            self.event.set()
+
+    async def _run(self):
+        while not self.stopping:
+            await self.event.wait()
+            self.event.clear()
+            if not self.write():
+                continue
+            broker = self.broker
+            if self.written > self.journal.synced and (
+                    broker.journal_waiters or self.clock.now_ms() - self.last_sync >= SYNC_EVERY_MS):
+                await self.sync()
+
+    def write(self):
+        """Everything the journal has, to the files; False if the disk refused (retried)."""
+        journal = self.journal
+        try:
+            pending = self._pending
+            if self.failing is None or pending is None:  # else retry what failed
+                pending = self._pending = journal.take()
+            chunks, deletions, seq = pending
+            for segment, parts in chunks:
+                self.files.append(segment, parts)
+            for segment in deletions:
+                self.files.remove(segment)
+        except OSError as e:
+            # Disk full or failing: nothing is confirmed; keep the records, block publishers,
+            # and try again. (A partly written chunk is cut as a torn tail at the next start.)
+            if self.failing is None:
+                self.log("error", "journal: cannot write: %s; publishers blocked, retrying" % (e,))
+                self.broker.set_disk_failure("journal cannot write: %s" % (e,))
+            self.failing = e
+            return False
+        if self.failing is not None:
+            self.failing = None
+            self.log("info", "journal: writing again")
+            self.broker.set_disk_failure(None)
+        self._pending = None
+        self.written = seq
+        return True
+
+    async def sync(self):
+        seq = self.written
+        files, new_file = self.files.take_unsynced()
+        if MICROPYTHON:
+            self.files.sync(files, new_file)
+        else:
+            # CPython only (named so for the board's type check: MicroPython's asyncio has no threads)
+            loop = getattr(asyncio, "get_running_loop")()
+            await loop.run_in_executor(None, self.files.sync, files, new_file)
+        self.files.synced(files)
+        self.last_sync = self.clock.now_ms()
+        self.broker.journal_synced(seq)
+
+    def commit(self):
+        """Write and sync everything now, in this call (a clean stop; the core tests)."""
+        if self.write():
+            files, new_file = self.files.take_unsynced()
+            self.files.sync(files, new_file)
+            self.files.synced(files)
+            self.last_sync = self.clock.now_ms()
+            self.broker.journal_synced(self.written)
+
+    async def stop(self):
+        """Write and sync what is left (a clean shutdown loses nothing), then close."""
+        self.stopping = True
+        for task in self.tasks:
+            task.cancel()
+        self.commit()
+        self.files.close()
+        self.journal.wake = None
