@@ -10,7 +10,9 @@ in DATA/recovery.txt (`hutch ctl status` shows it).
 Only needed at start: on a board, tools/serve.py drops this module and core/replay.py
 afterwards, so they do not hold heap while the broker runs.
 """
+import gc
 import os
+import sys
 
 from ..core.durable import Journal
 from ..core.journal import CORRUPT, TORN, scan_records
@@ -60,6 +62,22 @@ def recover(folder, broker, segment_bytes, max_bytes, log):
     JournalWriter that keeps it. Whatever is found on disk, this returns."""
     clock = Clock()
     started = clock.now_ms()
+    # CPython's cyclic collector would walk every object made so far, again and again, while a
+    # million messages are rebuilt (they form no cycles: reference counting frees them). Off
+    # until the replay is done. (MicroPython's collector must stay on: it only frees memory.)
+    collector = sys.implementation.name != "micropython" and gc.isenabled()
+    if collector:
+        gc.disable()
+    try:
+        return _recover(folder, broker, segment_bytes, max_bytes, log, clock, started)
+    finally:
+        if collector:
+            gc.enable()
+            if hasattr(gc, "freeze"):
+                gc.freeze()  # what was rebuilt lives long: keep it out of later collections too
+
+
+def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
     files = SegmentFiles(folder)
     repair = Repair(files)
     replay = Replay()

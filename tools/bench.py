@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from . import loadgen
+from . import loadgen, recovery_bench
 from .micropython_host import micropython, serve_env
 
 # name: (what it measures, its unit, whether more is better, the loadgen call)
@@ -33,6 +33,8 @@ SCENARIOS = {
              lambda host, port, n: loadgen.throughput(host, port, n, ack_every=100)["msgs_per_s"]),
     "confirms": ("confirms 16 B, window 1000", "msg/s", True,
                  lambda host, port, n: loadgen.confirms(host, port, n)["msgs_per_s"]),
+    "persistent": ("persistent confirms 16 B, window 1000", "msg/s", True,
+                   lambda host, port, n: loadgen.confirms(host, port, n // 4, persistent=True)["msgs_per_s"]),
     "latency-p50": ("latency p50, one in flight", "µs", False, None),
     "latency-p99": ("latency p99, one in flight", "µs", False, None),
     "fanout": ("fanout to 10 queues", "deliveries/s", True,
@@ -91,10 +93,12 @@ def stop_process(proc, timeout=20):
 class Hutch:
     """`hutch serve` started here (CPython, C scanner or pure Python; or the MicroPython unix port)."""
 
-    def __init__(self, kind, workdir):
+    def __init__(self, kind, workdir, folder=None):
+        """folder: a previous run's (its data folder is used again: a restart)."""
         self.kind = kind
         self.host, self.port = "127.0.0.1", free_port()
-        folder = tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
+        folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
+        self.folder = folder
         common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
         if kind == "micropython":
             command = [micropython(), "-m", "hutch.tools.serve"] + common
@@ -102,7 +106,7 @@ class Hutch:
         else:
             command = [sys.executable, "-m", "hutch.tools.cli", "serve", "--data", os.path.join(folder, "data")] + common
             env = dict(os.environ, HUTCH_PURE_PYTHON="1" if kind == "pure" else "0")
-        self.log = open(os.path.join(folder, "broker.log"), "w+")
+        self.log = open(os.path.join(folder, "broker.log"), "a+")
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=folder)
         self.pid = self.proc.pid
 
@@ -276,6 +280,8 @@ def add_options(parser):
                         help="rounds of each scenario; the table shows the median (default 3)")
     parser.add_argument("--idle-connections", type=int, default=500, help="connections for the memory figures")
     parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
+    parser.add_argument("--recovery", type=int, metavar="N", default=0,
+                        help="also measure hutch's restart with N queued persistent messages (e.g. 1000000)")
 
 
 def brokers_to_run(args, workdir):
@@ -344,8 +350,29 @@ def run(args):
             broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print(table(results, names))
+    recovery = {}
+    if args.recovery:
+        code = _recovery(args, recovery, log)
+        if code:
+            return code
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"count": args.count, "repeat": args.repeat, "scanners": scanners, "results": results,
-                       "samples": samples}, f, indent=1)
+                       "samples": samples, "recovery": recovery}, f, indent=1)
+    return 0
+
+
+def _recovery(args, out, log):
+    """hutch's restart with --recovery N queued persistent messages (tools/recovery_bench.py)."""
+    workdir = tempfile.mkdtemp(prefix="hutch-bench-recovery-")
+    try:
+        for kind in ["c"] if args.no_pure else ["c", "pure"]:
+            figures = recovery_bench.measure(lambda folder: Hutch(kind, workdir, folder).start(), args.recovery, log)
+            out[kind] = figures
+            print(recovery_bench.report(kind, figures))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0

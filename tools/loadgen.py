@@ -195,16 +195,17 @@ def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=1
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 
-def confirms(host, port, count, size=16, window=1000, timeout=120):
-    """One publisher in confirm mode with at most `window` messages unconfirmed; nobody consumes."""
+def confirms(host, port, count, size=16, window=1000, timeout=120, persistent=False):
+    """One publisher in confirm mode with at most `window` messages unconfirmed; nobody consumes.
+    persistent: a durable queue and delivery-mode 2, so every confirm waits for the disk."""
     deadline = time.monotonic() + timeout
-    queue = "bench-confirms"
+    queue = "bench-persistent" if persistent else "bench-confirms"
     conn = Connection(host, port, timeout)
     conn.open_channel()
-    conn.declare_queue(1, queue)
+    conn.declare_queue(1, queue, durable=persistent)
     conn.call(1, 50, 30, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 31)
     conn.call(1, 85, 10, b"\x00", 11)  # confirm.select
-    one = publish_frames("", queue, b"x" * size, conn.frame_max)
+    one = publish_frames("", queue, b"x" * size, conn.frame_max, persistent)
     sent = confirmed = 0
     start = time.perf_counter()
     while confirmed < count:
@@ -221,7 +222,8 @@ def confirms(host, port, count, size=16, window=1000, timeout=120):
         if time.monotonic() > deadline:
             raise LoadError("%d of %d publishes confirmed in time" % (confirmed, count))
     elapsed = time.perf_counter() - start
-    conn.call(1, 50, 30, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 31)
+    # queue.delete: a durable queue would otherwise keep its messages on disk between rounds
+    conn.call(1, 50, 40, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 41)
     conn.close()
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 

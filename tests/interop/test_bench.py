@@ -7,6 +7,7 @@ from conftest import BIN
 
 HUTCH = os.path.join(BIN, "hutch")
 SCENARIO_ROWS = ["throughput 16 B, no-ack consumer", "throughput 16 B, acks every 100", "confirms 16 B, window 1000",
+                 "persistent confirms 16 B, window 1000",
                  "latency p50, one in flight", "latency p99, one in flight", "fanout to 10 queues",
                  "64 KiB bodies, acks every 10", "resident memory, idle", "resident memory per idle connection"]
 
@@ -62,6 +63,7 @@ def test_every_scenario_against_hutch_with_and_without_the_accelerator(tmp_path)
     saved = json.loads(out.read_text())
     assert saved["scanners"] == {"c": "C accelerator (cffi)", "pure": "pure Python (HUTCH_PURE_PYTHON is set)"}
     assert saved["results"]["c"]["no-ack"] > 0 and saved["results"]["pure"]["confirms"] > 0
+    assert saved["results"]["c"]["persistent"] > 0 and saved["results"]["pure"]["persistent"] > 0
 
 
 def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running():
@@ -97,3 +99,13 @@ def test_a_bad_rabbitmq_address_is_one_readable_line():
 def test_an_unknown_scenario_is_refused():
     done = bench("--scenarios", "no-ack,warp", timeout=60)
     assert done.returncode == 2 and "unknown scenario warp" in done.stderr
+
+
+def test_recovery_measures_a_restart_with_queued_persistent_messages(tmp_path):
+    out = tmp_path / "bench.json"
+    done = bench("--scenarios", "confirms", "--count", "2000", "--repeat", "1", "--no-pure", "--recovery", "3000",
+                 "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "hutch c: 3000 persistent messages" in done.stdout, done.stdout
+    figures = json.loads(out.read_text())["recovery"]["c"]
+    assert figures["messages"] == 3000 and figures["recovery_ms"] >= 0 and 16 < figures["bytes_per_message"] < 200
