@@ -195,15 +195,17 @@ def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=1
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 
-def confirms(host, port, count, size=16, window=1000, timeout=120, persistent=False):
+def confirms(host, port, count, size=16, window=1000, timeout=120, persistent=False, queue=None, keep=False):
     """One publisher in confirm mode with at most `window` messages unconfirmed; nobody consumes.
-    persistent: a durable queue and delivery-mode 2, so every confirm waits for the disk."""
+    persistent: a durable queue and delivery-mode 2, so every confirm waits for the disk.
+    keep: leave the messages in the queue (a restart is measured next), else delete it."""
     deadline = time.monotonic() + timeout
-    queue = "bench-persistent" if persistent else "bench-confirms"
+    queue = queue or ("bench-persistent" if persistent else "bench-confirms")
     conn = Connection(host, port, timeout)
     conn.open_channel()
     conn.declare_queue(1, queue, durable=persistent)
-    conn.call(1, 50, 30, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 31)
+    if not keep:
+        conn.call(1, 50, 30, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 31)  # purge a previous run's
     conn.call(1, 85, 10, b"\x00", 11)  # confirm.select
     one = publish_frames("", queue, b"x" * size, conn.frame_max, persistent)
     sent = confirmed = 0
@@ -222,8 +224,9 @@ def confirms(host, port, count, size=16, window=1000, timeout=120, persistent=Fa
         if time.monotonic() > deadline:
             raise LoadError("%d of %d publishes confirmed in time" % (confirmed, count))
     elapsed = time.perf_counter() - start
-    # queue.delete: a durable queue would otherwise keep its messages on disk between rounds
-    conn.call(1, 50, 40, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 41)
+    if not keep:
+        # queue.delete: a durable queue would otherwise keep its messages on disk between rounds
+        conn.call(1, 50, 40, struct.pack(">H", 0) + shortstr(queue) + b"\x00", 41)
     conn.close()
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 

@@ -8,41 +8,12 @@ restart's wall time until it accepts connections and its resident memory are sho
 """
 import os
 import re
-import struct
 import time
 
 from . import loadgen
 
 RECOVERED = re.compile(r"journal: recovered (\d+) messages in (\d+) queues from (\d+) segments \((\d+) bytes\) in (\d+) ms")
 QUEUE = "bench-recovery"
-
-
-def fill(host, port, count, timeout):
-    """Publish count persistent messages with confirms; returns messages per second."""
-    deadline = time.monotonic() + timeout
-    conn = loadgen.Connection(host, port, 60)
-    conn.open_channel()
-    conn.declare_queue(1, QUEUE, durable=True)
-    conn.call(1, 85, 10, b"\x00", 11)  # confirm.select
-    one = loadgen.publish_frames("", QUEUE, b"x" * 16, conn.frame_max, persistent=True)
-    sent = confirmed = 0
-    start = time.perf_counter()
-    while confirmed < count:
-        room = min(1000 - (sent - confirmed), count - sent)
-        if room > 0:
-            conn.send(one * room)
-            sent += room
-        ftype, _, payload = conn.read_frame()
-        if ftype == 1 and payload[:4] == b"\x00\x3c\x00\x50":  # basic.ack
-            tag, multiple = struct.unpack_from(">QB", payload, 4)
-            confirmed = tag if multiple & 1 else max(confirmed, tag)
-        elif ftype == 1 and payload[:4] == b"\x00\x3c\x00\x78":
-            raise loadgen.LoadError("hutch nacked persistent publish %d (disk budget?)" % struct.unpack_from(">Q", payload, 4))
-        if time.monotonic() > deadline:
-            raise loadgen.LoadError("%d of %d persistent publishes confirmed in time" % (confirmed, count))
-    rate = count / (time.perf_counter() - start)
-    conn.close()
-    return rate
 
 
 def journal_bytes(folder):
@@ -55,7 +26,8 @@ def measure(make_hutch, count, log, timeout=3600):
     hutch = make_hutch(None)
     try:
         log("  %s: publishing %d persistent messages" % (hutch.kind, count))
-        rate = fill(hutch.host, hutch.port, count, timeout)
+        rate = loadgen.confirms(hutch.host, hutch.port, count, timeout=timeout, persistent=True, queue=QUEUE,
+                                keep=True)["msgs_per_s"]
     finally:
         hutch.stop()
     on_disk = journal_bytes(hutch.folder)
