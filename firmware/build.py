@@ -38,6 +38,7 @@ HOST_ONLY = {
     "tools/unixboard_repl.py",  # the REPL of that pretend board (a board has its own, in C)
     "tools/flash.py",      # drives mpremote from a host
     "tools/ctl.py",        # `hutch ctl`: reads a data folder from a host shell
+    "tools/recovery_bench.py",  # part of `hutch bench`, run from a host
     "ports/tcp_cpython.py",  # CPython's asyncio protocols: a board's asyncio has only streams
     "core/batch.py",       # reads frames found by the C scanner, which boards do not have
     "core/framing.py",     # the C scanner's pure-Python reference

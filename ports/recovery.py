@@ -73,8 +73,9 @@ def recover(folder, broker, segment_bytes, max_bytes, log):
     finally:
         if collector:
             gc.enable()
-            if hasattr(gc, "freeze"):
-                gc.freeze()  # what was rebuilt lives long: keep it out of later collections too
+            freeze = getattr(gc, "freeze", None)  # CPython 3.7+ (named so for the board's type check)
+            if freeze is not None:
+                freeze()  # what was rebuilt lives long: keep it out of later collections too
 
 
 def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):

@@ -148,8 +148,8 @@ class JournalWriter:
 
     def start(self):
         self.event = asyncio.Event()
+        self.commit()  # the new segment's snapshot, on disk before any client: then idle means idle
         self.tasks = [asyncio.create_task(self._run())]
-        self.kick()  # the new segment's snapshot
 
     def kick(self):
         if self.event is not None:

@@ -156,10 +156,11 @@ def test_four_clients_10000_messages(romfs, tmp_path):
 
 
 def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
-    """104k on this 64-bit port with the code in ROMFS leaves ~14 KiB once the broker runs
+    """108k on this 64-bit port with the code in ROMFS leaves ~16 KiB once the broker runs
     (see the module docstring): not enough for four pika clients. (It was 96k before the
     journal: its code and state take ~8 KiB of this port's heap at idle, measured from the
-    broker's stats line, 84.0 -> 92.3 KiB live.) Every client is answered
+    broker's stats line, 84.0 -> 92.1 KiB live, and replaying the journal at start needs a
+    few KiB more for a moment.) Every client is answered
     in AMQP terms: it finishes with its messages intact; or it is refused at connection.open
     (530) or closed when memory runs out mid-stream (506) (or, arriving when not even the
     state of its connection fits, it is hung up on); or it is held back with
@@ -167,7 +168,7 @@ def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
     publisher and its consumer share a connection here, and a blocked connection is not
     read, as in RabbitMQ). The broker never dies. (Recovery with room to spare is
     test_flood_blocks_then_recovers, at 136k.)"""
-    board = start_board(romfs, tmp_path, "104k")
+    board = start_board(romfs, tmp_path, "108k")
     try:
         results, _ = run_clients(board, stagger=0.3, blocked_timeout=20)  # clients arriving one by one
         outcomes = [r[0] for r in results.values()]
@@ -193,7 +194,7 @@ def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
         assert board.proc.poll() is None, "the broker died"
     finally:
         stop_board(board)
-    print("\nesp32 profile, 104k unix heap (64-bit, ROMFS): %s" % ", ".join(
+    print("\nesp32 profile, 108k unix heap (64-bit, ROMFS): %s" % ", ".join(
         "%d %s" % (outcomes.count(o), o) for o in ("done", "refused", "blocked", "dropped")))
 
 
