@@ -156,3 +156,34 @@ def test_flood_past_the_heap_budget_blocks_and_recovers(mp_broker):
     consumer.close()
     assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
     assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
+
+
+def test_persistent_messages_survive_a_restart_on_micropython(mp_broker):
+    """The journal on MicroPython: confirms wait for the file's flush (its sync there), and a
+    restart on the same data folder brings back the durable queue and its messages, in order,
+    the one that was delivered and not acked marked redelivered."""
+    connection = connect(mp_broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("mp-durable", durable=True)
+    channel.queue_declare("mp-transient")
+    for i in range(200):
+        channel.basic_publish("", "mp-durable", body(i), pika.BasicProperties(delivery_mode=2))
+    held = channel.basic_get("mp-durable")[0]  # delivered, never acked
+    assert held is not None
+    connection.close()
+    assert interrupt(mp_broker) == 0, mp_broker.log()[-3000:]
+    mp_broker.log_file.close()
+    mp_broker.start()  # the same command and data folder
+    connection = connect(mp_broker)
+    channel = connection.channel()
+    assert channel.queue_declare("mp-durable", passive=True).method.message_count == 200
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+        connection.channel().queue_declare("mp-transient", passive=True)
+    for i in range(200):
+        method, _properties, payload = channel.basic_get("mp-durable", auto_ack=True)
+        assert payload == body(i), "message %d came back changed or out of order" % i
+        assert method.redelivered == (i == 0)
+    connection.close()
+    assert "journal: recovered 200 messages in 1 queues" in mp_broker.log(), mp_broker.log()[-3000:]
+    assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
