@@ -234,8 +234,13 @@ class Channel:
                 self.conn.wait_for(queue)  # no confirms to say no with: slow the publisher down instead
             targets.append(queue)
         journal = broker.journal
-        # Into the journal before any queue has it: a consumer may take (and ack) it at once.
-        journalled = journal is not None and targets and journal.add_message(message, targets)
+        journalled = False
+        if journal is not None:
+            for queue in targets:
+                if queue.journalled:
+                    # into the journal before any queue has it: a consumer may take (and ack) it at once
+                    journalled = journal.add_message(message, targets)
+                    break
         for queue in targets:
             queue.publish(message, broker.expiry(queue, message))
         if not queues and mandatory:
@@ -307,7 +312,9 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if consumer.no_ack:
-            queue.forget(message)
+            self.broker.release(message)  # queue.forget(message), written out: this is the hot path
+            if message.pid and queue.journalled:
+                self.broker.journal.removed(queue, message)
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
@@ -368,7 +375,10 @@ class Channel:
             if queue not in touched:
                 touched.append(queue)
             if ack:
-                queue.forget(entry[0])
+                message = entry[0]
+                self.broker.release(message)  # queue.forget(message), written out: the hot path
+                if message.pid and queue.journalled:
+                    self.broker.journal.removed(queue, message)
             elif requeue:
                 if requeues is None:
                     requeues = {}
