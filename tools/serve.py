@@ -173,7 +173,7 @@ def choose_frame_scanner():
 def recover_journal(opts, broker, log):
     """Durable definitions and persistent messages come back before any client connects.
     The code that reads them back is only needed now: a board forgets it afterwards, so
-    its heap does not keep it (about %d KiB on the esp32 profile)."""
+    its heap does not keep it."""
     from ..ports.recovery import recover
     writer = recover(opts["data"], broker, opts["segment_bytes"], opts["journal_max_bytes"], log)
     if sys.implementation.name == "micropython":
