@@ -15,13 +15,19 @@ RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: serve test setup clean
+.PHONY: serve test lint setup clean
 
 serve: $(INSTALLED)
 	$(BIN)/hutch serve $(ARGS)
 
-test: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER)
+test: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# ruff (lint and format) and the layer rules (import-linter, pyproject.toml): seconds, so first
+lint: $(INSTALLED)
+	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/lint-imports --no-cache
 
 setup: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER)
 

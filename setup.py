@@ -5,6 +5,7 @@ c_accel/framing.c into hutch.c_accel._accel; the extension is optional (see
 c_accel/build.py), so an install without a working C compiler still succeeds
 and hutch runs on the pure-Python code in core/.
 """
+
 import platform
 import sys
 

@@ -5,9 +5,10 @@ see firmware/): loaded as .mpy into the heap it would take most of it. What is
 left holds 4 clients and a few dozen queued messages; past that, publishers
 get connection.blocked or basic.nack, never a MemoryError.
 """
+
 HEAP = 110 * 1024
 LIMITS = {
-    "frame_max": 4096,            # the protocol minimum: one read buffer, small frames
+    "frame_max": 4096,  # the protocol minimum: one read buffer, small frames
     "channel_max": 4,
     "heartbeat": 30,
     "max_connections": 4,
@@ -21,7 +22,7 @@ LIMITS = {
     "total_max_messages": 96,
     "total_max_bytes": 40 * 1024,  # estimated heap held by queued messages (body + ~600 B each)
     "output_high_water": 2048,
-    "low_water_percent": 50,      # unblock publishers only once half the budget is free: fewer flaps
+    "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 1024
 STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024}

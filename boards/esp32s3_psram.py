@@ -1,4 +1,5 @@
 """ESP32-S3 with 8 MiB of PSRAM (ESP32-S3-DevKitC-1 N8R8 and the like): a few MiB of heap."""
+
 HEAP = 4 * 1024 * 1024
 LIMITS = {
     "frame_max": 32768,

@@ -1,4 +1,5 @@
 """Raspberry Pi Pico W (RP2040, 264 KiB of RAM, about 160 KiB of heap with Wi-Fi up)."""
+
 HEAP = 160 * 1024
 LIMITS = {
     "frame_max": 8192,
@@ -15,7 +16,7 @@ LIMITS = {
     "total_max_messages": 256,
     "total_max_bytes": 64 * 1024,
     "output_high_water": 4096,
-    "low_water_percent": 50,      # unblock publishers only once half the budget is free: fewer flaps
+    "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 2048
 STORAGE = {"path": "/data", "max_bytes": 512 * 1024, "segment_bytes": 32 * 1024}

@@ -1,4 +1,5 @@
 """Raspberry Pi (3/4/5, Zero 2 W) on CPython: a Linux gateway with hundreds of MiB to spare."""
+
 HEAP = 256 * 1024 * 1024
 LIMITS = {
     "frame_max": 131072,

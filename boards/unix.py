@@ -1,4 +1,5 @@
 """Development on a PC (CPython or MicroPython's unix port): the core's default limits."""
+
 HEAP = None  # the machine's memory; on MicroPython's unix port, whatever -X heapsize gives
 LIMITS = {}
 READ_SIZE = 65536

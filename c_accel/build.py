@@ -6,6 +6,7 @@ pure-Python code in core/. By hand, to try a change without reinstalling:
 
     python c_accel/build.py       # writes c_accel/_accel.*.so
 """
+
 import os
 
 from cffi import FFI

@@ -9,6 +9,7 @@ compiler, also leaves pure Python in place: the C code is only ever a faster cop
 core/framing.py, never something the broker needs. MicroPython has no C accelerator:
 serve.py does not import this there.
 """
+
 import os
 
 from ..core import framing

@@ -3,6 +3,7 @@
 Importing this module fails with ImportError when the extension was not built
 (no compiler at install time, another platform): loader.py then keeps pure Python.
 """
+
 from ..core.framing import RECORD_SLOTS
 from ._accel import ffi, lib
 

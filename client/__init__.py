@@ -66,13 +66,15 @@ Heartbeats are sent and checked only while the client is called: call
 check_msg() or wait_msg() at least every heartbeat/2 seconds, or set heartbeat=0
 on a node that sleeps longer.
 """
+
 import errno
 import struct
 import sys
 
 try:
-    from micropython import const
     from time import ticks_diff, ticks_ms
+
+    from micropython import const
 except ImportError:  # CPython
     import time
 
@@ -144,8 +146,22 @@ _SELECT_OK = const(0x0055000B)
 
 _TX_SIZE = const(1024)  # method and header frames are built here; bigger body chunks go out in place
 _HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
-_PROPS = ("content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id",
-          "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
+_PROPS = (
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
 _KINDS = "ssTBBssssQssss"  # their types: shortstr, field table, octet, 64-bit timestamp
 
 
@@ -192,7 +208,7 @@ def _u64(b, p):
 
 
 def _str(b, p):
-    return str(b[p + 1:p + 1 + b[p]], "utf-8")
+    return str(b[p + 1 : p + 1 + b[p]], "utf-8")
 
 
 def _value(b, p):
@@ -202,7 +218,7 @@ def _value(b, p):
     i = "bBsuIilLT".find(k)  # integers: width 1, 1, 2, 2, 4, 4, 8, 8, 8; even positions before L signed
     if i >= 0:
         w = 1 << (i >> 1) if i < 8 else 8
-        v = int.from_bytes(bytes(b[p:p + w]), "big")
+        v = int.from_bytes(bytes(b[p : p + w]), "big")
         if i & 1 == 0 and i < 8 and v >> (w * 8 - 1):
             v -= 1 << (w * 8)
         return v, p + w
@@ -210,7 +226,7 @@ def _value(b, p):
         return b[p] != 0, p + 1
     if k == "S" or k == "x":
         end = p + 4 + _u32(b, p)
-        v = bytes(b[p + 4:end])
+        v = bytes(b[p + 4 : end])
         if k == "S":
             try:
                 v = str(v, "utf-8")
@@ -229,7 +245,7 @@ def _value(b, p):
         return items, end
     if k == "d" or k == "f":
         w = 8 if k == "d" else 4
-        return struct.unpack(">" + k, bytes(b[p:p + w]))[0], p + w
+        return struct.unpack(">" + k, bytes(b[p : p + w]))[0], p + w
     if k == "D":  # decimal: (scale, unscaled value)
         return (b[p], _u32(b, p + 1)), p + 5
     if k == "V":
@@ -301,10 +317,22 @@ class Client:
     # depending on the method. Each caller of _call() knows which; a type checker cannot.
     _value: "Any"
 
-    def __init__(self, host=None, port=5672, user="guest", password="guest", vhost="/", heartbeat=30,
-                 frame_max=4096, transport=None, timeout_ms=10000, name=None):
+    def __init__(
+        self,
+        host=None,
+        port=5672,
+        user="guest",
+        password="guest",
+        vhost="/",
+        heartbeat=30,
+        frame_max=4096,
+        transport=None,
+        timeout_ms=10000,
+        name=None,
+    ):
         if transport is None:
             from .transport import Tcp
+
             transport = Tcp(host, port)
         self.transport = transport
         self.user = user
@@ -342,9 +370,17 @@ class Client:
         try:
             self.transport.write(b"AMQP\x00\x00\x09\x01")
             self._call(_START, send=False)
-            props = {"product": "hutch.client", "platform": sys.implementation.name,
-                     "capabilities": {"publisher_confirms": True, "basic.nack": True, "connection.blocked": True,
-                                      "consumer_cancel_notify": True, "authentication_failure_close": True}}
+            props = {
+                "product": "hutch.client",
+                "platform": sys.implementation.name,
+                "capabilities": {
+                    "publisher_confirms": True,
+                    "basic.nack": True,
+                    "connection.blocked": True,
+                    "consumer_cancel_notify": True,
+                    "authentication_failure_close": True,
+                },
+            }
             if self.name:
                 props["connection_name"] = self.name
             login = b"\x00" + self.user.encode() + b"\x00" + self.password.encode()
@@ -424,8 +460,9 @@ class Client:
 
     # -- declarations ----------------------------------------------------------------------
 
-    def declare_queue(self, name="", durable=False, exclusive=False, auto_delete=False, arguments=None,
-                      passive=False, record=True):
+    def declare_queue(
+        self, name="", durable=False, exclusive=False, auto_delete=False, arguments=None, passive=False, record=True
+    ):
         """queue.declare: (name, message count, consumer count); name="" lets the broker name it."""
         bits = passive | durable << 1 | exclusive << 2 | auto_delete << 3
         r = self._call(_Q_DECLARE_OK, _Q_DECLARE, "HsBT", 0, name, bits, arguments)
@@ -433,8 +470,9 @@ class Client:
             self._record(["q", r[0], name, durable, exclusive, auto_delete, arguments])
         return r
 
-    def declare_exchange(self, name, type="direct", durable=False, auto_delete=False, arguments=None,
-                         passive=False, record=True):
+    def declare_exchange(
+        self, name, type="direct", durable=False, auto_delete=False, arguments=None, passive=False, record=True
+    ):
         bits = passive | durable << 1 | auto_delete << 2
         self._call(_X_DECLARE_OK, _X_DECLARE, "HssBT", 0, name, type, bits, arguments)
         if record and not passive:
@@ -494,11 +532,11 @@ class Client:
             pack_into(">BHI", tx, self._tn, 3, 1, k)
             self._tn += 7
             if self._tn + k < len(tx):
-                tx[self._tn:self._tn + k] = mv if k == size else mv[i:i + k]
+                tx[self._tn : self._tn + k] = mv if k == size else mv[i : i + k]
                 self._tn += k
             else:
                 self._flush()
-                self.transport.write(mv[i:i + k])
+                self.transport.write(mv[i : i + k])
             tx[self._tn] = 0xCE
             self._tn += 1
             i += k
@@ -603,11 +641,11 @@ class Client:
                 ms = 0
         if self._pos:  # move the start of the next frame to the front
             rest = self._n - self._pos
-            self._rx[0:rest] = self._rxm[self._pos:self._n]
+            self._rx[0:rest] = self._rxm[self._pos : self._n]
             self._pos = 0
             self._n = rest
         try:
-            n = self.transport.readinto(self._rxm[self._n:], ms)
+            n = self.transport.readinto(self._rxm[self._n :], ms)
         except Exception:
             self._drop()
             raise
@@ -648,17 +686,17 @@ class Client:
             elif typ == 2:
                 m._size = _u64(rx, p + 4)
                 if _u16(rx, p + 12):
-                    m._raw = bytes(rx[p + 12:end - 1])
+                    m._raw = bytes(rx[p + 12 : end - 1])
                 if not m._size:
                     self._done()
             elif typ == 3:
                 if not m._at and m._size == size:  # the whole body in one frame
-                    m.body = bytes(self._rxm[p:end - 1])
+                    m.body = bytes(self._rxm[p : end - 1])
                 else:
                     body = m.body
                     if not isinstance(body, bytearray):  # the first of several frames: assemble in place
                         body = m.body = bytearray(m._size)
-                    body[m._at:m._at + size] = self._rxm[p:end - 1]
+                    body[m._at : m._at + size] = self._rxm[p : end - 1]
                 m._at += size
                 if m._at >= m._size:
                     self._done()
@@ -829,7 +867,7 @@ class Client:
                 self._pack(">I", 4, n)
             if self._tn + n >= len(self._tx):
                 raise ValueError("frame larger than the send buffer")
-            self._tx[self._tn:self._tn + n] = v
+            self._tx[self._tn : self._tn + n] = v
             self._tn += n
 
     def _item(self, v):

@@ -4,6 +4,7 @@ A transport has open(timeout_ms), readinto(buf, timeout_ms) -> bytes read (0 whe
 nothing came in time; OSError when the peer is gone), write(data) (all of it, or
 OSError) and close(). Client.reconnect() calls close() then open() again.
 """
+
 import errno
 import select
 import socket
@@ -136,6 +137,7 @@ class Serial:
 
     def open(self, timeout_ms):
         from ..ports.link import Link
+
         self.timeout_ms = timeout_ms
         self._rest = b""
         self.link = Link(ticks_ms(), mtu=self.mtu, window=self.window, retransmit_ms=self.retransmit_ms)
@@ -184,7 +186,7 @@ class Serial:
                 return 0
             self._pump(min(left, 20))
         n = min(len(buf), len(self._rest) - self._at)
-        buf[:n] = self._rest[self._at:self._at + n]
+        buf[:n] = self._rest[self._at : self._at + n]
         self._at += n
         return n
 

@@ -4,6 +4,7 @@ Password hashes use RabbitMQ's rabbit_password_hashing_sha256 format,
 base64(salt + sha256(salt + password)) with a 4-byte salt, so a hash exported
 from a RabbitMQ definitions file works here unchanged.
 """
+
 import binascii
 import hashlib
 

@@ -11,6 +11,7 @@ both paths and compares everything they do.
 Only CPython gets here (framing.use_scanner installs read_batch), so this module is
 never imported on a board: its code would only cost heap there.
 """
+
 from . import spec
 from .channel import IDLE
 from .channel import OPEN as CHANNEL_OPEN
@@ -61,6 +62,7 @@ def read_batch(conn, data, pos):
                 conn._bad_frame_end(detail)
             return len(data)
 
+
 def whole_publish(conn, number, data, payload, end, header_end, body_end):
     """A basic.publish method frame (payload to end) and its content frames, which end at
     header_end and body_end (the same when the body is empty): one step for the channel
@@ -85,6 +87,7 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
         handle_frame(conn, ftype, number, data, start, frame_end)
     return body_end + 1
 
+
 def settle(conn, number, data, payload, end, method_id, tag):
     """A basic.ack, nack or reject whose delivery tag the scanner decoded: straight to the
     channel when it is open and idle, else as any method frame."""
@@ -103,6 +106,7 @@ def settle(conn, number, data, payload, end, method_id, tag):
     except ChannelException as e:
         conn.channel_error(channel, e)
 
+
 def handle_frame(conn, ftype, number, data, pos, end):
     """One whole frame, its header at pos and its frame-end octet at end. False after a
     framing error: the rest of the stream cannot be read. (Connection._read_frames has it inline.)"""
@@ -119,4 +123,3 @@ def handle_frame(conn, ftype, number, data, pos, end):
         conn._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
         return False
     return True
-

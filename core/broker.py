@@ -4,6 +4,7 @@ Channels call the entity operations here (declare, bind, delete, route); they
 raise ChannelException with RabbitMQ's reply codes and texts, so a client sees
 the same errors it would from RabbitMQ.
 """
+
 from . import spec
 from .auth import Users
 from .codec import Timestamp, encode_properties, shortstr, text
@@ -22,7 +23,7 @@ PREDECLARED = (
     (b"amq.direct", b"direct"),
     (b"amq.fanout", b"fanout"),
     (b"amq.topic", b"topic"),
-    (b"amq.match", b"headers"),    # the 0-9-1 PDF's name
+    (b"amq.match", b"headers"),  # the 0-9-1 PDF's name
     (b"amq.headers", b"headers"),  # the 0-9-1 XML's name; RabbitMQ declares both
 )
 
@@ -37,9 +38,17 @@ CAPABILITIES = {
 }
 
 # Arguments compared on redeclare, as RabbitMQ does; others are kept but not compared.
-EQUIVALENT_QUEUE_ARGUMENTS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange",
-                              "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
-                              "x-overflow", "x-queue-type", "x-queue-mode")
+EQUIVALENT_QUEUE_ARGUMENTS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-queue-type",
+    "x-queue-mode",
+)
 EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
 
 
@@ -57,7 +66,7 @@ class Broker:
         self.users = users or Users()
         self.log = log or _no_log
         self.platform = platform
-        self.now = 0          # milliseconds, from the port's monotonic clock
+        self.now = 0  # milliseconds, from the port's monotonic clock
         self.wall_seconds = 0  # for x-death timestamps, from the port's wall clock
         self.default_exchange = Exchange(b"", b"direct")
         self.exchanges = {b"": self.default_exchange}  # amq.* ones appear on first use: see exchange()
@@ -68,17 +77,17 @@ class Broker:
         self.binding_count = 0
         self.held_messages = 0
         self.held_bytes = 0
-        self.blocked = False      # publishers are held back, for one of these reasons:
+        self.blocked = False  # publishers are held back, for one of these reasons:
         self.over_budget = False  # - queued messages passed total_max_messages/bytes
-        self.alarm = None         # - the port says memory is short (set_alarm)
-        self.disk_alarm = None    # - the journal is near its disk budget (check_disk)
+        self.alarm = None  # - the port says memory is short (set_alarm)
+        self.disk_alarm = None  # - the journal is near its disk budget (check_disk)
         self.disk_failure = None  # - the journal cannot write (set_disk_failure)
         self.refuse_connections = None  # a reason to refuse connection.open, set by the port
         self.block_reason = ""
-        self.paused = []          # connections held back from reading
-        self.expiring = []        # queues that may hold entries with a TTL
-        self.expirable = []       # queues with x-expires: deleted after that long unused
-        self.journal = None       # core/durable.Journal, attached by the storage port after replay
+        self.paused = []  # connections held back from reading
+        self.expiring = []  # queues that may hold entries with a TTL
+        self.expirable = []  # queues with x-expires: deleted after that long unused
+        self.journal = None  # core/durable.Journal, attached by the storage port after replay
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         self._serial = 0
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
@@ -156,8 +165,10 @@ class Broker:
             limits = self.limits
             if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:
                 self.over_budget = True
-                self._update_block("low on memory: queued messages use %d of %d bytes (%d messages)"
-                                   % (self.held_bytes, limits.total_max_bytes, self.held_messages))
+                self._update_block(
+                    "low on memory: queued messages use %d of %d bytes (%d messages)"
+                    % (self.held_bytes, limits.total_max_bytes, self.held_messages)
+                )
 
     def release(self, message):
         self.held_messages -= 1
@@ -165,8 +176,10 @@ class Broker:
         if self.over_budget:
             limits = self.limits
             percent = limits.low_water_percent
-            if (self.held_bytes * 100 <= limits.total_max_bytes * percent
-                    and self.held_messages * 100 <= limits.total_max_messages * percent):
+            if (
+                self.held_bytes * 100 <= limits.total_max_bytes * percent
+                and self.held_messages * 100 <= limits.total_max_messages * percent
+            ):
                 self.over_budget = False
                 self._update_block("queued messages back under %d%% of the budget" % percent)
 
@@ -199,8 +212,9 @@ class Broker:
             self._update_block("disk: " + reason if reason else "journal writes again")
 
     def _update_block(self, reason):
-        should_block = (self.over_budget or self.alarm is not None or self.disk_alarm is not None
-                        or self.disk_failure is not None)
+        should_block = (
+            self.over_budget or self.alarm is not None or self.disk_alarm is not None or self.disk_failure is not None
+        )
         if should_block and not self.blocked:
             self.blocked = True
             self.block_reason = reason
@@ -257,10 +271,15 @@ class Broker:
         if not name:
             raise _default_exchange_refused(method)
         if name.startswith(b"amq."):
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'"
-                                   % text(name), method)
+            raise ChannelException(
+                ACCESS_REFUSED,
+                "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'" % text(name),
+                method,
+            )
         if kind not in ROUTERS:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method)
+            raise ChannelException(
+                PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method
+            )
         if exchange is not None:
             what = "exchange '%s'" % text(name)
             _equivalent("type", what, kind, exchange.kind, method)
@@ -271,11 +290,18 @@ class Broker:
             return exchange
         alternate = arguments.get("alternate-exchange")
         if alternate is not None and not isinstance(alternate, (bytes, str)):
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange '%s'"
-                                   % text(name), method)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange '%s'" % text(name),
+                method,
+            )
         if sum(1 for n in self.exchanges if not n.startswith(b"amq.") and n) >= self.limits.max_exchanges:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot declare exchange '%s': exchange limit (%d) is reached"
-                                   % (text(name), self.limits.max_exchanges), method)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - cannot declare exchange '%s': exchange limit (%d) is reached"
+                % (text(name), self.limits.max_exchanges),
+                method,
+            )
         exchange = Exchange(name, kind, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
         if durable and self.journal is not None:
@@ -287,13 +313,18 @@ class Broker:
         if not name:
             raise _default_exchange_refused(method)
         if name.startswith(b"amq."):
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - exchange '%s' is a system exchange and cannot be deleted"
-                                   % text(name), method)
+            raise ChannelException(
+                ACCESS_REFUSED,
+                "ACCESS_REFUSED - exchange '%s' is a system exchange and cannot be deleted" % text(name),
+                method,
+            )
         exchange = self.exchange(name)
         if exchange is None:
             return  # deleting what is not there succeeds, as in RabbitMQ
         if if_unused and exchange.bindings:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use" % text(name), method)
+            raise ChannelException(
+                PRECONDITION_FAILED, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use" % text(name), method
+            )
         self.delete_exchange(exchange)
 
     def delete_exchange(self, exchange):
@@ -312,10 +343,15 @@ class Broker:
             return self.default_exchange
         exchange = self.exchange(name)
         if exchange is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), spec.BASIC_PUBLISH)
+            raise ChannelException(
+                NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), spec.BASIC_PUBLISH
+            )
         if exchange.internal:
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'"
-                                   % text(name), spec.BASIC_PUBLISH)
+            raise ChannelException(
+                ACCESS_REFUSED,
+                "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'" % text(name),
+                spec.BASIC_PUBLISH,
+            )
         return exchange
 
     # ------------------------------------------------------------ bindings
@@ -332,8 +368,11 @@ class Broker:
     def bind(self, source_name, destination, key, arguments, method):
         source = self.named_exchange(source_name, method)
         if self.binding_count >= self.limits.max_bindings:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - binding limit (%d) is reached"
-                                   % self.limits.max_bindings, method)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - binding limit (%d) is reached" % self.limits.max_bindings,
+                method,
+            )
         binding = source.bind(destination, key, arguments)
         if binding is not None:
             self.binding_count += 1
@@ -370,8 +409,9 @@ class Broker:
         if not name:
             name = self.new_name(b"amq.gen-")
         elif name.startswith(b"amq."):
-            raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'"
-                                   % text(name), method)
+            raise ChannelException(
+                ACCESS_REFUSED, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'" % text(name), method
+            )
         queue = self.queues.get(name)
         if queue is not None:
             if (queue.owner is not None and queue.owner is not conn) or (queue.owner is not None) != bool(exclusive):
@@ -384,8 +424,12 @@ class Broker:
             return queue
         check_queue_arguments(name, arguments)
         if len(self.queues) >= self.limits.max_queues:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot declare queue '%s': queue limit (%d) is reached"
-                                   % (text(name), self.limits.max_queues), method)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - cannot declare queue '%s': queue limit (%d) is reached"
+                % (text(name), self.limits.max_queues),
+                method,
+            )
         queue = Queue(self, name, durable, conn if exclusive else None, auto_delete, arguments)
         self.queues[name] = queue
         if queue.journalled and self.journal is not None:
@@ -417,8 +461,11 @@ class Broker:
 
     def count_consumer(self, method):
         if self.consumer_count >= self.limits.max_consumers:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - consumer limit (%d) is reached"
-                                   % self.limits.max_consumers, method)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - consumer limit (%d) is reached" % self.limits.max_consumers,
+                method,
+            )
         self.consumer_count += 1
 
     def uncount_consumer(self):
@@ -472,11 +519,23 @@ class Broker:
                 deaths.insert(0, death)
                 break
         else:
-            deaths.insert(0, {"count": 1, "reason": reason, "queue": queue.name, "time": Timestamp(self.wall_seconds),
-                              "exchange": message.exchange, "routing-keys": [message.routing_key]})
+            deaths.insert(
+                0,
+                {
+                    "count": 1,
+                    "reason": reason,
+                    "queue": queue.name,
+                    "time": Timestamp(self.wall_seconds),
+                    "exchange": message.exchange,
+                    "routing-keys": [message.routing_key],
+                },
+            )
         headers["x-death"] = deaths
-        for key, value in (("x-first-death-reason", reason), ("x-first-death-queue", queue.name),
-                           ("x-first-death-exchange", message.exchange)):
+        for key, value in (
+            ("x-first-death-reason", reason),
+            ("x-first-death-queue", queue.name),
+            ("x-first-death-exchange", message.exchange),
+        ):
             if key not in headers:
                 headers[key] = value
         props["headers"] = headers
@@ -501,9 +560,12 @@ def _default_exchange_refused(method):
 
 def _locked(queue, method):
     return ChannelException(
-        RESOURCE_LOCKED, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "
+        RESOURCE_LOCKED,
+        "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "
         "It could be originally declared on another connection or the exclusive property value does not "
-        "match that of the original declaration." % text(queue.name), method)
+        "match that of the original declaration." % text(queue.name),
+        method,
+    )
 
 
 def _equivalent(field, what, received, current, method):
@@ -512,12 +574,20 @@ def _equivalent(field, what, received, current, method):
             received, current = _flag(received), _flag(current)
         else:
             received, current = text(received), text(current)
-        raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
-                               "received '%s' but current is '%s'" % (field, what, received, current), method)
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
+            "received '%s' but current is '%s'" % (field, what, received, current),
+            method,
+        )
 
 
 def _equivalent_arguments(what, received, current, keys, method):
     for key in keys:
         if freeze(received.get(key)) != freeze(current.get(key)):
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
-                                   "received %r but current is %r" % (key, what, received.get(key), current.get(key)), method)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
+                "received %r but current is %r" % (key, what, received.get(key), current.get(key)),
+                method,
+            )

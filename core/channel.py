@@ -5,6 +5,7 @@ decodes the method, calls the broker and writes the reply. Anything wrong
 raises ChannelException (the connection closes this channel) or
 ConnectionException (the connection closes itself).
 """
+
 import struct
 
 from . import spec
@@ -12,24 +13,32 @@ from .codec import decode_args, method_name, text
 from .errors import ChannelException, ConnectionException
 from .message import FLAG_EXPIRATION, FLAG_USER_ID, FRAME_END_BYTE, Message, append_content
 from .queue import Consumer
-from .spec import (ACCESS_REFUSED, COMMAND_INVALID, FRAME_ERROR, NOT_ALLOWED, NOT_FOUND,
-                   NOT_IMPLEMENTED, PRECONDITION_FAILED, UNEXPECTED_FRAME)
+from .spec import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    UNEXPECTED_FRAME,
+)
 
 OPEN = 0
-CLOSING = 1   # we sent channel.close and wait for close-ok
+CLOSING = 1  # we sent channel.close and wait for close-ok
 
-IDLE = 0          # expecting a method frame
-WANT_HEADER = 1   # basic.publish seen, expecting the content header
-WANT_BODY = 2     # header seen, expecting body frames
+IDLE = 0  # expecting a method frame
+WANT_HEADER = 1  # basic.publish seen, expecting the content header
+WANT_BODY = 2  # header seen, expecting body frames
 
 DELIVER_ID = struct.pack(">I", spec.BASIC_DELIVER)
 
 
 class Transaction:
     def __init__(self):
-        self.publishes = []   # (message, mandatory)
-        self.settles = []     # (tags, ack, requeue)
-        self.pending = {}     # tag -> True: settled inside this transaction, not yet committed
+        self.publishes = []  # (message, mandatory)
+        self.settles = []  # (tags, ack, requeue)
+        self.pending = {}  # tag -> True: settled inside this transaction, not yet committed
 
 
 class Channel:
@@ -52,15 +61,15 @@ class Channel:
         self.prefetch_consumer = 0
         self.prefetch_global = 0
         self.consumer_unacked = 0
-        self.unacked = {}          # delivery tag -> (queue, entry, consumer or None)
+        self.unacked = {}  # delivery tag -> (queue, entry, consumer or None)
         self.next_tag = 1
         self.lowest_unacked = 1
-        self.active = True         # channel.flow from the client
-        self.last_queue = None     # for the empty queue name shortcut
+        self.active = True  # channel.flow from the client
+        self.last_queue = None  # for the empty queue name shortcut
         # publishing modes
         self.confirming = False
         self.publish_seq = 0
-        self.confirm_ready = 0     # every publish up to this one can be acked
+        self.confirm_ready = 0  # every publish up to this one can be acked
         self.confirm_sent = 0
         # Confirms (and tx.commit-oks) held until the journal has made durable what they
         # promise, in publish order: (publish seq, journal seq needed, refused) and journal seqs.
@@ -79,8 +88,11 @@ class Channel:
             return  # everything else is discarded until close-ok (requirements R086)
         if self.content_state != IDLE:
             raise ConnectionException(
-                UNEXPECTED_FRAME, "UNEXPECTED_FRAME - expected content %s, got method frame"
-                % ("header" if self.content_state == WANT_HEADER else "body"), method_id)
+                UNEXPECTED_FRAME,
+                "UNEXPECTED_FRAME - expected content %s, got method frame"
+                % ("header" if self.content_state == WANT_HEADER else "body"),
+                method_id,
+            )
         if method_id == spec.BASIC_PUBLISH:
             self.on_publish(buf, pos, end)
             return
@@ -111,10 +123,10 @@ class Channel:
         bits = buf[bits_at]
         if bits & 2:
             raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", spec.BASIC_PUBLISH)
-        route = buf[pos + 2:bits_at]
+        route = buf[pos + 2 : bits_at]
         if type(route) is not bytes:  # a memoryview of the port's buffer: copy what is kept
-            route = bytes(route)      # (bytes() of bytes would cost as much as the slice again)
-        self.publishing = (route[1:1 + n], route[2 + n:], route, bits & 1)
+            route = bytes(route)  # (bytes() of bytes would cost as much as the slice again)
+        self.publishing = (route[1 : 1 + n], route[2 + n :], route, bits & 1)
         self.content_state = WANT_HEADER
 
     def on_header(self, buf, start, end):
@@ -127,17 +139,22 @@ class Channel:
         if end - pos < 14:
             raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - content header shorter than 14 octets")
         if buf[pos] != 0 or buf[pos + 1] != spec.CLASS_BASIC:
-            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content header for class %d, expected 60"
-                                      % ((buf[pos] << 8) | buf[pos + 1]))
+            raise ConnectionException(
+                UNEXPECTED_FRAME,
+                "UNEXPECTED_FRAME - content header for class %d, expected 60" % ((buf[pos] << 8) | buf[pos + 1]),
+            )
         if buf[pos + 2] or buf[pos + 3]:
             raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content header weight must be 0")
         size = struct.unpack_from(">Q", buf, pos + 4)[0]
         limit = self.broker.limits.max_message_bytes
         if size > limit:
             self.content_state = IDLE
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - message size %d is larger than configured max size %d"
-                                   % (size, limit), spec.BASIC_PUBLISH)
-        header_tail = buf[start + 3:end + 1]
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - message size %d is larger than configured max size %d" % (size, limit),
+                spec.BASIC_PUBLISH,
+            )
+        header_tail = buf[start + 3 : end + 1]
         self.header_tail = header_tail if type(header_tail) is bytes else bytes(header_tail)
         self.body_size = size
         self.received = 0
@@ -151,21 +168,25 @@ class Channel:
         if self.state == CLOSING:
             return
         if self.content_state != WANT_BODY:
-            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content body frame without a content header")
+            raise ConnectionException(
+                UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content body frame without a content header"
+            )
         size = end - start - 7
         if size == 0:
             return  # empty body frames are legal and mean nothing (requirements R053)
         received = self.received + size
         if received > self.body_size:
-            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - content body is larger than the %d bytes its header announced"
-                                      % self.body_size)
+            raise ConnectionException(
+                FRAME_ERROR,
+                "FRAME_ERROR - content body is larger than the %d bytes its header announced" % self.body_size,
+            )
         if received == self.body_size and self.chunks is None:
-            body_tail = buf[start + 3:end + 1]  # the whole body in one frame: keep it as it came
+            body_tail = buf[start + 3 : end + 1]  # the whole body in one frame: keep it as it came
             self._complete(body_tail if type(body_tail) is bytes else bytes(body_tail))
             return
         if self.chunks is None:
             self.chunks = []
-        self.chunks.append(bytes(buf[start + 7:end]))
+        self.chunks.append(bytes(buf[start + 7 : end]))
         self.received = received
         if received == self.body_size:
             body = b"".join(self.chunks)
@@ -201,13 +222,19 @@ class Channel:
             user_id = props.get("user-id")
             if user_id != self.conn.user:
                 raise ChannelException(
-                    PRECONDITION_FAILED, "PRECONDITION_FAILED - user_id property set to '%s' but authenticated user was '%s'"
-                    % (text(user_id), text(self.conn.user)), spec.BASIC_PUBLISH)
+                    PRECONDITION_FAILED,
+                    "PRECONDITION_FAILED - user_id property set to '%s' but authenticated user was '%s'"
+                    % (text(user_id), text(self.conn.user)),
+                    spec.BASIC_PUBLISH,
+                )
         if flags & FLAG_EXPIRATION:
             expiration = props.get("expiration")
             if not expiration or not expiration.isdigit():
-                raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid expiration '%s': no_integer"
-                                       % text(expiration), spec.BASIC_PUBLISH)
+                raise ChannelException(
+                    PRECONDITION_FAILED,
+                    "PRECONDITION_FAILED - invalid expiration '%s': no_integer" % text(expiration),
+                    spec.BASIC_PUBLISH,
+                )
             message.ttl = int(expiration)
 
     def _route(self, exchange, message, mandatory):
@@ -297,8 +324,7 @@ class Channel:
 
     def send_return(self, code, reply_text, message):
         conn = self.conn
-        conn.send_method(self.number, spec.BASIC_RETURN,
-                         (code, reply_text, message.exchange, message.routing_key))
+        conn.send_method(self.number, spec.BASIC_RETURN, (code, reply_text, message.exchange, message.routing_key))
         append_content(conn.out, self, message, conn.max_payload)
         conn.output_added(message.body_size)
 
@@ -325,9 +351,18 @@ class Channel:
         tag_ss = consumer.tag_shortstr
         route = message.route
         out = conn.out
-        out.append(b"".join((
-            struct.pack(">BHI", 1, self.number, 13 + len(tag_ss) + len(route)),
-            DELIVER_ID, tag_ss, struct.pack(">QB", tag, entry[1]), route, FRAME_END_BYTE)))
+        out.append(
+            b"".join(
+                (
+                    struct.pack(">BHI", 1, self.number, 13 + len(tag_ss) + len(route)),
+                    DELIVER_ID,
+                    tag_ss,
+                    struct.pack(">QB", tag, entry[1]),
+                    route,
+                    FRAME_END_BYTE,
+                )
+            )
+        )
         append_content(out, self, message, conn.max_payload)
         conn.output_added(message.body_size + 64)
 
@@ -348,12 +383,16 @@ class Channel:
         pending = self.tx.pending if self.tx is not None else None
         if not multiple:
             if tag not in unacked or (pending and tag in pending):
-                raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - unknown delivery tag %d" % tag, method_id)
+                raise ChannelException(
+                    PRECONDITION_FAILED, "PRECONDITION_FAILED - unknown delivery tag %d" % tag, method_id
+                )
             return [tag]
         if tag == 0:
             tag = self.next_tag - 1
         elif tag >= self.next_tag:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - unknown delivery tag %d" % tag, method_id)
+            raise ChannelException(
+                PRECONDITION_FAILED, "PRECONDITION_FAILED - unknown delivery tag %d" % tag, method_id
+            )
         tags = []
         for t in range(self.lowest_unacked, tag + 1):
             if t in unacked and not (pending and t in pending):
@@ -466,17 +505,23 @@ class Channel:
 
 def raise_unexpected(method_id):
     if method_id not in spec.SIGNATURES:
-        raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - unknown method class %d method %d"
-                                  % (method_id >> 16, method_id & 0xFFFF), method_id)
+        raise ConnectionException(
+            NOT_IMPLEMENTED,
+            "NOT_IMPLEMENTED - unknown method class %d method %d" % (method_id >> 16, method_id & 0xFFFF),
+            method_id,
+        )
     if method_id >> 16 == spec.CLASS_CONNECTION:
-        raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is only allowed on channel 0"
-                                  % method_name(method_id), method_id)
-    raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is not a method a client may send"
-                              % method_name(method_id), method_id)
+        raise ConnectionException(
+            COMMAND_INVALID, "COMMAND_INVALID - %s is only allowed on channel 0" % method_name(method_id), method_id
+        )
+    raise ConnectionException(
+        COMMAND_INVALID, "COMMAND_INVALID - %s is not a method a client may send" % method_name(method_id), method_id
+    )
 
 
 # ---------------------------------------------------------------- method handlers
 # Each takes (channel, decoded argument list) and writes its reply.
+
 
 def channel_flow(ch, args):
     ch.active = args[0]
@@ -520,16 +565,18 @@ def exchange_delete(ch, args):
 
 def exchange_bind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    ch.broker.bind(source, ch.broker.named_exchange(destination, spec.EXCHANGE_BIND),
-                   key, arguments, spec.EXCHANGE_BIND)
+    ch.broker.bind(
+        source, ch.broker.named_exchange(destination, spec.EXCHANGE_BIND), key, arguments, spec.EXCHANGE_BIND
+    )
     if not nowait:
         ch.reply(spec.EXCHANGE_BIND_OK)
 
 
 def exchange_unbind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    ch.broker.unbind(source, ch.broker.named_exchange(destination, spec.EXCHANGE_UNBIND),
-                     key, arguments, spec.EXCHANGE_UNBIND)
+    ch.broker.unbind(
+        source, ch.broker.named_exchange(destination, spec.EXCHANGE_UNBIND), key, arguments, spec.EXCHANGE_UNBIND
+    )
     if not nowait:
         ch.reply(spec.EXCHANGE_UNBIND_OK)
 
@@ -573,11 +620,17 @@ def queue_delete(ch, args):
     if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ
         ch.broker.check_exclusive(queue, ch.conn, spec.QUEUE_DELETE)
         if if_unused and queue.consumers:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - queue '%s' in vhost '/' in use"
-                                   % text(name), spec.QUEUE_DELETE)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - queue '%s' in vhost '/' in use" % text(name),
+                spec.QUEUE_DELETE,
+            )
         if if_empty and queue.message_count():
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty"
-                                   % text(name), spec.QUEUE_DELETE)
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name),
+                spec.QUEUE_DELETE,
+            )
         count = ch.broker.delete_queue(queue)
     if not nowait:
         ch.reply(spec.QUEUE_DELETE_OK, (count,))
@@ -588,7 +641,7 @@ def basic_qos(ch, args):
     if size:
         raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % size, spec.BASIC_QOS)
     if is_global:
-        ch.prefetch_global = count   # RabbitMQ's meaning: shared by the channel's consumers
+        ch.prefetch_global = count  # RabbitMQ's meaning: shared by the channel's consumers
     else:
         ch.prefetch_consumer = count  # each consumer started after this gets its own window
     ch.reply(spec.BASIC_QOS_OK)
@@ -601,11 +654,15 @@ def basic_consume(ch, args):
     if not tag:
         tag = ch.new_consumer_tag()
     elif tag in ch.consumers:
-        raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag),
-                                  spec.BASIC_CONSUME)
+        raise ConnectionException(
+            NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME
+        )
     if queue.exclusive_consumer is not None or (exclusive and queue.consumers):
-        raise ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use"
-                               % text(queue.name), spec.BASIC_CONSUME)
+        raise ChannelException(
+            ACCESS_REFUSED,
+            "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use" % text(queue.name),
+            spec.BASIC_CONSUME,
+        )
     ch.broker.count_consumer(spec.BASIC_CONSUME)
     consumer = Consumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
     ch.consumers[tag] = consumer
@@ -642,8 +699,9 @@ def basic_get(ch, args):
         if message.pid and not entry[1] and queue.journalled:
             ch.broker.journal.delivered(queue, message)
     conn = ch.conn
-    conn.send_method(ch.number, spec.BASIC_GET_OK, (tag, entry[1], message.exchange, message.routing_key,
-                                                    queue.message_count()))
+    conn.send_method(
+        ch.number, spec.BASIC_GET_OK, (tag, entry[1], message.exchange, message.routing_key, queue.message_count())
+    )
     append_content(conn.out, ch, message, conn.max_payload)
     conn.output_added(message.body_size)
 
@@ -673,8 +731,9 @@ def basic_recover(ch, args):
 
 def confirm_select(ch, args):
     if ch.tx is not None:
-        raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from tx to confirm mode",
-                               spec.CONFIRM_SELECT)
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from tx to confirm mode", spec.CONFIRM_SELECT
+        )
     ch.confirming = True
     if not args[0]:
         ch.reply(spec.CONFIRM_SELECT_OK)
@@ -682,8 +741,9 @@ def confirm_select(ch, args):
 
 def tx_select(ch, args):
     if ch.confirming:
-        raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from confirm to tx mode",
-                               spec.TX_SELECT)
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from confirm to tx mode", spec.TX_SELECT
+        )
     if ch.tx is None:
         ch.tx = Transaction()
     ch.reply(spec.TX_SELECT_OK)

@@ -13,6 +13,7 @@ Representation, chosen so that names route without re-encoding:
 Field-table tags follow RabbitMQ (requirements.md §2.4 and §4 row 7): decode
 t b B s u U I i l L f d D S A T F V x; encode only t I l d D S A T F V x.
 """
+
 import struct
 
 from .errors import DecodeError
@@ -67,6 +68,7 @@ def text(raw):
 
 # ---------------------------------------------------------------- field tables
 
+
 def decode_table(buf, pos, end):
     """Decode a field table at pos; returns (dict, position after it)."""
     _need(end, pos, 4)
@@ -81,7 +83,7 @@ def decode_table(buf, pos, end):
         pos += 1
         _need(stop, pos, n)
         try:
-            key = bytes(buf[pos:pos + n]).decode()
+            key = bytes(buf[pos : pos + n]).decode()
         except UnicodeError:
             raise DecodeError("field table key is not UTF-8", 502)
         pos += n
@@ -100,7 +102,7 @@ def _decode_value(buf, pos, end):
         n = struct.unpack_from(">I", buf, pos)[0]
         pos += 4
         _need(end, pos, n)
-        return bytes(buf[pos:pos + n]), pos + n
+        return bytes(buf[pos : pos + n]), pos + n
     if tag == 0x49:  # 'I'
         _need(end, pos, 4)
         return struct.unpack_from(">i", buf, pos)[0], pos + 4
@@ -158,7 +160,7 @@ def _decode_value(buf, pos, end):
         n = struct.unpack_from(">I", buf, pos)[0]
         pos += 4
         _need(end, pos, n)
-        return bytearray(buf[pos:pos + n]), pos + n
+        return bytearray(buf[pos : pos + n]), pos + n
     raise DecodeError("unknown field table type %r" % chr(tag), 502)
 
 
@@ -211,6 +213,7 @@ def _encode_value(out, value):
 
 # ---------------------------------------------------------------- method arguments
 
+
 def decode_args(sig, buf, pos, end):
     """Decode method arguments by signature (see spec.py); returns a list."""
     out = []
@@ -231,7 +234,7 @@ def decode_args(sig, buf, pos, end):
             n = buf[pos]
             pos += 1
             _need(end, pos, n)
-            out.append(bytes(buf[pos:pos + n]))
+            out.append(bytes(buf[pos : pos + n]))
             pos += n
         elif code == "h":
             _need(end, pos, 2)
@@ -253,7 +256,7 @@ def decode_args(sig, buf, pos, end):
             n = struct.unpack_from(">I", buf, pos)[0]
             pos += 4
             _need(end, pos, n)
-            out.append(bytes(buf[pos:pos + n]))
+            out.append(bytes(buf[pos : pos + n]))
             pos += n
         elif code == "o":
             _need(end, pos, 1)
@@ -306,14 +309,15 @@ def method_payload(method_id, args=()):
 
 
 def method_name(method_id):
-    """"basic.publish" for 0x003C0028: for error texts and logs, never on a hot path."""
+    """ "basic.publish" for 0x003C0028: for error texts and logs, never on a hot path."""
     at = NAMES.find("%08X " % method_id)
     if at < 0:
         return "unknown method %d.%d" % (method_id >> 16, method_id & 0xFFFF)
-    return NAMES[at + 9:NAMES.find("\n", at)]
+    return NAMES[at + 9 : NAMES.find("\n", at)]
 
 
 # ---------------------------------------------------------------- basic properties
+
 
 def property_flags(header):
     """The first property-flags word of a content header payload."""

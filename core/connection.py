@@ -16,6 +16,7 @@ States follow the 0-9-1 handshake (requirements.md R093): protocol header,
 start/start-ok, tune/tune-ok, open/open-ok; then channels; then the close
 handshake in either direction.
 """
+
 import struct
 
 from . import spec
@@ -25,8 +26,16 @@ from .channel import Channel, raise_unexpected
 from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
 from .message import FRAME_END_BYTE, HEARTBEAT_FRAME
-from .spec import (ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR,
-                   NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME)
+from .spec import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    RESOURCE_ERROR,
+    UNEXPECTED_FRAME,
+)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
@@ -40,17 +49,28 @@ frame_scanner = None
 
 AWAIT_HEADER = 0
 AWAIT_START_OK = 1
-AUTH_FAILED = 2     # login refused: waiting out the delay before we say so
+AUTH_FAILED = 2  # login refused: waiting out the delay before we say so
 AWAIT_TUNE_OK = 3
 AWAIT_OPEN = 4
 OPEN = 5
-CLOSING = 6         # we sent connection.close and wait for close-ok
+CLOSING = 6  # we sent connection.close and wait for close-ok
 CLOSED = 7
 
-STATE_NAMES = ("awaiting protocol header", "starting", "refusing login", "tuning", "opening",
-               "open", "closing", "closed")
-EXPECTED = {AWAIT_START_OK: spec.CONNECTION_START_OK, AWAIT_TUNE_OK: spec.CONNECTION_TUNE_OK,
-            AWAIT_OPEN: spec.CONNECTION_OPEN}
+STATE_NAMES = (
+    "awaiting protocol header",
+    "starting",
+    "refusing login",
+    "tuning",
+    "opening",
+    "open",
+    "closing",
+    "closed",
+)
+EXPECTED = {
+    AWAIT_START_OK: spec.CONNECTION_START_OK,
+    AWAIT_TUNE_OK: spec.CONNECTION_TUNE_OK,
+    AWAIT_OPEN: spec.CONNECTION_OPEN,
+}
 
 
 class Connection:
@@ -82,10 +102,10 @@ class Connection:
         self.user = None
         # The three client capabilities (start-ok) the broker acts on; the rest of the
         # client-properties table is not kept: on a board it would cost ~1 KiB per client.
-        self.wants_blocked = False      # connection.blocked / unblocked
-        self.wants_cancel = False       # consumer_cancel_notify: basic.cancel when a queue goes
-        self.wants_auth_close = False   # authentication_failure_close: 403 instead of a hang-up
-        self.client = b"?"              # its product name, for the log
+        self.wants_blocked = False  # connection.blocked / unblocked
+        self.wants_cancel = False  # consumer_cancel_notify: basic.cancel when a queue goes
+        self.wants_auth_close = False  # authentication_failure_close: 403 instead of a hang-up
+        self.client = b"?"  # its product name, for the log
         self.last_recv = broker.now
         self.last_send = broker.now
         self.deadline = broker.now + limits.handshake_timeout_ms
@@ -126,8 +146,9 @@ class Connection:
             self.close_with(e)
             pos = len(data)
         except DecodeError as e:
-            self.close_with(ConnectionException(e.code, "%s - %s" % (
-                "FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e)))
+            self.close_with(
+                ConnectionException(e.code, "%s - %s" % ("FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e))
+            )
             pos = len(data)
         except MemoryError:
             self.out_of_memory()
@@ -162,7 +183,7 @@ class Connection:
     def _read_header(self, data):
         n = len(data)
         if n < 8:
-            if bytes(data[:min(n, 4)]) != PROTOCOL_HEADER[:min(n, 4)]:
+            if bytes(data[: min(n, 4)]) != PROTOCOL_HEADER[: min(n, 4)]:
                 self._refuse_header(data)
             else:
                 self._pending = bytes(data)
@@ -176,8 +197,9 @@ class Connection:
         return 8
 
     def _refuse_header(self, header):
-        self.broker.log("warning", "%s: unsupported protocol header %r, answered with AMQP 0-9-1"
-                        % (self.name, bytes(header)))
+        self.broker.log(
+            "warning", "%s: unsupported protocol header %r, answered with AMQP 0-9-1" % (self.name, bytes(header))
+        )
         self.out.append(PROTOCOL_HEADER)
         self._finish()
 
@@ -211,7 +233,9 @@ class Connection:
                 self._content_frame(ftype, number, data, pos, end)
             elif ftype == 8:
                 if number != 0:
-                    raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+                    raise ConnectionException(
+                        UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number
+                    )
             else:
                 self._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
                 return n
@@ -238,13 +262,15 @@ class Connection:
             self._connection_method(method_id, buf, pos, end)
             return
         if self.state != OPEN:
-            raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - channel %d used before the connection is open" % number,
-                                      method_id)
+            raise ConnectionException(
+                CHANNEL_ERROR, "CHANNEL_ERROR - channel %d used before the connection is open" % number, method_id
+            )
         channel = self.channels.get(number)
         if channel is None:
             if method_id != spec.CHANNEL_OPEN:
-                raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - expected 'channel.open' on channel %d" % number,
-                                          method_id)
+                raise ConnectionException(
+                    CHANNEL_ERROR, "CHANNEL_ERROR - expected 'channel.open' on channel %d" % number, method_id
+                )
             self._open_channel(number, buf, pos, end)
             return
         try:
@@ -257,7 +283,9 @@ class Connection:
             raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel 0")
         channel = self.channels.get(number) if self.state == OPEN else None
         if channel is None:
-            raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel %d, which is not open" % number)
+            raise ConnectionException(
+                CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel %d, which is not open" % number
+            )
         try:
             if ftype == 2:
                 channel.on_header(buf, start, end)
@@ -281,8 +309,9 @@ class Connection:
 
     def _connection_method(self, method_id, buf, pos, end):
         if method_id >> 16 != spec.CLASS_CONNECTION:
-            raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method %s on channel 0"
-                                      % method_name(method_id), method_id)
+            raise ConnectionException(
+                CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method %s on channel 0" % method_name(method_id), method_id
+            )
         sig = spec.SIGNATURES.get(method_id)
         if sig is None:
             raise_unexpected(method_id)
@@ -290,14 +319,20 @@ class Connection:
         if method_id == spec.CONNECTION_CLOSE:
             code, reply_text = args[0], args[1]
             if code not in (0, spec.REPLY_SUCCESS):  # py-amqp closes with 0 by default: not a problem
-                self.broker.log("warning", "%s: client closed the connection: %d %s" % (self.name, code, text(reply_text)))
+                self.broker.log(
+                    "warning", "%s: client closed the connection: %d %s" % (self.name, code, text(reply_text))
+                )
             self.send_method(0, spec.CONNECTION_CLOSE_OK)
             self._finish()
             return
         expected = EXPECTED.get(self.state)
         if method_id != expected:
-            raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - %s is not allowed while the connection is %s"
-                                      % (method_name(method_id), STATE_NAMES[self.state]), method_id)
+            raise ConnectionException(
+                COMMAND_INVALID,
+                "COMMAND_INVALID - %s is not allowed while the connection is %s"
+                % (method_name(method_id), STATE_NAMES[self.state]),
+                method_id,
+            )
         if method_id == spec.CONNECTION_START_OK:
             self._start_ok(*args)
         elif method_id == spec.CONNECTION_TUNE_OK:
@@ -315,8 +350,11 @@ class Connection:
         if isinstance(product, bytes):
             self.client = product
         if mechanism not in (b"PLAIN", b"AMQPLAIN"):
-            raise ConnectionException(COMMAND_INVALID, "COMMAND_INVALID - unknown authentication mechanism '%s'"
-                                      % text(mechanism), spec.CONNECTION_START_OK)
+            raise ConnectionException(
+                COMMAND_INVALID,
+                "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
+                spec.CONNECTION_START_OK,
+            )
         self._auth_mechanism = mechanism
         try:
             user, password = credentials(mechanism, response)
@@ -337,23 +375,39 @@ class Connection:
 
     def _refuse_login(self):
         if self.wants_auth_close:
-            self.close_with(ConnectionException(
-                ACCESS_REFUSED, "ACCESS_REFUSED - Login was refused using authentication mechanism %s. "
-                "For details see the broker logfile." % text(self._auth_mechanism), spec.CONNECTION_START_OK))
+            self.close_with(
+                ConnectionException(
+                    ACCESS_REFUSED,
+                    "ACCESS_REFUSED - Login was refused using authentication mechanism %s. "
+                    "For details see the broker logfile." % text(self._auth_mechanism),
+                    spec.CONNECTION_START_OK,
+                )
+            )
         else:
             self._finish()  # older clients expect the socket to close (as RabbitMQ does)
 
     def _tune_ok(self, channel_max, frame_max, heartbeat):
         limits = self.broker.limits
         if frame_max and frame_max < spec.FRAME_MIN_SIZE:
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - frame_max=%d < %d min size"
-                                      % (frame_max, spec.FRAME_MIN_SIZE), spec.CONNECTION_TUNE_OK)
+            raise ConnectionException(
+                NOT_ALLOWED,
+                "NOT_ALLOWED - frame_max=%d < %d min size" % (frame_max, spec.FRAME_MIN_SIZE),
+                spec.CONNECTION_TUNE_OK,
+            )
         if frame_max == 0 or frame_max > limits.frame_max:
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - negotiated frame_max = %d is higher than the maximum allowed value (%d)"
-                                      % (frame_max, limits.frame_max), spec.CONNECTION_TUNE_OK)
+            raise ConnectionException(
+                NOT_ALLOWED,
+                "NOT_ALLOWED - negotiated frame_max = %d is higher than the maximum allowed value (%d)"
+                % (frame_max, limits.frame_max),
+                spec.CONNECTION_TUNE_OK,
+            )
         if channel_max == 0 or channel_max > limits.channel_max:
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - negotiated channel_max = %d is higher than the maximum allowed value (%d)"
-                                      % (channel_max, limits.channel_max), spec.CONNECTION_TUNE_OK)
+            raise ConnectionException(
+                NOT_ALLOWED,
+                "NOT_ALLOWED - negotiated channel_max = %d is higher than the maximum allowed value (%d)"
+                % (channel_max, limits.channel_max),
+                spec.CONNECTION_TUNE_OK,
+            )
         self.frame_max = frame_max
         self.max_payload = frame_max - 8
         self.channel_max = channel_max
@@ -363,27 +417,39 @@ class Connection:
     def _open(self, vhost):
         broker = self.broker
         if vhost != b"/":
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN)
+            raise ConnectionException(
+                NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN
+            )
         if broker.refuse_connections is not None:
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + broker.refuse_connections,
-                                      spec.CONNECTION_OPEN)
+            raise ConnectionException(
+                NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + broker.refuse_connections, spec.CONNECTION_OPEN
+            )
         limit = broker.limits.max_connections
         if broker.open_connections >= limit:
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - access to vhost '/' refused for user '%s': "
-                                      "connection limit (%d) is reached" % (text(self.user), limit), spec.CONNECTION_OPEN)
+            raise ConnectionException(
+                NOT_ALLOWED,
+                "NOT_ALLOWED - access to vhost '/' refused for user '%s': "
+                "connection limit (%d) is reached" % (text(self.user), limit),
+                spec.CONNECTION_OPEN,
+            )
         broker.open_connections += 1
         self.counted = True
         self.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
         self.state = OPEN
-        broker.log("info", "%s: connection open (user '%s', client %s)" % (self.name, text(self.user), text(self.client)))
+        broker.log(
+            "info", "%s: connection open (user '%s', client %s)" % (self.name, text(self.user), text(self.client))
+        )
         if broker.blocked:
             self.notify_blocked(broker.block_reason)
 
     def _open_channel(self, number, buf, pos, end):
         decode_args("s", buf, pos, end)
         if number > self.channel_max:
-            raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - channel number %d is above the negotiated channel_max (%d)"
-                                      % (number, self.channel_max), spec.CHANNEL_OPEN)
+            raise ConnectionException(
+                NOT_ALLOWED,
+                "NOT_ALLOWED - channel number %d is above the negotiated channel_max (%d)" % (number, self.channel_max),
+                spec.CHANNEL_OPEN,
+            )
         self.channels[number] = Channel(self, number)
         self.send_method(number, spec.CHANNEL_OPEN_OK, (b"",))
 
@@ -402,8 +468,7 @@ class Connection:
         channel.state = CHANNEL_CLOSING
         if channel in self.confirm_channels:
             self.confirm_channels.remove(channel)
-        self.send_method(channel.number, spec.CHANNEL_CLOSE,
-                         (e.code, e.text, e.method_id >> 16, e.method_id & 0xFFFF))
+        self.send_method(channel.number, spec.CHANNEL_CLOSE, (e.code, e.text, e.method_id >> 16, e.method_id & 0xFFFF))
 
     def close_with(self, e):
         """Send connection.close for a connection exception; wait for close-ok."""
@@ -467,8 +532,10 @@ class Connection:
             self._finish()
         elif self.heartbeat_ms and state >= AWAIT_OPEN:
             if not self.paused and now - self.last_recv > 2 * self.heartbeat_ms:
-                self.broker.log("warning", "%s: missed heartbeats from client, timeout: %ds"
-                                % (self.name, self.heartbeat_ms // 1000))
+                self.broker.log(
+                    "warning",
+                    "%s: missed heartbeats from client, timeout: %ds" % (self.name, self.heartbeat_ms // 1000),
+                )
                 self._finish()
                 return
             if now - self.last_send >= self.heartbeat_ms // 2 and not self.out:

@@ -17,14 +17,15 @@ Replaying a journal at start is core/replay.py's job.
 
 Sans-IO and MicroPython-clean, like the rest of core/.
 """
+
 import struct
 
 from .codec import encode_table, shortstr
 from .journal import record_parts
 
 # Record kinds (the payloads are described at each encoder below).
-SNAPSHOT = 1       # a segment's first record: the next message id; the definitions follow
-SNAPSHOT_END = 2   # the snapshot is complete: definitions it did not name are gone
+SNAPSHOT = 1  # a segment's first record: the next message id; the definitions follow
+SNAPSHOT_END = 2  # the snapshot is complete: definitions it did not name are gone
 EXCHANGE = 3
 EXCHANGE_GONE = 4
 QUEUE = 5
@@ -32,10 +33,9 @@ QUEUE_GONE = 6
 BINDING = 7
 UNBINDING = 8
 MESSAGE = 9
-REMOVED = 10       # acked, purged, dropped, expired or delivered with no-ack
-DELIVERED = 11     # handed to a consumer: redelivered if it comes back after a restart
+REMOVED = 10  # acked, purged, dropped, expired or delivered with no-ack
+DELIVERED = 11  # handed to a consumer: redelivered if it comes back after a restart
 SEGMENTS_GONE = 12  # segments deleted: at start, any other segment not found is reported missing
-
 
 
 def durable_binding(binding):
@@ -60,8 +60,13 @@ def _u32s(numbers):
 def _binding_payload(binding):
     # source shortstr, 1 if the destination is a queue else 0, destination shortstr, key shortstr, arguments table
     destination = binding.destination
-    return (shortstr(binding.source.name) + bytes((1 if destination.is_queue else 0,)) + shortstr(destination.name)
-            + shortstr(binding.key) + encode_table(binding.arguments))
+    return (
+        shortstr(binding.source.name)
+        + bytes((1 if destination.is_queue else 0,))
+        + shortstr(destination.name)
+        + shortstr(binding.key)
+        + encode_table(binding.arguments)
+    )
 
 
 class Journal:
@@ -70,18 +75,18 @@ class Journal:
     def __init__(self, broker, segment_bytes, max_bytes):
         self.broker = broker
         self.segment_bytes = segment_bytes
-        self.max_bytes = max_bytes     # the disk budget (board profile): publishers block near it
-        self.wake = None               # the storage port's callback: records are waiting
-        self.seq = 0                   # records appended so far
-        self.synced = 0                # records the port has made durable
-        self.chunks = []               # [segment, [bytes, ...]] not yet taken by the port
-        self.segment = 0               # the segment records go to
-        self.sizes = {}                # segment -> bytes (existing files and the current one)
-        self.total = 0                 # bytes in all segments
-        self.live = {}                 # segment -> (queue, message) pairs of it still held
-        self.refers = {}               # segment -> older segments its REMOVED/DELIVERED records name
+        self.max_bytes = max_bytes  # the disk budget (board profile): publishers block near it
+        self.wake = None  # the storage port's callback: records are waiting
+        self.seq = 0  # records appended so far
+        self.synced = 0  # records the port has made durable
+        self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port
+        self.segment = 0  # the segment records go to
+        self.sizes = {}  # segment -> bytes (existing files and the current one)
+        self.total = 0  # bytes in all segments
+        self.live = {}  # segment -> (queue, message) pairs of it still held
+        self.refers = {}  # segment -> older segments its REMOVED/DELIVERED records name
         self.next_id = 1
-        self.marks = {}                # (kind, queue name) -> [(id, segment)], written at the next take
+        self.marks = {}  # (kind, queue name) -> [(id, segment)], written at the next take
         self._woken = False
         self._snapshotting = False
 
@@ -127,8 +132,7 @@ class Journal:
         for part in record:
             size += len(part)
         segment = self.segment
-        if (not self._snapshotting and self.sizes[segment] + size > self.segment_bytes
-                and self.sizes[segment] > 0):
+        if not self._snapshotting and self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
             self._roll()
             segment = self.segment
         chunks = self.chunks
@@ -194,8 +198,15 @@ class Journal:
     def exchange_declared(self, exchange):
         # name, type, flags (auto-delete, internal), arguments
         self._write_marks()
-        self._append(EXCHANGE, (shortstr(exchange.name), shortstr(exchange.kind),
-                                _flags(exchange.auto_delete, exchange.internal), encode_table(exchange.arguments)))
+        self._append(
+            EXCHANGE,
+            (
+                shortstr(exchange.name),
+                shortstr(exchange.kind),
+                _flags(exchange.auto_delete, exchange.internal),
+                encode_table(exchange.arguments),
+            ),
+        )
 
     def exchange_deleted(self, exchange):
         self._write_marks()

@@ -6,6 +6,7 @@ bindings in the structure that makes routing cheap: a dict for direct (O(1)
 per message), a counted set for fanout, a trie of words for topic (no scan of
 every binding), and a list for headers, which must look at every binding.
 """
+
 from .errors import ChannelException
 from .spec import PRECONDITION_FAILED
 
@@ -161,7 +162,8 @@ def headers_mode(arguments):
         raise ChannelException(
             PRECONDITION_FAILED,
             "PRECONDITION_FAILED - invalid x-match field value %r; expected one of all, any, all-with-x, any-with-x"
-            % (mode,))
+            % (mode,),
+        )
     return mode
 
 
@@ -221,8 +223,8 @@ class Exchange:
         self.internal = internal
         self.arguments = arguments or {}
         self.router = ROUTERS[kind]()
-        self.bindings = {}   # identity -> Binding, where this exchange is the source
-        self.inbound = []    # Bindings where this exchange is the destination
+        self.bindings = {}  # identity -> Binding, where this exchange is the source
+        self.inbound = []  # Bindings where this exchange is the destination
         self.routes_to_exchanges = 0
         # where unroutable messages go (the alternate-exchange argument), as a name
         alternate = self.arguments.get("alternate-exchange")

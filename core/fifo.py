@@ -25,7 +25,7 @@ class Fifo:
     def push_front(self, items):
         """Put items (in their order) before everything else."""
         items = list(items)
-        self._head = items + self._head[self._pos:]
+        self._head = items + self._head[self._pos :]
         self._pos = 0
         self.length += len(items)
 
@@ -51,7 +51,7 @@ class Fifo:
         return item
 
     def clear(self):
-        items = self._head[self._pos:] + self._tail
+        items = self._head[self._pos :] + self._tail
         self._head = []
         self._pos = 0
         self._tail = []

@@ -18,10 +18,10 @@ Written for MicroPython too (its tests run there), though no board runs it.
 """
 
 # Why a scan stopped (the third value scan_frames returns).
-NEED_MORE = 0       # the rest of the buffer is not a whole frame (maybe nothing): wait for more bytes
-FULL = 1            # records is full: scan again from where it stopped
-OVERSIZE = 2        # the frame at the stop has a payload size above max_payload (detail: that size)
-BAD_FRAME_END = 3   # the frame at the stop does not end with 0xCE (detail: the octet found instead)
+NEED_MORE = 0  # the rest of the buffer is not a whole frame (maybe nothing): wait for more bytes
+FULL = 1  # records is full: scan again from where it stopped
+OVERSIZE = 2  # the frame at the stop has a payload size above max_payload (detail: that size)
+BAD_FRAME_END = 3  # the frame at the stop does not end with 0xCE (detail: the octet found instead)
 
 FRAME_END = 0xCE
 
@@ -29,12 +29,12 @@ FRAME_END = 0xCE
 # records[6*i + TYPE], ... for record i.
 TYPE = 0
 CHANNEL = 1
-PAYLOAD_START = 2   # index of the payload's first octet (the frame header starts 7 before)
-PAYLOAD_END = 3     # index of the frame-end octet, just past the payload
-HEADER_END = 4      # PUBLISH only: frame-end index of the content header frame
-BODY_END = 5        # PUBLISH only: frame-end index of the body frame (= HEADER_END: no body)
-METHOD_ID = 4       # SETTLE only: basic.ack, basic.nack or basic.reject
-DELIVERY_TAG = 5    # SETTLE only: its delivery tag (the bits are the octet before the frame end)
+PAYLOAD_START = 2  # index of the payload's first octet (the frame header starts 7 before)
+PAYLOAD_END = 3  # index of the frame-end octet, just past the payload
+HEADER_END = 4  # PUBLISH only: frame-end index of the content header frame
+BODY_END = 5  # PUBLISH only: frame-end index of the body frame (= HEADER_END: no body)
+METHOD_ID = 4  # SETTLE only: basic.ack, basic.nack or basic.reject
+DELIVERY_TAG = 5  # SETTLE only: its delivery tag (the bits are the octet before the frame end)
 RECORD_SLOTS = 6
 
 # The record TYPE of a whole publish: a basic.publish method frame (PAYLOAD_START and
@@ -83,14 +83,14 @@ def channel_at(buf, pos):
 def whole_publish(buf, pos, payload, end, max_payload):
     """(header_end, body_end) if the method frame at pos is a basic.publish followed by its
     whole content as PUBLISH describes, else None."""
-    if end - payload < 4 or bytes(buf[payload:payload + 4]) != BASIC_PUBLISH_ID:
+    if end - payload < 4 or bytes(buf[payload : payload + 4]) != BASIC_PUBLISH_ID:
         return None
     channel = channel_at(buf, pos)
     at = end + 1
     status, header_payload, header_end, _ = frame_at(buf, at, max_payload)
     if status is not None or buf[at] != 2 or channel_at(buf, at) != channel or header_end - header_payload < 12:
         return None
-    body_size = int.from_bytes(bytes(buf[header_payload + 4:header_payload + 12]), "big")
+    body_size = int.from_bytes(bytes(buf[header_payload + 4 : header_payload + 12]), "big")
     if body_size == 0:
         return header_end, header_end
     at = header_end + 1
@@ -125,7 +125,7 @@ def scan_frames(buf, pos, max_payload, records):
         records[slot + PAYLOAD_START] = payload
         records[slot + PAYLOAD_END] = end
         group = whole_publish(buf, pos, payload, end, max_payload) if buf[pos] == 1 else None
-        method_id = int.from_bytes(bytes(buf[payload:payload + 4]), "big") if end - payload == 13 else 0
+        method_id = int.from_bytes(bytes(buf[payload : payload + 4]), "big") if end - payload == 13 else 0
         if group is not None:
             records[slot + TYPE] = PUBLISH
             records[slot + HEADER_END], records[slot + BODY_END] = group
@@ -133,7 +133,7 @@ def scan_frames(buf, pos, max_payload, records):
         elif buf[pos] == 1 and method_id in SETTLE_IDS:
             records[slot + TYPE] = SETTLE
             records[slot + METHOD_ID] = method_id
-            records[slot + DELIVERY_TAG] = int.from_bytes(bytes(buf[payload + 4:payload + 12]), "big")
+            records[slot + DELIVERY_TAG] = int.from_bytes(bytes(buf[payload + 4 : payload + 12]), "big")
             pos = end + 1
         else:
             records[slot + TYPE] = buf[pos]
@@ -158,4 +158,5 @@ def use_scanner(scan, make_records):
     """Make scan (with records from make_records()) the scanner of connections made from now
     on, read by batch.read_batch; scan None: the connection's own loop."""
     from . import batch, connection
+
     connection.frame_scanner = (scan, make_records, batch.read_batch) if scan is not None else None

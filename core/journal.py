@@ -22,11 +22,12 @@ records and says how the segment ends:
 Sans-IO like the rest of core/: bytes in, records out; the storage port reads and writes
 the files. Written for MicroPython too (binascii.crc32, byte indexing).
 """
+
 from binascii import crc32
 
 MAGIC = 0xA5
-HEADER_SIZE = 8     # magic, kind, length, check
-TRAILER_SIZE = 4    # crc32
+HEADER_SIZE = 8  # magic, kind, length, check
+TRAILER_SIZE = 4  # crc32
 MAX_PAYLOAD = 0x7FFFFFFF
 
 CLEAN = 0
@@ -78,7 +79,7 @@ def scan_records(data):
     while pos < n:
         if n - pos < HEADER_SIZE:
             return records, pos, TORN if data[pos] in (MAGIC, 0) else CORRUPT
-        fields = bytes(data[pos + 1:pos + 6])
+        fields = bytes(data[pos + 1 : pos + 6])
         if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
             return records, pos, TORN if _all_zero(data, pos) else CORRUPT
         length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
@@ -87,7 +88,7 @@ def scan_records(data):
             return records, pos, CORRUPT
         if end > n:
             return records, pos, TORN  # a sound header: its record was being written
-        payload = bytes(data[pos + HEADER_SIZE:end - TRAILER_SIZE])
+        payload = bytes(data[pos + HEADER_SIZE : end - TRAILER_SIZE])
         stored = (data[end - 4] << 24) | (data[end - 3] << 16) | (data[end - 2] << 8) | data[end - 1]
         if crc32(payload, crc32(fields)) & 0xFFFFFFFF != stored:
             # A bad last record is a torn write; a bad one with good data after it is damage.

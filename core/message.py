@@ -7,6 +7,7 @@ put a new 3-octet prefix in front of each (design.md, "The hot path"): the
 content header is reused byte for byte and the body is never copied.
 Properties are decoded only when a feature asks for them.
 """
+
 import struct
 import sys
 
@@ -27,15 +28,15 @@ FLAG_USER_ID = 0x0010
 
 
 class Message:
-    pid = 0       # its id in the journal, once journalled (core/durable.py); 0: not journalled
-    segment = 0   # the journal segment holding it
+    pid = 0  # its id in the journal, once journalled (core/durable.py); 0: not journalled
+    segment = 0  # the journal segment holding it
 
     def __init__(self, exchange, routing_key, route, header_tail, body_tail, body_size):
-        self.exchange = exchange        # bytes
+        self.exchange = exchange  # bytes
         self.routing_key = routing_key  # bytes
-        self.route = route              # exchange + routing key as shortstrs, ready for deliver
+        self.route = route  # exchange + routing key as shortstrs, ready for deliver
         self.header_tail = header_tail
-        self.body_tail = body_tail      # None when body_size == 0
+        self.body_tail = body_tail  # None when body_size == 0
         self.body_size = body_size
         self.ttl = None  # type: int | None  # milliseconds, from the expiration property when set
         self.cost = body_size + len(header_tail) + MESSAGE_OVERHEAD  # heap bytes held, for the budgets
@@ -95,7 +96,7 @@ def append_content(out, channel, message, max_payload):
         return
     body = message.body()
     for start in range(0, size, max_payload):
-        chunk = bytes(body[start:start + max_payload])
+        chunk = bytes(body[start : start + max_payload])
         out.append(channel.body_prefix + struct.pack(">I", len(chunk)))
         out.append(chunk)
         out.append(FRAME_END_BYTE)

@@ -6,12 +6,14 @@ flowing, their connection is not backed up, and the prefetch windows allow.
 A message leaves the broker's budget when it is acknowledged (or delivered
 with no-ack), purged, expired or dropped; until then it is "held".
 """
+
 from .codec import shortstr, text
 from .errors import ChannelException
 from .fifo import Fifo
 from .spec import PRECONDITION_FAILED
 
 OVERFLOW_MODES = (b"drop-head", b"reject-publish", b"reject-publish-dlx")
+
 
 # Arguments RabbitMQ users rely on that this broker implements, with their check.
 def _non_negative(value):
@@ -56,9 +58,16 @@ QUEUE_ARGUMENTS = {
 
 # Arguments with a meaning in RabbitMQ that hutch does not implement: refusing them
 # is better than silently ignoring a promise the client thinks it was given.
-UNSUPPORTED_ARGUMENTS = ("x-max-priority", "x-single-active-consumer", "x-queue-master-locator",
-                         "x-queue-leader-locator", "x-quorum-initial-group-size", "x-delivery-limit",
-                         "x-max-age", "x-stream-max-segment-size-bytes")
+UNSUPPORTED_ARGUMENTS = (
+    "x-max-priority",
+    "x-single-active-consumer",
+    "x-queue-master-locator",
+    "x-queue-leader-locator",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+)
 
 
 def check_queue_arguments(name, arguments):
@@ -66,14 +75,15 @@ def check_queue_arguments(name, arguments):
         if key in UNSUPPORTED_ARGUMENTS:
             raise ChannelException(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - queue argument '%s' is not supported by hutch (queue '%s')"
-                % (key, text(name)))
+                "PRECONDITION_FAILED - queue argument '%s' is not supported by hutch (queue '%s')" % (key, text(name)),
+            )
         check = QUEUE_ARGUMENTS.get(key)
         if check is not None and not check(arguments[key]):
             raise ChannelException(
                 PRECONDITION_FAILED,
                 "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %r"
-                % (key, text(name), arguments[key]))
+                % (key, text(name), arguments[key]),
+            )
 
 
 class Consumer:
@@ -106,7 +116,7 @@ class Queue:
         self.broker = broker
         self.name = name
         self.durable = durable
-        self.owner = owner            # the Connection of an exclusive queue, else None
+        self.owner = owner  # the Connection of an exclusive queue, else None
         # Its persistent messages go to the journal: exclusive queues end with their
         # connection, so a restart (which ends every connection) never brings them back.
         self.journalled = durable and owner is None
@@ -118,8 +128,8 @@ class Queue:
         self.next_consumer = 0
         self.had_consumer = False
         self.exclusive_consumer = None
-        self.inbound = []             # Bindings to this queue
-        self.waiting = []             # Connections paused until this queue has room
+        self.inbound = []  # Bindings to this queue
+        self.waiting = []  # Connections paused until this queue has room
         self.deleted = False
         limits = broker.limits
         self.message_ttl = arguments.get("x-message-ttl")
@@ -142,8 +152,9 @@ class Queue:
 
     def is_full(self):
         """True when the board's hard per-queue budget is used up."""
-        return ((self.hard_max_messages and self.messages.length >= self.hard_max_messages)
-                or (self.hard_max_bytes and self.ready_bytes >= self.hard_max_bytes))
+        return (self.hard_max_messages and self.messages.length >= self.hard_max_messages) or (
+            self.hard_max_bytes and self.ready_bytes >= self.hard_max_bytes
+        )
 
     def _over_user_limit(self, extra_bytes):
         if self.max_length is not None and self.messages.length + 1 > self.max_length:
@@ -167,8 +178,9 @@ class Queue:
         if self.overflow == b"drop-head":
             while self.messages.length and self._over_user_limit(message.body_size):
                 self.drop(self._pop(), b"maxlen")
-            if self.max_length == 0 or (self.max_length_bytes is not None
-                                        and message.body_size > self.max_length_bytes):
+            if self.max_length == 0 or (
+                self.max_length_bytes is not None and message.body_size > self.max_length_bytes
+            ):
                 self.drop(entry, b"maxlen")
                 return
         self.messages.push(entry)

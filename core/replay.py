@@ -6,12 +6,25 @@ been delivered come back redelivered.
 Only needed while the broker starts: a board drops this module afterwards (ports/recovery.py),
 so its heap does not keep it. Sans-IO and MicroPython-clean.
 """
+
 import struct
 
 from . import spec
 from .codec import decode_table, text
-from .durable import (BINDING, DELIVERED, EXCHANGE, EXCHANGE_GONE, MESSAGE, QUEUE, QUEUE_GONE, REMOVED,
-                      SEGMENTS_GONE, SNAPSHOT, SNAPSHOT_END, UNBINDING)
+from .durable import (
+    BINDING,
+    DELIVERED,
+    EXCHANGE,
+    EXCHANGE_GONE,
+    MESSAGE,
+    QUEUE,
+    QUEUE_GONE,
+    REMOVED,
+    SEGMENTS_GONE,
+    SNAPSHOT,
+    SNAPSHOT_END,
+    UNBINDING,
+)
 from .errors import ChannelException
 from .exchange import freeze
 from .message import FLAG_EXPIRATION, Message
@@ -21,14 +34,14 @@ class Replay:
     """A journal read back: the segments' records, in order, into plain data; then apply()."""
 
     def __init__(self):
-        self.exchanges = {}    # name -> (kind, auto_delete, internal, arguments)
-        self.queues = {}       # name -> [auto_delete, arguments, {id: [message fields, redelivered]}]
-        self.bindings = {}     # (source, to_queue, destination, key, frozen arguments) -> arguments
-        self.refers = {}       # segment -> [older segments its records name]
+        self.exchanges = {}  # name -> (kind, auto_delete, internal, arguments)
+        self.queues = {}  # name -> [auto_delete, arguments, {id: [message fields, redelivered]}]
+        self.bindings = {}  # (source, to_queue, destination, key, frozen arguments) -> arguments
+        self.refers = {}  # segment -> [older segments its records name]
         self.next_id = 1
-        self.expected = []     # segments that should be on disk, by the last snapshot and since
-        self.snapshot = None   # names seen since a SNAPSHOT record, until its SNAPSHOT_END
-        self.skipped = 0       # records that could not be decoded (reported, never fatal)
+        self.expected = []  # segments that should be on disk, by the last snapshot and since
+        self.snapshot = None  # names seen since a SNAPSHOT record, until its SNAPSHOT_END
+        self.skipped = 0  # records that could not be decoded (reported, never fatal)
 
     def segment(self, number, records):
         self.snapshot = None  # a snapshot cut short by the end of its segment resets nothing
@@ -47,7 +60,7 @@ class Replay:
             self._message(segment, p)
         elif kind == REMOVED or kind == DELIVERED:
             n = p[0]
-            queue = self.queues.get(bytes(p[1:1 + n]))
+            queue = self.queues.get(bytes(p[1 : 1 + n]))
             refers = self.refers.get(segment)
             if refers is None:
                 refers = self.refers[segment] = []
@@ -125,11 +138,11 @@ class Replay:
         redelivered = bool(p[8] & 1)
         pos = 9
         n = p[pos]
-        exchange = bytes(p[pos + 1:pos + 1 + n])
+        exchange = bytes(p[pos + 1 : pos + 1 + n])
         k = pos + 1 + n
         m = p[k]
-        routing_key = bytes(p[k + 1:k + 1 + m])
-        route = bytes(p[pos:k + 1 + m])
+        routing_key = bytes(p[k + 1 : k + 1 + m])
+        route = bytes(p[pos : k + 1 + m])
         pos = k + 1 + m
         count = (p[pos] << 8) | p[pos + 1]
         pos += 2
@@ -139,8 +152,8 @@ class Replay:
             names.append(name)
         size = struct.unpack_from(">I", p, pos)[0]
         pos += 4
-        header_tail = bytes(p[pos:pos + size])
-        body_tail = bytes(p[pos + size:]) or None
+        header_tail = bytes(p[pos : pos + size])
+        body_tail = bytes(p[pos + size :]) or None
         fields = (segment, exchange, routing_key, route, header_tail, body_tail)
         for name in names:
             queue = self.queues.get(name)
@@ -180,8 +193,19 @@ class Replay:
         afterwards, so nothing here is written again."""
         for name in self.exchanges:
             kind, auto_delete, internal, arguments = self.exchanges[name]
-            _quietly(log, "exchange", name, broker.declare_exchange, name, kind, False, True, auto_delete, internal,
-                     arguments)
+            _quietly(
+                log,
+                "exchange",
+                name,
+                broker.declare_exchange,
+                name,
+                kind,
+                False,
+                True,
+                auto_delete,
+                internal,
+                arguments,
+            )
         for name in self.queues:
             auto_delete, arguments = self.queues[name][0], self.queues[name][1]
             _quietly(log, "queue", name, broker.declare_queue, None, name, False, True, False, auto_delete, arguments)
@@ -189,8 +213,17 @@ class Replay:
             source, to_queue, destination_name, key = identity[0], identity[1], identity[2], identity[3]
             destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
             if destination is not None:
-                _quietly(log, "binding from", source, broker.bind, source, destination, key, self.bindings[identity],
-                         spec.QUEUE_BIND)
+                _quietly(
+                    log,
+                    "binding from",
+                    source,
+                    broker.bind,
+                    source,
+                    destination,
+                    key,
+                    self.bindings[identity],
+                    spec.QUEUE_BIND,
+                )
         made = {}  # id -> Message: one object for a message kept in several queues
         live = journal.live
         for name in self.queues:
@@ -226,7 +259,7 @@ def _message(pid, fields):
 
 def _shortstr(p, pos):
     n = p[pos]
-    return bytes(p[pos + 1:pos + 1 + n]), pos + 1 + n
+    return bytes(p[pos + 1 : pos + 1 + n]), pos + 1 + n
 
 
 def _quietly(log, what, name, operation, *args):

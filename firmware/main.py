@@ -14,6 +14,7 @@ no TOML parser), plus "wifi"; `hutch flash --config FILE` writes it:
      "auth": {"loopback_users": []},
      "wifi": {"ssid": "greenhouse", "password": "..."}}
 """
+
 import gc
 import time
 
@@ -51,10 +52,11 @@ def main():
         print("hutch: no %s on this board, the broker is not started (hutch flash --config writes one)" % CONFIG)
         return 0
     from hutch.tools import config, serve
+
     try:
         wifi = config.read(CONFIG).get("wifi")
         if wifi is not None and not isinstance(wifi.get("ssid"), str):
-            raise config.ConfigError("%s: wifi needs \"ssid\": \"NAME\"" % CONFIG)
+            raise config.ConfigError('%s: wifi needs "ssid": "NAME"' % CONFIG)
         opts = serve.settings(serve.Options(config=CONFIG))
     except config.ConfigError as e:
         print("hutch: %s" % e)

@@ -4,6 +4,7 @@ MicroPython's ticks_ms() wraps around (every ~12 days on unix, sooner on some
 boards), and the core compares times by subtraction, so the clock
 accumulates tick differences into a number that never wraps.
 """
+
 import time
 
 try:
@@ -37,6 +38,7 @@ class Clock:
 def sleep_ms(ms):
     """An awaitable pause of ms milliseconds, on either asyncio."""
     import asyncio  # here, not at the top: sensor nodes use the Clock without any asyncio
+
     if hasattr(asyncio, "sleep_ms"):
         return asyncio.sleep_ms(ms)
     return asyncio.sleep(ms / 1000)

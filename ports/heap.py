@@ -11,13 +11,14 @@ heap figures, including the high-water mark of live heap, every `interval_ms`.
 
 On CPython (no gc.mem_free) it only logs broker figures.
 """
+
 import gc
 
-ALARM_BELOW = 8      # alarm when free heap < working heap/8 ...
-ALARM_CLEAR = 4      # ... cleared when free heap > working heap/4
-REFUSE_BELOW = 16    # refuse new connections when free heap < working heap/16
-CONNECTION_ROOM = 4096   # heap one client takes: 3.7 KiB measured on the 64-bit unix port
-ROOM_FOR = 8             # connections to keep room for, at most (max_connections may be 1000)
+ALARM_BELOW = 8  # alarm when free heap < working heap/8 ...
+ALARM_CLEAR = 4  # ... cleared when free heap > working heap/4
+REFUSE_BELOW = 16  # refuse new connections when free heap < working heap/16
+CONNECTION_ROOM = 4096  # heap one client takes: 3.7 KiB measured on the 64-bit unix port
+ROOM_FOR = 8  # connections to keep room for, at most (max_connections may be 1000)
 
 
 class HeapMonitor:
@@ -30,7 +31,7 @@ class HeapMonitor:
         self.working = self.total  # free heap after start: set by fit()
         self.peak_live = 0
         self._next_report = 0
-        self._fed = 0          # bytes read since the last look at the heap
+        self._fed = 0  # bytes read since the last look at the heap
 
     def live(self):
         """Heap in use by live objects (collects garbage first)."""
@@ -60,8 +61,11 @@ class HeapMonitor:
         if budget < limits.total_max_bytes:
             limits.total_max_bytes = budget
         limits.output_high_water = min(limits.output_high_water, max(2048, free // 32))
-        self.log("info", "heap: %d of %d bytes free after start; queued messages may use %d" % (
-            free, self.total, limits.total_max_bytes))
+        self.log(
+            "info",
+            "heap: %d of %d bytes free after start; queued messages may use %d"
+            % (free, self.total, limits.total_max_bytes),
+        )
 
     def sample(self, now):
         if self.measures:
@@ -104,8 +108,15 @@ class HeapMonitor:
     def report(self):
         broker = self.broker
         text = "stats: %d connections, %d queued messages (%d bytes estimated)" % (
-            broker.open_connections, broker.held_messages, broker.held_bytes)
+            broker.open_connections,
+            broker.held_messages,
+            broker.held_bytes,
+        )
         if self.measures:
             text += "; heap live %d, peak %d, free %d of %d bytes" % (
-                self.live(), self.peak_live, gc.mem_free(), self.total)
+                self.live(),
+                self.peak_live,
+                gc.mem_free(),
+                self.total,
+            )
         self.log("info", text)

@@ -28,14 +28,17 @@ returns after a restart belongs to the peer's new life only.
 
 Runs unchanged on MicroPython: binascii.crc32, struct, no typing.
 """
+
 import struct
 from binascii import crc32
 
 try:
     from micropython import const
 except ImportError:
+
     def _const(x):
         return x
+
     const = _const  # assigned, not defined as `const`: MicroPython's signature differs (type check)
 
 DATA = const(1)
@@ -43,7 +46,7 @@ ACK = const(2)
 HELLO = const(3)
 HELLO_ACK = const(4)
 
-_OVERHEAD = const(7)          # type, seq, ack, crc32
+_OVERHEAD = const(7)  # type, seq, ack, crc32
 _MAX_BACKOFF_MS = const(2000)
 # A receiver takes DATA payloads up to max(its mtu, this), so ends need not agree on mtu.
 _ACCEPT_PAYLOAD = const(1024)
@@ -59,7 +62,7 @@ def cobs_encode(data):
         end = n if zero < 0 else zero
         while end - pos >= 254:
             out.append(255)
-            out += data[pos:pos + 254]
+            out += data[pos : pos + 254]
             pos += 254
         out.append(end - pos + 1)
         out += data[pos:end]
@@ -78,7 +81,7 @@ def cobs_decode(data):
         end = pos + code
         if code == 0 or end > n:
             return None
-        out += data[pos + 1:end]
+        out += data[pos + 1 : end]
         pos = end
         if code != 255 and pos < n:
             out.append(0)
@@ -88,11 +91,13 @@ def cobs_decode(data):
 def _new_session(now_ms):
     try:
         import os
+
         return bytes(os.urandom(4))
     except (ImportError, AttributeError, OSError):
         pass
     try:
         import random
+
         return struct.pack("<I", random.getrandbits(32))
     except (ImportError, AttributeError):
         return struct.pack("<I", (now_ms * 2654435761 ^ id(now_ms)) & 0xFFFFFFFF)
@@ -117,35 +122,45 @@ class Link:
         self._accept = accept
         # the longest frame on the wire: COBS adds one byte per 254, plus one
         self._max_encoded = accept + _OVERHEAD + (accept + _OVERHEAD) // 254 + 2
-        self.stats = {"frames_sent": 0, "frames_received": 0, "crc_errors": 0, "retransmits": 0,
-                      "resyncs": 0, "restarts": 0, "bytes_in": 0, "bytes_out": 0,
-                      "duplicates": 0, "timeouts": 0, "rx_full": 0}
+        self.stats = {
+            "frames_sent": 0,
+            "frames_received": 0,
+            "crc_errors": 0,
+            "retransmits": 0,
+            "resyncs": 0,
+            "restarts": 0,
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "duplicates": 0,
+            "timeouts": 0,
+            "rx_full": 0,
+        }
         self.peer_session = None
         self.peer_restarted = False
         self._hello_acked = False
         self._hello_due = True
         self._hello_at = now_ms
         self._hello_wait = retransmit_ms
-        self._answer = False          # a HELLO_ACK to send
-        self._rx = bytearray()        # the frame being received (still COBS)
-        self._skipping = False        # an overlong run: drop bytes until the next 0x00
-        self._tx = bytearray()        # encoded frames not yet taken
+        self._answer = False  # a HELLO_ACK to send
+        self._rx = bytearray()  # the frame being received (still COBS)
+        self._skipping = False  # an overlong run: drop bytes until the next 0x00
+        self._tx = bytearray()  # encoded frames not yet taken
         self._reset()
 
     def _reset(self):
         self._unsent = bytearray()
-        self._unacked = []            # payloads of DATA frames in flight, oldest first
-        self._base = 0                # sequence number of the oldest unacknowledged frame
-        self._next = 0                # sequence number of the next new frame
+        self._unacked = []  # payloads of DATA frames in flight, oldest first
+        self._base = 0  # sequence number of the oldest unacknowledged frame
+        self._next = 0  # sequence number of the next new frame
         self._sent_at = self.now
         self._rto = self.retransmit_ms
         self._resend = False
-        self._fast_done = False       # one fast retransmit per loss, until the acks move
-        self._expected = 0            # next sequence number to deliver
+        self._fast_done = False  # one fast retransmit per loss, until the acks move
+        self._expected = 0  # next sequence number to deliver
         self._data = bytearray()
         self._ack_due = False
-        self._nak = False             # ask the peer to go back at once (ACK with seq 1)
-        self._starved = False         # a frame was dropped because take_data() lagged
+        self._nak = False  # ask the peer to go back at once (ACK with seq 1)
+        self._starved = False  # a frame was dropped because take_data() lagged
 
     # ------------------------------------------------------------ state
 
@@ -239,8 +254,8 @@ class Link:
             self.stats["retransmits"] += len(unacked)
             self._sent_at = self.now
         while self._unsent and len(unacked) < self.window:
-            payload = bytes(self._unsent[:self.mtu])
-            self._unsent = self._unsent[self.mtu:]
+            payload = bytes(self._unsent[: self.mtu])
+            self._unsent = self._unsent[self.mtu :]
             if not unacked:
                 self._sent_at = self.now
             unacked.append(payload)
@@ -373,7 +388,7 @@ class Link:
             if (self._expected - seq) & 0xFF <= 128:
                 self._ack_due = True  # an old frame again: our ack was lost, say it again
             elif not self._starved:
-                self._nak = True      # a frame is missing before this one
+                self._nak = True  # a frame is missing before this one
             return
         if len(self._data) + len(payload) > self.buffer:
             self.stats["rx_full"] += 1

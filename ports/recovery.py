@@ -10,6 +10,7 @@ in DATA/recovery.txt (`hutch ctl status` shows it).
 Only needed at start: on a board, tools/serve.py drops this module and core/replay.py
 afterwards, so they do not hold heap while the broker runs.
 """
+
 import gc
 import os
 import sys
@@ -90,12 +91,16 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
         records, good_end, ending = scan_records(data)
         if ending == TORN:
             repair.cut(segment, data, good_end)
-            report.append("segment %08d: torn tail cut at byte %d (%d bytes dropped: a write cut short)"
-                          % (segment, good_end, len(data) - good_end))
+            report.append(
+                "segment %08d: torn tail cut at byte %d (%d bytes dropped: a write cut short)"
+                % (segment, good_end, len(data) - good_end)
+            )
         elif ending == CORRUPT:
             kept = repair.quarantine(segment, data, good_end)
-            report.append("segment %08d: corrupt at byte %d; quarantined as %s, its %d good records kept"
-                          % (segment, good_end, kept, len(records)))
+            report.append(
+                "segment %08d: corrupt at byte %d; quarantined as %s, its %d good records kept"
+                % (segment, good_end, kept, len(records))
+            )
         replay.segment(segment, records)
         sizes[segment] = good_end
         data = records = None
@@ -115,8 +120,13 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
     total = 0
     for segment in sizes:
         total += sizes[segment]
-    summary = ("journal: recovered %d messages in %d queues from %d segments (%d bytes) in %d ms"
-               % (replay.message_count(), len(replay.queues), len(numbers), total, elapsed))
+    summary = "journal: recovered %d messages in %d queues from %d segments (%d bytes) in %d ms" % (
+        replay.message_count(),
+        len(replay.queues),
+        len(numbers),
+        total,
+        elapsed,
+    )
     for line in report:
         log("warning", "journal: " + line)
     log("info", summary)

@@ -26,6 +26,7 @@ path, is read through asyncio.StreamReader.
 `open_serial(device, baudrate)` is also what a sensor node's client uses to
 reach the broker over a wire; see the README, "Serial link layer".
 """
+
 import os
 import sys
 
@@ -39,9 +40,9 @@ from .link import Link
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 256 if MICROPYTHON else 4096
-TICK_MS = 50          # link timers (retransmission after 200 ms, HELLO retries)
-IDLE_TICK_MS = 250    # when nothing is in flight
-RETRY_MS = 2000       # reopening a port that is missing or failed
+TICK_MS = 50  # link timers (retransmission after 200 ms, HELLO retries)
+IDLE_TICK_MS = 250  # when nothing is in flight
+RETRY_MS = 2000  # reopening a port that is missing or failed
 STOP_GRACE_MS = 1000  # waiting for the peer's close-ok when the broker stops
 
 
@@ -112,6 +113,7 @@ def open_serial(device, baudrate=115200):
 def _open_uart(profile, baudrate):
     """A machine.UART from {"uart": its number, other UART settings...}, non-blocking (timeout=0)."""
     import machine
+
     settings = dict(profile)
     uart = settings.pop("uart")
     settings.setdefault("baudrate", baudrate)
@@ -133,7 +135,7 @@ class _FdStream:
         # MicroPython's asyncio has no get_running_loop(), and the board's type check reads this
         # file against it: looked up by name, as only CPython builds an _FdStream (see _stream).
         self.loop = getattr(asyncio, "get_running_loop")()
-        self._waiting = {}   # "read"/"write": the future a task waits on
+        self._waiting = {}  # "read"/"write": the future a task waits on
         self.closed = False
 
     async def _ready(self, kind):
@@ -145,6 +147,7 @@ class _FdStream:
         def ready():
             if not future.done():
                 future.set_result(None)
+
         if kind == "read":
             self.loop.add_reader(self.fd, ready)
         else:
@@ -245,9 +248,9 @@ class SerialServer:
         self.link = None
         self.conn = None
         self.stream = None
-        self._parts = []       # the connection's output the link has not taken yet
+        self._parts = []  # the connection's output the link has not taken yet
         self._part_pos = 0
-        self._header = b""     # bytes that may begin a protocol header
+        self._header = b""  # bytes that may begin a protocol header
         self._skipped = 0
         self._event = None
         self._tasks = []
@@ -260,8 +263,11 @@ class SerialServer:
         self._event = asyncio.Event()
         self.link = Link(self.clock.now_ms(), os.urandom(4))
         self._open()
-        self._tasks = [asyncio.create_task(self._read_loop()), asyncio.create_task(self._write_loop()),
-                       asyncio.create_task(self._tick_loop())]
+        self._tasks = [
+            asyncio.create_task(self._read_loop()),
+            asyncio.create_task(self._write_loop()),
+            asyncio.create_task(self._tick_loop()),
+        ]
 
     async def stop(self, grace_ms=STOP_GRACE_MS):
         """Close the AMQP connection with 320 CONNECTION_FORCED, give the peer a moment, close the port."""
@@ -290,16 +296,23 @@ class SerialServer:
 
     def _stats(self):
         s = self.link.stats
-        return ("%d frames sent, %d received, %d CRC errors, %d resyncs, %d retransmits, %d peer restarts"
-                % (s["frames_sent"], s["frames_received"], s["crc_errors"], s["resyncs"], s["retransmits"],
-                   s["restarts"]))
+        return "%d frames sent, %d received, %d CRC errors, %d resyncs, %d retransmits, %d peer restarts" % (
+            s["frames_sent"],
+            s["frames_received"],
+            s["crc_errors"],
+            s["resyncs"],
+            s["retransmits"],
+            s["restarts"],
+        )
 
     def _open(self):
         try:
             port = open_serial(self.device, self.baudrate)
         except Exception as e:  # OSError, or ValueError for a baud rate the port refuses
             if not self._open_failed:
-                self.log("warning", "serial %s: cannot open: %s (retrying every %d s)" % (self.name, e, RETRY_MS // 1000))
+                self.log(
+                    "warning", "serial %s: cannot open: %s (retrying every %d s)" % (self.name, e, RETRY_MS // 1000)
+                )
                 self._open_failed = True
             return False
         self.stream = _stream(port)
@@ -396,7 +409,7 @@ class SerialServer:
             parts = self._parts
             while parts:
                 part = parts[0]
-                self._part_pos += link.send(memoryview(part)[self._part_pos:])
+                self._part_pos += link.send(memoryview(part)[self._part_pos :])
                 if self._part_pos < len(part):
                     return  # the link is full; the next round goes on as it drains
                 parts.pop(0)
@@ -413,8 +426,9 @@ class SerialServer:
             if not parts:
                 if conn.closed:
                     self.conn = None
-                    self.log("debug", "serial %s: AMQP connection closed; the next protocol header opens another"
-                             % self.name)
+                    self.log(
+                        "debug", "serial %s: AMQP connection closed; the next protocol header opens another" % self.name
+                    )
                 return
             self._parts = list(parts)
 
@@ -436,12 +450,14 @@ class SerialServer:
         at = data.find(b"AMQP")
         if at >= 0:
             if at or self._skipped:
-                self.log("debug", "serial %s: skipped %d bytes before a protocol header" % (self.name, self._skipped + at))
+                self.log(
+                    "debug", "serial %s: skipped %d bytes before a protocol header" % (self.name, self._skipped + at)
+                )
             self._skipped = 0
             return data[at:]
         keep = 3
-        while keep and not (len(data) >= keep and data[len(data) - keep:] == b"AMQ"[:keep]):
+        while keep and not (len(data) >= keep and data[len(data) - keep :] == b"AMQ"[:keep]):
             keep -= 1
         self._skipped += len(data) - keep
-        self._header = data[len(data) - keep:] if keep else b""
+        self._header = data[len(data) - keep :] if keep else b""
         return b""

@@ -17,16 +17,16 @@ Records reach the operating system (write + flush) as soon as the writer task ru
 turn of the event loop after they were made; with no confirm waiting they are synced at
 least every SYNC_EVERY_MS.
 """
-import os
-import sys
 
 import asyncio
+import os
+import sys
 
 from .clock import Clock
 
 MICROPYTHON = sys.implementation.name == "micropython"
 SEGMENT_SUFFIX = ".seg"
-SYNC_EVERY_MS = 1000     # with no confirm waiting, records are synced at least this often
+SYNC_EVERY_MS = 1000  # with no confirm waiting, records are synced at least this often
 
 
 def exists(path):
@@ -51,10 +51,10 @@ class SegmentFiles:
         self.quarantine_dir = folder + "/quarantine"
         make_dir(folder)
         make_dir(self.dir)
-        self.file = None          # the open segment file, and its number
+        self.file = None  # the open segment file, and its number
         self.file_segment = None
-        self.unsynced = []        # files written since the last sync (a rolled one stays until then)
-        self.new_file = False     # a segment file was created: its directory entry needs a sync too
+        self.unsynced = []  # files written since the last sync (a rolled one stays until then)
+        self.new_file = False  # a segment file was created: its directory entry needs a sync too
 
     def path(self, segment):
         return "%s/%08d%s" % (self.dir, segment, SEGMENT_SUFFIX)
@@ -62,8 +62,8 @@ class SegmentFiles:
     def numbers(self):
         out = []
         for name in os.listdir(self.dir):
-            if name.endswith(SEGMENT_SUFFIX) and name[:-len(SEGMENT_SUFFIX)].isdigit():
-                out.append(int(name[:-len(SEGMENT_SUFFIX)]))
+            if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit():
+                out.append(int(name[: -len(SEGMENT_SUFFIX)]))
         out.sort()
         return out
 
@@ -136,12 +136,12 @@ class JournalWriter:
         self.files = files
         self.broker = broker
         self.log = log
-        self.written = 0        # journal seq written to the files
+        self.written = 0  # journal seq written to the files
         self.clock = Clock()
         self.last_sync = self.clock.now_ms()
-        self.failing = None     # the last write error, while writes fail
+        self.failing = None  # the last write error, while writes fail
         self.stopping = False
-        self._pending = None    # what take() gave, until it is written
+        self._pending = None  # what take() gave, until it is written
         self.event = None
         self.tasks = []
         journal.wake = self.kick
@@ -163,7 +163,8 @@ class JournalWriter:
                 continue
             broker = self.broker
             if self.written > self.journal.synced and (
-                    broker.journal_waiters or self.clock.now_ms() - self.last_sync >= SYNC_EVERY_MS):
+                broker.journal_waiters or self.clock.now_ms() - self.last_sync >= SYNC_EVERY_MS
+            ):
                 await self.sync()
 
     def write(self):

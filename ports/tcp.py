@@ -10,6 +10,7 @@ because MicroPython cannot have two tasks waiting to write on one socket. The
 core calls `conn.wake` whenever output appears (from this client's input or
 from another client's publish), which wakes both tasks.
 """
+
 import asyncio
 import sys
 
@@ -141,8 +142,8 @@ class _Client:
         self.read_buffer = read_buffer
         self.reader = reader
         self.writer = writer
-        self.output = asyncio.Event()   # the writer has something to do: output, or the end
-        self.ready = asyncio.Event()    # the reader may go on: reading resumed, or output caught up
+        self.output = asyncio.Event()  # the writer has something to do: output, or the end
+        self.ready = asyncio.Event()  # the reader may go on: reading resumed, or output caught up
         conn.wake = self._wake
 
     def _wake(self):

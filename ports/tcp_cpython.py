@@ -15,6 +15,7 @@ does not read what it is sent is not read from (pause_reading), and while the so
 send buffer is full (pause_writing) output stays in the connection, where the broker
 sees it (conn.saturated) and stops delivering to it.
 """
+
 import asyncio
 
 from .tcp import TcpServer, peer_address
@@ -25,8 +26,8 @@ class ProtocolServer(TcpServer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.feeding = False   # inside a client's data_received
-        self.woken = []        # clients given output meanwhile: flushed before it returns
+        self.feeding = False  # inside a client's data_received
+        self.woken = []  # clients given output meanwhile: flushed before it returns
 
     def flush_woken(self):
         woken = self.woken
@@ -48,7 +49,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.conn = None
         self.transport = None
         self.flush_scheduled = False
-        self.writing_paused = False   # the socket's send buffer is above its high-water mark
+        self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
 
     def connection_made(self, transport):

@@ -2,6 +2,7 @@
 "inline" (the connection's own loop: MicroPython, or CPython without the C scanner),
 "python" (the batch loop with core/framing.py's reference scanner) and "c" (the batch
 loop with the C scanner). The differential tests feed all three the same bytes."""
+
 from hutch.c_accel import scanner as c_scanner
 from hutch.core import batch, framing
 from hutch.core.broker import Broker
@@ -20,7 +21,11 @@ class Side:
         if how == "inline":
             conn._scan, conn._records, conn._read_batch = None, None, None
         elif how == "c":
-            conn._scan, conn._records, conn._read_batch = c_scanner.scan_frames, c_scanner.new_records(), batch.read_batch
+            conn._scan, conn._records, conn._read_batch = (
+                c_scanner.scan_frames,
+                c_scanner.new_records(),
+                batch.read_batch,
+            )
         else:
             conn._scan, conn._records, conn._read_batch = framing.scan_frames, framing.new_records(), batch.read_batch
 

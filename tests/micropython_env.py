@@ -4,4 +4,5 @@ Shared by tests/test_micropython.py (the core suite under MicroPython) and the i
 tests that run hutch under MicroPython. The code lives in hutch.tools.micropython_host,
 which `hutch bench --micropython` uses too.
 """
+
 from hutch.tools.micropython_host import ROOT, micropython, package_root, serve_env  # noqa: F401 (re-exported)

@@ -14,6 +14,7 @@ slaves are raw ttys with VMIN=0, VTIME=0 (what `stty raw -echo min 0 time 0`
 sets), and this object keeps them open so either end can close and reopen
 its side (a restarting sensor) without the other end seeing a hang-up.
 """
+
 import errno
 import os
 import random
@@ -36,7 +37,7 @@ class Direction:
         self.name = name
         self.source = source
         self.sink = sink
-        self.pending = bytearray()   # damaged bytes not yet accepted by the sink's pty
+        self.pending = bytearray()  # damaged bytes not yet accepted by the sink's pty
         self.credit = 0.0
         self.stats = {"bytes": 0, "corrupted": 0, "dropped": 0, "garbage": 0, "overrun": 0}
 

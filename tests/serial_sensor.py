@@ -19,6 +19,7 @@ publishes them over TCP), checks each body and acks it.
 Prints one line per event for the test to read: "ready", "confirmed N",
 "link up", "ready", "confirmed N", "rate MSGS_PER_S BYTES_PER_S MS", "stats K=V ...", "died N", "done".
 """
+
 import os
 import select
 import struct
@@ -46,8 +47,15 @@ def method(channel, class_id, method_id, args=b""):
 def publish(queue, data):
     args = struct.pack(">H", 0) + shortstr(b"") + shortstr(queue) + b"\x00"
     header = struct.pack(">HHQH", 60, 0, len(data), 0)
-    return (method(1, 60, 40, args) + struct.pack(">BHI", 2, 1, len(header)) + header + b"\xce"
-            + struct.pack(">BHI", 3, 1, len(data)) + data + b"\xce")
+    return (
+        method(1, 60, 40, args)
+        + struct.pack(">BHI", 2, 1, len(header))
+        + header
+        + b"\xce"
+        + struct.pack(">BHI", 3, 1, len(data))
+        + data
+        + b"\xce"
+    )
 
 
 class Publisher:
@@ -61,8 +69,8 @@ class Publisher:
         self.closed = False
         self.published = 0
         self.confirmed = 0
-        self.deliveries = []    # (delivery tag, body) received
-        self._delivery = None   # [tag, size, body so far] while a delivery's content arrives
+        self.deliveries = []  # (delivery tag, body) received
+        self._delivery = None  # [tag, size, body so far] while a delivery's content arrives
 
     def feed(self, data):
         self.buf += data
@@ -70,10 +78,10 @@ class Publisher:
             ftype, channel, size = struct.unpack(">BHI", self.buf[:7])
             if len(self.buf) < size + 8:
                 return
-            payload = self.buf[7:7 + size]
+            payload = self.buf[7 : 7 + size]
             if self.buf[7 + size] != 0xCE:
                 raise RuntimeError("bad frame end from the broker")
-            self.buf = self.buf[8 + size:]
+            self.buf = self.buf[8 + size :]
             if ftype == 1:
                 self._method(channel, payload)
             elif ftype == 2 and self._delivery is not None:
@@ -90,10 +98,18 @@ class Publisher:
 
     def _method(self, channel, payload):
         cls, meth = struct.unpack(">HH", payload[:4])
-        if (cls, meth) == (10, 10):    # connection.start
+        if (cls, meth) == (10, 10):  # connection.start
             response = b"\x00guest\x00guest"
-            self.out += method(0, 10, 11, b"\x00\x00\x00\x00" + shortstr(b"PLAIN")
-                               + struct.pack(">I", len(response)) + response + shortstr(b"en_US"))
+            self.out += method(
+                0,
+                10,
+                11,
+                b"\x00\x00\x00\x00"
+                + shortstr(b"PLAIN")
+                + struct.pack(">I", len(response))
+                + response
+                + shortstr(b"en_US"),
+            )
         elif (cls, meth) == (10, 30):  # connection.tune
             channel_max, frame_max, _heartbeat = struct.unpack(">HIH", payload[4:12])
             self.out += method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0))
@@ -110,7 +126,7 @@ class Publisher:
             self.confirmed = tag if multiple & 1 else max(self.confirmed, tag)
         elif (cls, meth) == (60, 60):  # basic.deliver: consumer tag, delivery tag, ...
             at = 5 + payload[4]
-            self._delivery = [struct.unpack(">Q", payload[at:at + 8])[0], None, b""]
+            self._delivery = [struct.unpack(">Q", payload[at : at + 8])[0], None, b""]
         elif (cls, meth) == (60, 120):  # basic.nack
             raise RuntimeError("the broker nacked a message")
         elif (cls, meth) == (10, 50):  # connection.close from the broker
@@ -124,8 +140,9 @@ class Publisher:
 
     def consume(self, prefetch):
         self.out += method(1, 60, 10, struct.pack(">IHB", 0, prefetch, 0))  # basic.qos
-        self.out += method(1, 60, 20, struct.pack(">H", 0) + shortstr(self.queue) + shortstr(b"")
-                           + b"\x00" + b"\x00\x00\x00\x00")           # basic.consume: acks on, no arguments
+        self.out += method(
+            1, 60, 20, struct.pack(">H", 0) + shortstr(self.queue) + shortstr(b"") + b"\x00" + b"\x00\x00\x00\x00"
+        )  # basic.consume: acks on, no arguments
 
     def ack(self, tag):
         self.out += method(1, 60, 80, struct.pack(">QB", tag, 0))
@@ -220,14 +237,18 @@ def main(argv):
     payload_bytes = 0
     for _ in range(opts["connections"]):
         amqp = Publisher(queue)
-        sensor.run_until(amqp, lambda: amqp.ready, 20000, "the AMQP handshake")
+        sensor.run_until(amqp, lambda amqp=amqp: amqp.ready, 20000, "the AMQP handshake")
         if started is None:
             started = clock.now_ms()
             say("ready")
         batch = min(per_connection, count - sent)
         while amqp.confirmed < batch:
-            while (amqp.published < batch and amqp.published - amqp.confirmed < opts["inflight"]
-                   and not sensor.pending and not amqp.out):
+            while (
+                amqp.published < batch
+                and amqp.published - amqp.confirmed < opts["inflight"]
+                and not sensor.pending
+                and not amqp.out
+            ):
                 data = body(opts["first"] + sent + amqp.published, size)
                 amqp.out += publish(queue, data)
                 amqp.published += 1
@@ -240,7 +261,7 @@ def main(argv):
                 # lose power while a frame is half written: the broker must resync on it
                 sensor.link.send(publish(queue, body(999999, size)))
                 out = sensor.link.take_output()
-                sensor.write(out[:len(out) // 2])
+                sensor.write(out[: len(out) // 2])
                 say("died", sent + amqp.confirmed)
                 sys.exit(3)
         sent += batch
@@ -249,7 +270,7 @@ def main(argv):
         if opts["consume"]:
             consume(sensor, amqp, opts["consume"], size)
         amqp.close()
-        sensor.run_until(amqp, lambda: amqp.closed, 20000, "connection.close-ok")
+        sensor.run_until(amqp, lambda amqp=amqp: amqp.closed, 20000, "connection.close-ok")
     elapsed = max(1, finished - started)
     say("rate", count * 1000 // elapsed, payload_bytes * 1000 // elapsed, elapsed)
     # let the link deliver what it holds, and ack the broker's last frames, before leaving

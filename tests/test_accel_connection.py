@@ -8,16 +8,16 @@ flag, pause and unread bytes must match: so errors are reported with the same
 reply text at the same frame, and pausing or closing mid-buffer stops at the
 same frame.
 """
+
 import struct
 
+from accel_sides import SCANNERS, Side
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.core import spec
 from hutch.core.codec import encode_args
 from hutch.core.limits import Limits
-
-from accel_sides import SCANNERS, Side
 
 
 def frame(ftype, channel, payload):
@@ -29,17 +29,21 @@ def method(channel, method_id, sig, args):
 
 
 def handshake(frame_max):
-    return (b"AMQP\x00\x00\x09\x01"
-            + method(0, spec.CONNECTION_START_OK, "tsSs", [{}, b"PLAIN", b"\x00guest\x00guest", b"en_US"])
-            + method(0, spec.CONNECTION_TUNE_OK, "hlh", [100, frame_max, 0])
-            + method(0, spec.CONNECTION_OPEN, "ssb", [b"/", b"", False])
-            + method(1, spec.CHANNEL_OPEN, "s", [b""]))
+    return (
+        b"AMQP\x00\x00\x09\x01"
+        + method(0, spec.CONNECTION_START_OK, "tsSs", [{}, b"PLAIN", b"\x00guest\x00guest", b"en_US"])
+        + method(0, spec.CONNECTION_TUNE_OK, "hlh", [100, frame_max, 0])
+        + method(0, spec.CONNECTION_OPEN, "ssb", [b"/", b"", False])
+        + method(1, spec.CHANNEL_OPEN, "s", [b""])
+    )
 
 
 def publish(body, queue=b"q", exchange=b"", properties=b"\x00\x00", channel=1):
-    return (method(channel, spec.BASIC_PUBLISH, "hssbb", [0, exchange, queue, False, False])
-            + frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + properties)
-            + (frame(3, channel, body) if body else b""))
+    return (
+        method(channel, spec.BASIC_PUBLISH, "hssbb", [0, exchange, queue, False, False])
+        + frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + properties)
+        + (frame(3, channel, body) if body else b"")
+    )
 
 
 # Publishes the channel refuses after its header arrived, each in its own way: the channel
@@ -48,13 +52,23 @@ def publish(body, queue=b"q", exchange=b"", properties=b"\x00\x00", channel=1):
 CONSUME = method(1, spec.BASIC_CONSUME, "hssbbbbt", [0, b"q", b"c", False, False, False, False, {}])
 settlements = st.one_of(
     st.just(CONSUME),
-    st.builds(lambda mid, tag, bits: frame(1, 1, struct.pack(">IQB", mid, tag, bits)),
-              st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK, spec.BASIC_REJECT]),
-              st.integers(0, 6) | st.integers(0, 2 ** 64 - 1), st.integers(0, 255)),
-    st.builds(lambda mid, tag: frame(1, 1, struct.pack(">IQ", mid, tag)),    # one octet short
-              st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK, spec.BASIC_REJECT]), st.integers(0, 6)),
-    st.builds(lambda mid, ftype, number: frame(ftype, number, struct.pack(">IQB", mid, 1, 1)),  # elsewhere
-              st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK]), st.integers(1, 3), st.sampled_from([0, 2, 3])),
+    st.builds(
+        lambda mid, tag, bits: frame(1, 1, struct.pack(">IQB", mid, tag, bits)),
+        st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK, spec.BASIC_REJECT]),
+        st.integers(0, 6) | st.integers(0, 2**64 - 1),
+        st.integers(0, 255),
+    ),
+    st.builds(
+        lambda mid, tag: frame(1, 1, struct.pack(">IQ", mid, tag)),  # one octet short
+        st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK, spec.BASIC_REJECT]),
+        st.integers(0, 6),
+    ),
+    st.builds(
+        lambda mid, ftype, number: frame(ftype, number, struct.pack(">IQB", mid, 1, 1)),  # elsewhere
+        st.sampled_from([spec.BASIC_ACK, spec.BASIC_NACK]),
+        st.integers(1, 3),
+        st.sampled_from([0, 2, 3]),
+    ),
     st.just(method(1, spec.TX_SELECT, "", [])),
 )
 
@@ -74,11 +88,11 @@ pieces = st.one_of(
     st.builds(publish, st.binary(max_size=50)),
     st.just(DECLARE),
     st.just(frame(8, 0, b"")),
-    st.just(frame(8, 1, b"")),                                      # heartbeat on a channel: 505
+    st.just(frame(8, 1, b"")),  # heartbeat on a channel: 505
     st.just(method(0, spec.CONNECTION_CLOSE, "hshh", [200, b"bye", 0, 0])),
     st.just(method(0, spec.CONNECTION_CLOSE_OK, "", [])),
     st.builds(lambda t, ch, p: frame(t, ch, p), st.integers(0, 9), st.integers(0, 3), st.binary(max_size=20)),
-    st.builds(lambda n: struct.pack(">BHI", 3, 1, n), st.sampled_from([4089, 4090, 5000, 131065, 2 ** 32 - 1])),
+    st.builds(lambda n: struct.pack(">BHI", 3, 1, n), st.sampled_from([4089, 4090, 5000, 131065, 2**32 - 1])),
     st.builds(lambda n: frame(3, 1, b"\x00" * n), st.sampled_from([4087, 4088, 4089, 131064])),
     st.builds(lambda b: frame(1, 1, b"\x00\x3c\x00\x28")[:-1] + bytes([b]), st.integers(0, 255)),  # bad frame end
     st.binary(min_size=1, max_size=12),
@@ -88,8 +102,14 @@ pieces = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([4096, 131072]), st.lists(pieces, max_size=25), st.integers(1, 400),
-       st.sampled_from([1, 2, 1000]), st.booleans(), st.sampled_from([30, 2 ** 20]))
+@given(
+    st.sampled_from([4096, 131072]),
+    st.lists(pieces, max_size=25),
+    st.integers(1, 400),
+    st.sampled_from([1, 2, 1000]),
+    st.booleans(),
+    st.sampled_from([30, 2**20]),
+)
 def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, handshake_in_same_read, max_message):
     """Random frames after a handshake (its tune-ok may lower frame_max in the middle of a read);
     a queue that holds 1 or 2 messages pauses the publisher mid-buffer; a message size limit
@@ -103,7 +123,7 @@ def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, 
         reads = [handshake(frame_max) + DECLARE + stream]
     else:
         reads = [handshake(frame_max), DECLARE]
-        reads += [stream[i:i + chunk] for i in range(0, len(stream), chunk)]
+        reads += [stream[i : i + chunk] for i in range(0, len(stream), chunk)]
     for data in reads:
         results = [side.feed(data) for side in sides]
         assert results[1] == results[0], "python scanner differs from the connection's own loop"
@@ -116,7 +136,7 @@ def test_same_behaviour_on_random_bytes(raw, chunk):
     sides = [Side(how, Limits()) for how in ("inline", "python", "c")]
     data = b"AMQP\x00\x00\x09\x01" + raw
     for i in range(0, len(data), chunk):
-        results = [side.feed(memoryview(data)[i:i + chunk]) for side in sides]
+        results = [side.feed(memoryview(data)[i : i + chunk]) for side in sides]
         assert results[1] == results[0] and results[2] == results[0]
 
 
@@ -142,7 +162,7 @@ def test_paused_publisher_leaves_a_bad_frame_after_it_for_later():
     """Paused before a broken frame: the error waits until the connection reads again."""
     limits = Limits()
     limits.queue_max_messages = 1
-    for broken in (struct.pack(">BHI", 3, 1, 10 ** 6), frame(1, 1, b"abcd")[:-1] + b"\x00"):
+    for broken in (struct.pack(">BHI", 3, 1, 10**6), frame(1, 1, b"abcd")[:-1] + b"\x00"):
         data = handshake(131072) + DECLARE + publish(b"a") + publish(b"b") + broken
         results = [Side(how, limits).feed(data) for how in ("inline", "python", "c")]
         out, state, closed, paused, pending, log = results[0]
@@ -153,12 +173,22 @@ def test_paused_publisher_leaves_a_bad_frame_after_it_for_later():
 def test_acks_nacks_and_rejects_settle_the_same_whatever_the_scanner():
     """Every combination of the bits, on real deliveries: requeued ones come back (redelivered),
     others are gone; a tag that is not outstanding closes the channel (406)."""
+
     def settle(method_id, tag, bits):
         return frame(1, 1, struct.pack(">IQB", method_id, tag, bits))
+
     steps = [handshake(131072) + DECLARE + b"".join(publish(b"m%d" % i) for i in range(8)) + CONSUME]
-    for method_id, tag, bits in [(spec.BASIC_NACK, 1, 2), (spec.BASIC_NACK, 2, 0), (spec.BASIC_REJECT, 3, 1),
-                                 (spec.BASIC_REJECT, 4, 0), (spec.BASIC_NACK, 6, 3), (spec.BASIC_ACK, 8, 1),
-                                 (spec.BASIC_ACK, 0, 1), (spec.BASIC_NACK, 0, 1), (spec.BASIC_ACK, 99, 0)]:
+    for method_id, tag, bits in [
+        (spec.BASIC_NACK, 1, 2),
+        (spec.BASIC_NACK, 2, 0),
+        (spec.BASIC_REJECT, 3, 1),
+        (spec.BASIC_REJECT, 4, 0),
+        (spec.BASIC_NACK, 6, 3),
+        (spec.BASIC_ACK, 8, 1),
+        (spec.BASIC_ACK, 0, 1),
+        (spec.BASIC_NACK, 0, 1),
+        (spec.BASIC_ACK, 99, 0),
+    ]:
         steps.append(settle(method_id, tag, bits))
     sides = [Side(how, Limits()) for how in SCANNERS]
     outputs = []

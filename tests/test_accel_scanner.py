@@ -5,15 +5,15 @@ give the same frames, stop, status and detail, call after call, whatever the byt
 (valid streams, truncated, oversize, bad frame-ends, random). CPython only;
 `make setup` builds the extension, so an import failure here is a failed build.
 """
+
 import struct
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from hutch.c_accel import scanner as c_scanner
 from hutch.core import framing
 from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS, SETTLE
-
-from hutch.c_accel import scanner as c_scanner
 
 EXAMPLES = 500
 
@@ -60,9 +60,9 @@ def frames_in(data, calls):
             found.append((ftype, channel, data[start:end]))
             continue
         found.append((1, channel, data[start:end]))
-        found.append((2, channel, data[end + 8:header_end]))
+        found.append((2, channel, data[end + 8 : header_end]))
         if body_end != header_end:
-            found.append((3, channel, data[header_end + 8:body_end]))
+            found.append((3, channel, data[header_end + 8 : body_end]))
     return found
 
 
@@ -75,7 +75,7 @@ def as_buffer(data, kind):
     if kind == "memoryview":
         return memoryview(data)
     # a view into the middle of a larger (port's read) buffer
-    return memoryview(bytearray(b"\xce" * 3 + data + b"\x01" * 5))[3:3 + len(data)]
+    return memoryview(bytearray(b"\xce" * 3 + data + b"\x01" * 5))[3 : 3 + len(data)]
 
 
 PUBLISH_ID = b"\x00\x3c\x00\x28"
@@ -87,31 +87,40 @@ def publishes(draw):
     a body size that does not match, the body split in two, a short header."""
     channel = draw(st.integers(0, 3))
     body = draw(st.binary(max_size=120))
-    declared = len(body) if draw(st.booleans()) else draw(st.integers(0, 2 ** 64 - 1))
+    declared = len(body) if draw(st.booleans()) else draw(st.integers(0, 2**64 - 1))
     method = PUBLISH_ID + draw(st.sampled_from([b"\x00\x00\x00\x01q\x00", b"", b"\x00\x00\x01x\x00\x00"]))
-    header = b"\x00\x3c\x00\x00" + struct.pack(">Q", declared) + draw(st.sampled_from([b"\x00\x00", b"", b"\x10\x00\x02"]))
+    header = (
+        b"\x00\x3c\x00\x00" + struct.pack(">Q", declared) + draw(st.sampled_from([b"\x00\x00", b"", b"\x10\x00\x02"]))
+    )
     if draw(st.integers(0, 5)) == 0:
-        header = header[:draw(st.integers(0, len(header)))]
+        header = header[: draw(st.integers(0, len(header)))]
     frames = [(1, channel, method), (2, channel if draw(st.integers(0, 5)) else channel + 1, header)]
     if body and draw(st.integers(0, 4)) == 0:
-        frames += [(3, channel, body[:len(body) // 2]), (3, channel, body[len(body) // 2:])]
+        frames += [(3, channel, body[: len(body) // 2]), (3, channel, body[len(body) // 2 :])]
     elif body or draw(st.booleans()):
         frames.append((3, channel if draw(st.integers(0, 5)) else channel + 1, body))
     return frames
 
 
-settlements = st.tuples(st.sampled_from([1, 1, 1, 2]), st.integers(0, 3), st.builds(
-    lambda mid, tag, bits, cut: (struct.pack(">IQ", mid, tag) + bytes((bits,)) + b"+")[:cut],
-    st.sampled_from([0x003C0050, 0x003C0078, 0x003C005A, 0x003C0028, 0x003C0051]),
-    st.integers(0, 2 ** 64 - 1), st.integers(0, 255), st.sampled_from([12, 13, 13, 13, 14])))
+settlements = st.tuples(
+    st.sampled_from([1, 1, 1, 2]),
+    st.integers(0, 3),
+    st.builds(
+        lambda mid, tag, bits, cut: (struct.pack(">IQ", mid, tag) + bytes((bits,)) + b"+")[:cut],
+        st.sampled_from([0x003C0050, 0x003C0078, 0x003C005A, 0x003C0028, 0x003C0051]),
+        st.integers(0, 2**64 - 1),
+        st.integers(0, 255),
+        st.sampled_from([12, 13, 13, 13, 14]),
+    ),
+)
 
 any_frames = st.tuples(st.integers(0, 255), st.integers(0, 65535), st.binary(max_size=300))
-frame_lists = st.lists(st.one_of(any_frames.map(lambda f: [f]), settlements.map(lambda f: [f]), publishes()),
-                       max_size=20).map(
-    lambda groups: [f for group in groups for f in group])
+frame_lists = st.lists(
+    st.one_of(any_frames.map(lambda f: [f]), settlements.map(lambda f: [f]), publishes()), max_size=20
+).map(lambda groups: [f for group in groups for f in group])
 capacities = st.integers(1, 40)
 buffer_kinds = st.sampled_from(["bytes", "bytearray", "memoryview", "slice"])
-max_payloads = st.sampled_from([0, 1, 7, 100, 299, 300, 4088, 131064, 2 ** 32 - 9, 2 ** 32 - 1]) | st.integers(0, 400)
+max_payloads = st.sampled_from([0, 1, 7, 100, 299, 300, 4088, 131064, 2**32 - 9, 2**32 - 1]) | st.integers(0, 400)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -148,8 +157,8 @@ def test_oversize_frame(frames, capacity, max_payload, data):
     bad = data.draw(st.integers(0, len(frames) - 1))
     at = sum(len(f[2]) + 8 for f in frames[:bad])
     assume(all(len(f[2]) <= max_payload for f in frames[:bad]))
-    size = data.draw(st.integers(max_payload + 1, 2 ** 32 - 1)) if max_payload < 2 ** 32 - 1 else 2 ** 32 - 1
-    stream[at + 3:at + 7] = struct.pack(">I", size)
+    size = data.draw(st.integers(max_payload + 1, 2**32 - 1)) if max_payload < 2**32 - 1 else 2**32 - 1
+    stream[at + 3 : at + 7] = struct.pack(">I", size)
     calls = both(bytes(stream), 0, max_payload, capacity)
     if size > max_payload:
         assert calls[-1][1:4] == (at, OVERSIZE, size)
@@ -169,7 +178,7 @@ def test_bad_frame_end(frames, capacity, octet, data):
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(frame_lists, capacities, st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 255)), max_size=5))
+@given(frame_lists, capacities, st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=5))
 def test_corrupted_streams(frames, capacity, flips):
     stream = bytearray(b"".join(frame(*f) for f in frames))
     for where, octet in flips:
@@ -185,8 +194,12 @@ def test_random_bytes(raw, pos, max_payload, capacity, kind):
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(st.lists(st.sampled_from([b"\x01\x00\x01", b"\x03\x00\x01", b"\x08\x00\x00"]), max_size=50),
-       st.lists(st.integers(0, 8), max_size=50), st.integers(0, 8), capacities)
+@given(
+    st.lists(st.sampled_from([b"\x01\x00\x01", b"\x03\x00\x01", b"\x08\x00\x00"]), max_size=50),
+    st.lists(st.integers(0, 8), max_size=50),
+    st.integers(0, 8),
+    capacities,
+)
 def test_many_small_frames_near_the_limit(heads, sizes, max_payload, capacity):
     """Sizes around max_payload: equal passes, one more is oversize."""
     stream = b"".join(head + struct.pack(">I", size) + b"\x00" * size + b"\xce" for head, size in zip(heads, sizes))
@@ -198,22 +211,22 @@ def test_edges():
     cases = [
         (b"", 0, 100),
         (b"\x01\x00", 0, 100),
-        (frame(1, 0, b"abc"), 50, 100),             # pos past the end
-        (frame(1, 0, b"abc"), 11, 100),             # pos at the end
-        (frame(1, 0, b"abc")[:-1], 0, 100),         # all but the frame-end octet
-        (frame(1, 0, b"abc")[:7], 0, 100),          # the header alone
-        (frame(1, 0, b"abc"), 0, 3),                # size == max_payload
-        (frame(1, 0, b"abc"), 0, 2),                # size == max_payload + 1
-        (frame(1, 0, b"abc"), 0, -1),               # a nonsensical max_payload is still compared, not trusted
-        (big, 0, 2 ** 32 - 1),                      # the largest size: incomplete, no overflow
-        (big + b"\x00" * 100, 0, 2 ** 32 - 9),
+        (frame(1, 0, b"abc"), 50, 100),  # pos past the end
+        (frame(1, 0, b"abc"), 11, 100),  # pos at the end
+        (frame(1, 0, b"abc")[:-1], 0, 100),  # all but the frame-end octet
+        (frame(1, 0, b"abc")[:7], 0, 100),  # the header alone
+        (frame(1, 0, b"abc"), 0, 3),  # size == max_payload
+        (frame(1, 0, b"abc"), 0, 2),  # size == max_payload + 1
+        (frame(1, 0, b"abc"), 0, -1),  # a nonsensical max_payload is still compared, not trusted
+        (big, 0, 2**32 - 1),  # the largest size: incomplete, no overflow
+        (big + b"\x00" * 100, 0, 2**32 - 9),
         (frame(8, 0, b"") * 100, 0, 0),
     ]
     for buf, pos, max_payload in cases:
         for capacity in (1, 2, 32):
             both(buf, pos, max_payload, capacity)
     assert both(frame(1, 0, b"abc"), 0, 2, 32)[-1][1:] == (0, OVERSIZE, 3, ())
-    assert both(big, 0, 2 ** 32 - 1, 32)[-1][1:] == (0, NEED_MORE, 0, ())
+    assert both(big, 0, 2**32 - 1, 32)[-1][1:] == (0, NEED_MORE, 0, ())
 
 
 def test_records_beyond_count_are_left_alone():
@@ -233,7 +246,10 @@ def test_a_whole_publish_is_one_record():
     data = method + header + body + frame(8, 0, b"")
     calls = both(data, 0, 100, 32)
     m, h = len(method), len(method) + len(header)
-    assert frames_of(calls) == [(PUBLISH, 5, 7, m - 1, h - 1, len(data) - 9), (8, 0, len(data) - 1, len(data) - 1, 0, 0)]
+    assert frames_of(calls) == [
+        (PUBLISH, 5, 7, m - 1, h - 1, len(data) - 9),
+        (8, 0, len(data) - 1, len(data) - 1, 0, 0),
+    ]
     # an empty body has no body frame; a body frame that has not arrived yet: frame by frame
     empty = frame(2, 5, b"\x00\x3c\x00\x00" + struct.pack(">Q", 0) + b"\x00\x00")
     assert frames_of(both(method + empty, 0, 100, 32))[0][0] == PUBLISH
@@ -241,10 +257,10 @@ def test_a_whole_publish_is_one_record():
 
 
 def test_an_ack_nack_or_reject_is_decoded():
-    ack = frame(1, 2, struct.pack(">IQB", 0x003C0050, 2 ** 64 - 1, 1))
+    ack = frame(1, 2, struct.pack(">IQB", 0x003C0050, 2**64 - 1, 1))
     nack = frame(1, 2, struct.pack(">IQB", 0x003C0078, 7, 3))
     reject = frame(1, 2, struct.pack(">IQB", 0x003C005A, 8, 0))
     recover = frame(1, 2, struct.pack(">IB", 0x003C006E, 1))
     found = frames_of(both(ack + nack + reject + recover, 0, 100, 32))
     assert [r[0] for r in found] == [SETTLE, SETTLE, SETTLE, 1]
-    assert [r[4:] for r in found[:3]] == [(0x003C0050, 2 ** 64 - 1), (0x003C0078, 7), (0x003C005A, 8)]
+    assert [r[4:] for r in found[:3]] == [(0x003C0050, 2**64 - 1), (0x003C0078, 7), (0x003C005A, 8)]

@@ -3,6 +3,7 @@
 CPython only (hypothesis does not run on MicroPython); the plain codec tests in
 tests/core run on both.
 """
+
 import os
 import struct
 
@@ -18,10 +19,17 @@ from hutch.core.spec import CONTENT, SIGNATURES
 FUZZ_EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "300"))
 
 keys = st.text(max_size=20).filter(lambda k: len(k.encode()) <= 255)
-scalars = (st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1) | st.floats(allow_nan=False)
-           | st.binary(max_size=50) | st.none() | st.binary(max_size=20).map(bytearray))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
-                      max_leaves=20)
+scalars = (
+    st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.binary(max_size=50)
+    | st.none()
+    | st.binary(max_size=20).map(bytearray)
+)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4), max_leaves=20
+)
 tables = st.dictionaries(keys, values, max_size=8)
 
 
@@ -40,9 +48,17 @@ def test_random_bytes_never_crash_the_table_decoder(raw):
 
 
 def _value(code):
-    return {"o": st.integers(0, 255), "h": st.integers(0, 65535), "l": st.integers(0, 2 ** 32 - 1),
-            "q": st.integers(0, 2 ** 64 - 1), "T": st.integers(0, 2 ** 64 - 1), "b": st.booleans(),
-            "s": st.binary(max_size=255), "S": st.binary(max_size=300), "t": tables}[code]
+    return {
+        "o": st.integers(0, 255),
+        "h": st.integers(0, 65535),
+        "l": st.integers(0, 2**32 - 1),
+        "q": st.integers(0, 2**64 - 1),
+        "T": st.integers(0, 2**64 - 1),
+        "b": st.booleans(),
+        "s": st.binary(max_size=255),
+        "S": st.binary(max_size=300),
+        "t": tables,
+    }[code]
 
 
 @st.composite
@@ -60,18 +76,18 @@ def test_method_args_round_trip(case):
 
 
 @settings(max_examples=300)
-@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.binary(max_size=40)), max_size=10),
-       st.integers(1, 64))
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.binary(max_size=40)), max_size=10), st.integers(1, 64)
+)
 def test_random_frames_never_crash_the_broker(frames, chunk):
     """Whatever arrives, the broker answers in protocol terms (or waits), never with an exception."""
     broker = Broker()
     logged = []
     broker.log = lambda level, message, exc=None: logged.append((level, message))
     conn = broker.connect({"address": "127.0.0.1", "port": 1})
-    data = b"AMQP\x00\x00\x09\x01" + b"".join(
-        struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in frames)
+    data = b"AMQP\x00\x00\x09\x01" + b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in frames)
     for i in range(0, len(data), chunk):
-        conn.feed(data[i:i + chunk])
+        conn.feed(data[i : i + chunk])
         conn.take_output()
     assert not [m for level, m in logged if level == "error"], logged
 
@@ -79,7 +95,11 @@ def test_random_frames_never_crash_the_broker(frames, chunk):
 def _open_connection(broker):
     conn = broker.connect({"address": "127.0.0.1", "port": 1})
     conn.feed(b"AMQP\x00\x00\x09\x01")
-    conn.feed(_frame(1, 0, struct.pack(">I", 0x000A000B) + encode_args("tsSs", [{}, b"PLAIN", b"\x00guest\x00guest", b"en_US"])))
+    conn.feed(
+        _frame(
+            1, 0, struct.pack(">I", 0x000A000B) + encode_args("tsSs", [{}, b"PLAIN", b"\x00guest\x00guest", b"en_US"])
+        )
+    )
     conn.feed(_frame(1, 0, struct.pack(">I", 0x000A001F) + encode_args("hlh", [100, 131072, 0])))
     conn.feed(_frame(1, 0, struct.pack(">I", 0x000A0028) + encode_args("ssb", [b"/", b"", False])))
     conn.feed(_frame(1, 1, struct.pack(">I", 0x0014000A) + encode_args("s", [b""])))
@@ -104,8 +124,19 @@ def valid_methods(draw):
         if code == "s":
             args.append(draw(names))
         elif code == "t":
-            args.append(draw(st.sampled_from([{}, {"x-match": "any", "a": 1}, {"x-message-ttl": 5},
-                                              {"x-max-length": 1}, {"alternate-exchange": "x"}])))
+            args.append(
+                draw(
+                    st.sampled_from(
+                        [
+                            {},
+                            {"x-match": "any", "a": 1},
+                            {"x-message-ttl": 5},
+                            {"x-max-length": 1},
+                            {"alternate-exchange": "x"},
+                        ]
+                    )
+                )
+            )
         else:
             args.append(draw(_value(code)))
     channel = draw(st.sampled_from([1, 1, 1, 2]))

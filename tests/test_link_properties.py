@@ -5,6 +5,7 @@ MicroPython. Whatever the line does to the bytes (drop, damage, garbage,
 replays, any chunking), the receiving side sees a prefix of what was sent —
 never a byte that was not — and once the line is clean again, all of it.
 """
+
 import os
 
 from hypothesis import given, settings
@@ -18,11 +19,13 @@ EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "150"))
 damage = st.one_of(
     st.just(("pass",)),
     st.just(("drop",)),
-    st.tuples(st.just("flip"), st.integers(0, 10 ** 6), st.integers(1, 255)),
-    st.tuples(st.just("cut"), st.integers(0, 10 ** 6)),
-    st.tuples(st.just("garbage"), st.integers(0, 10 ** 6), st.binary(min_size=1, max_size=40)),
-    st.tuples(st.just("replay"),),
-    st.tuples(st.just("split"), st.integers(0, 10 ** 6)),
+    st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(1, 255)),
+    st.tuples(st.just("cut"), st.integers(0, 10**6)),
+    st.tuples(st.just("garbage"), st.integers(0, 10**6), st.binary(min_size=1, max_size=40)),
+    st.tuples(
+        st.just("replay"),
+    ),
+    st.tuples(st.just("split"), st.integers(0, 10**6)),
 )
 
 
@@ -44,7 +47,7 @@ class Wire:
             return []
         if kind == "flip":
             i = action[1] % len(chunk)
-            return [chunk[:i] + bytes((chunk[i] ^ action[2],)) + chunk[i + 1:]]
+            return [chunk[:i] + bytes((chunk[i] ^ action[2],)) + chunk[i + 1 :]]
         if kind == "cut":
             i = action[1] % len(chunk)
             return [chunk[:i]]
@@ -77,13 +80,13 @@ def run(a, b, wire_ab, wire_ba, to_b, to_a, ms):
     end = now + ms
     while now < end:
         now += 10
-        pos_b += a.send(to_b[pos_b:pos_b + 1000])
-        pos_a += b.send(to_a[pos_a:pos_a + 1000])
+        pos_b += a.send(to_b[pos_b : pos_b + 1000])
+        pos_a += b.send(to_a[pos_a : pos_a + 1000])
         step(a, b, wire_ab, wire_ba, now)
         got_b += b.take_data()
         got_a += a.take_data()
-        assert bytes(got_b) == to_b[:len(got_b)]
-        assert bytes(got_a) == to_a[:len(got_a)]
+        assert bytes(got_b) == to_b[: len(got_b)]
+        assert bytes(got_a) == to_a[: len(got_a)]
         if len(got_b) == len(to_b) and len(got_a) == len(to_a):
             return True
     return False
@@ -103,9 +106,14 @@ def test_cobs_decode_never_crashes(data):
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(plan_ab=st.lists(damage, max_size=60), plan_ba=st.lists(damage, max_size=60),
-       to_b=st.binary(min_size=1, max_size=3000), to_a=st.binary(max_size=1500),
-       window=st.integers(1, 8), mtu=st.integers(8, 300))
+@given(
+    plan_ab=st.lists(damage, max_size=60),
+    plan_ba=st.lists(damage, max_size=60),
+    to_b=st.binary(min_size=1, max_size=3000),
+    to_a=st.binary(max_size=1500),
+    window=st.integers(1, 8),
+    mtu=st.integers(8, 300),
+)
 def test_damaged_line_delivers_exact_stream(plan_ab, plan_ba, to_b, to_a, window, mtu):
     a = Link(0, b"AAAA", mtu=mtu, window=window)
     b = Link(0, b"BBBB", mtu=mtu, window=window)
@@ -148,7 +156,7 @@ def test_any_chunking_of_the_stream_is_the_same(data, sizes):
         k = 0
         while i < len(wire):
             n = sizes[k % len(sizes)]
-            b.receive(wire[i:i + n])
+            b.receive(wire[i : i + n])
             i += n
             k += 1
         a.receive(b.take_output())
@@ -158,8 +166,12 @@ def test_any_chunking_of_the_stream_is_the_same(data, sizes):
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(restart_at=st.integers(0, 60), plan=st.lists(damage, max_size=30),
-       old=st.binary(min_size=1, max_size=2000), new=st.binary(min_size=1, max_size=2000))
+@given(
+    restart_at=st.integers(0, 60),
+    plan=st.lists(damage, max_size=30),
+    old=st.binary(min_size=1, max_size=2000),
+    new=st.binary(min_size=1, max_size=2000),
+)
 def test_after_a_peer_restart_only_the_new_life_is_delivered(restart_at, plan, old, new):
     """b reboots mid-transfer (a new Link, a new session); a must notice, drop the old life's
     bytes both ways, and carry the new life's bytes exactly, whatever the line did."""
@@ -179,7 +191,7 @@ def test_after_a_peer_restart_only_the_new_life_is_delivered(restart_at, plan, o
         step(a, b, wire_ab, wire_ba, now)
         got_b += b.take_data()
         a.take_data()
-    assert bytes(got_b) == old[:len(got_b)]
+    assert bytes(got_b) == old[: len(got_b)]
     b = Link(now, b"CCCC")  # reboot
     got_a = bytearray()
     got_b = bytearray()
@@ -197,8 +209,8 @@ def test_after_a_peer_restart_only_the_new_life_is_delivered(restart_at, plan, o
             got_a += data
             pos += a.send(new[pos:])
         got_b += b.take_data()
-        assert bytes(got_a) == new[:len(got_a)]   # nothing of b's old life after the restart
-        assert bytes(got_b) == new[:len(got_b)]   # nothing of a's old data reaches the new b
+        assert bytes(got_a) == new[: len(got_a)]  # nothing of b's old life after the restart
+        assert bytes(got_b) == new[: len(got_b)]  # nothing of a's old data reaches the new b
         if new_life and len(got_b) == len(new) and (not b.pending() or len(got_a) == 0):
             break
     assert new_life and a.peer_session == b"CCCC"

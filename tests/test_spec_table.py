@@ -1,4 +1,5 @@
 """core/spec.py is generated from tools/spec/amqp-rabbitmq-0.9.1.json; it must not drift."""
+
 from hutch.core import spec
 from hutch.core.codec import method_name
 from hutch.tools import gen_spec
@@ -10,8 +11,17 @@ def test_generated_table_is_current():
 
 def test_table_has_every_0_9_1_method():
     names = {method_name(m) for m in spec.SIGNATURES}
-    for name in ("connection.start-ok", "channel.flow", "exchange.bind", "queue.unbind-ok", "basic.nack",
-                 "basic.recover-async", "confirm.select", "tx.rollback-ok", "connection.blocked"):
+    for name in (
+        "connection.start-ok",
+        "channel.flow",
+        "exchange.bind",
+        "queue.unbind-ok",
+        "basic.nack",
+        "basic.recover-async",
+        "confirm.select",
+        "tx.rollback-ok",
+        "connection.blocked",
+    ):
         assert name in names
     assert spec.SIGNATURES[spec.BASIC_PUBLISH] == "hssbb" and spec.BASIC_PUBLISH in spec.CONTENT
     assert method_name(spec.BASIC_PUBLISH) == "basic.publish"

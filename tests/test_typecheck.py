@@ -19,6 +19,7 @@ or to accept new ones deliberately, rewrite it:
 
     .venv/bin/python tests/test_typecheck.py --update-baseline
 """
+
 import collections
 import json
 import os
@@ -37,7 +38,7 @@ PORT_STUBS = {
 }
 RULES = {
     "typeCheckingMode": "basic",
-    "pythonVersion": "3.8",           # as micropython-stubs configure it; MicroPython's syntax is older still
+    "pythonVersion": "3.8",  # as micropython-stubs configure it; MicroPython's syntax is older still
     "pythonPlatform": "Linux",
     "reportMissingModuleSource": "none",  # stubs without source: every MicroPython module
     "reportOptionalMemberAccess": "none",
@@ -52,6 +53,7 @@ RULES = {
 def board_files():
     """{path as on the board: path in the checkout} for everything the bundle holds."""
     from hutch.firmware import build
+
     files = {"hutch/%s/%s" % (package, name): os.path.join(ROOT, package, name) for package, name in build.modules()}
     for script in build.BOARD_SCRIPTS:
         files[script] = os.path.join(ROOT, "firmware", script)
@@ -69,8 +71,23 @@ def stubs(port):
                 return folder
     staging = folder + ".partial"
     shutil.rmtree(staging, ignore_errors=True)
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                             "--no-deps", "--target", staging] + pins, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            staging,
+        ]
+        + pins,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, "could not install %s:\n%s" % (" ".join(pins), result.stdout + result.stderr)
     with open(os.path.join(staging, "installed.txt"), "w") as f:
         f.write("\n".join(pins))
@@ -90,13 +107,20 @@ def check(port, workdir):
     config = dict(RULES, include=sorted(files), typeshedPath=typings, stubPath=typings, extraPaths=["."])
     with open(os.path.join(workdir, "pyrightconfig.json"), "w") as f:
         json.dump(config, f, indent=1)
-    result = subprocess.run([sys.executable, "-m", "basedpyright", "--outputjson", "-p", workdir],
-                            capture_output=True, text=True, timeout=600, cwd=workdir)
+    result = subprocess.run(
+        [sys.executable, "-m", "basedpyright", "--outputjson", "-p", workdir],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=workdir,
+    )
     try:
         report = json.loads(result.stdout)
     except ValueError:
-        raise AssertionError("basedpyright did not answer in JSON (exit %d):\n%s"
-                             % (result.returncode, (result.stdout + result.stderr)[-3000:]))
+        raise AssertionError(
+            "basedpyright did not answer in JSON (exit %d):\n%s"
+            % (result.returncode, (result.stdout + result.stderr)[-3000:])
+        )
     assert report["summary"]["filesAnalyzed"] >= len(files), report["summary"]
     found = []
     for d in report["generalDiagnostics"]:
@@ -126,19 +150,24 @@ def test_board_code_type_checks_against_micropython_stubs(port, tmp_path):
     if fixed:
         print("fixed since tests/typecheck_baseline.txt was written (--update-baseline drops them):")
         print("\n".join("  " + key for key in fixed))
-    assert not new, ("type errors against the MicroPython %s stubs, not in tests/typecheck_baseline.txt:\n%s"
-                     % (port, "\n".join("  %s  (%s)" % (key, where) for key, where in new)))
+    assert not new, "type errors against the MicroPython %s stubs, not in tests/typecheck_baseline.txt:\n%s" % (
+        port,
+        "\n".join("  %s  (%s)" % (key, where) for key, where in new),
+    )
 
 
 def update_baseline():
     import tempfile
+
     union = collections.Counter()
     for port in sorted(PORT_STUBS):
         with tempfile.TemporaryDirectory() as workdir:
             union |= collections.Counter(key for key, _ in check(port, workdir))
     with open(BASELINE, "w") as f:
-        f.write("# Known type errors of the board code against MicroPython's stubs (tests/test_typecheck.py).\n"
-                "# Fix them and run `.venv/bin/python tests/test_typecheck.py --update-baseline`.\n")
+        f.write(
+            "# Known type errors of the board code against MicroPython's stubs (tests/test_typecheck.py).\n"
+            "# Fix them and run `.venv/bin/python tests/test_typecheck.py --update-baseline`.\n"
+        )
         f.write("".join(key + "\n" for key in sorted(union.elements())))
     print("%d known errors written to %s" % (sum(union.values()), BASELINE))
 

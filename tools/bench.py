@@ -11,6 +11,7 @@ after the other, and the table gives the median of the rounds with the ratios
 hutch/RabbitMQ and C/pure Python. The brokers this command starts are stopped by their
 PID when it ends, whatever happens.
 """
+
 import json
 import os
 import shutil
@@ -27,21 +28,46 @@ from .micropython_host import micropython, serve_env
 
 # name: (what it measures, its unit, whether more is better, the loadgen call)
 SCENARIOS = {
-    "no-ack": ("throughput 16 B, no-ack consumer", "msg/s", True,
-               lambda host, port, n: loadgen.throughput(host, port, n)["msgs_per_s"]),
-    "acks": ("throughput 16 B, acks every 100", "msg/s", True,
-             lambda host, port, n: loadgen.throughput(host, port, n, ack_every=100)["msgs_per_s"]),
-    "confirms": ("confirms 16 B, window 1000", "msg/s", True,
-                 lambda host, port, n: loadgen.confirms(host, port, n)["msgs_per_s"]),
-    "persistent": ("persistent confirms 16 B, window 1000", "msg/s", True,
-                   lambda host, port, n: loadgen.confirms(host, port, n // 4, persistent=True)["msgs_per_s"]),
+    "no-ack": (
+        "throughput 16 B, no-ack consumer",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.throughput(host, port, n)["msgs_per_s"],
+    ),
+    "acks": (
+        "throughput 16 B, acks every 100",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.throughput(host, port, n, ack_every=100)["msgs_per_s"],
+    ),
+    "confirms": (
+        "confirms 16 B, window 1000",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.confirms(host, port, n)["msgs_per_s"],
+    ),
+    "persistent": (
+        "persistent confirms 16 B, window 1000",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.confirms(host, port, n // 4, persistent=True)["msgs_per_s"],
+    ),
     "latency-p50": ("latency p50, one in flight", "µs", False, None),
     "latency-p99": ("latency p99, one in flight", "µs", False, None),
-    "fanout": ("fanout to 10 queues", "deliveries/s", True,
-               lambda host, port, n: loadgen.fanout(host, port, n // 4)["deliveries_per_s"]),
-    "64k": ("64 KiB bodies, acks every 10", "msg/s", True,
-            lambda host, port, n: loadgen.throughput(host, port, max(200, n // 40), size=65536, ack_every=10,
-                                                     prefetch=100)["msgs_per_s"]),
+    "fanout": (
+        "fanout to 10 queues",
+        "deliveries/s",
+        True,
+        lambda host, port, n: loadgen.fanout(host, port, n // 4)["deliveries_per_s"],
+    ),
+    "64k": (
+        "64 KiB bodies, acks every 10",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.throughput(host, port, max(200, n // 40), size=65536, ack_every=10, prefetch=100)[
+            "msgs_per_s"
+        ],
+    ),
     "idle-rss": ("resident memory, idle", "MB", False, None),
     "per-conn": ("resident memory per idle connection", "KB", False, None),
 }
@@ -104,7 +130,14 @@ class Hutch:
             command = [micropython(), "-m", "hutch.tools.serve"] + common
             env = serve_env(folder)
         else:
-            command = [sys.executable, "-m", "hutch.tools.cli", "serve", "--data", os.path.join(folder, "data")] + common
+            command = [
+                sys.executable,
+                "-m",
+                "hutch.tools.cli",
+                "serve",
+                "--data",
+                os.path.join(folder, "data"),
+            ] + common
             env = dict(os.environ, HUTCH_PURE_PYTHON="1" if kind == "pure" else "0")
         self.log = open(os.path.join(folder, "broker.log"), "a+")
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=folder)
@@ -139,8 +172,9 @@ class RabbitMQ:
 
     def __init__(self, workdir):
         if not os.path.exists(self.SERVER):
-            raise BenchError("rabbitmq-server is not installed (%s is missing): apt-get install rabbitmq-server"
-                             % self.SERVER)
+            raise BenchError(
+                "rabbitmq-server is not installed (%s is missing): apt-get install rabbitmq-server" % self.SERVER
+            )
         self.host, self.port = "127.0.0.1", free_port()
         home = tempfile.mkdtemp(prefix="rabbitmq-bench-", dir=workdir)
         config = os.path.join(home, "rabbitmq")
@@ -150,13 +184,22 @@ class RabbitMQ:
             f.write("[].\n")
         open(os.path.join(home, "rabbitmq-env.conf"), "w").close()
         self.env = dict(
-            os.environ, HOME=home, RABBITMQ_NODENAME="bench%d@localhost" % self.port,
-            RABBITMQ_NODE_IP_ADDRESS=self.host, RABBITMQ_NODE_PORT=str(self.port),
-            RABBITMQ_DIST_PORT=str(free_port()), ERL_EPMD_ADDRESS=self.host, ERL_EPMD_PORT=str(free_port()),
-            RABBITMQ_MNESIA_BASE=os.path.join(home, "mnesia"), RABBITMQ_LOG_BASE=os.path.join(home, "log"),
-            RABBITMQ_CONF_ENV_FILE=os.path.join(home, "rabbitmq-env.conf"), RABBITMQ_CONFIG_FILE=config,
-            RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(home, "enabled_plugins"), RABBITMQ_ENABLED_PLUGINS="",
-            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
+            os.environ,
+            HOME=home,
+            RABBITMQ_NODENAME="bench%d@localhost" % self.port,
+            RABBITMQ_NODE_IP_ADDRESS=self.host,
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(free_port()),
+            ERL_EPMD_ADDRESS=self.host,
+            ERL_EPMD_PORT=str(free_port()),
+            RABBITMQ_MNESIA_BASE=os.path.join(home, "mnesia"),
+            RABBITMQ_LOG_BASE=os.path.join(home, "log"),
+            RABBITMQ_CONF_ENV_FILE=os.path.join(home, "rabbitmq-env.conf"),
+            RABBITMQ_CONFIG_FILE=config,
+            RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(home, "enabled_plugins"),
+            RABBITMQ_ENABLED_PLUGINS="",
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
+        )
         self.log = open(os.path.join(home, "stdout.log"), "w+")
         self.proc = subprocess.Popen([self.SERVER], stdout=self.log, stderr=subprocess.STDOUT, env=self.env, cwd=home)
         self.pid = None
@@ -258,8 +301,10 @@ def table(results, names):
         cells.append(ratio(c, results.get("pure", {}).get(name)))
         rows.append(cells)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row))
-             for row in rows]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row))
+        for row in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     lines.append("Ratios are hutch (C) over the other. For latency and memory, lower is better.")
     return "\n".join(lines)
@@ -269,19 +314,28 @@ def add_options(parser):
     parser.add_argument("--rabbitmq", metavar="HOST:PORT", help="also run against this RabbitMQ (guest/guest)")
     parser.add_argument("--rabbitmq-pid", type=int, help="its broker process, to measure its memory")
     parser.add_argument("--start-rabbitmq", action="store_true", help="start Debian's rabbitmq-server for the run")
-    parser.add_argument("--micropython", action="store_true",
-                        help="also run the throughput scenarios against the unix-port MicroPython broker "
-                        "(with a tenth of --count)")
+    parser.add_argument(
+        "--micropython",
+        action="store_true",
+        help="also run the throughput scenarios against the unix-port MicroPython broker (with a tenth of --count)",
+    )
     parser.add_argument("--no-pure", action="store_true", help="skip hutch in pure Python")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help="comma-separated subset of: %s" % ", ".join(SCENARIOS))
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: %s" % ", ".join(SCENARIOS)
+    )
     parser.add_argument("--count", type=int, default=200000, help="messages per throughput scenario (default 200000)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds of each scenario; the table shows the median (default 3)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds of each scenario; the table shows the median (default 3)"
+    )
     parser.add_argument("--idle-connections", type=int, default=500, help="connections for the memory figures")
     parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
-    parser.add_argument("--recovery", type=int, metavar="N", default=0,
-                        help="also measure hutch's restart with N queued persistent messages (e.g. 1000000)")
+    parser.add_argument(
+        "--recovery",
+        type=int,
+        metavar="N",
+        default=0,
+        help="also measure hutch's restart with N queued persistent messages (e.g. 1000000)",
+    )
 
 
 def brokers_to_run(args, workdir):
@@ -304,12 +358,15 @@ def run(args):
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
-        print("hutch bench: unknown scenario %s (choose from %s)" % (", ".join(unknown), ", ".join(SCENARIOS)),
-              file=sys.stderr)
+        print(
+            "hutch bench: unknown scenario %s (choose from %s)" % (", ".join(unknown), ", ".join(SCENARIOS)),
+            file=sys.stderr,
+        )
         return 2
 
     def log(line):
         print(line, file=sys.stderr, flush=True)
+
     results = {}
     scanners = {}
     brokers = []
@@ -357,8 +414,18 @@ def run(args):
             return code
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"count": args.count, "repeat": args.repeat, "scanners": scanners, "results": results,
-                       "samples": samples, "recovery": recovery}, f, indent=1)
+            json.dump(
+                {
+                    "count": args.count,
+                    "repeat": args.repeat,
+                    "scanners": scanners,
+                    "results": results,
+                    "samples": samples,
+                    "recovery": recovery,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
@@ -367,7 +434,9 @@ def _recovery(args, out, log):
     workdir = tempfile.mkdtemp(prefix="hutch-bench-recovery-")
     try:
         for kind in ["c"] if args.no_pure else ["c", "pure"]:
-            figures = recovery_bench.measure(lambda folder: Hutch(kind, workdir, folder).start(), args.recovery, log)
+            figures = recovery_bench.measure(
+                lambda folder, kind=kind: Hutch(kind, workdir, folder).start(), args.recovery, log
+            )
             out[kind] = figures
             print(recovery_bench.report(kind, figures))
     except (BenchError, loadgen.LoadError) as e:

@@ -1,12 +1,13 @@
 """The `hutch` command (CPython).
 
-    hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
-    hutch passwd [--password PW]     print a password hash for the config file
-    hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
-    hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython]   benchmark hutch and RabbitMQ
-    hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
-    hutch version
+hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
+hutch passwd [--password PW]     print a password hash for the config file
+hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
+hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython]   benchmark hutch and RabbitMQ
+hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
+hutch version
 """
+
 import sys
 
 # hutch speaks no TLS, so the broker never needs OpenSSL, yet asyncio loads it (ssl) and so does
@@ -24,9 +25,9 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 
-from ..core.auth import hash_password
-from ..core.broker import VERSION
-from . import bench, config, ctl, flash, serve
+from ..core.auth import hash_password  # noqa: E402
+from ..core.broker import VERSION  # noqa: E402
+from . import bench, config, ctl, flash, serve  # noqa: E402
 
 
 def cmd_serve(args):
@@ -35,8 +36,9 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s",
-                        level=getattr(logging, opts["log_level"].upper()))
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(message)s", level=getattr(logging, opts["log_level"].upper())
+    )
     _tune_gc()
     return serve.run(opts, _stop_on_signals)
 
@@ -90,17 +92,26 @@ def main(argv=None):
     p = commands.add_parser("passwd", help="print a password hash for [users.NAME] password_hash")
     p.add_argument("--password", help="the password (default: ask twice)")
     p.set_defaults(run=cmd_passwd)
-    p = commands.add_parser("flash", help="install hutch on a MicroPython board (with mpremote)",
-                            description="build hutch's firmware bundle and install it on a MicroPython board")
+    p = commands.add_parser(
+        "flash",
+        help="install hutch on a MicroPython board (with mpremote)",
+        description="build hutch's firmware bundle and install it on a MicroPython board",
+    )
     flash.add_options(p)
     p.set_defaults(run=flash.run)
-    p = commands.add_parser("bench", help="benchmark hutch (and RabbitMQ) with the same load",
-                            description="run the same load against hutch with and without its C accelerator, "
-                            "and against RabbitMQ when asked; print the figures and their ratios")
+    p = commands.add_parser(
+        "bench",
+        help="benchmark hutch (and RabbitMQ) with the same load",
+        description="run the same load against hutch with and without its C accelerator, "
+        "and against RabbitMQ when asked; print the figures and their ratios",
+    )
     bench.add_options(p)
     p.set_defaults(run=bench.run)
-    p = commands.add_parser("ctl", help="look at a data folder: journal, last recovery, quarantine",
-                            description="look at a broker's data folder (running or not)")
+    p = commands.add_parser(
+        "ctl",
+        help="look at a data folder: journal, last recovery, quarantine",
+        description="look at a broker's data folder (running or not)",
+    )
     ctl.add_options(p)
     p = commands.add_parser("version", help="print the version")
     p.set_defaults(run=cmd_version)

@@ -21,6 +21,7 @@
 Every mistake is reported as ConfigError with the file and key, so `hutch
 serve` can print one readable line instead of a traceback.
 """
+
 try:
     import tomllib
 except ImportError:  # MicroPython: no TOML parser in the firmware
@@ -30,9 +31,24 @@ import json
 from ..core.auth import Users
 from ..core.limits import Limits
 
-SECTIONS = {"wifi": ("ssid", "password"),  # used by firmware/main.py on boards with a network module
-            "server": ("bind", "port", "data", "log_level", "board", "stats_interval", "serial", "baud",
-                       "journal_max_bytes", "segment_bytes"), "limits": None, "users": None, "auth": ("loopback_users",)}
+SECTIONS = {
+    "wifi": ("ssid", "password"),  # used by firmware/main.py on boards with a network module
+    "server": (
+        "bind",
+        "port",
+        "data",
+        "log_level",
+        "board",
+        "stats_interval",
+        "serial",
+        "baud",
+        "journal_max_bytes",
+        "segment_bytes",
+    ),
+    "limits": None,
+    "users": None,
+    "auth": ("loopback_users",),
+}
 
 
 class ConfigError(Exception):
@@ -44,8 +60,10 @@ def read(path):
     if path is None:
         return {}
     if tomllib is None and path.endswith(".toml"):
-        raise ConfigError("cannot read %s: this Python has no TOML parser (MicroPython); "
-                          "write the same sections as a JSON file instead" % path)
+        raise ConfigError(
+            "cannot read %s: this Python has no TOML parser (MicroPython); "
+            "write the same sections as a JSON file instead" % path
+        )
     try:
         if tomllib is not None and not path.endswith(".json"):
             with open(path, "rb") as f:
@@ -66,7 +84,9 @@ def read(path):
         if allowed is not None:
             for key in data[section]:
                 if key not in allowed:
-                    raise ConfigError("%s: unknown key '%s' in [%s] (known: %s)" % (path, key, section, ", ".join(allowed)))
+                    raise ConfigError(
+                        "%s: unknown key '%s' in [%s] (known: %s)" % (path, key, section, ", ".join(allowed))
+                    )
     return data
 
 
@@ -90,7 +110,9 @@ def users_from(data, path="config"):
     hashes = {}
     for name, entry in data["users"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("password_hash"), str):
-            raise ConfigError("%s: [users.%s] needs password_hash = \"...\" (make one with `hutch passwd`)" % (path, name))
+            raise ConfigError(
+                '%s: [users.%s] needs password_hash = "..." (make one with `hutch passwd`)' % (path, name)
+            )
         unknown = [k for k in entry if k != "password_hash"]
         if unknown:
             raise ConfigError("%s: unknown key '%s' in [users.%s]" % (path, unknown[0], name))

@@ -6,6 +6,7 @@ prints what the journal holds (segments and bytes), what the last start recovere
 set aside (recovery.txt, written by ports/storage.recover), and the quarantined
 segments: the files a damaged journal left for a person to look at.
 """
+
 import os
 import sys
 

@@ -16,6 +16,7 @@ socket://HOST:PORT (python -m hutch.tools.unixboard serves a unix-port board
 on the last two). mpremote runs as a command (`python -m mpremote`), its
 documented interface; its Python API is marked unstable. CPython only.
 """
+
 import ast
 import contextlib
 import io
@@ -30,10 +31,10 @@ import time
 from .. import boards
 from . import config, serve
 
-CONFIG_NAME = "hutch.json"   # what firmware/main.py reads, beside it on the board
-QUIET_TIMEOUT = 60           # seconds without a word from mpremote before the board counts as gone
+CONFIG_NAME = "hutch.json"  # what firmware/main.py reads, beside it on the board
+QUIET_TIMEOUT = 60  # seconds without a word from mpremote before the board counts as gone
 WIFI_KEYS = ("ssid", "password")
-CPYTHON_BOARDS = ("rpi",)    # Linux gateways: `pip install hutch` and `hutch serve --board rpi` there
+CPYTHON_BOARDS = ("rpi",)  # Linux gateways: `pip install hutch` and `hutch serve --board rpi` there
 
 
 class FlashError(Exception):
@@ -42,20 +43,38 @@ class FlashError(Exception):
 
 def add_options(parser):
     parser.add_argument("--board", required=True, help="board profile: %s" % ", ".join(boards.NAMES))
-    parser.add_argument("--port", required=True, help="serial port or URL mpremote accepts: /dev/ttyUSB0, "
-                        "COM3, /dev/pts/N, socket://HOST:PORT")
-    parser.add_argument("--config", help="config for the board (TOML or JSON, plus a wifi section), "
-                        "written to it as %s; without it the board keeps the one it has" % CONFIG_NAME)
-    parser.add_argument("--romfs", action="store_true", help="write hutch into the board's ROMFS partition "
-                        "(MicroPython 1.25+ firmware with one): the code runs from flash, not the heap")
-    parser.add_argument("--config-only", action="store_true", help="write only %s (a firmware with hutch "
-                        "frozen in: see firmware/README.md)" % CONFIG_NAME)
+    parser.add_argument(
+        "--port",
+        required=True,
+        help="serial port or URL mpremote accepts: /dev/ttyUSB0, COM3, /dev/pts/N, socket://HOST:PORT",
+    )
+    parser.add_argument(
+        "--config",
+        help="config for the board (TOML or JSON, plus a wifi section), "
+        "written to it as %s; without it the board keeps the one it has" % CONFIG_NAME,
+    )
+    parser.add_argument(
+        "--romfs",
+        action="store_true",
+        help="write hutch into the board's ROMFS partition "
+        "(MicroPython 1.25+ firmware with one): the code runs from flash, not the heap",
+    )
+    parser.add_argument(
+        "--config-only",
+        action="store_true",
+        help="write only %s (a firmware with hutch frozen in: see firmware/README.md)" % CONFIG_NAME,
+    )
     parser.add_argument("--no-reset", action="store_true", help="do not reset the board afterwards")
-    parser.add_argument("--timeout", type=float, default=QUIET_TIMEOUT,
-                        help="seconds the board may stay silent before giving up (default %d)" % QUIET_TIMEOUT)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=QUIET_TIMEOUT,
+        help="seconds the board may stay silent before giving up (default %d)" % QUIET_TIMEOUT,
+    )
 
 
 # ---------------------------------------------------------------- the config for the board
+
 
 def board_config(path, board):
     """The config file as the JSON text the board reads, checked as the broker would check it."""
@@ -65,6 +84,7 @@ def board_config(path, board):
                 data = json.load(f)
         else:
             import tomllib
+
             with open(path, "rb") as f:
                 data = tomllib.load(f)
     except OSError as e:
@@ -100,6 +120,7 @@ def board_config(path, board):
 
 
 # ---------------------------------------------------------------- mpremote
+
 
 def mpremote(port, commands, on_line=None, timeout=QUIET_TIMEOUT):
     """Run `mpremote connect PORT` + commands (joined with +); its output lines, or FlashError.
@@ -157,8 +178,10 @@ def mpremote_error(port, err, out):
     if "failed to access" in text or "could not enter raw repl" in text or "no device" in text:
         return "cannot reach a MicroPython board on %s: %s" % (port, text)
     if "ROMFS is not enabled" in text or "partition not found" in text:
-        return ("the board on %s has no ROMFS partition (%s): flash without --romfs, or use a firmware "
-                "with one" % (port, text))
+        return "the board on %s has no ROMFS partition (%s): flash without --romfs, or use a firmware with one" % (
+            port,
+            text,
+        )
     return "flashing %s failed: %s" % (port, text)
 
 
@@ -167,8 +190,9 @@ def check_port(port):
     if "://" in port or port.startswith(("COM", "port:", "id:")) or port in ("auto", "list"):
         return
     if not os.path.exists(port):
-        raise FlashError("no board at %s: there is no such device (is it plugged in? try "
-                         "`python -m mpremote connect list`)" % port)
+        raise FlashError(
+            "no board at %s: there is no such device (is it plugged in? try `python -m mpremote connect list`)" % port
+        )
 
 
 # Run on the board: what is there, and how much room.
@@ -220,7 +244,7 @@ class Progress:
     def __init__(self, items, stream):
         self.stream = stream
         self.tty = stream.isatty()
-        self.sizes = dict(items)      # name on the board -> bytes, in the order mpremote takes them
+        self.sizes = dict(items)  # name on the board -> bytes, in the order mpremote takes them
         self.total = sum(self.sizes.values())
         self.done = self.sent = self.unchanged = 0
         self.current = None
@@ -255,7 +279,9 @@ class Progress:
         if self.tty:
             width = 24
             filled = width * sent // max(self.total, 1)
-            self.stream.write(("\r[%s%s] %s  %s" % ("#" * filled, "-" * (width - filled), status, name))[:110].ljust(110))
+            self.stream.write(
+                ("\r[%s%s] %s  %s" % ("#" * filled, "-" * (width - filled), status, name))[:110].ljust(110)
+            )
         elif what != "writing":
             self.stream.write("  %s %s (%s)\n" % (what, name, status))
         self.stream.flush()
@@ -272,8 +298,8 @@ def kib(n):
 
 # ---------------------------------------------------------------- hutch flash
 
-def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_TIMEOUT, out=None,
-          config_only=False):
+
+def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_TIMEOUT, out=None, config_only=False):
     """Build the bundle and install it on the board at `port`; FlashError says what went wrong."""
     out = out or sys.stdout
 
@@ -285,21 +311,26 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
     if board not in boards.NAMES:
         raise FlashError("unknown board %r (known: %s)" % (board, ", ".join(boards.NAMES)))
     if board in CPYTHON_BOARDS:
-        raise FlashError("%s runs CPython, not MicroPython: install hutch there with pip and run "
-                         "`hutch serve --board %s`" % (board, board))
+        raise FlashError(
+            "%s runs CPython, not MicroPython: install hutch there with pip and run "
+            "`hutch serve --board %s`" % (board, board)
+        )
     if config_only and (romfs or not config_path):
         raise FlashError("--config-only needs --config FILE, and no --romfs")
     settings = board_config(config_path, board) if config_path else None
     check_port(port)
     from ..firmware import build
+
     with tempfile.TemporaryDirectory(prefix="hutch-flash-") as tmp:
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # mpremote's ROMFS writer lists every file
                 bundle = build.build(os.path.join(tmp, "firmware"))
         except RuntimeError as e:
             raise FlashError(str(e))
-        say("hutch: built the bundle for %s: %d files, %s (ROMFS image %s)"
-            % (board, bundle["files"], kib(bundle["bytes"]), kib(bundle["romfs_bytes"])))
+        say(
+            "hutch: built the bundle for %s: %d files, %s (ROMFS image %s)"
+            % (board, bundle["files"], kib(bundle["bytes"]), kib(bundle["romfs_bytes"]))
+        )
 
         # What the board has. mpremote's first command interrupts main.py (Ctrl-C) and soft-resets.
         listing = mpremote(port, [["exec", QUERY]], timeout=timeout)
@@ -330,8 +361,10 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
             with open(local, "w") as f:
                 json.dump({"server": {"board": board}}, f)
             files.append((local, CONFIG_NAME, os.path.getsize(local)))
-            say("hutch: warning: no --config and none on the board: writing a bare %s (only the guest user, "
-                "from the board itself)" % CONFIG_NAME)
+            say(
+                "hutch: warning: no --config and none on the board: writing a bare %s (only the guest user, "
+                "from the board itself)" % CONFIG_NAME
+            )
         need = sum(size for _, _, size in files)
         if free >= 0 and need > free and "hutch" not in names:
             raise FlashError("not enough room on the board: %s needed, %s free" % (kib(need), kib(free)))
@@ -342,8 +375,9 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
             if "hutch" in names:
                 commands.append(["exec", REMOVE_TREE.format(path="hutch")])
         elif not config_only:
-            dirs = sorted({r[:i] for _, r, _ in files for i, c in enumerate(r) if c == "/"},
-                          key=lambda d: (d.count("/"), d))
+            dirs = sorted(
+                {r[:i] for _, r, _ in files for i, c in enumerate(r) if c == "/"}, key=lambda d: (d.count("/"), d)
+            )
             commands.append(["exec", MKDIRS.format(dirs=dirs)])
         commands += [["fs", "cp", local, ":" + remote] for local, remote, _ in files]
         if reset:
@@ -355,17 +389,31 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
         progress = Progress(items, out)
         mpremote(port, commands, on_line=progress.line, timeout=timeout)
         progress.close()
-    say("hutch: %s: %d copied (%s), %d unchanged, in %.1f s%s"
-        % (port, progress.done - progress.unchanged, kib(progress.sent), progress.unchanged,
-           time.monotonic() - started,
-           "; the board is restarting: main.py starts the broker" if reset else ""))
+    say(
+        "hutch: %s: %d copied (%s), %d unchanged, in %.1f s%s"
+        % (
+            port,
+            progress.done - progress.unchanged,
+            kib(progress.sent),
+            progress.unchanged,
+            time.monotonic() - started,
+            "; the board is restarting: main.py starts the broker" if reset else "",
+        )
+    )
 
 
 def run(args):
     """`hutch flash`; the exit code."""
     try:
-        flash(args.board, args.port, args.config, args.romfs, not args.no_reset, args.timeout,
-              config_only=args.config_only)
+        flash(
+            args.board,
+            args.port,
+            args.config,
+            args.romfs,
+            not args.no_reset,
+            args.timeout,
+            config_only=args.config_only,
+        )
     except FlashError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 1
@@ -377,6 +425,7 @@ def run(args):
 
 if __name__ == "__main__":
     import argparse
+
     parser = argparse.ArgumentParser(prog="hutch flash", description="install hutch on a MicroPython board")
     add_options(parser)
     sys.exit(run(parser.parse_args()))

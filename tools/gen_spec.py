@@ -7,6 +7,7 @@ loads on MicroPython (no JSON parsing on the board, no field-name strings).
     python -m hutch.tools.gen_spec            # rewrite core/spec.py
     python -m hutch.tools.gen_spec --check    # exit 1 if core/spec.py is stale
 """
+
 import argparse
 import json
 import os
@@ -76,7 +77,7 @@ def render(spec, constants=True):
     lines.append("")
     lines.append("# id: signature (a character per argument)")
     lines.append("SIGNATURES = {")
-    for mid, full, sig, content, names in table:
+    for mid, _full, sig, _content, names in table:
         comment = ("  # " + ", ".join(names)) if names else ""
         lines.append("    0x%08X: %r,%s" % (mid, sig, comment))
     lines.append("}")
@@ -86,10 +87,10 @@ def render(spec, constants=True):
     lines.append("")
     lines.append("# method names, looked up only to word errors and logs (codec.method_name):")
     lines.append("# one string, so a board keeps it in flash instead of building a table in its heap")
-    lines.append("NAMES = \"\"\"\\")
-    for mid, full, sig, content, names in table:
+    lines.append('NAMES = """\\')
+    for mid, full, _sig, _content, _names in table:
         lines.append("%08X %s" % (mid, full))
-    lines.append("\"\"\"")
+    lines.append('"""')
     lines.append("")
     basic = [c for c in spec["classes"] if c["name"] == "basic"][0]
     lines.append("# basic properties in flag order: bit 15 is the first one")

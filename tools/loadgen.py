@@ -11,6 +11,7 @@ Each scenario is a function taking the broker's (host, port) and its parameters 
 returning a dict of figures. Every wait is bounded by a timeout; a scenario that runs
 out of time raises LoadError.
 """
+
 import socket
 import struct
 import threading
@@ -47,8 +48,14 @@ class Connection:
         self.sock.sendall(b"AMQP\x00\x00\x09\x01")
         self.expect(0, 10, 10)  # start
         login = b"\x00guest\x00guest"
-        self.send(method(0, 10, 11, struct.pack(">I", 0) + shortstr("PLAIN") + struct.pack(">I", len(login)) + login
-                         + shortstr("en_US")))
+        self.send(
+            method(
+                0,
+                10,
+                11,
+                struct.pack(">I", 0) + shortstr("PLAIN") + struct.pack(">I", len(login)) + login + shortstr("en_US"),
+            )
+        )
         tune = self.expect(0, 10, 30)
         channel_max, offered, _ = struct.unpack_from(">HIH", tune)
         self.frame_max = min(offered or frame_max, frame_max)
@@ -65,8 +72,8 @@ class Connection:
             if len(self.buffer) >= 7:
                 ftype, channel, size = struct.unpack_from(">BHI", self.buffer)
                 if len(self.buffer) >= size + 8:
-                    payload = self.buffer[7:7 + size]
-                    self.buffer = self.buffer[size + 8:]
+                    payload = self.buffer[7 : 7 + size]
+                    self.buffer = self.buffer[size + 8 :]
                     return ftype, channel, payload
             data = self.sock.recv(65536)
             if not data:
@@ -82,8 +89,10 @@ class Connection:
             ids = struct.unpack_from(">HH", payload)
             if number == channel and ids == (class_id, method_id):
                 return payload[4:]
-            raise LoadError("expected method %d.%d on channel %d, got %d.%d on %d"
-                            % (class_id, method_id, channel, ids[0], ids[1], number))
+            raise LoadError(
+                "expected method %d.%d on channel %d, got %d.%d on %d"
+                % (class_id, method_id, channel, ids[0], ids[1], number)
+            )
 
     def call(self, channel, class_id, method_id, args, reply_id):
         self.send(method(channel, class_id, method_id, args))
@@ -100,8 +109,13 @@ class Connection:
         if not no_ack:
             self.call(channel, 60, 10, struct.pack(">IHB", 0, prefetch, 0), 11)  # basic.qos
         flags = 0x02 if no_ack else 0
-        self.call(channel, 60, 20, struct.pack(">H", 0) + shortstr(queue) + shortstr(tag) + bytes((flags,))
-                  + struct.pack(">I", 0), 21)
+        self.call(
+            channel,
+            60,
+            20,
+            struct.pack(">H", 0) + shortstr(queue) + shortstr(tag) + bytes((flags,)) + struct.pack(">I", 0),
+            21,
+        )
 
     def close(self):
         try:
@@ -117,7 +131,7 @@ def publish_frames(exchange, key, body, frame_max, persistent=False):
     data = method(1, 60, 40, struct.pack(">H", 0) + shortstr(exchange) + shortstr(key) + b"\x00")
     data += frame(2, 1, struct.pack(">HHQ", 60, 0, len(body)) + properties)
     for start in range(0, len(body), frame_max - 8):
-        data += frame(3, 1, body[start:start + frame_max - 8])
+        data += frame(3, 1, body[start : start + frame_max - 8])
     return data
 
 
@@ -165,8 +179,10 @@ def _finish(consumers, deadline):
     for consumer in consumers:
         consumer.join(max(0.0, deadline - time.monotonic()))
         if consumer.is_alive() or consumer.error or consumer.finished_at is None:
-            raise LoadError("a consumer got %d of %d deliveries in time (%s)"
-                            % (consumer.received, consumer.expected, consumer.error or "timed out"))
+            raise LoadError(
+                "a consumer got %d of %d deliveries in time (%s)"
+                % (consumer.received, consumer.expected, consumer.error or "timed out")
+            )
 
 
 def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=120):
@@ -257,8 +273,11 @@ def latency(host, port, count, size=16, timeout=120):
     publisher.close()
     consumer.close()
     times.sort()
-    return {"messages": count, "p50_us": round(times[len(times) // 2] * 1e6, 1),
-            "p99_us": round(times[min(len(times) - 1, len(times) * 99 // 100)] * 1e6, 1)}
+    return {
+        "messages": count,
+        "p50_us": round(times[len(times) // 2] * 1e6, 1),
+        "p99_us": round(times[min(len(times) - 1, len(times) * 99 // 100)] * 1e6, 1),
+    }
 
 
 def fanout(host, port, count, queues=10, size=16, timeout=120):
@@ -267,15 +286,21 @@ def fanout(host, port, count, queues=10, size=16, timeout=120):
     exchange = "bench-fanout"
     publisher = Connection(host, port, timeout)
     publisher.open_channel()
-    publisher.call(1, 40, 10, struct.pack(">H", 0) + shortstr(exchange) + shortstr("fanout") + b"\x00"
-                   + struct.pack(">I", 0), 11)
+    publisher.call(
+        1, 40, 10, struct.pack(">H", 0) + shortstr(exchange) + shortstr("fanout") + b"\x00" + struct.pack(">I", 0), 11
+    )
     consumers = []
     for i in range(queues):
         name = "bench-fanout-%d" % i
         publisher.declare_queue(1, name)
         publisher.call(1, 50, 30, struct.pack(">H", 0) + shortstr(name) + b"\x00", 31)
-        publisher.call(1, 50, 20, struct.pack(">H", 0) + shortstr(name) + shortstr(exchange) + shortstr("")
-                       + b"\x00" + struct.pack(">I", 0), 21)
+        publisher.call(
+            1,
+            50,
+            20,
+            struct.pack(">H", 0) + shortstr(name) + shortstr(exchange) + shortstr("") + b"\x00" + struct.pack(">I", 0),
+            21,
+        )
         consumers.append(Consumer(host, port, name, count, exchange, "", size, 0, 0, timeout))
     one = publish_frames(exchange, "", b"x" * size, publisher.frame_max)
     for consumer in consumers:
@@ -288,8 +313,12 @@ def fanout(host, port, count, queues=10, size=16, timeout=120):
     publisher.close()
     for consumer in consumers:
         consumer.conn.close()
-    return {"messages": count, "queues": queues, "seconds": round(elapsed, 3),
-            "deliveries_per_s": round(count * queues / elapsed)}
+    return {
+        "messages": count,
+        "queues": queues,
+        "seconds": round(elapsed, 3),
+        "deliveries_per_s": round(count * queues / elapsed),
+    }
 
 
 def idle(host, port, connections, timeout=120):

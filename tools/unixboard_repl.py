@@ -22,6 +22,7 @@ Not imported: the host (tools/unixboard.py) puts this source after a few
 assignments (BOARD_DIR, BOOT, ROM, the exit codes) and runs it with
 `micropython -c`. Written for MicroPython only.
 """
+
 import gc
 import os
 import sys
@@ -31,13 +32,13 @@ import vfs as _vfs
 
 # Set by the host before this source. Defaults keep the module importable for linting.
 BOARD_DIR = globals().get("BOARD_DIR", ".")
-BOOT = globals().get("BOOT", "reset")        # "reset": boot.py and main.py; "raw": boot.py, then the raw REPL
-ROM = globals().get("ROM", None)             # (address, size) of the writable ROM partition, or None
+BOOT = globals().get("BOOT", "reset")  # "reset": boot.py and main.py; "raw": boot.py, then the raw REPL
+ROM = globals().get("ROM", None)  # (address, size) of the writable ROM partition, or None
 SOFT_RESET = globals().get("SOFT_RESET", 250)
 SOFT_RESET_RAW = globals().get("SOFT_RESET_RAW", 251)
 HARD_RESET = globals().get("HARD_RESET", 252)
-READY = b"\x00\x00\x06"                      # to the host: input may flow again (stripped by the host)
-PASTE_WINDOW = 512                           # raw-paste flow control window
+READY = b"\x00\x00\x06"  # to the host: input may flow again (stripped by the host)
+PASTE_WINDOW = 512  # raw-paste flow control window
 
 stdin = sys.stdin.buffer
 stdout = sys.stdout.buffer
@@ -61,6 +62,7 @@ def getc():
 
 # ---------------------------------------------------------------- the board
 
+
 class Machine:
     """machine, with reset() and soft_reset() that reset this board."""
 
@@ -82,26 +84,26 @@ class Vfs:
 
 
 def rom_ioctl(op, rom_id=0, *args):
-    if op == 1:                       # number of ROM partitions
+    if op == 1:  # number of ROM partitions
         return 1
     if rom_id != 0:
-        return -19                    # ENODEV
-    if op == 2:                       # the partition, as a buffer
+        return -19  # ENODEV
+    if op == 2:  # the partition, as a buffer
         return memoryview(rom)
-    if op == 3:                       # prepare (erase) for writing: (length) or (offset, length)
+    if op == 3:  # prepare (erase) for writing: (length) or (offset, length)
         offset, length = (0, args[0]) if len(args) == 1 else args
         for i in range(offset, min(offset + length, len(rom)), 4096):
-            rom[i:i + 4096] = b"\xff" * min(4096, len(rom) - i)
-        return 4                      # smallest write
-    if op == 4:                       # write (offset, data)
+            rom[i : i + 4096] = b"\xff" * min(4096, len(rom) - i)
+        return 4  # smallest write
+    if op == 4:  # write (offset, data)
         offset, data = args
-        rom[offset:offset + len(data)] = data
+        rom[offset : offset + len(data)] = data
         return 0
-    if op == 5:                       # writing done
+    if op == 5:  # writing done
         return 0
-    if op == 6:                       # block size
+    if op == 6:  # block size
         return 4096
-    return -22                        # EINVAL
+    return -22  # EINVAL
 
 
 def start():
@@ -114,6 +116,7 @@ def start():
     vfs = Vfs()
     if ROM is not None:
         import uctypes
+
         rom = uctypes.bytearray_at(ROM[0], ROM[1])
         vfs.rom_ioctl = rom_ioctl
         if rom[:3] == b"\xd2\xcd\x31":  # a ROMFS image: mount it, as boards with a ROM partition do
@@ -175,6 +178,7 @@ def execute(source, ns, raw, mode="exec"):
 
 # ---------------------------------------------------------------- raw REPL
 
+
 def raw_repl(ns):
     """mpremote's REPL; returns when Ctrl-B asks for the friendly one."""
     write(b"raw REPL; CTRL-B to exit\r\n")
@@ -183,25 +187,25 @@ def raw_repl(ns):
         line = bytearray()
         while True:
             c = getc()
-            if c == 1:                                  # Ctrl-A
-                if len(line) == 2 and line[0] == 5:     # Ctrl-E X Ctrl-A: raw-paste request
+            if c == 1:  # Ctrl-A
+                if len(line) == 2 and line[0] == 5:  # Ctrl-E X Ctrl-A: raw-paste request
                     raw_paste(line[1], ns)
                     line = bytearray()
                     write(b">")
                     continue
                 write(b"raw REPL; CTRL-B to exit\r\n>")
                 line = bytearray()
-            elif c == 2:                                # Ctrl-B
+            elif c == 2:  # Ctrl-B
                 write(b"\r\n")
                 return
-            elif c == 3:                                # Ctrl-C
+            elif c == 3:  # Ctrl-C
                 line = bytearray()
-            elif c == 4:                                # Ctrl-D
+            elif c == 4:  # Ctrl-D
                 break
             else:
                 line.append(c)
         write(b"OK")
-        if not line:                                    # Ctrl-D alone: soft reset
+        if not line:  # Ctrl-D alone: soft reset
             write(b"\r\n")
             reset(SystemExit(), raw=True)
         execute(bytes(line).decode(), ns, raw=True)
@@ -209,7 +213,7 @@ def raw_repl(ns):
 
 def raw_paste(command, ns):
     if command != ord("A"):
-        write(b"R\x00")                                 # understood, not supported
+        write(b"R\x00")  # understood, not supported
         return
     # Supported, then the window size; the \x01 grants a second window, as MicroPython does.
     write(b"R\x01" + bytes((PASTE_WINDOW & 0xFF, PASTE_WINDOW >> 8, 1)))
@@ -217,14 +221,14 @@ def raw_paste(command, ns):
     remain = PASTE_WINDOW
     while True:
         c = getc()
-        if c == 3 or c == 4:                            # Ctrl-C aborts, Ctrl-D ends the code
+        if c == 3 or c == 4:  # Ctrl-C aborts, Ctrl-D ends the code
             break
         data.append(c)
         remain -= 1
         if remain == 0:
-            write(b"\x01")                              # one more window
+            write(b"\x01")  # one more window
             remain = PASTE_WINDOW
-    write(b"\x04")                                      # end of data seen
+    write(b"\x04")  # end of data seen
     if c == 3:
         write(b"\x04")
         sys.print_exception(KeyboardInterrupt(), sys.stdout)
@@ -234,6 +238,7 @@ def raw_paste(command, ns):
 
 
 # ---------------------------------------------------------------- friendly REPL
+
 
 def readline(prompt):
     """A line typed at the friendly REPL (str), or the control code that ended it (int)."""
@@ -246,11 +251,11 @@ def readline(prompt):
         if c == 13 or c == 10:
             write(b"\r\n")
             return bytes(line).decode()
-        if c in (8, 127):                               # backspace
+        if c in (8, 127):  # backspace
             if line:
                 line.pop()
                 write(b"\x08 \x08")
-        elif c == 27:                                   # escape sequences (arrows...): ignored
+        elif c == 27:  # escape sequences (arrows...): ignored
             if getc() == ord("["):
                 while getc() < 64:
                     pass
@@ -260,8 +265,10 @@ def readline(prompt):
 
 
 def banner():
-    write("%s; hutch unix board, %s\r\nType \"help()\" for more information.\r\n"
-          % (sys.version.split("; ")[-1], sys.implementation._machine))
+    write(
+        '%s; hutch unix board, %s\r\nType "help()" for more information.\r\n'
+        % (sys.version.split("; ")[-1], sys.implementation._machine)
+    )
 
 
 def friendly_repl(ns):
@@ -269,20 +276,20 @@ def friendly_repl(ns):
     banner()
     while True:
         line = readline(">>> ")
-        if line == 1:                                   # Ctrl-A
+        if line == 1:  # Ctrl-A
             write(b"\r\n")
             return
-        if line == 2:                                   # Ctrl-B: banner again
+        if line == 2:  # Ctrl-B: banner again
             write(b"\r\n")
             banner()
             continue
-        if line == 3:                                   # Ctrl-C
+        if line == 3:  # Ctrl-C
             write(b"\r\n")
             continue
-        if line == 4:                                   # Ctrl-D: soft reset
+        if line == 4:  # Ctrl-D: soft reset
             write(b"\r\n")
             reset(SystemExit())
-        if line == 5:                                   # Ctrl-E: paste mode
+        if line == 5:  # Ctrl-E: paste mode
             write(b"\r\npaste mode; Ctrl-C to cancel, Ctrl-D to finish\r\n=== ")
             text = paste()
             if text is not None:
@@ -320,6 +327,7 @@ def paste():
 
 
 # ---------------------------------------------------------------- main
+
 
 def main():
     ns = {"__name__": "__main__"}

@@ -5,18 +5,30 @@ uses nothing MicroPython lacks. It encodes client frames with hutch's codec
 and decodes the broker's output frame by frame (the interop tests check the
 same bytes against real clients).
 """
+
 import struct
 
 from hutch.core import spec
 from hutch.core.broker import Broker
-from hutch.core.codec import (decode_args, decode_properties, encode_properties, encode_table, method_name,
-                              method_payload)
+from hutch.core.codec import (
+    decode_args,
+    decode_properties,
+    encode_properties,
+    encode_table,
+    method_name,
+    method_payload,
+)
 from hutch.core.limits import Limits
 
 LOCAL = {"address": "127.0.0.1", "port": 40000, "transport": "tcp"}
 REMOTE = {"address": "192.0.2.7", "port": 40000, "transport": "tcp"}
-CAPABILITIES = {"publisher_confirms": True, "consumer_cancel_notify": True, "connection.blocked": True,
-                "authentication_failure_close": True, "basic.nack": True}
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "basic.nack": True,
+}
 
 
 def frame(frame_type, channel, payload):
@@ -32,7 +44,7 @@ def content(channel, body, properties=None, frame_max=131072, class_id=60):
     out = frame(2, channel, struct.pack(">HHQ", class_id, 0, len(body)) + props)
     step = frame_max - 8
     for start in range(0, len(body), step):
-        out += frame(3, channel, body[start:start + step])
+        out += frame(3, channel, body[start : start + step])
     return out
 
 
@@ -77,13 +89,14 @@ class Client:
             ftype, channel, size = struct.unpack_from(">BHI", self.buf)
             if len(self.buf) < size + 8:
                 break
-            payload = self.buf[7:7 + size]
+            payload = self.buf[7 : 7 + size]
             assert self.buf[7 + size] == 0xCE, "broker wrote a bad frame end"
-            self.buf = self.buf[8 + size:]
+            self.buf = self.buf[8 + size :]
             if ftype == 1:
                 method_id = struct.unpack_from(">I", payload)[0]
-                event = Event(channel, method_name(method_id),
-                              decode_args(spec.SIGNATURES[method_id], payload, 4, len(payload)))
+                event = Event(
+                    channel, method_name(method_id), decode_args(spec.SIGNATURES[method_id], payload, 4, len(payload))
+                )
                 if method_id in spec.CONTENT:
                     self._content_for[channel] = event
                 else:
@@ -122,8 +135,16 @@ class Client:
 
     # --------------------------------------------------------- handshake
 
-    def handshake(self, user="guest", password="guest", capabilities=CAPABILITIES, mechanism=b"PLAIN",
-                  channel_max=0, frame_max=0, heartbeat=0):
+    def handshake(
+        self,
+        user="guest",
+        password="guest",
+        capabilities=CAPABILITIES,
+        mechanism=b"PLAIN",
+        channel_max=0,
+        frame_max=0,
+        heartbeat=0,
+    ):
         self.send(b"AMQP\x00\x00\x09\x01")
         start = self.read()
         assert start[0].name == "connection.start", start
@@ -158,10 +179,20 @@ class Client:
 
     # --------------------------------------------------------- convenience
 
-    def declare_queue(self, ch, name=b"", passive=False, durable=False, exclusive=False, auto_delete=False,
-                      arguments=None, nowait=False):
-        return self.call(ch, spec.QUEUE_DECLARE, (0, name, passive, durable, exclusive, auto_delete, nowait,
-                                                  arguments or {}))
+    def declare_queue(
+        self,
+        ch,
+        name=b"",
+        passive=False,
+        durable=False,
+        exclusive=False,
+        auto_delete=False,
+        arguments=None,
+        nowait=False,
+    ):
+        return self.call(
+            ch, spec.QUEUE_DECLARE, (0, name, passive, durable, exclusive, auto_delete, nowait, arguments or {})
+        )
 
     def queue(self, ch, name=b"", **kw):
         """Declare a queue, assert declare-ok, return its name."""
@@ -169,17 +200,21 @@ class Client:
         assert events[0].name == "queue.declare-ok", events
         return events[0].args[0]
 
-    def declare_exchange(self, ch, name, kind=b"direct", passive=False, durable=False, auto_delete=False,
-                         internal=False, arguments=None):
-        return self.call(ch, spec.EXCHANGE_DECLARE, (0, name, kind, passive, durable, auto_delete, internal, False,
-                                                     arguments or {}))
+    def declare_exchange(
+        self, ch, name, kind=b"direct", passive=False, durable=False, auto_delete=False, internal=False, arguments=None
+    ):
+        return self.call(
+            ch, spec.EXCHANGE_DECLARE, (0, name, kind, passive, durable, auto_delete, internal, False, arguments or {})
+        )
 
     def bind(self, ch, queue, exchange, key=b"", arguments=None):
         return self.call(ch, spec.QUEUE_BIND, (0, queue, exchange, key, False, arguments or {}))
 
     def publish(self, ch, exchange, key, body, properties=None, mandatory=False, immediate=False):
-        self.send(method(ch, spec.BASIC_PUBLISH, (0, exchange, key, mandatory, immediate))
-                  + content(ch, body, properties, self.frame_max))
+        self.send(
+            method(ch, spec.BASIC_PUBLISH, (0, exchange, key, mandatory, immediate))
+            + content(ch, body, properties, self.frame_max)
+        )
         return self.read()
 
     def consume(self, ch, queue, tag=b"", no_ack=False, exclusive=False, arguments=None):
@@ -218,9 +253,11 @@ def closed_with(events, code, name="channel.close"):
 
 # ------------------------------------------------------------- folders for the journal tests
 
+
 def scratch_folder(tag="journal"):
     """A new empty folder under /tmp (MicroPython has no tempfile module)."""
     import os
+
     name = "/tmp/hutch-test-%s-%s" % (tag, "".join("%02x" % b for b in os.urandom(6)))
     os.mkdir(name)
     return name
@@ -228,6 +265,7 @@ def scratch_folder(tag="journal"):
 
 def remove_tree(path):
     import os
+
     try:
         mode = os.stat(path)[0]
     except OSError:

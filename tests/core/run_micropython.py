@@ -6,6 +6,7 @@ PACKAGE_ROOT holds hutch/core (tests/test_micropython.py lays it out). Every
 function named test_* in tests/core/test_*.py is called; an exception fails it.
 Prints one line per failure and a summary "N passed, M failed".
 """
+
 import os
 import sys
 
@@ -13,8 +14,9 @@ here = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
 sys.path.insert(0, here)
 sys.path.insert(0, sys.argv[1])
 
-modules = sys.argv[2:] or sorted(name[:-3] for name in os.listdir(here)
-                                 if name.startswith("test_") and name.endswith(".py"))
+modules = sys.argv[2:] or sorted(
+    name[:-3] for name in os.listdir(here) if name.startswith("test_") and name.endswith(".py")
+)
 passed = failed = 0
 for name in modules:
     module = __import__(name)

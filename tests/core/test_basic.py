@@ -1,4 +1,5 @@
 """basic.*: consume, deliver, get, ack/nack/reject, qos, cancel, recover, returns, flow."""
+
 from harness import closed_with, content, method, names, opened
 
 from hutch.core import spec
@@ -31,13 +32,23 @@ def test_delivery_reuses_publisher_header_bytes():
     client = opened()
     client.queue(1, b"q")
     client.consume(1, b"q", tag=b"c", no_ack=True)
-    props = {"content-type": b"application/json", "headers": {"k": b"v", "n": 42}, "delivery-mode": 2,
-             "priority": 3, "correlation-id": b"abc", "reply-to": b"r", "message-id": b"id", "type": b"t",
-             "app-id": b"app"}
+    props = {
+        "content-type": b"application/json",
+        "headers": {"k": b"v", "n": 42},
+        "delivery-mode": 2,
+        "priority": 3,
+        "correlation-id": b"abc",
+        "reply-to": b"r",
+        "message-id": b"id",
+        "type": b"t",
+        "app-id": b"app",
+    }
     events = client.publish(1, b"", b"q", b"{}", props)
     assert events[0].properties == props
-    from hutch.core.codec import encode_properties
     import struct
+
+    from hutch.core.codec import encode_properties
+
     assert events[0].header == struct.pack(">HHQ", 60, 0, 2) + encode_properties(props)
 
 
@@ -79,7 +90,7 @@ def test_round_robin_between_consumers():
     client.consume(1, b"q", tag=b"a", no_ack=True)
     client.consume(1, b"q", tag=b"b", no_ack=True)
     got = []
-    for i in range(4):
+    for _i in range(4):
         got += [e.args[0] for e in _deliveries(client.publish(1, b"", b"q", b"m"))]
     assert got == [b"a", b"b", b"a", b"b"]
 
@@ -354,10 +365,11 @@ def test_publish_to_queue_of_another_connection():
 
 def test_slow_consumer_is_not_flooded():
     from hutch.core.limits import Limits
+
     client = opened(limits=Limits(output_high_water=4096))
     client.queue(1, b"q")
     client.consume(1, b"q", tag=b"c", no_ack=True)
-    for i in range(20):
+    for _i in range(20):
         client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + content(1, b"x" * 1000))
     # nothing was taken yet: deliveries stop near the high-water mark, the rest waits in the queue
     assert client.broker.queues[b"q"].message_count() > 10
@@ -365,7 +377,6 @@ def test_slow_consumer_is_not_flooded():
     for _ in range(30):
         total += len(_deliveries(client.read()))
     assert total == 20
-
 
 
 def test_recover_async_requeues_without_reply():

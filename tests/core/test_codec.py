@@ -1,9 +1,18 @@
 """Field tables, method arguments and content properties (the wire codec)."""
+
 import struct
 
 from hutch.core import spec
-from hutch.core.codec import (Decimal, Timestamp, decode_args, decode_properties, decode_table, encode_args,
-                              encode_properties, encode_table)
+from hutch.core.codec import (
+    Decimal,
+    Timestamp,
+    decode_args,
+    decode_properties,
+    decode_table,
+    encode_args,
+    encode_properties,
+    encode_table,
+)
 from hutch.core.errors import DecodeError
 
 
@@ -17,9 +26,18 @@ def _raises(fn, code=None):
 
 
 def test_table_round_trip():
-    table = {"bool": True, "int": -5, "big": 2 ** 40, "float": 1.5, "text": b"utf8 \xc3\xa9",
-             "bytes": bytearray(b"\x00\x01"), "nested": {"a": [1, b"two", None]}, "void": None,
-             "when": Timestamp(1700000000), "money": Decimal(2, 12345)}
+    table = {
+        "bool": True,
+        "int": -5,
+        "big": 2**40,
+        "float": 1.5,
+        "text": b"utf8 \xc3\xa9",
+        "bytes": bytearray(b"\x00\x01"),
+        "nested": {"a": [1, b"two", None]},
+        "void": None,
+        "when": Timestamp(1700000000),
+        "money": Decimal(2, 12345),
+    }
     raw = encode_table(table)
     assert decode_table(raw, 0, len(raw)) == (table, len(raw))
 
@@ -30,14 +48,27 @@ def test_str_values_encode_as_long_strings():
 
 
 def test_every_rabbitmq_tag_decodes():
-    entries = [(b"t", b"\x01", True), (b"b", b"\xff", -1), (b"B", b"\xff", 255), (b"s", b"\xff\xfe", -2),
-               (b"u", b"\xff\xfe", 65534), (b"U", b"\x00\x07", 7), (b"I", b"\xff\xff\xff\xff", -1),
-               (b"i", b"\xff\xff\xff\xff", 4294967295), (b"l", struct.pack(">q", -3), -3),
-               (b"L", struct.pack(">q", 9), 9), (b"f", struct.pack(">f", 0.5), 0.5),
-               (b"d", struct.pack(">d", 0.25), 0.25), (b"D", b"\x02\x00\x00\x00\x07", Decimal(2, 7)),
-               (b"S", b"\x00\x00\x00\x02hi", b"hi"), (b"A", b"\x00\x00\x00\x02b\x05", [5]),
-               (b"T", struct.pack(">Q", 10), Timestamp(10)), (b"F", b"\x00\x00\x00\x00", {}),
-               (b"V", b"", None), (b"x", b"\x00\x00\x00\x01z", bytearray(b"z"))]
+    entries = [
+        (b"t", b"\x01", True),
+        (b"b", b"\xff", -1),
+        (b"B", b"\xff", 255),
+        (b"s", b"\xff\xfe", -2),
+        (b"u", b"\xff\xfe", 65534),
+        (b"U", b"\x00\x07", 7),
+        (b"I", b"\xff\xff\xff\xff", -1),
+        (b"i", b"\xff\xff\xff\xff", 4294967295),
+        (b"l", struct.pack(">q", -3), -3),
+        (b"L", struct.pack(">q", 9), 9),
+        (b"f", struct.pack(">f", 0.5), 0.5),
+        (b"d", struct.pack(">d", 0.25), 0.25),
+        (b"D", b"\x02\x00\x00\x00\x07", Decimal(2, 7)),
+        (b"S", b"\x00\x00\x00\x02hi", b"hi"),
+        (b"A", b"\x00\x00\x00\x02b\x05", [5]),
+        (b"T", struct.pack(">Q", 10), Timestamp(10)),
+        (b"F", b"\x00\x00\x00\x00", {}),
+        (b"V", b"", None),
+        (b"x", b"\x00\x00\x00\x01z", bytearray(b"z")),
+    ]
     for tag, raw, value in entries:
         body = b"\x01k" + tag + raw
         table = struct.pack(">I", len(body)) + body
@@ -58,7 +89,7 @@ def test_keys_like_x_match_are_fine():
 def test_truncated_and_lying_tables():
     raw = encode_table({"key": b"value"})
     for cut in range(1, len(raw)):
-        _raises(lambda: decode_table(raw[:cut], 0, cut))
+        _raises(lambda cut=cut: decode_table(raw[:cut], 0, cut))
     _raises(lambda: decode_table(b"\x00\x00\x00\x03\x01kZ", 0, 7), 502)  # unknown tag
     _raises(lambda: decode_table(b"\x00\x00\x00\x06\x01kS\xff\xff", 0, 10))  # string runs past
 
@@ -85,9 +116,21 @@ def test_args_reject_short_and_long_payloads():
 
 
 def test_properties_round_trip():
-    props = {"content-type": b"text/plain", "headers": {"a": 1}, "delivery-mode": 2, "priority": 9,
-             "correlation-id": b"c", "reply-to": b"r", "expiration": b"60000", "message-id": b"m",
-             "timestamp": 1700000000, "type": b"t", "user-id": b"u", "app-id": b"a", "cluster-id": b""}
+    props = {
+        "content-type": b"text/plain",
+        "headers": {"a": 1},
+        "delivery-mode": 2,
+        "priority": 9,
+        "correlation-id": b"c",
+        "reply-to": b"r",
+        "expiration": b"60000",
+        "message-id": b"m",
+        "timestamp": 1700000000,
+        "type": b"t",
+        "user-id": b"u",
+        "app-id": b"a",
+        "cluster-id": b"",
+    }
     header = struct.pack(">HHQ", 60, 0, 0) + encode_properties(props)
     assert decode_properties(header) == props
 

@@ -1,4 +1,5 @@
 """Publisher confirms (confirm.select, basic.ack/nack from the broker) and transactions (tx.*)."""
+
 from harness import closed_with, content, method, names, opened
 
 from hutch.core import spec
@@ -6,8 +7,9 @@ from hutch.core.limits import Limits
 
 
 def _publish_frames(ch, key, count):
-    return b"".join(method(ch, spec.BASIC_PUBLISH, (0, b"", key, False, False)) + content(ch, b"m%d" % i)
-                    for i in range(count))
+    return b"".join(
+        method(ch, spec.BASIC_PUBLISH, (0, b"", key, False, False)) + content(ch, b"m%d" % i) for i in range(count)
+    )
 
 
 def test_each_publish_is_confirmed():
@@ -56,7 +58,10 @@ def test_full_queue_nacks_and_acks_around_it():
     client.send(_publish_frames(1, b"q", 4))
     events = client.read()
     assert [(e.name, e.args) for e in events] == [
-        ("basic.ack", [2, True]), ("basic.nack", [3, False, False]), ("basic.nack", [4, False, False])]
+        ("basic.ack", [2, True]),
+        ("basic.nack", [3, False, False]),
+        ("basic.nack", [4, False, False]),
+    ]
     client.get(1, b"q", no_ack=True)
     assert names(client.publish(1, b"", b"q", b"room again")) == ["basic.ack"]
 
@@ -76,8 +81,9 @@ def test_pending_confirms_flushed_before_channel_error():
     client = opened()
     client.queue(1, b"q")
     client.call(1, spec.CONFIRM_SELECT, (False,))
-    client.send(_publish_frames(1, b"q", 2) + method(1, spec.BASIC_PUBLISH, (0, b"ghost", b"", False, False))
-                + content(1, b"x"))
+    client.send(
+        _publish_frames(1, b"q", 2) + method(1, spec.BASIC_PUBLISH, (0, b"ghost", b"", False, False)) + content(1, b"x")
+    )
     events = client.read()
     assert [(e.name, e.args[0]) for e in events] == [("basic.ack", 2), ("channel.close", spec.NOT_FOUND)]
 

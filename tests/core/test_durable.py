@@ -4,6 +4,7 @@ the disk, segments that roll and go, the disk budget, and recovery from damaged 
 A "restart" is a new Broker replaying the same folder (ports/storage.recover), as
 `hutch serve` does at start. These tests also run under MicroPython.
 """
+
 import os
 
 from harness import names, opened, remove_tree, scratch_folder
@@ -62,6 +63,7 @@ def _in_folder(test):
             test(folder)
         finally:
             remove_tree(folder)
+
     return run
 
 
@@ -102,9 +104,9 @@ def _messages(folder):
         c.publish(1, b"", b"q", b"m%d" % i, PERSISTENT)
     c.publish(1, b"", b"q", b"not persistent", TRANSIENT)
     c.publish(1, b"", b"t", b"persistent, but to a transient queue", PERSISTENT)
-    first = c.get(1, b"q")[0]           # delivered, never acked: comes back redelivered
+    first = c.get(1, b"q")[0]  # delivered, never acked: comes back redelivered
     second = c.get(1, b"q")[0]
-    c.ack(1, second.args[0])            # acked: gone for good
+    c.ack(1, second.args[0])  # acked: gone for good
     assert first.body == b"m0" and second.body == b"m1"
     node.crash()
     again = Node(folder)
@@ -125,8 +127,8 @@ def _confirms(folder):
     c.queue(1, b"q", durable=True)
     c.queue(1, b"t")
     c.call(1, spec.CONFIRM_SELECT, (False,))
-    assert c.publish(1, b"", b"q", b"p", PERSISTENT) == []   # not on disk yet: no confirm
-    assert c.publish(1, b"", b"t", b"x") == []               # after one that waits: waits too
+    assert c.publish(1, b"", b"q", b"p", PERSISTENT) == []  # not on disk yet: no confirm
+    assert c.publish(1, b"", b"t", b"x") == []  # after one that waits: waits too
     node.writer.commit()
     events = c.read()
     assert names(events) == ["basic.ack"] and events[0].args == [2, True], events
@@ -181,7 +183,7 @@ def _pinned(folder):
     c.queue(1, b"q", durable=True)
     c.publish(1, b"", b"q", b"kept", PERSISTENT)
     tag = c.get(1, b"q")[0].args[0]  # held unacked: its segment must stay
-    for i in range(100):
+    for _i in range(100):
         c.publish(1, b"", b"q", b"x" * 100, PERSISTENT)
     assert len(_bodies(c, b"q")) == 100  # acked (no-ack gets), in later segments
     node.writer.commit()
@@ -229,6 +231,7 @@ def test_near_the_disk_budget_publishers_are_blocked_and_nacked_not_dropped():
 
 # ---------------------------------------------------------------- damaged journals
 
+
 def _fill(folder, count=60):
     """A journal of several 4 KiB segments holding m0..m(count-1) in a durable queue."""
     node = Node(folder, segment_bytes=4096)
@@ -264,7 +267,7 @@ def _ids(client):
 @_in_folder
 def _truncated(folder):
     segments = _fill(folder)
-    _damage(folder, segments[-1], lambda data: data[:len(data) - 100])
+    _damage(folder, segments[-1], lambda data: data[: len(data) - 100])
     node = Node(folder, segment_bytes=4096)
     ids = _ids(node.client())
     assert ids == list(range(len(ids))) and 45 < len(ids) < 60, ids  # only the cut-off write is lost
@@ -297,6 +300,7 @@ def _flipped(folder):
         data = bytearray(data)
         data[len(data) // 2] ^= 0x40
         return bytes(data)
+
     _damage(folder, middle, flip)
     node = Node(folder, segment_bytes=4096)
     ids = _ids(node.client())

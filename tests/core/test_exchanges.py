@@ -1,4 +1,5 @@
 """exchange.declare/delete/bind/unbind and routing by every exchange type."""
+
 from harness import closed_with, method, names, opened
 
 from hutch.core import spec
@@ -17,8 +18,14 @@ def _routes(client, exchange, key, queues, headers=None):
 
 def test_predeclared_exchanges():
     client = opened()
-    for name, kind in ((b"amq.direct", b"direct"), (b"amq.fanout", b"fanout"), (b"amq.topic", b"topic"),
-                       (b"amq.match", b"headers"), (b"amq.headers", b"headers"), (b"", b"direct")):
+    for name, kind in (
+        (b"amq.direct", b"direct"),
+        (b"amq.fanout", b"fanout"),
+        (b"amq.topic", b"topic"),
+        (b"amq.match", b"headers"),
+        (b"amq.headers", b"headers"),
+        (b"", b"direct"),
+    ):
         events = client.declare_exchange(1, name, kind, passive=True)
         assert names(events) == ["exchange.declare-ok"], (name, events)
 
@@ -39,12 +46,18 @@ def test_passive_declare_of_missing_exchange():
 
 
 def test_redeclare_with_other_properties():
-    for change in ({"kind": b"fanout"}, {"durable": True}, {"auto_delete": True}, {"internal": True},
-                   {"arguments": {"alternate-exchange": "ae"}}):
+    for change in (
+        {"kind": b"fanout"},
+        {"durable": True},
+        {"auto_delete": True},
+        {"internal": True},
+        {"arguments": {"alternate-exchange": "ae"}},
+    ):
         client = opened()
         client.declare_exchange(1, b"x", b"direct")
-        text = closed_with(client.declare_exchange(1, b"x", **dict({"kind": b"direct"}, **change)),
-                           spec.PRECONDITION_FAILED)
+        text = closed_with(
+            client.declare_exchange(1, b"x", **dict({"kind": b"direct"}, **change)), spec.PRECONDITION_FAILED
+        )
         assert b"inequivalent arg" in text, text
 
 
@@ -109,7 +122,7 @@ def test_same_queue_bound_twice_gets_one_copy():
     client.queue(1, b"q")
     client.bind(1, b"q", b"d", b"k")
     client.bind(1, b"q", b"d", b"k", {"x-extra": 1})  # a second binding with other arguments
-    client.bind(1, b"q", b"d", b"k")                  # a duplicate: a no-op
+    client.bind(1, b"q", b"d", b"k")  # a duplicate: a no-op
     client.publish(1, b"d", b"k", b"once")
     assert client.get(1, b"q", no_ack=True)[0].name == "basic.get-ok"
     assert client.get(1, b"q", no_ack=True)[0].name == "basic.get-empty"
@@ -132,8 +145,15 @@ def test_fanout_routing():
 
 def test_topic_routing():
     client = opened()
-    patterns = {b"q1": b"*.stock.#", b"q2": b"usd.#", b"q3": b"#", b"q4": b"*", b"q5": b"a.*.c",
-                b"q6": b"a.#.c", b"q7": b""}
+    patterns = {
+        b"q1": b"*.stock.#",
+        b"q2": b"usd.#",
+        b"q3": b"#",
+        b"q4": b"*",
+        b"q5": b"a.*.c",
+        b"q6": b"a.#.c",
+        b"q7": b"",
+    }
     for queue, pattern in patterns.items():
         client.queue(1, queue)
         client.bind(1, queue, b"amq.topic", pattern)
@@ -169,7 +189,7 @@ def test_headers_routing():
     bindings = {
         b"all": {"x-match": "all", "format": "pdf", "type": "report"},
         b"any": {"x-match": "any", "format": "pdf", "type": "log"},
-        b"default": {"format": "zip"},           # no x-match means all
+        b"default": {"format": "zip"},  # no x-match means all
         b"present": {"x-match": "all", "urgent": None},  # a void value matches on presence
         b"with-x": {"x-match": "any-with-x", "x-tag": 7},
     }

@@ -1,5 +1,6 @@
 """The queue's Fifo against a plain list: same items, same order, same length, whatever
 the mix of push, push_front, pop and clear (length is a counter kept by hand)."""
+
 from hutch.core.fifo import Fifo
 
 
@@ -21,7 +22,7 @@ def test_fifo_matches_a_list_through_every_operation():
         elif op < 8:
             assert fifo.pop() == (model.pop(0) if model else None)
         elif op == 8:
-            items = [-step, -step - 1][:state % 3]
+            items = [-step, -step - 1][: state % 3]
             fifo.push_front(items)
             model[:0] = items
         elif state % 7 == 0:

@@ -3,6 +3,7 @@
 Each error path checks the reply code and which side closes: a connection
 exception is connection.close on channel 0, a channel exception channel.close.
 """
+
 import struct
 
 from harness import Client, closed_with, content, frame, method, names, opened
@@ -14,10 +15,13 @@ from hutch.core.limits import Limits
 
 def test_frames_split_at_every_byte():
     client = opened()
-    data = (method(1, spec.QUEUE_DECLARE, (0, b"q", False, False, False, False, False, {}))
-            + method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + content(1, b"hello"))
+    data = (
+        method(1, spec.QUEUE_DECLARE, (0, b"q", False, False, False, False, False, {}))
+        + method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
+        + content(1, b"hello")
+    )
     for i in range(len(data)):
-        client.send(data[i:i + 1])
+        client.send(data[i : i + 1])
     events = client.read()
     assert names(events) == ["queue.declare-ok"]
     assert client.get(1, b"q", no_ack=True)[0].body == b"hello"
@@ -26,8 +30,9 @@ def test_frames_split_at_every_byte():
 def test_many_frames_in_one_read():
     client = opened()
     client.queue(1, b"q")
-    data = b"".join(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + content(1, b"m%d" % i)
-                    for i in range(50))
+    data = b"".join(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + content(1, b"m%d" % i) for i in range(50)
+    )
     client.send(data)
     assert client.read() == []
     bodies = [client.get(1, b"q", no_ack=True)[0].body for _ in range(50)]
@@ -81,9 +86,12 @@ def test_body_without_header():
 
 def test_method_in_the_middle_of_content():
     client = opened()
-    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + frame(2, 1, struct.pack(">HHQH", 60, 0, 10, 0)) + frame(3, 1, b"12345")
-                + method(1, spec.BASIC_QOS, (0, 1, False)))
+    client.send(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
+        + frame(2, 1, struct.pack(">HHQH", 60, 0, 10, 0))
+        + frame(3, 1, b"12345")
+        + method(1, spec.BASIC_QOS, (0, 1, False))
+    )
     closed_with(client.read(), spec.UNEXPECTED_FRAME, "connection.close")
 
 
@@ -98,11 +106,14 @@ def test_content_interleaved_across_channels_is_fine():
     client = opened()
     client.channel(2)
     client.queue(1, b"q")
-    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + method(2, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + frame(2, 2, struct.pack(">HHQ", 60, 0, 3) + encode_properties({}))
-                + frame(2, 1, struct.pack(">HHQ", 60, 0, 3) + encode_properties({}))
-                + frame(3, 1, b"one") + frame(3, 2, b"two"))
+    client.send(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
+        + method(2, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
+        + frame(2, 2, struct.pack(">HHQ", 60, 0, 3) + encode_properties({}))
+        + frame(2, 1, struct.pack(">HHQ", 60, 0, 3) + encode_properties({}))
+        + frame(3, 1, b"one")
+        + frame(3, 2, b"two")
+    )
     assert client.read() == []
     bodies = sorted(client.get(1, b"q", no_ack=True)[0].body for _ in range(2))
     assert bodies == [b"one", b"two"]
@@ -110,22 +121,27 @@ def test_content_interleaved_across_channels_is_fine():
 
 def test_body_larger_than_announced():
     client = opened()
-    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + frame(2, 1, struct.pack(">HHQH", 60, 0, 3, 0)) + frame(3, 1, b"four"))
+    client.send(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
+        + frame(2, 1, struct.pack(">HHQH", 60, 0, 3, 0))
+        + frame(3, 1, b"four")
+    )
     closed_with(client.read(), spec.FRAME_ERROR, "connection.close")
 
 
 def test_header_of_another_class():
     client = opened()
-    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + frame(2, 1, struct.pack(">HHQH", 50, 0, 0, 0)))
+    client.send(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + frame(2, 1, struct.pack(">HHQH", 50, 0, 0, 0))
+    )
     closed_with(client.read(), spec.UNEXPECTED_FRAME, "connection.close")
 
 
 def test_header_with_weight():
     client = opened()
-    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + frame(2, 1, struct.pack(">HHQH", 60, 1, 0, 0)))
+    client.send(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + frame(2, 1, struct.pack(">HHQH", 60, 1, 0, 0))
+    )
     closed_with(client.read(), spec.UNEXPECTED_FRAME, "connection.close")
 
 
@@ -138,8 +154,12 @@ def test_short_header():
 def test_empty_body_frames_are_ignored():
     client = opened()
     client.queue(1, b"q")
-    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
-                + frame(2, 1, struct.pack(">HHQH", 60, 0, 2, 0)) + frame(3, 1, b"") + frame(3, 1, b"ab"))
+    client.send(
+        method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False))
+        + frame(2, 1, struct.pack(">HHQH", 60, 0, 2, 0))
+        + frame(3, 1, b"")
+        + frame(3, 1, b"ab")
+    )
     assert client.get(1, b"q", no_ack=True)[0].body == b"ab"
 
 
@@ -201,8 +221,9 @@ def test_unknown_method():
 
 def test_server_only_method_from_client():
     client = opened()
-    closed_with(client.call(1, spec.BASIC_DELIVER, (b"t", 1, False, b"", b"q")), spec.COMMAND_INVALID,
-                "connection.close")
+    closed_with(
+        client.call(1, spec.BASIC_DELIVER, (b"t", 1, False, b"", b"q")), spec.COMMAND_INVALID, "connection.close"
+    )
 
 
 def test_connection_method_on_a_channel():
@@ -231,7 +252,7 @@ def test_trailing_bytes_after_arguments():
 def test_bad_field_table_type():
     client = opened()
     table = b"\x00\x00\x00\x04\x01kZ\x00"  # one entry with the unknown type tag 'Z'
-    payload = (method_payload(spec.QUEUE_DECLARE, (0, b"q", False, False, False, False, False, {}))[:-4] + table)
+    payload = method_payload(spec.QUEUE_DECLARE, (0, b"q", False, False, False, False, False, {}))[:-4] + table
     client.send(frame(1, 1, payload))
     closed_with(client.read(), spec.SYNTAX_ERROR, "connection.close")
 

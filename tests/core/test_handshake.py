@@ -1,4 +1,5 @@
 """Protocol header, connection.start/tune/open, login, heartbeats and the close handshake."""
+
 from harness import REMOTE, Client, closed_with, method, names, opened
 
 from hutch.core import spec
@@ -27,8 +28,15 @@ def test_0_9_1_header_gets_connection_start():
     assert props["product"] == b"hutch"
     assert props["version"] and props["platform"] is not None
     caps = props["capabilities"]
-    for cap in ("publisher_confirms", "basic.nack", "exchange_exchange_bindings", "consumer_cancel_notify",
-                "connection.blocked", "authentication_failure_close", "per_consumer_qos"):
+    for cap in (
+        "publisher_confirms",
+        "basic.nack",
+        "exchange_exchange_bindings",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "authentication_failure_close",
+        "per_consumer_qos",
+    ):
         assert caps[cap] is True, cap
     assert mechanisms.split() == [b"PLAIN", b"AMQPLAIN"]
     assert locales == b"en_US"
@@ -42,13 +50,15 @@ def test_0_9_header_is_served_as_0_9_1():
 
 
 def test_other_headers_get_0_9_1_header_and_close():
-    for header in (b"AMQP\x01\x01\x09\x01",   # 0-8 clients (and the [001] draft)
-                   b"AMQP\x01\x01\x00\x0a",   # 0-10
-                   b"AMQP\x00\x01\x00\x00",   # 1.0
-                   b"AMQP\x03\x01\x00\x00",   # 1.0 SASL
-                   b"AMQP\x00\x00\x09\x02",   # an unknown 0-9 revision
-                   b"GET / HTTP/1.1\r\n\r\n",
-                   b"\x00\x01\x02\x03\x04\x05\x06\x07"):
+    for header in (
+        b"AMQP\x01\x01\x09\x01",  # 0-8 clients (and the [001] draft)
+        b"AMQP\x01\x01\x00\x0a",  # 0-10
+        b"AMQP\x00\x01\x00\x00",  # 1.0
+        b"AMQP\x03\x01\x00\x00",  # 1.0 SASL
+        b"AMQP\x00\x00\x09\x02",  # an unknown 0-9 revision
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\x00\x01\x02\x03\x04\x05\x06\x07",
+    ):
         _refused_with_header(header)
 
 
@@ -106,7 +116,7 @@ def test_unknown_mechanism_is_refused():
 def test_wrong_password_gets_403_after_a_delay():
     client = Client()
     assert client.handshake(password="nope") is None
-    assert client.read() == []               # nothing yet: the answer waits
+    assert client.read() == []  # nothing yet: the answer waits
     client.tick(500)
     assert client.read() == []
     events = client.tick(1000)
@@ -149,6 +159,7 @@ def test_rabbitmq_password_hash_is_accepted():
     # computed independently with hashlib: hutch stores the same format.
     import binascii
     import hashlib
+
     salt = b"\x90\x8d\xc6\x0a"
     stored = binascii.b2a_base64(salt + hashlib.sha256(salt + b"guest").digest()).strip().decode()
     broker = Broker(users=Users({"guest": stored}))
@@ -166,15 +177,15 @@ def test_tune_ok_frame_max_too_small():
 
 
 def test_tune_ok_above_server_values():
-    for channel_max, frame_max in ((10, Limits().frame_max + 1), (0, 4096), (Limits().channel_max + 1, 4096),
-                                   (10, 0)):
+    for channel_max, frame_max in ((10, Limits().frame_max + 1), (0, 4096), (Limits().channel_max + 1, 4096), (10, 0)):
         client = Client()
         client.send(b"AMQP\x00\x00\x09\x01")
         client.read()
         client.send(method(0, spec.CONNECTION_START_OK, ({}, b"PLAIN", b"\x00guest\x00guest", b"en_US")))
         client.read()
-        closed_with(client.call(0, spec.CONNECTION_TUNE_OK, (channel_max, frame_max, 0)), spec.NOT_ALLOWED,
-                    "connection.close")
+        closed_with(
+            client.call(0, spec.CONNECTION_TUNE_OK, (channel_max, frame_max, 0)), spec.NOT_ALLOWED, "connection.close"
+        )
 
 
 def test_limits_set_tune_values():
@@ -185,8 +196,9 @@ def test_limits_set_tune_values():
 def test_other_vhost_is_refused():
     client = Client()
     client.handshake()
-    text = closed_with(client.call(0, spec.CONNECTION_OPEN, (b"/other", b"", False)), spec.NOT_ALLOWED,
-                       "connection.close")
+    text = closed_with(
+        client.call(0, spec.CONNECTION_OPEN, (b"/other", b"", False)), spec.NOT_ALLOWED, "connection.close"
+    )
     assert b"/other" in text
 
 
@@ -263,7 +275,7 @@ def test_heartbeats_sent_when_idle():
     client.call(0, spec.CONNECTION_OPEN, (b"/", b"", False))
     client.tick(500)
     assert client.read() == []
-    client.channel(1)               # output at 500 ms counts as a heartbeat
+    client.channel(1)  # output at 500 ms counts as a heartbeat
     assert client.tick(1400) == []
     assert names(client.tick(1500)) == ["heartbeat"]  # half the interval after the last output
     assert client.tick(1600) == []
@@ -287,7 +299,7 @@ def test_missed_heartbeats_close_the_connection():
 
 def test_no_heartbeat_when_disabled():
     client = opened(heartbeat=0)
-    client.tick(10 ** 7)
+    client.tick(10**7)
     assert client.read() == [] and not client.conn.closed
 
 

@@ -1,4 +1,5 @@
 """The limits object: every budget, and what the broker says when one runs out."""
+
 from harness import Client, closed_with, content, method, names, opened
 
 from hutch.core import spec
@@ -10,8 +11,14 @@ def _publish(ch, key, body):
 
 
 def test_limits_reject_nonsense():
-    for bad in ({"frame_max": 1024}, {"channel_max": 0}, {"heartbeat": 70000}, {"no_such_limit": 1},
-                {"max_queues": -1}, {"max_queues": "many"}):
+    for bad in (
+        {"frame_max": 1024},
+        {"channel_max": 0},
+        {"heartbeat": 70000},
+        {"no_such_limit": 1},
+        {"max_queues": -1},
+        {"max_queues": "many"},
+    ):
         try:
             Limits(**bad)
         except ValueError:
@@ -22,8 +29,9 @@ def test_limits_reject_nonsense():
 def test_full_queue_pauses_a_publisher_without_confirms():
     publisher = opened(limits=Limits(queue_max_messages=2))
     publisher.queue(1, b"q")
-    publisher.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2") + _publish(1, b"q", b"3")
-                   + _publish(1, b"q", b"4"))
+    publisher.send(
+        _publish(1, b"q", b"1") + _publish(1, b"q", b"2") + _publish(1, b"q", b"3") + _publish(1, b"q", b"4")
+    )
     conn = publisher.conn
     # the third publish found the queue full: it was accepted (nothing is lost) and the
     # connection stopped reading; the fourth waits unread
@@ -111,17 +119,17 @@ def test_budget_released_on_every_exit():
     client = opened()
     client.queue(1, b"q", arguments={"x-message-ttl": 1000})
     broker = client.broker
-    for i in range(6):
+    for _i in range(6):
         client.publish(1, b"", b"q", b"m")
-    client.get(1, b"q", no_ack=True)                    # no-ack delivery
+    client.get(1, b"q", no_ack=True)  # no-ack delivery
     tag = client.get(1, b"q")[0].args[0]
-    client.ack(1, tag)                                  # ack
+    client.ack(1, tag)  # ack
     tag = client.get(1, b"q")[0].args[0]
-    client.call(1, spec.BASIC_REJECT, (tag, False))     # reject
+    client.call(1, spec.BASIC_REJECT, (tag, False))  # reject
     client.call(1, spec.QUEUE_PURGE, (0, b"q", False))  # purge
     assert broker.held_messages == 0 and broker.held_bytes == 0
     client.publish(1, b"", b"q", b"m")
-    client.tick(2000)                                   # expiry
+    client.tick(2000)  # expiry
     assert broker.held_messages == 0
     client.publish(1, b"", b"q", b"m")
     client.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))  # delete
@@ -150,7 +158,7 @@ def test_alarm_and_budget_both_must_clear():
     assert names(client.read()) == ["connection.blocked"]
     client.broker.set_alarm("free heap low")
     drainer = opened(client.broker, capabilities={})  # no blocked notices for this one
-    drainer.get(1, b"q", no_ack=True)   # the budget recovers, the alarm does not
+    drainer.get(1, b"q", no_ack=True)  # the budget recovers, the alarm does not
     drainer.get(1, b"q", no_ack=True)
     assert "connection.unblocked" not in names(client.read())
     client.broker.set_alarm(None)
@@ -175,11 +183,10 @@ def test_confirm_publisher_is_nacked_not_paused_when_memory_runs_out():
     # the second publish crosses the budget (kept: it was in hand), the third is refused
     client.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2") + _publish(1, b"q", b"3"))
     events = client.read()
-    assert [(e.name, e.args[0]) for e in events if e.name.startswith("basic.")] == [
-        ("basic.ack", 2), ("basic.nack", 3)]
+    assert [(e.name, e.args[0]) for e in events if e.name.startswith("basic.")] == [("basic.ack", 2), ("basic.nack", 3)]
     assert "connection.blocked" in names(events) and client.conn.want_read
-    got = client.get(1, b"q")[0]          # the same connection consumes...
-    client.ack(1, got.args[0])            # ...and its ack is read and frees room
+    got = client.get(1, b"q")[0]  # the same connection consumes...
+    client.ack(1, got.args[0])  # ...and its ack is read and frees room
     client.get(1, b"q", no_ack=True)
     assert "connection.unblocked" in names(client.read() + client.events)
     assert names(client.publish(1, b"", b"q", b"4")) == ["basic.ack"]
@@ -193,6 +200,7 @@ def test_out_of_memory_mid_frame_is_a_506_close():
 
     def out_of_memory(message, mandatory):
         raise MemoryError("memory allocation failed, allocating 262 bytes")
+
     client.conn.channels[1].publish = out_of_memory
     text = closed_with(client.publish(1, b"", b"q", b"x"), spec.RESOURCE_ERROR, "connection.close")
     assert b"out of memory" in text

@@ -4,6 +4,7 @@ Plain functions and asserts, no pytest: run_micropython.py runs them under
 MicroPython too. Impairments come from a seeded generator written here, so
 both interpreters see the same line.
 """
+
 from hutch.ports.link import ACK, DATA, HELLO, Link, cobs_decode, cobs_encode
 
 
@@ -101,7 +102,7 @@ class Feeder:
 
     def push(self):
         if self.pos < len(self.data):
-            self.pos += self.link.send(self.data[self.pos:self.pos + 4096])
+            self.pos += self.link.send(self.data[self.pos : self.pos + 4096])
         return self.pos == len(self.data)
 
 
@@ -112,16 +113,29 @@ def transfer(pair, to_b, to_a, ms=600000):
     def done():
         fb.push()
         fa.push()
-        assert bytes(pair.got_b) == to_b[:len(pair.got_b)], "b received bytes a never sent"
-        assert bytes(pair.got_a) == to_a[:len(pair.got_a)], "a received bytes b never sent"
+        assert bytes(pair.got_b) == to_b[: len(pair.got_b)], "b received bytes a never sent"
+        assert bytes(pair.got_a) == to_a[: len(pair.got_a)], "a received bytes b never sent"
         return len(pair.got_b) == len(to_b) and len(pair.got_a) == len(to_a)
+
     return pair.run(ms, done)
 
 
 def test_cobs_round_trip():
     rng = Rng(1)
-    cases = [b"", b"\x00", b"\x00\x00", b"a", b"a\x00", b"\x00a", b"\x01" * 253, b"\x01" * 254, b"\x01" * 255,
-             b"\x01" * 254 + b"\x00", b"\x01" * 508, b"\x00" * 300]
+    cases = [
+        b"",
+        b"\x00",
+        b"\x00\x00",
+        b"a",
+        b"a\x00",
+        b"\x00a",
+        b"\x01" * 253,
+        b"\x01" * 254,
+        b"\x01" * 255,
+        b"\x01" * 254 + b"\x00",
+        b"\x01" * 508,
+        b"\x00" * 300,
+    ]
     for _ in range(200):
         cases.append(bytes(rng.below(3) and rng.below(256) for _ in range(rng.below(700))))
     for data in cases:
@@ -143,7 +157,7 @@ def test_handshake_and_clean_round_trip():
     assert transfer(pair, to_b, to_a)
     for link in (pair.a, pair.b):
         assert link.stats["crc_errors"] == 0 and link.stats["retransmits"] == 0
-        assert link.pending() == 0 or pair.run(100, lambda: link.pending() == 0)
+        assert link.pending() == 0 or pair.run(100, lambda link=link: link.pending() == 0)
     assert pair.a.stats["bytes_out"] > 40000 and pair.b.stats["bytes_in"] == pair.a.stats["bytes_out"]
 
 
@@ -191,8 +205,8 @@ def test_garbage_resynchronises_at_the_next_delimiter():
     assert pair.run(200, lambda: pair.a.connected and pair.b.connected)
     rng = Rng(3)
     pair.b.receive(rng.data(5000).replace(b"\x00", b"\x01"))  # one overlong run
-    pair.b.receive(rng.data(3000))                             # random frames
-    pair.b.receive(b"\x00\x00\x00\x03\x00")                    # empty and too-short frames
+    pair.b.receive(rng.data(3000))  # random frames
+    pair.b.receive(b"\x00\x00\x00\x03\x00")  # empty and too-short frames
     assert pair.b.stats["resyncs"] >= 2
     pair.a.send(b"still here")
     assert pair.run(300, lambda: bytes(pair.got_b) == b"still here")
@@ -207,7 +221,12 @@ def test_noisy_line_delivers_the_exact_stream_or_nothing():
         to_b = rng.data(12000)
         to_a = rng.data(4000)
         assert transfer(pair, to_b, to_a), "seed %d: %d/%d and %d/%d bytes after 10 minutes" % (
-            seed, len(pair.got_b), len(to_b), len(pair.got_a), len(to_a))
+            seed,
+            len(pair.got_b),
+            len(to_b),
+            len(pair.got_a),
+            len(to_a),
+        )
         stats = pair.a.stats
         damage = pair.b.stats["crc_errors"] + pair.b.stats["resyncs"] + stats["crc_errors"] + stats["resyncs"]
         assert damage > 0 and stats["retransmits"] > 0, (pair.a.stats, pair.b.stats)
@@ -216,7 +235,9 @@ def test_noisy_line_delivers_the_exact_stream_or_nothing():
 def test_a_very_bad_line_never_corrupts():
     # Half the frames are damaged: slow, but every byte that arrives is right.
     rng = Rng(7)
-    pair = Pair(ab=Line(rng, corrupt=3000, drop=2000, garbage=2000), ba=Line(rng, corrupt=3000, drop=2000, garbage=2000))
+    pair = Pair(
+        ab=Line(rng, corrupt=3000, drop=2000, garbage=2000), ba=Line(rng, corrupt=3000, drop=2000, garbage=2000)
+    )
     to_b = rng.data(3000)
     to_a = rng.data(3000)
     assert transfer(pair, to_b, to_a)

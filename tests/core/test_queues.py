@@ -1,4 +1,5 @@
 """queue.declare/bind/purge/delete, exclusivity, auto-delete and the queue arguments."""
+
 from harness import Client, closed_with, names, opened
 
 from hutch.core import spec
@@ -74,13 +75,15 @@ def test_exclusive_queue_is_locked_to_its_connection():
     owner = opened()
     owner.queue(1, b"mine", exclusive=True)
     other = opened(owner.broker)
-    for action in (lambda: other.declare_queue(1, b"mine", exclusive=True),
-                   lambda: other.declare_queue(1, b"mine", passive=True),
-                   lambda: other.consume(1, b"mine"),
-                   lambda: other.get(1, b"mine"),
-                   lambda: other.bind(1, b"mine", b"amq.fanout"),
-                   lambda: other.call(1, spec.QUEUE_PURGE, (0, b"mine", False)),
-                   lambda: other.call(1, spec.QUEUE_DELETE, (0, b"mine", False, False, False))):
+    for action in (
+        lambda: other.declare_queue(1, b"mine", exclusive=True),
+        lambda: other.declare_queue(1, b"mine", passive=True),
+        lambda: other.consume(1, b"mine"),
+        lambda: other.get(1, b"mine"),
+        lambda: other.bind(1, b"mine", b"amq.fanout"),
+        lambda: other.call(1, spec.QUEUE_PURGE, (0, b"mine", False)),
+        lambda: other.call(1, spec.QUEUE_DELETE, (0, b"mine", False, False, False)),
+    ):
         closed_with(action(), spec.RESOURCE_LOCKED)
         other.reopen(1)
 
@@ -120,7 +123,7 @@ def test_auto_delete_without_consumers_stays():
 def test_purge():
     client = opened()
     client.queue(1, b"q")
-    for i in range(3):
+    for _i in range(3):
         client.publish(1, b"", b"q", b"m")
     unacked = client.get(1, b"q")[0]
     assert client.expect(1, spec.QUEUE_PURGE, (0, b"q", False)).args == [2]
@@ -173,6 +176,7 @@ def test_empty_name_without_a_declared_queue():
 
 def test_queue_limit():
     from hutch.core.limits import Limits
+
     client = opened(limits=Limits(max_queues=2))
     client.queue(1, b"a")
     client.queue(1, b"b")

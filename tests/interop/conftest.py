@@ -5,6 +5,7 @@ from this virtualenv, waits until it accepts connections, and at the end stops
 it with SIGTERM. A broker log line at ERROR level (an internal error, a
 traceback) fails the test that caused it, even if the client did not notice.
 """
+
 import os
 import signal
 import socket

@@ -6,6 +6,7 @@ these tasks: it builds a task-less client with make_client(broker.url) and
 sends tasks by name, as a separate producer would. Results travel back over
 AMQP with the rpc:// backend, so everything goes through hutch.
 """
+
 import os
 
 from celery import Celery
@@ -21,7 +22,7 @@ CONFIG = dict(
     # when nothing is due).
     broker_heartbeat=2,
     worker_prefetch_multiplier=4,
-    task_acks_late=True,            # acks after the task ran: exercises unacked deliveries
+    task_acks_late=True,  # acks after the task ran: exercises unacked deliveries
     result_persistent=False,
     worker_hijack_root_logger=False,
 )
@@ -33,8 +34,9 @@ def make_client(broker_url):
     return app
 
 
-app = Celery("py_celery_app", broker=os.environ.get("HUTCH_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"),
-             backend="rpc://")
+app = Celery(
+    "py_celery_app", broker=os.environ.get("HUTCH_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"), backend="rpc://"
+)
 app.conf.update(CONFIG)
 
 

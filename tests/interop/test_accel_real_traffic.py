@@ -8,6 +8,7 @@ The session covers what real clients send: publishes with and without confirms, 
 larger than frame_max (several body frames), empty bodies, properties and headers,
 consume with acks, nack and reject, basic.get, a channel error and a clean close.
 """
+
 import socket
 import threading
 
@@ -84,6 +85,7 @@ def client_session(port):
             channel.basic_nack(method.delivery_tag, multiple=True, requeue=False)
         elif n % 3 == 0:
             channel.basic_ack(method.delivery_tag, multiple=True)
+
     ch.basic_consume("replay", on_message, consumer_tag="replay-consumer")
     while len(seen) < 57:
         conn.process_data_events(time_limit=0.2)

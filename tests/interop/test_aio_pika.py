@@ -13,6 +13,7 @@ broker restarts (the broker's 320 CONNECTION_FORCED on SIGTERM).
 Each test is a plain function running asyncio.run with an overall timeout, so
 no pytest plugin is needed and nothing can hang.
 """
+
 import asyncio
 
 import aio_pika
@@ -21,7 +22,6 @@ import pytest
 from aio_pika import DeliveryMode, ExchangeType, Message
 from pamqp.commands import Basic
 
-
 # A blocking client waits for ever for a reply that never comes: fail the test instead.
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(60)
 def run(coro, timeout=20):
     async def bounded():
         return await asyncio.wait_for(coro, timeout)
+
     return asyncio.run(bounded())
 
 
@@ -57,10 +58,18 @@ def test_publish_with_confirms_then_consume_with_iterator(broker):
             await queue.bind(ex, routing_key="sensor.*.temp")
             confirms = []
             for i in range(200):
-                confirms.append(await ex.publish(
-                    Message(b"reading-%d" % i, headers={"seq": i}, content_type="text/plain",
-                            delivery_mode=DeliveryMode.PERSISTENT, correlation_id=str(i)),
-                    routing_key="sensor.%d.temp" % (i % 4)))
+                confirms.append(
+                    await ex.publish(
+                        Message(
+                            b"reading-%d" % i,
+                            headers={"seq": i},
+                            content_type="text/plain",
+                            delivery_mode=DeliveryMode.PERSISTENT,
+                            correlation_id=str(i),
+                        ),
+                        routing_key="sensor.%d.temp" % (i % 4),
+                    )
+                )
             # the broker acked every publish (no return, no nack)
             assert all(isinstance(c, Basic.Ack) for c in confirms)
             # and a key that does not match the binding goes nowhere
@@ -76,6 +85,7 @@ def test_publish_with_confirms_then_consume_with_iterator(broker):
             assert not any(m.redelivered for _, m in got)
             # everything was acked: the queue is empty
             assert await queue.get(fail=False) is None
+
     run(main())
 
 
@@ -84,11 +94,13 @@ def test_publish_concurrently_and_gather_confirms(broker):
         async with await aio_pika.connect(broker.url) as conn:
             ch = await conn.channel()
             queue = await ch.declare_queue("", exclusive=True)
-            results = await asyncio.gather(*(
-                ch.default_exchange.publish(Message(b"%d" % i), routing_key=queue.name) for i in range(500)))
+            results = await asyncio.gather(
+                *(ch.default_exchange.publish(Message(b"%d" % i), routing_key=queue.name) for i in range(500))
+            )
             assert len(results) == 500 and all(isinstance(r, Basic.Ack) for r in results)
             got = await collect(queue, 500)
             assert sorted(int(b) for b, _ in got) == list(range(500))
+
     run(main())
 
 
@@ -115,6 +127,7 @@ def test_get_reject_and_nack_with_requeue(broker):
             assert await queue.get(fail=False) is None
             with pytest.raises(aio_pika.exceptions.QueueEmpty):
                 await queue.get(timeout=5)
+
     run(main())
 
 
@@ -144,6 +157,7 @@ def test_prefetch_bounds_unacked_deliveries(broker):
             # 5 delivered and acked; 25 still queued
             declared = await ch.declare_queue("aio.qos", passive=True)
             assert declared.declaration_result.message_count == 25
+
     run(main())
 
 
@@ -173,6 +187,7 @@ def test_mandatory_publish_is_returned(broker):
             queue = await strict.declare_queue("", exclusive=True)
             await strict.default_exchange.publish(Message(b"fine"), routing_key=queue.name, mandatory=True)
             assert (await queue.get(timeout=5)).body == b"fine"
+
     run(main())
 
 
@@ -189,6 +204,7 @@ def test_publish_to_missing_exchange_closes_channel_with_404(broker):
             other = await conn.channel()
             queue = await other.declare_queue("", exclusive=True)
             assert queue.name.startswith("amq.gen-")
+
     run(main())
 
 
@@ -210,6 +226,7 @@ def test_channel_errors_map_to_reply_codes(broker):
             ch = await conn.channel()
             with pytest.raises(aiormq.exceptions.ChannelAccessRefused):  # 403
                 await ch.declare_exchange("amq.reserved", ExchangeType.FANOUT)
+
     run(main())
 
 
@@ -241,7 +258,8 @@ def test_robust_connection_recovers_after_broker_restart(broker):
             await asyncio.sleep(0.02)
         # the broker said goodbye in protocol terms before hanging up
         assert [(type(e), e.args) for e in closes[:1]] == [
-            (aiormq.exceptions.ConnectionClosed, (320, "CONNECTION_FORCED - broker shutdown"))]
+            (aiormq.exceptions.ConnectionClosed, (320, "CONNECTION_FORCED - broker shutdown"))
+        ]
         await asyncio.get_running_loop().run_in_executor(None, broker.start)
         await asyncio.wait_for(reconnected.wait(), 10)
         received.clear()
@@ -250,4 +268,5 @@ def test_robust_connection_recovers_after_broker_restart(broker):
         await asyncio.wait_for(received.wait(), 5)
         assert got == [b"before", b"after"]
         await conn.close()
+
     run(main(), timeout=40)

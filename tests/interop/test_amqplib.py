@@ -6,6 +6,7 @@ by itself: exit code 0 after a clean connection close, 1 when an operation
 failed, 3 when it hung past its own timeout (NODE_SCRIPT_TIMEOUT_MS). The
 assertions are here, on that JSON.
 """
+
 import base64
 import json
 import os
@@ -20,25 +21,41 @@ SCRIPT_TIMEOUT_MS = 15000
 def node():
     path = shutil.which("node")
     assert path, "node is missing: install Node.js (the README's quick start needs it)"
-    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "amqplib")), \
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "amqplib")), (
         "amqplib is missing: run `make setup` (npm ci --prefix tests/node)"
+    )
     return path
 
 
 def run_node(script, url, expect_ok=True):
     env = dict(os.environ, NODE_SCRIPT_TIMEOUT_MS=str(SCRIPT_TIMEOUT_MS))
     try:
-        result = subprocess.run([node(), os.path.join(NODE_DIR, script), url], cwd=NODE_DIR, env=env,
-                                capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_MS / 1000 + 15)
+        result = subprocess.run(
+            [node(), os.path.join(NODE_DIR, script), url],
+            cwd=NODE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT_MS / 1000 + 15,
+        )
     except subprocess.TimeoutExpired as e:
         raise AssertionError("%s did not stop by itself:\n%s\n%s" % (script, e.stdout, e.stderr))
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, "%s printed %d lines (exit %s):\n%s\n%s" % (
-        script, len(lines), result.returncode, result.stdout, result.stderr)
+        script,
+        len(lines),
+        result.returncode,
+        result.stdout,
+        result.stderr,
+    )
     report = json.loads(lines[0])
     if expect_ok:
         assert report["ok"] and result.returncode == 0, "%s failed (exit %s):\n%s\n%s" % (
-            script, result.returncode, json.dumps(report, indent=1), result.stderr)
+            script,
+            result.returncode,
+            json.dumps(report, indent=1),
+            result.stderr,
+        )
     return report
 
 
@@ -64,8 +81,15 @@ def test_roundtrip(broker):
     report = run_node("roundtrip.js", broker.url)
     server = report["server"]
     assert server["product"] == "hutch"
-    for capability in ("publisher_confirms", "basic.nack", "consumer_cancel_notify", "exchange_exchange_bindings",
-                       "connection.blocked", "authentication_failure_close", "per_consumer_qos"):
+    for capability in (
+        "publisher_confirms",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "exchange_exchange_bindings",
+        "connection.blocked",
+        "authentication_failure_close",
+        "per_consumer_qos",
+    ):
         assert server["capabilities"].get(capability) is True, capability
     assert report["exchange"] == {"exchange": "node.direct"}
     assert report["queue"] == {"queue": "node.work", "messageCount": 0, "consumerCount": 0}
@@ -86,8 +110,15 @@ def test_roundtrip(broker):
     props = first["properties"]
     assert props["contentType"] == "application/octet-stream"
     assert props["contentEncoding"] == "binary"
-    assert props["headers"] == {"source": "amqplib", "n": 42, "big": 2 ** 40, "ratio": 0.5, "flag": True,
-                                "nested": {"a": "b"}, "list": [1, "two"]}
+    assert props["headers"] == {
+        "source": "amqplib",
+        "n": 42,
+        "big": 2**40,
+        "ratio": 0.5,
+        "flag": True,
+        "nested": {"a": "b"},
+        "list": [1, "two"],
+    }
     assert props["correlationId"] == "corr-1" and props["replyTo"] == "reply-q"
     assert props["appId"] == "hutch-tests" and props["type"] == "reading" and props["userId"] == "guest"
     assert props["timestamp"] == 1700000000 and props["messageId"] == "0"
@@ -107,8 +138,14 @@ def test_confirm_channel(broker):
     assert report["queued"] == 500
     # an unroutable mandatory message comes back first, then is confirmed (ack, not nack)
     assert report["seq"] == [
-        {"what": "return", "replyCode": 312, "replyText": "NO_ROUTE", "exchange": "", "routingKey": "node.nowhere",
-         "body": "lost"},
+        {
+            "what": "return",
+            "replyCode": 312,
+            "replyText": "NO_ROUTE",
+            "exchange": "",
+            "routingKey": "node.nowhere",
+            "body": "lost",
+        },
         {"what": "ack"},
     ]
     assert report["got"] == [b64(body(i)) for i in range(500)]
@@ -123,8 +160,10 @@ def test_prefetch_nack_get(broker):
     assert report["prefetchBodies"] == ["p%d" % i for i in range(20)]
     assert report["prefetchTags"] == list(range(1, 21))
     # nack with requeue: the same message again, now marked redelivered
-    assert report["nackRequeue"] == [{"body": "again", "redelivered": False, "tag": 21},
-                                     {"body": "again", "redelivered": True, "tag": 22}]
+    assert report["nackRequeue"] == [
+        {"body": "again", "redelivered": False, "tag": 21},
+        {"body": "again", "redelivered": True, "tag": 22},
+    ]
     # get on an empty queue, then get-ok with the count of messages left behind
     assert report["getEmpty"] is False
     assert report["get"] == [
@@ -145,17 +184,33 @@ def test_topic_and_fanout_routing(broker):
     report = run_node("routing.js", broker.url)
     assert report["topic"] == {
         "node.t.star": ["sensor.kitchen.temp=0", "sensor.attic.temp=1"],
-        "node.t.hash": ["sensor.kitchen.temp=0", "sensor.attic.temp=1", "sensor.kitchen.humidity=2", "sensor=3",
-                        "sensor.kitchen.temp.alarm=4"],
+        "node.t.hash": [
+            "sensor.kitchen.temp=0",
+            "sensor.attic.temp=1",
+            "sensor.kitchen.humidity=2",
+            "sensor=3",
+            "sensor.kitchen.temp.alarm=4",
+        ],
         "node.t.alarm": ["sensor.kitchen.temp.alarm=4", "door.alarm=5", "alarm=6"],
         "node.t.exact": ["sensor.kitchen.temp=0"],
-        "node.t.all": ["sensor.kitchen.temp=0", "sensor.attic.temp=1", "sensor.kitchen.humidity=2", "sensor=3",
-                       "sensor.kitchen.temp.alarm=4", "door.alarm=5", "alarm=6", "other.thing=7", "=8"],
+        "node.t.all": [
+            "sensor.kitchen.temp=0",
+            "sensor.attic.temp=1",
+            "sensor.kitchen.humidity=2",
+            "sensor=3",
+            "sensor.kitchen.temp.alarm=4",
+            "door.alarm=5",
+            "alarm=6",
+            "other.thing=7",
+            "=8",
+        ],
     }
     assert report["afterUnbind"] == {
         "node.t.star": ["sensor.x.temp=after-unbind"],
         "node.t.hash": ["sensor.x.temp=after-unbind"],
-        "node.t.alarm": [], "node.t.exact": [], "node.t.all": [],
+        "node.t.alarm": [],
+        "node.t.exact": [],
+        "node.t.all": [],
     }
     # fanout ignores the routing key, and every bound queue gets every message
     assert report["fanout"] == {"a": ["any.key=f1", "=f2"], "b": ["any.key=f1", "=f2"]}
@@ -168,10 +223,17 @@ def test_channel_errors_leave_the_connection_usable(broker):
         # case: (code, reply text, name of the failed operation in amqplib's message, or None: no reply expected)
         "checkQueue": (404, "NOT_FOUND - no queue 'node.missing' in vhost '/'", "QueueDeclare"),
         "checkExchange": (404, "NOT_FOUND - no exchange 'node.missing-ex' in vhost '/'", "ExchangeDeclare"),
-        "redeclare": (406, "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'node.durable-q' in vhost '/': "
-                           "received 'false' but current is 'true'", "QueueDeclare"),
-        "reservedName": (403, "ACCESS_REFUSED - exchange name 'amq.node' contains reserved prefix 'amq.*'",
-                         "ExchangeDeclare"),
+        "redeclare": (
+            406,
+            "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'node.durable-q' in vhost '/': "
+            "received 'false' but current is 'true'",
+            "QueueDeclare",
+        ),
+        "reservedName": (
+            403,
+            "ACCESS_REFUSED - exchange name 'amq.node' contains reserved prefix 'amq.*'",
+            "ExchangeDeclare",
+        ),
         "bindMissingQueue": (404, "NOT_FOUND - no queue 'node.missing' in vhost '/'", "QueueBind"),
         "publishToMissingExchange": (404, "NOT_FOUND - no exchange 'node.missing-ex' in vhost '/'", None),
         "unknownDeliveryTag": (406, "PRECONDITION_FAILED - unknown delivery tag 1", None),

@@ -1,4 +1,5 @@
 """`hutch bench` as a user runs it: small counts, real brokers, the printed table and the JSON."""
+
 import json
 import os
 import subprocess
@@ -6,10 +7,18 @@ import subprocess
 from conftest import BIN
 
 HUTCH = os.path.join(BIN, "hutch")
-SCENARIO_ROWS = ["throughput 16 B, no-ack consumer", "throughput 16 B, acks every 100", "confirms 16 B, window 1000",
-                 "persistent confirms 16 B, window 1000",
-                 "latency p50, one in flight", "latency p99, one in flight", "fanout to 10 queues",
-                 "64 KiB bodies, acks every 10", "resident memory, idle", "resident memory per idle connection"]
+SCENARIO_ROWS = [
+    "throughput 16 B, no-ack consumer",
+    "throughput 16 B, acks every 100",
+    "confirms 16 B, window 1000",
+    "persistent confirms 16 B, window 1000",
+    "latency p50, one in flight",
+    "latency p99, one in flight",
+    "fanout to 10 queues",
+    "64 KiB bodies, acks every 10",
+    "resident memory, idle",
+    "resident memory per idle connection",
+]
 
 
 def bench(*args, timeout=600):
@@ -22,7 +31,7 @@ def rows(table):
     for line in table.splitlines():
         for name in SCENARIO_ROWS:
             if line.startswith(name + "  "):
-                found[name] = line[len(name):].split()[1:]
+                found[name] = line[len(name) :].split()[1:]
     return found
 
 
@@ -68,8 +77,16 @@ def test_every_scenario_against_hutch_with_and_without_the_accelerator(tmp_path)
 
 def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running():
     before = beam_processes()
-    done = bench("--start-rabbitmq", "--no-pure", "--scenarios", "no-ack,confirms,idle-rss", "--count", "4000",
-                 "--idle-connections", "10")
+    done = bench(
+        "--start-rabbitmq",
+        "--no-pure",
+        "--scenarios",
+        "no-ack,confirms,idle-rss",
+        "--count",
+        "4000",
+        "--idle-connections",
+        "10",
+    )
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0]
     assert "RabbitMQ" in header and "hutch/RabbitMQ" in header
@@ -103,8 +120,19 @@ def test_an_unknown_scenario_is_refused():
 
 def test_recovery_measures_a_restart_with_queued_persistent_messages(tmp_path):
     out = tmp_path / "bench.json"
-    done = bench("--scenarios", "confirms", "--count", "2000", "--repeat", "1", "--no-pure", "--recovery", "3000",
-                 "--json", str(out))
+    done = bench(
+        "--scenarios",
+        "confirms",
+        "--count",
+        "2000",
+        "--repeat",
+        "1",
+        "--no-pure",
+        "--recovery",
+        "3000",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert "hutch c: 3000 persistent messages" in done.stdout, done.stdout
     figures = json.loads(out.read_text())["recovery"]["c"]

@@ -22,6 +22,7 @@ answered in AMQP terms (finished, 530/506, or held by connection.blocked) unless
 it arrives when not even its connection fits, and the broker goes on; a flood ends in backpressure (connection.blocked, basic.nack
 for a full queue) and recovers with nothing lost.
 """
+
 import re
 import sys
 import threading
@@ -29,10 +30,14 @@ import time
 
 import pika
 import pytest
-from pika.exceptions import (AMQPConnectionError, ChannelClosedByBroker, ConnectionBlockedTimeout,
-                             ConnectionClosedByBroker, NackError)
-
 from conftest import RunningBroker, blocked_notices, drain
+from pika.exceptions import (
+    AMQPConnectionError,
+    ChannelClosedByBroker,
+    ConnectionBlockedTimeout,
+    ConnectionClosedByBroker,
+    NackError,
+)
 
 from hutch.firmware import build
 
@@ -49,8 +54,21 @@ def romfs(tmp_path_factory):
 
 
 def start_board(romfs, tmp_path, heap):
-    command = [sys.executable, "-m", "hutch.tools.unixboard", "--romfs", romfs, "-X", "heapsize=" + heap,
-               "-m", "hutch.tools.serve", "--board", "esp32", "--stats-interval", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "hutch.tools.unixboard",
+        "--romfs",
+        romfs,
+        "-X",
+        "heapsize=" + heap,
+        "-m",
+        "hutch.tools.serve",
+        "--board",
+        "esp32",
+        "--stats-interval",
+        "1",
+    ]
     return RunningBroker(command, tmp_path).start()
 
 
@@ -67,13 +85,16 @@ def stop_board(board):
 def heap_figures(board):
     """(live, peak) from the newest stats line, after the next one is written."""
     time.sleep(1.2)
-    line = [l for l in board.log().splitlines() if "heap live" in l][-1]
+    line = [line for line in board.log().splitlines() if "heap live" in line][-1]
     return int(re.search(r"heap live (\d+)", line).group(1)), int(re.search(r"peak (\d+)", line).group(1))
 
 
 def connect(board, blocked_timeout=60):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        board.host, board.port, heartbeat=30, blocked_connection_timeout=blocked_timeout, connection_attempts=1))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            board.host, board.port, heartbeat=30, blocked_connection_timeout=blocked_timeout, connection_attempts=1
+        )
+    )
 
 
 def body(client, n):
@@ -95,6 +116,7 @@ def run_client(board, index, count, results, blocked_timeout=60):
         def on_message(channel, method, properties, payload):
             got.append(payload)
             channel.basic_ack(method.delivery_tag)
+
         sub.basic_consume(queue, on_message)
         nacks = 0
         for n in range(count):
@@ -122,8 +144,10 @@ def run_client(board, index, count, results, blocked_timeout=60):
 
 def run_clients(board, stagger=0.0, blocked_timeout=60):
     results = {}
-    threads = [threading.Thread(target=run_client, args=(board, i, TOTAL // CLIENTS, results, blocked_timeout))
-               for i in range(CLIENTS)]
+    threads = [
+        threading.Thread(target=run_client, args=(board, i, TOTAL // CLIENTS, results, blocked_timeout))
+        for i in range(CLIENTS)
+    ]
     started = time.monotonic()
     for t in threads:
         t.start()
@@ -150,9 +174,10 @@ def test_four_clients_10000_messages(romfs, tmp_path):
     assert sorted(results) == list(range(CLIENTS))
     for index, result in results.items():
         assert result[:3] == ("done", TOTAL // CLIENTS, True), (index, result)
-    print("\nesp32 profile, 128k unix heap: idle broker %d B live, %d B per idle connection, "
-          "peak %d B under load; %d messages in %.1f s" % (
-              idle, (with_idle - idle) // CLIENTS, peak, TOTAL, elapsed))
+    print(
+        "\nesp32 profile, 128k unix heap: idle broker %d B live, %d B per idle connection, "
+        "peak %d B under load; %d messages in %.1f s" % (idle, (with_idle - idle) // CLIENTS, peak, TOTAL, elapsed)
+    )
 
 
 def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
@@ -189,13 +214,17 @@ def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
             conn.close()
         except (ConnectionClosedByBroker, AMQPConnectionError) as e:
             time.sleep(0.5)  # the broker's log line
-            assert (re.search(r"\((530|506)\b", str(e))
-                    or board.log().count("out of memory, connection dropped") == dropped + 1), e
+            assert (
+                re.search(r"\((530|506)\b", str(e))
+                or board.log().count("out of memory, connection dropped") == dropped + 1
+            ), e
         assert board.proc.poll() is None, "the broker died"
     finally:
         stop_board(board)
-    print("\nesp32 profile, 108k unix heap (64-bit, ROMFS): %s" % ", ".join(
-        "%d %s" % (outcomes.count(o), o) for o in ("done", "refused", "blocked", "dropped")))
+    print(
+        "\nesp32 profile, 108k unix heap (64-bit, ROMFS): %s"
+        % ", ".join("%d %s" % (outcomes.count(o), o) for o in ("done", "refused", "blocked", "dropped"))
+    )
 
 
 def test_flood_blocks_then_recovers(romfs, tmp_path):

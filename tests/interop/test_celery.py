@@ -8,15 +8,15 @@ publishes the next task), a group, a retry with countdown (re-published with an
 ETA, held unacked by the worker), a result larger than frame_max, and the
 worker's warm shutdown on SIGTERM. The worker is stopped by its PID.
 """
+
 import os
 import subprocess
 import sys
 import time
 
+import py_celery_app
 import pytest
 from celery import chain, group
-
-import py_celery_app
 from conftest import terminate
 
 # A blocking client waits for ever for a reply that never comes: fail the test instead.
@@ -33,10 +33,28 @@ class Worker:
         env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "py_celery_app", "worker", "--pool=solo", "-c", "1",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO",
-             "-n", "hutch-test@%h"],
-            cwd=HERE, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "py_celery_app",
+                "worker",
+                "--pool=solo",
+                "-c",
+                "1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel=INFO",
+                "-n",
+                "hutch-test@%h",
+            ],
+            cwd=HERE,
+            env=env,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+        )
 
     def log(self):
         with open(self.log_path, errors="replace") as f:

@@ -1,6 +1,7 @@
 """Durability with the real broker process and a real client (pika): restarts, SIGKILLs at
 random moments during confirmed persistent publishing, and damaged journals on disk.
 """
+
 import os
 import random
 import signal
@@ -27,8 +28,11 @@ def _hutch(tmp_path, config=None):
 
 
 def _connect(running):
-    return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", running.port, connection_attempts=3,
-                                                             retry_delay=0.2, blocked_connection_timeout=30))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            "127.0.0.1", running.port, connection_attempts=3, retry_delay=0.2, blocked_connection_timeout=30
+        )
+    )
 
 
 def _kill(running):
@@ -49,6 +53,7 @@ def _get_all(channel, queue, limit=100000):
 
 # ---------------------------------------------------------------- restarts
 
+
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_definitions_messages_order_and_redelivered_flags_survive_a_restart(tmp_path, how):
     running = _hutch(tmp_path).start()
@@ -64,7 +69,7 @@ def test_definitions_messages_order_and_redelivered_flags_survive_a_restart(tmp_
     for i in range(50):
         channel.basic_publish("orders", "eu.de", b"order %d" % i, PERSISTENT)  # confirmed on return
     channel.basic_publish("orders", "eu.fr", b"not persistent", pika.BasicProperties(delivery_mode=1))
-    held = channel.basic_get("orders.eu")[0]          # delivered, not acked: redelivered next time
+    held = channel.basic_get("orders.eu")[0]  # delivered, not acked: redelivered next time
     acked = channel.basic_get("orders.eu")[0]
     channel.basic_ack(acked.delivery_tag)
     exclusive = connection.channel()
@@ -119,9 +124,9 @@ def test_every_confirmed_message_survives_sigkills_at_random_moments(tmp_path):
     rng = random.Random(seed)
     # small segments, so the kills also land during segment roll-over and deletion
     running = _hutch(tmp_path, "[server]\nsegment_bytes = 262144\n")
-    sent = {}          # id -> (body, crc): everything a publish was attempted for
+    sent = {}  # id -> (body, crc): everything a publish was attempted for
     confirmed = set()  # ids whose publish returned (basic.ack)
-    acked = set()      # ids a consumer acked (may come back: an ack is not confirmed)
+    acked = set()  # ids a consumer acked (may come back: an ack is not confirmed)
     next_id = 0
     for kill in range(KILLS):
         running.start()
@@ -157,10 +162,20 @@ def test_every_confirmed_message_survives_sigkills_at_random_moments(tmp_path):
     assert running.stop() == 0
     ids = [int(body[4:10]) for body, _, _ in messages]
     present = set(ids)
-    print("seed %d: %d kills, %d publishes, %d confirmed, %d acked by a consumer, %d present at the end, "
-          "%d unconfirmed present, %d acked and back again"
-          % (seed, KILLS, len(sent), len(confirmed), len(acked), len(present),
-             len(present - confirmed), len(present & acked)))
+    print(
+        "seed %d: %d kills, %d publishes, %d confirmed, %d acked by a consumer, %d present at the end, "
+        "%d unconfirmed present, %d acked and back again"
+        % (
+            seed,
+            KILLS,
+            len(sent),
+            len(confirmed),
+            len(acked),
+            len(present),
+            len(present - confirmed),
+            len(present & acked),
+        )
+    )
     assert len(ids) == len(present), "a message came back twice"
     for body, _, mode in messages:
         n = int(body[4:10])
@@ -174,6 +189,7 @@ def test_every_confirmed_message_survives_sigkills_at_random_moments(tmp_path):
 
 
 # ---------------------------------------------------------------- damaged journals
+
 
 def _flip(data):
     data = bytearray(data)
@@ -217,8 +233,9 @@ def test_a_damaged_journal_boots_reports_and_serves_the_rest(tmp_path, damage):
     running.start()
     log = running.log()
     assert said in log and "journal: recovered" in log, log
-    status = subprocess.run([HUTCH, "ctl", "status", "--data", running.data], capture_output=True, text=True,
-                            timeout=60)
+    status = subprocess.run(
+        [HUTCH, "ctl", "status", "--data", running.data], capture_output=True, text=True, timeout=60
+    )
     assert status.returncode == 0 and said in status.stdout, status.stdout + status.stderr
     if damage == "flipped":
         assert os.path.join(running.data, "quarantine", target) in status.stdout, status.stdout

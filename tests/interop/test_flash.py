@@ -7,6 +7,7 @@ mpremote as on hardware, writes hutch.json from the config given, and resets
 the board; the board runs main.py, which starts the broker from hutch.json;
 pika logs in as the config's user. Everything started here is stopped by PID.
 """
+
 import json
 import os
 import re
@@ -19,8 +20,8 @@ import time
 
 import pika
 import pytest
-
 from conftest import BIN, free_port, read_log, wait_for_port
+
 from hutch.core.auth import hash_password
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -89,8 +90,9 @@ def board_config(tmp_path, port):
 
 
 def hutch_flash(*args, timeout=240):
-    result = subprocess.run([os.path.join(BIN, "hutch"), "flash"] + list(args),
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [os.path.join(BIN, "hutch"), "flash"] + list(args), capture_output=True, text=True, timeout=timeout
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -102,8 +104,14 @@ def wait_for_broker(board, port):
 
 
 def round_trip(port, count=50):
-    params = pika.ConnectionParameters("127.0.0.1", port, credentials=pika.PlainCredentials(USER, PASSWORD),
-                                       heartbeat=5, socket_timeout=10, stack_timeout=15)
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        port,
+        credentials=pika.PlainCredentials(USER, PASSWORD),
+        heartbeat=5,
+        socket_timeout=10,
+        stack_timeout=15,
+    )
     connection = pika.BlockingConnection(params)
     try:
         assert connection._impl.server_properties["platform"].startswith("MicroPython")
@@ -126,8 +134,14 @@ def round_trip(port, count=50):
 
 
 def guest_refused(port):
-    params = pika.ConnectionParameters("127.0.0.1", port, credentials=pika.PlainCredentials("guest", "guest"),
-                                       socket_timeout=10, stack_timeout=15, connection_attempts=1)
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        socket_timeout=10,
+        stack_timeout=15,
+        connection_attempts=1,
+    )
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         pika.BlockingConnection(params)
 
@@ -158,7 +172,7 @@ def test_flash_installs_the_bundle_and_the_board_serves_from_its_config(board, t
     guest_refused(amqp_port)
     log = board.log()
     assert "no network module on this board: wifi section skipped" in log, log[-3000:]
-    served = log[log.index("board profile unix"):]  # mpremote's probes before it print OSError tracebacks
+    served = log[log.index("board profile unix") :]  # mpremote's probes before it print OSError tracebacks
     assert " ERROR " not in served and "Traceback" not in served, served[-3000:]
 
     # Again, without --config: the board keeps its hutch.json, unchanged files are skipped
@@ -199,8 +213,9 @@ def test_flash_config_only_writes_just_hutch_json(tmp_path):
     board = UnixBoard(tmp_path, "pty")
     try:
         config_path, _ = board_config(tmp_path, free_port())
-        code, out, err = hutch_flash("--board", "unix", "--port", board.port, "--config", config_path,
-                                     "--config-only", "--no-reset")
+        code, out, err = hutch_flash(
+            "--board", "unix", "--port", board.port, "--config", config_path, "--config-only", "--no-reset"
+        )
         assert code == 0, (out, err)
         assert sorted(os.listdir(board.dir)) == ["hutch.json"], os.listdir(board.dir)
         assert "1 copied" in out, out
@@ -241,6 +256,7 @@ def test_the_unix_board_takes_ctrl_c_and_resets_like_a_board(tmp_path):
     try:
         fd = os.open(board.port, os.O_RDWR | os.O_NOCTTY)
         try:
+
             def expect(text, timeout=20):
                 deadline, seen = time.monotonic() + timeout, b""
                 while time.monotonic() < deadline:
@@ -252,19 +268,19 @@ def test_the_unix_board_takes_ctrl_c_and_resets_like_a_board(tmp_path):
                 raise AssertionError("board did not print %r; it printed %r\nlog:\n%s" % (text, seen, board.log()))
 
             expect(b"main running")
-            os.write(fd, b"\x03")                    # Ctrl-C: KeyboardInterrupt in main.py, then the REPL
+            os.write(fd, b"\x03")  # Ctrl-C: KeyboardInterrupt in main.py, then the REPL
             assert b"KeyboardInterrupt" in expect(b">>> ")
             os.write(fd, b"6 * 7\r")
             expect(b"42\r\n>>> ")
-            os.write(fd, b"\x01")                    # the raw REPL, as mpremote drives it
+            os.write(fd, b"\x01")  # the raw REPL, as mpremote drives it
             expect(b"raw REPL; CTRL-B to exit\r\n>")
             os.write(fd, b"print('raw', 1 + 1)\x04")
             expect(b"OKraw 2\r\n\x04\x04>")
             os.write(fd, b"1/0\x04")
             assert b"ZeroDivisionError" in expect(b"\x04>")
-            os.write(fd, b"\x02")                    # back to the friendly REPL
+            os.write(fd, b"\x02")  # back to the friendly REPL
             expect(b">>> ")
-            os.write(fd, b"\x04")                    # Ctrl-D: soft reset, main.py runs again
+            os.write(fd, b"\x04")  # Ctrl-D: soft reset, main.py runs again
             expect(b"MPY: soft reboot\r\nmain running")
             os.write(fd, b"\x03")
             expect(b">>> ")

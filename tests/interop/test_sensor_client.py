@@ -8,6 +8,7 @@ link layer) on one end of a 115,200-baud pty line (tests/serial_line.py) and
 `hutch serve --serial` on the other. Processes are started here and stopped by PID;
 every wait is bounded.
 """
+
 import os
 import queue
 import signal
@@ -17,7 +18,6 @@ import threading
 
 import pika
 import pytest
-
 from conftest import RunningBroker
 from micropython_env import ROOT, micropython, package_root, serve_env
 from sensor.sensor_node import body
@@ -39,10 +39,20 @@ class Node:
             self.command = [sys.executable, "-u"]
 
     def run(self, script, *args, timeout=60):
-        proc = subprocess.run(self.command + [os.path.join(SCRIPTS, script)] + [str(a) for a in args],
-                              env=self.env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            self.command + [os.path.join(SCRIPTS, script)] + [str(a) for a in args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert proc.returncode == 0, "%s %s failed (%s):\n%s\n%s" % (
-            self.runtime, args, proc.returncode, proc.stdout, proc.stderr)
+            self.runtime,
+            args,
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+        )
         return proc.stdout.splitlines()
 
     def start(self, script, *args):
@@ -93,9 +103,15 @@ def node(request, tmp_path):
 
 
 def pika_channel(broker):
-    params = pika.ConnectionParameters(broker.host, broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                       heartbeat=10, blocked_connection_timeout=30, socket_timeout=10,
-                                       stack_timeout=15)
+    params = pika.ConnectionParameters(
+        broker.host,
+        broker.port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        heartbeat=10,
+        blocked_connection_timeout=30,
+        socket_timeout=10,
+        stack_timeout=15,
+    )
     return pika.BlockingConnection(params).channel()
 
 
@@ -117,13 +133,19 @@ def test_publish_with_confirms_arrives_intact_at_pika(node, broker):
     assert node.run("sensor_node.py", "publish", broker.port, "readings", count) == ["confirmed %d" % count]
     channel = pika_channel(broker)
     assert channel.queue_declare("readings", passive=True).method.message_count == count
-    for i, (method, properties, payload) in enumerate(drain(channel, "readings", count)):
+    for i, (_method, properties, payload) in enumerate(drain(channel, "readings", count)):
         assert payload == body(i), "message %d arrived changed or out of order" % i
         assert properties.message_id == str(i)
         assert properties.content_type == "application/octet-stream"
         assert properties.delivery_mode == 2
-        assert properties.headers == {"i": i, "node": "s1", "ok": True, "big": 1 << 40, "raw": b"\x00\xff",
-                                      "list": [1, "a"]}
+        assert properties.headers == {
+            "i": i,
+            "node": "s1",
+            "ok": True,
+            "big": 1 << 40,
+            "raw": b"\x00\xff",
+            "list": [1, "a"],
+        }
     channel.connection.close()
 
 
@@ -132,11 +154,17 @@ def test_consumes_commands_from_pika_with_acks(node, broker):
     channel = pika_channel(broker)
     channel.queue_declare("sensor-cmd")
     for i in range(count):
-        channel.basic_publish("", "sensor-cmd", body(i),
-                              pika.BasicProperties(message_id=str(i), headers={"n": i}, content_type="text/plain"))
+        channel.basic_publish(
+            "",
+            "sensor-cmd",
+            body(i),
+            pika.BasicProperties(message_id=str(i), headers={"n": i}, content_type="text/plain"),
+        )
     # the node nacks command 3 once (requeue) and acks everything else, 3 on its redelivery
     assert node.run("sensor_node.py", "consume", broker.port, "sensor-cmd", count) == [
-        "consuming", "acked %d redelivered [3]" % count]
+        "consuming",
+        "acked %d redelivered [3]" % count,
+    ]
     # all acked: nothing came back to the queue when the node closed its connection
     assert channel.queue_declare("sensor-cmd", passive=True).method.message_count == 0
     channel.connection.close()
@@ -190,7 +218,9 @@ def test_bodies_larger_than_frame_max_both_ways(node, broker):
     channel.queue_declare("big-in")
     channel.basic_publish("", "big-in", body(8, size))
     assert node.run("sensor_node.py", "big", broker.port, "big-out", "big-in", size) == [
-        "published %d" % (size + 6), "received %d" % (size + 6)]
+        "published %d" % (size + 6),
+        "received %d" % (size + 6),
+    ]
     [(_method, properties, payload)] = drain(channel, "big-out", 1)
     assert payload == body(7, size)
     assert properties.message_id == "big"
@@ -199,8 +229,7 @@ def test_bodies_larger_than_frame_max_both_ways(node, broker):
 
 def test_nacked_publishes_are_kept_and_republished(node, broker):
     # x-max-length 3 with reject-publish: the 4th and 5th publishes are nacked
-    assert node.run("sensor_node.py", "nacks", broker.port, "nack-q") == [
-        "unconfirmed 2 00003 00004", "republished 2"]
+    assert node.run("sensor_node.py", "nacks", broker.port, "nack-q") == ["unconfirmed 2 00003 00004", "republished 2"]
 
 
 def test_reconnect_restores_declarations_and_consumer_after_a_broker_restart(node, broker):
@@ -228,8 +257,9 @@ def test_reconnect_restores_declarations_and_consumer_after_a_broker_restart(nod
 def test_blocked_connection_stops_publishing_until_unblocked(node, tmp_path):
     config = tmp_path / "hutch.toml"
     config.write_text("[limits]\ntotal_max_bytes = 200000\n")
-    broker = RunningBroker([os.path.join(os.path.dirname(sys.executable), "hutch"), "serve",
-                            "--config", str(config)], tmp_path).start()
+    broker = RunningBroker(
+        [os.path.join(os.path.dirname(sys.executable), "hutch"), "serve", "--config", str(config)], tmp_path
+    ).start()
     running = None
     try:
         running = node.start("sensor_node.py", "blocked", broker.port, "flood")
@@ -261,8 +291,10 @@ def test_heap_footprint_on_micropython(broker, tmp_path):
 
 
 def test_the_client_imports_nothing_from_the_broker():
-    code = ("import sys, hutch.client, hutch.client.transport; "
-            "print(sorted(m for m in sys.modules if m.startswith('hutch')))")
+    code = (
+        "import sys, hutch.client, hutch.client.transport; "
+        "print(sorted(m for m in sys.modules if m.startswith('hutch')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30).stdout
     assert out.strip() == "['hutch', 'hutch.client', 'hutch.client.transport']", out
 
@@ -296,18 +328,22 @@ def serial_broker(request, tmp_path):
         assert code == 0, running.log()[-3000:]
 
 
-@pytest.mark.parametrize("node_runtime, broker_runtime, noise", [
-    ("micropython", "micropython", False),
-    ("micropython", "micropython", True),
-    ("micropython", "cpython", False),
-    ("cpython", "cpython", True),
-])
+@pytest.mark.parametrize(
+    "node_runtime, broker_runtime, noise",
+    [
+        ("micropython", "micropython", False),
+        ("micropython", "micropython", True),
+        ("micropython", "cpython", False),
+        ("cpython", "cpython", True),
+    ],
+)
 def test_sensor_on_a_serial_line(node_runtime, broker_runtime, noise, serial_broker, tmp_path):
     """A sensor on a serial line at 115,200 baud (two ptys joined by tests/serial_line.py), the
     broker at the other end (`hutch serve --serial`): the sensor publishes with confirms and
     pika receives every reading intact over TCP; a command from pika reaches the sensor. On a
     noisy line (bytes corrupted, dropped, inserted) hutch's link layer repairs everything."""
     from serial_line import SerialLine
+
     count = 100
     (tmp_path / "broker").mkdir()
     line = SerialLine(rate=11520, seed=7).start()

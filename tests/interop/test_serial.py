@@ -7,6 +7,7 @@ MicroPython's unix port (the tty opened as a file) or CPython (pyserial). It
 publishes with confirms to a queue that a pika consumer on TCP drains; every
 body carries its number and a pattern, so a damaged message cannot pass.
 """
+
 import os
 import re
 import subprocess
@@ -15,7 +16,6 @@ import time
 
 import pika
 import pytest
-
 from conftest import BIN, RunningBroker
 from micropython_env import micropython, package_root
 from serial_line import SerialLine
@@ -78,8 +78,14 @@ def run_sensor(tmp_path, line, count, size=64, runtime="micropython", timeout=12
 
 
 def consumer(broker):
-    params = pika.ConnectionParameters(broker.host, broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                       heartbeat=60, socket_timeout=10, stack_timeout=15)
+    params = pika.ConnectionParameters(
+        broker.host,
+        broker.port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        heartbeat=60,
+        socket_timeout=10,
+        stack_timeout=15,
+    )
     conn = pika.BlockingConnection(params)
     channel = conn.channel()
     channel.queue_declare("sensor")
@@ -117,8 +123,10 @@ def test_sensor_publishes_through_the_link_to_a_tcp_consumer(tmp_path, line, bro
     conn.close()
     per_second, payload = rate(lines)
     wire = line.stats()["b->a"]["bytes"]
-    print("\n%s sensor, 115,200 baud, %d messages of 64 bytes with confirms: %d msg/s, %d payload bytes/s "
-          "(%d bytes on the line, %.0f per message)" % (runtime, count, per_second, payload, wire, wire / count))
+    print(
+        "\n%s sensor, 115,200 baud, %d messages of 64 bytes with confirms: %d msg/s, %d payload bytes/s "
+        "(%d bytes on the line, %.0f per message)" % (runtime, count, per_second, payload, wire, wire / count)
+    )
     assert per_second > 40  # the line carries ~90/s; far less means the link is stalling
     assert "%s:0: connection open (user 'guest'" % line.a_path in broker.log()
 
@@ -134,7 +142,7 @@ def test_damaged_line_never_delivers_a_damaged_message(tmp_path, line, broker):
     conn.close()
     stats = line.stats()
     assert sum(stats["b->a"][k] for k in ("corrupted", "dropped", "garbage")) > 20, stats
-    link = [l for l in lines if l.startswith("stats ")][0]
+    link = [line for line in lines if line.startswith("stats ")][0]
     assert int(re.search(r"retransmits=(\d+)", link).group(1)) > 0, link
     print("\ndamaged line: %s; sensor %s; %d msg/s" % (stats, link, rate(lines)[0]))
     code = broker.stop()
@@ -154,7 +162,7 @@ def test_sensor_consumes_what_a_tcp_client_publishes(tmp_path, line, broker):
         channel.basic_publish("", "sensor", body(i, size))
     line.set_damage(corrupt=2e-4, drop=1e-4, garbage=1e-4)
     lines = run_sensor(tmp_path, line, 0, size, consume=count)
-    consumed = [l.split() for l in lines if l.startswith("consumed ")]
+    consumed = [line.split() for line in lines if line.startswith("consumed ")]
     assert consumed and int(consumed[0][1]) == count, lines
     print("\nsensor consuming %d-byte messages: %s msg/s, %s payload bytes/s" % (size, consumed[0][2], consumed[0][3]))
     assert channel.queue_declare("sensor", passive=True).method.message_count == 0  # all acked
@@ -168,11 +176,13 @@ def test_line_outage_and_garbage_storm_recover_by_themselves(tmp_path, line, bro
 
     def sensor():
         proc_lines.extend(run_sensor(tmp_path, line, count, runtime="cpython"))
+
     import threading
+
     thread = threading.Thread(target=sensor)
     thread.start()
     time.sleep(2)
-    line.set_damage(drop=1.0)              # the cable is pulled for a second and a half
+    line.set_damage(drop=1.0)  # the cable is pulled for a second and a half
     time.sleep(1.5)
     line.set_damage(garbage=0.05, corrupt=0.01)  # then a burst of noise
     time.sleep(1)
@@ -187,11 +197,11 @@ def test_line_outage_and_garbage_storm_recover_by_themselves(tmp_path, line, bro
 def test_restarted_sensor_is_detected_and_its_new_connection_works(tmp_path, line, broker):
     conn, channel = consumer(broker)
     first = run_sensor(tmp_path, line, 1000, die_after=150, expect_rc=3)
-    died = int([l for l in first if l.startswith("died ")][0].split()[1])
+    died = int([line for line in first if line.startswith("died ")][0].split()[1])
     assert died >= 150
     second = run_sensor(tmp_path, line, 100, first=5000)
     assert "confirmed 100" in second, second
-    seen = drain(channel, 10 ** 6)
+    seen = drain(channel, 10**6)
     conn.close()
     before = [n for n in seen if n < 5000]
     # the first life's messages: everything confirmed, maybe a few published after, in order,
@@ -207,7 +217,7 @@ def test_restarted_sensor_is_detected_and_its_new_connection_works(tmp_path, lin
 def test_amqp_connections_follow_each_other_on_one_link(tmp_path, line, broker):
     conn, channel = consumer(broker)
     lines = run_sensor(tmp_path, line, 90, connections=3)
-    assert ["confirmed 30", "confirmed 60", "confirmed 90"] == [l for l in lines if l.startswith("confirmed")]
+    assert ["confirmed 30", "confirmed 60", "confirmed 90"] == [line for line in lines if line.startswith("confirmed")]
     assert drain(channel, 90) == list(range(90))
     conn.close()
     log = broker.log()
@@ -236,10 +246,13 @@ def test_serial_devices_from_the_config_file_and_a_missing_one(tmp_path, line):
     assert "serial %s: cannot open" % missing in broker.log()
 
 
-@pytest.mark.parametrize("value, message", [
-    ('serial = "/dev/ttyUSB0"\nbaud = 0', "baud must be a positive number"),
-    ("serial = [1, 2]", "serial must be a list of device names"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ('serial = "/dev/ttyUSB0"\nbaud = 0', "baud must be a positive number"),
+        ("serial = [1, 2]", "serial must be a list of device names"),
+    ],
+)
 def test_bad_serial_settings_are_refused(tmp_path, value, message):
     config = tmp_path / "hutch.toml"
     config.write_text("[server]\n%s\n" % value)
@@ -251,10 +264,12 @@ def test_serial_options_parse():
     import argparse
 
     from hutch.tools import serve
+
     parser = argparse.ArgumentParser()
     serve.add_options(parser)
-    opts = serve.settings(parser.parse_args(["--serial", "/dev/ttyUSB0", "--serial", "/dev/ttyUSB1,/dev/ttyACM0",
-                                             "--baud", "57600"]))
+    opts = serve.settings(
+        parser.parse_args(["--serial", "/dev/ttyUSB0", "--serial", "/dev/ttyUSB1,/dev/ttyACM0", "--baud", "57600"])
+    )
     assert opts["serial"] == ["/dev/ttyUSB0", "/dev/ttyUSB1", "/dev/ttyACM0"] and opts["baud"] == 57600
     opts = serve.settings(parser.parse_args([]))
     assert opts["serial"] == [] and opts["baud"] == 115200
@@ -266,6 +281,7 @@ def test_serial_option_takes_a_boards_uart_pins():
     import argparse
 
     from hutch.tools import serve
+
     parser = argparse.ArgumentParser()
     serve.add_options(parser)
     opts = serve.settings(parser.parse_args(["--board", "esp32", "--serial", "uart2,uart1"]))
@@ -279,8 +295,11 @@ def test_serial_option_takes_a_boards_uart_pins():
 def test_micropython_broker_serves_a_serial_sensor(tmp_path, line):
     """`micropython -m hutch.tools.serve --serial PTY`: the port reads the tty through asyncio streams."""
     import signal
+
     env = dict(os.environ, MICROPYPATH=package_root(tmp_path) + ":.frozen")
-    broker = RunningBroker([micropython(), "-m", "hutch.tools.serve", "--serial", line.a_path], tmp_path, env=env).start()
+    broker = RunningBroker(
+        [micropython(), "-m", "hutch.tools.serve", "--serial", line.a_path], tmp_path, env=env
+    ).start()
     try:
         conn, channel = consumer(broker)
         line.set_damage(corrupt=2e-4, drop=1e-4, garbage=1e-4)
@@ -311,6 +330,7 @@ def test_a_connection_starts_at_the_protocol_header():
 
     from hutch.core.broker import Broker
     from hutch.ports.serial import SerialServer
+
     server = SerialServer(Broker(), "/dev/ttyTEST")
     server._event = asyncio.Event()
     server._feed(b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x33\xce then AM")

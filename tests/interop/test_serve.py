@@ -1,4 +1,5 @@
 """`hutch serve` and `hutch passwd` as a user runs them: options, config file, users, shutdown."""
+
 import os
 import signal
 import socket
@@ -18,8 +19,14 @@ def _hutch(*args, timeout=30):
 
 
 def _connect(broker, user="guest", password="guest", **kw):
-    params = pika.ConnectionParameters(broker.host, broker.port, credentials=pika.PlainCredentials(user, password),
-                                       connection_attempts=1, socket_timeout=5, **kw)
+    params = pika.ConnectionParameters(
+        broker.host,
+        broker.port,
+        credentials=pika.PlainCredentials(user, password),
+        connection_attempts=1,
+        socket_timeout=5,
+        **kw,
+    )
     return pika.BlockingConnection(params)
 
 
@@ -74,14 +81,17 @@ def test_limits_from_config_reach_the_client(tmp_path):
         broker.stop()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[limits]\nframe_max = 100\n", "frame_max must be at least 4096"),
-    ("[limits]\nqueues = 5\n", "unknown limit 'queues'"),
-    ("[server]\nprot = 5672\n", "unknown key 'prot' in [server]"),
-    ("[users.bob]\npassword = \"x\"\n", "needs password_hash"),
-    ("[nonsense]\n", "unknown section [nonsense]"),
-    ("this is not toml", "is not valid"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[limits]\nframe_max = 100\n", "frame_max must be at least 4096"),
+        ("[limits]\nqueues = 5\n", "unknown limit 'queues'"),
+        ("[server]\nprot = 5672\n", "unknown key 'prot' in [server]"),
+        ('[users.bob]\npassword = "x"\n', "needs password_hash"),
+        ("[nonsense]\n", "unknown section [nonsense]"),
+        ("this is not toml", "is not valid"),
+    ],
+)
 def test_bad_config_is_one_readable_line(tmp_path, text, message):
     result = _hutch("serve", "--config", _config(tmp_path, text), "--port", "0")
     assert result.returncode == 2

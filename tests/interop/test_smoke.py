@@ -1,4 +1,5 @@
 """The broker starts as a user starts it, serves a client, and stops cleanly on SIGTERM."""
+
 import socket
 
 

@@ -5,6 +5,7 @@ importing the client, creating a Client, one open connection (confirm mode, one
 consumer), and the bytes allocated per publish and per delivery (gc disabled while
 counting, so nothing is collected in between).
 """
+
 import gc
 import sys
 
@@ -49,7 +50,7 @@ got.clear()
 gc.collect()
 gc.disable()
 a = gc.mem_alloc()
-for i in range(N):
+for _i in range(N):
     c.publish("", "heap-q", payload, props)
 b = gc.mem_alloc()
 gc.enable()

@@ -4,6 +4,7 @@
 Each scenario prints result lines that the test checks; anything unexpected raises, so
 the process exits non-zero with a traceback.
 """
+
 import sys
 import time
 
@@ -42,8 +43,12 @@ def publish(port, queue, count):
     c.declare_queue(queue)
     c.confirm()
     for i in range(count):
-        props = {"message_id": str(i), "content_type": "application/octet-stream", "delivery_mode": 2,
-                 "headers": {"i": i, "node": "s1", "ok": True, "big": 1 << 40, "raw": b"\x00\xff", "list": [1, "a"]}}
+        props = {
+            "message_id": str(i),
+            "content_type": "application/octet-stream",
+            "delivery_mode": 2,
+            "headers": {"i": i, "node": "s1", "ok": True, "big": 1 << 40, "raw": b"\x00\xff", "list": [1, "a"]},
+        }
         seq = c.publish("", queue, body(i), props)
         assert seq == i + 1, seq
         if seq % 50 == 0:
@@ -124,7 +129,7 @@ def heartbeat(port, queue):
     say("alive")
     time.sleep(3.5)  # not calling the client: it sends no heartbeats, the broker gives up on it
     try:
-        for i in range(100):  # what the broker sent before it gave up is handled first
+        for _i in range(100):  # what the broker sent before it gave up is handled first
             c.check_msg()
             time.sleep(0.05)
         raise AssertionError("silence went unnoticed")
@@ -160,8 +165,15 @@ def mandatory(port, queue):
     c.publish("", queue, b"routable", mandatory=True)
     assert c.wait_confirms(5000)  # a returned message is still confirmed (as by RabbitMQ)
     m = returned[0]
-    say("returned", len(returned), m.reply_code, m.reply_text, m.routing_key, m.body.decode(),
-        m.properties["message_id"])
+    say(
+        "returned",
+        len(returned),
+        m.reply_code,
+        m.reply_text,
+        m.routing_key,
+        m.body.decode(),
+        m.properties["message_id"],
+    )
     c.on_return = None
     c.publish("", "nowhere", b"again", mandatory=True)
     try:
@@ -234,7 +246,7 @@ def reconnect(port, queue):
             c.wait_msg(500)
         except (OSError, ChannelClosed, ConnectionClosed) as e:
             say("lost", getattr(e, "code", "oserror"))
-            for attempt in range(100):
+            for attempt in range(100):  # noqa: B007 (read after the loop)
                 time.sleep(0.2)
                 try:
                     c.reconnect()
@@ -267,7 +279,6 @@ def blocked(port, queue):
     c.publish("", queue, b"after")
     say("unblocked")
     c.close()
-
 
 
 if __name__ == "__main__":

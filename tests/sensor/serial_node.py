@@ -5,14 +5,15 @@ hutch.ports.serial.open_serial (on a board it would be machine.UART(..., timeout
 It publishes COUNT readings with confirms to the queue "serial-readings", then takes one
 command from "serial-cmd" and acks it. The test holds the other end of the pty.
 """
+
 import sys
 import time
+
+from sensor_node import body, say
 
 from hutch.client import Client
 from hutch.client.transport import Serial
 from hutch.ports.serial import open_serial
-
-from sensor_node import body, say
 
 
 def main(path, count):
