@@ -21,8 +21,8 @@ import time
 
 from hutch.core import framing
 from hutch.core.broker import Broker
-from hutch.core.codec import encode_args
 from hutch.core.framing import FULL, RECORD_SLOTS
+from hutch.core.wire import encode_args
 
 BUFFER_SIZE = 64 * 1024
 

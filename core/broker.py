@@ -7,14 +7,14 @@ the same errors it would from RabbitMQ.
 
 from . import spec
 from .auth import Users
-from .codec import Timestamp, encode_properties, shortstr, text
 from .connection import Connection
 from .errors import ChannelException
 from .exchange import ROUTERS, Exchange, freeze
 from .limits import Limits
-from .message import Message, tail
+from .message import Message
 from .queue import Queue, check_queue_arguments
 from .spec import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
+from .wire import Timestamp, encode_properties, shortstr, tail, text
 
 VERSION = "0.1.0"
 

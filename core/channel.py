@@ -9,9 +9,8 @@ ConnectionException (the connection closes itself).
 import struct
 
 from . import spec
-from .codec import decode_args, method_name, text
 from .errors import ChannelException, ConnectionException
-from .message import FLAG_EXPIRATION, FLAG_USER_ID, FRAME_END_BYTE, Message, append_content
+from .message import FLAG_EXPIRATION, FLAG_USER_ID, Message, append_content
 from .queue import Consumer
 from .spec import (
     ACCESS_REFUSED,
@@ -23,6 +22,7 @@ from .spec import (
     PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
 )
+from .wire import FRAME_END_BYTE, decode_args, method_name, text
 
 OPEN = 0
 CLOSING = 1  # we sent channel.close and wait for close-ok

@@ -23,9 +23,7 @@ from . import spec
 from .auth import MECHANISMS, credentials, is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
 from .channel import Channel, raise_unexpected
-from .codec import decode_args, method_name, method_payload, text
 from .errors import ChannelException, ConnectionException, DecodeError
-from .message import FRAME_END_BYTE, HEARTBEAT_FRAME
 from .spec import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -36,10 +34,7 @@ from .spec import (
     RESOURCE_ERROR,
     UNEXPECTED_FRAME,
 )
-
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-# The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
-PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
+from .wire import HEARTBEAT_FRAME, PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_frame, method_name, text
 
 # The batch frame reading connections use: installed on CPython by framing.use_scanner (the C
 # scanner, from hutch.c_accel.loader) as (scan, new_records, read_batch); see core/batch.py.
@@ -545,9 +540,9 @@ class Connection:
     # ------------------------------------------------------------ bytes out
 
     def send_method(self, channel, method_id, args=()):
-        payload = method_payload(method_id, args)
-        self.out.append(struct.pack(">BHI", 1, channel, len(payload)) + payload + FRAME_END_BYTE)
-        self.output_added(len(payload))
+        data = method_frame(channel, method_id, args)
+        self.out.append(data)
+        self.output_added(len(data) - 8)
 
     def output_added(self, nbytes):
         self.out_bytes += nbytes

@@ -20,8 +20,8 @@ Sans-IO and MicroPython-clean, like the rest of core/.
 
 import struct
 
-from .codec import encode_table, shortstr
 from .journal import record_parts
+from .wire import encode_table, shortstr
 
 # Record kinds (the payloads are described at each encoder below).
 SNAPSHOT = 1  # a segment's first record: the next message id; the definitions follow

@@ -11,11 +11,7 @@ Properties are decoded only when a feature asks for them.
 import struct
 import sys
 
-from .codec import decode_properties
-from .spec import FRAME_END
-
-FRAME_END_BYTE = bytes((FRAME_END,))
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+from .wire import FRAME_END_BYTE, decode_properties
 
 # Heap a queued message costs beyond its body and header: the Message, its byte strings
 # and the queue entry. Measured with a 5-byte body: ~356 bytes on 64-bit CPython 3.11
@@ -72,15 +68,6 @@ class Message:
         if self._properties is None:
             self._properties = decode_properties(self.header())
         return self._properties
-
-
-def tail(payload):
-    """size + payload + frame-end: a frame without its type and channel."""
-    return struct.pack(">I", len(payload)) + bytes(payload) + FRAME_END_BYTE
-
-
-def frame(frame_type, channel, payload):
-    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
 def append_content(out, channel, message, max_payload):

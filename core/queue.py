@@ -7,10 +7,10 @@ A message leaves the broker's budget when it is acknowledged (or delivered
 with no-ack), purged, expired or dropped; until then it is "held".
 """
 
-from .codec import shortstr, text
 from .errors import ChannelException
 from .fifo import Fifo
 from .spec import PRECONDITION_FAILED
+from .wire import shortstr, text
 
 OVERFLOW_MODES = (b"drop-head", b"reject-publish", b"reject-publish-dlx")
 

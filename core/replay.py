@@ -10,7 +10,6 @@ so its heap does not keep it. Sans-IO and MicroPython-clean.
 import struct
 
 from . import spec
-from .codec import decode_table, text
 from .durable import (
     BINDING,
     DELIVERED,
@@ -28,6 +27,7 @@ from .durable import (
 from .errors import ChannelException
 from .exchange import freeze
 from .message import FLAG_EXPIRATION, Message
+from .wire import decode_table, text
 
 
 class Replay:

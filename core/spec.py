@@ -185,7 +185,7 @@ SIGNATURES = {
 # the methods that carry content (a header and body frames follow them)
 CONTENT = (0x003C0028, 0x003C0032, 0x003C003C, 0x003C0047)
 
-# method names, looked up only to word errors and logs (codec.method_name):
+# method names, looked up only to word errors and logs (wire.method_name):
 # one string, so a board keeps it in flash instead of building a table in its heap
 NAMES = """\
 000A000A connection.start

@@ -16,12 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.core import spec
-from hutch.core.codec import encode_args
 from hutch.core.limits import Limits
-
-
-def frame(ftype, channel, payload):
-    return struct.pack(">BHI", ftype, channel, len(payload)) + payload + b"\xce"
+from hutch.core.wire import encode_args, frame
 
 
 def method(channel, method_id, sig, args):

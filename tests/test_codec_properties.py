@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.core.broker import Broker
-from hutch.core.codec import decode_args, decode_table, encode_args, encode_table
 from hutch.core.errors import DecodeError
 from hutch.core.spec import CONTENT, SIGNATURES
+from hutch.core.wire import decode_args, decode_table, encode_args, encode_table
 
 # HUTCH_FUZZ_EXAMPLES=5000 for a longer hunt than CI's
 FUZZ_EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "300"))

@@ -1,7 +1,7 @@
 """core/spec.py is generated from tools/spec/amqp-rabbitmq-0.9.1.json; it must not drift."""
 
 from hutch.core import spec
-from hutch.core.codec import method_name
+from hutch.core.wire import method_name
 from hutch.tools import gen_spec
 
 

@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPEC_JSON = os.path.join(HERE, "spec", "amqp-rabbitmq-0.9.1.json")
 OUTPUT = os.path.join(os.path.dirname(HERE), "core", "spec.py")
 
-# One character per wire type; codec.py reads these signatures.
+# One character per wire type; wire.py reads and writes arguments by these signatures.
 TYPE_CODES = {
     "octet": "o",
     "short": "h",
@@ -85,7 +85,7 @@ def render(spec, constants=True):
     lines.append("# the methods that carry content (a header and body frames follow them)")
     lines.append("CONTENT = (%s)" % ", ".join("0x%08X" % mid for mid, _, _, content, _ in table if content))
     lines.append("")
-    lines.append("# method names, looked up only to word errors and logs (codec.method_name):")
+    lines.append("# method names, looked up only to word errors and logs (wire.method_name):")
     lines.append("# one string, so a board keeps it in flash instead of building a table in its heap")
     lines.append('NAMES = """\\')
     for mid, full, _sig, _content, _names in table:

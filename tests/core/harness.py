@@ -1,8 +1,8 @@
 """A client for driving the sans-IO core with bytes, no sockets.
 
 Used by the core tests under both pytest and the micropython runner, so it
-uses nothing MicroPython lacks. It encodes client frames with hutch's codec
-and decodes the broker's output frame by frame (the interop tests check the
+uses nothing MicroPython lacks. It encodes client frames with hutch's wire
+module and decodes the broker's output frame by frame (the interop tests check the
 same bytes against real clients).
 """
 
@@ -10,15 +10,17 @@ import struct
 
 from hutch.core import spec
 from hutch.core.broker import Broker
-from hutch.core.codec import (
+from hutch.core.limits import Limits
+from hutch.core.wire import (
+    content_frames,
     decode_args,
     decode_properties,
-    encode_properties,
     encode_table,
+    frame,  # noqa: F401 (the core tests build raw frames with it)
+    frame_at,
+    method_frame,
     method_name,
-    method_payload,
 )
-from hutch.core.limits import Limits
 
 LOCAL = {"address": "127.0.0.1", "port": 40000, "transport": "tcp"}
 REMOTE = {"address": "192.0.2.7", "port": 40000, "transport": "tcp"}
@@ -31,21 +33,8 @@ CAPABILITIES = {
 }
 
 
-def frame(frame_type, channel, payload):
-    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + b"\xce"
-
-
-def method(channel, method_id, args=()):
-    return frame(1, channel, method_payload(method_id, args))
-
-
-def content(channel, body, properties=None, frame_max=131072, class_id=60):
-    props = encode_properties(properties or {})
-    out = frame(2, channel, struct.pack(">HHQ", class_id, 0, len(body)) + props)
-    step = frame_max - 8
-    for start in range(0, len(body), step):
-        out += frame(3, channel, body[start : start + step])
-    return out
+method = method_frame
+content = content_frames
 
 
 class Event:
@@ -86,12 +75,12 @@ class Client:
                 new.append(Event(0, "protocol-header", self.buf[:8]))
                 self.buf = self.buf[8:]
                 continue
-            ftype, channel, size = struct.unpack_from(">BHI", self.buf)
-            if len(self.buf) < size + 8:
+            found = frame_at(self.buf, 0, len(self.buf))  # DecodeError: the broker wrote a bad frame end
+            if found is None:
                 break
-            payload = self.buf[7 : 7 + size]
-            assert self.buf[7 + size] == 0xCE, "broker wrote a bad frame end"
-            self.buf = self.buf[8 + size :]
+            ftype, channel, start, end = found
+            payload = self.buf[start:end]
+            self.buf = self.buf[end + 1 :]
             if ftype == 1:
                 method_id = struct.unpack_from(">I", payload)[0]
                 event = Event(

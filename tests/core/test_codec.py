@@ -3,7 +3,8 @@
 import struct
 
 from hutch.core import spec
-from hutch.core.codec import (
+from hutch.core.errors import DecodeError
+from hutch.core.wire import (
     Decimal,
     Timestamp,
     decode_args,
@@ -13,7 +14,6 @@ from hutch.core.codec import (
     encode_properties,
     encode_table,
 )
-from hutch.core.errors import DecodeError
 
 
 def _raises(fn, code=None):

@@ -1,0 +1,565 @@
+"""The AMQP 0-9-1 wire format, for both ends: frames, field tables, method arguments, properties.
+
+One sans-IO module that the broker, the sensor client, the load generator, the tests and
+the bridge all speak through; method arguments are laid out by the signatures of the
+generated spec table (spec.SIGNATURES), not written by hand per method.
+
+Reading: every read checks its length against the end of the buffer first, so a truncated
+or lying length raises DecodeError instead of reading past the data.
+
+Writing: put_*(buf, pos, ...) write at pos into a bytearray and return the position after
+what they wrote, growing the bytearray only when it is too short. A client that keeps one
+send buffer therefore builds its frames without allocating (MicroPython's bytearray cannot
+be emptied and refilled; packing into it at a position can). The broker uses the helpers
+that return bytes (method_frame, encode_table ...), built the same way.
+
+Two ways of mapping values to Python, chosen per call:
+- the broker's (text=False, binary=False): names and strings stay bytes, so they route and
+  are written back exactly as received; 'S' long strings decode to bytes, 'x' byte arrays
+  to bytearray, and bytes encode as 'S';
+- a client's (text=True on reading, binary=True on writing), as pika and kombu have it:
+  shortstrs and 'S' strings decode to str (bytes if not UTF-8), 'x' byte arrays to bytes,
+  and bytes or bytearray encode as 'x'.
+Either way str encodes as 'S', and 'T' timestamps and 'D' decimals decode to the small
+classes below so that they encode back with the same tag.
+
+Field-table tags follow RabbitMQ (requirements.md §2.4 and §4 row 7): decode
+t b B s u U I i l L f d D S A T F V x; encode only t I l d D S A T F V x.
+"""
+
+import struct
+
+from .errors import DecodeError
+from .spec import BASIC_PROPERTIES, FRAME_END, NAMES, SIGNATURES
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
+PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
+FRAME_END_BYTE = b"\xce"
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+FRAME_HEADER_SIZE = 7  # type(1) channel(2) size(4); the frame-end octet follows the payload
+
+pack_into = struct.pack_into
+
+
+class Timestamp:
+    """A field-table or property timestamp: seconds since the epoch."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __eq__(self, other):
+        return isinstance(other, Timestamp) and other.seconds == self.seconds
+
+    def __hash__(self):
+        return hash(self.seconds)
+
+    def __repr__(self):
+        return "Timestamp(%d)" % self.seconds
+
+
+class Decimal:
+    """An AMQP decimal kept as its raw scale and 32-bit value (requirements §4 row 11)."""
+
+    def __init__(self, scale, value):
+        self.scale = scale
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, Decimal) and (other.scale, other.value) == (self.scale, self.value)
+
+    def __hash__(self):
+        return hash((self.scale, self.value))
+
+    def __repr__(self):
+        return "Decimal(%d, %d)" % (self.scale, self.value)
+
+
+def text(raw):
+    """Readable text for logs and reply texts, whatever bytes a peer sent."""
+    try:
+        return raw.decode()
+    except (UnicodeError, AttributeError):
+        return repr(raw)
+
+
+def method_name(method_id):
+    """ "basic.publish" for 0x003C0028: for error texts and logs, never on a hot path."""
+    at = NAMES.find("%08X " % method_id)
+    if at < 0:
+        return "unknown method %d.%d" % (method_id >> 16, method_id & 0xFFFF)
+    return NAMES[at + 9 : NAMES.find("\n", at)]
+
+
+# ---------------------------------------------------------------- frames
+
+
+def frame_at(buf, pos, end):
+    """The frame starting at pos, if all of it is in buf[:end]: (type, channel, payload
+    start, payload end = index of its frame-end octet); None while it is incomplete.
+    DecodeError if the frame does not end with 0xCE. The caller judges the size."""
+    if end - pos < 8:
+        return None
+    size = (buf[pos + 3] << 24) | (buf[pos + 4] << 16) | (buf[pos + 5] << 8) | buf[pos + 6]
+    stop = pos + 7 + size
+    if stop >= end:
+        return None
+    if buf[stop] != FRAME_END:
+        raise DecodeError("invalid frame end marker 0x%02x" % buf[stop])
+    return buf[pos], (buf[pos + 1] << 8) | buf[pos + 2], pos + 7, stop
+
+
+def frame(frame_type, channel, payload):
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def tail(payload):
+    """size + payload + frame-end: a frame without its type and channel."""
+    return struct.pack(">I", len(payload)) + bytes(payload) + FRAME_END_BYTE
+
+
+def start_frame(buf, pos, frame_type, channel):
+    """Begin a frame at pos (its size is written by end_frame); returns where its payload starts."""
+    _room(buf, pos, 7)
+    pack_into(">BHI", buf, pos, frame_type, channel, 0)
+    return pos + 7
+
+
+def end_frame(buf, start, pos):
+    """Finish the frame begun at start whose payload ends at pos; returns the position after it."""
+    _room(buf, pos, 1)
+    pack_into(">I", buf, start + 3, pos - start - 7)
+    buf[pos] = FRAME_END
+    return pos + 1
+
+
+def put_method(buf, pos, channel, method_id, args=(), binary=False):
+    """A whole method frame at pos, its arguments laid out by the spec's signature."""
+    start = pos
+    pos = start_frame(buf, pos, 1, channel)
+    pos = put_long(buf, pos, method_id)
+    pos = put_args(buf, pos, SIGNATURES[method_id], args, binary)
+    return end_frame(buf, start, pos)
+
+
+def put_content_header(buf, pos, channel, body_size, properties=None, binary=False, names=None, class_id=60):
+    """A content header frame at pos: class, weight 0, body size, property flags and list."""
+    start = pos
+    pos = start_frame(buf, pos, 2, channel)
+    _room(buf, pos, 12)
+    pack_into(">HHQ", buf, pos, class_id, 0, body_size)
+    pos = put_properties(buf, pos + 12, properties, binary, names)
+    return end_frame(buf, start, pos)
+
+
+def method_frame(channel, method_id, args=()):
+    """The bytes of one method frame (the broker's values: see the module's docstring)."""
+    buf = bytearray(64)
+    return bytes(buf[: put_method(buf, 0, channel, method_id, args)])
+
+
+def content_frames(channel, body, properties=None, frame_max=131072, class_id=60, binary=False):
+    """The content header frame and the body frames (each at most frame_max) of a message."""
+    buf = bytearray(64)
+    out = bytes(buf[: put_content_header(buf, 0, channel, len(body), properties, binary, None, class_id)])
+    step = frame_max - 8
+    for start in range(0, len(body), step):
+        out += frame(3, channel, body[start : start + step])
+    return out
+
+
+# ---------------------------------------------------------------- writing values
+
+
+def _room(buf, pos, n):
+    if pos + n > len(buf):
+        buf.extend(bytes(pos + n - len(buf)))
+
+
+def put_octet(buf, pos, value):
+    _room(buf, pos, 1)
+    buf[pos] = value
+    return pos + 1
+
+
+def put_short(buf, pos, value):
+    _room(buf, pos, 2)
+    pack_into(">H", buf, pos, value)
+    return pos + 2
+
+
+def put_long(buf, pos, value):
+    _room(buf, pos, 4)
+    pack_into(">I", buf, pos, value)
+    return pos + 4
+
+
+def put_longlong(buf, pos, value):
+    _room(buf, pos, 8)
+    pack_into(">Q", buf, pos, value)
+    return pos + 8
+
+
+def put_bytes(buf, pos, raw):
+    n = len(raw)
+    _room(buf, pos, n)
+    buf[pos : pos + n] = raw
+    return pos + n
+
+
+def put_shortstr(buf, pos, value):
+    raw = value.encode() if isinstance(value, str) else value
+    if len(raw) > 255:
+        raw = raw[:255]  # only reply texts can get this long; truncation beats failing a close
+    return put_bytes(buf, put_octet(buf, pos, len(raw)), raw)
+
+
+def put_longstr(buf, pos, value):
+    raw = value.encode() if isinstance(value, str) else value
+    return put_bytes(buf, put_long(buf, pos, len(raw)), raw)
+
+
+def put_table(buf, pos, table, binary=False):
+    start = pos
+    pos = put_long(buf, pos, 0)
+    if table:
+        for key in table:
+            raw = key.encode() if isinstance(key, str) else key
+            if len(raw) > 255:
+                raise ValueError("field table key longer than 255 bytes")
+            pos = put_value(buf, put_shortstr(buf, pos, raw), table[key], binary)
+    pack_into(">I", buf, start, pos - start - 4)
+    return pos
+
+
+def put_value(buf, pos, value, binary=False):
+    """One field-table value: its tag, then the value."""
+    if value is True or value is False:
+        _room(buf, pos, 2)
+        buf[pos] = 0x74  # 't'
+        buf[pos + 1] = 1 if value else 0
+        return pos + 2
+    if isinstance(value, int):
+        if -0x80000000 <= value <= 0x7FFFFFFF:
+            _room(buf, pos, 5)
+            buf[pos] = 0x49  # 'I'
+            pack_into(">i", buf, pos + 1, value)
+            return pos + 5
+        _room(buf, pos, 9)
+        buf[pos] = 0x6C  # 'l'
+        pack_into(">q", buf, pos + 1, value)
+        return pos + 9
+    if isinstance(value, str) or (isinstance(value, bytes) and not binary):
+        return put_longstr(buf, put_octet(buf, pos, 0x53), value)  # 'S'
+    if isinstance(value, (bytes, bytearray)):
+        return put_longstr(buf, put_octet(buf, pos, 0x78), value)  # 'x'
+    if isinstance(value, dict):
+        return put_table(buf, put_octet(buf, pos, 0x46), value, binary)  # 'F'
+    if isinstance(value, (list, tuple)):
+        pos = put_octet(buf, pos, 0x41)  # 'A'
+        start = pos
+        pos = put_long(buf, pos, 0)
+        for item in value:
+            pos = put_value(buf, pos, item, binary)
+        pack_into(">I", buf, start, pos - start - 4)
+        return pos
+    if isinstance(value, float):
+        _room(buf, pos, 9)
+        buf[pos] = 0x64  # 'd'
+        pack_into(">d", buf, pos + 1, value)
+        return pos + 9
+    if value is None:
+        return put_octet(buf, pos, 0x56)  # 'V'
+    if isinstance(value, Timestamp):
+        return put_longlong(buf, put_octet(buf, pos, 0x54), value.seconds)  # 'T'
+    if isinstance(value, Decimal):
+        _room(buf, pos, 6)
+        buf[pos] = 0x44  # 'D'
+        pack_into(">Bi", buf, pos + 1, value.scale, value.value)
+        return pos + 6
+    raise ValueError("cannot encode %r in a field table" % (value,))
+
+
+def put_args(buf, pos, sig, args, binary=False):
+    """Method arguments by signature (one character each, see spec.py): bits share octets."""
+    bit = 0
+    for i in range(len(sig)):
+        code = sig[i]
+        value = args[i]
+        if code == "b":
+            if bit == 0:
+                pos = put_octet(buf, pos, 0)
+            if value:
+                buf[pos - 1] |= 1 << bit
+            bit = (bit + 1) & 7
+            continue
+        bit = 0
+        if code == "s":
+            pos = put_shortstr(buf, pos, value)
+        elif code == "h":
+            pos = put_short(buf, pos, value)
+        elif code == "l":
+            pos = put_long(buf, pos, value)
+        elif code == "q" or code == "T":
+            pos = put_longlong(buf, pos, value)
+        elif code == "t":
+            pos = put_table(buf, pos, value, binary)
+        elif code == "S":
+            pos = put_longstr(buf, pos, value)
+        elif code == "o":
+            pos = put_octet(buf, pos, value)
+    return pos
+
+
+def put_properties(buf, pos, props, binary=False, names=None):
+    """Property flags and list from a dict keyed by name: the spec's ("content-type"), or those
+    of `names`, a tuple in the spec's order (a client's "content_type")."""
+    start = pos
+    pos = put_short(buf, pos, 0)
+    if props:
+        flags = 0
+        for i in range(len(BASIC_PROPERTIES)):
+            value = props.get(names[i] if names is not None else BASIC_PROPERTIES[i][0])
+            if value is not None:
+                flags |= 0x8000 >> i
+                pos = put_args(buf, pos, BASIC_PROPERTIES[i][1], (value,), binary)
+        pack_into(">H", buf, start, flags)
+    return pos
+
+
+def _bytes_of(put, *args):
+    buf = bytearray(64)
+    return bytes(buf[: put(buf, 0, *args)])
+
+
+def shortstr(value):
+    return _bytes_of(put_shortstr, value)
+
+
+def encode_table(table, binary=False):
+    return _bytes_of(put_table, table, binary)
+
+
+def encode_args(sig, args, binary=False):
+    return _bytes_of(put_args, sig, args, binary)
+
+
+def method_payload(method_id, args=()):
+    buf = bytearray(64)
+    return bytes(buf[: put_args(buf, put_long(buf, 0, method_id), SIGNATURES[method_id], args)])
+
+
+def encode_properties(props, binary=False, names=None):
+    """Property flags and list (as decode_properties returns them) as bytes."""
+    return _bytes_of(put_properties, props, binary, names)
+
+
+# ---------------------------------------------------------------- reading values
+
+
+def _need(end, pos, n):
+    if pos + n > end:
+        raise DecodeError("truncated: need %d bytes at offset %d" % (n, pos))
+
+
+def _string(raw, as_text):
+    if as_text:
+        try:
+            return str(raw, "utf-8")
+        except UnicodeError:
+            pass  # not text: the bytes themselves
+    return raw
+
+
+def decode_table(buf, pos, end, text=False):
+    """Decode a field table at pos; returns (dict, position after it)."""
+    _need(end, pos, 4)
+    size = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+    pos += 4
+    stop = pos + size
+    if stop > end:
+        raise DecodeError("field table length %d runs past the frame" % size)
+    table = {}
+    while pos < stop:
+        n = buf[pos]
+        pos += 1
+        _need(stop, pos, n)
+        try:
+            key = bytes(buf[pos : pos + n]).decode()
+        except UnicodeError:
+            raise DecodeError("field table key is not UTF-8", 502)
+        pos += n
+        value, pos = _decode_value(buf, pos, stop, text)
+        if key not in table:  # duplicate keys: the first one wins (requirements §4 row 9)
+            table[key] = value
+    return table, stop
+
+
+def _decode_value(buf, pos, end, as_text):
+    _need(end, pos, 1)
+    tag = buf[pos]
+    pos += 1
+    if tag == 0x53:  # 'S' long string
+        _need(end, pos, 4)
+        n = struct.unpack_from(">I", buf, pos)[0]
+        pos += 4
+        _need(end, pos, n)
+        return _string(bytes(buf[pos : pos + n]), as_text), pos + n
+    if tag == 0x49:  # 'I'
+        _need(end, pos, 4)
+        return struct.unpack_from(">i", buf, pos)[0], pos + 4
+    if tag == 0x74:  # 't'
+        _need(end, pos, 1)
+        return buf[pos] != 0, pos + 1
+    if tag == 0x46:  # 'F'
+        return decode_table(buf, pos, end, as_text)
+    if tag == 0x6C or tag == 0x4C:  # 'l', 'L': both signed 64 as in RabbitMQ
+        _need(end, pos, 8)
+        return struct.unpack_from(">q", buf, pos)[0], pos + 8
+    if tag == 0x62:  # 'b'
+        _need(end, pos, 1)
+        return struct.unpack_from(">b", buf, pos)[0], pos + 1
+    if tag == 0x42:  # 'B'
+        _need(end, pos, 1)
+        return buf[pos], pos + 1
+    if tag == 0x73 or tag == 0x55:  # 's' (RabbitMQ: int16), 'U' (spec: int16)
+        _need(end, pos, 2)
+        return struct.unpack_from(">h", buf, pos)[0], pos + 2
+    if tag == 0x75:  # 'u'
+        _need(end, pos, 2)
+        return struct.unpack_from(">H", buf, pos)[0], pos + 2
+    if tag == 0x69:  # 'i'
+        _need(end, pos, 4)
+        return struct.unpack_from(">I", buf, pos)[0], pos + 4
+    if tag == 0x66:  # 'f'
+        _need(end, pos, 4)
+        return struct.unpack_from(">f", buf, pos)[0], pos + 4
+    if tag == 0x64:  # 'd'
+        _need(end, pos, 8)
+        return struct.unpack_from(">d", buf, pos)[0], pos + 8
+    if tag == 0x44:  # 'D'
+        _need(end, pos, 5)
+        return Decimal(buf[pos], struct.unpack_from(">i", buf, pos + 1)[0]), pos + 5
+    if tag == 0x54:  # 'T'
+        _need(end, pos, 8)
+        return Timestamp(struct.unpack_from(">Q", buf, pos)[0]), pos + 8
+    if tag == 0x41:  # 'A'
+        _need(end, pos, 4)
+        n = struct.unpack_from(">I", buf, pos)[0]
+        pos += 4
+        stop = pos + n
+        if stop > end:
+            raise DecodeError("field array length %d runs past the frame" % n)
+        items = []
+        while pos < stop:
+            value, pos = _decode_value(buf, pos, stop, as_text)
+            items.append(value)
+        return items, stop
+    if tag == 0x56:  # 'V'
+        return None, pos
+    if tag == 0x78:  # 'x' byte array
+        _need(end, pos, 4)
+        n = struct.unpack_from(">I", buf, pos)[0]
+        pos += 4
+        _need(end, pos, n)
+        raw = buf[pos : pos + n]
+        return (bytes(raw) if as_text else bytearray(raw)), pos + n
+    raise DecodeError("unknown field table type %r" % chr(tag), 502)
+
+
+def decode_args(sig, buf, pos, end, text=False):
+    """Decode method arguments by signature (see spec.py); returns a list."""
+    out = []
+    bit = 0
+    bits = 0
+    for code in sig:
+        if code == "b":
+            if bit == 0:
+                _need(end, pos, 1)
+                bits = buf[pos]
+                pos += 1
+            out.append((bits >> bit) & 1 == 1)
+            bit = (bit + 1) & 7
+            continue
+        bit = 0
+        if code == "s":
+            _need(end, pos, 1)
+            n = buf[pos]
+            pos += 1
+            _need(end, pos, n)
+            out.append(_string(bytes(buf[pos : pos + n]), text))
+            pos += n
+        elif code == "h":
+            _need(end, pos, 2)
+            out.append((buf[pos] << 8) | buf[pos + 1])
+            pos += 2
+        elif code == "l":
+            _need(end, pos, 4)
+            out.append(struct.unpack_from(">I", buf, pos)[0])
+            pos += 4
+        elif code == "q" or code == "T":
+            _need(end, pos, 8)
+            out.append(struct.unpack_from(">Q", buf, pos)[0])
+            pos += 8
+        elif code == "t":
+            table, pos = decode_table(buf, pos, end, text)
+            out.append(table)
+        elif code == "S":
+            _need(end, pos, 4)
+            n = struct.unpack_from(">I", buf, pos)[0]
+            pos += 4
+            _need(end, pos, n)
+            out.append(_string(bytes(buf[pos : pos + n]), text))
+            pos += n
+        elif code == "o":
+            _need(end, pos, 1)
+            out.append(buf[pos])
+            pos += 1
+    if pos != end:
+        raise DecodeError("%d unexpected bytes after the method arguments" % (end - pos))
+    return out
+
+
+def property_flags(header):
+    """The first property-flags word of a content header payload."""
+    return (header[12] << 8) | header[13]
+
+
+def decode_properties(header, text=False, names=None):
+    """A content header payload's properties as a dict keyed by the spec's names, or by those
+    of `names` (see put_properties)."""
+    end = len(header)
+    _need(end, 0, 14)
+    flags = word = (header[12] << 8) | header[13]
+    pos = 14
+    while word & 1:  # continuation flag words: basic's 14 properties need none, so they are skipped
+        _need(end, pos, 2)
+        word = (header[pos] << 8) | header[pos + 1]
+        pos += 2
+    props = {}
+    for i in range(len(BASIC_PROPERTIES)):
+        if not flags & (0x8000 >> i):
+            continue
+        name, code = BASIC_PROPERTIES[i]
+        stop = _value_end(code, header, pos, end)
+        props[names[i] if names is not None else name] = decode_args(code, header, pos, stop, text)[0]
+        pos = stop
+    if pos != end:
+        raise DecodeError("%d unexpected bytes after the content properties" % (end - pos))
+    return props
+
+
+def _value_end(code, buf, pos, end):
+    if code == "s":
+        _need(end, pos, 1)
+        stop = pos + 1 + buf[pos]
+    elif code == "t":
+        _need(end, pos, 4)
+        stop = pos + 4 + struct.unpack_from(">I", buf, pos)[0]
+    elif code == "o":
+        stop = pos + 1
+    else:  # 'T'
+        stop = pos + 8
+    if stop > end:
+        raise DecodeError("content property runs past the header frame")
+    return stop
