@@ -108,8 +108,8 @@ class Tcp:
 
 
 class Serial:
-    """AMQP over a serial line through hutch's link layer (hutch/ports/link.py: framing,
-    checksums, retransmission, peer-restart detection). Needs hutch/ports/link.py on the node.
+    """AMQP over a serial line through hutch's link layer (hutch/core/link.py: framing,
+    checksums, retransmission, peer-restart detection). Needs hutch/core/link.py on the node.
 
     `port` is a machine.UART (e.g. UART(1, 115200, tx=17, rx=16, timeout=0)), or any object
     with write(data) and a readinto(buf) that does not block (returns None or 0 when nothing
@@ -136,7 +136,7 @@ class Serial:
             self.poll = None
 
     def open(self, timeout_ms):
-        from ..ports.link import Link
+        from ..core.link import Link
 
         self.timeout_ms = timeout_ms
         self._rest = b""

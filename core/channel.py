@@ -22,7 +22,7 @@ from .spec import (
     PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
 )
-from .wire import FRAME_END_BYTE, decode_args, method_name, text
+from .wire import FRAME_END_BYTE, decode_args, method_name, signature, text
 
 OPEN = 0
 CLOSING = 1  # we sent channel.close and wait for close-ok
@@ -106,7 +106,7 @@ class Channel:
         handler = HANDLERS.get(method_id)
         if handler is None:
             raise_unexpected(method_id)
-        handler(self, decode_args(spec.SIGNATURES[method_id], buf, pos, end))
+        handler(self, decode_args(signature(method_id), buf, pos, end))
 
     def on_publish(self, buf, pos, end):
         # basic.publish: ticket short, exchange shortstr, routing-key shortstr, mandatory/immediate bits
@@ -504,7 +504,7 @@ class Channel:
 
 
 def raise_unexpected(method_id):
-    if method_id not in spec.SIGNATURES:
+    if signature(method_id) is None:
         raise ConnectionException(
             NOT_IMPLEMENTED,
             "NOT_IMPLEMENTED - unknown method class %d method %d" % (method_id >> 16, method_id & 0xFFFF),

@@ -34,7 +34,16 @@ from .spec import (
     RESOURCE_ERROR,
     UNEXPECTED_FRAME,
 )
-from .wire import HEARTBEAT_FRAME, PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_frame, method_name, text
+from .wire import (
+    HEARTBEAT_FRAME,
+    PROTOCOL_HEADER,
+    PROTOCOL_HEADER_0_9,
+    decode_args,
+    method_frame,
+    method_name,
+    signature,
+    text,
+)
 
 # The batch frame reading connections use: installed on CPython by framing.use_scanner (the C
 # scanner, from hutch.c_accel.loader) as (scan, new_records, read_batch); see core/batch.py.
@@ -307,7 +316,7 @@ class Connection:
             raise ConnectionException(
                 CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method %s on channel 0" % method_name(method_id), method_id
             )
-        sig = spec.SIGNATURES.get(method_id)
+        sig = signature(method_id)
         if sig is None:
             raise_unexpected(method_id)
         args = decode_args(sig, buf, pos, end)

@@ -44,216 +44,147 @@ CLASS_BASIC = 60
 CLASS_TX = 90
 CLASS_CONFIRM = 85
 
-# Method ids
-CONNECTION_START = 0x000A000A
-CONNECTION_START_OK = 0x000A000B
-CONNECTION_SECURE = 0x000A0014
-CONNECTION_SECURE_OK = 0x000A0015
-CONNECTION_TUNE = 0x000A001E
-CONNECTION_TUNE_OK = 0x000A001F
-CONNECTION_OPEN = 0x000A0028
-CONNECTION_OPEN_OK = 0x000A0029
-CONNECTION_CLOSE = 0x000A0032
+# Method ids, with the names of their arguments
+CONNECTION_START = 0x000A000A  # version-major, version-minor, server-properties, mechanisms, locales
+CONNECTION_START_OK = 0x000A000B  # client-properties, mechanism, response, locale
+CONNECTION_SECURE = 0x000A0014  # challenge
+CONNECTION_SECURE_OK = 0x000A0015  # response
+CONNECTION_TUNE = 0x000A001E  # channel-max, frame-max, heartbeat
+CONNECTION_TUNE_OK = 0x000A001F  # channel-max, frame-max, heartbeat
+CONNECTION_OPEN = 0x000A0028  # virtual-host, capabilities, insist
+CONNECTION_OPEN_OK = 0x000A0029  # known-hosts
+CONNECTION_CLOSE = 0x000A0032  # reply-code, reply-text, class-id, method-id
 CONNECTION_CLOSE_OK = 0x000A0033
-CONNECTION_BLOCKED = 0x000A003C
+CONNECTION_BLOCKED = 0x000A003C  # reason
 CONNECTION_UNBLOCKED = 0x000A003D
-CONNECTION_UPDATE_SECRET = 0x000A0046
+CONNECTION_UPDATE_SECRET = 0x000A0046  # new-secret, reason
 CONNECTION_UPDATE_SECRET_OK = 0x000A0047
-CHANNEL_OPEN = 0x0014000A
-CHANNEL_OPEN_OK = 0x0014000B
-CHANNEL_FLOW = 0x00140014
-CHANNEL_FLOW_OK = 0x00140015
-CHANNEL_CLOSE = 0x00140028
+CHANNEL_OPEN = 0x0014000A  # out-of-band
+CHANNEL_OPEN_OK = 0x0014000B  # channel-id
+CHANNEL_FLOW = 0x00140014  # active
+CHANNEL_FLOW_OK = 0x00140015  # active
+CHANNEL_CLOSE = 0x00140028  # reply-code, reply-text, class-id, method-id
 CHANNEL_CLOSE_OK = 0x00140029
-ACCESS_REQUEST = 0x001E000A
-ACCESS_REQUEST_OK = 0x001E000B
-EXCHANGE_DECLARE = 0x0028000A
+ACCESS_REQUEST = 0x001E000A  # realm, exclusive, passive, active, write, read
+ACCESS_REQUEST_OK = 0x001E000B  # ticket
+EXCHANGE_DECLARE = 0x0028000A  # ticket, exchange, type, passive, durable, auto-delete, internal, nowait, arguments
 EXCHANGE_DECLARE_OK = 0x0028000B
-EXCHANGE_DELETE = 0x00280014
+EXCHANGE_DELETE = 0x00280014  # ticket, exchange, if-unused, nowait
 EXCHANGE_DELETE_OK = 0x00280015
-EXCHANGE_BIND = 0x0028001E
+EXCHANGE_BIND = 0x0028001E  # ticket, destination, source, routing-key, nowait, arguments
 EXCHANGE_BIND_OK = 0x0028001F
-EXCHANGE_UNBIND = 0x00280028
+EXCHANGE_UNBIND = 0x00280028  # ticket, destination, source, routing-key, nowait, arguments
 EXCHANGE_UNBIND_OK = 0x00280033
-QUEUE_DECLARE = 0x0032000A
-QUEUE_DECLARE_OK = 0x0032000B
-QUEUE_BIND = 0x00320014
+QUEUE_DECLARE = 0x0032000A  # ticket, queue, passive, durable, exclusive, auto-delete, nowait, arguments
+QUEUE_DECLARE_OK = 0x0032000B  # queue, message-count, consumer-count
+QUEUE_BIND = 0x00320014  # ticket, queue, exchange, routing-key, nowait, arguments
 QUEUE_BIND_OK = 0x00320015
-QUEUE_PURGE = 0x0032001E
-QUEUE_PURGE_OK = 0x0032001F
-QUEUE_DELETE = 0x00320028
-QUEUE_DELETE_OK = 0x00320029
-QUEUE_UNBIND = 0x00320032
+QUEUE_PURGE = 0x0032001E  # ticket, queue, nowait
+QUEUE_PURGE_OK = 0x0032001F  # message-count
+QUEUE_DELETE = 0x00320028  # ticket, queue, if-unused, if-empty, nowait
+QUEUE_DELETE_OK = 0x00320029  # message-count
+QUEUE_UNBIND = 0x00320032  # ticket, queue, exchange, routing-key, arguments
 QUEUE_UNBIND_OK = 0x00320033
-BASIC_QOS = 0x003C000A
+BASIC_QOS = 0x003C000A  # prefetch-size, prefetch-count, global
 BASIC_QOS_OK = 0x003C000B
-BASIC_CONSUME = 0x003C0014
-BASIC_CONSUME_OK = 0x003C0015
-BASIC_CANCEL = 0x003C001E
-BASIC_CANCEL_OK = 0x003C001F
-BASIC_PUBLISH = 0x003C0028
-BASIC_RETURN = 0x003C0032
-BASIC_DELIVER = 0x003C003C
-BASIC_GET = 0x003C0046
-BASIC_GET_OK = 0x003C0047
-BASIC_GET_EMPTY = 0x003C0048
-BASIC_ACK = 0x003C0050
-BASIC_REJECT = 0x003C005A
-BASIC_RECOVER_ASYNC = 0x003C0064
-BASIC_RECOVER = 0x003C006E
+BASIC_CONSUME = 0x003C0014  # ticket, queue, consumer-tag, no-local, no-ack, exclusive, nowait, arguments
+BASIC_CONSUME_OK = 0x003C0015  # consumer-tag
+BASIC_CANCEL = 0x003C001E  # consumer-tag, nowait
+BASIC_CANCEL_OK = 0x003C001F  # consumer-tag
+BASIC_PUBLISH = 0x003C0028  # ticket, exchange, routing-key, mandatory, immediate
+BASIC_RETURN = 0x003C0032  # reply-code, reply-text, exchange, routing-key
+BASIC_DELIVER = 0x003C003C  # consumer-tag, delivery-tag, redelivered, exchange, routing-key
+BASIC_GET = 0x003C0046  # ticket, queue, no-ack
+BASIC_GET_OK = 0x003C0047  # delivery-tag, redelivered, exchange, routing-key, message-count
+BASIC_GET_EMPTY = 0x003C0048  # cluster-id
+BASIC_ACK = 0x003C0050  # delivery-tag, multiple
+BASIC_REJECT = 0x003C005A  # delivery-tag, requeue
+BASIC_RECOVER_ASYNC = 0x003C0064  # requeue
+BASIC_RECOVER = 0x003C006E  # requeue
 BASIC_RECOVER_OK = 0x003C006F
-BASIC_NACK = 0x003C0078
+BASIC_NACK = 0x003C0078  # delivery-tag, multiple, requeue
 TX_SELECT = 0x005A000A
 TX_SELECT_OK = 0x005A000B
 TX_COMMIT = 0x005A0014
 TX_COMMIT_OK = 0x005A0015
 TX_ROLLBACK = 0x005A001E
 TX_ROLLBACK_OK = 0x005A001F
-CONFIRM_SELECT = 0x0055000A
+CONFIRM_SELECT = 0x0055000A  # nowait
 CONFIRM_SELECT_OK = 0x0055000B
-
-# id: signature (a character per argument)
-SIGNATURES = {
-    0x000A000A: 'ootSS',  # version-major, version-minor, server-properties, mechanisms, locales
-    0x000A000B: 'tsSs',  # client-properties, mechanism, response, locale
-    0x000A0014: 'S',  # challenge
-    0x000A0015: 'S',  # response
-    0x000A001E: 'hlh',  # channel-max, frame-max, heartbeat
-    0x000A001F: 'hlh',  # channel-max, frame-max, heartbeat
-    0x000A0028: 'ssb',  # virtual-host, capabilities, insist
-    0x000A0029: 's',  # known-hosts
-    0x000A0032: 'hshh',  # reply-code, reply-text, class-id, method-id
-    0x000A0033: '',
-    0x000A003C: 's',  # reason
-    0x000A003D: '',
-    0x000A0046: 'Ss',  # new-secret, reason
-    0x000A0047: '',
-    0x0014000A: 's',  # out-of-band
-    0x0014000B: 'S',  # channel-id
-    0x00140014: 'b',  # active
-    0x00140015: 'b',  # active
-    0x00140028: 'hshh',  # reply-code, reply-text, class-id, method-id
-    0x00140029: '',
-    0x001E000A: 'sbbbbb',  # realm, exclusive, passive, active, write, read
-    0x001E000B: 'h',  # ticket
-    0x0028000A: 'hssbbbbbt',  # ticket, exchange, type, passive, durable, auto-delete, internal, nowait, arguments
-    0x0028000B: '',
-    0x00280014: 'hsbb',  # ticket, exchange, if-unused, nowait
-    0x00280015: '',
-    0x0028001E: 'hsssbt',  # ticket, destination, source, routing-key, nowait, arguments
-    0x0028001F: '',
-    0x00280028: 'hsssbt',  # ticket, destination, source, routing-key, nowait, arguments
-    0x00280033: '',
-    0x0032000A: 'hsbbbbbt',  # ticket, queue, passive, durable, exclusive, auto-delete, nowait, arguments
-    0x0032000B: 'sll',  # queue, message-count, consumer-count
-    0x00320014: 'hsssbt',  # ticket, queue, exchange, routing-key, nowait, arguments
-    0x00320015: '',
-    0x0032001E: 'hsb',  # ticket, queue, nowait
-    0x0032001F: 'l',  # message-count
-    0x00320028: 'hsbbb',  # ticket, queue, if-unused, if-empty, nowait
-    0x00320029: 'l',  # message-count
-    0x00320032: 'hssst',  # ticket, queue, exchange, routing-key, arguments
-    0x00320033: '',
-    0x003C000A: 'lhb',  # prefetch-size, prefetch-count, global
-    0x003C000B: '',
-    0x003C0014: 'hssbbbbt',  # ticket, queue, consumer-tag, no-local, no-ack, exclusive, nowait, arguments
-    0x003C0015: 's',  # consumer-tag
-    0x003C001E: 'sb',  # consumer-tag, nowait
-    0x003C001F: 's',  # consumer-tag
-    0x003C0028: 'hssbb',  # ticket, exchange, routing-key, mandatory, immediate
-    0x003C0032: 'hsss',  # reply-code, reply-text, exchange, routing-key
-    0x003C003C: 'sqbss',  # consumer-tag, delivery-tag, redelivered, exchange, routing-key
-    0x003C0046: 'hsb',  # ticket, queue, no-ack
-    0x003C0047: 'qbssl',  # delivery-tag, redelivered, exchange, routing-key, message-count
-    0x003C0048: 's',  # cluster-id
-    0x003C0050: 'qb',  # delivery-tag, multiple
-    0x003C005A: 'qb',  # delivery-tag, requeue
-    0x003C0064: 'b',  # requeue
-    0x003C006E: 'b',  # requeue
-    0x003C006F: '',
-    0x003C0078: 'qbb',  # delivery-tag, multiple, requeue
-    0x005A000A: '',
-    0x005A000B: '',
-    0x005A0014: '',
-    0x005A0015: '',
-    0x005A001E: '',
-    0x005A001F: '',
-    0x0055000A: 'b',  # nowait
-    0x0055000B: '',
-}
 
 # the methods that carry content (a header and body frames follow them)
 CONTENT = (0x003C0028, 0x003C0032, 0x003C003C, 0x003C0047)
 
-# method names, looked up only to word errors and logs (wire.method_name):
-# one string, so a board keeps it in flash instead of building a table in its heap
-NAMES = """\
-000A000A connection.start
-000A000B connection.start-ok
-000A0014 connection.secure
-000A0015 connection.secure-ok
-000A001E connection.tune
-000A001F connection.tune-ok
-000A0028 connection.open
-000A0029 connection.open-ok
-000A0032 connection.close
-000A0033 connection.close-ok
-000A003C connection.blocked
-000A003D connection.unblocked
-000A0046 connection.update-secret
-000A0047 connection.update-secret-ok
-0014000A channel.open
-0014000B channel.open-ok
-00140014 channel.flow
-00140015 channel.flow-ok
-00140028 channel.close
-00140029 channel.close-ok
-001E000A access.request
-001E000B access.request-ok
-0028000A exchange.declare
-0028000B exchange.declare-ok
-00280014 exchange.delete
-00280015 exchange.delete-ok
-0028001E exchange.bind
-0028001F exchange.bind-ok
-00280028 exchange.unbind
-00280033 exchange.unbind-ok
-0032000A queue.declare
-0032000B queue.declare-ok
-00320014 queue.bind
-00320015 queue.bind-ok
-0032001E queue.purge
-0032001F queue.purge-ok
-00320028 queue.delete
-00320029 queue.delete-ok
-00320032 queue.unbind
-00320033 queue.unbind-ok
-003C000A basic.qos
-003C000B basic.qos-ok
-003C0014 basic.consume
-003C0015 basic.consume-ok
-003C001E basic.cancel
-003C001F basic.cancel-ok
-003C0028 basic.publish
-003C0032 basic.return
-003C003C basic.deliver
-003C0046 basic.get
-003C0047 basic.get-ok
-003C0048 basic.get-empty
-003C0050 basic.ack
-003C005A basic.reject
-003C0064 basic.recover-async
-003C006E basic.recover
-003C006F basic.recover-ok
-003C0078 basic.nack
-005A000A tx.select
-005A000B tx.select-ok
-005A0014 tx.commit
-005A0015 tx.commit-ok
-005A001E tx.rollback
-005A001F tx.rollback-ok
-0055000A confirm.select
-0055000B confirm.select-ok
+# Every method, a line each: its id, its name, a colon and its signature. Searched as text
+# (wire.signature, wire.method_name): on a board the string stays in flash, where a
+# dict of the same would take some 3 KiB of heap.
+METHODS = """\
+000A000A connection.start:ootSS
+000A000B connection.start-ok:tsSs
+000A0014 connection.secure:S
+000A0015 connection.secure-ok:S
+000A001E connection.tune:hlh
+000A001F connection.tune-ok:hlh
+000A0028 connection.open:ssb
+000A0029 connection.open-ok:s
+000A0032 connection.close:hshh
+000A0033 connection.close-ok:
+000A003C connection.blocked:s
+000A003D connection.unblocked:
+000A0046 connection.update-secret:Ss
+000A0047 connection.update-secret-ok:
+0014000A channel.open:s
+0014000B channel.open-ok:S
+00140014 channel.flow:b
+00140015 channel.flow-ok:b
+00140028 channel.close:hshh
+00140029 channel.close-ok:
+001E000A access.request:sbbbbb
+001E000B access.request-ok:h
+0028000A exchange.declare:hssbbbbbt
+0028000B exchange.declare-ok:
+00280014 exchange.delete:hsbb
+00280015 exchange.delete-ok:
+0028001E exchange.bind:hsssbt
+0028001F exchange.bind-ok:
+00280028 exchange.unbind:hsssbt
+00280033 exchange.unbind-ok:
+0032000A queue.declare:hsbbbbbt
+0032000B queue.declare-ok:sll
+00320014 queue.bind:hsssbt
+00320015 queue.bind-ok:
+0032001E queue.purge:hsb
+0032001F queue.purge-ok:l
+00320028 queue.delete:hsbbb
+00320029 queue.delete-ok:l
+00320032 queue.unbind:hssst
+00320033 queue.unbind-ok:
+003C000A basic.qos:lhb
+003C000B basic.qos-ok:
+003C0014 basic.consume:hssbbbbt
+003C0015 basic.consume-ok:s
+003C001E basic.cancel:sb
+003C001F basic.cancel-ok:s
+003C0028 basic.publish:hssbb
+003C0032 basic.return:hsss
+003C003C basic.deliver:sqbss
+003C0046 basic.get:hsb
+003C0047 basic.get-ok:qbssl
+003C0048 basic.get-empty:s
+003C0050 basic.ack:qb
+003C005A basic.reject:qb
+003C0064 basic.recover-async:b
+003C006E basic.recover:b
+003C006F basic.recover-ok:
+003C0078 basic.nack:qbb
+005A000A tx.select:
+005A000B tx.select-ok:
+005A0014 tx.commit:
+005A0015 tx.commit-ok:
+005A001E tx.rollback:
+005A001F tx.rollback-ok:
+0055000A confirm.select:b
+0055000B confirm.select-ok:
 """
 
 # basic properties in flag order: bit 15 is the first one

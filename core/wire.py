@@ -2,7 +2,7 @@
 
 One sans-IO module that the broker, the sensor client, the load generator, the tests and
 the bridge all speak through; method arguments are laid out by the signatures of the
-generated spec table (spec.SIGNATURES), not written by hand per method.
+generated spec table (spec.METHODS, see signature()), not written by hand per method.
 
 Reading: every read checks its length against the end of the buffer first, so a truncated
 or lying length raises DecodeError instead of reading past the data.
@@ -30,7 +30,7 @@ t b B s u U I i l L f d D S A T F V x; encode only t I l d D S A T F V x.
 import struct
 
 from .errors import DecodeError
-from .spec import BASIC_PROPERTIES, FRAME_END, NAMES, SIGNATURES
+from .spec import BASIC_PROPERTIES, FRAME_END, METHODS
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # The published 0-9 spec's header; RabbitMQ serves it as 0-9-1 (requirements.md §3.2).
@@ -83,12 +83,29 @@ def text(raw):
         return repr(raw)
 
 
+def _method_line(method_id):
+    """(start of its name, start of its signature, end of line) of a method in spec.METHODS,
+    or None for an id the spec does not have."""
+    at = METHODS.find("%08X " % method_id)
+    if at < 0:
+        return None
+    colon = METHODS.find(":", at + 9)
+    return at + 9, colon + 1, METHODS.find("\n", colon)
+
+
+def signature(method_id):
+    """A method's argument signature ("hssbb" for basic.publish), or None if the spec has no such
+    method."""
+    line = _method_line(method_id)
+    return METHODS[line[1] : line[2]] if line is not None else None
+
+
 def method_name(method_id):
     """ "basic.publish" for 0x003C0028: for error texts and logs, never on a hot path."""
-    at = NAMES.find("%08X " % method_id)
-    if at < 0:
+    line = _method_line(method_id)
+    if line is None:
         return "unknown method %d.%d" % (method_id >> 16, method_id & 0xFFFF)
-    return NAMES[at + 9 : NAMES.find("\n", at)]
+    return METHODS[line[0] : line[1] - 1]
 
 
 # ---------------------------------------------------------------- frames
@@ -138,7 +155,7 @@ def put_method(buf, pos, channel, method_id, args=(), binary=False):
     start = pos
     pos = start_frame(buf, pos, 1, channel)
     pos = put_long(buf, pos, method_id)
-    pos = put_args(buf, pos, SIGNATURES[method_id], args, binary)
+    pos = put_args(buf, pos, signature(method_id), args, binary)
     return end_frame(buf, start, pos)
 
 
@@ -346,7 +363,7 @@ def encode_args(sig, args, binary=False):
 
 def method_payload(method_id, args=()):
     buf = bytearray(64)
-    return bytes(buf[: put_args(buf, put_long(buf, 0, method_id), SIGNATURES[method_id], args)])
+    return bytes(buf[: put_args(buf, put_long(buf, 0, method_id), signature(method_id), args)])
 
 
 def encode_properties(props, binary=False, names=None):

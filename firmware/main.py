@@ -51,7 +51,7 @@ def main():
     except OSError:
         print("hutch: no %s on this board, the broker is not started (hutch flash --config writes one)" % CONFIG)
         return 0
-    from hutch.tools import config, serve
+    from hutch.server import config, serve
 
     try:
         wifi = config.read(CONFIG).get("wifi")

@@ -7,7 +7,7 @@ damage starts; a segment missing from the sequence is reported. The broker then 
 with every record it can still trust, and says what it cut or set aside in the log and
 in DATA/recovery.txt (`hutch ctl status` shows it).
 
-Only needed at start: on a board, tools/serve.py drops this module and core/replay.py
+Only needed at start: on a board, server/serve.py drops this module and core/replay.py
 afterwards, so they do not hold heap while the broker runs.
 """
 

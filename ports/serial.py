@@ -1,4 +1,4 @@
-"""The serial port: AMQP 0-9-1 over a UART, through the link layer of ports/link.py.
+"""The serial port: AMQP 0-9-1 over a UART, through the link layer of core/link.py.
 
     server = SerialServer(broker, "/dev/ttyUSB0", 115200, log)
     await server.start()    # opens the port (and keeps trying if it cannot)
@@ -35,8 +35,8 @@ try:
 except ImportError:  # pragma: no cover - every supported Python has it
     asyncio = None
 
+from ..core.link import Link
 from .clock import Clock, sleep_ms
-from .link import Link
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 256 if MICROPYTHON else 4096

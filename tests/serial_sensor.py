@@ -4,7 +4,7 @@
                      [consume=N]
 
 Runs on CPython (pyserial) and on MicroPython's unix port (the tty opened as a
-file: MICROPYPATH must hold hutch/ports). It starts a link session, opens an
+file: MICROPYPATH must hold hutch/core and hutch/ports). It starts a link session, opens an
 AMQP connection (guest/guest, channel 1, confirm.select), declares the queue
 and publishes COUNT messages of SIZE bytes to it through the default exchange,
 at most `inflight` unconfirmed at a time, then closes the connection.
@@ -25,8 +25,8 @@ import select
 import struct
 import sys
 
+from hutch.core.link import Link
 from hutch.ports.clock import Clock
-from hutch.ports.link import Link
 from hutch.ports.serial import open_serial
 
 

@@ -54,7 +54,10 @@ def board_files():
     """{path as on the board: path in the checkout} for everything the bundle holds."""
     from hutch.firmware import build
 
-    files = {"hutch/%s/%s" % (package, name): os.path.join(ROOT, package, name) for package, name in build.modules()}
+    files = {}
+    for bundle in build.BUNDLES:  # the broker's and a sensor node's
+        for package, name in build.modules(bundle):
+            files["hutch/%s/%s" % (package, name)] = os.path.join(ROOT, package, name)
     for script in build.BOARD_SCRIPTS:
         files[script] = os.path.join(ROOT, "firmware", script)
     return files

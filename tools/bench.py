@@ -127,7 +127,7 @@ class Hutch:
         self.folder = folder
         common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
         if kind == "micropython":
-            command = [micropython(), "-m", "hutch.tools.serve"] + common
+            command = [micropython(), "-m", "hutch.server.serve"] + common
             env = serve_env(folder)
         else:
             command = [

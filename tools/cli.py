@@ -27,7 +27,8 @@ import signal  # noqa: E402
 
 from ..core.auth import hash_password  # noqa: E402
 from ..core.broker import VERSION  # noqa: E402
-from . import bench, config, ctl, flash, serve  # noqa: E402
+from ..server import config, serve  # noqa: E402
+from . import bench, ctl, flash  # noqa: E402
 
 
 def cmd_serve(args):

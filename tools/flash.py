@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from .. import boards
-from . import config, serve
+from ..server import config, serve
 
 CONFIG_NAME = "hutch.json"  # what firmware/main.py reads, beside it on the board
 QUIET_TIMEOUT = 60  # seconds without a word from mpremote before the board counts as gone

@@ -35,9 +35,8 @@ def constant_name(text):
     return text.upper().replace("-", "_").replace(".", "_")
 
 
-def render(spec, constants=True):
-    """core/spec.py's text; constants=False leaves out the named constants (the firmware
-    build folds them into literals, see firmware/build.py)."""
+def render(spec):
+    """core/spec.py's text."""
     domains = dict(spec["domains"])
     lines = [
         '"""AMQP 0-9-1 method table and constants.',
@@ -51,15 +50,14 @@ def render(spec, constants=True):
         '"""',
         "",
     ]
-    if constants:
-        for const in spec["constants"]:
-            lines.append("%s = %d" % (constant_name(const["name"]), const["value"]))
-        lines.append("")
-        lines.append("# Class ids")
-        for cls in spec["classes"]:
-            lines.append("CLASS_%s = %d" % (constant_name(cls["name"]), cls["id"]))
-        lines.append("")
-        lines.append("# Method ids")
+    for const in spec["constants"]:
+        lines.append("%s = %d" % (constant_name(const["name"]), const["value"]))
+    lines.append("")
+    lines.append("# Class ids")
+    for cls in spec["classes"]:
+        lines.append("CLASS_%s = %d" % (constant_name(cls["name"]), cls["id"]))
+    lines.append("")
+    lines.append("# Method ids, with the names of their arguments")
     table = []
     for cls in spec["classes"]:
         for meth in cls["methods"]:
@@ -71,25 +69,19 @@ def render(spec, constants=True):
                 wire = arg.get("type") or domains[arg["domain"]]
                 sig += TYPE_CODES[wire]
                 names.append(arg["name"])
-            if constants:
-                lines.append("%s = 0x%08X" % (constant_name(full), mid))
-            table.append((mid, full, sig, bool(meth.get("content")), names))
-    lines.append("")
-    lines.append("# id: signature (a character per argument)")
-    lines.append("SIGNATURES = {")
-    for mid, _full, sig, _content, names in table:
-        comment = ("  # " + ", ".join(names)) if names else ""
-        lines.append("    0x%08X: %r,%s" % (mid, sig, comment))
-    lines.append("}")
+            comment = ("  # " + ", ".join(names)) if names else ""
+            lines.append("%s = 0x%08X%s" % (constant_name(full), mid, comment))
+            table.append((mid, full, sig, bool(meth.get("content"))))
     lines.append("")
     lines.append("# the methods that carry content (a header and body frames follow them)")
-    lines.append("CONTENT = (%s)" % ", ".join("0x%08X" % mid for mid, _, _, content, _ in table if content))
+    lines.append("CONTENT = (%s)" % ", ".join("0x%08X" % mid for mid, _, _, content in table if content))
     lines.append("")
-    lines.append("# method names, looked up only to word errors and logs (wire.method_name):")
-    lines.append("# one string, so a board keeps it in flash instead of building a table in its heap")
-    lines.append('NAMES = """\\')
-    for mid, full, _sig, _content, _names in table:
-        lines.append("%08X %s" % (mid, full))
+    lines.append("# Every method, a line each: its id, its name, a colon and its signature. Searched as text")
+    lines.append("# (wire.signature, wire.method_name): on a board the string stays in flash, where a")
+    lines.append("# dict of the same would take some 3 KiB of heap.")
+    lines.append('METHODS = """\\')
+    for mid, full, sig, _content in table:
+        lines.append("%08X %s:%s" % (mid, full, sig))
     lines.append('"""')
     lines.append("")
     basic = [c for c in spec["classes"] if c["name"] == "basic"][0]

@@ -20,7 +20,7 @@ def micropython():
     return path
 
 
-def package_root(folder, packages=("core", "ports", "tools", "boards")):
+def package_root(folder, packages=("core", "ports", "server", "boards")):
     """A folder holding hutch/<package> links, the layout the firmware bundle uses on a board."""
     root = os.path.join(str(folder), "pkg")
     os.makedirs(os.path.join(root, "hutch"))
@@ -30,6 +30,6 @@ def package_root(folder, packages=("core", "ports", "tools", "boards")):
 
 
 def serve_env(folder):
-    """The environment for `micropython -m hutch.tools.serve`: MICROPYPATH replaces the default
+    """The environment for `micropython -m hutch.server.serve`: MICROPYPATH replaces the default
     path, so it keeps ".frozen", where the port's asyncio and argparse live."""
     return dict(os.environ, MICROPYPATH=package_root(folder) + ":.frozen")

@@ -5,7 +5,7 @@ Two modes, both CPython only.
 **Launcher**: run one module with hutch in ROMFS.
 
     python -m hutch.tools.unixboard --romfs build/firmware/hutch.romfs \\
-        [-X heapsize=96k] -m hutch.tools.serve --board esp32 --port 5672
+        [-X heapsize=96k] -m hutch.server.serve --board esp32 --port 5672
 
 A board keeps hutch's bytecode in flash (a ROMFS partition, or frozen into the
 firmware) and only its data in the heap. The unix port loads .mpy files into

@@ -20,6 +20,7 @@ from hutch.core.wire import (
     frame_at,
     method_frame,
     method_name,
+    signature,
 )
 
 LOCAL = {"address": "127.0.0.1", "port": 40000, "transport": "tcp"}
@@ -84,7 +85,7 @@ class Client:
             if ftype == 1:
                 method_id = struct.unpack_from(">I", payload)[0]
                 event = Event(
-                    channel, method_name(method_id), decode_args(spec.SIGNATURES[method_id], payload, 4, len(payload))
+                    channel, method_name(method_id), decode_args(signature(method_id), payload, 4, len(payload))
                 )
                 if method_id in spec.CONTENT:
                     self._content_for[channel] = event

@@ -13,6 +13,7 @@ from hutch.core.wire import (
     encode_args,
     encode_properties,
     encode_table,
+    signature,
 )
 
 
@@ -95,7 +96,7 @@ def test_truncated_and_lying_tables():
 
 
 def test_args_with_packed_bits():
-    sig = spec.SIGNATURES[spec.QUEUE_DECLARE]
+    sig = signature(spec.QUEUE_DECLARE)
     args = [0, b"q", True, False, True, False, True, {"x": 1}]
     raw = encode_args(sig, args)
     assert raw[2 + 2] == 0b10101  # five bits in one octet, low bit first
@@ -109,7 +110,7 @@ def test_nine_bits_take_two_octets():
 
 
 def test_args_reject_short_and_long_payloads():
-    sig = spec.SIGNATURES[spec.BASIC_QOS]
+    sig = signature(spec.BASIC_QOS)
     raw = encode_args(sig, [0, 5, False])
     _raises(lambda: decode_args(sig, raw[:-1], 0, len(raw) - 1))
     _raises(lambda: decode_args(sig, raw + b"\x00", 0, len(raw) + 1))

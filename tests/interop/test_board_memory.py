@@ -63,7 +63,7 @@ def start_board(romfs, tmp_path, heap):
         "-X",
         "heapsize=" + heap,
         "-m",
-        "hutch.tools.serve",
+        "hutch.server.serve",
         "--board",
         "esp32",
         "--stats-interval",

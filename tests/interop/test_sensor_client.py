@@ -3,7 +3,7 @@
 Every TCP scenario runs twice: under CPython and under the `micropython` command, from a
 package root holding only hutch/client (what a sensor node installs: no core, no
 ports). The node's side is tests/sensor/sensor_node.py; pika plays the other side.
-The serial scenarios run the node (tests/sensor/serial_node.py, with hutch/ports for the
+The serial scenarios run the node (tests/sensor/serial_node.py, with hutch/core and hutch/ports for the
 link layer) on one end of a 115,200-baud pty line (tests/serial_line.py) and
 `hutch serve --serial` on the other. Processes are started here and stopped by PID;
 every wait is bounded.
@@ -308,7 +308,7 @@ def serial_broker(request, tmp_path):
     def start(device, runtime):
         if runtime == "micropython":
             env = serve_env(tmp_path / "broker")
-            command = [micropython(), "-m", "hutch.tools.serve"]
+            command = [micropython(), "-m", "hutch.server.serve"]
         else:
             env, command = None, [os.path.join(os.path.dirname(sys.executable), "hutch"), "serve"]
         running = RunningBroker(command + ["--serial", device], tmp_path / "broker", env=env)
@@ -354,7 +354,7 @@ def test_sensor_on_a_serial_line(node_runtime, broker_runtime, noise, serial_bro
         channel = pika_channel(broker)
         channel.queue_declare("serial-cmd")
         channel.basic_publish("", "serial-cmd", b"calibrate")
-        node = Node(node_runtime, tmp_path, packages=("client", "ports"))
+        node = Node(node_runtime, tmp_path, packages=("client", "core", "ports"))
         node.env["MICROPYPATH"] = node.env.get("MICROPYPATH", "") + ":" + SCRIPTS
         connected, confirmed, command, closed = node.run("serial_node.py", line.b_path, count, timeout=120)
         assert (connected, confirmed, command) == ("connected", "confirmed %d" % count, "cmd calibrate")

@@ -57,7 +57,7 @@ def run_sensor(tmp_path, line, count, size=64, runtime="micropython", timeout=12
         root = os.path.join(str(tmp_path), "sensor")
         if not os.path.exists(root):
             os.makedirs(root)
-            root = package_root(root, ("ports",))
+            root = package_root(root, ("core", "ports"))
         else:
             root = os.path.join(root, "pkg")
         command = [micropython(), SENSOR]
@@ -263,7 +263,7 @@ def test_bad_serial_settings_are_refused(tmp_path, value, message):
 def test_serial_options_parse():
     import argparse
 
-    from hutch.tools import serve
+    from hutch.server import serve
 
     parser = argparse.ArgumentParser()
     serve.add_options(parser)
@@ -280,7 +280,7 @@ def test_serial_option_takes_a_boards_uart_pins():
     a name no profile entry has is opened as given."""
     import argparse
 
-    from hutch.tools import serve
+    from hutch.server import serve
 
     parser = argparse.ArgumentParser()
     serve.add_options(parser)
@@ -293,12 +293,12 @@ def test_serial_option_takes_a_boards_uart_pins():
 
 
 def test_micropython_broker_serves_a_serial_sensor(tmp_path, line):
-    """`micropython -m hutch.tools.serve --serial PTY`: the port reads the tty through asyncio streams."""
+    """`micropython -m hutch.server.serve --serial PTY`: the port reads the tty through asyncio streams."""
     import signal
 
     env = dict(os.environ, MICROPYPATH=package_root(tmp_path) + ":.frozen")
     broker = RunningBroker(
-        [micropython(), "-m", "hutch.tools.serve", "--serial", line.a_path], tmp_path, env=env
+        [micropython(), "-m", "hutch.server.serve", "--serial", line.a_path], tmp_path, env=env
     ).start()
     try:
         conn, channel = consumer(broker)

@@ -2,7 +2,7 @@
 
 Runs on CPython (through the `hutch` command) and on MicroPython:
 
-    micropython -m hutch.tools.serve --port 5672
+    micropython -m hutch.server.serve --port 5672
 
 Options override the config file, which overrides the defaults. Stops cleanly
 on SIGINT/SIGTERM (CPython) or Ctrl-C (MicroPython): every client gets

@@ -1,0 +1,16 @@
+# What of hutch.ports goes onto a board (MicroPython's manifest syntax; see core/manifest.py).
+# Left out: tcp_cpython.py, the TCP port on CPython's asyncio protocols (a board's asyncio has
+# only streams: tcp.py).
+package(
+    "hutch/ports",
+    files=(
+        "__init__.py",
+        "clock.py",
+        "heap.py",
+        "log.py",
+        "recovery.py",
+        "serial.py",
+        "storage.py",
+        "tcp.py",
+    ),
+)
