@@ -1,51 +1,83 @@
-"""Reading frames in batches: the connection's path when the C scanner is installed.
+"""Reading frames in batches: the connection's frame reader when the C scanner is there.
 
 The C scanner (c_accel/, its reference is framing.scan_frames) finds every whole frame of
 a read buffer in one call, a whole publish (method, header and body frames) as one
-record and an ack, nack or reject with its arguments decoded. read_batch then hands them
-to the connection and its channels one by one, exactly as Connection._read_frames would
+record and an ack, nack or reject with its arguments decoded. The reader then hands them
+to the connection and its channels one by one, exactly as connection.read_frames would
 frame by frame: any of them may pause or close the connection, and what follows must
 then stay unread or be dropped. tests/test_accel_connection.py feeds the same bytes to
-both paths and compares everything they do.
+both readers and compares everything they do.
 
-Only CPython gets here (framing.use_scanner installs read_batch), so this module is
-never imported on a board: its code would only cost heap there.
+    broker = Broker(..., frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records))
+
+Only CPython uses this (hutch.c_accel.loader), so no board bundle holds it: its code
+would only cost heap there.
 """
 
 from . import spec
-from .channel import IDLE
-from .channel import OPEN as CHANNEL_OPEN
-from .connection import CLOSING, OPEN
-from .errors import ChannelException, ConnectionException
-from .framing import FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS, SETTLE
-from .spec import UNEXPECTED_FRAME
+from .errors import ChannelException
+from .framing import (
+    BODY_END,
+    CHANNEL,
+    DELIVERY_TAG,
+    FULL,
+    HEADER_END,
+    METHOD_ID,
+    NEED_MORE,
+    OVERSIZE,
+    PAYLOAD_END,
+    PAYLOAD_START,
+    PUBLISH,
+    RECORD_SLOTS,
+    SETTLE,
+    TYPE,
+)
 
 
-def read_batch(conn, data, pos):
-    # The scanner (C) finds a batch of frames in one call; then they are handled one by
-    # one, because any of them may pause or close the connection, and what follows must
-    # then stay unread (kept in _pending) or be dropped. Same behaviour as Connection._read_frames.
-    records = conn._records
+def reader_factory(scan, new_records):
+    """For Broker(frame_reader=...): each connection gets a reader of its own records (one may
+    be fed while another's batch is being handled) that finds frames with scan."""
+
+    def new_reader():
+        records = new_records()
+
+        def read(conn, data, pos):
+            return read_batch(conn, data, pos, scan, records)
+
+        return read
+
+    return new_reader
+
+
+def read_batch(conn, data, pos, scan, records):
+    """The frames of data from pos on, found a batch at a time by scan into records, then
+    handled one by one, because any of them may pause or close the connection, and what
+    follows must then stay unread (kept pending) or be dropped. Where the next unread
+    frame starts, as connection.read_frames returns it."""
     while True:
         max_payload = conn.max_payload
-        count, stop, status, detail = conn._scan(data, pos, max_payload, records)
+        count, stop, status, detail = scan(data, pos, max_payload, records)
         slot = 0
         for _ in range(count):
             if conn.paused or conn.closed:
                 return pos
-            ftype = records[slot]
-            end = records[slot + 3]
+            ftype = records[slot + TYPE]
+            end = records[slot + PAYLOAD_END]
+            number = records[slot + CHANNEL]
             if ftype == PUBLISH:
-                last = records[slot + 5]
-                after = whole_publish(conn, records[slot + 1], data, records[slot + 2], end, records[slot + 4], last)
+                last = records[slot + BODY_END]
+                after = whole_publish(
+                    conn, number, data, records[slot + PAYLOAD_START], end, records[slot + HEADER_END], last
+                )
                 if after <= last:
                     return after  # paused or closed part way: the rest stays unread
                 pos = after
             elif ftype == SETTLE:
-                settle(conn, records[slot + 1], data, records[slot + 2], end, records[slot + 4], records[slot + 5])
+                method_id, tag = records[slot + METHOD_ID], records[slot + DELIVERY_TAG]
+                settle(conn, number, data, records[slot + PAYLOAD_START], end, method_id, tag)
                 pos = end + 1
             else:
-                if not handle_frame(conn, ftype, records[slot + 1], data, records[slot + 2] - 7, end):
+                if not conn.handle_frame(ftype, number, data, records[slot + PAYLOAD_START] - 7, end):
                     return len(data)
                 pos = end + 1
             slot += RECORD_SLOTS
@@ -57,9 +89,9 @@ def read_batch(conn, data, pos):
             if status == NEED_MORE or conn.paused or conn.closed:
                 return stop
             if status == OVERSIZE:
-                conn._oversize_frame(detail)
+                conn.oversize_frame(detail)
             else:
-                conn._bad_frame_end(detail)
+                conn.bad_frame_end(detail)
             return len(data)
 
 
@@ -68,8 +100,8 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
     header_end and body_end (the same when the body is empty): one step for the channel
     when it is open and idle, else frame by frame, exactly as they would have been.
     Returns where the next unhandled frame starts."""
-    channel = conn.channels.get(number) if conn.state == OPEN else None
-    if channel is not None and channel.state == CHANNEL_OPEN and channel.content_state == IDLE:
+    channel = conn.idle_channel(number)
+    if channel is not None:
         try:
             channel.on_publish(data, payload + 4, end)
             channel.on_header(data, end + 1, header_end)
@@ -84,16 +116,16 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
     for ftype, start, frame_end in frames:
         if conn.paused or conn.closed:
             return start
-        handle_frame(conn, ftype, number, data, start, frame_end)
+        conn.handle_frame(ftype, number, data, start, frame_end)
     return body_end + 1
 
 
 def settle(conn, number, data, payload, end, method_id, tag):
     """A basic.ack, nack or reject whose delivery tag the scanner decoded: straight to the
     channel when it is open and idle, else as any method frame."""
-    channel = conn.channels.get(number) if conn.state == OPEN else None
-    if channel is None or channel.state != CHANNEL_OPEN or channel.content_state != IDLE:
-        handle_frame(conn, 1, number, data, payload - 7, end)
+    channel = conn.idle_channel(number)
+    if channel is None:
+        conn.handle_frame(1, number, data, payload - 7, end)
         return
     bits = data[end - 1]
     try:
@@ -105,21 +137,3 @@ def settle(conn, number, data, payload, end, method_id, tag):
             channel.settle(tag, False, False, bits & 1, method_id)
     except ChannelException as e:
         conn.channel_error(channel, e)
-
-
-def handle_frame(conn, ftype, number, data, pos, end):
-    """One whole frame, its header at pos and its frame-end octet at end. False after a
-    framing error: the rest of the stream cannot be read. (Connection._read_frames has it inline.)"""
-    if conn.state == CLOSING:
-        conn._closing_frame(ftype, number, data, pos, end)
-    elif ftype == 1:
-        conn._method_frame(number, data, pos + 7, end)
-    elif ftype == 2 or ftype == 3:
-        conn._content_frame(ftype, number, data, pos, end)
-    elif ftype == 8:
-        if number != 0:
-            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
-    else:
-        conn._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
-        return False
-    return True

@@ -61,7 +61,7 @@ def _flag(value):
 
 
 class Broker:
-    def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch"):
+    def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()
         self.users = users or Users()
         self.log = log or _no_log
@@ -89,6 +89,9 @@ class Broker:
         self.expirable = []  # queues with x-expires: deleted after that long unused
         self.journal = None  # core/durable.Journal, attached by the storage port after replay
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
+        # How connections find frames: frame_reader() gives each new one its reader (core/batch.py
+        # with the C scanner); None: connection.read_frames, frame by frame.
+        self.frame_reader = frame_reader
         self._serial = 0
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
         self._properties = None
@@ -96,7 +99,7 @@ class Broker:
     # ------------------------------------------------------------ connections and time
 
     def connect(self, peer):
-        conn = Connection(self, peer)
+        conn = Connection(self, peer, self.frame_reader()) if self.frame_reader else Connection(self, peer)
         self.connections.append(conn)
         return conn
 

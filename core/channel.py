@@ -79,6 +79,10 @@ class Channel:
 
     # ------------------------------------------------------------ frames in
 
+    def idle(self):
+        """Open and between messages: the next frame must be a method."""
+        return self.state == OPEN and self.content_state == IDLE
+
     def on_method(self, method_id, buf, pos, end):
         if self.state == CLOSING:
             if method_id == spec.CHANNEL_CLOSE_OK:

@@ -12,73 +12,77 @@ The port owns the socket (or UART) and the clock:
     conn.closed               # write what take_output() gives, then close the transport
     conn.lost()               # the transport went away
 
-States follow the 0-9-1 handshake (requirements.md R093): protocol header,
-start/start-ok, tune/tune-ok, open/open-ok; then channels; then the close
-handshake in either direction.
+The connection finds the frames in what it is fed with a frame reader, a function
+read(conn, data, pos) -> where it stopped, which hands each whole frame to the
+connection's handle_frame (or, inlined, to method_frame and content_frame): by
+default read_frames below, frame by frame; on CPython with the C accelerator, one
+from core/batch.py that scans a buffer's frames in one call (Broker(frame_reader=...)).
+Channel 0's methods (the handshake) are core/handshake.py's; channels are core/channel.py.
 """
 
 import struct
 
 from . import spec
-from .auth import MECHANISMS, credentials, is_loopback
+from .auth import is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
-from .channel import Channel, raise_unexpected
+from .channel import Channel
 from .errors import ChannelException, ConnectionException, DecodeError
-from .spec import (
-    ACCESS_REFUSED,
-    CHANNEL_ERROR,
-    COMMAND_INVALID,
-    FRAME_ERROR,
-    INTERNAL_ERROR,
-    NOT_ALLOWED,
-    RESOURCE_ERROR,
-    UNEXPECTED_FRAME,
+from .handshake import (
+    AUTH_FAILED,
+    AWAIT_HEADER,
+    AWAIT_OPEN,
+    CLOSED,
+    CLOSING,
+    OPEN,
+    STATE_NAMES,
+    connection_method,
+    read_header,
+    refuse_header,
+    refuse_login,
 )
-from .wire import (
-    HEARTBEAT_FRAME,
-    PROTOCOL_HEADER,
-    PROTOCOL_HEADER_0_9,
-    decode_args,
-    method_frame,
-    method_name,
-    signature,
-    text,
-)
+from .spec import CHANNEL_ERROR, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME
+from .wire import HEARTBEAT_FRAME, decode_args, method_frame
 
-# The batch frame reading connections use: installed on CPython by framing.use_scanner (the C
-# scanner, from hutch.c_accel.loader) as (scan, new_records, read_batch); see core/batch.py.
-# None, and always on MicroPython: each connection reads frame headers in its own loop
-# (_read_frames). Nothing of the batch path is imported here, so a board's heap never holds it.
-frame_scanner = None
 
-AWAIT_HEADER = 0
-AWAIT_START_OK = 1
-AUTH_FAILED = 2  # login refused: waiting out the delay before we say so
-AWAIT_TUNE_OK = 3
-AWAIT_OPEN = 4
-OPEN = 5
-CLOSING = 6  # we sent connection.close and wait for close-ok
-CLOSED = 7
-
-STATE_NAMES = (
-    "awaiting protocol header",
-    "starting",
-    "refusing login",
-    "tuning",
-    "opening",
-    "open",
-    "closing",
-    "closed",
-)
-EXPECTED = {
-    AWAIT_START_OK: spec.CONNECTION_START_OK,
-    AWAIT_TUNE_OK: spec.CONNECTION_TUNE_OK,
-    AWAIT_OPEN: spec.CONNECTION_OPEN,
-}
+def read_frames(conn, data, pos):
+    """The default frame reader: each frame header read here, in Python (MicroPython, or CPython
+    without the C accelerator, where a batch scan in Python costs more than it saves: framing.py
+    says why). Returns where the next unread frame starts (len(data) after a framing error)."""
+    n = len(data)
+    while n - pos >= 7:
+        if conn.paused or conn.closed:
+            break
+        size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]
+        if size > conn.max_payload:
+            conn.oversize_frame(size)
+            return n
+        end = pos + 7 + size
+        if end >= n:
+            break
+        if data[end] != 0xCE:
+            conn.bad_frame_end(data[end])
+            return n
+        # Connection.handle_frame, written out: on MicroPython the call costs ~10% of feed.
+        ftype = data[pos]
+        number = (data[pos + 1] << 8) | data[pos + 2]
+        if conn.state == CLOSING:
+            conn.closing_frame(ftype, number, data, pos, end)
+        elif ftype == 1:
+            conn.method_frame(number, data, pos + 7, end)
+        elif ftype == 2 or ftype == 3:
+            conn.content_frame(ftype, number, data, pos, end)
+        elif ftype == 8:
+            if number != 0:
+                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+        else:
+            conn.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+            return n
+        pos = end + 1
+    return pos
 
 
 class Connection:
-    def __init__(self, broker, peer):
+    def __init__(self, broker, peer, read=read_frames):
         limits = broker.limits
         self.broker = broker
         self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
@@ -90,13 +94,8 @@ class Connection:
         self.out = []
         self.out_bytes = 0
         self.high_water = limits.output_high_water
-        self._pending = b""
-        # The batch frame scanner (C) if one is installed, and the records it fills: each
-        # connection has its own, as one may be fed while another's batch is being handled.
-        scanner = frame_scanner
-        self._scan = scanner[0] if scanner is not None else None
-        self._records = scanner[1]() if scanner is not None else None
-        self._read_batch = scanner[2] if scanner is not None else None
+        self.pending = b""  # bytes fed but not read yet: a frame's start, or held back while paused
+        self.read_frames = read  # the frame reader (see the module's docstring)
         self._woken = False
         self.channels = {}
         self.frame_max = limits.frame_max
@@ -116,7 +115,7 @@ class Connection:
         self.paused = False
         self.confirm_channels = []
         self.counted = False
-        self._auth_mechanism = b""
+        self.auth_mechanism = b""
 
     def __repr__(self):
         return "<Connection %s>" % self.name
@@ -133,19 +132,19 @@ class Connection:
         if self.closed:
             return
         self.last_recv = self.broker.now
-        if self._pending:
-            data = self._pending + data
-            self._pending = b""
+        if self.pending:
+            data = self.pending + data
+            self.pending = b""
         if self.paused or self.state == AUTH_FAILED:
-            self._pending = bytes(data)
+            self.pending = bytes(data)
             return
         pos = 0
         try:
             if self.state == AWAIT_HEADER:
-                pos = self._read_header(data)
+                pos = read_header(self, data)
                 if pos < 0:
                     return
-            pos = self._read_frames(data, pos)
+            pos = self.read_frames(self, data, pos)
         except ConnectionException as e:
             self.close_with(e)
             pos = len(data)
@@ -162,7 +161,7 @@ class Connection:
             self._close_or_drop(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
             pos = len(data)
         if pos < len(data) and not self.closed:
-            self._pending = bytes(data[pos:])
+            self.pending = bytes(data[pos:])
         self.flush_confirms()
 
     def out_of_memory(self):
@@ -175,95 +174,57 @@ class Connection:
         try:
             self.close_with(e)
         except Exception:  # cannot even say why (no memory to build the frame): hang up
-            self._finish()
+            self.finish()
 
     def eof(self):
         """The peer closed its sending side."""
         if self.state == AWAIT_HEADER and not self.closed:
-            self._refuse_header(self._pending)
+            refuse_header(self, self.pending)
             return
         self.lost()
 
-    def _read_header(self, data):
-        n = len(data)
-        if n < 8:
-            if bytes(data[: min(n, 4)]) != PROTOCOL_HEADER[: min(n, 4)]:
-                self._refuse_header(data)
-            else:
-                self._pending = bytes(data)
-            return -1
-        header = bytes(data[:8])
-        if header != PROTOCOL_HEADER and header != PROTOCOL_HEADER_0_9:
-            self._refuse_header(header)
-            return -1
-        self.state = AWAIT_START_OK
-        self.send_method(0, spec.CONNECTION_START, (0, 9, self.broker.server_properties(), MECHANISMS, b"en_US"))
-        return 8
+    def handle_frame(self, ftype, number, data, pos, end):
+        """One whole frame, its header at pos and its frame-end octet at end, from a batch frame
+        reader. False after a framing error: the rest of the stream cannot be read. (read_frames
+        has the same written out.)"""
+        if self.state == CLOSING:
+            self.closing_frame(ftype, number, data, pos, end)
+        elif ftype == 1:
+            self.method_frame(number, data, pos + 7, end)
+        elif ftype == 2 or ftype == 3:
+            self.content_frame(ftype, number, data, pos, end)
+        elif ftype == 8:
+            if number != 0:
+                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+        else:
+            self.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+            return False
+        return True
 
-    def _refuse_header(self, header):
-        self.broker.log(
-            "warning", "%s: unsupported protocol header %r, answered with AMQP 0-9-1" % (self.name, bytes(header))
-        )
-        self.out.append(PROTOCOL_HEADER)
-        self._finish()
+    def idle_channel(self, number):
+        """Channel number if the connection is open and the channel open and between messages:
+        a batch reader may then hand it a whole publish, or a settlement, in one step."""
+        channel = self.channels.get(number) if self.state == OPEN else None
+        return channel if channel is not None and channel.idle() else None
 
-    def _read_frames(self, data, pos):
-        if self._scan is not None:
-            return self._read_batch(self, data, pos)
-        # Pure Python (MicroPython, or CPython without the C scanner): read each header here.
-        # A batch scan in Python costs more than it saves (framing.py says why).
-        n = len(data)
-        while n - pos >= 7:
-            if self.paused or self.closed:
-                break
-            size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]
-            if size > self.max_payload:
-                self._oversize_frame(size)
-                return n
-            end = pos + 7 + size
-            if end >= n:
-                break
-            if data[end] != 0xCE:
-                self._bad_frame_end(data[end])
-                return n
-            # The same as batch.handle_frame, written out: on MicroPython the call costs ~10% of feed.
-            ftype = data[pos]
-            number = (data[pos + 1] << 8) | data[pos + 2]
-            if self.state == CLOSING:
-                self._closing_frame(ftype, number, data, pos, end)
-            elif ftype == 1:
-                self._method_frame(number, data, pos + 7, end)
-            elif ftype == 2 or ftype == 3:
-                self._content_frame(ftype, number, data, pos, end)
-            elif ftype == 8:
-                if number != 0:
-                    raise ConnectionException(
-                        UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number
-                    )
-            else:
-                self._frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
-                return n
-            pos = end + 1
-        return pos
+    def oversize_frame(self, size):
+        self.frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
 
-    def _oversize_frame(self, size):
-        self._frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
+    def bad_frame_end(self, octet):
+        self.frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % octet)
 
-    def _bad_frame_end(self, octet):
-        self._frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % octet)
-
-    def _frame_error(self, reply_text):
+    def frame_error(self, reply_text):
         # The byte stream cannot be trusted past a framing error: say why, then hang up.
         self.close_with(ConnectionException(FRAME_ERROR, reply_text))
-        self._finish()
+        self.finish()
 
-    def _method_frame(self, number, buf, pos, end):
+    def method_frame(self, number, buf, pos, end):
         if end - pos < 4:
             raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - method frame shorter than 4 octets")
         method_id = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
         pos += 4
         if number == 0:
-            self._connection_method(method_id, buf, pos, end)
+            connection_method(self, method_id, buf, pos, end)
             return
         if self.state != OPEN:
             raise ConnectionException(
@@ -282,7 +243,7 @@ class Connection:
         except ChannelException as e:
             self.channel_error(channel, e)
 
-    def _content_frame(self, ftype, number, buf, start, end):
+    def content_frame(self, ftype, number, buf, start, end):
         if number == 0:
             raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel 0")
         channel = self.channels.get(number) if self.state == OPEN else None
@@ -298,153 +259,16 @@ class Connection:
         except ChannelException as e:
             self.channel_error(channel, e)
 
-    def _closing_frame(self, ftype, number, buf, start, end):
+    def closing_frame(self, ftype, number, buf, start, end):
         """After our connection.close, only close and close-ok matter (requirements R086)."""
         if ftype != 1 or number != 0 or end - start < 11:
             return
         method_id = struct.unpack_from(">I", buf, start + 7)[0]
         if method_id == spec.CONNECTION_CLOSE_OK:
-            self._finish()
+            self.finish()
         elif method_id == spec.CONNECTION_CLOSE:
             self.send_method(0, spec.CONNECTION_CLOSE_OK)
-            self._finish()
-
-    # ------------------------------------------------------------ connection class
-
-    def _connection_method(self, method_id, buf, pos, end):
-        if method_id >> 16 != spec.CLASS_CONNECTION:
-            raise ConnectionException(
-                CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method %s on channel 0" % method_name(method_id), method_id
-            )
-        sig = signature(method_id)
-        if sig is None:
-            raise_unexpected(method_id)
-        args = decode_args(sig, buf, pos, end)
-        if method_id == spec.CONNECTION_CLOSE:
-            code, reply_text = args[0], args[1]
-            if code not in (0, spec.REPLY_SUCCESS):  # py-amqp closes with 0 by default: not a problem
-                self.broker.log(
-                    "warning", "%s: client closed the connection: %d %s" % (self.name, code, text(reply_text))
-                )
-            self.send_method(0, spec.CONNECTION_CLOSE_OK)
-            self._finish()
-            return
-        expected = EXPECTED.get(self.state)
-        if method_id != expected:
-            raise ConnectionException(
-                COMMAND_INVALID,
-                "COMMAND_INVALID - %s is not allowed while the connection is %s"
-                % (method_name(method_id), STATE_NAMES[self.state]),
-                method_id,
-            )
-        if method_id == spec.CONNECTION_START_OK:
-            self._start_ok(*args)
-        elif method_id == spec.CONNECTION_TUNE_OK:
-            self._tune_ok(*args)
-        elif method_id == spec.CONNECTION_OPEN:
-            self._open(args[0])
-
-    def _start_ok(self, client_properties, mechanism, response, _locale):
-        caps = client_properties.get("capabilities")
-        if isinstance(caps, dict):
-            self.wants_blocked = caps.get("connection.blocked") is True
-            self.wants_cancel = caps.get("consumer_cancel_notify") is True
-            self.wants_auth_close = caps.get("authentication_failure_close") is True
-        product = client_properties.get("product")
-        if isinstance(product, bytes):
-            self.client = product
-        if mechanism not in (b"PLAIN", b"AMQPLAIN"):
-            raise ConnectionException(
-                COMMAND_INVALID,
-                "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
-                spec.CONNECTION_START_OK,
-            )
-        self._auth_mechanism = mechanism
-        try:
-            user, password = credentials(mechanism, response)
-        except DecodeError as e:
-            user, reason = "?", "malformed %s response: %s" % (text(mechanism), e)
-        else:
-            reason = self.broker.users.check(user, password, self.loopback)
-        if reason is not None:
-            # Hold the answer back a moment: a guessing client gets few tries (requirements R147).
-            self.broker.log("warning", "%s: login refused: %s" % (self.name, reason))
-            self.state = AUTH_FAILED
-            self.deadline = self.broker.now + self.broker.limits.auth_failure_delay_ms
-            return
-        self.user = user.encode()
-        limits = self.broker.limits
-        self.send_method(0, spec.CONNECTION_TUNE, (limits.channel_max, limits.frame_max, limits.heartbeat))
-        self.state = AWAIT_TUNE_OK
-
-    def _refuse_login(self):
-        if self.wants_auth_close:
-            self.close_with(
-                ConnectionException(
-                    ACCESS_REFUSED,
-                    "ACCESS_REFUSED - Login was refused using authentication mechanism %s. "
-                    "For details see the broker logfile." % text(self._auth_mechanism),
-                    spec.CONNECTION_START_OK,
-                )
-            )
-        else:
-            self._finish()  # older clients expect the socket to close (as RabbitMQ does)
-
-    def _tune_ok(self, channel_max, frame_max, heartbeat):
-        limits = self.broker.limits
-        if frame_max and frame_max < spec.FRAME_MIN_SIZE:
-            raise ConnectionException(
-                NOT_ALLOWED,
-                "NOT_ALLOWED - frame_max=%d < %d min size" % (frame_max, spec.FRAME_MIN_SIZE),
-                spec.CONNECTION_TUNE_OK,
-            )
-        if frame_max == 0 or frame_max > limits.frame_max:
-            raise ConnectionException(
-                NOT_ALLOWED,
-                "NOT_ALLOWED - negotiated frame_max = %d is higher than the maximum allowed value (%d)"
-                % (frame_max, limits.frame_max),
-                spec.CONNECTION_TUNE_OK,
-            )
-        if channel_max == 0 or channel_max > limits.channel_max:
-            raise ConnectionException(
-                NOT_ALLOWED,
-                "NOT_ALLOWED - negotiated channel_max = %d is higher than the maximum allowed value (%d)"
-                % (channel_max, limits.channel_max),
-                spec.CONNECTION_TUNE_OK,
-            )
-        self.frame_max = frame_max
-        self.max_payload = frame_max - 8
-        self.channel_max = channel_max
-        self.heartbeat_ms = heartbeat * 1000
-        self.state = AWAIT_OPEN
-
-    def _open(self, vhost):
-        broker = self.broker
-        if vhost != b"/":
-            raise ConnectionException(
-                NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN
-            )
-        if broker.refuse_connections is not None:
-            raise ConnectionException(
-                NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + broker.refuse_connections, spec.CONNECTION_OPEN
-            )
-        limit = broker.limits.max_connections
-        if broker.open_connections >= limit:
-            raise ConnectionException(
-                NOT_ALLOWED,
-                "NOT_ALLOWED - access to vhost '/' refused for user '%s': "
-                "connection limit (%d) is reached" % (text(self.user), limit),
-                spec.CONNECTION_OPEN,
-            )
-        broker.open_connections += 1
-        self.counted = True
-        self.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
-        self.state = OPEN
-        broker.log(
-            "info", "%s: connection open (user '%s', client %s)" % (self.name, text(self.user), text(self.client))
-        )
-        if broker.blocked:
-            self.notify_blocked(broker.block_reason)
+            self.finish()
 
     def _open_channel(self, number, buf, pos, end):
         decode_args("s", buf, pos, end)
@@ -489,12 +313,12 @@ class Connection:
         if self.state == OPEN:
             self.close_with(ConnectionException(code, reply_text))
         else:
-            self._finish()
+            self.finish()
 
-    def _finish(self):
+    def finish(self):
         self.state = CLOSED
         self.closed = True
-        self._pending = b""
+        self.pending = b""
         try:
             self._release()
         finally:  # even if giving back failed (MemoryError), the port must learn we are closed
@@ -506,7 +330,7 @@ class Connection:
         """The transport is gone; nothing more can be sent."""
         if not self.closed and self.state == OPEN:
             self.broker.log("warning", "%s: client closed the socket without connection.close" % self.name)
-        self._finish()
+        self.finish()
         self.out = []
 
     def _release(self):
@@ -527,20 +351,20 @@ class Connection:
         if state < OPEN and state != AUTH_FAILED and now >= self.deadline:
             self.broker.log("warning", "%s: handshake timed out while %s" % (self.name, STATE_NAMES[state]))
             if state == AWAIT_HEADER:
-                self._refuse_header(self._pending)  # a short header still learns what we speak
+                refuse_header(self, self.pending)  # a short header still learns what we speak
             else:
-                self._finish()
+                self.finish()
         elif state == AUTH_FAILED and now >= self.deadline:
-            self._refuse_login()
+            refuse_login(self)
         elif state == CLOSING and now >= self.deadline:
-            self._finish()
+            self.finish()
         elif self.heartbeat_ms and state >= AWAIT_OPEN:
             if not self.paused and now - self.last_recv > 2 * self.heartbeat_ms:
                 self.broker.log(
                     "warning",
                     "%s: missed heartbeats from client, timeout: %ds" % (self.name, self.heartbeat_ms // 1000),
                 )
-                self._finish()
+                self.finish()
                 return
             if now - self.last_send >= self.heartbeat_ms // 2 and not self.out:
                 self.out.append(HEARTBEAT_FRAME)
@@ -625,8 +449,8 @@ class Connection:
         self.paused = False
         if self in self.broker.paused:
             self.broker.paused.remove(self)
-        pending = self._pending
-        self._pending = b""
+        pending = self.pending
+        self.pending = b""
         if pending:
             self.feed(pending)
         if self.wake is not None:

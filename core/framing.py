@@ -5,7 +5,15 @@ scan_frames() walks a buffer and records every complete frame it finds, so the
 connection learns where all the frames are in one call per buffer. This is the
 pure-Python reference: c_accel/ has the same function in C (one FFI call per
 buffer, never one per frame) and its tests check the two agree on any input.
-Connections use the C one when it is installed (use_scanner, below).
+Connections read with the C one through core/batch.py when it is built.
+
+Why connections do not read with scan_frames when there is no C: in pure Python the
+batch costs more than it saves. Each frame's record is written and read back on top
+of reading its header, and each call returns a tuple; on the MicroPython unix port,
+feeding small publishes through scan_frames was ~35-45% slower than the connection's
+own loop (~10-15% on CPython). So connection.read_frames reads them there, and
+scan_frames stays the reference the C code is tested against (the batch reader is
+tested with it too: tests/test_accel_*.py).
 
 It only checks what tells where frames start and end: a payload larger than the
 connection allows (its header is enough to know; the payload need not have
@@ -140,23 +148,3 @@ def scan_frames(buf, pos, max_payload, records):
             records[slot + HEADER_END] = records[slot + BODY_END] = 0
             pos = end + 1
         count += 1
-
-
-# The scanner connections use: none (they read each frame header in their own loop) until
-# a CPython entry point installs the C one (hutch.c_accel.loader). The core never imports
-# the accelerator itself: on MicroPython there is none, and the core stays free of
-# CPython-only code. Nor does the connection import this module (or batch.py): a board never
-# needs them.
-#
-# Why not scan_frames above when there is no C: in pure Python the batch costs more than
-# it saves. Each frame's record is written and read back on top of reading its header, and
-# each call returns a tuple; on the MicroPython unix port, feeding small publishes through
-# scan_frames was ~35-45% slower than the connection's own loop (~10-15% on CPython).
-# scan_frames stays the reference the C code is tested against, and the connection's
-# batch loop is tested with it too (tests/test_accel_*.py).
-def use_scanner(scan, make_records):
-    """Make scan (with records from make_records()) the scanner of connections made from now
-    on, read by batch.read_batch; scan None: the connection's own loop."""
-    from . import batch, connection
-
-    connection.frame_scanner = (scan, make_records, batch.read_batch) if scan is not None else None

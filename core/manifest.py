@@ -14,6 +14,7 @@ package(
         "errors.py",
         "exchange.py",
         "fifo.py",
+        "handshake.py",
         "journal.py",
         "limits.py",
         "link.py",

@@ -184,14 +184,15 @@ def tcp_server_class():
     return ProtocolServer
 
 
-def choose_frame_scanner():
-    """On CPython, the C frame scanner if it was built (c_accel/loader.py); a line for the log,
-    or None on MicroPython, which has no accelerator: there c_accel is never imported."""
+def choose_frame_reader():
+    """On CPython, the C frame scanner's reader if it was built (c_accel/loader.py): (a line for
+    the log, the reader factory or None). On MicroPython, which has no accelerator, (None, None):
+    there c_accel is never imported and connections read frame by frame."""
     if sys.implementation.name == "micropython":
-        return None
+        return None, None
     from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
 
-    return loader.activate()
+    return loader.frame_reader()
 
 
 def recover_journal(opts, broker, log):
@@ -216,11 +217,11 @@ def recover_journal(opts, broker, log):
 
 async def serve(opts, log, stop_event=None, on_ready=None):
     _make_dirs(opts["data"])
-    scanner = choose_frame_scanner()  # before the first connection: each keeps the scanner it was made with
-    if scanner is not None:
-        log("info", scanner)
+    line, frame_reader = choose_frame_reader()
+    if line is not None:
+        log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
-    broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
+    broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
     journal = recover_journal(opts, broker, log)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     server = tcp_server_class()(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)

@@ -1,13 +1,18 @@
 """A broker and one connection fed bytes directly, reading frames one of three ways:
-"inline" (the connection's own loop: MicroPython, or CPython without the C scanner),
-"python" (the batch loop with core/framing.py's reference scanner) and "c" (the batch
-loop with the C scanner). The differential tests feed all three the same bytes."""
+"inline" (connection.read_frames: MicroPython, or CPython without the C scanner),
+"python" (the batch reader with core/framing.py's reference scanner) and "c" (the batch
+reader with the C scanner). The differential tests feed all three the same bytes."""
 
 from hutch.c_accel import scanner as c_scanner
 from hutch.core import batch, framing
 from hutch.core.broker import Broker
 
 SCANNERS = ("inline", "python", "c")
+READERS = {
+    "inline": None,
+    "python": batch.reader_factory(framing.scan_frames, framing.new_records),
+    "c": batch.reader_factory(c_scanner.scan_frames, c_scanner.new_records),
+}
 
 
 class Side:
@@ -15,21 +20,12 @@ class Side:
 
     def __init__(self, how, limits):
         self.log = []
-        self.broker = Broker(limits, log=lambda level, message, exc=None: self.log.append((level, message)))
+        self.broker = Broker(
+            limits, log=lambda level, message, exc=None: self.log.append((level, message)), frame_reader=READERS[how]
+        )
         self.conn = self.broker.connect({"address": "127.0.0.1", "port": 1})
-        conn = self.conn
-        if how == "inline":
-            conn._scan, conn._records, conn._read_batch = None, None, None
-        elif how == "c":
-            conn._scan, conn._records, conn._read_batch = (
-                c_scanner.scan_frames,
-                c_scanner.new_records(),
-                batch.read_batch,
-            )
-        else:
-            conn._scan, conn._records, conn._read_batch = framing.scan_frames, framing.new_records(), batch.read_batch
 
     def feed(self, chunk):
         self.conn.feed(chunk)
         conn = self.conn
-        return conn.take_output(), conn.state, conn.closed, conn.paused, conn._pending, self.log[:]
+        return conn.take_output(), conn.state, conn.closed, conn.paused, conn.pending, self.log[:]
