@@ -20,6 +20,7 @@ import time
 
 from hutch.core import batch, framing, spec
 from hutch.core.broker import Broker
+from hutch.core.connection import Connection
 from hutch.core.framing import FULL, RECORD_SLOTS
 from hutch.core.wire import PROTOCOL_HEADER, content_frames, method_frame
 
@@ -86,7 +87,7 @@ def scan_and_read(scan, records, buf):
 
 def open_connection(frame_reader):
     broker = Broker(frame_reader=frame_reader)
-    conn = broker.connect({"address": "127.0.0.1", "port": 1})
+    conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
     conn.feed(PROTOCOL_HEADER)
     conn.feed(method_frame(0, spec.CONNECTION_START_OK, ({}, b"PLAIN", b"\x00guest\x00guest", b"en_US")))
     conn.feed(method_frame(0, spec.CONNECTION_TUNE_OK, (100, 131072, 0)))

@@ -1,27 +1,32 @@
-"""One AMQP channel: its methods, content assembly, deliveries, acks, confirms, tx.
+"""One AMQP 0-9-1 channel: its frames, its publishes, its deliveries and their acks.
 
-Entity operations (declare, bind, delete...) live in the broker; the channel
-decodes the method, calls the broker and writes the reply. Anything wrong
-raises ChannelException (the connection closes this channel) or
-ConnectionException (the connection closes itself).
+The channel assembles each publish from its three frames and hands the message to
+Broker.publish; it delivers what its consumers' queues give it and settles what the
+client acks through Broker.settle. Its methods are handled by subject, each in a
+module of functions (channel, method arguments): the exchange and queue classes in
+core/declare.py, basic in core/basic.py, tx in core/tx.py, confirm in
+core/confirms.py (which also holds the confirms the channel owes its publisher);
+the channel class itself (flow, close) is here. Anything wrong raises
+ChannelException (the connection closes this channel) or ConnectionException (the
+connection closes itself).
 """
 
 import struct
 
-from . import spec
+from . import basic, declare, spec, tx
+from .broker import ACCEPT, REJECT, REQUEUE, ROUTED
+from .confirms import Confirms, confirm_select
 from .errors import ChannelException, ConnectionException
 from .message import FLAG_EXPIRATION, FLAG_USER_ID, Message, append_content
-from .queue import Consumer
 from .spec import (
-    ACCESS_REFUSED,
     COMMAND_INVALID,
     FRAME_ERROR,
-    NOT_ALLOWED,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
 )
+from .topology import check_exclusive, exchange_for_publish
 from .wire import FRAME_END_BYTE, decode_args, method_name, signature, text
 
 OPEN = 0
@@ -34,14 +39,9 @@ WANT_BODY = 2  # header seen, expecting body frames
 DELIVER_ID = struct.pack(">I", spec.BASIC_DELIVER)
 
 
-class Transaction:
-    def __init__(self):
-        self.publishes = []  # (message, mandatory)
-        self.settles = []  # (tags, ack, requeue)
-        self.pending = {}  # tag -> True: settled inside this transaction, not yet committed
-
-
 class Channel:
+    confirms: "Confirms | None"  # (an annotation alone costs nothing at run time)
+
     def __init__(self, conn, number):
         self.conn = conn
         self.broker = conn.broker
@@ -67,15 +67,9 @@ class Channel:
         self.active = True  # channel.flow from the client
         self.last_queue = None  # for the empty queue name shortcut
         # publishing modes
-        self.confirming = False
-        self.publish_seq = 0
-        self.confirm_ready = 0  # every publish up to this one can be acked
-        self.confirm_sent = 0
-        # Confirms (and tx.commit-oks) held until the journal has made durable what they
-        # promise, in publish order: (publish seq, journal seq needed, refused) and journal seqs.
-        self.confirm_waits = []
-        self.commit_waits = []
-        self.tx = None
+        self.confirming = False  # confirm.select: every publish gets a basic.ack or basic.nack
+        self.confirms = None  # what it owes its publisher (core/confirms.py), from confirm.select or tx.commit
+        self.tx = None  # the open transaction (core/tx.py), from tx.select
 
     # ------------------------------------------------------------ frames in
 
@@ -210,15 +204,14 @@ class Channel:
     # ------------------------------------------------------------ publishing
 
     def publish(self, message, mandatory):
-        broker = self.broker
-        exchange = broker.exchange_for_publish(message.exchange)
+        exchange = exchange_for_publish(self.broker, message.exchange)
         flags = message.flags()
         if flags & (FLAG_USER_ID | FLAG_EXPIRATION):
             self._check_properties(message, flags)
         if self.tx is not None:
             self.tx.publishes.append((message, mandatory))
             return
-        self._route(exchange, message, mandatory)
+        self.publish_now(exchange, message, mandatory)
 
     def _check_properties(self, message, flags):
         props = message.properties()
@@ -241,90 +234,21 @@ class Channel:
                 )
             message.ttl = int(expiration)
 
-    def _route(self, exchange, message, mandatory):
-        broker = self.broker
-        queues = broker.route(exchange, message)
-        refused = False
-        # Out of memory, a publisher with confirms is told no (basic.nack) and still read: its
-        # connection may carry acks too, and they are what frees memory. Others are paused.
-        refuse_all = self.confirming and broker.blocked
-        targets = []
-        for queue in queues:
-            if refuse_all:
-                refused = True
-                continue
-            if not queue.accepts(message):
-                refused = True  # x-overflow reject-publish(-dlx)
-                if queue.overflow == b"reject-publish-dlx" and queue.dead_letter_exchange is not None:
-                    broker.dead_letter(queue, message, b"maxlen")
-                continue
-            if queue.is_full():
-                if self.confirming:
-                    refused = True  # the board's budget for this queue is spent: nack, never drop silently
-                    continue
-                self.conn.wait_for(queue)  # no confirms to say no with: slow the publisher down instead
-            targets.append(queue)
-        journal = broker.journal
-        journalled = False
-        if journal is not None:
-            for queue in targets:
-                if queue.journalled:
-                    # into the journal before any queue has it: a consumer may take (and ack) it at once
-                    journalled = journal.add_message(message, targets)
-                    break
-        for queue in targets:
-            queue.publish(message, broker.expiry(queue, message))
-        if not queues and mandatory:
+    def publish_now(self, exchange, message, mandatory):
+        """Into the broker; then what 0-9-1 says of it: basic.return, and the confirm."""
+        result = self.broker.publish(exchange, message, self)
+        if mandatory and not result & ROUTED:
             self.send_return(spec.NO_ROUTE, "NO_ROUTE", message)
         if self.confirming:
-            self.publish_seq += 1
-            if journalled or self.confirm_waits:
-                # confirmed once the journal has it on disk (and after those before it)
-                self.confirm_waits.append((self.publish_seq, journal.seq if journalled else 0, refused))
-                self.conn.confirm_pending(self)
-            elif refused:
-                self.flush_confirms()
-                self.conn.send_method(self.number, spec.BASIC_NACK, (self.publish_seq, False, False))
-                self.confirm_sent = self.publish_seq
-            else:
-                self.confirm_ready = self.publish_seq
-                self.conn.confirm_pending(self)
+            self.confirms.published(result)
+
+    def hold_for(self, queue):
+        """A full queue asks this publisher (without confirms) to wait: stop reading its connection."""
+        self.conn.wait_for(queue)
 
     def flush_confirms(self):
         """Send the confirms that are due; True if some still wait for the journal."""
-        if self.confirm_waits or self.commit_waits:
-            return self._flush_durable()
-        self._send_acks()
-        return False
-
-    def _flush_durable(self):
-        synced = self.broker.journal.synced
-        waits = self.confirm_waits
-        done = 0
-        for seq, needed, refused in waits:
-            if needed > synced:
-                break
-            done += 1
-            if refused:
-                self._send_acks()
-                self.conn.send_method(self.number, spec.BASIC_NACK, (seq, False, False))
-                self.confirm_sent = seq
-            else:
-                self.confirm_ready = seq
-        if done:
-            del waits[:done]
-        self._send_acks()
-        commits = self.commit_waits
-        while commits and commits[0] <= synced:
-            commits.pop(0)
-            self.reply(spec.TX_COMMIT_OK)
-        return bool(waits or commits)
-
-    def _send_acks(self):
-        if self.confirm_ready > self.confirm_sent:
-            multiple = self.confirm_ready - self.confirm_sent > 1
-            self.conn.send_method(self.number, spec.BASIC_ACK, (self.confirm_ready, multiple))
-            self.confirm_sent = self.confirm_ready
+        return self.confirms.flush() if self.confirms is not None else False
 
     def send_return(self, code, reply_text, message):
         conn = self.conn
@@ -341,16 +265,12 @@ class Channel:
         message = entry[0]
         tag = self.next_tag
         self.next_tag = tag + 1
-        if consumer.no_ack:
-            self.broker.release(message)  # queue.forget(message), written out: this is the hot path
-            if message.pid and queue.journalled:
-                self.broker.journal.removed(queue, message)
-        else:
+        no_ack = consumer.no_ack
+        self.broker.delivered(queue, entry, no_ack)
+        if not no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             self.consumer_unacked += 1
-            if message.pid and not entry[1] and queue.journalled:
-                self.broker.journal.delivered(queue, message)  # so it comes back redelivered
         conn = self.conn
         tag_ss = consumer.tag_shortstr
         route = message.route
@@ -376,11 +296,9 @@ class Channel:
         """basic.ack / nack / reject: validate the tags, then apply (or stash under tx)."""
         tags = self._collect(tag, multiple, method_id)
         if self.tx is not None:
-            for t in tags:
-                self.tx.pending[t] = True
-            self.tx.settles.append((tags, ack, requeue))
+            self.tx.stash(tags, ack, requeue)
             return
-        self._apply(tags, ack, requeue)
+        self.apply(tags, ack, requeue)
 
     def _collect(self, tag, multiple, method_id):
         unacked = self.unacked
@@ -403,10 +321,11 @@ class Channel:
                 tags.append(t)
         return tags
 
-    def _apply(self, tags, ack, requeue):
+    def apply(self, tags, ack, requeue):
+        """Settle the deliveries tags name, a queue at a time (in the order the queues first
+        appear): ack, requeue or reject them."""
         unacked = self.unacked
-        touched = []
-        requeues = None
+        groups = []  # [queue, its entries in tag order]
         for t in tags:
             record = unacked.pop(t, None)
             if record is None:
@@ -415,26 +334,18 @@ class Channel:
             if consumer is not None:
                 consumer.unacked -= 1
                 self.consumer_unacked -= 1
-            if queue not in touched:
-                touched.append(queue)
-            if ack:
-                message = entry[0]
-                self.broker.release(message)  # queue.forget(message), written out: the hot path
-                if message.pid and queue.journalled:
-                    self.broker.journal.removed(queue, message)
-            elif requeue:
-                if requeues is None:
-                    requeues = {}
-                if queue not in requeues:
-                    requeues[queue] = []
-                requeues[queue].append(entry)
+            for group in groups:
+                if group[0] is queue:
+                    group[1].append(entry)
+                    break
             else:
-                queue.drop(entry, b"rejected")
+                groups.append([queue, [entry]])
         self._advance_lowest()
-        if requeues:
-            for queue in requeues:
-                queue.requeue(requeues[queue])
-        self._redispatch(touched)
+        outcome = ACCEPT if ack else REQUEUE if requeue else REJECT
+        broker = self.broker
+        for queue, entries in groups:
+            broker.settle(queue, entries, outcome)
+        self.redispatch([group[0] for group in groups])
 
     def _advance_lowest(self):
         low = self.lowest_unacked
@@ -443,7 +354,9 @@ class Channel:
             low += 1
         self.lowest_unacked = low
 
-    def _redispatch(self, queues):
+    def redispatch(self, queues):
+        """Let queues deliver again (room was made); with a channel-wide prefetch, every queue
+        this channel consumes from."""
         if self.prefetch_global:
             for consumer in self.consumers.values():
                 if consumer.queue not in queues:
@@ -458,13 +371,13 @@ class Channel:
         tags = sorted(self.unacked)
         if self.tx is not None:
             self.tx.pending = {}
-        self._apply(tags, False, True)
+        self.apply(tags, False, True)
 
     def server_cancel(self, consumer):
         """The broker ends a consumer (its queue was deleted): tell clients that asked."""
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
-            self.broker.uncount_consumer()
+            self.broker.cancel(consumer)
         if self.state == OPEN and self.conn.wants_cancel:
             self.reply(spec.BASIC_CANCEL, (consumer.tag, False))
 
@@ -478,8 +391,7 @@ class Channel:
         consumers = list(self.consumers.values())
         self.consumers = {}
         for consumer in consumers:
-            self.broker.uncount_consumer()
-            consumer.queue.remove_consumer(consumer)
+            self.broker.cancel(consumer)
         self.tx = None
         self.requeue_all()
 
@@ -497,14 +409,8 @@ class Channel:
         queue = self.broker.queues.get(name)
         if queue is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method_id)
-        self.broker.check_exclusive(queue, self.conn, method_id)
+        check_exclusive(queue, self.conn, method_id)
         return queue
-
-    def new_consumer_tag(self):
-        while True:
-            tag = self.broker.new_name(b"amq.ctag-")
-            if tag not in self.consumers:
-                return tag
 
 
 def raise_unexpected(method_id):
@@ -523,8 +429,9 @@ def raise_unexpected(method_id):
     )
 
 
-# ---------------------------------------------------------------- method handlers
-# Each takes (channel, decoded argument list) and writes its reply.
+# ---------------------------------------------------------------- the channel class's methods
+# Each takes (channel, decoded argument list) and writes its reply, as the handlers of the
+# other classes do.
 
 
 def channel_flow(ch, args):
@@ -553,260 +460,34 @@ def access_request(ch, args):
     ch.reply(spec.ACCESS_REQUEST_OK, (1,))  # obsolete, but old clients still ask (RabbitMQ answers too)
 
 
-def exchange_declare(ch, args):
-    _ticket, name, kind, passive, durable, auto_delete, internal, nowait, arguments = args
-    ch.broker.declare_exchange(name, kind, passive, durable, auto_delete, internal, arguments)
-    if not nowait:
-        ch.reply(spec.EXCHANGE_DECLARE_OK)
-
-
-def exchange_delete(ch, args):
-    _ticket, name, if_unused, nowait = args
-    ch.broker.delete_exchange_named(name, if_unused)
-    if not nowait:
-        ch.reply(spec.EXCHANGE_DELETE_OK)
-
-
-def exchange_bind(ch, args):
-    _ticket, destination, source, key, nowait, arguments = args
-    ch.broker.bind(
-        source, ch.broker.named_exchange(destination, spec.EXCHANGE_BIND), key, arguments, spec.EXCHANGE_BIND
-    )
-    if not nowait:
-        ch.reply(spec.EXCHANGE_BIND_OK)
-
-
-def exchange_unbind(ch, args):
-    _ticket, destination, source, key, nowait, arguments = args
-    ch.broker.unbind(
-        source, ch.broker.named_exchange(destination, spec.EXCHANGE_UNBIND), key, arguments, spec.EXCHANGE_UNBIND
-    )
-    if not nowait:
-        ch.reply(spec.EXCHANGE_UNBIND_OK)
-
-
-def queue_declare(ch, args):
-    _ticket, name, passive, durable, exclusive, auto_delete, nowait, arguments = args
-    queue = ch.broker.declare_queue(ch.conn, name, passive, durable, exclusive, auto_delete, arguments)
-    ch.last_queue = queue.name
-    if not nowait:
-        ch.reply(spec.QUEUE_DECLARE_OK, (queue.name, queue.message_count(), len(queue.consumers)))
-
-
-def queue_bind(ch, args):
-    _ticket, name, exchange, key, nowait, arguments = args
-    queue = ch.queue_named(name, spec.QUEUE_BIND)
-    ch.broker.bind(exchange, queue, key, arguments, spec.QUEUE_BIND)
-    if not nowait:
-        ch.reply(spec.QUEUE_BIND_OK)
-
-
-def queue_unbind(ch, args):
-    _ticket, name, exchange, key, arguments = args
-    queue = ch.queue_named(name, spec.QUEUE_UNBIND)
-    ch.broker.unbind(exchange, queue, key, arguments, spec.QUEUE_UNBIND)
-    ch.reply(spec.QUEUE_UNBIND_OK)
-
-
-def queue_purge(ch, args):
-    _ticket, name, nowait = args
-    count = ch.queue_named(name, spec.QUEUE_PURGE).purge()
-    if not nowait:
-        ch.reply(spec.QUEUE_PURGE_OK, (count,))
-
-
-def queue_delete(ch, args):
-    _ticket, name, if_unused, if_empty, nowait = args
-    if not name:
-        name = ch.last_queue or b""
-    queue = ch.broker.queues.get(name)
-    count = 0
-    if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ
-        ch.broker.check_exclusive(queue, ch.conn, spec.QUEUE_DELETE)
-        if if_unused and queue.consumers:
-            raise ChannelException(
-                PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - queue '%s' in vhost '/' in use" % text(name),
-                spec.QUEUE_DELETE,
-            )
-        if if_empty and queue.message_count():
-            raise ChannelException(
-                PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name),
-                spec.QUEUE_DELETE,
-            )
-        count = ch.broker.delete_queue(queue)
-    if not nowait:
-        ch.reply(spec.QUEUE_DELETE_OK, (count,))
-
-
-def basic_qos(ch, args):
-    size, count, is_global = args
-    if size:
-        raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % size, spec.BASIC_QOS)
-    if is_global:
-        ch.prefetch_global = count  # RabbitMQ's meaning: shared by the channel's consumers
-    else:
-        ch.prefetch_consumer = count  # each consumer started after this gets its own window
-    ch.reply(spec.BASIC_QOS_OK)
-    ch._redispatch([c.queue for c in ch.consumers.values()])
-
-
-def basic_consume(ch, args):
-    _ticket, name, tag, _no_local, no_ack, exclusive, nowait, _arguments = args
-    queue = ch.queue_named(name, spec.BASIC_CONSUME)
-    if not tag:
-        tag = ch.new_consumer_tag()
-    elif tag in ch.consumers:
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME
-        )
-    if queue.exclusive_consumer is not None or (exclusive and queue.consumers):
-        raise ChannelException(
-            ACCESS_REFUSED,
-            "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use" % text(queue.name),
-            spec.BASIC_CONSUME,
-        )
-    ch.broker.count_consumer(spec.BASIC_CONSUME)
-    consumer = Consumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
-    ch.consumers[tag] = consumer
-    if not nowait:
-        ch.reply(spec.BASIC_CONSUME_OK, (tag,))  # consume-ok goes out before the first delivery
-    queue.add_consumer(consumer)
-
-
-def basic_cancel(ch, args):
-    tag, nowait = args
-    consumer = ch.consumers.pop(tag, None)
-    if not nowait:
-        ch.reply(spec.BASIC_CANCEL_OK, (tag,))  # an unknown tag is not an error (RabbitMQ)
-    if consumer is not None:
-        ch.broker.uncount_consumer()
-        consumer.queue.remove_consumer(consumer)
-
-
-def basic_get(ch, args):
-    _ticket, name, no_ack = args
-    queue = ch.queue_named(name, spec.BASIC_GET)
-    queue.last_used = ch.broker.now
-    entry = queue.take()
-    if entry is None:
-        ch.reply(spec.BASIC_GET_EMPTY, (b"",))
-        return
-    message = entry[0]
-    tag = ch.next_tag
-    ch.next_tag = tag + 1
-    if no_ack:
-        queue.forget(message)
-    else:
-        ch.unacked[tag] = (queue, entry, None)
-        if message.pid and not entry[1] and queue.journalled:
-            ch.broker.journal.delivered(queue, message)
-    conn = ch.conn
-    conn.send_method(
-        ch.number, spec.BASIC_GET_OK, (tag, entry[1], message.exchange, message.routing_key, queue.message_count())
-    )
-    append_content(conn.out, ch, message, conn.max_payload)
-    conn.output_added(message.body_size)
-
-
-def basic_ack(ch, args):
-    ch.settle(args[0], args[1], True, False, spec.BASIC_ACK)
-
-
-def basic_reject(ch, args):
-    ch.settle(args[0], False, False, args[1], spec.BASIC_REJECT)
-
-
-def basic_nack(ch, args):
-    ch.settle(args[0], args[1], False, args[2], spec.BASIC_NACK)
-
-
-def basic_recover_async(ch, args):
-    if not args[0]:
-        raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false", spec.BASIC_RECOVER)
-    ch.requeue_all()
-
-
-def basic_recover(ch, args):
-    basic_recover_async(ch, args)
-    ch.reply(spec.BASIC_RECOVER_OK)
-
-
-def confirm_select(ch, args):
-    if ch.tx is not None:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from tx to confirm mode", spec.CONFIRM_SELECT
-        )
-    ch.confirming = True
-    if not args[0]:
-        ch.reply(spec.CONFIRM_SELECT_OK)
-
-
-def tx_select(ch, args):
-    if ch.confirming:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from confirm to tx mode", spec.TX_SELECT
-        )
-    if ch.tx is None:
-        ch.tx = Transaction()
-    ch.reply(spec.TX_SELECT_OK)
-
-
-def _require_tx(ch, method_id):
-    if ch.tx is None:
-        raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - channel is not transactional", method_id)
-    tx = ch.tx
-    ch.tx = Transaction()
-    return tx
-
-
-def tx_commit(ch, args):
-    tx = _require_tx(ch, spec.TX_COMMIT)
-    broker = ch.broker
-    for message, mandatory in tx.publishes:
-        ch._route(broker.exchange_for_publish(message.exchange), message, mandatory)
-    for tags, ack, requeue in tx.settles:
-        ch._apply(tags, ack, requeue)
-    journal = broker.journal
-    if journal is not None and (journal.unsynced() or ch.commit_waits):
-        ch.commit_waits.append(journal.seq)  # commit-ok once what it wrote is on disk
-        ch.conn.confirm_pending(ch)
-        return
-    ch.reply(spec.TX_COMMIT_OK)
-
-
-def tx_rollback(ch, args):
-    _require_tx(ch, spec.TX_ROLLBACK)
-    ch.reply(spec.TX_ROLLBACK_OK)
-
-
+# Every method a client may send on a channel, but basic.publish and basic.ack (on_method
+# reads those itself): a method of a new class gets its handler module and its rows here.
 HANDLERS = {
     spec.CHANNEL_OPEN: channel_open,
     spec.CHANNEL_FLOW: channel_flow,
     spec.CHANNEL_CLOSE: channel_close,
     spec.CHANNEL_CLOSE_OK: channel_close_ok,
     spec.ACCESS_REQUEST: access_request,
-    spec.EXCHANGE_DECLARE: exchange_declare,
-    spec.EXCHANGE_DELETE: exchange_delete,
-    spec.EXCHANGE_BIND: exchange_bind,
-    spec.EXCHANGE_UNBIND: exchange_unbind,
-    spec.QUEUE_DECLARE: queue_declare,
-    spec.QUEUE_BIND: queue_bind,
-    spec.QUEUE_UNBIND: queue_unbind,
-    spec.QUEUE_PURGE: queue_purge,
-    spec.QUEUE_DELETE: queue_delete,
-    spec.BASIC_QOS: basic_qos,
-    spec.BASIC_CONSUME: basic_consume,
-    spec.BASIC_CANCEL: basic_cancel,
-    spec.BASIC_GET: basic_get,
-    spec.BASIC_ACK: basic_ack,
-    spec.BASIC_REJECT: basic_reject,
-    spec.BASIC_NACK: basic_nack,
-    spec.BASIC_RECOVER_ASYNC: basic_recover_async,
-    spec.BASIC_RECOVER: basic_recover,
+    spec.EXCHANGE_DECLARE: declare.exchange_declare,
+    spec.EXCHANGE_DELETE: declare.exchange_delete,
+    spec.EXCHANGE_BIND: declare.exchange_bind,
+    spec.EXCHANGE_UNBIND: declare.exchange_unbind,
+    spec.QUEUE_DECLARE: declare.queue_declare,
+    spec.QUEUE_BIND: declare.queue_bind,
+    spec.QUEUE_UNBIND: declare.queue_unbind,
+    spec.QUEUE_PURGE: declare.queue_purge,
+    spec.QUEUE_DELETE: declare.queue_delete,
+    spec.BASIC_QOS: basic.basic_qos,
+    spec.BASIC_CONSUME: basic.basic_consume,
+    spec.BASIC_CANCEL: basic.basic_cancel,
+    spec.BASIC_GET: basic.basic_get,
+    spec.BASIC_ACK: basic.basic_ack,
+    spec.BASIC_REJECT: basic.basic_reject,
+    spec.BASIC_NACK: basic.basic_nack,
+    spec.BASIC_RECOVER_ASYNC: basic.basic_recover_async,
+    spec.BASIC_RECOVER: basic.basic_recover,
     spec.CONFIRM_SELECT: confirm_select,
-    spec.TX_SELECT: tx_select,
-    spec.TX_COMMIT: tx_commit,
-    spec.TX_ROLLBACK: tx_rollback,
+    spec.TX_SELECT: tx.tx_select,
+    spec.TX_COMMIT: tx.tx_commit,
+    spec.TX_ROLLBACK: tx.tx_rollback,
 }

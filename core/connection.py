@@ -2,7 +2,7 @@
 
 The port owns the socket (or UART) and the clock:
 
-    conn = broker.connect({"address": "127.0.0.1", "port": 50123, "transport": "tcp"})
+    conn = Connection(broker, {"address": "127.0.0.1", "port": 50123, "transport": "tcp"})
     conn.wake = callback      # called when output appears outside feed() (deliveries
                               # caused by other connections, a resume after a block)
     conn.feed(data)           # process every complete frame in data
@@ -81,8 +81,17 @@ def read_frames(conn, data, pos):
     return pos
 
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Callable
+
+
 class Connection:
-    def __init__(self, broker, peer, read=read_frames):
+    # Set by the port: called when output appears outside feed() (an annotation alone costs
+    # nothing at run time).
+    wake: "Callable[[], None] | None"
+
+    def __init__(self, broker, peer):
         limits = broker.limits
         self.broker = broker
         self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
@@ -95,7 +104,7 @@ class Connection:
         self.out_bytes = 0
         self.high_water = limits.output_high_water
         self.pending = b""  # bytes fed but not read yet: a frame's start, or held back while paused
-        self.read_frames = read  # the frame reader (see the module's docstring)
+        self.read_frames = broker.frame_reader() if broker.frame_reader else read_frames  # see the docstring
         self._woken = False
         self.channels = {}
         self.frame_max = limits.frame_max
@@ -116,6 +125,7 @@ class Connection:
         self.confirm_channels = []
         self.counted = False
         self.auth_mechanism = b""
+        broker.connections.append(self)
 
     def __repr__(self):
         return "<Connection %s>" % self.name
@@ -406,7 +416,7 @@ class Connection:
         if was_saturated and self.state == OPEN:
             # the client caught up: let its queues deliver again (the next take gets it)
             for channel in list(self.channels.values()):
-                channel._redispatch([c.queue for c in channel.consumers.values()])
+                channel.redispatch([c.queue for c in channel.consumers.values()])
         return parts
 
     # ------------------------------------------------------------ confirms and flow control
@@ -430,7 +440,7 @@ class Connection:
                 self.broker.wait_for_journal(self)
 
     def after_publish(self):
-        if self.broker.blocked:
+        if self.broker.flow.blocked:
             self.pause()
 
     def wait_for(self, queue):
@@ -441,14 +451,14 @@ class Connection:
     def pause(self):
         if not self.paused:
             self.paused = True
-            self.broker.paused.append(self)
+            self.broker.flow.hold_back(self)
 
     def resume_reading(self):
-        if not self.paused or self.closed or self.broker.blocked:
+        flow = self.broker.flow
+        if not self.paused or self.closed or flow.blocked:
             return
         self.paused = False
-        if self in self.broker.paused:
-            self.broker.paused.remove(self)
+        flow.let_go(self)
         pending = self.pending
         self.pending = b""
         if pending:

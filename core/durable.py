@@ -163,7 +163,7 @@ class Journal:
         chunks = self.chunks
         self.chunks = []
         self._woken = False
-        self.broker.check_disk(self)
+        self.broker.flow.check_disk(self)
         return chunks, deletions, self.seq
 
     def _deletable(self):
@@ -255,7 +255,7 @@ class Journal:
         if message.body_tail is not None:
             parts.append(message.body_tail)
         segment = self._append(MESSAGE, parts)
-        message.pid = pid
+        message.journal_id = pid
         message.segment = segment
         self.live[segment] = self.live.get(segment, 0) + len(names)
         return True
@@ -265,10 +265,10 @@ class Journal:
         segment = message.segment
         self.live[segment] -= 1
         if not queue.deleted:  # else the queue's QUEUE_GONE record said it already
-            self._mark(REMOVED, queue.name, message.pid, segment)
+            self._mark(REMOVED, queue.name, message.journal_id, segment)
 
     def delivered(self, queue, message):
-        self._mark(DELIVERED, queue.name, message.pid, message.segment)
+        self._mark(DELIVERED, queue.name, message.journal_id, message.segment)
 
     def _mark(self, kind, name, pid, segment):
         key = (kind, name)

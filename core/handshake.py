@@ -183,9 +183,10 @@ def _open(conn, vhost):
     broker = conn.broker
     if vhost != b"/":
         raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN)
-    if broker.refuse_connections is not None:
+    flow = broker.flow
+    if flow.refuse_connections is not None:
         raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + broker.refuse_connections, spec.CONNECTION_OPEN
+            NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + flow.refuse_connections, spec.CONNECTION_OPEN
         )
     limit = broker.limits.max_connections
     if broker.open_connections >= limit:
@@ -200,5 +201,5 @@ def _open(conn, vhost):
     conn.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
     conn.state = OPEN
     broker.log("info", "%s: connection open (user '%s', client %s)" % (conn.name, text(conn.user), text(conn.client)))
-    if broker.blocked:
-        conn.notify_blocked(broker.block_reason)
+    if flow.blocked:
+        conn.notify_blocked(flow.reason)

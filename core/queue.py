@@ -1,94 +1,27 @@
 """Queues and consumers.
 
 A queue holds entries (message, redelivered, expires_at) in FIFO order and
-hands them round-robin to consumers that have room: their channel is open and
-flowing, their connection is not backed up, and the prefetch windows allow.
+hands them round-robin to consumers that have room: their session is open and
+flowing, its connection is not backed up, and the prefetch windows allow.
 A message leaves the broker's budget when it is acknowledged (or delivered
 with no-ack), purged, expired or dropped; until then it is "held".
 """
 
-from .errors import ChannelException
+from .arguments import as_bytes
+from .deadletter import dead_letter
 from .fifo import Fifo
-from .spec import PRECONDITION_FAILED
 from .wire import shortstr, text
-
-OVERFLOW_MODES = (b"drop-head", b"reject-publish", b"reject-publish-dlx")
-
-
-# Arguments RabbitMQ users rely on that this broker implements, with their check.
-def _non_negative(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _positive(value):
-    return _non_negative(value) and value > 0
-
-
-def _name(value):
-    return isinstance(value, (bytes, str))
-
-
-def _overflow(value):
-    return _name(value) and _as_bytes(value) in OVERFLOW_MODES
-
-
-def _classic(value):
-    return _name(value) and _as_bytes(value) == b"classic"
-
-
-def _queue_mode(value):
-    return _name(value) and _as_bytes(value) in (b"default", b"lazy")
-
-
-def _as_bytes(value):
-    return value.encode() if isinstance(value, str) else value
-
-
-QUEUE_ARGUMENTS = {
-    "x-message-ttl": _non_negative,
-    "x-expires": _positive,
-    "x-max-length": _non_negative,
-    "x-max-length-bytes": _non_negative,
-    "x-overflow": _overflow,
-    "x-dead-letter-exchange": _name,
-    "x-dead-letter-routing-key": _name,
-    "x-queue-type": _classic,
-    "x-queue-mode": _queue_mode,
-}
-
-# Arguments with a meaning in RabbitMQ that hutch does not implement: refusing them
-# is better than silently ignoring a promise the client thinks it was given.
-UNSUPPORTED_ARGUMENTS = (
-    "x-max-priority",
-    "x-single-active-consumer",
-    "x-queue-master-locator",
-    "x-queue-leader-locator",
-    "x-quorum-initial-group-size",
-    "x-delivery-limit",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-)
-
-
-def check_queue_arguments(name, arguments):
-    for key in arguments:
-        if key in UNSUPPORTED_ARGUMENTS:
-            raise ChannelException(
-                PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - queue argument '%s' is not supported by hutch (queue '%s')" % (key, text(name)),
-            )
-        check = QUEUE_ARGUMENTS.get(key)
-        if check is not None and not check(arguments[key]):
-            raise ChannelException(
-                PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %r"
-                % (key, text(name), arguments[key]),
-            )
 
 
 class Consumer:
-    def __init__(self, channel, tag, queue, no_ack, exclusive, prefetch):
-        self.channel = channel
+    """A consumer of a queue, whatever front end serves it. Its session delivers and settles
+    (a 0-9-1 channel; the bridge or an AMQP 1.0 link to come): session.deliver(consumer, queue,
+    entry) hands it a message, session.can_deliver() says whether it may take one now, and
+    session.prefetch_global and session.consumer_unacked bound what all its consumers hold
+    together (0-9-1's basic.qos global; 0 for no bound)."""
+
+    def __init__(self, session, tag, queue, no_ack, exclusive, prefetch):
+        self.session = session
         self.tag = tag
         self.tag_shortstr = shortstr(tag)
         self.queue = queue
@@ -98,15 +31,15 @@ class Consumer:
         self.unacked = 0
 
     def ready(self):
-        channel = self.channel
-        if not channel.can_deliver():
+        session = self.session
+        if not session.can_deliver():
             return False
         if self.no_ack:
             return True
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        limit = channel.prefetch_global
-        return not limit or channel.consumer_unacked < limit
+        limit = session.prefetch_global
+        return not limit or session.consumer_unacked < limit
 
 
 class Queue:
@@ -136,11 +69,11 @@ class Queue:
         self.expires = arguments.get("x-expires")
         self.max_length = arguments.get("x-max-length")
         self.max_length_bytes = arguments.get("x-max-length-bytes")
-        self.overflow = _as_bytes(arguments.get("x-overflow", b"drop-head"))
+        self.overflow = as_bytes(arguments.get("x-overflow", b"drop-head"))
         dlx = arguments.get("x-dead-letter-exchange")
-        self.dead_letter_exchange = None if dlx is None else _as_bytes(dlx)
+        self.dead_letter_exchange = None if dlx is None else as_bytes(dlx)
         dlk = arguments.get("x-dead-letter-routing-key")
-        self.dead_letter_routing_key = None if dlk is None else _as_bytes(dlk)
+        self.dead_letter_routing_key = None if dlk is None else as_bytes(dlk)
         self.hard_max_messages = limits.queue_max_messages
         self.hard_max_bytes = limits.queue_max_bytes
         self.last_used = broker.now
@@ -168,12 +101,12 @@ class Queue:
     def publish(self, message, expires_at):
         """Enqueue (or hand straight to a ready consumer). The caller checked accepts()."""
         broker = self.broker
-        broker.hold(message)
+        broker.flow.hold(message)
         entry = (message, False, expires_at)
         if self.consumers and not self.messages.length:
             consumer = self._next_ready_consumer()
             if consumer is not None:
-                consumer.channel.deliver(consumer, self, entry)
+                consumer.session.deliver(consumer, self, entry)
                 return
         if self.overflow == b"drop-head":
             while self.messages.length and self._over_user_limit(message.body_size):
@@ -188,15 +121,15 @@ class Queue:
 
     def restore(self, message, redelivered):
         """A message read back from the journal at start, behind those restored before it."""
-        self.broker.hold(message)
+        self.broker.flow.hold(message)
         self.messages.push((message, redelivered, self.broker.expiry(self, message)))
         self.ready_bytes += message.body_size
 
     def forget(self, message):
         """A message this queue held leaves it for good (acked, delivered with no-ack, dropped,
         purged): out of the broker's budget, and out of the journal if it was there."""
-        self.broker.release(message)
-        if message.pid and self.journalled:
+        self.broker.flow.release(message)
+        if message.journal_id and self.journalled:
             self.broker.journal.removed(self, message)
 
     # ------------------------------------------------------------ delivering
@@ -243,7 +176,7 @@ class Queue:
             entry = self.take()
             if entry is None:
                 return
-            consumer.channel.deliver(consumer, self, entry)
+            consumer.session.deliver(consumer, self, entry)
 
     def requeue(self, entries):
         """Put unacknowledged entries back at the head, in delivery order, marked redelivered."""
@@ -260,7 +193,7 @@ class Queue:
         """A message leaves the queue without being delivered: dead-letter it if configured."""
         message = entry[0]
         if self.dead_letter_exchange is not None:
-            self.broker.dead_letter(self, message, reason)
+            dead_letter(self.broker, self, message, reason)
         self.forget(message)
 
     def expire(self, now):
@@ -289,20 +222,19 @@ class Queue:
     # ------------------------------------------------------------ consumers
 
     def add_consumer(self, consumer):
+        """(Broker.consume.) Deliveries start at the next dispatch()."""
         self.consumers.append(consumer)
         self.had_consumer = True
         if consumer.exclusive:
             self.exclusive_consumer = consumer
-        self.dispatch()
 
     def remove_consumer(self, consumer):
+        """(Broker.cancel, which also deletes an auto-delete queue left without consumers.)"""
         if consumer in self.consumers:
             self.consumers.remove(consumer)
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
         self.last_used = self.broker.now
-        if self.auto_delete and self.had_consumer and not self.consumers and not self.deleted:
-            self.broker.delete_queue(self)
 
     def message_count(self):
         return self.messages.length

@@ -9,7 +9,7 @@ so its heap does not keep it. Sans-IO and MicroPython-clean.
 
 import struct
 
-from . import spec
+from . import spec, topology
 from .durable import (
     BINDING,
     DELIVERED,
@@ -193,37 +193,18 @@ class Replay:
         afterwards, so nothing here is written again."""
         for name in self.exchanges:
             kind, auto_delete, internal, arguments = self.exchanges[name]
-            _quietly(
-                log,
-                "exchange",
-                name,
-                broker.declare_exchange,
-                name,
-                kind,
-                False,
-                True,
-                auto_delete,
-                internal,
-                arguments,
-            )
+            args = (broker, name, kind, False, True, auto_delete, internal, arguments)
+            _quietly(log, "exchange", name, topology.declare_exchange, *args)
         for name in self.queues:
             auto_delete, arguments = self.queues[name][0], self.queues[name][1]
-            _quietly(log, "queue", name, broker.declare_queue, None, name, False, True, False, auto_delete, arguments)
+            args = (broker, None, name, False, True, False, auto_delete, arguments)
+            _quietly(log, "queue", name, topology.declare_queue, *args)
         for identity in self.bindings:
             source, to_queue, destination_name, key = identity[0], identity[1], identity[2], identity[3]
             destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
             if destination is not None:
-                _quietly(
-                    log,
-                    "binding from",
-                    source,
-                    broker.bind,
-                    source,
-                    destination,
-                    key,
-                    self.bindings[identity],
-                    spec.QUEUE_BIND,
-                )
+                args = (broker, source, destination, key, self.bindings[identity], spec.QUEUE_BIND)
+                _quietly(log, "binding from", source, topology.bind, *args)
         made = {}  # id -> Message: one object for a message kept in several queues
         live = journal.live
         for name in self.queues:
@@ -248,7 +229,7 @@ def _message(pid, fields):
     segment, exchange, routing_key, route, header_tail, body_tail = fields
     body_size = len(body_tail) - 5 if body_tail is not None else 0
     message = Message(exchange, routing_key, route, header_tail, body_tail, body_size)
-    message.pid = pid
+    message.journal_id = pid
     message.segment = segment
     if message.flags() & FLAG_EXPIRATION:
         expiration = message.properties().get("expiration")

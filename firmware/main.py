@@ -45,22 +45,34 @@ def join_wifi(wifi):
     return True
 
 
+def read_settings():
+    """(the broker's settings, the wifi section) from hutch.json; None after printing why not.
+    A function of its own: what reads them is garbage once it returns (serve.forget)."""
+    from hutch.server import config, options
+
+    try:
+        wifi = config.read(CONFIG).get("wifi")
+        if wifi is not None and not isinstance(wifi.get("ssid"), str):
+            raise config.ConfigError('%s: wifi needs "ssid": "NAME"' % CONFIG)
+        return options.settings(options.Options(config=CONFIG)), wifi
+    except config.ConfigError as e:
+        print("hutch: %s" % e)
+        return None
+
+
 def main():
     try:
         open(CONFIG).close()
     except OSError:
         print("hutch: no %s on this board, the broker is not started (hutch flash --config writes one)" % CONFIG)
         return 0
-    from hutch.server import config, serve
-
-    try:
-        wifi = config.read(CONFIG).get("wifi")
-        if wifi is not None and not isinstance(wifi.get("ssid"), str):
-            raise config.ConfigError('%s: wifi needs "ssid": "NAME"' % CONFIG)
-        opts = serve.settings(serve.Options(config=CONFIG))
-    except config.ConfigError as e:
-        print("hutch: %s" % e)
+    found = read_settings()
+    if found is None:
         return 2
+    opts, wifi = found
+    from hutch.server import serve
+
+    serve.forget("hutch.server.options", "hutch.server.config")
     if wifi:
         join_wifi(wifi)
     gc.collect()

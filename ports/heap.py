@@ -95,22 +95,22 @@ class HeapMonitor:
         refuse_below = max(working // REFUSE_BELOW, CONNECTION_ROOM)
         if free < max(alarm_below, refuse_below):
             free = self.total - self.live()  # garbage is not shortage: collect before deciding
-        broker = self.broker
+        flow = self.broker.flow
         if free < alarm_below:
-            broker.set_alarm("free heap %d of %d bytes" % (free, self.total))
-        elif broker.alarm is not None and free > max(working // ALARM_CLEAR, alarm_below + CONNECTION_ROOM):
-            broker.set_alarm(None)
+            flow.set_alarm("memory", "low on memory: free heap %d of %d bytes" % (free, self.total))
+        elif "memory" in flow.alarms and free > max(working // ALARM_CLEAR, alarm_below + CONNECTION_ROOM):
+            flow.set_alarm("memory", None, "memory alarm cleared")
         if free < refuse_below:
-            broker.refuse_connections = "hutch is low on memory (%d bytes free)" % free
-        elif broker.refuse_connections is not None and free > refuse_below + CONNECTION_ROOM:
-            broker.refuse_connections = None
+            flow.refuse_connections = "hutch is low on memory (%d bytes free)" % free
+        elif flow.refuse_connections is not None and free > refuse_below + CONNECTION_ROOM:
+            flow.refuse_connections = None
 
     def report(self):
         broker = self.broker
         text = "stats: %d connections, %d queued messages (%d bytes estimated)" % (
             broker.open_connections,
-            broker.held_messages,
-            broker.held_bytes,
+            broker.flow.held_messages,
+            broker.flow.held_bytes,
         )
         if self.measures:
             text += "; heap live %d, peak %d, free %d of %d bytes" % (

@@ -35,6 +35,7 @@ try:
 except ImportError:  # pragma: no cover - every supported Python has it
     asyncio = None
 
+from ..core.connection import Connection
 from ..core.link import Link
 from .clock import Clock, sleep_ms
 
@@ -438,7 +439,7 @@ class SerialServer:
             if not data or self._stopping:
                 return
             self.broker.now = self.clock.now_ms()
-            self.conn = self.broker.connect({"transport": "serial", "address": self.name, "port": 0})
+            self.conn = Connection(self.broker, {"transport": "serial", "address": self.name, "port": 0})
             self.conn.wake = self._event.set
             self.log("debug", "serial %s: AMQP connection starting" % self.name)
         self.conn.feed(data)

@@ -184,13 +184,13 @@ class JournalWriter:
             # and try again. (A partly written chunk is cut as a torn tail at the next start.)
             if self.failing is None:
                 self.log("error", "journal: cannot write: %s; publishers blocked, retrying" % (e,))
-                self.broker.set_disk_failure("journal cannot write: %s" % (e,))
+                self.broker.flow.set_alarm("disk failure", "disk: journal cannot write: %s" % (e,))
             self.failing = e
             return False
         if self.failing is not None:
             self.failing = None
             self.log("info", "journal: writing again")
-            self.broker.set_disk_failure(None)
+            self.broker.flow.set_alarm("disk failure", None, "journal writes again")
         self._pending = None
         self.written = seq
         return True

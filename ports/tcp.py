@@ -14,6 +14,7 @@ from another client's publish), which wakes both tasks.
 import asyncio
 import sys
 
+from ..core.connection import Connection
 from .clock import Clock, sleep_ms
 
 MICROPYTHON = sys.implementation.name == "micropython"
@@ -94,7 +95,7 @@ class TcpServer:
             self.monitor.watch()  # fresh figures, so a client that does not fit is refused with 530
         conn = None
         try:
-            conn = broker.connect({"address": host, "port": port, "transport": "tcp"})
+            conn = Connection(broker, {"address": host, "port": port, "transport": "tcp"})
             client = _Client(conn, reader, writer, self.read_size, self.read_buffer)
             reader_task = asyncio.create_task(client.read_loop(self.log, self.monitor))
         except MemoryError:

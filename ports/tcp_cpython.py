@@ -18,6 +18,7 @@ sees it (conn.saturated) and stops delivering to it.
 
 import asyncio
 
+from ..core.connection import Connection
 from .tcp import TcpServer, peer_address
 
 
@@ -58,7 +59,7 @@ class _ClientProtocol(asyncio.Protocol):
         host, port = peer_address(transport.get_extra_info("peername"))
         server.broker.now = server.clock.now_ms()
         try:
-            conn = server.broker.connect({"address": host, "port": port, "transport": "tcp"})
+            conn = Connection(server.broker, {"address": host, "port": port, "transport": "tcp"})
         except MemoryError:
             server.log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
             transport.abort()

@@ -6,6 +6,7 @@ reader with the C scanner). The differential tests feed all three the same bytes
 from hutch.c_accel import scanner as c_scanner
 from hutch.core import batch, framing
 from hutch.core.broker import Broker
+from hutch.core.connection import Connection
 
 SCANNERS = ("inline", "python", "c")
 READERS = {
@@ -23,7 +24,7 @@ class Side:
         self.broker = Broker(
             limits, log=lambda level, message, exc=None: self.log.append((level, message)), frame_reader=READERS[how]
         )
-        self.conn = self.broker.connect({"address": "127.0.0.1", "port": 1})
+        self.conn = Connection(self.broker, {"address": "127.0.0.1", "port": 1})
 
     def feed(self, chunk):
         self.conn.feed(chunk)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.core.broker import Broker
+from hutch.core.connection import Connection
 from hutch.core.errors import DecodeError
 from hutch.core.spec import CONTENT, METHODS
 from hutch.core.wire import decode_args, decode_table, encode_args, encode_table, signature
@@ -86,7 +87,7 @@ def test_random_frames_never_crash_the_broker(frames, chunk):
     broker = Broker()
     logged = []
     broker.log = lambda level, message, exc=None: logged.append((level, message))
-    conn = broker.connect({"address": "127.0.0.1", "port": 1})
+    conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
     data = b"AMQP\x00\x00\x09\x01" + b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in frames)
     for i in range(0, len(data), chunk):
         conn.feed(data[i : i + chunk])
@@ -95,7 +96,7 @@ def test_random_frames_never_crash_the_broker(frames, chunk):
 
 
 def _open_connection(broker):
-    conn = broker.connect({"address": "127.0.0.1", "port": 1})
+    conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
     conn.feed(b"AMQP\x00\x00\x09\x01")
     conn.feed(
         _frame(
@@ -166,5 +167,5 @@ def test_random_methods_on_open_channels_never_crash(frames):
         conn.lost()
     assert not [m for level, m in logged if level == "error"], logged
     # with every connection gone, each held message sits in a queue: the budget leaks nothing
-    assert broker.held_messages == sum(q.message_count() for q in broker.queues.values())
+    assert broker.flow.held_messages == sum(q.message_count() for q in broker.queues.values())
     assert broker.consumer_count == 0 and broker.open_connections == 0

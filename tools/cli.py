@@ -27,13 +27,13 @@ import signal  # noqa: E402
 
 from ..core.auth import hash_password  # noqa: E402
 from ..core.broker import VERSION  # noqa: E402
-from ..server import config, serve  # noqa: E402
+from ..server import config, options, serve  # noqa: E402
 from . import bench, ctl, flash  # noqa: E402
 
 
 def cmd_serve(args):
     try:
-        opts = serve.settings(args)
+        opts = options.settings(args)
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
@@ -88,7 +88,7 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     p = commands.add_parser("serve", help="run the broker")
-    serve.add_options(p)
+    options.add_options(p)
     p.set_defaults(run=cmd_serve)
     p = commands.add_parser("passwd", help="print a password hash for [users.NAME] password_hash")
     p.add_argument("--password", help="the password (default: ask twice)")

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from .. import boards
-from ..server import config, serve
+from ..server import config, options
 
 CONFIG_NAME = "hutch.json"  # what firmware/main.py reads, beside it on the board
 QUIET_TIMEOUT = 60  # seconds without a word from mpremote before the board counts as gone
@@ -111,7 +111,7 @@ def board_config(path, board):
         with open(check, "w") as f:
             json.dump(data, f)
         try:
-            serve.settings(serve.Options(config=check))
+            options.settings(options.Options(config=check))
         except config.ConfigError as e:
             raise FlashError(str(e).replace(check, path))
     if wifi is not None:

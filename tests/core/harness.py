@@ -10,6 +10,7 @@ import struct
 
 from hutch.core import spec
 from hutch.core.broker import Broker
+from hutch.core.connection import Connection
 from hutch.core.limits import Limits
 from hutch.core.wire import (
     content_frames,
@@ -56,7 +57,7 @@ class Event:
 class Client:
     def __init__(self, broker=None, peer=LOCAL, limits=None):
         self.broker = broker if broker is not None else Broker(limits or Limits())
-        self.conn = self.broker.connect(peer)
+        self.conn = Connection(self.broker, peer)
         self.buf = b""
         self.events = []
         self._content_for = {}

@@ -104,7 +104,7 @@ def test_ack_single_and_multiple():
     assert sorted(client.conn.channels[1].unacked) == [5]
     assert client.ack(1, 0, multiple=True) == []  # 0 with multiple: everything outstanding
     assert client.conn.channels[1].unacked == {}
-    assert client.broker.held_messages == 0
+    assert client.broker.flow.held_messages == 0
 
 
 def test_unknown_delivery_tag():
@@ -145,7 +145,7 @@ def test_reject_without_requeue_drops():
     tag = client.get(1, b"q")[0].args[0]
     client.call(1, spec.BASIC_REJECT, (tag, False))
     assert client.get(1, b"q")[0].name == "basic.get-empty"
-    assert client.broker.held_messages == 0
+    assert client.broker.flow.held_messages == 0
 
 
 def test_reject_requeue_goes_back_to_the_head():
@@ -317,7 +317,7 @@ def test_mandatory_unroutable_is_returned():
 def test_unroutable_without_mandatory_is_dropped():
     client = opened()
     assert client.publish(1, b"amq.direct", b"nowhere", b"x") == []
-    assert client.broker.held_messages == 0
+    assert client.broker.flow.held_messages == 0
 
 
 def test_large_body_is_split_for_the_consumer_frame_max():

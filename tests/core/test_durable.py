@@ -216,13 +216,13 @@ def _budget(folder):
         c.events = []
         if nacked:
             break
-    assert node.broker.blocked and "low on disk" in node.broker.block_reason, node.broker.block_reason
+    assert node.broker.flow.blocked and "low on disk" in node.broker.flow.reason, node.broker.flow.reason
     assert nacked, "a publisher with confirms is told no near the disk budget"
     ready = node.broker.queues[b"q"].message_count()
     assert ready > 0  # every confirmed message is still there: nothing was dropped
     assert len(_bodies(c, b"q")) == ready
     node.writer.commit()
-    assert not node.broker.blocked, node.broker.block_reason
+    assert not node.broker.flow.blocked, node.broker.flow.reason
 
 
 def test_near_the_disk_budget_publishers_are_blocked_and_nacked_not_dropped():

@@ -127,26 +127,26 @@ def test_budget_released_on_every_exit():
     tag = client.get(1, b"q")[0].args[0]
     client.call(1, spec.BASIC_REJECT, (tag, False))  # reject
     client.call(1, spec.QUEUE_PURGE, (0, b"q", False))  # purge
-    assert broker.held_messages == 0 and broker.held_bytes == 0
+    assert broker.flow.held_messages == 0 and broker.flow.held_bytes == 0
     client.publish(1, b"", b"q", b"m")
     client.tick(2000)  # expiry
-    assert broker.held_messages == 0
+    assert broker.flow.held_messages == 0
     client.publish(1, b"", b"q", b"m")
     client.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))  # delete
-    assert broker.held_messages == 0 and broker.held_bytes == 0
+    assert broker.flow.held_messages == 0 and broker.flow.held_bytes == 0
 
 
 def test_port_memory_alarm_blocks_and_clears():
     publisher = opened()
     publisher.queue(1, b"q")
     broker = publisher.broker
-    broker.set_alarm("free heap 9 KiB")
+    broker.flow.set_alarm("memory", "low on memory: free heap 9 KiB")
     assert names(publisher.read()) == ["connection.blocked"]
     assert b"free heap 9 KiB" in publisher.events[-1].args[0]
     publisher.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2"))
     assert not publisher.conn.want_read  # the publish that arrived is kept; the next waits
     assert broker.queues[b"q"].message_count() == 1
-    broker.set_alarm(None)
+    broker.flow.set_alarm("memory", None)
     assert names(publisher.read()) == ["connection.unblocked"]
     assert broker.queues[b"q"].message_count() == 2 and publisher.conn.want_read
 
@@ -156,18 +156,18 @@ def test_alarm_and_budget_both_must_clear():
     client.queue(1, b"q")
     client.send(_publish(1, b"q", b"1") + _publish(1, b"q", b"2"))
     assert names(client.read()) == ["connection.blocked"]
-    client.broker.set_alarm("free heap low")
+    client.broker.flow.set_alarm("memory", "low on memory: free heap low")
     drainer = opened(client.broker, capabilities={})  # no blocked notices for this one
     drainer.get(1, b"q", no_ack=True)  # the budget recovers, the alarm does not
     drainer.get(1, b"q", no_ack=True)
     assert "connection.unblocked" not in names(client.read())
-    client.broker.set_alarm(None)
+    client.broker.flow.set_alarm("memory", None)
     assert "connection.unblocked" in names(client.read())
 
 
 def test_refused_connections_get_530():
     broker = opened().broker
-    broker.refuse_connections = "hutch is low on memory"
+    broker.flow.refuse_connections = "hutch is low on memory"
     late = Client(broker)
     late.handshake()
     text = closed_with(late.call(0, spec.CONNECTION_OPEN, (b"/", b"", False)), spec.NOT_ALLOWED, "connection.close")

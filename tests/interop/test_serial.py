@@ -263,15 +263,15 @@ def test_bad_serial_settings_are_refused(tmp_path, value, message):
 def test_serial_options_parse():
     import argparse
 
-    from hutch.server import serve
+    from hutch.server import options
 
     parser = argparse.ArgumentParser()
-    serve.add_options(parser)
-    opts = serve.settings(
+    options.add_options(parser)
+    opts = options.settings(
         parser.parse_args(["--serial", "/dev/ttyUSB0", "--serial", "/dev/ttyUSB1,/dev/ttyACM0", "--baud", "57600"])
     )
     assert opts["serial"] == ["/dev/ttyUSB0", "/dev/ttyUSB1", "/dev/ttyACM0"] and opts["baud"] == 57600
-    opts = serve.settings(parser.parse_args([]))
+    opts = options.settings(parser.parse_args([]))
     assert opts["serial"] == [] and opts["baud"] == 115200
 
 
@@ -280,15 +280,15 @@ def test_serial_option_takes_a_boards_uart_pins():
     a name no profile entry has is opened as given."""
     import argparse
 
-    from hutch.server import serve
+    from hutch.server import options
 
     parser = argparse.ArgumentParser()
-    serve.add_options(parser)
-    opts = serve.settings(parser.parse_args(["--board", "esp32", "--serial", "uart2,uart1"]))
+    options.add_options(parser)
+    opts = options.settings(parser.parse_args(["--board", "esp32", "--serial", "uart2,uart1"]))
     assert opts["serial"] == [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}, "uart1"]
-    opts = serve.settings(parser.parse_args(["--board", "rp2-pico-w", "--serial", "0", "--baud", "9600"]))
+    opts = options.settings(parser.parse_args(["--board", "rp2-pico-w", "--serial", "0", "--baud", "9600"]))
     assert opts["serial"] == [{"uart": 0, "tx": 0, "rx": 1, "baudrate": 9600}]
-    opts = serve.settings(parser.parse_args(["--board", "rpi", "--serial", "/dev/serial0,/dev/ttyUSB0"]))
+    opts = options.settings(parser.parse_args(["--board", "rpi", "--serial", "/dev/serial0,/dev/ttyUSB0"]))
     assert opts["serial"] == [{"device": "/dev/serial0", "baudrate": 115200}, "/dev/ttyUSB0"]
 
 

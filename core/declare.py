@@ -1,0 +1,106 @@
+"""The exchange and queue classes' methods: declare, delete, bind, unbind, purge.
+
+Each handler takes (channel, decoded argument list), calls the protocol-neutral
+operation of core/topology.py and writes the reply (unless nowait).
+"""
+
+from . import spec
+from .errors import ChannelException
+from .spec import PRECONDITION_FAILED
+from .topology import (
+    bind,
+    check_exclusive,
+    declare_exchange,
+    declare_queue,
+    delete_exchange_named,
+    delete_queue,
+    named_exchange,
+    unbind,
+)
+from .wire import text
+
+
+def exchange_declare(ch, args):
+    _ticket, name, kind, passive, durable, auto_delete, internal, nowait, arguments = args
+    declare_exchange(ch.broker, name, kind, passive, durable, auto_delete, internal, arguments)
+    if not nowait:
+        ch.reply(spec.EXCHANGE_DECLARE_OK)
+
+
+def exchange_delete(ch, args):
+    _ticket, name, if_unused, nowait = args
+    delete_exchange_named(ch.broker, name, if_unused)
+    if not nowait:
+        ch.reply(spec.EXCHANGE_DELETE_OK)
+
+
+def exchange_bind(ch, args):
+    _ticket, destination, source, key, nowait, arguments = args
+    broker = ch.broker
+    bind(broker, source, named_exchange(broker, destination, spec.EXCHANGE_BIND), key, arguments, spec.EXCHANGE_BIND)
+    if not nowait:
+        ch.reply(spec.EXCHANGE_BIND_OK)
+
+
+def exchange_unbind(ch, args):
+    _ticket, destination, source, key, nowait, arguments = args
+    broker = ch.broker
+    destination = named_exchange(broker, destination, spec.EXCHANGE_UNBIND)
+    unbind(broker, source, destination, key, arguments, spec.EXCHANGE_UNBIND)
+    if not nowait:
+        ch.reply(spec.EXCHANGE_UNBIND_OK)
+
+
+def queue_declare(ch, args):
+    _ticket, name, passive, durable, exclusive, auto_delete, nowait, arguments = args
+    queue = declare_queue(ch.broker, ch.conn, name, passive, durable, exclusive, auto_delete, arguments)
+    ch.last_queue = queue.name
+    if not nowait:
+        ch.reply(spec.QUEUE_DECLARE_OK, (queue.name, queue.message_count(), len(queue.consumers)))
+
+
+def queue_bind(ch, args):
+    _ticket, name, exchange, key, nowait, arguments = args
+    queue = ch.queue_named(name, spec.QUEUE_BIND)
+    bind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_BIND)
+    if not nowait:
+        ch.reply(spec.QUEUE_BIND_OK)
+
+
+def queue_unbind(ch, args):
+    _ticket, name, exchange, key, arguments = args
+    queue = ch.queue_named(name, spec.QUEUE_UNBIND)
+    unbind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_UNBIND)
+    ch.reply(spec.QUEUE_UNBIND_OK)
+
+
+def queue_purge(ch, args):
+    _ticket, name, nowait = args
+    count = ch.queue_named(name, spec.QUEUE_PURGE).purge()
+    if not nowait:
+        ch.reply(spec.QUEUE_PURGE_OK, (count,))
+
+
+def queue_delete(ch, args):
+    _ticket, name, if_unused, if_empty, nowait = args
+    if not name:
+        name = ch.last_queue or b""
+    queue = ch.broker.queues.get(name)
+    count = 0
+    if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ
+        check_exclusive(queue, ch.conn, spec.QUEUE_DELETE)
+        if if_unused and queue.consumers:
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - queue '%s' in vhost '/' in use" % text(name),
+                spec.QUEUE_DELETE,
+            )
+        if if_empty and queue.message_count():
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name),
+                spec.QUEUE_DELETE,
+            )
+        count = delete_queue(ch.broker, queue)
+    if not nowait:
+        ch.reply(spec.QUEUE_DELETE_OK, (count,))

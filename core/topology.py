@@ -1,0 +1,263 @@
+"""Exchanges, queues and bindings: declaring, deleting, binding, with RabbitMQ's rules.
+
+Protocol-neutral operations on the broker's entities: the 0-9-1 methods
+(core/declare.py), the journal's replay and any other front end call them. They
+raise ChannelException with RabbitMQ's reply codes and texts, so a client sees
+the errors it would see from RabbitMQ; the journal hears of every durable change.
+"""
+
+from . import spec
+from .arguments import EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, check_equivalent, check_queue_arguments
+from .errors import ChannelException
+from .exchange import ROUTERS, Exchange
+from .queue import Queue
+from .spec import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
+from .wire import text
+
+# ------------------------------------------------------------ exchanges
+
+
+def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal, arguments):
+    method = spec.EXCHANGE_DECLARE
+    exchange = broker.exchange(name)
+    if passive:
+        if exchange is None:
+            raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
+        return exchange
+    if not name:
+        raise _default_exchange_refused(method)
+    if name.startswith(b"amq."):
+        raise ChannelException(
+            ACCESS_REFUSED,
+            "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'" % text(name),
+            method,
+        )
+    if kind not in ROUTERS:
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method
+        )
+    if exchange is not None:
+        what = "exchange '%s'" % text(name)
+        _equivalent("type", what, kind, exchange.kind, method)
+        _equivalent("durable", what, durable, exchange.durable, method)
+        _equivalent("auto_delete", what, auto_delete, exchange.auto_delete, method)
+        _equivalent("internal", what, internal, exchange.internal, method)
+        check_equivalent(what, arguments, exchange.arguments, EXCHANGE_ARGUMENTS, method)
+        return exchange
+    alternate = arguments.get("alternate-exchange")
+    if alternate is not None and not isinstance(alternate, (bytes, str)):
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange '%s'" % text(name),
+            method,
+        )
+    limit = broker.limits.max_exchanges
+    if sum(1 for n in broker.exchanges if not n.startswith(b"amq.") and n) >= limit:
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - cannot declare exchange '%s': exchange limit (%d) is reached" % (text(name), limit),
+            method,
+        )
+    exchange = Exchange(name, kind, durable, auto_delete, internal, arguments)
+    broker.exchanges[name] = exchange
+    if durable and broker.journal is not None:
+        broker.journal.exchange_declared(exchange)
+    return exchange
+
+
+def delete_exchange_named(broker, name, if_unused):
+    method = spec.EXCHANGE_DELETE
+    if not name:
+        raise _default_exchange_refused(method)
+    if name.startswith(b"amq."):
+        raise ChannelException(
+            ACCESS_REFUSED,
+            "ACCESS_REFUSED - exchange '%s' is a system exchange and cannot be deleted" % text(name),
+            method,
+        )
+    exchange = broker.exchange(name)
+    if exchange is None:
+        return  # deleting what is not there succeeds, as in RabbitMQ
+    if if_unused and exchange.bindings:
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use" % text(name), method
+        )
+    delete_exchange(broker, exchange)
+
+
+def delete_exchange(broker, exchange):
+    if broker.exchanges.get(exchange.name) is not exchange:
+        return
+    del broker.exchanges[exchange.name]
+    if exchange.durable and broker.journal is not None:
+        broker.journal.exchange_deleted(exchange)  # its bindings go with it, here and at replay
+    for binding in list(exchange.bindings.values()):
+        remove_binding(broker, binding)
+    for binding in list(exchange.inbound):
+        remove_binding(broker, binding)
+
+
+def exchange_for_publish(broker, name):
+    """The exchange a publish names: it must exist and not be internal."""
+    if not name:
+        return broker.default_exchange
+    exchange = broker.exchange(name)
+    if exchange is None:
+        raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), spec.BASIC_PUBLISH)
+    if exchange.internal:
+        raise ChannelException(
+            ACCESS_REFUSED,
+            "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'" % text(name),
+            spec.BASIC_PUBLISH,
+        )
+    return exchange
+
+
+# ------------------------------------------------------------ bindings
+
+
+def named_exchange(broker, name, method):
+    """An exchange that bind/unbind names: never the default one, and it must exist."""
+    if not name:
+        raise _default_exchange_refused(method)
+    exchange = broker.exchange(name)
+    if exchange is None:
+        raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
+    return exchange
+
+
+def bind(broker, source_name, destination, key, arguments, method):
+    source = named_exchange(broker, source_name, method)
+    limit = broker.limits.max_bindings
+    if broker.binding_count >= limit:
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - binding limit (%d) is reached" % limit, method
+        )
+    binding = source.bind(destination, key, arguments)
+    if binding is not None:
+        broker.binding_count += 1
+        if broker.journal is not None:
+            broker.journal.bound(binding)
+
+
+def unbind(broker, source_name, destination, key, arguments, method):
+    source = named_exchange(broker, source_name, method)
+    binding = source.find(destination, key, arguments)
+    if binding is not None:  # unbinding what is not bound succeeds, as in RabbitMQ
+        remove_binding(broker, binding)
+
+
+def remove_binding(broker, binding):
+    source = binding.source
+    if binding.identity not in source.bindings:
+        return
+    source.unbind(binding)
+    broker.binding_count -= 1
+    if broker.journal is not None:
+        broker.journal.unbound(binding)
+    if source.auto_delete and not source.bindings:
+        delete_exchange(broker, source)
+
+
+# ------------------------------------------------------------ queues
+
+
+def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, arguments):
+    """conn: the connection declaring it (an exclusive queue's owner), or None."""
+    method = spec.QUEUE_DECLARE
+    if passive:
+        queue = broker.queues.get(name)
+        if queue is None:
+            raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
+        check_exclusive(queue, conn, method)
+        return queue
+    if not name:
+        name = broker.new_name(b"amq.gen-")
+    elif name.startswith(b"amq."):
+        raise ChannelException(
+            ACCESS_REFUSED, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'" % text(name), method
+        )
+    queue = broker.queues.get(name)
+    if queue is not None:
+        if (queue.owner is not None and queue.owner is not conn) or (queue.owner is not None) != bool(exclusive):
+            raise _locked(queue, method)
+        what = "queue '%s'" % text(name)
+        _equivalent("durable", what, durable, queue.durable, method)
+        _equivalent("auto_delete", what, auto_delete, queue.auto_delete, method)
+        check_equivalent(what, arguments, queue.arguments, QUEUE_ARGUMENTS, method)
+        queue.last_used = broker.now
+        return queue
+    check_queue_arguments(name, arguments)
+    limit = broker.limits.max_queues
+    if len(broker.queues) >= limit:
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - cannot declare queue '%s': queue limit (%d) is reached" % (text(name), limit),
+            method,
+        )
+    queue = Queue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
+    broker.queues[name] = queue
+    if queue.journalled and broker.journal is not None:
+        broker.journal.queue_declared(queue)
+    if queue.expires:
+        broker.expirable.append(queue)
+    return queue
+
+
+def check_exclusive(queue, conn, method):
+    """An exclusive queue is its connection's alone (405 for any other)."""
+    if queue.owner is not None and queue.owner is not conn:
+        raise _locked(queue, method)
+
+
+def delete_queue(broker, queue):
+    """Delete a queue; returns how many ready messages it held."""
+    if queue.deleted:
+        return 0
+    queue.deleted = True
+    del broker.queues[queue.name]
+    if queue.journalled and broker.journal is not None:
+        broker.journal.queue_deleted(queue)  # its messages and bindings go with it
+    if queue in broker.expirable:
+        broker.expirable.remove(queue)
+    for binding in list(queue.inbound):
+        remove_binding(broker, binding)
+    for consumer in list(queue.consumers):
+        consumer.session.server_cancel(consumer)
+    queue.consumers = []
+    return queue.purge()
+
+
+# ------------------------------------------------------------ RabbitMQ's refusals, worded as it does
+
+
+def _default_exchange_refused(method):
+    return ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
+
+
+def _locked(queue, method):
+    return ChannelException(
+        RESOURCE_LOCKED,
+        "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "
+        "It could be originally declared on another connection or the exclusive property value does not "
+        "match that of the original declaration." % text(queue.name),
+        method,
+    )
+
+
+def _equivalent(field, what, received, current, method):
+    if received != current:
+        if isinstance(received, bool) or isinstance(current, bool):
+            received, current = _flag(received), _flag(current)
+        else:
+            received, current = text(received), text(current)
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
+            "received '%s' but current is '%s'" % (field, what, received, current),
+            method,
+        )
+
+
+def _flag(value):
+    return "true" if value else "false"

@@ -1,0 +1,157 @@
+"""The broker's settings at start: the command line's options over the config file's
+sections (server/config.py) over the board profile's values (boards/).
+
+    opts = options.settings(args)   # args: argparse's, or an Options (firmware/main.py)
+
+Only needed to start: server/serve.py runs the broker from the dict this makes, and a
+board forgets this module (and config.py) before it does.
+"""
+
+import sys
+
+from .. import boards
+from . import config
+
+
+def add_options(parser):
+    parser.add_argument("--bind", default=None, help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=None, help="TCP port (default 5672)")
+    parser.add_argument("--config", default=None, help="config file (TOML): users, limits, server")
+    parser.add_argument("--data", default=None, help="data folder (default ./hutch-data, or the board's)")
+    parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default info)")
+    parser.add_argument(
+        "--board", default=None, help="board profile: %s (default: limits from the config)" % ", ".join(boards.NAMES)
+    )
+    parser.add_argument(
+        "--stats-interval",
+        type=int,
+        default=None,
+        help="log heap and queue figures every N seconds (default 60 on MicroPython, 0 = off)",
+    )
+    # Serial links (ports/serial.py). MicroPython's argparse has no "append": there one
+    # --serial takes a comma-separated list.
+    repeat = {} if sys.implementation.name == "micropython" else {"action": "append"}
+    parser.add_argument(
+        "--serial",
+        default=None,
+        metavar="DEVICE",
+        help="also serve AMQP over this serial port, e.g. /dev/ttyUSB0 (repeat for more)",
+        **repeat,
+    )
+    parser.add_argument("--baud", type=int, default=None, help="serial baud rate (default 115200)")
+
+
+class Options:
+    """What the command line can set; firmware/main.py builds one without argparse."""
+
+    def __init__(
+        self,
+        config=None,
+        bind=None,
+        port=None,
+        data=None,
+        log_level=None,
+        board=None,
+        stats_interval=None,
+        serial=None,
+        baud=None,
+    ):
+        self.config = config
+        self.bind = bind
+        self.port = port
+        self.data = data
+        self.log_level = log_level
+        self.board = board
+        self.stats_interval = stats_interval
+        self.serial = serial
+        self.baud = baud
+
+
+def settings(args):
+    """Merge options (argparse's or an Options), config file and defaults; raises config.ConfigError."""
+    data = config.read(args.config)
+    server = data.get("server", {})
+    path = args.config or "config"
+    port = args.port if args.port is not None else server.get("port", 5672)
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise config.ConfigError("port must be a number from 0 to 65535, not %r" % (port,))
+    level = args.log_level or server.get("log_level", "info")
+    if level not in ("debug", "info", "warning", "error"):
+        raise config.ConfigError("log level must be debug, info, warning or error, not %r" % (level,))
+    board = args.board or server.get("board")
+    if board is not None:
+        try:
+            profile = boards.load(board)
+        except ValueError as e:
+            raise config.ConfigError(str(e))
+        limits = config.limits_from(data, path, profile.LIMITS)  # [limits] refines the profile
+    else:
+        profile = boards.load("unix")
+        limits = config.limits_from(data, path)
+    explicit_baud = args.baud if args.baud is not None else server.get("baud")
+    baud = _baud(explicit_baud)
+    stats = args.stats_interval if args.stats_interval is not None else server.get("stats_interval")
+    if stats is None:
+        stats = 60 if sys.implementation.name == "micropython" else 0
+    if not isinstance(stats, int) or stats < 0:
+        raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
+    storage = profile.STORAGE
+    journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
+    segment_bytes = _size(server, "segment_bytes", storage["segment_bytes"])
+    return {
+        "bind": args.bind or server.get("bind", "0.0.0.0"),
+        "port": port,
+        "data": args.data or server.get("data", storage["path"]),
+        "journal_max_bytes": journal_max_bytes,
+        "segment_bytes": segment_bytes,
+        "log_level": level,
+        "board": board,
+        "read_size": profile.READ_SIZE,
+        "stats_interval": stats,
+        "limits": limits,
+        "users": config.users_from(data, path),
+        # a board's UART by name ("uart2") comes up on the pins its profile wires
+        "serial": [
+            boards.serial_link(profile, device, explicit_baud) for device in _serial_devices(args.serial, server)
+        ],
+        "baud": baud,
+    }
+
+
+def _size(server, key, default):
+    value = server.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 4096:
+        raise config.ConfigError("%s must be a number of bytes, at least 4096, not %r" % (key, value))
+    return value
+
+
+def _serial_devices(option, server):
+    """Serial devices from --serial (repeated, or comma-separated) or [server] serial = [...]."""
+    devices = option if option is not None else server.get("serial", [])
+    if isinstance(devices, str):
+        devices = [devices]
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        raise config.ConfigError("serial must be a list of device names, not %r" % (devices,))
+    return [d for entry in devices for d in entry.split(",") if d]
+
+
+def _baud(baud):
+    """The baud rate of serial links whose profile entry does not set one (default 115200)."""
+    if baud is None:
+        return 115200
+    if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
+        raise config.ConfigError("baud must be a positive number, not %r" % (baud,))
+    return baud
+
+
+def parse(argv):
+    """The settings from a command line, or None after printing why they are wrong."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
+    add_options(parser)
+    try:
+        return settings(parser.parse_args(argv))
+    except config.ConfigError as e:
+        print("hutch: %s" % e, file=sys.stderr)
+        return None
