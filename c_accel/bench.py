@@ -7,7 +7,7 @@ as a port's read buffer holds them under load. Three figures per scanner:
 
 - scan: finding the frames alone (the calls a connection makes on one buffer);
 - scan + read: the same, plus reading each record's four fields back in Python,
-  which is what Connection._read_frames does before handling a frame;
+  which is what connection.read_frames does before handling a frame;
 - feed: Connection.feed of the whole buffer (publishes to a queue that does not
   exist, so nothing piles up), with the C scanner, and without it (the
   connection's own loop, what pure Python runs): the share of framing in the

@@ -66,7 +66,7 @@ def basic_get(ch, args):
     if entry is None:
         ch.reply(spec.BASIC_GET_EMPTY, (b"",))
         return
-    message = entry[0]
+    message, redelivered, _expires_at = entry
     tag = ch.next_tag
     ch.next_tag = tag + 1
     broker.delivered(queue, entry, no_ack)
@@ -74,7 +74,7 @@ def basic_get(ch, args):
         ch.unacked[tag] = (queue, entry, None)
     conn = ch.conn
     conn.send_method(
-        ch.number, spec.BASIC_GET_OK, (tag, entry[1], message.exchange, message.routing_key, queue.message_count())
+        ch.number, spec.BASIC_GET_OK, (tag, redelivered, message.exchange, message.routing_key, queue.message_count())
     )
     append_content(conn.out, ch, message, conn.max_payload)
     conn.output_added(message.body_size)

@@ -24,7 +24,7 @@ from .wire import text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
-    from .durable import Journal
+    from .journal import Journal
 
 VERSION = "0.1.0"
 
@@ -83,7 +83,7 @@ class Broker:
         self.flow = Flow(self)  # budgets and alarms: whether publishers may go on (core/flow.py)
         self.expiring = []  # queues that may hold entries with a TTL
         self.expirable = []  # queues with x-expires: deleted after that long unused
-        self.journal = None  # core/durable.Journal, attached by the storage port after replay
+        self.journal = None  # core/journal.Journal, attached by the storage port after replay
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         # How 0-9-1 connections find frames: frame_reader() gives each new one its reader
         # (core/batch.py with the C scanner); None: connection.read_frames, frame by frame.

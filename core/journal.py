@@ -1,98 +1,304 @@
-"""The journal's record format: what one append to a segment file holds (issue 5, first step).
+"""Durability, the core's half: what goes into the journal, and how a journal is replayed.
 
-A segment file is a run of records, each:
+The broker tells the Journal about every change a restart must bring back: durable
+exchanges, queues and bindings; persistent messages (delivery-mode 2) routed to durable
+queues; and what becomes of those messages (delivered, removed). The Journal turns them
+into records (core/records.py) in numbered segments. The storage port (ports/storage.py)
+takes them, writes them to the segment files, makes them durable and says so
+(Broker.journal_synced): only then do the confirms that waited for them go out.
 
-    0xA5  kind(1)  length(4)  check(2)  payload(length)  crc32(4)      (integers big-endian)
+Every segment starts with a snapshot of all durable definitions, so older segments are
+never needed for those. A segment can be deleted once nothing in it is still needed:
+all its messages are gone, and so is every older segment that its REMOVED and
+DELIVERED records speak of (replaying that older segment without them would bring
+back messages they had removed).
 
-check is the low 16 bits of the CRC-32 of kind and length: a damaged length is caught
-before it is believed (otherwise it would make the records after it look like the torn
-tail of one huge record). The CRC-32 at the end covers kind, length and payload, so a
-record whose bytes were torn, flipped or never written is told from a good one. Reading a segment (scan_records) returns the good
-records and says how the segment ends:
+Replaying a journal at start is core/replay.py's job.
 
-- CLEAN: the last record ends where the data ends;
-- TORN: the data ends inside a record whose header is sound, or the last record's payload
-  or CRC does not check out, or after the last good record come only zeros (a power cut
-  while writing: the file grew, the bytes never reached the card). Cutting the segment at
-  `good_end` loses only the write that was under way, which was never confirmed;
-- CORRUPT: a header does not check out (and is not all zeros), or a record with more data
-  after it does not. What follows cannot be trusted: the segment is set aside, keeping
-  the records before it.
-
-Sans-IO like the rest of core/: bytes in, records out; the storage port reads and writes
-the files. Written for MicroPython too (binascii.crc32, byte indexing).
+Sans-IO and MicroPython-clean, like the rest of core/.
 """
 
-from binascii import crc32
+import struct
 
-MAGIC = 0xA5
-HEADER_SIZE = 8  # magic, kind, length, check
-TRAILER_SIZE = 4  # crc32
-MAX_PAYLOAD = 0x7FFFFFFF
+from .records import record_parts
+from .wire import encode_table, shortstr
 
-CLEAN = 0
-TORN = 1
-CORRUPT = 2
-ENDINGS = ("clean", "torn", "corrupt")
-
-
-def encode_record(kind, payload):
-    """The bytes of one record (kind 0-255, payload bytes)."""
-    return b"".join(record_parts(kind, (payload,)))
-
-
-def record_parts(kind, parts):
-    """One record as a list of byte strings, its payload given in parts: a message's body
-    goes into the journal's write without being copied into a payload first."""
-    if not 0 <= kind <= 255:
-        raise ValueError("record kind %r is not an octet" % (kind,))
-    n = 0
-    for part in parts:
-        n += len(part)
-    if n > MAX_PAYLOAD:
-        raise ValueError("record payload of %d bytes is too large" % n)
-    fields = bytes((kind, (n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255))
-    crc = crc32(fields)
-    check = crc & 0xFFFF
-    out = [bytes((MAGIC,)) + fields + bytes((check >> 8, check & 255))]
-    for part in parts:
-        crc = crc32(part, crc)
-        out.append(part)
-    crc &= 0xFFFFFFFF
-    out.append(bytes(((crc >> 24) & 255, (crc >> 16) & 255, (crc >> 8) & 255, crc & 255)))
-    return out
+# Record kinds (the payloads are described at each encoder below).
+SNAPSHOT = 1  # a segment's first record: the next message id; the definitions follow
+SNAPSHOT_END = 2  # the snapshot is complete: definitions it did not name are gone
+EXCHANGE = 3
+EXCHANGE_GONE = 4
+QUEUE = 5
+QUEUE_GONE = 6
+BINDING = 7
+UNBINDING = 8
+MESSAGE = 9
+REMOVED = 10  # acked, purged, dropped, expired or delivered with no-ack
+DELIVERED = 11  # handed to a consumer: redelivered if it comes back after a restart
+SEGMENTS_GONE = 12  # segments deleted: at start, any other segment not found is reported missing
 
 
-def _all_zero(data, start):
-    for i in range(start, len(data)):
-        if data[i]:
+def durable_binding(binding):
+    """A binding survives a restart when both of its ends do (RabbitMQ's rule)."""
+    destination = binding.destination
+    ends_durable = destination.journalled if destination.is_queue else destination.durable
+    return binding.source.durable and ends_durable
+
+
+def _flags(*bits):
+    value = 0
+    for i in range(len(bits)):
+        if bits[i]:
+            value |= 1 << i
+    return bytes((value,))
+
+
+def _u32s(numbers):
+    return b"".join(struct.pack(">I", n) for n in numbers)
+
+
+def _binding_payload(binding):
+    # source shortstr, 1 if the destination is a queue else 0, destination shortstr, key shortstr, arguments table
+    destination = binding.destination
+    return (
+        shortstr(binding.source.name)
+        + bytes((1 if destination.is_queue else 0,))
+        + shortstr(destination.name)
+        + shortstr(binding.key)
+        + encode_table(binding.arguments)
+    )
+
+
+class Journal:
+    """The records still to write, segment bookkeeping, and the sequence of what is durable."""
+
+    def __init__(self, broker, segment_bytes, max_bytes):
+        self.broker = broker
+        self.segment_bytes = segment_bytes
+        self.max_bytes = max_bytes  # the disk budget (board profile): publishers block near it
+        self.wake = None  # the storage port's callback: records are waiting
+        self.seq = 0  # records appended so far
+        self.synced = 0  # records the port has made durable
+        self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port
+        self.segment = 0  # the segment records go to
+        self.sizes = {}  # segment -> bytes (existing files and the current one)
+        self.total = 0  # bytes in all segments
+        self.live = {}  # segment -> (queue, message) pairs of it still held
+        self.refers = {}  # segment -> older segments its REMOVED/DELIVERED records name
+        self.next_id = 1
+        self.marks = {}  # (kind, queue name) -> [(id, segment)], written at the next take
+        self._woken = False
+        self._snapshotting = False
+
+    # ------------------------------------------------------------ segments
+
+    def start(self, segment):
+        """Begin writing at segment (after a replay: the one after the last on disk)."""
+        self.segment = segment
+        self.sizes[segment] = 0
+        self._snapshot()
+
+    def _roll(self):
+        self.segment += 1
+        self.sizes[self.segment] = 0
+        self._snapshot()
+
+    def _snapshot(self):
+        """Every durable definition, so no older segment is needed for them."""
+        self._snapshotting = True
+        try:
+            broker = self.broker
+            # the next message id, and the segments on disk before this one: at start, one of
+            # those (or a later one) that is not found, and was not deleted since, is missing
+            older = [n for n in self.sizes if n != self.segment]
+            self._append(SNAPSHOT, (struct.pack(">Q", self.next_id), _u32s(older)))
+            for exchange in list(broker.exchanges.values()):
+                if exchange.durable and exchange.name and not exchange.name.startswith(b"amq."):
+                    self.exchange_declared(exchange)
+            for queue in list(broker.queues.values()):
+                if queue.journalled:
+                    self.queue_declared(queue)
+            for exchange in list(broker.exchanges.values()):
+                for binding in list(exchange.bindings.values()):
+                    self.bound(binding)
+            self._append(SNAPSHOT_END, ())
+        finally:
+            self._snapshotting = False
+
+    def _append(self, kind, parts):
+        """Add a record; returns the segment it went to."""
+        record = record_parts(kind, parts)
+        size = 0
+        for part in record:
+            size += len(part)
+        segment = self.segment
+        if not self._snapshotting and self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
+            self._roll()
+            segment = self.segment
+        chunks = self.chunks
+        if chunks and chunks[-1][0] == segment:
+            chunks[-1][1].extend(record)
+        else:
+            chunks.append([segment, record])
+        self.sizes[segment] += size
+        self.total += size
+        self.seq += 1
+        self._wake()
+        return segment
+
+    def _wake(self):
+        if not self._woken:
+            self._woken = True
+            if self.wake is not None:
+                self.wake()
+
+    def take(self):
+        """(chunks, deletions, seq) for the port: write each [segment, parts] in order (a new
+        segment number means a new file), then delete the segments listed; once all of it is
+        durable, call broker.journal_synced(seq)."""
+        self._write_marks()
+        deletions = self._deletable()
+        if deletions:
+            self._append(SEGMENTS_GONE, (_u32s(deletions),))
+        chunks = self.chunks
+        self.chunks = []
+        self._woken = False
+        self.broker.flow.check_disk(self)
+        return chunks, deletions, self.seq
+
+    def _deletable(self):
+        out = []
+        sizes = self.sizes
+        for segment in sorted(sizes):
+            if segment == self.segment or self.live.get(segment, 0):
+                continue
+            needed = False
+            for older in self.refers.get(segment, ()):
+                if older in sizes:
+                    needed = True
+            if needed:
+                continue
+            out.append(segment)
+            self.total -= sizes.pop(segment)
+            self.refers.pop(segment, None)
+            self.live.pop(segment, None)
+        return out
+
+    def tick(self):
+        """From the broker's tick: records or marks waiting, or records not yet synced, get the
+        port's attention (with no confirm waiting, it syncs them at its own pace)."""
+        if (self.chunks or self.marks or self.seq > self.synced) and self.wake is not None:
+            self.wake()
+
+    def unsynced(self):
+        return self.seq > self.synced
+
+    # ------------------------------------------------------------ definitions
+
+    def exchange_declared(self, exchange):
+        # name, type, flags (auto-delete, internal), arguments
+        self._write_marks()
+        self._append(
+            EXCHANGE,
+            (
+                shortstr(exchange.name),
+                shortstr(exchange.kind),
+                _flags(exchange.auto_delete, exchange.internal),
+                encode_table(exchange.arguments),
+            ),
+        )
+
+    def exchange_deleted(self, exchange):
+        self._write_marks()
+        self._append(EXCHANGE_GONE, (shortstr(exchange.name),))
+
+    def queue_declared(self, queue):
+        # name, flags (auto-delete), arguments
+        self._write_marks()
+        self._append(QUEUE, (shortstr(queue.name), _flags(queue.auto_delete), encode_table(queue.arguments)))
+
+    def queue_deleted(self, queue):
+        self._write_marks()
+        self._append(QUEUE_GONE, (shortstr(queue.name),))
+
+    def bound(self, binding):
+        if not durable_binding(binding):
+            return
+        self._write_marks()
+        self._append(BINDING, (_binding_payload(binding),))
+
+    def unbound(self, binding):
+        if not durable_binding(binding):
+            return
+        self._write_marks()
+        self._append(UNBINDING, (_binding_payload(binding),))
+
+    # ------------------------------------------------------------ messages
+
+    def add_message(self, message, queues):
+        """Journal message if it is persistent and one of queues is durable; True if it was.
+        Must come before the queues get it: a consumer may take it (and ack it) at once."""
+        names = []
+        for queue in queues:
+            if queue.journalled:
+                names.append(shortstr(queue.name))
+        if not names or not message.persistent():
             return False
-    return True
+        journal_id = self.next_id
+        self.next_id = journal_id + 1
+        # id, flags (none yet), exchange + routing key (the message's route), queue count and
+        # names, the content header frame tail, then the body frame tail (empty for no body)
+        parts = [struct.pack(">Q", journal_id), b"\x00", message.route, struct.pack(">H", len(names))]
+        parts.extend(names)
+        parts.append(struct.pack(">I", len(message.header_tail)))
+        parts.append(message.header_tail)
+        if message.body_tail is not None:
+            parts.append(message.body_tail)
+        segment = self._append(MESSAGE, parts)
+        message.journal_id = journal_id
+        message.segment = segment
+        self.live[segment] = self.live.get(segment, 0) + len(names)
+        return True
 
+    def removed(self, queue, message):
+        """A journalled message left a durable queue for good."""
+        segment = message.segment
+        self.live[segment] -= 1
+        if not queue.deleted:  # else the queue's QUEUE_GONE record said it already
+            self._mark(REMOVED, queue.name, message.journal_id, segment)
 
-def scan_records(data):
-    """(records, good_end, ending): records as (kind, payload) in order, the offset just past
-    the last good one, and how the data ends (CLEAN, TORN or CORRUPT; see above)."""
-    records = []
-    pos = 0
-    n = len(data)
-    while pos < n:
-        if n - pos < HEADER_SIZE:
-            return records, pos, TORN if data[pos] in (MAGIC, 0) else CORRUPT
-        fields = bytes(data[pos + 1 : pos + 6])
-        if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
-            return records, pos, TORN if _all_zero(data, pos) else CORRUPT
-        length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
-        end = pos + HEADER_SIZE + length + TRAILER_SIZE
-        if length > MAX_PAYLOAD:
-            return records, pos, CORRUPT
-        if end > n:
-            return records, pos, TORN  # a sound header: its record was being written
-        payload = bytes(data[pos + HEADER_SIZE : end - TRAILER_SIZE])
-        stored = (data[end - 4] << 24) | (data[end - 3] << 16) | (data[end - 2] << 8) | data[end - 1]
-        if crc32(payload, crc32(fields)) & 0xFFFFFFFF != stored:
-            # A bad last record is a torn write; a bad one with good data after it is damage.
-            return records, pos, TORN if end == n or _all_zero(data, end) else CORRUPT
-        records.append((data[pos + 1], payload))
-        pos = end
-    return records, pos, CLEAN
+    def delivered(self, queue, message):
+        self._mark(DELIVERED, queue.name, message.journal_id, message.segment)
+
+    def _mark(self, kind, name, journal_id, segment):
+        key = (kind, name)
+        marks = self.marks.get(key)
+        if marks is None:
+            marks = self.marks[key] = []
+        marks.append((journal_id, segment))
+        self._wake()
+
+    def _write_marks(self):
+        """REMOVED/DELIVERED records for what was marked since the last take: one record per
+        queue for many messages (acks cost ~8 bytes of journal each)."""
+        if not self.marks:
+            return
+        marks = self.marks
+        self.marks = {}
+        for key in marks:
+            kind, name = key
+            pairs = marks[key]
+            ids = bytearray(8 * len(pairs))
+            older = []
+            for i in range(len(pairs)):
+                journal_id, segment = pairs[i]
+                struct.pack_into(">Q", ids, 8 * i, journal_id)
+                if segment not in older:
+                    older.append(segment)
+            written_to = self._append(kind, (shortstr(name), bytes(ids)))
+            refers = self.refers.get(written_to)
+            if refers is None:
+                refers = self.refers[written_to] = []
+            for segment in older:
+                if segment != written_to and segment not in refers:
+                    refers.append(segment)

@@ -24,7 +24,7 @@ FLAG_USER_ID = 0x0010
 
 
 class Message:
-    journal_id = 0  # its id in the journal, once journalled (core/durable.py); 0: not journalled
+    journal_id = 0  # its id in the journal, once journalled (core/journal.py); 0: not journalled
     segment = 0  # the journal segment holding it
 
     def __init__(self, exchange, routing_key, route, header_tail, body_tail, body_size):

@@ -181,12 +181,14 @@ class Queue:
     def requeue(self, entries):
         """Put unacknowledged entries back at the head, in delivery order, marked redelivered."""
         if self.deleted:
-            for entry in entries:
-                self.forget(entry[0])
+            for message, _redelivered, _expires_at in entries:
+                self.forget(message)
             return
-        self.messages.push_front([(e[0], True, e[2]) for e in entries])
-        for entry in entries:
-            self.ready_bytes += entry[0].body_size
+        back = []
+        for message, _redelivered, expires_at in entries:
+            back.append((message, True, expires_at))
+            self.ready_bytes += message.body_size
+        self.messages.push_front(back)
         self.dispatch()
 
     def drop(self, entry, reason):
@@ -199,16 +201,16 @@ class Queue:
     def expire(self, now):
         """Drop expired entries at the head (as RabbitMQ does: only the head is checked)."""
         while self.messages.length:
-            entry = self.messages.peek()
-            if entry[2] is None or entry[2] > now:
+            expires_at = self.messages.peek()[2]  # (message, redelivered, expires_at)
+            if expires_at is None or expires_at > now:
                 return
             self.drop(self._pop(), b"expired")
 
     def purge(self):
         entries = self.messages.clear()
         self.ready_bytes = 0
-        for entry in entries:
-            self.forget(entry[0])
+        for message, _redelivered, _expires_at in entries:
+            self.forget(message)
         self._wake_waiting()
         return len(entries)
 

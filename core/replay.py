@@ -1,4 +1,4 @@
-"""Replaying the journal at start (core/durable.py writes it): the records of every segment,
+"""Replaying the journal at start (core/journal.py writes it): the records of every segment,
 in order, into plain data; then the broker's exchanges, queues, bindings and queued
 messages, built in one go. A queue's messages come back in publish order; those that had
 been delivered come back redelivered.
@@ -10,7 +10,9 @@ so its heap does not keep it. Sans-IO and MicroPython-clean.
 import struct
 
 from . import spec, topology
-from .durable import (
+from .errors import ChannelException
+from .exchange import freeze
+from .journal import (
     BINDING,
     DELIVERED,
     EXCHANGE,
@@ -24,10 +26,25 @@ from .durable import (
     SNAPSHOT_END,
     UNBINDING,
 )
-from .errors import ChannelException
-from .exchange import freeze
 from .message import FLAG_EXPIRATION, Message
 from .wire import decode_table, text
+
+# A message read back, as queued in one queue: a list (a million may come back, so no
+# object each) read at these indices.
+AT_SEGMENT = 0
+AT_EXCHANGE = 1
+AT_ROUTING_KEY = 2
+AT_ROUTE = 3
+AT_HEADER_TAIL = 4
+AT_BODY_TAIL = 5
+AT_REDELIVERED = 6
+
+
+class RecoveredQueue:
+    def __init__(self, auto_delete, arguments):
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.messages = {}  # journal id -> the message as a list (AT_... above)
 
 
 class Replay:
@@ -35,7 +52,7 @@ class Replay:
 
     def __init__(self):
         self.exchanges = {}  # name -> (kind, auto_delete, internal, arguments)
-        self.queues = {}  # name -> [auto_delete, arguments, {id: [message fields, redelivered]}]
+        self.queues = {}  # name -> RecoveredQueue
         self.bindings = {}  # (source, to_queue, destination, key, frozen arguments) -> arguments
         self.refers = {}  # segment -> [older segments its records name]
         self.next_id = 1
@@ -65,16 +82,17 @@ class Replay:
             if refers is None:
                 refers = self.refers[segment] = []
             for pos in range(1 + n, len(p), 8):
-                pid = struct.unpack_from(">Q", p, pos)[0]
-                entry = queue[2].get(pid) if queue is not None else None
-                if entry is None:
+                journal_id = struct.unpack_from(">Q", p, pos)[0]
+                message = queue.messages.get(journal_id) if queue is not None else None
+                if message is None:
                     continue
-                if entry[0][0] != segment and entry[0][0] not in refers:
-                    refers.append(entry[0][0])
+                written_in = message[AT_SEGMENT]
+                if written_in != segment and written_in not in refers:
+                    refers.append(written_in)
                 if kind == REMOVED:
-                    del queue[2][pid]
+                    del queue.messages[journal_id]
                 else:
-                    entry[1] = True
+                    message[AT_REDELIVERED] = True
         elif kind == SNAPSHOT:
             self.next_id = max(self.next_id, struct.unpack_from(">Q", p, 0)[0])
             self.expected = [segment]
@@ -108,10 +126,10 @@ class Replay:
             arguments = decode_table(p, pos + 1, len(p))[0]
             queue = self.queues.get(name)
             if queue is None:
-                self.queues[name] = [bool(flags & 1), arguments, {}]
+                self.queues[name] = RecoveredQueue(bool(flags & 1), arguments)
             else:  # a later snapshot names it again: its messages stay
-                queue[0] = bool(flags & 1)
-                queue[1] = arguments
+                queue.auto_delete = bool(flags & 1)
+                queue.arguments = arguments
             if self.snapshot is not None:
                 self.snapshot[1].append(name)
         elif kind == QUEUE_GONE:
@@ -134,7 +152,7 @@ class Replay:
         # unknown kinds: written by a newer hutch; nothing to do with them here
 
     def _message(self, segment, p):
-        pid = struct.unpack_from(">Q", p, 0)[0]
+        journal_id = struct.unpack_from(">Q", p, 0)[0]
         redelivered = bool(p[8] & 1)
         pos = 9
         n = p[pos]
@@ -154,13 +172,20 @@ class Replay:
         pos += 4
         header_tail = bytes(p[pos : pos + size])
         body_tail = bytes(p[pos + size :]) or None
-        fields = (segment, exchange, routing_key, route, header_tail, body_tail)
         for name in names:
             queue = self.queues.get(name)
             if queue is not None:
-                queue[2][pid] = [fields, redelivered]
-        if pid >= self.next_id:
-            self.next_id = pid + 1
+                queue.messages[journal_id] = [
+                    segment,
+                    exchange,
+                    routing_key,
+                    route,
+                    header_tail,
+                    body_tail,
+                    redelivered,
+                ]
+        if journal_id >= self.next_id:
+            self.next_id = journal_id + 1
 
     def _keep_only(self, exchanges, queues, bindings):
         """A complete snapshot lists every durable definition of its moment: drop the rest."""
@@ -176,13 +201,14 @@ class Replay:
 
     def _drop_bindings(self, name, to_queue):
         for identity in list(self.bindings):
-            if identity[0] == name and not to_queue or (identity[2] == name and identity[1] == to_queue):
+            source, binds_queue, destination = identity[:3]
+            if source == name and not to_queue or (destination == name and binds_queue == to_queue):
                 del self.bindings[identity]
 
     def message_count(self):
         count = 0
         for name in self.queues:
-            count += len(self.queues[name][2])
+            count += len(self.queues[name].messages)
         return count
 
     # ------------------------------------------------------------ into the broker
@@ -196,11 +222,11 @@ class Replay:
             args = (broker, name, kind, False, True, auto_delete, internal, arguments)
             _quietly(log, "exchange", name, topology.declare_exchange, *args)
         for name in self.queues:
-            auto_delete, arguments = self.queues[name][0], self.queues[name][1]
-            args = (broker, None, name, False, True, False, auto_delete, arguments)
+            recovered = self.queues[name]
+            args = (broker, None, name, False, True, False, recovered.auto_delete, recovered.arguments)
             _quietly(log, "queue", name, topology.declare_queue, *args)
         for identity in self.bindings:
-            source, to_queue, destination_name, key = identity[0], identity[1], identity[2], identity[3]
+            source, to_queue, destination_name, key = identity[:4]
             destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
             if destination is not None:
                 args = (broker, source, destination, key, self.bindings[identity], spec.QUEUE_BIND)
@@ -211,25 +237,26 @@ class Replay:
             queue = broker.queues.get(name)
             if queue is None:
                 continue
-            entries = self.queues[name][2]
+            recovered = self.queues[name].messages
             # in publish order (ids grow with it); sorted, as MicroPython's dicts keep no order
-            for pid in sorted(entries):
-                fields, redelivered = entries[pid]
-                message = made.get(pid)
+            for journal_id in sorted(recovered):
+                read_back = recovered[journal_id]
+                message = made.get(journal_id)
                 if message is None:
-                    message = made[pid] = _message(pid, fields)
-                queue.restore(message, redelivered)
-                live[fields[0]] = live.get(fields[0], 0) + 1
+                    message = made[journal_id] = _message(journal_id, read_back)
+                queue.restore(message, read_back[AT_REDELIVERED])
+                segment = read_back[AT_SEGMENT]
+                live[segment] = live.get(segment, 0) + 1
         for segment in self.refers:
             journal.refers[segment] = self.refers[segment]
         journal.next_id = max(journal.next_id, self.next_id)
 
 
-def _message(pid, fields):
-    segment, exchange, routing_key, route, header_tail, body_tail = fields
+def _message(journal_id, read_back):
+    segment, exchange, routing_key, route, header_tail, body_tail = read_back[:AT_REDELIVERED]
     body_size = len(body_tail) - 5 if body_tail is not None else 0
     message = Message(exchange, routing_key, route, header_tail, body_tail, body_size)
-    message.journal_id = pid
+    message.journal_id = journal_id
     message.segment = segment
     if message.flags() & FLAG_EXPIRATION:
         expiration = message.properties().get("expiration")

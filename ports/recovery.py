@@ -1,7 +1,7 @@
 """Recovery at start: read the journal back, repair what a crash or a bad card did, replay.
 
 Recovery never refuses to boot. Each segment is read and checked record by record
-(core/journal.py): a torn tail (a write cut short by a crash or a power cut) is cut at
+(core/records.py): a torn tail (a write cut short by a crash or a power cut) is cut at
 the last good record; a corrupt segment is copied to quarantine/ and cut where the
 damage starts; a segment missing from the sequence is reported. The broker then starts
 with every record it can still trust, and says what it cut or set aside in the log and
@@ -15,8 +15,8 @@ import gc
 import os
 import sys
 
-from ..core.durable import Journal
-from ..core.journal import CORRUPT, TORN, scan_records
+from ..core.journal import Journal
+from ..core.records import CORRUPT, TORN, scan_records
 from ..core.replay import Replay
 from .clock import Clock
 from .storage import SEGMENT_SUFFIX, JournalWriter, SegmentFiles, exists, make_dir

@@ -1,6 +1,6 @@
 """The storage port: the journal's files in the data folder, and group commit.
 
-    DATA/journal/00000001.seg ...  segments of records (core/journal.py, core/durable.py)
+    DATA/journal/00000001.seg ...  segments of records (core/records.py, core/journal.py)
     DATA/quarantine/               segments found corrupt at start, kept as they were
     DATA/recovery.txt              what the last start found and did (`hutch ctl status`)
 

@@ -2,7 +2,7 @@
 
 The line (tests/serial_line.py) joins two ptys at 11,520 bytes/s each way, as
 a UART at 115,200 baud 8N1 does, and can damage bytes. The sensor is
-tests/serial_sensor.py (ports/link.py plus hand-made AMQP frames), run under
+tests/serial_sensor.py (core/link.py plus hand-made AMQP frames), run under
 MicroPython's unix port (the tty opened as a file) or CPython (pyserial). It
 publishes with confirms to a queue that a pika consumer on TCP drains; every
 body carries its number and a pattern, so a damaged message cannot pass.

@@ -1,0 +1,98 @@
+"""The journal's record format: what one append to a segment file holds (issue 5, first step).
+
+A segment file is a run of records, each:
+
+    0xA5  kind(1)  length(4)  check(2)  payload(length)  crc32(4)      (integers big-endian)
+
+check is the low 16 bits of the CRC-32 of kind and length: a damaged length is caught
+before it is believed (otherwise it would make the records after it look like the torn
+tail of one huge record). The CRC-32 at the end covers kind, length and payload, so a
+record whose bytes were torn, flipped or never written is told from a good one. Reading a segment (scan_records) returns the good
+records and says how the segment ends:
+
+- CLEAN: the last record ends where the data ends;
+- TORN: the data ends inside a record whose header is sound, or the last record's payload
+  or CRC does not check out, or after the last good record come only zeros (a power cut
+  while writing: the file grew, the bytes never reached the card). Cutting the segment at
+  `good_end` loses only the write that was under way, which was never confirmed;
+- CORRUPT: a header does not check out (and is not all zeros), or a record with more data
+  after it does not. What follows cannot be trusted: the segment is set aside, keeping
+  the records before it.
+
+Sans-IO like the rest of core/: bytes in, records out; the storage port reads and writes
+the files. Written for MicroPython too (binascii.crc32, byte indexing).
+"""
+
+from binascii import crc32
+
+MAGIC = 0xA5
+HEADER_SIZE = 8  # magic, kind, length, check
+TRAILER_SIZE = 4  # crc32
+MAX_PAYLOAD = 0x7FFFFFFF
+
+CLEAN = 0
+TORN = 1
+CORRUPT = 2
+ENDINGS = ("clean", "torn", "corrupt")
+
+
+def encode_record(kind, payload):
+    """The bytes of one record (kind 0-255, payload bytes)."""
+    return b"".join(record_parts(kind, (payload,)))
+
+
+def record_parts(kind, parts):
+    """One record as a list of byte strings, its payload given in parts: a message's body
+    goes into the journal's write without being copied into a payload first."""
+    if not 0 <= kind <= 255:
+        raise ValueError("record kind %r is not an octet" % (kind,))
+    n = 0
+    for part in parts:
+        n += len(part)
+    if n > MAX_PAYLOAD:
+        raise ValueError("record payload of %d bytes is too large" % n)
+    fields = bytes((kind, (n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255))
+    crc = crc32(fields)
+    check = crc & 0xFFFF
+    out = [bytes((MAGIC,)) + fields + bytes((check >> 8, check & 255))]
+    for part in parts:
+        crc = crc32(part, crc)
+        out.append(part)
+    crc &= 0xFFFFFFFF
+    out.append(bytes(((crc >> 24) & 255, (crc >> 16) & 255, (crc >> 8) & 255, crc & 255)))
+    return out
+
+
+def _all_zero(data, start):
+    for i in range(start, len(data)):
+        if data[i]:
+            return False
+    return True
+
+
+def scan_records(data):
+    """(records, good_end, ending): records as (kind, payload) in order, the offset just past
+    the last good one, and how the data ends (CLEAN, TORN or CORRUPT; see above)."""
+    records = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        if n - pos < HEADER_SIZE:
+            return records, pos, TORN if data[pos] in (MAGIC, 0) else CORRUPT
+        fields = bytes(data[pos + 1 : pos + 6])
+        if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
+            return records, pos, TORN if _all_zero(data, pos) else CORRUPT
+        length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
+        end = pos + HEADER_SIZE + length + TRAILER_SIZE
+        if length > MAX_PAYLOAD:
+            return records, pos, CORRUPT
+        if end > n:
+            return records, pos, TORN  # a sound header: its record was being written
+        payload = bytes(data[pos + HEADER_SIZE : end - TRAILER_SIZE])
+        stored = (data[end - 4] << 24) | (data[end - 3] << 16) | (data[end - 2] << 8) | data[end - 1]
+        if crc32(payload, crc32(fields)) & 0xFFFFFFFF != stored:
+            # A bad last record is a torn write; a bad one with good data after it is damage.
+            return records, pos, TORN if end == n or _all_zero(data, end) else CORRUPT
+        records.append((data[pos + 1], payload))
+        pos = end
+    return records, pos, CLEAN
