@@ -1,9 +1,10 @@
 """The broker: the single virtual host "/", its connections, exchanges and queues, and the
 one way messages go in and out of queues, whatever front end carries them.
 
-    result = broker.publish(exchange, message, publisher)   # route, journal, enqueue
-    broker.consume(queue, consumer) ... broker.cancel(consumer)
-    broker.settle(queue, entries, ACCEPT | REQUEUE | REJECT)
+    result = broker.publish(exchange, message, publisher)   # route, journal, enqueue: ROUTED|REFUSED|JOURNALLED
+    broker.consume(queue, consumer, method) ... broker.cancel(consumer)
+    broker.delivered(queue, entry, settled)                 # a queue's entry went to a consumer
+    broker.settle(queue, entries, ACCEPT or REQUEUE or REJECT)
 
 A 0-9-1 channel (core/channel.py), dead-lettering (core/deadletter.py), and the bridge
 or an AMQP 1.0 link to come, all call these; routing, the journal, budgets and flow
@@ -48,7 +49,7 @@ CAPABILITIES = {
 }
 
 # What Broker.publish says of a message (bits).
-ROUTED = 1  # it matched at least one queue (a mandatory message that did not comes back)
+ROUTED = 1  # it matched at least one queue (a mandatory message that matched none comes back)
 REFUSED = 2  # some queue refused it (x-overflow reject-publish, a full queue, publishers blocked)
 JOURNALLED = 4  # it went into the journal: confirm it once the journal has synced up to journal.seq
 
