@@ -580,3 +580,88 @@ def _value_end(code, buf, pos, end):
     if stop > end:
         raise DecodeError("content property runs past the header frame")
     return stop
+
+
+# ---------------------------------------------------------------- reading in place (a client's read path)
+# Added for the client side (client/protocol.py): reads that allocate nothing but the values
+# they return, so that what a sensor node receives costs only what its deliveries need.
+# buf may be a memoryview: strings are then decoded from it without an intermediate copy.
+
+
+def get_short(buf, pos):
+    return (buf[pos] << 8) | buf[pos + 1]
+
+
+def get_long(buf, pos):
+    return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+
+
+def get_longlong(buf, pos):
+    return (get_long(buf, pos) << 32) | get_long(buf, pos + 4)
+
+
+def frame_end(buf, pos, end):
+    """The index of the frame-end octet of the frame at pos, if all of that frame is in buf[:end];
+    -1 while it is incomplete. DecodeError if the frame does not end with 0xCE. As frame_at,
+    without building a tuple per frame; the type is buf[pos], the channel get_short(buf, pos + 1)."""
+    if end - pos < 8:
+        return -1
+    stop = pos + 7 + get_long(buf, pos + 3)
+    if stop >= end:
+        return -1
+    if buf[stop] != FRAME_END:
+        raise DecodeError("invalid frame end marker 0x%02x" % buf[stop])
+    return stop
+
+
+def _text_at(buf, pos, stop, as_text):
+    raw = buf[pos:stop]
+    if as_text:
+        try:
+            return str(raw, "utf-8")
+        except UnicodeError:
+            pass  # not text: the bytes themselves
+    return bytes(raw)
+
+
+def read_args(sig, buf, pos, end, out, text=True):
+    """decode_args into out, a list at least len(sig) long that the caller reuses: out[i] is
+    argument i. Returns the position after the arguments. The values are those decode_args
+    gives (the client's mapping by default)."""
+    bit = bits = 0
+    for i in range(len(sig)):
+        code = sig[i]
+        if code == "b":
+            if bit == 0:
+                _need(end, pos, 1)
+                bits = buf[pos]
+                pos += 1
+            out[i] = (bits >> bit) & 1 == 1
+            bit = (bit + 1) & 7
+            continue
+        bit = 0
+        if code == "s" or code == "S":
+            n = 1 if code == "s" else 4
+            _need(end, pos, n)
+            start = pos + n
+            pos = start + (buf[pos] if n == 1 else get_long(buf, pos))
+            _need(end, start, pos - start)
+            out[i] = _text_at(buf, start, pos, text)
+        elif code == "t":
+            out[i], pos = decode_table(buf, pos, end, text)
+        else:
+            n = 1 if code == "o" else 2 if code == "h" else 4 if code == "l" else 8
+            _need(end, pos, n)
+            out[i] = (
+                buf[pos]
+                if n == 1
+                else get_short(buf, pos)
+                if n == 2
+                else get_long(buf, pos)
+                if n == 4
+                else get_longlong(buf, pos)
+            )
+            pos += n
+    if pos != end:
+        raise DecodeError("%d unexpected bytes after the method arguments" % (end - pos))
+    return pos
