@@ -1,5 +1,5 @@
 """A sensor node's side of tests/interop/test_sensor_client.py, run under `micropython`
-(MICROPYPATH holding hutch/client) and under CPython: `sensor_node.py SCENARIO PORT [ARGS]`.
+(MICROPYPATH holding the node bundle's sources) and under CPython: `sensor_node.py SCENARIO PORT [ARGS]`.
 
 Each scenario prints result lines that the test checks; anything unexpected raises, so
 the process exits non-zero with a traceback.

@@ -1,5 +1,5 @@
 """A sensor node talking AMQP over a serial line: `serial_node.py TTY COUNT` under micropython
-(MICROPYPATH holding hutch/client, hutch/core and hutch/ports) or CPython. The tty is opened with
+(MICROPYPATH holding the node bundle plus hutch/ports' serial.py and clock.py) or CPython. The tty is opened with
 hutch.ports.serial.open_serial (on a board it would be machine.UART(..., timeout=0)).
 
 It publishes COUNT readings with confirms to the queue "serial-readings", then takes one
