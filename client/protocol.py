@@ -146,6 +146,7 @@ class Protocol:
         self.connect(0)  # every per-connection field as connect() sets it, then closed
         self.connection_lost()
         self._tn = 0
+        self._login = ()
 
     # -- the connection ---------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ class Client(simple.Client):
         p.channel_lost()
         try:
             renamed = {}
-            if self._open and p.state == "open":
+            if p.state == "open":  # the connection is fine: only the channel is lost
                 self._call(spec.CHANNEL_OPEN, ("",))
                 self._consumers = {}
             else:

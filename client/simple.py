@@ -113,7 +113,6 @@ class Client:
         self._consumers = {}  # consumer tag -> [queue, callback, no_ack, prefetch]
         self._topology = []
         self._confirming = False
-        self._open = False
         self._got = 0
         self._value = None
 
@@ -128,7 +127,6 @@ class Client:
         self._confirming = False
         self.blocked = None
         self.transport.open(self.timeout_ms)
-        self._open = True
         try:
             p = self.protocol
             p.connect(ticks_ms(), self.user, self.password, self.vhost, self.heartbeat, self.name)
@@ -141,14 +139,13 @@ class Client:
     def close(self):
         """Close the connection politely (waiting at most timeout_ms); never raises."""
         try:
-            if self._open:
+            if self.protocol.state != "closed":
                 self._call(spec.CONNECTION_CLOSE, (200, "bye", 0, 0))
         except Exception:
             pass
         self._drop()
 
     def _drop(self):
-        self._open = False
         self.protocol.connection_lost()
         try:
             self.transport.close()
@@ -279,7 +276,7 @@ class Client:
         start = ticks_ms()
         p = self.protocol
         while done is None or not done():
-            if not self._open:
+            if p.state == "closed":
                 raise OSError(errno.ENOTCONN)
             left = 60000 if timeout_ms is None else timeout_ms - ticks_diff(ticks_ms(), start)
             if done is not None and left <= 0:

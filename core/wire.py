@@ -615,13 +615,9 @@ def frame_end(buf, pos, end):
 
 
 def _text_at(buf, pos, stop, as_text):
-    raw = buf[pos:stop]
-    if as_text:
-        try:
-            return str(raw, "utf-8")
-        except UnicodeError:
-            pass  # not text: the bytes themselves
-    return bytes(raw)
+    """_string of buf[pos:stop], decoded from buf itself (a memoryview: no copy before the str)."""
+    value = _string(buf[pos:stop], as_text)
+    return value if isinstance(value, str) else bytes(value)
 
 
 def read_args(sig, buf, pos, end, out, text=True):

@@ -229,17 +229,14 @@ def test_heartbeats_are_sent_when_idle_and_a_silent_broker_is_noticed():
 
 
 def test_bad_frames_raise():
-    p = opened()
-    p.receive_data(b"\x01\x00\x00\x00\x00\x00\x00\x00")  # no frame-end octet
-    try:
-        p.next_event()
-        raise AssertionError("no DecodeError")
-    except wire.DecodeError:
-        pass
-    p = opened()
-    p.receive_data(b"\x01\x00\x00\x00\x01\x00\x00")  # larger than frame_max
-    try:
-        p.next_event()
-        raise AssertionError("no DecodeError")
-    except wire.DecodeError:
-        pass
+    for raw in (
+        b"\x01\x00\x00\x00\x00\x00\x00\x00",  # no frame-end octet
+        b"\x01\x00\x00\x00\x01\x00\x00",  # larger than frame_max
+    ):
+        p = opened()
+        p.receive_data(raw)
+        try:
+            p.next_event()
+            raise AssertionError("no DecodeError")
+        except wire.DecodeError:
+            pass
