@@ -33,7 +33,7 @@ signature of the method (wire.signature): queue.declare takes (ticket, queue, pa
 durable, exclusive, auto_delete, nowait, arguments).
 
 Publisher confirms: after confirm.select-ok, publish() numbers messages from 1; acks and
-nacks (with `multiple`) settle them. p.in_flight is how many wait for a confirm;
+nacks (with `multiple`) settle them. p.in_flight lists the sequence numbers awaiting one;
 p.unconfirmed lists the `record` of every message nacked, or in flight when the channel or
 connection was lost (the record publish() was given, else its sequence number).
 """
@@ -156,7 +156,7 @@ class Protocol:
         channel.open until it is."""
         self.connection_lost()
         self.state = "opening"
-        self._pos = self._n = self._hb = self.seq = 0
+        self._pos = self._n = self.seq = 0
         self._body = self.blocked = None
         self._spoke = self._heard = False
         self._rx_at = self._tx_at = self._tick_at = now
@@ -182,6 +182,7 @@ class Protocol:
     def connection_lost(self):
         """The transport is gone (or the connection closed): what awaited a confirm is unconfirmed."""
         self.state = "closed"
+        self._hb = 0  # no heartbeats either
         self.channel_lost()
 
     def channel_lost(self):
