@@ -31,6 +31,23 @@ The calls are described in client/simple.py and client/robust.py; a node's files
 client/manifest.py (`python -m hutch.firmware.build --node` builds them).
 """
 
-from .protocol import AMQPError, ChannelClosed, ConnectionClosed, Message  # noqa: F401
-from .robust import Client  # noqa: F401
-from .simple import Blocked, Returned  # noqa: F401
+# Each name is imported when it is first asked for (PEP 562, as MicroPython has it too), so a
+# node that imports only hutch.client.simple does not load the robust layer.
+_WHERE = {
+    "Client": "robust",
+    "AMQPError": "protocol",
+    "ChannelClosed": "protocol",
+    "ConnectionClosed": "protocol",
+    "Message": "protocol",
+    "Blocked": "simple",
+    "Returned": "simple",
+}
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(name)
+    module = __import__(__name__ + "." + _WHERE[name], None, None, (name,))
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

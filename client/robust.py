@@ -15,10 +15,10 @@ take record=True (record=False: not restored).
 """
 
 from ..core import spec
-from . import simple
+from .simple import Client as Simple
 
 
-class Client(simple.Client):
+class Client(Simple):
     @property
     def unconfirmed(self):
         return self.protocol.unconfirmed

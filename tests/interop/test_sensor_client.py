@@ -234,6 +234,10 @@ def test_nacked_publishes_are_kept_and_republished(node, broker):
     assert node.run("sensor_node.py", "nacks", broker.port, "nack-q") == ["unconfirmed 2 00003 00004", "republished 2"]
 
 
+def test_the_simple_client_alone(node, broker):
+    assert node.run("sensor_node.py", "simple", broker.port, "simple-q", 20) == ["simple 20 True"]
+
+
 def test_reconnect_restores_declarations_and_consumer_after_a_broker_restart(node, broker):
     running = node.start("sensor_node.py", "reconnect", broker.port, "recon-q")
     try:
@@ -306,11 +310,14 @@ def test_the_client_imports_only_its_manifest_and_nothing_of_the_broker():
         return "hutch.%s" % package + ("" if name == "__init__.py" else "." + name[:-3])
 
     code = (
-        "import sys, hutch.client, hutch.client.simple, hutch.client.transport; "
-        "print(sorted(m for m in sys.modules if m.startswith('hutch')))"
+        "import sys, hutch.client.simple; simple = sorted(sys.modules); "
+        "import hutch.client, hutch.client.transport; from hutch.client import Client; "
+        "print(([m for m in simple if m.startswith('hutch')], sorted(m for m in sys.modules if m.startswith('hutch'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30).stdout
-    imported = set(ast.literal_eval(out.strip()))
+    simple, imported = ast.literal_eval(out.strip())
+    assert "hutch.client.robust" not in simple and "hutch.client.robust" in imported, out  # a node wanting less
+    imported = set(imported)
     listed = {"hutch"} | {module(*entry) for entry in build.modules("node")}
     assert "hutch.core.wire" in imported and imported <= listed, sorted(imported - listed)
     broker = {module(*entry) for entry in build.modules("broker")} - listed

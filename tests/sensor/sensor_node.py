@@ -258,6 +258,27 @@ def reconnect(port, queue):
     c.close()
 
 
+def simple(port, queue, count):
+    """The simple client alone (hutch.client.simple: no recording, no reconnect)."""
+    from hutch.client import simple
+
+    count = int(count)
+    c = simple.Client(HOST, port, name="sensor-simple")
+    c.connect()
+    c.declare_queue(queue)
+    c.confirm()
+    for i in range(count):
+        assert c.publish("", queue, body(i), {"message_id": str(i)}) == i + 1
+    assert c.wait_confirms(5000) and not c.protocol.unconfirmed
+    for i in range(count):
+        m = c.get(queue)
+        assert m.body == body(i) and m.properties["message_id"] == str(i), i
+        c.ack(m.delivery_tag)
+    assert c.get(queue) is None
+    say("simple", count, not hasattr(c, "reconnect"))
+    c.close()
+
+
 def blocked(port, queue):
     """Publish until the broker blocks the connection; then wait for it to be unblocked."""
     c = client(port)
