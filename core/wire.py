@@ -115,15 +115,10 @@ def frame_at(buf, pos, end):
     """The frame starting at pos, if all of it is in buf[:end]: (type, channel, payload
     start, payload end = index of its frame-end octet); None while it is incomplete.
     DecodeError if the frame does not end with 0xCE. The caller judges the size."""
-    if end - pos < 8:
+    stop = frame_end(buf, pos, end)
+    if stop < 0:
         return None
-    size = (buf[pos + 3] << 24) | (buf[pos + 4] << 16) | (buf[pos + 5] << 8) | buf[pos + 6]
-    stop = pos + 7 + size
-    if stop >= end:
-        return None
-    if buf[stop] != FRAME_END:
-        raise DecodeError("invalid frame end marker 0x%02x" % buf[stop])
-    return buf[pos], (buf[pos + 1] << 8) | buf[pos + 2], pos + 7, stop
+    return buf[pos], get_short(buf, pos + 1), pos + 7, stop
 
 
 def frame(frame_type, channel, payload):
@@ -486,54 +481,8 @@ def _decode_value(buf, pos, end, as_text):
 
 def decode_args(sig, buf, pos, end, text=False):
     """Decode method arguments by signature (see spec.py); returns a list."""
-    out = []
-    bit = 0
-    bits = 0
-    for code in sig:
-        if code == "b":
-            if bit == 0:
-                _need(end, pos, 1)
-                bits = buf[pos]
-                pos += 1
-            out.append((bits >> bit) & 1 == 1)
-            bit = (bit + 1) & 7
-            continue
-        bit = 0
-        if code == "s":
-            _need(end, pos, 1)
-            n = buf[pos]
-            pos += 1
-            _need(end, pos, n)
-            out.append(_string(bytes(buf[pos : pos + n]), text))
-            pos += n
-        elif code == "h":
-            _need(end, pos, 2)
-            out.append((buf[pos] << 8) | buf[pos + 1])
-            pos += 2
-        elif code == "l":
-            _need(end, pos, 4)
-            out.append(struct.unpack_from(">I", buf, pos)[0])
-            pos += 4
-        elif code == "q" or code == "T":
-            _need(end, pos, 8)
-            out.append(struct.unpack_from(">Q", buf, pos)[0])
-            pos += 8
-        elif code == "t":
-            table, pos = decode_table(buf, pos, end, text)
-            out.append(table)
-        elif code == "S":
-            _need(end, pos, 4)
-            n = struct.unpack_from(">I", buf, pos)[0]
-            pos += 4
-            _need(end, pos, n)
-            out.append(_string(bytes(buf[pos : pos + n]), text))
-            pos += n
-        elif code == "o":
-            _need(end, pos, 1)
-            out.append(buf[pos])
-            pos += 1
-    if pos != end:
-        raise DecodeError("%d unexpected bytes after the method arguments" % (end - pos))
+    out = [None] * len(sig)
+    read_args(sig, buf, pos, end, out, text)
     return out
 
 
@@ -580,3 +529,84 @@ def _value_end(code, buf, pos, end):
     if stop > end:
         raise DecodeError("content property runs past the header frame")
     return stop
+
+
+# ---------------------------------------------------------------- reading in place
+# Reads that allocate nothing but the values they return, so that what a sensor node receives
+# costs only what its deliveries need (client/protocol.py reuses one list for a delivery's
+# arguments). buf may be a memoryview: strings are then decoded from it without a copy first.
+
+
+def get_short(buf, pos):
+    return (buf[pos] << 8) | buf[pos + 1]
+
+
+def get_long(buf, pos):
+    return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+
+
+def get_longlong(buf, pos):
+    return (get_long(buf, pos) << 32) | get_long(buf, pos + 4)
+
+
+def frame_end(buf, pos, end):
+    """The index of the frame-end octet of the frame at pos, if all of that frame is in buf[:end];
+    -1 while it is incomplete. DecodeError if the frame does not end with 0xCE. The caller judges
+    the size; the type is buf[pos], the channel get_short(buf, pos + 1) (frame_at: all four)."""
+    if end - pos < 8:
+        return -1
+    stop = pos + 7 + get_long(buf, pos + 3)
+    if stop >= end:
+        return -1
+    if buf[stop] != FRAME_END:
+        raise DecodeError("invalid frame end marker 0x%02x" % buf[stop])
+    return stop
+
+
+def _text_at(buf, pos, stop, as_text):
+    """_string of buf[pos:stop], decoded from buf itself (a memoryview: no copy before the str)."""
+    value = _string(buf[pos:stop], as_text)
+    return value if isinstance(value, str) else bytes(value)
+
+
+def read_args(sig, buf, pos, end, out, text=False):
+    """Decode method arguments by signature (see spec.py) into out, a list at least len(sig)
+    long that the caller may reuse (a client's read path allocates nothing more): out[i] is
+    argument i. Returns the position after the arguments."""
+    bit = bits = 0
+    for i in range(len(sig)):
+        code = sig[i]
+        if code == "b":
+            if bit == 0:
+                _need(end, pos, 1)
+                bits = buf[pos]
+                pos += 1
+            out[i] = (bits >> bit) & 1 == 1
+            bit = (bit + 1) & 7
+            continue
+        bit = 0
+        if code == "s" or code == "S":
+            n = 1 if code == "s" else 4
+            _need(end, pos, n)
+            start = pos + n
+            pos = start + (buf[pos] if n == 1 else get_long(buf, pos))
+            _need(end, start, pos - start)
+            out[i] = _text_at(buf, start, pos, text)
+        elif code == "t":
+            out[i], pos = decode_table(buf, pos, end, text)
+        else:
+            n = 1 if code == "o" else 2 if code == "h" else 4 if code == "l" else 8
+            _need(end, pos, n)
+            out[i] = (
+                buf[pos]
+                if n == 1
+                else get_short(buf, pos)
+                if n == 2
+                else get_long(buf, pos)
+                if n == 4
+                else get_longlong(buf, pos)
+            )
+            pos += n
+    if pos != end:
+        raise DecodeError("%d unexpected bytes after the method arguments" % (end - pos))
+    return pos

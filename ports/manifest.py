@@ -12,5 +12,6 @@ package(
         "serial.py",
         "storage.py",
         "tcp.py",
+        "uart.py",
     ),
 )

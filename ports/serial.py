@@ -18,13 +18,10 @@ restarted (a new session in its HELLO), the old connection is dropped as if
 its socket had closed (conn.lost()), and the next header starts a fresh one.
 
 The same asyncio code runs on CPython and MicroPython; only the byte stream
-differs (`open_serial` and `_Stream`): on CPython pyserial opens and
-configures the port and the event loop watches its file descriptor (no
-polling); on MicroPython a board's machine.UART, or on the unix port a tty
+differs (ports/uart.py opens the port, `_stream` reads it): on CPython pyserial
+opens and configures the port and the event loop watches its file descriptor
+(no polling); on MicroPython a board's machine.UART, or on the unix port a tty
 path, is read through asyncio.StreamReader.
-
-`open_serial(device, baudrate)` is also what a sensor node's client uses to
-reach the broker over a wire; see the README, "Serial link layer".
 """
 
 import os
@@ -38,6 +35,7 @@ except ImportError:  # pragma: no cover - every supported Python has it
 from ..core.connection import Connection
 from ..core.link import Link
 from .clock import Clock, sleep_ms
+from .uart import device_name, open_serial
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 256 if MICROPYTHON else 4096
@@ -45,86 +43,6 @@ TICK_MS = 50  # link timers (retransmission after 200 ms, HELLO retries)
 IDLE_TICK_MS = 250  # when nothing is in flight
 RETRY_MS = 2000  # reopening a port that is missing or failed
 STOP_GRACE_MS = 1000  # waiting for the peer's close-ok when the broker stops
-
-
-def device_name(device):
-    """A short name for logs and the connection's peer address."""
-    if isinstance(device, dict):
-        if "device" in device:
-            return str(device["device"])
-        return "uart%s" % device.get("uart", "?")
-    if isinstance(device, int):
-        return "uart%d" % device
-    return str(device)
-
-
-def _uart_id(device):
-    """The machine.UART number a device names (1, "1", "uart1", "UART1"), or None for a path."""
-    if isinstance(device, int):
-        return device
-    if isinstance(device, str):
-        name = device.lower()
-        if name.startswith("uart"):
-            name = name[4:]
-        if name.isdigit():
-            return int(name)
-    return None
-
-
-def open_serial(device, baudrate=115200):
-    """Open a serial port for raw bytes; returns the platform's port object.
-
-    - CPython: a pyserial Serial (timeout=0): read(n) returns b"" when nothing is
-      there, write(data) blocks until written, fileno() works with select.
-    - MicroPython on a board: machine.UART(id, baudrate, timeout=0); `device` is
-      the UART number (1, "uart1") or a dict {"uart": 1, "tx": 17, "rx": 16,
-      "baudrate": 115200, "rxbuf": 1024}. read(n) returns None when nothing is there.
-    - MicroPython unix port: a tty path (a USB adapter, or a pty in tests), opened
-      with open(path, "r+b", buffering=0) after `stty raw -echo min 0 time 0`,
-      so read(n) returns what has arrived (b"" when nothing) instead of waiting
-      for all n bytes.
-
-    A board profile's entry (boards/: {"uart": 2, "tx": 17, "rx": 16, "baudrate": n} or
-    {"device": "/dev/serial0", "baudrate": n}) can be passed as it is.
-
-    Every kind can be registered with select.poll and wrapped in asyncio.StreamReader
-    on MicroPython; raises OSError (pyserial's SerialException is one) if it cannot open.
-    """
-    if isinstance(device, dict) and "device" in device:
-        return open_serial(device["device"], device.get("baudrate", baudrate))
-    if not MICROPYTHON:
-        if isinstance(device, (dict, int)):
-            raise ValueError("a UART number needs MicroPython's machine.UART; give a device path")
-        # pyserial, imported by name: a type checker that cannot find pyserial (as in the board's
-        # check, tests/test_typecheck.py) resolves `import serial` here to this very file.
-        pyserial = __import__("serial")
-        return pyserial.Serial(device, baudrate, timeout=0, exclusive=True)
-    if isinstance(device, dict):  # a board profile's entry: {"uart": 2, "tx": 17, "rx": 16, ...}
-        return _open_uart(device, baudrate)
-    uart = _uart_id(device)
-    if uart is not None:
-        return _open_uart({"uart": uart}, baudrate)
-    if hasattr(os, "system"):
-        # No termios on MicroPython: stty sets raw mode. A non-zero status is not fatal:
-        # the tty may already be raw (a pty set up by its creator).
-        os.system("stty -F %s %d raw -echo min 0 time 0 2>/dev/null" % (device, baudrate))
-    return open(device, "r+b", buffering=0)
-
-
-def _open_uart(profile, baudrate):
-    """A machine.UART from {"uart": its number, other UART settings...}, non-blocking (timeout=0)."""
-    import machine
-
-    settings = dict(profile)
-    uart = settings.pop("uart")
-    settings.setdefault("baudrate", baudrate)
-    settings["timeout"] = 0
-    settings.setdefault("rxbuf", 1024)  # ~90 ms at 115,200 baud: room for a busy event loop
-    try:
-        return machine.UART(uart, **settings)
-    except (TypeError, ValueError):
-        settings.pop("rxbuf", None)  # not every port takes rxbuf
-        return machine.UART(uart, **settings)
 
 
 class _FdStream:

@@ -2,7 +2,7 @@
 
 import struct
 
-from hutch.core import spec
+from hutch.core import spec, wire
 from hutch.core.errors import DecodeError
 from hutch.core.wire import (
     Decimal,
@@ -144,3 +144,47 @@ def test_property_flags_continuation_word_is_skipped():
 def test_bad_properties():
     _raises(lambda: decode_properties(struct.pack(">HHQ", 60, 0, 0) + b"\x80\x00\x05ab"))
     _raises(lambda: decode_properties(struct.pack(">HHQ", 60, 0, 0) + b"\x00\x00junk"))
+
+
+# ---------------------------------------------------------------- reading in place (wire.py's client section)
+
+
+def test_get_short_long_longlong_read_big_endian():
+    raw = bytes(range(1, 9))
+    assert wire.get_short(raw, 0) == 0x0102
+    assert wire.get_long(raw, 1) == 0x02030405
+    assert wire.get_longlong(memoryview(raw), 0) == 0x0102030405060708
+
+
+def test_frame_end_finds_whole_frames_only():
+    raw = wire.method_frame(1, spec.BASIC_ACK, (7, False)) + wire.HEARTBEAT_FRAME
+    stop = wire.frame_end(raw, 0, len(raw))
+    assert raw[stop] == 0xCE and stop == len(raw) - 9
+    assert wire.frame_end(raw, stop + 1, len(raw)) == len(raw) - 1
+    for cut in range(stop + 1):  # the first frame, cut anywhere
+        assert wire.frame_end(raw, 0, cut) == -1
+    bad = bytearray(raw)
+    bad[stop] = 0
+    _raises(lambda: wire.frame_end(bad, 0, len(bad)))
+
+
+def test_read_args_matches_decode_args_in_a_reused_list():
+    out = [None] * 5
+    for method_id, args in (
+        (spec.BASIC_DELIVER, ["ctag", 2**40, True, "", "r\u00e9"]),
+        (spec.BASIC_GET_OK, [3, False, "x", "k", 9]),
+        (spec.QUEUE_DECLARE, [0, "q", True, False, True, False, True, {"x": b"\x01"}]),
+        (spec.CONNECTION_START_OK, [{"a": 1}, "PLAIN", b"\x00u\x00p", "en_US"]),
+        (spec.BASIC_QOS, [0, 5, False]),
+    ):
+        sig = signature(method_id)
+        raw = encode_args(sig, args, binary=True)
+        out = out + [None] * (len(sig) - len(out))
+        view = memoryview(raw)
+        assert wire.read_args(sig, view, 0, len(raw), out, True) == len(raw)
+        assert out[: len(sig)] == decode_args(sig, raw, 0, len(raw), True), method_id
+    raw = encode_args("s", [b"\xff"])  # not UTF-8: the bytes themselves
+    wire.read_args("s", raw, 0, len(raw), out)
+    assert out[0] == b"\xff"
+    _raises(lambda: wire.read_args("sl", raw, 0, len(raw), out))
+    _raises(lambda: wire.read_args("", raw, 0, len(raw), out))

@@ -2,8 +2,9 @@
 
 The line (tests/serial_line.py) joins two ptys at 11,520 bytes/s each way, as
 a UART at 115,200 baud 8N1 does, and can damage bytes. The sensor is
-tests/serial_sensor.py (core/link.py plus hand-made AMQP frames), run under
-MicroPython's unix port (the tty opened as a file) or CPython (pyserial). It
+tests/serial_sensor.py (core/link.py and the client's protocol, client/protocol.py), run
+under MicroPython's unix port (from the node bundle, the tty opened as a file) or CPython
+(pyserial). It
 publishes with confirms to a queue that a pika consumer on TCP drains; every
 body carries its number and a pattern, so a damaged message cannot pass.
 """
@@ -17,7 +18,7 @@ import time
 import pika
 import pytest
 from conftest import BIN, RunningBroker
-from micropython_env import micropython, package_root
+from micropython_env import micropython, node_root, package_root
 from serial_line import SerialLine
 from serial_sensor import body  # the bodies the sensor sends
 
@@ -54,12 +55,11 @@ def broker(tmp_path, line):
 def run_sensor(tmp_path, line, count, size=64, runtime="micropython", timeout=120, expect_rc=0, **opts):
     """Run the sensor to its end; its output lines."""
     if runtime == "micropython":
-        root = os.path.join(str(tmp_path), "sensor")
+        # the node bundle, plus the serial port and clock the script opens the tty with
+        folder = os.path.join(str(tmp_path), "sensor")
+        root = os.path.join(folder, "node")
         if not os.path.exists(root):
-            os.makedirs(root)
-            root = package_root(root, ("core", "ports"))
-        else:
-            root = os.path.join(root, "pkg")
+            root = node_root(folder, ("ports/__init__.py", "ports/clock.py", "ports/uart.py"))
         command = [micropython(), SENSOR]
         env = dict(os.environ, MICROPYPATH=root + ":.frozen")
     else:

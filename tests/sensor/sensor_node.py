@@ -1,5 +1,5 @@
 """A sensor node's side of tests/interop/test_sensor_client.py, run under `micropython`
-(MICROPYPATH holding hutch/client) and under CPython: `sensor_node.py SCENARIO PORT [ARGS]`.
+(MICROPYPATH holding the node bundle's sources) and under CPython: `sensor_node.py SCENARIO PORT [ARGS]`.
 
 Each scenario prints result lines that the test checks; anything unexpected raises, so
 the process exits non-zero with a traceback.
@@ -255,6 +255,27 @@ def reconnect(port, queue):
                     pass
             say("back", attempt > 0)
     say("got", " ".join(got))
+    c.close()
+
+
+def simple(port, queue, count):
+    """The simple client alone (hutch.client.simple: no recording, no reconnect)."""
+    from hutch.client import simple
+
+    count = int(count)
+    c = simple.Client(HOST, port, name="sensor-simple")
+    c.connect()
+    c.declare_queue(queue)
+    c.confirm()
+    for i in range(count):
+        assert c.publish("", queue, body(i), {"message_id": str(i)}) == i + 1
+    assert c.wait_confirms(5000) and not c.protocol.unconfirmed
+    for i in range(count):
+        m = c.get(queue)
+        assert m.body == body(i) and m.properties["message_id"] == str(i), i
+        c.ack(m.delivery_tag)
+    assert c.get(queue) is None
+    say("simple", count, not hasattr(c, "reconnect"))
     c.close()
 
 

@@ -1,6 +1,6 @@
 """A sensor node talking AMQP over a serial line: `serial_node.py TTY COUNT` under micropython
-(MICROPYPATH holding hutch/client, hutch/core and hutch/ports) or CPython. The tty is opened with
-hutch.ports.serial.open_serial (on a board it would be machine.UART(..., timeout=0)).
+(MICROPYPATH holding the node bundle plus hutch/ports' serial.py and clock.py) or CPython. The tty is opened with
+hutch.ports.uart.open_serial (on a board it would be machine.UART(..., timeout=0)).
 
 It publishes COUNT readings with confirms to the queue "serial-readings", then takes one
 command from "serial-cmd" and acks it. The test holds the other end of the pty.
@@ -13,7 +13,7 @@ from sensor_node import body, say
 
 from hutch.client import Client
 from hutch.client.transport import Serial
-from hutch.ports.serial import open_serial
+from hutch.ports.uart import open_serial
 
 
 def main(path, count):
