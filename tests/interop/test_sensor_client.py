@@ -300,6 +300,25 @@ def test_heap_footprint_on_micropython(broker, tmp_path):
     assert heap["per_publish"] < 1024, heap
 
 
+def test_heap_footprint_of_the_node_bundle_run_from_flash(broker, tmp_path):
+    """The same figures with the node bundle run in place from a ROMFS image, as a board runs
+    it from flash (tests/interop/test_board_memory.py runs the broker's so): the code stays
+    out of the heap. Here the client keeps the bounds it had before it shared core/wire.py."""
+    from hutch.firmware import build
+
+    romfs = build.build(str(tmp_path / "node-bundle"), bundle_name="node")["romfs"]
+    command = [sys.executable, "-m", "hutch.tools.unixboard", "--romfs", romfs, "-m", "heap", str(broker.port)]
+    env = dict(os.environ, MICROPYPATH=SCRIPTS + ":.frozen")  # heap.py itself, and asyncio & co
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    print("\n".join(lines))
+    heap = dict((line.split()[1], int(line.split()[2])) for line in lines if line.startswith("heap "))
+    assert heap["import"] < 32 * 1024, heap
+    assert heap["client"] + heap["connect"] < 16 * 1024, heap
+    assert heap["per_publish"] < 1024, heap
+
+
 def test_the_client_imports_only_its_manifest_and_nothing_of_the_broker():
     """What `import hutch.client` loads (with its transports) is in the node bundle
     (client/manifest.py), and none of it is the broker's (core/broker.py, connection.py,
