@@ -24,6 +24,33 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_until(predicate, timeout=10.0, what=None, interval=0.02):
+    """Poll predicate() until it returns something true, and return that; fail after timeout
+    seconds. For conditions another process brings about (a log line, a file, a queue's
+    count): the test waits as long as it takes and no longer, instead of sleeping a guess."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("not within %.1fs: %s" % (timeout, what or getattr(predicate, "__name__", predicate)))
+        time.sleep(interval)  # the polling interval, not a guess at how long something takes
+
+
+def pump_until(connection, predicate, timeout=10.0, what=None):
+    """As wait_until, for a pika BlockingConnection: its I/O runs while it waits, so the
+    callbacks that make predicate() true can fire."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("not within %.1fs: %s" % (timeout, what or getattr(predicate, "__name__", predicate)))
+        connection.process_data_events(time_limit=0.02)
+
+
 def wait_for_port(port, proc, log_path, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -33,7 +60,7 @@ def wait_for_port(port, proc, log_path, timeout=30):
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return
         except OSError:
-            time.sleep(0.05)
+            time.sleep(0.05)  # the polling interval
     raise AssertionError("broker did not listen on %d within %ds:\n%s" % (port, timeout, read_log(log_path)))
 
 
