@@ -7,6 +7,7 @@ traceback) fails the test that caused it, even if the client did not notice.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,18 +87,61 @@ class RunningBroker:
     host = "127.0.0.1"
 
     def __init__(self, command, tmp_path, env=None):
-        self.port = free_port()
+        self.base_command = command
         self.data = str(tmp_path / "data")
         self.log_path = str(tmp_path / "broker.log")
-        self.command = command + ["--bind", "127.0.0.1", "--port", str(self.port), "--data", self.data]
         self.env = env
         self.proc = None
+        self._take_port(free_port())
+
+    def _take_port(self, port):
+        self.port = port
+        self.command = self.base_command + ["--bind", "127.0.0.1", "--port", str(port), "--data", self.data]
 
     def start(self):
-        self.log_file = open(self.log_path, "a")
-        self.proc = subprocess.Popen(self.command, stdout=self.log_file, stderr=subprocess.STDOUT, env=self.env)
+        """Start the broker (again: on the same port and data folder) and wait until it listens.
+
+        free_port()'s port is only free until the broker binds it: with tests running in
+        parallel, another test's client or broker may take it meanwhile. So the listener must
+        be this broker (its log says it listens on the port), and if the port was taken
+        before the first start, the broker gets another one."""
+        first = self.proc is None
+        for attempt in range(3):
+            fresh_data = not os.path.exists(self.data)
+            self.log_file = open(self.log_path, "a")
+            offset = self.log_file.tell()
+            self.proc = subprocess.Popen(self.command, stdout=self.log_file, stderr=subprocess.STDOUT, env=self.env)
+            try:
+                self._wait_listening(offset)
+                return self
+            except AssertionError:
+                taken = "cannot listen on" in self.log_since(offset)
+                if not (first and taken and attempt < 2):
+                    raise
+            # the port was taken between free_port() and the broker's bind: start on another
+            self.proc.wait(10)
+            self.log_file.close()
+            os.replace(self.log_path, "%s.port-taken-%d" % (self.log_path, attempt))
+            if fresh_data:
+                shutil.rmtree(self.data, ignore_errors=True)
+            self._take_port(free_port())
+
+    def _wait_listening(self, offset):
+        listening = "listening for AMQP 0-9-1 on 127.0.0.1:%d" % self.port
         wait_for_port(self.port, self.proc, self.log_path)
-        return self
+        wait_until(
+            lambda: self.proc.poll() is not None or listening in self.log_since(offset),
+            30,
+            what="%r in the broker's log" % listening,
+        )
+        if self.proc.poll() is not None:
+            raise AssertionError("broker exited with %s:\n%s" % (self.proc.returncode, self.log()))
+
+    def log_since(self, offset):
+        """The log from byte offset on (what this start of the broker wrote)."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
 
     def stop(self, timeout=15):
         """SIGTERM, as a service manager would; returns the exit code."""
@@ -166,3 +210,21 @@ def broker(request, tmp_path):
     code = running.stop()
     assert not running.errors(), "broker logged errors:\n" + running.log()[-5000:]
     assert code == 0, "broker exited with %s:\n%s" % (code, running.log()[-3000:])
+
+
+@pytest.fixture(autouse=True)
+def grouped_by_xdist(request):
+    """Under `--dist loadgroup` (pyproject.toml's addopts) pytest-xdist sends the tests of one
+    xdist_group to one worker by adding "@group" to their node IDs in each worker. Some pytest
+    and pytest-xdist releases together lose that without a word (pytest 9.2 with pytest-xdist
+    3.8: pytest-xdist issue 1386): the group's tests would spread over the workers, each
+    building the group's shared fixtures. Such a test fails instead."""
+    if getattr(request.config.option, "loadgroup", False):  # set in pytest-xdist's workers only
+        names = set()
+        for mark in request.node.iter_markers("xdist_group"):
+            names.add(str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")))
+        if names and not request.node.nodeid.endswith("@" + "_".join(sorted(names))):
+            pytest.fail(
+                "pytest-xdist did not put this test in its xdist_group %s: this pytest and "
+                "pytest-xdist do not group tests (see the pin of pytest in pyproject.toml)" % sorted(names)
+            )

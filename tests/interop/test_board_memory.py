@@ -41,7 +41,9 @@ from pika.exceptions import (
 
 from hutch.firmware import build
 
-pytestmark = pytest.mark.timeout(240)
+# One worker runs this module (pytest-xdist): the firmware bundle is built once for it (the
+# romfs fixture, module-scoped).
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("board_memory")]
 
 BODY = 256
 TOTAL = 10000
