@@ -13,7 +13,9 @@ import socket
 import threading
 
 import pika
+import pytest
 from accel_sides import SCANNERS, Side
+from conftest import SCANNERS as BROKER_SCANNERS
 
 from hutch.core.limits import Limits
 
@@ -99,6 +101,8 @@ def client_session(port):
     return got, seen
 
 
+# The broker itself runs each of its scanners too: the session is recorded against both.
+@pytest.mark.parametrize("broker", sorted(BROKER_SCANNERS), indirect=True)
 def test_real_pika_traffic_gets_the_same_answers_from_every_scanner(broker):
     recorder = Recorder(broker.port)
     got, seen = client_session(recorder.port)

@@ -33,6 +33,14 @@ def run(coro, timeout=20):
     return asyncio.run(bounded())
 
 
+async def until(predicate, what, timeout=5):
+    """Let the event loop run until predicate() holds; fail after timeout seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "not within %ds: %s" % (timeout, what)
+        await asyncio.sleep(0.02)  # the polling interval
+
+
 async def collect(queue, count, timeout=5, ack=True):
     """Take `count` messages from queue with the async iterator, acking each; [(body, message)]."""
     got = []
@@ -149,7 +157,7 @@ def test_prefetch_bounds_unacked_deliveries(broker):
 
             tag = await queue.consume(on_message)
             await asyncio.wait_for(arrived.wait(), 5)
-            await asyncio.sleep(0.3)  # room for the broker to overshoot, if it would
+            await asyncio.sleep(0.3)  # room for the broker to overshoot, if it would: this wait is the check
             assert len(held) == 5
             await queue.cancel(tag)  # first, so the acks below open no new slots
             for message in held:
@@ -169,10 +177,7 @@ def test_mandatory_publish_is_returned(broker):
             ch.return_callbacks.add(lambda channel, message: returned.append(message))
             ex = await ch.declare_exchange("aio.unbound", ExchangeType.DIRECT)
             await ex.publish(Message(b"to-nobody", message_id="r-1"), routing_key="nobody", mandatory=True)
-            for _ in range(50):
-                if returned:
-                    break
-                await asyncio.sleep(0.02)
+            await until(lambda: returned, "the return")
             assert [m.body for m in returned] == [b"to-nobody"]
             assert returned[0].message_id == "r-1"
             assert returned[0].routing_key == "nobody" and returned[0].exchange == "aio.unbound"
@@ -252,10 +257,7 @@ def test_robust_connection_recovers_after_broker_restart(broker):
         await asyncio.wait_for(received.wait(), 5)
         # stop the broker as a service manager would; the client gets 320 and reconnects
         await asyncio.get_running_loop().run_in_executor(None, broker.stop)
-        for _ in range(50):
-            if closes:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: closes, "the connection's close")
         # the broker said goodbye in protocol terms before hanging up
         assert [(type(e), e.args) for e in closes[:1]] == [
             (aiormq.exceptions.ConnectionClosed, (320, "CONNECTION_FORCED - broker shutdown"))

@@ -4,7 +4,12 @@ import json
 import os
 import subprocess
 
+import pytest
 from conftest import BIN
+
+# One worker runs these one after another (pytest-xdist): at most one RabbitMQ per run, and the
+# benchmarks' brokers do not compete with each other.
+pytestmark = pytest.mark.xdist_group("bench")
 
 HUTCH = os.path.join(BIN, "hutch")
 SCENARIO_ROWS = [

@@ -30,7 +30,7 @@ import time
 
 import pika
 import pytest
-from conftest import RunningBroker, blocked_notices, drain
+from conftest import RunningBroker, blocked_notices, drain, pump_until, wait_until
 from pika.exceptions import (
     AMQPConnectionError,
     ChannelClosedByBroker,
@@ -41,7 +41,9 @@ from pika.exceptions import (
 
 from hutch.firmware import build
 
-pytestmark = pytest.mark.timeout(240)
+# One worker runs this module (pytest-xdist): the firmware bundle is built once for it (the
+# romfs fixture, module-scoped).
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("board_memory")]
 
 BODY = 256
 TOTAL = 10000
@@ -82,10 +84,15 @@ def stop_board(board):
     assert "MemoryError" not in board.log(), board.log()[-5000:]
 
 
+def stats_lines(board):
+    """The broker's stats lines written so far (whole lines: not one being written)."""
+    return [line for line in board.log().split("\n")[:-1] if "heap live" in line]
+
+
 def heap_figures(board):
     """(live, peak) from the newest stats line, after the next one is written."""
-    time.sleep(1.2)
-    line = [line for line in board.log().splitlines() if "heap live" in line][-1]
+    seen = len(stats_lines(board))
+    line = wait_until(lambda: stats_lines(board)[seen:], 15, what="the broker's next stats line")[-1]
     return int(re.search(r"heap live (\d+)", line).group(1)), int(re.search(r"peak (\d+)", line).group(1))
 
 
@@ -151,7 +158,7 @@ def run_clients(board, stagger=0.0, blocked_timeout=60):
     started = time.monotonic()
     for t in threads:
         t.start()
-        time.sleep(stagger)
+        time.sleep(stagger)  # the scenario, not a wait: clients arriving one by one, this far apart
     for t in threads:
         t.join(200)
     return results, time.monotonic() - started
@@ -213,7 +220,12 @@ def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
             conn.channel().queue_declare("after")
             conn.close()
         except (ConnectionClosedByBroker, AMQPConnectionError) as e:
-            time.sleep(0.5)  # the broker's log line
+            if not re.search(r"\((530|506)\b", str(e)):  # hung up on: the broker logs it
+                wait_until(
+                    lambda: board.log().count("out of memory, connection dropped") > dropped,
+                    10,
+                    what="the broker's line for the dropped connection",
+                )
             assert (
                 re.search(r"\((530|506)\b", str(e))
                 or board.log().count("out of memory, connection dropped") == dropped + 1
@@ -237,13 +249,13 @@ def test_flood_blocks_then_recovers(romfs, tmp_path):
         pub.queue_declare("flood")
         for n in range(300):
             pub.basic_publish("", "flood", body(9, n))
-        publisher.process_data_events(time_limit=1)
+        pump_until(publisher, lambda: notices, what="connection.blocked")
         assert notices == ["blocked"], notices
         consumer = connect(board)
         sub = consumer.channel()
         received = drain(sub, "flood", 300, publisher, timeout=60)
         assert received == [body(9, n) for n in range(300)]
-        publisher.process_data_events(time_limit=0.5)
+        pump_until(publisher, lambda: notices[-1] == "unblocked", what="connection.unblocked")
         assert notices[-1] == "unblocked"
 
         # a queue filled to the profile's queue_max_messages (64): confirms say no, then yes

@@ -7,12 +7,14 @@ import random
 import signal
 import subprocess
 import threading
-import time
 import zlib
 
 import pika
 import pytest
-from conftest import BIN, RunningBroker
+from conftest import BIN, RunningBroker, wait_until
+
+from hutch.core.journal import REMOVED
+from hutch.core.records import scan_records
 
 HUTCH = os.path.join(BIN, "hutch")
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -39,6 +41,22 @@ def _kill(running):
     running.proc.send_signal(signal.SIGKILL)
     running.proc.wait()
     running.log_file.close()
+
+
+def _journal_has(running, kind, queue):
+    """Whether the journal's files hold a record of this kind for this queue (REMOVED and
+    DELIVERED records start with the queue's name as a shortstr)."""
+    folder = os.path.join(running.data, "journal")
+    name = bytes((len(queue),)) + queue.encode()
+    for segment in sorted(os.listdir(folder)):
+        try:
+            with open(os.path.join(folder, segment), "rb") as f:
+                records, _end, _ending = scan_records(f.read())
+        except FileNotFoundError:  # deleted by the broker meanwhile
+            continue
+        if any(k == kind and payload.startswith(name) for k, payload in records):
+            return True
+    return False
 
 
 def _get_all(channel, queue, limit=100000):
@@ -74,12 +92,13 @@ def test_definitions_messages_order_and_redelivered_flags_survive_a_restart(tmp_
     channel.basic_ack(acked.delivery_tag)
     exclusive = connection.channel()
     exclusive.queue_declare("mine", durable=True, exclusive=True)
-    connection.process_data_events(0.2)  # the ack is read before the broker goes
     if how == "sigterm":
-        connection.close()
+        connection.close()  # the broker reads the ack before the close
         assert running.stop() == 0
     else:
-        time.sleep(0.5)  # acks are written within a read; give the broker its turn
+        # SIGKILL loses nothing the broker has written: wait until the ack is in the journal
+        # (the delivery of `held`, marked before it, is written with it or earlier)
+        wait_until(lambda: _journal_has(running, REMOVED, "orders.eu"), what="the ack in the journal")
         _kill(running)
     running.start()
     connection = _connect(running)

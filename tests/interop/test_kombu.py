@@ -15,6 +15,7 @@ import time
 import amqp
 import amqp.exceptions
 import pytest
+from conftest import wait_until
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 # A blocking client waits for ever for a reply that never comes: fail the test instead.
@@ -178,15 +179,20 @@ def test_message_ttl_and_dead_lettering(conn):
     producer = Producer(channel, serializer="json")
     producer.publish("soon gone", routing_key="k.short")
     producer.publish("gone sooner", routing_key="k.short", expiration=0.1)
-    time.sleep(0.9)  # the broker checks TTLs a few times a second
-    # look at the dead-letter queue first: nothing has touched k.short, so only the
-    # broker's own expiry (not a basic.get skipping stale entries) can have moved them
+    # look at the dead-letter queue only, until both are there (the broker checks TTLs a few
+    # times a second): nothing touches k.short, so only the broker's own expiry (not a
+    # basic.get skipping stale entries) can have moved them
     dead_bound = dead(channel)
     got = []
-    for _ in range(2):
+
+    def both_dead_lettered():
         message = dead_bound.get(no_ack=True)
-        assert message is not None, "expired message was not dead-lettered"
-        got.append(message)
+        if message is not None:
+            got.append(message)
+        return len(got) == 2
+
+    wait_until(both_dead_lettered, 5, what="both expired messages dead-lettered")
+    assert len(got) == 2 and None not in got, "expired message was not dead-lettered"
     assert sorted(m.payload for m in got) == ["gone sooner", "soon gone"]
     assert get_all(conn, short) == []
     death = got[0].headers["x-death"][0]

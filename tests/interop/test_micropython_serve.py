@@ -11,7 +11,7 @@ import subprocess
 
 import pika
 import pytest
-from conftest import RunningBroker, blocked_notices
+from conftest import RunningBroker, blocked_notices, pump_until
 from micropython_env import micropython, serve_env
 
 COUNT = 1000
@@ -146,7 +146,7 @@ def test_flood_past_the_heap_budget_blocks_and_recovers(mp_broker):
     pub.queue_declare("mp-flood")
     for i in range(flood):
         pub.basic_publish("", "mp-flood", b"%05d" % i + b"x" * 200)
-    publisher.process_data_events(time_limit=1)
+    pump_until(publisher, lambda: blocked, what="connection.blocked")
     assert blocked == ["blocked"], blocked
     assert "publishers blocked" in mp_broker.log()
 
@@ -163,7 +163,7 @@ def test_flood_past_the_heap_budget_blocks_and_recovers(mp_broker):
         received += 1
         if received == flood:
             break
-    publisher.process_data_events(time_limit=0.3)
+    pump_until(publisher, lambda: blocked[-1] == "unblocked", what="connection.unblocked")
     assert blocked[-1] == "unblocked"
     publisher.close()
     consumer.close()

@@ -17,6 +17,7 @@ import datetime
 import decimal
 import time
 
+import conftest
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError, StreamLostError, UnroutableError
@@ -587,12 +588,16 @@ def test_auto_delete_queue_goes_with_its_last_consumer(conn):
     assert e.value.reply_code == 404
 
 
-def test_queue_expires_when_unused(conn):
+def test_queue_expires_when_unused(conn, broker):
     ch = conn.channel()
-    ch.queue_declare("x-expires", arguments={"x-expires": 300})
     ch.queue_declare("x-expires-kept", arguments={"x-expires": 300})
     ch.basic_consume("x-expires-kept", lambda *a: None)  # in use: does not expire
-    time.sleep(0.9)
+    ch.queue_declare("x-expires", arguments={"x-expires": 300})
+    # Wait out the 300 ms without touching the queues (a declare would use them): until the
+    # broker logs the unused one's expiry. The kept one, declared first, was due by then too.
+    expired = "queue 'x-expires' expired after 300 ms unused"
+    conftest.wait_until(lambda: expired in broker.log(), what="the queue's expiry in the broker's log")
+    assert "queue 'x-expires-kept' expired" not in broker.log()
     assert ready_count(ch, "x-expires-kept") == 0
     with pytest.raises(ChannelClosedByBroker) as e:
         ch.queue_declare("x-expires", passive=True)

@@ -345,9 +345,20 @@ def test_the_client_imports_only_its_manifest_and_nothing_of_the_broker():
 
 
 @pytest.fixture
-def serial_broker(request, tmp_path):
+def line():
+    """A 115,200-baud line: two ptys joined by tests/serial_line.py."""
+    from serial_line import SerialLine
+
+    running = SerialLine(rate=11520, seed=7).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def serial_broker(request, tmp_path, line):
     """start(device, runtime): `hutch serve --serial DEVICE` on CPython or MicroPython, stopped
-    at the end as a user stops it (SIGTERM; Ctrl-C for MicroPython, which has no signal module)."""
+    at the end as a user stops it (SIGTERM; Ctrl-C for MicroPython, which has no signal module),
+    while its line is still there (`line` is torn down after this fixture)."""
     started = []
 
     def start(device, runtime):
@@ -382,35 +393,29 @@ def serial_broker(request, tmp_path):
         ("cpython", "cpython", True),
     ],
 )
-def test_sensor_on_a_serial_line(node_runtime, broker_runtime, noise, serial_broker, tmp_path):
+def test_sensor_on_a_serial_line(node_runtime, broker_runtime, noise, line, serial_broker, tmp_path):
     """A sensor on a serial line at 115,200 baud (two ptys joined by tests/serial_line.py), the
     broker at the other end (`hutch serve --serial`): the sensor publishes with confirms and
     pika receives every reading intact over TCP; a command from pika reaches the sensor. On a
     noisy line (bytes corrupted, dropped, inserted) hutch's link layer repairs everything."""
-    from serial_line import SerialLine
-
     count = 100
     (tmp_path / "broker").mkdir()
-    line = SerialLine(rate=11520, seed=7).start()
-    try:
-        if noise:
-            line.set_damage(corrupt=3e-4, drop=1e-4, garbage=1e-4)
-        broker = serial_broker(line.a_path, broker_runtime)
-        channel = pika_channel(broker)
-        channel.queue_declare("serial-cmd")
-        channel.basic_publish("", "serial-cmd", b"calibrate")
-        node = Node(node_runtime, tmp_path, extra=("ports/__init__.py", "ports/clock.py", "ports/uart.py"))
-        node.env["MICROPYPATH"] = node.env.get("MICROPYPATH", "") + ":" + SCRIPTS
-        connected, confirmed, command, closed = node.run("serial_node.py", line.b_path, count, timeout=120)
-        assert (connected, confirmed, command) == ("connected", "confirmed %d" % count, "cmd calibrate")
-        assert closed.startswith("closed retransmits=")
-        for i, (_method, properties, payload) in enumerate(drain(channel, "serial-readings", count)):
-            assert payload == body(i) and properties.message_id == str(i), "reading %d arrived changed" % i
-        assert channel.queue_declare("serial-cmd", passive=True).method.message_count == 0
-        channel.connection.close()
-        damage = line.stats()
-        print(damage, closed)
-        if noise:
-            assert sum(d["corrupted"] + d["dropped"] + d["garbage"] for d in damage.values()) > 0, damage
-    finally:
-        line.stop()
+    if noise:
+        line.set_damage(corrupt=3e-4, drop=1e-4, garbage=1e-4)
+    broker = serial_broker(line.a_path, broker_runtime)
+    channel = pika_channel(broker)
+    channel.queue_declare("serial-cmd")
+    channel.basic_publish("", "serial-cmd", b"calibrate")
+    node = Node(node_runtime, tmp_path, extra=("ports/__init__.py", "ports/clock.py", "ports/uart.py"))
+    node.env["MICROPYPATH"] = node.env.get("MICROPYPATH", "") + ":" + SCRIPTS
+    connected, confirmed, command, closed = node.run("serial_node.py", line.b_path, count, timeout=120)
+    assert (connected, confirmed, command) == ("connected", "confirmed %d" % count, "cmd calibrate")
+    assert closed.startswith("closed retransmits=")
+    for i, (_method, properties, payload) in enumerate(drain(channel, "serial-readings", count)):
+        assert payload == body(i) and properties.message_id == str(i), "reading %d arrived changed" % i
+    assert channel.queue_declare("serial-cmd", passive=True).method.message_count == 0
+    channel.connection.close()
+    damage = line.stats()
+    print(damage, closed)
+    if noise:
+        assert sum(d["corrupted"] + d["dropped"] + d["garbage"] for d in damage.values()) > 0, damage

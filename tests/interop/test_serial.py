@@ -17,7 +17,7 @@ import time
 
 import pika
 import pytest
-from conftest import BIN, RunningBroker
+from conftest import BIN, RunningBroker, wait_until
 from micropython_env import micropython, node_root, package_root
 from serial_line import SerialLine
 from serial_sensor import body  # the bodies the sensor sends
@@ -181,7 +181,10 @@ def test_line_outage_and_garbage_storm_recover_by_themselves(tmp_path, line, bro
 
     thread = threading.Thread(target=sensor)
     thread.start()
-    time.sleep(2)
+    # mid-stream: about a third of the messages (~123 bytes each on the line) went over
+    wait_until(lambda: line.stats()["b->a"]["bytes"] > 16000, 60, what="the sensor publishing")
+    assert thread.is_alive(), proc_lines
+    # the outage and the noise last this long on purpose: these sleeps are the scenario
     line.set_damage(drop=1.0)  # the cable is pulled for a second and a half
     time.sleep(1.5)
     line.set_damage(garbage=0.05, corrupt=0.01)  # then a burst of noise

@@ -9,7 +9,7 @@ import time
 import pika
 import pika.exceptions
 import pytest
-from conftest import BIN, RunningBroker, blocked_notices, drain
+from conftest import BIN, RunningBroker, blocked_notices, drain, pump_until, wait_until
 
 HUTCH = os.path.join(BIN, "hutch")
 
@@ -142,7 +142,8 @@ def test_log_names_connections_and_errors(broker):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker):
         channel.queue_declare("missing", passive=True)
     conn.close()
-    time.sleep(0.2)
+    closed = "channel 1 closed: NOT_FOUND - no queue 'missing' in vhost '/'"
+    wait_until(lambda: closed in broker.log(), what="the channel's close in the broker's log")
     log = broker.log()
     assert "connection open (user 'guest', client Pika Python Client Library)" in log
     assert "channel 1 closed: NOT_FOUND - no queue 'missing' in vhost '/'" in log
@@ -165,14 +166,14 @@ def test_memory_budget_blocks_publisher_then_recovers(tmp_path):
         pub.queue_declare("flood")
         for i in range(300):
             pub.basic_publish("", "flood", b"%d" % i)  # pika buffers these; the broker stops reading at 200
-        publisher.process_data_events(time_limit=0.5)
+        pump_until(publisher, lambda: events, what="connection.blocked")
         assert events == ["blocked"]
         assert "publishers blocked" in broker.log()
         consumer = _connect(broker)
         sub = consumer.channel()
         received = drain(sub, "flood", 300, publisher)
         assert received == [b"%d" % i for i in range(300)]  # every message, in order
-        publisher.process_data_events(time_limit=0.2)
+        pump_until(publisher, lambda: events[-1] == "unblocked", what="connection.unblocked")
         assert events[-1] == "unblocked"
         publisher.close()
         consumer.close()
