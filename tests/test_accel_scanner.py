@@ -14,12 +14,9 @@ from hypothesis import strategies as st
 from hutch.c_accel import scanner as c_scanner
 from hutch.core import framing
 from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS, SETTLE
+from hutch.core.wire import frame
 
 EXAMPLES = 500
-
-
-def frame(ftype, channel, payload):
-    return struct.pack(">BHI", ftype, channel, len(payload)) + payload + b"\xce"
 
 
 def scan_to_the_end(scan, make_records, buf, pos, max_payload, capacity):

@@ -5,16 +5,26 @@ tests/core run on both.
 """
 
 import os
-import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hutch.core import spec
 from hutch.core.broker import Broker
 from hutch.core.connection import Connection
 from hutch.core.errors import DecodeError
 from hutch.core.spec import CONTENT, METHODS
-from hutch.core.wire import decode_args, decode_table, encode_args, encode_table, signature
+from hutch.core.wire import (
+    PROTOCOL_HEADER,
+    content_frames,
+    decode_args,
+    decode_table,
+    encode_args,
+    encode_table,
+    frame,
+    method_frame,
+    signature,
+)
 
 # HUTCH_FUZZ_EXAMPLES=5000 for a longer hunt than CI's
 FUZZ_EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "300"))
@@ -88,7 +98,7 @@ def test_random_frames_never_crash_the_broker(frames, chunk):
     logged = []
     broker.log = lambda level, message, exc=None: logged.append((level, message))
     conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
-    data = b"AMQP\x00\x00\x09\x01" + b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in frames)
+    data = PROTOCOL_HEADER + b"".join(frame(t, ch, p) for t, ch, p in frames)
     for i in range(0, len(data), chunk):
         conn.feed(data[i : i + chunk])
         conn.take_output()
@@ -97,21 +107,13 @@ def test_random_frames_never_crash_the_broker(frames, chunk):
 
 def _open_connection(broker):
     conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
-    conn.feed(b"AMQP\x00\x00\x09\x01")
-    conn.feed(
-        _frame(
-            1, 0, struct.pack(">I", 0x000A000B) + encode_args("tsSs", [{}, b"PLAIN", b"\x00guest\x00guest", b"en_US"])
-        )
-    )
-    conn.feed(_frame(1, 0, struct.pack(">I", 0x000A001F) + encode_args("hlh", [100, 131072, 0])))
-    conn.feed(_frame(1, 0, struct.pack(">I", 0x000A0028) + encode_args("ssb", [b"/", b"", False])))
-    conn.feed(_frame(1, 1, struct.pack(">I", 0x0014000A) + encode_args("s", [b""])))
+    conn.feed(PROTOCOL_HEADER)
+    conn.feed(method_frame(0, spec.CONNECTION_START_OK, ({}, b"PLAIN", b"\x00guest\x00guest", b"en_US")))
+    conn.feed(method_frame(0, spec.CONNECTION_TUNE_OK, (100, 131072, 0)))
+    conn.feed(method_frame(0, spec.CONNECTION_OPEN, (b"/", b"", False)))
+    conn.feed(method_frame(1, spec.CHANNEL_OPEN, (b"",)))
     conn.take_output()
     return conn
-
-
-def _frame(frame_type, channel, payload):
-    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + b"\xce"
 
 
 names = st.sampled_from([b"", b"q", b"amq.direct", b"amq.topic", b"x", b"amq.gen-1"])
@@ -143,12 +145,10 @@ def valid_methods(draw):
         else:
             args.append(draw(_value(code)))
     channel = draw(st.sampled_from([1, 1, 1, 2]))
-    frame = _frame(1, channel, struct.pack(">I", method_id) + encode_args(sig, args))
+    frames = method_frame(channel, method_id, args)
     if method_id in CONTENT:  # a content method: add a header and a body
-        body = draw(st.binary(max_size=30))
-        frame += _frame(2, channel, struct.pack(">HHQH", 60, 0, len(body), 0))
-        frame += _frame(3, channel, body) if body else b""
-    return frame
+        frames += content_frames(channel, draw(st.binary(max_size=30)))
+    return frames
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None)
@@ -158,8 +158,8 @@ def test_random_methods_on_open_channels_never_crash(frames):
     logged = []
     broker.log = lambda level, message, exc=None: logged.append((level, message))
     conns = [_open_connection(broker), _open_connection(broker)]
-    for i, frame in enumerate(frames):
-        conns[i % 2].feed(frame)
+    for i, method in enumerate(frames):
+        conns[i % 2].feed(method)
         for conn in conns:
             conn.take_output()
         broker.tick(i * 100)

@@ -13,6 +13,7 @@ from hutch.core.broker import Broker
 from hutch.core.connection import Connection
 from hutch.core.limits import Limits
 from hutch.core.wire import (
+    PROTOCOL_HEADER,
     content_frames,
     decode_args,
     decode_properties,
@@ -136,7 +137,7 @@ class Client:
         frame_max=0,
         heartbeat=0,
     ):
-        self.send(b"AMQP\x00\x00\x09\x01")
+        self.send(PROTOCOL_HEADER)
         start = self.read()
         assert start[0].name == "connection.start", start
         if mechanism == b"PLAIN":
