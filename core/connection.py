@@ -184,7 +184,16 @@ class Connection:
         try:
             self.close_with(e)
         except Exception:  # cannot even say why (no memory to build the frame): hang up
-            self.finish()
+            self.dropped()
+
+    def dropped(self):
+        """Hang up without a word: not even the frame that would say why fits in memory."""
+        self.finish()
+        self.out = []
+        try:
+            self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
+        except MemoryError:
+            pass
 
     def eof(self):
         """The peer closed its sending side."""

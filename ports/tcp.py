@@ -225,7 +225,7 @@ class _Client:
             log("debug", "%s: socket error while writing: %r" % (conn.name, e))
             conn.lost()
         except MemoryError:
-            conn.lost()  # not even room to say why; the client sees the socket close
+            conn.dropped()  # not even room to say why; the client sees the socket close
         finally:
             self.ready.set()
             await close_writer(self.writer)
