@@ -15,6 +15,8 @@ would only cost heap there.
 """
 
 from . import spec
+from .channel import IDLE
+from .channel import OPEN as CHANNEL_OPEN
 from .errors import ChannelException
 from .framing import (
     BODY_END,
@@ -32,6 +34,7 @@ from .framing import (
     SETTLE,
     TYPE,
 )
+from .handshake import OPEN
 
 
 def reader_factory(scan, new_records):
@@ -100,7 +103,7 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
     header_end and body_end (the same when the body is empty): one step for the channel
     when it is open and idle, else frame by frame, exactly as they would have been.
     Returns where the next unhandled frame starts."""
-    channel = conn.idle_channel(number)
+    channel = _idle_channel(conn, number)
     if channel is not None:
         try:
             channel.on_publish(data, payload + 4, end)
@@ -123,7 +126,7 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
 def settle(conn, number, data, payload, end, method_id, tag):
     """A basic.ack, nack or reject whose delivery tag the scanner decoded: straight to the
     channel when it is open and idle, else as any method frame."""
-    channel = conn.idle_channel(number)
+    channel = _idle_channel(conn, number)
     if channel is None:
         conn.handle_frame(1, number, data, payload - 7, end)
         return
@@ -137,3 +140,13 @@ def settle(conn, number, data, payload, end, method_id, tag):
             channel.settle(tag, False, False, bits & 1, method_id)
     except ChannelException as e:
         conn.channel_error(channel, e)
+
+
+def _idle_channel(conn, number):
+    """Channel number if the connection is open and the channel open and between messages: it
+    may then take a whole publish, or a settlement, in one step. (Its attributes read here, not
+    through calls: this runs for every publish.)"""
+    channel = conn.channels.get(number) if conn.state == OPEN else None
+    if channel is not None and channel.state == CHANNEL_OPEN and channel.content_state == IDLE:
+        return channel
+    return None

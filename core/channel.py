@@ -73,10 +73,6 @@ class Channel:
 
     # ------------------------------------------------------------ frames in
 
-    def idle(self):
-        """Open and between messages: the next frame must be a method."""
-        return self.state == OPEN and self.content_state == IDLE
-
     def on_method(self, method_id, buf, pos, end):
         if self.state == CLOSING:
             if method_id == spec.CHANNEL_CLOSE_OK:
@@ -266,7 +262,8 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         no_ack = consumer.no_ack
-        self.broker.delivered(queue, entry, no_ack)
+        if no_ack or message.journal_id:  # else the broker has nothing to do (the hot path)
+            self.broker.delivered(queue, entry, no_ack)
         if not no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1

@@ -220,12 +220,6 @@ class Connection:
             return False
         return True
 
-    def idle_channel(self, number):
-        """Channel number if the connection is open and the channel open and between messages:
-        a batch reader may then hand it a whole publish, or a settlement, in one step."""
-        channel = self.channels.get(number) if self.state == OPEN else None
-        return channel if channel is not None and channel.idle() else None
-
     def oversize_frame(self, size):
         self.frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
 
