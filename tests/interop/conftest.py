@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import pika
 import pytest
 
 BIN = os.path.dirname(sys.executable)
@@ -25,7 +26,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_until(predicate, timeout=10.0, what=None, interval=0.02):
+def wait_until(predicate, timeout=10.0, what=None, interval=0.02, between=None):
     """Poll predicate() until it returns something true, and return that; fail after timeout
     seconds. For conditions another process brings about (a log line, a file, a queue's
     count): the test waits as long as it takes and no longer, instead of sleeping a guess."""
@@ -36,20 +37,31 @@ def wait_until(predicate, timeout=10.0, what=None, interval=0.02):
             return value
         if time.monotonic() >= deadline:
             raise AssertionError("not within %.1fs: %s" % (timeout, what or getattr(predicate, "__name__", predicate)))
-        time.sleep(interval)  # the polling interval, not a guess at how long something takes
+        if between is None:
+            time.sleep(interval)  # the polling interval, not a guess at how long something takes
+        else:
+            between()
 
 
 def pump_until(connection, predicate, timeout=10.0, what=None):
     """As wait_until, for a pika BlockingConnection: its I/O runs while it waits, so the
     callbacks that make predicate() true can fire."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError("not within %.1fs: %s" % (timeout, what or getattr(predicate, "__name__", predicate)))
-        connection.process_data_events(time_limit=0.02)
+    return wait_until(predicate, timeout, what, between=lambda: connection.process_data_events(time_limit=0.02))
+
+
+def pika_connection(broker, heartbeat=10, blocked_connection_timeout=30):
+    """A pika BlockingConnection to a test's broker that gives up within seconds, not minutes,
+    if the broker stops answering."""
+    params = pika.ConnectionParameters(
+        broker.host,
+        broker.port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        heartbeat=heartbeat,
+        blocked_connection_timeout=blocked_connection_timeout,
+        socket_timeout=10,
+        stack_timeout=15,
+    )
+    return pika.BlockingConnection(params)
 
 
 def wait_for_port(port, proc, log_path, timeout=30):

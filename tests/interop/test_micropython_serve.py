@@ -11,7 +11,7 @@ import subprocess
 
 import pika
 import pytest
-from conftest import RunningBroker, blocked_notices, pump_until
+from conftest import RunningBroker, blocked_notices, pika_connection, pump_until
 from micropython_env import micropython, serve_env
 
 COUNT = 1000
@@ -55,16 +55,7 @@ def body(i):
 
 def connect(running):
     # a 5 s heartbeat: if the broker stops answering, pika gives up within ~15 s instead of 2 minutes
-    params = pika.ConnectionParameters(
-        running.host,
-        running.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        heartbeat=5,
-        blocked_connection_timeout=30,
-        socket_timeout=10,
-        stack_timeout=15,
-    )
-    return pika.BlockingConnection(params)
+    return pika_connection(running, heartbeat=5)
 
 
 def test_pika_round_trip_of_1000_messages(mp_broker):

@@ -20,7 +20,7 @@ import threading
 
 import pika
 import pytest
-from conftest import RunningBroker
+from conftest import RunningBroker, pika_connection
 from micropython_env import ROOT, micropython, node_root, serve_env
 from sensor.sensor_node import body
 
@@ -105,16 +105,7 @@ def node(request, tmp_path):
 
 
 def pika_channel(broker):
-    params = pika.ConnectionParameters(
-        broker.host,
-        broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        heartbeat=10,
-        blocked_connection_timeout=30,
-        socket_timeout=10,
-        stack_timeout=15,
-    )
-    return pika.BlockingConnection(params).channel()
+    return pika_connection(broker).channel()
 
 
 def drain(channel, queue_name, count, timeout=10):

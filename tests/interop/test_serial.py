@@ -15,9 +15,8 @@ import subprocess
 import sys
 import time
 
-import pika
 import pytest
-from conftest import BIN, RunningBroker, wait_until
+from conftest import BIN, RunningBroker, pika_connection, wait_until
 from micropython_env import micropython, node_root, package_root
 from serial_line import SerialLine
 from serial_sensor import body  # the bodies the sensor sends
@@ -78,15 +77,7 @@ def run_sensor(tmp_path, line, count, size=64, runtime="micropython", timeout=12
 
 
 def consumer(broker):
-    params = pika.ConnectionParameters(
-        broker.host,
-        broker.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        heartbeat=60,
-        socket_timeout=10,
-        stack_timeout=15,
-    )
-    conn = pika.BlockingConnection(params)
+    conn = pika_connection(broker, heartbeat=60, blocked_connection_timeout=None)
     channel = conn.channel()
     channel.queue_declare("sensor")
     return conn, channel
