@@ -265,9 +265,7 @@ class Broker:
         restart brings it back redelivered."""
         message = entry[0]
         if settled:
-            self.flow.release(message)
-            if message.journal_id and queue.journalled:
-                self.journal.removed(queue, message)
+            queue.forget(message)
         elif message.journal_id and not entry[1] and queue.journalled:
             self.journal.delivered(queue, message)
 
@@ -275,13 +273,8 @@ class Broker:
         """Delivered entries of queue, settled: ACCEPT, REQUEUE (in the order given, at the head
         of the queue, redelivered) or REJECT."""
         if outcome == ACCEPT:
-            release = self.flow.release
-            journal = self.journal if queue.journalled else None
             for entry in entries:
-                message = entry[0]
-                release(message)
-                if message.journal_id and journal is not None:
-                    journal.removed(queue, message)
+                queue.forget(entry[0])
         elif outcome == REQUEUE:
             queue.requeue(entries)
         else:

@@ -48,7 +48,7 @@ class Message:
         return memoryview(self.body_tail)[4:-1]
 
     def flags(self):
-        # property_flags(self.header()) read straight from the frame: every publish asks, and
+        # the property flags read straight from the frame: every publish asks, and
         # the memoryview would cost more than the rest of the check (header_tail is size(4) +
         # class, weight, body size (12) + flags: on_header made sure they are all there).
         tail = self.header_tail

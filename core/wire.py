@@ -486,11 +486,6 @@ def decode_args(sig, buf, pos, end, text=False):
     return out
 
 
-def property_flags(header):
-    """The first property-flags word of a content header payload."""
-    return (header[12] << 8) | header[13]
-
-
 def decode_properties(header, text=False, names=None):
     """A content header payload's properties as a dict keyed by the spec's names, or by those
     of `names` (see put_properties)."""
