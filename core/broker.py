@@ -74,6 +74,7 @@ class Broker:
         self.platform = platform
         self.now = 0  # milliseconds, from the port's monotonic clock
         self.wall_seconds = 0  # for x-death timestamps, from the port's wall clock
+        self.wall_offset = 0  # wall clock ms - now: see wall_ms()
         self.default_exchange = Exchange(b"", b"direct")
         self.exchanges = {b"": self.default_exchange}  # amq.* ones appear on first use: see exchange()
         self.queues = {}
@@ -115,13 +116,17 @@ class Broker:
     def tick(self, now, wall_seconds=0):
         self.now = now
         self.wall_seconds = wall_seconds
+        if wall_seconds:
+            offset = wall_seconds * 1000 - now
+            if offset - self.wall_offset > 2000 or self.wall_offset - offset > 2000:
+                self.wall_offset = offset  # the first tick, or the wall clock was set
         for conn in list(self.connections):
             conn.tick(now)
         if self.expiring:
             for queue in list(self.expiring):
                 queue.expire(now)
                 queue.dispatch()
-                if not queue.messages.length or queue.deleted:
+                if not (queue.messages.length or queue.paged) or queue.deleted:
                     self.expiring.remove(queue)
         if self.journal is not None:
             self.journal.tick()
@@ -129,6 +134,12 @@ class Broker:
             if not queue.consumers and now - queue.last_used >= queue.expires:
                 self.log("info", "queue '%s' expired after %d ms unused" % (text(queue.name), queue.expires))
                 delete_queue(self, queue)
+
+    def wall_ms(self):
+        """The wall clock in ms, moving with the monotonic clock between ticks (to the second:
+        the port's wall clock has seconds). When a message arrived, in the journal: a paged
+        message's TTL counts from it, across a restart too."""
+        return self.now + self.wall_offset
 
     def shutdown(self):
         for conn in list(self.connections):
@@ -221,12 +232,15 @@ class Broker:
             targets.append(queue)
         journal = self.journal
         if journal is not None:
+            journalled = paging = False
             for queue in targets:
                 if queue.journalled:
-                    # into the journal before any queue has it: a consumer may take (and ack) it at once
-                    if journal.add_message(message, targets):
-                        result |= JOURNALLED
-                    break
+                    journalled = True
+                    if queue.pages():
+                        paging = True
+            # into the journal before any queue has it: a consumer may take (and ack) it at once
+            if journalled and journal.add_message(message, targets, paging):
+                result |= JOURNALLED
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
         return result

@@ -24,6 +24,7 @@ package(
         "limits.py",
         "link.py",
         "message.py",
+        "paging.py",
         "queue.py",
         "records.py",
         "replay.py",
