@@ -74,7 +74,10 @@ class Broker:
         self.platform = platform
         self.now = 0  # milliseconds, from the port's monotonic clock
         self.wall_seconds = 0  # for x-death timestamps, from the port's wall clock
-        self.wall_offset = 0  # wall clock ms - now: see wall_ms()
+        # wall clock ms - now, to the second (the port's wall clock has seconds): now + wall_offset
+        # moves with the monotonic clock between ticks. When a message arrived, in the journal:
+        # a paged message's TTL counts from it, across a restart too.
+        self.wall_offset = 0
         self.default_exchange = Exchange(b"", b"direct")
         self.exchanges = {b"": self.default_exchange}  # amq.* ones appear on first use: see exchange()
         self.queues = {}
@@ -129,17 +132,14 @@ class Broker:
                 if not (queue.messages.length or queue.paged) or queue.deleted:
                     self.expiring.remove(queue)
         if self.journal is not None:
-            self.journal.tick()
+            if self.journal.tick(self.now):
+                from .compaction import compact  # only when a segment may need it: boards keep heap
+
+                compact(self)
         for queue in list(self.expirable):
             if not queue.consumers and now - queue.last_used >= queue.expires:
                 self.log("info", "queue '%s' expired after %d ms unused" % (text(queue.name), queue.expires))
                 delete_queue(self, queue)
-
-    def wall_ms(self):
-        """The wall clock in ms, moving with the monotonic clock between ticks (to the second:
-        the port's wall clock has seconds). When a message arrived, in the journal: a paged
-        message's TTL counts from it, across a restart too."""
-        return self.now + self.wall_offset
 
     def shutdown(self):
         for conn in list(self.connections):

@@ -74,7 +74,7 @@ def _u32s(numbers):
 
 
 def set_bit(bitmap, index):
-    """Set a bit of a growing bitmap (bytearray); returns the bitmap (a new one if it grew)."""
+    """Set a bit of a growing bitmap (bytearray); returns it."""
     byte = index >> 3
     if byte >= len(bitmap):
         bitmap.extend(bytes(byte - len(bitmap) + 64))
@@ -119,8 +119,9 @@ class Journal:
         self.members = {}  # queue name -> [bitmap from first_id, count, body bytes] (persistent only)
         self.moved = {}  # queue name -> [ids written again here by compaction]
         self.copies = []  # (kind, payload) of the segment's REMOVED, DELIVERED, PAGE_DROPPED, SEGMENTS_GONE
+        self.written = {}  # segment -> MESSAGE records written to it (core/compaction.py)
+        self.next_compaction = 0
         self._woken = False
-        self._snapshotting = False
 
     # ------------------------------------------------------------ segments
 
@@ -129,7 +130,7 @@ class Journal:
         self.segment = segment
         self.sizes[segment] = 0
         self.first_id = self.next_id & ~7
-        self._snapshot(None)
+        self._put(self._snapshot([]), False)
 
     def _roll(self):
         self._seal()
@@ -139,13 +140,12 @@ class Journal:
         self.members = {}
         self.moved = {}
         self.copies = []
-        self._snapshot(None)
+        self._put(self._snapshot([]), False)
 
     def _seal(self):
         """The current segment's summary, as records at its end (the port closes it with a
         trailer): what a restart needs of the segment without reading its messages."""
-        out = record_parts(SUMMARY, ())
-        self._snapshot(out)
+        out = self._snapshot(record_parts(SUMMARY, ()))
         for name in self.members:
             bitmap, count, size = self.members[name]
             out.extend(record_parts(MEMBERS, members_payload(name, 0, self.first_id, count, size, bitmap)))
@@ -158,53 +158,49 @@ class Journal:
             out.extend(record_parts(MEMBERS, members_payload(name, MOVED, first, len(ids), 0, bitmap)))
         for kind, payload in self.copies:
             out.extend(record_parts(kind, (payload,)))
+        self._put(out, True)
+
+    def _snapshot(self, out):
+        """Every durable definition, as records added to out (a list of parts), returned: at
+        the start of each segment, so no older segment is needed for them; and in summaries."""
+        broker = self.broker
+        # the next message id, and the segments on disk before this one: at start, one of
+        # those (or a later one) that is not found, and was not deleted since, is missing
+        older = [n for n in self.sizes if n != self.segment]
+        out.extend(record_parts(SNAPSHOT, (struct.pack(">Q", self.next_id), _u32s(older))))
+        for exchange in list(broker.exchanges.values()):
+            if exchange.durable and exchange.name and not exchange.name.startswith(b"amq."):
+                out.extend(record_parts(EXCHANGE, _exchange_payload(exchange)))
+        for queue in list(broker.queues.values()):
+            if queue.journalled:
+                out.extend(record_parts(QUEUE, queue_payload(queue.name, queue.auto_delete, queue.arguments)))
+        for exchange in list(broker.exchanges.values()):
+            for binding in list(exchange.bindings.values()):
+                if durable_binding(binding):
+                    out.extend(record_parts(BINDING, (_binding_payload(binding),)))
+        out.extend(record_parts(SNAPSHOT_END, ()))
+        return out
+
+    def _put(self, parts, summary):
+        """Records (parts) into the current segment as one chunk, whatever their size (a
+        snapshot, a summary: the port closes a summary with the trailer)."""
         size = 0
-        for part in out:
+        for part in parts:
             size += len(part)
-        self.chunks.append([self.segment, out, True])
+        self.chunks.append([self.segment, parts, True] if summary else [self.segment, parts])
         self.sizes[self.segment] += size
         self.total += size
         self.seq += 1
         self._wake()
 
-    def _snapshot(self, into):
-        """Every durable definition, so no older segment is needed for them: at the start of a
-        segment (into None: appended as records), or into a summary (a list of parts)."""
-        self._snapshotting = True
-        try:
-            broker = self.broker
-            # the next message id, and the segments on disk before this one: at start, one of
-            # those (or a later one) that is not found, and was not deleted since, is missing
-            older = [n for n in self.sizes if n != self.segment]
-            self._add(into, SNAPSHOT, (struct.pack(">Q", self.next_id), _u32s(older)))
-            for exchange in list(broker.exchanges.values()):
-                if exchange.durable and exchange.name and not exchange.name.startswith(b"amq."):
-                    self._add(into, EXCHANGE, _exchange_payload(exchange))
-            for queue in list(broker.queues.values()):
-                if queue.journalled:
-                    self._add(into, QUEUE, queue_payload(queue.name, queue.auto_delete, queue.arguments))
-            for exchange in list(broker.exchanges.values()):
-                for binding in list(exchange.bindings.values()):
-                    if durable_binding(binding):
-                        self._add(into, BINDING, (_binding_payload(binding),))
-            self._add(into, SNAPSHOT_END, ())
-        finally:
-            self._snapshotting = False
-
-    def _add(self, into, kind, parts):
-        if into is None:
-            self._append(kind, parts)
-        else:
-            into.extend(record_parts(kind, parts))
-
-    def _append(self, kind, parts):
+    def append_record(self, kind, parts):
         """Add a record; returns the segment it went to."""
         record = record_parts(kind, parts)
         size = 0
         for part in record:
             size += len(part)
         segment = self.segment
-        if not self._snapshotting and self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
+        if self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
             self._roll()
             segment = self.segment
         chunks = self.chunks
@@ -229,11 +225,11 @@ class Journal:
         segment number means a new file; a third item, True, means the parts are the segment's
         summary: close it with the trailer), then delete the segments listed; once all of it
         is durable, call broker.journal_synced(seq)."""
-        self._write_marks()
+        self.write_marks()
         deletions = self._deletable()
         if deletions:
             payload = _u32s(deletions)
-            self._append(SEGMENTS_GONE, (payload,))
+            self.append_record(SEGMENTS_GONE, (payload,))
             self.copies.append((SEGMENTS_GONE, payload))
         chunks = self.chunks
         self.chunks = []
@@ -257,13 +253,23 @@ class Journal:
             self.total -= sizes.pop(segment)
             self.refers.pop(segment, None)
             self.live.pop(segment, None)
+            self.written.pop(segment, None)
         return out
 
-    def tick(self):
+    def tick(self, now):
         """From the broker's tick: records or marks waiting, or records not yet synced, get the
-        port's attention (with no confirm waiting, it syncs them at its own pace)."""
+        port's attention (with no confirm waiting, it syncs them at its own pace). True when
+        compaction should have a look (core/compaction.py): at most once a second, and only
+        while a segment older than the previous one is still needed."""
         if (self.chunks or self.marks or self.seq > self.synced) and self.wake is not None:
             self.wake()
+        if now < self.next_compaction:
+            return False
+        self.next_compaction = now + 1000
+        for segment in self.live:
+            if segment < self.segment - 1 and self.live[segment]:
+                return True
+        return False
 
     def unsynced(self):
         return self.seq > self.synced
@@ -271,34 +277,34 @@ class Journal:
     # ------------------------------------------------------------ definitions
 
     def exchange_declared(self, exchange):
-        self._write_marks()
-        self._append(EXCHANGE, _exchange_payload(exchange))
+        self.write_marks()
+        self.append_record(EXCHANGE, _exchange_payload(exchange))
 
     def exchange_deleted(self, exchange):
-        self._write_marks()
-        self._append(EXCHANGE_GONE, (shortstr(exchange.name),))
+        self.write_marks()
+        self.append_record(EXCHANGE_GONE, (shortstr(exchange.name),))
 
     def queue_declared(self, queue):
-        self._write_marks()
-        self._append(QUEUE, queue_payload(queue.name, queue.auto_delete, queue.arguments))
+        self.write_marks()
+        self.append_record(QUEUE, queue_payload(queue.name, queue.auto_delete, queue.arguments))
 
     def queue_deleted(self, queue):
-        self._write_marks()
-        self._append(QUEUE_GONE, (shortstr(queue.name),))
+        self.write_marks()
+        self.append_record(QUEUE_GONE, (shortstr(queue.name),))
         self.members.pop(queue.name, None)  # the summary must not bring them back
         self.moved.pop(queue.name, None)
 
     def bound(self, binding):
         if not durable_binding(binding):
             return
-        self._write_marks()
-        self._append(BINDING, (_binding_payload(binding),))
+        self.write_marks()
+        self.append_record(BINDING, (_binding_payload(binding),))
 
     def unbound(self, binding):
         if not durable_binding(binding):
             return
-        self._write_marks()
-        self._append(UNBINDING, (_binding_payload(binding),))
+        self.write_marks()
+        self.append_record(UNBINDING, (_binding_payload(binding),))
 
     # ------------------------------------------------------------ messages
 
@@ -320,11 +326,14 @@ class Journal:
             flags = TRANSIENT
         journal_id = self.next_id
         # (next_id moves on only after the append: a segment it rolls over starts at this id)
-        segment = self._append(MESSAGE, _message_parts(message, journal_id, flags, self.broker.wall_ms(), names))
+        broker = self.broker
+        arrived = broker.now + broker.wall_offset  # wall clock ms (Broker.tick)
+        segment = self.append_record(MESSAGE, message_parts(message, journal_id, flags, arrived, names))
         self.next_id = journal_id + 1
         message.journal_id = journal_id
         message.segment = segment
         self.live[segment] = self.live.get(segment, 0) + len(names)
+        self.written[segment] = self.written.get(segment, 0) + 1
         if not flags:
             members = self.members
             index = journal_id - self.first_id
@@ -348,19 +357,6 @@ class Journal:
     def delivered(self, queue, message):
         self._mark(DELIVERED, queue.name, message.journal_id, message.segment, 0)
 
-    def page_dropped(self, queue, run):
-        """A queue dropped a run of messages it had on disk only (core/paging.py)."""
-        self.live[run.segment] -= run.count
-        if not queue.deleted:
-            self._write_marks()
-            # the segment, then as MEMBERS: which of its messages the queue dropped
-            payload = (struct.pack(">I", run.segment),) + members_payload(
-                queue.name, 0, run.first_id, run.count, run.persistent_bytes, run.bitmap
-            )
-            written_to = self._append(PAGE_DROPPED, payload)
-            self.copies.append((PAGE_DROPPED, b"".join(payload)))
-            self._refer(written_to, (run.segment,))
-
     def _mark(self, kind, name, journal_id, segment, size):
         key = (kind, name, segment)
         marks = self.marks.get(key)
@@ -370,7 +366,7 @@ class Journal:
         marks[1] += size
         self._wake()
 
-    def _write_marks(self):
+    def write_marks(self):
         """REMOVED/DELIVERED records for what was marked since the last take: one record per
         queue and segment for many messages (acks cost ~8 bytes of journal each)."""
         if not self.marks:
@@ -385,20 +381,23 @@ class Journal:
             for i in range(len(ids)):
                 struct.pack_into(">Q", packed, 8 * i, ids[i])
             payload = shortstr(name) + struct.pack(">IQ", segment, size) + packed
-            written_to = self._append(kind, (payload,))
-            self.copies.append((kind, payload))
-            self._refer(written_to, (segment,))
+            self.append_referring(kind, (payload,), segment)
 
-    def _refer(self, written_to, segments):
-        refers = self.refers.get(written_to)
-        if refers is None:
-            refers = self.refers[written_to] = []
-        for segment in segments:
-            if segment != written_to and segment not in refers:
+    def append_referring(self, kind, parts, segment):
+        """Append a record that speaks of messages in segment: the segment it goes to is kept
+        while that one is (replaying it without them would bring back what it removed). The
+        summary of the segment it goes to carries a copy."""
+        written_to = self.append_record(kind, parts)
+        self.copies.append((kind, b"".join(parts)))
+        if segment != written_to:
+            refers = self.refers.get(written_to)
+            if refers is None:
+                refers = self.refers[written_to] = []
+            if segment not in refers:
                 refers.append(segment)
 
 
-def _message_parts(message, journal_id, flags, arrived, names):
+def message_parts(message, journal_id, flags, arrived, names):
     # id, flags, arrival (wall clock, ms), exchange + routing key (the message's route), queue
     # count and names, the content header frame tail, then the body frame tail (empty for none)
     parts = [struct.pack(">QBQ", journal_id, flags, arrived), message.route, struct.pack(">H", len(names))]

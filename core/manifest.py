@@ -11,6 +11,7 @@ package(
         "basic.py",
         "broker.py",
         "channel.py",
+        "compaction.py",
         "confirms.py",
         "connection.py",
         "deadletter.py",

@@ -14,9 +14,84 @@ read(segment, position, size) -> bytes (shorter at the end of the file).
 
 import struct
 
-from .journal import MESSAGE, set_bit
+from .journal import MESSAGE, PAGE_DROPPED, REDELIVERED, TRANSIENT, members_payload, set_bit
 from .message import FLAG_EXPIRATION, Message
 from .records import INCOMPLETE, TRAILER_SIZE, next_record
+from .wire import text
+
+
+def page_out(queue, message):
+    """A message published to a paging queue (Queue.pages()): journalled, and on disk only."""
+    runs = queue.runs
+    run = runs[-1] if runs else None
+    if run is None or run.segment != message.segment or run.moved:
+        run = Run(message.segment, message.journal_id & ~7, bytearray(), 0, 0)  # bitmaps start on a byte
+        runs.append(run)
+    run.add(message)
+    queue.paged += 1
+    queue.paged_bytes += message.body_size
+
+
+def page_in(queue):
+    """Refill queue's window from its runs, oldest first, in large reads."""
+    broker = queue.broker
+    journal = broker.journal
+    want = queue.window_messages - queue.messages.length
+    if want < 1:
+        want = 1
+    while queue.runs and want > 0 and queue.ready_bytes < queue.window_bytes:
+        run = queue.runs[0]
+        try:
+            found = read_run(journal.read, run, want, journal.read_size)
+            damaged = None
+        except Damaged as e:
+            found = e.found
+            damaged = e
+        wall = broker.now + broker.wall_offset
+        before = queue.delivered_before
+        for message, flags, arrived in found:
+            message.segment = run.segment
+            size = message.body_size
+            redelivered = bool(flags & REDELIVERED) or (before is not None and message.journal_id in before)
+            expires_at = broker.expiry(queue, message)
+            if expires_at is not None:
+                expires_at += arrived - wall  # its TTL runs from its arrival
+            broker.flow.hold(message)
+            queue.messages.push((message, redelivered, expires_at))
+            queue.ready_bytes += size
+            queue.paged -= 1
+            queue.paged_bytes -= size
+            run.bytes -= size
+            if not flags & TRANSIENT:
+                run.persistent_bytes -= size
+        want -= len(found)
+        if damaged is not None:
+            if run.segment == journal.segment and journal.chunks:
+                return  # the disk refuses writes: what is missing is still waiting to be written
+            broker.log(
+                "error",
+                "journal: segment %08d ends or is damaged at byte %d: %d messages of queue '%s' lost"
+                % (run.segment, damaged.position, run.count, text(queue.name)),
+            )
+            drop_run(queue, run)
+        elif not run.count:
+            queue.runs.pop(0)
+
+
+def drop_run(queue, run):
+    """A run leaves the queue unread (purged, deleted, or lost to a damaged segment)."""
+    queue.runs.remove(run)
+    queue.paged -= run.count
+    queue.paged_bytes -= run.bytes
+    journal = queue.broker.journal
+    journal.live[run.segment] -= run.count
+    if not queue.deleted:  # (else its QUEUE_GONE record says it all)
+        journal.write_marks()
+        # the segment, then as MEMBERS: which of its messages the queue dropped
+        parts = (struct.pack(">I", run.segment),) + members_payload(
+            queue.name, 0, run.first_id, run.count, run.persistent_bytes, run.bitmap
+        )
+        journal.append_referring(PAGE_DROPPED, parts, run.segment)
 
 
 class Run:

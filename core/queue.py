@@ -15,7 +15,6 @@ journal's disk budget.
 from .arguments import as_bytes
 from .deadletter import dead_letter
 from .fifo import Fifo
-from .paging import Damaged, Run, read_run
 from .wire import shortstr, text
 
 
@@ -162,63 +161,15 @@ class Queue:
     # ------------------------------------------------------------ the backlog on disk
 
     def _page_out(self, message):
-        runs = self.runs
-        run = runs[-1] if runs else None
-        if run is None or run.segment != message.segment or run.moved:
-            run = Run(message.segment, message.journal_id & ~7, bytearray(), 0, 0)  # bytes line up
-            runs.append(run)
-        run.add(message)
-        self.paged += 1
-        self.paged_bytes += message.body_size
+        from .paging import page_out  # imported when first needed: an idle board does not hold it
+
+        page_out(self, message)
 
     def page_in(self):
-        """Refill the window from the runs, oldest first."""
-        broker = self.broker
-        journal = broker.journal
-        want = self.window_messages - self.messages.length
-        if want < 1:
-            want = 1
-        while self.runs and want > 0 and self.ready_bytes < self.window_bytes:
-            run = self.runs[0]
-            try:
-                found = read_run(journal.read, run, want, journal.read_size)
-                damaged = None
-            except Damaged as e:
-                found = e.found
-                damaged = e
-            wall = broker.wall_ms()
-            before = self.delivered_before
-            for message, flags, arrived in found:
-                message.segment = run.segment
-                size = message.body_size
-                redelivered = bool(flags & 1) or (before is not None and message.journal_id in before)
-                expires_at = broker.expiry(self, message)
-                if expires_at is not None:
-                    expires_at += arrived - wall  # its TTL runs from its arrival
-                broker.flow.hold(message)
-                self.messages.push((message, redelivered, expires_at))
-                self.ready_bytes += size
-                self.paged -= 1
-                self.paged_bytes -= size
-                run.bytes -= size
-                if not flags & 4:
-                    run.persistent_bytes -= size
-            want -= len(found)
-            if damaged is not None:
-                broker.log(
-                    "error",
-                    "journal: segment %08d ends or is damaged at byte %d: %d messages of queue '%s' lost"
-                    % (run.segment, damaged.position, run.count, text(self.name)),
-                )
-                self._drop_run(run)
-            elif not run.count:
-                self.runs.pop(0)
+        """Refill the window from the runs on disk, oldest first."""
+        from .paging import page_in
 
-    def _drop_run(self, run):
-        self.runs.remove(run)
-        self.paged -= run.count
-        self.paged_bytes -= run.bytes
-        self.broker.journal.page_dropped(self, run)
+        page_in(self)
 
     def forget(self, message):
         """A message this queue held leaves it for good (acked, delivered with no-ack, dropped,
@@ -317,8 +268,11 @@ class Queue:
         for message, _redelivered, _expires_at in entries:
             self.forget(message)
         count = len(entries) + self.paged
-        for run in list(self.runs):
-            self._drop_run(run)
+        if self.runs:
+            from .paging import drop_run
+
+            for run in list(self.runs):
+                drop_run(self, run)
         self._wake_waiting()
         return count
 

@@ -229,8 +229,10 @@ class Replay:
             queue = self.queues.get(name)
             if queue is not None:
                 run = queue.run(segment, journal_id & ~7, moved)
-                if journal_id < run.first_id:  # ids come in order; compaction writes them so
-                    continue
+                if journal_id < run.first_id:  # (moved ones only) an older id: the bitmap starts earlier
+                    first = journal_id & ~7
+                    run.bitmap = bytearray((run.first_id - first) >> 3) + run.bitmap
+                    run.first_id = first
                 run.bitmap = set_bit(run.bitmap, journal_id - run.first_id)
                 run.count += 1
                 run.bytes += body_size

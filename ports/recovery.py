@@ -17,6 +17,7 @@ afterwards, so they do not hold heap while the broker runs.
 
 import gc
 import os
+import struct
 import sys
 from binascii import crc32
 
@@ -26,16 +27,25 @@ from ..core.replay import Replay
 from .clock import Clock
 from .storage import (
     SEGMENT_SUFFIX,
+    TRAILER_MAGIC,
     TRAILER_SIZE,
     JournalWriter,
     SegmentFiles,
     exists,
     make_dir,
-    read_trailer,
     seal_trailer,
 )
 
 CHECK_READ = 1024 * 1024  # bytes per read while checking a sealed segment's CRC (boards: less)
+
+
+def read_trailer(tail):
+    """(summary_start, data_crc) from a segment's last 16 bytes, or None if it is not sealed."""
+    if len(tail) != TRAILER_SIZE or tail[:4] != TRAILER_MAGIC:
+        return None
+    if crc32(tail[:12]) & 0xFFFFFFFF != struct.unpack_from(">I", tail, 12)[0]:
+        return None
+    return struct.unpack_from(">II", tail, 4)
 
 
 class Repair:

@@ -43,15 +43,6 @@ def seal_trailer(summary_start, data_crc):
     return head + struct.pack(">I", crc32(head) & 0xFFFFFFFF)
 
 
-def read_trailer(tail):
-    """(summary_start, data_crc) from a segment's last 16 bytes, or None if it is not sealed."""
-    if len(tail) != TRAILER_SIZE or tail[:4] != TRAILER_MAGIC:
-        return None
-    if crc32(tail[:12]) & 0xFFFFFFFF != struct.unpack_from(">I", tail, 12)[0]:
-        return None
-    return struct.unpack_from(">II", tail, 4)
-
-
 def exists(path):
     try:
         os.stat(path)

@@ -265,3 +265,31 @@ def _cut_during_paging(folder):
 
 def test_a_segment_cut_under_a_running_broker_loses_only_what_it_held():
     _cut_during_paging()
+
+
+@_in_folder
+def _compaction(folder):
+    node = Node(folder, segment_bytes=4096)
+    c = node.client()
+    c.queue(1, b"q", durable=True)
+    c.publish(1, b"", b"q", b"pinned", PERSISTENT)
+    tag = c.get(1, b"q")[0].args[0]  # held unacked for good
+    for round in range(6):
+        for i in range(40):
+            c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, PERSISTENT)
+        assert len(_bodies(c, b"q")) == 40
+        node.writer.commit()
+        c.tick(1000 * (round + 1))
+    node.writer.commit()
+    assert any("compacted" in text for _, text in node.logs), node.logs
+    # the pinned message was written again: nothing holds the old segments any more
+    assert len(_segments(folder)) <= 3, _segments(folder)
+    assert "00000001.seg" not in _segments(folder)
+    node.crash()
+    again = Node(folder, segment_bytes=4096)
+    assert _bodies(again.client(), b"q") == [(b"pinned", True)]
+    assert tag == 1
+
+
+def test_compaction_moves_a_pinned_message_forward_and_the_replay_finds_it():
+    _compaction()
