@@ -68,6 +68,12 @@ class RecoveredQueue:
                     return run
         return None
 
+    def fewer_bytes(self, segment, size):
+        """Messages of segment's run left the queue: size body bytes fewer."""
+        run = self.runs.get((segment, False))
+        if run is not None:
+            run.bytes = run.persistent_bytes = run.bytes - size
+
     def count(self):
         n = 0
         for key in self.runs:
@@ -131,10 +137,7 @@ class Replay:
                 else:
                     queue.delivered.add(journal_id)
             if kind == REMOVED:
-                for key in queue.runs:
-                    if key[0] == written_in and not key[1]:
-                        run = queue.runs[key]
-                        run.bytes = run.persistent_bytes = run.bytes - size
+                queue.fewer_bytes(written_in, size)
         elif kind == PAGE_DROPPED:
             written_in = struct.unpack_from(">I", p, 0)[0]
             name, _flags, first_id, _count, size, bitmap = _members(p, 4)
@@ -144,10 +147,7 @@ class Replay:
                 run = queue.runs.get((written_in, False))
                 if run is not None:
                     _clear(run, first_id, bitmap)
-                for key in queue.runs:
-                    if key[0] == written_in and not key[1]:
-                        run = queue.runs[key]
-                        run.bytes = run.persistent_bytes = run.bytes - size
+                queue.fewer_bytes(written_in, size)
         elif kind == SNAPSHOT:
             self._ids(struct.unpack_from(">Q", p, 0)[0])
             self.expected = [segment]
