@@ -22,6 +22,7 @@ LIMITS = {
     "total_max_messages": 96,
     "total_max_bytes": 40 * 1024,  # estimated heap held by queued messages (body + ~600 B each)
     "output_high_water": 2048,
+    "stream_segment_bytes": 16 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 1024

@@ -16,6 +16,7 @@ LIMITS = {
     "total_max_messages": 10000,
     "total_max_bytes": 2 * 1024 * 1024,
     "output_high_water": 16 * 1024,
+    "stream_segment_bytes": 64 * 1024,  # a stream's segment file: retention drops one at a time
 }
 READ_SIZE = 8192
 STORAGE = {"path": "/data", "max_bytes": 2 * 1024 * 1024, "segment_bytes": 64 * 1024}

@@ -16,6 +16,7 @@ LIMITS = {
     "total_max_messages": 256,
     "total_max_bytes": 64 * 1024,
     "output_high_water": 4096,
+    "stream_segment_bytes": 32 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 2048

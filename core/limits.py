@@ -13,7 +13,10 @@ protocol terms when one runs out (design.md, "Fixed budgets"):
   publishing connection is blocked (connection.blocked) until consumers drain
   the broker below the low-water fraction;
 - output_high_water: bytes queued towards one client before the broker stops
-  delivering to it (a slow consumer cannot eat the heap).
+  delivering to it (a slow consumer cannot eat the heap);
+- stream_segment_bytes: a stream's segment file when x-stream-max-segment-size-bytes does
+  not say (retention drops whole segments); a stream consumer reads a sixteenth of it
+  ahead, at most 64 KiB (core/stream.py).
 """
 
 FRAME_MIN_SIZE = 4096
@@ -35,6 +38,7 @@ class Limits:
     total_max_bytes = 512 * 1024 * 1024
     low_water_percent = 80
     output_high_water = 256 * 1024
+    stream_segment_bytes = 16 * 1024 * 1024
     handshake_timeout_ms = 10000
     auth_failure_delay_ms = 1000
     close_timeout_ms = 3000
