@@ -33,10 +33,13 @@ segment fills and on the broker's tick; the newest one always stays.
 Sans-IO and MicroPython-clean; the storage port gives each stream its files (`log`).
 """
 
+from binascii import crc32
+from struct import unpack_from
+
 from .errors import ChannelException
-from .records import HEADER_SIZE, TRAILER_SIZE
+from .records import HEADER_SIZE, MAGIC, TRAILER_SIZE
 from .spec import PRECONDITION_FAILED
-from .streamlog import DAMAGED, delivery, message_record, needed, offset_and_time, parse
+from .streamlog import MESSAGE, PREFIX, delivery, message_record, needed
 from .streamrules import FIRST as START_FIRST
 from .streamrules import LAST, OFFSET, TIME, check_consumer, duration_ms, start_of
 from .wire import encode_table, text
@@ -149,10 +152,7 @@ class Stream:
             self.reserved = self.log.reserve(offset)  # durable before the record is written
         broker = self.broker
         now_ms = broker.wall_seconds * 1000
-        parts = message_record(offset, now_ms, message)
-        size = 0
-        for part in parts:
-            size += len(part)
+        parts, size = message_record(offset, now_ms, message)
         segments = self.segments
         rolled = False
         if not segments or (segments[-1][SIZE] and segments[-1][SIZE] + size > self.segment_bytes):
@@ -322,26 +322,38 @@ class Stream:
                     break
 
     def _next(self, cursor):
-        """The next entry (message, redelivered, expires_at) for cursor, or None for now."""
-        while cursor.offset < self.visible:
+        """The next entry (message, redelivered, expires_at) for cursor, or None for now. (The
+        hot path of reading: core/streamlog.py parse() written out.)"""
+        visible = self.visible
+        while cursor.offset < visible:
             buf = cursor.buf
             pos = cursor.pos
             end = len(buf)
-            stop = parse(buf, pos, end)
-            if stop >= 0:
-                offset, stamp = offset_and_time(buf, pos)
-                cursor.pos = stop
-                if offset < cursor.offset:
-                    continue  # before where this consumer reads from
-                cursor.offset = offset + 1
-                if cursor.after_ms:
-                    if stamp < cursor.after_ms:
+            if end - pos >= HEADER_SIZE:
+                crc = crc32(buf[pos + 1 : pos + 6])
+                if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or crc & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
+                    self._skip_damage(cursor)
+                    continue
+                stop = pos + HEADER_SIZE + TRAILER_SIZE + unpack_from(">I", buf, pos + 2)[0]
+                if stop <= end:
+                    if (
+                        crc32(buf[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc) & 0xFFFFFFFF
+                        != unpack_from(">I", buf, stop - TRAILER_SIZE)[0]
+                        or stop - pos < HEADER_SIZE + PREFIX + TRAILER_SIZE
+                    ):
+                        self._skip_damage(cursor)
                         continue
-                    cursor.after_ms = 0
-                return (delivery(buf, pos + HEADER_SIZE, stop - TRAILER_SIZE), False, None)
-            if stop == DAMAGED:
-                self._skip_damage(cursor)
-            elif not self._read(cursor, needed(buf, pos, end)):
+                    offset, stamp = unpack_from(">QQ", buf, pos + HEADER_SIZE)
+                    cursor.pos = stop
+                    if offset < cursor.offset:
+                        continue  # before where this consumer reads from
+                    cursor.offset = offset + 1
+                    if cursor.after_ms:
+                        if stamp < cursor.after_ms:
+                            continue
+                        cursor.after_ms = 0
+                    return (delivery(buf, pos + HEADER_SIZE, stop - TRAILER_SIZE), False, None)
+            if not self._read(cursor, needed(buf, pos, end)):
                 return None
         return None
 

@@ -9,9 +9,11 @@ The payload of a MESSAGE record:
     header size(4)  content header frame tail  body frame tail (absent for an empty body)
 
 The frame tails are the publisher's bytes (core/message.py: size, payload, frame-end), as
-the journal's MESSAGE record keeps them. A delivery gets them back with one change: the
-header `x-stream-offset` (a signed 64-bit 'l') added to the headers table, every other
-property byte for byte as published.
+the journal's MESSAGE record keeps them, with one change made once, when the record is
+made: the header `x-stream-offset` (the record's offset, a signed 64-bit 'l', as RabbitMQ
+sends it) added last to the headers table, every other property byte for byte as
+published. So the record holds what every consumer is given, and reading one builds no
+header: a stream is read many times more than it is written.
 
 Sans-IO and MicroPython-clean: bytes in, records and messages out.
 """
@@ -20,7 +22,7 @@ import struct
 from binascii import crc32
 
 from .message import Message
-from .records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE, record_parts
+from .records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
 from .wire import _decode_value, shortstr
 
 MESSAGE = 32  # the record kind (apart from the journal's, so a journal tool never mistakes one)
@@ -35,12 +37,20 @@ DAMAGED = -2  # its header or its checksum does not check out
 
 
 def message_record(offset, timestamp_ms, message):
-    """The record of message at offset, as parts (the body is not copied into a payload)."""
-    parts = [struct.pack(">QQ", offset, timestamp_ms), message.route, struct.pack(">I", len(message.header_tail))]
-    parts.append(message.header_tail)
-    if message.body_tail is not None:
-        parts.append(message.body_tail)
-    return record_parts(MESSAGE, parts)
+    """(parts, bytes): the record of message at offset, as core/records.py record_parts would
+    make it (written out here: a stream's publish path), the body not copied."""
+    header = with_offset(message.header_tail, offset)
+    head = struct.pack(">QQ", offset, timestamp_ms) + message.route + struct.pack(">I", len(header))
+    body = message.body_tail
+    length = len(head) + len(header) + (len(body) if body is not None else 0)
+    crc = crc32(struct.pack(">BI", MESSAGE, length))
+    parts = [struct.pack(">BBIH", MAGIC, MESSAGE, length, crc & 0xFFFF), head, header]
+    crc = crc32(header, crc32(head, crc))
+    if body is not None:
+        parts.append(body)
+        crc = crc32(body, crc)
+    parts.append(struct.pack(">I", crc & 0xFFFFFFFF))
+    return parts, HEADER_SIZE + length + TRAILER_SIZE
 
 
 def parse(buf, pos, end, verify=True):
@@ -118,23 +128,24 @@ def _zeros(data, start):
 
 
 def delivery(buf, start, stop):
-    """The message a consumer is given for the record whose payload is buf[start:stop]."""
-    offset = struct.unpack_from(">Q", buf, start)[0]
+    """The message a consumer is given for the record whose payload is buf[start:stop] (a
+    bytes object: the slices are what the message keeps)."""
     route_at = start + PREFIX
     n = buf[route_at]
     key_at = route_at + 1 + n
     route_end = key_at + 1 + buf[key_at]
-    route = bytes(buf[route_at:route_end])
-    header_at = route_end + 4
-    header_end = header_at + struct.unpack_from(">I", buf, route_end)[0]
-    header_tail = with_offset(buf[header_at:header_end], offset)
+    route = buf[route_at:route_end]
+    header_end = route_end + 4 + struct.unpack_from(">I", buf, route_end)[0]
     if header_end < stop:
-        body_tail = bytes(buf[header_end:stop])
-        body_size = stop - header_end - 5
-    else:
-        body_tail = None
-        body_size = 0
-    return Message(route[1 : 1 + n], route[2 + n :], route, header_tail, body_tail, body_size)
+        return Message(
+            route[1 : 1 + n],
+            route[2 + n :],
+            route,
+            buf[route_end + 4 : header_end],
+            buf[header_end:stop],
+            stop - header_end - 5,
+        )
+    return Message(route[1 : 1 + n], route[2 + n :], route, buf[route_end + 4 : header_end], None, 0)
 
 
 def with_offset(header_tail, offset):
@@ -142,6 +153,17 @@ def with_offset(header_tail, offset):
     with x-stream-offset = offset last in its headers table (replacing one the publisher set),
     the other properties byte for byte."""
     flags = (header_tail[16] << 8) | header_tail[17]
+    if not flags & 0xE000:  # no content-type, content-encoding, headers (the usual): a table first
+        return b"".join(
+            (
+                struct.pack(">I", len(header_tail) + 24),  # + table size (4) + the entry (25)
+                header_tail[4:16],
+                struct.pack(">HI", flags | FLAG_HEADERS, len(_OFFSET_ENTRY) + 8),
+                _OFFSET_ENTRY,
+                struct.pack(">q", offset),
+                header_tail[18:],
+            )
+        )
     pos = 18
     if flags & 0x8000:  # content-type, content-encoding: the two shortstrs before headers
         pos += 1 + header_tail[pos]
