@@ -70,15 +70,19 @@ def new_stream(broker, name, arguments, method):
 
 class Cursor:
     """Where one consumer reads: the offset it wants next, the segment it reads (by its first
-    offset; -1: not found yet) and where in that file, and the bytes read ahead."""
+    offset; -1: not found yet) and where in that file, and the bytes read ahead: buf[pos:end],
+    one buffer read into again and again (a board's heap is not cut up by a new one per read;
+    it grows only for a record larger than itself)."""
 
     def __init__(self, offset, after_ms):
         self.offset = offset  # the next record to deliver has this offset or a later one
         self.after_ms = after_ms  # 0, or records are read past until one stamped at or after this
         self.segment = -1
         self.position = 0  # the file position of buf[0]
-        self.buf = b""
+        self.buf = None  # a bytearray, from the first read on
+        self.view = None  # a memoryview of it
         self.pos = 0
+        self.end = 0
 
 
 class Stream:
@@ -205,9 +209,12 @@ class Stream:
     # ------------------------------------------------------------ retention
 
     def tick(self):
-        """(Broker.tick) Retention by age (and by size, for segments that became durable)."""
+        """(Broker.tick) Retention by age (and by size, for segments that became durable); and
+        deliveries held back while the broker was short of memory go on."""
         if self.max_age_ms is not None or self.max_bytes is not None:
             self.retain()
+        if self.consumers:
+            self.dispatch()
 
     def retain(self):
         """Drop whole segments, oldest first, while the stream is larger than x-max-length-bytes
@@ -286,15 +293,18 @@ class Stream:
         return self.visible - self.first
 
     # Settling a delivery only gives its consumer room for the next (Channel.apply counts it):
-    # nothing leaves a stream, nothing goes back.
+    # nothing leaves a stream, nothing goes back. What the delivery held in memory is given
+    # back to the broker's budget (dispatch took it).
     def forget(self, message):
-        pass
+        self.broker.flow.release(message)
 
     def requeue(self, entries):
-        pass
+        release = self.broker.flow.release
+        for entry in entries:
+            release(entry[0])
 
     def drop(self, entry, reason):
-        pass
+        self.broker.flow.release(entry[0])
 
     def accepts(self, message):
         return True
@@ -305,18 +315,25 @@ class Stream:
     # ------------------------------------------------------------ delivering
 
     def dispatch(self):
-        """Deliver to each consumer what is durable past its offset, as far as its window allows."""
+        """Deliver to each consumer what is durable past its offset, as far as its window allows.
+        A delivery is read from disk into memory until it is settled: it counts in the broker's
+        budget of held messages (core/flow.py) as a queued message does, and no more is read
+        while the broker is over that budget or short of heap (Broker.tick tries again)."""
         if self.deleted:
             return
         visible = self.visible
+        flow = self.broker.flow
         for consumer in list(self.consumers):
             cursor = consumer.cursor
             if cursor is None or cursor.offset >= visible:
                 continue
             while consumer.ready():
+                if flow.over_budget or "memory" in flow.alarms:
+                    return
                 entry = self._next(cursor)
                 if entry is None:
                     break
+                flow.hold(entry[0])
                 consumer.session.deliver(consumer, self, entry)
                 if consumer.cursor is None:  # the delivery ended it (its channel closed)
                     break
@@ -327,17 +344,18 @@ class Stream:
         visible = self.visible
         while cursor.offset < visible:
             buf = cursor.buf
+            view = cursor.view
             pos = cursor.pos
-            end = len(buf)
+            end = cursor.end
             if end - pos >= HEADER_SIZE:
-                crc = crc32(buf[pos + 1 : pos + 6])
+                crc = crc32(view[pos + 1 : pos + 6])
                 if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or crc & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
                     self._skip_damage(cursor)
                     continue
                 stop = pos + HEADER_SIZE + TRAILER_SIZE + unpack_from(">I", buf, pos + 2)[0]
                 if stop <= end:
                     if (
-                        crc32(buf[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc) & 0xFFFFFFFF
+                        crc32(view[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc) & 0xFFFFFFFF
                         != unpack_from(">I", buf, stop - TRAILER_SIZE)[0]
                         or stop - pos < HEADER_SIZE + PREFIX + TRAILER_SIZE
                     ):
@@ -372,17 +390,20 @@ class Stream:
             if i + 1 == len(segments):
                 return False
             cursor.segment = segments[i + 1][FIRST]
-            cursor.position = cursor.pos = 0
-            cursor.buf = b""
+            cursor.position = cursor.pos = cursor.end = 0
             return True
+        buf = cursor.buf
+        if buf is None or len(buf) < need:
+            buf = cursor.buf = bytearray(need if need > self.read_bytes else self.read_bytes)
+            cursor.view = memoryview(buf)
         try:
-            data = self.log.read(cursor.segment, at, need if need > self.read_bytes else self.read_bytes)
+            got = self.log.read_into(cursor.segment, at, buf)
         except OSError:
             if self._index(cursor.segment) < 0:
                 return self._locate(cursor) >= 0  # retention removed it meanwhile: on from the first retained
             self._skip_damage(cursor)  # a file gone from under the stream (by hand?): on to the next
             return True
-        if len(data) < need:
+        if got < need:
             # The file ends before the record the stream says is there: the rest is still being
             # written (none of it durable: after a restart's gap), or it was cut.
             if i + 1 < len(segments):
@@ -391,9 +412,9 @@ class Stream:
             if self.visible == self.next:
                 cursor.offset = self.visible  # nothing is on its way: the offsets before are a gap
             return False
-        cursor.buf = data
         cursor.position = at
         cursor.pos = 0
+        cursor.end = got
         return True
 
     def _locate(self, cursor):
@@ -408,8 +429,7 @@ class Stream:
         while i > 0 and segments[i][FIRST] > cursor.offset:
             i -= 1
         cursor.segment = segments[i][FIRST]
-        cursor.position = cursor.pos = 0
-        cursor.buf = b""
+        cursor.position = cursor.pos = cursor.end = 0
         return i
 
     def _index(self, first):
@@ -439,8 +459,7 @@ class Stream:
                 % (text(self.name), cursor.segment, cursor.position + cursor.pos),
             )
         cursor.position = self.segments[i][SIZE] if i >= 0 else 0
-        cursor.pos = 0
-        cursor.buf = b""
+        cursor.pos = cursor.end = 0
         if i < 0 or i + 1 == len(self.segments):
             cursor.offset = max(cursor.offset, self.visible)
 

@@ -128,24 +128,19 @@ def _zeros(data, start):
 
 
 def delivery(buf, start, stop):
-    """The message a consumer is given for the record whose payload is buf[start:stop] (a
-    bytes object: the slices are what the message keeps)."""
+    """The message a consumer is given for the record whose payload is buf[start:stop] (the
+    bytearray read into: the message gets copies of its parts, bytearrays, which the frames
+    that carry them take as they take bytes)."""
     route_at = start + PREFIX
     n = buf[route_at]
     key_at = route_at + 1 + n
     route_end = key_at + 1 + buf[key_at]
     route = buf[route_at:route_end]
     header_end = route_end + 4 + struct.unpack_from(">I", buf, route_end)[0]
+    header = buf[route_end + 4 : header_end]
     if header_end < stop:
-        return Message(
-            route[1 : 1 + n],
-            route[2 + n :],
-            route,
-            buf[route_end + 4 : header_end],
-            buf[header_end:stop],
-            stop - header_end - 5,
-        )
-    return Message(route[1 : 1 + n], route[2 + n :], route, buf[route_end + 4 : header_end], None, 0)
+        return Message(route[1 : 1 + n], route[2 + n :], route, header, buf[header_end:stop], stop - header_end - 5)
+    return Message(route[1 : 1 + n], route[2 + n :], route, header, None, 0)
 
 
 def with_offset(header_tail, offset):

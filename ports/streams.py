@@ -317,12 +317,12 @@ class StreamLog:
         self.current = SegmentFile(self, first)
         return self.current
 
-    def read(self, first, position, size):
-        """Up to size bytes of segment first from position (b"" past its end); OSError if the
-        segment is gone."""
+    def read_into(self, first, position, buf):
+        """Read segment first from position into buf: how many bytes came (0 past its end);
+        OSError if the segment is gone. (A consumer reads into one buffer again and again.)"""
         with open(self.path(first), "rb") as f:
             f.seek(position)
-            return f.read(size)
+            return f.readinto(buf) or 0
 
     def remove(self, first):
         """Retention: the segment is no longer part of the stream."""

@@ -358,6 +358,25 @@ def test_prefetch_is_exact_and_ack_nack_reject_only_move_the_window():
 
 
 @_in_folder
+def _budget_of_deliveries(folder):
+    node = Node(folder, limits=Limits(total_max_messages=5))
+    c = node.client()
+    c.queue(1, b"s", durable=True, arguments=STREAM)
+    publish(node, c, bodies(0, 20))  # a stream's records are on disk: they hold no budget
+    assert node.broker.flow.held_messages == 0 and not node.broker.flow.blocked
+    # what a consumer was given and has not acked is in memory: it counts, and reading stops
+    # once the broker is over its budget (a board's heap stays bounded, whatever the prefetch)
+    assert delivered(consume(c, "first", prefetch=100)) == numbered(0, 6)
+    assert node.broker.flow.blocked and "low on memory" in node.broker.flow.reason
+    assert delivered(c.ack(1, 6, True)) == numbered(6, 12)  # the acks give it back
+    assert node.broker.flow.held_messages == 6
+
+
+def test_deliveries_not_yet_acked_count_in_the_brokers_budget():
+    _budget_of_deliveries()
+
+
+@_in_folder
 def _refusals(folder):
     node = Node(folder)
     c = node.client()
