@@ -132,7 +132,7 @@ class Stream:
         self.bytes = 0
         for segment in self.segments:
             self.bytes += segment[SIZE]
-        if not broker.streams:  # the first stream: the broker gets lists of its own (see Broker)
+        if isinstance(broker.streams, tuple):  # the first stream: the broker gets lists of its own (see Broker)
             broker.streams = []
             broker.stream_syncs = []
         broker.stream_bytes += self.bytes

@@ -600,8 +600,9 @@ def _deleting(folder):
     assert names(events) == ["queue.delete-ok"] and events[0].args == [4], events
     assert [(e.name, e.args) for e in reader.read()] == [("basic.cancel", [b"r", False])]
     assert folder_name(b"s") not in os.listdir(folder + "/streams")  # set aside at once ...
+    c.queue(1, b"other", durable=True, arguments=STREAM)
     node.sync()
-    assert os.listdir(folder + "/streams") == []  # ... and gone once the deletion is durable
+    assert os.listdir(folder + "/streams") == [folder_name(b"other")]  # ... and gone once the deletion is durable
     c.queue(1, b"s", durable=True, arguments=STREAM)  # a new stream of the same name starts afresh
     publish(node, c, [b"new"])
     assert delivered(consume(c, "first")) == [(0, b"new")]
