@@ -21,6 +21,9 @@ LIMITS = {
     "queue_max_bytes": 16 * 1024,
     "total_max_messages": 96,
     "total_max_bytes": 40 * 1024,  # estimated heap held by queued messages (body + ~600 B each)
+    "queue_window_messages": 8,  # a durable queue's backlog beyond these waits on flash
+    "queue_window_bytes": 2048,
+    "page_read_bytes": 1024,
     "output_high_water": 2048,
     "stream_segment_bytes": 16 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps

@@ -15,6 +15,9 @@ LIMITS = {
     "queue_max_bytes": 1024 * 1024,
     "total_max_messages": 10000,
     "total_max_bytes": 2 * 1024 * 1024,
+    "queue_window_messages": 64,  # a durable queue's backlog beyond these waits on flash
+    "queue_window_bytes": 32768,
+    "page_read_bytes": 8192,
     "output_high_water": 16 * 1024,
     "stream_segment_bytes": 64 * 1024,  # a stream's segment file: retention drops one at a time
 }

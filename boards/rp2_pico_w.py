@@ -15,6 +15,9 @@ LIMITS = {
     "queue_max_bytes": 32 * 1024,
     "total_max_messages": 256,
     "total_max_bytes": 64 * 1024,
+    "queue_window_messages": 16,  # a durable queue's backlog beyond these waits on flash
+    "queue_window_bytes": 4096,
+    "page_read_bytes": 2048,
     "output_high_water": 4096,
     "stream_segment_bytes": 32 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps

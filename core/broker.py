@@ -84,6 +84,10 @@ class Broker:
         self.platform = platform
         self.now = 0  # milliseconds, from the port's monotonic clock
         self.wall_seconds = 0  # for x-death timestamps, from the port's wall clock
+        # wall clock ms - now, to the second (the port's wall clock has seconds): now + wall_offset
+        # moves with the monotonic clock between ticks. When a message arrived, in the journal:
+        # a paged message's TTL counts from it, across a restart too.
+        self.wall_offset = 0
         self.default_exchange = Exchange(b"", b"direct")
         self.exchanges = {b"": self.default_exchange}  # amq.* ones appear on first use: see exchange()
         self.queues = {}
@@ -125,16 +129,23 @@ class Broker:
     def tick(self, now, wall_seconds=0):
         self.now = now
         self.wall_seconds = wall_seconds
+        if wall_seconds:
+            offset = wall_seconds * 1000 - now
+            if offset - self.wall_offset > 2000 or self.wall_offset - offset > 2000:
+                self.wall_offset = offset  # the first tick, or the wall clock was set
         for conn in list(self.connections):
             conn.tick(now)
         if self.expiring:
             for queue in list(self.expiring):
                 queue.expire(now)
                 queue.dispatch()
-                if not queue.messages.length or queue.deleted:
+                if not (queue.messages.length or queue.paged) or queue.deleted:
                     self.expiring.remove(queue)
         if self.journal is not None:
-            self.journal.tick()
+            if self.journal.tick(self.now):
+                from .compaction import compact  # only when a segment may need it: boards keep heap
+
+                compact(self)
         for stream in self.streams:
             stream.tick()
         for queue in list(self.expirable):
@@ -244,12 +255,15 @@ class Broker:
             targets.append(queue)
         journal = self.journal
         if journal is not None:
+            journalled = paging = False
             for queue in targets:
                 if queue.journalled:
-                    # into the journal before any queue has it: a consumer may take (and ack) it at once
-                    if journal.add_message(message, targets):
-                        result |= JOURNALLED
-                    break
+                    journalled = True
+                    if queue.pages():
+                        paging = True
+            # into the journal before any queue has it: a consumer may take (and ack) it at once
+            if journalled and journal.add_message(message, targets, paging):
+                result |= JOURNALLED
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
         return result

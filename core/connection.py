@@ -186,6 +186,15 @@ class Connection:
         except Exception:  # cannot even say why (no memory to build the frame): hang up
             self.dropped()
 
+    def unsettled(self):
+        """(queue, entry) of every delivery its channels still wait to settle (compaction
+        looks for the messages an old segment holds)."""
+        out = []
+        for channel in self.channels.values():
+            for queue, entry, _consumer in channel.unacked.values():
+                out.append((queue, entry))
+        return out
+
     def dropped(self):
         """Hang up without a word: not even the frame that would say why fits in memory."""
         self.finish()

@@ -13,6 +13,14 @@ all its messages are gone, and so is every older segment that its REMOVED and
 DELIVERED records speak of (replaying that older segment without them would bring
 back messages they had removed).
 
+A durable queue keeps only a window of its messages in memory (core/paging.py): the
+rest is known by segment and id, and read back from the segment files when the window
+runs low. When a segment is full, the journal seals it with a summary: the definitions
+at that moment, which of its messages went to which queue (a bitmap per queue) and a
+copy of its removal and delivery records. The storage port closes the summary with a
+trailer; at start, a sealed segment is known from its summary alone, without reading a
+message (ports/recovery.py).
+
 Replaying a journal at start is core/replay.py's job.
 
 Sans-IO and MicroPython-clean, like the rest of core/.
@@ -36,6 +44,14 @@ MESSAGE = 9
 REMOVED = 10  # acked, purged, dropped, expired or delivered with no-ack
 DELIVERED = 11  # handed to a consumer: redelivered if it comes back after a restart
 SEGMENTS_GONE = 12  # segments deleted: at start, any other segment not found is reported missing
+MEMBERS = 13  # (summaries) the ids of a segment that a queue holds, as a bitmap
+PAGE_DROPPED = 14  # messages a queue dropped while they were on disk only (purge, delete), as a bitmap
+SUMMARY = 15  # a sealed segment's summary starts here (no payload)
+
+# MESSAGE flags
+REDELIVERED = 1  # written again by compaction after it had been delivered
+MOVED = 2  # written again by compaction: its id is older than the segment's
+TRANSIENT = 4  # not persistent, journalled only to keep a paging queue's order: not restored
 
 
 def durable_binding(binding):
@@ -55,6 +71,15 @@ def _flags(*bits):
 
 def _u32s(numbers):
     return b"".join(struct.pack(">I", n) for n in numbers)
+
+
+def set_bit(bitmap, index):
+    """Set a bit of a growing bitmap (bytearray); returns it."""
+    byte = index >> 3
+    if byte >= len(bitmap):
+        bitmap.extend(bytes(byte - len(bitmap) + 64))
+    bitmap[byte] |= 1 << (index & 7)
+    return bitmap
 
 
 def _binding_payload(binding):
@@ -77,18 +102,26 @@ class Journal:
         self.segment_bytes = segment_bytes
         self.max_bytes = max_bytes  # the disk budget (board profile): publishers block near it
         self.wake = None  # the storage port's callback: records are waiting
+        self.read = None  # the storage port's reader: read(segment, position, size) -> bytes
+        self.read_size = broker.limits.page_read_bytes
         self.seq = 0  # records appended so far
         self.synced = 0  # records the port has made durable
-        self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port
+        self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port ([..., True]: a summary)
         self.segment = 0  # the segment records go to
         self.sizes = {}  # segment -> bytes (existing files and the current one)
         self.total = 0  # bytes in all segments
-        self.live = {}  # segment -> (queue, message) pairs of it still held
+        self.live = {}  # segment -> (queue, message) pairs of it still held, in memory or on disk
         self.refers = {}  # segment -> older segments its REMOVED/DELIVERED records name
         self.next_id = 1
-        self.marks = {}  # (kind, queue name) -> [(id, segment)], written at the next take
+        self.marks = {}  # (kind, queue name, segment) -> [ids, bytes], written at the next take
+        # What the current segment's summary will say (see _seal)
+        self.first_id = 0  # where the segment's bitmaps start: its first id, down to a multiple of 8
+        self.members = {}  # queue name -> [bitmap from first_id, count, body bytes] (persistent only)
+        self.moved = {}  # queue name -> [ids written again here by compaction]
+        self.copies = []  # (kind, payload) of the segment's REMOVED, DELIVERED, PAGE_DROPPED, SEGMENTS_GONE
+        self.written = {}  # segment -> MESSAGE records written to it (core/compaction.py)
+        self.next_compaction = 0
         self._woken = False
-        self._snapshotting = False
 
     # ------------------------------------------------------------ segments
 
@@ -96,47 +129,82 @@ class Journal:
         """Begin writing at segment (after a replay: the one after the last on disk)."""
         self.segment = segment
         self.sizes[segment] = 0
-        self._snapshot()
+        self.first_id = self.next_id & ~7
+        self._put(self._snapshot([]), False)
 
     def _roll(self):
+        self._seal()
         self.segment += 1
         self.sizes[self.segment] = 0
-        self._snapshot()
+        self.first_id = self.next_id & ~7
+        self.members = {}
+        self.moved = {}
+        self.copies = []
+        self._put(self._snapshot([]), False)
 
-    def _snapshot(self):
-        """Every durable definition, so no older segment is needed for them."""
-        self._snapshotting = True
-        try:
-            broker = self.broker
-            # the next message id, and the segments on disk before this one: at start, one of
-            # those (or a later one) that is not found, and was not deleted since, is missing
-            older = [n for n in self.sizes if n != self.segment]
-            self._append(SNAPSHOT, (struct.pack(">Q", self.next_id), _u32s(older)))
-            for exchange in list(broker.exchanges.values()):
-                if exchange.durable and exchange.name and not exchange.name.startswith(b"amq."):
-                    self.exchange_declared(exchange)
-            for queue in list(broker.queues.values()):
-                if queue.journalled:
-                    self.queue_declared(queue)
-            for exchange in list(broker.exchanges.values()):
-                for binding in list(exchange.bindings.values()):
-                    self.bound(binding)
-            self._append(SNAPSHOT_END, ())
-        finally:
-            self._snapshotting = False
+    def _seal(self):
+        """The current segment's summary, as records at its end (the port closes it with a
+        trailer): what a restart needs of the segment without reading its messages."""
+        out = self._snapshot(record_parts(SUMMARY, ()))
+        for name in self.members:
+            bitmap, count, size = self.members[name]
+            out.extend(record_parts(MEMBERS, members_payload(name, 0, self.first_id, count, size, bitmap)))
+        for name in self.moved:
+            ids = self.moved[name]
+            first = min(ids) & ~7
+            bitmap = bytearray()
+            for journal_id in ids:
+                set_bit(bitmap, journal_id - first)
+            out.extend(record_parts(MEMBERS, members_payload(name, MOVED, first, len(ids), 0, bitmap)))
+        for kind, payload in self.copies:
+            out.extend(record_parts(kind, (payload,)))
+        self._put(out, True)
 
-    def _append(self, kind, parts):
+    def _snapshot(self, out):
+        """Every durable definition, as records added to out (a list of parts), returned: at
+        the start of each segment, so no older segment is needed for them; and in summaries."""
+        broker = self.broker
+        # the next message id, and the segments on disk before this one: at start, one of
+        # those (or a later one) that is not found, and was not deleted since, is missing
+        older = [n for n in self.sizes if n != self.segment]
+        out.extend(record_parts(SNAPSHOT, (struct.pack(">Q", self.next_id), _u32s(older))))
+        for exchange in list(broker.exchanges.values()):
+            if exchange.durable and exchange.name and not exchange.name.startswith(b"amq."):
+                out.extend(record_parts(EXCHANGE, _exchange_payload(exchange)))
+        for queue in list(broker.queues.values()):
+            if queue.journalled:
+                out.extend(record_parts(QUEUE, queue_payload(queue.name, queue.auto_delete, queue.arguments)))
+        for exchange in list(broker.exchanges.values()):
+            for binding in list(exchange.bindings.values()):
+                if durable_binding(binding):
+                    out.extend(record_parts(BINDING, (_binding_payload(binding),)))
+        out.extend(record_parts(SNAPSHOT_END, ()))
+        return out
+
+    def _put(self, parts, summary):
+        """Records (parts) into the current segment as one chunk, whatever their size (a
+        snapshot, a summary: the port closes a summary with the trailer)."""
+        size = 0
+        for part in parts:
+            size += len(part)
+        self.chunks.append([self.segment, parts, True] if summary else [self.segment, parts])
+        self.sizes[self.segment] += size
+        self.total += size
+        self.seq += 1
+        self._wake()
+
+    def append_record(self, kind, parts):
         """Add a record; returns the segment it went to."""
         record = record_parts(kind, parts)
         size = 0
         for part in record:
             size += len(part)
         segment = self.segment
-        if not self._snapshotting and self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
+        if self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
             self._roll()
             segment = self.segment
         chunks = self.chunks
-        if chunks and chunks[-1][0] == segment:
+        if chunks and chunks[-1][0] == segment and len(chunks[-1]) == 2:
             chunks[-1][1].extend(record)
         else:
             chunks.append([segment, record])
@@ -154,12 +222,15 @@ class Journal:
 
     def take(self):
         """(chunks, deletions, seq) for the port: write each [segment, parts] in order (a new
-        segment number means a new file), then delete the segments listed; once all of it is
-        durable, call broker.journal_synced(seq)."""
-        self._write_marks()
+        segment number means a new file; a third item, True, means the parts are the segment's
+        summary: close it with the trailer), then delete the segments listed; once all of it
+        is durable, call broker.journal_synced(seq)."""
+        self.write_marks()
         deletions = self._deletable()
         if deletions:
-            self._append(SEGMENTS_GONE, (_u32s(deletions),))
+            payload = _u32s(deletions)
+            self.append_record(SEGMENTS_GONE, (payload,))
+            self.copies.append((SEGMENTS_GONE, payload))
         chunks = self.chunks
         self.chunks = []
         self._woken = False
@@ -182,13 +253,23 @@ class Journal:
             self.total -= sizes.pop(segment)
             self.refers.pop(segment, None)
             self.live.pop(segment, None)
+            self.written.pop(segment, None)
         return out
 
-    def tick(self):
+    def tick(self, now):
         """From the broker's tick: records or marks waiting, or records not yet synced, get the
-        port's attention (with no confirm waiting, it syncs them at its own pace)."""
+        port's attention (with no confirm waiting, it syncs them at its own pace). True when
+        compaction should have a look (core/compaction.py): at most once a second, and only
+        while a segment older than the previous one is still needed."""
         if (self.chunks or self.marks or self.seq > self.synced) and self.wake is not None:
             self.wake()
+        if now < self.next_compaction:
+            return False
+        self.next_compaction = now + 1000
+        for segment in self.live:
+            if segment < self.segment - 1 and self.live[segment]:
+                return True
+        return False
 
     def unsynced(self):
         return self.seq > self.synced
@@ -196,112 +277,124 @@ class Journal:
     # ------------------------------------------------------------ definitions
 
     def exchange_declared(self, exchange):
-        # name, type, flags (auto-delete, internal), arguments
-        self._write_marks()
-        self._append(
-            EXCHANGE,
-            (
-                shortstr(exchange.name),
-                shortstr(exchange.kind),
-                _flags(exchange.auto_delete, exchange.internal),
-                encode_table(exchange.arguments),
-            ),
-        )
+        self.write_marks()
+        self.append_record(EXCHANGE, _exchange_payload(exchange))
 
     def exchange_deleted(self, exchange):
-        self._write_marks()
-        self._append(EXCHANGE_GONE, (shortstr(exchange.name),))
+        self.write_marks()
+        self.append_record(EXCHANGE_GONE, (shortstr(exchange.name),))
 
     def queue_declared(self, queue):
-        # name, flags (auto-delete), arguments
-        self._write_marks()
-        self._append(QUEUE, (shortstr(queue.name), _flags(queue.auto_delete), encode_table(queue.arguments)))
+        self.write_marks()
+        self.append_record(QUEUE, queue_payload(queue.name, queue.auto_delete, queue.arguments))
 
     def queue_deleted(self, queue):
-        self._write_marks()
-        self._append(QUEUE_GONE, (shortstr(queue.name),))
+        self.write_marks()
+        self.append_record(QUEUE_GONE, (shortstr(queue.name),))
+        self.members.pop(queue.name, None)  # the summary must not bring them back
+        self.moved.pop(queue.name, None)
 
     def bound(self, binding):
         if not durable_binding(binding):
             return
-        self._write_marks()
-        self._append(BINDING, (_binding_payload(binding),))
+        self.write_marks()
+        self.append_record(BINDING, (_binding_payload(binding),))
 
     def unbound(self, binding):
         if not durable_binding(binding):
             return
-        self._write_marks()
-        self._append(UNBINDING, (_binding_payload(binding),))
+        self.write_marks()
+        self.append_record(UNBINDING, (_binding_payload(binding),))
 
     # ------------------------------------------------------------ messages
 
-    def add_message(self, message, queues):
-        """Journal message if it is persistent and one of queues is durable; True if it was.
+    def add_message(self, message, queues, paging=False):
+        """Journal message if it is persistent and one of queues is durable, or if paging (one
+        of them keeps its backlog on disk: then a transient message goes to the journal too, to
+        keep the queue's order; a restart does not bring it back). True if it was journalled.
         Must come before the queues get it: a consumer may take it (and ack it) at once."""
         names = []
         for queue in queues:
             if queue.journalled:
                 names.append(shortstr(queue.name))
-        if not names or not message.persistent():
+        if not names:
             return False
+        flags = 0
+        if not message.persistent():
+            if not paging:
+                return False
+            flags = TRANSIENT
         journal_id = self.next_id
+        # (next_id moves on only after the append: a segment it rolls over starts at this id)
+        broker = self.broker
+        arrived = broker.now + broker.wall_offset  # wall clock ms (Broker.tick)
+        segment = self.append_record(MESSAGE, message_parts(message, journal_id, flags, arrived, names))
         self.next_id = journal_id + 1
-        # id, flags (none yet), exchange + routing key (the message's route), queue count and
-        # names, the content header frame tail, then the body frame tail (empty for no body)
-        parts = [struct.pack(">Q", journal_id), b"\x00", message.route, struct.pack(">H", len(names))]
-        parts.extend(names)
-        parts.append(struct.pack(">I", len(message.header_tail)))
-        parts.append(message.header_tail)
-        if message.body_tail is not None:
-            parts.append(message.body_tail)
-        segment = self._append(MESSAGE, parts)
         message.journal_id = journal_id
         message.segment = segment
         self.live[segment] = self.live.get(segment, 0) + len(names)
+        self.written[segment] = self.written.get(segment, 0) + 1
+        if not flags:
+            members = self.members
+            index = journal_id - self.first_id
+            for queue in queues:
+                if queue.journalled:
+                    entry = members.get(queue.name)
+                    if entry is None:
+                        entry = members[queue.name] = [bytearray(), 0, 0]
+                    set_bit(entry[0], index)
+                    entry[1] += 1
+                    entry[2] += message.body_size
         return True
 
     def removed(self, queue, message):
         """A journalled message left a durable queue for good."""
         segment = message.segment
         self.live[segment] -= 1
-        if not queue.deleted:  # else the queue's QUEUE_GONE record said it already
-            self._mark(REMOVED, queue.name, message.journal_id, segment)
+        if not queue.deleted and message.persistent():  # else a restart does not bring it back anyway
+            self._mark(REMOVED, queue.name, message.journal_id, segment, message.body_size)
 
     def delivered(self, queue, message):
-        self._mark(DELIVERED, queue.name, message.journal_id, message.segment)
+        self._mark(DELIVERED, queue.name, message.journal_id, message.segment, 0)
 
-    def _mark(self, kind, name, journal_id, segment):
-        key = (kind, name)
+    def _mark(self, kind, name, journal_id, segment, size):
+        key = (kind, name, segment)
         marks = self.marks.get(key)
         if marks is None:
-            marks = self.marks[key] = []
-        marks.append((journal_id, segment))
+            marks = self.marks[key] = [[], 0]
+        marks[0].append(journal_id)
+        marks[1] += size
         self._wake()
 
-    def _write_marks(self):
+    def write_marks(self):
         """REMOVED/DELIVERED records for what was marked since the last take: one record per
-        queue for many messages (acks cost ~8 bytes of journal each)."""
+        queue and segment for many messages (acks cost ~8 bytes of journal each)."""
         if not self.marks:
             return
         marks = self.marks
         self.marks = {}
         for key in marks:
-            kind, name = key
-            pairs = marks[key]
-            ids = bytearray(8 * len(pairs))
-            older = []
-            for i in range(len(pairs)):
-                journal_id, segment = pairs[i]
-                struct.pack_into(">Q", ids, 8 * i, journal_id)
-                if segment not in older:
-                    older.append(segment)
-            written_to = self._append(kind, (shortstr(name), bytes(ids)))
+            kind, name, segment = key
+            ids, size = marks[key]
+            # queue name, the segment the messages are in, their body bytes, their ids
+            packed = bytearray(8 * len(ids))
+            for i in range(len(ids)):
+                struct.pack_into(">Q", packed, 8 * i, ids[i])
+            payload = shortstr(name) + struct.pack(">IQ", segment, size) + packed
+            self.append_referring(kind, (payload,), segment)
+
+    def append_referring(self, kind, parts, segment):
+        """Append a record that speaks of messages in segment: the segment it goes to is kept
+        while that one is (replaying it without them would bring back what it removed). The
+        summary of the segment it goes to carries a copy."""
+        written_to = self.append_record(kind, parts)
+        self.copies.append((kind, b"".join(parts)))
+        if segment != written_to:
             refers = self.refers.get(written_to)
             if refers is None:
                 refers = self.refers[written_to] = []
-            for segment in older:
-                if segment != written_to and segment not in refers:
-                    refers.append(segment)
+            if segment not in refers:
+                refers.append(segment)
 
     # ------------------------------------------------------------ streams (core/stream.py)
 
@@ -316,3 +409,35 @@ class Journal:
             chunks.append([target, parts])
         self.seq += 1
         self._wake()
+
+
+def message_parts(message, journal_id, flags, arrived, names):
+    # id, flags, arrival (wall clock, ms), exchange + routing key (the message's route), queue
+    # count and names, the content header frame tail, then the body frame tail (empty for none)
+    parts = [struct.pack(">QBQ", journal_id, flags, arrived), message.route, struct.pack(">H", len(names))]
+    parts.extend(names)
+    parts.append(struct.pack(">I", len(message.header_tail)))
+    parts.append(message.header_tail)
+    if message.body_tail is not None:
+        parts.append(message.body_tail)
+    return parts
+
+
+def members_payload(name, flags, first_id, count, size, bitmap):
+    # queue name, flags (MOVED), first id, message count, their body bytes, bitmap from first id
+    return (shortstr(name), struct.pack(">BQIQ", flags, first_id, count, size), bytes(bitmap))
+
+
+def _exchange_payload(exchange):
+    # name, type, flags (auto-delete, internal), arguments
+    return (
+        shortstr(exchange.name),
+        shortstr(exchange.kind),
+        _flags(exchange.auto_delete, exchange.internal),
+        encode_table(exchange.arguments),
+    )
+
+
+def queue_payload(name, auto_delete, arguments):
+    # name, flags (auto-delete), arguments
+    return (shortstr(name), _flags(auto_delete), encode_table(arguments))

@@ -12,6 +12,9 @@ protocol terms when one runs out (design.md, "Fixed budgets"):
 - total_max_messages / total_max_bytes: all queues together; past it every
   publishing connection is blocked (connection.blocked) until consumers drain
   the broker below the low-water fraction;
+- queue_window_messages / queue_window_bytes: what a durable queue keeps in memory
+  once its backlog grows; the rest waits in the journal (core/paging.py), read back
+  page_read_bytes at a time;
 - output_high_water: bytes queued towards one client before the broker stops
   delivering to it (a slow consumer cannot eat the heap);
 - stream_segment_bytes: a stream's segment file when x-stream-max-segment-size-bytes does
@@ -37,6 +40,9 @@ class Limits:
     total_max_messages = 2000000
     total_max_bytes = 512 * 1024 * 1024
     low_water_percent = 80
+    queue_window_messages = 1024
+    queue_window_bytes = 4 * 1024 * 1024
+    page_read_bytes = 256 * 1024
     output_high_water = 256 * 1024
     stream_segment_bytes = 16 * 1024 * 1024
     handshake_timeout_ms = 10000

@@ -5,6 +5,11 @@ hands them round-robin to consumers that have room: their session is open and
 flowing, its connection is not backed up, and the prefetch windows allow.
 A message leaves the broker's budget when it is acknowledged (or delivered
 with no-ack), purged, expired or dropped; until then it is "held".
+
+A durable queue keeps only a window of entries in memory once its backlog grows; the
+rest waits in the journal as runs (core/paging.py), read back as the window empties.
+Its messages in memory count against the broker's budgets, those on disk against the
+journal's disk budget.
 """
 
 from .arguments import as_bytes
@@ -78,6 +83,13 @@ class Queue:
         self.hard_max_messages = limits.queue_max_messages
         self.hard_max_bytes = limits.queue_max_bytes
         self.last_used = broker.now
+        # The backlog on disk (durable queues with a journal): runs oldest first, their totals
+        self.runs = []
+        self.paged = 0
+        self.paged_bytes = 0
+        self.window_messages = limits.queue_window_messages
+        self.window_bytes = limits.queue_window_bytes
+        self.delivered_before = None  # ids delivered before the last restart, still here (a set)
 
     def __repr__(self):
         return "<Queue %s>" % text(self.name)
@@ -91,9 +103,24 @@ class Queue:
         )
 
     def _over_user_limit(self, extra_bytes):
-        if self.max_length is not None and self.messages.length + 1 > self.max_length:
+        if self.max_length is not None and self.messages.length + self.paged + 1 > self.max_length:
             return True
-        return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
+        return (
+            self.max_length_bytes is not None
+            and self.ready_bytes + self.paged_bytes + extra_bytes > self.max_length_bytes
+        )
+
+    def _over_limit(self):
+        if self.max_length is not None and self.messages.length + self.paged > self.max_length:
+            return True
+        return self.max_length_bytes is not None and self.ready_bytes + self.paged_bytes > self.max_length_bytes
+
+    def pages(self):
+        """Does a new message go to disk only? (A journalled queue whose window is full, or
+        that has a backlog on disk already: order is kept.)"""
+        return self.journalled and (
+            self.paged or self.messages.length >= self.window_messages or self.ready_bytes >= self.window_bytes
+        )
 
     def accepts(self, message):
         """Would a publish be refused by x-overflow=reject-publish(-dlx)?"""
@@ -102,16 +129,28 @@ class Queue:
     def publish(self, message, expires_at):
         """Enqueue (or hand straight to a ready consumer). The caller checked accepts()."""
         broker = self.broker
+        if message.journal_id and self.pages():
+            self._page_out(message)
+            if self.overflow == b"drop-head":
+                while self._over_limit():
+                    entry = self._pop()
+                    if entry is None:
+                        break
+                    self.drop(entry, b"maxlen")
+            return
         broker.flow.hold(message)
         entry = (message, False, expires_at)
-        if self.consumers and not self.messages.length:
+        if self.consumers and not self.messages.length and not self.paged:
             consumer = self._next_ready_consumer()
             if consumer is not None:
                 consumer.session.deliver(consumer, self, entry)
                 return
         if self.overflow == b"drop-head":
-            while self.messages.length and self._over_user_limit(message.body_size):
-                self.drop(self._pop(), b"maxlen")
+            while (self.messages.length or self.paged) and self._over_user_limit(message.body_size):
+                oldest = self._pop()
+                if oldest is None:
+                    break
+                self.drop(oldest, b"maxlen")
             if self.max_length == 0 or (
                 self.max_length_bytes is not None and message.body_size > self.max_length_bytes
             ):
@@ -120,11 +159,18 @@ class Queue:
         self.messages.push(entry)
         self.ready_bytes += message.body_size
 
-    def restore(self, message, redelivered):
-        """A message read back from the journal at start, behind those restored before it."""
-        self.broker.flow.hold(message)
-        self.messages.push((message, redelivered, self.broker.expiry(self, message)))
-        self.ready_bytes += message.body_size
+    # ------------------------------------------------------------ the backlog on disk
+
+    def _page_out(self, message):
+        from .paging import page_out  # imported when first needed: an idle board does not hold it
+
+        page_out(self, message)
+
+    def page_in(self):
+        """Refill the window from the runs on disk, oldest first."""
+        from .paging import page_in
+
+        page_in(self)
 
     def forget(self, message):
         """A message this queue held leaves it for good (acked, delivered with no-ack, dropped,
@@ -150,6 +196,10 @@ class Queue:
         return None
 
     def _pop(self):
+        if not self.messages.length and self.paged:
+            self.page_in()
+            if not self.messages.length:
+                return None  # the rest of the backlog was lost to a damaged segment (logged)
         entry = self.messages.pop()
         self.ready_bytes -= entry[0].body_size
         if self.waiting and not self.is_full():
@@ -159,8 +209,10 @@ class Queue:
     def take(self):
         """The next live entry, dropping expired ones on the way (basic.get)."""
         now = self.broker.now
-        while self.messages.length:
+        while self.messages.length or self.paged:
             entry = self._pop()
+            if entry is None:
+                return None
             if entry[2] is not None and entry[2] <= now:
                 self.drop(entry, b"expired")
                 continue
@@ -170,7 +222,7 @@ class Queue:
     def dispatch(self):
         if self.deleted:
             return
-        while self.consumers and self.messages.length:
+        while self.consumers and (self.messages.length or self.paged):
             consumer = self._next_ready_consumer()
             if consumer is None:
                 return
@@ -201,7 +253,11 @@ class Queue:
 
     def expire(self, now):
         """Drop expired entries at the head (as RabbitMQ does: only the head is checked)."""
-        while self.messages.length:
+        while self.messages.length or self.paged:
+            if not self.messages.length:
+                self.page_in()
+                if not self.messages.length:
+                    return
             expires_at = self.messages.peek()[2]  # (message, redelivered, expires_at)
             if expires_at is None or expires_at > now:
                 return
@@ -212,8 +268,14 @@ class Queue:
         self.ready_bytes = 0
         for message, _redelivered, _expires_at in entries:
             self.forget(message)
+        count = len(entries) + self.paged
+        if self.runs:
+            from .paging import drop_run
+
+            for run in list(self.runs):
+                drop_run(self, run)
         self._wake_waiting()
-        return len(entries)
+        return count
 
     def _wake_waiting(self):
         if self.waiting:
@@ -240,4 +302,4 @@ class Queue:
         self.last_used = self.broker.now
 
     def message_count(self):
-        return self.messages.length
+        return self.messages.length + self.paged

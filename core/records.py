@@ -33,6 +33,7 @@ MAX_PAYLOAD = 0x7FFFFFFF
 CLEAN = 0
 TORN = 1
 CORRUPT = 2
+INCOMPLETE = 3  # (next_record) the data ends inside a sound record, or inside a header
 ENDINGS = ("clean", "torn", "corrupt")
 
 
@@ -77,22 +78,34 @@ def scan_records(data):
     pos = 0
     n = len(data)
     while pos < n:
-        if n - pos < HEADER_SIZE:
-            return records, pos, TORN if data[pos] in (MAGIC, 0) else CORRUPT
-        fields = bytes(data[pos + 1 : pos + 6])
-        if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
-            return records, pos, TORN if _all_zero(data, pos) else CORRUPT
-        length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
-        end = pos + HEADER_SIZE + length + TRAILER_SIZE
-        if length > MAX_PAYLOAD:
-            return records, pos, CORRUPT
-        if end > n:
-            return records, pos, TORN  # a sound header: its record was being written
-        payload = bytes(data[pos + HEADER_SIZE : end - TRAILER_SIZE])
-        stored = (data[end - 4] << 24) | (data[end - 3] << 16) | (data[end - 2] << 8) | data[end - 1]
-        if crc32(payload, crc32(fields)) & 0xFFFFFFFF != stored:
-            # A bad last record is a torn write; a bad one with good data after it is damage.
-            return records, pos, TORN if end == n or _all_zero(data, end) else CORRUPT
-        records.append((data[pos + 1], payload))
-        pos = end
+        kind, start, end = next_record(data, pos)
+        if kind < 0:
+            return records, pos, TORN if kind == -INCOMPLETE else -kind
+        records.append((kind, bytes(data[start:end])))
+        pos = end + TRAILER_SIZE
     return records, pos, CLEAN
+
+
+def next_record(data, pos):
+    """The record at pos in data: (kind, payload start, payload end), the next record starting
+    at end + TRAILER_SIZE; or (-TORN, pos, pos) / (-CORRUPT, pos, pos) when there is no good
+    record there (see above), (-INCOMPLETE, pos, size) when the data ends inside a sound
+    record of that size (size 0: inside its header): more data may make it whole. No copy:
+    page-ins read records out of a large buffer with it."""
+    n = len(data)
+    if n - pos < HEADER_SIZE:
+        return (-INCOMPLETE if data[pos] in (MAGIC, 0) else -CORRUPT), pos, 0
+    fields = bytes(data[pos + 1 : pos + 6])
+    if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
+        return (-TORN if _all_zero(data, pos) else -CORRUPT), pos, pos
+    length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
+    end = pos + HEADER_SIZE + length + TRAILER_SIZE
+    if length > MAX_PAYLOAD:
+        return -CORRUPT, pos, pos
+    if end > n:
+        return -INCOMPLETE, pos, end - pos  # a sound header: its record was being written
+    stored = (data[end - 4] << 24) | (data[end - 3] << 16) | (data[end - 2] << 8) | data[end - 1]
+    if crc32(memoryview(data)[pos + HEADER_SIZE : end - TRAILER_SIZE], crc32(fields)) & 0xFFFFFFFF != stored:
+        # A bad last record is a torn write; a bad one with good data after it is damage.
+        return (-TORN if end == n or _all_zero(data, end) else -CORRUPT), pos, pos
+    return fields[0], pos + HEADER_SIZE, end - TRAILER_SIZE

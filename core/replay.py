@@ -1,7 +1,13 @@
 """Replaying the journal at start (core/journal.py writes it): the records of every segment,
-in order, into plain data; then the broker's exchanges, queues, bindings and queued
-messages, built in one go. A queue's messages come back in publish order; those that had
-been delivered come back redelivered.
+in order, into plain data; then the broker's exchanges, queues, bindings and backlogs,
+built in one go.
+
+A sealed segment is read from its summary only (the storage port hands over its records):
+definitions, which of its messages each queue holds (bitmaps), and copies of its removal
+and delivery records. The segments written since the last seal (at most one or two) are
+read whole. Either way no message is decoded: a queue comes back as runs
+(core/paging.py) and reads its messages when consumers want them, in publish order;
+those that had been delivered come back redelivered.
 
 Only needed while the broker starts: a board drops this module afterwards (ports/recovery.py),
 so its heap does not keep it. Sans-IO and MicroPython-clean.
@@ -17,34 +23,56 @@ from .journal import (
     DELIVERED,
     EXCHANGE,
     EXCHANGE_GONE,
+    MEMBERS,
     MESSAGE,
+    MOVED,
+    PAGE_DROPPED,
     QUEUE,
     QUEUE_GONE,
     REMOVED,
     SEGMENTS_GONE,
     SNAPSHOT,
     SNAPSHOT_END,
+    SUMMARY,
+    TRANSIENT,
     UNBINDING,
+    members_payload,
+    queue_payload,
+    set_bit,
 )
-from .message import FLAG_EXPIRATION, Message
+from .paging import Run
+from .records import record_parts
 from .wire import decode_table, text
-
-# A message read back, as queued in one queue: a list (a million may come back, so no
-# object each) read at these indices.
-AT_SEGMENT = 0
-AT_EXCHANGE = 1
-AT_ROUTING_KEY = 2
-AT_ROUTE = 3
-AT_HEADER_TAIL = 4
-AT_BODY_TAIL = 5
-AT_REDELIVERED = 6
 
 
 class RecoveredQueue:
     def __init__(self, auto_delete, arguments):
         self.auto_delete = auto_delete
         self.arguments = arguments
-        self.messages = {}  # journal id -> the message as a list (AT_... above)
+        self.runs = {}  # (segment, moved) -> Run
+        self.delivered = set()  # ids delivered and not removed
+
+    def run(self, segment, first_id, moved):
+        key = (segment, moved)
+        run = self.runs.get(key)
+        if run is None:
+            run = self.runs[key] = Run(segment, first_id, bytearray(), 0, 0, moved)
+        return run
+
+    def take(self, segment, journal_id):
+        """Clear journal_id from the queue's runs of segment (any segment: None); its run or None."""
+        for key in self.runs:
+            if segment is None or key[0] == segment:
+                run = self.runs[key]
+                if run.take(journal_id):
+                    return run
+        return None
+
+    def count(self):
+        n = 0
+        for key in self.runs:
+            n += self.runs[key].count
+        return n
 
 
 class Replay:
@@ -60,11 +88,14 @@ class Replay:
         self.snapshot = None  # names seen since a SNAPSHOT record, until its SNAPSHOT_END
         self.skipped = 0  # records that could not be decoded (reported, never fatal)
 
-    def segment(self, number, records):
+    def segment(self, number, records, summary=False):
+        """A segment's records: all of them, or its summary's (summary True)."""
         self.snapshot = None  # a snapshot cut short by the end of its segment resets nothing
         if number not in self.expected:
             self.expected.append(number)
         for kind, payload in records:
+            if kind == SUMMARY and not summary:
+                break  # a segment read whole: its summary (not trusted, or it would not be) says it again
             try:
                 self.record(number, kind, payload)
             except Exception:
@@ -75,26 +106,50 @@ class Replay:
     def record(self, segment, kind, p):
         if kind == MESSAGE:
             self._message(segment, p)
+        elif kind == MEMBERS:
+            name, flags, first_id, count, size, bitmap = _members(p, 0)
+            queue = self.queues.get(name)
+            if queue is not None:
+                run = queue.run(segment, first_id, bool(flags & MOVED))
+                run.bitmap = bitmap
+                run.count = count
+                run.bytes = run.persistent_bytes = size
+                if flags & MOVED:
+                    self._moved(queue, run, segment)
         elif kind == REMOVED or kind == DELIVERED:
             n = p[0]
             queue = self.queues.get(bytes(p[1 : 1 + n]))
-            refers = self.refers.get(segment)
-            if refers is None:
-                refers = self.refers[segment] = []
-            for pos in range(1 + n, len(p), 8):
+            written_in, size = struct.unpack_from(">IQ", p, 1 + n)
+            self._refer(segment, written_in)
+            if queue is None:
+                return
+            for pos in range(13 + n, len(p), 8):
                 journal_id = struct.unpack_from(">Q", p, pos)[0]
-                message = queue.messages.get(journal_id) if queue is not None else None
-                if message is None:
-                    continue
-                written_in = message[AT_SEGMENT]
-                if written_in != segment and written_in not in refers:
-                    refers.append(written_in)
                 if kind == REMOVED:
-                    del queue.messages[journal_id]
+                    queue.take(written_in, journal_id)
+                    queue.delivered.discard(journal_id)
                 else:
-                    message[AT_REDELIVERED] = True
+                    queue.delivered.add(journal_id)
+            if kind == REMOVED:
+                for key in queue.runs:
+                    if key[0] == written_in and not key[1]:
+                        run = queue.runs[key]
+                        run.bytes = run.persistent_bytes = run.bytes - size
+        elif kind == PAGE_DROPPED:
+            written_in = struct.unpack_from(">I", p, 0)[0]
+            name, _flags, first_id, _count, size, bitmap = _members(p, 4)
+            self._refer(segment, written_in)
+            queue = self.queues.get(name)
+            if queue is not None:
+                run = queue.runs.get((written_in, False))
+                if run is not None:
+                    _clear(run, first_id, bitmap)
+                for key in queue.runs:
+                    if key[0] == written_in and not key[1]:
+                        run = queue.runs[key]
+                        run.bytes = run.persistent_bytes = run.bytes - size
         elif kind == SNAPSHOT:
-            self.next_id = max(self.next_id, struct.unpack_from(">Q", p, 0)[0])
+            self._ids(struct.unpack_from(">Q", p, 0)[0])
             self.expected = [segment]
             for pos in range(8, len(p), 4):
                 self.expected.append(struct.unpack_from(">I", p, pos)[0])
@@ -152,16 +207,14 @@ class Replay:
         # unknown kinds: written by a newer hutch; nothing to do with them here
 
     def _message(self, segment, p):
-        journal_id = struct.unpack_from(">Q", p, 0)[0]
-        redelivered = bool(p[8] & 1)
-        pos = 9
-        n = p[pos]
-        exchange = bytes(p[pos + 1 : pos + 1 + n])
-        k = pos + 1 + n
-        m = p[k]
-        routing_key = bytes(p[k + 1 : k + 1 + m])
-        route = bytes(p[pos : k + 1 + m])
-        pos = k + 1 + m
+        """A MESSAGE record of a segment read whole: into its queues' runs (not decoded)."""
+        journal_id, flags = struct.unpack_from(">QB", p, 0)
+        self._ids(journal_id + 1)
+        if flags & TRANSIENT:
+            return  # journalled only for a queue's order: a restart does not bring it back
+        pos = 17
+        pos += 1 + p[pos]  # exchange
+        pos += 1 + p[pos]  # routing key
         count = (p[pos] << 8) | p[pos + 1]
         pos += 2
         names = []
@@ -169,23 +222,76 @@ class Replay:
             name, pos = _shortstr(p, pos)
             names.append(name)
         size = struct.unpack_from(">I", p, pos)[0]
-        pos += 4
-        header_tail = bytes(p[pos : pos + size])
-        body_tail = bytes(p[pos + size :]) or None
+        body = len(p) - pos - 4 - size
+        body_size = body - 5 if body > 0 else 0
+        moved = bool(flags & MOVED)
         for name in names:
             queue = self.queues.get(name)
             if queue is not None:
-                queue.messages[journal_id] = [
-                    segment,
-                    exchange,
-                    routing_key,
-                    route,
-                    header_tail,
-                    body_tail,
-                    redelivered,
-                ]
-        if journal_id >= self.next_id:
-            self.next_id = journal_id + 1
+                run = queue.run(segment, journal_id & ~7, moved)
+                if journal_id < run.first_id:  # (moved ones only) an older id: the bitmap starts earlier
+                    first = journal_id & ~7
+                    run.bitmap = bytearray((run.first_id - first) >> 3) + run.bitmap
+                    run.first_id = first
+                run.bitmap = set_bit(run.bitmap, journal_id - run.first_id)
+                run.count += 1
+                run.bytes += body_size
+                run.persistent_bytes = run.bytes
+                if moved:
+                    self._moved(queue, run, segment, journal_id)
+
+    def seal(self, segment, records):
+        """The summary of a segment read whole at this start (its records), as record parts;
+        the storage port appends it once the next segment's snapshot is durable. It gives the
+        segment's runs as they stand after it (its own removals applied), the queues they are
+        of, and copies of its records that speak of other segments or of deliveries."""
+        out = record_parts(SUMMARY, ())
+        for name in self.queues:
+            queue = self.queues[name]
+            declared = False
+            for key in queue.runs:
+                run = queue.runs[key]
+                if key[0] != segment or not run.count:
+                    continue
+                if not declared:
+                    declared = True
+                    out.extend(record_parts(QUEUE, queue_payload(name, queue.auto_delete, queue.arguments)))
+                flags = MOVED if key[1] else 0
+                payload = members_payload(name, flags, run.first_id, run.count, run.persistent_bytes, run.bitmap)
+                out.extend(record_parts(MEMBERS, payload))
+        for kind, p in records:
+            if kind == SUMMARY:
+                break
+            if kind == REMOVED:
+                keep = struct.unpack_from(">I", p, 1 + p[0])[0] != segment
+            elif kind == PAGE_DROPPED:
+                keep = struct.unpack_from(">I", p, 0)[0] != segment
+            else:
+                keep = kind == DELIVERED or kind == SEGMENTS_GONE
+            if keep:
+                out.extend(record_parts(kind, (p,)))
+        return out
+
+    def _moved(self, queue, moved_run, segment, journal_id=None):
+        """Messages written again (compaction) into segment: not also in their old runs."""
+        ids = [journal_id] if journal_id is not None else _ids_of(moved_run)
+        for one in ids:
+            for key in queue.runs:
+                run = queue.runs[key]
+                if run is not moved_run and key[0] < segment and run.take(one):
+                    break
+
+    def _refer(self, segment, older):
+        if older != segment:
+            refers = self.refers.get(segment)
+            if refers is None:
+                refers = self.refers[segment] = []
+            if older not in refers:
+                refers.append(older)
+
+    def _ids(self, next_id):
+        if next_id > self.next_id:
+            self.next_id = next_id
 
     def _keep_only(self, exchanges, queues, bindings):
         """A complete snapshot lists every durable definition of its moment: drop the rest."""
@@ -208,14 +314,14 @@ class Replay:
     def message_count(self):
         count = 0
         for name in self.queues:
-            count += len(self.queues[name].messages)
+            count += self.queues[name].count()
         return count
 
     # ------------------------------------------------------------ into the broker
 
     def apply(self, broker, journal, log):
-        """Build the definitions and queued messages in broker; give journal the bookkeeping
-        (live messages per segment, what refers to what, the next id). The journal is attached
+        """Build the definitions and backlogs in broker; give journal the bookkeeping (live
+        messages per segment, what refers to what, the next id). The journal is attached
         afterwards, so nothing here is written again."""
         for name in self.exchanges:
             kind, auto_delete, internal, arguments = self.exchanges[name]
@@ -231,38 +337,78 @@ class Replay:
             if destination is not None:
                 args = (broker, source, destination, key, self.bindings[identity], spec.QUEUE_BIND)
                 _quietly(log, "binding from", source, topology.bind, *args)
-        made = {}  # id -> Message: one object for a message kept in several queues
         live = journal.live
         for name in self.queues:
             queue = broker.queues.get(name)
             if queue is None:
                 continue
-            recovered = self.queues[name].messages
-            # in publish order (ids grow with it); sorted, as MicroPython's dicts keep no order
-            for journal_id in sorted(recovered):
-                read_back = recovered[journal_id]
-                message = made.get(journal_id)
-                if message is None:
-                    message = made[journal_id] = _message(journal_id, read_back)
-                queue.restore(message, read_back[AT_REDELIVERED])
-                segment = read_back[AT_SEGMENT]
-                live[segment] = live.get(segment, 0) + 1
+            recovered = self.queues[name]
+            runs = []
+            for key in recovered.runs:
+                run = recovered.runs[key]
+                if run.count:
+                    runs.append((_first_id(run), run))
+                    live[run.segment] = live.get(run.segment, 0) + run.count
+            runs.sort(key=_by_first)  # publish order (MicroPython's dicts keep no order)
+            for _, run in runs:
+                queue.runs.append(run)
+                queue.paged += run.count
+                queue.paged_bytes += run.persistent_bytes
+            if recovered.delivered:
+                queue.delivered_before = recovered.delivered
+            if queue.message_ttl is not None:
+                broker.expiring.append(queue)
         for segment in self.refers:
             journal.refers[segment] = self.refers[segment]
         journal.next_id = max(journal.next_id, self.next_id)
 
 
-def _message(journal_id, read_back):
-    segment, exchange, routing_key, route, header_tail, body_tail = read_back[:AT_REDELIVERED]
-    body_size = len(body_tail) - 5 if body_tail is not None else 0
-    message = Message(exchange, routing_key, route, header_tail, body_tail, body_size)
-    message.journal_id = journal_id
-    message.segment = segment
-    if message.flags() & FLAG_EXPIRATION:
-        expiration = message.properties().get("expiration")
-        if expiration and expiration.isdigit():
-            message.ttl = int(expiration)
-    return message
+def _by_first(pair):
+    return pair[0]
+
+
+def _first_id(run):
+    bitmap = run.bitmap
+    for i in range(len(bitmap)):
+        if bitmap[i]:
+            for bit in range(8):
+                if bitmap[i] & (1 << bit):
+                    return run.first_id + i * 8 + bit
+    return run.first_id
+
+
+def _ids_of(run):
+    out = []
+    bitmap = run.bitmap
+    for i in range(len(bitmap) * 8):
+        if bitmap[i >> 3] & (1 << (i & 7)):
+            out.append(run.first_id + i)
+    return out
+
+
+def _clear(run, first_id, bitmap):
+    """Clear from run the bits of bitmap (from first_id; both start at a multiple of 8,
+    so this goes a byte at a time: a dropped backlog of millions is cleared quickly)."""
+    shift = (first_id - run.first_id) >> 3
+    mine = run.bitmap
+    ones = _ONES
+    for j in range(len(bitmap)):
+        mask = bitmap[j]
+        k = shift + j
+        if mask and 0 <= k < len(mine):
+            gone = mine[k] & mask
+            if gone:
+                run.count -= ones[gone]
+                mine[k] ^= gone
+
+
+_ONES = bytes(bin(i).count("1") for i in range(256))  # bits set in each byte value
+
+
+def _members(p, pos):
+    name, pos = _shortstr(p, pos)
+    flags, first_id, count, size = struct.unpack_from(">BQIQ", p, pos)
+    return name, flags, first_id, count, size, bytearray(p[pos + 21 :])
 
 
 def _shortstr(p, pos):

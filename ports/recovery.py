@@ -1,11 +1,15 @@
 """Recovery at start: read the journal back, repair what a crash or a bad card did, replay.
 
-Recovery never refuses to boot. Each segment is read and checked record by record
-(core/records.py): a torn tail (a write cut short by a crash or a power cut) is cut at
-the last good record; a corrupt segment is copied to quarantine/ and cut where the
-damage starts; a segment missing from the sequence is reported. The broker then starts
-with every record it can still trust, and says what it cut or set aside in the log and
-in DATA/recovery.txt (`hutch ctl status` shows it).
+Recovery never refuses to boot. A sealed segment (ports/storage.py: summary records and a
+trailer at its end) is checked against the CRC-32 its trailer holds, in large reads, and
+replayed from its summary alone: no message is decoded, whatever the backlog. A segment
+without a sound summary (the one being written when the broker stopped) is read and
+checked record by record (core/records.py): a torn tail (a write cut short by a crash or
+a power cut) is cut at the last good record; a corrupt segment is copied to quarantine/
+and cut where the damage starts; a segment missing from the sequence is reported. Such
+segments are sealed once the broker has started, so the next start reads their
+summaries. The broker then starts with every record it can still trust, and says what
+it cut or set aside in the log and in DATA/recovery.txt (`hutch ctl status` shows it).
 
 Only needed at start: on a board, server/serve.py drops this module and core/replay.py
 afterwards, so they do not hold heap while the broker runs.
@@ -13,13 +17,35 @@ afterwards, so they do not hold heap while the broker runs.
 
 import gc
 import os
+import struct
 import sys
+from binascii import crc32
 
 from ..core.journal import Journal
-from ..core.records import CORRUPT, TORN, scan_records
+from ..core.records import CLEAN, CORRUPT, TORN, scan_records
 from ..core.replay import Replay
 from .clock import Clock
-from .storage import SEGMENT_SUFFIX, JournalWriter, SegmentFiles, exists, make_dir
+from .storage import (
+    SEGMENT_SUFFIX,
+    TRAILER_MAGIC,
+    TRAILER_SIZE,
+    JournalWriter,
+    SegmentFiles,
+    exists,
+    make_dir,
+    seal_trailer,
+)
+
+CHECK_READ = 1024 * 1024  # bytes per read while checking a sealed segment's CRC (boards: less)
+
+
+def read_trailer(tail):
+    """(summary_start, data_crc) from a segment's last 16 bytes, or None if it is not sealed."""
+    if len(tail) != TRAILER_SIZE or tail[:4] != TRAILER_MAGIC:
+        return None
+    if crc32(tail[:12]) & 0xFFFFFFFF != struct.unpack_from(">I", tail, 12)[0]:
+        return None
+    return struct.unpack_from(">II", tail, 4)
 
 
 class Repair:
@@ -31,6 +57,47 @@ class Repair:
     def read(self, segment):
         with open(self.files.path(segment), "rb") as f:
             return f.read()
+
+    def summary(self, segment, read_size):
+        """The records of a sealed segment's summary, if its trailer, its summary and the CRC
+        of everything before it all check out; else None (the segment is read whole)."""
+        with open(self.files.path(segment), "rb") as f:
+            size = f.seek(0, 2)
+            if size < TRAILER_SIZE:
+                return None
+            f.seek(size - TRAILER_SIZE)
+            sealed = read_trailer(f.read(TRAILER_SIZE))
+            if sealed is None:
+                return None
+            start, data_crc = sealed
+            if start > size - TRAILER_SIZE:
+                return None
+            f.seek(start)
+            records, _end, ending = scan_records(f.read(size - TRAILER_SIZE - start))
+            if ending != CLEAN or not records:
+                return None
+            f.seek(0)
+            crc = 0
+            left = start
+            while left > 0:
+                data = f.read(min(read_size, left))
+                if not data:
+                    return None
+                crc = crc32(data, crc)
+                left -= len(data)
+            if crc & 0xFFFFFFFF != data_crc:
+                return None
+            return records
+
+    def seal(self, segment, parts):
+        """Append a summary and its trailer to a segment read whole at this start."""
+        data = self.read(segment)
+        start = len(data)
+        with open(self.files.path(segment), "ab") as f:
+            for part in parts:
+                f.write(part)
+            f.write(seal_trailer(start, crc32(data) & 0xFFFFFFFF))
+            self.files.sync_file(f)
 
     def cut(self, segment, data, good_end):
         """Keep only the first good_end bytes (written to a new file, then renamed over: a
@@ -85,8 +152,15 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
     replay = Replay()
     report = []
     sizes = {}
+    to_seal = []  # (segment, summary parts) of segments read whole
     numbers = files.numbers()
+    read_size = CHECK_READ if sys.implementation.name != "micropython" else 4096
     for segment in numbers:
+        summary = repair.summary(segment, read_size)
+        if summary is not None:
+            replay.segment(segment, summary, True)
+            sizes[segment] = os.stat(files.path(segment))[6]
+            continue
         data = repair.read(segment)
         records, good_end, ending = scan_records(data)
         if ending == TORN:
@@ -101,9 +175,11 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
                 "segment %08d: corrupt at byte %d; quarantined as %s, its %d good records kept"
                 % (segment, good_end, kept, len(records))
             )
+        data = None
         replay.segment(segment, records)
+        to_seal.append((segment, replay.seal(segment, records)))
         sizes[segment] = good_end
-        data = records = None
+        records = None
     for segment in sorted(replay.expected):
         if segment not in sizes:
             report.append("segment %08d: missing; the messages it held are lost" % segment)
@@ -119,6 +195,22 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
         journal.total += sizes[segment]
     broker.journal = journal
     journal.start(numbers[-1] + 1 if numbers else 1)
+    # The new segment's snapshot first, durable: a summary sealed here names no definitions
+    # of its own (the snapshot has them all), so it must never be the newest word on them.
+    writer.commit()
+    for segment, parts in to_seal:
+        if segment not in journal.sizes:
+            continue  # nothing in it was needed any more: the commit deleted it
+        try:
+            repair.seal(segment, parts)
+        except OSError as e:
+            report.append("segment %08d: could not be sealed (%s): the next start reads it whole" % (segment, e))
+            continue
+        added = TRAILER_SIZE
+        for part in parts:
+            added += len(part)
+        journal.sizes[segment] += added
+        journal.total += added
     elapsed = clock.now_ms() - started
     total = 0
     for segment in sizes:

@@ -1,6 +1,8 @@
 """The storage port: the journal's files in the data folder, and group commit.
 
     DATA/journal/00000001.seg ...  segments of records (core/records.py, core/journal.py)
+                                   a sealed one ends with its summary's records and a
+                                   16-byte trailer (see seal_trailer)
     DATA/quarantine/               segments found corrupt at start, kept as they were
     DATA/recovery.txt              what the last start found and did (`hutch ctl status`)
 
@@ -20,13 +22,25 @@ least every SYNC_EVERY_MS.
 
 import asyncio
 import os
+import struct
 import sys
+from binascii import crc32
 
 from .clock import Clock
 
 MICROPYTHON = sys.implementation.name == "micropython"
 SEGMENT_SUFFIX = ".seg"
 SYNC_EVERY_MS = 1000  # with no confirm waiting, records are synced at least this often
+TRAILER_MAGIC = b"HSUM"
+TRAILER_SIZE = 16
+
+
+def seal_trailer(summary_start, data_crc):
+    """The last 16 bytes of a sealed segment: magic, where its summary starts, the CRC-32 of
+    every byte before the summary (checked at start: a flipped byte in a message is found
+    without reading records), and the CRC-32 of those 12 bytes."""
+    head = TRAILER_MAGIC + struct.pack(">II", summary_start, data_crc)
+    return head + struct.pack(">I", crc32(head) & 0xFFFFFFFF)
 
 
 def exists(path):
@@ -53,6 +67,10 @@ class SegmentFiles:
         make_dir(self.dir)
         self.file = None  # the open segment file, and its number
         self.file_segment = None
+        self.size = 0  # its bytes so far, and their CRC-32 (a summary's trailer holds it)
+        self.crc = 0
+        self.reader = None  # a segment open for reading (page-ins), and its number
+        self.reader_segment = None
         self.unsynced = []  # files written since the last sync (a rolled one stays until then)
         self.new_file = False  # a segment file was created: its directory entry needs a sync too
 
@@ -72,17 +90,52 @@ class SegmentFiles:
             self.file = open(self.path(segment), "ab")
             self.file_segment = segment
             self.new_file = True
+            self.size = 0
+            self.crc = 0
         f = self.file
         if f not in self.unsynced:
             self.unsynced.append(f)
+        crc = self.crc
         if MICROPYTHON:
             for part in parts:  # no join: one large buffer would fragment a board's heap
                 f.write(part)
+                crc = crc32(part, crc)
+                self.size += len(part)
         else:
-            f.write(b"".join(parts))
+            data = b"".join(parts)
+            f.write(data)
             f.flush()  # to the operating system now: a killed process loses nothing
+            crc = crc32(data, crc)
+            self.size += len(data)
+        self.crc = crc
+
+    def append_summary(self, segment, parts):
+        """A segment's summary records, then the trailer that seals it."""
+        if segment != self.file_segment:
+            self.append(segment, ())
+        start = self.size
+        data_crc = self.crc & 0xFFFFFFFF
+        self.append(segment, parts)
+        self.append(segment, (seal_trailer(start, data_crc),))
+
+    def read(self, segment, position, size):
+        """Bytes of a segment from position (fewer at its end): page-ins read their runs so."""
+        if segment != self.reader_segment:
+            self.close_reader()
+            self.reader = open(self.path(segment), "rb")
+            self.reader_segment = segment
+        self.reader.seek(position)
+        return self.reader.read(size)
+
+    def close_reader(self):
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+            self.reader_segment = None
 
     def remove(self, segment):
+        if segment == self.reader_segment:
+            self.close_reader()
         try:
             os.remove(self.path(segment))
         except OSError:
@@ -120,6 +173,7 @@ class SegmentFiles:
             os.fsync(f.fileno())
 
     def close(self):
+        self.close_reader()
         if self.file is not None:
             self.sync_file(self.file)
             self.file.close()
@@ -148,6 +202,18 @@ class JournalWriter:
         self.event = None
         self.tasks = []
         journal.wake = self.kick
+        journal.read = self.read
+
+    def read(self, segment, position, size):
+        """The journal's reader (page-ins): what it still holds goes to the files first."""
+        journal = self.journal
+        if journal.chunks or journal.marks:
+            self.write()
+        # no more than the segment holds: MicroPython's read(n) takes n bytes of heap first
+        size = min(size, journal.sizes.get(segment, 0) - position)
+        if size <= 0:
+            return b""
+        return self.files.read(segment, position, size)
 
     def open_stream(self, name, meta):
         """Broker.open_stream: the files of stream `name` (ports/streams.py, loaded the first time:
@@ -190,13 +256,16 @@ class JournalWriter:
                 pending = self._pending = journal.take()
             chunks, deletions, seq = pending
             for i in range(self._written_chunks, len(chunks)):
-                segment, parts = chunks[i]
-                if type(segment) is int:
-                    self.files.append(segment, parts)
-                else:  # a stream's segment file (Journal.append_to)
-                    segment.append(parts)
+                chunk = chunks[i]
+                segment = chunk[0]
+                if type(segment) is not int:  # a stream's segment file (Journal.append_to)
+                    segment.append(chunk[1])
                     if segment not in self.stream_files:
                         self.stream_files.append(segment)
+                elif len(chunk) > 2:
+                    self.files.append_summary(segment, chunk[1])
+                else:
+                    self.files.append(segment, chunk[1])
                 self._written_chunks = i + 1
             for segment in deletions:
                 self.files.remove(segment)

@@ -70,7 +70,7 @@ def recover_journal(opts, broker, log):
 
     writer = recover(opts["data"], broker, opts["segment_bytes"], opts["journal_max_bytes"], log)
     del recover
-    forget("hutch.ports.recovery", "hutch.core.replay")
+    forget("hutch.ports.recovery", "hutch.core.replay", "hutch.core.paging")  # paging: until a queue pages
     return writer
 
 

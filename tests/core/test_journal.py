@@ -186,8 +186,12 @@ def _pinned(folder):
     for _i in range(100):
         c.publish(1, b"", b"q", b"x" * 100, PERSISTENT)
     assert len(_bodies(c, b"q")) == 100  # acked (no-ack gets), in later segments
+    node.writer.commit()  # their REMOVED records and the delivery of "kept" go to the segment written now
+    for _i in range(50):
+        c.publish(1, b"", b"q", b"y" * 100, PERSISTENT)
+    assert len(_bodies(c, b"q")) == 50
     node.writer.commit()
-    assert len(_segments(folder)) > 2
+    assert len(_segments(folder)) > 2  # that segment stays with segment 1: its records speak of it
     node.crash()
     again = Node(folder, segment_bytes=4096)
     assert _bodies(again.client(), b"q") == [(b"kept", True)]

@@ -30,8 +30,8 @@ SCENARIO_ROWS = [
 ]
 
 
-def bench(*args, timeout=600):
-    return subprocess.run([HUTCH, "bench"] + list(args), capture_output=True, text=True, timeout=timeout)
+def bench(*args, timeout=600, env=None):
+    return subprocess.run([HUTCH, "bench"] + list(args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def rows(table):
@@ -62,8 +62,22 @@ def running(name):
     return pids
 
 
-def beam_processes():
-    return running("beam.smp"), running("epmd")
+def started_in(folder):
+    """Live beam.smp and epmd processes whose command line or environment names folder: the
+    ones a bench run with TMPDIR=folder started (other RabbitMQs on the machine are not ours)."""
+    mine = set()
+    for name in ("beam.smp", "epmd"):
+        for pid in running(name):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    seen = f.read()
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    seen += f.read()
+            except OSError:
+                continue  # gone meanwhile
+            if str(folder).encode() in seen:
+                mine.add((name, pid))
+    return mine
 
 
 def test_every_scenario_against_hutch_with_and_without_the_accelerator(tmp_path):
@@ -84,8 +98,7 @@ def test_every_scenario_against_hutch_with_and_without_the_accelerator(tmp_path)
     assert saved["results"]["c"]["persistent"] > 0 and saved["results"]["pure"]["persistent"] > 0
 
 
-def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running():
-    before = beam_processes()
+def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running(tmp_path):
     done = bench(
         "--start-rabbitmq",
         "--no-pure",
@@ -95,6 +108,7 @@ def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running():
         "4000",
         "--idle-connections",
         "10",
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
     )
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0]
@@ -104,7 +118,7 @@ def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running():
         hutch, rabbitmq, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
         assert number(hutch) > 0 and number(rabbitmq) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
     assert number(table["resident memory, idle"][1]) > 50  # RabbitMQ's node really ran (it idles at ~100+ MB)
-    assert beam_processes() == before  # its beam.smp and its epmd are gone
+    assert started_in(tmp_path) == set()  # its beam.smp and its epmd (tempfile puts its node under TMPDIR) are gone
 
 
 def test_stream_rows_against_the_runs_rabbitmq(rabbitmq):

@@ -138,11 +138,17 @@ def _check(body):
     return zlib.crc32(body) & 0xFFFFFFFF
 
 
-def test_every_confirmed_message_survives_sigkills_at_random_moments(tmp_path):
+@pytest.mark.parametrize("window", ["default", "paged"])
+def test_every_confirmed_message_survives_sigkills_at_random_moments(tmp_path, window):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    # small segments, so the kills also land during segment roll-over and deletion
-    running = _hutch(tmp_path, "[server]\nsegment_bytes = 262144\n")
+    # small segments, so the kills also land during segment roll-over, sealing and deletion;
+    # "paged": a window of 8 messages, so the backlog is on disk only and is read back (and
+    # compacted) while the kills land
+    config = "[server]\nsegment_bytes = 262144\n"
+    if window == "paged":
+        config += "[limits]\nqueue_window_messages = 8\n"
+    running = _hutch(tmp_path, config)
     sent = {}  # id -> (body, crc): everything a publish was attempted for
     confirmed = set()  # ids whose publish returned (basic.ack)
     acked = set()  # ids a consumer acked (may come back: an ack is not confirmed)

@@ -1,0 +1,204 @@
+"""A durable queue's backlog on disk: what it does not hold in memory, it knows as runs.
+
+A run is the messages of one queue in one journal segment that are on disk only: the
+segment, the id of the first, and a bitmap over the ids from there (a bit a message: no
+object each, so a backlog of millions costs its bitmaps, ~1 bit per message). A queue
+holds a bounded window of entries in memory (Limits.queue_window_messages and
+queue_window_bytes); when it runs dry, the queue reads the next messages of its first
+run back with large sequential reads of the segment file (read_run). A run also
+remembers where in the file it stopped, so each byte of a segment is read about once.
+
+Sans-IO like the rest of core/: the storage port gives the journal its reader,
+read(segment, position, size) -> bytes (shorter at the end of the file).
+"""
+
+import struct
+
+from .journal import MESSAGE, PAGE_DROPPED, REDELIVERED, TRANSIENT, members_payload, set_bit
+from .message import FLAG_EXPIRATION, Message
+from .records import INCOMPLETE, TRAILER_SIZE, next_record
+from .wire import text
+
+
+def page_out(queue, message):
+    """A message published to a paging queue (Queue.pages()): journalled, and on disk only."""
+    runs = queue.runs
+    run = runs[-1] if runs else None
+    if run is None or run.segment != message.segment or run.moved:
+        run = Run(message.segment, message.journal_id & ~7, bytearray(), 0, 0)  # bitmaps start on a byte
+        runs.append(run)
+    run.add(message)
+    queue.paged += 1
+    queue.paged_bytes += message.body_size
+
+
+def page_in(queue):
+    """Refill queue's window from its runs, oldest first, in large reads."""
+    broker = queue.broker
+    journal = broker.journal
+    want = queue.window_messages - queue.messages.length
+    if want < 1:
+        want = 1
+    while queue.runs and want > 0 and queue.ready_bytes < queue.window_bytes:
+        run = queue.runs[0]
+        try:
+            found = read_run(journal.read, run, want, journal.read_size)
+            damaged = None
+        except Damaged as e:
+            found = e.found
+            damaged = e
+        wall = broker.now + broker.wall_offset
+        before = queue.delivered_before
+        for message, flags, arrived in found:
+            message.segment = run.segment
+            size = message.body_size
+            redelivered = bool(flags & REDELIVERED) or (before is not None and message.journal_id in before)
+            expires_at = broker.expiry(queue, message)
+            if expires_at is not None:
+                expires_at += arrived - wall  # its TTL runs from its arrival
+            broker.flow.hold(message)
+            queue.messages.push((message, redelivered, expires_at))
+            queue.ready_bytes += size
+            queue.paged -= 1
+            queue.paged_bytes -= size
+            run.bytes -= size
+            if not flags & TRANSIENT:
+                run.persistent_bytes -= size
+        want -= len(found)
+        if damaged is not None:
+            if run.segment == journal.segment and journal.chunks:
+                return  # the disk refuses writes: what is missing is still waiting to be written
+            broker.log(
+                "error",
+                "journal: segment %08d ends or is damaged at byte %d: %d messages of queue '%s' lost"
+                % (run.segment, damaged.position, run.count, text(queue.name)),
+            )
+            drop_run(queue, run)
+        elif not run.count:
+            queue.runs.pop(0)
+
+
+def drop_run(queue, run):
+    """A run leaves the queue unread (purged, deleted, or lost to a damaged segment)."""
+    queue.runs.remove(run)
+    queue.paged -= run.count
+    queue.paged_bytes -= run.bytes
+    journal = queue.broker.journal
+    journal.live[run.segment] -= run.count
+    if not queue.deleted:  # (else its QUEUE_GONE record says it all)
+        journal.write_marks()
+        # the segment, then as MEMBERS: which of its messages the queue dropped
+        parts = (struct.pack(">I", run.segment),) + members_payload(
+            queue.name, 0, run.first_id, run.count, run.persistent_bytes, run.bitmap
+        )
+        journal.append_referring(PAGE_DROPPED, parts, run.segment)
+
+
+class Run:
+    def __init__(self, segment, first_id, bitmap, count, size, moved=False):
+        self.segment = segment
+        self.first_id = first_id
+        self.bitmap = bitmap  # bytearray: bit i is message first_id + i, still on disk only
+        self.count = count  # bits set
+        self.bytes = size  # their body bytes
+        self.persistent_bytes = size  # ... of the persistent ones (what a restart brings back)
+        self.moved = moved  # messages compaction wrote again: ids older than the segment's
+        self.position = 0  # where in the segment file reading goes on
+
+    def add(self, message):
+        """A message published to a paging queue: on disk only from the start."""
+        set_bit(self.bitmap, message.journal_id - self.first_id)
+        self.count += 1
+        self.bytes += message.body_size
+        if message.persistent():
+            self.persistent_bytes += message.body_size
+
+    def take(self, journal_id):
+        """Clear journal_id's bit: True if it was set (the message is this run's)."""
+        i = journal_id - self.first_id
+        if i < 0 or (i >> 3) >= len(self.bitmap):
+            return False
+        bit = 1 << (i & 7)
+        if not self.bitmap[i >> 3] & bit:
+            return False
+        self.bitmap[i >> 3] ^= bit
+        self.count -= 1
+        return True
+
+
+class Damaged(Exception):
+    """The segment ended or was damaged before the run's messages were all found."""
+
+    def __init__(self, position):
+        super().__init__(position)
+        self.position = position
+        self.found = []
+
+
+def read_run(read, run, want, read_size):
+    """Up to want messages of run, in id order, read from its segment: a list of
+    (message, flags, arrived). Raises Damaged when the file ends, or stops being sound,
+    before they are all found (what was found before is in Damaged.found)."""
+    found = []
+    position = run.position
+    while run.count and len(found) < want:
+        data = read(run.segment, position, read_size)
+        n = len(data)
+        if not n:  # the file ends before the run's last message: cut short or gone
+            error = Damaged(position)
+            error.found = found
+            run.position = position
+            raise error
+        at = 0
+        while at < n and run.count and len(found) < want:
+            kind, start, end = next_record(data, at)
+            if kind == -INCOMPLETE and n == read_size:
+                break  # the record goes on past this read: read again from it
+            if kind < 0:
+                error = Damaged(position + at)
+                error.found = found
+                run.position = position + at
+                raise error
+            if kind == MESSAGE and run.take(struct.unpack_from(">Q", data, start)[0]):
+                found.append(decode_message(data, start, end))
+            at = end + TRAILER_SIZE
+        if at == 0 and run.count and len(found) < want:
+            # one record larger than a read (its header is sound: its size can be believed)
+            read_size = max(read_size * 2, next_record(data, 0)[2])
+            continue
+        position += at
+    run.position = position
+    return found
+
+
+def decode_message(p, start, end, names=None):
+    """A MESSAGE record's payload (p[start:end]) as (Message, flags, arrived); the queue
+    names it lists are appended to names when given."""
+    journal_id, flags, arrived = struct.unpack_from(">QBQ", p, start)
+    pos = start + 17
+    n = p[pos]
+    exchange = bytes(p[pos + 1 : pos + 1 + n])
+    k = pos + 1 + n
+    m = p[k]
+    routing_key = bytes(p[k + 1 : k + 1 + m])
+    route = bytes(p[pos : k + 1 + m])
+    pos = k + 1 + m
+    count = (p[pos] << 8) | p[pos + 1]
+    pos += 2
+    for _ in range(count):
+        length = p[pos]
+        if names is not None:
+            names.append(bytes(p[pos + 1 : pos + 1 + length]))
+        pos += 1 + length
+    size = struct.unpack_from(">I", p, pos)[0]
+    pos += 4
+    header_tail = bytes(p[pos : pos + size])
+    body_tail = bytes(p[pos + size : end]) or None
+    body_size = len(body_tail) - 5 if body_tail is not None else 0
+    message = Message(exchange, routing_key, route, header_tail, body_tail, body_size)
+    message.journal_id = journal_id
+    if message.flags() & FLAG_EXPIRATION:
+        expiration = message.properties().get("expiration")
+        if expiration and expiration.isdigit():
+            message.ttl = int(expiration)
+    return message, flags, arrived

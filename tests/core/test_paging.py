@@ -1,0 +1,295 @@
+"""Durable queues whose backlog waits on disk (core/paging.py): a bounded window in memory,
+runs read back from real segment files, sealed segments' summaries at restart, and what
+every queue feature does with messages that are on disk only. Also run under MicroPython.
+"""
+
+from harness import names
+from test_journal import PERSISTENT, TRANSIENT, Node, _bodies, _damage, _in_folder, _report, _segments
+
+from hutch.core import spec
+from hutch.core.limits import Limits
+
+
+def _small(folder, window=4, segment_bytes=4096):
+    return Node(folder, segment_bytes=segment_bytes, limits=Limits(queue_window_messages=window))
+
+
+def _fill(node, count, queue=b"q", arguments=None, properties=PERSISTENT):
+    c = node.client()
+    c.queue(1, queue, durable=True, arguments=arguments or {})
+    for i in range(count):
+        c.publish(1, b"", queue, b"m%03d" % i + b"." * 100, properties)
+    return c
+
+
+def _numbers(bodies):
+    return [int(body[1:4]) for body, _ in bodies]
+
+
+@_in_folder
+def _window(folder):
+    node = _small(folder)
+    c = _fill(node, 100)
+    queue = node.broker.queues[b"q"]
+    assert queue.messages.length == 4 and queue.paged == 96, (queue.messages.length, queue.paged)
+    assert queue.message_count() == 100
+    assert c.call(1, spec.QUEUE_DECLARE, (0, b"q", True, True, False, False, False, {}))[0].args[1] == 100
+    assert _numbers(_bodies(c, b"q")) == list(range(100))
+    assert queue.paged == 0 and queue.runs == [] and queue.message_count() == 0
+
+
+def test_a_durable_queue_keeps_a_window_in_memory_and_reads_the_rest_back_in_order():
+    _window()
+
+
+@_in_folder
+def _consumer(folder):
+    node = _small(folder)
+    c = _fill(node, 50)
+    c.call(1, spec.BASIC_QOS, (0, 3, False))
+    c.call(1, spec.BASIC_CONSUME, (0, b"q", b"tag", False, False, False, False, {}))
+    seen = []
+    for _ in range(100):
+        deliveries = [e for e in c.read() + c.events if e.name == "basic.deliver"]
+        c.events = []
+        if not deliveries:
+            break
+        for event in deliveries:
+            seen.append(int(event.body[1:4]))
+            c.ack(1, event.args[1])
+    assert seen == list(range(50)), seen
+
+
+def test_a_consumer_drains_a_paged_backlog_in_order():
+    _consumer()
+
+
+@_in_folder
+def _requeue(folder):
+    node = _small(folder)
+    c = _fill(node, 20)
+    tags = [c.get(1, b"q")[0].args[0] for _ in range(6)]  # 0..5 delivered, unacked; 6.. on disk
+    c.call(1, spec.BASIC_NACK, (tags[-1], True, True))  # all six back, at the head
+    bodies = _bodies(c, b"q")
+    assert _numbers(bodies) == list(range(20))
+    assert [redelivered for _, redelivered in bodies] == [True] * 6 + [False] * 14
+
+
+def test_requeued_messages_go_back_before_the_backlog_on_disk():
+    _requeue()
+
+
+@_in_folder
+def _ttl(folder):
+    node = _small(folder)
+    c = _fill(node, 30, arguments={"x-message-ttl": 1000})
+    queue = node.broker.queues[b"q"]
+    assert queue.paged == 26
+    c.tick(500)
+    assert queue.message_count() == 30
+    c.tick(1500)
+    assert queue.message_count() == 0 and queue.paged == 0, queue.message_count()
+    assert names(c.get(1, b"q", True)) == ["basic.get-empty"]
+
+
+def test_messages_on_disk_expire_by_their_ttl():
+    _ttl()
+
+
+@_in_folder
+def _dead_letters(folder):
+    node = _small(folder)
+    c = node.client()
+    c.queue(1, b"dead", durable=True)
+    _fill(node, 12, arguments={"x-max-length": 5, "x-dead-letter-exchange": b""}).queue(
+        1, b"q", durable=True, arguments={"x-max-length": 5, "x-dead-letter-exchange": b""}
+    )
+    assert node.broker.queues[b"q"].message_count() == 5
+    assert _numbers(_bodies(c, b"q")) == [7, 8, 9, 10, 11]
+
+
+def test_max_length_drops_the_oldest_of_a_paged_queue():
+    _dead_letters()
+
+
+@_in_folder
+def _purge(folder):
+    node = _small(folder)
+    c = _fill(node, 40)
+    assert c.call(1, spec.QUEUE_PURGE, (0, b"q", False))[0].args[0] == 40
+    assert node.broker.queues[b"q"].message_count() == 0
+    _fill(node, 3, queue=b"other")
+    node.writer.commit()
+    node.crash()
+    again = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
+    assert again.broker.queues[b"q"].message_count() == 0  # the purge holds after a restart
+    assert again.broker.queues[b"other"].message_count() == 3
+
+
+def test_a_purged_paged_queue_stays_empty_after_a_restart():
+    _purge()
+
+
+@_in_folder
+def _delete(folder):
+    node = _small(folder)
+    c = _fill(node, 40)
+    assert c.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))[0].args[0] == 40
+    c.queue(1, b"q", durable=True)
+    node.writer.commit()
+    assert len(_segments(folder)) == 1, _segments(folder)  # nothing keeps the old segments
+    node.crash()
+    again = Node(folder, segment_bytes=4096)
+    assert again.broker.queues[b"q"].message_count() == 0
+
+
+def test_a_deleted_paged_queue_frees_its_segments():
+    _delete()
+
+
+@_in_folder
+def _restart(folder):
+    node = _small(folder)
+    c = _fill(node, 200)
+    tags = [c.get(1, b"q")[0].args[0] for _ in range(3)]  # 0, 1, 2 delivered; 2 is acked
+    c.ack(1, tags[2])
+    node.crash()
+    again = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
+    queue = again.broker.queues[b"q"]
+    assert queue.messages.length == 0 and queue.paged == 199  # nothing read yet: all on disk
+    bodies = _bodies(again.client(), b"q")
+    assert _numbers(bodies) == [0, 1] + list(range(3, 200))
+    assert [r for _, r in bodies[:3]] == [True, True, False]
+    log = [text for level, text in again.logs if "recovered" in text]
+    assert "recovered 199 messages" in log[0], log
+
+
+def test_a_paged_backlog_comes_back_after_a_crash_from_the_summaries():
+    _restart()
+
+
+@_in_folder
+def _transient(folder):
+    node = _small(folder)
+    c = _fill(node, 10)
+    for i in range(10, 20):
+        c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, TRANSIENT)  # journalled: the queue pages
+    c.publish(1, b"", b"q", b"m020", PERSISTENT)
+    node.writer.commit()
+    node.crash()
+    # Nothing was taken: a restart brings back the persistent ones only, in order.
+    again = Node(folder, segment_bytes=4096)
+    assert _numbers(_bodies(again.client(), b"q")) == list(range(10)) + [20]
+
+
+def test_transient_messages_keep_a_paged_queue_in_order_and_do_not_come_back():
+    _transient()
+
+
+@_in_folder
+def _transient_order(folder):
+    node = _small(folder)
+    c = _fill(node, 10)
+    for i in range(10, 20):
+        c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, TRANSIENT)
+    assert _numbers(_bodies(c, b"q")) == list(range(20))
+
+
+def test_transient_messages_behind_a_backlog_on_disk_come_in_order():
+    _transient_order()
+
+
+@_in_folder
+def _sealed(folder):
+    node = _small(folder)
+    _fill(node, 120)
+    node.crash()
+    Node(folder, segment_bytes=4096)  # seals the segment the crash left open
+    segments = _segments(folder)
+    for name in segments[:-1]:
+        with open(folder + "/journal/" + name, "rb") as f:
+            assert f.read()[-16:-12] == b"HSUM", name  # every segment but the newest is sealed
+    # A flipped byte among the messages of a sealed segment: its CRC says so, and it is read
+    # record by record, quarantined and cut like an unsealed one.
+    middle = segments[len(segments) // 2]
+
+    def flip(data):
+        data = bytearray(data)
+        data[200] ^= 0x08
+        return bytes(data)
+
+    _damage(folder, middle, flip)
+    node = Node(folder, segment_bytes=4096)
+    report = _report(folder)
+    assert "corrupt" in report and "quarantined" in report, report
+    numbers = _numbers(_bodies(node.client(), b"q"))
+    assert numbers == sorted(numbers) and 0 in numbers and 119 in numbers and len(numbers) < 120
+
+
+def test_a_flipped_byte_in_a_sealed_segment_is_found_by_its_checksum():
+    _sealed()
+
+
+@_in_folder
+def _summary_damage(folder):
+    node = _small(folder)
+    _fill(node, 120)
+    node.crash()
+    Node(folder, segment_bytes=4096).stop()
+    segments = _segments(folder)
+    first, second = segments[0], segments[1]
+    _damage(folder, first, lambda data: data[:-3])  # the trailer cut: read whole
+    _damage(folder, second, lambda data: data[:-20] + bytes((data[-20] ^ 1,)) + data[-19:])  # the summary
+    node = Node(folder, segment_bytes=4096)
+    assert _numbers(_bodies(node.client(), b"q")) == list(range(120))  # nothing was lost
+
+
+def test_a_damaged_summary_or_trailer_only_means_reading_the_segment_whole():
+    _summary_damage()
+
+
+@_in_folder
+def _cut_during_paging(folder):
+    node = _small(folder)
+    c = _fill(node, 60)
+    node.writer.commit()
+    queue = node.broker.queues[b"q"]
+    run = queue.runs[-1]
+    # the card loses the end of a segment under a running broker
+    _damage(folder, "%08d.seg" % run.segment, lambda data: data[: len(data) // 2])
+    numbers = _numbers(_bodies(c, b"q"))
+    assert numbers == sorted(numbers) and numbers[:4] == [0, 1, 2, 3] and len(numbers) < 60
+    assert any(level == "error" and "lost" in text for level, text in node.logs), node.logs
+    assert queue.message_count() == 0
+
+
+def test_a_segment_cut_under_a_running_broker_loses_only_what_it_held():
+    _cut_during_paging()
+
+
+@_in_folder
+def _compaction(folder):
+    node = Node(folder, segment_bytes=4096)
+    c = node.client()
+    c.queue(1, b"q", durable=True)
+    c.publish(1, b"", b"q", b"pinned", PERSISTENT)
+    tag = c.get(1, b"q")[0].args[0]  # held unacked for good
+    for round in range(6):
+        for i in range(40):
+            c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, PERSISTENT)
+        assert len(_bodies(c, b"q")) == 40
+        node.writer.commit()
+        c.tick(1000 * (round + 1))
+    node.writer.commit()
+    assert any("compacted" in text for _, text in node.logs), node.logs
+    # the pinned message was written again: nothing holds the old segments any more
+    assert len(_segments(folder)) <= 3, _segments(folder)
+    assert "00000001.seg" not in _segments(folder)
+    node.crash()
+    again = Node(folder, segment_bytes=4096)
+    assert _bodies(again.client(), b"q") == [(b"pinned", True)]
+    assert tag == 1
+
+
+def test_compaction_moves_a_pinned_message_forward_and_the_replay_finds_it():
+    _compaction()
