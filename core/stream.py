@@ -94,7 +94,10 @@ class Stream:
     # Its definition goes into the journal as a durable queue's does; its records go to its own
     # files (Broker.publish hands them to append(), never to Journal.add_message).
     journalled = True
-    # What the broker asks of every queue, and a stream never has.
+    # What the broker asks of every queue, and a stream never has (nor messages in memory, nor
+    # runs of them on disk for the journal's paging and compaction to look through).
+    runs = ()
+    messages = ()
     message_ttl = None
     expires = None
     overflow = b"drop-head"
