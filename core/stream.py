@@ -94,8 +94,8 @@ class Stream:
     # Its definition goes into the journal as a durable queue's does; its records go to its own
     # files (Broker.publish hands them to append(), never to Journal.add_message).
     journalled = True
-    # What the broker asks of every queue, and a stream never has (compaction, core/compaction.py,
-    # looks through every journalled queue's messages in memory and runs on disk: none here).
+    # What the broker asks of every queue, and a stream never has (nor messages in memory, nor
+    # runs of them on disk for the journal's paging and compaction to look through).
     runs = ()
     messages = ()
     message_ttl = None
