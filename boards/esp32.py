@@ -25,6 +25,7 @@ LIMITS = {
     "queue_window_bytes": 2048,
     "page_read_bytes": 1024,
     "output_high_water": 2048,
+    "stream_segment_bytes": 16 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 1024

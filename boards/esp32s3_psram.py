@@ -19,6 +19,7 @@ LIMITS = {
     "queue_window_bytes": 32768,
     "page_read_bytes": 8192,
     "output_high_water": 16 * 1024,
+    "stream_segment_bytes": 64 * 1024,  # a stream's segment file: retention drops one at a time
 }
 READ_SIZE = 8192
 STORAGE = {"path": "/data", "max_bytes": 2 * 1024 * 1024, "segment_bytes": 64 * 1024}

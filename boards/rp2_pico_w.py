@@ -19,6 +19,7 @@ LIMITS = {
     "queue_window_bytes": 4096,
     "page_read_bytes": 2048,
     "output_high_water": 4096,
+    "stream_segment_bytes": 32 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 READ_SIZE = 2048

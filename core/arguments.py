@@ -1,10 +1,11 @@
 """Queue and exchange arguments ("x-message-ttl", "alternate-exchange", ...), in one table.
 
-Each argument hutch knows has one row: what its value must be, and whether RabbitMQ
+Each argument hutch knows has one row: what its value must be, whether RabbitMQ
 compares it when the queue or exchange is declared again (a redeclare that differs is
-refused with 406). Arguments that RabbitMQ gives a meaning hutch does not implement are
-refused at declare: better than silently ignoring a promise the client thinks it was
-given. Any other argument is kept but means nothing, as in RabbitMQ.
+refused with 406), and whether a stream takes it (core/streamrules.py checks a stream's
+arguments, with RabbitMQ's words). Arguments that RabbitMQ gives a meaning hutch does not
+implement are refused at declare: better than silently ignoring a promise the client
+thinks it was given. Any other argument is kept but means nothing, as in RabbitMQ.
 
 To support a new queue argument: add (or change) its row here, then act on it where the
 queue reads its arguments (Queue.__init__ in core/queue.py).
@@ -23,18 +24,21 @@ OVERFLOW_MODE = 4
 CLASSIC = 5
 QUEUE_MODE = 6
 UNSUPPORTED = 7  # RabbitMQ's, not implemented by hutch: refused
-# ... and whether a redeclare must repeat it (RabbitMQ's equivalence check).
+# ... whether a redeclare must repeat it (RabbitMQ's equivalence check) ...
 COMPARED = 8
+# ... and whether a stream (x-queue-type = stream) takes it; the two that only a stream
+# takes are UNSUPPORTED on a classic queue.
+STREAM = 16
 
 QUEUE_ARGUMENTS = {
     "x-expires": POSITIVE | COMPARED,
     "x-message-ttl": NON_NEGATIVE | COMPARED,
     "x-max-length": NON_NEGATIVE | COMPARED,
-    "x-max-length-bytes": NON_NEGATIVE | COMPARED,
+    "x-max-length-bytes": NON_NEGATIVE | COMPARED | STREAM,
     "x-overflow": OVERFLOW_MODE | COMPARED,
     "x-dead-letter-exchange": NAME | COMPARED,
     "x-dead-letter-routing-key": NAME | COMPARED,
-    "x-queue-type": CLASSIC | COMPARED,
+    "x-queue-type": CLASSIC | COMPARED | STREAM,
     "x-queue-mode": QUEUE_MODE | COMPARED,
     "x-max-priority": UNSUPPORTED,
     "x-single-active-consumer": UNSUPPORTED,
@@ -42,8 +46,8 @@ QUEUE_ARGUMENTS = {
     "x-queue-leader-locator": UNSUPPORTED,
     "x-quorum-initial-group-size": UNSUPPORTED,
     "x-delivery-limit": UNSUPPORTED,
-    "x-max-age": UNSUPPORTED,
-    "x-stream-max-segment-size-bytes": UNSUPPORTED,
+    "x-max-age": UNSUPPORTED | COMPARED | STREAM,
+    "x-stream-max-segment-size-bytes": UNSUPPORTED | COMPARED | STREAM,
 }
 EXCHANGE_ARGUMENTS = {
     "alternate-exchange": NAME | COMPARED,

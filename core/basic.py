@@ -25,7 +25,7 @@ def basic_qos(ch, args):
 
 
 def basic_consume(ch, args):
-    _ticket, name, tag, _no_local, no_ack, exclusive, nowait, _arguments = args
+    _ticket, name, tag, _no_local, no_ack, exclusive, nowait, arguments = args
     queue = ch.queue_named(name, spec.BASIC_CONSUME)
     if not tag:
         tag = _new_consumer_tag(ch)
@@ -34,7 +34,7 @@ def basic_consume(ch, args):
             NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME
         )
     consumer = Consumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
-    ch.broker.consume(queue, consumer, spec.BASIC_CONSUME)
+    ch.broker.consume(queue, consumer, spec.BASIC_CONSUME, arguments)
     ch.consumers[tag] = consumer
     if not nowait:
         ch.reply(spec.BASIC_CONSUME_OK, (tag,))  # consume-ok goes out before the first delivery
@@ -60,6 +60,10 @@ def basic_cancel(ch, args):
 def basic_get(ch, args):
     _ticket, name, no_ack = args
     queue = ch.queue_named(name, spec.BASIC_GET)
+    if queue.is_stream:
+        from .streamrules import refused  # a stream exists: its modules are loaded
+
+        raise refused(queue, spec.BASIC_GET)
     broker = ch.broker
     queue.last_used = broker.now
     entry = queue.take()
@@ -95,6 +99,13 @@ def basic_nack(ch, args):
 def basic_recover_async(ch, args):
     if not args[0]:
         raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false", spec.BASIC_RECOVER)
+    # A stream's deliveries are never redelivered (RabbitMQ 3.10 fails with 541 here): 540, as
+    # for the other operations a stream does not have.
+    for consumer in ch.consumers.values():
+        if consumer.queue.is_stream:
+            from .streamrules import refused
+
+            raise refused(consumer.queue, spec.BASIC_RECOVER)
     ch.requeue_all()
 
 

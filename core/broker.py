@@ -9,7 +9,8 @@ one way messages go in and out of queues, whatever front end carries them.
 A 0-9-1 channel (core/channel.py), dead-lettering (core/deadletter.py), and the bridge
 or an AMQP 1.0 link to come, all call these; routing, the journal, budgets and flow
 control live behind them once. Declaring and deleting exchanges, queues and bindings is
-core/topology.py's; budgets and alarms are core/flow.py's.
+core/topology.py's; budgets and alarms are core/flow.py's. A stream (core/stream.py)
+stands where a queue stands; a message routed to one becomes a record of its log.
 """
 
 from . import spec
@@ -66,6 +67,15 @@ def _no_log(level, message, exc=None):
 class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
+    # Streams (core/stream.py): the storage port's opener of their files, open_stream(name,
+    # arguments) (None: no data folder, so no streams); the live ones, those waiting for the
+    # journal to sync, and the bytes they hold on disk (the journal's disk budget counts them).
+    # Class-level until the first stream makes them its broker's own: a board without
+    # streams pays nothing for them.
+    open_stream = None
+    streams = ()
+    stream_syncs = ()
+    stream_bytes = 0
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()
@@ -136,6 +146,8 @@ class Broker:
                 from .compaction import compact  # only when a segment may need it: boards keep heap
 
                 compact(self)
+        for stream in self.streams:
+            stream.tick()
         for queue in list(self.expirable):
             if not queue.consumers and now - queue.last_used >= queue.expires:
                 self.log("info", "queue '%s' expired after %d ms unused" % (text(queue.name), queue.expires))
@@ -168,11 +180,18 @@ class Broker:
             self.journal_waiters.append(conn)
 
     def journal_synced(self, seq):
-        """The storage port made every journal record up to seq durable: the confirms and
-        tx.commit-oks that waited for them can go out."""
+        """The storage port made every journal record up to seq durable: streams may deliver
+        the records that came with it, and the confirms and tx.commit-oks that waited for
+        them can go out (in that order: a client confirmed finds its record counted)."""
         journal = self.journal
         if journal is not None:
             journal.synced = seq
+        if self.stream_syncs:
+            streams = self.stream_syncs
+            self.stream_syncs = []
+            for stream in streams:
+                if stream.synced(seq):
+                    self.stream_syncs.append(stream)
         waiters = self.journal_waiters
         self.journal_waiters = []
         for conn in waiters:
@@ -215,6 +234,10 @@ class Broker:
         for queue in queues:
             if exclude and queue.name in exclude:
                 continue
+            if queue.is_stream:
+                queue.append(message)  # a record of its log, in the journal's next group commit
+                result |= JOURNALLED
+                continue
             if not queue.accepts(message):
                 result |= REFUSED  # x-overflow reject-publish(-dlx)
                 if (
@@ -245,10 +268,13 @@ class Broker:
             queue.publish(message, self.expiry(queue, message))
         return result
 
-    def consume(self, queue, consumer, method):
+    def consume(self, queue, consumer, method, arguments=None):
         """Add consumer to queue, or refuse it (exclusive use: 403; the consumer limit: 406;
-        method: the method to name in the error). Deliveries start at queue.dispatch(), which
-        the front end calls once it has told its client the consumer is on."""
+        method: the method to name in the error; arguments: the consumer's, which a stream
+        reads its x-stream-offset from). Deliveries start at queue.dispatch(), which the
+        front end calls once it has told its client the consumer is on."""
+        if queue.is_stream:
+            queue.check_consumer(consumer, arguments, method)  # RabbitMQ's refusals; where it starts
         if queue.exclusive_consumer is not None or (consumer.exclusive and queue.consumers):
             raise ChannelException(
                 spec.ACCESS_REFUSED,

@@ -76,7 +76,12 @@ def queue_unbind(ch, args):
 
 def queue_purge(ch, args):
     _ticket, name, nowait = args
-    count = ch.queue_named(name, spec.QUEUE_PURGE).purge()
+    queue = ch.queue_named(name, spec.QUEUE_PURGE)
+    if queue.is_stream:
+        from .streamrules import refused  # a stream exists: its modules are loaded
+
+        raise refused(queue, spec.QUEUE_PURGE)
+    count = queue.purge()
     if not nowait:
         ch.reply(spec.QUEUE_PURGE_OK, (count,))
 

@@ -6,7 +6,8 @@ watches each raise one):
 - "budget": queued messages passed total_max_messages or total_max_bytes (hold() and
   release() count them); cleared once both are under low_water_percent of their limit;
 - "memory": the port sees the heap run short (ports/heap.py);
-- "disk": the journal is near its disk budget: from 90% of it, cleared under 75% (check_disk);
+- "disk": the journal (with its streams) is near its disk budget: from 90% of it, cleared
+  under 75% (check_disk);
 - "disk failure": the journal cannot write (ports/storage.py).
 
 Blocked publishers are told (connection.blocked, to clients that support it); a publisher
@@ -64,13 +65,15 @@ class Flow:
     # ------------------------------------------------------------ alarms
 
     def check_disk(self, journal):
-        """The journal's size against its disk budget: the "disk" alarm from 90%, cleared under 75%."""
+        """The journal's size (and its streams': core/stream.py) against its disk budget: the
+        "disk" alarm from 90%, cleared under 75%."""
         budget = journal.max_bytes
         if budget <= 0:
             return
-        if "disk" not in self.alarms and journal.total * 10 >= budget * 9:
-            self.set_alarm("disk", "low on disk: journal uses %d of %d bytes" % (journal.total, budget))
-        elif "disk" in self.alarms and journal.total * 4 < budget * 3:
+        total = journal.total + self.broker.stream_bytes
+        if "disk" not in self.alarms and total * 10 >= budget * 9:
+            self.set_alarm("disk", "low on disk: journal uses %d of %d bytes" % (total, budget))
+        elif "disk" in self.alarms and total * 4 < budget * 3:
             self.set_alarm("disk", None, "journal back under 75%% of its %d bytes" % budget)
 
     def set_alarm(self, name, reason, cleared=""):

@@ -396,6 +396,20 @@ class Journal:
             if segment not in refers:
                 refers.append(segment)
 
+    # ------------------------------------------------------------ streams (core/stream.py)
+
+    def append_to(self, target, parts):
+        """Records of a stream for `target`, one of its segment files as the storage port gives
+        it (ports/streams.py: append(parts), sync()): written and synced by the port in the same
+        group commit as the journal's own records, so what waits for seq waits for them too."""
+        chunks = self.chunks
+        if chunks and chunks[-1][0] is target:
+            chunks[-1][1].extend(parts)
+        else:
+            chunks.append([target, parts])
+        self.seq += 1
+        self._wake()
+
 
 def message_parts(message, journal_id, flags, arrived, names):
     # id, flags, arrival (wall clock, ms), exchange + routing key (the message's route), queue

@@ -16,7 +16,10 @@ protocol terms when one runs out (design.md, "Fixed budgets"):
   once its backlog grows; the rest waits in the journal (core/paging.py), read back
   page_read_bytes at a time;
 - output_high_water: bytes queued towards one client before the broker stops
-  delivering to it (a slow consumer cannot eat the heap).
+  delivering to it (a slow consumer cannot eat the heap);
+- stream_segment_bytes: a stream's segment file when x-stream-max-segment-size-bytes does
+  not say (retention drops whole segments); a stream consumer reads a sixteenth of it
+  ahead, at most 64 KiB (core/stream.py).
 """
 
 FRAME_MIN_SIZE = 4096
@@ -41,6 +44,7 @@ class Limits:
     queue_window_bytes = 4 * 1024 * 1024
     page_read_bytes = 256 * 1024
     output_high_water = 256 * 1024
+    stream_segment_bytes = 16 * 1024 * 1024
     handshake_timeout_ms = 10000
     auth_failure_delay_ms = 1000
     close_timeout_ms = 3000

@@ -49,6 +49,7 @@ class Consumer:
 
 class Queue:
     is_queue = True
+    is_stream = False  # a stream (core/stream.py) stands where a queue stands; Broker.publish tells them apart
 
     def __init__(self, broker, name, durable, owner, auto_delete, arguments):
         self.broker = broker

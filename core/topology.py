@@ -7,7 +7,7 @@ the errors it would see from RabbitMQ; the journal hears of every durable change
 """
 
 from . import spec
-from .arguments import EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, check_equivalent, check_queue_arguments
+from .arguments import EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, as_bytes, check_equivalent, check_queue_arguments
 from .errors import ChannelException
 from .exchange import ROUTERS, Exchange
 from .queue import Queue
@@ -171,7 +171,8 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
         check_exclusive(queue, conn, method)
         return queue
-    if not name:
+    stream = as_bytes(arguments.get("x-queue-type")) == b"stream"  # a stream: core/stream.py
+    if not name and not stream:  # (a stream may not be server-named: core/streamrules.py)
         name = broker.new_name(b"amq.gen-")
     elif name.startswith(b"amq."):
         raise ChannelException(
@@ -187,7 +188,12 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
         check_equivalent(what, arguments, queue.arguments, QUEUE_ARGUMENTS, method)
         queue.last_used = broker.now
         return queue
-    check_queue_arguments(name, arguments)
+    if stream:
+        from .streamrules import check_declare  # only a broker with streams holds their code
+
+        check_declare(name, durable, exclusive, auto_delete, arguments, method)
+    else:
+        check_queue_arguments(name, arguments)
     limit = broker.limits.max_queues
     if len(broker.queues) >= limit:
         raise ChannelException(
@@ -195,7 +201,12 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
             "PRECONDITION_FAILED - cannot declare queue '%s': queue limit (%d) is reached" % (text(name), limit),
             method,
         )
-    queue = Queue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
+    if stream:
+        from .stream import new_stream
+
+        queue = new_stream(broker, name, arguments, method)
+    else:
+        queue = Queue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
     broker.queues[name] = queue
     if queue.journalled and broker.journal is not None:
         broker.journal.queue_declared(queue)

@@ -11,6 +11,7 @@ package(
         "recovery.py",
         "serial.py",
         "storage.py",
+        "streams.py",
         "tcp.py",
         "uart.py",
     ),

@@ -186,13 +186,15 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
     if replay.skipped:
         report.append("%d records did not decode and were skipped" % replay.skipped)
     journal = Journal(broker, segment_bytes, max_bytes)
+    writer = JournalWriter(journal, files, broker, log)
+    broker.open_stream = writer.open_stream  # the streams the replay declares open their folders
     replay.apply(broker, journal, log)
+    report.extend(_streams_found(writer))
     for segment in sizes:
         journal.sizes[segment] = sizes[segment]
         journal.total += sizes[segment]
     broker.journal = journal
     journal.start(numbers[-1] + 1 if numbers else 1)
-    writer = JournalWriter(journal, files, broker, log)
     # The new segment's snapshot first, durable: a summary sealed here names no definitions
     # of its own (the snapshot has them all), so it must never be the newest word on them.
     writer.commit()
@@ -225,6 +227,21 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
     log("info", summary)
     _write_report(folder, summary, report)
     return writer
+
+
+def _streams_found(writer):
+    """The folders of streams the replay did not declare (deleted ones) are removed; what opening
+    the streams cut or set aside, for the report."""
+    if writer.stream_store is None:
+        try:
+            if not os.listdir(writer.files.folder + "/streams"):
+                return []
+        except OSError:
+            return []  # no streams folder: no streams
+        from .streams import StreamStore
+
+        writer.stream_store = StreamStore(writer.files.folder, writer.log)
+    return writer.stream_store.finish()
 
 
 def _write_report(folder, summary, report):

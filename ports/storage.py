@@ -196,6 +196,9 @@ class JournalWriter:
         self.failing = None  # the last write error, while writes fail
         self.stopping = False
         self._pending = None  # what take() gave, until it is written
+        self._written_chunks = 0  # ... and how many of its chunks are (a retry goes on from there)
+        self.stream_files = []  # streams' segment files written since the last sync (ports/streams.py)
+        self.stream_store = None  # their folders (ports/streams.py), once a stream is opened
         self.event = None
         self.tasks = []
         journal.wake = self.kick
@@ -211,6 +214,15 @@ class JournalWriter:
         if size <= 0:
             return b""
         return self.files.read(segment, position, size)
+
+    def open_stream(self, name, meta):
+        """Broker.open_stream: the files of stream `name` (ports/streams.py, loaded the first time:
+        a broker without streams does not hold that code)."""
+        if self.stream_store is None:
+            from .streams import StreamStore
+
+            self.stream_store = StreamStore(self.files.folder, self.log)
+        return self.stream_store.open(name, meta)
 
     def start(self):
         self.event = asyncio.Event()
@@ -229,7 +241,9 @@ class JournalWriter:
                 continue
             broker = self.broker
             if self.written > self.journal.synced and (
-                broker.journal_waiters or self.clock.now_ms() - self.last_sync >= SYNC_EVERY_MS
+                broker.journal_waiters
+                or (broker.stream_syncs and _streams_waiting(broker))
+                or self.clock.now_ms() - self.last_sync >= SYNC_EVERY_MS
             ):
                 await self.sync()
 
@@ -241,11 +255,18 @@ class JournalWriter:
             if self.failing is None or pending is None:  # else retry what failed
                 pending = self._pending = journal.take()
             chunks, deletions, seq = pending
-            for chunk in chunks:
-                if len(chunk) > 2:
-                    self.files.append_summary(chunk[0], chunk[1])
+            for i in range(self._written_chunks, len(chunks)):
+                chunk = chunks[i]
+                segment = chunk[0]
+                if type(segment) is not int:  # a stream's segment file (Journal.append_to)
+                    segment.append(chunk[1])
+                    if segment not in self.stream_files:
+                        self.stream_files.append(segment)
+                elif len(chunk) > 2:
+                    self.files.append_summary(segment, chunk[1])
                 else:
-                    self.files.append(chunk[0], chunk[1])
+                    self.files.append(segment, chunk[1])
+                self._written_chunks = i + 1
             for segment in deletions:
                 self.files.remove(segment)
         except OSError as e:
@@ -261,27 +282,37 @@ class JournalWriter:
             self.log("info", "journal: writing again")
             self.broker.flow.set_alarm("disk failure", None, "journal writes again")
         self._pending = None
+        self._written_chunks = 0
         self.written = seq
         return True
 
     async def sync(self):
         seq = self.written
         files, new_file = self.files.take_unsynced()
+        streams = self.stream_files
+        self.stream_files = []
         if MICROPYTHON:
-            self.files.sync(files, new_file)
+            self._sync(files, new_file, streams)
         else:
             # CPython only (named so for the board's type check: MicroPython's asyncio has no threads)
             loop = getattr(asyncio, "get_running_loop")()
-            await loop.run_in_executor(None, self.files.sync, files, new_file)
+            await loop.run_in_executor(None, self._sync, files, new_file, streams)
         self.files.synced(files)
         self.last_sync = self.clock.now_ms()
         self.broker.journal_synced(seq)
+
+    def _sync(self, files, new_file, streams):
+        self.files.sync(files, new_file)
+        for segment_file in streams:
+            segment_file.sync()
 
     def commit(self):
         """Write and sync everything now, in this call (a clean stop; the core tests)."""
         if self.write():
             files, new_file = self.files.take_unsynced()
-            self.files.sync(files, new_file)
+            streams = self.stream_files
+            self.stream_files = []
+            self._sync(files, new_file, streams)
             self.files.synced(files)
             self.last_sync = self.clock.now_ms()
             self.broker.journal_synced(self.written)
@@ -292,5 +323,15 @@ class JournalWriter:
         for task in self.tasks:
             task.cancel()
         self.commit()
+        for stream in self.broker.streams:
+            stream.close()  # each notes its next offset, exactly: no gap at the next start
         self.files.close()
         self.journal.wake = None
+
+
+def _streams_waiting(broker):
+    """A stream has records its consumers wait for, or a deletion to finish: sync for them now."""
+    for stream in broker.stream_syncs:
+        if stream.consumers or stream.deleted:
+            return True
+    return False

@@ -68,6 +68,24 @@ SCENARIOS = {
             "msgs_per_s"
         ],
     ),
+    "stream-publish": (
+        "stream: publish with confirms 16 B, window 1000",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_publish(host, port, n // 4)["msgs_per_s"],
+    ),
+    "stream-read": (
+        "stream: read from first, 1 consumer",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_read(host, port, n // 2)["msgs_per_s"],
+    ),
+    "stream-read-10": (
+        "stream: 10 consumers at different offsets",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_read(host, port, n // 2, consumers=10)["msgs_per_s"],
+    ),
     "idle-rss": ("resident memory, idle", "MB", False, None),
     "per-conn": ("resident memory per idle connection", "KB", False, None),
 }

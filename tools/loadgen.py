@@ -91,13 +91,27 @@ class Connection:
         self.protocol.call(method_id, args)
         return self.wait()
 
-    def declare_queue(self, name, durable=False):
-        self.call(spec.QUEUE_DECLARE, (0, name, False, durable, False, False, False, None))
+    def declare_queue(self, name, durable=False, arguments=None):
+        self.call(spec.QUEUE_DECLARE, (0, name, False, durable, False, False, False, arguments))
 
-    def consume(self, queue, tag, no_ack, prefetch):
+    def consume(self, queue, tag, no_ack, prefetch, arguments=None):
         if not no_ack:
             self.call(spec.BASIC_QOS, (0, prefetch, False))
-        self.call(spec.BASIC_CONSUME, (0, queue, tag, False, no_ack, False, False, None))
+        self.call(spec.BASIC_CONSUME, (0, queue, tag, False, no_ack, False, False, arguments))
+
+    def hang_up(self):
+        """connection.close without waiting for close-ok: for a consumer that read the socket
+        itself (what is still on its way would be read as the reply)."""
+        try:
+            self.send(wire.method_frame(0, spec.CONNECTION_CLOSE, (200, "bye", 0, 0)))
+        except OSError:
+            pass
+        self.sock.close()
+
+    def unread_bytes(self):
+        """The bytes received that no event has taken yet (see unread)."""
+        p = self.protocol
+        return bytes(p._rx[p._pos : p._n])
 
     def close(self):
         try:
@@ -299,3 +313,126 @@ def idle(host, port, connections, timeout=120):
 def close_all(connections):
     for conn in connections:
         conn.close()
+
+
+# ---------------------------------------------------------------- streams (x-queue-type = stream)
+
+_streams = [0]
+
+
+def _stream(conn):
+    """A new stream for one run of a scenario (deleted at its end: a stream keeps what it gets)."""
+    _streams[0] += 1
+    name = "bench-stream-%d-%d" % (int(time.time() * 1000) % 1000000, _streams[0])
+    conn.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+    return name
+
+
+def _publish_confirmed(conn, name, count, size, window, deadline):
+    """Publish count messages to name with at most window unconfirmed: the seconds it took."""
+    conn.call(spec.CONFIRM_SELECT, (False,))
+    one = publish_frames("", name, b"x" * size, conn.frame_max)
+    sent = confirmed = 0
+    start = time.perf_counter()
+    while confirmed < count:
+        room = min(window - (sent - confirmed), count - sent)
+        if room > 0:
+            conn.send(one * room)
+            sent += room
+        for method_id, args in conn.events():
+            if method_id == spec.BASIC_ACK:
+                confirmed = args[0] if args[1] else max(confirmed, args[0])
+            elif method_id == spec.BASIC_NACK:
+                raise LoadError("the broker nacked publish %d" % args[0])
+        if time.monotonic() > deadline:
+            raise LoadError("%d of %d publishes confirmed in time" % (confirmed, count))
+    return time.perf_counter() - start
+
+
+def stream_publish(host, port, count, size=16, window=1000, timeout=120):
+    """One publisher in confirm mode (window unconfirmed) into a stream."""
+    deadline = time.monotonic() + timeout
+    conn = Connection(host, port, timeout)
+    name = _stream(conn)
+    elapsed = _publish_confirmed(conn, name, count, size, window, deadline)
+    conn.call(spec.QUEUE_DELETE, (0, name, False, False, False))
+    conn.close()
+    return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
+
+
+class StreamReader(threading.Thread):
+    """A stream consumer from offset `start` that counts `expected` whole deliveries by their bytes
+    (their length read from the first one: every delivery of a run has the same, the
+    x-stream-offset header being a fixed-width long) and acks (multiple) every ack_every."""
+
+    def __init__(self, host, port, name, start, expected, ack_every, prefetch, timeout, tag):
+        super().__init__(daemon=True)
+        self.conn = Connection(host, port, timeout)
+        self.conn.consume(name, tag, False, prefetch, {"x-stream-offset": start})
+        self.expected = expected
+        self.ack_every = ack_every
+        self.received = 0
+        self.finished_at = None
+        self.error = None
+
+    def _first(self, data):
+        """The length of the first delivery in data (method, header and body frames), or 0."""
+        pos = 0
+        for _ in range(3):
+            if len(data) - pos < 7:
+                return 0
+            pos += 8 + int.from_bytes(data[pos + 3 : pos + 7], "big")
+        return pos if pos <= len(data) else 0
+
+    def run(self):
+        conn = self.conn
+        data = conn.unread_bytes()
+        acked = 0
+        try:
+            per_message = self._first(data)
+            while not per_message:
+                data += conn.sock.recv(262144) or b""
+                per_message = self._first(data)
+            got = len(data)
+            while self.received < self.expected:
+                self.received = got // per_message
+                if self.received - acked >= self.ack_every or self.received >= self.expected:
+                    acked = self.received
+                    conn.send(wire.method_frame(1, spec.BASIC_ACK, (acked, True)))
+                if self.received < self.expected:
+                    got += len(conn.sock.recv(262144) or b"")
+            self.finished_at = time.perf_counter()
+        except OSError as e:
+            self.error = e
+
+
+def stream_read(host, port, count, consumers=1, size=16, prefetch=1000, ack_every=100, timeout=120):
+    """A stream of count messages (published first, with confirms: not timed) read by consumers,
+    each from its own offset, count / consumers records each (the last to the end): deliveries
+    per second from their start to the last one's end."""
+    deadline = time.monotonic() + timeout
+    conn = Connection(host, port, timeout)
+    name = _stream(conn)
+    _publish_confirmed(conn, name, count, size, 1000, deadline)
+    share = count // consumers
+    readers = []
+    for i in range(consumers):
+        expected = share if i < consumers - 1 else count - share * i
+        readers.append(
+            StreamReader(host, port, name, share * i, expected, ack_every, prefetch, timeout, "bench-%d" % i)
+        )
+    start = time.perf_counter()
+    for reader in readers:
+        reader.start()
+    _finish(readers, deadline)
+    elapsed = max(reader.finished_at for reader in readers) - start
+    for reader in readers:
+        reader.conn.hang_up()
+    conn.call(spec.QUEUE_DELETE, (0, name, False, False, False))
+    conn.close()
+    return {
+        "messages": count,
+        "consumers": consumers,
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(count / elapsed),
+    }

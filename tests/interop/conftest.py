@@ -215,6 +215,7 @@ def broker(request, tmp_path):
     env = dict(os.environ, HUTCH_PURE_PYTHON=pure_python)
     running = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path, env=env).start()
     running.scanner = scanner
+    running.kind = "hutch"
     if log_line not in running.log():
         running.stop()  # not left running behind a failed test
         raise AssertionError("expected %r in the log:\n%s" % (log_line, running.log()))
@@ -240,3 +241,25 @@ def grouped_by_xdist(request):
                 "pytest-xdist did not put this test in its xdist_group %s: this pytest and "
                 "pytest-xdist do not group tests (see the pin of pytest in pyproject.toml)" % sorted(names)
             )
+
+
+# ---------------------------------------------------------------- the RabbitMQ of a run
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory):
+    """Debian's rabbitmq-server, one for the whole run (tools/bench.py RabbitMQ: its own folder,
+    free ports on 127.0.0.1, no plugins), stopped at the end. The tests that use it carry
+    xdist_group("rabbitmq"), so one worker runs them all and it starts once; the benchmark
+    tests, which start RabbitMQs of their own and count beam processes, are in that group too."""
+    from hutch.tools.bench import RabbitMQ
+
+    server = RabbitMQ(str(tmp_path_factory.mktemp("rabbitmq")))
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    server.kind = "rabbitmq"
+    yield server
+    server.stop()

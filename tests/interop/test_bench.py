@@ -7,9 +7,10 @@ import subprocess
 import pytest
 from conftest import BIN
 
-# One worker runs these one after another (pytest-xdist): at most one RabbitMQ per run, and the
-# benchmarks' brokers do not compete with each other.
-pytestmark = pytest.mark.xdist_group("bench")
+# One worker runs these one after another (pytest-xdist), with the other tests that use a
+# RabbitMQ (conftest.py's rabbitmq fixture): a RabbitMQ started or stopped by another worker
+# would upset the count of beam processes, and the benchmarks' brokers do not compete.
+pytestmark = pytest.mark.xdist_group("rabbitmq")
 
 HUTCH = os.path.join(BIN, "hutch")
 SCENARIO_ROWS = [
@@ -21,6 +22,9 @@ SCENARIO_ROWS = [
     "latency p99, one in flight",
     "fanout to 10 queues",
     "64 KiB bodies, acks every 10",
+    "stream: publish with confirms 16 B, window 1000",
+    "stream: read from first, 1 consumer",
+    "stream: 10 consumers at different offsets",
     "resident memory, idle",
     "resident memory per idle connection",
 ]
@@ -115,6 +119,30 @@ def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running(tmp_path):
         assert number(hutch) > 0 and number(rabbitmq) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
     assert number(table["resident memory, idle"][1]) > 50  # RabbitMQ's node really ran (it idles at ~100+ MB)
     assert started_in(tmp_path) == set()  # its beam.smp and its epmd (tempfile puts its node under TMPDIR) are gone
+
+
+def test_stream_rows_against_the_runs_rabbitmq(rabbitmq):
+    """The stream scenarios, hutch against the RabbitMQ the interop tests share (--rabbitmq)."""
+    done = bench(
+        "--rabbitmq",
+        "%s:%d" % (rabbitmq.host, rabbitmq.port),
+        "--no-pure",
+        "--scenarios",
+        "stream-publish,stream-read,stream-read-10",
+        "--count",
+        "4000",
+        "--repeat",
+        "1",
+    )
+    assert done.returncode == 0, done.stderr
+    table = rows(done.stdout)
+    for name in (
+        "stream: publish with confirms 16 B, window 1000",
+        "stream: read from first, 1 consumer",
+        "stream: 10 consumers at different offsets",
+    ):
+        hutch, other, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
+        assert number(hutch) > 0 and number(other) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
 
 
 def test_micropython_column():

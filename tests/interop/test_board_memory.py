@@ -281,3 +281,58 @@ def test_flood_blocks_then_recovers(romfs, tmp_path):
     finally:
         stop_board(board)
     print("\nflood: 300 blocked-then-delivered; full queue accepted %d, refused %d" % (accepted, refused))
+
+
+# The stream code (core/stream.py, streamlog.py, streamrules.py, ports/streams.py) is loaded
+# with the first stream: ~13 KiB of this 64-bit port's heap from ROMFS (about half on a 32-bit
+# board, less frozen into the firmware). At 128k, what is left after it and a client's
+# connection is too cut up for a consumer's ten 256-byte deliveries (the broker then closes
+# that connection with 506, and goes on); 144k leaves room for them.
+HEAP_FOR_STREAM = "144k"
+
+
+def test_a_stream_on_the_esp32_profile(romfs, tmp_path):
+    """A stream on the board's filesystem: 1,000 records of 256 bytes published with confirms,
+    retention (x-max-length-bytes) keeping 64 KiB of them, read back from "first" by a consumer
+    with a prefetch of 10. The broker loads the stream code with the first stream; its heap
+    with 100 records and with 1,000 is printed (the records are on the filesystem, not in
+    the heap: what it holds per stream is its segment list and, per consumer, one read-ahead
+    and the deliveries not yet acked)."""
+    board = start_board(romfs, tmp_path, HEAP_FOR_STREAM)
+    try:
+        idle, _ = heap_figures(board)
+        conn = connect(board)
+        pub = conn.channel()
+        pub.confirm_delivery()
+        arguments = {"x-queue-type": "stream", "x-max-length-bytes": 65536}
+        pub.queue_declare("readings", durable=True, arguments=arguments)
+        for n in range(100):
+            pub.basic_publish("", "readings", body(5, n))
+        few, _ = heap_figures(board)
+        for n in range(100, 1000):
+            pub.basic_publish("", "readings", body(5, n))
+        many, _ = heap_figures(board)
+        sub = conn.channel()
+        sub.basic_qos(prefetch_count=10)
+        got = []
+
+        def on_message(channel, method, properties, payload):
+            got.append((properties.headers["x-stream-offset"], payload))
+            channel.basic_ack(method.delivery_tag)
+
+        sub.basic_consume("readings", on_message, arguments={"x-stream-offset": "first"})
+        pump_until(conn, lambda: got and got[-1][1] == body(5, 999), timeout=60, what="the stream read back")
+        read, peak = heap_figures(board)
+        count = pub.queue_declare("readings", passive=True).method.message_count
+        conn.close()
+    finally:
+        stop_board(board)
+    first = got[0][0]
+    assert 0 < first and [offset for offset, _ in got] == list(range(first, 1000)), got[:3]
+    assert [payload for _, payload in got] == [body(5, n) for n in range(first, 1000)]
+    assert count == 1000 - first
+    print(
+        "\nesp32 profile, %s unix heap: idle broker %d B live; a stream with 100 records %d B, with 1,000 "
+        "(retention keeping %d) %d B; after reading them back %d B; peak %d B"
+        % (HEAP_FOR_STREAM, idle, few, count, many, read, peak)
+    )
