@@ -4,6 +4,7 @@
     hutch bench --start-rabbitmq         ... and Debian's rabbitmq-server, started here
     hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
     hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
+    hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (tools/backlog_bench.py)
 
 Every broker runs the same scenarios (tools/loadgen.py): all of them are started, their
 memory is measured while they are fresh, then each scenario runs in rounds, one broker
@@ -112,7 +113,7 @@ def wait_for_amqp(host, port, proc, what, timeout):
             loadgen.Connection(host, port, 5).close()
             return
         except (OSError, loadgen.LoadError):
-            time.sleep(0.25)
+            time.sleep(0.05)  # the polling interval: a restart's time is measured by this loop
     raise BenchError("%s did not accept AMQP connections on %s:%d within %ds" % (what, host, port, timeout))
 
 
@@ -137,13 +138,15 @@ def stop_process(proc, timeout=20):
 class Hutch:
     """`hutch serve` started here (CPython, C scanner or pure Python; or the MicroPython unix port)."""
 
-    def __init__(self, kind, workdir, folder=None):
-        """folder: a previous run's (its data folder is used again: a restart)."""
+    def __init__(self, kind, workdir, folder=None, config=None):
+        """folder: a previous run's (its data folder is used again: a restart); config: a config file."""
         self.kind = kind
         self.host, self.port = "127.0.0.1", free_port()
         folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
         self.folder = folder
         common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
+        if config is not None:
+            common += ["--config", config]
         if kind == "micropython":
             command = [micropython(), "-m", "hutch.server.serve"] + common
             env = serve_env(folder)
@@ -161,8 +164,9 @@ class Hutch:
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=folder)
         self.pid = self.proc.pid
 
-    def start(self):
-        wait_for_amqp(self.host, self.port, self.proc, "hutch (%s)" % self.kind, 30)
+    def start(self, timeout=30):
+        """Until it accepts AMQP connections; timeout: seconds (a restart with a backlog needs more)."""
+        wait_for_amqp(self.host, self.port, self.proc, "hutch (%s)" % self.kind, timeout)
         return self
 
     def scanner(self):
@@ -173,8 +177,10 @@ class Hutch:
                 return line.split("frame scanner: ", 1)[1].strip()
         return None
 
-    def stop(self):
-        stop_process(self.proc)
+    def stop(self, timeout=20):
+        """SIGINT; killed if it has not stopped within timeout seconds (freeing millions of
+        queued messages on the way out takes a while)."""
+        stop_process(self.proc, timeout)
         self.log.close()
 
 
@@ -188,13 +194,19 @@ class RabbitMQ:
     SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
     CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, previous=None):
+        """previous: a stopped RabbitMQ of this run, started again as the same node on the same
+        folder and ports (a restart: its durable queues and messages come back)."""
         if not os.path.exists(self.SERVER):
             raise BenchError(
                 "rabbitmq-server is not installed (%s is missing): apt-get install rabbitmq-server" % self.SERVER
             )
+        if previous is not None:
+            self.host, self.port, self.home, self.env = previous.host, previous.port, previous.home, previous.env
+            self._launch()
+            return
         self.host, self.port = "127.0.0.1", free_port()
-        home = tempfile.mkdtemp(prefix="rabbitmq-bench-", dir=workdir)
+        self.home = home = tempfile.mkdtemp(prefix="rabbitmq-bench-", dir=workdir)
         config = os.path.join(home, "rabbitmq")
         with open(config + ".conf", "w") as f:
             f.write("listeners.tcp.1 = 127.0.0.1:%d\nloopback_users = none\n" % self.port)
@@ -218,22 +230,36 @@ class RabbitMQ:
             RABBITMQ_ENABLED_PLUGINS="",
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
         )
-        self.log = open(os.path.join(home, "stdout.log"), "w+")
-        self.proc = subprocess.Popen([self.SERVER], stdout=self.log, stderr=subprocess.STDOUT, env=self.env, cwd=home)
+        self._launch()
+
+    def _launch(self):
+        self.log = open(os.path.join(self.home, "stdout.log"), "a+")
+        self.proc = subprocess.Popen(
+            [self.SERVER], stdout=self.log, stderr=subprocess.STDOUT, env=self.env, cwd=self.home
+        )
         self.pid = None
 
-    def start(self):
-        wait_for_amqp(self.host, self.port, self.proc, "rabbitmq-server", 90)
+    def start(self, timeout=90):
+        wait_for_amqp(self.host, self.port, self.proc, "rabbitmq-server", timeout)
         # the wrapper is a shell script; the broker (whose memory counts) is its beam.smp child
         children = subprocess.run(["pgrep", "-P", str(self.proc.pid), "beam.smp"], capture_output=True, text=True)
         self.pid = int(children.stdout.split()[0]) if children.stdout.split() else None
         return self
 
-    def stop(self):
-        subprocess.run([self.CTL, "stop"], env=self.env, capture_output=True, timeout=60)
+    def stop(self, timeout=600):
+        try:
+            # (a node holding millions of messages may take minutes to write its indexes out)
+            subprocess.run([self.CTL, "stop"], env=self.env, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass  # killed below
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
+            if self.pid is not None:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)  # the beam.smp this node started, not only its wrapper
+                except ProcessLookupError:
+                    pass
             self.proc.kill()
             self.proc.wait()
         # epmd was started by the node and outlives it: stop the one on this run's port
@@ -251,14 +277,14 @@ class External:
             raise BenchError("--rabbitmq wants HOST:PORT, got %r" % address)
         self.host, self.port, self.pid = host, int(port), pid
 
-    def start(self):
+    def start(self, timeout=None):
         try:
             loadgen.Connection(self.host, self.port, 10).close()
         except (OSError, loadgen.LoadError) as e:
             raise BenchError("cannot reach the broker at %s:%d: %s" % (self.host, self.port, e))
         return self
 
-    def stop(self):
+    def stop(self, timeout=None):
         pass
 
 
@@ -354,6 +380,29 @@ def add_options(parser):
         default=0,
         help="also measure hutch's restart with N queued persistent messages (e.g. 1000000)",
     )
+    backlog = parser.add_argument_group("backlogs (--backlog N: only these, see tools/backlog_bench.py)")
+    backlog.add_argument(
+        "--backlog",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of the scenarios: memory, restart, drain and confirms with N queued persistent messages",
+    )
+    backlog.add_argument(
+        "--rabbitmq-queue-version",
+        choices=("1", "2", "both"),
+        default="both",
+        help="RabbitMQ's classic queue storage for the backlog (lazy queues; default: both, one after the other)",
+    )
+    backlog.add_argument(
+        "--board-backlog",
+        type=int,
+        metavar="M",
+        default=20000,
+        help="the esp32 row: the board broker's heap with M queued (default 20000; 0: skip it)",
+    )
+    backlog.add_argument("--csv", metavar="FILE", help="write the RSS samples taken while the backlog builds")
+    backlog.add_argument("--plot", metavar="FILE", help="plot them to a PNG (needs matplotlib)")
 
 
 def brokers_to_run(args, workdir):
@@ -373,6 +422,8 @@ def brokers_to_run(args, workdir):
 
 
 def run(args):
+    if args.backlog:
+        return _backlog(args)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
@@ -445,6 +496,22 @@ def run(args):
                 indent=1,
             )
     return 0
+
+
+def _backlog(args):
+    """--backlog N: its own table (tools/backlog_bench.py)."""
+    from . import backlog_bench  # it builds on this module's brokers: imported once this one is
+
+    if args.rabbitmq and args.start_rabbitmq:
+        print("hutch bench: --rabbitmq and --start-rabbitmq: pick one", file=sys.stderr)
+        return 2
+    try:
+        if args.rabbitmq:
+            External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
+        return backlog_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
 
 
 def _recovery(args, out, log):

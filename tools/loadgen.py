@@ -26,6 +26,10 @@ class LoadError(Exception):
     pass
 
 
+# Seconds a broker may stay silent before a long run (a backlog of millions: hours in all) gives up.
+SILENCE = 300
+
+
 class Connection:
     """A blocking connection: the handshake and synchronous methods through the client's
     protocol (client/protocol.py, which opens channel 1), and raw sends and reads."""
@@ -91,8 +95,9 @@ class Connection:
         self.protocol.call(method_id, args)
         return self.wait()
 
-    def declare_queue(self, name, durable=False, arguments=None):
-        self.call(spec.QUEUE_DECLARE, (0, name, False, durable, False, False, False, arguments))
+    def declare_queue(self, name, durable=False, arguments=None, passive=False):
+        """queue.declare; its reply's arguments (name, message count, consumer count)."""
+        return self.call(spec.QUEUE_DECLARE, (0, name, passive, durable, False, False, False, arguments))
 
     def consume(self, queue, tag, no_ack, prefetch, arguments=None):
         if not no_ack:
@@ -135,14 +140,69 @@ def delivery_size(tag, exchange, key, body_size, frame_max, persistent=False):
     return len(deliver) + len(wire.content_frames(1, bytes(body_size), properties, frame_max))
 
 
+class ConfirmedPublisher:
+    """Publishes to one queue on a connection in confirm mode, with at most `window` publishes
+    unconfirmed. The broker confirms a queue's publishes in order, so one count (`settled`:
+    every publish up to it is acked or nacked) says where they are."""
+
+    def __init__(self, conn, queue, size, persistent):
+        conn.call(spec.CONFIRM_SELECT, (False,))
+        self.conn = conn
+        self.one = publish_frames("", queue, b"x" * size, conn.frame_max, persistent)
+        self.sent = self.settled = self.nacked = 0
+        self.first_nacked = None  # the sequence number of the first nacked publish
+
+    @property
+    def acked(self):
+        return self.settled - self.nacked
+
+    def run(self, count, window, deadline, stop=None):
+        """Publish `count` more and wait for their confirms. After a nack no more are sent (a
+        broker says no when a budget is used up: the caller decides what that means); nor once
+        stop() is true (another publisher failed). LoadError when the deadline passes first."""
+        target = self.sent + count
+        while self.settled < self.sent or (self.sent < target and not self.nacked):
+            if stop is not None and stop():
+                return
+            room = min(window - (self.sent - self.settled), target - self.sent)
+            if room > 0 and not self.nacked:
+                self.conn.send(self.one * room)
+                self.sent += room
+            for method_id, args in self.conn.events():
+                if method_id == spec.BASIC_ACK or method_id == spec.BASIC_NACK:
+                    tag, multiple = args[0], args[1]
+                    settles = tag - self.settled if multiple else 1
+                    if method_id == spec.BASIC_NACK and settles > 0:
+                        self.nacked += settles
+                        if self.first_nacked is None:
+                            self.first_nacked = self.settled + 1 if multiple else tag
+                    self.settled = max(self.settled, tag)
+            if time.monotonic() > deadline:
+                raise LoadError("%d of %d publishes confirmed in time" % (self.acked, target))
+
+
 class Consumer(threading.Thread):
     """Counts whole deliveries by their bytes; acks (multiple) every ack_every when asked."""
 
-    def __init__(self, host, port, queue, expected, exchange, key, size, ack_every, prefetch, timeout, tag="bench"):
+    def __init__(
+        self,
+        host,
+        port,
+        queue,
+        expected,
+        exchange,
+        key,
+        size,
+        ack_every,
+        prefetch,
+        timeout,
+        tag="bench",
+        persistent=False,
+    ):
         super().__init__(daemon=True)
         self.conn = Connection(host, port, timeout)
         self.conn.consume(queue, tag, no_ack=not ack_every, prefetch=prefetch)
-        self.per_message = delivery_size(tag, exchange, key, size, self.conn.frame_max)
+        self.per_message = delivery_size(tag, exchange, key, size, self.conn.frame_max, persistent)
         self.expected = expected
         self.ack_every = ack_every
         self.received = 0
@@ -200,37 +260,105 @@ def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=1
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 
-def confirms(host, port, count, size=16, window=1000, timeout=120, persistent=False, queue=None, keep=False):
+def confirms(
+    host, port, count, size=16, window=1000, timeout=120, persistent=False, queue=None, keep=False, arguments=None
+):
     """One publisher in confirm mode with at most `window` messages unconfirmed; nobody consumes.
     persistent: a durable queue and delivery-mode 2, so every confirm waits for the disk.
-    keep: leave the messages in the queue (a restart is measured next), else delete it."""
+    keep: leave the messages in the queue (a restart is measured next), else delete it.
+    arguments: the queue's (x-queue-mode...)."""
     deadline = time.monotonic() + timeout
     queue = queue or ("bench-persistent" if persistent else "bench-confirms")
     conn = Connection(host, port, timeout)
-    conn.declare_queue(queue, durable=persistent)
+    conn.declare_queue(queue, durable=persistent, arguments=arguments)
     if not keep:
         conn.call(spec.QUEUE_PURGE, (0, queue, False))  # a previous run's
-    conn.call(spec.CONFIRM_SELECT, (False,))
-    one = publish_frames("", queue, b"x" * size, conn.frame_max, persistent)
-    sent = confirmed = 0
+    publisher = ConfirmedPublisher(conn, queue, size, persistent)
     start = time.perf_counter()
-    while confirmed < count:
-        room = min(window - (sent - confirmed), count - sent)
-        if room > 0:
-            conn.send(one * room)
-            sent += room
-        for method_id, args in conn.events():
-            if method_id == spec.BASIC_ACK:
-                confirmed = args[0] if args[1] else max(confirmed, args[0])
-            elif method_id == spec.BASIC_NACK:
-                raise LoadError("the broker nacked publish %d" % args[0])
-        if time.monotonic() > deadline:
-            raise LoadError("%d of %d publishes confirmed in time" % (confirmed, count))
+    publisher.run(count, window, deadline)
+    if publisher.nacked:
+        raise LoadError("the broker nacked publish %d" % publisher.first_nacked)
     elapsed = time.perf_counter() - start
     if not keep:
         # queue.delete: a durable queue would otherwise keep its messages on disk between rounds
         conn.call(spec.QUEUE_DELETE, (0, queue, False, False, False))
     conn.close()
+    return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
+
+
+def fill(host, port, queue, count, size=100, publishers=4, window=1000, timeout=3600, arguments=None, progress=None):
+    """`count` persistent messages into the durable `queue` (declared with `arguments`), published
+    by `publishers` connections at once, each in confirm mode with at most `window` unconfirmed:
+    a backlog built as fast as the broker takes it. progress(confirmed, seconds) is called about
+    twice a second meanwhile, and once at the end. LoadError if the broker nacks a publish (a
+    budget is used up: the error says after how many) or time runs out."""
+    deadline = time.monotonic() + timeout
+    shares = [count // publishers + (1 if i < count % publishers else 0) for i in range(publishers)]
+    conns, senders, threads, errors = [], [], [], []
+    failed = threading.Event()
+
+    def publish(sender, share):
+        try:
+            sender.run(share, window, deadline, failed.is_set)
+        except (OSError, LoadError) as e:
+            errors.append(e)
+            failed.set()
+
+    try:
+        for _ in shares:
+            conns.append(Connection(host, port, min(timeout, SILENCE)))
+            conns[-1].declare_queue(queue, durable=True, arguments=arguments)
+            senders.append(ConfirmedPublisher(conns[-1], queue, size, persistent=True))
+        threads += [threading.Thread(target=publish, args=pair, daemon=True) for pair in zip(senders, shares)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        next_sample = start + 0.5
+        while time.monotonic() < deadline + 5:
+            alive = [thread for thread in threads if thread.is_alive()]
+            if not alive:
+                break
+            alive[0].join(max(0.0, next_sample - time.perf_counter()))
+            if progress is not None and time.perf_counter() >= next_sample:
+                progress(sum(s.acked for s in senders), time.perf_counter() - start)
+                next_sample = time.perf_counter() + 0.5
+        elapsed = time.perf_counter() - start
+        confirmed = sum(s.acked for s in senders)
+        if errors or any(t.is_alive() for t in threads):
+            raise LoadError(
+                "%d of %d publishes confirmed: %s" % (confirmed, count, errors[0] if errors else "timed out")
+            )
+        if any(s.nacked for s in senders):
+            raise LoadError(
+                "the broker refused publishes (basic.nack) once %d of %d were confirmed" % (confirmed, count)
+            )
+    finally:
+        stuck = any(t.is_alive() for t in threads)
+        for conn in conns:
+            if stuck:
+                conn.sock.close()  # a publisher may still be reading it: no close handshake
+            else:
+                conn.close()
+    if progress is not None:
+        progress(confirmed, elapsed)
+    return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
+
+
+def drain(host, port, queue, count, size=100, ack_every=100, prefetch=1000, timeout=3600):
+    """One consumer takes `count` persistent messages already in `queue`, acking (multiple) every
+    `ack_every`. The clock starts before it connects: what is measured is how fast the broker
+    hands out a backlog it holds (from disk, after a restart)."""
+    deadline = time.monotonic() + timeout
+    start = time.perf_counter()
+    silence = min(timeout, SILENCE)
+    consumer = Consumer(host, port, queue, count, "", queue, size, ack_every, prefetch, silence, persistent=True)
+    consumer.start()
+    _finish([consumer], deadline)
+    elapsed = consumer.finished_at - start
+    # Hung up on, not closed: when the queue holds more than count, deliveries beyond them are
+    # still coming in, cut anywhere, and the close handshake could not read past them. The
+    # broker requeues what it had sent.
+    consumer.conn.sock.close()
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 

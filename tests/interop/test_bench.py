@@ -1,7 +1,10 @@
 """`hutch bench` as a user runs it: small counts, real brokers, the printed table and the JSON."""
 
+import csv
+import importlib.util
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -184,3 +187,66 @@ def test_recovery_measures_a_restart_with_queued_persistent_messages(tmp_path):
     assert "hutch c: 3000 persistent messages" in done.stdout, done.stdout
     figures = json.loads(out.read_text())["recovery"]["c"]
     assert figures["messages"] == 3000 and figures["recovery_ms"] >= 0 and 16 < figures["bytes_per_message"] < 200
+
+
+BACKLOG_ROWS = [
+    "publishing the backlog, 4 connections with confirms",
+    "resident memory, idle broker before the backlog",
+    "resident memory with 2,000 queued",
+    "  with the backlog / idle",
+    "data folder with 2,000 queued",
+    "restart with 2,000 queued, until a handshake succeeds",
+    "resident memory after the restart",
+    "draining 2,000 from disk, one consumer acking every 100",
+    "persistent confirms 100 B, window 1000, empty broker",
+    "  the same with 2,000 queued in another queue",
+    "  with the backlog / empty",
+]
+BOARD_ROW = "esp32 profile, 64-bit unix port: heap with 300 queued - with none"
+
+
+def backlog_rows(table):
+    """{row: [unit, target..., hutch's figure]} from the --backlog table (hutch only: the figure
+    is the last cell)."""
+    found = {}
+    for line in table.splitlines():
+        for name in BACKLOG_ROWS + [BOARD_ROW]:
+            if line.startswith(name + "  "):
+                found[name] = line[len(name) :].split()
+    return found
+
+
+def test_backlog_prints_every_row_with_figures(tmp_path):
+    samples, out = tmp_path / "rss.csv", tmp_path / "backlog.json"
+    done = bench(
+        "--backlog", "2000", "--board-backlog", "300", "--repeat", "1", "--csv", str(samples), "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    # RSS while the backlog builds: a line at least when it is complete
+    assert re.search(r"^  hutch +[\d.]+ s +2,000 queued +RSS +[\d.]+ MB +[\d,]+ msg/s$", done.stdout, re.M), done.stdout
+    table = backlog_rows(done.stdout)
+    assert sorted(table) == sorted(BACKLOG_ROWS + [BOARD_ROW]), done.stdout
+    for name in BACKLOG_ROWS:
+        assert number(table[name][-1]) > 0, (name, table[name])
+    # The board row: its heap figure once the board holds the whole backlog; until then "-", and
+    # the note says how many messages it held and why it refused the rest.
+    board = table[BOARD_ROW][-1]
+    assert board != "-" or re.search(r"held only \d+ of 300 messages \(basic\.nack for \d+ publishes", done.stdout)
+    assert re.search(r"heap live [\d,]+ bytes with none queued", done.stdout), done.stdout
+    with open(samples) as f:
+        rows = list(csv.DictReader(f))
+    assert rows and rows[-1]["broker"] == "hutch" and rows[-1]["queued"] == "2000" and float(rows[-1]["rss_mb"]) > 0
+    saved = json.loads(out.read_text())
+    assert saved["backlog"] == 2000 and saved["results"]["hutch"]["drain"] > 0
+
+
+def test_backlog_refuses_what_it_cannot_do_in_one_line(tmp_path):
+    done = bench("--backlog", "-5", timeout=60)
+    assert done.returncode == 2 and done.stderr == "hutch bench: --backlog wants a number of messages, at least 1\n"
+    plot = tmp_path / "rss.png"
+    done = bench("--backlog", "1000", "--board-backlog", "0", "--repeat", "1", "--plot", str(plot), timeout=300)
+    if importlib.util.find_spec("matplotlib") is None:  # not a dependency of hutch: said before anything runs
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith("hutch bench: --plot needs matplotlib") and done.stderr.count("\n") == 1
+    else:
+        assert done.returncode == 0 and plot.read_bytes().startswith(b"\x89PNG"), done.stderr
