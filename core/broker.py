@@ -225,6 +225,7 @@ class Broker:
         queues = self.route(exchange, message)
         if not queues:
             return 0
+        message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
         if publisher is not None and publisher.confirming and self.flow.blocked:
             # Out of memory or disk, a publisher with confirms is told no (basic.nack) and still
             # read: its connection may carry acks too, and they are what frees memory.

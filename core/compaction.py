@@ -108,7 +108,7 @@ def _move(journal, message, queues):
     old = message.segment
     segment = journal.append_record(
         MESSAGE,
-        message_parts(message, message.journal_id, flags, journal.broker.now + journal.broker.wall_offset, names),
+        message_parts(message, message.journal_id, flags, message.arrived, names),  # its TTL still runs from then
     )
     message.segment = segment
     live = journal.live

@@ -326,9 +326,7 @@ class Journal:
             flags = TRANSIENT
         journal_id = self.next_id
         # (next_id moves on only after the append: a segment it rolls over starts at this id)
-        broker = self.broker
-        arrived = broker.now + broker.wall_offset  # wall clock ms (Broker.tick)
-        segment = self.append_record(MESSAGE, message_parts(message, journal_id, flags, arrived, names))
+        segment = self.append_record(MESSAGE, message_parts(message, journal_id, flags, message.arrived, names))
         self.next_id = journal_id + 1
         message.journal_id = journal_id
         message.segment = segment

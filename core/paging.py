@@ -201,4 +201,5 @@ def decode_message(p, start, end, names=None):
         expiration = message.properties().get("expiration")
         if expiration and expiration.isdigit():
             message.ttl = int(expiration)
+    message.arrived = arrived
     return message, flags, arrived

@@ -62,6 +62,18 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
+def status_writer(folder, broker, log):
+    """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
+    a board writes none (no one reads it there, and its flash has no writes to spare)."""
+    if sys.implementation.name == "micropython":
+        return None
+    from ..ports.status_file import StatusWriter  # pyright: ignore[reportMissingImports] (host only)
+
+    writer = StatusWriter(folder, broker, log)
+    writer.start()
+    return writer
+
+
 def recover_journal(opts, broker, log):
     """Durable definitions and persistent messages come back before any client connects.
     The code that reads them back is only needed now: a board forgets it afterwards, so
@@ -101,6 +113,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     server = tcp_server_class()(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
     await server.start()
     journal.start()
+    status = status_writer(opts["data"], broker, log)
     serials = []
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
@@ -123,6 +136,8 @@ async def serve(opts, log, stop_event=None, on_ready=None):
             await serial.stop()
         await server.stop()
         await journal.stop()  # after the clients: what they were confirmed is on disk
+        if status is not None:
+            status.stop()  # what the broker left: `hutch ctl status` shows it as such
 
 
 def run(opts, on_start=None):

@@ -28,7 +28,6 @@ import tempfile
 import time
 
 from ..boards import unix
-from ..core.limits import Limits
 from . import board_backlog, loadgen
 from .bench import BenchError, External, Hutch, RabbitMQ, rss_kb
 from .recovery_bench import RECOVERED
@@ -53,10 +52,9 @@ LINE_EVERY = 10  # seconds: a progress line at least this often, and at every te
 RABBITMQ_ARGUMENTS = {"x-queue-mode": "lazy"}
 RABBITMQ_VERSIONS = {"1": (1,), "2": (2,), "both": (1, 2)}
 
-# What one queued message may count against hutch's memory budgets (core/message.py's cost:
-# body, header and MESSAGE_OVERHEAD, ~460 bytes for 100 bytes on CPython), and take in the
-# journal (~180 bytes for 100 bytes), both with room to spare.
-BUDGET_PER_MESSAGE = 1024
+# What one queued message may take in the journal (~170 bytes for 100 bytes), with room to
+# spare: the disk budget hutch runs with is raised to hold the backlog. Its memory budgets are
+# not: a durable queue keeps only a window in memory (core/paging.py), its backlog on disk.
 JOURNAL_PER_MESSAGE = 512
 
 # row key: what it measures ({n}, {head}, {board}: message counts), unit, whether more is
@@ -119,26 +117,17 @@ def targets(args, config):
 
 
 def hutch_config(folder, n, extra):
-    """A config file for hutch whose budgets hold the backlog (n messages, and `extra` more for a
-    moment in another queue): what is measured is what holding it costs, not a refusal. Only
-    budgets smaller than that are raised. (path, {budget: the value it was raised to})."""
+    """A config file for hutch whose disk budget holds the backlog (n messages, and `extra` more
+    for a moment in another queue): what is measured is what holding it costs, not a refusal.
+    The default budget is raised only if it is smaller. (path, {budget: the value it was raised to})."""
     needed = n + extra + 1000
-    limits = {}
-    for name, value in (
-        ("queue_max_messages", needed),
-        ("total_max_messages", needed),
-        ("queue_max_bytes", needed * BUDGET_PER_MESSAGE),
-        ("total_max_bytes", needed * BUDGET_PER_MESSAGE),
-    ):
-        if getattr(Limits, name) < value:
-            limits[name] = value
-    raised = dict(limits)
+    raised = {}
     server = {}
     if unix.STORAGE["max_bytes"] < needed * JOURNAL_PER_MESSAGE:  # `hutch serve`'s default disk budget
         server["journal_max_bytes"] = raised["journal_max_bytes"] = needed * JOURNAL_PER_MESSAGE
     path = os.path.join(folder, "hutch-backlog.json")
     with open(path, "w") as f:
-        json.dump({"server": server, "limits": limits}, f)
+        json.dump({"server": server}, f)
     return path, raised
 
 

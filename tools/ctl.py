@@ -5,15 +5,20 @@
 prints what the journal holds (segments and bytes), what the last start recovered and
 set aside (recovery.txt, written by ports/storage.recover), the quarantined segments: the
 files a damaged journal left for a person to look at, and each stream (DATA/streams/,
-ports/streams.py): its first and last offset, segments, bytes and retention settings.
+ports/streams.py): its first and last offset, segments, bytes and retention settings; and
+each queue as the broker last wrote it (DATA/status.json, every two seconds while it runs
+and once at its stop: ports/status_file.py): messages ready in memory and on disk, bytes on
+disk, unacked, consumers and the oldest ready message's age.
 --json prints the same as one JSON object.
 """
 
 import json
 import os
 import sys
+import time
 
 from ..core.streamlog import scan
+from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE
 from ..ports.storage import SEGMENT_SUFFIX
 from ..ports.streams import GONE, read_meta
 
@@ -54,7 +59,31 @@ def status(data):
         "last_start": last_start,
         "quarantine": _quarantine(os.path.join(data, "quarantine")),
         "streams": streams(data),
+        "broker": broker_status(data),
     }
+
+
+def broker_status(data):
+    """What the broker last wrote of its queues (status.json), with `live`: it was written by a
+    process still running, within a few of its intervals; None if there is no such file."""
+    try:
+        with open(os.path.join(data, STATUS_FILE)) as f:
+            found = json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        return {"error": "%s does not read as JSON: %s" % (STATUS_FILE, e)}
+    found["age_s"] = round(max(0.0, time.time() - found.get("written_at", 0)), 1)
+    found["live"] = bool(found.get("running")) and _alive(found.get("pid")) and found["age_s"] * 1000 < 5 * STATUS_EVERY_MS
+    return found
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except (OSError, TypeError):
+        return False
 
 
 def _quarantine(folder):
@@ -129,6 +158,7 @@ def status_command(args):
     print("quarantine: %s" % ("%d files" % len(quarantined) if quarantined else "empty"))
     for item in quarantined:
         print("  %s  %d bytes" % (item["path"], item["bytes"]))
+    _print_queues(info["broker"])
     print("streams: %s" % (len(info["streams"]) or "none"))
     for stream in info["streams"]:
         if stream["first"] is None or stream["last"] is None:
@@ -149,3 +179,46 @@ def status_command(args):
             % (stream["name"], offsets, stream["segments"], stream["bytes"], ", ".join(retention) or "none")
         )
     return 0
+
+
+def _print_queues(broker):
+    if broker is None:
+        print("queues: not known (no %s: the broker has not run on this folder since it writes one)" % STATUS_FILE)
+        return
+    if "error" in broker:
+        print("queues: not known (%s)" % broker["error"])
+        return
+    if broker["live"]:
+        when = "live, %.1f s ago, pid %d" % (broker["age_s"], broker["pid"])
+    else:
+        when = "as the broker left them %s ago; it is not running" % _duration(broker["age_s"])
+    print("queues: %d (%s)" % (len(broker["queues"]), when))
+    for q in broker["queues"]:
+        age = "-" if q["oldest_age_s"] is None else _duration(q["oldest_age_s"])
+        print(
+            "  %s: %s ready (%s in memory, %s on disk, %s bytes on disk), %s unacked, consumers %d, oldest %s"
+            % (
+                q["name"] or '""',
+                _n(q["messages"]),
+                _n(q["in_memory"]),
+                _n(q["on_disk"]),
+                _n(q["bytes_on_disk"]),
+                _n(q["unacked"]),
+                q["consumers"],
+                age,
+            )
+        )
+
+
+def _n(value):
+    return "{:,}".format(value)
+
+
+def _duration(seconds):
+    if seconds < 120:
+        return "%.1f s" % seconds
+    if seconds < 7200:
+        return "%.1f min" % (seconds / 60)
+    if seconds < 172800:
+        return "%.1f h" % (seconds / 3600)
+    return "%.1f days" % (seconds / 86400)

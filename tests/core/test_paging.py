@@ -8,6 +8,7 @@ from test_journal import PERSISTENT, TRANSIENT, Node, _bodies, _damage, _in_fold
 
 from hutch.core import spec
 from hutch.core.limits import Limits
+from hutch.core.paging import page_in
 
 
 def _small(folder, window=4, segment_bytes=4096):
@@ -272,8 +273,10 @@ def _compaction(folder):
     node = Node(folder, segment_bytes=4096)
     c = node.client()
     c.queue(1, b"q", durable=True)
+    c.tick(500)
     c.publish(1, b"", b"q", b"pinned", PERSISTENT)
     tag = c.get(1, b"q")[0].args[0]  # held unacked for good
+    arrived = node.broker.connections[0].unsettled()[0][1][0].arrived
     for round in range(6):
         for i in range(40):
             c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, PERSISTENT)
@@ -287,6 +290,10 @@ def _compaction(folder):
     assert "00000001.seg" not in _segments(folder)
     node.crash()
     again = Node(folder, segment_bytes=4096)
+    queue = again.broker.queues[b"q"]
+    page_in(queue)
+    # the copy keeps the message's arrival (its TTL and age run from its publish, not the move)
+    assert queue.messages.peek()[0].arrived == arrived > 0
     assert _bodies(again.client(), b"q") == [(b"pinned", True)]
     assert tag == 1
 
