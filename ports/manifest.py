@@ -1,6 +1,7 @@
 # What of hutch.ports goes onto a board (MicroPython's manifest syntax; see core/manifest.py).
 # Left out: tcp_cpython.py, the TCP port on CPython's asyncio protocols (a board's asyncio has
-# only streams: tcp.py); status_file.py, the status for `hutch ctl status` (no one reads it on a
+# only streams: tcp.py); verify.py, the CRC check of sealed segments once the broker serves (a
+# board checks them before); status_file.py, the status for `hutch ctl status` (no one reads it on a
 # board).
 package(
     "hutch/ports",

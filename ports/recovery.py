@@ -58,9 +58,11 @@ class Repair:
         with open(self.files.path(segment), "rb") as f:
             return f.read()
 
-    def summary(self, segment, read_size):
+    def summary(self, segment, read_size, check_data=True):
         """The records of a sealed segment's summary, if its trailer, its summary and the CRC
-        of everything before it all check out; else None (the segment is read whole)."""
+        of everything before it all check out; else None (the segment is read whole).
+        check_data False: the data's CRC is left for later (ports/verify.py), the records of
+        the summary are trusted on their own CRCs; then (records, summary start, data CRC)."""
         with open(self.files.path(segment), "rb") as f:
             size = f.seek(0, 2)
             if size < TRAILER_SIZE:
@@ -76,6 +78,8 @@ class Repair:
             records, _end, ending = scan_records(f.read(size - TRAILER_SIZE - start))
             if ending != CLEAN or not records:
                 return None
+            if not check_data:
+                return records, start, data_crc
             f.seek(0)
             crc = 0
             left = start
@@ -125,9 +129,14 @@ class Repair:
         return name
 
 
-def recover(folder, broker, segment_bytes, max_bytes, log):
+def recover(folder, broker, segment_bytes, max_bytes, log, check_later=False):
     """Replay the journal in folder into broker, attach a Journal to it and return the
-    JournalWriter that keeps it. Whatever is found on disk, this returns."""
+    JournalWriter that keeps it. Whatever is found on disk, this returns.
+
+    check_later (CPython's `hutch serve`): a sealed segment is replayed from its summary
+    without reading its data first; the data's CRCs are checked once the broker serves
+    (ports/verify.py), so a restart with gigabytes queued takes as long as reading their
+    summaries. A board's journal is small: it checks everything before it serves."""
     clock = Clock()
     started = clock.now_ms()
     # CPython's cyclic collector would walk every object made so far, again and again, while a
@@ -137,7 +146,7 @@ def recover(folder, broker, segment_bytes, max_bytes, log):
     if collector:
         gc.disable()
     try:
-        return _recover(folder, broker, segment_bytes, max_bytes, log, clock, started)
+        return _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, check_later)
     finally:
         if collector:
             gc.enable()
@@ -146,7 +155,7 @@ def recover(folder, broker, segment_bytes, max_bytes, log):
                 freeze()  # what was rebuilt lives long: keep it out of later collections too
 
 
-def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
+def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, check_later):
     files = SegmentFiles(folder)
     repair = Repair(files)
     replay = Replay()
@@ -155,8 +164,12 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
     to_seal = []  # (segment, summary parts) of segments read whole
     numbers = files.numbers()
     read_size = CHECK_READ if sys.implementation.name != "micropython" else 4096
+    unchecked = []  # (segment, summary start, data CRC): sealed segments whose data is checked later
     for segment in numbers:
-        summary = repair.summary(segment, read_size)
+        summary = repair.summary(segment, read_size, not check_later)
+        if summary is not None and check_later:
+            summary, start, data_crc = summary
+            unchecked.append((segment, start, data_crc))
         if summary is not None:
             replay.segment(segment, summary, True)
             sizes[segment] = os.stat(files.path(segment))[6]
@@ -187,6 +200,8 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started):
         report.append("%d records did not decode and were skipped" % replay.skipped)
     journal = Journal(broker, segment_bytes, max_bytes)
     writer = JournalWriter(journal, files, broker, log)
+    writer.unchecked = unchecked
+    writer.repair = repair
     broker.open_stream = writer.open_stream  # the streams the replay declares open their folders
     replay.apply(broker, journal, log)
     report.extend(_streams_found(writer))

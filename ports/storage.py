@@ -201,6 +201,10 @@ class JournalWriter:
         self.stream_store = None  # their folders (ports/streams.py), once a stream is opened
         self.event = None
         self.tasks = []
+        # (set by ports/recovery.py) sealed segments whose data CRC is checked once serving, and
+        # the Repair that quarantines one that fails (ports/verify.py; CPython only)
+        self.unchecked = []
+        self.repair = None
         journal.wake = self.kick
         journal.read = self.read
 
@@ -228,6 +232,12 @@ class JournalWriter:
         self.event = asyncio.Event()
         self.commit()  # the new segment's snapshot, on disk before any client: then idle means idle
         self.tasks = [asyncio.create_task(self._run())]
+        if self.unchecked:
+            from .verify import verify_sealed  # pyright: ignore[reportMissingImports] (host only)
+
+            check = verify_sealed(self, self.repair, self.unchecked, self.files.folder)
+            self.tasks.append(asyncio.create_task(check))
+            self.unchecked = []
 
     def kick(self):
         if self.event is not None:
