@@ -200,8 +200,8 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, chec
         report.append("%d records did not decode and were skipped" % replay.skipped)
     journal = Journal(broker, segment_bytes, max_bytes)
     writer = JournalWriter(journal, files, broker, log)
-    writer.unchecked = unchecked
-    writer.repair = repair
+    if unchecked:  # (only then: a Repair kept would keep this module, which a board forgets)
+        writer.check_later(repair, unchecked)
     broker.open_stream = writer.open_stream  # the streams the replay declares open their folders
     replay.apply(broker, journal, log)
     report.extend(_streams_found(writer))

@@ -201,9 +201,7 @@ class JournalWriter:
         self.stream_store = None  # their folders (ports/streams.py), once a stream is opened
         self.event = None
         self.tasks = []
-        # (set by ports/recovery.py) sealed segments whose data CRC is checked once serving, and
-        # the Repair that quarantines one that fails (ports/verify.py; CPython only)
-        self.unchecked = []
+        self.unchecked = []  # see check_later
         self.repair = None
         journal.wake = self.kick
         journal.read = self.read
@@ -218,6 +216,13 @@ class JournalWriter:
         if size <= 0:
             return b""
         return self.files.read(segment, position, size)
+
+    def check_later(self, repair, unchecked):
+        """(ports/recovery.py) Sealed segments (segment, summary start, data CRC) whose data is
+        checked once the broker serves, and the Repair that quarantines one that fails
+        (ports/verify.py; CPython only)."""
+        self.repair = repair
+        self.unchecked = unchecked
 
     def open_stream(self, name, meta):
         """Broker.open_stream: the files of stream `name` (ports/streams.py, loaded the first time:
