@@ -22,9 +22,20 @@ from .journal import MESSAGE, MOVED, TRANSIENT, message_parts
 from .wire import shortstr
 
 COMPACT_BELOW = 4  # compact a segment once at most 1/4 of its messages are still held
+SEGMENTS_PER_TICK = 8  # oldest segments compacted one after the other in one tick, at most
 
 
 def compact(broker):
+    """Compact the oldest segments still needed, one after the other, while each qualifies (at
+    most SEGMENTS_PER_TICK: a journal that fills segments faster than one a second must not
+    outrun its compaction). The number compacted."""
+    done = 0
+    while done < SEGMENTS_PER_TICK and _compact_oldest(broker):
+        done += 1
+    return done
+
+
+def _compact_oldest(broker):
     """One compaction step: True if a segment was compacted."""
     journal = broker.journal
     segment = _candidate(broker, journal)

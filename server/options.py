@@ -97,7 +97,7 @@ def settings(args):
         raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
     storage = profile.STORAGE
     journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
-    segment_bytes = _size(server, "segment_bytes", storage["segment_bytes"])
+    segment_bytes = _size(server, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     return {
         "bind": args.bind or server.get("bind", "0.0.0.0"),
         "port": port,
@@ -116,6 +116,21 @@ def settings(args):
         ],
         "baud": baud,
     }
+
+
+MAX_SCALED_SEGMENT = 8 * 1024 * 1024  # (Linux's own segment size)
+
+
+def _segment_bytes(storage, journal_max_bytes):
+    """The segment size when the config names none: the profile's, grown in proportion when the
+    disk budget is raised above the profile's (at most 8 MiB). The journal keeps a few numbers
+    and each queue a run per segment in memory: a board given megabytes of flash for a backlog
+    must not fill its heap with the bookkeeping of thousands of 16 KiB segments."""
+    default = storage["segment_bytes"]
+    if journal_max_bytes <= storage["max_bytes"]:
+        return default
+    scaled = default * (journal_max_bytes // storage["max_bytes"])
+    return max(default, min(scaled, MAX_SCALED_SEGMENT))
 
 
 def _size(server, key, default):
