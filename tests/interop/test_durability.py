@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import threading
+import time
 import zlib
 
 import pika
@@ -213,23 +214,44 @@ def test_every_confirmed_message_survives_sigkills_at_random_moments(tmp_path, w
     assert not running.errors(), running.log()[-5000:]
 
 
+def _kill_after_compaction(running, rng, offset, deadline):
+    """SIGKILL just after the broker logs a compaction (within 20 ms of the line: while its moved
+    copies are being written and synced), or at deadline (monotonic) if none comes. True if a
+    compaction was seen."""
+    seen = False
+    while time.monotonic() < deadline:
+        if "compacted:" in running.log_since(offset):
+            seen = True
+            time.sleep(rng.uniform(0, 0.02))
+            break
+        time.sleep(0.005)  # the polling interval
+    _kill(running)
+    return seen
+
+
 def test_every_confirmed_message_survives_sigkills_while_compaction_moves_pinned_ones(tmp_path):
     """Messages are published and taken back, every 25th taken and never acked: it pins its old
-    segment until compaction writes it again at the end. SIGKILLs land at random moments, during
-    compactions too (their log lines say they ran); every confirmed message not acked comes back
-    once, as sent."""
+    segment until compaction writes it again at the end. Each SIGKILL lands right after the
+    broker logs a compaction; every confirmed message not acked comes back once, as sent."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    running = _hutch(tmp_path, "[server]\nsegment_bytes = 32768\n")
+    running = _hutch(tmp_path, "[server]\nsegment_bytes = 16384\n")
     sent, confirmed, acked = {}, set(), set()
     next_id = 0
+    after_compaction = 0
     for _round in range(8):
+        offset = os.path.getsize(running.log_path) if os.path.exists(running.log_path) else 0
         running.start()
         connection = _connect(running)
         channel = connection.channel()
         channel.queue_declare("pinned", durable=True)
         channel.confirm_delivery()
-        killer = threading.Timer(rng.uniform(1.2, 3.0), _kill, (running,))
+        outcome = []
+        killer = threading.Thread(
+            target=lambda outcome=outcome, offset=offset: outcome.append(
+                _kill_after_compaction(running, rng, offset, time.monotonic() + 4)
+            )
+        )
         killer.start()
         try:
             while next_id < 1000000:
@@ -250,6 +272,7 @@ def test_every_confirmed_message_survives_sigkills_while_compaction_moves_pinned
         except (pika.exceptions.AMQPError, OSError):
             pass  # the broker is gone
         killer.join()
+        after_compaction += outcome == [True]
         assert running.proc.returncode == -signal.SIGKILL
     running.start()
     connection = _connect(running)
@@ -259,12 +282,14 @@ def test_every_confirmed_message_survives_sigkills_while_compaction_moves_pinned
     log = running.log()
     ids = [int(body[4:10]) for body, _, _ in messages]
     present = set(ids)
-    compactions = log.count("compacted:")
     print(
-        "seed %d: %d publishes, %d confirmed, %d acked, %d present at the end, %d compactions"
-        % (seed, len(sent), len(confirmed), len(acked), len(present), compactions)
+        "seed %d: %d publishes, %d confirmed, %d acked, %d present at the end, %d compactions, %d of 8 kills "
+        "just after one"
+        % (seed, len(sent), len(confirmed), len(acked), len(present), log.count("compacted:"), after_compaction)
     )
-    assert compactions >= 3, log[-5000:]  # the kills landed on a broker that compacts
+    # the broker compacted while the kills landed (how many kills came right after a compaction
+    # depends on the machine's load: printed above)
+    assert log.count("compacted:") >= 1, log[-5000:]
     assert len(ids) == len(present), "a message came back twice (seed %d)" % seed
     assert all(body == sent[int(body[4:10])] for body, _, _ in messages), "a message is not as sent (seed %d)" % seed
     missing = confirmed - acked - present
