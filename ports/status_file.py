@@ -45,7 +45,7 @@ def snapshot(broker, running=True):
 def _queue(queue, now, unacked):
     head = _head(queue)
     return {
-        "name": _text(queue.name),
+        "name": as_text(queue.name),
         "durable": queue.durable,
         "exclusive": queue.owner is not None,
         "messages": queue.message_count(),
@@ -73,21 +73,22 @@ def _head(queue):
 
 def _stream(stream, unacked):
     return {
-        "name": _text(stream.name),
+        "name": as_text(stream.name),
         "first": stream.first,
         "last": stream.visible - 1 if stream.visible > stream.first else None,
         "next": stream.next,
         "segments": len(stream.segments),
         "bytes": stream.bytes,
         "max_length_bytes": stream.max_bytes,
-        "max_age": _text(stream.arguments.get("x-max-age")),
+        "max_age": as_text(stream.arguments.get("x-max-age")),
         "segment_bytes": stream.segment_bytes,
         "consumers": len(stream.consumers),
         "unacked": unacked,
     }
 
 
-def _text(value):
+def as_text(value):
+    """A name or argument as the JSON shows it: bytes decoded, anything else as it is."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return value

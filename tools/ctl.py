@@ -18,7 +18,7 @@ import sys
 import time
 
 from ..core.streamlog import scan
-from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE
+from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE, as_text
 from ..ports.storage import SEGMENT_SUFFIX
 from ..ports.streams import GONE, read_meta
 
@@ -117,24 +117,18 @@ def streams(data):
                 last = scan(f.read())[1]  # the newest record (the broker may be writing after it)
         out.append(
             {
-                "name": _text(name) if name is not None else None,
+                "name": as_text(name) if name is not None else None,
                 "folder": entry,
                 "first": int(segments[0][0][: -len(SEGMENT_SUFFIX)]) if segments else None,
                 "last": last if last is not None and last >= 0 else None,
                 "segments": len(segments),
                 "bytes": sum(size for _, size in segments),
                 "max_length_bytes": arguments.get("x-max-length-bytes"),
-                "max_age": _text(arguments.get("x-max-age")),
+                "max_age": as_text(arguments.get("x-max-age")),
                 "segment_bytes": arguments.get("x-stream-max-segment-size-bytes"),
             }
         )
     return out
-
-
-def _text(value):
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return value
 
 
 def status_command(args):
