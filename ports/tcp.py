@@ -57,8 +57,13 @@ def _no_delay(writer):
 
 
 class TcpServer:
-    def __init__(self, broker, host="0.0.0.0", port=5672, log=None, read_size=65536, monitor=None):
+    def __init__(self, broker, host="0.0.0.0", port=5672, log=None, read_size=65536, monitor=None, on_interrupt=None):
         self.broker = broker
+        # Ctrl-C on MicroPython (no signal module) raises KeyboardInterrupt in whatever runs at
+        # that moment. In a client's task it would end the task, and the client would lose the
+        # 320 CONNECTION_FORCED a shutdown owes it: the task calls on_interrupt (the broker's
+        # stop) instead and goes on.
+        self.on_interrupt = on_interrupt
         self.host = host
         self.port = port
         self.log = log or broker.log
@@ -79,11 +84,14 @@ class TcpServer:
         broker = self.broker
         clock = self.clock
         while not self._stopping:
-            now = clock.now_ms()
-            broker.tick(now, clock.wall_seconds())
-            if self.monitor is not None:
-                self.monitor.sample(now)
-            await sleep_ms(TICK_MS)
+            try:
+                now = clock.now_ms()
+                broker.tick(now, clock.wall_seconds())
+                if self.monitor is not None:
+                    self.monitor.sample(now)
+                await sleep_ms(TICK_MS)
+            except KeyboardInterrupt:
+                interrupted(self.on_interrupt)
 
     async def _client(self, reader, writer):
         host, port = peer_address(writer.get_extra_info("peername"))
@@ -96,7 +104,7 @@ class TcpServer:
         conn = None
         try:
             conn = Connection(broker, {"address": host, "port": port, "transport": "tcp"})
-            client = _Client(conn, reader, writer, self.read_size, self.read_buffer)
+            client = _Client(conn, reader, writer, self.read_size, self.read_buffer, self.on_interrupt)
             reader_task = asyncio.create_task(client.read_loop(self.log, self.monitor))
         except MemoryError:
             # Not even room for this client's state, so no AMQP to speak yet: hang up. (Once
@@ -135,8 +143,9 @@ class TcpServer:
 
 
 class _Client:
-    def __init__(self, conn, reader, writer, read_size, read_buffer=None):
+    def __init__(self, conn, reader, writer, read_size, read_buffer=None, on_interrupt=None):
         self.conn = conn
+        self.on_interrupt = on_interrupt
         self.read_size = read_size
         # Shared by every client of the server: safe, because what readinto() put there is
         # copied out before this task awaits again.
@@ -161,22 +170,12 @@ class _Client:
         conn = self.conn
         try:
             while not conn.closed:
-                if not conn.want_read or conn.saturated():
-                    # Held back by the broker, or the client does not read what we send:
-                    # either way, stop reading what it sends until that changes.
-                    self.ready.clear()
-                    self.output.set()
-                    await self.ready.wait()
-                    continue
-                data = await self._read()
-                if data is None:
-                    continue
-                if not data:
-                    conn.eof()
-                    break
-                conn.feed(data)
-                if monitor is not None and monitor.measures:
-                    monitor.fed(len(data))  # a burst of publishes can outrun the tick's sampling
+                try:
+                    if not await self._read_some(monitor):
+                        break
+                except KeyboardInterrupt:
+                    interrupted(self.on_interrupt)
+                    self._wake()
         except asyncio.CancelledError:
             raise
         except MemoryError:
@@ -189,6 +188,27 @@ class _Client:
             conn.lost()
         self.output.set()
 
+    async def _read_some(self, monitor):
+        """Wait for and feed one read; False at the end of the stream."""
+        conn = self.conn
+        if not conn.want_read or conn.saturated():
+            # Held back by the broker, or the client does not read what we send:
+            # either way, stop reading what it sends until that changes.
+            self.ready.clear()
+            self.output.set()
+            await self.ready.wait()
+            return True
+        data = await self._read()
+        if data is None:
+            return True
+        if not data:
+            conn.eof()
+            return False
+        conn.feed(data)
+        if monitor is not None and monitor.measures:
+            monitor.fed(len(data))  # a burst of publishes can outrun the tick's sampling
+        return True
+
     async def _read(self):
         """Bytes from the socket (b"" at the end, None if woken without data)."""
         if self.read_buffer is None:
@@ -200,24 +220,16 @@ class _Client:
 
     async def write_loop(self, log):
         conn = self.conn
-        writer = self.writer
         try:
             while True:
-                await self.output.wait()
-                self.output.clear()
-                while True:
-                    if MICROPYTHON:
-                        parts = conn.take_parts()  # no join: one large buffer fragments a small heap
-                        if not parts:
-                            break
-                        for part in parts:
-                            writer.write(part)
-                    else:
-                        data = conn.take_output()
-                        if not data:
-                            break
-                        writer.write(data)
-                    await writer.drain()
+                try:
+                    await self.output.wait()
+                    self.output.clear()
+                    await self._flush()
+                except KeyboardInterrupt:
+                    interrupted(self.on_interrupt)
+                    self._wake()  # look again at what is left to write
+                    continue
                 self.ready.set()
                 if conn.closed:
                     break
@@ -229,6 +241,32 @@ class _Client:
         finally:
             self.ready.set()
             await close_writer(self.writer)
+
+    async def _flush(self):
+        """Write everything the connection has produced."""
+        conn = self.conn
+        writer = self.writer
+        while True:
+            if MICROPYTHON:
+                parts = conn.take_parts()  # no join: one large buffer fragments a small heap
+                if not parts:
+                    return
+                for part in parts:
+                    writer.write(part)
+            else:
+                data = conn.take_output()
+                if not data:
+                    return
+                writer.write(data)
+            await writer.drain()
+
+
+def interrupted(on_interrupt):
+    """A KeyboardInterrupt caught in a task: hand it to on_interrupt, or raise it again if
+    nobody asked for it (see TcpServer.on_interrupt)."""
+    if on_interrupt is None:
+        raise KeyboardInterrupt
+    on_interrupt()
 
 
 async def close_writer(writer):

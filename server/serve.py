@@ -112,7 +112,10 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
     journal = recover_journal(opts, broker, log)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
-    server = tcp_server_class()(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
+    if stop_event is None:
+        stop_event = asyncio.Event()
+    server_class = tcp_server_class()
+    server = server_class(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor, stop_event.set)
     await server.start()
     journal.start()
     status = status_writer(opts["data"], broker, log)
@@ -128,8 +131,6 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
     if on_ready is not None:
         on_ready(server)
-    if stop_event is None:
-        stop_event = asyncio.Event()
     try:
         await stop_event.wait()
     finally:

