@@ -76,6 +76,9 @@ class Broker:
     streams = ()
     stream_syncs = ()
     stream_bytes = 0
+    # Stream deliveries' frames are made by core/streamlog.py deliveries(), or by its C twin when
+    # the server sets this (CPython with c_accel built: c_accel/streams.py).
+    stream_deliveries = None
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()
