@@ -74,7 +74,9 @@ def broker_status(data):
     except ValueError as e:
         return {"error": "%s does not read as JSON: %s" % (STATUS_FILE, e)}
     found["age_s"] = round(max(0.0, time.time() - found.get("written_at", 0)), 1)
-    found["live"] = bool(found.get("running")) and _alive(found.get("pid")) and found["age_s"] * 1000 < 5 * STATUS_EVERY_MS
+    found["live"] = (
+        bool(found.get("running")) and _alive(found.get("pid")) and found["age_s"] * 1000 < 5 * STATUS_EVERY_MS
+    )
     return found
 
 

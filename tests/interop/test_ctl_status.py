@@ -42,7 +42,7 @@ def test_status_shows_each_queue_in_memory_and_on_disk(tmp_path):
     published = time.time()
     for i in range(50):
         channel.basic_publish("", "backlog", b"%0100d" % i, PERSISTENT)
-    for i in range(5):
+    for _i in range(5):
         channel.basic_publish("", "scratch", b"t" * 10)
     channel.basic_qos(prefetch_count=3)
     channel.basic_consume("backlog", lambda *args: None)
@@ -65,11 +65,15 @@ def test_status_shows_each_queue_in_memory_and_on_disk(tmp_path):
     assert (scratch["messages"], scratch["in_memory"], scratch["on_disk"], scratch["bytes_in_memory"]) == (5, 5, 0, 50)
     text = _status(running)
     assert "queues: 2 (live, " in text and "pid %d" % running.proc.pid in text, text
-    assert "  backlog: 47 ready (%d in memory, %d on disk, %s bytes on disk), 3 unacked, consumers 1, oldest " % (
-        backlog["in_memory"],
-        backlog["on_disk"],
-        "{:,}".format(backlog["bytes_on_disk"]),
-    ) in text, text
+    assert (
+        "  backlog: 47 ready (%d in memory, %d on disk, %s bytes on disk), 3 unacked, consumers 1, oldest "
+        % (
+            backlog["in_memory"],
+            backlog["on_disk"],
+            "{:,}".format(backlog["bytes_on_disk"]),
+        )
+        in text
+    ), text
     connection.close()
     assert running.stop() == 0
 
