@@ -287,20 +287,6 @@ class Channel:
         append_content(out, self, message, conn.max_payload)
         conn.output_added(message.body_size + 64)
 
-    def delivered_run(self, consumer, queue, entry, count, size):
-        """(A stream: core/stream.py) count deliveries to consumer, their frames already added to
-        the connection's output (size bytes) with delivery tags from next_tag on: all alike
-        until settled, one entry for all."""
-        tag = self.next_tag
-        self.next_tag = tag + count
-        record = (queue, entry, consumer)
-        unacked = self.unacked
-        for t in range(tag, tag + count):
-            unacked[t] = record
-        consumer.unacked += count
-        self.consumer_unacked += count
-        self.conn.output_added(size)
-
     # ------------------------------------------------------------ acks
 
     def settle(self, tag, multiple, ack, requeue, method_id):

@@ -85,6 +85,22 @@ def _room(consumer, flow):
     return budget if budget < room else room
 
 
+def _book(session, consumer, stream, count, size):
+    """The channel's side of count deliveries whose frames (size bytes) are already in its
+    connection's output, with delivery tags from its next_tag on: what Channel.deliver books
+    for one, for them all (here, not in core/channel.py: a broker without streams does not
+    hold this code). Until settled they are all alike: one record for every tag."""
+    tag = session.next_tag
+    session.next_tag = tag + count
+    record = (stream, ENTRY, consumer)
+    unacked = session.unacked
+    for t in range(tag, tag + count):
+        unacked[t] = record
+    consumer.unacked += count
+    session.consumer_unacked += count
+    session.conn.output_added(size)
+
+
 def new_stream(broker, name, arguments, method):
     """(core/topology.py, after core/streamrules.py check_declare) A new stream, on the files the
     storage port opens for it (found again after a restart)."""
@@ -381,7 +397,9 @@ class Stream:
         twin). False when it can have nothing more now."""
         session = consumer.session
         conn = session.conn
-        make = self.broker.stream_deliveries or deliveries
+        # (the server gives the broker the C twin on CPython: server/serve.py; a board's broker
+        # has no such attribute, which would cost it heap with or without streams)
+        make = getattr(self.broker, "stream_deliveries", None) or deliveries
         while cursor.offset < self.visible:
             if cursor.end - cursor.pos >= HEADER_SIZE:  # a record's header at least: make what it can
                 given, cursor.pos, cursor.offset, cursor.after_ms, status, made = make(
@@ -401,7 +419,7 @@ class Stream:
                 )
                 if given:
                     self.broker.flow.hold(HELD, given)
-                    session.delivered_run(consumer, self, ENTRY, given, made)
+                    _book(session, consumer, self, given, made)
                     return True
                 if status == BAD_RECORD:
                     self._skip_damage(cursor)

@@ -265,4 +265,4 @@ def test_the_cores_stream_tests_pass_with_the_c_maker(name):
     try:
         getattr(module, name)()
     finally:
-        Broker.stream_deliveries = None
+        del Broker.stream_deliveries
