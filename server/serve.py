@@ -62,16 +62,6 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
-def choose_stream_deliveries():
-    """On CPython, the C maker of stream deliveries if it was built (c_accel/loader.py), else
-    None: core/streamlog.py's, as on MicroPython."""
-    if sys.implementation.name == "micropython":
-        return None
-    from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
-
-    return loader.stream_deliveries()
-
-
 def status_writer(folder, broker, log):
     """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
     a board writes none (no one reads it there, and its flash has no writes to spare)."""
@@ -118,9 +108,10 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
-    make_deliveries = choose_stream_deliveries()
-    if make_deliveries is not None:
-        broker.stream_deliveries = make_deliveries
+    if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries too
+        from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only)
+
+        broker.stream_deliveries = loader.stream_deliveries()
     journal = recover_journal(opts, broker, log)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     server = tcp_server_class()(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor)
