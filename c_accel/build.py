@@ -15,6 +15,11 @@ from cffi import FFI
 CDEF = """
 size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
                          uint64_t *records, size_t capacity, size_t *outcome);
+size_t hutch_stream_deliveries(const uint8_t *buf, size_t end, uint64_t *state, uint64_t visible,
+                               uint64_t count, uint64_t space, unsigned number, const uint8_t *tag_ss,
+                               size_t tag_len, uint64_t tag, uint64_t max_payload, uint8_t *out,
+                               size_t capacity);
+uint32_t hutch_crc32(const uint8_t *data, size_t len, uint32_t crc);
 """
 
 
@@ -24,8 +29,8 @@ def make_builder(folder):
     builder.cdef(CDEF)
     builder.set_source(
         "hutch.c_accel._accel",
-        '#include "framing.h"',
-        sources=[os.path.join(folder, "framing.c")],
+        '#include "framing.h"\n#include "streams.h"',
+        sources=[os.path.join(folder, "framing.c"), os.path.join(folder, "streams.c")],
         include_dirs=[folder],
         extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
         # A compiler that is missing or fails must not fail the install: setuptools then

@@ -29,3 +29,15 @@ def frame_reader():
     except ImportError as e:
         return "frame scanner: pure Python (C accelerator not available: %s)" % e, None
     return "frame scanner: C accelerator (cffi)", batch.reader_factory(scanner.scan_frames, scanner.new_records)
+
+
+def stream_deliveries():
+    """The C twin of core/streamlog.py deliveries() for Broker.stream_deliveries, or None (pure
+    Python forced, or not built): a stream's read buffer into deliveries in one call."""
+    if pure_python_forced():
+        return None
+    try:
+        from . import streams
+    except ImportError:
+        return None
+    return streams.deliveries

@@ -26,6 +26,8 @@ from .wire import text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Callable
+
     from .journal import Journal
 
 VERSION = "0.1.0"
@@ -67,6 +69,10 @@ def _no_log(level, message, exc=None):
 class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
+    # Set by the server on CPython when c_accel is built: the C twin of core/streamlog.py
+    # deliveries(), which core/stream.py uses instead (read with getattr: a board's broker never
+    # has it, nor pays for it).
+    stream_deliveries: "Callable"
     # Streams (core/stream.py): the storage port's opener of their files, open_stream(name,
     # arguments) (None: no data folder, so no streams); the live ones, those waiting for the
     # journal to sync, and the bytes they hold on disk (the journal's disk budget counts them).

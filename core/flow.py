@@ -35,10 +35,11 @@ class Flow:
 
     # ------------------------------------------------------------ the budget of queued messages
 
-    def hold(self, message):
-        """A message is now held by a queue (until settle or drop: release)."""
-        self.held_messages += 1
-        self.held_bytes += message.cost
+    def hold(self, message, count=1):
+        """A message is now held by a queue (until settle or drop: release); count: as many
+        alike (a stream's run of deliveries, each released on its own)."""
+        self.held_messages += count
+        self.held_bytes += message.cost * count
         if not self.over_budget:
             limits = self.limits
             if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:

@@ -24,8 +24,11 @@ offsets start past the reservation, and a lost record's offset is never given to
 
 Consumers must set a prefetch (basic.qos) and ack; an ack (nack and reject too, as in
 RabbitMQ 3.13+) only moves the consumer's window on. Each consumer holds at most what it
-read ahead (a sixteenth of a segment, at most 64 KiB, or one record) and what it was given and has not
-acked: reading goes through the storage port (ports/streams.py), never through memory.
+read ahead (a sixteenth of a segment, at most 64 KiB, or one record) and an entry per
+delivery it has not acked: reading goes through the storage port (ports/streams.py), never
+through memory. What it read ahead becomes deliveries a run at a time: one call makes the
+frames of every record it may have (core/streamlog.py deliveries; on CPython its C twin,
+Broker.stream_deliveries), with no object per record.
 
 Retention (x-max-length-bytes, x-max-age) drops whole segments, oldest first, when a
 segment fills and on the broker's tick; the newest one always stays.
@@ -33,13 +36,10 @@ segment fills and on the broker's tick; the newest one always stays.
 Sans-IO and MicroPython-clean; the storage port gives each stream its files (`log`).
 """
 
-from binascii import crc32
-from struct import unpack_from
-
 from .errors import ChannelException
-from .records import HEADER_SIZE, MAGIC, TRAILER_SIZE
+from .records import HEADER_SIZE
 from .spec import PRECONDITION_FAILED
-from .streamlog import MESSAGE, PREFIX, delivery, message_record, needed
+from .streamlog import BAD_RECORD, DONE, deliveries, message_record, needed
 from .streamrules import FIRST as START_FIRST
 from .streamrules import LAST, OFFSET, TIME, check_consumer, duration_ms, start_of
 from .wire import encode_table, text
@@ -48,6 +48,57 @@ from .wire import encode_table, text
 FIRST = 0
 STAMP = 1
 SIZE = 2
+
+
+class Held:
+    """What a delivery from a stream holds until it is settled, for the broker's budget
+    (core/flow.py counts it as a held message): its delivery tag's entry in the channel. Its
+    frames are the connection's output (bounded by output_high_water), and no copy of the
+    record stays in memory."""
+
+    journal_id = 0  # (not a journalled message: compaction and the journal pass it by)
+    segment = 0
+    cost = 64  # bytes: a dict slot (tag -> record) with its share of the table's slack
+
+
+HELD = Held()
+ENTRY = (HELD, False, None)  # every delivery's entry (message, redelivered, expires_at): they are all alike
+NO_LIMIT = 1 << 30
+
+
+def _room(consumer, flow):
+    """How many deliveries consumer may be given now: its session can take them, its prefetch
+    (and its channel's, if any) has room, and the broker's budget of held messages is not
+    spent (the one that goes over it is given, as Flow.hold counts one at a time)."""
+    session = consumer.session
+    if not session.can_deliver():
+        return 0
+    room = consumer.prefetch - consumer.unacked if consumer.prefetch else NO_LIMIT
+    limit = session.prefetch_global
+    if limit and limit - session.consumer_unacked < room:
+        room = limit - session.consumer_unacked
+    limits = flow.limits
+    budget = limits.total_max_messages - flow.held_messages + 1
+    if budget < room:
+        room = budget
+    budget = (limits.total_max_bytes - flow.held_bytes) // HELD.cost + 1
+    return budget if budget < room else room
+
+
+def _book(session, consumer, stream, count, size):
+    """The channel's side of count deliveries whose frames (size bytes) are already in its
+    connection's output, with delivery tags from its next_tag on: what Channel.deliver books
+    for one, for them all (here, not in core/channel.py: a broker without streams does not
+    hold this code). Until settled they are all alike: one record for every tag."""
+    tag = session.next_tag
+    session.next_tag = tag + count
+    record = (stream, ENTRY, consumer)
+    unacked = session.unacked
+    for t in range(tag, tag + count):
+        unacked[t] = record
+    consumer.unacked += count
+    session.consumer_unacked += count
+    session.conn.output_added(size)
 
 
 def new_stream(broker, name, arguments, method):
@@ -80,7 +131,6 @@ class Cursor:
         self.segment = -1
         self.position = 0  # the file position of buf[0]
         self.buf = None  # a bytearray, from the first read on
-        self.view = None  # a memoryview of it
         self.pos = 0
         self.end = 0
 
@@ -143,6 +193,7 @@ class Stream:
         self.marks = []  # [journal seq, offset, port writes]: once seq is durable, records below offset are
         self.gone_at = 0  # deleted: the journal seq of its QUEUE_GONE record (then its files go)
         self.damaged = []  # segments found damaged while reading (said once each)
+        self.record_cache = []  # what the last record made can lend the next (streamlog.message_record)
         broker.streams.append(self)
 
     def __repr__(self):
@@ -159,7 +210,7 @@ class Stream:
             self.reserved = self.log.reserve(offset)  # durable before the record is written
         broker = self.broker
         now_ms = broker.wall_seconds * 1000
-        parts, size = message_record(offset, now_ms, message)
+        parts, size = message_record(offset, now_ms, message, self.record_cache)
         segments = self.segments
         rolled = False
         if not segments or (segments[-1][SIZE] and segments[-1][SIZE] + size > self.segment_bytes):
@@ -318,10 +369,11 @@ class Stream:
     # ------------------------------------------------------------ delivering
 
     def dispatch(self):
-        """Deliver to each consumer what is durable past its offset, as far as its window allows.
-        A delivery is read from disk into memory until it is settled: it counts in the broker's
-        budget of held messages (core/flow.py) as a queued message does, and no more is read
-        while the broker is over that budget or short of heap (Broker.tick tries again)."""
+        """Deliver to each consumer what is durable past its offset, as far as its window allows,
+        a run of records at a time (_deliver). Until it is settled, a delivery counts in the
+        broker's budget of held messages (core/flow.py) as a queued message does, and no more
+        is read while the broker is over that budget or short of heap (Broker.tick tries
+        again); a run stops at the delivery that goes over, as one at a time would."""
         if self.deleted:
             return
         visible = self.visible
@@ -330,53 +382,53 @@ class Stream:
             cursor = consumer.cursor
             if cursor is None or cursor.offset >= visible:
                 continue
-            while consumer.ready():
+            while True:
                 if flow.over_budget or "memory" in flow.alarms:
                     return
-                entry = self._next(cursor)
-                if entry is None:
+                room = _room(consumer, flow)
+                if room <= 0 or not self._deliver(consumer, cursor, room):
                     break
-                flow.hold(entry[0])
-                consumer.session.deliver(consumer, self, entry)
                 if consumer.cursor is None:  # the delivery ended it (its channel closed)
                     break
 
-    def _next(self, cursor):
-        """The next entry (message, redelivered, expires_at) for cursor, or None for now. (The
-        hot path of reading: core/streamlog.py parse() written out.)"""
-        visible = self.visible
-        while cursor.offset < visible:
-            buf = cursor.buf
-            view = cursor.view
-            pos = cursor.pos
-            end = cursor.end
-            if end - pos >= HEADER_SIZE:
-                crc = crc32(view[pos + 1 : pos + 6])
-                if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or crc & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
+    def _deliver(self, consumer, cursor, room):
+        """Up to room deliveries to consumer from where its cursor reads, their frames made in
+        one call for what the cursor has read ahead (core/streamlog.py deliveries, or its C
+        twin). False when it can have nothing more now."""
+        session = consumer.session
+        conn = session.conn
+        # (the server gives the broker the C twin on CPython: server/serve.py; a board's broker
+        # has no such attribute, which would cost it heap with or without streams)
+        make = getattr(self.broker, "stream_deliveries", None) or deliveries
+        while cursor.offset < self.visible:
+            if cursor.end - cursor.pos >= HEADER_SIZE:  # a record's header at least: make what it can
+                given, cursor.pos, cursor.offset, cursor.after_ms, status, made = make(
+                    cursor.buf,
+                    cursor.pos,
+                    cursor.end,
+                    cursor.offset,
+                    cursor.after_ms,
+                    self.visible,
+                    room,
+                    conn.high_water - conn.out_bytes,
+                    session.number,
+                    consumer.tag_shortstr,
+                    session.next_tag,
+                    conn.max_payload,
+                    conn.out,
+                )
+                if given:
+                    self.broker.flow.hold(HELD, given)
+                    _book(session, consumer, self, given, made)
+                    return True
+                if status == BAD_RECORD:
                     self._skip_damage(cursor)
                     continue
-                stop = pos + HEADER_SIZE + TRAILER_SIZE + unpack_from(">I", buf, pos + 2)[0]
-                if stop <= end:
-                    if (
-                        crc32(view[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc) & 0xFFFFFFFF
-                        != unpack_from(">I", buf, stop - TRAILER_SIZE)[0]
-                        or stop - pos < HEADER_SIZE + PREFIX + TRAILER_SIZE
-                    ):
-                        self._skip_damage(cursor)
-                        continue
-                    offset, stamp = unpack_from(">QQ", buf, pos + HEADER_SIZE)
-                    cursor.pos = stop
-                    if offset < cursor.offset:
-                        continue  # before where this consumer reads from
-                    cursor.offset = offset + 1
-                    if cursor.after_ms:
-                        if stamp < cursor.after_ms:
-                            continue
-                        cursor.after_ms = 0
-                    return (delivery(buf, pos + HEADER_SIZE, stop - TRAILER_SIZE), False, None)
-            if not self._read(cursor, needed(buf, pos, end)):
-                return None
-        return None
+                if status == DONE:
+                    return False  # the next record is not durable yet
+            if not self._read(cursor, needed(cursor.buf, cursor.pos, cursor.end)):
+                return False
+        return False
 
     def _read(self, cursor, need):
         """Read on for cursor (need: the bytes its next record takes): more of its segment, or the
@@ -398,7 +450,6 @@ class Stream:
         buf = cursor.buf
         if buf is None or len(buf) < need:
             buf = cursor.buf = bytearray(need if need > self.read_bytes else self.read_bytes)
-            cursor.view = memoryview(buf)
         try:
             got = self.log.read_into(cursor.segment, at, buf)
         except OSError:

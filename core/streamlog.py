@@ -1,5 +1,5 @@
 """A stream's records: what one message in a stream's log holds, reading records back from a
-segment's bytes, and the message a consumer is given for one.
+segment's bytes, and the frames a consumer is given for them.
 
 A stream (core/stream.py) appends one record per message to its segment files, in the
 journal's record envelope (core/records.py: magic, kind, length, check, payload, crc32).
@@ -15,15 +15,15 @@ sends it) added last to the headers table, every other property byte for byte as
 published. So the record holds what every consumer is given, and reading one builds no
 header: a stream is read many times more than it is written.
 
-Sans-IO and MicroPython-clean: bytes in, records and messages out.
+Sans-IO and MicroPython-clean: bytes in, records and frames out.
 """
 
 import struct
 from binascii import crc32
 
-from .message import Message
 from .records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
-from .wire import _decode_value, shortstr
+from .spec import BASIC_DELIVER
+from .wire import FRAME_END_BYTE, _decode_value, shortstr
 
 MESSAGE = 32  # the record kind (apart from the journal's, so a journal tool never mistakes one)
 PREFIX = 16  # offset and timestamp: what reading past a record needs of its payload
@@ -31,26 +31,53 @@ OFFSET_KEY = b"x-stream-offset"
 _OFFSET_ENTRY = shortstr(OFFSET_KEY) + b"l"  # the header's key and type tag; the value follows
 FLAG_HEADERS = 0x2000
 
+DELIVER_ID = struct.pack(">I", BASIC_DELIVER)
+
+# Why deliveries() stopped (c_accel/streams.h has the same values).
+WANT = 0
+DONE = 1
+BAD_RECORD = 2
+
 # What parse() says of the bytes at a position besides a record's end.
 INCOMPLETE = -1  # they end inside the record (or its header)
 DAMAGED = -2  # its header or its checksum does not check out
 
 
-def message_record(offset, timestamp_ms, message):
+def message_record(offset, timestamp_ms, message, cache):
     """(parts, bytes): the record of message at offset, as core/records.py record_parts would
-    make it (written out here: a stream's publish path), the body not copied."""
-    header = with_offset(message.header_tail, offset)
-    head = struct.pack(">QQ", offset, timestamp_ms) + message.route + struct.pack(">I", len(header))
+    make it (written out here: a stream's publish path). cache: a list the stream keeps for
+    this (empty at first): what the record of the previous message had that this one can
+    reuse. Publishers send run after run of messages with the same route, properties and
+    body size, so the envelope, the header with its x-stream-offset slot and their checksum
+    seed are made once per run, not once per message."""
     body = message.body_tail
-    length = len(head) + len(header) + (len(body) if body is not None else 0)
-    crc = crc32(struct.pack(">BI", MESSAGE, length))
-    parts = [struct.pack(">BBIH", MAGIC, MESSAGE, length, crc & 0xFFFF), head, header]
-    crc = crc32(header, crc32(head, crc))
-    if body is not None:
-        parts.append(body)
-        crc = crc32(body, crc)
-    parts.append(struct.pack(">I", crc & 0xFFFFFFFF))
-    return parts, HEADER_SIZE + length + TRAILER_SIZE
+    body_size = len(body) if body is not None else 0
+    header_tail = message.header_tail
+    route = message.route
+    if not cache or cache[0] != body_size or cache[1] != header_tail or cache[2] != route:
+        before, after = around_offset(header_tail)
+        header_size = len(before) + 8 + len(after)
+        length = PREFIX + len(route) + 4 + header_size + body_size
+        fields = struct.pack(">BI", MESSAGE, length)
+        seed = crc32(fields)
+        envelope = struct.pack(">B", MAGIC) + fields + struct.pack(">H", seed & 0xFFFF)
+        cache[:] = [
+            body_size,
+            header_tail,
+            route,
+            route + struct.pack(">I", header_size) + before,
+            after,
+            envelope,
+            seed,
+        ]
+    if body is None:
+        body = b""
+    payload = b"".join((struct.pack(">QQ", offset, timestamp_ms), cache[3], struct.pack(">q", offset), cache[4], body))
+    envelope = cache[5]
+    return (
+        [envelope, payload, struct.pack(">I", crc32(payload, cache[6]) & 0xFFFFFFFF)],
+        HEADER_SIZE + len(payload) + TRAILER_SIZE,
+    )
 
 
 def parse(buf, pos, end, verify=True):
@@ -127,56 +154,121 @@ def _zeros(data, start):
     return True
 
 
-def delivery(buf, start, stop):
-    """The message a consumer is given for the record whose payload is buf[start:stop] (the
-    bytearray read into: the message gets copies of its parts, bytearrays, which the frames
-    that carry them take as they take bytes)."""
-    route_at = start + PREFIX
-    n = buf[route_at]
-    key_at = route_at + 1 + n
-    route_end = key_at + 1 + buf[key_at]
-    route = buf[route_at:route_end]
-    header_end = route_end + 4 + struct.unpack_from(">I", buf, route_end)[0]
-    header = buf[route_end + 4 : header_end]
-    if header_end < stop:
-        return Message(route[1 : 1 + n], route[2 + n :], route, header, buf[header_end:stop], stop - header_end - 5)
-    return Message(route[1 : 1 + n], route[2 + n :], route, header, None, 0)
+def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
+    """The frames of basic.deliver (method, content header, body) to consumer tag_ss on channel
+    number, delivery tags from tag on, for the records of buf[pos:end], each checked (header
+    and CRC-32) before it is believed: at most count of them, the first at or past offset and
+    (when after_ms is not 0) stamped at or after after_ms, each below visible, stopping once
+    the frames made take space bytes or more. Records before offset or after_ms are read past.
+    Each delivery's frames go to out (the connection's output list) as one bytes object;
+    bodies larger than max_payload are cut into frames of that size. c_accel/streams.py is
+    the C twin (CPython: one call for a whole read buffer).
+
+    Returns (delivered, pos, offset, after_ms, status, bytes made): where the next record
+    starts; the offset wanted next (the offset of the record stopped at, when it is not
+    visible yet); after_ms (0 once a record passed it); why it stopped: WANT, the record at
+    pos is not whole in the buffer (read on); DONE, count or space reached or the next record
+    not visible yet; BAD_RECORD, the record at pos does not check out."""
+    view = memoryview(buf)
+    given = made = 0
+    method_head = DELIVER_ID + tag_ss
+    method_size = 13 + len(tag_ss)
+    header_prefix = bytes((2, number >> 8, number & 255))
+    body_prefix = bytes((3, number >> 8, number & 255))
+    while given < count and made < space:
+        if end - pos < HEADER_SIZE:
+            return given, pos, offset, after_ms, WANT, made
+        seed = crc32(view[pos + 1 : pos + 6])
+        if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or seed & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
+            return given, pos, offset, after_ms, BAD_RECORD, made
+        start = pos + HEADER_SIZE
+        stop = start + struct.unpack_from(">I", buf, pos + 2)[0]  # the payload's end; the CRC follows
+        if stop + TRAILER_SIZE > end:
+            return given, pos, offset, after_ms, WANT, made
+        if (
+            stop - start < PREFIX + 2
+            or crc32(view[start:stop], seed) & 0xFFFFFFFF != struct.unpack_from(">I", buf, stop)[0]
+        ):
+            return given, pos, offset, after_ms, BAD_RECORD, made
+        # where its route, header and body are: inside the payload, or the record is damaged
+        key_at = start + PREFIX + 1 + buf[start + PREFIX]
+        route_end = key_at + 1 + (buf[key_at] if key_at < stop else 0)
+        header_end = route_end + 4 + (struct.unpack_from(">I", buf, route_end)[0] if route_end + 4 <= stop else 0)
+        if route_end + 4 > stop or header_end > stop or 0 < stop - header_end < 5:
+            return given, pos, offset, after_ms, BAD_RECORD, made
+        record, stamp = struct.unpack_from(">QQ", buf, start)
+        if record < offset:
+            pos = stop + TRAILER_SIZE  # before where this consumer reads from
+            continue
+        if record >= visible:
+            return given, pos, record, after_ms, DONE, made  # not durable yet
+        pos = stop + TRAILER_SIZE
+        offset = record + 1
+        if after_ms:
+            if stamp < after_ms:
+                continue
+            after_ms = 0
+        route = bytes(buf[start + PREFIX : route_end])
+        frames = [
+            struct.pack(">BHI", 1, number, method_size + len(route)),
+            method_head,
+            struct.pack(">QB", tag, 0),
+            route,
+            FRAME_END_BYTE,
+            header_prefix,
+            bytes(buf[route_end + 4 : header_end]),
+        ]
+        body_size = stop - header_end - 5
+        if 0 < body_size <= max_payload:
+            frames.append(body_prefix)
+            frames.append(bytes(buf[header_end:stop]))
+        elif body_size > 0:
+            for at in range(header_end + 4, stop - 1, max_payload):
+                chunk = bytes(buf[at : min(at + max_payload, stop - 1)])
+                frames.append(body_prefix + struct.pack(">I", len(chunk)))
+                frames.append(chunk)
+                frames.append(FRAME_END_BYTE)
+        data = b"".join(frames)
+        out.append(data)
+        made += len(data)
+        given += 1
+        tag += 1
+    return given, pos, offset, after_ms, DONE, made
 
 
-def with_offset(header_tail, offset):
-    """A content header frame tail (size, class, weight, body size, flags, properties, frame-end)
-    with x-stream-offset = offset last in its headers table (replacing one the publisher set),
-    the other properties byte for byte."""
+def around_offset(header_tail):
+    """(before, after): the content header frame tail (size, class, weight, body size, flags,
+    properties, frame-end) with x-stream-offset last in its headers table (replacing one the
+    publisher set), the other properties byte for byte, is before + the offset (8 bytes,
+    signed big-endian) + after, whatever the offset (the frame's size counts those 8 bytes)."""
     flags = (header_tail[16] << 8) | header_tail[17]
     if not flags & 0xE000:  # no content-type, content-encoding, headers (the usual): a table first
-        return b"".join(
+        before = b"".join(
             (
                 struct.pack(">I", len(header_tail) + 24),  # + table size (4) + the entry (25)
                 header_tail[4:16],
                 struct.pack(">HI", flags | FLAG_HEADERS, len(_OFFSET_ENTRY) + 8),
                 _OFFSET_ENTRY,
-                struct.pack(">q", offset),
-                header_tail[18:],
             )
         )
+        return before, header_tail[18:]
     pos = 18
     if flags & 0x8000:  # content-type, content-encoding: the two shortstrs before headers
         pos += 1 + header_tail[pos]
     if flags & 0x4000:
         pos += 1 + header_tail[pos]
-    entry = _OFFSET_ENTRY + struct.pack(">q", offset)
     if flags & FLAG_HEADERS:
         size = struct.unpack_from(">I", header_tail, pos)[0]
         table = header_tail[pos + 4 : pos + 4 + size]
         if OFFSET_KEY in table:
             table = _without(table, OFFSET_KEY)
-        headers = struct.pack(">I", len(table) + len(entry)) + table + entry
+        headers = struct.pack(">I", len(table) + len(_OFFSET_ENTRY) + 8) + table + _OFFSET_ENTRY
         rest = header_tail[pos + 4 + size : -1]
     else:
-        headers = struct.pack(">I", len(entry)) + entry
+        headers = struct.pack(">I", len(_OFFSET_ENTRY) + 8) + _OFFSET_ENTRY
         rest = header_tail[pos:-1]
-    payload = b"".join((header_tail[4:16], struct.pack(">H", flags | FLAG_HEADERS), header_tail[18:pos], headers, rest))
-    return struct.pack(">I", len(payload)) + payload + b"\xce"
+    head = b"".join((header_tail[4:16], struct.pack(">H", flags | FLAG_HEADERS), header_tail[18:pos], headers))
+    return struct.pack(">I", len(head) + 8 + len(rest)) + head, rest + b"\xce"
 
 
 def _without(table, key):

@@ -110,6 +110,10 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
+    if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries too
+        from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only)
+
+        broker.stream_deliveries = loader.stream_deliveries()
     journal = recover_journal(opts, broker, log)
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     if stop_event is None:

@@ -245,6 +245,72 @@ def test_offsets_are_dense_and_each_delivery_carries_its_offset_the_rest_byte_fo
 
 
 @_in_folder
+def _frames(folder):
+    node = Node(folder)
+    c = opened(node.broker, frame_max=4096)  # bodies past 4,088 bytes take more than one frame
+    c.queue(1, b"s", durable=True, arguments=STREAM)
+    sizes = [0, 1, 4087, 4088, 4089, 10000, 16, 0, 8177]
+    sent = [bytes((i,)) * size for i, size in enumerate(sizes)]
+    publish(node, c, sent, properties={"content-type": b"a/b", "headers": {"k": b"v"}})
+    events = consume(c, "first")  # one read of the segment: every delivery made in one run
+    assert delivered(events) == list(enumerate(sent))
+    for event in events[1:]:
+        assert event.properties["content-type"] == b"a/b" and event.properties["headers"]["k"] == b"v"
+
+
+def test_deliveries_are_framed_to_the_connections_frame_max():
+    _frames()
+
+
+@_in_folder
+def _output_mark(folder):
+    node = Node(folder, limits=Limits(output_high_water=600))
+    c = node.client()
+    c.queue(1, b"s", durable=True, arguments=STREAM)
+    publish(node, c, bodies(0, 30))
+    first = delivered(consume(c, "first"))
+    # a run stops at the delivery that reaches the connection's high-water mark, as one at a
+    # time did; once the client has taken its output, the next run goes out
+    assert 0 < len(first) < 30 and first == numbered(0, len(first))
+    got = list(first)
+    while len(got) < 30:
+        more = delivered(c.read())
+        assert more, got
+        got += more
+    assert got == numbered(0, 30)
+
+
+def test_a_client_that_does_not_keep_up_gets_runs_up_to_its_output_mark():
+    _output_mark()
+
+
+@_in_folder
+def _gap(folder):
+    node = Node(folder)
+    c = node.client()
+    c.queue(1, b"s", durable=True, arguments=STREAM)
+    publish(node, c, bodies(0, 3))
+    c.publish(1, b"", b"s", b"lost")
+    node.crash()  # offset 3 was written, not synced: after the restart, a gap up to the reservation
+    node = Node(folder)
+    c = node.client()
+    gap_end = node.broker.streams[0].next
+    assert gap_end > 4, gap_end
+    c.publish(1, b"", b"s", b"written, not yet durable")
+    node.writer.write()  # in the segment file now, not synced
+    reader = node.client()
+    got = delivered(consume(reader, 1))  # a consumer inside the gap reads the file past it ...
+    assert got == [(1, b"m1"), (2, b"m2"), (3, b"lost")], got
+    assert reader.read() == []  # ... but is not given a record that is not durable
+    node.sync()
+    assert delivered(reader.read()) == [(gap_end, b"written, not yet durable")]
+
+
+def test_a_consumer_in_a_gap_is_given_only_durable_records():
+    _gap()
+
+
+@_in_folder
 def _visible(folder):
     node = Node(folder)
     c = node.client()

@@ -1,0 +1,46 @@
+"""A stream's records into basic.deliver frames in C, called the way core/streamlog.py's
+deliveries() is (server/serve.py hands it to the broker as Broker.stream_deliveries).
+
+One call makes the frames of a whole read buffer of records (up to 64 KiB): the CRC-32
+checks, the method frames and the copies of each record's route, header and body, with
+no Python object per delivery but the run's one bytes object.
+
+Importing this module fails with ImportError when the extension was not built (loader.py
+then leaves the broker on core/streamlog.py).
+"""
+
+from ..core.streamlog import DONE
+from ._accel import ffi, lib
+
+OUT_FULL = 3  # (streams.h) the next delivery's frames did not fit: a larger buffer, again
+POS, OFFSET, AFTER_MS, GIVEN, STATUS = range(5)
+
+# One state array and one output buffer for every stream: the broker runs on one thread, and
+# what a call writes is copied out before the next call.
+_state = ffi.new("uint64_t[5]")
+_out = [ffi.new("uint8_t[]", 256 * 1024)]
+
+
+def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
+    """core.streamlog.deliveries in C: same arguments, same result, the same bytes added to out
+    (as one bytes object for the run)."""
+    state = _state
+    state[POS] = pos
+    state[OFFSET] = offset
+    state[AFTER_MS] = after_ms
+    data = ffi.from_buffer(buf)
+    while True:
+        target = _out[0]
+        made = lib.hutch_stream_deliveries(
+            data, end, state, visible, count, space, number, tag_ss, len(tag_ss), tag, max_payload, target, len(target)
+        )
+        status = state[STATUS]
+        if status != OUT_FULL:
+            break
+        if state[GIVEN]:
+            status = DONE  # the caller comes back for the rest
+            break
+        _out[0] = ffi.new("uint8_t[]", 2 * len(target))  # one delivery larger than the buffer
+    if made:
+        out.append(ffi.buffer(target, made)[:])
+    return state[GIVEN], state[POS], state[OFFSET], state[AFTER_MS], status, made
