@@ -283,18 +283,36 @@ class Protocol:
     def publish(self, exchange, routing_key, body, properties=None, mandatory=False, record=None):
         """basic.publish with its content (body: bytes-like). In confirm mode the message's
         sequence number, and `record` (or that number) is kept until it is confirmed; else 0."""
+        pos = self._publish_method(exchange, routing_key, mandatory)
+        size = len(body)
+        pos = wire.put_content_header(self._tx, pos, self.channel, size, properties, True, NAMES)
+        return self._publish_body(pos, body, record)
+
+    def forward(self, exchange, routing_key, header_tail, body, mandatory=False, record=None):
+        """publish() of a message whose content header is already encoded, as a broker keeps
+        one (core/message.py header_tail: the frame's size, payload and frame-end): a bridge
+        forwards it as it came, properties byte for byte, without decoding them."""
+        pos = self._publish_method(exchange, routing_key, mandatory)
+        pos = wire.put_bytes(
+            self._tx, wire.put_short(self._tx, wire.put_octet(self._tx, pos, 2), self.channel), header_tail
+        )
+        return self._publish_body(pos, body, record)
+
+    def _publish_method(self, exchange, routing_key, mandatory):
         if not self.channel_open:
             raise OSError(errno.ENOTCONN)
         self._chunk(True)
         tx = self._tx
-        ch = self.channel
         start = self._tn
         # basic.publish's arguments (hssbb) put one by one: no tuple of them per message
-        pos = wire.put_long(tx, wire.start_frame(tx, start, 1, ch), spec.BASIC_PUBLISH)
+        pos = wire.put_long(tx, wire.start_frame(tx, start, 1, self.channel), spec.BASIC_PUBLISH)
         pos = wire.put_shortstr(tx, wire.put_shortstr(tx, wire.put_short(tx, pos, 0), exchange), routing_key)
-        pos = wire.end_frame(tx, start, wire.put_octet(tx, pos, 1 if mandatory else 0))
+        return wire.end_frame(tx, start, wire.put_octet(tx, pos, 1 if mandatory else 0))
+
+    def _publish_body(self, pos, body, record):
+        tx = self._tx
+        ch = self.channel
         size = len(body)
-        pos = wire.put_content_header(tx, pos, ch, size, properties, True, NAMES)
         if size and size <= self.frame_max - 8 and pos + size + 8 <= len(tx):  # one body frame, copied
             pos = wire.end_frame(tx, pos, wire.put_bytes(tx, wire.start_frame(tx, pos, 3, ch), body))
         elif size:  # body frames straight from the caller's buffer (data_to_send)

@@ -25,6 +25,7 @@ package(
         "limits.py",
         "link.py",
         "message.py",
+        "outbox.py",
         "paging.py",
         "queue.py",
         "records.py",

@@ -48,6 +48,7 @@ SECTIONS = {
     "limits": None,
     "users": None,
     "auth": ("loopback_users",),
+    "bridge": None,  # [[bridge]]: a list of tables, checked by server/bridge_config.py
 }
 
 
@@ -78,6 +79,8 @@ def read(path):
     for section in data:
         if section not in SECTIONS:
             raise ConfigError("%s: unknown section [%s] (known: %s)" % (path, section, ", ".join(sorted(SECTIONS))))
+        if section == "bridge":
+            continue
         if not isinstance(data[section], dict):
             raise ConfigError("%s: [%s] must be a table" % (path, section))
         allowed = SECTIONS[section]

@@ -1,3 +1,8 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
 # all of it, the broker's entry point that firmware/main.py starts.
-package("hutch/server", files=("__init__.py", "config.py", "options.py", "serve.py"))
+package(
+    "hutch/server",
+    files=("__init__.py", "bridge.py", "bridge_config.py", "config.py", "options.py", "serve.py"),
+)
+# a bridge's upstream side is the sensor client's protocol (imported only with a [[bridge]])
+package("hutch/client", files=("__init__.py", "clock.py", "protocol.py"))

@@ -115,7 +115,16 @@ def settings(args):
             boards.serial_link(profile, device, explicit_baud) for device in _serial_devices(args.serial, server)
         ],
         "baud": baud,
+        "bridges": _bridges(data, path),
     }
+
+
+def _bridges(data, path):
+    if "bridge" not in data:
+        return []
+    from .bridge_config import bridges_from  # only a config with bridges loads their checks
+
+    return bridges_from(data, path)
 
 
 MAX_SCALED_SEGMENT = 8 * 1024 * 1024  # (Linux's own segment size)

@@ -130,6 +130,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         for device in opts["serial"]:
             serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
             await serials[-1].start()
+    bridges = start_bridges(opts["bridges"], broker, log, server.clock)
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
@@ -139,12 +140,26 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         await stop_event.wait()
     finally:
         log("info", "shutting down")
+        for bridge in bridges:  # first: what they had in flight goes back to its queue
+            await bridge.stop()
         for serial in serials:  # first, while the broker still ticks: their peers get 320 and a moment
             await serial.stop()
         await server.stop()
         await journal.stop()  # after the clients: what they were confirmed is on disk
         if status is not None:
             status.stop()  # what the broker left: `hutch ctl status` shows it as such
+
+
+def start_bridges(settings, broker, log, clock):
+    """The config's [[bridge]]s, running (server/bridge.py; not imported without one)."""
+    if not settings:
+        return []
+    from .bridge import Bridge
+
+    bridges = [Bridge(broker, one, log, clock) for one in settings]
+    for bridge in bridges:
+        bridge.start()
+    return bridges
 
 
 def run(opts, on_start=None):

@@ -1,0 +1,311 @@
+"""An up bridge inside `hutch serve`: a local queue forwarded to an upstream broker.
+
+The local side is core/outbox.py (a consumer of the source queue, no socket); the upstream
+side is the sensor client's sans-IO protocol (client/protocol.py), driven here over an
+asyncio stream, on CPython and MicroPython alike. Per link:
+
+    connect (each URI in turn) -> handshake -> confirm.select -> running
+    running: messages the outbox is given are forwarded as they came (basic.publish with the
+    same properties; persistent and mandatory), numbered as upstream confirms them; a
+    confirm settles them locally, a nack or a return puts them back.
+    link lost (EOF, reset, heartbeats missed, upstream closed it, no progress): what was in
+    flight goes back to the head of the queue; retry after reconnect_delay, doubled up to
+    max_reconnect_delay, with jitter.
+
+Status (state, upstream, forwarded, backlog, last error) is `status()`, and each change of
+state is one log line.
+"""
+
+import asyncio
+import errno
+import random
+
+from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
+from ..core import spec
+from ..core.errors import ChannelException
+from ..core.outbox import Outbox
+from ..core.topology import declare_queue
+from ..ports.clock import Clock, sleep_ms
+from ..ports.tcp import close_writer
+
+READ_SIZE = 65536
+TICK_MS = 500
+
+
+class LinkError(Exception):
+    """Why a link ended or could not start: logged and kept as the bridge's last error."""
+
+
+class Bridge:
+    def __init__(self, broker, settings, log, clock=None):
+        self.broker = broker
+        self.settings = settings
+        self.name = settings["name"]
+        self.log = log
+        self.clock = clock or Clock()
+        self.state = "starting"
+        self.upstream = None  # the URI in use (without its password)
+        self.last_error = None
+        self.stopping = False
+        self.output = asyncio.Event()  # something to write: protocol output or messages to forward
+        self.task = None
+        queue = _source_queue(broker, settings["queue"])
+        self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set)
+
+    def start(self):
+        self.task = asyncio.create_task(self.run())
+
+    async def stop(self):
+        """End the link (what was in flight goes back to the queue) and the retry loop."""
+        self.stopping = True
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+        self.outbox.close()
+        self._set_state("stopped")
+
+    def status(self):
+        outbox = self.outbox
+        return {
+            "name": self.name,
+            "direction": self.settings["direction"],
+            "state": self.state,
+            "upstream": self.upstream,
+            "queue": self.settings["queue"],
+            "forwarded": outbox.forwarded,
+            "in_flight": len(outbox.in_flight),
+            "backlog": outbox.backlog(),
+            "last_error": self.last_error,
+        }
+
+    def _set_state(self, state, detail=""):
+        if state != self.state:
+            self.state = state
+            self.log("info", "bridge %s: %s%s" % (self.name, state, detail))
+
+    # ------------------------------------------------------------ the retry loop
+
+    async def run(self):
+        settings = self.settings
+        delay = settings["reconnect_delay"]
+        while not self.stopping:
+            for uri in settings["uris"]:
+                if self.stopping:
+                    break
+                self.upstream = uri["uri"]
+                self._set_state("connecting", " to %s" % uri["uri"])
+                progressed = False
+                try:
+                    progressed = await self._link(uri)
+                except LinkError as e:
+                    self._failed(uri, str(e))
+                except OSError as e:
+                    self._failed(uri, _os_reason(e))
+                except asyncio.TimeoutError:
+                    self._failed(uri, "timed out connecting")
+                finally:
+                    self.outbox.down()  # what was in flight goes back, in order
+                if progressed:
+                    delay = settings["reconnect_delay"]  # it worked for a while: retry soon
+            if self.stopping:
+                break
+            wait = delay * (0.5 + random.getrandbits(16) / 65536)  # jitter: many gateways do not retry in step
+            self._set_state("backoff", " for %.1f s (%s)" % (wait, self.last_error))
+            waited = 0
+            while waited < wait * 1000 and not self.stopping:
+                await sleep_ms(100)
+                waited += 100
+            delay = min(delay * 2, settings["max_reconnect_delay"])
+        self._set_state("stopped")
+
+    def _failed(self, uri, reason):
+        self.last_error = "%s: %s" % (uri["uri"], reason)
+        if not self.stopping:
+            self.log("warning", "bridge %s: %s" % (self.name, self.last_error))
+
+    # ------------------------------------------------------------ one link
+
+    async def _link(self, uri):
+        """Connect, then forward until the link ends: True if it ran (was forwarding)."""
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(uri["host"], uri["port"]), uri["connection_timeout"] / 1000
+        )
+        protocol = Protocol(frame_max=uri["frame_max"])
+        protocol.connect(
+            self.clock.now_ms(),
+            uri["user"],
+            uri["password"],
+            uri["vhost"],
+            uri["heartbeat"],
+            "hutch bridge " + self.name,
+        )
+        link = _Link(self, protocol, reader, writer)
+        writing = asyncio.create_task(link.write_loop())
+        try:
+            await link.read_loop(uri)
+        finally:
+            link.ended = True
+            self.output.set()
+            writing.cancel()
+            await close_writer(writer)
+        return link.ran
+
+
+class _Link:
+    """One connection upstream: its reader feeds the protocol, its writer sends what the
+    protocol has and what the outbox was given."""
+
+    def __init__(self, bridge, protocol, reader, writer):
+        self.bridge = bridge
+        self.protocol = protocol
+        self.reader = reader
+        self.writer = writer
+        self.ended = False
+        self.ran = False
+        self.silent = None  # why the link was closed for its silence
+        self.confirming = bridge.settings["ack_mode"] == "on-confirm"
+        self.exchange = bridge.settings["exchange"]
+        self.routing_key = bridge.settings["routing_key"]
+
+    async def read_loop(self, uri):
+        bridge = self.bridge
+        protocol = self.protocol
+        outbox = bridge.outbox
+        bridge.output.set()  # the protocol header
+        ticker = asyncio.create_task(self._tick_loop(uri["connection_timeout"]))
+        try:
+            while not bridge.stopping:
+                try:
+                    data = await self.reader.read(READ_SIZE)
+                except OSError:
+                    if self.silent:
+                        raise LinkError(self.silent)
+                    raise
+                if not data:
+                    if self.silent:
+                        raise LinkError(self.silent)
+                    raise LinkError("upstream closed the connection")
+                while data:
+                    n = protocol.receive_data(data)
+                    data = data[n:]
+                    self._events(uri)
+                bridge.output.set()
+                if protocol.channel_open and not outbox.up and not protocol.awaiting:
+                    if self.confirming and not protocol.confirming:
+                        protocol.call(spec.CONFIRM_SELECT, (False,))
+                    else:
+                        self._running(uri)
+        finally:
+            ticker.cancel()
+
+    def _running(self, uri):
+        self.ran = True
+        self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
+        self.bridge.outbox.link_up()
+
+    def _events(self, uri):
+        protocol = self.protocol
+        outbox = self.bridge.outbox
+        while True:
+            event = protocol.next_event()
+            if event is None:
+                return
+            if isinstance(event, ConnectionClosed):
+                raise LinkError(_closed_reason(event, protocol))
+            if isinstance(event, ChannelClosed):
+                raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
+            if isinstance(event, Message):
+                continue  # basic.return: its nack or ack follows, and the ack is read as a nack below
+            method_id, args = event
+            if method_id == spec.BASIC_ACK:
+                outbox.confirmed(args[0], args[1])
+            elif method_id == spec.BASIC_NACK:
+                outbox.nacked(args[0], args[1])
+            elif method_id == spec.CONNECTION_BLOCKED:
+                self.bridge._set_state("blocked", " by upstream: %s" % (args[0] if args else ""))
+            elif method_id == spec.CONNECTION_UNBLOCKED:
+                self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
+
+    async def write_loop(self):
+        bridge = self.bridge
+        protocol = self.protocol
+        outbox = bridge.outbox
+        writer = self.writer
+        while not self.ended and not bridge.stopping:
+            await bridge.output.wait()
+            bridge.output.clear()
+            if outbox.up and protocol.blocked is None:
+                self._forward(outbox.take())
+            while True:
+                data = protocol.data_to_send()
+                if data is None:
+                    break
+                writer.write(bytes(data))
+            await writer.drain()
+
+    def _forward(self, entries):
+        protocol = self.protocol
+        for entry in entries:
+            message = entry[0]
+            body = message.body_tail
+            protocol.forward(
+                self.exchange if self.exchange is not None else message.exchange,
+                self.routing_key if self.routing_key is not None else message.routing_key,
+                message.header_tail,
+                memoryview(body)[4:-1] if body is not None else b"",
+            )
+        if not self.confirming and entries:
+            # on-publish / no-ack: settled once written (the data is in the socket's hands)
+            self.bridge.outbox.confirmed(self.bridge.outbox.seq, True)
+
+    async def _tick_loop(self, handshake_ms):
+        """Heartbeats; and an end to a handshake that gets no answer (a black-holed route
+        accepts the connection and then says nothing, heartbeats not agreed yet)."""
+        bridge = self.bridge
+        started = bridge.clock.now_ms()
+        while True:
+            await sleep_ms(TICK_MS)
+            now = bridge.clock.now_ms()
+            if self.protocol.tick(now) < 0:
+                self.silent = "missed heartbeats: upstream is silent"
+            elif not self.ran and now - started > handshake_ms:
+                self.silent = "no answer to the handshake within %d ms" % handshake_ms
+            if self.silent:
+                await close_writer(self.writer)  # the reader sees the end
+                return
+            bridge.output.set()
+
+
+def _source_queue(broker, name):
+    """The local queue a bridge forwards: declared durable if it does not exist."""
+    queue = broker.queues.get(name.encode())
+    if queue is not None:
+        return queue
+    try:
+        return declare_queue(broker, None, name.encode(), False, True, False, False, {})
+    except ChannelException as e:
+        raise LinkError("cannot declare the source queue '%s': %s" % (name, e.text))
+
+
+def _closed_reason(event, protocol):
+    if event.code == spec.ACCESS_REFUSED or (protocol.state != "open" and event.code == 530):
+        return "login refused: %d %s" % (event.code, event.text)
+    return "upstream closed the connection: %d %s" % (event.code, event.text)
+
+
+def _os_reason(e):
+    """A readable reason for a failed link: connection refused, DNS, TLS, reset..."""
+    number = getattr(e, "errno", None)
+    if number == errno.ECONNREFUSED:
+        return "connection refused"
+    if number == errno.ECONNRESET:
+        return "connection reset"
+    kind = e.__class__.__name__
+    if kind == "gaierror":  # socket.gaierror (CPython): the host name did not resolve
+        return "DNS: %s" % (getattr(e, "strerror", None) or e)
+    if kind.startswith("SSL"):
+        return "TLS: %s" % e
+    return getattr(e, "strerror", None) or str(e) or kind

@@ -1,0 +1,200 @@
+"""The [[bridge]] tables of the config file, checked: one dict per bridge, or ConfigError.
+
+    [[bridge]]
+    name = "uplink"
+    direction = "up"                  # local queue -> upstream exchange ("down": the reverse)
+    uri = ["amqp://edge:secret@central:5672/%2F?heartbeat=30", "amqp://backup:5672"]
+    queue = "readings"                # the local source (declared durable if absent)
+    exchange = "sensors"              # upstream destination (default: the message's own)
+    routing_key = "site-7"            # (default: the message's own)
+    ack_mode = "on-confirm"           # or "on-publish", "no-ack"
+    prefetch = 1000                   # messages in flight upstream at most
+    reconnect_delay = 1.0             # seconds before the first retry, doubled up to ...
+    max_reconnect_delay = 30.0        # ... this, with jitter
+
+A URI is RabbitMQ's: amqp://user:password@host:port/vhost, with the query options
+heartbeat (seconds), frame_max (bytes) and connection_timeout (milliseconds). Every
+mistake is one ConfigError naming the bridge and the key, so `hutch serve` says it in one
+line and exits with 2 rather than running a bridge that does nothing.
+"""
+
+from .config import ConfigError
+
+KEYS = (
+    "name",
+    "direction",
+    "uri",
+    "queue",
+    "exchange",
+    "routing_key",
+    "ack_mode",
+    "prefetch",
+    "reconnect_delay",
+    "max_reconnect_delay",
+)
+ACK_MODES = ("on-confirm", "on-publish", "no-ack")
+URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout")
+
+
+def bridges_from(data, path="config"):
+    """The checked bridges of a config file's data (config.read): a list of dicts."""
+    tables = data.get("bridge", [])
+    if isinstance(tables, dict):  # JSON written as one object rather than a list of them
+        tables = [tables]
+    if not isinstance(tables, list):
+        raise ConfigError("%s: [[bridge]] must be a list of tables" % path)
+    bridges = []
+    names = set()
+    for i, table in enumerate(tables):
+        if not isinstance(table, dict):
+            raise ConfigError("%s: [[bridge]] #%d must be a table" % (path, i + 1))
+        bridge = _bridge(table, path, i + 1)
+        where = "%s: bridge '%s'" % (path, bridge["name"])
+        if bridge["name"] in names:
+            raise ConfigError("%s: a second bridge named '%s'" % (where, bridge["name"]))
+        names.add(bridge["name"])
+        bridges.append(bridge)
+    return bridges
+
+
+def _bridge(table, path, number):
+    where = "%s: [[bridge]] #%d" % (path, number)
+    for key in table:
+        if key not in KEYS:
+            raise ConfigError("%s: unknown key '%s' (known: %s)" % (where, key, ", ".join(KEYS)))
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError('%s needs name = "..."' % where)
+    where = "%s: bridge '%s'" % (path, name)
+    direction = table.get("direction", "up")
+    if direction != "up":
+        raise ConfigError('%s: direction must be "up" ("down" is not built yet), not %r' % (where, direction))
+    uris = table.get("uri")
+    if isinstance(uris, str):
+        uris = [uris]
+    if not isinstance(uris, list) or not uris:
+        raise ConfigError('%s needs uri = "amqp://user:password@host:port/vhost" (or a list of them)' % where)
+    queue = table.get("queue")
+    if not isinstance(queue, str) or not queue:
+        raise ConfigError('%s needs queue = "..." (the local queue it forwards)' % where)
+    ack_mode = table.get("ack_mode", "on-confirm")
+    if ack_mode not in ACK_MODES:
+        raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
+    delay = _number(table, "reconnect_delay", 1.0, where)
+    return {
+        "name": name,
+        "direction": direction,
+        "uris": [parse_uri(uri, where) for uri in uris],
+        "queue": queue,
+        "exchange": _optional_text(table, "exchange", where),
+        "routing_key": _optional_text(table, "routing_key", where),
+        "ack_mode": ack_mode,
+        "prefetch": _whole(table, "prefetch", 1000, where, 1, 65535),
+        "reconnect_delay": delay,
+        "max_reconnect_delay": max(delay, _number(table, "max_reconnect_delay", 30.0, where)),
+    }
+
+
+def parse_uri(uri, where="uri"):
+    """amqp[s]://user:password@host:port/vhost?options as a dict; ConfigError if it is not one."""
+    if not isinstance(uri, str):
+        raise ConfigError("%s: a uri must be a string, not %r" % (where, uri))
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme not in ("amqp", "amqps"):
+        raise ConfigError("%s: '%s' is not an amqp:// or amqps:// URI" % (where, _hide_password(uri)))
+    rest, _, query = rest.partition("?")
+    authority, slash, vhost = rest.partition("/")
+    credentials, at, hostport = authority.rpartition("@")
+    user, _, password = credentials.partition(":") if at else ("guest", "", "guest")
+    host, port = hostport, 5671 if scheme == "amqps" else 5672
+    if hostport.startswith("["):  # [ipv6]:port
+        end = hostport.find("]")
+        host, tail = hostport[1:end], hostport[end + 1 :]
+        if tail.startswith(":"):
+            port = _port(tail[1:], uri, where)
+    elif ":" in hostport:
+        host, _, text = hostport.rpartition(":")
+        port = _port(text, uri, where)
+    if not host:
+        raise ConfigError("%s: '%s' names no host" % (where, _hide_password(uri)))
+    options = {"heartbeat": 60, "frame_max": 131072, "connection_timeout": 30000}
+    for pair in query.split("&") if query else ():
+        key, _, value = pair.partition("=")
+        if key not in URI_OPTIONS:
+            raise ConfigError(
+                "%s: unknown option '%s' in '%s' (known: %s)"
+                % (where, key, _hide_password(uri), ", ".join(URI_OPTIONS))
+            )
+        if not value.isdigit():
+            raise ConfigError("%s: %s must be a whole number in '%s'" % (where, key, _hide_password(uri)))
+        options[key] = int(value)
+    return {
+        "uri": _hide_password(uri),
+        "tls": scheme == "amqps",
+        "host": host,
+        "port": port,
+        "user": _unquote(user),
+        "password": _unquote(password),
+        "vhost": _unquote(vhost) if slash and vhost else "/",
+        "heartbeat": options["heartbeat"],
+        "frame_max": options["frame_max"],
+        "connection_timeout": options["connection_timeout"],
+    }
+
+
+def _port(text, uri, where):
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError("%s: '%s' has no valid port" % (where, _hide_password(uri)))
+    return int(text)
+
+
+def _unquote(text):
+    """%XX escapes, as in RabbitMQ's URIs (the vhost "/" is %2F)."""
+    if "%" not in text:
+        return text
+    out = bytearray()
+    i = 0
+    raw = text.encode()
+    while i < len(raw):
+        if raw[i] == 37 and _is_hex(raw[i + 1 : i + 3]):  # %XX
+            out.append(int(raw[i + 1 : i + 3].decode(), 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return bytes(out).decode()
+
+
+def _is_hex(pair):
+    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
+
+
+def _hide_password(uri):
+    """The URI as logs and status may show it: without its password."""
+    scheme, sep, rest = uri.partition("://")
+    authority, slash, tail = rest.partition("/")
+    credentials, at, hostport = authority.rpartition("@")
+    if at and ":" in credentials:
+        credentials = credentials.partition(":")[0] + ":***"
+    return scheme + sep + credentials + at + hostport + slash + tail
+
+
+def _optional_text(table, key, where):
+    value = table.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError("%s: %s must be a string, not %r" % (where, key, value))
+    return value
+
+
+def _whole(table, key, default, where, low, high):
+    value = table.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError("%s: %s must be a whole number from %d to %d, not %r" % (where, key, low, high, value))
+    return value
+
+
+def _number(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ConfigError("%s: %s must be a number of seconds, not %r" % (where, key, value))
+    return float(value)

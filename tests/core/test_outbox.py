@@ -1,0 +1,72 @@
+"""core/outbox.py: the local side of an up bridge (a consumer session with no socket)."""
+
+from harness import opened
+
+from hutch.core.outbox import Outbox
+
+
+def _queue_with(client, count):
+    client.declare_queue(1, b"src", durable=True)
+    for i in range(count):
+        client.publish(1, b"", b"src", b"m%d" % i)
+    return client.broker.queues[b"src"]
+
+
+def _bodies(entries):
+    return [entry[0].body_tail[4:-1] for entry in entries]
+
+
+def test_nothing_is_delivered_until_the_link_is_up_then_at_most_the_window():
+    client = opened()
+    queue = _queue_with(client, 10)
+    woken = []
+    outbox = Outbox(client.broker, queue, "up", 4, lambda: woken.append(1))
+    assert outbox.take() == [] and not woken
+    outbox.link_up()
+    assert _bodies(outbox.take()) == [b"m0", b"m1", b"m2", b"m3"]
+    assert woken and outbox.backlog() == 10
+    assert outbox.take() == []  # the window is full until upstream confirms
+
+
+def test_confirms_settle_and_make_room_in_order():
+    client = opened()
+    queue = _queue_with(client, 10)
+    outbox = Outbox(client.broker, queue, "up", 4)
+    outbox.link_up()
+    outbox.take()
+    outbox.confirmed(3, True)  # m0..m2 leave the queue
+    assert outbox.forwarded == 3 and queue.message_count() == 3
+    assert _bodies(outbox.take()) == [b"m4", b"m5", b"m6"]
+    outbox.confirmed(4, False)
+    assert outbox.forwarded == 4
+    assert _bodies(outbox.take()) == [b"m7"]
+    assert [seq for seq, _entry in outbox.in_flight] == [5, 6, 7, 8]
+
+
+def test_a_lost_link_puts_what_was_in_flight_back_first_marked_redelivered():
+    client = opened()
+    queue = _queue_with(client, 6)
+    outbox = Outbox(client.broker, queue, "up", 3)
+    outbox.link_up()
+    outbox.take()
+    outbox.confirmed(1, False)
+    outbox.down()
+    assert outbox.in_flight == [] and queue.message_count() == 5
+    outbox.link_up()  # a new link: its confirms count from 1 again
+    entries = outbox.take()
+    assert _bodies(entries) == [b"m1", b"m2", b"m3"]
+    assert [entry[1] for entry in entries] == [True, True, True]  # m3 had been delivered too
+    assert [seq for seq, _entry in outbox.in_flight] == [1, 2, 3]
+
+
+def test_a_nack_puts_the_message_back_and_close_ends_the_consumer():
+    client = opened()
+    queue = _queue_with(client, 2)
+    outbox = Outbox(client.broker, queue, "up", 1)
+    outbox.link_up()
+    outbox.take()
+    outbox.nacked(1, False)
+    entries = outbox.take()
+    assert _bodies(entries) == [b"m0"] and entries[0][1] is True
+    outbox.close()
+    assert queue.consumers == [] and queue.message_count() == 2
