@@ -160,8 +160,13 @@ def test_flash_installs_the_bundle_and_the_board_serves_from_its_config(board, t
             assert f.read() == g.read(), name
     for package in ("core", "ports", "server", "boards"):
         assert os.path.exists(os.path.join(board.dir, "hutch", package, "__init__.mpy")), package
-    for host_only in ("tools", "client"):  # the host's command line; a sensor node's client
-        assert not os.path.exists(os.path.join(board.dir, "hutch", host_only)), host_only
+    assert not os.path.exists(os.path.join(board.dir, "hutch", "tools"))  # the host's command line
+    # of the sensor client, only the protocol a bridge speaks upstream through (server/manifest.py)
+    assert sorted(os.listdir(os.path.join(board.dir, "hutch", "client"))) == [
+        "__init__.mpy",
+        "clock.mpy",
+        "protocol.mpy",
+    ]
     assert not os.path.exists(os.path.join(board.dir, "hutch", "core", "batch.mpy"))  # the C scanner's reader
     with open(os.path.join(board.dir, "hutch.json")) as f:
         written = json.load(f)
