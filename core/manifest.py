@@ -21,6 +21,7 @@ package(
         "fifo.py",
         "flow.py",
         "handshake.py",
+        "headers.py",
         "journal.py",
         "limits.py",
         "link.py",

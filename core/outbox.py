@@ -15,11 +15,32 @@ with no socket: the bridge's port (server/bridge.py) drives it.
   order and marked redelivered, to be sent again first on the next link. So order is kept
   per bridge, and only messages in flight when a link dies can reach upstream twice.
 
+Each forwarded message is persistent and carries three headers: x-hutch-origin (this node
+and bridge), x-hutch-seq (a number that only grows along the queue and stays the same when
+the message is sent again: its journal id, which survives restarts; a transient message,
+which does not, counts in a lane of this run's own, named in its origin) and x-hutch-hops
+(one more than it came with). So an upstream can tell a message sent again from a new one.
+
+A message upstream cannot route comes back (basic.return) before its confirm: it is put back
+and sent again, up to MAX_RETURNS times; then it is dead-lettered from the source queue if
+that has a dead-letter exchange, and otherwise it stays at the head and the bridge says it
+is stuck (`stuck`), never confirmed-and-lost.
+
 Sans-IO and MicroPython-clean.
 """
 
-from .broker import ACCEPT, REQUEUE
+import struct
+
+from .broker import ACCEPT, REJECT, REQUEUE
+from .headers import with_entries
 from .queue import Consumer
+from .wire import shortstr
+
+ORIGIN = b"x-hutch-origin"
+SEQ = b"x-hutch-seq"
+HOPS = b"x-hutch-hops"
+KEYS = (ORIGIN, SEQ, HOPS)
+MAX_RETURNS = 5
 
 
 class Outbox:
@@ -27,11 +48,18 @@ class Outbox:
     # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.
     prefetch_global = 0
     consumer_unacked = 0
+    last_return = ""  # the code and text of upstream's last basic.return
 
-    def __init__(self, broker, queue, name, window, wake=None):
+    def __init__(self, broker, queue, name, window, wake=None, node=b"hutch"):
         self.broker = broker
         self.queue = queue
         self.name = name
+        self.origin = node + b"/" + name.encode()  # x-hutch-origin of persistent messages
+        self.run_origin = self.origin + b"/" + broker.new_name(b"run-")  # and of transient ones
+        self.transient_seq = 0
+        self.returns = {}  # message -> how often upstream returned it
+        self.returned = []  # in-flight entries upstream returned, their confirm still to come
+        self.stuck = None  # why the head of the queue cannot go upstream (see the module's docstring)
         self.up = False
         self.waiting = []  # entries delivered to the bridge, not sent upstream yet, in order
         self.in_flight = []  # [seq, entry] sent upstream, awaiting a confirm, in order
@@ -81,7 +109,91 @@ class Outbox:
 
     def confirmed(self, seq, multiple):
         """Upstream confirmed seq (and every one before it, if multiple): settle them."""
-        self.forwarded += self._settle(self._settled(seq, multiple), ACCEPT)
+        entries = self._settled(seq, multiple)
+        if self.returned:
+            back = [entry for entry in entries if entry in self.returned]
+            entries = [entry for entry in entries if entry not in self.returned]
+            self._retry(back)
+        self.forwarded += self._settle(entries, ACCEPT)
+
+    # ------------------------------------------------------------ what goes upstream
+
+    def header_for(self, message):
+        """The content header forwarded for message: persistent, with the bridge's headers."""
+        if message.journal_id:
+            origin, seq = self.origin, message.journal_id
+        else:
+            if not message.forward_seq:
+                self.transient_seq += 1
+                message.forward_seq = self.transient_seq
+            origin, seq = self.run_origin, message.forward_seq
+        hops = 1
+        tail = message.header_tail
+        if HOPS in tail:  # it came over a bridge already: one hop more
+            came = message.properties().get("headers", {}).get(HOPS.decode())
+            if isinstance(came, int):
+                hops = came + 1
+        entries = b"".join(
+            (
+                shortstr(ORIGIN),
+                b"S",
+                struct.pack(">I", len(origin)),
+                origin,
+                shortstr(SEQ),
+                b"l",
+                struct.pack(">q", seq),
+                shortstr(HOPS),
+                b"I",
+                struct.pack(">i", hops),
+            )
+        )
+        return with_entries(tail, entries, KEYS, True)
+
+    def returned_by(self, origin, seq, reason):
+        """Upstream returned the message with these headers (basic.return, reason: its code and
+        text): its confirm, which follows, puts it back instead of settling it."""
+        for pair in self.in_flight:
+            message = pair[1][0]
+            mine = (
+                (origin, seq) == (self.origin, message.journal_id)
+                if message.journal_id
+                else (origin == self.run_origin and seq == message.forward_seq)
+            )
+            if mine:
+                self.returned.append(pair[1])
+                self.last_return = reason
+                return True
+        return False
+
+    def _retry(self, entries):
+        """Returned entries: again (at the head), or dead-lettered after MAX_RETURNS."""
+        returns = self.returns
+        again = []
+        dead = []
+        for entry in entries:
+            self.returned.remove(entry)
+            count = returns.get(entry[0], 0) + 1
+            if count < MAX_RETURNS:
+                returns[entry[0]] = count
+                again.append(entry)
+            elif self.queue.dead_letter_exchange is not None:
+                returns.pop(entry[0], None)
+                dead.append(entry)
+            else:
+                returns[entry[0]] = count
+                again.append(entry)
+                self.stuck = "upstream returned a message %d times (%s) and the queue has no dead-letter exchange" % (
+                    count,
+                    self.last_return,
+                )
+        if dead:
+            self.broker.log(
+                "warning",
+                "bridge %s: %d messages dead-lettered after %d returns (%s)"
+                % (self.name, len(dead), MAX_RETURNS, self.last_return),
+            )
+        self._settle(dead, REJECT)
+        self._settle(again, REQUEUE)
 
     def nacked(self, seq, multiple):
         """Upstream refused seq (and the ones before it, if multiple): back to the queue's head."""
@@ -90,6 +202,7 @@ class Outbox:
     def down(self):
         """The link is gone: what was in flight or waiting goes back to the queue, in order."""
         self.up = False
+        self.returned = []
         entries = [pair[1] for pair in self.in_flight] + self.waiting
         self.in_flight = []
         self.waiting = []
@@ -116,6 +229,9 @@ class Outbox:
     def _settle(self, entries, outcome):
         if not entries or self.consumer is None:
             return 0
+        if outcome == ACCEPT and self.returns:
+            for entry in entries:
+                self.returns.pop(entry[0], None)
         self.consumer.unacked -= len(entries)
         self.broker.settle(self.queue, entries, outcome)
         if self.up:

@@ -21,15 +21,15 @@ Sans-IO and MicroPython-clean: bytes in, records and frames out.
 import struct
 from binascii import crc32
 
+from . import headers
 from .records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
 from .spec import BASIC_DELIVER
-from .wire import FRAME_END_BYTE, _decode_value, shortstr
+from .wire import FRAME_END_BYTE, shortstr
 
 MESSAGE = 32  # the record kind (apart from the journal's, so a journal tool never mistakes one)
 PREFIX = 16  # offset and timestamp: what reading past a record needs of its payload
 OFFSET_KEY = b"x-stream-offset"
 _OFFSET_ENTRY = shortstr(OFFSET_KEY) + b"l"  # the header's key and type tag; the value follows
-FLAG_HEADERS = 0x2000
 
 DELIVER_ID = struct.pack(">I", BASIC_DELIVER)
 
@@ -241,46 +241,17 @@ def around_offset(header_tail):
     properties, frame-end) with x-stream-offset last in its headers table (replacing one the
     publisher set), the other properties byte for byte, is before + the offset (8 bytes,
     signed big-endian) + after, whatever the offset (the frame's size counts those 8 bytes)."""
-    flags = (header_tail[16] << 8) | header_tail[17]
-    if not flags & 0xE000:  # no content-type, content-encoding, headers (the usual): a table first
-        before = b"".join(
-            (
-                struct.pack(">I", len(header_tail) + 24),  # + table size (4) + the entry (25)
-                header_tail[4:16],
-                struct.pack(">HI", flags | FLAG_HEADERS, len(_OFFSET_ENTRY) + 8),
-                _OFFSET_ENTRY,
-            )
+    flags, before, table, after = headers.split(header_tail)
+    if OFFSET_KEY in table:
+        table = headers.without(table, OFFSET_KEY)
+    head = b"".join(
+        (
+            header_tail[4:16],
+            struct.pack(">H", flags | headers.FLAG_HEADERS),
+            before,
+            struct.pack(">I", len(table) + len(_OFFSET_ENTRY) + 8),
+            table,
+            _OFFSET_ENTRY,
         )
-        return before, header_tail[18:]
-    pos = 18
-    if flags & 0x8000:  # content-type, content-encoding: the two shortstrs before headers
-        pos += 1 + header_tail[pos]
-    if flags & 0x4000:
-        pos += 1 + header_tail[pos]
-    if flags & FLAG_HEADERS:
-        size = struct.unpack_from(">I", header_tail, pos)[0]
-        table = header_tail[pos + 4 : pos + 4 + size]
-        if OFFSET_KEY in table:
-            table = _without(table, OFFSET_KEY)
-        headers = struct.pack(">I", len(table) + len(_OFFSET_ENTRY) + 8) + table + _OFFSET_ENTRY
-        rest = header_tail[pos + 4 + size : -1]
-    else:
-        headers = struct.pack(">I", len(_OFFSET_ENTRY) + 8) + _OFFSET_ENTRY
-        rest = header_tail[pos:-1]
-    head = b"".join((header_tail[4:16], struct.pack(">H", flags | FLAG_HEADERS), header_tail[18:pos], headers))
-    return struct.pack(">I", len(head) + 8 + len(rest)) + head, rest + b"\xce"
-
-
-def _without(table, key):
-    """The entries of a field table's content (no length prefix) but those named key (wire's
-    reader finds where each value ends)."""
-    kept = []
-    pos = 0
-    end = len(table)
-    while pos < end:
-        value_at = pos + 1 + table[pos]
-        stop = _decode_value(table, value_at, end, False)[1]
-        if table[pos + 1 : value_at] != key:
-            kept.append(table[pos:stop])
-        pos = stop
-    return b"".join(kept)
+    )
+    return struct.pack(">I", len(head) + 8 + len(after)) + head, after + b"\xce"

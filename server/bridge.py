@@ -17,7 +17,9 @@ state is one log line.
 """
 
 import asyncio
+import binascii
 import errno
+import os
 import random
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
@@ -37,7 +39,7 @@ class LinkError(Exception):
 
 
 class Bridge:
-    def __init__(self, broker, settings, log, clock=None):
+    def __init__(self, broker, settings, log, clock=None, node=b"hutch"):
         self.broker = broker
         self.settings = settings
         self.name = settings["name"]
@@ -50,7 +52,7 @@ class Bridge:
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
         queue = _source_queue(broker, settings["queue"])
-        self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set)
+        self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
 
     def start(self):
         self.task = asyncio.create_task(self.run())
@@ -142,6 +144,7 @@ class Bridge:
             uri["heartbeat"],
             "hutch bridge " + self.name,
         )
+        self.outbox.stuck = None  # found again if upstream still returns the head of the queue
         link = _Link(self, protocol, reader, writer)
         writing = asyncio.create_task(link.write_loop())
         try:
@@ -193,6 +196,8 @@ class _Link:
                     data = data[n:]
                     self._events(uri)
                 bridge.output.set()
+                if outbox.stuck:
+                    raise LinkError(outbox.stuck)
                 if protocol.channel_open and not outbox.up and not protocol.awaiting:
                     if self.confirming and not protocol.confirming:
                         protocol.call(spec.CONFIRM_SELECT, (False,))
@@ -217,8 +222,9 @@ class _Link:
                 raise LinkError(_closed_reason(event, protocol))
             if isinstance(event, ChannelClosed):
                 raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
-            if isinstance(event, Message):
-                continue  # basic.return: its nack or ack follows, and the ack is read as a nack below
+            if isinstance(event, Message):  # basic.return (mandatory): its confirm follows
+                self._returned(event)
+                continue
             method_id, args = event
             if method_id == spec.BASIC_ACK:
                 outbox.confirmed(args[0], args[1])
@@ -228,6 +234,16 @@ class _Link:
                 self.bridge._set_state("blocked", " by upstream: %s" % (args[0] if args else ""))
             elif method_id == spec.CONNECTION_UNBLOCKED:
                 self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
+
+    def _returned(self, message):
+        headers = message.properties.get("headers") or {}
+        origin = headers.get("x-hutch-origin")
+        seq = headers.get("x-hutch-seq")
+        if isinstance(origin, str):
+            origin = origin.encode()
+        reason = "%d %s" % (message.reply_code, message.reply_text)
+        if not self.bridge.outbox.returned_by(origin, seq, reason):
+            self.bridge.log("warning", "bridge %s: upstream returned a message it was not sent" % self.bridge.name)
 
     async def write_loop(self):
         bridge = self.bridge
@@ -248,14 +264,16 @@ class _Link:
 
     def _forward(self, entries):
         protocol = self.protocol
+        outbox = self.bridge.outbox
         for entry in entries:
             message = entry[0]
             body = message.body_tail
             protocol.forward(
                 self.exchange if self.exchange is not None else message.exchange,
                 self.routing_key if self.routing_key is not None else message.routing_key,
-                message.header_tail,
+                outbox.header_for(message),
                 memoryview(body)[4:-1] if body is not None else b"",
+                True,  # mandatory: what upstream cannot route comes back (Outbox.returned_by)
             )
         if not self.confirming and entries:
             # on-publish / no-ack: settled once written (the data is in the socket's hands)
@@ -277,6 +295,21 @@ class _Link:
                 await close_writer(self.writer)  # the reader sees the end
                 return
             bridge.output.set()
+
+
+def node_id(data_folder):
+    """This broker's name in x-hutch-origin: made once, kept in the data folder, so an upstream
+    tells this node's messages apart from another's across restarts."""
+    path = data_folder + "/node-id"
+    try:
+        with open(path) as f:
+            return f.read().strip().encode()
+    except OSError:
+        pass
+    name = "hutch-" + binascii.hexlify(os.urandom(6)).decode()
+    with open(path, "w") as f:
+        f.write(name + "\n")
+    return name.encode()
 
 
 def _source_queue(broker, name):

@@ -130,7 +130,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         for device in opts["serial"]:
             serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
             await serials[-1].start()
-    bridges = start_bridges(opts["bridges"], broker, log, server.clock)
+    bridges = start_bridges(opts["bridges"], broker, log, server.clock, opts["data"])
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
@@ -150,13 +150,14 @@ async def serve(opts, log, stop_event=None, on_ready=None):
             status.stop()  # what the broker left: `hutch ctl status` shows it as such
 
 
-def start_bridges(settings, broker, log, clock):
+def start_bridges(settings, broker, log, clock, data_folder):
     """The config's [[bridge]]s, running (server/bridge.py; not imported without one)."""
     if not settings:
         return []
-    from .bridge import Bridge
+    from .bridge import Bridge, node_id
 
-    bridges = [Bridge(broker, one, log, clock) for one in settings]
+    node = node_id(data_folder)
+    bridges = [Bridge(broker, one, log, clock, node) for one in settings]
     for bridge in bridges:
         bridge.start()
     return bridges

@@ -70,3 +70,51 @@ def test_a_nack_puts_the_message_back_and_close_ends_the_consumer():
     assert _bodies(entries) == [b"m0"] and entries[0][1] is True
     outbox.close()
     assert queue.consumers == [] and queue.message_count() == 2
+
+
+def _props(header_tail):
+    from hutch.core.wire import decode_properties
+
+    return decode_properties(memoryview(header_tail)[4:-1])
+
+
+def test_forwarded_headers_name_origin_sequence_and_hops_and_make_it_persistent():
+    from hutch.core.message import Message
+
+    client = opened()
+    client.declare_queue(1, b"src", durable=True)
+    client.publish(1, b"", b"src", b"x", {"delivery-mode": 1, "headers": {"a": 1}})
+    client.publish(1, b"", b"src", b"y")
+    outbox = Outbox(client.broker, client.broker.queues[b"src"], "up", 4, node=b"node-1")
+    outbox.link_up()
+    first, second = [entry[0] for entry in outbox.take()]
+    props = _props(outbox.header_for(first))
+    assert props["delivery-mode"] == 2
+    headers = props["headers"]
+    # no journal here, so transient: a lane of this run's own, named in the origin
+    assert headers["a"] == 1 and headers["x-hutch-origin"] == outbox.run_origin
+    assert outbox.run_origin.startswith(b"node-1/up/run-")
+    assert (headers["x-hutch-seq"], headers["x-hutch-hops"]) == (1, 1)
+    assert _props(outbox.header_for(second))["headers"]["x-hutch-seq"] == 2
+    assert _props(outbox.header_for(first))["headers"]["x-hutch-seq"] == 1, "sent again: the same number"
+    # a message that came over a bridge already: one hop more, its old bridge headers replaced
+    came = Message(b"", b"k", b"\x00\x01k", outbox.header_for(first), None, 0)
+    again = _props(outbox.header_for(came))["headers"]
+    assert sorted(again) == ["a", "x-hutch-hops", "x-hutch-origin", "x-hutch-seq"]
+    assert again["x-hutch-hops"] == 2
+
+
+def test_a_returned_message_is_sent_again_and_without_a_dead_letter_exchange_the_bridge_is_stuck():
+    from hutch.core.outbox import MAX_RETURNS
+
+    client = opened()
+    queue = _queue_with(client, 2)
+    outbox = Outbox(client.broker, queue, "up", 4)
+    outbox.link_up()
+    for _attempt in range(MAX_RETURNS):
+        entries = outbox.take() or []
+        message = entries[0][0] if entries else outbox.in_flight[0][1][0]
+        assert outbox.returned_by(outbox.run_origin, message.forward_seq, "312 NO_ROUTE")
+        outbox.confirmed(outbox.seq, True)  # the confirm after the return: m1 is settled, m0 back
+        assert outbox.backlog() == 1 and outbox.forwarded == 1
+    assert outbox.stuck is not None and "312 NO_ROUTE" in outbox.stuck

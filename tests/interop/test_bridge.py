@@ -83,7 +83,13 @@ def test_an_up_bridge_forwards_every_confirmed_message_to_rabbitmq_in_order(tmp_
         publish_confirmed(edge, "readings", bodies)
         got = consume_all(upstream, "bridged-readings", len(bodies))
         assert [body for body, _h, _m in got] == bodies
-        assert got[7][1] == {"n": len(bodies[7])}, "properties are forwarded as they came"
+        headers = [h for _b, h, _m in got]
+        assert headers[7]["n"] == len(bodies[7]), "properties are forwarded as they came"
+        node = (tmp_path / "edge" / "data" / "node-id").read_text().strip()
+        assert {h["x-hutch-origin"] for h in headers} == {node + "/up"}
+        assert {h["x-hutch-hops"] for h in headers} == {1}
+        seqs = [h["x-hutch-seq"] for h in headers]
+        assert seqs == sorted(set(seqs)), "a number per message that only grows"
         assert {mode for _b, _h, mode in got} == {2}
         wait_until(lambda: "bridge up: running" in edge.log(), what="the running line")
     finally:
@@ -309,3 +315,88 @@ def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, r
     assert sum(faults.values()) == 12, faults
     assert first == bodies, "lost or out of order (seed %d)" % seed
     assert duplicates <= 200 * 12, "more duplicates than the window per fault"
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_what_upstream_cannot_route_is_retried_then_dead_lettered_at_the_edge(tmp_path, rabbitmq):
+    """mandatory: RabbitMQ returns a message no queue takes (RabbitMQ's own shovel would have it
+    confirmed and lost). After 5 returns it is dead-lettered from the source queue; the
+    messages around it still go through, in order."""
+    upstream = rabbitmq_url(rabbitmq)
+    upstream_queue(upstream, "bridged-routable")
+    upstream_binding(upstream, "bridged-routable", "amq.direct", "ok")
+    folder = tmp_path / "edge"
+    folder.mkdir()
+    config = folder / "hutch.toml"
+    config.write_text("")
+    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start()
+    connection = pika.BlockingConnection(pika.URLParameters(edge.url))
+    channel = connection.channel()
+    channel.queue_declare("dead", durable=True)
+    arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+    channel.queue_declare("routed-out", durable=True, arguments=arguments)
+    for key in ("ok", "nowhere"):  # the messages keep their routing keys, and so go upstream
+        channel.queue_bind("routed-out", "amq.direct", key)
+    connection.close()
+    edge.stop()
+    config.write_text(
+        '[[bridge]]\nname = "returns"\nuri = "%s"\nqueue = "routed-out"\nexchange = "amq.direct"\n' % upstream
+    )
+    edge.start()
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(edge.url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for key, body in (("ok", b"first"), ("nowhere", b"unroutable"), ("ok", b"second")):
+            channel.basic_publish("amq.direct", key, body, pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        got = consume_all(upstream, "bridged-routable", 2)
+        assert [body for body, _h, _m in got] == [b"first", b"second"]
+        wait_until(lambda: "dead-lettered after 5 returns" in edge.log(), timeout=30, what="the dead-letter line")
+        assert "312 NO_ROUTE" in edge.log()
+        connection = pika.BlockingConnection(pika.URLParameters(edge.url))
+        method, properties, body = connection.channel().basic_get("dead", auto_ack=True)
+        connection.close()
+        assert body == b"unroutable"
+        assert (
+            properties.headers["x-death"][0]["queue"] == b"routed-out"
+            or properties.headers["x-death"][0]["queue"] == "routed-out"
+        )
+    finally:
+        edge.stop()
+    assert not edge.errors(), edge.log()[-3000:]
+
+
+def upstream_binding(url, queue, exchange, key):
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.queue_bind(queue, exchange, key)
+    connection.close()
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_without_a_dead_letter_exchange_an_unroutable_message_waits_at_the_edge(tmp_path, rabbitmq):
+    """No dead-letter exchange on the source queue: the bridge says it is stuck, backs off and
+    tries again; the message stays at the edge until upstream can take it."""
+    upstream = rabbitmq_url(rabbitmq)
+    upstream_queue(upstream, "bridged-later")
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "stuck",
+            "uri": upstream,
+            "queue": "stuck-out",
+            "exchange": "amq.direct",
+            "routing_key": "later",
+            "reconnect_delay": 0.2,
+            "max_reconnect_delay": 0.5,
+        },
+    )
+    try:
+        publish_confirmed(edge, "stuck-out", [b"patience"])
+        wait_until(lambda: "has no dead-letter exchange" in edge.log(), timeout=30, what="the stuck line")
+        upstream_binding(upstream, "bridged-later", "amq.direct", "later")
+        got = consume_all(upstream, "bridged-later", 1, timeout=15)
+        assert [body for body, _h, _m in got] == [b"patience"]
+    finally:
+        edge.stop()
