@@ -18,8 +18,9 @@ STATUS_FILE = "status.json"
 STATUS_EVERY_MS = 2000
 
 
-def snapshot(broker, running=True):
-    """The broker's queues and streams as a dict (what status.json holds)."""
+def snapshot(broker, running=True, extra=None):
+    """The broker's queues and streams as a dict (what status.json holds); extra: more
+    sections, name -> a function giving what JSON shows (the bridges' status)."""
     now = broker.now + broker.wall_offset  # wall clock ms, as messages are stamped (Broker.publish)
     unacked = {}
     for conn in broker.connections:
@@ -32,7 +33,7 @@ def snapshot(broker, running=True):
             streams.append(_stream(queue, unacked.get(queue, 0)))
         else:
             queues.append(_queue(queue, now, unacked.get(queue, 0)))
-    return {
+    out = {
         "pid": os.getpid(),
         "running": running,
         "written_at": time.time(),
@@ -40,6 +41,9 @@ def snapshot(broker, running=True):
         "queues": queues,
         "streams": streams,
     }
+    for name, section in (extra or {}).items():
+        out[name] = section()
+    return out
 
 
 def _queue(queue, now, unacked):
@@ -94,19 +98,20 @@ def as_text(value):
     return value
 
 
-def write(folder, broker, running=True):
+def write(folder, broker, running=True, extra=None):
     """status.json in folder, replaced whole."""
     path = os.path.join(folder, STATUS_FILE)
     with open(path + ".tmp", "w") as f:
-        json.dump(snapshot(broker, running), f)
+        json.dump(snapshot(broker, running, extra), f)
     os.replace(path + ".tmp", path)
 
 
 class StatusWriter:
     """Writes status.json every STATUS_EVERY_MS while the broker runs, and at its stop."""
 
-    def __init__(self, folder, broker, log):
+    def __init__(self, folder, broker, log, extra=None):
         self.folder, self.broker, self.log = folder, broker, log
+        self.extra = extra  # more sections (snapshot's extra)
         self.task = None
         self.failed = False
 
@@ -120,7 +125,7 @@ class StatusWriter:
 
     def _write(self, running):
         try:
-            write(self.folder, self.broker, running)
+            write(self.folder, self.broker, running, self.extra)
             self.failed = False
         except OSError as e:
             if not self.failed:  # said once, not every two seconds

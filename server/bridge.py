@@ -280,17 +280,30 @@ class _Link:
             self.bridge.outbox.confirmed(self.bridge.outbox.seq, True)
 
     async def _tick_loop(self, handshake_ms):
-        """Heartbeats; and an end to a handshake that gets no answer (a black-holed route
-        accepts the connection and then says nothing, heartbeats not agreed yet)."""
+        """Heartbeats; an end to a handshake that gets no answer (a black-holed route accepts
+        the connection and then says nothing, heartbeats not agreed yet); and the watchdog: a
+        link that is up but confirms nothing for `watchdog` seconds while messages wait is
+        torn down (heartbeats alone miss an upstream that answers them but is stuck)."""
         bridge = self.bridge
-        started = bridge.clock.now_ms()
+        outbox = bridge.outbox
+        watchdog_ms = int(bridge.settings["watchdog"] * 1000)
+        started = progress_at = bridge.clock.now_ms()
+        forwarded = outbox.forwarded
         while True:
             await sleep_ms(TICK_MS)
             now = bridge.clock.now_ms()
+            if outbox.forwarded != forwarded or not outbox.in_flight:
+                forwarded = outbox.forwarded
+                progress_at = now
             if self.protocol.tick(now) < 0:
                 self.silent = "missed heartbeats: upstream is silent"
             elif not self.ran and now - started > handshake_ms:
                 self.silent = "no answer to the handshake within %d ms" % handshake_ms
+            elif watchdog_ms and now - progress_at > watchdog_ms:
+                self.silent = "watchdog: no confirm for %.1f s while %d messages wait" % (
+                    (now - progress_at) / 1000,
+                    len(outbox.in_flight),
+                )
             if self.silent:
                 await close_writer(self.writer)  # the reader sees the end
                 return

@@ -11,6 +11,7 @@
     prefetch = 1000                   # messages in flight upstream at most
     reconnect_delay = 1.0             # seconds before the first retry, doubled up to ...
     max_reconnect_delay = 30.0        # ... this, with jitter
+    watchdog = 60.0                   # no confirm for this long while messages wait: reconnect (0: off)
 
 A URI is RabbitMQ's: amqp://user:password@host:port/vhost, with the query options
 heartbeat (seconds), frame_max (bytes) and connection_timeout (milliseconds). Every
@@ -31,6 +32,7 @@ KEYS = (
     "prefetch",
     "reconnect_delay",
     "max_reconnect_delay",
+    "watchdog",
 )
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout")
@@ -92,6 +94,7 @@ def _bridge(table, path, number):
         "prefetch": _whole(table, "prefetch", 1000, where, 1, 65535),
         "reconnect_delay": delay,
         "max_reconnect_delay": max(delay, _number(table, "max_reconnect_delay", 30.0, where)),
+        "watchdog": _number(table, "watchdog", 60.0, where),
     }
 
 

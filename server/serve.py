@@ -62,14 +62,15 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
-def status_writer(folder, broker, log):
+def status_writer(folder, broker, log, bridges=()):
     """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
     a board writes none (no one reads it there, and its flash has no writes to spare)."""
     if sys.implementation.name == "micropython":
         return None
     from ..ports.status_file import StatusWriter  # pyright: ignore[reportMissingImports] (host only)
 
-    writer = StatusWriter(folder, broker, log)
+    extra = {"bridges": lambda: [bridge.status() for bridge in bridges]} if bridges else None
+    writer = StatusWriter(folder, broker, log, extra)
     writer.start()
     return writer
 
@@ -122,7 +123,6 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     server = server_class(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor, stop_event.set)
     await server.start()
     journal.start()
-    status = status_writer(opts["data"], broker, log)
     serials = []
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
@@ -131,6 +131,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
             serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
             await serials[-1].start()
     bridges = start_bridges(opts["bridges"], broker, log, server.clock, opts["data"])
+    status = status_writer(opts["data"], broker, log, bridges)
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))

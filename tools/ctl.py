@@ -1,6 +1,7 @@
 """`hutch ctl`: look at a broker's data folder (running or not).
 
     hutch ctl status [--data DIR] [--json]
+    hutch ctl bridges [--data DIR] [--json]
 
 prints what the journal holds (segments and bytes), what the last start recovered and
 set aside (recovery.txt, written by ports/storage.recover), the quarantined segments: the
@@ -9,7 +10,10 @@ ports/streams.py): its first and last offset, segments, bytes and retention sett
 each queue as the broker last wrote it (DATA/status.json, every two seconds while it runs
 and once at its stop: ports/status_file.py): messages ready in memory and on disk, bytes on
 disk, unacked, consumers and the oldest ready message's age.
---json prints the same as one JSON object.
+`bridges` prints each [[bridge]] as the broker last wrote it (status.json): its state
+(connecting, running, blocked, backoff, stopped), the upstream in use, messages forwarded
+since the start and in flight, the backlog waiting in its source queue, the oldest waiting
+message's age and the last error. --json prints the same as one JSON object.
 """
 
 import json
@@ -32,6 +36,10 @@ def add_options(parser):
     status.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
     status.add_argument("--json", action="store_true", help="print it as one JSON object")
     status.set_defaults(run=status_command)
+    bridges = commands.add_parser("bridges", help="each bridge: state, upstream, forwarded, backlog, last error")
+    bridges.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
+    bridges.add_argument("--json", action="store_true", help="print it as one JSON object")
+    bridges.set_defaults(run=bridges_command)
 
 
 def _files(folder, suffix=""):
@@ -218,3 +226,57 @@ def _duration(seconds):
     if seconds < 172800:
         return "%.1f h" % (seconds / 3600)
     return "%.1f days" % (seconds / 86400)
+
+
+def bridges(data):
+    """The bridges as the broker last wrote them: a dict with `live` and `bridges` (each with
+    the age of the oldest message waiting in its source queue), or None without status.json."""
+    broker = broker_status(data)
+    if broker is None or "error" in broker:
+        return broker
+    queues = {q["name"]: q for q in broker.get("queues", [])}
+    out = []
+    for bridge in broker.get("bridges", []):
+        source = queues.get(bridge["queue"])
+        out.append(dict(bridge, oldest_age_s=source["oldest_age_s"] if source else None))
+    return {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
+
+
+def bridges_command(args):
+    data = args.data
+    if not os.path.isdir(data):
+        print("hutch ctl: no data folder %s (start the broker with --data %s first)" % (data, data), file=sys.stderr)
+        return 2
+    info = bridges(data)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    if info is None:
+        print("bridges: not known (no %s: the broker has not run on this folder since it writes one)" % STATUS_FILE)
+        return 0
+    if "error" in info:
+        print("bridges: not known (%s)" % info["error"])
+        return 0
+    if info["live"]:
+        when = "live, %.1f s ago, pid %d" % (info["age_s"], info["pid"])
+    else:
+        when = "as the broker left them %s ago; it is not running" % _duration(info["age_s"])
+    print("bridges: %s (%s)" % (len(info["bridges"]) or "none", when))
+    for b in info["bridges"]:
+        age = "-" if b["oldest_age_s"] is None else _duration(b["oldest_age_s"])
+        print(
+            "  %s (%s, queue %s): %s, upstream %s; forwarded %s, in flight %s, backlog %s, oldest waiting %s; last error: %s"
+            % (
+                b["name"],
+                b["direction"],
+                b["queue"],
+                b["state"],
+                b["upstream"] or "-",
+                _n(b["forwarded"]),
+                _n(b["in_flight"]),
+                _n(b["backlog"]),
+                age,
+                b["last_error"] or "none",
+            )
+        )
+    return 0

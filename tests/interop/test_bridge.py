@@ -400,3 +400,82 @@ def test_without_a_dead_letter_exchange_an_unroutable_message_waits_at_the_edge(
         assert [body for body, _h, _m in got] == [b"patience"]
     finally:
         edge.stop()
+
+
+def test_ctl_bridges_shows_state_backlog_oldest_age_and_last_error(tmp_path):
+    import json
+    import time
+
+    dead = "amqp://guest:guest@127.0.0.1:%d/" % free_port()
+    edge = edge_with_bridge(tmp_path, {"name": "nowhere", "uri": dead, "queue": "waiting", "reconnect_delay": 0.2})
+    try:
+        publish_confirmed(edge, "waiting", [b"a", b"b", b"c"])
+        time.sleep(0.5)  # the oldest waits a while
+
+        def shown():
+            done = subprocess.run(
+                [os.path.join(BIN, "hutch"), "ctl", "bridges", "--data", edge.data, "--json"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        wait_until(lambda: shown()["bridges"][0]["backlog"] == 3, timeout=15, what="the backlog in status.json")
+        info = shown()
+        bridge = info["bridges"][0]
+        assert info["live"] and bridge["name"] == "nowhere" and bridge["queue"] == "waiting"
+        assert bridge["state"] in ("connecting", "backoff"), bridge
+        assert bridge["last_error"].endswith("connection refused") and "guest:***" in bridge["last_error"]
+        assert bridge["forwarded"] == 0 and bridge["oldest_age_s"] >= 0.4
+        plain = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "bridges", "--data", edge.data],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert "nowhere (up, queue waiting)" in plain and "backlog 3" in plain and "connection refused" in plain
+    finally:
+        edge.stop()
+    after = shown()
+    assert not after["live"] and after["bridges"][0]["state"] == "stopped"
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_the_watchdog_replaces_a_link_that_stopped_confirming(tmp_path, rabbitmq):
+    """Heartbeats off (heartbeat=0): only the watchdog can tell that the black-holed link
+    makes no progress."""
+    from tcp_proxy import TcpProxy
+
+    proxy = TcpProxy(rabbitmq.port).start()
+    upstream = rabbitmq_url(rabbitmq)
+    upstream_queue(upstream, "bridged-watchdog")
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "watched",
+            "uri": "amqp://guest:guest@127.0.0.1:%d/?heartbeat=0&connection_timeout=1000" % proxy.port,
+            "queue": "watched-out",
+            "routing_key": "bridged-watchdog",
+            "watchdog": 1.5,
+            "reconnect_delay": 0.1,
+        },
+    )
+    try:
+        bodies = [b"w%04d" % i for i in range(200)]
+        publish_confirmed(edge, "watched-out", bodies[:100])
+        wait_until(lambda: "bridge watched: running" in edge.log(), what="running")
+        proxy.black_hole()
+        publish_confirmed(edge, "watched-out", bodies[100:])
+        wait_until(lambda: "watchdog: no confirm for" in edge.log(), timeout=20, what="the watchdog")
+        proxy.heal()
+        got = consume_all(upstream, "bridged-watchdog", 10**9, timeout=5)
+    finally:
+        edge.stop()
+        proxy.stop()
+    first = []
+    for body, _h, _m in got:
+        if body not in first:
+            first.append(body)
+    assert first == bodies
