@@ -28,6 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
     from typing import Callable
 
+    from .dedup import Dedup
     from .journal import Journal
 
 VERSION = "0.1.0"
@@ -69,6 +70,7 @@ def _no_log(level, message, exc=None):
 class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
+    dedup: "Dedup | None"
     # Set by the server on CPython when c_accel is built: the C twin of core/streamlog.py
     # deliveries(), which core/stream.py uses instead (read with getattr: a board's broker never
     # has it, nor pays for it).
@@ -105,6 +107,7 @@ class Broker:
         self.expiring = []  # queues that may hold entries with a TTL
         self.expirable = []  # queues with x-expires: deleted after that long unused
         self.journal = None  # core/journal.Journal, attached by the storage port after replay
+        self.dedup = None  # core/dedup.Dedup, made with the first message from a bridge
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         # How 0-9-1 connections find frames: frame_reader() gives each new one its reader
         # (core/batch.py with the C scanner); None: connection.read_frames, frame by frame.
@@ -231,6 +234,11 @@ class Broker:
         queues = self.route(exchange, message)
         if not queues:
             return 0
+        bridged = None
+        if message.header_tail[16] & 0x20 and b"x-hutch-seq" in message.header_tail:  # headers: from a bridge?
+            bridged = self._bridged(message)
+            if bridged is True:  # a duplicate: confirmed once what was taken before it is on disk
+                return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
         if publisher is not None and publisher.confirming and self.flow.blocked:
             # Out of memory or disk, a publisher with confirms is told no (basic.nack) and still
@@ -273,7 +281,25 @@ class Broker:
                 result |= JOURNALLED
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
+        if bridged is not None and (targets or result & JOURNALLED):
+            self.dedup.take(*bridged)
         return result
+
+    def _bridged(self, message):
+        """A message from a bridge (core/dedup.py): True if it is a duplicate, else its key
+        (origin, number) to mark once a queue took it, or None."""
+        dedup = self.dedup
+        if dedup is None:
+            from .dedup import Dedup  # loaded with the first bridged message
+
+            dedup = self.dedup = Dedup()
+        key = dedup.key(message)
+        if key is None:
+            return None
+        if dedup.seen(*key):
+            dedup.dropped += 1
+            return True
+        return key
 
     def consume(self, queue, consumer, method, arguments=None):
         """Add consumer to queue, or refuse it (exclusive use: 403; the consumer limit: 406;

@@ -15,6 +15,7 @@ package(
         "confirms.py",
         "connection.py",
         "deadletter.py",
+        "dedup.py",
         "declare.py",
         "errors.py",
         "exchange.py",

@@ -38,6 +38,8 @@ def snapshot(broker, running=True, extra=None):
         "running": running,
         "written_at": time.time(),
         "connections": len(broker.connections),
+        # messages bridges sent again that this broker had taken already (core/dedup.py)
+        "duplicates_dropped": broker.dedup.dropped if broker.dedup is not None else 0,
         "queues": queues,
         "streams": streams,
     }

@@ -470,6 +470,8 @@ def run(args):
                 results[key][figure] = median(values)
     except (BenchError, loadgen.LoadError) as e:
         print("hutch bench: %s" % e, file=sys.stderr)
+        for line in broker_trouble(brokers):
+            print("  " + line, file=sys.stderr)
         return 2
     finally:
         for _, broker in brokers:
@@ -496,6 +498,24 @@ def run(args):
                 indent=1,
             )
     return 0
+
+
+def broker_trouble(brokers, most=20):
+    """What hutch's brokers said that may explain a failed run: whether each still runs, and
+    the last of its warnings, errors and tracebacks (the logs go with the run's folder)."""
+    out = []
+    for key, broker in brokers:
+        if not isinstance(broker, Hutch):
+            continue
+        code = broker.proc.poll()
+        out.append("%s broker: %s" % (key, "running" if code is None else "exited with %s" % code))
+        broker.log.flush()
+        broker.log.seek(0)
+        lines = broker.log.read().splitlines()
+        worth = [i for i, line in enumerate(lines) if "WARNING" in line or "ERROR" in line or "Traceback" in line]
+        if worth:
+            out.extend(lines[max(0, worth[-1] - most + 1) : worth[-1] + 8][-most:])
+    return out
 
 
 def _backlog(args):

@@ -479,3 +479,83 @@ def test_the_watchdog_replaces_a_link_that_stopped_confirming(tmp_path, rabbitmq
         if body not in first:
             first.append(body)
     assert first == bodies
+
+
+def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tmp_path):
+    """Upstream is a hutch: what the bridge sends again after a cut, reset or black-holed link
+    (a TCP proxy) or after the edge is SIGKILLed and restarted, it drops by origin and number.
+    Upstream gets every confirmed message once, in order."""
+    import json
+    import random
+    import threading
+    import time
+
+    from tcp_proxy import TcpProxy
+
+    up_folder = tmp_path / "up"
+    up_folder.mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], up_folder).start()
+    upstream_queue(upstream.url, "central")
+    proxy = TcpProxy(upstream.port).start()
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "h2h",
+            "uri": "amqp://guest:guest@127.0.0.1:%d/?heartbeat=1&connection_timeout=2000" % proxy.port,
+            "queue": "edge-out",
+            "routing_key": "central",
+            "prefetch": 300,
+            "reconnect_delay": 0.1,
+            "max_reconnect_delay": 0.5,
+        },
+    )
+    seed = random.randrange(1 << 30)
+    chooser = random.Random(seed)
+    faults = {"cut": 0, "reset": 0, "black-hole": 0, "sigkill": 0}
+
+    def inject():
+        kinds = ["cut", "reset", "black-hole"] * 3
+        chooser.shuffle(kinds)
+        for kind in kinds:
+            time.sleep(chooser.uniform(0.2, 0.6))
+            if kind == "cut":
+                proxy.cut()
+            elif kind == "reset":
+                proxy.reset()
+            else:
+                proxy.black_hole()
+                time.sleep(chooser.uniform(2.5, 3.5))
+                proxy.heal()
+            faults[kind] += 1
+
+    injector = threading.Thread(target=inject, daemon=True)
+    bodies = [b"x%06d" % i for i in range(16000)]
+    try:
+        injector.start()
+        for batch in range(8):
+            publish_confirmed(edge, "edge-out", bodies[batch * 2000 : (batch + 1) * 2000])
+            if batch % 2 == 1:
+                time.sleep(chooser.uniform(0.0, 0.3))  # the bridge is mid-flight
+                edge.proc.kill()
+                edge.proc.wait()
+                faults["sigkill"] += 1
+                edge.start()
+        injector.join(60)
+        got = consume_all(upstream.url, "central", 10**9, timeout=8)
+    finally:
+        edge.stop()
+        proxy.stop()
+        upstream.stop()
+    received = [body for body, _h, _m in got]
+    print(
+        "seed %d: faults %s, links %d, %d sent, %d received"
+        % (seed, faults, proxy.accepted, len(bodies), len(received))
+    )
+    assert faults["sigkill"] == 4 and sum(faults.values()) == 13, faults
+    assert len(received) == len(set(received)), "duplicates upstream (seed %d)" % seed
+    assert received == bodies, "lost or out of order (seed %d)" % seed
+    assert not upstream.errors(), upstream.log()[-3000:]
+    with open(os.path.join(upstream.data, "status.json")) as f:
+        dropped = json.load(f)["duplicates_dropped"]
+    print("upstream dropped %d duplicates" % dropped)
+    assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"

@@ -1,0 +1,66 @@
+"""core/dedup.py: a message a bridge sends again is dropped by the broker that took it."""
+
+from harness import names, opened
+
+from hutch.core import dedup
+from hutch.core.dedup import Dedup
+
+
+def test_numbers_taken_are_seen_and_a_skipped_one_is_still_new():
+    d = Dedup()
+    for n in (1, 2, 3, 5):  # 4 was returned upstream, unroutable: the bridge sends it again later
+        assert not d.seen(b"edge/up", n)
+        d.take(b"edge/up", n)
+    assert d.seen(b"edge/up", 3) and d.seen(b"edge/up", 5)
+    assert not d.seen(b"edge/up", 4) and not d.seen(b"edge/up", 6)
+    assert not d.seen(b"other/up", 1), "origins are apart"
+    d.take(b"edge/up", 4)
+    assert d.seen(b"edge/up", 4)
+
+
+def test_the_window_moves_with_the_highest_number():
+    d = Dedup()
+    d.take(b"o", 10)
+    d.take(b"o", 10 + dedup.WINDOW - 1)
+    assert d.seen(b"o", 10) and not d.seen(b"o", 11)
+    d.take(b"o", 10 + dedup.WINDOW + 5)  # 10 is behind the window now: counted as taken
+    assert d.seen(b"o", 10)
+    assert not d.seen(b"o", 10 + dedup.WINDOW + 1), "skipped, inside the window: new"
+    assert not d.seen(b"o", 10 + dedup.WINDOW), "its bit was cleared as the window moved on"
+    d.take(b"o", 10 + 3 * dedup.WINDOW)  # a jump past the whole window
+    assert not d.seen(b"o", 10 + 3 * dedup.WINDOW - 1) and d.seen(b"o", 10 + 2 * dedup.WINDOW)
+
+
+def test_at_most_max_origins_the_oldest_forgotten():
+    d = Dedup()
+    for i in range(dedup.MAX_ORIGINS + 1):
+        d.take(b"o%d" % i, 1)
+    assert len(d.origins) == dedup.MAX_ORIGINS
+    assert not d.seen(b"o0", 1) and d.seen(b"o1", 1)
+
+
+def _bridged(client, seq, body):
+    headers = {"x-hutch-origin": b"edge-1/up", "x-hutch-seq": seq}
+    return client.publish(1, b"", b"q", body, {"headers": headers, "delivery-mode": 2})
+
+
+def test_the_broker_confirms_a_duplicate_and_queues_it_once():
+    client = opened()
+    client.declare_queue(1, b"q")
+    client.call(1, 0x0055000A, (False,))  # confirm.select
+    events = []
+    for seq, body in ((1, b"a"), (2, b"b"), (1, b"a"), (3, b"c"), (2, b"b")):
+        events += _bridged(client, seq, body)
+    assert names(events) == ["basic.ack"] * 5
+    assert [client.get(1, b"q", True)[0].body for _ in range(3)] == [b"a", b"b", b"c"]
+    assert names(client.get(1, b"q", True)) == ["basic.get-empty"]
+    assert client.broker.dedup.dropped == 2
+
+
+def test_a_message_no_queue_took_is_not_marked():
+    client = opened()
+    headers = {"x-hutch-origin": b"edge-1/up", "x-hutch-seq": 7}
+    client.publish(1, b"", b"missing", b"x", {"headers": headers})  # no such queue: unroutable
+    client.declare_queue(1, b"q")
+    _bridged(client, 7, b"x")  # sent again once upstream can route it: taken
+    assert client.get(1, b"q", True)[0].body == b"x"
