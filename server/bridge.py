@@ -21,6 +21,7 @@ import binascii
 import errno
 import os
 import random
+import sys
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
 from ..core import spec
@@ -30,6 +31,7 @@ from ..core.topology import declare_queue
 from ..ports.clock import Clock, sleep_ms
 from ..ports.tcp import close_writer
 
+MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
 TICK_MS = 500
 
@@ -108,6 +110,11 @@ class Bridge:
                     self._failed(uri, _os_reason(e))
                 except asyncio.TimeoutError:
                     self._failed(uri, "timed out connecting")
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # a bug, or TLS material the ssl module refuses: still retried
+                    self._failed(uri, "%s: %s" % (e.__class__.__name__, e))
+                    self.log("error", "bridge %s: unexpected error" % self.name, e)
                 finally:
                     self.outbox.down()  # what was in flight goes back, in order
                 if progressed:
@@ -132,9 +139,14 @@ class Bridge:
 
     async def _link(self, uri):
         """Connect, then forward until the link ends: True if it ran (was forwarding)."""
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(uri["host"], uri["port"]), uri["connection_timeout"] / 1000
-        )
+        if uri["tls"]:
+            tls = self.settings["tls"]
+            opening = asyncio.open_connection(
+                uri["host"], uri["port"], ssl=tls_context(tls), server_hostname=tls["server_name"] or uri["host"]
+            )
+        else:
+            opening = asyncio.open_connection(uri["host"], uri["port"])
+        reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
         protocol = Protocol(frame_max=uri["frame_max"])
         protocol.connect(
             self.clock.now_ms(),
@@ -308,6 +320,47 @@ class _Link:
                 await close_writer(self.writer)  # the reader sees the end
                 return
             bridge.output.set()
+
+
+def tls_context(tls):
+    """The TLS client context of an amqps:// link: the peer's certificate checked against
+    ca_file (or the system's CAs) and its name unless verify is false; a client certificate
+    when cert_file is given. ssl is imported only here: a broker without TLS links never
+    loads OpenSSL (tools/cli.py keeps it out of `hutch serve` unless the config has one)."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if tls["verify"]:
+        context.verify_mode = ssl.CERT_REQUIRED
+        if tls["ca_file"]:
+            if MICROPYTHON:  # its ssl (mbedTLS) takes the CA as DER bytes
+                context.load_verify_locations(cadata=_der(tls["ca_file"]))
+            else:
+                context.load_verify_locations(cafile=tls["ca_file"])
+        elif hasattr(context, "load_default_certs"):  # (CPython; a board names its CA file)
+            context.load_default_certs()
+    else:
+        if hasattr(context, "check_hostname"):  # CPython forbids CERT_NONE while it is on
+            context.check_hostname = False  # pyright: ignore[reportAttributeAccessIssue] (not on MicroPython)
+        context.verify_mode = ssl.CERT_NONE
+    if tls["cert_file"]:
+        context.load_cert_chain(tls["cert_file"], tls["key_file"])
+    return context
+
+
+def _der(path):
+    """A certificate file's first certificate as DER (a PEM file's base64 decoded)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(b"-----BEGIN"):
+        return data  # DER already
+    lines = data.split(b"\n")
+    body = []
+    for line in lines[1:]:
+        if line.startswith(b"-----END"):
+            break
+        body.append(line.strip())
+    return binascii.a2b_base64(b"".join(body))
 
 
 def node_id(data_folder):

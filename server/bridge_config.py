@@ -12,6 +12,14 @@
     reconnect_delay = 1.0             # seconds before the first retry, doubled up to ...
     max_reconnect_delay = 30.0        # ... this, with jitter
     watchdog = 60.0                   # no confirm for this long while messages wait: reconnect (0: off)
+    # amqps:// only: the CA that signs upstream's certificate (default: the system's), a client
+    # certificate and its key, whether to check upstream's certificate and name, and the
+    # name to send and check (SNI; default: the URI's host)
+    ca_file = "/etc/hutch/ca.pem"
+    cert_file = "/etc/hutch/edge.pem"
+    key_file = "/etc/hutch/edge.key"
+    verify = true
+    server_name = "central.example.com"
 
 A URI is RabbitMQ's: amqp://user:password@host:port/vhost, with the query options
 heartbeat (seconds), frame_max (bytes) and connection_timeout (milliseconds). Every
@@ -33,6 +41,11 @@ KEYS = (
     "reconnect_delay",
     "max_reconnect_delay",
     "watchdog",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "verify",
+    "server_name",
 )
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout")
@@ -95,7 +108,27 @@ def _bridge(table, path, number):
         "reconnect_delay": delay,
         "max_reconnect_delay": max(delay, _number(table, "max_reconnect_delay", 30.0, where)),
         "watchdog": _number(table, "watchdog", 60.0, where),
+        "tls": _tls(table, where),
     }
+
+
+def _tls(table, where):
+    """The TLS settings of an amqps:// bridge, the files named readable."""
+    verify = table.get("verify", True)
+    if not isinstance(verify, bool):
+        raise ConfigError("%s: verify must be true or false, not %r" % (where, verify))
+    tls = {"verify": verify, "server_name": _optional_text(table, "server_name", where)}
+    for key in ("ca_file", "cert_file", "key_file"):
+        path = _optional_text(table, key, where)
+        if path is not None:
+            try:
+                open(path).close()
+            except OSError as e:
+                raise ConfigError("%s: cannot read %s %s: %s" % (where, key, path, e))
+        tls[key] = path
+    if tls["key_file"] and not tls["cert_file"]:
+        raise ConfigError("%s: key_file needs cert_file (the client certificate it belongs to)" % where)
+    return tls
 
 
 def parse_uri(uri, where="uri"):

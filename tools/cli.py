@@ -10,11 +10,30 @@ hutch version
 
 import sys
 
-# hutch speaks no TLS, so the broker never needs OpenSSL, yet asyncio loads it (ssl) and so does
+
+def _tls_wanted(argv):
+    """True if the config file on this command line has an amqps:// link (a bridge's): only
+    then does the broker need OpenSSL. A glance at the file's text, before anything else is
+    imported; the config is read properly later."""
+    for i, arg in enumerate(argv):
+        path = (
+            argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[9:] if arg.startswith("--config=") else None
+        )
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    return b"amqps://" in f.read()
+            except OSError:
+                return False  # said properly when the config is read
+    return False
+
+
+# The broker speaks TLS only on an amqps:// bridge, yet asyncio loads OpenSSL (ssl) and so does
 # hashlib (_hashlib): together 4.5 MB of resident memory, a fifth of an idle broker. Marked
 # missing before anything imports them, asyncio runs without TLS support and hashlib uses its
 # built-in SHA-256 (the password hashes in core/auth.py).
-sys.modules.setdefault("ssl", None)
+if not _tls_wanted(sys.argv):
+    sys.modules.setdefault("ssl", None)
 sys.modules.setdefault("_hashlib", None)
 
 import argparse  # noqa: E402 (after the lines above, on purpose)

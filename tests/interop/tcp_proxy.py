@@ -97,3 +97,80 @@ class TcpProxy:
         self.stopped = True
         self.listener.close()
         self.cut()
+
+
+class TlsTerminator:
+    """A TLS server on 127.0.0.1 in front of a plain TCP port (what a TLS-enabled upstream is to
+    a client): an asyncio loop in a thread of its own, with certificate cert_file and key_file."""
+
+    def __init__(self, target_port, cert_file, key_file):
+        import ssl
+
+        self.target_port = target_port
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert_file, key_file)
+        self.port = None
+        self.handshakes = 0
+        self.ready = threading.Event()
+        self.loop = None
+
+    def start(self):
+        threading.Thread(target=self._run, daemon=True).start()
+        self.ready.wait(10)
+        return self
+
+    def _run(self):
+        import asyncio
+
+        async def pump(reader, writer):
+            try:
+                while True:
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                    writer.write(data)
+                    await writer.drain()
+            except OSError:
+                pass
+            writer.close()
+
+        async def serve(reader, writer):
+            self.handshakes += 1
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+        async def main():
+            server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=self.context)
+            self.port = server.sockets[0].getsockname()[1]
+            self.stopping = asyncio.Event()
+            self.ready.set()
+            await self.stopping.wait()
+            server.close()
+
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(main())
+
+    def stop(self):
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+
+
+def self_signed(folder, name="localhost"):
+    """(certificate, key) files for name and 127.0.0.1, made by the openssl command: the
+    certificate is its own CA."""
+    import os
+    import subprocess
+
+    cert, key = os.path.join(str(folder), "upstream.pem"), os.path.join(str(folder), "upstream.key")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "2"]
+        + ["-subj", "/CN=%s" % name, "-addext", "subjectAltName=DNS:%s,IP:127.0.0.1" % name],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key

@@ -24,6 +24,8 @@ def edge_with_bridge(tmp_path, bridge, name="edge"):
 
 
 def toml(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str):
         return '"%s"' % value
     if isinstance(value, list):
@@ -175,6 +177,7 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
         ({"uri": "amqp://h/", "queue": "q"}, 'needs name = "..."'),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "ack_mode": "later"}, "ack_mode must be one of"),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "prefetch": 0}, "prefetch must be a whole number"),
+        ({"name": "x", "uri": "amqps://h/", "queue": "q", "ca_file": "/no/such/ca.pem"}, "cannot read ca_file"),
     ],
 )
 def test_a_wrong_bridge_config_is_one_line_and_exit_code_2(tmp_path, bridge, words):
@@ -210,17 +213,24 @@ def test_bridge_config_reads_rabbitmq_uris():
 
 
 @pytest.mark.xdist_group("rabbitmq")
-def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq):
+@pytest.mark.parametrize("tls", [False, True], ids=["amqp", "amqps"])
+def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
     """The same bridge on the unix port of MicroPython (the esp32 profile: a board's limits),
-    its config in JSON as on a board."""
+    its config in JSON as on a board; also over TLS (MicroPython's ssl, its CA file named)."""
     import json
 
     from micropython_env import micropython, serve_env
+    from tcp_proxy import TlsTerminator, self_signed
 
     upstream = rabbitmq_url(rabbitmq)
     upstream_queue(upstream, "bridged-from-board")
     config = tmp_path / "hutch.json"
     bridge = {"name": "board-up", "uri": upstream, "queue": "board-out", "routing_key": "bridged-from-board"}
+    terminator = None
+    if tls:
+        cert, key = self_signed(tmp_path)
+        terminator = TlsTerminator(rabbitmq.port, cert, key).start()
+        bridge.update(uri="amqps://guest:guest@localhost:%d/" % terminator.port, ca_file=cert)
     config.write_text(json.dumps({"bridge": [bridge]}))
     board = RunningBroker(
         [micropython(), "-m", "hutch.server.serve", "--board", "esp32", "--config", str(config)],
@@ -237,6 +247,8 @@ def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq):
         board.proc.send_signal(2)  # Ctrl-C: MicroPython has no signal module
         board.proc.wait(15)
         board.stop()
+        if terminator is not None:
+            terminator.stop()
     assert not board.errors(), board.log()[-3000:]
 
 
@@ -559,3 +571,42 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
         dropped = json.load(f)["duplicates_dropped"]
     print("upstream dropped %d duplicates" % dropped)
     assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_amqps_checks_upstreams_certificate_and_forwards_over_tls(tmp_path, rabbitmq):
+    """Upstream behind TLS (a terminator in front of the run's RabbitMQ), its certificate
+    self-signed: trusted through ca_file it forwards; with the system's CAs only it is refused
+    with the reason and retried."""
+    from tcp_proxy import TlsTerminator, self_signed
+
+    cert, key = self_signed(tmp_path)
+    tls = TlsTerminator(rabbitmq.port, cert, key).start()
+    upstream = rabbitmq_url(rabbitmq)
+    upstream_queue(upstream, "bridged-tls")
+    amqps = "amqps://guest:guest@localhost:%d/" % tls.port
+    common = {"uri": amqps, "routing_key": "bridged-tls", "reconnect_delay": 0.2}
+    trusted = edge_with_bridge(tmp_path, dict(common, name="tls", queue="tls-out", ca_file=cert), "trusted")
+    untrusted = edge_with_bridge(tmp_path, dict(common, name="notrust", queue="tls-untrusted"), "untrusted")
+    try:
+        bodies = [b"secret-%03d" % i for i in range(300)]
+        publish_confirmed(trusted, "tls-out", bodies)
+        got = consume_all(upstream, "bridged-tls", len(bodies))
+        assert [body for body, _h, _m in got] == bodies
+        wait_until(lambda: "bridge notrust: backoff" in untrusted.log(), timeout=30, what="a refused certificate")
+        assert "TLS: " in untrusted.log() and "CERTIFICATE_VERIFY_FAILED" in untrusted.log(), untrusted.log()[-2000:]
+        # verify = false: the same certificate goes unchecked (the user's choice, said in the config)
+        upstream_queue(upstream, "bridged-unchecked")
+        unchecked = edge_with_bridge(
+            tmp_path,
+            dict(common, name="unchecked", queue="tls-unchecked", routing_key="bridged-unchecked", verify=False),
+            "unchecked",
+        )
+        publish_confirmed(unchecked, "tls-unchecked", [b"a", b"b"])
+        assert [body for body, _h, _m in consume_all(upstream, "bridged-unchecked", 2)] == [b"a", b"b"]
+        unchecked.stop()
+    finally:
+        trusted.stop()
+        untrusted.stop()
+        tls.stop()
+    assert not trusted.errors(), trusted.log()[-3000:]
