@@ -98,10 +98,15 @@ class Outbox:
         self.seq = 0
         self.queue.dispatch()
 
-    def take(self):
-        """The messages to send now, in order, each numbered as upstream will confirm it."""
+    def take(self, limit=None):
+        """The messages to send now (at most limit), in order, each numbered as upstream will
+        confirm it."""
         waiting = self.waiting
-        self.waiting = []
+        if limit is not None and limit < len(waiting):
+            self.waiting = waiting[limit:]
+            waiting = waiting[:limit]
+        else:
+            self.waiting = []
         for entry in waiting:
             self.seq += 1
             self.in_flight.append([self.seq, entry])

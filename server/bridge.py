@@ -27,13 +27,53 @@ from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
 from ..core import spec
 from ..core.errors import ChannelException
 from ..core.outbox import Outbox
-from ..core.topology import declare_queue
+from ..core.topology import bind, declare_queue
 from ..ports.clock import Clock, sleep_ms
 from ..ports.tcp import close_writer
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
 TICK_MS = 500
+
+
+class Rate:
+    """max_rate (messages/s) and max_byte_rate (body bytes/s), as token buckets that hold a tenth
+    of a second's worth: over any second a metered link gets at most 1.1 times its limits
+    (and a message larger than that tenth still goes, once the bucket is full)."""
+
+    def __init__(self, messages, byte_count, clock):
+        self.limits = (messages, byte_count)
+        self.caps = (max(1.0, messages / 10), max(1.0, byte_count / 10))
+        self.tokens = list(self.caps)
+        self.clock = clock
+        self.at = clock.now_ms()
+
+    def _refill(self):
+        now = self.clock.now_ms()
+        elapsed = now - self.at
+        self.at = now
+        for i in (0, 1):
+            limit = self.limits[i]
+            if limit:
+                self.tokens[i] = min(self.caps[i], self.tokens[i] + limit * elapsed / 1000)
+
+    def allowed(self, waiting):
+        """How many of the waiting entries may go now (the tokens they take are spent)."""
+        self._refill()
+        messages, byte_count = self.limits
+        n = 0
+        for entry in waiting:
+            size = entry[0].body_size
+            if (messages and self.tokens[0] < 1) or (byte_count and self.tokens[1] < min(size, self.caps[1])):
+                break
+            self.tokens[0] -= 1
+            self.tokens[1] -= size
+            n += 1
+        return n
+
+    def wait_ms(self):
+        """How long until the next message may go."""
+        return max(10, int(1000 / self.limits[0])) if self.limits[0] else 100
 
 
 class LinkError(Exception):
@@ -53,7 +93,7 @@ class Bridge:
         self.stopping = False
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
-        queue = _source_queue(broker, settings["queue"])
+        queue = _source_queue(broker, settings)
         self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
 
     def start(self):
@@ -183,6 +223,9 @@ class _Link:
         self.silent = None  # why the link was closed for its silence
         self.confirming = bridge.settings["ack_mode"] == "on-confirm"
         self.exchange = bridge.settings["exchange"]
+        settings = bridge.settings
+        has_rate = settings["max_rate"] or settings["max_byte_rate"]
+        self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], bridge.clock) if has_rate else None
         self.routing_key = bridge.settings["routing_key"]
 
     async def read_loop(self, uri):
@@ -266,13 +309,19 @@ class _Link:
             await bridge.output.wait()
             bridge.output.clear()
             if outbox.up and protocol.blocked is None:
-                self._forward(outbox.take())
+                self._forward(outbox.take(self.rate.allowed(outbox.waiting) if self.rate else None))
+                if self.rate and outbox.waiting:
+                    asyncio.create_task(self._wake_in(self.rate.wait_ms()))
             while True:
                 data = protocol.data_to_send()
                 if data is None:
                     break
                 writer.write(bytes(data))
             await writer.drain()
+
+    async def _wake_in(self, ms):
+        await sleep_ms(ms)
+        self.bridge.output.set()
 
     def _forward(self, entries):
         protocol = self.protocol
@@ -378,15 +427,30 @@ def node_id(data_folder):
     return name.encode()
 
 
-def _source_queue(broker, name):
-    """The local queue a bridge forwards: declared durable if it does not exist."""
+class BridgeError(Exception):
+    """A bridge that cannot start as configured (its source exchange is missing...): `hutch
+    serve` says it in one line and exits with 2."""
+
+
+def _source_queue(broker, settings):
+    """The local queue a bridge forwards: `queue`, declared durable if it does not exist; or, for
+    `source_exchange` + `binding_key`, its own durable queue (hutch.bridge.NAME) bound there."""
+    exchange = settings["source_exchange"]
+    name = settings["queue"] if exchange is None else "hutch.bridge." + settings["name"]
     queue = broker.queues.get(name.encode())
-    if queue is not None:
-        return queue
     try:
-        return declare_queue(broker, None, name.encode(), False, True, False, False, {})
+        if queue is None:
+            queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
+        if exchange is not None:
+            if broker.exchange(exchange.encode()) is None:
+                raise BridgeError(
+                    "bridge %s: no exchange '%s' to forward from (declare it durable first)"
+                    % (settings["name"], exchange)
+                )
+            bind(broker, exchange.encode(), queue, settings["binding_key"].encode(), {}, 0)
     except ChannelException as e:
-        raise LinkError("cannot declare the source queue '%s': %s" % (name, e.text))
+        raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
+    return queue
 
 
 def _closed_reason(event, protocol):

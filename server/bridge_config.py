@@ -4,7 +4,9 @@
     name = "uplink"
     direction = "up"                  # local queue -> upstream exchange ("down": the reverse)
     uri = ["amqp://edge:secret@central:5672/%2F?heartbeat=30", "amqp://backup:5672"]
-    queue = "readings"                # the local source (declared durable if absent)
+    queue = "readings"                # the local source (declared durable if absent), or:
+    # source_exchange = "sensors"     # ... a local exchange: the bridge's own durable queue
+    # binding_key = "site.#"          # (hutch.bridge.NAME) bound to it with this key
     exchange = "sensors"              # upstream destination (default: the message's own)
     routing_key = "site-7"            # (default: the message's own)
     ack_mode = "on-confirm"           # or "on-publish", "no-ack"
@@ -12,6 +14,8 @@
     reconnect_delay = 1.0             # seconds before the first retry, doubled up to ...
     max_reconnect_delay = 30.0        # ... this, with jitter
     watchdog = 60.0                   # no confirm for this long while messages wait: reconnect (0: off)
+    max_rate = 100                    # messages per second at most (default: no limit)
+    max_byte_rate = 20000             # body bytes per second at most (a metered link)
     # amqps:// only: the CA that signs upstream's certificate (default: the system's), a client
     # certificate and its key, whether to check upstream's certificate and name, and the
     # name to send and check (SNI; default: the URI's host)
@@ -34,6 +38,8 @@ KEYS = (
     "direction",
     "uri",
     "queue",
+    "source_exchange",
+    "binding_key",
     "exchange",
     "routing_key",
     "ack_mode",
@@ -41,6 +47,8 @@ KEYS = (
     "reconnect_delay",
     "max_reconnect_delay",
     "watchdog",
+    "max_rate",
+    "max_byte_rate",
     "ca_file",
     "cert_file",
     "key_file",
@@ -90,8 +98,13 @@ def _bridge(table, path, number):
     if not isinstance(uris, list) or not uris:
         raise ConfigError('%s needs uri = "amqp://user:password@host:port/vhost" (or a list of them)' % where)
     queue = table.get("queue")
-    if not isinstance(queue, str) or not queue:
-        raise ConfigError('%s needs queue = "..." (the local queue it forwards)' % where)
+    source_exchange = _optional_text(table, "source_exchange", where)
+    if source_exchange is not None:
+        if queue is not None:
+            raise ConfigError("%s: queue or source_exchange, not both" % where)
+        queue = "hutch.bridge." + name
+    elif not isinstance(queue, str) or not queue:
+        raise ConfigError('%s needs queue = "..." (the local queue it forwards) or source_exchange = "..."' % where)
     ack_mode = table.get("ack_mode", "on-confirm")
     if ack_mode not in ACK_MODES:
         raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
@@ -101,6 +114,8 @@ def _bridge(table, path, number):
         "direction": direction,
         "uris": [parse_uri(uri, where) for uri in uris],
         "queue": queue,
+        "source_exchange": source_exchange,
+        "binding_key": _optional_text(table, "binding_key", where) or "",
         "exchange": _optional_text(table, "exchange", where),
         "routing_key": _optional_text(table, "routing_key", where),
         "ack_mode": ack_mode,
@@ -108,6 +123,8 @@ def _bridge(table, path, number):
         "reconnect_delay": delay,
         "max_reconnect_delay": max(delay, _number(table, "max_reconnect_delay", 30.0, where)),
         "watchdog": _number(table, "watchdog", 60.0, where),
+        "max_rate": _number(table, "max_rate", 0, where, "messages per second"),
+        "max_byte_rate": _number(table, "max_byte_rate", 0, where, "bytes per second"),
         "tls": _tls(table, where),
     }
 
@@ -229,8 +246,8 @@ def _whole(table, key, default, where, low, high):
     return value
 
 
-def _number(table, key, default, where):
+def _number(table, key, default, where, unit="a number of seconds"):
     value = table.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ConfigError("%s: %s must be a number of seconds, not %r" % (where, key, value))
+        raise ConfigError("%s: %s must be %s, not %r" % (where, key, unit, value))
     return float(value)

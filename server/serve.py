@@ -119,6 +119,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     if stop_event is None:
         stop_event = asyncio.Event()
+    bridges = make_bridges(opts["bridges"], broker, log, opts["data"])  # before clients come
     server_class = tcp_server_class()
     server = server_class(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor, stop_event.set)
     await server.start()
@@ -130,7 +131,8 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         for device in opts["serial"]:
             serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
             await serials[-1].start()
-    bridges = start_bridges(opts["bridges"], broker, log, server.clock, opts["data"])
+    for bridge in bridges:
+        bridge.start()
     status = status_writer(opts["data"], broker, log, bridges)
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
@@ -151,17 +153,22 @@ async def serve(opts, log, stop_event=None, on_ready=None):
             status.stop()  # what the broker left: `hutch ctl status` shows it as such
 
 
-def start_bridges(settings, broker, log, clock, data_folder):
-    """The config's [[bridge]]s, running (server/bridge.py; not imported without one)."""
+class StartError(Exception):
+    """Settings that passed the config's checks but do not fit what the broker holds (a bridge's
+    source exchange missing): `hutch serve` says it in one line and exits with 2."""
+
+
+def make_bridges(settings, broker, log, data_folder):
+    """The config's [[bridge]]s, their queues set up (server/bridge.py; not imported without one)."""
     if not settings:
         return []
-    from .bridge import Bridge, node_id
+    from .bridge import Bridge, BridgeError, node_id
 
     node = node_id(data_folder)
-    bridges = [Bridge(broker, one, log, clock, node) for one in settings]
-    for bridge in bridges:
-        bridge.start()
-    return bridges
+    try:
+        return [Bridge(broker, one, log, None, node) for one in settings]
+    except BridgeError as e:
+        raise StartError(str(e))
 
 
 def run(opts, on_start=None):
@@ -192,6 +199,9 @@ def run(opts, on_start=None):
                 asyncio.run(finish())
             except KeyboardInterrupt:
                 pass
+    except StartError as e:
+        print("hutch: %s" % e, file=sys.stderr)
+        return 2
     except OSError as e:  # most often: the port is taken
         print(
             "hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], getattr(e, "strerror", None) or e),
