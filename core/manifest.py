@@ -23,6 +23,7 @@ package(
         "flow.py",
         "handshake.py",
         "headers.py",
+        "inbox.py",
         "journal.py",
         "limits.py",
         "link.py",

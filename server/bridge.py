@@ -21,11 +21,14 @@ import binascii
 import errno
 import os
 import random
+import struct
 import sys
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
 from ..core import spec
 from ..core.errors import ChannelException
+from ..core.inbox import DROP, Inbox
+from ..core.inbox import REQUEUE as REQUEUE_UPSTREAM
 from ..core.outbox import Outbox
 from ..core.topology import bind, declare_queue
 from ..ports.clock import Clock, sleep_ms
@@ -93,8 +96,23 @@ class Bridge:
         self.stopping = False
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
-        queue = _source_queue(broker, settings)
-        self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
+        self.upstream_backlog = None  # a down bridge: the upstream queue's count at the last connect
+        if settings["direction"] == "up":
+            queue = _source_queue(broker, settings)
+            self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
+            self.inbox = None
+        else:
+            destination = settings["exchange"]
+            if destination is not None and broker.exchange(destination.encode()) is None:
+                raise BridgeError("bridge %s: no local exchange '%s' to publish to" % (self.name, destination))
+            routing_key = settings["routing_key"]
+            self.inbox = Inbox(
+                broker,
+                destination.encode() if destination is not None else None,
+                routing_key.encode() if routing_key is not None else None,
+                self.output.set,
+            )
+            self.outbox = None
 
     def start(self):
         self.task = asyncio.create_task(self.run())
@@ -108,20 +126,24 @@ class Bridge:
                 await self.task
             except asyncio.CancelledError:
                 pass
-        self.outbox.close()
+        if self.outbox is not None:
+            self.outbox.close()
         self._set_state("stopped")
 
     def status(self):
         outbox = self.outbox
+        inbox = self.inbox
         return {
             "name": self.name,
             "direction": self.settings["direction"],
             "state": self.state,
             "upstream": self.upstream,
             "queue": self.settings["queue"],
-            "forwarded": outbox.forwarded,
-            "in_flight": len(outbox.in_flight),
-            "backlog": outbox.backlog(),
+            # up: confirmed by upstream; down: taken here from upstream
+            "forwarded": outbox.forwarded if outbox is not None else inbox.received,
+            "in_flight": len(outbox.in_flight) if outbox is not None else len(inbox.pending),
+            # up: waiting here; down: waiting upstream when the link came up
+            "backlog": outbox.backlog() if outbox is not None else self.upstream_backlog,
             "last_error": self.last_error,
         }
 
@@ -156,7 +178,10 @@ class Bridge:
                     self._failed(uri, "%s: %s" % (e.__class__.__name__, e))
                     self.log("error", "bridge %s: unexpected error" % self.name, e)
                 finally:
-                    self.outbox.down()  # what was in flight goes back, in order
+                    if self.outbox is not None:
+                        self.outbox.down()  # what was in flight goes back, in order
+                    else:
+                        self.inbox.link_down()  # upstream takes its unacked deliveries back
                 if progressed:
                     delay = settings["reconnect_delay"]  # it worked for a while: retry soon
             if self.stopping:
@@ -196,8 +221,9 @@ class Bridge:
             uri["heartbeat"],
             "hutch bridge " + self.name,
         )
-        self.outbox.stuck = None  # found again if upstream still returns the head of the queue
-        link = _Link(self, protocol, reader, writer)
+        if self.outbox is not None:
+            self.outbox.stuck = None  # found again if upstream still returns the head of the queue
+        link = (_UpLink if self.outbox is not None else _DownLink)(self, protocol, reader, writer)
         writing = asyncio.create_task(link.write_loop())
         try:
             await link.read_loop(uri)
@@ -210,28 +236,23 @@ class Bridge:
 
 
 class _Link:
-    """One connection upstream: its reader feeds the protocol, its writer sends what the
-    protocol has and what the outbox was given."""
+    """One connection upstream: its reader feeds the protocol and hands each event to the
+    bridge's direction (_UpLink, _DownLink), its writer sends what the protocol has, and its
+    ticker keeps heartbeats and ends a link that went silent."""
 
     def __init__(self, bridge, protocol, reader, writer):
         self.bridge = bridge
         self.protocol = protocol
         self.reader = reader
         self.writer = writer
+        self.settings = bridge.settings
         self.ended = False
         self.ran = False
         self.silent = None  # why the link was closed for its silence
-        self.confirming = bridge.settings["ack_mode"] == "on-confirm"
-        self.exchange = bridge.settings["exchange"]
-        settings = bridge.settings
-        has_rate = settings["max_rate"] or settings["max_byte_rate"]
-        self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], bridge.clock) if has_rate else None
-        self.routing_key = bridge.settings["routing_key"]
 
     async def read_loop(self, uri):
         bridge = self.bridge
         protocol = self.protocol
-        outbox = bridge.outbox
         bridge.output.set()  # the protocol header
         ticker = asyncio.create_task(self._tick_loop(uri["connection_timeout"]))
         try:
@@ -251,24 +272,17 @@ class _Link:
                     data = data[n:]
                     self._events(uri)
                 bridge.output.set()
-                if outbox.stuck:
-                    raise LinkError(outbox.stuck)
-                if protocol.channel_open and not outbox.up and not protocol.awaiting:
-                    if self.confirming and not protocol.confirming:
-                        protocol.call(spec.CONFIRM_SELECT, (False,))
-                    else:
-                        self._running(uri)
+                if protocol.channel_open and not self.ran and not protocol.awaiting:
+                    if self.set_up():  # the direction's own steps, one reply at a time
+                        self.ran = True
+                        self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
+                        self.running()
+                self.check()
         finally:
             ticker.cancel()
 
-    def _running(self, uri):
-        self.ran = True
-        self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
-        self.bridge.outbox.link_up()
-
     def _events(self, uri):
         protocol = self.protocol
-        outbox = self.bridge.outbox
         while True:
             event = protocol.next_event()
             if event is None:
@@ -277,41 +291,26 @@ class _Link:
                 raise LinkError(_closed_reason(event, protocol))
             if isinstance(event, ChannelClosed):
                 raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
-            if isinstance(event, Message):  # basic.return (mandatory): its confirm follows
-                self._returned(event)
+            if isinstance(event, Message):
+                self.message(event)
                 continue
             method_id, args = event
-            if method_id == spec.BASIC_ACK:
-                outbox.confirmed(args[0], args[1])
-            elif method_id == spec.BASIC_NACK:
-                outbox.nacked(args[0], args[1])
-            elif method_id == spec.CONNECTION_BLOCKED:
+            if method_id == spec.CONNECTION_BLOCKED:
                 self.bridge._set_state("blocked", " by upstream: %s" % (args[0] if args else ""))
             elif method_id == spec.CONNECTION_UNBLOCKED:
                 self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
-
-    def _returned(self, message):
-        headers = message.properties.get("headers") or {}
-        origin = headers.get("x-hutch-origin")
-        seq = headers.get("x-hutch-seq")
-        if isinstance(origin, str):
-            origin = origin.encode()
-        reason = "%d %s" % (message.reply_code, message.reply_text)
-        if not self.bridge.outbox.returned_by(origin, seq, reason):
-            self.bridge.log("warning", "bridge %s: upstream returned a message it was not sent" % self.bridge.name)
+            else:
+                self.method(method_id, args)
 
     async def write_loop(self):
         bridge = self.bridge
         protocol = self.protocol
-        outbox = bridge.outbox
         writer = self.writer
         while not self.ended and not bridge.stopping:
             await bridge.output.wait()
             bridge.output.clear()
-            if outbox.up and protocol.blocked is None:
-                self._forward(outbox.take(self.rate.allowed(outbox.waiting) if self.rate else None))
-                if self.rate and outbox.waiting:
-                    asyncio.create_task(self._wake_in(self.rate.wait_ms()))
+            if self.ran:
+                self.send()
             while True:
                 data = protocol.data_to_send()
                 if data is None:
@@ -319,13 +318,111 @@ class _Link:
                 writer.write(bytes(data))
             await writer.drain()
 
+    async def _tick_loop(self, handshake_ms):
+        """Heartbeats; an end to a handshake that gets no answer (a black-holed route accepts
+        the connection and then says nothing, heartbeats not agreed yet); and the direction's
+        own check that the link still makes progress (stalled)."""
+        bridge = self.bridge
+        started = bridge.clock.now_ms()
+        while True:
+            await sleep_ms(TICK_MS)
+            now = bridge.clock.now_ms()
+            if self.protocol.tick(now) < 0:
+                self.silent = "missed heartbeats: upstream is silent"
+            elif not self.ran and now - started > handshake_ms:
+                self.silent = "no answer to the handshake within %d ms" % handshake_ms
+            else:
+                self.silent = self.stalled(now)
+            if self.silent:
+                await close_writer(self.writer)  # the reader sees the end
+                return
+            bridge.output.set()
+
+    # what each direction does (the defaults: nothing)
+    def set_up(self):
+        """After the handshake, once no reply is awaited: send the next step; True when all are done."""
+        return True
+
+    def running(self):
+        pass
+
+    def message(self, message):
+        pass
+
+    def method(self, method_id, args):
+        pass
+
+    def send(self):
+        pass
+
+    def check(self):
+        pass
+
+    def stalled(self, now):
+        return None
+
+
+class _UpLink(_Link):
+    """Up: the outbox's messages published upstream, settled on its confirms."""
+
+    def __init__(self, bridge, protocol, reader, writer):
+        super().__init__(bridge, protocol, reader, writer)
+        settings = self.settings
+        self.outbox = bridge.outbox
+        self.confirming = settings["ack_mode"] == "on-confirm"
+        self.exchange = settings["exchange"]
+        self.routing_key = settings["routing_key"]
+        has_rate = settings["max_rate"] or settings["max_byte_rate"]
+        self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], bridge.clock) if has_rate else None
+        self.watchdog_ms = int(settings["watchdog"] * 1000)
+        self.progress_at = bridge.clock.now_ms()
+        self.forwarded = self.outbox.forwarded
+
+    def set_up(self):
+        if self.confirming and not self.protocol.confirming:
+            self.protocol.call(spec.CONFIRM_SELECT, (False,))
+            return False
+        return True
+
+    def running(self):
+        self.outbox.link_up()
+
+    def check(self):
+        if self.outbox.stuck:
+            raise LinkError(self.outbox.stuck)
+
+    def message(self, message):  # basic.return (mandatory): its confirm follows
+        headers = message.properties.get("headers") or {}
+        origin = headers.get("x-hutch-origin")
+        seq = headers.get("x-hutch-seq")
+        if isinstance(origin, str):
+            origin = origin.encode()
+        reason = "%d %s" % (message.reply_code, message.reply_text)
+        if not self.outbox.returned_by(origin, seq, reason):
+            self.bridge.log("warning", "bridge %s: upstream returned a message it was not sent" % self.bridge.name)
+
+    def method(self, method_id, args):
+        if method_id == spec.BASIC_ACK:
+            self.outbox.confirmed(args[0], args[1])
+        elif method_id == spec.BASIC_NACK:
+            self.outbox.nacked(args[0], args[1])
+
+    def send(self):
+        outbox = self.outbox
+        if not outbox.up or self.protocol.blocked is not None:
+            return
+        rate = self.rate
+        self._forward(outbox.take(rate.allowed(outbox.waiting) if rate else None))
+        if rate and outbox.waiting:
+            asyncio.create_task(self._wake_in(rate.wait_ms()))
+
     async def _wake_in(self, ms):
         await sleep_ms(ms)
         self.bridge.output.set()
 
     def _forward(self, entries):
         protocol = self.protocol
-        outbox = self.bridge.outbox
+        outbox = self.outbox
         for entry in entries:
             message = entry[0]
             body = message.body_tail
@@ -338,37 +435,92 @@ class _Link:
             )
         if not self.confirming and entries:
             # on-publish / no-ack: settled once written (the data is in the socket's hands)
-            self.bridge.outbox.confirmed(self.bridge.outbox.seq, True)
+            outbox.confirmed(outbox.seq, True)
 
-    async def _tick_loop(self, handshake_ms):
-        """Heartbeats; an end to a handshake that gets no answer (a black-holed route accepts
-        the connection and then says nothing, heartbeats not agreed yet); and the watchdog: a
-        link that is up but confirms nothing for `watchdog` seconds while messages wait is
-        torn down (heartbeats alone miss an upstream that answers them but is stuck)."""
-        bridge = self.bridge
-        outbox = bridge.outbox
-        watchdog_ms = int(bridge.settings["watchdog"] * 1000)
-        started = progress_at = bridge.clock.now_ms()
-        forwarded = outbox.forwarded
-        while True:
-            await sleep_ms(TICK_MS)
-            now = bridge.clock.now_ms()
-            if outbox.forwarded != forwarded or not outbox.in_flight:
-                forwarded = outbox.forwarded
-                progress_at = now
-            if self.protocol.tick(now) < 0:
-                self.silent = "missed heartbeats: upstream is silent"
-            elif not self.ran and now - started > handshake_ms:
-                self.silent = "no answer to the handshake within %d ms" % handshake_ms
-            elif watchdog_ms and now - progress_at > watchdog_ms:
-                self.silent = "watchdog: no confirm for %.1f s while %d messages wait" % (
-                    (now - progress_at) / 1000,
-                    len(outbox.in_flight),
-                )
-            if self.silent:
-                await close_writer(self.writer)  # the reader sees the end
-                return
-            bridge.output.set()
+    def stalled(self, now):
+        """The watchdog: a link that is up but confirms nothing for `watchdog` seconds while
+        messages wait is torn down (heartbeats alone miss an upstream that answers them but
+        is stuck)."""
+        outbox = self.outbox
+        if outbox.forwarded != self.forwarded or not outbox.in_flight:
+            self.forwarded = outbox.forwarded
+            self.progress_at = now
+        if self.watchdog_ms and now - self.progress_at > self.watchdog_ms:
+            return "watchdog: no confirm for %.1f s while %d messages wait" % (
+                (now - self.progress_at) / 1000,
+                len(outbox.in_flight),
+            )
+        return None
+
+
+class _DownLink(_Link):
+    """Down: an upstream queue consumed (passive declare, qos, consume), each delivery published
+    here through the inbox and acked upstream once held here as promised."""
+
+    def __init__(self, bridge, protocol, reader, writer):
+        super().__init__(bridge, protocol, reader, writer)
+        self.inbox = bridge.inbox
+        self.steps = [
+            (spec.QUEUE_DECLARE, (0, self.settings["queue"], True, False, False, False, False, None)),
+            (spec.BASIC_QOS, (0, self.settings["prefetch"], False)),
+            (
+                spec.BASIC_CONSUME,
+                (0, self.settings["queue"], "hutch.bridge." + bridge.name, False, False, False, False, None),
+            ),
+        ]
+        self.acked = 0
+        self.refused = None  # why a delivery was sent back: the link then backs off
+
+    def set_up(self):
+        if self.steps:
+            method_id, args = self.steps.pop(0)
+            self.protocol.call(method_id, args)
+            return False
+        return True
+
+    def method(self, method_id, args):
+        if method_id == spec.QUEUE_DECLARE_OK:
+            self.bridge.upstream_backlog = args[1]
+
+    def message(self, message):
+        if message.kind != spec.BASIC_DELIVER:
+            return
+        raw = message._raw
+        if isinstance(raw, dict) or raw is None:  # no properties (or already decoded): a bare header
+            raw = struct.pack(">HHQH", 60, 0, len(message.body), 0)
+        body = message.body
+        outcome = self.inbox.receive(
+            message.delivery_tag,
+            _bytes(message.exchange),
+            _bytes(message.routing_key),
+            struct.pack(">I", len(raw)) + raw + b"\xce",
+            struct.pack(">I", len(body)) + bytes(body) + b"\xce" if body else None,
+            len(body),
+        )
+        if outcome == DROP:
+            self.bridge.log(
+                "warning",
+                "bridge %s: no local queue takes a message routed '%s': refused to upstream (its dead-letter exchange, if any)"
+                % (self.bridge.name, message.routing_key),
+            )
+            self.protocol.send(spec.BASIC_NACK, (message.delivery_tag, False, False))
+        elif outcome == REQUEUE_UPSTREAM:
+            self.protocol.send(spec.BASIC_NACK, (message.delivery_tag, False, True))
+            self.refused = "this broker refused a message (memory, disk or a full queue): back to upstream"
+
+    def check(self):
+        if self.refused:
+            raise LinkError(self.refused)
+
+    def send(self):
+        tag = self.inbox.ackable()
+        if tag > self.acked:
+            self.protocol.send(spec.BASIC_ACK, (tag, True))
+            self.acked = tag
+
+
+def _bytes(text):
+    return text.encode() if isinstance(text, str) else text
 
 
 def tls_context(tls):

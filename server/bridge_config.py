@@ -2,7 +2,7 @@
 
     [[bridge]]
     name = "uplink"
-    direction = "up"                  # local queue -> upstream exchange ("down": the reverse)
+    direction = "up"                  # local queue -> upstream exchange; "down": upstream queue -> local exchange
     uri = ["amqp://edge:secret@central:5672/%2F?heartbeat=30", "amqp://backup:5672"]
     queue = "readings"                # the local source (declared durable if absent), or:
     # source_exchange = "sensors"     # ... a local exchange: the bridge's own durable queue
@@ -90,8 +90,8 @@ def _bridge(table, path, number):
         raise ConfigError('%s needs name = "..."' % where)
     where = "%s: bridge '%s'" % (path, name)
     direction = table.get("direction", "up")
-    if direction != "up":
-        raise ConfigError('%s: direction must be "up" ("down" is not built yet), not %r' % (where, direction))
+    if direction not in ("up", "down"):
+        raise ConfigError('%s: direction must be "up" or "down", not %r' % (where, direction))
     uris = table.get("uri")
     if isinstance(uris, str):
         uris = [uris]
@@ -99,6 +99,8 @@ def _bridge(table, path, number):
         raise ConfigError('%s needs uri = "amqp://user:password@host:port/vhost" (or a list of them)' % where)
     queue = table.get("queue")
     source_exchange = _optional_text(table, "source_exchange", where)
+    if direction == "down" and (source_exchange is not None or not isinstance(queue, str) or not queue):
+        raise ConfigError('%s: a down bridge needs queue = "..." (the upstream queue it consumes)' % where)
     if source_exchange is not None:
         if queue is not None:
             raise ConfigError("%s: queue or source_exchange, not both" % where)

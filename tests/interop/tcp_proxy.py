@@ -1,6 +1,7 @@
 """A TCP proxy on 127.0.0.1 for fault tests: it forwards between a client and a target port,
-and on request cuts every link (FIN), resets it (RST) or black-holes it (keeps the sockets
-open and forwards nothing, as a dead route does: no FIN, no RST).
+and on request cuts every link (FIN), resets it (RST), black-holes it (keeps the sockets
+open and forwards nothing, as a dead route does: no FIN, no RST) or mutes the target's
+replies only (what it was sent arrives; its answers, confirms among them, are lost).
 
     proxy = TcpProxy(target_port).start()   # clients connect to proxy.port
     proxy.cut() / proxy.reset() / proxy.black_hole(); proxy.heal()
@@ -20,6 +21,7 @@ class TcpProxy:
         self.links = []  # [client socket, upstream socket]
         self.lock = threading.Lock()
         self.holes = False  # black-holing: new and old links forward nothing
+        self.muted = False  # only what the target sends back is swallowed
         self.stopped = False
         self.accepted = 0
 
@@ -43,10 +45,10 @@ class TcpProxy:
             with self.lock:
                 self.links.append(pair)
                 self.accepted += 1
-            threading.Thread(target=self._pump, args=(client, upstream, pair), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, pair), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, pair, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, pair, True), daemon=True).start()
 
-    def _pump(self, source, sink, pair):
+    def _pump(self, source, sink, pair, replies):
         while True:
             try:
                 data = source.recv(65536)
@@ -54,7 +56,7 @@ class TcpProxy:
                 data = b""
             if not data:
                 break
-            if self.holes:
+            if self.holes or (replies and self.muted):
                 continue  # swallowed: the peer hears nothing, not even an end
             try:
                 sink.sendall(data)
@@ -88,9 +90,15 @@ class TcpProxy:
         """Forward nothing any more, in either direction, without closing anything."""
         self.holes = True
 
+    def mute_replies(self):
+        """Swallow only what the target sends back: it gets everything and answers, and the
+        client hears nothing (its publishes arrive, their confirms never do)."""
+        self.muted = True
+
     def heal(self):
-        """After black_hole: drop the dead links (as a timeout would) and forward again."""
-        self.holes = False
+        """After black_hole or mute_replies: drop the dead links (as a timeout would) and
+        forward again."""
+        self.holes = self.muted = False
         self.cut()
 
     def stop(self):
