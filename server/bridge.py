@@ -36,6 +36,7 @@ from ..ports.tcp import close_writer
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
+DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
 TICK_MS = 500
 
 
@@ -97,6 +98,10 @@ class Bridge:
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
         self.upstream_backlog = None  # a down bridge: the upstream queue's count at the last connect
+        if settings["prefetch"] is None:
+            # in flight, messages are in memory and count in the broker's budget: a board's
+            # (esp32: 96 messages) must keep room for the publishers
+            settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 2))
         if settings["direction"] == "up":
             queue = _source_queue(broker, settings)
             self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
@@ -377,12 +382,37 @@ class _UpLink(_Link):
         self.watchdog_ms = int(settings["watchdog"] * 1000)
         self.progress_at = bridge.clock.now_ms()
         self.forwarded = self.outbox.forwarded
+        self.steps = self._declarations()
+        self.flow_stopped = False  # upstream sent channel.flow active=false
 
     def set_up(self):
+        if self.steps:
+            method_id, args = self.steps.pop(0)
+            self.protocol.call(method_id, args)
+            return False
         if self.confirming and not self.protocol.confirming:
             self.protocol.call(spec.CONFIRM_SELECT, (False,))
             return False
         return True
+
+    def _declarations(self):
+        """`declare`: the destination upstream, declared durable at each connect (the
+        exchange of that type, a queue bound to it), so forwarding never waits for someone
+        to set it up there."""
+        declare = self.settings["declare"]
+        if declare is None:
+            return []
+        exchange = self.exchange or ""
+        steps = []
+        if declare["exchange_type"]:
+            steps.append(
+                (spec.EXCHANGE_DECLARE, (0, exchange, declare["exchange_type"], False, True, False, False, False, None))
+            )
+        if declare["queue"]:
+            steps.append((spec.QUEUE_DECLARE, (0, declare["queue"], False, True, False, False, False, None)))
+            if exchange:
+                steps.append((spec.QUEUE_BIND, (0, declare["queue"], exchange, declare["binding_key"], False, None)))
+        return steps
 
     def running(self):
         self.outbox.link_up()
@@ -406,10 +436,16 @@ class _UpLink(_Link):
             self.outbox.confirmed(args[0], args[1])
         elif method_id == spec.BASIC_NACK:
             self.outbox.nacked(args[0], args[1])
+        elif method_id == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
+            self.flow_stopped = not args[0]
+            if self.flow_stopped:
+                self.bridge._set_state("blocked", " by upstream: channel.flow")
+            else:
+                self.bridge._set_state("running", " (upstream %s)" % self.bridge.upstream)
 
     def send(self):
         outbox = self.outbox
-        if not outbox.up or self.protocol.blocked is not None:
+        if not outbox.up or self.protocol.blocked is not None or self.flow_stopped:
             return
         rate = self.rate
         self._forward(outbox.take(rate.allowed(outbox.waiting) if rate else None))

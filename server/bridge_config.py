@@ -10,10 +10,11 @@
     exchange = "sensors"              # upstream destination (default: the message's own)
     routing_key = "site-7"            # (default: the message's own)
     ack_mode = "on-confirm"           # or "on-publish", "no-ack"
-    prefetch = 1000                   # messages in flight upstream at most
+    prefetch = 1000                   # messages in flight at most (default 1000, less on a board)
     reconnect_delay = 1.0             # seconds before the first retry, doubled up to ...
     max_reconnect_delay = 30.0        # ... this, with jitter
     watchdog = 60.0                   # no confirm for this long while messages wait: reconnect (0: off)
+    declare = { exchange_type = "topic", queue = "readings", binding_key = "#" }  # set up upstream
     max_rate = 100                    # messages per second at most (default: no limit)
     max_byte_rate = 20000             # body bytes per second at most (a metered link)
     # amqps:// only: the CA that signs upstream's certificate (default: the system's), a client
@@ -47,6 +48,7 @@ KEYS = (
     "reconnect_delay",
     "max_reconnect_delay",
     "watchdog",
+    "declare",
     "max_rate",
     "max_byte_rate",
     "ca_file",
@@ -121,14 +123,39 @@ def _bridge(table, path, number):
         "exchange": _optional_text(table, "exchange", where),
         "routing_key": _optional_text(table, "routing_key", where),
         "ack_mode": ack_mode,
-        "prefetch": _whole(table, "prefetch", 1000, where, 1, 65535),
+        "prefetch": _whole(table, "prefetch", None, where, 1, 65535) if "prefetch" in table else None,
         "reconnect_delay": delay,
         "max_reconnect_delay": max(delay, _number(table, "max_reconnect_delay", 30.0, where)),
         "watchdog": _number(table, "watchdog", 60.0, where),
         "max_rate": _number(table, "max_rate", 0, where, "messages per second"),
         "max_byte_rate": _number(table, "max_byte_rate", 0, where, "bytes per second"),
         "tls": _tls(table, where),
+        "declare": _declare(table, where),
     }
+
+
+DECLARE_KEYS = ("exchange_type", "queue", "binding_key")
+
+
+def _declare(table, where):
+    """`declare`: what an up bridge declares upstream (durable) at each connect: its `exchange`
+    of exchange_type, and a queue bound to it with binding_key (default: routing_key, or "#")."""
+    declare = table.get("declare")
+    if declare is None:
+        return None
+    if not isinstance(declare, dict):
+        raise ConfigError("%s: declare must be a table (exchange_type, queue, binding_key)" % where)
+    for key in declare:
+        if key not in DECLARE_KEYS:
+            raise ConfigError("%s: unknown key '%s' in declare (known: %s)" % (where, key, ", ".join(DECLARE_KEYS)))
+    out = {key: _optional_text(declare, key, where) for key in DECLARE_KEYS}
+    if out["exchange_type"] not in (None, "direct", "fanout", "topic", "headers"):
+        raise ConfigError("%s: declare.exchange_type must be direct, fanout, topic or headers" % where)
+    if out["exchange_type"] and not table.get("exchange"):
+        raise ConfigError('%s: declare.exchange_type needs exchange = "..." (the one to declare)' % where)
+    if out["binding_key"] is None:
+        out["binding_key"] = table.get("routing_key") or "#"
+    return out
 
 
 def _tls(table, where):

@@ -139,10 +139,24 @@ def streams(data):
     return out
 
 
+def _no_folder(data):
+    """Said when the data folder is missing (True: the command exits with 2)."""
+    if os.path.isdir(data):
+        return False
+    print("hutch ctl: no data folder %s (start the broker with --data %s first)" % (data, data), file=sys.stderr)
+    return True
+
+
+def _when(found):
+    """How fresh what status.json says is: live, or as the broker left it."""
+    if found["live"]:
+        return "live, %.1f s ago, pid %d" % (found["age_s"], found["pid"])
+    return "as the broker left them %s ago; it is not running" % _duration(found["age_s"])
+
+
 def status_command(args):
     data = args.data
-    if not os.path.isdir(data):
-        print("hutch ctl: no data folder %s (start the broker with --data %s first)" % (data, data), file=sys.stderr)
+    if _no_folder(data):
         return 2
     info = status(data)
     if args.json:
@@ -192,11 +206,7 @@ def _print_queues(broker):
     if "error" in broker:
         print("queues: not known (%s)" % broker["error"])
         return
-    if broker["live"]:
-        when = "live, %.1f s ago, pid %d" % (broker["age_s"], broker["pid"])
-    else:
-        when = "as the broker left them %s ago; it is not running" % _duration(broker["age_s"])
-    print("queues: %d (%s)" % (len(broker["queues"]), when))
+    print("queues: %d (%s)" % (len(broker["queues"]), _when(broker)))
     for q in broker["queues"]:
         age = "-" if q["oldest_age_s"] is None else _duration(q["oldest_age_s"])
         print(
@@ -244,8 +254,7 @@ def bridges(data):
 
 def bridges_command(args):
     data = args.data
-    if not os.path.isdir(data):
-        print("hutch ctl: no data folder %s (start the broker with --data %s first)" % (data, data), file=sys.stderr)
+    if _no_folder(data):
         return 2
     info = bridges(data)
     if args.json:
@@ -257,11 +266,7 @@ def bridges_command(args):
     if "error" in info:
         print("bridges: not known (%s)" % info["error"])
         return 0
-    if info["live"]:
-        when = "live, %.1f s ago, pid %d" % (info["age_s"], info["pid"])
-    else:
-        when = "as the broker left them %s ago; it is not running" % _duration(info["age_s"])
-    print("bridges: %s (%s)" % (len(info["bridges"]) or "none", when))
+    print("bridges: %s (%s)" % (len(info["bridges"]) or "none", _when(info)))
     for b in info["bridges"]:
         age = "-" if b["oldest_age_s"] is None else _duration(b["oldest_age_s"])
         print(

@@ -11,6 +11,7 @@ replies only (what it was sent arrives; its answers, confirms among them, are lo
 import socket
 import struct
 import threading
+import time
 
 
 class TcpProxy:
@@ -89,6 +90,18 @@ class TcpProxy:
     def black_hole(self):
         """Forward nothing any more, in either direction, without closing anything."""
         self.holes = True
+
+    def fault(self, kind, chooser):
+        """One fault of a kind ("cut", "reset", "black-hole"); a black hole lasts 2.5 to 3.5 s
+        (chooser: a random.Random), past two heartbeat intervals of 1 s, then heals."""
+        if kind == "cut":
+            self.cut()
+        elif kind == "reset":
+            self.reset()
+        else:
+            self.black_hole()
+            time.sleep(chooser.uniform(2.5, 3.5))
+            self.heal()
 
     def mute_replies(self):
         """Swallow only what the target sends back: it gets everything and answers, and the

@@ -24,6 +24,8 @@ def edge_with_bridge(tmp_path, bridge, name="edge"):
 
 
 def toml(value):
+    if isinstance(value, dict):
+        return "{ %s }" % ", ".join("%s = %s" % (k, toml(v)) for k, v in value.items())
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -297,14 +299,7 @@ def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, r
         chooser.shuffle(kinds)
         for kind in kinds:
             time.sleep(chooser.uniform(0.2, 0.6))
-            if kind == "cut":
-                proxy.cut()
-            elif kind == "reset":
-                proxy.reset()
-            else:
-                proxy.black_hole()
-                time.sleep(chooser.uniform(2.5, 3.5))  # past the 2 heartbeat intervals
-                proxy.heal()
+            proxy.fault(kind, chooser)
             faults[kind] += 1
 
     injector = threading.Thread(target=inject, daemon=True)
@@ -544,14 +539,7 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
         faults["mute"] += 1
         for kind in kinds:
             time.sleep(chooser.uniform(0.2, 0.6))
-            if kind == "cut":
-                proxy.cut()
-            elif kind == "reset":
-                proxy.reset()
-            else:
-                proxy.black_hole()
-                time.sleep(chooser.uniform(2.5, 3.5))
-                proxy.heal()
+            proxy.fault(kind, chooser)
             faults[kind] += 1
 
     injector = threading.Thread(target=inject, daemon=True)
@@ -716,3 +704,27 @@ def test_a_down_bridge_brings_commands_from_rabbitmq_to_a_local_queue_in_order(t
     finally:
         edge.stop()
     assert not edge.errors(), edge.log()[-3000:]
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_declare_sets_up_the_destination_upstream(tmp_path, rabbitmq):
+    """declare: the destination exchange (its type) and a queue bound to it, made upstream by
+    the bridge at each connect: nothing has to be set up there by hand."""
+    upstream = rabbitmq_url(rabbitmq)
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "declaring",
+            "uri": upstream,
+            "queue": "declaring-out",
+            "exchange": "edge-readings",
+            "routing_key": "site.7",
+            "declare": {"exchange_type": "topic", "queue": "declared-readings", "binding_key": "site.*"},
+        },
+    )
+    try:
+        publish_confirmed(edge, "declaring-out", [b"r1", b"r2"])
+        got = consume_all(upstream, "declared-readings", 2)
+        assert [body for body, _h, _m in got] == [b"r1", b"r2"]
+    finally:
+        edge.stop()
