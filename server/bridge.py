@@ -100,8 +100,8 @@ class Bridge:
         self.upstream_backlog = None  # a down bridge: the upstream queue's count at the last connect
         if settings["prefetch"] is None:
             # in flight, messages are in memory and count in the broker's budget: a board's
-            # (esp32: 96 messages) must keep room for the publishers
-            settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 2))
+            # (esp32: 96 messages) must keep room for the publishers and the queues' windows
+            settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
         if settings["direction"] == "up":
             queue = _source_queue(broker, settings)
             self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
@@ -217,7 +217,9 @@ class Bridge:
         else:
             opening = asyncio.open_connection(uri["host"], uri["port"])
         reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
-        protocol = Protocol(frame_max=uri["frame_max"])
+        # the largest frame either way: the URI's, else the broker's own (a board's is small:
+        # the protocol's receive buffer is that large)
+        protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
         protocol.connect(
             self.clock.now_ms(),
             uri["user"],
@@ -254,28 +256,27 @@ class _Link:
         self.ended = False
         self.ran = False
         self.silent = None  # why the link was closed for its silence
+        self.uri = None  # the URI it was opened to (its settings)
 
     async def read_loop(self, uri):
         bridge = self.bridge
         protocol = self.protocol
+        self.uri = uri
         bridge.output.set()  # the protocol header
         ticker = asyncio.create_task(self._tick_loop(uri["connection_timeout"]))
         try:
             while not bridge.stopping:
                 try:
-                    data = await self.reader.read(READ_SIZE)
+                    got = await self._read()
                 except OSError:
                     if self.silent:
                         raise LinkError(self.silent)
                     raise
-                if not data:
+                if not got:
                     if self.silent:
                         raise LinkError(self.silent)
                     raise LinkError("upstream closed the connection")
-                while data:
-                    n = protocol.receive_data(data)
-                    data = data[n:]
-                    self._events(uri)
+                self._events(uri)
                 bridge.output.set()
                 if protocol.channel_open and not self.ran and not protocol.awaiting:
                     if self.set_up():  # the direction's own steps, one reply at a time
@@ -285,6 +286,24 @@ class _Link:
                 self.check()
         finally:
             ticker.cancel()
+
+    async def _read(self):
+        """Read into the protocol (its events are then taken): how many bytes came (0: the end).
+        MicroPython reads straight into the protocol's buffer: its read(n) would allocate n
+        bytes each time, which a board's heap cannot afford; CPython's streams have no readinto."""
+        protocol = self.protocol
+        if MICROPYTHON:
+            n = await self.reader.readinto(protocol.read_buffer())
+            protocol.received(n or 0)
+            return n if n is not None else -1  # None: woken without data
+        data = await self.reader.read(READ_SIZE)
+        size = len(data)
+        while data:
+            n = protocol.receive_data(data)
+            data = data[n:]
+            if data:
+                self._events(self.uri)  # the buffer was full: take what it holds, then the rest
+        return size
 
     def _events(self, uri):
         protocol = self.protocol

@@ -199,7 +199,7 @@ def parse_uri(uri, where="uri"):
         port = _port(text, uri, where)
     if not host:
         raise ConfigError("%s: '%s' names no host" % (where, _hide_password(uri)))
-    options = {"heartbeat": 60, "frame_max": 131072, "connection_timeout": 30000}
+    options = {"heartbeat": 60, "frame_max": 0, "connection_timeout": 30000}  # frame_max 0: the broker's
     for pair in query.split("&") if query else ():
         key, _, value = pair.partition("=")
         if key not in URI_OPTIONS:
