@@ -246,6 +246,13 @@ class RabbitMQ:
         self.pid = int(children.stdout.split()[0]) if children.stdout.split() else None
         return self
 
+    def restart(self):
+        """Stopped and started again as the same node, on the same port and data (a fault test's
+        upstream going away and coming back)."""
+        self.stop()
+        self._launch()
+        return self.start()
+
     def stop(self, timeout=600):
         try:
             # (a node holding millions of messages may take minutes to write its indexes out)
