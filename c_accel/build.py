@@ -11,10 +11,13 @@ import os
 
 from cffi import FFI
 
-# What Python sees of framing.h (cffi's parser takes no #include or #ifndef).
+# What Python sees of framing.h and messages.h (cffi's parser takes no #include or #ifndef).
 CDEF = """
 size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
                          uint64_t *records, size_t capacity, size_t *outcome);
+size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t first_id,
+                           uint8_t *bitmap, size_t bitmap_len, size_t want,
+                           uint64_t *fields, uint64_t *outcome);
 """
 
 
@@ -24,8 +27,8 @@ def make_builder(folder):
     builder.cdef(CDEF)
     builder.set_source(
         "hutch.c_accel._accel",
-        '#include "framing.h"',
-        sources=[os.path.join(folder, "framing.c")],
+        '#include "framing.h"\n#include "messages.h"',
+        sources=[os.path.join(folder, "framing.c"), os.path.join(folder, "messages.c")],
         include_dirs=[folder],
         extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
         # A compiler that is missing or fails must not fail the install: setuptools then

@@ -104,6 +104,9 @@ class Journal:
         self.wake = None  # the storage port's callback: records are waiting
         self.read = None  # the storage port's reader: read(segment, position, size) -> bytes
         self.read_size = broker.limits.page_read_bytes
+        # how page-ins find a run's messages in what they read: core/paging.py's find_messages
+        # (None), or its C twin on CPython (c_accel/, set by server/serve.py)
+        self.find_messages = None
         self.seq = 0  # records appended so far
         self.synced = 0  # records the port has made durable
         self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port ([..., True]: a summary)
@@ -350,19 +353,46 @@ class Journal:
         segment = message.segment
         self.live[segment] -= 1
         if not queue.deleted and message.persistent():  # else a restart does not bring it back anyway
-            self._mark(REMOVED, queue.name, message.journal_id, segment, message.body_size)
+            self._mark(REMOVED, queue.name, segment, [message.journal_id], message.body_size)
+
+    def removed_all(self, queue, entries):
+        """The journalled messages of entries (queue entries, in delivery order) left a durable
+        queue for good together (acked): removed() for each, a run of one segment at a time."""
+        live = self.live
+        keep = not queue.deleted
+        segment = None
+        ids = []
+        size = 0
+        for entry in entries:
+            message = entry[0]
+            if not message.journal_id:
+                continue
+            live[message.segment] -= 1
+            if keep and message.persistent():
+                if message.segment != segment:
+                    if ids:
+                        self._mark(REMOVED, queue.name, segment, ids, size)
+                    segment = message.segment
+                    ids = []
+                    size = 0
+                ids.append(message.journal_id)
+                size += message.body_size
+        if ids:
+            self._mark(REMOVED, queue.name, segment, ids, size)
 
     def delivered(self, queue, message):
-        self._mark(DELIVERED, queue.name, message.journal_id, message.segment, 0)
+        self._mark(DELIVERED, queue.name, message.segment, [message.journal_id], 0)
 
-    def _mark(self, kind, name, journal_id, segment, size):
+    def _mark(self, kind, name, segment, ids, size):
         key = (kind, name, segment)
         marks = self.marks.get(key)
         if marks is None:
-            marks = self.marks[key] = [[], 0]
-        marks[0].append(journal_id)
-        marks[1] += size
-        self._wake()
+            self.marks[key] = [ids, size]
+        else:
+            marks[0].extend(ids)
+            marks[1] += size
+        if not self._woken:
+            self._wake()
 
     def write_marks(self):
         """REMOVED/DELIVERED records for what was marked since the last take: one record per
@@ -375,10 +405,7 @@ class Journal:
             kind, name, segment = key
             ids, size = marks[key]
             # queue name, the segment the messages are in, their body bytes, their ids
-            packed = bytearray(8 * len(ids))
-            for i in range(len(ids)):
-                struct.pack_into(">Q", packed, 8 * i, ids[i])
-            payload = shortstr(name) + struct.pack(">IQ", segment, size) + packed
+            payload = shortstr(name) + struct.pack(">IQ%dQ" % len(ids), segment, size, *ids)
             self.append_referring(kind, (payload,), segment)
 
     def append_referring(self, kind, parts, segment):
@@ -419,6 +446,43 @@ def message_parts(message, journal_id, flags, arrived, names):
     if message.body_tail is not None:
         parts.append(message.body_tail)
     return parts
+
+
+# A MESSAGE record's fields, as message_fields gives them: FIELDS numbers, the first three
+# values, the others offsets into the buffer holding the record.
+ID_SIZE = 8  # the id, the first bytes of the payload
+FIELDS = 9  # journal id, flags, arrival; where the exchange (route), routing key, queue count,
+# content header frame tail and body frame tail start; where the payload ends
+HEADER_TAIL_MIN = 19  # a content header frame's tail holds at least size, class to property flags, frame end
+
+
+def message_fields(p, start, end):
+    """The fields of the MESSAGE record whose payload is p[start:end] (see message_parts), as
+    a list of FIELDS numbers, or None when they do not fit in it. The one reading of the
+    layout: paging builds messages from it, the replay finds their queues with it, and
+    c_accel's find_messages is its C twin."""
+    route = start + 17
+    if route >= end:
+        return None
+    key = route + 1 + p[route]
+    if key >= end:
+        return None
+    names = key + 1 + p[key]
+    if names + 2 > end:
+        return None
+    at = names + 2
+    for _ in range((p[names] << 8) | p[names + 1]):
+        if at >= end:
+            return None
+        at += 1 + p[at]
+    if at + 4 > end:
+        return None
+    header = at + 4
+    body = header + ((p[at] << 24) | (p[at + 1] << 16) | (p[at + 2] << 8) | p[at + 3])
+    if body > end or body - header < HEADER_TAIL_MIN:
+        return None
+    journal_id, flags, arrived = struct.unpack_from(">QBQ", p, start)
+    return [journal_id, flags, arrived, route, key, names, header, body, end]
 
 
 def members_payload(name, flags, first_id, count, size, bitmap):

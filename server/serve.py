@@ -62,6 +62,16 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
+def choose_message_finder():
+    """On CPython, the C twin of core/paging.py's find_messages if it was built: how page-ins
+    find a run's messages in what they read (Journal.find_messages). None: the Python one."""
+    if sys.implementation.name == "micropython":
+        return None
+    from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
+
+    return loader.message_finder()
+
+
 def status_writer(folder, broker, log):
     """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
     a board writes none (no one reads it there, and its flash has no writes to spare)."""
@@ -111,6 +121,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
     journal = recover_journal(opts, broker, log)
+    journal.journal.find_messages = choose_message_finder()
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     if stop_event is None:
         stop_event = asyncio.Event()
