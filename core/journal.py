@@ -353,16 +353,17 @@ class Journal:
         segment = message.segment
         self.live[segment] -= 1
         if not queue.deleted and message.persistent():  # else a restart does not bring it back anyway
-            self._mark(REMOVED, queue.name, segment, [message.journal_id], message.body_size)
+            marks = self._marks(REMOVED, queue.name, segment)
+            marks[0].append(message.journal_id)
+            marks[1] += message.body_size
 
     def removed_all(self, queue, entries):
         """The journalled messages of entries (queue entries, in delivery order) left a durable
-        queue for good together (acked): removed() for each, a run of one segment at a time."""
+        queue for good together (acked): removed() for each, in one pass."""
         live = self.live
         keep = not queue.deleted
         segment = None
-        ids = []
-        size = 0
+        marks = None
         for entry in entries:
             message = entry[0]
             if not message.journal_id:
@@ -370,29 +371,24 @@ class Journal:
             live[message.segment] -= 1
             if keep and message.persistent():
                 if message.segment != segment:
-                    if ids:
-                        self._mark(REMOVED, queue.name, segment, ids, size)
                     segment = message.segment
-                    ids = []
-                    size = 0
-                ids.append(message.journal_id)
-                size += message.body_size
-        if ids:
-            self._mark(REMOVED, queue.name, segment, ids, size)
+                    marks = self._marks(REMOVED, queue.name, segment)
+                marks[0].append(message.journal_id)
+                marks[1] += message.body_size
 
     def delivered(self, queue, message):
-        self._mark(DELIVERED, queue.name, message.segment, [message.journal_id], 0)
+        self._marks(DELIVERED, queue.name, message.segment)[0].append(message.journal_id)
 
-    def _mark(self, kind, name, segment, ids, size):
+    def _marks(self, kind, name, segment):
+        """[ids, their body bytes] of kind for queue name's messages in segment, written at the
+        next take (write_marks)."""
         key = (kind, name, segment)
         marks = self.marks.get(key)
         if marks is None:
-            self.marks[key] = [ids, size]
-        else:
-            marks[0].extend(ids)
-            marks[1] += size
+            marks = self.marks[key] = [[], 0]
         if not self._woken:
             self._wake()
+        return marks
 
     def write_marks(self):
         """REMOVED/DELIVERED records for what was marked since the last take: one record per

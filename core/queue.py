@@ -29,6 +29,7 @@ class Consumer:
         self.session = session
         self.tag = tag
         self.tag_shortstr = shortstr(tag)
+        self.deliver_head = None  # kept by its session: a 0-9-1 channel's basic.deliver frame start
         self.queue = queue
         self.no_ack = no_ack
         self.exclusive = exclusive
