@@ -37,27 +37,21 @@ class Flow:
 
     def hold(self, message):
         """A message is now held by a queue (until settle or drop: release)."""
-        self.held_messages += 1
-        self.held_bytes += message.cost
-        if not self.over_budget:
-            self._check_budget()
+        self.hold_many(1, message.cost)
 
     def hold_many(self, count, cost):
-        """count messages, of that cost together, are now held (a page-in's)."""
+        """count messages, of that cost together, are now held (one publish, or a page-in's)."""
         self.held_messages += count
         self.held_bytes += cost
         if not self.over_budget:
-            self._check_budget()
-
-    def _check_budget(self):
-        limits = self.limits
-        if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:
-            self.over_budget = True
-            self.set_alarm(
-                "budget",
-                "low on memory: queued messages use %d of %d bytes (%d messages)"
-                % (self.held_bytes, limits.total_max_bytes, self.held_messages),
-            )
+            limits = self.limits
+            if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:
+                self.over_budget = True
+                self.set_alarm(
+                    "budget",
+                    "low on memory: queued messages use %d of %d bytes (%d messages)"
+                    % (self.held_bytes, limits.total_max_bytes, self.held_messages),
+                )
 
     def release(self, message):
         self.release_many(1, message.cost)

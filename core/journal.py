@@ -319,7 +319,7 @@ class Journal:
         names = []
         for queue in queues:
             if queue.journalled:
-                names.append(shortstr(queue.name))
+                names.append(queue.name_shortstr)
         if not names:
             return False
         flags = 0
