@@ -151,7 +151,8 @@ def read_run(journal, run, want, queue):
         found = len(fields) // FIELDS
         run.count -= found
         count += found
-        enqueue(queue, run, data, fields)
+        if found:
+            enqueue(queue, run, data, fields)
         if status == INCOMPLETE and n == read_size:  # the record goes on past this read
             if stop == 0:  # one record larger than a read (its header is sound: its size can be believed)
                 read_size = max(read_size * 2, size)
