@@ -117,6 +117,7 @@ class Journal:
         self.refers = {}  # segment -> older segments its REMOVED/DELIVERED records name
         self.next_id = 1
         self.marks = {}  # (kind, queue name, segment) -> [ids, bytes], written at the next take
+        self.delivering = None  # (queue, segment, its DELIVERED ids in marks) of the last delivery
         # What the current segment's summary will say (see _seal)
         self.first_id = 0  # where the segment's bitmaps start: its first id, down to a multiple of 8
         self.members = {}  # queue name -> [bitmap from first_id, count, body bytes] (persistent only)
@@ -377,7 +378,12 @@ class Journal:
                 marks[1] += message.body_size
 
     def delivered(self, queue, message):
-        self._marks(DELIVERED, queue.name, message.segment)[0].append(message.journal_id)
+        # a queue delivers from one segment at a time, mostly: the ids of the last one are kept
+        last = self.delivering
+        if last is None or last[0] is not queue or last[1] != message.segment:
+            ids = self._marks(DELIVERED, queue.name, message.segment)[0]
+            last = self.delivering = (queue, message.segment, ids)
+        last[2].append(message.journal_id)
 
     def _marks(self, kind, name, segment):
         """[ids, their body bytes] of kind for queue name's messages in segment, written at the
@@ -397,6 +403,7 @@ class Journal:
             return
         marks = self.marks
         self.marks = {}
+        self.delivering = None
         for key in marks:
             kind, name, segment = key
             ids, size = marks[key]
