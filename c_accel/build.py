@@ -11,7 +11,7 @@ import os
 
 from cffi import FFI
 
-# What Python sees of framing.h (cffi's parser takes no #include or #ifndef).
+# What Python sees of framing.h, streams.h and messages.h (cffi's parser takes no #include or #ifndef).
 CDEF = """
 size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
                          uint64_t *records, size_t capacity, size_t *outcome);
@@ -20,6 +20,9 @@ size_t hutch_stream_deliveries(const uint8_t *buf, size_t end, uint64_t *state, 
                                size_t tag_len, uint64_t tag, uint64_t max_payload, uint8_t *out,
                                size_t capacity);
 uint32_t hutch_crc32(const uint8_t *data, size_t len, uint32_t crc);
+size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t first_id,
+                           uint8_t *bitmap, size_t bitmap_len, size_t want,
+                           uint64_t *fields, uint64_t *outcome);
 """
 
 
@@ -29,8 +32,8 @@ def make_builder(folder):
     builder.cdef(CDEF)
     builder.set_source(
         "hutch.c_accel._accel",
-        '#include "framing.h"\n#include "streams.h"',
-        sources=[os.path.join(folder, "framing.c"), os.path.join(folder, "streams.c")],
+        '#include "framing.h"\n#include "streams.h"\n#include "messages.h"',
+        sources=[os.path.join(folder, name) for name in ("framing.c", "streams.c", "messages.c")],
         include_dirs=[folder],
         extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
         # A compiler that is missing or fails must not fail the install: setuptools then

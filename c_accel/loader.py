@@ -1,13 +1,15 @@
-"""Choosing the frame reader on CPython: the C scanner when it was built, else pure Python.
+"""Choosing the frame reader, and the page-ins' message finder, on CPython: the C code when it
+was built, else pure Python.
 
     line, frame_reader = loader.frame_reader()
     log("info", line)
     broker = Broker(..., frame_reader=frame_reader)
+    ... journal.find_messages = loader.message_finder()  # page-ins, once the journal is there
 
 HUTCH_PURE_PYTHON=1 in the environment keeps pure Python (to compare the two, or to
 rule the C code out when hunting a bug). Any ImportError, such as an install without a
 compiler, also leaves pure Python in place: the C code is only ever a faster copy of
-core/framing.py, never something the broker needs. MicroPython has no C accelerator:
+core/framing.py (or core/paging.py), never something the broker needs. MicroPython has no C accelerator:
 server/serve.py does not import this there.
 """
 
@@ -41,3 +43,15 @@ def stream_deliveries():
     except ImportError:
         return None
     return streams.deliveries
+
+
+def message_finder():
+    """How page-ins find a run's messages in what they read from a segment (Journal.find_messages):
+    the C twin of core/paging.py's find_messages, or None for that one."""
+    if pure_python_forced():
+        return None
+    try:
+        from . import messages
+    except ImportError:
+        return None  # frame_reader() has said why
+    return messages.find_messages

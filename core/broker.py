@@ -346,8 +346,7 @@ class Broker:
         """Delivered entries of queue, settled: ACCEPT, REQUEUE (in the order given, at the head
         of the queue, redelivered) or REJECT."""
         if outcome == ACCEPT:
-            for entry in entries:
-                queue.forget(entry[0])
+            queue.forget_all(entries)
         elif outcome == REQUEUE:
             queue.requeue(entries)
         else:

@@ -269,21 +269,16 @@ class Channel:
             consumer.unacked += 1
             self.consumer_unacked += 1
         conn = self.conn
-        tag_ss = consumer.tag_shortstr
         route = message.route
+        # basic.deliver up to its delivery tag is the same for every message of one route
+        # length: made once (a queue's messages mostly share their exchange and routing key)
+        head = consumer.deliver_head
+        if head is None or head[0] != len(route):
+            tag_ss = consumer.tag_shortstr
+            size = 13 + len(tag_ss) + len(route)
+            head = consumer.deliver_head = (len(route), struct.pack(">BHI", 1, self.number, size) + DELIVER_ID + tag_ss)
         out = conn.out
-        out.append(
-            b"".join(
-                (
-                    struct.pack(">BHI", 1, self.number, 13 + len(tag_ss) + len(route)),
-                    DELIVER_ID,
-                    tag_ss,
-                    struct.pack(">QB", tag, entry[1]),
-                    route,
-                    FRAME_END_BYTE,
-                )
-            )
-        )
+        out += (head[1], struct.pack(">QB", tag, entry[1]), route, FRAME_END_BYTE)
         append_content(out, self, message, conn.max_payload)
         conn.output_added(message.body_size + 64)
 

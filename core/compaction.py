@@ -19,7 +19,6 @@ old segment is still needed (at most once a second); a board imports this module
 """
 
 from .journal import MESSAGE, MOVED, TRANSIENT, message_parts
-from .wire import shortstr
 
 COMPACT_BELOW = 4  # compact a segment once at most 1/4 of its messages are still held
 SEGMENTS_PER_TICK = 8  # oldest segments compacted one after the other in one tick, at most
@@ -114,7 +113,7 @@ def _add(held, message, queue, delivered):
 def _move(journal, message, queues):
     """Write a message held by queues again, into the current segment, keeping its id."""
     persistent = message.persistent()
-    names = [shortstr(queue.name) for queue in queues]
+    names = [queue.name_shortstr for queue in queues]
     flags = MOVED if persistent else MOVED | TRANSIENT
     old = message.segment
     segment = journal.append_record(

@@ -38,8 +38,12 @@ class Flow:
     def hold(self, message, count=1):
         """A message is now held by a queue (until settle or drop: release); count: as many
         alike (a stream's run of deliveries, each released on its own)."""
+        self.hold_many(count, message.cost * count)
+
+    def hold_many(self, count, cost):
+        """count messages, of that cost together, are now held (one publish, or a page-in's)."""
         self.held_messages += count
-        self.held_bytes += message.cost * count
+        self.held_bytes += cost
         if not self.over_budget:
             limits = self.limits
             if self.held_bytes > limits.total_max_bytes or self.held_messages > limits.total_max_messages:
@@ -51,8 +55,12 @@ class Flow:
                 )
 
     def release(self, message):
-        self.held_messages -= 1
-        self.held_bytes -= message.cost
+        self.release_many(1, message.cost)
+
+    def release_many(self, count, cost):
+        """count messages, of that cost together, are no longer held (settled, dropped)."""
+        self.held_messages -= count
+        self.held_bytes -= cost
         if self.over_budget:
             limits = self.limits
             percent = limits.low_water_percent

@@ -104,6 +104,9 @@ class Journal:
         self.wake = None  # the storage port's callback: records are waiting
         self.read = None  # the storage port's reader: read(segment, position, size) -> bytes
         self.read_size = broker.limits.page_read_bytes
+        # how page-ins find a run's messages in what they read: core/paging.py's find_messages
+        # (None), or its C twin on CPython (c_accel/, set by server/serve.py)
+        self.find_messages = None
         self.seq = 0  # records appended so far
         self.synced = 0  # records the port has made durable
         self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port ([..., True]: a summary)
@@ -114,6 +117,7 @@ class Journal:
         self.refers = {}  # segment -> older segments its REMOVED/DELIVERED records name
         self.next_id = 1
         self.marks = {}  # (kind, queue name, segment) -> [ids, bytes], written at the next take
+        self.delivering = None  # (queue, segment, its DELIVERED ids in marks) of the last delivery
         # What the current segment's summary will say (see _seal)
         self.first_id = 0  # where the segment's bitmaps start: its first id, down to a multiple of 8
         self.members = {}  # queue name -> [bitmap from first_id, count, body bytes] (persistent only)
@@ -316,7 +320,7 @@ class Journal:
         names = []
         for queue in queues:
             if queue.journalled:
-                names.append(shortstr(queue.name))
+                names.append(queue.name_shortstr)
         if not names:
             return False
         flags = 0
@@ -350,19 +354,47 @@ class Journal:
         segment = message.segment
         self.live[segment] -= 1
         if not queue.deleted and message.persistent():  # else a restart does not bring it back anyway
-            self._mark(REMOVED, queue.name, message.journal_id, segment, message.body_size)
+            marks = self._marks(REMOVED, queue.name, segment)
+            marks[0].append(message.journal_id)
+            marks[1] += message.body_size
+
+    def removed_all(self, queue, entries):
+        """The journalled messages of entries (queue entries, in delivery order) left a durable
+        queue for good together (acked): removed() for each, in one pass."""
+        live = self.live
+        keep = not queue.deleted
+        segment = None
+        marks = None
+        for entry in entries:
+            message = entry[0]
+            if not message.journal_id:
+                continue
+            live[message.segment] -= 1
+            if keep and message.persistent():
+                if message.segment != segment:
+                    segment = message.segment
+                    marks = self._marks(REMOVED, queue.name, segment)
+                marks[0].append(message.journal_id)
+                marks[1] += message.body_size
 
     def delivered(self, queue, message):
-        self._mark(DELIVERED, queue.name, message.journal_id, message.segment, 0)
+        # a queue delivers from one segment at a time, mostly: the ids of the last one are kept
+        last = self.delivering
+        if last is None or last[0] is not queue or last[1] != message.segment:
+            ids = self._marks(DELIVERED, queue.name, message.segment)[0]
+            last = self.delivering = (queue, message.segment, ids)
+        last[2].append(message.journal_id)
 
-    def _mark(self, kind, name, journal_id, segment, size):
+    def _marks(self, kind, name, segment):
+        """[ids, their body bytes] of kind for queue name's messages in segment, written at the
+        next take (write_marks)."""
         key = (kind, name, segment)
         marks = self.marks.get(key)
         if marks is None:
             marks = self.marks[key] = [[], 0]
-        marks[0].append(journal_id)
-        marks[1] += size
-        self._wake()
+        if not self._woken:
+            self._wake()
+        return marks
 
     def write_marks(self):
         """REMOVED/DELIVERED records for what was marked since the last take: one record per
@@ -371,14 +403,12 @@ class Journal:
             return
         marks = self.marks
         self.marks = {}
+        self.delivering = None
         for key in marks:
             kind, name, segment = key
             ids, size = marks[key]
             # queue name, the segment the messages are in, their body bytes, their ids
-            packed = bytearray(8 * len(ids))
-            for i in range(len(ids)):
-                struct.pack_into(">Q", packed, 8 * i, ids[i])
-            payload = shortstr(name) + struct.pack(">IQ", segment, size) + packed
+            payload = shortstr(name) + struct.pack(">IQ%dQ" % len(ids), segment, size, *ids)
             self.append_referring(kind, (payload,), segment)
 
     def append_referring(self, kind, parts, segment):
@@ -419,6 +449,43 @@ def message_parts(message, journal_id, flags, arrived, names):
     if message.body_tail is not None:
         parts.append(message.body_tail)
     return parts
+
+
+# A MESSAGE record's fields, as message_fields gives them: FIELDS numbers, the first three
+# values, the others offsets into the buffer holding the record.
+ID_SIZE = 8  # the id, the first bytes of the payload
+FIELDS = 9  # journal id, flags, arrival; where the exchange (route), routing key, queue count,
+# content header frame tail and body frame tail start; where the payload ends
+HEADER_TAIL_MIN = 19  # a content header frame's tail holds at least size, class to property flags, frame end
+
+
+def message_fields(p, start, end):
+    """The fields of the MESSAGE record whose payload is p[start:end] (see message_parts), as
+    a list of FIELDS numbers, or None when they do not fit in it. The one reading of the
+    layout: paging builds messages from it, the replay finds their queues with it, and
+    c_accel's find_messages is its C twin."""
+    route = start + 17
+    if route >= end:
+        return None
+    key = route + 1 + p[route]
+    if key >= end:
+        return None
+    names = key + 1 + p[key]
+    if names + 2 > end:
+        return None
+    at = names + 2
+    for _ in range((p[names] << 8) | p[names + 1]):
+        if at >= end:
+            return None
+        at += 1 + p[at]
+    if at + 4 > end:
+        return None
+    header = at + 4
+    body = header + ((p[at] << 24) | (p[at + 1] << 16) | (p[at + 2] << 8) | p[at + 3])
+    if body > end or body - header < HEADER_TAIL_MIN:
+        return None
+    journal_id, flags, arrived = struct.unpack_from(">QBQ", p, start)
+    return [journal_id, flags, arrived, route, key, names, header, body, end]
 
 
 def members_payload(name, flags, first_id, count, size, bitmap):

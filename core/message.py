@@ -59,10 +59,10 @@ class Message:
     def persistent(self):
         """delivery-mode 2. Read from the frame when it is the first property set (the usual
         case: persistent messages with no content type, encoding or headers)."""
-        flags = self.flags()
-        if not flags & FLAG_DELIVERY_MODE:
+        high = self.header_tail[16]  # the property flags' first octet (see flags(); asked per publish and ack)
+        if not high & FLAG_DELIVERY_MODE >> 8:
             return False
-        if not flags & 0xE000:
+        if not high & 0xE0:
             return self.header_tail[18] == 2
         return self.properties().get("delivery-mode") == 2
 

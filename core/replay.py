@@ -37,6 +37,7 @@ from .journal import (
     TRANSIENT,
     UNBINDING,
     members_payload,
+    message_fields,
     queue_payload,
     set_bit,
 )
@@ -208,22 +209,21 @@ class Replay:
 
     def _message(self, segment, p):
         """A MESSAGE record of a segment read whole: into its queues' runs (not decoded)."""
-        journal_id, flags = struct.unpack_from(">QB", p, 0)
+        fields = message_fields(p, 0, len(p))
+        if fields is None:
+            raise ValueError("a message record whose fields do not fit in it")
+        journal_id, flags = fields[0], fields[1]
         self._ids(journal_id + 1)
         if flags & TRANSIENT:
             return  # journalled only for a queue's order: a restart does not bring it back
-        pos = 17
-        pos += 1 + p[pos]  # exchange
-        pos += 1 + p[pos]  # routing key
+        pos = fields[5]
         count = (p[pos] << 8) | p[pos + 1]
         pos += 2
         names = []
         for _ in range(count):
             name, pos = _shortstr(p, pos)
             names.append(name)
-        size = struct.unpack_from(">I", p, pos)[0]
-        body = len(p) - pos - 4 - size
-        body_size = body - 5 if body > 0 else 0
+        body_size = len(p) - fields[7] - 5 if len(p) > fields[7] else 0
         moved = bool(flags & MOVED)
         for name in names:
             queue = self.queues.get(name)

@@ -352,10 +352,13 @@ class Stream:
     def forget(self, message):
         self.broker.flow.release(message)
 
-    def requeue(self, entries):
+    def forget_all(self, entries):
         release = self.broker.flow.release
         for entry in entries:
             release(entry[0])
+
+    def requeue(self, entries):
+        self.forget_all(entries)
 
     def drop(self, entry, reason):
         self.broker.flow.release(entry[0])

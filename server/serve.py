@@ -111,11 +111,15 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
-    if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries too
+    finder = None
+    if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries and
         from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only)
 
         broker.stream_deliveries = loader.stream_deliveries()
+        finder = loader.message_finder()  # the page-ins' message finder too
     journal = recover_journal(opts, broker, log)
+    if finder is not None:
+        journal.journal.find_messages = finder
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     if stop_event is None:
         stop_event = asyncio.Event()

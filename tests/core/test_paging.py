@@ -201,6 +201,38 @@ def test_transient_messages_behind_a_backlog_on_disk_come_in_order():
 
 
 @_in_folder
+def _one_ack_of_many(folder):
+    node = _small(folder)
+    c = _fill(node, 30)
+    for i in range(30, 40):
+        c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, TRANSIENT)  # journalled: the queue pages
+    for i in range(40, 60):
+        c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, PERSISTENT)
+    c.call(1, spec.BASIC_QOS, (0, 100, False))
+    c.call(1, spec.BASIC_CONSUME, (0, b"q", b"tag", False, False, False, False, {}))
+    deliveries = []
+    for _ in range(100):
+        found = [e for e in c.read() + c.events if e.name == "basic.deliver"]
+        c.events = []
+        if not found:
+            break
+        deliveries += found
+    assert [int(e.body[1:4]) for e in deliveries] == list(range(60))
+    assert len(node.broker.journal.live) >= 3  # the messages span several segments
+    c.ack(1, deliveries[49].args[1], True)  # 0..49 at once: persistent, transient, persistent
+    node.stop()
+    # A restart brings back only the persistent ones left unacked, as delivered ones
+    again = Node(folder, segment_bytes=4096)
+    bodies = _bodies(again.client(), b"q")
+    assert _numbers(bodies) == list(range(50, 60)), _numbers(bodies)
+    assert all(redelivered for _, redelivered in bodies)
+
+
+def test_one_ack_of_many_removes_them_all_across_segments():
+    _one_ack_of_many()
+
+
+@_in_folder
 def _sealed(folder):
     node = _small(folder)
     _fill(node, 120)

@@ -1,0 +1,184 @@
+/* hutch C accelerator: finding a run's messages in a segment read (see messages.h).
+ *
+ * A record is 0xA5 kind(1) length(4) check(2) payload(length) crc32(4), integers
+ * big-endian (core/records.py). Every length comes from the file, so each one is
+ * checked against what is left in the buffer before a byte it implies is read,
+ * in a form that cannot overflow. */
+#include "messages.h"
+
+#define RECORD_MAGIC 0xA5
+#define RECORD_HEADER 8
+#define RECORD_TRAILER 4
+#define MAX_PAYLOAD 0x7FFFFFFFu
+#define KIND_MESSAGE 9  /* MESSAGE in core/journal.py */
+#define ID_SIZE 8       /* a message's id: the first bytes of its payload */
+#define FIXED_SIZE 17   /* id(8) flags(1) arrival(8), then the route */
+#define HEADER_TAIL_MIN 19  /* a content header frame's tail: size(4), class to property flags(14), frame end */
+
+/* CRC-32 as binascii.crc32 computes it (zlib's: reflected, polynomial 0xEDB88320),
+ * eight bytes a step. The tables are made at the first call (under the GIL). */
+static uint32_t crc_table[8][256];
+static int crc_ready = 0;
+
+static void crc_init(void)
+{
+    uint32_t i, c;
+    int k;
+    for (i = 0; i < 256; i++) {
+        c = i;
+        for (k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (i = 0; i < 256; i++)
+        for (k = 1; k < 8; k++)
+            crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xFF];
+    crc_ready = 1;
+}
+
+/* binascii.crc32(p[:n], crc) */
+static uint32_t crc32_of(const uint8_t *p, size_t n, uint32_t crc)
+{
+    crc = ~crc;
+    while (n >= 8) {
+        uint32_t a = crc ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+        uint32_t b = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
+        crc = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF] ^ crc_table[5][(a >> 16) & 0xFF]
+            ^ crc_table[4][a >> 24] ^ crc_table[3][b & 0xFF] ^ crc_table[2][(b >> 8) & 0xFF]
+            ^ crc_table[1][(b >> 16) & 0xFF] ^ crc_table[0][b >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+static uint32_t read_u32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t read_u64(const uint8_t *p)
+{
+    return ((uint64_t)read_u32(p) << 32) | read_u32(p + 4);
+}
+
+static int all_zero(const uint8_t *buf, size_t len, size_t from)
+{
+    for (; from < len; from++)
+        if (buf[from])
+            return 0;
+    return 1;
+}
+
+/* The record at pos (pos < len), as next_record reads it: its kind, with its payload
+ * in [*start, *end); or minus the status that has no good record there (*size: the
+ * whole size of a sound record that goes on past len, 0 if its header does). */
+static int record_at(const uint8_t *buf, size_t len, size_t pos, size_t *start, size_t *end, uint64_t *size)
+{
+    const uint8_t *header = buf + pos;
+    uint32_t length, crc;
+    uint64_t whole;
+    *size = 0;
+    if (len - pos < RECORD_HEADER)
+        return header[0] == RECORD_MAGIC || header[0] == 0 ? -HUTCH_INCOMPLETE : -HUTCH_CORRUPT;
+    crc = crc32_of(header + 1, 5, 0);  /* kind and length: a damaged length is not believed */
+    if (header[0] != RECORD_MAGIC || (crc & 0xFFFF) != (((uint32_t)header[6] << 8) | header[7]))
+        return all_zero(buf, len, pos) ? -HUTCH_TORN : -HUTCH_CORRUPT;
+    length = read_u32(header + 2);
+    if (length > MAX_PAYLOAD)
+        return -HUTCH_CORRUPT;
+    whole = (uint64_t)RECORD_HEADER + length + RECORD_TRAILER;
+    if (whole > len - pos) {
+        *size = whole;  /* a sound header: its record was being written */
+        return -HUTCH_INCOMPLETE;
+    }
+    *start = pos + RECORD_HEADER;
+    *end = *start + length;
+    if (crc32_of(buf + *start, length, crc) != read_u32(buf + *end))
+        /* a bad last record is a torn write; a bad one with good data after it is damage */
+        return all_zero(buf, len, *end + RECORD_TRAILER) ? -HUTCH_TORN : -HUTCH_CORRUPT;
+    return header[1];
+}
+
+/* message_fields of core/journal.py: the fields of the MESSAGE payload p[start:end]
+ * into out (HUTCH_FIELDS numbers), or 0 when they do not fit in it. */
+static int message_fields(const uint8_t *p, size_t start, size_t end, uint64_t *out)
+{
+    size_t route, key, names, at, header;
+    uint64_t body;
+    unsigned count, i;
+    if (end - start <= FIXED_SIZE)
+        return 0;
+    route = start + FIXED_SIZE;
+    key = route + 1 + p[route];  /* past the exchange */
+    if (key >= end)
+        return 0;
+    names = key + 1 + p[key];  /* past the routing key */
+    if (names >= end || end - names < 2)
+        return 0;
+    count = ((unsigned)p[names] << 8) | p[names + 1];
+    at = names + 2;
+    for (i = 0; i < count; i++) {
+        if (at >= end)
+            return 0;
+        at += 1 + p[at];
+    }
+    if (at > end || end - at < 4)
+        return 0;
+    header = at + 4;
+    body = (uint64_t)header + read_u32(p + at);
+    if (body > end || body - header < HEADER_TAIL_MIN)
+        return 0;
+    out[0] = read_u64(p + start);
+    out[1] = p[start + ID_SIZE];
+    out[2] = read_u64(p + start + ID_SIZE + 1);
+    out[3] = route;
+    out[4] = key;
+    out[5] = names;
+    out[6] = header;
+    out[7] = body;
+    out[8] = end;
+    return 1;
+}
+
+static size_t stop_at(uint64_t *outcome, size_t pos, int status, uint64_t size, size_t found)
+{
+    outcome[HUTCH_FOUND_STOP] = pos;
+    outcome[HUTCH_FOUND_STATUS] = (uint64_t)status;
+    outcome[HUTCH_FOUND_SIZE] = size;
+    return found;
+}
+
+size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t first_id,
+                           uint8_t *bitmap, size_t bitmap_len, size_t want,
+                           uint64_t *fields, uint64_t *outcome)
+{
+    size_t found = 0;
+    if (!crc_ready)
+        crc_init();
+    while (pos < len && found < want) {
+        size_t start = 0, end = 0;
+        uint64_t size, index;
+        int kind = record_at(buf, len, pos, &start, &end, &size);
+        if (kind < 0)
+            return stop_at(outcome, pos, -kind, size, found);
+        if (kind == KIND_MESSAGE) {
+            if (end - start < ID_SIZE)
+                return stop_at(outcome, pos, HUTCH_CORRUPT, 0, found);
+            index = read_u64(buf + start);
+            if (index >= first_id) {
+                index -= first_id;
+                if ((index >> 3) < bitmap_len && (bitmap[index >> 3] & (1u << (index & 7)))) {
+                    if (!message_fields(buf, start, end, fields + found * HUTCH_FIELDS))
+                        return stop_at(outcome, pos, HUTCH_CORRUPT, 0, found);
+                    bitmap[index >> 3] ^= (uint8_t)(1u << (index & 7));
+                    found++;
+                }
+            }
+        }
+        pos = end + RECORD_TRAILER;
+    }
+    return stop_at(outcome, pos, HUTCH_CLEAN, 0, found);
+}
