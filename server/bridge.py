@@ -1,16 +1,20 @@
-"""An up bridge inside `hutch serve`: a local queue forwarded to an upstream broker.
+"""Bridges inside `hutch serve`: a local queue forwarded to an upstream broker (up), or an
+upstream queue brought here (down, for commands).
 
-The local side is core/outbox.py (a consumer of the source queue, no socket); the upstream
-side is the sensor client's sans-IO protocol (client/protocol.py), driven here over an
-asyncio stream, on CPython and MicroPython alike. Per link:
+The local side is core/outbox.py (up: a consumer of the source queue, no socket) or
+core/inbox.py (down: a publisher through Broker.publish); the upstream side is the sensor
+client's sans-IO protocol (client/protocol.py), driven here over an asyncio stream (TLS for
+amqps://), on CPython and MicroPython alike. Per link:
 
-    connect (each URI in turn) -> handshake -> confirm.select -> running
-    running: messages the outbox is given are forwarded as they came (basic.publish with the
-    same properties; persistent and mandatory), numbered as upstream confirms them; a
-    confirm settles them locally, a nack or a return puts them back.
+    connect (each URI in turn) -> handshake -> set-up (up: declare, confirm.select; down:
+    passive declare, qos, consume) -> running
+    up: messages the outbox is given are forwarded as they came (basic.publish with the same
+    properties, made persistent, mandatory, with the bridge's headers), numbered as upstream
+    confirms them; a confirm settles them locally, a nack or a return puts them back.
+    down: each delivery is published here and acked upstream once held as promised.
     link lost (EOF, reset, heartbeats missed, upstream closed it, no progress): what was in
-    flight goes back to the head of the queue; retry after reconnect_delay, doubled up to
-    max_reconnect_delay, with jitter.
+    flight goes back (up: to the head of the local queue; down: upstream requeues it); retry
+    after reconnect_delay, doubled up to max_reconnect_delay, with jitter.
 
 Status (state, upstream, forwarded, backlog, last error) is `status()`, and each change of
 state is one log line.
@@ -85,6 +89,9 @@ class LinkError(Exception):
 
 
 class Bridge:
+    """One [[bridge]] (server/bridge_config.py's checked settings): its local side, set up at
+    construction (BridgeError if it cannot be), and its retry loop once started."""
+
     def __init__(self, broker, settings, log, clock=None, node=b"hutch"):
         self.broker = broker
         self.settings = settings
@@ -133,7 +140,7 @@ class Bridge:
                 pass
         if self.outbox is not None:
             self.outbox.close()
-        self._set_state("stopped")
+        self.set_state("stopped")
 
     def status(self):
         outbox = self.outbox
@@ -152,7 +159,7 @@ class Bridge:
             "last_error": self.last_error,
         }
 
-    def _set_state(self, state, detail=""):
+    def set_state(self, state, detail=""):
         if state != self.state:
             self.state = state
             self.log("info", "bridge %s: %s%s" % (self.name, state, detail))
@@ -167,7 +174,7 @@ class Bridge:
                 if self.stopping:
                     break
                 self.upstream = uri["uri"]
-                self._set_state("connecting", " to %s" % uri["uri"])
+                self.set_state("connecting", " to %s" % uri["uri"])
                 progressed = False
                 try:
                     progressed = await self._link(uri)
@@ -192,13 +199,13 @@ class Bridge:
             if self.stopping:
                 break
             wait = delay * (0.5 + random.getrandbits(16) / 65536)  # jitter: many gateways do not retry in step
-            self._set_state("backoff", " for %.1f s (%s)" % (wait, self.last_error))
+            self.set_state("backoff", " for %.1f s (%s)" % (wait, self.last_error))
             waited = 0
             while waited < wait * 1000 and not self.stopping:
                 await sleep_ms(100)
                 waited += 100
             delay = min(delay * 2, settings["max_reconnect_delay"])
-        self._set_state("stopped")
+        self.set_state("stopped")
 
     def _failed(self, uri, reason):
         self.last_error = "%s: %s" % (uri["uri"], reason)
@@ -281,7 +288,7 @@ class _Link:
                 if protocol.channel_open and not self.ran and not protocol.awaiting:
                     if self.set_up():  # the direction's own steps, one reply at a time
                         self.ran = True
-                        self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
+                        self.bridge.set_state("running", " (upstream %s)" % uri["uri"])
                         self.running()
                 self.check()
         finally:
@@ -320,9 +327,9 @@ class _Link:
                 continue
             method_id, args = event
             if method_id == spec.CONNECTION_BLOCKED:
-                self.bridge._set_state("blocked", " by upstream: %s" % (args[0] if args else ""))
+                self.bridge.set_state("blocked", " by upstream: %s" % (args[0] if args else ""))
             elif method_id == spec.CONNECTION_UNBLOCKED:
-                self.bridge._set_state("running", " (upstream %s)" % uri["uri"])
+                self.bridge.set_state("running", " (upstream %s)" % uri["uri"])
             else:
                 self.method(method_id, args)
 
@@ -458,9 +465,9 @@ class _UpLink(_Link):
         elif method_id == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
             self.flow_stopped = not args[0]
             if self.flow_stopped:
-                self.bridge._set_state("blocked", " by upstream: channel.flow")
+                self.bridge.set_state("blocked", " by upstream: channel.flow")
             else:
-                self.bridge._set_state("running", " (upstream %s)" % self.bridge.upstream)
+                self.bridge.set_state("running", " (upstream %s)" % self.bridge.upstream)
 
     def send(self):
         outbox = self.outbox
