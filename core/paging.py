@@ -1,12 +1,18 @@
 """A durable queue's backlog on disk: what it does not hold in memory, it knows as runs.
 
 A run is the messages of one queue in one journal segment that are on disk only: the
-segment, the id of the first, and a bitmap over the ids from there (a bit a message: no
-object each, so a backlog of millions costs its bitmaps, ~1 bit per message). A queue
-holds a bounded window of entries in memory (Limits.queue_window_messages and
-queue_window_bytes); when it runs dry, the queue reads the next messages of its first
-run back with large sequential reads of the segment file (read_run). A run also
-remembers where in the file it stopped, so each byte of a segment is read about once.
+segment, the id of the first and how many there are, no object each. While their ids follow
+one another (the usual case: nothing else was published between them) that is all it holds,
+so a backlog costs a few numbers per segment however long it is; once another queue's
+message comes between two of them, the run keeps a bitmap over the ids from its first (a
+bit a message). A queue holds a bounded window of entries in memory
+(Limits.queue_window_messages and queue_window_bytes); when it runs dry, the queue reads the
+next messages of its first run back with large sequential reads of the segment file
+(read_run). A run also remembers where in the file it stopped, so each byte of a segment is
+read about once.
+
+This module is loaded when a queue first pages (a board without a backlog does not hold it):
+it is kept small, since on a board every function and class it defines takes heap.
 
 Sans-IO like the rest of core/: the storage port gives the journal its reader,
 read(segment, position, size) -> bytes (shorter at the end of the file).
@@ -14,7 +20,7 @@ read(segment, position, size) -> bytes (shorter at the end of the file).
 
 import struct
 
-from .journal import MESSAGE, PAGE_DROPPED, REDELIVERED, TRANSIENT, members_payload, set_bit
+from .journal import MESSAGE, PAGE_DROPPED, REDELIVERED, TRANSIENT, members_payload, set_bits
 from .message import FLAG_EXPIRATION, Message
 from .records import INCOMPLETE, TRAILER_SIZE, next_record
 from .wire import text
@@ -25,7 +31,7 @@ def page_out(queue, message):
     runs = queue.runs
     run = runs[-1] if runs else None
     if run is None or run.segment != message.segment or run.moved:
-        run = Run(message.segment, message.journal_id & ~7, bytearray(), 0, 0)  # bitmaps start on a byte
+        run = Run(message.segment, message.journal_id)
         runs.append(run)
     run.add(message)
     queue.paged += 1
@@ -41,12 +47,7 @@ def page_in(queue):
         want = 1
     while queue.runs and want > 0 and queue.ready_bytes < queue.window_bytes:
         run = queue.runs[0]
-        try:
-            found = read_run(journal.read, run, want, journal.read_size)
-            damaged = None
-        except Damaged as e:
-            found = e.found
-            damaged = e
+        found, damaged = read_run(journal.read, run, want, journal.read_size)
         wall = broker.now + broker.wall_offset
         before = queue.delivered_before
         for message, flags, arrived in found:
@@ -62,8 +63,8 @@ def page_in(queue):
             queue.paged -= 1
             queue.paged_bytes -= size
             run.bytes -= size
-            if not flags & TRANSIENT:
-                run.persistent_bytes -= size
+            if flags & TRANSIENT:
+                run.transient_bytes -= size
         want -= len(found)
         if damaged is not None:
             if run.segment == journal.segment and journal.chunks:
@@ -71,7 +72,7 @@ def page_in(queue):
             broker.log(
                 "error",
                 "journal: segment %08d ends or is damaged at byte %d: %d messages of queue '%s' lost"
-                % (run.segment, damaged.position, run.count, text(queue.name)),
+                % (run.segment, damaged, run.count, text(queue.name)),
             )
             drop_run(queue, run)
         elif not run.count:
@@ -87,88 +88,112 @@ def drop_run(queue, run):
     journal.live[run.segment] -= run.count
     if not queue.deleted:  # (else its QUEUE_GONE record says it all)
         journal.write_marks()
+        if run.bitmap is None:
+            _spread(run)  # the record holds a bitmap (the run is gone: it is not kept)
         # the segment, then as MEMBERS: which of its messages the queue dropped
+        size = run.bytes - run.transient_bytes  # (a replay brings back only persistent ones)
         parts = (struct.pack(">I", run.segment),) + members_payload(
-            queue.name, 0, run.first_id, run.count, run.persistent_bytes, run.bitmap
+            queue.name, 0, run.first_id, run.count, size, run.bitmap
         )
         journal.append_referring(PAGE_DROPPED, parts, run.segment)
 
 
 class Run:
-    def __init__(self, segment, first_id, bitmap, count, size, moved=False):
+    """A queue's messages in one segment that are on disk only, in id order: count of them from
+    first_id. Dense (no bitmap) while those are the ids first_id, first_id + 1, ...; else bit i
+    of bitmap is id first_id + i (first_id then a multiple of 8: a replay's bitmaps line up)."""
+
+    # Class defaults: a run holds these itself only once they differ (a board keeps a run per
+    # segment of a backlog, and each attribute of each takes heap).
+    bitmap = None  # type: bytearray | None
+    moved = False  # messages compaction wrote again: ids older than the segment's
+    position = 0  # where in the segment file reading goes on
+    transient_bytes = 0  # body bytes of its transient messages (a restart does not bring them back)
+
+    def __init__(self, segment, first_id, moved=False, bitmap=None):
         self.segment = segment
         self.first_id = first_id
-        self.bitmap = bitmap  # bytearray: bit i is message first_id + i, still on disk only
-        self.count = count  # bits set
-        self.bytes = size  # their body bytes
-        self.persistent_bytes = size  # ... of the persistent ones (what a restart brings back)
-        self.moved = moved  # messages compaction wrote again: ids older than the segment's
-        self.position = 0  # where in the segment file reading goes on
+        self.count = 0
+        self.bytes = 0  # body bytes
+        if moved:
+            self.moved = True
+        if bitmap is not None:
+            self.bitmap = bitmap
 
     def add(self, message):
-        """A message published to a paging queue: on disk only from the start."""
-        set_bit(self.bitmap, message.journal_id - self.first_id)
+        """A message published to a paging queue: on disk only from the start. Ids only grow."""
+        journal_id = message.journal_id
+        if self.bitmap is None and journal_id != self.first_id + self.count:
+            _spread(self)  # another queue's message came between
+        if self.bitmap is not None:
+            set_bits(self.bitmap, journal_id - self.first_id)
         self.count += 1
         self.bytes += message.body_size
-        if message.persistent():
-            self.persistent_bytes += message.body_size
+        if not message.persistent():
+            self.transient_bytes += message.body_size
 
     def take(self, journal_id):
-        """Clear journal_id's bit: True if it was set (the message is this run's)."""
+        """Clear journal_id: True if it was the run's (the message is this queue's)."""
         i = journal_id - self.first_id
-        if i < 0 or (i >> 3) >= len(self.bitmap):
+        bitmap = self.bitmap
+        if bitmap is None:
+            if i < 0 or i >= self.count:
+                return False
+            if i == 0:  # the oldest, as reading back takes them
+                self.first_id += 1
+                self.count -= 1
+                return True
+            bitmap = _spread(self)
+            i = journal_id - self.first_id
+        if i < 0 or (i >> 3) >= len(bitmap):
             return False
         bit = 1 << (i & 7)
-        if not self.bitmap[i >> 3] & bit:
+        if not bitmap[i >> 3] & bit:
             return False
-        self.bitmap[i >> 3] ^= bit
+        bitmap[i >> 3] ^= bit
         self.count -= 1
         return True
 
 
-class Damaged(Exception):
-    """The segment ended or was damaged before the run's messages were all found."""
-
-    def __init__(self, position):
-        super().__init__(position)
-        self.position = position
-        self.found = []
+def _spread(run):
+    """A dense run's ids as a bitmap, from its first id down to a multiple of 8; the bitmap."""
+    first_id = run.first_id & ~7
+    bitmap = run.bitmap = set_bits(bytearray(), run.first_id - first_id, run.count)
+    run.first_id = first_id
+    return bitmap
 
 
 def read_run(read, run, want, read_size):
-    """Up to want messages of run, in id order, read from its segment: a list of
-    (message, flags, arrived). Raises Damaged when the file ends, or stops being sound,
-    before they are all found (what was found before is in Damaged.found)."""
+    """Up to want messages of run, in id order, read from its segment: (a list of (message,
+    flags, arrived), None), or (what was found, the file position) when the file ends, or
+    stops being sound, before they are all found."""
     found = []
     position = run.position
-    while run.count and len(found) < want:
+    damaged = None
+    while run.count and len(found) < want and damaged is None:
         data = read(run.segment, position, read_size)
         n = len(data)
         if not n:  # the file ends before the run's last message: cut short or gone
-            error = Damaged(position)
-            error.found = found
-            run.position = position
-            raise error
+            damaged = position
+            break
         at = 0
         while at < n and run.count and len(found) < want:
             kind, start, end = next_record(data, at)
             if kind == -INCOMPLETE and n == read_size:
                 break  # the record goes on past this read: read again from it
             if kind < 0:
-                error = Damaged(position + at)
-                error.found = found
-                run.position = position + at
-                raise error
+                damaged = position + at
+                break
             if kind == MESSAGE and run.take(struct.unpack_from(">Q", data, start)[0]):
                 found.append(decode_message(data, start, end))
             at = end + TRAILER_SIZE
-        if at == 0 and run.count and len(found) < want:
+        if at == 0 and damaged is None and run.count and len(found) < want:
             # one record larger than a read (its header is sound: its size can be believed)
             read_size = max(read_size * 2, next_record(data, 0)[2])
             continue
         position += at
     run.position = position
-    return found
+    return found, damaged
 
 
 def decode_message(p, start, end, names=None):

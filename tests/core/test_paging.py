@@ -8,7 +8,7 @@ from test_journal import PERSISTENT, TRANSIENT, Node, _bodies, _damage, _in_fold
 
 from hutch.core import spec
 from hutch.core.limits import Limits
-from hutch.core.paging import page_in
+from hutch.core.paging import Run, page_in
 
 
 def _small(folder, window=4, segment_bytes=4096):
@@ -78,6 +78,70 @@ def _requeue(folder):
 
 def test_requeued_messages_go_back_before_the_backlog_on_disk():
     _requeue()
+
+
+@_in_folder
+def _interleaved(folder):
+    node = _small(folder)
+    c = _fill(node, 30, queue=b"a")
+    a = node.broker.queues[b"a"]
+    assert [run.bitmap for run in a.runs] == [None] * len(a.runs)  # one queue: ids follow each other
+    c.queue(1, b"b", durable=True)
+    c.bind(1, b"a", b"amq.fanout")
+    c.bind(1, b"b", b"amq.fanout")
+    for i in range(30, 90):
+        if i % 3 == 2:
+            c.publish(1, b"amq.fanout", b"", b"m%03d" % i + b"." * 100, PERSISTENT)  # to both
+        else:
+            c.publish(1, b"", b"ab"[i % 2 : i % 2 + 1], b"m%03d" % i + b"." * 100, PERSISTENT)
+    b = node.broker.queues[b"b"]
+    assert a.runs[-1].bitmap is not None and b.runs[-1].bitmap is not None  # the other's ids between
+    mine = {b"a": list(range(30)), b"b": []}
+    for i in range(30, 90):
+        for name in (b"a", b"b") if i % 3 == 2 else (b"ab"[i % 2 : i % 2 + 1],):
+            mine[name].append(i)
+    node.crash()
+    again = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
+    runs = again.broker.queues[b"a"].runs
+    assert runs[0].bitmap is None and runs[-1].bitmap is not None  # dense again where ids follow each other
+    d = again.client()
+    assert _numbers(_bodies(d, b"b")) == mine[b"b"]
+    assert _numbers(_bodies(d, b"a", 10)) == mine[b"a"][:10]
+    assert d.call(1, spec.QUEUE_PURGE, (0, b"a", False))[0].args[0] == len(mine[b"a"]) - 10
+    again.crash()
+    last = Node(folder, segment_bytes=4096)
+    assert last.broker.queues[b"a"].message_count() == 0  # the purge of runs with and without bitmaps holds
+
+
+def test_runs_hold_no_bitmap_while_their_ids_follow_each_other_and_one_when_queues_interleave():
+    _interleaved()
+
+
+class _Published:
+    def __init__(self, journal_id, persistent=True):
+        self.journal_id = journal_id
+        self.body_size = 10
+        self._persistent = persistent
+
+    def persistent(self):
+        return self._persistent
+
+
+def test_a_run_takes_a_bitmap_only_when_its_ids_stop_following_each_other():
+    run = Run(1, 13)
+    for journal_id in (13, 14, 15):
+        run.add(_Published(journal_id))
+    assert run.bitmap is None and (run.first_id, run.count, run.bytes) == (13, 3, 30)
+    assert not run.take(12) and not run.take(16)  # not its own
+    assert run.take(13) and run.bitmap is None and (run.first_id, run.count) == (14, 2)  # the oldest
+    run.add(_Published(18, persistent=False))  # 16 and 17 went elsewhere
+    assert run.bitmap is not None and run.first_id == 8 and run.count == 3 and run.transient_bytes == 10
+    assert [i for i in range(8, 24) if run.take(i)] == [14, 15, 18] and run.count == 0
+    dense = Run(1, 40)
+    for journal_id in range(40, 50):
+        dense.add(_Published(journal_id))
+    assert dense.take(45) and dense.bitmap is not None and dense.count == 9  # out of order: a bitmap
+    assert [i for i in range(30, 60) if dense.take(i)] == [40, 41, 42, 43, 44, 46, 47, 48, 49]
 
 
 @_in_folder
