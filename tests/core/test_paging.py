@@ -10,9 +10,11 @@ from hutch.core import spec
 from hutch.core.limits import Limits
 from hutch.core.paging import Run, page_in
 
+WINDOW = [4]  # the window _small gives a queue (the esp32 profile's 1: see the last test)
 
-def _small(folder, window=4, segment_bytes=4096):
-    return Node(folder, segment_bytes=segment_bytes, limits=Limits(queue_window_messages=window))
+
+def _small(folder, window=None, segment_bytes=4096):
+    return Node(folder, segment_bytes=segment_bytes, limits=Limits(queue_window_messages=window or WINDOW[0]))
 
 
 def _fill(node, count, queue=b"q", arguments=None, properties=PERSISTENT):
@@ -149,7 +151,7 @@ def _ttl(folder):
     node = _small(folder)
     c = _fill(node, 30, arguments={"x-message-ttl": 1000})
     queue = node.broker.queues[b"q"]
-    assert queue.paged == 26
+    assert queue.paged == 30 - WINDOW[0]
     c.tick(500)
     assert queue.message_count() == 30
     c.tick(1500)
@@ -364,3 +366,48 @@ def _compaction(folder):
 
 def test_compaction_moves_a_pinned_message_forward_and_the_replay_finds_it():
     _compaction()
+
+
+@_in_folder
+def _confirms_and_tx(folder):
+    node = _small(folder)
+    c = _fill(node, 10)
+    c.expect(1, spec.CONFIRM_SELECT, (False,))
+    assert c.publish(1, b"", b"q", b"m010" + b"." * 100, PERSISTENT) == []  # on disk only, not synced yet
+    node.writer.commit()
+    assert names(c.read()) == ["basic.ack"]
+    c.channel(2)
+    c.expect(2, spec.TX_SELECT)
+    c.publish(2, b"", b"q", b"m011" + b"." * 100, PERSISTENT)
+    c.publish(2, b"", b"q", b"m012" + b"." * 100, PERSISTENT)
+    assert c.call(2, spec.TX_COMMIT) == []
+    node.writer.commit()
+    assert names(c.read()) == ["tx.commit-ok"]
+    assert node.broker.queues[b"q"].paged == 13 - WINDOW[0]
+    assert _numbers(_bodies(c, b"q")) == list(range(13))
+
+
+def test_confirms_and_transactions_on_a_paged_queue():
+    _confirms_and_tx()
+
+
+def test_every_feature_of_a_paged_queue_with_a_window_of_one_message():
+    """The esp32 profile's window (boards/esp32.py): one message in memory, the rest on disk."""
+    WINDOW[0] = 1
+    try:
+        for scenario in (
+            _consumer,
+            _requeue,
+            _ttl,
+            _dead_letters,
+            _purge,
+            _delete,
+            _restart,
+            _transient,
+            _transient_order,
+            _interleaved,
+            _confirms_and_tx,
+        ):
+            scenario()
+    finally:
+        WINDOW[0] = 4
