@@ -351,7 +351,8 @@ class Replay:
                     live[run.segment] = live.get(run.segment, 0) + run.count
             runs.sort(key=_by_first)  # publish order (MicroPython's dicts keep no order)
             for _, run in runs:
-                queue.runs.append(run)
+                if not (queue.runs and _goes_on(queue.runs[-1], run)):
+                    queue.runs.append(run)
                 queue.paged += run.count
                 queue.paged_bytes += run.bytes
             if recovered.delivered:
@@ -393,6 +394,24 @@ def _dense(run, first):
     dense.count = run.count
     dense.bytes = run.bytes
     return dense
+
+
+def _goes_on(run, after):
+    """Join after to run if it goes on from run's last segment in the next, its ids following
+    (both dense: as core/paging.py makes one run of them as they are published). True if joined."""
+    parts = run.parts
+    last = run.segment + (len(parts) >> 1 if parts else 0)
+    if run.bitmap is not None or after.bitmap is not None or run.moved or after.moved:
+        return False
+    if after.segment != last + 1 or after.first_id != run.first_id + run.count:
+        return False
+    if parts is None:
+        parts = run.parts = []
+    parts.append(after.first_id)
+    parts.append(after.bytes)
+    run.count += after.count
+    run.bytes += after.bytes
+    return True
 
 
 def _ids_of(run):

@@ -120,9 +120,10 @@ def test_runs_hold_no_bitmap_while_their_ids_follow_each_other_and_one_when_queu
 
 
 class _Published:
-    def __init__(self, journal_id, persistent=True):
+    def __init__(self, journal_id, persistent=True, segment=1):
         self.journal_id = journal_id
         self.body_size = 10
+        self.segment = segment
         self._persistent = persistent
 
     def persistent(self):
@@ -132,18 +133,35 @@ class _Published:
 def test_a_run_takes_a_bitmap_only_when_its_ids_stop_following_each_other():
     run = Run(1, 13)
     for journal_id in (13, 14, 15):
-        run.add(_Published(journal_id))
+        assert run.add(_Published(journal_id))
     assert run.bitmap is None and (run.first_id, run.count, run.bytes) == (13, 3, 30)
     assert not run.take(12) and not run.take(16)  # not its own
     assert run.take(13) and run.bitmap is None and (run.first_id, run.count) == (14, 2)  # the oldest
-    run.add(_Published(18, persistent=False))  # 16 and 17 went elsewhere
+    assert run.add(_Published(18, persistent=False))  # 16 and 17 went elsewhere
     assert run.bitmap is not None and run.first_id == 8 and run.count == 3 and run.transient_bytes == 10
+    assert not run.add(_Published(19, segment=2))  # a run with a bitmap stays in its segment
     assert [i for i in range(8, 24) if run.take(i)] == [14, 15, 18] and run.count == 0
     dense = Run(1, 40)
     for journal_id in range(40, 50):
         dense.add(_Published(journal_id))
     assert dense.take(45) and dense.bitmap is not None and dense.count == 9  # out of order: a bitmap
     assert [i for i in range(30, 60) if dense.take(i)] == [40, 41, 42, 43, 44, 46, 47, 48, 49]
+
+
+def test_a_dense_run_goes_on_into_the_next_segments_with_two_numbers_each():
+    run = Run(3, 100)
+    for journal_id, segment in ((100, 3), (101, 3), (102, 4), (103, 4), (104, 4), (105, 5)):
+        assert run.add(_Published(journal_id, segment=segment))
+    assert (run.segment, run.first_id, run.count, run.bytes, run.parts) == (3, 100, 6, 60, [102, 30, 105, 10])
+    assert not run.add(_Published(107, segment=5))  # an id between went elsewhere: a run of its own
+    assert not run.add(_Published(106, persistent=False, segment=5))  # (its bytes would not come back)
+    assert not run.add(_Published(106, segment=7))  # segment 6 in between
+    run.position = 500
+    assert not run.take(102)  # not read in id order: not taken
+    assert run.take(100) and run.take(101)
+    assert (run.segment, run.first_id, run.position, run.parts) == (4, 102, 0, [105, 10])  # on to segment 4
+    assert run.take(102) and run.take(103) and run.take(104) and run.parts is None and run.segment == 5
+    assert run.take(105) and run.count == 0
 
 
 @_in_folder
@@ -224,6 +242,8 @@ def _restart(folder):
     again = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
     queue = again.broker.queues[b"q"]
     assert queue.messages.length == 0 and queue.paged == 199  # nothing read yet: all on disk
+    # the first segment's run has a gap (2 was acked); from the next segment on, one dense run
+    assert [run.bitmap is None for run in queue.runs] == [False, True] and len(queue.runs[1].parts) >= 4
     bodies = _bodies(again.client(), b"q")
     assert _numbers(bodies) == [0, 1] + list(range(3, 200))
     assert [r for _, r in bodies[:3]] == [True, True, False]
@@ -321,13 +341,15 @@ def _cut_during_paging(folder):
     c = _fill(node, 60)
     node.writer.commit()
     queue = node.broker.queues[b"q"]
-    run = queue.runs[-1]
-    # the card loses the end of a segment under a running broker
-    _damage(folder, "%08d.seg" % run.segment, lambda data: data[: len(data) // 2])
+    [run] = queue.runs  # one run, over several segments
+    assert run.parts is not None and len(run.parts) >= 4, run.parts
+    # the card loses the end of a segment under a running broker: one in the middle of the run
+    _damage(folder, "%08d.seg" % (run.segment + 1), lambda data: data[: len(data) // 2])
     numbers = _numbers(_bodies(c, b"q"))
     assert numbers == sorted(numbers) and numbers[:4] == [0, 1, 2, 3] and len(numbers) < 60
+    assert 59 in numbers  # what the segments after it hold is read
     assert any(level == "error" and "lost" in text for level, text in node.logs), node.logs
-    assert queue.message_count() == 0
+    assert queue.message_count() == 0 and queue.paged_bytes == 0
 
 
 def test_a_segment_cut_under_a_running_broker_loses_only_what_it_held():
