@@ -170,10 +170,13 @@ size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t 
             index = read_u64(buf + start);
             if (index >= first_id) {
                 index -= first_id;
-                if ((index >> 3) < bitmap_len && (bitmap[index >> 3] & (1u << (index & 7)))) {
+                /* a dense run (no bitmap): its ids one after the other, the next one only */
+                if (bitmap_len ? (index >> 3) < bitmap_len && (bitmap[index >> 3] & (1u << (index & 7)))
+                               : index == found) {
                     if (!message_fields(buf, start, end, fields + found * HUTCH_FIELDS))
                         return stop_at(outcome, pos, HUTCH_CORRUPT, 0, found);
-                    bitmap[index >> 3] ^= (uint8_t)(1u << (index & 7));
+                    if (bitmap_len)
+                        bitmap[index >> 3] ^= (uint8_t)(1u << (index & 7));
                     found++;
                 }
             }

@@ -23,7 +23,9 @@ enum { HUTCH_FOUND_STOP = 0, HUTCH_FOUND_STATUS = 1, HUTCH_FOUND_SIZE = 2, HUTCH
 
 /* The MESSAGE records of buf[pos:len] whose id's bit is set in bitmap (bit i:
  * id first_id + i), at most want of them: their bits are cleared and their
- * fields go to fields (want * HUTCH_FIELDS numbers). Returns how many. */
+ * fields go to fields (want * HUTCH_FIELDS numbers). Returns how many. With no
+ * bitmap (bitmap_len 0: a dense run), those whose id is the next of first_id,
+ * first_id + 1, ... in turn. */
 size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t first_id,
                            uint8_t *bitmap, size_t bitmap_len, size_t want,
                            uint64_t *fields, uint64_t *outcome);

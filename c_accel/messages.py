@@ -18,14 +18,15 @@ def find_messages(data, pos, first_id, bitmap, want):
     if len(fields) < FIELDS * want:
         fields = _fields[0] = ffi.new("uint64_t[]", FIELDS * want)
     outcome = _outcome
-    # from_buffer: no copy of data; bitmap (a bytearray) is written through, as in Python
+    # from_buffer: no copy of data; bitmap (a bytearray) is written through, as in Python; a
+    # dense run's (None) is no bitmap at all
     found = lib.hutch_find_messages(
         ffi.from_buffer(data),
         len(data),
         pos,
         first_id,
-        ffi.from_buffer(bitmap, require_writable=True),
-        len(bitmap),
+        ffi.from_buffer(bitmap, require_writable=True) if bitmap else ffi.NULL,
+        len(bitmap) if bitmap else 0,
         want,
         fields,
         outcome,

@@ -14,13 +14,13 @@ is about to read it anyway. And only when every message the journal counts as li
 there is found, in a queue's window or held by a consumer: a move that missed one
 would let a later removal of it name the wrong segment.
 
-Sans-IO, MicroPython-clean: the broker's tick calls compact() when Journal.tick says an
-old segment is still needed (at most once a second); a board imports this module only then.
+Sans-IO, MicroPython-clean: the broker's tick calls compact() when Journal.tick says the
+oldest segment still needed holds little (at most once a second); a board imports this
+module only then, not for a backlog that fills its old segments.
 """
 
-from .journal import MESSAGE, MOVED, TRANSIENT, message_parts
+from .journal import COMPACT_BELOW, MESSAGE, MOVED, TRANSIENT, message_parts
 
-COMPACT_BELOW = 4  # compact a segment once at most 1/4 of its messages are still held
 SEGMENTS_PER_TICK = 8  # oldest segments compacted one after the other in one tick, at most
 
 

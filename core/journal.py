@@ -53,6 +53,8 @@ REDELIVERED = 1  # written again by compaction after it had been delivered
 MOVED = 2  # written again by compaction: its id is older than the segment's
 TRANSIENT = 4  # not persistent, journalled only to keep a paging queue's order: not restored
 
+COMPACT_BELOW = 4  # compact a segment once at most 1/4 of its messages are still held (core/compaction.py)
+
 
 def durable_binding(binding):
     """A binding survives a restart when both of its ends do (RabbitMQ's rule)."""
@@ -73,12 +75,19 @@ def _u32s(numbers):
     return b"".join(struct.pack(">I", n) for n in numbers)
 
 
-def set_bit(bitmap, index):
-    """Set a bit of a growing bitmap (bytearray); returns it."""
-    byte = index >> 3
-    if byte >= len(bitmap):
-        bitmap.extend(bytes(byte - len(bitmap) + 64))
-    bitmap[byte] |= 1 << (index & 7)
+def set_bits(bitmap, index, count=1):
+    """Set count bits from index in a growing bitmap (bytearray); returns it. It grows 64 bytes
+    at a time: a bitmap that gains a bit a message is not reallocated for each."""
+    end = index + count
+    if (end + 7) >> 3 > len(bitmap):
+        bitmap.extend(bytes(((end + 7) >> 3) - len(bitmap) + 63))
+    while index < end:
+        if not index & 7 and end - index >= 8:
+            bitmap[index >> 3] = 255  # a whole byte at a time: a dense range of thousands is quick
+            index += 8
+        else:
+            bitmap[index >> 3] |= 1 << (index & 7)
+            index += 1
     return bitmap
 
 
@@ -120,7 +129,9 @@ class Journal:
         self.delivering = None  # (queue, segment, its DELIVERED ids in marks) of the last delivery
         # What the current segment's summary will say (see _seal)
         self.first_id = 0  # where the segment's bitmaps start: its first id, down to a multiple of 8
-        self.members = {}  # queue name -> [bitmap from first_id, count, body bytes] (persistent only)
+        # queue name -> [its first id here, count, body bytes, bitmap from first_id or None] (persistent
+        # only): no bitmap while the queue's ids here follow one another (one queue published to)
+        self.members = {}
         self.moved = {}  # queue name -> [ids written again here by compaction]
         self.copies = []  # (kind, payload) of the segment's REMOVED, DELIVERED, PAGE_DROPPED, SEGMENTS_GONE
         self.written = {}  # segment -> MESSAGE records written to it (core/compaction.py)
@@ -151,14 +162,16 @@ class Journal:
         trailer): what a restart needs of the segment without reading its messages."""
         out = self._snapshot(record_parts(SUMMARY, ()))
         for name in self.members:
-            bitmap, count, size = self.members[name]
+            start, count, size, bitmap = self.members[name]
+            if bitmap is None:
+                bitmap = set_bits(bytearray(), start - self.first_id, count)
             out.extend(record_parts(MEMBERS, members_payload(name, 0, self.first_id, count, size, bitmap)))
         for name in self.moved:
             ids = self.moved[name]
             first = min(ids) & ~7
             bitmap = bytearray()
             for journal_id in ids:
-                set_bit(bitmap, journal_id - first)
+                set_bits(bitmap, journal_id - first)
             out.extend(record_parts(MEMBERS, members_payload(name, MOVED, first, len(ids), 0, bitmap)))
         for kind, payload in self.copies:
             out.extend(record_parts(kind, (payload,)))
@@ -264,16 +277,21 @@ class Journal:
         """From the broker's tick: records or marks waiting, or records not yet synced, get the
         port's attention (with no confirm waiting, it syncs them at its own pace). True when
         compaction should have a look (core/compaction.py): at most once a second, and only
-        while a segment older than the previous one is still needed."""
+        while the oldest segment still needed is older than the previous one and holds little
+        (COMPACT_BELOW)."""
         if (self.chunks or self.marks or self.seq > self.synced) and self.wake is not None:
             self.wake()
         if now < self.next_compaction:
             return False
         self.next_compaction = now + 1000
-        for segment in self.live:
-            if segment < self.segment - 1 and self.live[segment]:
-                return True
-        return False
+        live = self.live
+        oldest = None
+        for segment in live:
+            if segment < self.segment - 1 and live[segment] and (oldest is None or segment < oldest):
+                oldest = segment
+        # Checked here, not by compaction itself: a board does not load compaction for a backlog
+        # that no compaction would touch (the oldest segment full of messages still queued).
+        return oldest is not None and live[oldest] * COMPACT_BELOW <= self.written.get(oldest, 0)
 
     def unsynced(self):
         return self.seq > self.synced
@@ -338,13 +356,16 @@ class Journal:
         self.written[segment] = self.written.get(segment, 0) + 1
         if not flags:
             members = self.members
-            index = journal_id - self.first_id
             for queue in queues:
                 if queue.journalled:
                     entry = members.get(queue.name)
                     if entry is None:
-                        entry = members[queue.name] = [bytearray(), 0, 0]
-                    set_bit(entry[0], index)
+                        entry = members[queue.name] = [journal_id, 0, 0, None]
+                    elif entry[3] is None and journal_id != entry[0] + entry[1]:
+                        # another queue's message came between: a bitmap from now on
+                        entry[3] = set_bits(bytearray(), entry[0] - self.first_id, entry[1])
+                    if entry[3] is not None:
+                        set_bits(entry[3], journal_id - self.first_id)
                     entry[1] += 1
                     entry[2] += message.body_size
         return True

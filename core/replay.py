@@ -39,7 +39,7 @@ from .journal import (
     members_payload,
     message_fields,
     queue_payload,
-    set_bit,
+    set_bits,
 )
 from .paging import Run
 from .records import record_parts
@@ -57,7 +57,7 @@ class RecoveredQueue:
         key = (segment, moved)
         run = self.runs.get(key)
         if run is None:
-            run = self.runs[key] = Run(segment, first_id, bytearray(), 0, 0, moved)
+            run = self.runs[key] = Run(segment, first_id, moved, bytearray())
         return run
 
     def take(self, segment, journal_id):
@@ -65,7 +65,7 @@ class RecoveredQueue:
         for key in self.runs:
             if segment is None or key[0] == segment:
                 run = self.runs[key]
-                if run.take(journal_id):
+                if _take(run, journal_id):
                     return run
         return None
 
@@ -73,7 +73,7 @@ class RecoveredQueue:
         """Messages of segment's run left the queue: size body bytes fewer."""
         run = self.runs.get((segment, False))
         if run is not None:
-            run.bytes = run.persistent_bytes = run.bytes - size
+            run.bytes -= size
 
     def count(self):
         n = 0
@@ -120,7 +120,7 @@ class Replay:
                 run = queue.run(segment, first_id, bool(flags & MOVED))
                 run.bitmap = bitmap
                 run.count = count
-                run.bytes = run.persistent_bytes = size
+                run.bytes = size
                 if flags & MOVED:
                     self._moved(queue, run, segment)
         elif kind == REMOVED or kind == DELIVERED:
@@ -233,10 +233,9 @@ class Replay:
                     first = journal_id & ~7
                     run.bitmap = bytearray((run.first_id - first) >> 3) + run.bitmap
                     run.first_id = first
-                run.bitmap = set_bit(run.bitmap, journal_id - run.first_id)
+                run.bitmap = set_bits(run.bitmap, journal_id - run.first_id)
                 run.count += 1
                 run.bytes += body_size
-                run.persistent_bytes = run.bytes
                 if moved:
                     self._moved(queue, run, segment, journal_id)
 
@@ -257,7 +256,7 @@ class Replay:
                     declared = True
                     out.extend(record_parts(QUEUE, queue_payload(name, queue.auto_delete, queue.arguments)))
                 flags = MOVED if key[1] else 0
-                payload = members_payload(name, flags, run.first_id, run.count, run.persistent_bytes, run.bitmap)
+                payload = members_payload(name, flags, run.first_id, run.count, run.bytes, run.bitmap)
                 out.extend(record_parts(MEMBERS, payload))
         for kind, p in records:
             if kind == SUMMARY:
@@ -278,7 +277,7 @@ class Replay:
         for one in ids:
             for key in queue.runs:
                 run = queue.runs[key]
-                if run is not moved_run and key[0] < segment and run.take(one):
+                if run is not moved_run and key[0] < segment and _take(run, one):
                     break
 
     def _refer(self, segment, older):
@@ -347,13 +346,15 @@ class Replay:
             for key in recovered.runs:
                 run = recovered.runs[key]
                 if run.count:
-                    runs.append((_first_id(run), run))
+                    first = _first_id(run)
+                    runs.append((first, _dense(run, first)))
                     live[run.segment] = live.get(run.segment, 0) + run.count
             runs.sort(key=_by_first)  # publish order (MicroPython's dicts keep no order)
             for _, run in runs:
-                queue.runs.append(run)
+                if not (queue.runs and _goes_on(queue.runs[-1], run)):
+                    queue.runs.append(run)
                 queue.paged += run.count
-                queue.paged_bytes += run.persistent_bytes
+                queue.paged_bytes += run.bytes
             if recovered.delivered:
                 queue.delivered_before = recovered.delivered
             if queue.message_ttl is not None:
@@ -375,6 +376,61 @@ def _first_id(run):
                 if bitmap[i] & (1 << bit):
                     return run.first_id + i * 8 + bit
     return run.first_id
+
+
+def _dense(run, first):
+    """run as the queue keeps it: without its bitmap if its ids follow one another from first
+    (what a backlog read or acked in order leaves), as when it was made (core/paging.py)."""
+    if run.moved:
+        # its records are in the order compaction wrote them, not always their ids': paging
+        # reads a dense run's ids in order only (find_messages), so it keeps its bitmap
+        return run
+    bitmap = run.bitmap
+    byte = len(bitmap) - 1
+    while not bitmap[byte]:  # (run.count > 0: some bit is set)
+        byte -= 1
+    bit = 7
+    while not bitmap[byte] & (1 << bit):
+        bit -= 1
+    if run.first_id + byte * 8 + bit != first + run.count - 1:
+        return run  # a gap: its last id is further than count ids from its first
+    dense = Run(run.segment, first)
+    dense.count = run.count
+    dense.bytes = run.bytes
+    return dense
+
+
+def _goes_on(run, after):
+    """Join after to run if it goes on from run's last segment in the next, its ids following
+    (both dense: as core/paging.py makes one run of them as they are published). True if joined."""
+    parts = run.parts
+    last = run.segment + (len(parts) >> 1 if parts else 0)
+    if run.bitmap is not None or after.bitmap is not None or run.moved or after.moved:
+        return False
+    if after.segment != last + 1 or after.first_id != run.first_id + run.count:
+        return False
+    if parts is None:
+        parts = run.parts = []
+    parts.append(after.first_id)
+    parts.append(after.bytes)
+    run.count += after.count
+    run.bytes += after.bytes
+    return True
+
+
+def _take(run, journal_id):
+    """Clear journal_id's bit in run (a replay's runs all have a bitmap): True if it was set
+    (the message was the run's)."""
+    i = journal_id - run.first_id
+    bitmap = run.bitmap
+    if i < 0 or (i >> 3) >= len(bitmap):
+        return False
+    bit = 1 << (i & 7)
+    if not bitmap[i >> 3] & bit:
+        return False
+    bitmap[i >> 3] ^= bit
+    run.count -= 1
+    return True
 
 
 def _ids_of(run):

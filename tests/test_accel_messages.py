@@ -4,10 +4,12 @@
 Differential tests: on the same bytes, start, bitmap and want, both give the same fields,
 stop, status and size, and leave the same bits cleared, call after call as a page-in
 makes them, whatever the bytes: segments of sound records, cut anywhere, flipped, zeroed,
-messages whose fields do not fit, random bytes. CPython only; `make setup` builds the
+messages whose fields do not fit, random bytes; with a bitmap, and for a dense run (None:
+the ids from first_id on, one after the other). CPython only; `make setup` builds the
 extension, so an import failure here is a failed build.
 """
 
+import os
 import struct
 
 from hypothesis import given, settings
@@ -34,22 +36,34 @@ def message_record(journal_id, flags, body, names=(b"\x01q",), exchange=b"", key
 
 def find_all(find, data, pos, first_id, bitmap, want):
     """Every call a page-in makes on data: [(fields, stop, status, size)] until the scan stops
-    short of want or at the end; and the bitmap after them."""
+    short of want or at the end; and the bitmap after them (None: a dense run's, whose next
+    call starts after the ids found, as Run.took moves it on)."""
     calls = []
     while True:
         fields, stop, status, size = find(data, pos, first_id, bitmap, want)
         calls.append((list(fields), stop, status, size))
         if status != CLEAN or len(fields) < FIELDS * want or stop >= len(data) or not want:
-            return calls, bytes(bitmap)
+            return calls, None if bitmap is None else bytes(bitmap)
         assert stop > pos
         pos = stop
+        if not bitmap:
+            first_id += len(fields) // FIELDS
 
 
 def both(data, pos, first_id, bitmap, want):
-    python = find_all(paging.find_messages, data, pos, first_id, bytearray(bitmap), want)
-    c = find_all(c_messages.find_messages, data, pos, first_id, bytearray(bitmap), want)
+    """find_all in Python and in C, the same; bitmap None for a dense run."""
+    python = find_all(paging.find_messages, data, pos, first_id, _copy(bitmap), want)
+    c = find_all(c_messages.find_messages, data, pos, first_id, _copy(bitmap), want)
     assert c == python
     return python
+
+
+def _copy(bitmap):
+    return None if bitmap is None else bytearray(bitmap)
+
+
+def found_ids(calls):
+    return [fields[i] for fields, *_ in calls for i in range(0, len(fields), FIELDS)]
 
 
 messages = st.builds(
@@ -61,7 +75,7 @@ messages = st.builds(
 )
 others = st.builds(lambda payload: (None, encode_record(EXCHANGE, payload)), st.binary(max_size=40))
 segments = st.lists(st.one_of(messages, messages, messages, others), max_size=30)
-bitmaps = st.binary(max_size=30)
+bitmaps = st.one_of(st.none(), st.binary(max_size=30))  # None (or empty): a dense run
 wants = st.integers(0, 40)
 
 
@@ -76,14 +90,59 @@ def test_sound_segments(records, first_id, bitmap, want):
     calls, left = both(data, 0, first_id, bitmap, want)
     if want:
         assert calls[-1][2] == CLEAN
-    # the messages found are those whose bit was set, in order, each once
-    ids = [fields[i] for fields, *_ in calls for i in range(0, len(fields), FIELDS)]
+    # the messages found are those whose bit was set, in order, each once (dense: the ids
+    # from first_id on, each the next one)
     wanted = []
     for journal_id, _record in records:
         i = -1 if journal_id is None else journal_id - first_id
-        if 0 <= i < 8 * len(bitmap) and bitmap[i >> 3] & (1 << (i & 7)) and i not in wanted:
+        if not bitmap:
+            if i == len(wanted):
+                wanted.append(i)
+        elif 0 <= i < 8 * len(bitmap) and bitmap[i >> 3] & (1 << (i & 7)) and i not in wanted:
             wanted.append(i)
+    ids = found_ids(calls)
     assert ids == [first_id + i for i in wanted][: len(ids)]
+
+
+def dense_run(first_id, steps, flags, body):
+    """Records of a dense run's ids from first_id, one after the other, with other records
+    between them (a step False)."""
+    records = []
+    for step in steps:
+        if step:
+            records.append((first_id, message_record(first_id, flags, body)))
+            first_id += 1
+        else:
+            records.append((None, encode_record(EXCHANGE, b"x")))
+    return records
+
+
+dense_runs = st.builds(
+    dense_run,
+    st.integers(0, 2**64 - 100),
+    st.lists(st.booleans(), max_size=40),
+    st.sampled_from([0, 4]),
+    st.binary(max_size=20),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(dense_runs, st.integers(-2, 2), wants, st.lists(st.tuples(st.integers(0, 40), messages), max_size=3))
+def test_dense_runs(records, shift, want, strays):
+    """A dense run's ids one after the other (other records between them), from first_id near
+    theirs (before: the first ones are missing, after: the first ones are others'), with
+    messages of other ids here and there: the next id only, each in turn, both sides."""
+    for where, stray in strays:
+        records.insert(min(where, len(records)), stray)
+    ids = [journal_id for journal_id, _record in records if journal_id is not None]
+    first_id = max(0, (ids[0] if ids else 0) + shift)
+    calls, left = both(joined(records), 0, first_id, None, want)
+    assert left is None
+    expected = []
+    for journal_id in ids:
+        if journal_id == first_id + len(expected):
+            expected.append(journal_id)
+    assert found_ids(calls) == (expected if want else [])  # (sound records: each call goes on)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -151,3 +210,17 @@ def test_a_content_header_without_its_property_flags_does_not_fit():
     for properties, status in ((b"", CORRUPT), (b"\x00", CORRUPT), (b"\x00\x00", CLEAN)):
         calls, _left = both(message_record(0, 0, b"x", properties=properties), 0, 0, b"\x01", 1)
         assert calls[-1][2] == status, properties
+
+
+def test_every_paging_scenario_with_the_c_finder(monkeypatch):
+    """tests/core/test_paging.py's tests with the C finder in read_run's place, as a served
+    broker pages on CPython: runs dense and with bitmaps, across segments, cut under a running
+    broker, replayed, and every queue feature with a window of one message."""
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.abspath(__file__)), "core"))
+    import test_paging
+
+    monkeypatch.setattr(paging, "find_messages", c_messages.find_messages)
+    tests = [name for name in dir(test_paging) if name.startswith("test_")]
+    for name in tests:
+        getattr(test_paging, name)()
+    assert len(tests) >= 18

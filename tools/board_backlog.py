@@ -13,6 +13,14 @@ the backlog in it. The backlog is published by one connection with confirms (a w
 A broker that refuses part of it (basic.nack: a queue or memory budget is full) is not an
 error here: the note says how many messages it took and why it refused the rest, and the row
 shows a figure only if it took them all.
+
+The note then gives the same steps with no connection in play (tools/board_backlog_core.py:
+the same broker, in one MicroPython process, fed through Broker.publish). A served broker's
+figure now and then also counts a finished connection that a stale word in the interpreter
+keeps alive (1.5-1.9 KiB on this port, in a third to a half of the readings, with a backlog
+or without: MicroPython's collector takes any word that looks like a pointer for one, and
+which word it finds changes from run to run); these figures hold only the queue, its backlog
+and the code they load, and come out the same every run.
 """
 
 import contextlib
@@ -20,6 +28,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -38,14 +47,20 @@ TIMEOUT = 900  # seconds for the whole backlog, at most
 STATS = re.compile(r"stats: (\d+) connections, (\d+) queued messages .*heap live (\d+)")
 
 
+def write_config(folder, journal_max_bytes):
+    """The board's config file, its disk budget raised to hold the backlog; its path."""
+    config = os.path.join(folder, "board.json")  # JSON: MicroPython has no TOML parser
+    with open(config, "w") as f:
+        json.dump({"server": {"journal_max_bytes": journal_max_bytes}}, f)
+    return config
+
+
 class Board:
     """The board broker: `python -m hutch.tools.unixboard ... -m hutch.server.serve --board esp32`."""
 
     def __init__(self, folder, romfs, journal_max_bytes):
         self.host, self.port = "127.0.0.1", free_port()
-        config = os.path.join(folder, "board.json")  # JSON: MicroPython has no TOML parser
-        with open(config, "w") as f:
-            json.dump({"server": {"journal_max_bytes": journal_max_bytes}}, f)
+        config = write_config(folder, journal_max_bytes)
         command = [sys.executable, "-m", "hutch.tools.unixboard", "--romfs", romfs, "-X", "heapsize=" + HEAP]
         command += ["-m", "hutch.server.serve", "--board", "esp32", "--stats-interval", "1", "--config", config]
         command += ["--bind", self.host, "--port", str(self.port), "--data", os.path.join(folder, "data")]
@@ -100,6 +115,25 @@ def publish(board, count):
     finally:
         conn.close()
     return queued, publisher.nacked
+
+
+def measure_core(workdir, romfs, journal_max_bytes, counts):
+    """tools/board_backlog_core.py's figures: [heap live with none queued, then with each of
+    counts queued], or an error's text."""
+    folder = os.path.join(workdir, "core")
+    os.makedirs(folder)
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "board_backlog_core.py"), folder)
+    config = write_config(folder, journal_max_bytes)
+    command = [sys.executable, "-m", "hutch.tools.unixboard", "--romfs", romfs, "-X", "heapsize=" + HEAP]
+    command += ["-m", "board_backlog_core", os.path.join(folder, "data"), config] + [str(n) for n in counts]
+    try:
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return "no figures within %ds" % TIMEOUT
+    found = re.search(r"^heap ([\d ]+)$", done.stdout, re.M)
+    if done.returncode or not found:
+        return "failed: %s" % ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+    return [int(n) for n in found.group(1).split()]
 
 
 def measure(count, workdir, log):
@@ -158,6 +192,22 @@ def measure(count, workdir, log):
             "{:,}".format(first),
         )
     )
+    log("esp32 board: the same steps with no connection in play")
+    core = measure_core(workdir, romfs, journal, [window, first, count])
+    if isinstance(core, list):
+        figures += (
+            "; with no connection in play: %s bytes with none, %+.1f KiB with the window, %+.1f with %s, %+.1f with %s"
+            % (
+                "{:,}".format(core[0]),
+                (core[1] - core[0]) / 1024,
+                (core[2] - core[0]) / 1024,
+                "{:,}".format(first),
+                (core[3] - core[0]) / 1024,
+                "{:,}".format(count),
+            )
+        )
+    else:
+        figures += "; with no connection in play: %s" % core
     if queued == count:
         return {"difference_kib": round((loaded - none) / 1024, 1), "note": "%s: %s." % (what, figures)}
     reason = board.refusal()
