@@ -32,8 +32,8 @@ def make_builder(folder):
     builder.cdef(CDEF)
     builder.set_source(
         "hutch.c_accel._accel",
-        '#include "framing.h"\n#include "streams.h"\n#include "messages.h"',
-        sources=[os.path.join(folder, name) for name in ("framing.c", "streams.c", "messages.c")],
+        '#include "framing.h"\n#include "crc32.h"\n#include "streams.h"\n#include "messages.h"',
+        sources=[os.path.join(folder, name) for name in ("framing.c", "crc32.c", "streams.c", "messages.c")],
         include_dirs=[folder],
         extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
         # A compiler that is missing or fails must not fail the install: setuptools then

@@ -5,6 +5,7 @@
  * checked against what is left in the buffer before a byte it implies is read,
  * in a form that cannot overflow. */
 #include "messages.h"
+#include "crc32.h"
 
 #define RECORD_MAGIC 0xA5
 #define RECORD_HEADER 8
@@ -14,45 +15,6 @@
 #define ID_SIZE 8       /* a message's id: the first bytes of its payload */
 #define FIXED_SIZE 17   /* id(8) flags(1) arrival(8), then the route */
 #define HEADER_TAIL_MIN 19  /* a content header frame's tail: size(4), class to property flags(14), frame end */
-
-/* CRC-32 as binascii.crc32 computes it (zlib's: reflected, polynomial 0xEDB88320),
- * eight bytes a step. The tables are made at the first call (under the GIL). */
-static uint32_t crc_table[8][256];
-static int crc_ready = 0;
-
-static void crc_init(void)
-{
-    uint32_t i, c;
-    int k;
-    for (i = 0; i < 256; i++) {
-        c = i;
-        for (k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (i = 0; i < 256; i++)
-        for (k = 1; k < 8; k++)
-            crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xFF];
-    crc_ready = 1;
-}
-
-/* binascii.crc32(p[:n], crc) */
-static uint32_t crc32_of(const uint8_t *p, size_t n, uint32_t crc)
-{
-    crc = ~crc;
-    while (n >= 8) {
-        uint32_t a = crc ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
-        uint32_t b = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
-        crc = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF] ^ crc_table[5][(a >> 16) & 0xFF]
-            ^ crc_table[4][a >> 24] ^ crc_table[3][b & 0xFF] ^ crc_table[2][(b >> 8) & 0xFF]
-            ^ crc_table[1][(b >> 16) & 0xFF] ^ crc_table[0][b >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return ~crc;
-}
 
 static uint32_t read_u32(const uint8_t *p)
 {
@@ -83,7 +45,7 @@ static int record_at(const uint8_t *buf, size_t len, size_t pos, size_t *start, 
     *size = 0;
     if (len - pos < RECORD_HEADER)
         return header[0] == RECORD_MAGIC || header[0] == 0 ? -HUTCH_INCOMPLETE : -HUTCH_CORRUPT;
-    crc = crc32_of(header + 1, 5, 0);  /* kind and length: a damaged length is not believed */
+    crc = hutch_crc32(header + 1, 5, 0);  /* kind and length: a damaged length is not believed */
     if (header[0] != RECORD_MAGIC || (crc & 0xFFFF) != (((uint32_t)header[6] << 8) | header[7]))
         return all_zero(buf, len, pos) ? -HUTCH_TORN : -HUTCH_CORRUPT;
     length = read_u32(header + 2);
@@ -96,7 +58,7 @@ static int record_at(const uint8_t *buf, size_t len, size_t pos, size_t *start, 
     }
     *start = pos + RECORD_HEADER;
     *end = *start + length;
-    if (crc32_of(buf + *start, length, crc) != read_u32(buf + *end))
+    if (hutch_crc32(buf + *start, length, crc) != read_u32(buf + *end))
         /* a bad last record is a torn write; a bad one with good data after it is damage */
         return all_zero(buf, len, *end + RECORD_TRAILER) ? -HUTCH_TORN : -HUTCH_CORRUPT;
     return header[1];
@@ -156,8 +118,6 @@ size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t 
                            uint64_t *fields, uint64_t *outcome)
 {
     size_t found = 0;
-    if (!crc_ready)
-        crc_init();
     while (pos < len && found < want) {
         size_t start = 0, end = 0;
         uint64_t size, index;

@@ -28,7 +28,4 @@ size_t hutch_stream_deliveries(const uint8_t *buf, size_t end, uint64_t *state, 
                                size_t tag_len, uint64_t tag, uint64_t max_payload, uint8_t *out,
                                size_t capacity);
 
-/* binascii.crc32(data, crc): CRC-32 (IEEE 802.3) of len bytes, continuing from crc. */
-uint32_t hutch_crc32(const uint8_t *data, size_t len, uint32_t crc);
-
 #endif
