@@ -125,13 +125,7 @@ class Outbox:
 
     def header_for(self, message):
         """The content header forwarded for message: persistent, with the bridge's headers."""
-        if message.journal_id:
-            origin, seq = self.origin, message.journal_id
-        else:
-            if not message.forward_seq:
-                self.transient_seq += 1
-                message.forward_seq = self.transient_seq
-            origin, seq = self.run_origin, message.forward_seq
+        origin, seq = self._key(message)
         hops = 1
         tail = message.header_tail
         if HOPS in tail:  # it came over a bridge already: one hop more
@@ -154,17 +148,21 @@ class Outbox:
         )
         return with_entries(tail, entries, KEYS, True)
 
+    def _key(self, message):
+        """(x-hutch-origin, x-hutch-seq) of message: its journal id, or for a transient message
+        a number in this run's lane, given the first time it is asked for and kept."""
+        if message.journal_id:
+            return self.origin, message.journal_id
+        if not message.forward_seq:
+            self.transient_seq += 1
+            message.forward_seq = self.transient_seq
+        return self.run_origin, message.forward_seq
+
     def returned_by(self, origin, seq, reason):
         """Upstream returned the message with these headers (basic.return, reason: its code and
         text): its confirm, which follows, puts it back instead of settling it."""
         for pair in self.in_flight:
-            message = pair[1][0]
-            mine = (
-                (origin, seq) == (self.origin, message.journal_id)
-                if message.journal_id
-                else (origin == self.run_origin and seq == message.forward_seq)
-            )
-            if mine:
+            if self._key(pair[1][0]) == (origin, seq):
                 self.returned.append(pair[1])
                 self.last_return = reason
                 return True
