@@ -15,9 +15,10 @@ would only cost heap there.
 """
 
 from . import spec
-from .channel import IDLE
+from .broker import JOURNALLED, ROUTED
+from .channel import IDLE, publish_arguments
 from .channel import OPEN as CHANNEL_OPEN
-from .errors import ChannelException
+from .errors import ChannelException, ConnectionException
 from .framing import (
     BODY_END,
     CHANNEL,
@@ -35,24 +36,29 @@ from .framing import (
     TYPE,
 )
 from .handshake import OPEN
+from .headers import FLAG_HEADERS
+from .message import FLAG_EXPIRATION, FLAG_USER_ID, Message
+from .streamlog import record_template
 
 
-def reader_factory(scan, new_records):
+def reader_factory(scan, new_records, appends=None):
     """For Broker(frame_reader=...): each connection gets a reader of its own records (one may
-    be fed while another's batch is being handled) that finds frames with scan."""
+    be fed while another's batch is being handled) that finds frames with scan. appends:
+    c_accel/appends.py's stream_appends, to make the records of a run of publishes into a
+    stream in one call (stream_run), or None (each publish goes its way alone)."""
 
     def new_reader():
         records = new_records()
 
         def read(conn, data, pos):
-            return read_batch(conn, data, pos, scan, records)
+            return read_batch(conn, data, pos, scan, records, appends)
 
         return read
 
     return new_reader
 
 
-def read_batch(conn, data, pos, scan, records):
+def read_batch(conn, data, pos, scan, records, appends=None):
     """The frames of data from pos on, found a batch at a time by scan into records, then
     handled one by one, because any of them may pause or close the connection, and what
     follows must then stay unread (kept pending) or be dropped. Where the next unread
@@ -60,14 +66,22 @@ def read_batch(conn, data, pos, scan, records):
     while True:
         max_payload = conn.max_payload
         count, stop, status, detail = scan(data, pos, max_payload, records)
-        slot = 0
-        for _ in range(count):
+        i = 0
+        while i < count:
             if conn.paused or conn.closed:
                 return pos
+            slot = i * RECORD_SLOTS
             ftype = records[slot + TYPE]
             end = records[slot + PAYLOAD_END]
             number = records[slot + CHANNEL]
+            i += 1
             if ftype == PUBLISH:
+                if appends is not None:
+                    taken, after = stream_run(conn, number, data, records, slot, count - i + 1, appends)
+                    if taken:
+                        i += taken - 1
+                        pos = after
+                        continue
                 last = records[slot + BODY_END]
                 after = whole_publish(
                     conn, number, data, records[slot + PAYLOAD_START], end, records[slot + HEADER_END], last
@@ -83,7 +97,6 @@ def read_batch(conn, data, pos, scan, records):
                 if not conn.handle_frame(ftype, number, data, records[slot + PAYLOAD_START] - 7, end):
                     return len(data)
                 pos = end + 1
-            slot += RECORD_SLOTS
             if conn.max_payload != max_payload:
                 break  # tune-ok lowered frame_max: the frames after it were checked against the old one
         else:
@@ -96,6 +109,67 @@ def read_batch(conn, data, pos, scan, records):
             else:
                 conn.bad_frame_end(detail)
             return len(data)
+
+
+def stream_run(conn, number, data, records, slot, count, appends):
+    """The publishes recorded from slot on (count records) that go, one after the other, into
+    one stream, made into its records in one call (appends) when the first goes nowhere
+    else and each is like it: same channel, exchange, routing key, flags and properties,
+    only the body differs. What the one-by-one path would do for each, done once for the
+    run: they are routed alike, get their offsets in order, and are confirmed together.
+    (taken, where the frame after them starts); taken is 0 when the first publish must go
+    the one-by-one way, which also gives any error it has the usual way."""
+    channel = _idle_channel(conn, number)
+    broker = conn.broker
+    if channel is None or channel.tx is not None or broker.flow.blocked:
+        return 0, 0
+    payload = records[slot + PAYLOAD_START]
+    end = records[slot + PAYLOAD_END]
+    header_end = records[slot + HEADER_END]
+    try:
+        name, routing_key, route, bits = publish_arguments(data, payload + 4, end)
+    except ConnectionException:
+        return 0, 0
+    header_tail = bytes(data[end + 4 : header_end + 1])
+    if bits & 2 or len(header_tail) < 19 or header_tail[4:8] != b"\x00\x3c\x00\x00":
+        return 0, 0  # immediate, or not a basic content header of weight 0: refused one by one
+    flags = (header_tail[16] << 8) | header_tail[17]
+    if flags & (FLAG_USER_ID | FLAG_EXPIRATION) or (flags & FLAG_HEADERS and b"x-hutch-seq" in header_tail):
+        return 0, 0  # properties the broker checks, or a bridge's message (deduplicated), each alone
+    exchange = broker.exchange(name) if name else broker.default_exchange
+    if exchange is None or exchange.internal:
+        return 0, 0
+    queues = broker.route(exchange, Message(name, routing_key, route, header_tail, None, 0))
+    if len(queues) != 1 or not queues[0].is_stream:
+        return 0, 0
+    stream = queues[0]
+    stream.reserve()
+    template = stream.run_template
+    if template is None or template[0] != route or template[1] != header_tail:
+        template = stream.run_template = (route, header_tail, record_template(route, header_tail))
+    now_ms = broker.wall_seconds * 1000
+    taken, after, made = appends(
+        data,
+        records,
+        slot,
+        count,
+        number,
+        bytes(data[payload + 6 : end]),
+        header_tail[4:-1],
+        broker.limits.max_message_bytes,
+        template[2],
+        stream.next,
+        now_ms,
+        stream.reserved - stream.next,
+        stream.room(),
+    )
+    if taken:
+        stream.append_records([made], taken, len(made), now_ms)
+        if channel.confirming:
+            channel.confirms.published(ROUTED | JOURNALLED, taken)
+        else:
+            conn.after_publish()
+    return taken, after
 
 
 def whole_publish(conn, number, data, payload, end, header_end, body_end):

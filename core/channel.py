@@ -39,6 +39,27 @@ WANT_BODY = 2  # header seen, expecting body frames
 DELIVER_ID = struct.pack(">I", spec.BASIC_DELIVER)
 
 
+def publish_arguments(buf, pos, end):
+    """basic.publish's arguments at buf[pos:end] (after its class and method ids): (exchange,
+    routing key, route, bits), route being the two as shortstrs (what a message keeps) and
+    bits the mandatory (1) and immediate (2) flags."""
+    # ticket short, exchange shortstr, routing-key shortstr, mandatory/immediate bits
+    if end - pos < 5:
+        raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
+    n = buf[pos + 2]
+    k = pos + 3 + n
+    if k >= end:
+        raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
+    m = buf[k]
+    bits_at = k + 1 + m
+    if bits_at != end - 1:
+        raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
+    route = buf[pos + 2 : bits_at]
+    if type(route) is not bytes:  # a memoryview of the port's buffer: copy what is kept
+        route = bytes(route)  # (bytes() of bytes would cost as much as the slice again)
+    return route[1 : 1 + n], route[2 + n :], route, buf[bits_at]
+
+
 class Channel:
     confirms: "Confirms | None"  # (an annotation alone costs nothing at run time)
 
@@ -103,24 +124,10 @@ class Channel:
         handler(self, decode_args(signature(method_id), buf, pos, end))
 
     def on_publish(self, buf, pos, end):
-        # basic.publish: ticket short, exchange shortstr, routing-key shortstr, mandatory/immediate bits
-        if end - pos < 5:
-            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
-        n = buf[pos + 2]
-        k = pos + 3 + n
-        if k >= end:
-            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
-        m = buf[k]
-        bits_at = k + 1 + m
-        if bits_at != end - 1:
-            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
-        bits = buf[bits_at]
+        exchange, routing_key, route, bits = publish_arguments(buf, pos, end)
         if bits & 2:
             raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", spec.BASIC_PUBLISH)
-        route = buf[pos + 2 : bits_at]
-        if type(route) is not bytes:  # a memoryview of the port's buffer: copy what is kept
-            route = bytes(route)  # (bytes() of bytes would cost as much as the slice again)
-        self.publishing = (route[1 : 1 + n], route[2 + n :], route, bits & 1)
+        self.publishing = (exchange, routing_key, route, bits & 1)
         self.content_state = WANT_HEADER
 
     def on_header(self, buf, start, end):

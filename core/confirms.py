@@ -22,10 +22,11 @@ class Confirms:
         self.waits = []  # (publish seq, journal seq it needs, refused), in publish order
         self.commits = []  # the journal seq each waiting tx.commit-ok needs
 
-    def published(self, result):
-        """A publish in confirm mode, with what Broker.publish said of it."""
+    def published(self, result, count=1):
+        """A publish in confirm mode, with what Broker.publish said of it (or count of them
+        alike, none refused: a run into a stream, core/batch.py)."""
         channel = self.channel
-        self.seq = seq = self.seq + 1
+        self.seq = seq = self.seq + count
         journalled = result & JOURNALLED
         if journalled or self.waits:
             # confirmed once the journal has it on disk (and after those before it)

@@ -194,6 +194,7 @@ class Stream:
         self.gone_at = 0  # deleted: the journal seq of its QUEUE_GONE record (then its files go)
         self.damaged = []  # segments found damaged while reading (said once each)
         self.record_cache = []  # what the last record made can lend the next (streamlog.message_record)
+        self.run_template = None  # (route, header tail, record template) of the last run (core/batch.py)
         broker.streams.append(self)
 
     def __repr__(self):
@@ -204,30 +205,48 @@ class Stream:
     def append(self, message):
         """Broker.publish: message becomes the record at the next offset, in the next group
         commit of the journal (its confirm waits for journal.seq as for a durable queue's)."""
-        offset = self.next
-        self.next = offset + 1
-        if offset >= self.reserved:
-            self.reserved = self.log.reserve(offset)  # durable before the record is written
-        broker = self.broker
-        now_ms = broker.wall_seconds * 1000
-        parts, size = message_record(offset, now_ms, message, self.record_cache)
+        self.reserve()
+        now_ms = self.broker.wall_seconds * 1000
+        parts, size = message_record(self.next, now_ms, message, self.record_cache)
         segments = self.segments
         rolled = False
         if not segments or (segments[-1][SIZE] and segments[-1][SIZE] + size > self.segment_bytes):
-            segments.append([offset, now_ms, 0])
-            self.target = self.log.segment(offset)
+            segments.append([self.next, now_ms, 0])
+            self.target = self.log.segment(self.next)
             rolled = len(segments) > 1
         elif self.target is None:
             self.target = self.log.segment(segments[-1][FIRST])  # after a restart: on with the newest
-        segments[-1][SIZE] += size
+        self.append_records(parts, 1, size, now_ms)
+        if rolled:
+            self.retain()
+
+    def reserve(self):
+        """Offsets from self.next on may be given: at least one is reserved (on disk before
+        a record with it is written, so a crash never gives an offset twice)."""
+        if self.next >= self.reserved:
+            self.reserved = self.log.reserve(self.next)
+
+    def room(self):
+        """Bytes the newest segment takes before the next record rolls a new one; 0 when the
+        next append must choose its segment (append() does)."""
+        segments = self.segments
+        if not segments or self.target is None:
+            return 0
+        return max(0, self.segment_bytes - segments[-1][SIZE])
+
+    def append_records(self, parts, count, size, now_ms):
+        """count records (parts: their bytes, size of them in all) for the offsets from
+        self.next on, stamped now_ms, into the newest segment: append()'s, or a run of them
+        that core/batch.py had made at once (within reserve() and room())."""
+        self.next += count
+        self.segments[-1][SIZE] += size
         self.bytes += size
+        broker = self.broker
         broker.stream_bytes += size
         self.last_ms = now_ms
         journal = broker.journal
         journal.append_to(self.target, parts)
         self._mark(journal.seq)
-        if rolled:
-            self.retain()
 
     def _mark(self, seq):
         """Once journal seq is durable, so is every record below self.next. One mark per write

@@ -55,21 +55,12 @@ def message_record(offset, timestamp_ms, message, cache):
     header_tail = message.header_tail
     route = message.route
     if not cache or cache[0] != body_size or cache[1] != header_tail or cache[2] != route:
-        before, after = around_offset(header_tail)
-        header_size = len(before) + 8 + len(after)
-        length = PREFIX + len(route) + 4 + header_size + body_size
+        prefix, _, after = record_template(route, header_tail)
+        length = PREFIX + len(prefix) + 8 + len(after) + body_size
         fields = struct.pack(">BI", MESSAGE, length)
         seed = crc32(fields)
         envelope = struct.pack(">B", MAGIC) + fields + struct.pack(">H", seed & 0xFFFF)
-        cache[:] = [
-            body_size,
-            header_tail,
-            route,
-            route + struct.pack(">I", header_size) + before,
-            after,
-            envelope,
-            seed,
-        ]
+        cache[:] = [body_size, header_tail, route, prefix, after, envelope, seed]
     if body is None:
         body = b""
     payload = b"".join((struct.pack(">QQ", offset, timestamp_ms), cache[3], struct.pack(">q", offset), cache[4], body))
@@ -78,6 +69,15 @@ def message_record(offset, timestamp_ms, message, cache):
         [envelope, payload, struct.pack(">I", crc32(payload, cache[6]) & 0xFFFFFFFF)],
         HEADER_SIZE + len(payload) + TRAILER_SIZE,
     )
+
+
+def record_template(route, header_tail):
+    """(prefix, body_size_at, after): a record's payload for a message with this route and
+    content header tail is offset(8) timestamp(8) prefix offset(8) after body-tail, the body
+    size (8 bytes) being prefix[body_size_at:] (c_accel/appends.c writes each message's there)."""
+    before, after = around_offset(header_tail)
+    prefix = route + struct.pack(">I", len(before) + 8 + len(after)) + before
+    return prefix, len(route) + 4 + 8, after
 
 
 def parse(buf, pos, end, verify=True):
