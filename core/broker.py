@@ -283,6 +283,10 @@ class Broker:
             queue.publish(message, self.expiry(queue, message))
         if bridged is not None and (targets or result & JOURNALLED):
             self.dedup.take(*bridged)
+            if journal is not None and result & JOURNALLED:  # kept through a restart: so is its number
+                from .dedup import taken_payload  # (loaded already: it made bridged)
+
+                journal.dedup_taken(taken_payload(*bridged))
         return result
 
     def _bridged(self, message):
@@ -290,7 +294,7 @@ class Broker:
         (origin, number) to mark once a queue took it, or None."""
         dedup = self.dedup
         if dedup is None:
-            from .dedup import Dedup  # loaded with the first bridged message
+            from .dedup import Dedup  # loaded with the first bridged message (or by the replay)
 
             dedup = self.dedup = Dedup()
         key = dedup.key(message)

@@ -47,6 +47,8 @@ SEGMENTS_GONE = 12  # segments deleted: at start, any other segment not found is
 MEMBERS = 13  # (summaries) the ids of a segment that a queue holds, as a bitmap
 PAGE_DROPPED = 14  # messages a queue dropped while they were on disk only (purge, delete), as a bitmap
 SUMMARY = 15  # a sealed segment's summary starts here (no payload)
+DEDUP = 16  # (snapshots) what core/dedup.py knows of one bridge origin: its state, whole
+DEDUP_TAKEN = 17  # a bridged message's number, taken (core/dedup.py)
 
 # MESSAGE flags
 REDELIVERED = 1  # written again by compaction after it had been delivered
@@ -195,6 +197,9 @@ class Journal:
             for binding in list(exchange.bindings.values()):
                 if durable_binding(binding):
                     out.extend(record_parts(BINDING, (_binding_payload(binding),)))
+        if broker.dedup is not None:
+            for payload in broker.dedup.state_records():
+                out.extend(record_parts(DEDUP, (payload,)))
         out.extend(record_parts(SNAPSHOT_END, ()))
         return out
 
@@ -444,6 +449,11 @@ class Journal:
                 refers = self.refers[written_to] = []
             if segment not in refers:
                 refers.append(segment)
+
+    def dedup_taken(self, payload):
+        """A bridged message's number was taken (core/dedup.py taken_payload): after its
+        message's record, in the group commit its confirm waits for."""
+        self.append_record(DEDUP_TAKEN, (payload,))
 
     # ------------------------------------------------------------ streams (core/stream.py)
 

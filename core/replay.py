@@ -20,6 +20,8 @@ from .errors import ChannelException
 from .exchange import freeze
 from .journal import (
     BINDING,
+    DEDUP,
+    DEDUP_TAKEN,
     DELIVERED,
     EXCHANGE,
     EXCHANGE_GONE,
@@ -94,6 +96,7 @@ class Replay:
         self.expected = []  # segments that should be on disk, by the last snapshot and since
         self.snapshot = None  # names seen since a SNAPSHOT record, until its SNAPSHOT_END
         self.skipped = 0  # records that could not be decoded (reported, never fatal)
+        self.dedup = None  # core/dedup.Dedup, made by the first DEDUP or DEDUP_TAKEN record
 
     def segment(self, number, records, summary=False):
         """A segment's records: all of them, or its summary's (summary True)."""
@@ -205,6 +208,16 @@ class Replay:
                     self.snapshot[2].append(identity)
             else:
                 self.bindings.pop(identity, None)
+        elif kind == DEDUP or kind == DEDUP_TAKEN:
+            dedup = self.dedup
+            if dedup is None:
+                from .dedup import Dedup  # only a journal a bridge wrote to loads it
+
+                dedup = self.dedup = Dedup()
+            if kind == DEDUP:
+                dedup.restore(p)
+            else:
+                dedup.replay_taken(p)
         # unknown kinds: written by a newer hutch; nothing to do with them here
 
     def _message(self, segment, p):
@@ -269,6 +282,9 @@ class Replay:
                 keep = kind == DELIVERED or kind == SEGMENTS_GONE
             if keep:
                 out.extend(record_parts(kind, (p,)))
+        if self.dedup is not None:  # (the next segment's snapshot has it too, unless a crash cut it)
+            for payload in self.dedup.state_records():
+                out.extend(record_parts(DEDUP, (payload,)))
         return out
 
     def _moved(self, queue, moved_run, segment, journal_id=None):
@@ -359,6 +375,8 @@ class Replay:
                 queue.delivered_before = recovered.delivered
             if queue.message_ttl is not None:
                 broker.expiring.append(queue)
+        if self.dedup is not None:
+            broker.dedup = self.dedup
         for segment in self.refers:
             journal.refers[segment] = self.refers[segment]
         journal.next_id = max(journal.next_id, self.next_id)

@@ -1,6 +1,7 @@
 """core/dedup.py: a message a bridge sends again is dropped by the broker that took it."""
 
 from harness import names, opened
+from test_journal import Node, _bodies, _in_folder, _segments
 
 from hutch.core import dedup
 from hutch.core.dedup import Dedup
@@ -64,3 +65,60 @@ def test_a_message_no_queue_took_is_not_marked():
     client.declare_queue(1, b"q")
     _bridged(client, 7, b"x")  # sent again once upstream can route it: taken
     assert client.get(1, b"q", True)[0].body == b"x"
+
+
+def test_the_state_a_snapshot_records_comes_back_whole():
+    """DEDUP records: the numbers not taken listed (few) or the whole bitmap (many)."""
+    d = Dedup()
+    for n in list(range(1, 40)) + [41, 45]:  # 40, 42-44 not taken
+        d.take(b"few", n)
+    for n in range(1, 400, 2):  # every other one
+        d.take(b"many", n)
+    d.take(b"far", 5 * dedup.WINDOW + 7)
+    payloads = d.state_records()
+    assert len(payloads[0]) < 100, "a few gaps are listed, not a 2 KiB bitmap"
+    again = Dedup()
+    for p in payloads:
+        again.restore(p)
+    for origin, top in ((b"few", 50), (b"many", 410), (b"far", 5 * dedup.WINDOW + 10)):
+        for n in range(1, top):
+            assert again.seen(origin, n) == d.seen(origin, n), (origin, n)
+    again.replay_taken(dedup.taken_payload(b"few", 40))
+    assert again.seen(b"few", 40) and not again.seen(b"few", 42)
+
+
+def _bridged_durable(client, seq):
+    headers = {"x-hutch-origin": b"edge-1/up", "x-hutch-seq": seq}
+    return client.publish(1, b"", b"dq", b"m%d" % seq, {"headers": headers, "delivery-mode": 2})
+
+
+@_in_folder
+def _restart(folder):
+    node = Node(folder, segment_bytes=2048)  # small: the snapshots move on, the old segments go
+    c = node.client()
+    c.declare_queue(1, b"dq", durable=True)
+    c.call(1, 0x0055000A, (False,))  # confirm.select
+    for seq in range(1, 61):
+        if seq != 30:  # 30 was returned upstream: the bridge sends it later
+            _bridged_durable(c, seq)
+        if seq % 10 == 0:
+            node.writer.commit()
+            for _ in range(10):  # consumed and acked: the segments that held them can go
+                c.get(1, b"dq", True)
+    node.writer.commit()
+    assert len(_segments(folder)) < 10, "old segments were deleted: their records are gone"
+    node.crash()  # (a kill: what was written stays)
+
+    after = Node(folder, segment_bytes=2048)
+    c = after.client()
+    c.call(1, 0x0055000A, (False,))
+    for seq in (1, 29, 31, 60, 30, 61):  # sent again after the restart, and the two new ones
+        _bridged_durable(c, seq)
+    after.writer.commit()
+    assert after.broker.dedup.dropped == 4
+    assert names(c.read()) == ["basic.ack"], "confirmed, the duplicates too"
+    assert [body for body, _ in _bodies(c, b"dq")] == [b"m30", b"m61"]
+
+
+def test_numbers_taken_before_a_restart_are_still_duplicates_after_it():
+    _restart()

@@ -575,6 +575,70 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
     assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"
 
 
+def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(tmp_path):
+    """Upstream is a hutch, SIGKILLed three times while the bridge forwards, each time just
+    after it took (and synced) a window of messages whose confirms a proxy kept from the edge: the edge
+    sends them all again to the restarted upstream, which knows their numbers from its
+    journal and drops them. Every message arrives once, in order."""
+    import time
+
+    from tcp_proxy import TcpProxy
+
+    up_folder = tmp_path / "up"
+    up_folder.mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], up_folder).start()
+    upstream_queue(upstream.url, "central")
+    proxy = TcpProxy(upstream.port).start()
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "h2h",
+            "uri": "amqp://guest:guest@127.0.0.1:%d/?heartbeat=1&connection_timeout=2000" % proxy.port,
+            "queue": "edge-out",
+            "routing_key": "central",
+            "prefetch": 300,
+            "reconnect_delay": 0.1,
+            "max_reconnect_delay": 0.5,
+        },
+    )
+    bodies = [b"k%06d" % i for i in range(4500)]
+    dropped = []
+    try:
+        for kill in range(3):
+            proxy.mute_replies()  # upstream takes what comes; the edge hears of none of it
+            publish_confirmed(edge, "edge-out", bodies[kill * 1500 : (kill + 1) * 1500])
+            time.sleep(0.3)  # (the bridge's window of 300 is upstream, journalled there)
+            upstream.proc.kill()
+            upstream.proc.wait()
+            proxy.heal()
+            upstream.start()
+            wait_until(lambda: _status(upstream).get("duplicates_dropped", 0) > 0, timeout=20)
+            dropped.append(_status(upstream)["duplicates_dropped"])
+        got = consume_all(upstream.url, "central", 10**9, timeout=8)
+    finally:
+        edge.stop()
+        proxy.stop()
+        upstream.stop()
+    received = [body for body, _h, _m in got]
+    print(
+        "upstream SIGKILLed 3 times: %d sent, %d received, dropped after each restart %s"
+        % (len(bodies), len(received), dropped)
+    )
+    assert len(received) == len(set(received)), "duplicates upstream"
+    assert received == bodies, "lost or out of order"
+
+
+def _status(broker):
+    """The broker's status.json (what `hutch ctl status` reads), {} before it is written."""
+    import json
+
+    try:
+        with open(os.path.join(broker.data, "status.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 @pytest.mark.xdist_group("rabbitmq")
 def test_amqps_checks_upstreams_certificate_and_forwards_over_tls(tmp_path, rabbitmq):
     """Upstream behind TLS (a terminator in front of the run's RabbitMQ), its certificate
