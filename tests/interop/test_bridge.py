@@ -226,6 +226,7 @@ def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
     """The same bridge on the unix port of MicroPython (the esp32 profile: a board's limits),
     its config in JSON as on a board; also over TLS (MicroPython's ssl, its CA file named)."""
     import json
+    import time
 
     from micropython_env import micropython, serve_env
     from tcp_proxy import TlsTerminator, self_signed
@@ -241,16 +242,24 @@ def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
         bridge.update(uri="amqps://guest:guest@localhost:%d/" % terminator.port, ca_file=cert)
     config.write_text(json.dumps({"bridge": [bridge]}))
     board = RunningBroker(
-        [micropython(), "-m", "hutch.server.serve", "--board", "esp32", "--config", str(config)],
+        [micropython(), "-m", "hutch.server.serve", "--board", "esp32", "--config", str(config)]
+        + ["--stats-interval", "1"],  # its heap figures, logged every second
         tmp_path,
         env=serve_env(tmp_path),
     ).start()
     try:
+        wait_until(lambda: "bridge board-up: running" in board.log(), timeout=20)
+        idle = wait_until(lambda: _heap_live(board.log().split("bridge board-up: running")[1]), timeout=10)
         bodies = [b"board-%04d" % i + b"y" * (i % 90) for i in range(1000)]
         publish_confirmed(board, "board-out", bodies)
         got = consume_all(upstream, "bridged-from-board", len(bodies))
         assert [body for body, _h, _m in got] == bodies
-        assert "bridge board-up: running" in board.log()
+        time.sleep(1.2)  # a stats line written after the forwarding
+        after = _heap_live(board.log().split("stats:")[-1])
+        print(
+            "esp32 profile%s: heap live with the bridge running %d bytes, after forwarding 1000 %d (peak %d)"
+            % (" over TLS" if tls else "", idle[0], after[0], after[1])
+        )
     finally:
         board.proc.send_signal(2)  # Ctrl-C: MicroPython has no signal module
         board.proc.wait(15)
@@ -258,6 +267,14 @@ def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
         if terminator is not None:
             terminator.stop()
     assert not board.errors(), board.log()[-3000:]
+
+
+def _heap_live(log):
+    """(live, peak) from the first `stats:` line of log that the heap monitor wrote, or None."""
+    import re
+
+    found = re.search(r"heap live (\d+), peak (\d+)", log)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 @pytest.mark.xdist_group("rabbitmq")
