@@ -57,6 +57,8 @@ class Outbox:
         self.origin = node + b"/" + name.encode()  # x-hutch-origin of persistent messages
         self.run_origin = self.origin + b"/" + broker.new_name(b"run-")  # and of transient ones
         self.transient_seq = 0
+        self.heads = {}  # origin -> its encoded entries before the number (_head)
+        self.hops_key = shortstr(HOPS) + b"I"  # x-hutch-hops's key and type, before its value
         self.returns = {}  # message -> how often upstream returned it
         self.returned = []  # in-flight entries upstream returned, their confirm still to come
         self.stuck = None  # why the head of the queue cannot go upstream (see the module's docstring)
@@ -132,21 +134,18 @@ class Outbox:
             came = message.properties().get("headers", {}).get(HOPS.decode())
             if isinstance(came, int):
                 hops = came + 1
-        entries = b"".join(
-            (
-                shortstr(ORIGIN),
-                b"S",
-                struct.pack(">I", len(origin)),
-                origin,
-                shortstr(SEQ),
-                b"l",
-                struct.pack(">q", seq),
-                shortstr(HOPS),
-                b"I",
-                struct.pack(">i", hops),
-            )
-        )
+        entries = b"".join((self._head(origin), struct.pack(">q", seq), self.hops_key, struct.pack(">i", hops)))
         return with_entries(tail, entries, KEYS, True)
+
+    def _head(self, origin):
+        """The encoded entries that come before a message's number: x-hutch-origin and the key
+        of x-hutch-seq. The same for every message of an origin, so made once (encoding them
+        for each message was a third of the bridge's time when forwarding a backlog)."""
+        head = self.heads.get(origin)
+        if head is None:
+            head = b"".join((shortstr(ORIGIN), b"S", struct.pack(">I", len(origin)), origin, shortstr(SEQ), b"l"))
+            self.heads[origin] = head
+        return head
 
     def _key(self, message):
         """(x-hutch-origin, x-hutch-seq) of message: its journal id, or for a transient message

@@ -42,6 +42,7 @@ MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
 DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
 TICK_MS = 500
+SLICE = 100  # messages forwarded per write to the socket, at most (see _UpLink.send)
 
 
 class Rate:
@@ -335,19 +336,24 @@ class _Link:
 
     async def write_loop(self):
         bridge = self.bridge
-        protocol = self.protocol
         writer = self.writer
         while not self.ended and not bridge.stopping:
             await bridge.output.wait()
             bridge.output.clear()
             if self.ran:
                 self.send()
-            while True:
-                data = protocol.data_to_send()
-                if data is None:
-                    break
-                writer.write(bytes(data))
+            self.flush()
             await writer.drain()
+
+    def flush(self):
+        """What the protocol has to send, handed to the transport (which sends at once what the
+        socket takes)."""
+        protocol = self.protocol
+        while True:
+            data = protocol.data_to_send()
+            if data is None:
+                return
+            self.writer.write(bytes(data))
 
     async def _tick_loop(self, handshake_ms):
         """Heartbeats; an end to a handshake that gets no answer (a black-holed route accepts
@@ -474,9 +480,21 @@ class _UpLink(_Link):
         if not outbox.up or self.protocol.blocked is not None or self.flow_stopped:
             return
         rate = self.rate
-        self._forward(outbox.take(rate.allowed(outbox.waiting) if rate else None))
-        if rate and outbox.waiting:
-            asyncio.create_task(self._wake_in(rate.wait_ms()))
+        if rate:
+            self._forward(outbox.take(rate.allowed(outbox.waiting)))
+            if outbox.waiting:
+                asyncio.create_task(self._wake_in(rate.wait_ms()))
+            return
+        # A slice at a time, each handed to the socket before the next is encoded: upstream
+        # starts on the first while the rest are made. Sent whole, a window of 1000 left only
+        # once all was encoded, and upstream confirmed it whole: the two took turns. (Only
+        # what waits now: with ack_mode on-publish, each slice sent lets more in at once.)
+        left = len(outbox.waiting)
+        while left > 0:
+            entries = outbox.take(min(SLICE, left))
+            left -= len(entries)
+            self._forward(entries)
+            self.flush()
 
     async def _wake_in(self, ms):
         await sleep_ms(ms)

@@ -5,6 +5,7 @@
     hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
     hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
     hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (tools/backlog_bench.py)
+    hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (tools/bridge_bench.py)
 
 Every broker runs the same scenarios (tools/loadgen.py): all of them are started, their
 memory is measured while they are fresh, then each scenario runs in rounds, one broker
@@ -408,8 +409,19 @@ def add_options(parser):
         default=20000,
         help="the esp32 row: the board broker's heap with M queued (default 20000; 0: skip it)",
     )
-    backlog.add_argument("--csv", metavar="FILE", help="write the RSS samples taken while the backlog builds")
+    backlog.add_argument(
+        "--csv", metavar="FILE", help="write the RSS samples taken while the backlog builds (and, --bridge, drains)"
+    )
     backlog.add_argument("--plot", metavar="FILE", help="plot them to a PNG (needs matplotlib)")
+    bridge = parser.add_argument_group("bridges (--bridge N: only these, see tools/bridge_bench.py)")
+    bridge.add_argument(
+        "--bridge",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of the scenarios: an up bridge forwarding N persistent messages to RabbitMQ (needs "
+        "--start-rabbitmq or --rabbitmq), live and after an outage; e.g. 100000, or 1000000",
+    )
 
 
 def brokers_to_run(args, workdir):
@@ -429,8 +441,13 @@ def brokers_to_run(args, workdir):
 
 
 def run(args):
+    if args.backlog and args.bridge:
+        print("hutch bench: --backlog and --bridge: pick one", file=sys.stderr)
+        return 2
     if args.backlog:
         return _backlog(args)
+    if args.bridge:
+        return _bridge(args)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
@@ -536,6 +553,20 @@ def _backlog(args):
         if args.rabbitmq:
             External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
         return backlog_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+
+
+def _bridge(args):
+    """--bridge N: its own table (tools/bridge_bench.py)."""
+    from . import bridge_bench  # it builds on this module's brokers: imported once this one is
+
+    if args.rabbitmq and args.start_rabbitmq:
+        print("hutch bench: --rabbitmq and --start-rabbitmq: pick one", file=sys.stderr)
+        return 2
+    try:
+        return bridge_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
     except (BenchError, loadgen.LoadError) as e:
         print("hutch bench: %s" % e, file=sys.stderr)
         return 2
