@@ -62,6 +62,15 @@ def consume_all(url, queue, count, timeout=30):
     return got
 
 
+def upstream_count(url, name):
+    """How many messages queue `name` holds (a passive declare)."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        return connection.channel().queue_declare(name, passive=True).method.message_count
+    finally:
+        connection.close()
+
+
 def upstream_queue(url, name):
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
@@ -511,6 +520,7 @@ def test_the_watchdog_replaces_a_link_that_stopped_confirming(tmp_path, rabbitmq
     assert first == bodies
 
 
+@pytest.mark.timeout(240)  # (about 40 s alone; a loaded machine has taken over 120)
 def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tmp_path):
     """Upstream is a hutch: what the bridge sends again after a cut, reset or black-holed link
     (a TCP proxy) or after the edge is SIGKILLed and restarted, it drops by origin and number.
@@ -592,6 +602,7 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
     assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"
 
 
+@pytest.mark.timeout(300)
 def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(tmp_path):
     """Upstream is a hutch, SIGKILLed three times while the bridge forwards, each time just
     after it took (and synced) a window of messages whose confirms a proxy kept from the edge: the edge
@@ -622,14 +633,18 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
     dropped = []
     try:
         for kill in range(3):
+            # everything before is upstream (sent again after the last restart, the rest after it)
+            wait_until(lambda k=kill: upstream_count(upstream.url, "central") == k * 1500, timeout=60)
             proxy.mute_replies()  # upstream takes what comes; the edge hears of none of it
             publish_confirmed(edge, "edge-out", bodies[kill * 1500 : (kill + 1) * 1500])
-            time.sleep(0.3)  # (the bridge's window of 300 is upstream, journalled there)
+            # the bridge's window (prefetch 300) is upstream; a moment more and it is synced there
+            wait_until(lambda k=kill: upstream_count(upstream.url, "central") >= k * 1500 + 300, timeout=60)
+            time.sleep(0.3)
             upstream.proc.kill()
             upstream.proc.wait()
             proxy.heal()
             upstream.start()
-            wait_until(lambda: _status(upstream).get("duplicates_dropped", 0) > 0, timeout=20)
+            wait_until(lambda: _status(upstream).get("duplicates_dropped", 0) > 0, timeout=60)
             dropped.append(_status(upstream)["duplicates_dropped"])
         got = consume_all(upstream.url, "central", 10**9, timeout=8)
     finally:
@@ -805,6 +820,7 @@ def test_declare_sets_up_the_destination_upstream(tmp_path, rabbitmq):
     )
     try:
         publish_confirmed(edge, "declaring-out", [b"r1", b"r2"])
+        wait_until(lambda: "bridge declaring: running" in edge.log(), timeout=30)  # declared by then
         got = consume_all(upstream, "declared-readings", 2)
         assert [body for body, _h, _m in got] == [b"r1", b"r2"]
     finally:
