@@ -143,6 +143,7 @@ class Protocol:
         self.unconfirmed = []
         self.in_flight = []  # the sequence numbers of the messages awaiting a confirm
         self._records = []  # and what publish() keeps of each
+        self._forwarding = None  # (forward) the last (exchange, routing key, mandatory), its method frame...
         self.connect(0)  # every per-connection field as connect() sets it, then closed
         self.connection_lost()
         self._tn = 0
@@ -288,15 +289,39 @@ class Protocol:
         pos = wire.put_content_header(self._tx, pos, self.channel, size, properties, True, NAMES)
         return self._publish_body(pos, body, record)
 
-    def forward(self, exchange, routing_key, header_tail, body, mandatory=False, record=None):
-        """publish() of a message whose content header is already encoded, as a broker keeps
-        one (core/message.py header_tail: the frame's size, payload and frame-end): a bridge
-        forwards it as it came, properties byte for byte, without decoding them."""
-        pos = self._publish_method(exchange, routing_key, mandatory)
-        pos = wire.put_bytes(
-            self._tx, wire.put_short(self._tx, wire.put_octet(self._tx, pos, 2), self.channel), header_tail
-        )
-        return self._publish_body(pos, body, record)
+    def forward(self, exchange, routing_key, header_tail, body_tail, mandatory=False, record=None):
+        """publish() of a message as a broker keeps it (core/message.py): its content header and
+        body as frame tails (size, payload, frame-end; body_tail None for an empty body). A
+        bridge forwards it as it came, properties byte for byte, without decoding them; a body
+        that fits one frame goes as it is kept, behind the frame type and channel, and the
+        method frame of the last exchange and routing key forwarded to is made once."""
+        if body_tail is not None and len(body_tail) - 5 > self.frame_max - 8:  # more than one frame
+            pos = self._publish_method(exchange, routing_key, mandatory)
+            pos = wire.put_bytes(
+                self._tx, wire.put_short(self._tx, wire.put_octet(self._tx, pos, 2), self.channel), header_tail
+            )
+            return self._publish_body(pos, memoryview(body_tail)[4:-1], record)
+        if not self.channel_open:
+            raise OSError(errno.ENOTCONN)
+        self._chunk(True)
+        if self._forwarding is None or self._forwarding[0] != (exchange, routing_key, mandatory):
+            start = self._tn
+            end = self._publish_method(exchange, routing_key, mandatory)  # (made where it would go)
+            self._tn = start
+            ch = bytes((self.channel >> 8, self.channel & 255))
+            self._forwarding = (
+                (exchange, routing_key, mandatory),
+                bytes(self._tx[start:end]),
+                b"\x02" + ch,
+                b"\x03" + ch,
+            )
+        _, method_frame, header_type, body_type = self._forwarding
+        if body_tail is None:
+            frames = b"".join((method_frame, header_type, header_tail))
+        else:
+            frames = b"".join((method_frame, header_type, header_tail, body_type, body_tail))
+        self._tn = wire.put_bytes(self._tx, self._tn, frames)
+        return self._published(record)
 
     def _publish_method(self, exchange, routing_key, mandatory):
         if not self.channel_open:
@@ -320,6 +345,10 @@ class Protocol:
             self._body = memoryview(body)
             self._at = 0
         self._tn = pos
+        return self._published(record)
+
+    def _published(self, record):
+        """A publish is in the send buffer: in confirm mode, its number (kept with record)."""
         if not self.confirming:
             return 0
         self.seq += 1

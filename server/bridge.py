@@ -505,12 +505,11 @@ class _UpLink(_Link):
         outbox = self.outbox
         for entry in entries:
             message = entry[0]
-            body = message.body_tail
             protocol.forward(
                 self.exchange if self.exchange is not None else message.exchange,
                 self.routing_key if self.routing_key is not None else message.routing_key,
                 outbox.header_for(message),
-                memoryview(body)[4:-1] if body is not None else b"",
+                message.body_tail,
                 True,  # mandatory: what upstream cannot route comes back (Outbox.returned_by)
             )
         if not self.confirming and entries:

@@ -119,3 +119,23 @@ def test_a_returned_message_is_sent_again_and_without_a_dead_letter_exchange_the
         outbox.confirmed(outbox.seq, True)  # the confirm after the return: m1 is settled, m0 back
         assert outbox.backlog() == 1 and outbox.forwarded == 1
     assert outbox.stuck is not None and "312 NO_ROUTE" in outbox.stuck
+
+
+def test_a_header_made_from_the_template_is_the_header_made_whole():
+    """header_for rewrites a tail's headers once and then puts each number in (_template)."""
+    import struct
+
+    from hutch.core.headers import with_entries
+    from hutch.core.outbox import KEYS
+
+    client = opened()
+    client.declare_queue(1, b"src", durable=True)
+    client.publish(1, b"", b"src", b"x", {"content-type": b"a/b", "headers": {"a": 1, "x-hutch-seq": 9}})
+    outbox = Outbox(client.broker, client.broker.queues[b"src"], "up", 4, node=b"node-1")
+    outbox.link_up()
+    tail = outbox.take()[0][0].header_tail
+    for hops in (1, 7):
+        _, _, _, before, after = outbox._template(tail, b"n/up", hops)
+        for seq in (1, 255, 256, 1 << 40, (1 << 63) - 1):
+            entries = outbox._head(b"n/up") + struct.pack(">q", seq) + outbox.hops_key + struct.pack(">i", hops)
+            assert before + struct.pack(">q", seq) + after == with_entries(tail, entries, KEYS, True)
