@@ -731,6 +731,7 @@ def test_declare_sets_up_the_destination_upstream(tmp_path, rabbitmq):
 
 
 @pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.timeout(300)  # 35 s alone; a RabbitMQ restart takes 20 s and more on a loaded 2-core CI
 def test_rabbitmq_restarted_while_the_bridge_forwards_loses_nothing(tmp_path, rabbitmq):
     """The run's RabbitMQ is stopped and started again (the same node and data) three times while
     pika publishes at the edge: the bridge backs off while it is away and goes on; every
