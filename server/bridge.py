@@ -371,7 +371,17 @@ class _Link:
             else:
                 self.silent = self.stalled(now)
             if self.silent:
-                await close_writer(self.writer)  # the reader sees the end
+                # hung up at once (the reader sees the end), dropping what is unsent: CPython's
+                # close() waits until that is written, which a peer that takes nothing (a
+                # dead route, a stuck upstream) never allows, and the bridge stayed on the
+                # link, "running", forwarding nothing (until TCP gave up: minutes, or never
+                # while the peer's kernel answers window probes). MicroPython's close()
+                # (in close_writer) closes the socket at once.
+                transport = getattr(self.writer, "transport", None)
+                if transport is not None:
+                    transport.abort()
+                else:
+                    await close_writer(self.writer)
                 return
             bridge.output.set()
 

@@ -1,7 +1,8 @@
 """A TCP proxy on 127.0.0.1 for fault tests: it forwards between a client and a target port,
 and on request cuts every link (FIN), resets it (RST), black-holes it (keeps the sockets
-open and forwards nothing, as a dead route does: no FIN, no RST) or mutes the target's
-replies only (what it was sent arrives; its answers, confirms among them, are lost).
+open and neither reads nor forwards anything, as a dead route does: no FIN, no RST, and
+what the peers send piles up in their send buffers) or mutes the target's replies only
+(what it was sent arrives; its answers, confirms among them, are lost).
 
     proxy = TcpProxy(target_port).start()   # clients connect to proxy.port
     proxy.cut() / proxy.reset() / proxy.black_hole(); proxy.heal()
@@ -21,7 +22,8 @@ class TcpProxy:
         self.port = self.listener.getsockname()[1]
         self.links = []  # [client socket, upstream socket]
         self.lock = threading.Lock()
-        self.holes = False  # black-holing: new and old links forward nothing
+        self.holes = False  # black-holing: new links are dead too
+        self.dead = []  # black-holed links: nothing is read from them, nothing forwarded
         self.muted = False  # only what the target sends back is swallowed
         self.stopped = False
         self.accepted = 0
@@ -46,18 +48,22 @@ class TcpProxy:
             with self.lock:
                 self.links.append(pair)
                 self.accepted += 1
+                if self.holes:
+                    self.dead.append(pair)
             threading.Thread(target=self._pump, args=(client, upstream, pair, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, pair, True), daemon=True).start()
 
     def _pump(self, source, sink, pair, replies):
         while True:
+            while pair in self.dead and not self.stopped:
+                time.sleep(0.01)  # nothing read, so the peer's kernel gets no room to send more
             try:
                 data = source.recv(65536)
             except OSError:
                 data = b""
             if not data:
                 break
-            if self.holes or (replies and self.muted):
+            if pair in self.dead or (replies and self.muted):
                 continue  # swallowed: the peer hears nothing, not even an end
             try:
                 sink.sendall(data)
@@ -69,6 +75,8 @@ class TcpProxy:
         with self.lock:
             if pair in self.links:
                 self.links.remove(pair)
+            if pair in self.dead:
+                self.dead.remove(pair)
         for sock in pair:
             try:
                 if rst:
@@ -88,8 +96,11 @@ class TcpProxy:
             self._close(pair, rst=True)
 
     def black_hole(self):
-        """Forward nothing any more, in either direction, without closing anything."""
-        self.holes = True
+        """Forward nothing any more, in either direction, without closing anything: the links
+        open now and those opened until heal() are read no more."""
+        with self.lock:
+            self.holes = True
+            self.dead.extend(pair for pair in self.links if pair not in self.dead)
 
     def fault(self, kind, chooser):
         """One fault of a kind ("cut", "reset", "black-hole"); a black hole lasts 2.5 to 3.5 s
@@ -108,16 +119,18 @@ class TcpProxy:
         client hears nothing (its publishes arrive, their confirms never do)."""
         self.muted = True
 
-    def heal(self):
-        """After black_hole or mute_replies: drop the dead links (as a timeout would) and
-        forward again."""
+    def heal(self, drop=True):
+        """After black_hole or mute_replies: new links forward again, and the dead ones are
+        dropped (as a timeout would), or with drop=False left dead for good (a route that
+        died, and new links take another): the peers must give them up themselves."""
         self.holes = self.muted = False
-        self.cut()
+        if drop:
+            self.cut()
 
     def stop(self):
         self.stopped = True
         self.listener.close()
-        self.cut()
+        self.cut()  # the dead links too: their pumps, reading again, see them closed
 
 
 class TlsTerminator:

@@ -828,6 +828,7 @@ def test_declare_sets_up_the_destination_upstream(tmp_path, rabbitmq):
 
 
 @pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.timeout(300)  # 35 s alone; a RabbitMQ restart takes 20 s and more on a loaded 2-core CI
 def test_rabbitmq_restarted_while_the_bridge_forwards_loses_nothing(tmp_path, rabbitmq):
     """The run's RabbitMQ is stopped and started again (the same node and data) three times while
     pika publishes at the edge: the bridge backs off while it is away and goes on; every
@@ -874,3 +875,43 @@ def test_rabbitmq_restarted_while_the_bridge_forwards_loses_nothing(tmp_path, ra
     assert len(restarts) == 3
     assert first == bodies, "lost or out of order"
     assert edge.log().count("bridge restarts: running") >= 2, "it came back after a restart"
+
+
+def test_a_black_holed_link_is_given_up_with_more_unsent_than_its_socket_holds(tmp_path):
+    """A dead route takes nothing, so what the bridge sends it piles up: 300 messages of 64 KB,
+    more than the kernel's socket buffers hold (about 4 MB here). Once heartbeats find the
+    silence, the bridge must drop the link at once: a polite close waits to write all that
+    out first, forever, and the bridge stayed on the dead link, "running", forwarding
+    nothing. The old link stays dead (heal(drop=False)); a new one forwards everything."""
+    from tcp_proxy import TcpProxy
+
+    up_folder = tmp_path / "up"
+    up_folder.mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], up_folder).start()
+    upstream_queue(upstream.url, "central")
+    proxy = TcpProxy(upstream.port).start()
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "deadroute",
+            # heartbeats of 2 s: the silence is found after 4 s, when the 19 MB are at the edge
+            "uri": "amqp://guest:guest@127.0.0.1:%d/?heartbeat=2&connection_timeout=2000" % proxy.port,
+            "queue": "big-out",
+            "routing_key": "central",
+            "reconnect_delay": 0.1,
+        },
+    )
+    try:
+        wait_until(lambda: "bridge deadroute: running" in edge.log(), what="running")
+        proxy.black_hole()
+        bodies = [b"%03d" % i + b"x" * 65536 for i in range(300)]
+        publish_confirmed(edge, "big-out", bodies)
+        wait_until(lambda: "missed heartbeats" in edge.log(), timeout=20, what="the bridge giving up the dead link")
+        proxy.heal(drop=False)
+        got = consume_all(upstream.url, "central", len(bodies))
+        assert [body for body, _h, _m in got] == bodies
+    finally:
+        edge.stop()
+        proxy.stop()
+        upstream.stop()
+    assert not edge.errors(), edge.log()[-3000:]
