@@ -520,17 +520,10 @@ def test_the_watchdog_replaces_a_link_that_stopped_confirming(tmp_path, rabbitmq
     assert first == bodies
 
 
-@pytest.mark.timeout(240)  # (about 40 s alone; a loaded machine has taken over 120)
-def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tmp_path):
-    """Upstream is a hutch: what the bridge sends again after a cut, reset or black-holed link
-    (a TCP proxy) or after the edge is SIGKILLed and restarted, it drops by origin and number.
-    Upstream gets every confirmed message once, in order (and must have dropped some: the
-    muted replies make duplicates certain)."""
-    import json
-    import random
-    import threading
-    import time
-
+def hutch_to_hutch(tmp_path):
+    """(upstream, proxy, edge): a hutch upstream with a queue `central`, a TCP proxy in front of
+    it, and an edge whose bridge forwards `edge-out` there through the proxy (heartbeats every
+    second, 300 in flight, quick retries), all started."""
     from tcp_proxy import TcpProxy
 
     up_folder = tmp_path / "up"
@@ -550,6 +543,21 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
             "max_reconnect_delay": 0.5,
         },
     )
+    return upstream, proxy, edge
+
+
+@pytest.mark.timeout(240)  # (about 40 s alone; a loaded machine has taken over 120)
+def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tmp_path):
+    """Upstream is a hutch: what the bridge sends again after a cut, reset or black-holed link
+    (a TCP proxy) or after the edge is SIGKILLed and restarted, it drops by origin and number.
+    Upstream gets every confirmed message once, in order (and must have dropped some: the
+    muted replies make duplicates certain)."""
+    import json
+    import random
+    import threading
+    import time
+
+    upstream, proxy, edge = hutch_to_hutch(tmp_path)
     seed = random.randrange(1 << 30)
     chooser = random.Random(seed)
     faults = {"cut": 0, "reset": 0, "black-hole": 0, "mute": 0, "sigkill": 0}
@@ -610,25 +618,7 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
     journal and drops them. Every message arrives once, in order."""
     import time
 
-    from tcp_proxy import TcpProxy
-
-    up_folder = tmp_path / "up"
-    up_folder.mkdir()
-    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], up_folder).start()
-    upstream_queue(upstream.url, "central")
-    proxy = TcpProxy(upstream.port).start()
-    edge = edge_with_bridge(
-        tmp_path,
-        {
-            "name": "h2h",
-            "uri": "amqp://guest:guest@127.0.0.1:%d/?heartbeat=1&connection_timeout=2000" % proxy.port,
-            "queue": "edge-out",
-            "routing_key": "central",
-            "prefetch": 300,
-            "reconnect_delay": 0.1,
-            "max_reconnect_delay": 0.5,
-        },
-    )
+    upstream, proxy, edge = hutch_to_hutch(tmp_path)
     bodies = [b"k%06d" % i for i in range(4500)]
     dropped = []
     try:
