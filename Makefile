@@ -32,7 +32,7 @@ lint: $(INSTALLED)
 setup: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER)
 
 # setup.py and c_accel/: pip install also compiles the C accelerator (see README)
-$(INSTALLED): pyproject.toml setup.py c_accel/build.py c_accel/framing.c c_accel/framing.h c_accel/crc32.c c_accel/crc32.h c_accel/streams.c c_accel/streams.h c_accel/messages.c c_accel/messages.h c_accel/appends.c c_accel/appends.h
+$(INSTALLED): pyproject.toml setup.py c_accel/build.py c_accel/framing.c c_accel/framing.h c_accel/crc32.c c_accel/crc32.h c_accel/streams.c c_accel/streams.h c_accel/messages.c c_accel/messages.h c_accel/appends.c c_accel/appends.h c_accel/bigendian.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -13,6 +13,7 @@
 
 #include "appends.h"
 #include "crc32.h"
+#include "bigendian.h"
 
 #define MAGIC 0xA5
 #define KIND_MESSAGE 32
@@ -31,30 +32,6 @@
 /* A content header payload: class(2) weight(2) body size(8) flags and properties. */
 #define BODY_SIZE_AT 4
 #define PROPERTIES_AT 12
-
-static uint8_t *put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-    return p + 4;
-}
-
-static uint8_t *put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    return put32(p + 4, (uint32_t)v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t value = 0;
-    int i;
-    for (i = 0; i < 8; i++)
-        value = (value << 8) | p[i];
-    return value;
-}
 
 /* Whether the publish recorded at rec is like the run's first: the same channel, method
  * arguments (after the ticket) and content header but for the body size, which it puts

@@ -4,6 +4,7 @@
  * length comes from the wire, so each one is checked against what is left in
  * the buffer before a byte it implies is read, in a form that cannot overflow. */
 #include "framing.h"
+#include "bigendian.h"
 
 #define FRAME_HEADER_SIZE 7
 #define FRAME_END 0xCE
@@ -53,15 +54,6 @@ static size_t channel_of(const uint8_t *buf, size_t pos)
     return ((size_t)buf[pos + 1] << 8) | buf[pos + 2];
 }
 
-static uint64_t read_u64(const uint8_t *p)
-{
-    uint64_t value = 0;
-    int i;
-    for (i = 0; i < 8; i++)
-        value = (value << 8) | p[i];
-    return value;
-}
-
 /* Whether the method frame [payload, end) is a basic.publish whose content (a header
  * and, unless the body is empty, exactly one body frame holding all of it) follows
  * whole and sound on the same channel. If so, *header_end and *body_end get the
@@ -80,7 +72,7 @@ static int whole_publish(const uint8_t *buf, size_t len, size_t frame, size_t pa
         || buf[end + 1] != 2 || channel_of(buf, end + 1) != channel
         || *header_end - header_payload < 12)
         return 0;
-    body_size = read_u64(buf + header_payload + 4);
+    body_size = get64(buf + header_payload + 4);
     if (body_size == 0) {
         *body_end = *header_end;
         return 1;
@@ -132,7 +124,7 @@ size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max
         } else if (buf[pos] == 1 && settlement(buf, payload, end)) {
             record[HUTCH_TYPE] = HUTCH_SETTLE;
             record[HUTCH_METHOD_ID] = settlement(buf, payload, end);
-            record[HUTCH_DELIVERY_TAG] = read_u64(buf + payload + 4);
+            record[HUTCH_DELIVERY_TAG] = get64(buf + payload + 4);
             pos = end + 1;
         } else {
             record[HUTCH_TYPE] = buf[pos];

@@ -6,6 +6,7 @@
  * in a form that cannot overflow. */
 #include "messages.h"
 #include "crc32.h"
+#include "bigendian.h"
 
 #define RECORD_MAGIC 0xA5
 #define RECORD_HEADER 8
@@ -15,16 +16,6 @@
 #define ID_SIZE 8       /* a message's id: the first bytes of its payload */
 #define FIXED_SIZE 17   /* id(8) flags(1) arrival(8), then the route */
 #define HEADER_TAIL_MIN 19  /* a content header frame's tail: size(4), class to property flags(14), frame end */
-
-static uint32_t read_u32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t read_u64(const uint8_t *p)
-{
-    return ((uint64_t)read_u32(p) << 32) | read_u32(p + 4);
-}
 
 static int all_zero(const uint8_t *buf, size_t len, size_t from)
 {
@@ -48,7 +39,7 @@ static int record_at(const uint8_t *buf, size_t len, size_t pos, size_t *start, 
     crc = hutch_crc32(header + 1, 5, 0);  /* kind and length: a damaged length is not believed */
     if (header[0] != RECORD_MAGIC || (crc & 0xFFFF) != (((uint32_t)header[6] << 8) | header[7]))
         return all_zero(buf, len, pos) ? -HUTCH_TORN : -HUTCH_CORRUPT;
-    length = read_u32(header + 2);
+    length = get32(header + 2);
     if (length > MAX_PAYLOAD)
         return -HUTCH_CORRUPT;
     whole = (uint64_t)RECORD_HEADER + length + RECORD_TRAILER;
@@ -58,7 +49,7 @@ static int record_at(const uint8_t *buf, size_t len, size_t pos, size_t *start, 
     }
     *start = pos + RECORD_HEADER;
     *end = *start + length;
-    if (hutch_crc32(buf + *start, length, crc) != read_u32(buf + *end))
+    if (hutch_crc32(buf + *start, length, crc) != get32(buf + *end))
         /* a bad last record is a torn write; a bad one with good data after it is damage */
         return all_zero(buf, len, *end + RECORD_TRAILER) ? -HUTCH_TORN : -HUTCH_CORRUPT;
     return header[1];
@@ -90,12 +81,12 @@ static int message_fields(const uint8_t *p, size_t start, size_t end, uint64_t *
     if (at > end || end - at < 4)
         return 0;
     header = at + 4;
-    body = (uint64_t)header + read_u32(p + at);
+    body = (uint64_t)header + get32(p + at);
     if (body > end || body - header < HEADER_TAIL_MIN)
         return 0;
-    out[0] = read_u64(p + start);
+    out[0] = get64(p + start);
     out[1] = p[start + ID_SIZE];
-    out[2] = read_u64(p + start + ID_SIZE + 1);
+    out[2] = get64(p + start + ID_SIZE + 1);
     out[3] = route;
     out[4] = key;
     out[5] = names;
@@ -127,7 +118,7 @@ size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t 
         if (kind == KIND_MESSAGE) {
             if (end - start < ID_SIZE)
                 return stop_at(outcome, pos, HUTCH_CORRUPT, 0, found);
-            index = read_u64(buf + start);
+            index = get64(buf + start);
             if (index >= first_id) {
                 index -= first_id;
                 /* a dense run (no bitmap): its ids one after the other, the next one only */

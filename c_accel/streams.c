@@ -14,6 +14,7 @@
 
 #include "streams.h"
 #include "crc32.h"
+#include "bigendian.h"
 
 #define MAGIC 0xA5
 #define KIND_MESSAGE 32
@@ -22,33 +23,7 @@
 #define PREFIX 16 /* offset and timestamp */
 #define BASIC_DELIVER 0x003C003Cu
 
-/* ---------------------------------------------------------------- big-endian integers */
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
-static uint8_t *put16(uint8_t *p, unsigned v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-    return p + 2;
-}
-
-static uint8_t *put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-    return p + 4;
-}
+/* ---------------------------------------------------------------- copies (big-endian integers: bigendian.h) */
 
 static uint8_t *put(uint8_t *p, const uint8_t *from, size_t n)
 {
