@@ -81,9 +81,13 @@ class TcpProxy:
             try:
                 if rst:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                sock.close()
+                # close() alone does nothing while the other pump is blocked in recv() on the
+                # socket: the kernel keeps it open (no FIN, no RST) until that recv returns, which
+                # is when the peer next sends, a heartbeat later. shutdown wakes that recv first.
+                sock.shutdown(socket.SHUT_RD if rst else socket.SHUT_RDWR)
             except OSError:
                 pass
+            sock.close()
 
     def cut(self):
         """Close every link (the peers see FIN)."""
