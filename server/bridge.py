@@ -285,6 +285,12 @@ class _Link:
                         raise LinkError(self.silent)
                     raise LinkError("upstream closed the connection")
                 self._events(uri)
+                if self.ran and not self.ended:
+                    # what the confirms just let go is sent now, not when the writer's task gets
+                    # its turn: on a busy broker each turn of the event loop is long (publishers'
+                    # reads), and a turn more per window held the bridge at half its rate
+                    self.send()
+                    self.flush()
                 bridge.output.set()
                 if protocol.channel_open and not self.ran and not protocol.awaiting:
                     if self.set_up():  # the direction's own steps, one reply at a time

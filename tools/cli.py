@@ -12,9 +12,12 @@ import sys
 
 
 def _tls_wanted(argv):
-    """True if the config file on this command line has an amqps:// link (a bridge's): only
-    then does the broker need OpenSSL. A glance at the file's text, before anything else is
-    imported; the config is read properly later."""
+    """True unless this is `hutch serve` with no amqps:// link (a bridge's) in its config file:
+    only then does the broker go without OpenSSL. (The other commands are not the broker: `hutch
+    bench --bridge` drives pika, which imports ssl.) A glance at the file's text, before
+    anything else is imported; the config is read properly later."""
+    if len(argv) < 2 or argv[1] != "serve":
+        return True
     for i, arg in enumerate(argv):
         path = (
             argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[9:] if arg.startswith("--config=") else None

@@ -319,8 +319,11 @@ def fill(host, port, queue, count, size=100, publishers=4, window=1000, timeout=
             if not alive:
                 break
             alive[0].join(max(0.0, next_sample - time.perf_counter()))
-            if progress is not None and time.perf_counter() >= next_sample:
-                progress(sum(s.acked for s in senders), time.perf_counter() - start)
+            if time.perf_counter() >= next_sample:
+                # (the next moment moves on even with nobody to tell: otherwise, once past,
+                # join(0) returned at once and this thread spun, taking a core from the brokers)
+                if progress is not None:
+                    progress(sum(s.acked for s in senders), time.perf_counter() - start)
                 next_sample = time.perf_counter() + 0.5
         elapsed = time.perf_counter() - start
         confirmed = sum(s.acked for s in senders)

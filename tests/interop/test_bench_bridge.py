@@ -14,10 +14,12 @@ pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(180)]
 
 N = 2000
 ROWS = [
-    "direct: 1 publisher -> RabbitMQ, confirms, window 1000",
+    "direct: pika -> RabbitMQ, confirms, window 1000",
+    "direct: raw client -> RabbitMQ, confirms, window 1000",
     "live: 4 publishers -> edge hutch, confirms (its intake)",
     "live: forwarded by the bridge until RabbitMQ holds all",
-    "  forwarded / direct",
+    "  forwarded / pika",
+    "  forwarded / raw client",
     "offline: publishers -> edge hutch, upstream away",
     "offline: edge RSS idle, before the backlog",
     "offline: edge RSS with all queued",
@@ -25,7 +27,8 @@ ROWS = [
     "  most / idle",
     "drain: upstream back -> the bridge's connection",
     "drain: the backlog from the edge's disk to RabbitMQ",
-    "  drain / direct",
+    "  drain / pika",
+    "  drain / raw client",
 ]
 
 
@@ -44,12 +47,12 @@ def test_bridge_rows_against_the_runs_rabbitmq(tmp_path, rabbitmq):
         found = [line for line in lines if line.startswith(row + "  ")]
         assert found, "no row %r in:\n%s" % (row, done.stdout)
         assert float(found[0].split()[-1].replace(",", "")) >= 0, found[0]
-    for phase in ("direct: ", "live: ", "offline: "):
+    for phase in ("direct (pika): ", "direct: ", "live: ", "offline: "):
         assert phase + "RabbitMQ's queue held 2,000 of 2,000" in done.stdout, done.stdout
     assert "edge RSS while 2,000 messages wait for upstream, then drain to it:" in done.stdout
     result = json.loads(out.read_text())
     figures = result["figures"]
-    for key in ("direct", "live", "drain", "full-rss", "idle-rss"):
+    for key in ("pika", "direct", "live", "drain", "full-rss", "idle-rss"):
         assert figures[key] > 0, figures
     queued = [row[2] for row in result["samples"]]
     assert max(queued) == N and queued[-1] == 0, "the samples go from the whole backlog to none"
