@@ -29,13 +29,16 @@ def free_port():
 def wait_until(predicate, timeout=10.0, what=None, interval=0.02, between=None):
     """Poll predicate() until it returns something true, and return that; fail after timeout
     seconds. For conditions another process brings about (a log line, a file, a queue's
-    count): the test waits as long as it takes and no longer, instead of sleeping a guess."""
+    count): the test waits as long as it takes and no longer, instead of sleeping a guess.
+    what: what was awaited, said on failure (a string, or a function giving it)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
+            if callable(what):  # what to say, made only now (a log's tail)
+                what = what()
             raise AssertionError("not within %.1fs: %s" % (timeout, what or getattr(predicate, "__name__", predicate)))
         if between is None:
             time.sleep(interval)  # the polling interval, not a guess at how long something takes

@@ -543,6 +543,9 @@ def hutch_to_hutch(tmp_path, heartbeat=1):
             "max_reconnect_delay": 0.5,
         },
     )
+    # running before the test goes on: a fault (muted replies) during the handshake would keep
+    # the link from ever opening (a loaded CI machine was that slow once)
+    wait_until(lambda: "bridge h2h: running" in edge.log(), timeout=30, what="the bridge running")
     return upstream, proxy, edge
 
 
@@ -628,7 +631,11 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
             proxy.mute_replies()  # upstream takes what comes; the edge hears of none of it
             publish_confirmed(edge, "edge-out", bodies[kill * 1500 : (kill + 1) * 1500])
             # the bridge's window (prefetch 300) is upstream; a moment more and it is synced there
-            wait_until(lambda k=kill: upstream_count(upstream.url, "central") >= k * 1500 + 300, timeout=60)
+            wait_until(
+                lambda k=kill: upstream_count(upstream.url, "central") >= k * 1500 + 300,
+                timeout=60,
+                what=lambda: "the window upstream; the edge's log:\n" + edge.log()[-3000:],
+            )
             time.sleep(0.3)
             upstream.proc.kill()
             upstream.proc.wait()
