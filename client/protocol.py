@@ -16,7 +16,8 @@ with core/wire.py, with a client's value mapping (strings as str, bytes as 'x').
 
 The handshake (start/start-ok with PLAIN, tune/tune-ok, open/open-ok) runs by itself and
 opens channel `channel`; p.awaiting is the method whose reply is due (channel.open during
-the handshake), 0 once it came. Events, from next_event():
+the handshake), 0 once it came; p.server_product is the broker's "product" (None until it
+said). Events, from next_event():
 
 - a Message: basic.deliver, basic.get-ok or basic.return (m.kind) with its content;
 - ChannelClosed or ConnectionClosed (not raised: returned), the broker closed the channel
@@ -158,7 +159,7 @@ class Protocol:
         self.connection_lost()
         self.state = "opening"
         self._pos = self._n = self.seq = 0
-        self._body = self.blocked = None
+        self._body = self.blocked = self.server_product = None
         self._spoke = self._heard = False
         self._rx_at = self._tx_at = self._tick_at = now
         props = {
@@ -461,6 +462,10 @@ class Protocol:
                 else:
                     i += 1
         elif method_id == spec.CONNECTION_START:
+            # the broker's name ("hutch", "RabbitMQ"): what a client may rely on differs (README:
+            # "Finding a stream's ends"); only the name is kept, not the whole table
+            server = args[2]
+            self.server_product = server.get("product") if isinstance(server, dict) else None
             self.send(spec.CONNECTION_START_OK, self._login)
             return None
         elif method_id == spec.CONNECTION_TUNE:

@@ -23,7 +23,8 @@ auto_delete, arguments, passive); bind(queue, exchange, routing_key="", argument
 three take record=True too, which only the robust client acts on);
 delete_queue(name) -> messages; confirm(); publish(exchange, routing_key, body,
 properties=None, mandatory=False) -> seq; wait_confirms(timeout_ms) -> bool;
-consume(queue, callback, no_ack=False, prefetch=None) -> tag; cancel(tag); get(queue,
+consume(queue, callback, no_ack=False, prefetch=None, arguments=None) -> tag (arguments: the
+consumer's, e.g. {"x-stream-offset": "first"} on a stream); cancel(tag); get(queue,
 no_ack=False) -> Message or None; check_msg() -> bool; wait_msg(timeout_ms=None) -> bool;
 ack(tag, multiple); nack(tag, requeue=True, multiple).
 
@@ -110,7 +111,7 @@ class Client:
         self.blocked = None
         self.protocol = Protocol(frame_max)
         self._rx = self.protocol._rx  # the read buffer: one whole frame
-        self._consumers = {}  # consumer tag -> [queue, callback, no_ack, prefetch]
+        self._consumers = {}  # consumer tag -> [queue, callback, no_ack, prefetch, arguments]
         self._topology = []
         self._confirming = False
         self._got = 0
@@ -220,12 +221,12 @@ class Client:
 
     # -- consuming -------------------------------------------------------------------------
 
-    def consume(self, queue, callback, no_ack=False, prefetch=None):
+    def consume(self, queue, callback, no_ack=False, prefetch=None, arguments=None):
         """basic.consume (after basic.qos if prefetch is given); callback(message). The consumer tag."""
         if prefetch is not None:
             self._call(spec.BASIC_QOS, (0, prefetch, False))
-        tag = self._call(spec.BASIC_CONSUME, (0, queue, "", False, no_ack, False, False, None))[0]
-        self._consumers[tag] = [queue, callback, no_ack, prefetch]
+        tag = self._call(spec.BASIC_CONSUME, (0, queue, "", False, no_ack, False, False, arguments))[0]
+        self._consumers[tag] = [queue, callback, no_ack, prefetch, arguments]
         return tag
 
     def cancel(self, tag):

@@ -80,6 +80,20 @@ def test_handshake_negotiates_and_opens_the_channel():
     opened()
 
 
+def test_the_brokers_product_is_kept_from_connection_start():
+    """A reader of streams relies on what hutch promises and RabbitMQ does not (the README's
+    "Finding a stream's ends"): it tells them apart by the product the broker names."""
+    p = Protocol()
+    p.connect(0)
+    sent(p)
+    assert p.server_product is None
+    start = (0, 9, {b"product": b"hutch", b"version": b"0.1.0"}, b"PLAIN", b"en_US")
+    assert feed(p, wire.method_frame(0, spec.CONNECTION_START, start)) == []
+    assert p.server_product == "hutch"
+    p.connect(0)  # a new connection forgets the old broker's name
+    assert p.server_product is None
+
+
 def test_rpc_reply_clears_awaiting_and_comes_as_an_event():
     p = opened()
     p.call(spec.QUEUE_DECLARE, (0, "q", False, True, False, False, False, {"x-max-length": 3}))

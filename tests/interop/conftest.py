@@ -266,3 +266,42 @@ def rabbitmq(tmp_path_factory):
     server.kind = "rabbitmq"
     yield server
     server.stop()
+
+
+# ---------------------------------------------------------------- the Spark session of a run
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local Spark session for the whole run (starting one takes 10 s and more): two cores,
+    quiet, on 127.0.0.1 only, its Python workers running this virtualenv's Python. The tests
+    that use it carry xdist_group("rabbitmq") so that one worker runs them all (some compare
+    with the run's RabbitMQ), and the session starts once. At the end the session stops, and
+    the JVM that PySpark launched for it is stopped by its PID."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the executors' Python workers: hutch is installed here
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    scratch = tmp_path_factory.mktemp("spark")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("hutch-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.local.dir", str(scratch))
+        .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    jvm = getattr(SparkContext._gateway, "proc", None)
+    try:
+        yield session
+    finally:
+        session.stop()
+        if jvm is not None:
+            SparkContext._gateway.shutdown()
+            terminate(jvm, 30, "Spark's JVM", lambda: "")

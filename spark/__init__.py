@@ -1,0 +1,28 @@
+"""hutch.spark: a PySpark data source, `hutch`, reading stream queues by offset.
+
+    import hutch.spark
+    hutch.spark.register(spark)
+    df = (spark.readStream.format("hutch")
+          .option("uri", "amqp://guest:guest@127.0.0.1:5672/")
+          .option("streams", "readings")
+          .load())
+
+It reads hutch's stream queues and RabbitMQ's over AMQP 0-9-1 with hutch's own client, and
+needs PySpark 4 (`pip install hutch[spark]`). CPython only: neither the broker nor a board
+ever imports it. The README's "Spark: reading streams with PySpark" has the options, the
+schema and what is replayable. One module per job:
+
+- options.py: the options, checked (one clear error per mistake);
+- broker.py: connecting (with failover) and finding a stream's ends;
+- records.py: the schema, and a delivery as a row;
+- reading.py: reading one range of offsets, on an executor;
+- planning.py: offsets, batch ends, partitions, on the driver;
+- source.py: the pyspark.sql.datasource classes tying them together.
+"""
+
+
+def register(spark):
+    """Register the `hutch` format with a SparkSession."""
+    from .source import HutchDataSource
+
+    spark.dataSource.register(HutchDataSource)

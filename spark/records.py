@@ -1,0 +1,75 @@
+"""A stream record as a row: the source's fixed schema (like Kafka's), and the delivery a
+record arrives as turned into a tuple in its column order."""
+
+import datetime
+import json
+
+from hutch.core.wire import Decimal, Timestamp
+
+from .broker import OFFSET_HEADER
+
+SCHEMA = (
+    "stream STRING, offset LONG, timestamp TIMESTAMP, routing_key STRING, exchange STRING, "
+    "headers MAP<STRING, STRING>, properties MAP<STRING, STRING>, body BINARY"
+)
+
+
+def row(stream, offset, message):
+    """The row of the record at offset, delivered as message (a hutch.client Message)."""
+    properties = dict(message.properties)
+    headers = properties.pop("headers", None) or {}
+    return (
+        stream,
+        offset,
+        _timestamp(properties.get("timestamp")),
+        message.routing_key,
+        message.exchange,
+        # x-stream-offset is the offset column already; the rest is what the publisher sent
+        dict((key, text(value)) for key, value in headers.items() if key != OFFSET_HEADER),
+        dict((key, text(value)) for key, value in properties.items()),
+        bytes(message.body),
+    )
+
+
+def _timestamp(seconds):
+    """The message's AMQP timestamp property (seconds, set by its publisher), or None.
+
+    Neither broker hands a consumer the time it stored a record at over AMQP 0-9-1 (hutch keeps
+    it per record, RabbitMQ per chunk; both only use it for x-stream-offset timestamps), so the
+    publisher's stamp is the best the delivery carries."""
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+
+
+def text(value):
+    """A header or property value as a string: strings as they are, bytes as UTF-8 (undecodable
+    bytes as \\x escapes), the rest as JSON writes it (numbers, true/false, tables, arrays;
+    a timestamp as its seconds, a decimal as a string such as "12.34")."""
+    if value is None or isinstance(value, str):
+        return value
+    plain = _plain(value)
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _plain(value):
+    """value with AMQP's types made JSON's."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    if isinstance(value, Timestamp):
+        return value.seconds
+    if isinstance(value, Decimal):
+        return _decimal(value)
+    if isinstance(value, dict):
+        return dict((key, _plain(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _decimal(value):
+    digits = "%d" % abs(value.value)
+    if value.scale:
+        digits = digits.rjust(value.scale + 1, "0")
+        digits = digits[: -value.scale] + "." + digits[-value.scale :]
+    return ("-" if value.value < 0 else "") + digits
