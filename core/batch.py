@@ -64,7 +64,7 @@ def read_batch(conn, data, pos, scan, records, appends=None):
     follows must then stay unread (kept pending) or be dropped. Where the next unread
     frame starts, as connection.read_frames returns it."""
     while True:
-        max_payload = conn.max_payload
+        max_payload = conn.accept_payload
         count, stop, status, detail = scan(data, pos, max_payload, records)
         i = 0
         while i < count:
@@ -97,7 +97,7 @@ def read_batch(conn, data, pos, scan, records, appends=None):
                 if not conn.handle_frame(ftype, number, data, records[slot + PAYLOAD_START] - 7, end):
                     return len(data)
                 pos = end + 1
-            if conn.max_payload != max_payload:
+            if conn.accept_payload != max_payload:
                 break  # tune-ok lowered frame_max: the frames after it were checked against the old one
         else:
             if status == FULL:

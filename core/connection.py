@@ -53,7 +53,7 @@ def read_frames(conn, data, pos):
         if conn.paused or conn.closed:
             break
         size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]
-        if size > conn.max_payload:
+        if size > conn.accept_payload:
             conn.oversize_frame(size)
             return n
         end = pos + 7 + size
@@ -108,7 +108,10 @@ class Connection:
         self._woken = False
         self.channels = {}
         self.frame_max = limits.frame_max
-        self.max_payload = limits.frame_max - 8
+        self.max_payload = limits.frame_max - 8  # the most a frame we send carries
+        # the most a client's frame may carry: RabbitMQ takes frame_max + 8 octets in all,
+        # for clients (AMQPStorm, rabbitpy) that fill a body frame's payload to frame_max
+        self.accept_payload = limits.frame_max
         self.channel_max = limits.channel_max
         self.heartbeat_ms = 0
         self.user = None

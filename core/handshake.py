@@ -174,6 +174,7 @@ def _tune_ok(conn, channel_max, frame_max, heartbeat):
         )
     conn.frame_max = frame_max
     conn.max_payload = frame_max - 8
+    conn.accept_payload = frame_max  # (Connection.__init__ says why)
     conn.channel_max = channel_max
     conn.heartbeat_ms = heartbeat * 1000
     conn.state = AWAIT_OPEN

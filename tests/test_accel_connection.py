@@ -145,6 +145,15 @@ def test_tune_ok_lowers_frame_max_for_the_frames_after_it_in_the_same_read():
         assert closed and b"frame size 5008 exceeds frame_max 4096" in out, how
 
 
+def test_frames_up_to_8_octets_over_frame_max_are_taken_by_every_scanner():
+    """RabbitMQ's tolerance (a payload of frame_max, 8 octets over), and not one octet more."""
+    for size, closed_expected in ((4096, False), (4097, True)):
+        data = handshake(4096) + frame(3, 1, b"\x00" * size)
+        results = [Side(how, Limits()).feed(data) for how in ("inline", "python", "c")]
+        assert results[1] == results[0] and results[2] == results[0], size
+        assert (b"exceeds frame_max" in results[0][0]) == closed_expected, size
+
+
 def test_paused_publisher_keeps_the_rest_unread():
     limits = Limits()
     limits.queue_max_messages = 1

@@ -54,6 +54,20 @@ def test_frame_larger_than_frame_max():
     assert b"frame_max" in text
 
 
+def test_a_frame_may_be_8_octets_over_frame_max_as_rabbitmq_allows():
+    """AMQPStorm and rabbitpy fill a body frame's payload to frame_max, so the frame is 8 octets
+    over: RabbitMQ takes up to that (its FRAME_SIZE_FUDGE) and no more, and so does hutch."""
+    client = opened(frame_max=4096)
+    client.queue(1, b"q")
+    body = bytes(range(256)) * 16  # 4,096 octets in one body frame: 4,104 in all
+    client.send(method(1, spec.BASIC_PUBLISH, (0, b"", b"q", False, False)) + content(1, body, None, 4096 + 8))
+    assert client.read() == []
+    assert client.get(1, b"q", no_ack=True)[0].body == body
+    client.send(struct.pack(">BHI", 3, 1, 4097))
+    text = closed_with(client.read(), spec.FRAME_ERROR, "connection.close")
+    assert b"frame size 4105 exceeds frame_max 4096" in text
+
+
 def test_unknown_frame_type():
     client = opened()
     client.send(frame(4, 0, b""))  # the 0-9-1 PDF's heartbeat number is not a frame type
