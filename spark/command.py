@@ -174,8 +174,11 @@ def _fail(err, code, message):
 def run(job, out, err):
     """Start Spark, run the query until it ends (available-now) or is stopped, printing a line
     per batch; stop Spark. Spark's output goes to job.log from here on."""
-    os.makedirs(job.checkpoint, exist_ok=True)
-    terminal = _spark_output_to(job.log, err)
+    try:
+        os.makedirs(job.checkpoint, exist_ok=True)
+        terminal = _spark_output_to(job.log, err)
+    except OSError as e:
+        return _fail(err, EXIT_FAILURE, "cannot write Spark's log: %s" % e)
     stop = _stop_on_signals()
     from . import pipeline  # pyspark: only now, after the checks
 
