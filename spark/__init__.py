@@ -9,7 +9,7 @@
 
 It reads hutch's stream queues and RabbitMQ's over AMQP 0-9-1 with hutch's own client, and
 needs PySpark 4 (`pip install hutch[spark]`). CPython only: neither the broker nor a board
-ever imports it. The README's "Spark: reading streams with PySpark" has the options, the
+ever imports it (the `hutch` command only for `hutch pipeline`). The README's "Spark: reading streams with PySpark" has the options, the
 schema and what is replayable. One module per job:
 
 - options.py: the options, checked (one clear error per mistake);
@@ -18,6 +18,14 @@ schema and what is replayable. One module per job:
 - reading.py: reading one range of offsets, on an executor;
 - planning.py: offsets, batch ends, partitions, on the driver;
 - source.py: the pyspark.sql.datasource classes tying them together.
+
+`hutch pipeline` (the standard sensor aggregation as a command; README "`hutch pipeline`"):
+
+- command.py: its command line, the order of the checks, exit codes, the progress loop;
+- settings.py: durations, trigger and schema checked without pyspark;
+- preflight.py: pyspark, Java, delta-spark, the broker and the streams, before Spark starts;
+- pipeline.py: the Spark job (session, parsing, windows, the file sink);
+- progress.py: a batch's progress line.
 """
 
 

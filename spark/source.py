@@ -81,6 +81,7 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options):
         self.options = options
         self._available_now = None  # Trigger.AvailableNow's target: the ends when the query began
+        self._latest = None  # the streams' next offsets at the last latestOffset(), uncapped
 
     def initialOffset(self):
         """startingOffsets (default earliest) as numbers, asked of the broker now. Spark asks
@@ -107,9 +108,17 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif limit is not None and not isinstance(limit, ReadAllAvailable):
             raise ValueError("hutch source: Spark asked for a read limit it does not support: %r" % (limit,))
         ends = all_ends(self.options)
+        self._latest = planning.resolve(LATEST, self.options.streams, ends)
         if start is None:  # Spark 4.0/4.1: no start, no limit: the streams' next offsets
-            start = planning.resolve(LATEST, self.options.streams, ends)
+            start = self._latest
         return planning.latest(start, ends, cap, self._available_now)
+
+    def reportLatestOffset(self):
+        """Spark 4.2+: the streams' next offsets as the last latestOffset() saw them, whatever
+        a read limit or AvailableNow's target left for later: a query's progress shows them as
+        the source's latestOffset, so its lag behind the streams can be told (`hutch pipeline`'s
+        progress lines). None before the first latestOffset()."""
+        return self._latest
 
     def prepareForTriggerAvailableNow(self):
         """Trigger.AvailableNow: read up to the ends the streams have now, no further."""

@@ -5,6 +5,11 @@ hutch passwd [--password PW]     print a password hash for the config file
 hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
 hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N]   benchmark hutch and RabbitMQ
 hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
+hutch pipeline --uri URI --streams A,B --output DIR --checkpoint DIR [--trigger available-now|processing=10s]
+                 [--window "1 minute"] [--watermark "10 minutes"] [--schema DDL | --schema-file FILE]
+                 [--starting-offsets earliest|latest|JSON] [--max-offsets-per-trigger N] [--master URL]
+                                 sensor readings from streams to per-window aggregates in Parquet,
+                                 with Spark (`pip install hutch[spark]`; Java 17+)
 hutch version
 """
 
@@ -105,7 +110,19 @@ def cmd_version(args):
     return 0
 
 
+def cmd_pipeline(argv):
+    """`hutch pipeline` is hutch.spark's (hutch.spark.command parses its options): imported only
+    when it runs, so no other command loads the Spark parts (nor pyspark, which they import
+    once the checks are done)."""
+    from hutch.spark.command import main as pipeline
+
+    return pipeline(argv)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pipeline"]:
+        return cmd_pipeline(argv[1:])
     parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -136,6 +153,10 @@ def main(argv=None):
         description="look at a broker's data folder (running or not)",
     )
     ctl.add_options(p)
+    # listed for --help only: main() hands `hutch pipeline ...` to cmd_pipeline before parsing
+    commands.add_parser(
+        "pipeline", help="sensor readings from stream queues to per-window aggregates in Parquet (Spark)"
+    )
     p = commands.add_parser("version", help="print the version")
     p.set_defaults(run=cmd_version)
     args = parser.parse_args(argv)

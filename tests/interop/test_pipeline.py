@@ -1,0 +1,439 @@
+"""`hutch pipeline` as an operator runs it: the venv's `hutch` in a subprocess (its own local
+Spark, in its own process group), against a real `hutch serve`, readings published with pika.
+
+The aggregates it writes are read back from the Parquet files the sink's commit log
+(`_spark_metadata`) lists, and compared with aggregates computed here in plain Python from
+what was published: late and out-of-order readings, two streams, a restart from the
+checkpoint with new data in capped batches. Every mistake an operator can make before Spark
+starts is one line on stderr, the right exit code, within a second or two.
+
+Two full Spark runs in all (about 40 s each on a 2-core machine); the rest takes seconds.
+"""
+
+import calendar
+import datetime
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pika
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import BIN, RunningBroker, pika_connection
+
+HUTCH = os.path.join(BIN, "hutch")
+WINDOW_S = 60
+WATERMARK_S = 120
+# readings around midnight UTC: the windows fall on two dates (two partitions)
+T0 = calendar.timegm((2024, 5, 1, 23, 55, 0))
+
+
+@pytest.fixture(scope="module")
+def hutch(tmp_path_factory):
+    running = RunningBroker([HUTCH, "serve"], tmp_path_factory.mktemp("hutch")).start()
+    yield running
+    code = running.stop()
+    assert not running.errors(), "broker logged errors:\n" + running.log()[-5000:]
+    assert code == 0
+
+
+def fresh(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def declare(broker, *names):
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    for name in names:
+        channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    connection.close()
+
+
+def publish(broker, stream, bodies):
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for body in bodies:
+        channel.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2))
+    connection.close()
+
+
+# ---------------------------------------------------------------- readings, and what they aggregate to
+
+
+def iso(seconds, offset_hours=0):
+    """ISO-8601 text of an epoch time, in a zone offset_hours from UTC."""
+    zone = datetime.timezone(datetime.timedelta(hours=offset_hours))
+    moment = datetime.datetime.fromtimestamp(seconds, zone)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def ts_text(seconds, i):
+    """The formats the README promises, in turn: ISO with Z, with an offset, with a space and no
+    zone (UTC), epoch seconds as an integer, and as a decimal number."""
+    kind = i % 5
+    if kind == 0:
+        return iso(seconds)
+    if kind == 1:
+        return iso(seconds, 2)
+    if kind == 2:
+        return iso(seconds).replace("T", " ").replace("Z", "")
+    if kind == 3:
+        return int(seconds) if seconds == int(seconds) else seconds
+    return float(seconds)
+
+
+def reading(sensor, seconds, value, i):
+    return json.dumps({"sensor": sensor, "ts": ts_text(seconds, i), "value": value, "unit": "C"}).encode()
+
+
+def first_run_readings():
+    """Per stream, readings of three sensors from 23:55:00 to 00:03:30 (a new date at 00:00),
+    each with a distinct ts (so `last` has one answer), shuffled: out of order in each stream."""
+    readings = {"a": [], "b": []}
+    rng = random.Random(7)
+    for i in range(51):
+        seconds = T0 + i * 10 + (i % 3)  # 23:55:00 .. 00:03:20 and a bit
+        sensor = "s%d" % (i % 3)
+        readings["a" if sensor != "s2" else "b"].append((sensor, seconds, round(i * 0.5 - 7, 1)))
+    readings["b"].append(("s2", T0 + 510, 99.0))  # 00:03:30: the latest of the first run
+    for stream in readings.values():
+        rng.shuffle(stream)
+    return readings
+
+
+def second_run_readings():
+    """Twenty readings for stream a, read in two batches of ten (--max-offsets-per-trigger 10).
+    First batch (watermark 00:01:30 from the first run): one far too late (23:58:10, its window
+    written already: dropped), one late but within the watermark (00:01:40: its window still
+    open), then time moves on to 00:06:00. Second batch (watermark 00:04:00): one too late
+    (00:00:30, its window written in the first run), one out of order but within the
+    watermark (00:04:30), up to 00:07:05."""
+    first = [("s0", T0 + 190, 500.0), ("s1", T0 + 400, 41.5)]
+    first += [("s%d" % (i % 3), T0 + 425 + i * 10, 10.0 + i) for i in range(8)]  # 00:02:05 .. 00:03:15
+    first[-1] = ("s0", T0 + 660, 66.0)  # 00:06:00
+    second = [("s1", T0 + 330, 700.0), ("s2", T0 + 570, 45.0)]
+    second += [("s%d" % (i % 3), T0 + 600 + i * 7, 20.0 + i) for i in range(7)]  # 00:05:00 ..
+    second.append(("s2", T0 + 725, 77.0))  # 00:07:05
+    return first, second
+
+
+def bodies(readings, start=0):
+    return [reading(sensor, seconds, value, start + i) for i, (sensor, seconds, value) in enumerate(readings)]
+
+
+def expected_aggregates(runs):
+    """What append mode with a watermark writes after these runs (each a list of micro-batches,
+    each a list of (sensor, ts, value)), as Spark's streaming aggregation does it. Each batch
+    has an eviction watermark: the latest ts of the batches before it less the delay; a window
+    is written once that reaches its end. A run ends with a batch without data, which writes
+    what the last one's watermark closed. A reading is dropped as late when its window ended
+    at or before the watermark of the batch before (Spark filters late rows by window, one
+    batch behind). Readings between the two rules (behind the watermark, their window not
+    yet written: Spark may count them or not) would make the answer depend on batch timing:
+    the data must have none. {(window start, sensor): (count, min, max, mean, last)}, and how
+    many readings were dropped as late."""
+    evict = previous = 0
+    accepted, late = [], 0
+    for run in runs:
+        for batch in run + [[]]:
+            for sensor, seconds, value in batch:
+                window_end = seconds // WINDOW_S * WINDOW_S + WINDOW_S
+                if window_end <= previous:
+                    late += 1
+                else:
+                    assert seconds > evict, "a reading between the rules: %r" % ((sensor, seconds, value),)
+                    accepted.append((sensor, seconds, value))
+            previous = evict
+            if batch:
+                evict = max(evict, max(seconds for _, seconds, _ in batch) - WATERMARK_S)
+    windows = {}
+    for sensor, seconds, value in accepted:
+        start = seconds // WINDOW_S * WINDOW_S
+        if start + WINDOW_S <= evict:
+            windows.setdefault((start, sensor), []).append((seconds, value))
+    result = {}
+    for key, values in windows.items():
+        numbers = [v for _, v in values]
+        result[key] = (len(numbers), min(numbers), max(numbers), sum(numbers) / len(numbers), max(values)[1])
+    return result, late
+
+
+# ---------------------------------------------------------------- reading what the pipeline wrote
+
+
+def committed_files(output):
+    """The files the Parquet sink's commit log lists (what a Spark reader sees), not a glob."""
+    log = os.path.join(output, "_spark_metadata")
+    added, deleted = set(), set()
+    for name in os.listdir(log):
+        if name.startswith("."):
+            continue
+        with open(os.path.join(log, name)) as f:
+            lines = f.read().splitlines()
+        assert lines[0] == "v1", (name, lines[:1])
+        for entry in map(json.loads, lines[1:]):
+            path = entry["path"].replace("file://", "", 1)
+            (added if entry["action"] == "add" else deleted).add(path)
+    return sorted(added - deleted)
+
+
+def written_aggregates(output):
+    """{(window start, sensor): (count, min, max, mean, last)} from the committed files; each
+    row's date partition checked against its window's start; a key twice fails."""
+    rows = {}
+    dates = set()
+    for path in committed_files(output):
+        date = re.search(r"/date=(\d{4}-\d{2}-\d{2})/", path).group(1)
+        dates.add(date)
+        table = pq.read_table(path)
+        starts = table.column("window_start").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
+        ends = table.column("window_end").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
+        for row, start_us, end_us in zip(table.to_pylist(), starts, ends):
+            start = start_us // 1000000
+            assert end_us // 1000000 == start + WINDOW_S
+            assert datetime.datetime.fromtimestamp(start, datetime.timezone.utc).date().isoformat() == date
+            key = (start, row["sensor"])
+            assert key not in rows, "window written twice: %r" % (key,)
+            rows[key] = (row["count"], row["min"], row["max"], row["mean"], row["last"])
+    return rows, dates
+
+
+def assert_same(written, expected):
+    assert sorted(written) == sorted(expected)
+    for key, (count, low, high, mean, last) in expected.items():
+        assert written[key][:3] == (count, low, high), key
+        assert written[key][3] == pytest.approx(mean), key
+        assert written[key][4] == last, key
+
+
+# ---------------------------------------------------------------- running the command
+
+
+def run_pipeline(*args, env=None, timeout=240):
+    """`hutch pipeline ...` in a process group of its own; (exit code, stdout lines, stderr
+    lines, seconds). Whatever is left of the group afterwards (a JVM, a Python worker) fails
+    the test, and is killed."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [HUTCH, "pipeline", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        left = _group_alive(proc.pid)
+        if left:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not left, "hutch pipeline left processes behind"
+    return proc.returncode, out.splitlines(), err.splitlines(), time.monotonic() - started
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+BATCH_LINE = re.compile(
+    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
+    r"(?:, watermark (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ))?$"
+)
+
+
+def batch_lines(lines):
+    """[(batch id, rows in, rows out, late, lag, watermark)] of the progress lines; any other
+    line but the first (the start line) fails."""
+    assert lines[0].startswith("hutch pipeline: "), lines
+    found = []
+    for line in lines[1:]:
+        match = BATCH_LINE.match(line)
+        assert match, "not a progress line: %r" % line
+        batch, rows_in, rows_out, late, _, lag, mark = match.groups()
+        found.append((int(batch), int(rows_in), int(rows_out), int(late or 0), int(lag), mark))
+    return found
+
+
+@pytest.mark.timeout(420)
+def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tmp_path):
+    a, b = fresh("readings-a"), fresh("readings-b")
+    declare(hutch, a, b)
+    first = first_run_readings()
+    publish(hutch, a, bodies(first["a"]))
+    publish(hutch, b, bodies(first["b"], 1) + [b"not json", b'{"sensor": "s2", "ts": "2024-05-01T23:59:00Z"}'])
+    output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
+    command = [
+        "--uri",
+        "amqp://guest:guest@127.0.0.1:1/,%s" % hutch.url,  # failover: the first is not there
+        "--streams",
+        "%s,%s" % (a, b),
+        "--output",
+        output,
+        "--checkpoint",
+        checkpoint,
+        "--window",
+        "1 minute",
+        "--watermark",
+        "2 minutes",
+        "--trigger",
+        "available-now",
+    ]
+
+    code, out, err, seconds = run_pipeline(*command)
+    print("first run: %.1f s\n%s" % (seconds, "\n".join(out)))
+    assert (code, err) == (0, []), (code, err, out)
+    one_batch = first["a"] + first["b"]  # no cap: one batch of both streams
+    expected, _ = expected_aggregates([[one_batch]])
+    written, dates = written_aggregates(output)
+    assert_same(written, expected)
+    assert dates == {"2024-05-01", "2024-05-02"}
+    batches = batch_lines(out)
+    # the data batch (every record, the bad two included), then the one the watermark's move
+    # asks for: it writes the windows that move closed
+    assert [(rows_in, lag) for _, rows_in, _, _, lag, _ in batches] == [(len(one_batch) + 2, 0), (0, 0)]
+    assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected)
+    assert [mark for _, _, _, _, _, mark in batches] == [None, "2024-05-02T00:01:30Z"]
+
+    # new readings, late ones among them; a restart from the same checkpoint in capped batches
+    second_a, second_b = second_run_readings()
+    publish(hutch, a, bodies(second_a + second_b))
+    code, out, err, seconds = run_pipeline(*command, "--max-offsets-per-trigger", "10")
+    print("second run: %.1f s\n%s" % (seconds, "\n".join(out)))
+    assert (code, err) == (0, []), (code, err, out)
+    expected_now, late = expected_aggregates([[one_batch], [second_a, second_b]])
+    assert late == 2
+    written_now, _ = written_aggregates(output)  # no window twice (checked as it reads)
+    assert_same(written_now, expected_now)
+    assert {key: written_now[key] for key in written} == written  # what was written stays as it was
+    batches = batch_lines(out)
+    assert [batch for batch, _, _, _, _, _ in batches] == list(range(2, 2 + len(batches)))
+    data = [(rows_in, lag) for _, rows_in, _, _, lag, _ in batches if rows_in]
+    assert data == [(10, 10), (10, 0)]
+    assert sum(late for _, _, _, late, _, _ in batches) == 2
+    assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected_now) - len(expected)
+
+
+# ---------------------------------------------------------------- mistakes: one line, the right code, fast
+
+
+def _args(hutch, streams="readings", *more):
+    return [
+        "--uri",
+        hutch.url,
+        "--streams",
+        streams,
+        "--output",
+        "/nonexistent/o",
+        "--checkpoint",
+        "/nonexistent/c",
+    ] + list(more)
+
+
+def _without_java():
+    """This environment with no java on PATH and no JAVA_HOME (`hutch` runs by its full path)."""
+    env = dict(os.environ, PATH="/nonexistent")
+    env.pop("JAVA_HOME", None)
+    return env
+
+
+MISTAKES = [
+    (
+        lambda h: ["--streams", "s", "--output", "o", "--checkpoint", "c"],
+        None,
+        2,
+        "the following arguments are required: --uri",
+    ),
+    (lambda h: _args(h, "s", "--colour", "red"), None, 2, "unrecognized arguments: --colour red"),
+    (lambda h: _args(h, "s", "--window", "soon"), None, 2, '--window must be a duration such as "1 minute"'),
+    (lambda h: _args(h, "s", "--trigger", "often"), None, 2, "--trigger must be once, available-now or processing="),
+    (
+        lambda h: _args(h, "s", "--starting-offsets", "banana"),
+        None,
+        2,
+        '--starting-offsets must be "earliest", "latest"',
+    ),
+    (lambda h: _args(h, "s", "--max-offsets-per-trigger", "0"), None, 2, "must be a whole number above 0, not '0'"),
+    (lambda h: _args(h, "s", "--schema", "sensor STRING, ts TIMESTAMP"), None, 2, "--schema has no field 'value'"),
+    (
+        lambda h: _args(h, "s", "--schema", "sensor STRING, ts TIMESTAMP, value STRING"),
+        None,
+        2,
+        "--schema: value is STRING",
+    ),
+    (lambda h: _args(h, "s", "--schema", "sensor STRING,, value DOUBLE"), None, 2, "has an empty field"),
+    (lambda h: _args(h, "s", "--schema-file", "/nonexistent/schema.ddl"), None, 2, "--schema-file: [Errno 2]"),
+    (lambda h: _args(h, "s", "--format", "csv"), None, 2, "argument --format: invalid choice: 'csv'"),
+    (
+        lambda h: ["--uri", "amqp://guest:guest@127.0.0.1:1/"] + _args(h, "s")[2:],
+        None,
+        1,
+        "cannot connect to any broker: amqp://guest@127.0.0.1:1/%2F: [Errno 111]",
+    ),
+    (lambda h: _args(h, "no-such-stream"), None, 1, "there is no stream 'no-such-stream' on the broker"),
+    (lambda h: _args(h, "s"), _without_java, 1, "Java 17 or later is needed to run Spark, and there is none on PATH"),
+]
+
+
+@pytest.mark.parametrize("make_args, make_env, code, message", MISTAKES, ids=[m[3][:40] for m in MISTAKES])
+def test_a_mistake_is_one_line_and_its_exit_code_before_spark_starts(hutch, make_args, make_env, code, message):
+    declare(hutch, "s")
+    got, out, err, seconds = run_pipeline(*make_args(hutch), env=make_env() if make_env else None, timeout=30)
+    assert (got, len(err), out) == (code, 1, []), (got, err, out)
+    assert err[0].startswith("hutch pipeline: ") and message in err[0], err
+    assert seconds < 5, seconds  # no Spark started: that alone takes 10 s
+
+
+def test_java_older_than_17_is_named():
+    from hutch.spark.preflight import java_major
+
+    assert java_major('openjdk version "17.0.15" 2025-04-15') == 17
+    assert java_major('openjdk version "21" 2023-09-19') == 21
+    assert java_major('java version "1.8.0_392"') == 8
+    assert java_major("no java here") is None
+
+
+def test_other_commands_load_neither_the_spark_parts_nor_pyspark():
+    """`hutch serve` (and every command but pipeline) runs without hutch.spark and pyspark."""
+    probe = (
+        "import sys; sys.argv = ['hutch', 'serve']; import hutch.tools.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith(('pyspark', 'hutch.spark', 'py4j'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+    listing = subprocess.run([HUTCH, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "pipeline" in listing
+    help_text = subprocess.run([HUTCH, "pipeline", "--help"], capture_output=True, text=True, timeout=60, check=True)
+    assert "--max-offsets-per-trigger" in help_text.stdout and "--watermark" in help_text.stdout
+
+
+def test_the_progress_line_of_a_batch():
+    from hutch.spark.progress import line
+
+    report = {
+        "batchId": 7,
+        "numInputRows": 120,
+        "batchDuration": 1420,
+        "sink": {"numOutputRows": -1},
+        "stateOperators": [{"numRowsRemoved": 6, "numRowsDroppedByWatermark": 2}],
+        "sources": [{"endOffset": '{"a": 100, "b": 7}', "latestOffset": '{"a": 130, "b": 7}'}],
+    }
+    assert line(report) == "batch 7: 120 rows in, 6 rows out, 2 late, 1.42 s, lag 30 offsets"
+    report["eventTime"] = {"watermark": "2024-05-02T00:04:00.000Z"}
+    assert line(report).endswith(", lag 30 offsets, watermark 2024-05-02T00:04:00Z")
+    report["eventTime"] = {"watermark": "1970-01-01T00:00:00.000Z"}
+    report["sources"][0]["latestOffset"] = None
+    report["stateOperators"][0]["numRowsDroppedByWatermark"] = 0
+    assert line(report) == "batch 7: 120 rows in, 6 rows out, 1.42 s, lag ? offsets"
