@@ -232,10 +232,18 @@ def run_pipeline(*args, env=None, timeout=240):
     )
     try:
         out, err = proc.communicate(timeout=timeout)
-    finally:
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    # Spark's Python workers end by themselves once the JVM that started them is gone: they
+    # get a few seconds (on a loaded machine one outlived the command by a moment)
+    deadline = time.monotonic() + 15
+    left = _group_alive(proc.pid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
         left = _group_alive(proc.pid)
-        if left:
-            os.killpg(proc.pid, signal.SIGKILL)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
     assert not left, "hutch pipeline left processes behind"
     return proc.returncode, out.splitlines(), err.splitlines(), time.monotonic() - started
 
