@@ -59,6 +59,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.conn = None
         self.transport = None
         self.buffer = bytearray(READ_CHUNK)  # what each read fills (get_buffer)
+        self.view = memoryview(self.buffer)  # sliced without a copy; bytes() makes the one copy
         self.flush_scheduled = False
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
@@ -83,7 +84,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         return self.buffer
 
     def buffer_updated(self, nbytes):
-        self.data_received(bytes(self.buffer[:nbytes]))
+        self.data_received(bytes(self.view[:nbytes]))
 
     def data_received(self, data):
         conn = self.conn

@@ -137,6 +137,11 @@ def edge_config(folder, n, uri):
     return path
 
 
+def held(phase, n):
+    """The note a phase ends with: RabbitMQ got all n."""
+    return "%s: RabbitMQ's queue held %s of %s" % (phase, "{:,}".format(n), "{:,}".format(n))
+
+
 def amqp_uri(host, port):
     return "amqp://guest:guest@%s:%d/" % (host, port)
 
@@ -205,7 +210,7 @@ def direct(upstream, n, figures, log):
     )
     upstream.wait_for(n, time.monotonic() + 60)  # all confirmed: all there
     figures["direct"] = result["msgs_per_s"]
-    return "direct: RabbitMQ's queue held %s of %s" % ("{:,}".format(n), "{:,}".format(n))
+    return held("direct", n)
 
 
 def pika_direct(upstream, n, figures, log):
@@ -260,7 +265,7 @@ def pika_direct(upstream, n, figures, log):
         )
     upstream.wait_for(n, time.monotonic() + 60)
     figures["pika"] = round(n / (state["ended"] - state["started"]))
-    return "direct (pika): RabbitMQ's queue held %s of %s" % ("{:,}".format(n), "{:,}".format(n))
+    return held("direct (pika)", n)
 
 
 def live(upstream, n, workdir, figures, edges, log):
@@ -277,7 +282,7 @@ def live(upstream, n, workdir, figures, edges, log):
     figures["live-intake"] = intake["msgs_per_s"]
     figures["live"] = round(n / (arrived - started))
     edge.stop()
-    return "live: RabbitMQ's queue held %s of %s" % ("{:,}".format(n), "{:,}".format(n))
+    return held("live", n)
 
 
 def offline(upstream, n, workdir, figures, edges, log):
@@ -323,7 +328,7 @@ def offline(upstream, n, workdir, figures, edges, log):
         gate.close()
     if gate.accepted != 1:
         log("offline: the bridge connected %d times through the gate" % gate.accepted)
-    return samples, "offline: RabbitMQ's queue held %s of %s after the drain" % ("{:,}".format(n), "{:,}".format(n))
+    return samples, held("offline", n) + " after the drain"
 
 
 def cell(value):
