@@ -13,8 +13,9 @@ from .topology import (
     declare_exchange,
     declare_queue,
     delete_exchange_named,
-    delete_queue,
     named_exchange,
+    refuse_default_exchange,
+    remove_queue,
     unbind,
 )
 from .wire import text
@@ -36,19 +37,34 @@ def exchange_delete(ch, args):
 
 def exchange_bind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    broker = ch.broker
-    bind(broker, source, named_exchange(broker, destination, spec.EXCHANGE_BIND), key, arguments, spec.EXCHANGE_BIND)
+    destination = _bound_exchange(ch.broker, destination, source, spec.EXCHANGE_BIND)
+    bind(ch.broker, source, destination, key, arguments, spec.EXCHANGE_BIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_BIND_OK)
 
 
 def exchange_unbind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    broker = ch.broker
-    destination = named_exchange(broker, destination, spec.EXCHANGE_UNBIND)
-    unbind(broker, source, destination, key, arguments, spec.EXCHANGE_UNBIND)
+    destination = _bound_exchange(ch.broker, destination, source, spec.EXCHANGE_UNBIND)
+    unbind(ch.broker, source, destination, key, arguments, spec.EXCHANGE_UNBIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_UNBIND_OK)
+
+
+def _bound_exchange(broker, destination, source, method):
+    """The destination of exchange.bind / unbind, refused in RabbitMQ's order: the default
+    exchange at either end (403) before a missing source, then a missing destination (404)."""
+    refuse_default_exchange(destination, method)
+    named_exchange(broker, source, method)
+    return named_exchange(broker, destination, method)
+
+
+def _bound_queue(ch, name, exchange, method):
+    """The queue of queue.bind / unbind, refused in RabbitMQ's order: the default exchange (403)
+    and a missing exchange (404) before a missing queue (404) or another connection's
+    exclusive queue (405)."""
+    named_exchange(ch.broker, exchange, method)
+    return ch.queue_named(name, method)
 
 
 def queue_declare(ch, args):
@@ -61,7 +77,7 @@ def queue_declare(ch, args):
 
 def queue_bind(ch, args):
     _ticket, name, exchange, key, nowait, arguments = args
-    queue = ch.queue_named(name, spec.QUEUE_BIND)
+    queue = _bound_queue(ch, name, exchange, spec.QUEUE_BIND)
     bind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_BIND)
     if not nowait:
         ch.reply(spec.QUEUE_BIND_OK)
@@ -69,7 +85,7 @@ def queue_bind(ch, args):
 
 def queue_unbind(ch, args):
     _ticket, name, exchange, key, arguments = args
-    queue = ch.queue_named(name, spec.QUEUE_UNBIND)
+    queue = _bound_queue(ch, name, exchange, spec.QUEUE_UNBIND)
     unbind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_UNBIND)
     ch.reply(spec.QUEUE_UNBIND_OK)
 
@@ -92,6 +108,7 @@ def queue_delete(ch, args):
         name = ch.last_queue or b""
     queue = ch.broker.queues.get(name)
     count = 0
+    consumers = ()
     if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ
         check_exclusive(queue, ch.conn, spec.QUEUE_DELETE)
         if if_unused and queue.consumers:
@@ -106,6 +123,10 @@ def queue_delete(ch, args):
                 "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name),
                 spec.QUEUE_DELETE,
             )
-        count = delete_queue(ch.broker, queue)
+        count, consumers = remove_queue(ch.broker, queue)
     if not nowait:
         ch.reply(spec.QUEUE_DELETE_OK, (count,))
+    # RabbitMQ's order: the consumers hear of it (basic.cancel) after delete-ok, on this channel
+    # too (py-amqp and kombu fail on a cancel that comes while they wait for delete-ok)
+    for consumer in consumers:
+        consumer.session.server_cancel(consumer)

@@ -18,24 +18,21 @@ from .wire import text
 
 
 def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal, arguments):
+    """RabbitMQ's order: the type (active only), the default exchange (403, passive too), then
+    an existing exchange (amq.* among them) must be equivalent, and a new name must not take
+    the reserved prefix."""
     method = spec.EXCHANGE_DECLARE
+    if not passive and kind not in ROUTERS:
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method
+        )
+    if not name:
+        raise _default_exchange_refused(method)
     exchange = broker.exchange(name)
     if passive:
         if exchange is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
         return exchange
-    if not name:
-        raise _default_exchange_refused(method)
-    if name.startswith(b"amq."):
-        raise ChannelException(
-            ACCESS_REFUSED,
-            "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'" % text(name),
-            method,
-        )
-    if kind not in ROUTERS:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method
-        )
     if exchange is not None:
         what = "exchange '%s'" % text(name)
         _equivalent("type", what, kind, exchange.kind, method)
@@ -44,6 +41,12 @@ def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal
         _equivalent("internal", what, internal, exchange.internal, method)
         check_equivalent(what, arguments, exchange.arguments, EXCHANGE_ARGUMENTS, method)
         return exchange
+    if name.startswith(b"amq."):
+        raise ChannelException(
+            ACCESS_REFUSED,
+            "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'" % text(name),
+            method,
+        )
     alternate = arguments.get("alternate-exchange")
     if alternate is not None and not isinstance(alternate, (bytes, str)):
         raise ChannelException(
@@ -72,7 +75,7 @@ def delete_exchange_named(broker, name, if_unused):
     if name.startswith(b"amq."):
         raise ChannelException(
             ACCESS_REFUSED,
-            "ACCESS_REFUSED - exchange '%s' is a system exchange and cannot be deleted" % text(name),
+            "ACCESS_REFUSED - deletion of system exchange '%s' in vhost '/' not allowed" % text(name),
             method,
         )
     exchange = broker.exchange(name)
@@ -222,9 +225,18 @@ def check_exclusive(queue, conn, method):
 
 
 def delete_queue(broker, queue):
-    """Delete a queue; returns how many ready messages it held."""
+    """Delete a queue and cancel its consumers; returns how many ready messages it held."""
+    count, consumers = remove_queue(broker, queue)
+    for consumer in consumers:
+        consumer.session.server_cancel(consumer)
+    return count
+
+
+def remove_queue(broker, queue):
+    """Delete a queue: (how many ready messages it held, its consumers), whom the caller
+    cancels (queue.delete does once it has answered)."""
     if queue.deleted:
-        return 0
+        return 0, ()
     queue.deleted = True
     del broker.queues[queue.name]
     if queue.journalled and broker.journal is not None:
@@ -233,13 +245,18 @@ def delete_queue(broker, queue):
         broker.expirable.remove(queue)
     for binding in list(queue.inbound):
         remove_binding(broker, binding)
-    for consumer in list(queue.consumers):
-        consumer.session.server_cancel(consumer)
+    consumers = queue.consumers
     queue.consumers = []
-    return queue.purge()
+    return queue.purge(), consumers
 
 
 # ------------------------------------------------------------ RabbitMQ's refusals, worded as it does
+
+
+def refuse_default_exchange(name, method):
+    """The default exchange "" takes no bindings, from or to it (403, as RabbitMQ)."""
+    if not name:
+        raise _default_exchange_refused(method)
 
 
 def _default_exchange_refused(method):

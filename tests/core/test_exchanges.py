@@ -24,10 +24,60 @@ def test_predeclared_exchanges():
         (b"amq.topic", b"topic"),
         (b"amq.match", b"headers"),
         (b"amq.headers", b"headers"),
-        (b"", b"direct"),
     ):
         events = client.declare_exchange(1, name, kind, passive=True)
         assert names(events) == ["exchange.declare-ok"], (name, events)
+        # an active declare of a system exchange is a redeclare: fine when equivalent (RabbitMQ)
+        events = client.declare_exchange(1, name, kind, durable=True)
+        assert names(events) == ["exchange.declare-ok"], (name, events)
+
+
+def test_system_exchange_redeclared_otherwise():
+    client = opened()
+    text = closed_with(client.declare_exchange(1, b"amq.direct", b"direct"), spec.PRECONDITION_FAILED)
+    assert text == (
+        b"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'amq.direct' in vhost '/': "
+        b"received 'false' but current is 'true'"
+    )
+    client.channel(2)
+    text = closed_with(client.declare_exchange(2, b"amq.direct", b"fanout", durable=True), spec.PRECONDITION_FAILED)
+    assert b"inequivalent arg 'type'" in text
+
+
+DEFAULT_REFUSED = b"ACCESS_REFUSED - operation not permitted on the default exchange"
+
+
+def test_default_exchange_refuses_every_operation():
+    """RabbitMQ answers 403 to anything but publishing on "": passive or active declare, delete,
+    binding to or from it, and before it looks for the other end (a missing queue or exchange)."""
+    client = opened()
+    client.queue(1, b"q")
+    client.declare_exchange(1, b"x", b"fanout")
+    attempts = (
+        lambda ch: client.declare_exchange(ch, b"", passive=True),
+        lambda ch: client.declare_exchange(ch, b"", b"direct", durable=True),
+        lambda ch: client.call(ch, spec.EXCHANGE_DELETE, (0, b"", False, False)),
+        lambda ch: client.bind(ch, b"q", b""),
+        lambda ch: client.bind(ch, b"missing", b""),
+        lambda ch: client.call(ch, spec.QUEUE_UNBIND, (0, b"missing", b"", b"k", {})),
+        lambda ch: client.call(ch, spec.EXCHANGE_BIND, (0, b"", b"x", b"k", False, {})),
+        lambda ch: client.call(ch, spec.EXCHANGE_BIND, (0, b"missing", b"", b"k", False, {})),
+        lambda ch: client.call(ch, spec.EXCHANGE_UNBIND, (0, b"x", b"", b"k", False, {})),
+    )
+    for number, attempt in enumerate(attempts, 2):
+        client.channel(number)
+        assert closed_with(attempt(number), spec.ACCESS_REFUSED) == DEFAULT_REFUSED, number
+
+
+def test_binding_refusals_in_rabbitmq_order():
+    """A missing exchange is reported before a missing queue, a missing source exchange before a
+    missing destination."""
+    client = opened()
+    text = closed_with(client.bind(1, b"no-queue", b"no-exchange"), spec.NOT_FOUND)
+    assert text == b"NOT_FOUND - no exchange 'no-exchange' in vhost '/'"
+    client.channel(2)
+    text = closed_with(client.call(2, spec.EXCHANGE_BIND, (0, b"no-dest", b"no-src", b"", False, {})), spec.NOT_FOUND)
+    assert text == b"NOT_FOUND - no exchange 'no-src' in vhost '/'"
 
 
 def test_declare_each_type_and_redeclare():
@@ -67,7 +117,8 @@ def test_reserved_names():
     client.channel(2)
     closed_with(client.declare_exchange(2, b"", b"direct"), spec.ACCESS_REFUSED)
     client.channel(3)
-    closed_with(client.call(3, spec.EXCHANGE_DELETE, (0, b"amq.direct", False, False)), spec.ACCESS_REFUSED)
+    text = closed_with(client.call(3, spec.EXCHANGE_DELETE, (0, b"amq.direct", False, False)), spec.ACCESS_REFUSED)
+    assert text == b"ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed"
     client.channel(4)
     closed_with(client.call(4, spec.EXCHANGE_DELETE, (0, b"", False, False)), spec.ACCESS_REFUSED)
 

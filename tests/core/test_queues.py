@@ -319,3 +319,22 @@ def test_visibility_across_connections():
     b.open()
     b.channel(1)
     assert names(b.declare_queue(1, b"seen", passive=True)) == ["queue.declare-ok"]
+
+
+def test_delete_ok_comes_before_the_consumers_cancel():
+    """RabbitMQ answers queue.delete first and then cancels the queue's consumers (py-amqp and
+    kombu fail on a basic.cancel that comes while they wait for delete-ok), on the deleting
+    channel and on the others."""
+    for exclusive, auto_delete in ((False, False), (True, False), (False, True)):
+        client = opened()
+        client.channel(2)
+        client.queue(1, b"q", exclusive=exclusive, auto_delete=auto_delete)
+        client.consume(1, b"q", tag=b"here")
+        client.consume(2, b"q", tag=b"there")
+        events = client.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))
+        assert [(e.channel, e.name) for e in events] == [
+            (1, "queue.delete-ok"),
+            (1, "basic.cancel"),
+            (2, "basic.cancel"),
+        ], events
+        assert names(client.declare_queue(1, b"q", passive=True)) == ["channel.close"]
