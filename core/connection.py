@@ -297,11 +297,14 @@ class Connection:
 
     def _open_channel(self, number, buf, pos, end):
         decode_args("s", buf, pos, end)
-        if number > self.channel_max:
+        # What a board's heap needs bounded is how many channels are open, not their numbers:
+        # any number the wire carries (1-65535) is taken, as RabbitMQ does, and channel_max
+        # caps the count, with RabbitMQ's words (and no method: 0, 0).
+        if len(self.channels) >= self.channel_max:
             raise ConnectionException(
                 NOT_ALLOWED,
-                "NOT_ALLOWED - channel number %d is above the negotiated channel_max (%d)" % (number, self.channel_max),
-                spec.CHANNEL_OPEN,
+                "NOT_ALLOWED - number of channels opened (%d) has reached the negotiated channel_max (%d)"
+                % (len(self.channels), self.channel_max),
             )
         self.channels[number] = Channel(self, number)
         self.send_method(number, spec.CHANNEL_OPEN_OK, (b"",))

@@ -3,8 +3,9 @@
 A board profile (boards/) sets these; the core reads them and answers in
 protocol terms when one runs out (design.md, "Fixed budgets"):
 
-- frame_max, channel_max: proposed in connection.tune; frames or channels
-  beyond them close the connection (501 / 530);
+- frame_max, channel_max: proposed in connection.tune; a larger frame, or one channel
+  more than channel_max open at once (whatever their numbers), closes the connection
+  (501 / 530);
 - max_connections: connection.open beyond it gets 530;
 - max_message_bytes: a larger publish closes the channel with 406;
 - queue_max_messages / queue_max_bytes: a full queue refuses publishes

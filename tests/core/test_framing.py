@@ -214,11 +214,34 @@ def test_second_channel_open():
     closed_with(client.call(1, spec.CHANNEL_OPEN, (b"",)), spec.CHANNEL_ERROR, "connection.close")
 
 
-def test_channel_above_channel_max():
+def test_any_channel_number_the_wire_carries():
+    """channel_max caps how many channels are open, not their numbers (RabbitMQ opens 65535
+    after negotiating 2047)."""
+    client = Client()
+    client.open(channel_max=3)
+    for number in (65535, 1, 2048):
+        client.channel(number)
+    assert names(client.declare_queue(65535)) == ["queue.declare-ok"]
+
+
+def test_channel_count_above_channel_max():
     client = Client()
     client.open(channel_max=2)
+    client.channel(7)
+    client.channel(9000)
+    events = client.call(3, spec.CHANNEL_OPEN, (b"",))
+    text = closed_with(events, spec.NOT_ALLOWED, "connection.close")
+    assert text == b"NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)"
+    assert events[-1].args[2:] == [0, 0]  # RabbitMQ names no method
+
+
+def test_closed_channel_frees_its_place():
+    client = Client()
+    client.open(channel_max=2)
+    client.channel(1)
     client.channel(2)
-    closed_with(client.call(3, spec.CHANNEL_OPEN, (b"",)), spec.NOT_ALLOWED, "connection.close")
+    assert names(client.call(1, spec.CHANNEL_CLOSE, (200, b"", 0, 0))) == ["channel.close-ok"]
+    client.channel(40000)
 
 
 def test_channel_number_reused_after_close():
