@@ -308,3 +308,30 @@ def test_client_capabilities_are_kept():
     conn = client.conn
     assert conn.wants_blocked and not conn.wants_cancel and not conn.wants_auth_close
     assert conn.client == b"harness"
+
+
+def test_update_secret_checked_as_the_login():
+    """connection.update-secret (token refresh): the new secret must pass the login's check for
+    the user who logged in; the connection goes on as before."""
+    users = Users({"sensor": hash_password("s3cret", b"salt")})
+    client = opened(Broker(users=users), user="sensor", password="s3cret")
+    events = client.call(0, spec.CONNECTION_UPDATE_SECRET, (b"s3cret", b"token refresh"))
+    assert names(events) == ["connection.update-secret-ok"]
+    assert names(client.declare_queue(1)) == ["queue.declare-ok"]
+
+
+def test_update_secret_refused_closes_the_connection():
+    users = Users({"sensor": hash_password("s3cret", b"salt")})
+    for secret in (b"wrong", b"\xff\xfe"):
+        client = opened(Broker(users=users), user="sensor", password="s3cret")
+        events = client.call(0, spec.CONNECTION_UPDATE_SECRET, (secret, b"token refresh"))
+        text = closed_with(events, spec.NOT_ALLOWED, "connection.close")
+        assert text == b"NOT_ALLOWED - New secret was refused by one of the backends"
+        assert events[-1].args[2:] == [10, 70]  # connection.update-secret
+
+
+def test_update_secret_before_open_is_out_of_order():
+    client = Client()
+    client.handshake()
+    events = client.call(0, spec.CONNECTION_UPDATE_SECRET, (b"guest", b""))
+    closed_with(events, spec.COMMAND_INVALID, "connection.close")
