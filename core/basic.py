@@ -26,6 +26,11 @@ def basic_qos(ch, args):
 
 def basic_consume(ch, args):
     _ticket, name, tag, _no_local, no_ack, exclusive, nowait, arguments = args
+    if name == b"amq.rabbitmq.reply-to":  # direct reply-to's pseudo-queue
+        from .replyto import consume
+
+        consume(ch, tag or _new_consumer_tag(ch), no_ack, nowait)
+        return
     queue = ch.queue_named(name, spec.BASIC_CONSUME)
     if not tag:
         tag = _new_consumer_tag(ch)
@@ -50,6 +55,13 @@ def _new_consumer_tag(ch):
 
 def basic_cancel(ch, args):
     tag, nowait = args
+    if tag == ch.reply_tag and tag is not None:  # the direct reply-to consumer
+        from .replyto import forget
+
+        forget(ch)
+        if not nowait:
+            ch.reply(spec.BASIC_CANCEL_OK, (tag,))
+        return
     consumer = ch.consumers.pop(tag, None)
     if not nowait:
         ch.reply(spec.BASIC_CANCEL_OK, (tag,))  # an unknown tag is not an error (RabbitMQ)

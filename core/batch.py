@@ -37,7 +37,7 @@ from .framing import (
 )
 from .handshake import OPEN
 from .headers import FLAG_HEADERS
-from .message import FLAG_EXPIRATION, FLAG_USER_ID, Message
+from .message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from .streamlog import record_template
 
 
@@ -134,7 +134,9 @@ def stream_run(conn, number, data, records, slot, count, appends):
     if bits & 2 or len(header_tail) < 19 or header_tail[4:8] != b"\x00\x3c\x00\x00":
         return 0, 0  # immediate, or not a basic content header of weight 0: refused one by one
     flags = (header_tail[16] << 8) | header_tail[17]
-    if flags & (FLAG_USER_ID | FLAG_EXPIRATION) or (flags & FLAG_HEADERS and b"x-hutch-seq" in header_tail):
+    if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO) or (
+        flags & FLAG_HEADERS and b"x-hutch-seq" in header_tail
+    ):
         return 0, 0  # properties the broker checks, or a bridge's message (deduplicated), each alone
     exchange = broker.exchange(name) if name else broker.default_exchange
     if exchange is None or exchange.internal:

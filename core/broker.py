@@ -50,6 +50,7 @@ CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "direct_reply_to": True,
 }
 
 # What Broker.publish says of a message (bits).
@@ -84,6 +85,8 @@ class Broker:
     streams = ()
     stream_syncs = ()
     stream_bytes = 0
+    # Direct reply-to (core/replyto.py): each live reply name -> its channel; made with the first.
+    reply_channels = None
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()

@@ -17,7 +17,7 @@ from . import basic, declare, spec, tx
 from .broker import ACCEPT, REJECT, REQUEUE, ROUTED
 from .confirms import Confirms, confirm_select
 from .errors import ChannelException, ConnectionException
-from .message import FLAG_EXPIRATION, FLAG_USER_ID, Message, append_content
+from .message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message, append_content
 from .spec import (
     COMMAND_INVALID,
     FRAME_ERROR,
@@ -62,6 +62,10 @@ def publish_arguments(buf, pos, end):
 
 class Channel:
     confirms: "Confirms | None"  # (an annotation alone costs nothing at run time)
+    # Direct reply-to (core/replyto.py): the reply consumer's tag and the channel's reply name,
+    # set on the channels that have one (class-level None: the others pay nothing).
+    reply_tag = None
+    reply_name = None
 
     def __init__(self, conn, number):
         self.conn = conn
@@ -209,15 +213,21 @@ class Channel:
     def publish(self, message, mandatory):
         exchange = exchange_for_publish(self.broker, message.exchange)
         flags = message.flags()
-        if flags & (FLAG_USER_ID | FLAG_EXPIRATION):
-            self._check_properties(message, flags)
+        if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO):
+            message = self._check_properties(message, flags)
         if self.tx is not None:
             self.tx.publishes.append((message, mandatory))
             return
         self.publish_now(exchange, message, mandatory)
 
     def _check_properties(self, message, flags):
+        """RabbitMQ's checks of the properties, in its order; returns the message to publish (with
+        reply_to amq.rabbitmq.reply-to, a copy naming this channel's reply consumer)."""
         props = message.properties()
+        if flags & FLAG_REPLY_TO and props.get("reply-to") == b"amq.rabbitmq.reply-to":
+            from .replyto import rewritten
+
+            message = rewritten(self, message)
         if flags & FLAG_USER_ID:
             user_id = props.get("user-id")
             if user_id != self.conn.user:
@@ -236,14 +246,20 @@ class Channel:
                     spec.BASIC_PUBLISH,
                 )
             message.ttl = int(expiration)
+        return message
 
     def publish_now(self, exchange, message, mandatory):
         """Into the broker; then what 0-9-1 says of it: basic.return, and the confirm."""
-        result = self.broker.publish(exchange, message, self)
+        broker = self.broker
+        result = broker.publish(exchange, message, self)
         if mandatory and not result & ROUTED:
             self.send_return(spec.NO_ROUTE, "NO_ROUTE", message)
         if self.confirming:
             self.confirms.published(result)
+        if broker.reply_channels and exchange is broker.default_exchange and not result & ROUTED:
+            from .replyto import deliver  # perhaps a reply to a direct reply-to requester
+
+            deliver(broker, message)
 
     def hold_for(self, queue):
         """A full queue asks this publisher (without confirms) to wait: stop reading its connection."""
@@ -392,6 +408,10 @@ class Channel:
         for consumer in consumers:
             self.broker.cancel(consumer)
         self.tx = None
+        if self.reply_tag is not None:
+            from .replyto import forget
+
+            forget(self)
         self.requeue_all()
 
     # ------------------------------------------------------------ helpers for handlers

@@ -69,6 +69,11 @@ def _bound_queue(ch, name, exchange, method):
 
 def queue_declare(ch, args):
     _ticket, name, passive, durable, exclusive, auto_delete, nowait, arguments = args
+    if name.startswith(b"amq.rabbitmq.reply-to"):  # direct reply-to's pseudo-queue, or a reply name
+        from .replyto import declare
+
+        declare(ch, name, nowait)
+        return
     queue = declare_queue(ch.broker, ch.conn, name, passive, durable, exclusive, auto_delete, arguments)
     ch.last_queue = queue.name
     if not nowait:

@@ -33,6 +33,7 @@ package(
         "queue.py",
         "records.py",
         "replay.py",
+        "replyto.py",
         "spec.py",
         "stream.py",
         "streamlog.py",

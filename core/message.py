@@ -21,6 +21,7 @@ MESSAGE_OVERHEAD = 600 if sys.implementation.name == "micropython" else 340
 FLAG_EXPIRATION = 0x0100
 FLAG_DELIVERY_MODE = 0x1000
 FLAG_USER_ID = 0x0010
+FLAG_REPLY_TO = 0x0200
 
 
 class Message:
