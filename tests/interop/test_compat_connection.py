@@ -12,6 +12,7 @@ import time
 import aio_pika
 import amqp
 import pika
+import pytest
 from aio_pika.patterns import RPC
 from conftest import pika_connection, pump_until
 from differential import MARKS, closed_by, fresh, same_on_both
@@ -327,10 +328,12 @@ def test_channel_numbers_and_their_count(broker, rabbitmq):
 # ---------------------------------------------------------------- an exclusive queue after a cut link
 
 
-def test_robust_client_redeclares_its_exclusive_queue_after_a_cut(broker, rabbitmq):
-    """aio-pika's connect_robust through a proxy that cuts the link (FIN to both ends): the
-    client reconnects and re-declares its exclusive queue and consumer, which needs the broker
-    to have let the old connection go (else 405 RESOURCE_LOCKED), and messages flow again."""
+@pytest.mark.parametrize("fault", ["cut", "reset"])
+def test_robust_client_redeclares_its_exclusive_queue_after_a_cut(broker, rabbitmq, fault):
+    """aio-pika's connect_robust through a proxy that cuts the link (FIN to both ends) or resets
+    it (RST): the client reconnects and re-declares its exclusive queue and consumer, which
+    needs the broker to have let the old connection go (else 405 RESOURCE_LOCKED), and
+    messages flow again."""
 
     def scenario(target):
         async def main():
@@ -347,7 +350,7 @@ def test_robust_client_redeclares_its_exclusive_queue_after_a_cut(broker, rabbit
                 await queue.consume(received.put, no_ack=True)
                 await channel.default_exchange.publish(aio_pika.Message(b"before"), routing_key=queue.name)
                 before = (await asyncio.wait_for(received.get(), 10)).body
-                proxy.cut()
+                getattr(proxy, fault)()
                 await asyncio.wait_for(reconnected.wait(), 20)
                 await asyncio.wait_for(_restored(channel), 10)
                 await channel.default_exchange.publish(aio_pika.Message(b"after"), routing_key=queue.name)
