@@ -14,12 +14,64 @@ Flow control is the same as the stream port's: a held-back publisher or a client
 does not read what it is sent is not read from (pause_reading), and while the socket's
 send buffer is full (pause_writing) output stays in the connection, where the broker
 sees it (conn.saturated) and stops delivering to it.
+
+A socket that is not read cannot show the end of its stream. A publisher held back by a
+full queue whose link was cut stayed open here until a heartbeat failed to go out, a
+minute or more later (never, without heartbeats), and a robust client reconnecting meanwhile
+found its exclusive queue still locked (405); RabbitMQ, which does not stop reading for a
+full queue, sees the FIN at once. So the sockets not read are watched for that alone
+(_HangUps, Linux's EPOLLRDHUP): a hang-up ends the connection as if its end had been read.
 """
 
 import asyncio
+import select
 
 from ..core.connection import Connection
 from .tcp import TcpServer, peer_address
+
+EPOLLRDHUP = getattr(select, "EPOLLRDHUP", None)  # Linux: elsewhere a hang-up shows once read
+
+
+class _HangUps:
+    """The sockets of the clients not being read, watched for one event only: the peer hanging
+    up (FIN or reset). An epoll set that asks for EPOLLRDHUP and not EPOLLIN, so the unread
+    bytes waiting in them do not wake it; the event loop watches the set itself."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.epoll = select.epoll()
+        self.watched = {}  # fd -> the client protocol
+        loop.add_reader(self.epoll.fileno(), self._woken)
+
+    def watch(self, client):
+        sock = client.transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0 or fd in self.watched:
+            return
+        self.epoll.register(fd, EPOLLRDHUP)
+        self.watched[fd] = client
+        client.watched_fd = fd
+
+    def unwatch(self, client):
+        fd = client.watched_fd
+        client.watched_fd = -1
+        if self.watched.get(fd) is client:  # (a closed socket's number may be another's by now)
+            del self.watched[fd]
+            try:
+                self.epoll.unregister(fd)
+            except OSError:
+                pass  # closed already: epoll dropped it then
+
+    def _woken(self):
+        for fd, _events in self.epoll.poll(0):
+            client = self.watched.get(fd)
+            if client is not None:
+                self.unwatch(client)
+                client.eof_received()
+
+    def close(self):
+        self.loop.remove_reader(self.epoll.fileno())
+        self.epoll.close()
 
 
 class ProtocolServer(TcpServer):
@@ -29,6 +81,7 @@ class ProtocolServer(TcpServer):
         super().__init__(*args, **kwargs)
         self.feeding = False  # inside a client's data_received
         self.woken = []  # clients given output meanwhile: flushed before it returns
+        self.hang_ups = None  # _HangUps, on Linux, once started
 
     def flush_woken(self):
         woken = self.woken
@@ -38,9 +91,17 @@ class ProtocolServer(TcpServer):
 
     async def start(self):
         loop = asyncio.get_running_loop()
+        if EPOLLRDHUP is not None:
+            self.hang_ups = _HangUps(loop)
         self.server = await loop.create_server(lambda: _ClientProtocol(self, loop), self.host, self.port)
         self._ticker = asyncio.create_task(self._tick_loop())
         self.log("info", "listening for AMQP 0-9-1 on %s:%d" % (self.host, self.port))
+
+    async def stop(self, grace_ms=2000):
+        await super().stop(grace_ms)
+        if self.hang_ups is not None:
+            self.hang_ups.close()
+            self.hang_ups = None
 
 
 # The most one read takes from a client before the event loop moves on. asyncio's own read
@@ -63,6 +124,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.flush_scheduled = False
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
+        self.watched_fd = -1  # its socket's number while the server's _HangUps watches it
 
     def connection_made(self, transport):
         self.transport = transport
@@ -118,6 +180,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.server.log("debug", "%s: socket error: %r" % (conn.name, exc))
         if self in self.server.clients:
             self.server.clients.remove(self)
+        self._watch_hang_up(False)
         if not conn.closed:
             conn.lost()
 
@@ -164,6 +227,16 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 transport.resume_reading()
             else:
                 transport.pause_reading()
+            self._watch_hang_up(not read)
+
+    def _watch_hang_up(self, watch):
+        """While its socket is not read, watch it for the peer's hang-up (see _HangUps)."""
+        hang_ups = self.server.hang_ups
+        if hang_ups is not None:
+            if watch:
+                hang_ups.watch(self)
+            elif self.watched_fd >= 0:
+                hang_ups.unwatch(self)
 
     async def abort(self):
         """Hang up without waiting for the client (the end of a shutdown's grace time)."""

@@ -7,6 +7,7 @@ amq.* exchanges') refusals.
 """
 
 import asyncio
+import os
 import time
 
 import aio_pika
@@ -14,7 +15,7 @@ import amqp
 import pika
 import pytest
 from aio_pika.patterns import RPC
-from conftest import pika_connection, pump_until
+from conftest import BIN, RunningBroker, pika_connection, pump_until
 from differential import MARKS, closed_by, fresh, same_on_both
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
 from tcp_proxy import TcpProxy
@@ -365,6 +366,59 @@ def test_robust_client_redeclares_its_exclusive_queue_after_a_cut(broker, rabbit
         return asyncio.run(main())
 
     assert same_on_both(scenario, broker, rabbitmq) == (b"before", b"after", 1, 2)
+
+
+def test_held_back_publisher_cut_then_redeclared(tmp_path, rabbitmq):
+    """The case where hutch kept the old connection: a publisher held back by a full queue (a
+    board's budget; here queue_max_messages = 20) is not read from, so hutch did not see its
+    link cut, and without heartbeats never let it go: the robust client's re-declare of its
+    exclusive queue got 405 RESOURCE_LOCKED at every reconnect. RabbitMQ has no such budget and
+    reads on. Now the port watches an unread socket for the peer's hang-up (ports/tcp_cpython.py).
+    Both brokers: the client (no heartbeats) reconnects once and the queue is its own again."""
+    config = tmp_path / "hutch.toml"
+    config.write_text("[limits]\nqueue_max_messages = 20\n")
+    hutch = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
+
+    def scenario(target):
+        async def main():
+            proxy = TcpProxy(target.port).start()
+            connection = await aio_pika.connect_robust("amqp://guest:guest@127.0.0.1:%d/?heartbeat=0" % proxy.port)
+            try:
+                reconnected = asyncio.Event()
+                connection.reconnect_callbacks.add(lambda *args: reconnected.set())
+                channel = await connection.channel(publisher_confirms=False)
+                queue = await channel.declare_queue(fresh("held"), exclusive=True)
+                observer = await aio_pika.connect(url(target))
+                watching = await observer.channel()
+                flood = await watching.declare_queue(fresh("flood"), auto_delete=False)
+                for n in range(25):  # five more than hutch's budget: it stops reading this client
+                    await channel.default_exchange.publish(aio_pika.Message(b"%d" % n), routing_key=flood.name)
+                while await _message_count(watching, flood.name) < 21:  # (hutch takes 21, then holds back)
+                    await asyncio.sleep(0.02)  # the polling interval
+                proxy.cut()
+                await asyncio.wait_for(reconnected.wait(), 30)
+                await asyncio.wait_for(_restored(channel), 10)
+                check = await connection.channel()
+                declared = await check.declare_queue(queue.name, passive=True)  # 405 if not this connection's
+                await flood.delete(if_unused=False, if_empty=False)
+                await observer.close()
+                return declared.declaration_result.message_count, proxy.accepted
+            finally:
+                await connection.close()
+                proxy.stop()
+
+        return asyncio.run(main())
+
+    try:
+        assert same_on_both(scenario, hutch, rabbitmq) == (0, 2)
+        assert "RESOURCE_LOCKED" not in hutch.log()
+    finally:
+        hutch.stop()
+    assert not hutch.errors(), hutch.log()[-3000:]
+
+
+async def _message_count(channel, name):
+    return (await channel.declare_queue(name, passive=True)).declaration_result.message_count
 
 
 async def _restored(channel):
