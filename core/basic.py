@@ -55,7 +55,7 @@ def _new_consumer_tag(ch):
 
 def basic_cancel(ch, args):
     tag, nowait = args
-    if tag == ch.reply_tag and tag is not None:  # the direct reply-to consumer
+    if tag == ch.reply_tag:  # the direct reply-to consumer (reply_tag is None on most channels)
         from .replyto import forget
 
         forget(ch)
