@@ -392,7 +392,31 @@ MISTAKES = [
     ),
     (lambda h: _args(h, "no-such-stream"), None, 1, "there is no stream 'no-such-stream' on the broker"),
     (lambda h: _args(h, "s"), _without_java, 1, "Java 17 or later is needed to run Spark, and there is none on PATH"),
+    (
+        lambda h: _args(h, "s", "--format", "delta"),
+        None,
+        1,
+        "--format delta needs delta-spark: pip install delta-spark",
+    ),
+    (
+        lambda h: _args(h, "s," + classic(h, "plain-queue")),
+        None,
+        1,
+        "queue 'plain-queue' is not a stream queue (x-queue-type stream), and only a stream can be read by offset: "
+        "the broker refused to take it for one (PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue "
+        "'plain-queue'",
+    ),
 ]
+
+
+def classic(broker, name, durable=True, arguments=None):
+    """A classic queue (not a stream) with a message in it: its name."""
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.queue_declare(name, durable=durable, arguments=arguments)
+    channel.basic_publish("", name, b'{"sensor": "s0", "ts": 0, "value": 1}')
+    connection.close()
+    return name
 
 
 @pytest.mark.parametrize("make_args, make_env, code, message", MISTAKES, ids=[m[3][:40] for m in MISTAKES])
@@ -402,6 +426,44 @@ def test_a_mistake_is_one_line_and_its_exit_code_before_spark_starts(hutch, make
     assert (got, len(err), out) == (code, 1, []), (got, err, out)
     assert err[0].startswith("hutch pipeline: ") and message in err[0], err
     assert seconds < 5, seconds  # no Spark started: that alone takes 10 s
+
+
+@pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.parametrize("kind", ["hutch", "rabbitmq"])
+def test_the_preflight_takes_only_stream_queues_and_leaves_them_as_they_were(request, kind):
+    """Any queue that is not a stream is refused, whatever it differs in (type, durability, an
+    argument a stream cannot have); a stream is taken, with retention arguments too. The
+    check declares each queue again as a stream: nothing of theirs changes (a stream's
+    records, a classic queue's message, nobody consumes them)."""
+    from hutch.spark.preflight import PreflightError, streams
+
+    broker = request.getfixturevalue(kind)
+    uri = "amqp://guest:guest@%s:%d/" % (broker.host, broker.port)
+    plain, transient, capped = fresh("plain"), fresh("transient"), fresh("capped")
+    classic(broker, plain)
+    classic(broker, transient, durable=False)
+    classic(broker, capped, arguments={"x-max-length": 5})
+    stream, retained = fresh("stream"), fresh("retained")
+    declare(broker, stream)
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.queue_declare(retained, durable=True, arguments={"x-queue-type": "stream", "x-max-length-bytes": 10**6})
+    connection.close()
+    publish(broker, retained, [b"r0", b"r1"])
+
+    streams({"uri": uri, "streams": "%s,%s" % (stream, retained)})  # no error
+    for name, differs in ((plain, "x-queue-type"), (transient, "durable"), (capped, "x-max-length")):
+        with pytest.raises(PreflightError) as refused:
+            streams({"uri": uri, "streams": "%s,%s" % (stream, name)})
+        assert str(refused.value).startswith("queue %r is not a stream queue" % name)
+        assert "inequivalent arg '%s'" % differs in str(refused.value)
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    for name in (plain, transient, capped):
+        assert channel.queue_declare(name, passive=True).method.message_count == 1
+    for name in (plain, transient, capped):
+        channel.queue_delete(name)
+    connection.close()
 
 
 def test_java_older_than_17_is_named():
