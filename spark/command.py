@@ -8,7 +8,8 @@ aggregates as Parquet partitioned by date; exactly once, restartable from its ch
 tools/cli.py hands `hutch pipeline ...` here (main(argv)). In order, each step failing with
 one line on stderr:
 
-1. the options (settings.py, the source's Options): exit 2;
+1. the options (settings.py, the source's Options), and that they are those the checkpoint
+   was made with (checkpoint.py): exit 2;
 2. pyspark, Java, delta-spark, the broker, the streams (preflight.py): exit 1, in about a
    second, before Spark's 10 s start;
 3. Spark: the job (pipeline.py, imported only now: it imports pyspark) runs with the JVM's
@@ -26,7 +27,7 @@ import re
 import signal
 import sys
 
-from . import preflight, progress, settings
+from . import checkpoint, preflight, progress, settings
 from .options import Options
 
 EXIT_FAILURE = 1
@@ -152,7 +153,8 @@ def main(argv=None, out=None, err=None):
     err = err or sys.stderr
     try:
         job = Job(make_parser().parse_args(argv))
-    except (UsageError, settings.SettingError) as e:
+        checkpoint.check(job)
+    except (UsageError, settings.SettingError, checkpoint.CheckpointMismatch) as e:
         return _fail(err, EXIT_USAGE, str(e))
     try:
         preflight.pyspark()
@@ -176,9 +178,10 @@ def run(job, out, err):
     per batch; stop Spark. Spark's output goes to job.log from here on."""
     try:
         os.makedirs(job.checkpoint, exist_ok=True)
+        checkpoint.remember(job)
         terminal = _spark_output_to(job.log, err)
     except OSError as e:
-        return _fail(err, EXIT_FAILURE, "cannot write Spark's log: %s" % e)
+        return _fail(err, EXIT_FAILURE, "cannot write to the checkpoint or Spark's log: %s" % e)
     stop = _stop_on_signals()
     from . import pipeline  # pyspark: only now, after the checks
 

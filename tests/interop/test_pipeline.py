@@ -334,6 +334,52 @@ def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tm
     assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected_now) - len(expected)
 
 
+@pytest.mark.timeout(300)
+def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_options(hutch, tmp_path):
+    """--trigger once: every record there is, then exit 0 (as available-now). The checkpoint
+    it leaves is then refused, in one line and before Spark starts, to a run with other
+    streams, another window or another output: Spark's checkpoint would take them without a
+    word (the source reads an added stream from its start, the state is the old windows')."""
+    a, b = fresh("once-a"), fresh("once-b")
+    declare(hutch, a, b)
+    readings = first_run_readings()
+    everything = readings["a"] + readings["b"]
+    publish(hutch, a, bodies(everything))
+    output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
+    common = ["--uri", hutch.url, "--checkpoint", checkpoint, "--window", "1 minute", "--watermark", "2 minutes"]
+    code, out, err, _ = run_pipeline(*common, "--streams", a, "--output", output, "--trigger", "once")
+    assert (code, err) == (0, []), (code, err, out)
+    assert "trigger available-now" in out[0]
+    assert [rows_in for _, rows_in, _, _, _, _ in batch_lines(out)] == [len(everything), 0]
+    expected, _ = expected_aggregates([[everything]])
+    assert_same(written_aggregates(output)[0], expected)
+
+    for changed, made_with, given in (
+        (["--streams", "%s,%s" % (a, b), "--output", output], "--streams %s" % a, "--streams %s,%s" % (a, b)),
+        (["--streams", a, "--output", output + "-2"], "--output %s" % output, "--output %s-2" % output),
+    ):
+        code, out, err, seconds = run_pipeline(*common, *changed, "--trigger", "once", timeout=30)
+        assert (code, out, len(err)) == (2, [], 1), (code, out, err)
+        assert err[0].startswith(
+            "hutch pipeline: --checkpoint %s was made with %s; this run gives %s. " % (checkpoint, made_with, given)
+        ), err
+        assert seconds < 5, seconds  # before Spark starts
+    code, out, err, _ = run_pipeline(
+        *common[:-4],
+        "--window",
+        "5 minutes",
+        "--watermark",
+        "2 minutes",
+        "--streams",
+        a,
+        "--output",
+        output,
+        timeout=30,
+    )
+    assert code == 2 and "was made with --window 1 minute; this run gives --window 5 minutes" in err[0], err
+    assert_same(written_aggregates(output)[0], expected)  # nothing was written by the refused runs
+
+
 # ---------------------------------------------------------------- mistakes: one line, the right code, fast
 
 
