@@ -179,7 +179,7 @@ def run(job, out, err):
     try:
         os.makedirs(job.checkpoint, exist_ok=True)
         checkpoint.remember(job)
-        terminal = _spark_output_to(job.log, err)
+        terminal = spark_output_to(job.log, err)
     except OSError as e:
         return _fail(err, EXIT_FAILURE, "cannot write to the checkpoint or Spark's log: %s" % e)
     stop = _stop_on_signals()
@@ -264,7 +264,7 @@ def _trigger_words(trigger):
     return kind if interval is None else "every %s" % interval
 
 
-def _spark_output_to(log, err):
+def spark_output_to(log, err):
     """From here on file descriptor 2 (the JVM's and the Python workers' stderr, which they
     inherit) goes to the log file, so the terminal gets no Java chatter; the returned stream
     is the terminal's stderr, for the command's own one-line errors."""

@@ -3,7 +3,7 @@
 hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
 hutch passwd [--password PW]     print a password hash for the config file
 hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
-hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N]   benchmark hutch and RabbitMQ
+hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N | --spark N]   benchmark hutch (and RabbitMQ, Spark)
 hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
 hutch pipeline --uri URI --streams A,B --output DIR --checkpoint DIR [--trigger available-now|processing=10s]
                  [--window "1 minute"] [--watermark "10 minutes"] [--schema DDL | --schema-file FILE]
