@@ -353,6 +353,7 @@ def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_optio
     assert [rows_in for _, rows_in, _, _, _, _ in batch_lines(out)] == [len(everything), 0]
     expected, _ = expected_aggregates([[everything]])
     assert_same(written_aggregates(output)[0], expected)
+    plot_of(output, tmp_path / "aggregates.png", len(expected))
 
     for changed, made_with, given in (
         (["--streams", "%s,%s" % (a, b), "--output", output], "--streams %s" % a, "--streams %s,%s" % (a, b)),
@@ -378,6 +379,29 @@ def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_optio
     )
     assert code == 2 and "was made with --window 1 minute; this run gives --window 5 minutes" in err[0], err
     assert_same(written_aggregates(output)[0], expected)  # nothing was written by the refused runs
+
+
+def plot_of(output, png, windows):
+    """`hutch plot` of a pipeline's output: a PNG of its committed windows, said in one line."""
+    done = subprocess.run(
+        [HUTCH, "plot", "--output", output, "--png", str(png)], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done
+    sensors = len({sensor for _, sensor in written_aggregates(output)[0]})
+    assert done.stdout.startswith("hutch plot: %d windows of %d sensors, " % (windows, sensors)), done.stdout
+    with open(png, "rb") as f:
+        picture = f.read()
+    assert picture.startswith(b"\x89PNG\r\n\x1a\n") and len(picture) > 10000, len(picture)
+
+
+def test_plot_says_what_it_cannot_draw_in_one_line(tmp_path):
+    done = subprocess.run([HUTCH, "plot", "--output", str(tmp_path), "--png", str(tmp_path / "x.png")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done
+    assert done.stderr.startswith("hutch plot: %s is not the output of hutch pipeline (no _spark_metadata" % tmp_path)
+    done = subprocess.run([HUTCH, "plot", "--output", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2, "hutch plot: the following arguments are required: --png\n")
+    assert not os.path.exists(tmp_path / "x.png")
 
 
 # ---------------------------------------------------------------- mistakes: one line, the right code, fast
