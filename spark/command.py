@@ -179,6 +179,7 @@ def run(job, out, err):
     try:
         os.makedirs(job.checkpoint, exist_ok=True)
         checkpoint.remember(job)
+        log_start = os.path.getsize(job.log) if os.path.exists(job.log) else 0
         terminal = spark_output_to(job.log, err)
     except OSError as e:
         return _fail(err, EXIT_FAILURE, "cannot write to the checkpoint or Spark's log: %s" % e)
@@ -210,7 +211,9 @@ def run(job, out, err):
     except JobFailed as e:
         return _fail(terminal, EXIT_FAILURE, "%s (details: %s)" % (e, job.log))
     except Exception as e:  # Spark's own failures (starting the JVM, planning): one line
-        return _fail(terminal, EXIT_FAILURE, "%s (details: %s)" % (first_line(e), job.log))
+        return _fail(
+            terminal, EXIT_FAILURE, "%s (details: %s)" % (_unresolved(job, log_start) or first_line(e), job.log)
+        )
     finally:
         if spark is not None:
             pipeline.stop_session(spark)
@@ -257,6 +260,32 @@ def first_line(error):
         if raw:
             return raw[:500]
     return type(error).__name__
+
+
+def _unresolved(job, since):
+    """Why the JVM did not start, when the reason is a package Spark could not fetch (it fetches
+    spark.jars.packages, as delta-spark asks for Delta Lake's jars, from Maven Central and
+    spark-packages as it starts, and exits if it cannot): one line naming it. None if what
+    this run wrote to the log (from byte `since` on) says nothing of the kind."""
+    try:
+        with open(job.log, "rb") as f:
+            f.seek(since)
+            found = re.findall(r"unresolved dependency: ([^\s\]]+)", f.read().decode(errors="replace"))
+    except OSError:
+        return None
+    if not found:
+        return None
+    package = found[-1].rstrip(":")
+    if job.format == "delta":
+        return (
+            "--format delta needs Delta Lake's jars (%s), which Spark could not fetch from Maven Central or "
+            "spark-packages as it started (no network to them, or no such version): put them in Spark's jars "
+            "folder, or use --format parquet" % package
+        )
+    return (
+        "Spark could not fetch the package %s (spark.jars.packages) from Maven Central or spark-packages as it "
+        "started (no network to them, or no such version)" % package
+    )
 
 
 def _trigger_words(trigger):

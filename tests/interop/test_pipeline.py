@@ -536,6 +536,26 @@ def test_the_preflight_takes_only_stream_queues_and_leaves_them_as_they_were(req
     connection.close()
 
 
+@pytest.mark.timeout(300)
+def test_a_package_spark_cannot_fetch_is_one_line_not_the_gateway_s_error(hutch, tmp_path):
+    """Spark fetches spark.jars.packages (delta-spark's way of getting Delta Lake's jars) as the
+    JVM starts, and exits if it cannot; PySpark then says only JAVA_GATEWAY_EXITED. The command
+    names the package it could not fetch. (A package that does not exist: no network is needed
+    for it to fail, and with one it fails the same way.)"""
+    declare(hutch, "s")
+    submit = "--packages org.example.hutch:no-such-package:0.0.1 --conf spark.jars.ivy=%s pyspark-shell"
+    env = dict(os.environ, PYSPARK_SUBMIT_ARGS=submit % (tmp_path / "ivy"))  # Ivy's cache: not the home's
+    code, out, err, _ = run_pipeline(
+        *_args(hutch, "s")[:4], "--output", str(tmp_path / "o"), "--checkpoint", str(tmp_path / "c"),
+        "--trigger", "once", env=env, timeout=240,
+    )  # fmt: skip
+    assert (code, len(err)) == (1, 1), (code, err, out)
+    assert err[0].startswith(
+        "hutch pipeline: Spark could not fetch the package org.example.hutch#no-such-package;0.0.1 "
+        "(spark.jars.packages) from Maven Central or spark-packages as it started"
+    ), err
+
+
 def test_java_older_than_17_is_named():
     from hutch.spark.preflight import java_major
 
