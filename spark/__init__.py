@@ -23,9 +23,11 @@ schema and what is replayable. One module per job:
 
 - command.py: its command line, the order of the checks, exit codes, the progress loop;
 - settings.py: durations, trigger and schema checked without pyspark;
+- checkpoint.py: the options a checkpoint was made with, checked when it is used again;
 - preflight.py: pyspark, Java, delta-spark, the broker and the streams, before Spark starts;
 - pipeline.py: the Spark job (session, parsing, windows, the file sink);
-- progress.py: a batch's progress line.
+- progress.py: a batch's progress line;
+- plot.py: `hutch plot`, a picture of its output (pyarrow and matplotlib, no Spark).
 """
 
 

@@ -44,8 +44,17 @@ def connect(options):
     raise StreamError("hutch source: cannot connect to any broker: " + "; ".join(failures))
 
 
-def record_offset(message):
-    return message.properties["headers"][OFFSET_HEADER]
+def record_offset(message, stream):
+    """The offset a stream's delivery carries. A delivery without one is not from a stream
+    queue (a classic queue ignores x-stream-offset and delivers what it holds): a StreamError
+    that says so, not a KeyError in a Spark task."""
+    offset = (message.properties.get("headers") or {}).get(OFFSET_HEADER)
+    if offset is None:
+        raise StreamError(
+            "hutch source: %r is not a stream queue (x-queue-type stream): its deliveries have no %s header"
+            % (stream, OFFSET_HEADER)
+        )
+    return offset
 
 
 def probe(client, stream, position, wait_ms):
@@ -58,7 +67,7 @@ def probe(client, stream, position, wait_ms):
     finally:
         client.cancel(tag)
     # nothing is acked: a stream has nothing to take away, and the consumer is gone
-    return record_offset(got[0]) if got else None
+    return record_offset(got[0], stream) if got else None
 
 
 def wait_for(client, condition, timeout_ms):

@@ -8,7 +8,8 @@ aggregates as Parquet partitioned by date; exactly once, restartable from its ch
 tools/cli.py hands `hutch pipeline ...` here (main(argv)). In order, each step failing with
 one line on stderr:
 
-1. the options (settings.py, the source's Options): exit 2;
+1. the options (settings.py, the source's Options), and that they are those the checkpoint
+   was made with (checkpoint.py): exit 2;
 2. pyspark, Java, delta-spark, the broker, the streams (preflight.py): exit 1, in about a
    second, before Spark's 10 s start;
 3. Spark: the job (pipeline.py, imported only now: it imports pyspark) runs with the JVM's
@@ -26,7 +27,7 @@ import re
 import signal
 import sys
 
-from . import preflight, progress, settings
+from . import checkpoint, preflight, progress, settings
 from .options import Options
 
 EXIT_FAILURE = 1
@@ -152,7 +153,8 @@ def main(argv=None, out=None, err=None):
     err = err or sys.stderr
     try:
         job = Job(make_parser().parse_args(argv))
-    except (UsageError, settings.SettingError) as e:
+        checkpoint.check(job)
+    except (UsageError, settings.SettingError, checkpoint.CheckpointMismatch) as e:
         return _fail(err, EXIT_USAGE, str(e))
     try:
         preflight.pyspark()
@@ -176,9 +178,11 @@ def run(job, out, err):
     per batch; stop Spark. Spark's output goes to job.log from here on."""
     try:
         os.makedirs(job.checkpoint, exist_ok=True)
-        terminal = _spark_output_to(job.log, err)
+        checkpoint.remember(job)
+        log_start = os.path.getsize(job.log) if os.path.exists(job.log) else 0
+        terminal = spark_output_to(job.log, err)
     except OSError as e:
-        return _fail(err, EXIT_FAILURE, "cannot write Spark's log: %s" % e)
+        return _fail(err, EXIT_FAILURE, "cannot write to the checkpoint or Spark's log: %s" % e)
     stop = _stop_on_signals()
     from . import pipeline  # pyspark: only now, after the checks
 
@@ -207,7 +211,9 @@ def run(job, out, err):
     except JobFailed as e:
         return _fail(terminal, EXIT_FAILURE, "%s (details: %s)" % (e, job.log))
     except Exception as e:  # Spark's own failures (starting the JVM, planning): one line
-        return _fail(terminal, EXIT_FAILURE, "%s (details: %s)" % (first_line(e), job.log))
+        return _fail(
+            terminal, EXIT_FAILURE, "%s (details: %s)" % (_unresolved(job, log_start) or first_line(e), job.log)
+        )
     finally:
         if spark is not None:
             pipeline.stop_session(spark)
@@ -256,12 +262,38 @@ def first_line(error):
     return type(error).__name__
 
 
+def _unresolved(job, since):
+    """Why the JVM did not start, when the reason is a package Spark could not fetch (it fetches
+    spark.jars.packages, as delta-spark asks for Delta Lake's jars, from Maven Central and
+    spark-packages as it starts, and exits if it cannot): one line naming it. None if what
+    this run wrote to the log (from byte `since` on) says nothing of the kind."""
+    try:
+        with open(job.log, "rb") as f:
+            f.seek(since)
+            found = re.findall(r"unresolved dependency: ([^\s\]]+)", f.read().decode(errors="replace"))
+    except OSError:
+        return None
+    if not found:
+        return None
+    package = found[-1].rstrip(":")
+    if job.format == "delta":
+        return (
+            "--format delta needs Delta Lake's jars (%s), which Spark could not fetch from Maven Central or "
+            "spark-packages as it started (no network to them, or no such version): put them in Spark's jars "
+            "folder, or use --format parquet" % package
+        )
+    return (
+        "Spark could not fetch the package %s (spark.jars.packages) from Maven Central or spark-packages as it "
+        "started (no network to them, or no such version)" % package
+    )
+
+
 def _trigger_words(trigger):
     kind, interval = trigger
     return kind if interval is None else "every %s" % interval
 
 
-def _spark_output_to(log, err):
+def spark_output_to(log, err):
     """From here on file descriptor 2 (the JVM's and the Python workers' stderr, which they
     inherit) goes to the log file, so the terminal gets no Java chatter; the returned stream
     is the terminal's stderr, for the command's own one-line errors."""

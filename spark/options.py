@@ -14,6 +14,10 @@ LATEST = "latest"
 # In a JSON offsets option, as in Kafka's: -2 is the stream's earliest offset, -1 its latest.
 JSON_EARLIEST = -2
 JSON_LATEST = -1
+# A stream's range in a batch is read by tasks of at most this many offsets each (Kafka's
+# maxRecordsPerPartition; Kafka has no default): a backlog of a million records is 20 tasks,
+# which the executors' cores share, each a second or two of reading, not one task alone.
+MAX_RECORDS_PER_PARTITION = 50000
 
 KNOWN = (
     "uri",
@@ -21,6 +25,7 @@ KNOWN = (
     "startingOffsets",
     "endingOffsets",
     "maxOffsetsPerTrigger",
+    "maxRecordsPerPartition",
     "failOnDataLoss",
     "prefetch",
     "timeoutMs",
@@ -58,6 +63,7 @@ class Options:
         self.starting = parse_offsets("startingOffsets", given.get("startingoffsets", EARLIEST), self.streams)
         self.ending = parse_offsets("endingOffsets", given.get("endingoffsets", LATEST), self.streams)
         self.max_per_trigger = _positive(given, "maxOffsetsPerTrigger", None)
+        self.per_partition = _positive(given, "maxRecordsPerPartition", MAX_RECORDS_PER_PARTITION)
         self.fail_on_data_loss = _boolean(given, "failOnDataLoss", True)
         self.prefetch = _positive(given, "prefetch", 500)
         self.timeout_ms = _positive(given, "timeoutMs", 30000)

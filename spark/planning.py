@@ -82,10 +82,12 @@ def spread(backlogs, limit):
     return take
 
 
-def partitions(start, end, ends, fail_on_data_loss):
-    """One OffsetRange per stream with something to read in [start, end). Where retention
-    removed part of a range (the stream's first retained offset is past the start): an error,
-    or with failOnDataLoss false the range from what is there."""
+def partitions(start, end, ends, fail_on_data_loss, per_partition=None):
+    """The OffsetRanges to read [start, end) of every stream with something to read: one per
+    stream, cut into ranges of at most per_partition offsets (maxRecordsPerPartition) so that
+    a backlog is read by several tasks at once, not one. Where retention removed part of a
+    range (the stream's first retained offset is past the start): an error, or with
+    failOnDataLoss false the range from what is there."""
     parts = []
     for stream in sorted(end):
         begin = start.get(stream, end[stream])
@@ -98,5 +100,22 @@ def partitions(start, end, ends, fail_on_data_loss):
             begin = min(first, end[stream])
             if begin == end[stream]:
                 continue
-        parts.append(OffsetRange(stream, begin, end[stream]))
+        parts.extend(split(stream, begin, end[stream], per_partition))
     return parts
+
+
+def split(stream, begin, end, per_partition):
+    """[begin, end) of stream as OffsetRanges of at most per_partition offsets, all of nearly
+    the same size (a remainder is spread over them, not left as a small last one); one range
+    if per_partition is None. The same range always gives the same pieces: a replayed batch
+    plans the same tasks."""
+    if per_partition is None or end - begin <= per_partition:
+        return [OffsetRange(stream, begin, end)]
+    count = -(-(end - begin) // per_partition)  # ceiling
+    size, extra = divmod(end - begin, count)
+    pieces = []
+    for i in range(count):
+        length = size + (1 if i < extra else 0)
+        pieces.append(OffsetRange(stream, begin, begin + length))
+        begin += length
+    return pieces

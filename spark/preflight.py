@@ -1,7 +1,7 @@
 """What `hutch pipeline` checks before it starts Spark, each in well under a second: Java,
-pyspark (and delta-spark for --format delta), the broker and the streams. Spark would find
-each of these out too, but only after its 10 s start and as a JVM stack trace; here each is
-one line that says what to do.
+pyspark (and delta-spark for --format delta), the broker and the streams (each exists, and is
+a stream queue). Spark would find each of these out too, but only after its 10 s start and as
+a JVM stack trace; here each is one line that says what to do.
 
 No pyspark here: this runs where pyspark may be missing.
 """
@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 
-from hutch.client.protocol import AMQPError
+from hutch.client.protocol import AMQPError, ChannelClosed
 
 from .broker import StreamError, connect, message_count
 from .options import Options
@@ -86,7 +86,56 @@ def streams(source_options):
     except (OSError, AMQPError) as e:
         raise PreflightError("the broker failed while the streams were looked up: %s" % e)
     finally:
-        try:
-            client.close()
-        except (OSError, AMQPError):
-            pass  # a channel the 404 closed, a connection gone: nothing to close cleanly
+        _close(client)
+    for stream in options.streams:
+        refusal = not_a_stream(options, stream)
+        if refusal:
+            raise PreflightError(
+                "queue %r is not a stream queue (x-queue-type stream), and only a stream can be read by "
+                "offset: the broker refused to take it for one (%s)" % (stream, refusal)
+            )
+
+
+# What a stream queue may have besides x-queue-type (RabbitMQ's stream arguments). A queue
+# that has one of them refuses a declare without it, naming it: that says nothing of its type.
+STREAM_ARGUMENTS = (
+    "x-max-length-bytes",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+)
+
+
+def not_a_stream(options, stream):
+    """The broker's reply text if the queue `stream` (which exists) is not a stream queue, or
+    None if it is, or if that cannot be told.
+
+    A passive queue.declare does not say a queue's type; declaring the queue again as a
+    stream (durable, x-queue-type stream) does, without changing it: a stream takes the
+    declare, any other queue refuses it with a 406 (or 405, an exclusive one) naming what
+    differs: x-queue-type, durable, auto_delete, or an argument a stream cannot have
+    (x-max-length, x-message-ttl...), all checked by hutch and RabbitMQ before x-queue-type.
+    A refusal naming a stream's own argument (retention) or another code (403: no configure
+    permission) cannot tell: then the source finds out when it reads (a delivery without an
+    x-stream-offset)."""
+    client = connect(options)
+    try:
+        client.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"}, record=False)
+        return None
+    except ChannelClosed as e:
+        named = re.search(r"inequivalent arg '([^']+)'", e.text or "")
+        if e.code == 405 or e.code == 406 and not (named and named.group(1) in STREAM_ARGUMENTS):
+            return e.text
+        return None
+    except (OSError, AMQPError) as e:
+        raise PreflightError("the broker failed while the streams were looked up: %s" % e)
+    finally:
+        _close(client)
+
+
+def _close(client):
+    try:
+        client.close()
+    except (OSError, AMQPError):
+        pass  # a channel a 404 or 406 closed, a connection gone: nothing to close cleanly

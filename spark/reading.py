@@ -35,7 +35,7 @@ def read_range(options, part):
     deliveries = _deliveries(client, options, part)
     try:
         for message in deliveries:
-            offset = record_offset(message)
+            offset = record_offset(message, part.stream)
             if offset >= part.end:
                 break
             if offset >= part.start:
@@ -67,7 +67,7 @@ def _deliveries(client, options, part):
             batch = arrived[:]
             del arrived[:]
             for message in batch:
-                offset = record_offset(message)
+                offset = record_offset(message, part.stream)
                 if not reached and offset >= part.start:
                     reached = True
                     if offset > part.start and options.fail_on_data_loss:

@@ -69,7 +69,7 @@ class HutchBatchReader(DataSourceReader):
         start = planning.resolve(options.starting, options.streams, ends)
         end = planning.resolve(options.ending, options.streams, ends)
         planning.check_ending(end, ends)
-        return planning.partitions(start, end, ends, options.fail_on_data_loss)
+        return planning.partitions(start, end, ends, options.fail_on_data_loss, options.per_partition)
 
     def read(self, partition):
         return read_range(self.options, partition)
@@ -127,7 +127,7 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start, end):
         ends = all_ends(self.options)
-        return planning.partitions(start, end, ends, self.options.fail_on_data_loss)
+        return planning.partitions(start, end, ends, self.options.fail_on_data_loss, self.options.per_partition)
 
     def read(self, partition):
         return read_range(self.options, partition)

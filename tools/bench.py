@@ -6,6 +6,7 @@
     hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
     hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (tools/backlog_bench.py)
     hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (tools/bridge_bench.py)
+    hutch bench --spark [N]                      instead: Spark reading a hutch stream (tools/spark_bench.py)
 
 Every broker runs the same scenarios (tools/loadgen.py): all of them are started, their
 memory is measured while they are fresh, then each scenario runs in rounds, one broker
@@ -413,6 +414,16 @@ def add_options(parser):
         "--csv", metavar="FILE", help="write the RSS samples taken while the backlog builds (and, --bridge, drains)"
     )
     backlog.add_argument("--plot", metavar="FILE", help="plot them to a PNG (needs matplotlib)")
+    spark = parser.add_argument_group("Spark (--spark N: only these, see tools/spark_bench.py)")
+    spark.add_argument(
+        "--spark",
+        type=int,
+        nargs="?",
+        const=200000,
+        metavar="N",
+        help="N JSON readings into a hutch stream, read by Spark (local[*]) into a no-op sink and through "
+        "`hutch pipeline`'s job into Parquet, with the batch latency, beside Spark's rate source (N default 200000: about 2 minutes)",
+    )
     bridge = parser.add_argument_group("bridges (--bridge N: only these, see tools/bridge_bench.py)")
     bridge.add_argument(
         "--bridge",
@@ -441,9 +452,11 @@ def brokers_to_run(args, workdir):
 
 
 def run(args):
-    if args.backlog and args.bridge:
-        print("hutch bench: --backlog and --bridge: pick one", file=sys.stderr)
+    if sum(1 for mode in (args.backlog, args.bridge, args.spark) if mode) > 1:
+        print("hutch bench: --backlog, --bridge and --spark: pick one", file=sys.stderr)
         return 2
+    if args.spark:
+        return _spark(args)
     if args.backlog:
         return _backlog(args)
     if args.bridge:
@@ -567,6 +580,17 @@ def _bridge(args):
         return 2
     try:
         return bridge_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+
+
+def _spark(args):
+    """--spark N: Spark reading a hutch stream, and Spark's rate source (tools/spark_bench.py)."""
+    from . import spark_bench  # pyspark (through hutch.spark): only for this mode
+
+    try:
+        return spark_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
     except (BenchError, loadgen.LoadError) as e:
         print("hutch bench: %s" % e, file=sys.stderr)
         return 2

@@ -3,13 +3,15 @@
 hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
 hutch passwd [--password PW]     print a password hash for the config file
 hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
-hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N]   benchmark hutch and RabbitMQ
+hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N | --spark N]   benchmark hutch (and RabbitMQ, Spark)
 hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
 hutch pipeline --uri URI --streams A,B --output DIR --checkpoint DIR [--trigger available-now|processing=10s]
                  [--window "1 minute"] [--watermark "10 minutes"] [--schema DDL | --schema-file FILE]
                  [--starting-offsets earliest|latest|JSON] [--max-offsets-per-trigger N] [--master URL]
                                  sensor readings from streams to per-window aggregates in Parquet,
                                  with Spark (`pip install hutch[spark]`; Java 17+)
+hutch plot --output DIR --png FILE [--value mean|min|max|last|count]
+                                 draw those aggregates per sensor over time (`pip install hutch[plot]`)
 hutch version
 """
 
@@ -119,10 +121,19 @@ def cmd_pipeline(argv):
     return pipeline(argv)
 
 
+def cmd_plot(argv):
+    """`hutch plot` is hutch.spark's too (pyarrow and matplotlib: imported only when it runs)."""
+    from hutch.spark.plot import main as plot
+
+    return plot(argv)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pipeline"]:
         return cmd_pipeline(argv[1:])
+    if argv[:1] == ["plot"]:
+        return cmd_plot(argv[1:])
     parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -157,6 +168,7 @@ def main(argv=None):
     commands.add_parser(
         "pipeline", help="sensor readings from stream queues to per-window aggregates in Parquet (Spark)"
     )
+    commands.add_parser("plot", help="draw what `hutch pipeline` wrote, per sensor over time (to a PNG)")
     p = commands.add_parser("version", help="print the version")
     p.set_defaults(run=cmd_version)
     args = parser.parse_args(argv)

@@ -145,10 +145,11 @@ class ConfirmedPublisher:
     unconfirmed. The broker confirms a queue's publishes in order, so one count (`settled`:
     every publish up to it is acked or nacked) says where they are."""
 
-    def __init__(self, conn, queue, size, persistent):
+    def __init__(self, conn, queue, size, persistent, body=None):
+        """body: what each publish carries (default: size bytes of x)."""
         conn.call(spec.CONFIRM_SELECT, (False,))
         self.conn = conn
-        self.one = publish_frames("", queue, b"x" * size, conn.frame_max, persistent)
+        self.one = publish_frames("", queue, b"x" * size if body is None else body, conn.frame_max, persistent)
         self.sent = self.settled = self.nacked = 0
         self.first_nacked = None  # the sequence number of the first nacked publish
 
@@ -286,10 +287,24 @@ def confirms(
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 
-def fill(host, port, queue, count, size=100, publishers=4, window=1000, timeout=3600, arguments=None, progress=None):
+def fill(
+    host,
+    port,
+    queue,
+    count,
+    size=100,
+    publishers=4,
+    window=1000,
+    timeout=3600,
+    arguments=None,
+    progress=None,
+    bodies=None,
+):
     """`count` persistent messages into the durable `queue` (declared with `arguments`), published
     by `publishers` connections at once, each in confirm mode with at most `window` unconfirmed:
-    a backlog built as fast as the broker takes it. progress(confirmed, seconds) is called about
+    a backlog built as fast as the broker takes it. bodies: one per publisher, which it sends
+    again and again (sensor readings: one sensor per publisher); default size bytes of x each.
+    progress(confirmed, seconds) is called about
     twice a second meanwhile, and once at the end. LoadError if the broker nacks a publish (a
     budget is used up: the error says after how many) or time runs out."""
     deadline = time.monotonic() + timeout
@@ -305,10 +320,11 @@ def fill(host, port, queue, count, size=100, publishers=4, window=1000, timeout=
             failed.set()
 
     try:
-        for _ in shares:
+        for i in range(publishers):
             conns.append(Connection(host, port, min(timeout, SILENCE)))
             conns[-1].declare_queue(queue, durable=True, arguments=arguments)
-            senders.append(ConfirmedPublisher(conns[-1], queue, size, persistent=True))
+            body = bodies[i % len(bodies)] if bodies else None
+            senders.append(ConfirmedPublisher(conns[-1], queue, size, persistent=True, body=body))
         threads += [threading.Thread(target=publish, args=pair, daemon=True) for pair in zip(senders, shares)]
         start = time.perf_counter()
         for thread in threads:

@@ -334,6 +334,76 @@ def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tm
     assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected_now) - len(expected)
 
 
+@pytest.mark.timeout(300)
+def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_options(hutch, tmp_path):
+    """--trigger once: every record there is, then exit 0 (as available-now). The checkpoint
+    it leaves is then refused, in one line and before Spark starts, to a run with other
+    streams, another window or another output: Spark's checkpoint would take them without a
+    word (the source reads an added stream from its start, the state is the old windows')."""
+    a, b = fresh("once-a"), fresh("once-b")
+    declare(hutch, a, b)
+    readings = first_run_readings()
+    everything = readings["a"] + readings["b"]
+    publish(hutch, a, bodies(everything))
+    output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
+    common = ["--uri", hutch.url, "--checkpoint", checkpoint, "--window", "1 minute", "--watermark", "2 minutes"]
+    code, out, err, _ = run_pipeline(*common, "--streams", a, "--output", output, "--trigger", "once")
+    assert (code, err) == (0, []), (code, err, out)
+    assert "trigger available-now" in out[0]
+    assert [rows_in for _, rows_in, _, _, _, _ in batch_lines(out)] == [len(everything), 0]
+    expected, _ = expected_aggregates([[everything]])
+    assert_same(written_aggregates(output)[0], expected)
+    plot_of(output, tmp_path / "aggregates.png", len(expected))
+
+    for changed, made_with, given in (
+        (["--streams", "%s,%s" % (a, b), "--output", output], "--streams %s" % a, "--streams %s,%s" % (a, b)),
+        (["--streams", a, "--output", output + "-2"], "--output %s" % output, "--output %s-2" % output),
+    ):
+        code, out, err, seconds = run_pipeline(*common, *changed, "--trigger", "once", timeout=30)
+        assert (code, out, len(err)) == (2, [], 1), (code, out, err)
+        assert err[0].startswith(
+            "hutch pipeline: --checkpoint %s was made with %s; this run gives %s. " % (checkpoint, made_with, given)
+        ), err
+        assert seconds < 5, seconds  # before Spark starts
+    code, out, err, _ = run_pipeline(
+        *common[:-4],
+        "--window",
+        "5 minutes",
+        "--watermark",
+        "2 minutes",
+        "--streams",
+        a,
+        "--output",
+        output,
+        timeout=30,
+    )
+    assert code == 2 and "was made with --window 1 minute; this run gives --window 5 minutes" in err[0], err
+    assert_same(written_aggregates(output)[0], expected)  # nothing was written by the refused runs
+
+
+def plot_of(output, png, windows):
+    """`hutch plot` of a pipeline's output: a PNG of its committed windows, said in one line."""
+    done = subprocess.run(
+        [HUTCH, "plot", "--output", output, "--png", str(png)], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done
+    sensors = len({sensor for _, sensor in written_aggregates(output)[0]})
+    assert done.stdout.startswith("hutch plot: %d windows of %d sensors, " % (windows, sensors)), done.stdout
+    with open(png, "rb") as f:
+        picture = f.read()
+    assert picture.startswith(b"\x89PNG\r\n\x1a\n") and len(picture) > 10000, len(picture)
+
+
+def test_plot_says_what_it_cannot_draw_in_one_line(tmp_path):
+    done = subprocess.run([HUTCH, "plot", "--output", str(tmp_path), "--png", str(tmp_path / "x.png")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done
+    assert done.stderr.startswith("hutch plot: %s is not the output of hutch pipeline (no _spark_metadata" % tmp_path)
+    done = subprocess.run([HUTCH, "plot", "--output", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2, "hutch plot: the following arguments are required: --png\n")
+    assert not os.path.exists(tmp_path / "x.png")
+
+
 # ---------------------------------------------------------------- mistakes: one line, the right code, fast
 
 
@@ -392,7 +462,31 @@ MISTAKES = [
     ),
     (lambda h: _args(h, "no-such-stream"), None, 1, "there is no stream 'no-such-stream' on the broker"),
     (lambda h: _args(h, "s"), _without_java, 1, "Java 17 or later is needed to run Spark, and there is none on PATH"),
+    (
+        lambda h: _args(h, "s", "--format", "delta"),
+        None,
+        1,
+        "--format delta needs delta-spark: pip install delta-spark",
+    ),
+    (
+        lambda h: _args(h, "s," + classic(h, "plain-queue")),
+        None,
+        1,
+        "queue 'plain-queue' is not a stream queue (x-queue-type stream), and only a stream can be read by offset: "
+        "the broker refused to take it for one (PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue "
+        "'plain-queue'",
+    ),
 ]
+
+
+def classic(broker, name, durable=True, arguments=None):
+    """A classic queue (not a stream) with a message in it: its name."""
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.queue_declare(name, durable=durable, arguments=arguments)
+    channel.basic_publish("", name, b'{"sensor": "s0", "ts": 0, "value": 1}')
+    connection.close()
+    return name
 
 
 @pytest.mark.parametrize("make_args, make_env, code, message", MISTAKES, ids=[m[3][:40] for m in MISTAKES])
@@ -402,6 +496,64 @@ def test_a_mistake_is_one_line_and_its_exit_code_before_spark_starts(hutch, make
     assert (got, len(err), out) == (code, 1, []), (got, err, out)
     assert err[0].startswith("hutch pipeline: ") and message in err[0], err
     assert seconds < 5, seconds  # no Spark started: that alone takes 10 s
+
+
+@pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.parametrize("kind", ["hutch", "rabbitmq"])
+def test_the_preflight_takes_only_stream_queues_and_leaves_them_as_they_were(request, kind):
+    """Any queue that is not a stream is refused, whatever it differs in (type, durability, an
+    argument a stream cannot have); a stream is taken, with retention arguments too. The
+    check declares each queue again as a stream: nothing of theirs changes (a stream's
+    records, a classic queue's message, nobody consumes them)."""
+    from hutch.spark.preflight import PreflightError, streams
+
+    broker = request.getfixturevalue(kind)
+    uri = "amqp://guest:guest@%s:%d/" % (broker.host, broker.port)
+    plain, transient, capped = fresh("plain"), fresh("transient"), fresh("capped")
+    classic(broker, plain)
+    classic(broker, transient, durable=False)
+    classic(broker, capped, arguments={"x-max-length": 5})
+    stream, retained = fresh("stream"), fresh("retained")
+    declare(broker, stream)
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.queue_declare(retained, durable=True, arguments={"x-queue-type": "stream", "x-max-length-bytes": 10**6})
+    connection.close()
+    publish(broker, retained, [b"r0", b"r1"])
+
+    streams({"uri": uri, "streams": "%s,%s" % (stream, retained)})  # no error
+    for name, differs in ((plain, "x-queue-type"), (transient, "durable"), (capped, "x-max-length")):
+        with pytest.raises(PreflightError) as refused:
+            streams({"uri": uri, "streams": "%s,%s" % (stream, name)})
+        assert str(refused.value).startswith("queue %r is not a stream queue" % name)
+        assert "inequivalent arg '%s'" % differs in str(refused.value)
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    for name in (plain, transient, capped):
+        assert channel.queue_declare(name, passive=True).method.message_count == 1
+    for name in (plain, transient, capped):
+        channel.queue_delete(name)
+    connection.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_package_spark_cannot_fetch_is_one_line_not_the_gateway_s_error(hutch, tmp_path):
+    """Spark fetches spark.jars.packages (delta-spark's way of getting Delta Lake's jars) as the
+    JVM starts, and exits if it cannot; PySpark then says only JAVA_GATEWAY_EXITED. The command
+    names the package it could not fetch. (A package that does not exist: no network is needed
+    for it to fail, and with one it fails the same way.)"""
+    declare(hutch, "s")
+    submit = "--packages org.example.hutch:no-such-package:0.0.1 --conf spark.jars.ivy=%s pyspark-shell"
+    env = dict(os.environ, PYSPARK_SUBMIT_ARGS=submit % (tmp_path / "ivy"))  # Ivy's cache: not the home's
+    code, out, err, _ = run_pipeline(
+        *_args(hutch, "s")[:4], "--output", str(tmp_path / "o"), "--checkpoint", str(tmp_path / "c"),
+        "--trigger", "once", env=env, timeout=240,
+    )  # fmt: skip
+    assert (code, len(err)) == (1, 1), (code, err, out)
+    assert err[0].startswith(
+        "hutch pipeline: Spark could not fetch the package org.example.hutch#no-such-package;0.0.1 "
+        "(spark.jars.packages) from Maven Central or spark-packages as it started"
+    ), err
 
 
 def test_java_older_than_17_is_named():

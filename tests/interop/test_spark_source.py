@@ -11,15 +11,17 @@ from RabbitMQ's streams.
 
 import json
 import os
+import re
 import uuid
 
 import pika
 import pytest
 from conftest import BIN, RunningBroker, pika_connection, wait_until
+from pyspark.sql import functions as F
 
 from hutch.client.simple import Client
 from hutch.spark.broker import StreamError, all_ends
-from hutch.spark.options import Options
+from hutch.spark.options import MAX_RECORDS_PER_PARTITION, Options
 from hutch.spark.planning import PlanningError, partitions, spread
 from hutch.spark.reading import OffsetRange, read_range
 from hutch.spark.source import HutchStreamReader
@@ -252,6 +254,56 @@ def test_a_range_retention_passed_is_an_error_or_skipped():
     )
     parts = partitions({"s": 30, "t": 10}, {"s": 60, "t": 10}, ends, False)
     assert [(p.stream, p.start, p.end) for p in parts] == [("s", 40, 60)]
+
+
+def test_a_big_range_of_one_stream_is_split_into_several_partitions():
+    """A backlog is read by several tasks: pieces of at most maxRecordsPerPartition offsets,
+    of nearly equal size, the same pieces for the same range; small ranges stay whole."""
+
+    def ranges(start, end, ends, per_partition):
+        return [(p.stream, p.start, p.end) for p in partitions(start, end, ends, True, per_partition)]
+
+    ends = {"s": (0, 1000000), "t": (0, 30)}
+    million = ranges({"s": 0, "t": 0}, {"s": 1000000, "t": 30}, ends, MAX_RECORDS_PER_PARTITION)
+    assert len(million) == 1000000 // MAX_RECORDS_PER_PARTITION + 1 and million[-1] == ("t", 0, 30)
+    assert million[0] == ("s", 0, MAX_RECORDS_PER_PARTITION)
+    assert all(a[2] == b[1] for a, b in zip(million[:-2], million[1:-1]))  # no gap, no overlap
+    assert ranges({"s": 5}, {"s": 28}, ends, 10) == [("s", 5, 13), ("s", 13, 21), ("s", 21, 28)]
+    assert ranges({"s": 5}, {"s": 15}, ends, 10) == [("s", 5, 15)]
+    assert ranges({"s": 5}, {"s": 28}, ends, None) == [("s", 5, 28)]
+    assert Options({"uri": "amqp://h/", "streams": "s"}).per_partition == MAX_RECORDS_PER_PARTITION
+
+
+def test_a_split_range_is_read_by_several_tasks_and_gives_every_record_once(registered, hutch):
+    name = declare(hutch, fresh())
+    publish(hutch, name, 25)
+    df = source(registered, hutch, [name], maxRecordsPerPartition=10)
+    tasks = (
+        df.groupBy(F.spark_partition_id().alias("task"))
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n"))
+        .collect()
+    )
+    assert sorted((t["first"], t["last"], t["n"]) for t in tasks) == [(0, 8, 9), (9, 16, 8), (17, 24, 8)]
+    assert offsets_and_bodies(df.collect()) == expected(name, 0, 25)
+
+
+def test_a_queue_that_is_not_a_stream_is_said_to_be_one_not_a_key_error(hutch):
+    """A classic queue ignores x-stream-offset and delivers what it holds: the source names
+    the queue and what it is not, where it asks for its ends and where a task reads it."""
+    name = fresh("classic")
+    connection = pika_connection(hutch)
+    channel = connection.channel()
+    channel.queue_declare(name, durable=True)
+    channel.basic_publish("", name, b"not a record")
+    connection.close()
+    options = Options({"uri": uri(hutch), "streams": name})
+    message = (
+        "hutch source: %r is not a stream queue (x-queue-type stream): its deliveries have no x-stream-offset" % name
+    )
+    with pytest.raises(StreamError, match=re.escape(message)):
+        all_ends(options)
+    with pytest.raises(StreamError, match=re.escape(message)):
+        list(read_range(options, OffsetRange(name, 0, 1)))
 
 
 def test_spark_4_0_and_4_1_ask_for_the_latest_offsets_without_a_start(hutch):

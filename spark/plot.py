@@ -1,0 +1,152 @@
+"""`hutch plot`: a picture of what `hutch pipeline` wrote, one line per sensor over time.
+
+    hutch plot --output /data/aggregates --png aggregates.png
+
+It reads the part files the Parquet sink's commit log lists (`DIR/_spark_metadata`: a
+crashed batch may have left files in no commit, which a glob would count twice), and draws
+each sensor's mean per window as a line in a band from its min to its max, the windows'
+starts on the time axis (UTC). `--value` draws another column instead (min, max, last,
+count), without the band.
+
+No Spark: pyarrow reads the files (pyspark[sql] brings it) and matplotlib draws them (the
+`plot` extra, `pip install 'hutch[plot]'`). A mistake is one line on stderr: exit 2 for the
+command line, 1 for what is missing or unreadable.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+VALUES = ("mean", "min", "max", "last", "count")
+
+
+class PlotError(Exception):
+    """What is missing or unreadable: exit 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise SystemExit(_fail(2, message))
+
+
+def make_parser():
+    p = _Parser(prog="hutch plot", description="draw the aggregates `hutch pipeline` wrote, per sensor over time")
+    p.add_argument("--output", required=True, metavar="DIR", help="the pipeline's --output")
+    p.add_argument("--png", required=True, metavar="FILE", help="the picture to write")
+    p.add_argument("--value", default="mean", choices=VALUES, help="what to draw (default mean, with a min-max band)")
+    p.add_argument("--title", help="the picture's title (default: the output folder)")
+    return p
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
+    try:
+        windows = read_aggregates(args.output)
+        if not windows:
+            raise PlotError("%s holds no committed aggregates yet" % args.output)
+        sensors = draw(windows, args.png, args.value, args.title or os.path.abspath(args.output))
+    except PlotError as e:
+        return _fail(1, str(e))
+    starts = [row["window_start"] for row in windows]
+    print(
+        "hutch plot: %d windows of %d sensors, %s to %s UTC -> %s"
+        % (len(windows), sensors, _minute(min(starts)), _minute(max(starts)), args.png)
+    )
+    return 0
+
+
+def _fail(code, message):
+    sys.stderr.write("hutch plot: %s\n" % message)
+    sys.stderr.flush()
+    return code
+
+
+def committed_files(output):
+    """The part files the sink's commit log lists, added and not deleted since (the log's
+    compacted files, N.compact, hold every entry before them: reading them all is the same)."""
+    log = os.path.join(output, "_spark_metadata")
+    try:
+        names = sorted(name for name in os.listdir(log) if not name.startswith("."))
+    except OSError as e:
+        raise PlotError("%s is not the output of hutch pipeline (no _spark_metadata: %s)" % (output, e.strerror))
+    added, deleted = set(), set()
+    for name in names:
+        with open(os.path.join(log, name)) as f:
+            lines = f.read().splitlines()
+        for line in lines[1:]:  # the first is the log's version, "v1"
+            entry = json.loads(line)
+            path = entry["path"].replace("file://", "", 1)
+            (added if entry["action"] == "add" else deleted).add(path)
+    return sorted(added - deleted)
+
+
+def read_aggregates(output):
+    """Every committed aggregate row, as dicts, in window order."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise PlotError("reading Parquet needs pyarrow: pip install 'hutch[plot]'")
+    rows = []
+    for path in committed_files(output):
+        try:
+            rows.extend(pq.read_table(path).to_pylist())
+        except OSError as e:
+            raise PlotError("cannot read %s: %s" % (path, e))
+    return sorted(rows, key=lambda row: (row["window_start"], str(row["sensor"])))
+
+
+def draw(windows, png, value, title):
+    """One line per sensor (with the min-max band for the mean) to png; the number of sensors."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("drawing needs matplotlib: pip install 'hutch[plot]'")
+    matplotlib.use("Agg")  # no display: a file
+    from matplotlib import dates, pyplot
+
+    by_sensor = {}
+    for row in windows:
+        by_sensor.setdefault(row["sensor"], []).append(row)
+    figure, axes = pyplot.subplots(figsize=(9, 4.5), dpi=100)
+    for sensor in sorted(by_sensor, key=str):
+        rows = by_sensor[sensor]
+        starts = [_utc(row["window_start"]) for row in rows]
+        (line,) = axes.plot(starts, [row[value] for row in rows], marker=".", linewidth=1.2, label=str(sensor))
+        if value == "mean":
+            low, high = [row["min"] for row in rows], [row["max"] for row in rows]
+            axes.fill_between(starts, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    length = windows[0]["window_end"] - windows[0]["window_start"]
+    axes.set_title(title, fontsize=10)
+    axes.set_xlabel("window start (UTC), windows of %s" % _length(length))
+    axes.set_ylabel(value + (" (band: min to max)" if value == "mean" else ""))
+    axes.xaxis.set_major_formatter(dates.DateFormatter("%H:%M", tz=datetime.timezone.utc))
+    axes.grid(True, alpha=0.3)
+    axes.legend(title="sensor", fontsize=8, loc="best")
+    figure.tight_layout()
+    try:
+        figure.savefig(png)
+    except OSError as e:
+        raise PlotError("cannot write %s: %s" % (png, e))
+    finally:
+        pyplot.close(figure)
+    return len(by_sensor)
+
+
+def _utc(moment):
+    """pyarrow gives the UTC timestamps with their zone, or naive ones meaning UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+
+
+def _minute(moment):
+    return _utc(moment).strftime("%Y-%m-%d %H:%M")
+
+
+def _length(delta):
+    seconds = int(delta.total_seconds())
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return "%d %s%s" % (count, unit, "" if count == 1 else "s")
+    return "%d seconds" % seconds
