@@ -113,6 +113,7 @@ class Broker:
         # (core/batch.py with the C scanner); None: connection.read_frames, frame by frame.
         self.frame_reader = frame_reader
         self._serial = 0
+        self.published = 0  # messages numbered (Message.order)
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
         self._properties = None
 
@@ -240,6 +241,8 @@ class Broker:
             if bridged is True:  # a duplicate: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
+        self.published += 1
+        message.order = self.published  # where a requeue puts it back (Message.order)
         if publisher is not None and publisher.confirming and self.flow.blocked:
             # Out of memory or disk, a publisher with confirms is told no (basic.nack) and still
             # read: its connection may carry acks too, and they are what frees memory.
@@ -347,8 +350,8 @@ class Broker:
             self.journal.delivered(queue, message)
 
     def settle(self, queue, entries, outcome):
-        """Delivered entries of queue, settled: ACCEPT, REQUEUE (in the order given, at the head
-        of the queue, redelivered) or REJECT."""
+        """Delivered entries of queue, settled: ACCEPT, REQUEUE (back at their places in the
+        queue, redelivered) or REJECT."""
         if outcome == ACCEPT:
             queue.forget_all(entries)
         elif outcome == REQUEUE:

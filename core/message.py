@@ -27,6 +27,9 @@ class Message:
     journal_id = 0  # its id in the journal, once journalled (core/journal.py); 0: not journalled
     segment = 0  # the journal segment holding it
     arrived = 0  # wall-clock ms of its publish (Broker.publish; from the journal when paged in); 0: not known
+    # Its place in publish order (Broker.publish numbers every message, and a paged one as it is
+    # read back): a queue takes an unacknowledged message back to the place this gives it.
+    order = 0
     forward_seq = 0  # a transient message's sequence number on a bridge, once forwarded (core/outbox.py)
 
     def __init__(self, exchange, routing_key, route, header_tail, body_tail, body_size):

@@ -253,6 +253,8 @@ def enqueue(queue, run, data, fields):
         message.journal_id = journal_id
         message.arrived = arrived
         message.segment = segment
+        broker.published += 1
+        message.order = broker.published  # after all the queue holds: its backlog is its last messages
         if data[header + 16] & FLAG_EXPIRATION >> 8:  # (Message.flags, read from the buffer)
             expiration = message.properties().get("expiration")
             if expiration and expiration.isdigit():

@@ -30,6 +30,10 @@ def paging_module():
     return _paging[0]
 
 
+def publish_order(entry):
+    return entry[0].order
+
+
 class Consumer:
     """A consumer of a queue, whatever front end serves it. Its session delivers and settles
     (a 0-9-1 channel; the bridge or an AMQP 1.0 link to come): session.deliver(consumer, queue,
@@ -253,7 +257,8 @@ class Queue:
             consumer.session.deliver(consumer, self, entry)
 
     def requeue(self, entries):
-        """Put unacknowledged entries back at the head, in delivery order, marked redelivered."""
+        """Put unacknowledged entries back where they were, marked redelivered: each before the
+        messages published after it (RabbitMQ's order, whatever order they come back in)."""
         if self.deleted:
             for message, _redelivered, _expires_at in entries:
                 self.forget(message)
@@ -262,7 +267,7 @@ class Queue:
         for message, _redelivered, expires_at in entries:
             back.append((message, True, expires_at))
             self.ready_bytes += message.body_size
-        self.messages.push_front(back)
+        self.messages.put_back(back, publish_order)
         self.dispatch()
 
     def drop(self, entry, reason):
