@@ -14,6 +14,7 @@ stands where a queue stands; a message routed to one becomes a record of its log
 """
 
 from . import spec
+from .arguments import check_integer
 from .auth import Users
 from .deadletter import dead_letter
 from .errors import ChannelException
@@ -50,6 +51,7 @@ CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "consumer_priorities": True,
 }
 
 # What Broker.publish says of a message (bits).
@@ -315,7 +317,14 @@ class Broker:
         front end calls once it has told its client the consumer is on."""
         if queue.is_stream:
             queue.check_consumer(consumer, arguments, method)  # RabbitMQ's refusals; where it starts
-        if queue.exclusive_consumer is not None or (consumer.exclusive and queue.consumers):
+        elif arguments and "x-priority" in arguments:
+            priority = arguments["x-priority"]
+            check_integer("x-priority", priority, queue.name, method)
+            if priority:
+                consumer.priority = priority
+        if queue.exclusive_consumer is not None or (
+            consumer.exclusive and (queue.consumers or queue.single_active)  # (RabbitMQ refuses both)
+        ):
             raise ChannelException(
                 spec.ACCESS_REFUSED,
                 "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use" % text(queue.name),
@@ -330,14 +339,19 @@ class Broker:
         self.consumer_count += 1
         queue.add_consumer(consumer)
 
-    def cancel(self, consumer):
+    def cancel(self, consumer, serve_next=True):
         """Stop a consumer (its messages still unsettled stay with its session); an auto-delete
-        queue goes with its last consumer."""
+        queue goes with its last consumer. On a single active consumer queue the next consumer
+        takes over and is served at once, as in RabbitMQ 4 (3.10 waits for the queue's next
+        event: a publish, an ack); serve_next=False leaves that to the caller, which first
+        requeues the messages the consumer held (a channel closing: Channel.cleanup)."""
         self.consumer_count -= 1
         queue = consumer.queue
         queue.remove_consumer(consumer)
         if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
             delete_queue(self, queue)
+        elif serve_next and getattr(queue, "single_active", False):  # (a stream has no such mode)
+            queue.dispatch()
 
     def delivered(self, queue, entry, settled):
         """entry of queue was handed to a consumer: settled (no ack to wait for) means it is gone
