@@ -8,32 +8,67 @@ priority. The queue's ready messages are Lanes: a Fifo per priority in use, behi
 interface of the one Fifo a plain queue has, so delivering, expiry and requeue in
 core/queue.py work unchanged.
 
-Such a queue holds its backlog in memory (up to the board's per-queue budget, as any
-queue in memory): paging runs keep only ids in publish order, not priorities. After a
-restart, the backlog the journal brings back is read back whole before the first
-delivery, and until then new messages go to disk behind it, so priority order holds
-across the restart.
+A durable one pages as any durable queue (core/paging.py), with runs each of one priority,
+highest first: the window in memory holds the oldest of each priority it holds, and a
+message is taken from memory only when no run on disk has a higher priority (else the
+first run is read first, into a full window if need be). A restart brings the backlog
+back as runs in publish order, priorities mixed: before its first use the queue reads them
+through once (a window's worth at a time) and notes each message in the run of its
+priority, holding none of them.
 """
 
 from .fifo import Fifo
+from .paging import page_out, read_run
 from .queue import Queue
 from .wire import decode_properties
-
-NO_WINDOW = 1 << 30  # a window no backlog fills: a restart's backlog is read back at once
 
 FLAG_PRIORITY = 0x08  # the priority property's bit in the property flags' first octet
 
 
 class PriorityQueue(Queue):
+    sorted = False  # are its runs each of one priority? (not yet those a restart brought back)
+
     def __init__(self, broker, name, durable, owner, auto_delete, arguments):
         Queue.__init__(self, broker, name, durable, owner, auto_delete, arguments)
-        self.messages = Lanes(arguments["x-max-priority"])
-        self.window_messages = self.window_bytes = NO_WINDOW
+        self.top = arguments["x-max-priority"]
+        self.lanes = self.messages = Lanes(self.top)  # its ready messages (Queue.messages), by priority
 
-    def pages(self):
-        """Only behind a backlog the journal brought back, until it is read (page_in reads it
-        whole): so new messages come after it, and are sorted with it by priority."""
-        return self.journalled and self.paged
+    def _page_out(self, message):
+        if not self.sorted:
+            self._sort_backlog()
+        page_out(self, message, priority_of(message, self.top))
+
+    def _pop(self):
+        if not self.sorted:
+            self._sort_backlog()
+        runs = self.runs
+        if runs and runs[0].priority > self.lanes.highest():
+            self.page_in()  # a run on disk has a higher priority than any message in memory
+        return Queue._pop(self)
+
+    def _sort_backlog(self):
+        """The runs a restart brought back (publish order) become runs of one priority each:
+        their messages are read through a plain Fifo, a window's worth at a time, and paged
+        out again by priority (they stay in the journal: only the runs are new)."""
+        self.sorted = True
+        if not self.runs:
+            return
+        journal = self.broker.journal
+        flow = self.broker.flow
+        top = self.top
+        unsorted, self.runs = self.runs, []
+        self.messages = Fifo()
+        damaged = None
+        for run in unsorted:
+            while run.count and damaged is None:
+                _count, damaged = read_run(journal, run, self.window_messages, self)
+                for message, _redelivered, _expires_at in self.messages.clear():
+                    flow.release(message)
+                    self.ready_bytes -= message.body_size
+                    page_out(self, message, priority_of(message, top))  # (its redelivered mark: in delivered_before)
+            if damaged is not None and run.count:
+                self.runs.append(run)  # the rest as it is, last: page_in finds the damage again and logs the loss
+        self.messages = self.lanes
 
 
 class Lanes:
@@ -69,6 +104,13 @@ class Lanes:
         for item in items:  # (a requeue is a few messages: one at a time is cheap enough)
             self._lane(item).put_back([item], key)
         self.length += len(items)
+
+    def highest(self):
+        """The highest priority of the messages held, -1 if none."""
+        for priority in self.levels:
+            if self.lanes[priority].length:
+                return priority
+        return -1
 
     def _first(self):
         for priority in self.levels:

@@ -1,10 +1,12 @@
 """Priority queues (x-max-priority, core/priority.py): delivery order in memory, with requeues
-and consumers, and across a restart from the journal. Also run under MicroPython."""
+and consumers, paged (a window of a few messages, the rest on disk in runs of one priority),
+and across a restart from the journal. Also run under MicroPython."""
 
 from harness import opened
 from test_journal import Node, _in_folder
 
 from hutch.core import spec
+from hutch.core.limits import Limits
 from hutch.core.priority import PriorityQueue
 from hutch.core.queue import Queue
 
@@ -103,3 +105,60 @@ def _restart(folder):
 
 def test_a_durable_priority_queue_keeps_its_order_across_a_restart():
     _restart()
+
+
+def _mixed(count):
+    """count messages whose priorities (0..9, some without) follow no order; and the order a
+    priority queue of maximum 9 delivers them in."""
+    published = []
+    state = 7
+    for i in range(count):
+        state = (state * 1103515245 + 12345) & 0x7FFFFFFF  # the same numbers under MicroPython
+        priority = state % 11
+        published.append((b"m%03d" % i, None if priority == 10 else priority))
+    order = sorted(range(count), key=lambda i: (-(published[i][1] or 0), i))
+    return published, [published[i][0] for i in order]
+
+
+@_in_folder
+def _paged(folder):
+    node = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
+    client = node.client()
+    client.queue(1, b"q", durable=True, arguments={"x-max-priority": 9})
+    published, delivered = _mixed(60)
+    _publish(client, b"q", published[:40], persistent=True)
+    queue = node.broker.queues[b"q"]
+    assert queue.messages.length == 4 and queue.paged == 36  # a window in memory, the rest on disk
+    assert [run.priority for run in queue.runs] == sorted((run.priority for run in queue.runs), reverse=True)
+    taken = [client.get(1, b"q")[0] for _ in range(10)]  # unacked: they go back at their places
+    _publish(client, b"q", published[40:], persistent=True)
+    client.call(1, spec.BASIC_NACK, (taken[-1].args[0], True, True))
+    assert [e.body for e in taken] == _mixed(40)[1][:10]
+    assert _all(client, b"q") == delivered
+    assert queue.paged == 0 and queue.runs == [] and queue.message_count() == 0
+
+
+def test_a_paged_priority_queue_delivers_by_priority_from_disk_and_memory():
+    _paged()
+
+
+@_in_folder
+def _paged_restart(folder):
+    limits = Limits(queue_window_messages=4)
+    node = Node(folder, segment_bytes=4096, limits=limits)
+    client = node.client()
+    client.queue(1, b"q", durable=True, arguments={"x-max-priority": 9})
+    published, delivered = _mixed(80)
+    _publish(client, b"q", published[:70], persistent=True)
+    node.crash()
+    again = Node(folder, segment_bytes=4096, limits=limits)
+    queue = again.broker.queues[b"q"]
+    assert queue.messages.length == 0 and queue.paged == 70  # back as runs in publish order
+    client = again.client()
+    _publish(client, b"q", published[70:], persistent=True)  # behind the backlog: sorted with it
+    assert queue.messages.length == 0 and queue.paged == 80 and len(queue.runs) <= 30
+    assert _all(client, b"q") == delivered
+
+
+def test_a_paged_priority_queue_comes_back_in_priority_order_after_a_restart():
+    _paged_restart()

@@ -7,6 +7,7 @@ reply codes and texts. The clients vary by item: pika for requeue order and cons
 priorities, py-amqp for priority queues, aio-pika for single active consumer.
 """
 
+import pika
 import pytest
 from conftest import pika_connection, pump_until
 from differential import MARKS, closed_by, fresh, same_on_both
@@ -148,6 +149,35 @@ def test_priority_queues(broker, rabbitmq):
 def test_priority_queue_arguments(broker, rabbitmq):
     seen = same_on_both(priority_arguments, broker, rabbitmq)
     assert seen[:2] == ["ok", "ok"] and all(reply[0] == 406 for reply in seen[2:])
+
+
+def test_a_paged_durable_priority_queue_keeps_its_order_through_a_sigkill(tmp_path):
+    """hutch only (the run's RabbitMQ is shared: not killed): a durable priority queue with a
+    window of 8 messages, so nearly all of its backlog is on disk, in runs by priority; after
+    a SIGKILL the journal brings it back in publish order, and the queue sorts it again."""
+    from test_durability import _connect, _hutch, _kill
+
+    running = _hutch(tmp_path, "[limits]\nqueue_window_messages = 8\n")
+    running.start()
+    published = [("m%03d" % i, (i * 7) % 12 if i % 5 else None) for i in range(150)]  # 0..11, some without
+    expected = [body for body, priority in sorted(published, key=lambda pair: -min(pair[1] or 0, 9))]
+    connection = _connect(running)
+    channel = connection.channel()
+    channel.queue_declare("prio.durable", durable=True, arguments={"x-max-priority": 9})
+    channel.confirm_delivery()  # each publish is on disk when it returns
+    for body, priority in published[:120]:
+        channel.basic_publish("", "prio.durable", body, pika.BasicProperties(delivery_mode=2, priority=priority))
+    _kill(running)
+    running.start()
+    connection = _connect(running)
+    channel = connection.channel()
+    for body, priority in published[120:]:  # before the first delivery: sorted with the backlog
+        channel.basic_publish("", "prio.durable", body, pika.BasicProperties(delivery_mode=2, priority=priority))
+    seen = [body for body, _redelivered in get_all(channel, "prio.durable", limit=200)]
+    connection.close()
+    assert running.stop() == 0
+    assert seen == expected
+    assert not running.errors(), running.log()
 
 
 # ---------------------------------------------------------------- requeue order (pika)
