@@ -132,20 +132,25 @@ def check_integer(key, value, queue_name, method):
 
 
 def type_name(value):
-    """The AMQP field type RabbitMQ names a decoded value by (clients send strings as longstr)."""
+    """The field-table type of a decoded value, as RabbitMQ names it (clients send strings as
+    longstr)."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "signedint" if -0x80000000 <= value < 0x80000000 else "long"
+        return "signedint" if -0x80000000 <= value <= 0x7FFFFFFF else "long"
     if isinstance(value, (bytes, str)):
         return "longstr"
+    if isinstance(value, bytearray):
+        return "binary"
     if isinstance(value, float):
         return "double"
     if isinstance(value, dict):
         return "table"
     if isinstance(value, list):
         return "array"
-    return "void"
+    if value is None:
+        return "void"
+    return "timestamp"
 
 
 def check_equivalent(what, received, current, table, method):

@@ -71,7 +71,9 @@ class Queue:
     is_stream = False  # a stream (core/stream.py) stands where a queue stands; Broker.publish tells them apart
     # How it picks a consumer: round-robin over all (the class defaults), or, once set on the
     # queue, the first of its consumers (x-single-active-consumer) or by consumer priority
-    # (a consumer with x-priority): see _next_in_order.
+    # (a consumer with x-priority): see _next_in_order. `ordered` is either (one look-up per
+    # delivery for the plain case).
+    ordered = False
     single_active = False
     by_priority = False
 
@@ -116,7 +118,7 @@ class Queue:
         self.window_bytes = limits.queue_window_bytes
         self.delivered_before = None  # ids delivered before the last restart, still here (a set)
         if arguments.get("x-single-active-consumer"):
-            self.single_active = True
+            self.single_active = self.ordered = True
 
     def __repr__(self):
         return "<Queue %s>" % text(self.name)
@@ -216,7 +218,7 @@ class Queue:
     # ------------------------------------------------------------ delivering
 
     def _next_ready_consumer(self):
-        if self.single_active or self.by_priority:
+        if self.ordered:
             return self._next_in_order()
         consumers = self.consumers
         n = len(consumers)
@@ -357,7 +359,7 @@ class Queue:
         """(Broker.consume.) Deliveries start at the next dispatch()."""
         consumers = self.consumers
         if consumer.priority and not self.single_active:
-            self.by_priority = True
+            self.by_priority = self.ordered = True
         if self.by_priority:  # behind those of its priority and higher
             i = len(consumers)
             while i and consumers[i - 1].priority < consumer.priority:
