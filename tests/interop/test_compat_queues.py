@@ -247,6 +247,12 @@ def consumed(target, close):
     elif close == "recover":
         channel.basic_cancel(tag)
         channel.basic_recover(requeue=True)
+    elif close == "recover-to-itself":  # the consumer is still there: it gets them again
+        channel.basic_recover(requeue=True)
+        pump_until(connection, lambda: len(deliveries) == 9)
+        seen += [(body.decode(), method.redelivered) for method, body in deliveries[5:]]
+        channel.basic_cancel(tag)
+        channel.basic_ack(deliveries[-1][0].delivery_tag, multiple=True)
     reader = connection.channel()
     seen += get_all(reader, queue)
     connection.close()
@@ -262,6 +268,7 @@ def consumed(target, close):
         lambda target: consumed(target, "channel"),
         lambda target: consumed(target, "connection"),
         lambda target: consumed(target, "recover"),
+        lambda target: consumed(target, "recover-to-itself"),
     ],
     ids=[
         "reject-one-by-one",
@@ -270,6 +277,7 @@ def consumed(target, close):
         "channel-close",
         "connection-close",
         "recover",
+        "recover-to-itself",
     ],
 )
 def test_requeued_messages_return_to_their_original_places(scenario, broker, rabbitmq):
@@ -316,6 +324,41 @@ def test_consumers_of_higher_priority_are_served_first(broker, rabbitmq):
     seen, refused, advertised = same_on_both(by_consumer_priority, broker, rabbitmq)
     assert seen[:4] == [("a5", "m0"), ("b5", "m1"), ("a5", "m2"), ("b5", "m3")]
     assert refused[0] == 406 and advertised is True
+
+
+def equal_priorities_in_turn(target):
+    """Three consumers of priority 1 (prefetch 1, 2 and 1, each on a channel of its own) and one
+    of priority 0 that always has room; each acks in turn and two more are published: who gets
+    which, as the blocked consumers of priority 1 become ready again. (What each consumer got,
+    in order: the order deliveries to different channels interleave on the wire is not
+    RabbitMQ's rule.)"""
+    connection, channel, queue = with_queue(target)
+    seen, channels, acked = [], {}, set()
+    for name, priority, prefetch in (("x", 1, 1), ("y", 1, 2), ("w", 1, 1), ("z", 0, 100)):
+        consumer = channels[name] = connection.channel()
+        consumer.basic_qos(prefetch_count=prefetch)
+
+        def on_message(ch, method, properties, body, name=name):
+            seen.append((name, body.decode(), method.delivery_tag))
+
+        consumer.basic_consume(queue, on_message, arguments={"x-priority": priority})
+    publish(channel, queue, 6)
+    pump_until(connection, lambda: len(seen) == 6)
+    for who in ("y", "x", "w", "y", "x", "x", "w", "z", "y"):
+        count = len(seen)
+        unacked = [tag for name, _body, tag in seen if name == who and (name, tag) not in acked]
+        if unacked:
+            channels[who].basic_ack(unacked[-1], multiple=True)
+            acked.update((who, tag) for tag in unacked)
+        publish(channel, queue, 2, first=100 + count)
+        pump_until(connection, lambda count=count: len(seen) == count + 2)
+    connection.close()
+    return {name: [body for who, body, _tag in seen if who == name] for name in channels}
+
+
+def test_consumers_of_equal_priority_take_turns_as_they_have_room(broker, rabbitmq):
+    got = same_on_both(equal_priorities_in_turn, broker, rabbitmq)
+    assert got["x"][:2] == ["m0", "m108"]
 
 
 # ---------------------------------------------------------------- single active consumer (aio-pika)
