@@ -342,8 +342,8 @@ class Broker:
     def cancel(self, consumer, serve_next=True):
         """Stop a consumer (its messages still unsettled stay with its session); an auto-delete
         queue goes with its last consumer. On a single active consumer queue the next consumer
-        takes over and is served at once, as in RabbitMQ 4 (3.10 waits for the queue's next
-        event: a publish, an ack); serve_next=False leaves that to the caller, which first
+        takes over and is served at once, as in RabbitMQ 4 (3.10 serves no one, and its queue
+        process crashes at the next publish); serve_next=False leaves that to the caller, which first
         requeues the messages the consumer held (a channel closing: Channel.cleanup)."""
         self.consumer_count -= 1
         queue = consumer.queue

@@ -371,9 +371,8 @@ def single_active_consumer(target):
     takes over, A's two first; C's channel closes and B takes over the same two, then two more
     once it acks. basic.get takes what is left; an exclusive consumer is refused.
 
-    Not here: the active consumer's basic.cancel. RabbitMQ 3.10.8's queue process crashes
-    (badmatch in attempt_delivery) at the next publish after the consumer that took over
-    cancels; hutch hands over as on a close (test_a_cancelled_single_active_consumer_hands_over)."""
+    Not here: the active consumer's basic.cancel, after which RabbitMQ 3.10.8's queue process
+    crashes at the next publish (test_a_cancelled_single_active_consumer_hands_over_at_once)."""
     import asyncio
 
     import aio_pika
@@ -441,3 +440,40 @@ def single_active_consumer(target):
 
 def test_single_active_consumer(broker, rabbitmq):
     same_on_both(single_active_consumer, broker, rabbitmq)
+
+
+def test_a_cancelled_single_active_consumer_hands_over_at_once(broker):
+    """hutch only. RabbitMQ 3.10.8 cannot be the oracle here: after the active consumer of a
+    single active consumer queue cancels, the next is not served, and at the next publish the
+    queue process crashes (badmatch in rabbit_amqqueue_process:attempt_delivery; the other
+    consumer gets a server-sent basic.cancel and the queue's messages are gone). hutch does what
+    RabbitMQ 4 does: the next consumer takes over at once; what the cancelled one still holds
+    stays with its channel until acked or requeued, and a requeue goes back to its place."""
+    connection = pika_connection(broker)
+    queue = fresh("sac")
+    seen, channels, tags = [], {}, {}
+    for name in ("A", "B"):
+        channel = channels[name] = connection.channel()
+        channel.basic_qos(prefetch_count=1)
+        channel.queue_declare(queue, arguments={"x-single-active-consumer": True})
+
+        def on_message(ch, method, properties, body, name=name):
+            seen.append((name, body.decode(), method.redelivered, method.delivery_tag))
+
+        tags[name] = channel.basic_consume(queue, on_message)
+    publish(connection.channel(), queue, 3)
+    pump_until(connection, lambda: len(seen) == 1)
+    channels["A"].basic_cancel(tags["A"])
+    pump_until(connection, lambda: len(seen) == 2)  # no publish needed
+    channels["A"].close()  # m0 goes back before m2
+    channels["B"].basic_ack(seen[1][3])
+    pump_until(connection, lambda: len(seen) == 3)
+    channels["B"].basic_ack(seen[2][3])
+    pump_until(connection, lambda: len(seen) == 4)
+    connection.close()
+    assert [(name, body, redelivered) for name, body, redelivered, _tag in seen] == [
+        ("A", "m0", False),
+        ("B", "m1", False),
+        ("B", "m0", True),
+        ("B", "m2", False),
+    ]
