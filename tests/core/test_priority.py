@@ -162,3 +162,23 @@ def _paged_restart(folder):
 
 def test_a_paged_priority_queue_comes_back_in_priority_order_after_a_restart():
     _paged_restart()
+
+
+@_in_folder
+def _paged_purge(folder):
+    limits = Limits(queue_window_messages=4)
+    node = Node(folder, segment_bytes=4096, limits=limits)
+    client = node.client()
+    client.queue(1, b"q", durable=True, arguments={"x-max-priority": 9})
+    _publish(client, b"q", _mixed(30)[0], persistent=True)
+    events = client.call(1, spec.QUEUE_PURGE, (0, b"q", False))
+    assert events[0].name == "queue.purge-ok" and events[0].args == [30]
+    assert node.broker.flow.held_messages == 0
+    node.crash()
+    again = Node(folder, segment_bytes=4096, limits=limits)
+    assert again.broker.queues[b"q"].message_count() == 0
+    assert _all(again.client(), b"q") == []
+
+
+def test_a_purged_paged_priority_queue_stays_empty_after_a_restart():
+    _paged_purge()
