@@ -159,7 +159,7 @@ def check_equivalent(what, received, current, table, method):
     for key in table:
         if table[key] & COMPARED and freeze(received.get(key)) != freeze(current.get(key)):
             new, old = received.get(key), current.get(key)
-            typed = new is None or old is None or type_name(new) != type_name(old)
+            typed = new is None or old is None  # (RabbitMQ names the type only beside "none")
             raise ChannelException(
                 PRECONDITION_FAILED,
                 "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received %s but current is %s"
@@ -170,7 +170,7 @@ def check_equivalent(what, received, current, table, method):
 
 def shown(value, typed):
     """An argument's value as RabbitMQ's equivalence refusal shows it: 'value', or with its
-    type when the two differ in type or one is missing ("none")."""
+    type when the other one is missing ("none")."""
     if value is None:
         return "none"
     kind = type_name(value)

@@ -138,6 +138,8 @@ def test_a_redeclare_must_repeat_them():
         ({"x-max-priority": 5}, {"x-max-priority": 6}, b"received '6' but current is '5'"),
         ({}, {"x-max-priority": 5}, b"received the value '5' of type 'signedint' but current is none"),
         (SAC, {}, b"received none but current is the value 'true' of type 'bool'"),
+        (SAC, {"x-single-active-consumer": False}, b"received 'false' but current is 'true'"),
+        ({"x-max-priority": 5}, {"x-max-priority": "5"}, b"received '5' but current is '5'"),  # (types differ)
     )
     for first, again, words in cases:
         client = opened()

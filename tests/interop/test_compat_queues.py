@@ -438,6 +438,37 @@ def single_active_consumer(target):
     return asyncio.run(asyncio.wait_for(main(), 60))
 
 
+def single_active_arguments(target):
+    """What each x-single-active-consumer value gets at declare, and redeclares that do not
+    repeat it (or give x-max-priority another type)."""
+    seen = []
+    cases = [({"x-single-active-consumer": value}, None) for value in (True, False, "yes", 1)]
+    cases += [
+        ({"x-single-active-consumer": True}, {}),
+        ({"x-single-active-consumer": True}, {"x-single-active-consumer": False}),
+    ]
+    cases += [({"x-max-priority": 5}, {"x-max-priority": "5"})]
+    for arguments, again in cases:
+        connection = pika_connection(target)
+        channel = connection.channel()
+        queue = fresh("sac")
+        try:
+            channel.queue_declare(queue, auto_delete=True, arguments=arguments)
+            if again is not None:
+                channel.queue_declare(queue, auto_delete=True, arguments=again)
+            seen.append("ok")
+        except ChannelClosedByBroker as error:
+            code, reply_text = closed_by(error)
+            seen.append((code, reply_text.replace(queue, "QUEUE")))
+        connection.close()
+    return seen
+
+
+def test_single_active_consumer_arguments(broker, rabbitmq):
+    seen = same_on_both(single_active_arguments, broker, rabbitmq)
+    assert seen[:2] == ["ok", "ok"] and all(reply[0] == 406 for reply in seen[2:])
+
+
 def test_single_active_consumer(broker, rabbitmq):
     same_on_both(single_active_consumer, broker, rabbitmq)
 
