@@ -84,8 +84,7 @@ class Lanes:
     def __len__(self):
         return self.length
 
-    def _lane(self, entry):
-        priority = priority_of(entry[0], self.top)
+    def _lane(self, priority):
         lane = self.lanes.get(priority)
         if lane is None:
             lane = self.lanes[priority] = Fifo()
@@ -97,12 +96,19 @@ class Lanes:
         return lane
 
     def push(self, entry):
-        self._lane(entry).push(entry)
+        self._lane(priority_of(entry[0], self.top)).push(entry)
         self.length += 1
 
     def put_back(self, items, key):
-        for item in items:  # (a requeue is a few messages: one at a time is cheap enough)
-            self._lane(item).put_back([item], key)
+        groups = {}  # priority -> its items: each lane's put back in one go (one walk of it)
+        for item in items:
+            priority = priority_of(item[0], self.top)
+            if priority in groups:
+                groups[priority].append(item)
+            else:
+                groups[priority] = [item]
+        for priority in groups:
+            self._lane(priority).put_back(groups[priority], key)
         self.length += len(items)
 
     def highest(self):
