@@ -38,6 +38,11 @@ class PriorityQueue(Queue):
             self._sort_backlog()
         page_out(self, message, priority_of(message, self.top))
 
+    def page_in(self):
+        if not self.sorted:  # (expiry may read before anything is taken)
+            self._sort_backlog()
+        Queue.page_in(self)
+
     def _pop(self):
         if not self.sorted:
             self._sort_backlog()

@@ -182,3 +182,24 @@ def _paged_purge(folder):
 
 def test_a_purged_paged_priority_queue_stays_empty_after_a_restart():
     _paged_purge()
+
+
+@_in_folder
+def _expiry_first(folder):
+    limits = Limits(queue_window_messages=4)
+    node = Node(folder, segment_bytes=4096, limits=limits)
+    client = node.client()
+    arguments = {"x-max-priority": 9, "x-message-ttl": 3600000}
+    client.queue(1, b"q", durable=True, arguments=arguments)
+    published, delivered = _mixed(40)
+    _publish(client, b"q", published[:30], persistent=True)
+    node.crash()
+    again = Node(folder, segment_bytes=4096, limits=limits)
+    again.broker.tick(1000)  # the TTL check reads the backlog back before anything is taken
+    client = again.client()
+    _publish(client, b"q", published[30:], persistent=True)
+    assert _all(client, b"q") == delivered
+
+
+def test_a_restarted_priority_queue_read_first_by_its_ttl_check_keeps_its_order():
+    _expiry_first()
