@@ -120,13 +120,24 @@ def _mixed(count):
     return published, [published[i][0] for i in order]
 
 
-@_in_folder
-def _paged(folder):
+def _paged_node(folder, published, arguments=None):
+    """A broker whose queues keep a window of 4 messages, with a durable priority queue "q"
+    (maximum 9) holding published; (node, its client)."""
     node = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
     client = node.client()
-    client.queue(1, b"q", durable=True, arguments={"x-max-priority": 9})
+    client.queue(1, b"q", durable=True, arguments=dict({"x-max-priority": 9}, **(arguments or {})))
+    _publish(client, b"q", published, persistent=True)
+    return node, client
+
+
+def _restarted(folder):
+    return Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
+
+
+@_in_folder
+def _paged(folder):
     published, delivered = _mixed(60)
-    _publish(client, b"q", published[:40], persistent=True)
+    node, client = _paged_node(folder, published[:40])
     queue = node.broker.queues[b"q"]
     assert queue.messages.length == 4 and queue.paged == 36  # a window in memory, the rest on disk
     assert [run.priority for run in queue.runs] == sorted((run.priority for run in queue.runs), reverse=True)
@@ -144,14 +155,10 @@ def test_a_paged_priority_queue_delivers_by_priority_from_disk_and_memory():
 
 @_in_folder
 def _paged_restart(folder):
-    limits = Limits(queue_window_messages=4)
-    node = Node(folder, segment_bytes=4096, limits=limits)
-    client = node.client()
-    client.queue(1, b"q", durable=True, arguments={"x-max-priority": 9})
     published, delivered = _mixed(80)
-    _publish(client, b"q", published[:70], persistent=True)
+    node, _client = _paged_node(folder, published[:70])
     node.crash()
-    again = Node(folder, segment_bytes=4096, limits=limits)
+    again = _restarted(folder)
     queue = again.broker.queues[b"q"]
     assert queue.messages.length == 0 and queue.paged == 70  # back as runs in publish order
     client = again.client()
@@ -166,16 +173,12 @@ def test_a_paged_priority_queue_comes_back_in_priority_order_after_a_restart():
 
 @_in_folder
 def _paged_purge(folder):
-    limits = Limits(queue_window_messages=4)
-    node = Node(folder, segment_bytes=4096, limits=limits)
-    client = node.client()
-    client.queue(1, b"q", durable=True, arguments={"x-max-priority": 9})
-    _publish(client, b"q", _mixed(30)[0], persistent=True)
+    node, client = _paged_node(folder, _mixed(30)[0])
     events = client.call(1, spec.QUEUE_PURGE, (0, b"q", False))
     assert events[0].name == "queue.purge-ok" and events[0].args == [30]
     assert node.broker.flow.held_messages == 0
     node.crash()
-    again = Node(folder, segment_bytes=4096, limits=limits)
+    again = _restarted(folder)
     assert again.broker.queues[b"q"].message_count() == 0
     assert _all(again.client(), b"q") == []
 
@@ -186,15 +189,10 @@ def test_a_purged_paged_priority_queue_stays_empty_after_a_restart():
 
 @_in_folder
 def _expiry_first(folder):
-    limits = Limits(queue_window_messages=4)
-    node = Node(folder, segment_bytes=4096, limits=limits)
-    client = node.client()
-    arguments = {"x-max-priority": 9, "x-message-ttl": 3600000}
-    client.queue(1, b"q", durable=True, arguments=arguments)
     published, delivered = _mixed(40)
-    _publish(client, b"q", published[:30], persistent=True)
+    node, _client = _paged_node(folder, published[:30], {"x-message-ttl": 3600000})
     node.crash()
-    again = Node(folder, segment_bytes=4096, limits=limits)
+    again = _restarted(folder)
     again.broker.tick(1000)  # the TTL check reads the backlog back before anything is taken
     client = again.client()
     _publish(client, b"q", published[30:], persistent=True)
