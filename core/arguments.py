@@ -24,6 +24,10 @@ OVERFLOW_MODE = 4
 CLASSIC = 5
 QUEUE_MODE = 6
 UNSUPPORTED = 7  # RabbitMQ's, not implemented by hutch: refused
+# (more kinds: bit 5 with the low bits, past COMPARED and STREAM)
+BOOLEAN = 32
+MAX_PRIORITY = 33  # an integer 0..255 (0: no priorities)
+KIND = 7 | 32  # a row's bits that say what its value must be
 # ... whether a redeclare must repeat it (RabbitMQ's equivalence check) ...
 COMPARED = 8
 # ... and whether a stream (x-queue-type = stream) takes it; the two that only a stream
@@ -40,8 +44,8 @@ QUEUE_ARGUMENTS = {
     "x-dead-letter-routing-key": NAME | COMPARED,
     "x-queue-type": CLASSIC | COMPARED | STREAM,
     "x-queue-mode": QUEUE_MODE | COMPARED,
-    "x-max-priority": UNSUPPORTED,
-    "x-single-active-consumer": UNSUPPORTED,
+    "x-max-priority": MAX_PRIORITY | COMPARED,
+    "x-single-active-consumer": BOOLEAN | COMPARED,
     "x-queue-master-locator": UNSUPPORTED,
     "x-queue-leader-locator": UNSUPPORTED,
     "x-quorum-initial-group-size": UNSUPPORTED,
@@ -70,7 +74,11 @@ def valid(kind, value):
         return isinstance(value, (bytes, str)) and as_bytes(value) == b"classic"
     if kind == QUEUE_MODE:
         return isinstance(value, (bytes, str)) and as_bytes(value) in (b"default", b"lazy")
+    if kind == BOOLEAN:
+        return isinstance(value, bool)
     number = isinstance(value, int) and not isinstance(value, bool)
+    if kind == MAX_PRIORITY:
+        return number and 0 <= value <= 255
     if kind == POSITIVE:
         return number and value > 0
     return number and value >= 0  # NON_NEGATIVE
@@ -82,7 +90,7 @@ def check_queue_arguments(name, arguments):
         row = QUEUE_ARGUMENTS.get(key)
         if row is None:
             continue
-        kind = row & 7
+        kind = row & KIND
         if kind == UNSUPPORTED:
             raise ChannelException(
                 PRECONDITION_FAILED,
@@ -91,9 +99,58 @@ def check_queue_arguments(name, arguments):
         if not valid(kind, arguments[key]):
             raise ChannelException(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %r"
-                % (key, text(name), arguments[key]),
+                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s"
+                % (key, text(name), why_invalid(kind, arguments[key])),
             )
+
+
+def why_invalid(kind, value):
+    """What RabbitMQ's refusal of an invalid value says after the colon (its Erlang term)."""
+    if kind == BOOLEAN:
+        return "{unacceptable_type,%s}" % type_name(value)
+    if kind == MAX_PRIORITY:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return not_an_integer(value)
+        return "{%s,%d}" % ("value_negative" if value < 0 else "max_value_exceeded", value)
+    return repr(value)
+
+
+def not_an_integer(value):
+    return '"expected integer, got %s"' % type_name(value)
+
+
+def check_integer(key, value, queue_name, method):
+    """A consumer argument that must be an integer (x-priority): 406 otherwise, in RabbitMQ's
+    words."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s"
+            % (key, text(queue_name), not_an_integer(value)),
+            method,
+        )
+
+
+def type_name(value):
+    """The field-table type of a decoded value, as RabbitMQ names it (clients send strings as
+    longstr)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -0x80000000 <= value <= 0x7FFFFFFF else "long"
+    if isinstance(value, (bytes, str)):
+        return "longstr"
+    if isinstance(value, bytearray):
+        return "binary"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if value is None:
+        return "void"
+    return "timestamp"
 
 
 def check_equivalent(what, received, current, table, method):
@@ -101,9 +158,26 @@ def check_equivalent(what, received, current, table, method):
     EXCHANGE_ARGUMENTS); `what` names the queue or exchange in the 406's text."""
     for key in table:
         if table[key] & COMPARED and freeze(received.get(key)) != freeze(current.get(key)):
+            new, old = received.get(key), current.get(key)
+            typed = new is None or old is None  # (RabbitMQ names the type only beside "none")
             raise ChannelException(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
-                "received %r but current is %r" % (key, what, received.get(key), current.get(key)),
+                "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received %s but current is %s"
+                % (key, what, shown(new, typed), shown(old, typed)),
                 method,
             )
+
+
+def shown(value, typed):
+    """An argument's value as RabbitMQ's equivalence refusal shows it: 'value', or with its
+    type when the other one is missing ("none")."""
+    if value is None:
+        return "none"
+    kind = type_name(value)
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    elif isinstance(value, (bytes, str)):
+        value = text(as_bytes(value))
+    if typed:
+        return "the value '%s' of type '%s'" % (value, kind)
+    return "'%s'" % value

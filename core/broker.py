@@ -14,6 +14,7 @@ stands where a queue stands; a message routed to one becomes a record of its log
 """
 
 from . import spec
+from .arguments import check_integer
 from .auth import Users
 from .deadletter import dead_letter
 from .errors import ChannelException
@@ -51,6 +52,7 @@ CAPABILITIES = {
     "authentication_failure_close": True,
     "per_consumer_qos": True,
     "direct_reply_to": True,
+    "consumer_priorities": True,
 }
 
 # What Broker.publish says of a message (bits).
@@ -116,6 +118,7 @@ class Broker:
         # (core/batch.py with the C scanner); None: connection.read_frames, frame by frame.
         self.frame_reader = frame_reader
         self._serial = 0
+        self.published = 0  # messages numbered (Message.order)
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
         self._properties = None
 
@@ -243,6 +246,8 @@ class Broker:
             if bridged is True:  # a duplicate: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
+        self.published += 1
+        message.order = self.published  # where a requeue puts it back (Message.order)
         if publisher is not None and publisher.confirming and self.flow.blocked:
             # Out of memory or disk, a publisher with confirms is told no (basic.nack) and still
             # read: its connection may carry acks too, and they are what frees memory.
@@ -315,7 +320,14 @@ class Broker:
         front end calls once it has told its client the consumer is on."""
         if queue.is_stream:
             queue.check_consumer(consumer, arguments, method)  # RabbitMQ's refusals; where it starts
-        if queue.exclusive_consumer is not None or (consumer.exclusive and queue.consumers):
+        elif arguments and "x-priority" in arguments:
+            priority = arguments["x-priority"]
+            check_integer("x-priority", priority, queue.name, method)
+            if priority:
+                consumer.priority = priority
+        if queue.exclusive_consumer is not None or (
+            consumer.exclusive and (queue.consumers or queue.single_active)  # (RabbitMQ refuses both)
+        ):
             raise ChannelException(
                 spec.ACCESS_REFUSED,
                 "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use" % text(queue.name),
@@ -330,14 +342,19 @@ class Broker:
         self.consumer_count += 1
         queue.add_consumer(consumer)
 
-    def cancel(self, consumer):
+    def cancel(self, consumer, serve_next=True):
         """Stop a consumer (its messages still unsettled stay with its session); an auto-delete
-        queue goes with its last consumer."""
+        queue goes with its last consumer. On a single active consumer queue the next consumer
+        takes over and is served at once, as in RabbitMQ 4 (3.10 serves no one, and its queue
+        process crashes at the next publish); serve_next=False leaves that to the caller, which first
+        requeues the messages the consumer held (a channel closing: Channel.cleanup)."""
         self.consumer_count -= 1
         queue = consumer.queue
         queue.remove_consumer(consumer)
         if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
             delete_queue(self, queue)
+        elif serve_next and getattr(queue, "single_active", False):  # (a stream has no such mode)
+            queue.dispatch()
 
     def delivered(self, queue, entry, settled):
         """entry of queue was handed to a consumer: settled (no ack to wait for) means it is gone
@@ -350,8 +367,8 @@ class Broker:
             self.journal.delivered(queue, message)
 
     def settle(self, queue, entries, outcome):
-        """Delivered entries of queue, settled: ACCEPT, REQUEUE (in the order given, at the head
-        of the queue, redelivered) or REJECT."""
+        """Delivered entries of queue, settled: ACCEPT, REQUEUE (back at their places in the
+        queue, redelivered) or REJECT."""
         if outcome == ACCEPT:
             queue.forget_all(entries)
         elif outcome == REQUEUE:

@@ -406,13 +406,17 @@ class Channel:
         consumers = list(self.consumers.values())
         self.consumers = {}
         for consumer in consumers:
-            self.broker.cancel(consumer)
+            self.broker.cancel(consumer, False)
         self.tx = None
         if self.reply_tag is not None:
             from .replyto import forget
 
             forget(self)
-        self.requeue_all()
+        self.requeue_all()  # what they held goes back before the next single active consumer starts
+        for consumer in consumers:
+            queue = consumer.queue
+            if getattr(queue, "single_active", False) and not queue.deleted:
+                queue.dispatch()
 
     # ------------------------------------------------------------ helpers for handlers
 

@@ -1,4 +1,4 @@
-"""A growable FIFO with push-to-front, the same on MicroPython and CPython.
+"""A growable FIFO that takes items back to their places, the same on MicroPython and CPython.
 
 MicroPython's collections.deque preallocates its maximum length, which a
 queue of unknown size cannot afford on a board; two plain lists grow only
@@ -22,10 +22,38 @@ class Fifo:
         self._tail.append(item)
         self.length += 1
 
-    def push_front(self, items):
-        """Put items (in their order) before everything else."""
-        items = list(items)
-        self._head = items + self._head[self._pos :]
+    def put_back(self, items, key):
+        """Put items back where key (a number for each item) places them: the items here are
+        in key order already (pushed in that order), and each of items goes before the first
+        that has a greater key. A queue takes back its unacknowledged messages so, each at its
+        first place (RabbitMQ's requeue order); only the items ahead of the last of them are
+        looked at."""
+        if not items:
+            return
+        items = sorted(items, key=key)
+        last = key(items[-1])
+        head, pos, tail = self._head, self._pos, self._tail
+        i = pos
+        n = len(head)
+        while i < n and key(head[i]) < last:
+            i += 1
+        if i < n:
+            ahead, behind = head[pos:i], head[i:]
+        else:  # all of the head comes first: the tail's first items may too
+            j = 0
+            while j < len(tail) and key(tail[j]) < last:
+                j += 1
+            ahead, behind = head[pos:] + tail[:j], tail[j:]
+            self._tail = []
+        merged = []
+        k = 0
+        for item in items:
+            mine = key(item)
+            while k < len(ahead) and key(ahead[k]) < mine:
+                merged.append(ahead[k])
+                k += 1
+            merged.append(item)
+        self._head = merged + ahead[k:] + behind
         self._pos = 0
         self.length += len(items)
 

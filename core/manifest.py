@@ -30,6 +30,7 @@ package(
         "message.py",
         "outbox.py",
         "paging.py",
+        "priority.py",
         "queue.py",
         "records.py",
         "replay.py",

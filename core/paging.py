@@ -41,13 +41,20 @@ from .records import CLEAN, CORRUPT, INCOMPLETE, TRAILER_SIZE, next_record
 from .wire import text
 
 
-def page_out(queue, message):
-    """A message published to a paging queue (Queue.pages()): journalled, and on disk only."""
+def page_out(queue, message, priority=0):
+    """A message published to a paging queue (Queue.pages()): journalled, and on disk only.
+    priority: its priority in a priority queue (core/priority.py), whose runs are each of one
+    priority, highest first (and oldest first within one); a plain queue's are all 0."""
     runs = queue.runs
-    if not runs or not runs[-1].add(message):
+    i = len(runs)
+    while i and runs[i - 1].priority < priority:
+        i -= 1
+    if not i or runs[i - 1].priority != priority or not runs[i - 1].add(message):
         run = Run(message.segment, message.journal_id)
         run.add(message)
-        runs.append(run)
+        if priority:
+            run.priority = priority
+        runs.insert(i, run)
     queue.paged += 1
     queue.paged_bytes += message.body_size
 
@@ -58,8 +65,10 @@ def page_in(queue):
     journal = broker.journal
     want = queue.window_messages - queue.messages.length
     if want < 1:
-        want = 1
-    while queue.runs and want > 0 and queue.ready_bytes < queue.window_bytes:
+        want = 1  # (a priority queue reads a message of a higher priority into a full window)
+    read = False
+    while queue.runs and want > 0 and (queue.ready_bytes < queue.window_bytes or not read):
+        read = True
         run = queue.runs[0]
         count, damaged = read_run(journal, run, want, queue)
         want -= count
@@ -125,6 +134,7 @@ class Run:
     # the id its part there starts at, and that part's body bytes (the first segment's part
     # has the rest of count and bytes).
     parts = None  # type: list | None
+    priority = 0  # its messages' priority, in a priority queue (core/priority.py)
 
     def __init__(self, segment, first_id, moved=False, bitmap=None):
         self.segment = segment
@@ -253,6 +263,8 @@ def enqueue(queue, run, data, fields):
         message.journal_id = journal_id
         message.arrived = arrived
         message.segment = segment
+        broker.published += 1
+        message.order = broker.published  # after all the queue holds: its backlog is its last messages
         if data[header + 16] & FLAG_EXPIRATION >> 8:  # (Message.flags, read from the buffer)
             expiration = message.properties().get("expiration")
             if expiration and expiration.isdigit():

@@ -30,12 +30,18 @@ def paging_module():
     return _paging[0]
 
 
+def publish_order(entry):
+    return entry[0].order
+
+
 class Consumer:
     """A consumer of a queue, whatever front end serves it. Its session delivers and settles
     (a 0-9-1 channel; the bridge or an AMQP 1.0 link to come): session.deliver(consumer, queue,
     entry) hands it a message, session.can_deliver() says whether it may take one now, and
     session.prefetch_global and session.consumer_unacked bound what all its consumers hold
     together (0-9-1's basic.qos global; 0 for no bound)."""
+
+    priority = 0  # its x-priority (Broker.consume sets another): a class default costs a consumer nothing
 
     def __init__(self, session, tag, queue, no_ack, exclusive, prefetch):
         self.session = session
@@ -63,6 +69,13 @@ class Consumer:
 class Queue:
     is_queue = True
     is_stream = False  # a stream (core/stream.py) stands where a queue stands; Broker.publish tells them apart
+    # How it picks a consumer: round-robin over all (the class defaults), or, once set on the
+    # queue, the first of its consumers (x-single-active-consumer) or by consumer priority
+    # (a consumer with x-priority): see _next_in_order. `ordered` is either (one look-up per
+    # delivery for the plain case).
+    ordered = False
+    single_active = False
+    by_priority = False
 
     def __init__(self, broker, name, durable, owner, auto_delete, arguments):
         self.broker = broker
@@ -104,6 +117,8 @@ class Queue:
         self.window_messages = limits.queue_window_messages
         self.window_bytes = limits.queue_window_bytes
         self.delivered_before = None  # ids delivered before the last restart, still here (a set)
+        if arguments.get("x-single-active-consumer"):
+            self.single_active = self.ordered = True
 
     def __repr__(self):
         return "<Queue %s>" % text(self.name)
@@ -203,6 +218,8 @@ class Queue:
     # ------------------------------------------------------------ delivering
 
     def _next_ready_consumer(self):
+        if self.ordered:
+            return self._next_in_order()
         consumers = self.consumers
         n = len(consumers)
         i = self.next_consumer
@@ -215,6 +232,38 @@ class Queue:
                 self.next_consumer = i
                 return consumer
         return None
+
+    def _next_in_order(self):
+        """A single active consumer queue's first consumer (the active one: _hand_over), if it
+        is ready; else the first ready consumer of the highest priority, which then goes behind
+        its equals (round-robin among them). The consumers are kept in that order
+        (add_consumer)."""
+        consumers = self.consumers
+        if self.single_active:
+            return consumers[0] if consumers[0].ready() else None
+        n = len(consumers)
+        for i in range(n):
+            consumer = consumers[i]
+            if consumer.ready():
+                j = i + 1
+                while j < n and consumers[j].priority == consumer.priority:
+                    j += 1
+                if j > i + 1:
+                    consumers.insert(j - 1, consumers.pop(i))
+                return consumer
+        return None
+
+    def _hand_over(self):
+        """The active consumer of a single active consumer queue (its first) goes: the one of
+        the highest priority among the rest, the first of them to come, goes first (RabbitMQ
+        3.10 reads x-priority only here, not when the first consumer comes)."""
+        consumers = self.consumers
+        best = 1
+        for i in range(2, len(consumers)):
+            if consumers[i].priority > consumers[best].priority:
+                best = i
+        if best < len(consumers):
+            consumers.insert(1, consumers.pop(best))
 
     def _pop(self):
         if not self.messages.length and self.paged:
@@ -253,7 +302,8 @@ class Queue:
             consumer.session.deliver(consumer, self, entry)
 
     def requeue(self, entries):
-        """Put unacknowledged entries back at the head, in delivery order, marked redelivered."""
+        """Put unacknowledged entries back where they were, marked redelivered: each before the
+        messages published after it (RabbitMQ's order, whatever order they come back in)."""
         if self.deleted:
             for message, _redelivered, _expires_at in entries:
                 self.forget(message)
@@ -262,7 +312,7 @@ class Queue:
         for message, _redelivered, expires_at in entries:
             back.append((message, True, expires_at))
             self.ready_bytes += message.body_size
-        self.messages.push_front(back)
+        self.messages.put_back(back, publish_order)
         self.dispatch()
 
     def drop(self, entry, reason):
@@ -307,15 +357,27 @@ class Queue:
 
     def add_consumer(self, consumer):
         """(Broker.consume.) Deliveries start at the next dispatch()."""
-        self.consumers.append(consumer)
+        consumers = self.consumers
+        if consumer.priority and not self.single_active:
+            self.by_priority = self.ordered = True
+        if self.by_priority:  # behind those of its priority and higher
+            i = len(consumers)
+            while i and consumers[i - 1].priority < consumer.priority:
+                i -= 1
+            consumers.insert(i, consumer)
+        else:
+            consumers.append(consumer)
         self.had_consumer = True
         if consumer.exclusive:
             self.exclusive_consumer = consumer
 
     def remove_consumer(self, consumer):
         """(Broker.cancel, which also deletes an auto-delete queue left without consumers.)"""
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
+        consumers = self.consumers
+        if consumer in consumers:
+            if self.single_active and consumers[0] is consumer:
+                self._hand_over()
+            consumers.remove(consumer)
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
         self.last_used = self.broker.now

@@ -7,7 +7,7 @@ crashes instead (a bad x-max-age or x-stream-offset string: 541), the 406 later 
 give. Loaded with core/stream.py, when a broker first has a stream.
 """
 
-from .arguments import QUEUE_ARGUMENTS, STREAM, as_bytes
+from .arguments import QUEUE_ARGUMENTS, STREAM, as_bytes, not_an_integer, type_name
 from .errors import ChannelException, ConnectionException
 from .spec import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from .wire import Timestamp, method_name, text
@@ -72,7 +72,7 @@ def check_declare(name, durable, exclusive, auto_delete, arguments, method):
         if key == "x-max-age":
             why = None if duration_ms(value) is not None else _why_age(value)
         elif not isinstance(value, int) or isinstance(value, bool):
-            why = '"expected integer, got %s"' % _amqp_type(value)
+            why = not_an_integer(value)
         else:
             why = "{value_negative,%d}" % value if value < 0 else None
         if why is not None:
@@ -86,26 +86,7 @@ def check_declare(name, durable, exclusive, auto_delete, arguments, method):
 
 
 def _why_age(value):
-    return "invalid_max_age" if isinstance(value, (bytes, str)) else "{unacceptable_type,%s}" % _amqp_type(value)
-
-
-def _amqp_type(value):
-    """The field-table type of a decoded value, as RabbitMQ names it."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -0x80000000 <= value <= 0x7FFFFFFF else "long"
-    if isinstance(value, (bytes, str)):
-        return "longstr"
-    if isinstance(value, bytearray):
-        return "binary"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return "timestamp"
+    return "invalid_max_age" if isinstance(value, (bytes, str)) else "{unacceptable_type,%s}" % type_name(value)
 
 
 def start_of(arguments, name, method):
@@ -150,7 +131,7 @@ def _erlang(value):
         return '{longstr,<<"%s">>}' % text(as_bytes(value))
     if isinstance(value, bool):
         return "{bool,%s}" % ("true" if value else "false")
-    return "{%s,...}" % _amqp_type(value)
+    return "{%s,...}" % type_name(value)
 
 
 def check_consumer(consumer, name, method):

@@ -208,6 +208,10 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
         from .stream import new_stream
 
         queue = new_stream(broker, name, arguments, method)
+    elif arguments.get("x-max-priority"):  # (0: a plain queue, as in RabbitMQ)
+        from .priority import PriorityQueue  # only a broker with priority queues holds their code
+
+        queue = PriorityQueue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
     else:
         queue = Queue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
     broker.queues[name] = queue

@@ -139,6 +139,29 @@ def test_nack_requeue_keeps_order_and_marks_redelivered():
     assert [e.args[0] for e in events] == [4, 5, 6]
 
 
+def test_requeued_messages_go_back_to_their_original_places():
+    """RabbitMQ's requeue order: whatever order they come back in (one reject at a time, a
+    nack of many around acks, a redelivery then the channel closing), a message returns
+    before those published after it."""
+    client = opened()
+    _fill(client, b"q", 6)
+    tags = [client.get(1, b"q")[0].args[0] for _ in range(4)]  # m0..m3 out, m4 m5 waiting
+    for i in (2, 0, 3):
+        client.call(1, spec.BASIC_REJECT, (tags[i], True))
+    again = client.get(1, b"q")[0]  # m0, again: now m1 (still out) was delivered after it
+    assert again.body == b"m0" and again.args[1] is True
+    client.call(1, spec.BASIC_NACK, (again.args[0], True, True))  # m0 and m1 back
+    events = [client.get(1, b"q", no_ack=True)[0] for _ in range(6)]
+    assert [(e.body, e.args[1]) for e in events] == [
+        (b"m0", True),
+        (b"m1", True),
+        (b"m2", True),
+        (b"m3", True),
+        (b"m4", False),
+        (b"m5", False),
+    ]
+
+
 def test_reject_without_requeue_drops():
     client = opened()
     _fill(client, b"q", 1)

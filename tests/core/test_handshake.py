@@ -36,6 +36,7 @@ def test_0_9_1_header_gets_connection_start():
         "connection.blocked",
         "authentication_failure_close",
         "per_consumer_qos",
+        "consumer_priorities",
     ):
         assert caps[cap] is True, cap
     assert mechanisms.split() == [b"PLAIN", b"AMQPLAIN"]

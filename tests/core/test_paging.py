@@ -88,6 +88,27 @@ def test_requeued_messages_go_back_before_the_backlog_on_disk():
 
 
 @_in_folder
+def _requeue_order(folder):
+    node = _small(folder)
+    c = _fill(node, 20)
+    tags = [c.get(1, b"q")[0].args[0] for _ in range(10)]  # read back from disk on the way
+    for i in (7, 2, 9, 0, 5):
+        c.call(1, spec.BASIC_REJECT, (tags[i], True))  # one at a time, out of order
+    c.call(1, spec.CHANNEL_CLOSE, (200, b"", 0, 0))  # the other five back too
+    c.channel(2)
+    bodies = []
+    for _ in range(20):
+        event = c.get(2, b"q", True)[0]
+        bodies.append((event.body, event.args[1]))
+    assert _numbers(bodies) == list(range(20))
+    assert [redelivered for _, redelivered in bodies] == [True] * 10 + [False] * 10
+
+
+def test_requeued_messages_of_a_paged_queue_go_back_to_their_places():
+    _requeue_order()
+
+
+@_in_folder
 def _interleaved(folder):
     node = _small(folder)
     c = _fill(node, 30, queue=b"a")
