@@ -370,22 +370,22 @@ class Broker:
                     out.append(queue)
             return out
         out = []
-        self._route_keys(exchange, message, out)
+        exchange.route(message, out)
+        if cc is not None:
+            for key in cc:
+                exchange.route(message.with_key(key), out)
         if not out:
             alternate = exchange.alternate
             if alternate is not None:
                 target = self.exchange(alternate)
                 if target is not None and target is not exchange:
-                    self._route_keys(target, message, out)
+                    target.route(message, out)
+                    if cc is not None:
+                        for key in cc:
+                            target.route(message.with_key(key), out)
         if len(out) > 1:
             out = list(dict.fromkeys(out))
         return out
-
-    def _route_keys(self, exchange, message, out):
-        exchange.route(message, out)
-        if message.cc is not None:
-            for key in message.cc:
-                exchange.route(message.with_key(key), out)
 
     def expiry(self, queue, message):
         """When an entry of message in queue expires (ms clock), or None."""

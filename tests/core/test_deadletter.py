@@ -292,6 +292,34 @@ def test_max_length_bytes_reject_publish_on_a_queue_paged_to_disk():
     _paged_reject()
 
 
+@_in_folder
+def _after_restart(folder):
+    for window in (1, 4):  # the backlog on disk, or all of it in memory after the replay
+        name = b"q%d" % window
+        node = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=window))
+        c = node.client()
+        for overflow in (b"drop-head", b"reject-publish"):
+            arguments = {"x-max-length-bytes": 10, "x-overflow": overflow}
+            c.queue(1, name + overflow, durable=True, arguments=arguments)
+            for body in (b"m0..", b"m1.."):
+                c.publish(1, b"", name + overflow, body, PERSISTENT)
+        node.stop()
+        again = Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=window))
+        d = again.client()
+        for overflow in (b"drop-head", b"reject-publish"):
+            queue = again.broker.queues[name + overflow]
+            assert queue.ready_bytes + queue.paged_bytes == 8, (queue.ready_bytes, queue.paged_bytes)
+            d.publish(1, b"", name + overflow, b"m2..", PERSISTENT)  # 12 bytes: over
+        assert [_get(d, name + b"drop-head").body for _ in range(2)] == [b"m1..", b"m2.."]
+        assert [_get(d, name + b"reject-publish").body for _ in range(2)] == [b"m0..", b"m1.."]
+        assert _empty(d, name + b"reject-publish")
+        again.stop()
+
+
+def test_max_length_bytes_holds_after_a_restart():
+    _after_restart()
+
+
 # ---------------------------------------------------------------- CC and BCC
 
 

@@ -363,6 +363,7 @@ def test_reject_publish_dlx_without_confirms_or_without_a_dlx(broker, rabbitmq):
 QUEUE_KINDS = {
     "transient": {"durable": False, "exclusive": False, "persistent": False, "arguments": {}},
     "durable": {"durable": True, "exclusive": False, "persistent": True, "arguments": {}},
+    "durable-transient": {"durable": True, "exclusive": False, "persistent": False, "arguments": {}},
     "exclusive": {"durable": False, "exclusive": True, "persistent": False, "arguments": {}},
     "lazy": {"durable": True, "exclusive": False, "persistent": True, "arguments": {"x-queue-mode": "lazy"}},
 }
@@ -488,10 +489,11 @@ def paging_broker(tmp_path):
 
 
 @pytest.mark.parametrize("overflow", OVERFLOW_MODES)
-def test_max_length_bytes_on_a_queue_paged_to_disk(overflow, paging_broker, rabbitmq):
+@pytest.mark.parametrize("kind", ["durable", "durable-transient"])
+def test_max_length_bytes_on_a_queue_paged_to_disk(kind, overflow, paging_broker, rabbitmq):
     """A durable queue whose backlog is on disk (window of 1) counts the paged messages' bytes
-    too, in every overflow mode."""
-    same_on_both(max_length_bytes("durable", overflow), paging_broker, rabbitmq)
+    too, in every overflow mode, for persistent and transient messages."""
+    same_on_both(max_length_bytes(kind, overflow), paging_broker, rabbitmq)
 
 
 def requeued_over_the_limit(target):
@@ -711,3 +713,43 @@ def test_a_dead_letter_refused_by_reject_publish_dlx_dies_again(broker, rabbitmq
     same_on_both(
         dead_letter_into_a_full_reject_publish_dlx_queue, broker, rabbitmq, expected_difference=with_last_death
     )
+
+
+def cc_with_alternate_exchange_and_returns(target):
+    """CC keys count before the alternate exchange: it gets a message only when no key of it
+    matched (and then by all its keys); a mandatory message no key routes comes back without
+    its BCC header."""
+    names = Names()
+    connection = pika_connection(target)
+    channel = connection.channel()
+    returned = []
+    channel.add_on_return_callback(lambda ch, method, properties, body: returned.append((body, properties.headers)))
+    alternate, exchange, bare = names("alternate"), names("exchange"), names("bare")
+    matched, caught = names("matched"), names("caught")
+    channel.exchange_declare(alternate, "direct", auto_delete=True)
+    channel.exchange_declare(exchange, "direct", auto_delete=True, arguments={"alternate-exchange": alternate})
+    channel.exchange_declare(bare, "direct", auto_delete=True)
+    channel.queue_declare(matched, exclusive=True)
+    channel.queue_declare(caught, exclusive=True)
+    channel.queue_bind(matched, exchange, routing_key="k.matched")
+    channel.queue_bind(matched, bare, routing_key="k.matched")
+    channel.queue_bind(caught, alternate, routing_key="k.cc")
+    channel.basic_publish(exchange, "k.none", b"by-cc", pika.BasicProperties(headers={"CC": ["k.matched"]}))
+    channel.basic_publish(exchange, "k.none", b"to-alternate", pika.BasicProperties(headers={"CC": ["k.cc"]}))
+    channel.basic_publish(
+        bare, "k.none", b"back", pika.BasicProperties(headers={"CC": ["x"], "BCC": ["y"]}), mandatory=True
+    )
+    channel.basic_publish(bare, "k.none", b"marker", mandatory=True)
+    wait_until(lambda: connection.process_data_events(time_limit=0.02) or len(returned) >= 2, 10, what="returns")
+    observed = {
+        "matched": seen(names, *pika_get(channel, matched)),
+        "caught": seen(names, *pika_get(channel, caught)),
+        "returned": names.plain(returned),
+        "counts": [message_count(channel, matched), message_count(channel, caught)],
+    }
+    connection.close()
+    return observed
+
+
+def test_cc_before_the_alternate_exchange_and_in_returns_as_rabbitmq(broker, rabbitmq):
+    same_on_both(cc_with_alternate_exchange_and_returns, broker, rabbitmq)
