@@ -320,6 +320,34 @@ def test_max_length_bytes_holds_after_a_restart():
     _after_restart()
 
 
+@_in_folder
+def _durable_dead_letters(folder):
+    node = Node(folder)
+    c = node.client()
+    c.queue(1, b"dead", durable=True)
+    c.queue(1, b"work", durable=True, arguments={"x-dead-letter-exchange": b"", "x-dead-letter-routing-key": b"dead"})
+    properties = {"delivery-mode": 2, "expiration": b"60000", "headers": {"CC": [b"dead"], "BCC": [b"work"]}}
+    c.publish(1, b"", b"work", b"m", properties)  # to work, and by its CC key to dead too
+    tag = c.get(1, b"work")[0].args[0]
+    c.call(1, spec.BASIC_REJECT, (tag, False))
+    node.crash()
+    again = Node(folder)
+    d = again.client()
+    copy, dead = _get(d, b"dead"), _get(d, b"dead")
+    assert copy.properties["headers"] == {"CC": [b"dead"]} and copy.properties["expiration"] == b"60000"
+    headers = dead.properties["headers"]
+    assert "expiration" not in dead.properties and dead.properties["delivery-mode"] == 2
+    assert "CC" not in headers and "BCC" not in headers  # CC goes with x-dead-letter-routing-key
+    assert headers["x-death"][0]["original-expiration"] == b"60000"
+    assert headers["x-death"][0]["routing-keys"] == [b"work", b"dead"]
+    assert headers["x-last-death-reason"] == b"rejected"
+    assert _empty(d, b"dead") and _empty(d, b"work")
+
+
+def test_a_persistent_dead_letter_survives_a_restart_as_it_was_made():
+    _durable_dead_letters()
+
+
 # ---------------------------------------------------------------- CC and BCC
 
 
