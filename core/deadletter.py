@@ -37,11 +37,11 @@ def dead_letter(broker, queue, message, reason):
     exchange = broker.exchange(queue.dead_letter_exchange)
     if exchange is None:
         return  # RabbitMQ drops it too when the DLX is missing
-    from . import headers as table  # loaded with the first dead letter: an idle board keeps its heap
+    from . import headers as encoded  # loaded with the first dead letter: an idle board keeps its heap
 
     props = message.properties()
     headers = props.get("headers") or {}
-    cc = table.routes(message.header_tail, b"CC")[1] if props.get("headers") else []
+    cc = encoded.routes(message.header_tail, b"CC")[1] if headers else []
     death = {
         "count": 1,
         "reason": reason,
@@ -83,7 +83,7 @@ def dead_letter(broker, queue, message, reason):
         also = message.cc if message.cc is not None else cc or None  # CC and BCC keys, as published
     else:
         keys.append(b"CC")  # routed by the queue's key alone: CC would misstate where it went
-    header_tail = table.with_entries(message.header_tail, b"".join(entries), keys, drop_expiration=True)
+    header_tail = encoded.with_entries(message.header_tail, b"".join(entries), keys, drop_expiration=True)
     route = shortstr(exchange.name) + shortstr(routing_key)
     dead = Message(exchange.name, routing_key, route, header_tail, message.body_tail, message.body_size)
     dead.cc = also

@@ -22,6 +22,7 @@ import pytest
 from conftest import RunningBroker, pika_connection, wait_until
 from differential import MARKS, closed_by, fresh, same_on_both
 from pika.exceptions import ChannelClosedByBroker
+from test_micropython_serve import mp_broker  # noqa: F401 (the MicroPython broker fixture)
 
 pytestmark = MARKS
 
@@ -753,3 +754,20 @@ def cc_with_alternate_exchange_and_returns(target):
 
 def test_cc_before_the_alternate_exchange_and_in_returns_as_rabbitmq(broker, rabbitmq):
     same_on_both(cc_with_alternate_exchange_and_returns, broker, rabbitmq)
+
+
+ON_MICROPYTHON = {
+    "dies-twice": dies_twice_in_one_queue,
+    "per-message-ttl": expired_per_message,
+    "cc-bcc-topic": sender_selected("topic"),
+    "reject-publish-dlx": reject_publish_dlx({"x-max-length-bytes": 5}, [b"abc", b"defg", b"", b"ab", b"x"]),
+    "max-length-bytes-drop-head": max_length_bytes("transient", "drop-head"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ON_MICROPYTHON))
+def test_the_same_on_micropython(name, request, rabbitmq):
+    """hutch on MicroPython's unix port (test_micropython_serve.py's fixture) against RabbitMQ. The difference named: x-last-death-* (RabbitMQ 3.13+, not
+    3.10.8)."""
+    board = request.getfixturevalue("mp_broker")
+    same_on_both(ON_MICROPYTHON[name], board, rabbitmq, expected_difference=with_last_death)
