@@ -134,10 +134,8 @@ def stream_run(conn, number, data, records, slot, count, appends):
     if bits & 2 or len(header_tail) < 19 or header_tail[4:8] != b"\x00\x3c\x00\x00":
         return 0, 0  # immediate, or not a basic content header of weight 0: refused one by one
     flags = (header_tail[16] << 8) | header_tail[17]
-    if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO) or (
-        flags & FLAG_HEADERS and b"x-hutch-seq" in header_tail
-    ):
-        return 0, 0  # properties the broker checks, or a bridge's message (deduplicated), each alone
+    if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO) or (flags & FLAG_HEADERS and _alone(header_tail)):
+        return 0, 0  # properties the broker checks, a bridge's message (deduplicated), CC/BCC: each alone
     exchange = broker.exchange(name) if name else broker.default_exchange
     if exchange is None or exchange.internal:
         return 0, 0
@@ -172,6 +170,12 @@ def stream_run(conn, number, data, records, slot, count, appends):
         else:
             conn.after_publish()
     return taken, after
+
+
+def _alone(header_tail):
+    """Whether headers make a publish go its own way: a bridge's sequence number (deduplicated),
+    or CC and BCC (sender-selected distribution: more routing keys, and BCC leaves the message)."""
+    return b"x-hutch-seq" in header_tail or b"\x02CC" in header_tail or b"\x03BCC" in header_tail
 
 
 def whole_publish(conn, number, data, payload, end, header_end, body_end):

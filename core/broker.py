@@ -234,9 +234,10 @@ class Broker:
         publisher is who publishes, for flow control: publisher.confirming is true when it can
         be told no (then it is refused, rather than held back, by a full queue or while
         publishers are blocked), and publisher.hold_for(queue) stops reading it until queue
-        has room. None is the broker itself (dead-lettering): never held back, and what a
-        queue refuses of it is dropped, not dead-lettered again. exclude: names of queues
-        the message must not go to (dead-lettering's cycle check)."""
+        has room. None is the broker itself (dead-lettering): never held back; a queue that
+        refuses it drops it, or dead-letters it again if it is x-overflow reject-publish-dlx
+        (as RabbitMQ does: its cycle check keeps that finite). exclude: names of queues the
+        message must not go to (dead-lettering's cycle check)."""
         queues = self.route(exchange, message)
         if not queues:
             return 0
@@ -263,11 +264,7 @@ class Broker:
                 continue
             if not queue.accepts(message):
                 result |= REFUSED  # x-overflow reject-publish(-dlx)
-                if (
-                    publisher is not None
-                    and queue.overflow == b"reject-publish-dlx"
-                    and queue.dead_letter_exchange is not None
-                ):
+                if queue.overflow == b"reject-publish-dlx" and queue.dead_letter_exchange is not None:
                     dead_letter(self, queue, message, b"maxlen")
                 continue
             if publisher is not None and queue.is_full():
@@ -378,18 +375,34 @@ class Broker:
                 queue.drop(entry, b"rejected")
 
     def route(self, exchange, message):
-        """The queues a message goes to, each once."""
+        """The queues a message goes to, each once: by its routing key and by each key of its CC
+        and BCC headers (message.cc), all on the same exchange, then its alternate exchange's
+        if none matched (RabbitMQ routes all the keys at once)."""
+        cc = message.cc
         if exchange is self.default_exchange:
             queue = self.queues.get(message.routing_key)
-            return [queue] if queue is not None else []
+            if cc is None:
+                return [queue] if queue is not None else []
+            out = [queue] if queue is not None else []
+            for key in cc:
+                queue = self.queues.get(key)
+                if queue is not None and queue not in out:
+                    out.append(queue)
+            return out
         out = []
         exchange.route(message, out)
+        if cc is not None:
+            for key in cc:
+                exchange.route(message.with_key(key), out)
         if not out:
             alternate = exchange.alternate
             if alternate is not None:
                 target = self.exchange(alternate)
                 if target is not None and target is not exchange:
                     target.route(message, out)
+                    if cc is not None:
+                        for key in cc:
+                            target.route(message.with_key(key), out)
         if len(out) > 1:
             out = list(dict.fromkeys(out))
         return out

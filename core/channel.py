@@ -17,7 +17,7 @@ from . import basic, declare, spec, tx
 from .broker import ACCEPT, REJECT, REQUEUE, ROUTED
 from .confirms import Confirms, confirm_select
 from .errors import ChannelException, ConnectionException
-from .message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message, append_content
+from .message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message, append_content
 from .spec import (
     COMMAND_INVALID,
     FRAME_ERROR,
@@ -215,6 +215,10 @@ class Channel:
         flags = message.flags()
         if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO):
             message = self._check_properties(message, flags)
+        if flags & FLAG_HEADERS and (b"\x02CC" in message.header_tail or b"\x03BCC" in message.header_tail):
+            from .headers import sender_selected  # loaded with the first such message
+
+            sender_selected(message)
         if self.tx is not None:
             self.tx.publishes.append((message, mandatory))
             return

@@ -20,6 +20,7 @@ MESSAGE_OVERHEAD = 600 if sys.implementation.name == "micropython" else 340
 
 FLAG_EXPIRATION = 0x0100
 FLAG_DELIVERY_MODE = 0x1000
+FLAG_HEADERS = 0x2000
 FLAG_USER_ID = 0x0010
 FLAG_REPLY_TO = 0x0200
 
@@ -32,6 +33,13 @@ class Message:
     # none, and on MicroPython an eleventh attribute of its own would cost each message 32 bytes.)
     ttl = None  # type: int | None
     forward_seq = 0  # a transient message's sequence number on a bridge, once forwarded (core/outbox.py)
+    cc = None  # type: list | None  # its CC and BCC headers' keys (sender-selected distribution), routed too
+
+    def with_key(self, routing_key):
+        """The same message under another routing key, for routing it by that key alone."""
+        other = Message(self.exchange, routing_key, None, self.header_tail, None, 0)
+        other._properties = self._properties
+        return other
 
     def __init__(self, exchange, routing_key, route, header_tail, body_tail, body_size):
         self.exchange = exchange  # bytes

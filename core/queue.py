@@ -161,11 +161,7 @@ class Queue:
         if message.journal_id and self.pages():
             self._page_out(message)
             if self.overflow == b"drop-head":
-                while self._over_limit():
-                    entry = self._pop()
-                    if entry is None:
-                        break
-                    self.drop(entry, b"maxlen")
+                self._drop_head_over_limit()
             return
         broker.flow.hold(message)
         entry = (message, False, expires_at)
@@ -187,6 +183,15 @@ class Queue:
                 return
         self.messages.push(entry)
         self.ready_bytes += message.body_size
+
+    def _drop_head_over_limit(self):
+        """drop-head: the oldest ready messages go (dead-lettered as maxlen) until the queue is
+        within its x-max-length and x-max-length-bytes again."""
+        while self._over_limit():
+            entry = self._pop()
+            if entry is None:
+                break
+            self.drop(entry, b"maxlen")
 
     # ------------------------------------------------------------ the backlog on disk
 
@@ -313,6 +318,8 @@ class Queue:
             back.append((message, True, expires_at))
             self.ready_bytes += message.body_size
         self.messages.put_back(back, publish_order)
+        if self.overflow == b"drop-head":
+            self._drop_head_over_limit()  # requeued, they count again: RabbitMQ drops from the head
         self.dispatch()
 
     def drop(self, entry, reason):

@@ -330,19 +330,23 @@ def test_properties_and_headers_round_trip(conn):
     assert body == b"body" and method.routing_key == "props.dead"
     dead_headers = dict(dead.headers)
     [death] = dead_headers.pop("x-death")
-    assert {k: death[k] for k in ("count", "reason", "queue", "exchange", "routing-keys")} == {
+    assert {k: death[k] for k in ("count", "reason", "queue", "exchange", "routing-keys", "original-expiration")} == {
         "count": 1,
         "reason": "rejected",
         "queue": "props.src",
         "exchange": "",
         "routing-keys": ["props.src"],
+        "original-expiration": "60000",
     }
-    assert dead_headers.pop("x-first-death-reason") == "rejected"
-    assert dead_headers.pop("x-first-death-queue") == "props.src"
-    assert dead_headers.pop("x-first-death-exchange") == ""
+    for which in ("first", "last"):  # x-last-death-*: RabbitMQ 3.13+
+        assert dead_headers.pop("x-%s-death-reason" % which) == "rejected"
+        assert dead_headers.pop("x-%s-death-queue" % which) == "props.src"
+        assert dead_headers.pop("x-%s-death-exchange" % which) == ""
     assert dead_headers == headers
-    assert {k: v for k, v in dead.__dict__.items() if k != "headers"} == {
-        k: v for k, v in props.__dict__.items() if k != "headers"
+    # the expiration property goes (x-death keeps it as original-expiration), as in RabbitMQ
+    assert dead.expiration is None
+    assert {k: v for k, v in dead.__dict__.items() if k not in ("headers", "expiration")} == {
+        k: v for k, v in props.__dict__.items() if k not in ("headers", "expiration")
     }
 
 
