@@ -16,7 +16,6 @@ stands where a queue stands; a message routed to one becomes a record of its log
 from . import spec
 from .arguments import check_integer
 from .auth import Users
-from .deadletter import dead_letter
 from .errors import ChannelException
 from .exchange import Exchange
 from .flow import Flow
@@ -265,6 +264,8 @@ class Broker:
             if not queue.accepts(message):
                 result |= REFUSED  # x-overflow reject-publish(-dlx)
                 if queue.overflow == b"reject-publish-dlx" and queue.dead_letter_exchange is not None:
+                    from .deadletter import dead_letter  # (loaded with the first dead letter)
+
                     dead_letter(self, queue, message, b"maxlen")
                 continue
             if publisher is not None and queue.is_full():
