@@ -14,7 +14,6 @@ stands where a queue stands; a message routed to one becomes a record of its log
 """
 
 from . import spec
-from .arguments import check_integer
 from .auth import Users
 from .errors import ChannelException
 from .exchange import Exchange
@@ -320,7 +319,10 @@ class Broker:
             queue.check_consumer(consumer, arguments, method)  # RabbitMQ's refusals; where it starts
         elif arguments and "x-priority" in arguments:
             priority = arguments["x-priority"]
-            check_integer("x-priority", priority, queue.name, method)
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                from .refusals import invalid_arg, not_an_integer  # (loaded with the first refusal)
+
+                raise invalid_arg("x-priority", queue.name, not_an_integer(priority), method)
             if priority:
                 consumer.priority = priority
         if queue.exclusive_consumer is not None or (

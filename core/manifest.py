@@ -33,6 +33,7 @@ package(
         "priority.py",
         "queue.py",
         "records.py",
+        "refusals.py",
         "replay.py",
         "replyto.py",
         "spec.py",
