@@ -36,6 +36,7 @@ package(
         "refusals.py",
         "replay.py",
         "replyto.py",
+        "secret.py",
         "spec.py",
         "stream.py",
         "streamlog.py",
