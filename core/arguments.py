@@ -25,9 +25,9 @@ CLASSIC = 5
 QUEUE_MODE = 6
 UNSUPPORTED = 7  # RabbitMQ's, not implemented by hutch: refused
 # (more kinds: bit 5 with the low bits, past COMPARED and STREAM)
-BOOLEAN = 32
+BOOLEAN = 32  # (core/refusals.py words the refusals of these two)
 MAX_PRIORITY = 33  # an integer 0..255 (0: no priorities)
-KIND = 7 | 32  # a row's bits that say what its value must be
+KIND = 39  # (7 | 32) a row's bits that say what its value must be
 # ... whether a redeclare must repeat it (RabbitMQ's equivalence check) ...
 COMPARED = 8
 # ... and whether a stream (x-queue-type = stream) takes it; the two that only a stream
@@ -97,60 +97,9 @@ def check_queue_arguments(name, arguments):
                 "PRECONDITION_FAILED - queue argument '%s' is not supported by hutch (queue '%s')" % (key, text(name)),
             )
         if not valid(kind, arguments[key]):
-            raise ChannelException(
-                PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s"
-                % (key, text(name), why_invalid(kind, arguments[key])),
-            )
+            from .refusals import invalid_arg, why_invalid  # RabbitMQ's words: loaded with the first
 
-
-def why_invalid(kind, value):
-    """What RabbitMQ's refusal of an invalid value says after the colon (its Erlang term)."""
-    if kind == BOOLEAN:
-        return "{unacceptable_type,%s}" % type_name(value)
-    if kind == MAX_PRIORITY:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return not_an_integer(value)
-        return "{%s,%d}" % ("value_negative" if value < 0 else "max_value_exceeded", value)
-    return repr(value)
-
-
-def not_an_integer(value):
-    return '"expected integer, got %s"' % type_name(value)
-
-
-def check_integer(key, value, queue_name, method):
-    """A consumer argument that must be an integer (x-priority): 406 otherwise, in RabbitMQ's
-    words."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ChannelException(
-            PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s"
-            % (key, text(queue_name), not_an_integer(value)),
-            method,
-        )
-
-
-def type_name(value):
-    """The field-table type of a decoded value, as RabbitMQ names it (clients send strings as
-    longstr)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -0x80000000 <= value <= 0x7FFFFFFF else "long"
-    if isinstance(value, (bytes, str)):
-        return "longstr"
-    if isinstance(value, bytearray):
-        return "binary"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    if value is None:
-        return "void"
-    return "timestamp"
+            raise invalid_arg(key, name, why_invalid(kind, arguments[key]))
 
 
 def check_equivalent(what, received, current, table, method):
@@ -158,6 +107,8 @@ def check_equivalent(what, received, current, table, method):
     EXCHANGE_ARGUMENTS); `what` names the queue or exchange in the 406's text."""
     for key in table:
         if table[key] & COMPARED and freeze(received.get(key)) != freeze(current.get(key)):
+            from .refusals import shown  # RabbitMQ's words: loaded with the first refusal
+
             new, old = received.get(key), current.get(key)
             typed = new is None or old is None  # (RabbitMQ names the type only beside "none")
             raise ChannelException(
@@ -166,18 +117,3 @@ def check_equivalent(what, received, current, table, method):
                 % (key, what, shown(new, typed), shown(old, typed)),
                 method,
             )
-
-
-def shown(value, typed):
-    """An argument's value as RabbitMQ's equivalence refusal shows it: 'value', or with its
-    type when the other one is missing ("none")."""
-    if value is None:
-        return "none"
-    kind = type_name(value)
-    if isinstance(value, bool):
-        value = "true" if value else "false"
-    elif isinstance(value, (bytes, str)):
-        value = text(as_bytes(value))
-    if typed:
-        return "the value '%s' of type '%s'" % (value, kind)
-    return "'%s'" % value

@@ -14,9 +14,7 @@ stands where a queue stands; a message routed to one becomes a record of its log
 """
 
 from . import spec
-from .arguments import check_integer
 from .auth import Users
-from .deadletter import dead_letter
 from .errors import ChannelException
 from .exchange import Exchange
 from .flow import Flow
@@ -265,6 +263,8 @@ class Broker:
             if not queue.accepts(message):
                 result |= REFUSED  # x-overflow reject-publish(-dlx)
                 if queue.overflow == b"reject-publish-dlx" and queue.dead_letter_exchange is not None:
+                    from .deadletter import dead_letter  # (loaded with the first dead letter)
+
                     dead_letter(self, queue, message, b"maxlen")
                 continue
             if publisher is not None and queue.is_full():
@@ -319,7 +319,10 @@ class Broker:
             queue.check_consumer(consumer, arguments, method)  # RabbitMQ's refusals; where it starts
         elif arguments and "x-priority" in arguments:
             priority = arguments["x-priority"]
-            check_integer("x-priority", priority, queue.name, method)
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                from .refusals import invalid_arg, not_an_integer  # (loaded with the first refusal)
+
+                raise invalid_arg("x-priority", queue.name, not_an_integer(priority), method)
             if priority:
                 consumer.priority = priority
         if queue.exclusive_consumer is not None or (

@@ -13,9 +13,8 @@ from .topology import (
     declare_exchange,
     declare_queue,
     delete_exchange_named,
+    delete_queue,
     named_exchange,
-    refuse_default_exchange,
-    remove_queue,
     unbind,
 )
 from .wire import text
@@ -54,17 +53,9 @@ def exchange_unbind(ch, args):
 def _bound_exchange(broker, destination, source, method):
     """The destination of exchange.bind / unbind, refused in RabbitMQ's order: the default
     exchange at either end (403) before a missing source, then a missing destination (404)."""
-    refuse_default_exchange(destination, method)
-    named_exchange(broker, source, method)
+    if destination:  # (else named_exchange's 403 for the default exchange comes first)
+        named_exchange(broker, source, method)
     return named_exchange(broker, destination, method)
-
-
-def _bound_queue(ch, name, exchange, method):
-    """The queue of queue.bind / unbind, refused in RabbitMQ's order: the default exchange (403)
-    and a missing exchange (404) before a missing queue (404) or another connection's
-    exclusive queue (405)."""
-    named_exchange(ch.broker, exchange, method)
-    return ch.queue_named(name, method)
 
 
 def queue_declare(ch, args):
@@ -82,7 +73,10 @@ def queue_declare(ch, args):
 
 def queue_bind(ch, args):
     _ticket, name, exchange, key, nowait, arguments = args
-    queue = _bound_queue(ch, name, exchange, spec.QUEUE_BIND)
+    # RabbitMQ's order: the default exchange (403) and a missing exchange (404) before a missing
+    # queue (404) or another connection's exclusive queue (405)
+    named_exchange(ch.broker, exchange, spec.QUEUE_BIND)
+    queue = ch.queue_named(name, spec.QUEUE_BIND)
     bind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_BIND)
     if not nowait:
         ch.reply(spec.QUEUE_BIND_OK)
@@ -90,7 +84,8 @@ def queue_bind(ch, args):
 
 def queue_unbind(ch, args):
     _ticket, name, exchange, key, arguments = args
-    queue = _bound_queue(ch, name, exchange, spec.QUEUE_UNBIND)
+    named_exchange(ch.broker, exchange, spec.QUEUE_UNBIND)  # (RabbitMQ's order, as in queue.bind)
+    queue = ch.queue_named(name, spec.QUEUE_UNBIND)
     unbind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_UNBIND)
     ch.reply(spec.QUEUE_UNBIND_OK)
 
@@ -113,7 +108,7 @@ def queue_delete(ch, args):
         name = ch.last_queue or b""
     queue = ch.broker.queues.get(name)
     count = 0
-    consumers = ()
+    consumers = []
     if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ
         check_exclusive(queue, ch.conn, spec.QUEUE_DELETE)
         if if_unused and queue.consumers:
@@ -128,7 +123,7 @@ def queue_delete(ch, args):
                 "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name),
                 spec.QUEUE_DELETE,
             )
-        count, consumers = remove_queue(ch.broker, queue)
+        count = delete_queue(ch.broker, queue, consumers)
     if not nowait:
         ch.reply(spec.QUEUE_DELETE_OK, (count,))
     # RabbitMQ's order: the consumers hear of it (basic.cancel) after delete-ok, on this channel

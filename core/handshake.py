@@ -1,5 +1,5 @@
 """The connection's life on channel 0: protocol header, login, tuning, opening, a refreshed
-secret (connection.update-secret), the client's close.
+secret (connection.update-secret, in core/secret.py), the client's close.
 
 States follow the 0-9-1 handshake (requirements.md R093): protocol header,
 start/start-ok, tune/tune-ok, open/open-ok; then channels; then the close
@@ -86,7 +86,9 @@ def connection_method(conn, method_id, buf, pos, end):
         conn.finish()
         return
     if method_id == spec.CONNECTION_UPDATE_SECRET and conn.state == OPEN:
-        _update_secret(conn, args[0], args[1])
+        from .secret import update_secret  # loaded with the first: most clients never refresh a secret
+
+        update_secret(conn, args[0], args[1])
         return
     expected = EXPECTED.get(conn.state)
     if method_id != expected:
@@ -152,25 +154,6 @@ def refuse_login(conn):
         )
     else:
         conn.finish()  # older clients expect the socket to close (as RabbitMQ does)
-
-
-def _update_secret(conn, new_secret, reason):
-    """connection.update-secret (a client refreshing its token): the new secret goes through
-    the login's check, for the user who logged in. Refused, the connection closes with
-    RabbitMQ's 530 and words (its reply when an auth backend refuses the new secret)."""
-    broker = conn.broker
-    user = text(conn.user)
-    try:
-        refused = broker.users.check(user, bytes(new_secret).decode(), conn.loopback)
-    except UnicodeError:
-        refused = "user '%s' - the new secret is not UTF-8" % user
-    if refused is not None:
-        broker.log("warning", "%s: secret update refused: %s" % (conn.name, refused))
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - New secret was refused by one of the backends", spec.CONNECTION_UPDATE_SECRET
-        )
-    conn.send_method(0, spec.CONNECTION_UPDATE_SECRET_OK)
-    broker.log("info", "%s: user '%s' updated secret, reason: %s" % (conn.name, user, text(reason)))
 
 
 def _tune_ok(conn, channel_max, frame_max, heartbeat):

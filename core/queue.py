@@ -13,7 +13,6 @@ journal's disk budget.
 """
 
 from .arguments import as_bytes
-from .deadletter import dead_letter
 from .fifo import Fifo
 from .wire import shortstr, text
 
@@ -326,6 +325,9 @@ class Queue:
         """A message leaves the queue without being delivered: dead-letter it if configured."""
         message = entry[0]
         if self.dead_letter_exchange is not None:
+            # loaded with the first dead letter: a board that never dead-letters does not hold it
+            from .deadletter import dead_letter
+
             dead_letter(self.broker, self, message, reason)
         self.forget(message)
 

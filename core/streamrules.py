@@ -7,8 +7,9 @@ crashes instead (a bad x-max-age or x-stream-offset string: 541), the 406 later 
 give. Loaded with core/stream.py, when a broker first has a stream.
 """
 
-from .arguments import QUEUE_ARGUMENTS, STREAM, as_bytes, not_an_integer, type_name
+from .arguments import QUEUE_ARGUMENTS, STREAM, as_bytes
 from .errors import ChannelException, ConnectionException
+from .refusals import not_an_integer, type_name
 from .spec import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from .wire import Timestamp, method_name, text
 

