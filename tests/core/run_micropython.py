@@ -7,6 +7,7 @@ function named test_* in tests/core/test_*.py is called; an exception fails it.
 Prints one line per failure and a summary "N passed, M failed".
 """
 
+import gc
 import os
 import sys
 
@@ -24,6 +25,10 @@ for name in modules:
         if not attr.startswith("test_"):
             continue
         test = getattr(module, attr)
+        # What earlier tests left is collected first: the heap is one process's for the whole
+        # suite, and a test that needs one large block (a stream's 64 KiB read buffer) failed
+        # with MemoryError in a heap that was large enough but fragmented by garbage.
+        gc.collect()
         try:
             test()
             passed += 1
@@ -31,5 +36,6 @@ for name in modules:
             failed += 1
             print("FAILED %s.%s: %s %s" % (name, attr, type(e).__name__, e))
             sys.print_exception(e)
+    del sys.modules[name]  # its module-level state is not kept for the rest of the suite
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
