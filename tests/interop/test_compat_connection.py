@@ -283,6 +283,29 @@ def test_direct_reply_to_is_advertised(broker, rabbitmq):
     assert same_on_both(scenario, broker, rabbitmq) is True
 
 
+def test_the_whole_capabilities_table_is_rabbitmq_s(broker, rabbitmq):
+    """The capabilities hutch advertises in connection.start are exactly RabbitMQ's: a client
+    that turns a feature on because the broker says it has it finds it there."""
+
+    def scenario(target):
+        connection = pika_connection(target)
+        capabilities = dict(connection._impl.server_properties["capabilities"])
+        connection.close()
+        return capabilities
+
+    assert same_on_both(scenario, broker, rabbitmq) == {
+        "publisher_confirms": True,
+        "exchange_exchange_bindings": True,
+        "basic.nack": True,
+        "consumer_cancel_notify": True,
+        "connection.blocked": True,
+        "consumer_priorities": True,
+        "authentication_failure_close": True,
+        "per_consumer_qos": True,
+        "direct_reply_to": True,
+    }
+
+
 # ---------------------------------------------------------------- channel numbers
 
 
