@@ -166,6 +166,28 @@ def assert_same(written, expected):
 # ---------------------------------------------------------------- running the command
 
 
+def pipeline_args(uri, streams, output, checkpoint, *more):
+    """`hutch pipeline`'s arguments for the tests' readings: windows of WINDOW_S, a watermark
+    of WATERMARK_S, what the streams hold now (available-now), and more."""
+    return [
+        "--uri",
+        uri,
+        "--streams",
+        streams,
+        "--output",
+        output,
+        "--checkpoint",
+        checkpoint,
+        "--window",
+        "%d seconds" % WINDOW_S,
+        "--watermark",
+        "%d seconds" % WATERMARK_S,
+        "--trigger",
+        "available-now",
+        *more,
+    ]
+
+
 def run_pipeline(*args, env=None, timeout=240):
     """`hutch pipeline ...` in a process group of its own; (exit code, stdout lines, stderr
     lines, seconds). Whatever is left of the group afterwards (a JVM, a Python worker) fails

@@ -26,6 +26,7 @@ from pipeline_support import (
     declare,
     expected_aggregates,
     fresh,
+    pipeline_args,
     publish,
     run_pipeline,
     written_aggregates,
@@ -105,22 +106,8 @@ def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tm
     publish(hutch, a, bodies(first["a"]))
     publish(hutch, b, bodies(first["b"], 1) + [b"not json", b'{"sensor": "s2", "ts": "2024-05-01T23:59:00Z"}'])
     output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
-    command = [
-        "--uri",
-        "amqp://guest:guest@127.0.0.1:1/,%s" % hutch.url,  # failover: the first is not there
-        "--streams",
-        "%s,%s" % (a, b),
-        "--output",
-        output,
-        "--checkpoint",
-        checkpoint,
-        "--window",
-        "1 minute",
-        "--watermark",
-        "2 minutes",
-        "--trigger",
-        "available-now",
-    ]
+    # failover: the first broker is not there
+    command = pipeline_args("amqp://guest:guest@127.0.0.1:1/,%s" % hutch.url, "%s,%s" % (a, b), output, checkpoint)
 
     code, out, err, seconds = run_pipeline(*command)
     print("first run: %.1f s\n%s" % (seconds, "\n".join(out)))
