@@ -1,4 +1,4 @@
-"""Exactly once through crashes: `hutch pipeline` SIGKILLed at three points and its broker once,
+"""Exactly once through crashes: `hutch pipeline` SIGKILLed at four points and its broker once,
 restarted from the same checkpoint each time, writes the aggregates Python computes from what
 was published: every window, none twice, every offset in exactly one committed batch.
 
@@ -6,22 +6,27 @@ Readings (four sensors, two streams, about eight minutes across midnight UTC so 
 two date partitions, out of order within the watermark, and some so late their window was
 written long before) are published with confirms to a real `hutch serve`. The pipeline
 reads them through tests/interop/tcp_proxy.py, in its own process group, trigger
-available-now in batches of 10. The kills, each of the whole process group with SIGKILL,
+available-now in batches of 20. The kills, in the order (a), (c), (b), (b), (d), each of the
+pipeline's whole process group with SIGKILL (Spark's Python daemon, which makes a group of
+its own, and its workers must then end by themselves: kill_group checks every descendant),
 each landed deterministically and checked before it is made:
 
 (a) inside the source's read() on an executor, in the first batch: the proxy looks up which
     process opened each link it accepts (/proc/net/tcp: the socket's inode, then the pid
     holding it among the pipeline's descendants) and black-holes the first link of a Spark
     executor's Python worker (`pyspark.daemon pyspark.worker`, not the driver's source
-    runner). The kill comes once that worker is seen alive, holding the dead link, with
-    offsets/0 written and commits/0 not. The restart replays batch 0, so Spark calls the
-    source's initialOffset() again: the comparison shows it gave the same start.
-(b) after the sink wrote files of a batch and before that batch's commit: the test watches the
-    output folder for new part files (a poll every few ms) and freezes the whole group with
-    SIGSTOP at the first; frozen, it checks the batch N (the latest offsets/N) has no
-    commits/N and the new files are not in the sink's commit log (_spark_metadata) yet, and
-    kills. A freeze that came too late (commits/N there already) is let go (SIGCONT) and the
-    next batch's files are waited for.
+    runner): read() is stuck connecting, before its first record. The kill comes once that
+    worker is seen alive, holding the dead link, with offsets/0 written and commits/0 not.
+    The restart replays batch 0, so Spark calls the source's initialOffset() again: the
+    comparison shows it gave the same start.
+(b) after the sink wrote a batch N and before Spark's commit of it (commits/N), twice: once at
+    N's first new part file, before the sink's own commit log (_spark_metadata) has N (the
+    files are orphans a reader never sees), and once with N in that log (the replay must
+    not write N again). The test polls every 2 ms (the moments last tens of milliseconds)
+    and freezes the whole group with SIGSTOP at the first sign; once every thread is
+    stopped, it checks commits/N is absent and _spark_metadata/N absent or present as
+    wanted, and kills. A freeze that came too late is let go (SIGCONT) and the next batch
+    is waited for.
 (c) in the source's commit(): the one fault-injection hook (hutch/spark/pause.py,
     HUTCH_SPARK_PAUSE_AT=commit:FILE, off by default) writes FILE with its pid and the
     offsets it was given and blocks. The kill comes once the file says the driver's source
@@ -71,7 +76,7 @@ from tcp_proxy import TcpProxy
 pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(600)]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BATCH = 10  # --max-offsets-per-trigger: many batches
+BATCH = 20  # --max-offsets-per-trigger: many batches (10 of each stream)
 T0 = calendar.timegm((2024, 5, 1, 23, 56, 0))
 RUN_TIMEOUT = 180  # a run of the pipeline, Spark's start included, on a loaded 2-core machine
 
@@ -186,16 +191,37 @@ def _stat(pid, path="/proc/%s/stat"):
     return fields[0], fields[1], fields[2]
 
 
-def group_stopped(pgid):
-    """Every thread of every process in the group is stopped (SIGSTOP has taken effect)."""
+def running_threads(pgid):
+    """[(pid, command line, thread, state)] of the threads of the group not stopped. A thread
+    in uninterruptible sleep (D) counts as stopped: it runs no code of its own before it
+    stops, and one stays there for good (the JVM's thread that spawns a command waits in
+    vfork for a child the signal stopped before its exec)."""
+    running = []
     for pid in os.listdir("/proc"):
         stat = pid.isdigit() and _stat(pid)
         if stat and int(stat[2]) == pgid and stat[0] != "Z":
-            for task in os.listdir("/proc/%s/task" % pid):
+            try:
+                tasks = os.listdir("/proc/%s/task" % pid)
+            except OSError:
+                continue
+            for task in tasks:
                 thread = _stat(task, "/proc/%s/task/%%s/stat" % pid)
-                if thread and thread[0] not in "TtZX":
-                    return False
-    return True
+                if thread and thread[0] not in "TtZXD":
+                    running.append((pid, command_line(int(pid))[:80], task, thread[0]))
+    return running
+
+
+def freeze(pgid):
+    """SIGSTOP the group, and wait until every thread of it is stopped: a process the group
+    made as the signal came (the JVM runs small commands) gets it again."""
+
+    def again():
+        time.sleep(0.01)
+        os.killpg(pgid, signal.SIGSTOP)
+
+    os.killpg(pgid, signal.SIGSTOP)
+    wait_until(lambda: not running_threads(pgid), 10, lambda: "frozen: %r" % running_threads(pgid), between=again)
+    time.sleep(0.1)  # a write a thread in D was making when the signal came is done by now
 
 
 def alive(pid):
@@ -284,7 +310,8 @@ class Kills:
             )
 
     def run_all(self):
-        for kill in (self.in_read, self.in_commit, self.before_batch_commit, self.broker_dies):
+        kills = (self.in_read, self.in_commit, self.files_written, self.sink_committed, self.broker_dies)
+        for kill in kills:
             started = time.monotonic()
             kill()
             print("%s: %.1f s" % (kill.__name__, time.monotonic() - started))
@@ -353,36 +380,50 @@ class Kills:
         os.remove(self.marker)
         self.landed["commit"] = {"batch": batch, "committing": paused["detail"]}
 
-    def before_batch_commit(self):
-        """(b) frozen at a batch's first new part file; killed if that batch is not committed."""
+    def files_written(self):
+        """(b) frozen at a batch's first new part file, before the sink's own commit of it."""
+        self.before_batch_commit("files", sink_logged=False)
+
+    def sink_committed(self):
+        """(b) frozen once the sink's commit log lists a batch (its files are in the output for
+        readers), before Spark's commit of it: the replay must not write that batch again."""
+        self.before_batch_commit("sink log", sink_logged=True)
+
+    def before_batch_commit(self, name, sink_logged):
+        """Poll (every 2 ms: the moments last tens of milliseconds) for a batch N's new part
+        files, or for N in the sink's commit log (_spark_metadata), while Spark's commits/N is
+        not there; freeze the group (SIGSTOP) and, once every thread is stopped, check: N not
+        committed, N in the sink's log or not as asked, and kill. A freeze that came too late
+        is let go (SIGCONT) and the next batch is waited for."""
         known = set(part_files(self.output))
         proc = self.start()
         try:
             found = None
             deadline = time.monotonic() + RUN_TIMEOUT
             while found is None:
-                assert time.monotonic() < deadline, "no batch caught between its files and its commit"
+                assert time.monotonic() < deadline, "no batch caught between its %s and its commit" % name
                 self.running(proc)
-                new = set(part_files(self.output)) - known
-                if not new:
-                    time.sleep(0.002)  # the polling interval: the window is tens of milliseconds
-                    continue
-                os.killpg(proc.pid, signal.SIGSTOP)
-                wait_until(lambda: group_stopped(proc.pid), 10, "the pipeline frozen")
                 batch = latest_batch(self.checkpoint)
+                new = set(part_files(self.output)) - known
+                if sink_logged:
+                    sign = in_sink_log(self.output, batch) and not committed(self.checkpoint, batch)
+                else:
+                    sign = bool(new)
+                if not sign:
+                    time.sleep(0.002)  # the polling interval
+                    continue
+                freeze(proc.pid)
+                batch = latest_batch(self.checkpoint)
+                new = set(part_files(self.output)) - known
                 listed = set(committed_files(self.output))
-                if not committed(self.checkpoint, batch) and not new & listed:
-                    found = {
-                        "batch": batch,
-                        "files": len(new),
-                        "sink committed": os.path.exists(os.path.join(self.output, "_spark_metadata", str(batch))),
-                    }
+                if not committed(self.checkpoint, batch) and in_sink_log(self.output, batch) == sink_logged:
+                    found = {"batch": batch, "new files": len(new), "listed by the sink": len(new & listed)}
                 else:
                     known |= new
                     os.killpg(proc.pid, signal.SIGCONT)  # too late for this batch: the next one
         finally:
             kill_group(proc)
-        self.landed["files"] = found
+        self.landed[name] = found
 
     def broker_dies(self):
         """(d) the broker SIGKILLed two batches into a run; the pipeline fails by itself."""
@@ -416,6 +457,12 @@ def part_files(output):
             if folder.startswith("date="):
                 found += [os.path.join(output, folder, name) for name in os.listdir(os.path.join(output, folder))]
     return [path for path in found if os.path.basename(path).startswith("part-")]
+
+
+def in_sink_log(output, batch):
+    """Whether the file sink's commit log has batch (every tenth entry is a compaction)."""
+    folder = os.path.join(output, "_spark_metadata")
+    return any(os.path.exists(os.path.join(folder, name)) for name in (str(batch), "%d.compact" % batch))
 
 
 def socket_owner_of_trap(proxy, pid):
