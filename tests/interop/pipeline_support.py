@@ -1,12 +1,15 @@
-"""What the tests of `hutch pipeline` share (test_pipeline.py, test_pipeline_exactly_once.py):
-readings as JSON bodies published with pika, the aggregates they must give computed in plain
-Python, the aggregates the pipeline wrote read back from the Parquet files its sink committed,
-and the command run as an operator runs it: the venv's `hutch`, in a process group of its own.
+"""What the tests of `hutch pipeline` share (test_pipeline.py, test_pipeline_cluster.py,
+test_pipeline_exactly_once.py): readings as JSON bodies published with pika, the aggregates
+they must give computed in plain Python, the aggregates the pipeline wrote read back from the
+Parquet files its sink committed, and the command run as an operator runs it: the venv's
+`hutch`, in a process group of its own, with its progress lines read back.
 """
 
+import calendar
 import datetime
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -22,6 +25,8 @@ from conftest import BIN, pika_connection
 HUTCH = os.path.join(BIN, "hutch")
 WINDOW_S = 60
 WATERMARK_S = 120
+# readings around midnight UTC: the windows fall on two dates (two partitions)
+T0 = calendar.timegm((2024, 5, 1, 23, 55, 0))
 
 
 def fresh(prefix):
@@ -72,6 +77,21 @@ def ts_text(seconds, i):
 
 def reading(sensor, seconds, value, i):
     return json.dumps({"sensor": sensor, "ts": ts_text(seconds, i), "value": value, "unit": "C"}).encode()
+
+
+def first_run_readings():
+    """Per stream, readings of three sensors from 23:55:00 to 00:03:30 (a new date at 00:00),
+    each with a distinct ts (so `last` has one answer), shuffled: out of order in each stream."""
+    readings = {"a": [], "b": []}
+    rng = random.Random(7)
+    for i in range(51):
+        seconds = T0 + i * 10 + (i % 3)  # 23:55:00 .. 00:03:20 and a bit
+        sensor = "s%d" % (i % 3)
+        readings["a" if sensor != "s2" else "b"].append((sensor, seconds, round(i * 0.5 - 7, 1)))
+    readings["b"].append(("s2", T0 + 510, 99.0))  # 00:03:30: the latest of the first run
+    for stream in readings.values():
+        rng.shuffle(stream)
+    return readings
 
 
 def bodies(readings, start=0):
@@ -179,9 +199,9 @@ def pipeline_args(uri, streams, output, checkpoint, *more):
         "--checkpoint",
         checkpoint,
         "--window",
-        "%d seconds" % WINDOW_S,
+        "1 minute",  # WINDOW_S
         "--watermark",
-        "%d seconds" % WATERMARK_S,
+        "2 minutes",  # WATERMARK_S
         "--trigger",
         "available-now",
         *more,
@@ -230,3 +250,22 @@ def group_alive(pgid):
         return True
     except ProcessLookupError:
         return False
+
+
+BATCH_LINE = re.compile(
+    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
+    r"(?:, watermark (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ))?$"
+)
+
+
+def batch_lines(lines):
+    """[(batch id, rows in, rows out, late, lag, watermark)] of the progress lines; any other
+    line but the first (the start line) fails."""
+    assert lines[0].startswith("hutch pipeline: "), lines
+    found = []
+    for line in lines[1:]:
+        match = BATCH_LINE.match(line)
+        assert match, "not a progress line: %r" % line
+        batch, rows_in, rows_out, late, _, lag, mark = match.groups()
+        found.append((int(batch), int(rows_in), int(rows_out), int(late or 0), int(lag), mark))
+    return found

@@ -10,10 +10,7 @@ starts is one line on stderr, the right exit code, within a second or two.
 Two full Spark runs in all (about 40 s each on a 2-core machine); the rest takes seconds.
 """
 
-import calendar
 import os
-import random
-import re
 import subprocess
 import sys
 
@@ -21,19 +18,19 @@ import pytest
 from conftest import RunningBroker, pika_connection
 from pipeline_support import (
     HUTCH,
+    T0,
     assert_same,
+    batch_lines,
     bodies,
     declare,
     expected_aggregates,
+    first_run_readings,
     fresh,
     pipeline_args,
     publish,
     run_pipeline,
     written_aggregates,
 )
-
-# readings around midnight UTC: the windows fall on two dates (two partitions)
-T0 = calendar.timegm((2024, 5, 1, 23, 55, 0))
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +43,6 @@ def hutch(tmp_path_factory):
 
 
 # ---------------------------------------------------------------- the readings
-
-
-def first_run_readings():
-    """Per stream, readings of three sensors from 23:55:00 to 00:03:30 (a new date at 00:00),
-    each with a distinct ts (so `last` has one answer), shuffled: out of order in each stream."""
-    readings = {"a": [], "b": []}
-    rng = random.Random(7)
-    for i in range(51):
-        seconds = T0 + i * 10 + (i % 3)  # 23:55:00 .. 00:03:20 and a bit
-        sensor = "s%d" % (i % 3)
-        readings["a" if sensor != "s2" else "b"].append((sensor, seconds, round(i * 0.5 - 7, 1)))
-    readings["b"].append(("s2", T0 + 510, 99.0))  # 00:03:30: the latest of the first run
-    for stream in readings.values():
-        rng.shuffle(stream)
-    return readings
 
 
 def second_run_readings():
@@ -77,25 +59,6 @@ def second_run_readings():
     second += [("s%d" % (i % 3), T0 + 600 + i * 7, 20.0 + i) for i in range(7)]  # 00:05:00 ..
     second.append(("s2", T0 + 725, 77.0))  # 00:07:05
     return first, second
-
-
-BATCH_LINE = re.compile(
-    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
-    r"(?:, watermark (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ))?$"
-)
-
-
-def batch_lines(lines):
-    """[(batch id, rows in, rows out, late, lag, watermark)] of the progress lines; any other
-    line but the first (the start line) fails."""
-    assert lines[0].startswith("hutch pipeline: "), lines
-    found = []
-    for line in lines[1:]:
-        match = BATCH_LINE.match(line)
-        assert match, "not a progress line: %r" % line
-        batch, rows_in, rows_out, late, _, lag, mark = match.groups()
-        found.append((int(batch), int(rows_in), int(rows_out), int(late or 0), int(lag), mark))
-    return found
 
 
 @pytest.mark.timeout(420)
