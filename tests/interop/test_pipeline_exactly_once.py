@@ -498,7 +498,7 @@ def publish_all(broker, readings, queue_type):
 # ---------------------------------------------------------------- the tests
 
 
-def test_killed_three_times_and_its_broker_once_the_pipeline_writes_every_window_once(hutch, tmp_path):
+def test_killed_at_four_points_and_its_broker_once_the_pipeline_writes_every_window_once(hutch, tmp_path):
     readings = published_readings()
     publish_all(hutch, readings, "stream")
     proxy = TcpProxy(hutch.port).start()
