@@ -180,6 +180,9 @@ class Stream:
         self.next = log.next  # the offset the next record gets
         self.first = self.segments[0][FIRST] if self.segments else self.next
         self.visible = self.next  # records below this are durable: consumers may have them
+        # after a crash, the newest record found lies before the gap up to the reservation:
+        # "last" is that record until one comes past the gap
+        self.last_before_gap = log.last if log.last + 1 < self.next else None
         self.last_ms = log.last_ms  # the newest record's timestamp
         self.reserved = log.reserved  # offsets below this may be handed out (the port made it durable)
         self.bytes = 0
@@ -276,6 +279,7 @@ class Stream:
             visible = marks.pop(0)[1]
         if visible > self.visible:
             self.visible = visible
+            self.last_before_gap = None  # records past the gap now
             self.dispatch()
         return bool(marks)
 
@@ -323,7 +327,7 @@ class Stream:
         if kind == START_FIRST:
             offset = self.first
         elif kind == LAST:
-            offset = max(self.first, self.visible - 1)
+            offset = max(self.first, self.last_record())
         elif kind == OFFSET:
             offset = max(value, self.first)
         elif kind == TIME:
@@ -344,6 +348,13 @@ class Stream:
                 break
             chosen = segment
         return max(chosen[FIRST], self.first), ms
+
+    def last_record(self):
+        """The offset of the newest record a consumer may have (-1: none): the one before the
+        offsets a crash skipped while nothing has come past them."""
+        if self.last_before_gap is None:
+            return self.visible - 1
+        return self.last_before_gap
 
     def add_consumer(self, consumer):
         """(Broker.consume, after check_consumer.) Deliveries start at the next dispatch()."""

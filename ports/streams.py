@@ -179,6 +179,7 @@ class StreamLog:
         self.quarantine_dir = "%s/quarantine/stream-%s" % (store.folder, folder.rsplit("/", 1)[1])
         self.segments = []  # [[first offset, first timestamp ms, bytes]] found at start, oldest first
         self.next = 0
+        self.last = -1  # the newest record's offset found at start (below next after a crash: a gap)
         self.last_ms = 0
         self.reserved = 0  # durable: no record at or past it was ever written
         self.wanted = 0  # asked for by the core: made durable before the record that needs it
@@ -226,6 +227,7 @@ class StreamLog:
             self.segments.append([numbers[-1], self._first_stamp(numbers[-1], report), size])
         if numbers and not self.reserved:
             report.append("stream '%s': no reservation found: offsets go on from the last record" % _text(self.name))
+        self.last = last
         self.next = max(last + 1, self.reserved)
         self.reserved = max(self.reserved, self.next)
         self.wanted = self.reserved

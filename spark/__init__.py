@@ -17,7 +17,8 @@ schema and what is replayable. One module per job:
 - records.py: the schema, and a delivery as a row;
 - reading.py: reading one range of offsets, on an executor;
 - planning.py: offsets, batch ends, partitions, on the driver;
-- source.py: the pyspark.sql.datasource classes tying them together.
+- source.py: the pyspark.sql.datasource classes tying them together;
+- pause.py: the exactly-once test's one fault-injection point (off unless set).
 
 `hutch pipeline` (the standard sensor aggregation as a command; README "`hutch pipeline`"):
 

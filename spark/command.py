@@ -252,9 +252,10 @@ def first_line(error):
     """One line of a Spark error: the source's own message where there is one, else the first
     line of the error without Java's stack."""
     text = str(error)
-    ours = re.search(r"hutch source: ([^\n]*)", text)
+    # the last: a Python traceback shows the source line that raised it before the message
+    ours = re.findall(r"hutch source: [^\n]*", text)
     if ours:
-        return _cli_words(ours.group(0))
+        return _cli_words(ours[-1])
     for raw in text.splitlines():
         raw = raw.strip()
         if raw:

@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from . import planning
 from .broker import all_ends
 from .options import EARLIEST, LATEST, Options
+from .pause import pause_at
 from .reading import read_range
 from .records import SCHEMA
 
@@ -135,4 +136,5 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end):
         """Spark has every batch up to end in its sink. Nothing to do: the checkpoint is the
         only record of where the query is, the broker keeps nothing per reader."""
+        pause_at("commit", end)  # off unless a test asks (pause.py)
         log.debug("hutch source: committed %r", end)

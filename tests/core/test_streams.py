@@ -311,6 +311,29 @@ def test_a_consumer_in_a_gap_is_given_only_durable_records():
 
 
 @_in_folder
+def _last_after_a_crash(folder):
+    node = Node(folder)
+    c = node.client()
+    c.queue(1, b"s", durable=True, arguments=STREAM)
+    publish(node, c, bodies(0, 3))
+    node.crash()  # everything durable: after the restart, offsets go on past the reservation
+    node = Node(folder)
+    c = node.client()
+    gap_end = node.broker.streams[0].next
+    assert gap_end > 3, gap_end
+    got = delivered(consume(c, "last"))  # the newest record there is, not one inside the gap
+    assert got == [(2, b"m2")], got
+    c.publish(1, b"", b"s", b"past the gap")
+    node.sync()
+    reader = node.client()
+    assert delivered(consume(reader, "last")) == [(gap_end, b"past the gap")]
+
+
+def test_last_after_a_crash_is_the_newest_record_not_one_in_the_gap():
+    _last_after_a_crash()
+
+
+@_in_folder
 def _visible(folder):
     node = Node(folder)
     c = node.client()

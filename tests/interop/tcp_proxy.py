@@ -7,6 +7,10 @@ what the peers send piles up in their send buffers) or mutes the target's replie
     proxy = TcpProxy(target_port).start()   # clients connect to proxy.port
     proxy.cut() / proxy.reset() / proxy.black_hole(); proxy.heal()
     proxy.stop()
+
+A test may trap chosen links: proxy.on_accept = f, and each link whose f(client socket) is
+true is black-holed from its first byte (f runs in the accepting thread before anything is
+forwarded: the client has connected and hears nothing).
 """
 
 import socket
@@ -27,6 +31,7 @@ class TcpProxy:
         self.muted = False  # only what the target sends back is swallowed
         self.stopped = False
         self.accepted = 0
+        self.on_accept = None  # on_accept(client socket) true: that link is black-holed from the start
 
     def start(self):
         threading.Thread(target=self._accept, daemon=True).start()
@@ -45,10 +50,11 @@ class TcpProxy:
                 client.close()
                 continue
             pair = [client, upstream]
+            trapped = self.on_accept is not None and self.on_accept(client)
             with self.lock:
                 self.links.append(pair)
                 self.accepted += 1
-                if self.holes:
+                if self.holes or trapped:
                     self.dead.append(pair)
             threading.Thread(target=self._pump, args=(client, upstream, pair, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, pair, True), daemon=True).start()

@@ -24,7 +24,7 @@ import urllib.request
 
 import pytest
 from conftest import BIN, RunningBroker, free_port, wait_until
-from test_pipeline import (
+from pipeline_support import (
     assert_same,
     batch_lines,
     bodies,
