@@ -1,16 +1,28 @@
-"""A stream record as a row: the source's fixed schema (like Kafka's), and the delivery a
-record arrives as turned into a tuple in its column order."""
+"""A stream record as a row: the source's fixed schema (like Kafka's), the delivery a record
+arrives as turned into a tuple in its column order, and rows handed to Spark as Arrow batches."""
 
 import datetime
 import json
+
+from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
 from hutch.core.wire import Decimal, Timestamp
 
 from .broker import OFFSET_HEADER
 
-SCHEMA = (
-    "stream STRING, offset LONG, timestamp TIMESTAMP, routing_key STRING, exchange STRING, "
-    "headers MAP<STRING, STRING>, properties MAP<STRING, STRING>, body BINARY"
+# stream STRING, offset LONG, timestamp TIMESTAMP, routing_key STRING, exchange STRING,
+# headers MAP<STRING, STRING>, properties MAP<STRING, STRING>, body BINARY
+SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("routing_key", StringType()),
+        StructField("exchange", StringType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("body", BinaryType()),
+    ]
 )
 
 
@@ -29,6 +41,36 @@ def row(stream, offset, message):
         dict((key, text(value)) for key, value in properties.items()),
         bytes(message.body),
     )
+
+
+# Rows per Arrow batch a task hands to Spark: big enough that the per-batch work is small,
+# small enough that a batch of large bodies stays a few MB.
+ROWS_PER_BATCH = 4096
+
+
+def arrow_batches(rows):
+    """The rows (tuples in SCHEMA's order) as pyarrow RecordBatches of the Arrow schema Spark
+    expects for SCHEMA. Spark takes tuples too, but then converts every value of every
+    row in Python (45 us a row here, three times what reading the record costs); pyarrow
+    builds a column at a time in C (8 us a row)."""
+    import pyarrow
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    chunk = []
+    for one in rows:
+        chunk.append(one)
+        if len(chunk) == ROWS_PER_BATCH:
+            yield _batch(pyarrow, chunk, arrow_schema)
+            chunk = []
+    if chunk:
+        yield _batch(pyarrow, chunk, arrow_schema)
+
+
+def _batch(pyarrow, rows, arrow_schema):
+    columns = zip(*rows)
+    arrays = [pyarrow.array(column, type=field.type) for column, field in zip(columns, arrow_schema)]
+    return pyarrow.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def _timestamp(seconds):

@@ -17,7 +17,7 @@ from .broker import all_ends
 from .options import EARLIEST, LATEST, Options
 from .pause import pause_at
 from .reading import read_range
-from .records import SCHEMA
+from .records import SCHEMA, arrow_batches
 
 try:  # Spark 4.2+: admission control (maxOffsetsPerTrigger) and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -73,7 +73,7 @@ class HutchBatchReader(DataSourceReader):
         return planning.partitions(start, end, ends, options.fail_on_data_loss, options.per_partition)
 
     def read(self, partition):
-        return read_range(self.options, partition)
+        return arrow_batches(read_range(self.options, partition))
 
 
 class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -131,7 +131,7 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planning.partitions(start, end, ends, self.options.fail_on_data_loss, self.options.per_partition)
 
     def read(self, partition):
-        return read_range(self.options, partition)
+        return arrow_batches(read_range(self.options, partition))
 
     def commit(self, end):
         """Spark has every batch up to end in its sink. Nothing to do: the checkpoint is the
