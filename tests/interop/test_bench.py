@@ -11,6 +11,7 @@ import time
 
 import pytest
 from conftest import BIN
+from pipeline_support import group_alive
 
 # One worker runs these one after another (pytest-xdist), with the other tests that use a
 # RabbitMQ (conftest.py's rabbitmq fixture): a RabbitMQ started or stopped by another worker
@@ -299,14 +300,6 @@ def test_spark_prints_every_row_with_a_figure_and_leaves_no_spark_behind(tmp_pat
     if group_alive(proc.pid):
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail("hutch bench --spark left processes behind")
-
-
-def group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def test_spark_and_another_mode_is_refused():
