@@ -1,8 +1,8 @@
 """`hutch bench --spark N` as a user runs it: a small N, the printed table and the JSON.
 
 Not in the RabbitMQ group of test_bench.py (it starts no RabbitMQ and counts no beam
-processes): its Spark runs beside that group's worker rather than after it, which keeps CI's
-longest worker shorter."""
+processes) but in the group of the run's Spark jobs (conftest.py): it runs beside the RabbitMQ
+group's worker rather than after it, which keeps CI's longest worker shorter."""
 
 import json
 import os
@@ -25,6 +25,7 @@ SPARK_ROWS = [
 ]
 
 
+@pytest.mark.xdist_group("spark")  # conftest.py: the Spark jobs of a run, one after another
 @pytest.mark.timeout(600)
 def test_spark_prints_every_row_with_a_figure_and_leaves_no_spark_behind(tmp_path):
     out = tmp_path / "spark.json"

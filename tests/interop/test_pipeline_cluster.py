@@ -129,6 +129,7 @@ def cluster(tmp_path):
         assert not left, "processes of the Spark %s outlived it" % " and ".join(left)
 
 
+@pytest.mark.xdist_group("spark")  # conftest.py: the Spark jobs of a run, one after another
 @pytest.mark.timeout(600)
 def test_the_pipeline_on_a_standalone_cluster_writes_what_local_spark_writes(cluster, tmp_path):
     (tmp_path / "hutch").mkdir()

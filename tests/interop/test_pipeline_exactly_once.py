@@ -74,10 +74,9 @@ from pipeline_support import (
 )
 from tcp_proxy import TcpProxy
 
-# A group of their own (one worker runs them one after another, beside the RabbitMQ group's):
-# each starts Spark several times, and two such runs at once on 2 cores would only slow each
-# other. The time bound is wide: under CI's load a run of the pipeline takes minutes.
-pytestmark = [pytest.mark.xdist_group("pipeline-kills"), pytest.mark.timeout(900)]
+# conftest.py: the Spark jobs of a run, one after another. The time bound is wide: under CI's
+# load a run of the pipeline (Spark's start included) has taken minutes.
+pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(900)]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH = 20  # --max-offsets-per-trigger: many batches (10 of each stream)
