@@ -292,10 +292,9 @@ def rabbitmq(tmp_path_factory):
 # Two xdist groups hold what is slow, each run by one worker, one test after another, while
 # the other workers take the rest: "rabbitmq" (the run's RabbitMQ, and the Spark session below,
 # since some of its tests compare the two) and "spark" (the tests that start Spark jobs of
-# their own: `hutch pipeline`, the exactly-once kills, the standalone cluster). A Spark job
-# keeps both cores busy; several at once on a 2-core machine took five times as long each (one
-# CI run), so they go one at a time, beside the RabbitMQ group. (`hutch bench --spark`'s test is
-# in the RabbitMQ group with the other benchmarks: that keeps the two groups' times close.)
+# their own: `hutch pipeline`, the exactly-once kills, the standalone cluster, `hutch bench
+# --spark`). A Spark job keeps both cores busy; several at once on a 2-core machine took five
+# times as long each (one CI run), so they go one at a time, beside the RabbitMQ group.
 
 
 @pytest.fixture(scope="session")
