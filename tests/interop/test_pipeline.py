@@ -62,7 +62,7 @@ def second_run_readings():
 
 
 @pytest.mark.xdist_group("spark")  # conftest.py: the Spark jobs of a run, one after another
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tmp_path):
     a, b = fresh("readings-a"), fresh("readings-b")
     declare(hutch, a, b)
