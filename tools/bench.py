@@ -17,6 +17,7 @@ PID when it ends, whatever happens.
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -100,9 +101,29 @@ class BenchError(Exception):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1 below the kernel's ephemeral range. A broker stopped or
+    SIGKILLed and started again on its port must find it free, and a port the kernel hands
+    out itself (bind to port 0, connect) may meanwhile be handed to another process: a
+    test's proxy, a Spark listener, a client. A restart then fails with "address already in
+    use" (the bridge soak's edge did once, and later its RabbitMQ, taking the rest of the
+    run's RabbitMQ tests with it)."""
+    low = _ephemeral_ports_start()
+    while True:
+        port = random.randrange(10000, low) if low > 11000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+
+
+def _ephemeral_ports_start():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def wait_for_amqp(host, port, proc, what, timeout):

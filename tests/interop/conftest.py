@@ -7,7 +7,6 @@ traceback) fails the test that caused it, even if the client did not notice.
 """
 
 import os
-import random
 import shutil
 import signal
 import socket
@@ -18,31 +17,9 @@ import time
 import pika
 import pytest
 
+from hutch.tools.bench import free_port  # below the ephemeral ports: a restarted broker finds its port free
+
 BIN = os.path.dirname(sys.executable)
-
-
-def free_port():
-    """A free port below the kernel's ephemeral range. A broker SIGKILLed and started again on
-    its port must find it free: a port the kernel hands out (bind to port 0) may meanwhile
-    become the local end of some outgoing connection (a client's, the proxy's), and the
-    restart then fails with "address already in use" (it did once in the bridge soak)."""
-    low = _ephemeral_ports_start()
-    while True:
-        port = random.randrange(10000, low) if low > 11000 else 0
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-
-
-def _ephemeral_ports_start():
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
 
 
 def wait_until(predicate, timeout=10.0, what=None, interval=0.02, between=None):
