@@ -230,18 +230,25 @@ def run_pipeline(*args, env=None, timeout=240):
     return proc.returncode, out.splitlines(), err.splitlines(), time.monotonic() - started
 
 
-def assert_group_ends(pgid):
+def assert_group_ends(pgid, what="hutch pipeline"):
     """The process group pgid is gone, or goes within seconds: Spark's Python workers end by
     themselves once the JVM that started them is gone (on a loaded machine one outlived the
     command by a moment). What is left after that fails the test, and is killed."""
-    deadline = time.monotonic() + 15
-    left = group_alive(pgid)
-    while left and time.monotonic() < deadline:
+    assert not outlived(pgid, 15), "%s left processes behind" % what
+
+
+def outlived(pgid, seconds):
+    """Whether the process group pgid is still there after `seconds`; if so it is SIGKILLed."""
+    deadline = time.monotonic() + seconds
+    while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = group_alive(pgid)
-    if left:
+    if not group_alive(pgid):
+        return False
+    try:
         os.killpg(pgid, signal.SIGKILL)
-    assert not left, "hutch pipeline left processes behind"
+    except ProcessLookupError:
+        pass  # it ended just now
+    return True
 
 
 def group_alive(pgid):

@@ -5,13 +5,10 @@ processes) but in the group of the run's Spark jobs (conftest.py): it runs besid
 group's worker rather than after it, which keeps CI's longest worker shorter."""
 
 import json
-import os
-import signal
 import subprocess
-import time
 
 import pytest
-from pipeline_support import group_alive
+from pipeline_support import assert_group_ends
 from test_bench import HUTCH, bench, number
 
 SPARK_ROWS = [
@@ -52,14 +49,8 @@ def test_spark_prints_every_row_with_a_figure_and_leaves_no_spark_behind(tmp_pat
     ), stderr
     figures = json.loads(out.read_text())["figures"]
     assert figures["source"] == printed["hutch source -> noop sink, local[*]"]
-    # Spark's JVM was stopped with the command, and its Python workers end with it (they get a
-    # few seconds, as in test_pipeline.py: one may outlive the command by a moment)
-    deadline = time.monotonic() + 15
-    while group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if group_alive(proc.pid):
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("hutch bench --spark left processes behind")
+    # Spark's JVM was stopped with the command, and its Python workers end with it
+    assert_group_ends(proc.pid, "hutch bench --spark")
 
 
 def test_spark_and_another_mode_is_refused():

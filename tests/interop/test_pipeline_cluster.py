@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -32,6 +31,7 @@ from pipeline_support import (
     expected_aggregates,
     first_run_readings,
     fresh,
+    outlived,
     publish,
     run_pipeline,
     written_aggregates,
@@ -90,11 +90,7 @@ class StandaloneCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-            deadline = time.monotonic() + 30
-            while _group_alive(proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _group_alive(proc.pid):
-                os.killpg(proc.pid, signal.SIGKILL)
+            if outlived(proc.pid, 30):
                 left.append(name)
         return left
 
@@ -109,14 +105,6 @@ def _json(url):
             return json.load(answer)
     except (OSError, ValueError):
         return None
-
-
-def _group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 @pytest.fixture
