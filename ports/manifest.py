@@ -9,6 +9,7 @@ package(
         "__init__.py",
         "clock.py",
         "heap.py",
+        "interrupt.py",
         "log.py",
         "recovery.py",
         "serial.py",

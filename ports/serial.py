@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - every supported Python has it
 from ..core.connection import Connection
 from ..core.link import Link
 from .clock import Clock, sleep_ms
+from .interrupt import guarded
 from .uart import device_name, open_serial
 
 MICROPYTHON = sys.implementation.name == "micropython"
@@ -153,8 +154,9 @@ def _stream(port):
 
 
 class SerialServer:
-    def __init__(self, broker, device, baudrate=115200, log=None, clock=None):
+    def __init__(self, broker, device, baudrate=115200, log=None, clock=None, on_interrupt=None):
         self.broker = broker
+        self.on_interrupt = on_interrupt  # Ctrl-C on a board: the broker's stop (ports/interrupt.py)
         self.device = device
         self.name = device_name(device)
         if isinstance(device, dict):
@@ -182,11 +184,8 @@ class SerialServer:
         self._event = asyncio.Event()
         self.link = Link(self.clock.now_ms(), os.urandom(4))
         self._open()
-        self._tasks = [
-            asyncio.create_task(self._read_loop()),
-            asyncio.create_task(self._write_loop()),
-            asyncio.create_task(self._tick_loop()),
-        ]
+        loops = (self._read_loop(), self._write_loop(), self._tick_loop())
+        self._tasks = [asyncio.create_task(guarded(loop, self.on_interrupt)) for loop in loops]
 
     async def stop(self, grace_ms=STOP_GRACE_MS):
         """Close the AMQP connection with 320 CONNECTION_FORCED, give the peer a moment, close the port."""

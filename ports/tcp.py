@@ -16,6 +16,7 @@ import sys
 
 from ..core.connection import Connection
 from .clock import Clock, sleep_ms
+from .interrupt import interrupted
 
 MICROPYTHON = sys.implementation.name == "micropython"
 # CPython's StreamReader.read(n) returns just what arrived. MicroPython's allocates n+1 bytes for
@@ -174,8 +175,11 @@ class _Client:
                     if not await self._read_some(monitor):
                         break
                 except KeyboardInterrupt:
+                    # Raised amid a read or its parsing: those bytes are gone, and what follows
+                    # no longer lines up with a frame. The broker stops now; this client still
+                    # gets its 320 from the writer, and its answer is not waited for.
                     interrupted(self.on_interrupt)
-                    self._wake()
+                    break
         except asyncio.CancelledError:
             raise
         except MemoryError:
@@ -259,14 +263,6 @@ class _Client:
                     return
                 writer.write(data)
             await writer.drain()
-
-
-def interrupted(on_interrupt):
-    """A KeyboardInterrupt caught in a task: hand it to on_interrupt, or raise it again if
-    nobody asked for it (see TcpServer.on_interrupt)."""
-    if on_interrupt is None:
-        raise KeyboardInterrupt
-    on_interrupt()
 
 
 async def close_writer(writer):

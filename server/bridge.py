@@ -36,6 +36,7 @@ from ..core.inbox import REQUEUE as REQUEUE_UPSTREAM
 from ..core.outbox import Outbox
 from ..core.topology import bind, declare_queue
 from ..ports.clock import Clock, sleep_ms
+from ..ports.interrupt import guarded
 from ..ports.tcp import close_writer
 
 MICROPYTHON = sys.implementation.name == "micropython"
@@ -93,8 +94,9 @@ class Bridge:
     """One [[bridge]] (server/bridge_config.py's checked settings): its local side, set up at
     construction (BridgeError if it cannot be), and its retry loop once started."""
 
-    def __init__(self, broker, settings, log, clock=None, node=b"hutch"):
+    def __init__(self, broker, settings, log, clock=None, node=b"hutch", on_interrupt=None):
         self.broker = broker
+        self.on_interrupt = on_interrupt  # Ctrl-C on a board: the broker's stop (ports/interrupt.py)
         self.settings = settings
         self.name = settings["name"]
         self.log = log
@@ -128,7 +130,7 @@ class Bridge:
             self.outbox = None
 
     def start(self):
-        self.task = asyncio.create_task(self.run())
+        self.task = self._task(self.run())
 
     async def stop(self):
         """End the link (what was in flight goes back to the queue) and the retry loop."""
@@ -159,6 +161,10 @@ class Bridge:
             "backlog": outbox.backlog() if outbox is not None else self.upstream_backlog,
             "last_error": self.last_error,
         }
+
+    def _task(self, coro):
+        """A task of this bridge; Ctrl-C on a board ends it as a finished task (ports/interrupt.py)."""
+        return asyncio.create_task(guarded(coro, self.on_interrupt))
 
     def set_state(self, state, detail=""):
         if state != self.state:
@@ -239,7 +245,7 @@ class Bridge:
         if self.outbox is not None:
             self.outbox.stuck = None  # found again if upstream still returns the head of the queue
         link = (_UpLink if self.outbox is not None else _DownLink)(self, protocol, reader, writer)
-        writing = asyncio.create_task(link.write_loop())
+        writing = self._task(link.write_loop())
         try:
             await link.read_loop(uri)
         finally:
@@ -271,7 +277,7 @@ class _Link:
         protocol = self.protocol
         self.uri = uri
         bridge.output.set()  # the protocol header
-        ticker = asyncio.create_task(self._tick_loop(uri["connection_timeout"]))
+        ticker = bridge._task(self._tick_loop(uri["connection_timeout"]))
         try:
             while not bridge.stopping:
                 try:
@@ -499,7 +505,7 @@ class _UpLink(_Link):
         if rate:
             self._forward(outbox.take(rate.allowed(outbox.waiting)))
             if outbox.waiting:
-                asyncio.create_task(self._wake_in(rate.wait_ms()))
+                self.bridge._task(self._wake_in(rate.wait_ms()))
             return
         # A slice at a time, each handed to the socket before the next is encoded: upstream
         # starts on the first while the rest are made. Sent whole, a window of 1000 left only

@@ -123,7 +123,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     monitor = HeapMonitor(broker, log, opts["stats_interval"] * 1000)
     if stop_event is None:
         stop_event = asyncio.Event()
-    bridges = make_bridges(opts["bridges"], broker, log, opts["data"])  # before clients come
+    bridges = make_bridges(opts["bridges"], broker, log, opts["data"], stop_event.set)  # before clients come
     server_class = tcp_server_class()
     server = server_class(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor, stop_event.set)
     await server.start()
@@ -133,7 +133,7 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
 
         for device in opts["serial"]:
-            serials.append(SerialServer(broker, device, opts["baud"], log, server.clock))
+            serials.append(SerialServer(broker, device, opts["baud"], log, server.clock, stop_event.set))
             await serials[-1].start()
     for bridge in bridges:
         bridge.start()
@@ -162,7 +162,7 @@ class StartError(Exception):
     source exchange missing): `hutch serve` says it in one line and exits with 2."""
 
 
-def make_bridges(settings, broker, log, data_folder):
+def make_bridges(settings, broker, log, data_folder, on_interrupt):
     """The config's [[bridge]]s, their queues set up (server/bridge.py; not imported without one)."""
     if not settings:
         return []
@@ -170,7 +170,7 @@ def make_bridges(settings, broker, log, data_folder):
 
     node = node_id(data_folder)
     try:
-        return [Bridge(broker, one, log, None, node) for one in settings]
+        return [Bridge(broker, one, log, None, node, on_interrupt) for one in settings]
     except BridgeError as e:
         raise StartError(str(e))
 

@@ -37,7 +37,7 @@ import time
 
 import pika
 import pytest
-from conftest import RunningBroker, blocked_notices, drain, pump_until, wait_until
+from conftest import RunningBroker, blocked_notices, drain, interrupt_between_collections, pump_until, wait_until
 from pika.exceptions import (
     AMQPConnectionError,
     ChannelClosedByBroker,
@@ -82,9 +82,8 @@ def start_board(romfs, tmp_path, heap):
 
 
 def stop_board(board):
-    board.proc.send_signal(2)  # Ctrl-C: MicroPython has no signal module, SIGINT is its clean stop
     try:
-        board.proc.wait(15)
+        interrupt_between_collections(board)  # Ctrl-C: MicroPython has no signal module
     finally:
         board.stop()
     assert not board.errors(), "broker logged errors:\n" + board.log()[-5000:]

@@ -9,7 +9,7 @@ import subprocess
 
 import pika
 import pytest
-from conftest import BIN, RunningBroker, free_port, wait_until
+from conftest import BIN, RunningBroker, free_port, interrupt_between_collections, wait_until
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -273,7 +273,6 @@ def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
     """The same bridge on the unix port of MicroPython (the esp32 profile: a board's limits),
     its config in JSON as on a board; also over TLS (MicroPython's ssl, its CA file named)."""
     import json
-    import time
 
     from micropython_env import micropython, serve_env
     from tcp_proxy import TlsTerminator, self_signed
@@ -301,19 +300,24 @@ def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
         publish_confirmed(board, "board-out", bodies)
         got = consume_all(upstream, "bridged-from-board", len(bodies))
         assert [body for body, _h, _m in got] == bodies
-        time.sleep(1.2)  # a stats line written after the forwarding
-        after = _heap_live(board.log().split("stats:")[-1])
+        reports = board.log().count("stats:")
+        after = wait_until(  # from a stats line written after the forwarding (a whole one)
+            lambda: board.log().count("stats:") > reports and _heap_live(board.log().split("stats:")[-1]),
+            timeout=10,
+        )
         print(
             "esp32 profile%s: heap live with the bridge running %d bytes, after forwarding 1000 %d (peak %d)"
             % (" over TLS" if tls else "", idle[0], after[0], after[1])
         )
     finally:
-        board.proc.send_signal(2)  # Ctrl-C: MicroPython has no signal module
-        board.proc.wait(15)
-        board.stop()
-        if terminator is not None:
-            terminator.stop()
+        try:
+            exit_code = interrupt_between_collections(board)  # Ctrl-C: MicroPython has no signal module
+        finally:
+            board.stop()
+            if terminator is not None:
+                terminator.stop()
     assert not board.errors(), board.log()[-3000:]
+    assert exit_code == 0 and "bridge board-up: stopped" in board.log(), board.log()[-3000:]
 
 
 def _heap_live(log):
