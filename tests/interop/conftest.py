@@ -171,19 +171,24 @@ class RunningBroker:
         return "amqp://guest:guest@127.0.0.1:%d/" % self.port
 
 
-def interrupt_between_collections(running, timeout=15):
-    """Ctrl-C (SIGINT by PID) to a MicroPython broker that logs its stats every second, sent
-    just after a stats line is written; waits for the exit (its code). Each stats report
-    collects garbage first, and the unix port raises Ctrl-C wherever its C code is: one that
-    lands inside a collection leaves the heap locked and the broker exits with a traceback
-    (README). Right after a report the next collection is a second away on an idle broker."""
-    reports = running.log().count(" stats: ")
-    wait_until(lambda: running.log().count(" stats: ") > reports, timeout=10, what="a stats line")
+def interrupt(running, timeout=15):
+    """Ctrl-C to a MicroPython broker (SIGINT by PID: it has no signal module); the exit code."""
     running.proc.send_signal(signal.SIGINT)
     try:
         return running.proc.wait(timeout)
     except subprocess.TimeoutExpired:
         raise AssertionError("the broker did not stop within %d s of Ctrl-C:\n%s" % (timeout, running.log()[-3000:]))
+
+
+def interrupt_between_collections(running, timeout=15):
+    """interrupt() a MicroPython broker that logs its stats every second just after a stats
+    line is written. Each stats report collects garbage first, and the unix port raises Ctrl-C
+    wherever its C code is: one that lands inside a collection leaves the heap locked and the
+    broker exits with a traceback (README). Right after a report the next collection is a
+    second away on an idle broker."""
+    reports = running.log().count(" stats: ")
+    wait_until(lambda: running.log().count(" stats: ") > reports, timeout=10, what="a stats line")
+    return interrupt(running, timeout)
 
 
 def blocked_notices(connection):

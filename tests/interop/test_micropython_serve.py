@@ -15,7 +15,7 @@ import subprocess
 
 import pika
 import pytest
-from conftest import RunningBroker, blocked_notices, pika_connection, pump_until
+from conftest import RunningBroker, blocked_notices, interrupt, pika_connection, pump_until
 from micropython_env import micropython, serve_env
 
 COUNT = 1000
@@ -39,17 +39,6 @@ def mp_broker(tmp_path):
                 running.proc.wait()
         running.stop()  # the process has exited: this only closes the log
         print(running.log()[-5000:])  # shown by pytest when the test failed
-
-
-def interrupt(running, timeout=15):
-    """Ctrl-C by PID; the exit code."""
-    running.proc.send_signal(signal.SIGINT)
-    try:
-        return running.proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(
-            "micropython broker did not stop within %ds of SIGINT:\n%s" % (timeout, running.log()[-3000:])
-        )
 
 
 def body(i):
