@@ -2,7 +2,8 @@
 # Left out: tcp_cpython.py, the TCP port on CPython's asyncio protocols (a board's asyncio has
 # only streams: tcp.py); verify.py, the CRC check of sealed segments once the broker serves (a
 # board checks them before); status_file.py, the status for `hutch ctl status` (no one reads it on a
-# board).
+# board); folder_lock.py, one broker per data folder (flock: one process owns a board's
+# filesystem, and MicroPython has no fcntl).
 package(
     "hutch/ports",
     files=(

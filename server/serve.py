@@ -104,8 +104,41 @@ def forget(*names):
     gc.collect()
 
 
+class FolderError(Exception):
+    """The data folder cannot be used (another broker holds it, it is a file, it is not
+    writable): `hutch serve` says so in one line naming the folder and exits with 1."""
+
+
+def claim_data_folder(path):
+    """Make the data folder if it is missing and take its lock (CPython: ports/folder_lock.py)
+    before anything in it is read or written; the lock, or None on a board, where one process
+    owns the filesystem and MicroPython has no flock."""
+    try:
+        _make_dirs(path)
+    except OSError as e:
+        raise FolderError("cannot use data folder %s: %s" % (path, getattr(e, "strerror", None) or e))
+    if sys.implementation.name == "micropython":
+        return None
+    from ..ports.folder_lock import FolderInUse, lock_folder  # pyright: ignore[reportMissingImports] (host only)
+
+    try:
+        return lock_folder(path)
+    except FolderInUse as e:
+        raise FolderError(str(e))
+    except OSError as e:
+        raise FolderError("cannot use data folder %s: %s" % (path, e.strerror or e))
+
+
 async def serve(opts, log, stop_event=None, on_ready=None):
-    _make_dirs(opts["data"])
+    lock = claim_data_folder(opts["data"])
+    try:
+        await _serve(opts, log, stop_event, on_ready)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve(opts, log, stop_event, on_ready):
     line, frame_reader = choose_frame_reader()
     if line is not None:
         log("info", line)
@@ -126,7 +159,12 @@ async def serve(opts, log, stop_event=None, on_ready=None):
     bridges = make_bridges(opts["bridges"], broker, log, opts["data"], stop_event.set)  # before clients come
     server_class = tcp_server_class()
     server = server_class(broker, opts["bind"], opts["port"], log, opts["read_size"], monitor, stop_event.set)
-    await server.start()
+    try:
+        await server.start()
+    except OSError as e:  # most often: the port is taken
+        raise ListenError(
+            "cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], getattr(e, "strerror", None) or e)
+        )
     journal.start()
     serials = []
     if opts["serial"]:
@@ -155,6 +193,10 @@ async def serve(opts, log, stop_event=None, on_ready=None):
         await journal.stop()  # after the clients: what they were confirmed is on disk
         if status is not None:
             status.stop()  # what the broker left: `hutch ctl status` shows it as such
+
+
+class ListenError(Exception):
+    """A listener could not open its port (taken, not allowed): one line, exit 1."""
 
 
 class StartError(Exception):
@@ -206,11 +248,8 @@ def run(opts, on_start=None):
     except StartError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
-    except OSError as e:  # most often: the port is taken
-        print(
-            "hutch: cannot listen on %s:%d: %s" % (opts["bind"], opts["port"], getattr(e, "strerror", None) or e),
-            file=sys.stderr,
-        )
+    except (FolderError, ListenError) as e:
+        print("hutch: %s" % e, file=sys.stderr)
         return 1
     return 0
 
