@@ -427,12 +427,18 @@ class Channel:
     def reply(self, method_id, args=()):
         self.conn.send_method(self.number, method_id, args)
 
+    def queue_name(self, name, method_id):
+        """The name of the queue a method names: the empty name means the last queue declared
+        here (RabbitMQ expands it before any other check of the method)."""
+        if name:
+            return name
+        if self.last_queue is None:
+            raise ChannelException(NOT_FOUND, "NOT_FOUND - no previously declared queue", method_id)
+        return self.last_queue
+
     def queue_named(self, name, method_id):
-        """The queue a method names; the empty name means the last queue declared here."""
-        if not name:
-            if self.last_queue is None:
-                raise ChannelException(NOT_FOUND, "NOT_FOUND - no previously declared queue", method_id)
-            name = self.last_queue
+        """The queue a method names: it must exist and not be another connection's exclusive one."""
+        name = self.queue_name(name, method_id)
         queue = self.broker.queues.get(name)
         if queue is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method_id)

@@ -12,6 +12,7 @@ from .topology import (
     check_exclusive,
     declare_exchange,
     declare_queue,
+    default_exchange_refused,
     delete_exchange_named,
     delete_queue,
     named_exchange,
@@ -44,14 +45,15 @@ def exchange_bind(ch, args):
 
 def exchange_unbind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    destination = _bound_exchange(ch.broker, destination, source, spec.EXCHANGE_UNBIND)
-    unbind(ch.broker, source, destination, key, arguments, spec.EXCHANGE_UNBIND)
+    if not destination:
+        raise default_exchange_refused(spec.EXCHANGE_UNBIND)
+    unbind(ch.broker, source, ch.broker.exchange(destination), key, arguments, spec.EXCHANGE_UNBIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_UNBIND_OK)
 
 
 def _bound_exchange(broker, destination, source, method):
-    """The destination of exchange.bind / unbind, refused in RabbitMQ's order: the default
+    """The destination of exchange.bind, refused in RabbitMQ's order: the default
     exchange at either end (403) before a missing source, then a missing destination (404)."""
     if destination:  # (else named_exchange's 403 for the default exchange comes first)
         named_exchange(broker, source, method)
@@ -73,8 +75,9 @@ def queue_declare(ch, args):
 
 def queue_bind(ch, args):
     _ticket, name, exchange, key, nowait, arguments = args
-    # RabbitMQ's order: the default exchange (403) and a missing exchange (404) before a missing
-    # queue (404) or another connection's exclusive queue (405)
+    # RabbitMQ's order: the empty name's last queue (404), the default exchange (403) and a
+    # missing exchange (404) before a missing queue (404) or another connection's exclusive one (405)
+    name = ch.queue_name(name, spec.QUEUE_BIND)
     named_exchange(ch.broker, exchange, spec.QUEUE_BIND)
     queue = ch.queue_named(name, spec.QUEUE_BIND)
     bind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_BIND)
@@ -84,9 +87,8 @@ def queue_bind(ch, args):
 
 def queue_unbind(ch, args):
     _ticket, name, exchange, key, arguments = args
-    named_exchange(ch.broker, exchange, spec.QUEUE_UNBIND)  # (RabbitMQ's order, as in queue.bind)
-    queue = ch.queue_named(name, spec.QUEUE_UNBIND)
-    unbind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_UNBIND)
+    name = ch.queue_name(name, spec.QUEUE_UNBIND)
+    unbind(ch.broker, exchange, ch.broker.queues.get(name), key, arguments, spec.QUEUE_UNBIND, ch.conn)
     ch.reply(spec.QUEUE_UNBIND_OK)
 
 
@@ -104,9 +106,7 @@ def queue_purge(ch, args):
 
 def queue_delete(ch, args):
     _ticket, name, if_unused, if_empty, nowait = args
-    if not name:
-        name = ch.last_queue or b""
-    queue = ch.broker.queues.get(name)
+    queue = ch.broker.queues.get(ch.queue_name(name, spec.QUEUE_DELETE))
     count = 0
     consumers = []
     if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ

@@ -27,7 +27,7 @@ def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal
             PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method
         )
     if not name:
-        raise _default_exchange_refused(method)
+        raise default_exchange_refused(method)
     exchange = broker.exchange(name)
     if passive:
         if exchange is None:
@@ -71,7 +71,7 @@ def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal
 def delete_exchange_named(broker, name, if_unused):
     method = spec.EXCHANGE_DELETE
     if not name:
-        raise _default_exchange_refused(method)
+        raise default_exchange_refused(method)
     if name.startswith(b"amq."):
         raise ChannelException(
             ACCESS_REFUSED,
@@ -122,7 +122,7 @@ def exchange_for_publish(broker, name):
 def named_exchange(broker, name, method):
     """An exchange that bind/unbind names: never the default one, and it must exist."""
     if not name:
-        raise _default_exchange_refused(method)
+        raise default_exchange_refused(method)
     exchange = broker.exchange(name)
     if exchange is None:
         raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
@@ -143,11 +143,22 @@ def bind(broker, source_name, destination, key, arguments, method):
             broker.journal.bound(binding)
 
 
-def unbind(broker, source_name, destination, key, arguments, method):
-    source = named_exchange(broker, source_name, method)
+def unbind(broker, source_name, destination, key, arguments, method, conn=None):
+    """Remove a binding, as RabbitMQ 3.10 answers: the default exchange is refused (403), but a
+    missing source, a missing destination (None) or a missing binding is no error (an
+    auto-delete exchange may be gone with its last binding: clients unbind from it at teardown).
+    Only a binding that exists is checked against its queue's exclusive owner, conn (405)."""
+    if not source_name:
+        raise default_exchange_refused(method)
+    source = broker.exchange(source_name)
+    if source is None or destination is None:
+        return
     binding = source.find(destination, key, arguments)
-    if binding is not None:  # unbinding what is not bound succeeds, as in RabbitMQ
-        remove_binding(broker, binding)
+    if binding is None:
+        return
+    if destination.is_queue:
+        check_exclusive(destination, conn, method)
+    remove_binding(broker, binding)
 
 
 def remove_binding(broker, binding):
@@ -256,7 +267,7 @@ def delete_queue(broker, queue, cancel_later=None):
 # ------------------------------------------------------------ RabbitMQ's refusals, worded as it does
 
 
-def _default_exchange_refused(method):
+def default_exchange_refused(method):
     return ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
 
 

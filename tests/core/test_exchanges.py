@@ -3,6 +3,7 @@
 from harness import closed_with, method, names, opened
 
 from hutch.core import spec
+from hutch.core.wire import method_name
 
 
 def _routes(client, exchange, key, queues, headers=None):
@@ -165,6 +166,28 @@ def test_direct_routing_and_unbind():
     assert _routes(client, b"d", b"red", [b"a", b"b", b"c"]) == [b"b"]
     # unbinding what is not bound is fine, as in RabbitMQ
     assert names(client.call(1, spec.QUEUE_UNBIND, (0, b"a", b"d", b"red", {}))) == ["queue.unbind-ok"]
+
+
+def test_unbinding_from_what_is_gone_is_ok_as_in_rabbitmq():
+    """An auto-delete exchange goes with its last binding; clients unbind from it at teardown."""
+    client = opened()
+    client.declare_exchange(1, b"src", b"fanout", auto_delete=True)
+    client.declare_exchange(1, b"dst", b"fanout")
+    assert names(client.call(1, spec.EXCHANGE_BIND, (0, b"dst", b"src", b"", False, {}))) == ["exchange.bind-ok"]
+    for _ in range(2):  # the first unbind removes src (its last binding), the second finds it gone
+        assert names(client.call(1, spec.EXCHANGE_UNBIND, (0, b"dst", b"src", b"", False, {}))) == [
+            "exchange.unbind-ok"
+        ]
+    closed_with(client.declare_exchange(1, b"src", b"fanout", passive=True), spec.NOT_FOUND)
+    client.channel(2)
+    client.queue(2, b"q")
+    for unbind in (
+        (spec.QUEUE_UNBIND, (0, b"q", b"no.such.x", b"k", {})),
+        (spec.QUEUE_UNBIND, (0, b"no.such.q", b"dst", b"k", {})),
+        (spec.EXCHANGE_UNBIND, (0, b"no.such.dst", b"dst", b"", False, {})),
+    ):
+        assert names(client.call(2, *unbind)) == [method_name(unbind[0]) + "-ok"]
+    closed_with(client.call(2, spec.QUEUE_UNBIND, (0, b"q", b"", b"q", {})), spec.ACCESS_REFUSED)
 
 
 def test_same_queue_bound_twice_gets_one_copy():
