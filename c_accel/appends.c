@@ -4,8 +4,8 @@
  * [PAYLOAD_START, PAYLOAD_END), a content header frame ending at HEADER_END and, unless
  * the body is empty, one body frame ending at BODY_END (each index is a frame-end
  * octet's). The scanner has checked the frames are whole and on one channel, and that
- * the body frame holds exactly the size the header gives. A record (core/records.py,
- * core/streamlog.py) is
+ * the body frame holds exactly the size the header gives. A record (core/store/records.py,
+ * core/streams/streamlog.py) is
  *     0xA5  kind(1)  length(4)  check(2)  payload(length)  crc32(4)
  * check being the low 16 bits of the CRC-32 of kind and length, which also seeds the
  * payload's CRC-32. */
@@ -20,8 +20,8 @@
 #define HEADER_SIZE 8
 #define TRAILER_SIZE 4
 #define PREFIX 16 /* offset and timestamp */
-#define PUBLISH 256 /* core/framing.py's record type of a whole publish */
-/* core/framing.py's record slots */
+#define PUBLISH 256 /* amqp091/framing.py's record type of a whole publish */
+/* amqp091/framing.py's record slots */
 #define RECORD_SLOTS 6
 #define TYPE 0
 #define CHANNEL 1

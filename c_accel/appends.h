@@ -1,6 +1,6 @@
 /* hutch C accelerator: a run of whole publishes into a stream's records.
  *
- * What core/stream.py's append() (with core/streamlog.py's message_record) makes of
+ * What core/streams/stream.py's append() (with core/streams/streamlog.py's message_record) makes of
  * each publish, one publish after the other, made here for a run of them in one call:
  * the records are byte for byte those, and tests/test_accel_appends.py checks it by
  * feeding the same publishes to a broker that appends runs and to one that does not. */

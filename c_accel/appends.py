@@ -1,5 +1,5 @@
 """A run of whole publishes into a stream's records in C (c_accel/appends.c): what
-core/batch.py's stream_run hands a stream (server/serve.py gives it to the broker as
+amqp091/batch.py's stream_run hands a stream (server/serve.py gives it to the broker as
 Broker.stream_appends).
 
 A publisher into a stream sends run after run of publishes with the same exchange,
@@ -27,7 +27,7 @@ def stream_appends(
     """(taken, next, records): the records for the publishes recorded in records from slot on
     (count of them), as long as each is like the first (channel number, method arguments
     after the ticket, content header but for the body size at most max_body); template is
-    (prefix, body_size_at, after) of core/streamlog.py record_template. At most `most`
+    (prefix, body_size_at, after) of core/streams/streamlog.py record_template. At most `most`
     records, taking at most budget bytes. next: where the frame after the last taken starts."""
     prefix, body_size_at, after = template
     out = _out  # (a record larger than it is not taken: that publish goes the one-by-one way)

@@ -18,11 +18,12 @@ import argparse
 import sys
 import time
 
-from hutch.core import batch, framing, spec
+from hutch.amqp091 import batch, framing
+from hutch.amqp091.connection import Connection
+from hutch.amqp091.framing import FULL, RECORD_SLOTS
+from hutch.codec import spec
+from hutch.codec.wire import PROTOCOL_HEADER, content_frames, method_frame
 from hutch.core.broker import Broker
-from hutch.core.connection import Connection
-from hutch.core.framing import FULL, RECORD_SLOTS
-from hutch.core.wire import PROTOCOL_HEADER, content_frames, method_frame
 
 BUFFER_SIZE = 64 * 1024
 

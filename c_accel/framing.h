@@ -1,6 +1,6 @@
 /* hutch C accelerator: the batch frame scanner.
  *
- * The C twin of scan_frames() in core/framing.py, which is the reference:
+ * The C twin of scan_frames() in amqp091/framing.py, which is the reference:
  * same records, same stop, same status, same detail, on any input. */
 #ifndef HUTCH_FRAMING_H
 #define HUTCH_FRAMING_H
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Why a scan stopped: the values of NEED_MORE, FULL, ... in core/framing.py. */
+/* Why a scan stopped: the values of NEED_MORE, FULL, ... in amqp091/framing.py. */
 enum {
     HUTCH_NEED_MORE = 0,      /* the rest is not a whole frame: wait for more bytes */
     HUTCH_FULL = 1,           /* records is full: scan again from the stop */
@@ -18,7 +18,7 @@ enum {
 
 /* Slots of one record (six uint64_t: a delivery tag must fit, even where size_t
  * is 32 bits) and of the outcome array. A record is one frame, one whole
- * publish, or one basic.ack/nack/reject: see PUBLISH and SETTLE in core/framing.py. */
+ * publish, or one basic.ack/nack/reject: see PUBLISH and SETTLE in amqp091/framing.py. */
 enum { HUTCH_TYPE = 0, HUTCH_CHANNEL = 1, HUTCH_PAYLOAD_START = 2, HUTCH_PAYLOAD_END = 3,
        HUTCH_HEADER_END = 4, HUTCH_BODY_END = 5, HUTCH_RECORD_SLOTS = 6 };
 /* The record types of a whole publish and of a settlement (above any frame type octet). */

@@ -9,13 +9,13 @@ was built, else pure Python.
 HUTCH_PURE_PYTHON=1 in the environment keeps pure Python (to compare the two, or to
 rule the C code out when hunting a bug). Any ImportError, such as an install without a
 compiler, also leaves pure Python in place: the C code is only ever a faster copy of
-core/framing.py (or core/paging.py), never something the broker needs. MicroPython has no C accelerator:
+amqp091/framing.py (or core/store/paging.py), never something the broker needs. MicroPython has no C accelerator:
 server/serve.py does not import this there.
 """
 
 import os
 
-from ..core import batch
+from ..amqp091 import batch
 
 
 def pure_python_forced():
@@ -38,7 +38,7 @@ def frame_reader():
 
 
 def stream_deliveries():
-    """The C twin of core/streamlog.py deliveries() for Broker.stream_deliveries, or None (pure
+    """The C twin of core/streams/streamlog.py deliveries() for Broker.stream_deliveries, or None (pure
     Python forced, or not built): a stream's read buffer into deliveries in one call."""
     if pure_python_forced():
         return None
@@ -51,7 +51,7 @@ def stream_deliveries():
 
 def message_finder():
     """How page-ins find a run's messages in what they read from a segment (Journal.find_messages):
-    the C twin of core/paging.py's find_messages, or None for that one."""
+    the C twin of core/store/paging.py's find_messages, or None for that one."""
     if pure_python_forced():
         return None
     try:

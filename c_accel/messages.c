@@ -1,7 +1,7 @@
 /* hutch C accelerator: finding a run's messages in a segment read (see messages.h).
  *
  * A record is 0xA5 kind(1) length(4) check(2) payload(length) crc32(4), integers
- * big-endian (core/records.py). Every length comes from the file, so each one is
+ * big-endian (core/store/records.py). Every length comes from the file, so each one is
  * checked against what is left in the buffer before a byte it implies is read,
  * in a form that cannot overflow. */
 #include "messages.h"
@@ -12,7 +12,7 @@
 #define RECORD_HEADER 8
 #define RECORD_TRAILER 4
 #define MAX_PAYLOAD 0x7FFFFFFFu
-#define KIND_MESSAGE 9  /* MESSAGE in core/journal.py */
+#define KIND_MESSAGE 9  /* MESSAGE in core/store/journal.py */
 #define ID_SIZE 8       /* a message's id: the first bytes of its payload */
 #define FIXED_SIZE 17   /* id(8) flags(1) arrival(8), then the route */
 #define HEADER_TAIL_MIN 19  /* a content header frame's tail: size(4), class to property flags(14), frame end */
@@ -55,7 +55,7 @@ static int record_at(const uint8_t *buf, size_t len, size_t pos, size_t *start, 
     return header[1];
 }
 
-/* message_fields of core/journal.py: the fields of the MESSAGE payload p[start:end]
+/* message_fields of core/store/journal.py: the fields of the MESSAGE payload p[start:end]
  * into out (HUTCH_FIELDS numbers), or 0 when they do not fit in it. */
 static int message_fields(const uint8_t *p, size_t start, size_t end, uint64_t *out)
 {

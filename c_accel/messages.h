@@ -1,19 +1,19 @@
 /* hutch C accelerator: finding a run's messages in bytes read from a journal segment.
  *
- * The C twin of find_messages() in core/paging.py, which is the reference: the
+ * The C twin of find_messages() in core/store/paging.py, which is the reference: the
  * same fields, stop, status and size, and the same bits cleared, on any input.
- * It checks each record as core/records.py's next_record does (header check,
- * CRC-32) and reads a message's fields as core/journal.py's message_fields. */
+ * It checks each record as core/store/records.py's next_record does (header check,
+ * CRC-32) and reads a message's fields as core/store/journal.py's message_fields. */
 #ifndef HUTCH_MESSAGES_H
 #define HUTCH_MESSAGES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* How a scan ended: CLEAN, TORN, CORRUPT and INCOMPLETE of core/records.py. */
+/* How a scan ended: CLEAN, TORN, CORRUPT and INCOMPLETE of core/store/records.py. */
 enum { HUTCH_CLEAN = 0, HUTCH_TORN = 1, HUTCH_CORRUPT = 2, HUTCH_INCOMPLETE = 3 };
 
-/* Numbers per message found: FIELDS of core/journal.py (id, flags, arrival, then
+/* Numbers per message found: FIELDS of core/store/journal.py (id, flags, arrival, then
  * offsets: route, routing key, queue names, header tail, body tail, end). */
 enum { HUTCH_FIELDS = 9 };
 

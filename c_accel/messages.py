@@ -1,10 +1,10 @@
-"""The C message finder, called the way core/paging.py's find_messages is.
+"""The C message finder, called the way core/store/paging.py's find_messages is.
 
 Importing this module fails with ImportError when the extension was not built
 (no compiler at install time, another platform): loader.py then keeps pure Python.
 """
 
-from ..core.journal import FIELDS
+from ..core.store.journal import FIELDS
 from ._accel import ffi, lib
 
 # Where the C function reports its stop, status and size: read straight after the call.

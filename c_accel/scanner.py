@@ -1,10 +1,10 @@
-"""The C batch frame scanner, called the way core/framing.py's scan_frames is.
+"""The C batch frame scanner, called the way amqp091/framing.py's scan_frames is.
 
 Importing this module fails with ImportError when the extension was not built
 (no compiler at install time, another platform): loader.py then keeps pure Python.
 """
 
-from ..core.framing import RECORD_SLOTS
+from ..amqp091.framing import RECORD_SLOTS
 from ._accel import ffi, lib
 
 # Frames per scan. One FFI call costs about what scanning a few frames in Python does,

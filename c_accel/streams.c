@@ -1,6 +1,6 @@
 /* hutch C accelerator: a stream's records into basic.deliver frames (see streams.h).
  *
- * A record (core/records.py, core/streamlog.py) is
+ * A record (core/store/records.py, core/streams/streamlog.py) is
  *     0xA5  kind(1)  length(4)  check(2)  payload(length)  crc32(4)
  * and a stream's payload is
  *     offset(8) timestamp(8) exchange shortstr, routing-key shortstr,

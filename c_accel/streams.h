@@ -1,6 +1,6 @@
 /* hutch C accelerator: a stream's records into basic.deliver frames.
  *
- * The C twin of deliveries() in core/streamlog.py, which is the reference: the
+ * The C twin of deliveries() in core/streams/streamlog.py, which is the reference: the
  * same frames, counts, positions and statuses, on any input. */
 #ifndef HUTCH_STREAMS_H
 #define HUTCH_STREAMS_H
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Why it stopped: WANT, DONE and BAD_RECORD are core/streamlog.py's; OUT_FULL is
+/* Why it stopped: WANT, DONE and BAD_RECORD are core/streams/streamlog.py's; OUT_FULL is
  * this one's own (the next delivery's frames do not fit in out: call again). */
 enum { HUTCH_WANT = 0, HUTCH_DONE = 1, HUTCH_BAD_RECORD = 2, HUTCH_OUT_FULL = 3 };
 

@@ -1,4 +1,4 @@
-"""A stream's records into basic.deliver frames in C, called the way core/streamlog.py's
+"""A stream's records into basic.deliver frames in C, called the way core/streams/streamlog.py's
 deliveries() is (server/serve.py hands it to the broker as Broker.stream_deliveries).
 
 One call makes the frames of a whole read buffer of records (up to 64 KiB): the CRC-32
@@ -6,10 +6,10 @@ checks, the method frames and the copies of each record's route, header and body
 no Python object per delivery but the run's one bytes object.
 
 Importing this module fails with ImportError when the extension was not built (loader.py
-then leaves the broker on core/streamlog.py).
+then leaves the broker on core/streams/streamlog.py).
 """
 
-from ..core.streamlog import DONE
+from ..core.streams.streamlog import DONE
 from ._accel import ffi, lib
 
 OUT_FULL = 3  # (streams.h) the next delivery's frames did not fit: a larger buffer, again

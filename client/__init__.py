@@ -5,7 +5,7 @@ micropython-lib's umqtt: one channel, no threads, no asyncio, nothing from hutch
 Three layers, each on the one below:
 
 - client/protocol.py: the client side of AMQP 0-9-1, sans-IO (bytes in, events and bytes
-  out), built on core/wire.py; an asyncio bridge can drive it as well;
+  out), built on codec/wire.py; an asyncio bridge can drive it as well;
 - client/simple.py (hutch.client.simple.Client): the blocking client over a transport,
   as umqtt.simple;
 - client/robust.py (hutch.client.Client): the simple client plus what recovery needs,

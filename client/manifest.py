@@ -1,4 +1,4 @@
-# What a sensor node runs: hutch.client and the parts of hutch.core it speaks through
+# What a sensor node runs: hutch.client and hutch.codec, which it speaks through
 # (MicroPython's manifest syntax; see core/manifest.py). `python -m hutch.firmware.build --node`
 # stages exactly these files.
 package(
@@ -7,4 +7,4 @@ package(
 )
 # the AMQP 0-9-1 wire module the client speaks through (with the spec table and DecodeError),
 # and the serial link layer, for a node on a UART (client/transport.py's Serial)
-package("hutch/core", files=("__init__.py", "errors.py", "link.py", "spec.py", "wire.py"))
+package("hutch/codec", files=("__init__.py", "errors.py", "link.py", "spec.py", "wire.py"))

@@ -4,7 +4,7 @@ In the style of h11 and wsproto: no sockets, no clock of its own (time comes in 
 argument, in milliseconds: MicroPython's ticks_ms or any monotonic count), no blocking.
 The blocking sensor client (client/simple.py, client/robust.py) drives it over a
 transport; an asyncio bridge can drive it the same way. Every frame is built and read
-with core/wire.py, with a client's value mapping (strings as str, bytes as 'x').
+with codec/wire.py, with a client's value mapping (strings as str, bytes as 'x').
 
     p = Protocol(frame_max=4096)
     p.connect(now, "guest", "guest", "/", heartbeat=30)  # queues the protocol header
@@ -42,7 +42,7 @@ connection was lost (the record publish() was given, else its sequence number).
 import errno
 import sys
 
-from ..core import spec, wire
+from ..codec import spec, wire
 from .clock import ticks_diff
 
 TYPE_CHECKING = False

@@ -14,7 +14,7 @@ client declared, confirm mode, qos and consumers. declare_queue, declare_exchang
 take record=True (record=False: not restored).
 """
 
-from ..core import spec
+from ..codec import spec
 from .simple import Client as Simple
 
 

@@ -56,7 +56,7 @@ wait_msg() at least every heartbeat/2 seconds, or set heartbeat=0 on a node that
 
 import errno
 
-from ..core import spec
+from ..codec import spec
 from .clock import ticks_diff, ticks_ms
 from .protocol import AMQPError, ConnectionClosed, Message, Protocol
 

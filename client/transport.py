@@ -86,8 +86,8 @@ class Tcp:
 
 
 class Serial:
-    """AMQP over a serial line through hutch's link layer (hutch/core/link.py: framing,
-    checksums, retransmission, peer-restart detection). Needs hutch/core/link.py on the node.
+    """AMQP over a serial line through hutch's link layer (hutch/codec/link.py: framing,
+    checksums, retransmission, peer-restart detection). Needs hutch/codec/link.py on the node.
 
     `port` is a machine.UART (e.g. UART(1, 115200, tx=17, rx=16, timeout=0)), or any object
     with write(data) and a readinto(buf) that does not block (returns None or 0 when nothing
@@ -114,7 +114,7 @@ class Serial:
             self.poll = None
 
     def open(self, timeout_ms):
-        from ..core.link import Link
+        from ..codec.link import Link
 
         self.timeout_ms = timeout_ms
         self._rest = b""

@@ -1,5 +1,7 @@
-"""hutch's broker core: AMQP 0-9-1 as a sans-IO state machine (no sockets, no clock).
+"""hutch's broker model, protocol-neutral and sans-IO (no sockets, no clock): the broker,
+exchanges, queues, messages, topology, budgets; its durability (store/), stream queues
+(streams/) and the local side of bridges (bridge/).
 
-Runs unchanged on CPython and MicroPython. Start at broker.Broker and
-connection.Connection; the ports in hutch.ports drive it.
+Runs unchanged on CPython and MicroPython. Start at broker.Broker; the front ends
+(hutch.amqp091) speak a protocol on top of it, and the ports in hutch.ports move the bytes.
 """

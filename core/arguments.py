@@ -2,7 +2,7 @@
 
 Each argument hutch knows has one row: what its value must be, whether RabbitMQ
 compares it when the queue or exchange is declared again (a redeclare that differs is
-refused with 406), and whether a stream takes it (core/streamrules.py checks a stream's
+refused with 406), and whether a stream takes it (core/streams/streamrules.py checks a stream's
 arguments, with RabbitMQ's words). Arguments that RabbitMQ gives a meaning hutch does not
 implement are refused at declare: better than silently ignoring a promise the client
 thinks it was given. Any other argument is kept but means nothing, as in RabbitMQ.
@@ -11,10 +11,10 @@ To support a new queue argument: add (or change) its row here, then act on it wh
 queue reads its arguments (Queue.__init__ in core/queue.py).
 """
 
-from .errors import ChannelException
+from ..codec.errors import ChannelException
+from ..codec.spec import PRECONDITION_FAILED
+from ..codec.wire import text
 from .exchange import freeze
-from .spec import PRECONDITION_FAILED
-from .wire import text
 
 # What a value must be (the row's low bits) ...
 NON_NEGATIVE = 1

@@ -8,8 +8,8 @@ from a RabbitMQ definitions file works here unchanged.
 import binascii
 import hashlib
 
-from .errors import DecodeError
-from .wire import decode_table
+from ..codec.errors import DecodeError
+from ..codec.wire import decode_table
 
 MECHANISMS = b"PLAIN AMQPLAIN"
 

@@ -6,29 +6,29 @@ one way messages go in and out of queues, whatever front end carries them.
     broker.delivered(queue, entry, settled)                 # a queue's entry went to a consumer
     broker.settle(queue, entries, ACCEPT or REQUEUE or REJECT)
 
-A 0-9-1 channel (core/channel.py), dead-lettering (core/deadletter.py), and the bridge
+A 0-9-1 channel (amqp091/channel.py), dead-lettering (core/deadletter.py), and the bridge
 or an AMQP 1.0 link to come, all call these; routing, the journal, budgets and flow
 control live behind them once. Declaring and deleting exchanges, queues and bindings is
-core/topology.py's; budgets and alarms are core/flow.py's. A stream (core/stream.py)
+core/topology.py's; budgets and alarms are core/flow.py's. A stream (core/streams/stream.py)
 stands where a queue stands; a message routed to one becomes a record of its log.
 """
 
-from . import spec
+from ..codec import spec
+from ..codec.errors import ChannelException
+from ..codec.spec import PRECONDITION_FAILED
+from ..codec.wire import text
 from .auth import Users
-from .errors import ChannelException
 from .exchange import Exchange
 from .flow import Flow
 from .limits import Limits
-from .spec import PRECONDITION_FAILED
 from .topology import delete_queue
-from .wire import text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
     from typing import Callable
 
     from .dedup import Dedup
-    from .journal import Journal
+    from .store.journal import Journal
 
 VERSION = "0.1.0"
 
@@ -72,11 +72,11 @@ class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
     dedup: "Dedup | None"
-    # Set by the server on CPython when c_accel is built: the C twin of core/streamlog.py
-    # deliveries(), which core/stream.py uses instead (read with getattr: a board's broker never
+    # Set by the server on CPython when c_accel is built: the C twin of core/streams/streamlog.py
+    # deliveries(), which core/streams/stream.py uses instead (read with getattr: a board's broker never
     # has it, nor pays for it).
     stream_deliveries: "Callable"
-    # Streams (core/stream.py): the storage port's opener of their files, open_stream(name,
+    # Streams (core/streams/stream.py): the storage port's opener of their files, open_stream(name,
     # arguments) (None: no data folder, so no streams); the live ones, those waiting for the
     # journal to sync, and the bytes they hold on disk (the journal's disk budget counts them).
     # Class-level until the first stream makes them its broker's own: a board without
@@ -85,7 +85,7 @@ class Broker:
     streams = ()
     stream_syncs = ()
     stream_bytes = 0
-    # Direct reply-to (core/replyto.py): each live reply name -> its channel; made with the first.
+    # Direct reply-to (amqp091/replyto.py): each live reply name -> its channel; made with the first.
     reply_channels = None
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
@@ -113,7 +113,7 @@ class Broker:
         self.dedup = None  # core/dedup.Dedup, made with the first message from a bridge
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         # How 0-9-1 connections find frames: frame_reader() gives each new one its reader
-        # (core/batch.py with the C scanner); None: connection.read_frames, frame by frame.
+        # (amqp091/batch.py with the C scanner); None: connection.read_frames, frame by frame.
         self.frame_reader = frame_reader
         self._serial = 0
         self.published = 0  # messages numbered (Message.order)
@@ -156,7 +156,7 @@ class Broker:
                     self.expiring.remove(queue)
         if self.journal is not None:
             if self.journal.tick(self.now):
-                from .compaction import compact  # only when a segment may need it: boards keep heap
+                from .store.compaction import compact  # only when a segment may need it: boards keep heap
 
                 compact(self)
         for stream in self.streams:

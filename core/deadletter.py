@@ -24,8 +24,8 @@ would go round for ever: it does not go to that queue (RabbitMQ's cycle check).
 
 import struct
 
+from ..codec.wire import Timestamp, encode_table, shortstr
 from .message import Message
-from .wire import Timestamp, encode_table, shortstr
 
 REJECTED = b"rejected"
 _FIRST = ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")

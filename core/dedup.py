@@ -1,6 +1,6 @@
 """Duplicates from bridges dropped on arrival: what makes hutch -> hutch forwarding exactly once.
 
-A bridge (core/outbox.py) gives every message it forwards x-hutch-origin (the node and the
+A bridge (core/bridge/outbox.py) gives every message it forwards x-hutch-origin (the node and the
 bridge) and x-hutch-seq (a number that grows along its queue and is the same when the
 message is sent again). After a lost link or a crash at the edge, it sends again what was
 in flight; what of that this broker already took is a duplicate.
@@ -86,7 +86,7 @@ class Dedup:
     # ------------------------------------------------------------ the journal's records
 
     def state_records(self):
-        """Payloads of DEDUP records, one per origin: all a restart needs (core/journal.py
+        """Payloads of DEDUP records, one per origin: all a restart needs (core/store/journal.py
         puts them in every snapshot)."""
         return [_state_payload(origin, self.origins[origin]) for origin in self.order]
 

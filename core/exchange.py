@@ -7,8 +7,8 @@ per message), a counted set for fanout, a trie of words for topic (no scan of
 every binding), and a list for headers, which must look at every binding.
 """
 
-from .errors import ChannelException
-from .spec import PRECONDITION_FAILED
+from ..codec.errors import ChannelException
+from ..codec.spec import PRECONDITION_FAILED
 
 
 def freeze(value):

@@ -74,7 +74,7 @@ class Flow:
     # ------------------------------------------------------------ alarms
 
     def check_disk(self, journal):
-        """The journal's size (and its streams': core/stream.py) against its disk budget: the
+        """The journal's size (and its streams': core/streams/stream.py) against its disk budget: the
         "disk" alarm from 90%, cleared under 75%."""
         budget = journal.max_bytes
         if budget <= 0:

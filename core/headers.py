@@ -2,7 +2,7 @@
 header frame tail (core/message.py header_tail: payload size, class, weight, body size,
 property flags, properties, frame-end), every other property byte for byte.
 
-A stream adds x-stream-offset to each record (core/streamlog.py); a bridge adds its hop,
+A stream adds x-stream-offset to each record (core/streams/streamlog.py); a bridge adds its hop,
 origin and sequence headers to what it forwards (server/bridge.py); dead-lettering
 (core/deadletter.py) sets x-death and its companions and drops the expiration property. A
 published message's CC and BCC headers are read here too (sender_selected), and BCC taken out.
@@ -11,7 +11,7 @@ Sans-IO and MicroPython-clean.
 
 import struct
 
-from .wire import _decode_value
+from ..codec.wire import _decode_value
 
 FLAG_HEADERS = 0x2000
 FLAG_DELIVERY_MODE = 0x1000
@@ -156,8 +156,8 @@ def sender_selected(message):
         if tag is None:
             continue
         if tag != 0x41:
-            from .errors import ChannelException
-            from .spec import BASIC_PUBLISH, PRECONDITION_FAILED
+            from ..codec.errors import ChannelException
+            from ..codec.spec import BASIC_PUBLISH, PRECONDITION_FAILED
 
             raise ChannelException(
                 PRECONDITION_FAILED,

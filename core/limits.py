@@ -14,13 +14,13 @@ protocol terms when one runs out (design.md, "Fixed budgets"):
   publishing connection is blocked (connection.blocked) until consumers drain
   the broker below the low-water fraction;
 - queue_window_messages / queue_window_bytes: what a durable queue keeps in memory
-  once its backlog grows; the rest waits in the journal (core/paging.py), read back
+  once its backlog grows; the rest waits in the journal (core/store/paging.py), read back
   page_read_bytes at a time;
 - output_high_water: bytes queued towards one client before the broker stops
   delivering to it (a slow consumer cannot eat the heap);
 - stream_segment_bytes: a stream's segment file when x-stream-max-segment-size-bytes does
   not say (retention drops whole segments); a stream consumer reads a sixteenth of it
-  ahead, at most 64 KiB (core/stream.py).
+  ahead, at most 64 KiB (core/streams/stream.py).
 """
 
 FRAME_MIN_SIZE = 4096

@@ -1,48 +1,52 @@
 # What of hutch.core goes onto a board, in MicroPython's manifest syntax (as micropython-lib keeps
 # one manifest per package). firmware/build.py stages exactly the files listed: a module that is
-# not listed stays on the host. Left out here: batch.py and framing.py, the reader of the C frame
-# scanner and its pure-Python reference (CPython only).
+# not listed stays on the host. The subpackages (store/, streams/, bridge/) are listed here too.
 package(
     "hutch/core",
     files=(
         "__init__.py",
         "arguments.py",
         "auth.py",
-        "basic.py",
         "broker.py",
-        "channel.py",
-        "compaction.py",
-        "confirms.py",
-        "connection.py",
         "deadletter.py",
         "dedup.py",
-        "declare.py",
-        "errors.py",
         "exchange.py",
         "fifo.py",
         "flow.py",
-        "handshake.py",
         "headers.py",
-        "inbox.py",
-        "journal.py",
         "limits.py",
-        "link.py",
         "message.py",
-        "outbox.py",
-        "paging.py",
         "priority.py",
         "queue.py",
-        "records.py",
         "refusals.py",
         "replay.py",
-        "replyto.py",
-        "secret.py",
-        "spec.py",
+        "topology.py",
+    ),
+)
+package(
+    "hutch/core/store",
+    files=(
+        "__init__.py",
+        "compaction.py",
+        "journal.py",
+        "paging.py",
+        "records.py",
+    ),
+)
+package(
+    "hutch/core/streams",
+    files=(
+        "__init__.py",
         "stream.py",
         "streamlog.py",
         "streamrules.py",
-        "topology.py",
-        "tx.py",
-        "wire.py",
+    ),
+)
+package(
+    "hutch/core/bridge",
+    files=(
+        "__init__.py",
+        "inbox.py",
+        "outbox.py",
     ),
 )

@@ -11,7 +11,7 @@ Properties are decoded only when a feature asks for them.
 import struct
 import sys
 
-from .wire import FRAME_END_BYTE, decode_properties
+from ..codec.wire import FRAME_END_BYTE, decode_properties
 
 # Heap a queued message costs beyond its body and header: the Message, its byte strings
 # and the queue entry. Measured with a 5-byte body: ~356 bytes on 64-bit CPython 3.11
@@ -26,13 +26,13 @@ FLAG_REPLY_TO = 0x0200
 
 
 class Message:
-    journal_id = 0  # its id in the journal, once journalled (core/journal.py); 0: not journalled
+    journal_id = 0  # its id in the journal, once journalled (core/store/journal.py); 0: not journalled
     segment = 0  # the journal segment holding it
     arrived = 0  # wall-clock ms of its publish (Broker.publish; from the journal when paged in); 0: not known
     # milliseconds, from the expiration property when set. (A class default: most messages have
     # none, and on MicroPython an eleventh attribute of its own would cost each message 32 bytes.)
     ttl = None  # type: int | None
-    forward_seq = 0  # a transient message's sequence number on a bridge, once forwarded (core/outbox.py)
+    forward_seq = 0  # a transient message's sequence number on a bridge, once forwarded (core/bridge/outbox.py)
     cc = None  # type: list | None  # its CC and BCC headers' keys (sender-selected distribution), routed too
 
     def with_key(self, routing_key):

@@ -8,7 +8,7 @@ priority. The queue's ready messages are Lanes: a Fifo per priority in use, behi
 interface of the one Fifo a plain queue has, so delivering, expiry and requeue in
 core/queue.py work unchanged.
 
-A durable one pages as any durable queue (core/paging.py), with runs each of one priority,
+A durable one pages as any durable queue (core/store/paging.py), with runs each of one priority,
 highest first: the window in memory holds the oldest of each priority it holds, and a
 message is taken from memory only when no run on disk has a higher priority (else the
 first run is read first, into a full window if need be). A restart brings the backlog
@@ -17,10 +17,10 @@ through once (a window's worth at a time) and notes each message in the run of i
 priority, holding none of them.
 """
 
+from ..codec.wire import decode_properties
 from .fifo import Fifo
-from .paging import page_out, read_run
 from .queue import Queue
-from .wire import decode_properties
+from .store.paging import page_out, read_run
 
 FLAG_PRIORITY = 0x08  # the priority property's bit in the property flags' first octet
 

@@ -7,23 +7,23 @@ A message leaves the broker's budget when it is acknowledged (or delivered
 with no-ack), purged, expired or dropped; until then it is "held".
 
 A durable queue keeps only a window of entries in memory once its backlog grows; the
-rest waits in the journal as runs (core/paging.py), read back as the window empties.
+rest waits in the journal as runs (core/store/paging.py), read back as the window empties.
 Its messages in memory count against the broker's budgets, those on disk against the
 journal's disk budget.
 """
 
+from ..codec.wire import shortstr, text
 from .arguments import as_bytes
 from .fifo import Fifo
-from .wire import shortstr, text
 
-_paging = []  # core/paging.py once a queue first pages (see paging_module())
+_paging = []  # core/store/paging.py once a queue first pages (see paging_module())
 
 
 def paging_module():
-    """core/paging.py, imported the first time a queue needs it (an idle board does not hold it),
+    """core/store/paging.py, imported the first time a queue needs it (an idle board does not hold it),
     then kept: an import statement run for every publish to a paging queue cost ~2 us."""
     if not _paging:
-        from . import paging as module
+        from .store import paging as module
 
         _paging.append(module)
     return _paging[0]
@@ -67,7 +67,7 @@ class Consumer:
 
 class Queue:
     is_queue = True
-    is_stream = False  # a stream (core/stream.py) stands where a queue stands; Broker.publish tells them apart
+    is_stream = False  # a stream (core/streams/stream.py) stands where a queue stands; Broker.publish tells them apart
     # How it picks a consumer: round-robin over all (the class defaults), or, once set on the
     # queue, the first of its consumers (x-single-active-consumer) or by consumer priority
     # (a consumer with x-priority): see _next_in_order. `ordered` is either (one look-up per

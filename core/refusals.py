@@ -2,13 +2,13 @@
 406's text): a field-table type's name, an integer that is not one, a value shown beside
 another in an equivalence refusal.
 
-Loaded with the first such refusal (core/arguments.py, core/broker.py, core/streamrules.py):
+Loaded with the first such refusal (core/arguments.py, core/broker.py, core/streams/streamrules.py):
 a board whose clients declare and consume with valid arguments does not hold it.
 """
 
-from .errors import ChannelException
-from .spec import PRECONDITION_FAILED
-from .wire import text
+from ..codec.errors import ChannelException
+from ..codec.spec import PRECONDITION_FAILED
+from ..codec.wire import text
 
 # (core/arguments.py's kinds of value, as its rows have them)
 BOOLEAN = 32

@@ -1,4 +1,4 @@
-"""Replaying the journal at start (core/journal.py writes it): the records of every segment,
+"""Replaying the journal at start (core/store/journal.py writes it): the records of every segment,
 in order, into plain data; then the broker's exchanges, queues, bindings and backlogs,
 built in one go.
 
@@ -6,7 +6,7 @@ A sealed segment is read from its summary only (the storage port hands over its 
 definitions, which of its messages each queue holds (bitmaps), and copies of its removal
 and delivery records. The segments written since the last seal (at most one or two) are
 read whole. Either way no message is decoded: a queue comes back as runs
-(core/paging.py) and reads its messages when consumers want them, in publish order;
+(core/store/paging.py) and reads its messages when consumers want them, in publish order;
 those that had been delivered come back redelivered.
 
 Only needed while the broker starts: a board drops this module afterwards (ports/recovery.py),
@@ -15,10 +15,12 @@ so its heap does not keep it. Sans-IO and MicroPython-clean.
 
 import struct
 
-from . import spec, topology
-from .errors import ChannelException
+from ..codec import spec
+from ..codec.errors import ChannelException
+from ..codec.wire import decode_table, text
+from . import topology
 from .exchange import freeze
-from .journal import (
+from .store.journal import (
     BINDING,
     DEDUP,
     DEDUP_TAKEN,
@@ -43,9 +45,8 @@ from .journal import (
     queue_payload,
     set_bits,
 )
-from .paging import Run
-from .records import record_parts
-from .wire import decode_table, text
+from .store.paging import Run
+from .store.records import record_parts
 
 
 class RecoveredQueue:
@@ -398,7 +399,7 @@ def _first_id(run):
 
 def _dense(run, first):
     """run as the queue keeps it: without its bitmap if its ids follow one another from first
-    (what a backlog read or acked in order leaves), as when it was made (core/paging.py)."""
+    (what a backlog read or acked in order leaves), as when it was made (core/store/paging.py)."""
     if run.moved:
         # its records are in the order compaction wrote them, not always their ids': paging
         # reads a dense run's ids in order only (find_messages), so it keeps its bitmap
@@ -420,7 +421,7 @@ def _dense(run, first):
 
 def _goes_on(run, after):
     """Join after to run if it goes on from run's last segment in the next, its ids following
-    (both dense: as core/paging.py makes one run of them as they are published). True if joined."""
+    (both dense: as core/store/paging.py makes one run of them as they are published). True if joined."""
     parts = run.parts
     last = run.segment + (len(parts) >> 1 if parts else 0)
     if run.bitmap is not None or after.bitmap is not None or run.moved or after.moved:

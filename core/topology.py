@@ -1,18 +1,18 @@
 """Exchanges, queues and bindings: declaring, deleting, binding, with RabbitMQ's rules.
 
 Protocol-neutral operations on the broker's entities: the 0-9-1 methods
-(core/declare.py), the journal's replay and any other front end call them. They
+(amqp091/declare.py), the journal's replay and any other front end call them. They
 raise ChannelException with RabbitMQ's reply codes and texts, so a client sees
 the errors it would see from RabbitMQ; the journal hears of every durable change.
 """
 
-from . import spec
+from ..codec import spec
+from ..codec.errors import ChannelException
+from ..codec.spec import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
+from ..codec.wire import text
 from .arguments import EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, as_bytes, check_equivalent, check_queue_arguments
-from .errors import ChannelException
 from .exchange import ROUTERS, Exchange
 from .queue import Queue
-from .spec import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
-from .wire import text
 
 # ------------------------------------------------------------ exchanges
 
@@ -185,8 +185,8 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
         check_exclusive(queue, conn, method)
         return queue
-    stream = as_bytes(arguments.get("x-queue-type")) == b"stream"  # a stream: core/stream.py
-    if not name and not stream:  # (a stream may not be server-named: core/streamrules.py)
+    stream = as_bytes(arguments.get("x-queue-type")) == b"stream"  # a stream: core/streams/stream.py
+    if not name and not stream:  # (a stream may not be server-named: core/streams/streamrules.py)
         name = broker.new_name(b"amq.gen-")
     elif name.startswith(b"amq."):
         raise ChannelException(
@@ -203,7 +203,7 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
         queue.last_used = broker.now
         return queue
     if stream:
-        from .streamrules import check_declare  # only a broker with streams holds their code
+        from .streams.streamrules import check_declare  # only a broker with streams holds their code
 
         check_declare(name, durable, exclusive, auto_delete, arguments, method)
     else:
@@ -216,7 +216,7 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
             method,
         )
     if stream:
-        from .stream import new_stream
+        from .streams.stream import new_stream
 
         queue = new_stream(broker, name, arguments, method)
     elif arguments.get("x-max-priority"):  # (0: a plain queue, as in RabbitMQ)

@@ -19,7 +19,7 @@ What is built, in --out (default build/firmware, or build/node):
   what firmware/manifest.py freezes into a custom MicroPython firmware.
 - `hutch.romfs` is the same tree as a ROMFS image (MicroPython 1.25+). On a
   board with a ROMFS partition (`mpremote romfs deploy`), and on the unix
-  port through tools/unixboard.py, .mpy files in ROMFS run in place from
+  port through emulator/unixboard.py, .mpy files in ROMFS run in place from
   flash: their bytecode never occupies the heap, which is what lets the
   broker fit a 110 KiB ESP32.
 
@@ -38,7 +38,7 @@ from mpremote.romfs import make_romfs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The packages whose manifests make up each bundle.
-BUNDLES = {"broker": ("core", "ports", "server", "boards"), "node": ("client",)}
+BUNDLES = {"broker": ("codec", "core", "amqp091", "ports", "server", "boards"), "node": ("client",)}
 DEFAULT_OUT = {"broker": os.path.join(ROOT, "build", "firmware"), "node": os.path.join(ROOT, "build", "node")}
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points of the broker, copied as source to the board's root
 
@@ -56,6 +56,11 @@ def manifest_files(package):
     with open(os.path.join(ROOT, package, "manifest.py")) as f:
         exec(compile(f.read(), os.path.join(package, "manifest.py"), "exec"), {"package": package_entry})
     return found
+
+
+def module_key(package, name):
+    """A module's key in the ConstantFolder: its dotted name below hutch ("core.store.journal")."""
+    return package.replace("/", ".") + "." + name[:-3]
 
 
 def modules(bundle="broker"):
@@ -99,7 +104,7 @@ class ConstantFolder:
     every use of a module-level integer constant, in its own module or imported (`from .spec
     import NOT_FOUND`, `spec.NOT_FOUND`), becomes a literal, and the constant's definition and
     its import bindings are dropped. On a board each constant would otherwise cost a global,
-    an import binding per module that uses it and an interned name: the ~190 of core/spec.py
+    an import binding per module that uses it and an interned name: the ~190 of codec/spec.py
     alone took some 12 KiB of a 110 KiB heap. Only exact spans found by the ast are replaced
     and line counts are kept, so tracebacks point at the real source lines."""
 
@@ -222,12 +227,12 @@ def build(out_dir=None, optimize=2, bundle_name="broker"):
     files = {}
     for package, name in modules(bundle_name):
         with open(os.path.join(ROOT, package, name)) as f:
-            files[package + "." + name[:-3]] = f.read()
+            files[module_key(package, name)] = f.read()
     constants = ConstantFolder(files)
     for package, name in modules(bundle_name):
         source = os.path.join(staging, "hutch", package, name)
         os.makedirs(os.path.dirname(source), exist_ok=True)
-        key = package + "." + name[:-3]
+        key = module_key(package, name)
         with open(source, "w") as f:
             f.write(constants.fold(key, files[key]))
         folder = os.path.join(bundle, "hutch", package)

@@ -13,6 +13,8 @@ package(
         "interrupt.py",
         "log.py",
         "recovery.py",
+        "repair.py",
+        "segments.py",
         "serial.py",
         "storage.py",
         "streams.py",

@@ -1,4 +1,4 @@
-"""The serial port: AMQP 0-9-1 over a UART, through the link layer of core/link.py.
+"""The serial port: AMQP 0-9-1 over a UART, through the link layer of codec/link.py.
 
     server = SerialServer(broker, "/dev/ttyUSB0", 115200, log)
     await server.start()    # opens the port (and keeps trying if it cannot)
@@ -32,8 +32,8 @@ try:
 except ImportError:  # pragma: no cover - every supported Python has it
     asyncio = None
 
-from ..core.connection import Connection
-from ..core.link import Link
+from ..amqp091.connection import Connection
+from ..codec.link import Link
 from .clock import Clock, sleep_ms
 from .interrupt import guarded
 from .uart import device_name, open_serial

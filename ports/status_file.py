@@ -4,7 +4,7 @@ CPython only (a board has no one to read it, and its flash no writes to spare): 
 STATUS_EVERY_MS and once more at a clean stop, the broker's queues and streams as one JSON
 object, written to a temporary file and renamed over the last one, so a reader never sees
 half of one. Per queue: messages ready (in memory: the window at its head; on disk: the
-backlog, core/paging.py), their body bytes on disk, deliveries not yet settled, consumers
+backlog, core/store/paging.py), their body bytes on disk, deliveries not yet settled, consumers
 and the oldest ready message's age; per stream: its first and last offsets, segments,
 bytes and retention.
 """
@@ -69,7 +69,7 @@ def _head(queue):
     """The oldest ready message, or None. A queue whose window is empty with a backlog on disk
     reads its head in first, as its next delivery would (just after a restart, say)."""
     if not queue.messages.length and queue.paged:
-        from ..core.paging import page_in
+        from ..core.store.paging import page_in
 
         page_in(queue)
     if not queue.messages.length:

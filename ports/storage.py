@@ -1,9 +1,5 @@
-"""The storage port: the journal's files in the data folder, and group commit.
+"""The storage port: writing the journal's segment files (ports/segments.py) with group commit.
 
-    DATA/journal/00000001.seg ...  segments of records (core/records.py, core/journal.py)
-                                   a sealed one ends with its summary's records and a
-                                   16-byte trailer (see seal_trailer)
-    DATA/quarantine/               segments found corrupt at start, kept as they were
     DATA/recovery.txt              what the last start found and did (`hutch ctl status`)
 
 Reading them back at start is ports/recovery.py's job.
@@ -21,164 +17,11 @@ least every SYNC_EVERY_MS.
 """
 
 import asyncio
-import os
-import struct
-import sys
-from binascii import crc32
 
 from .clock import Clock
+from .segments import MICROPYTHON
 
-MICROPYTHON = sys.implementation.name == "micropython"
-SEGMENT_SUFFIX = ".seg"
 SYNC_EVERY_MS = 1000  # with no confirm waiting, records are synced at least this often
-TRAILER_MAGIC = b"HSUM"
-TRAILER_SIZE = 16
-
-
-def seal_trailer(summary_start, data_crc):
-    """The last 16 bytes of a sealed segment: magic, where its summary starts, the CRC-32 of
-    every byte before the summary (checked at start: a flipped byte in a message is found
-    without reading records), and the CRC-32 of those 12 bytes."""
-    head = TRAILER_MAGIC + struct.pack(">II", summary_start, data_crc)
-    return head + struct.pack(">I", crc32(head) & 0xFFFFFFFF)
-
-
-def exists(path):
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
-
-
-def make_dir(path):
-    if not exists(path):
-        os.mkdir(path)
-
-
-class SegmentFiles:
-    """The segment files: read them at start, append to the newest, sync, delete old ones."""
-
-    def __init__(self, folder):
-        self.folder = folder
-        self.dir = folder + "/journal"
-        self.quarantine_dir = folder + "/quarantine"
-        make_dir(folder)
-        make_dir(self.dir)
-        self.file = None  # the open segment file, and its number
-        self.file_segment = None
-        self.size = 0  # its bytes so far, and their CRC-32 (a summary's trailer holds it)
-        self.crc = 0
-        self.reader = None  # a segment open for reading (page-ins), and its number
-        self.reader_segment = None
-        self.unsynced = []  # files written since the last sync (a rolled one stays until then)
-        self.new_file = False  # a segment file was created: its directory entry needs a sync too
-
-    def path(self, segment):
-        return "%s/%08d%s" % (self.dir, segment, SEGMENT_SUFFIX)
-
-    def numbers(self):
-        out = []
-        for name in os.listdir(self.dir):
-            if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit():
-                out.append(int(name[: -len(SEGMENT_SUFFIX)]))
-        out.sort()
-        return out
-
-    def append(self, segment, parts):
-        if segment != self.file_segment:
-            self.file = open(self.path(segment), "ab")
-            self.file_segment = segment
-            self.new_file = True
-            self.size = 0
-            self.crc = 0
-        f = self.file
-        if f not in self.unsynced:
-            self.unsynced.append(f)
-        crc = self.crc
-        if MICROPYTHON:
-            for part in parts:  # no join: one large buffer would fragment a board's heap
-                f.write(part)
-                crc = crc32(part, crc)
-                self.size += len(part)
-        else:
-            data = b"".join(parts)
-            f.write(data)
-            f.flush()  # to the operating system now: a killed process loses nothing
-            crc = crc32(data, crc)
-            self.size += len(data)
-        self.crc = crc
-
-    def append_summary(self, segment, parts):
-        """A segment's summary records, then the trailer that seals it."""
-        if segment != self.file_segment:
-            self.append(segment, ())
-        start = self.size
-        data_crc = self.crc & 0xFFFFFFFF
-        self.append(segment, parts)
-        self.append(segment, (seal_trailer(start, data_crc),))
-
-    def read(self, segment, position, size):
-        """Bytes of a segment from position (fewer at its end): page-ins read their runs so."""
-        if segment != self.reader_segment:
-            self.close_reader()
-            self.reader = open(self.path(segment), "rb")
-            self.reader_segment = segment
-        self.reader.seek(position)
-        return self.reader.read(size)
-
-    def close_reader(self):
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
-            self.reader_segment = None
-
-    def remove(self, segment):
-        if segment == self.reader_segment:
-            self.close_reader()
-        try:
-            os.remove(self.path(segment))
-        except OSError:
-            pass  # already gone (by hand): nothing was needed from it
-
-    def take_unsynced(self):
-        """The files to sync, and whether the directory needs it too; the caller passes them
-        to sync() (CPython: in a worker thread) and then to synced()."""
-        files = self.unsynced
-        self.unsynced = []
-        new_file = self.new_file
-        self.new_file = False
-        return files, new_file
-
-    def sync(self, files, new_file):
-        for f in files:
-            self.sync_file(f)
-        read_only = getattr(os, "O_RDONLY", None)  # CPython: MicroPython's os has neither
-        if new_file and hasattr(os, "fsync") and read_only is not None:
-            fd = os.open(self.dir, read_only)  # a new file is durable once its directory entry is
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-    def synced(self, files):
-        """Close the files that were rolled over, now that they are synced."""
-        for f in files:
-            if f is not self.file and f not in self.unsynced:
-                f.close()
-
-    def sync_file(self, f):
-        f.flush()  # MicroPython: the filesystem's own sync (see the module's docstring)
-        if hasattr(os, "fsync"):
-            os.fsync(f.fileno())
-
-    def close(self):
-        self.close_reader()
-        if self.file is not None:
-            self.sync_file(self.file)
-            self.file.close()
-            self.file = None
-            self.file_segment = None
 
 
 class JournalWriter:

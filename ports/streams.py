@@ -1,16 +1,16 @@
-"""The stream queues' files (core/stream.py says what they mean), in the data folder:
+"""The stream queues' files (core/streams/stream.py says what they mean), in the data folder:
 
     DATA/streams/<name as hex>/        one folder per stream (a name longer than 100 bytes: its
                                        first 100 as hex, "-", and the CRC-32 of all of it)
         stream.meta                    a record: the stream's name and arguments (hutch ctl reads it)
         reserved                       a record: offsets below this may have been handed out
-        00000000000000000000.seg ...   segments: runs of records (core/streamlog.py), each file
+        00000000000000000000.seg ...   segments: runs of records (core/streams/streamlog.py), each file
                                        named by the offset of its first record
     DATA/streams/<hex>.gone-N/         a deleted stream, until its deletion is durable
     DATA/quarantine/stream-<hex>/      a stream's segments found corrupt at start, as they were
 
 Writing goes through the journal's writer (ports/storage.py JournalWriter): a SegmentFile
-is a chunk target of the journal (core/journal.py append_to), appended to and synced in
+is a chunk target of the journal (core/store/journal.py append_to), appended to and synced in
 the same group commit as the journal's own segments.
 
 Offsets never go back, even after a power cut: before a record past the current
@@ -20,7 +20,7 @@ is higher. A clean stop writes the exact next offset, so only a crash leaves a g
 most one reservation, about a second of records at the rate they came (1,024 at least).
 
 Opening a stream reads its newest segment (torn tail cut, damage quarantined as the
-journal's are: ports/recovery.py Repair) and the first record of each older one (its
+journal's are: ports/repair.py Repair) and the first record of each older one (its
 timestamp): the cost of a restart does not grow with the number of records.
 
 Loaded on first use (ports/storage.py stream_opener): a broker without streams does not
@@ -31,11 +31,11 @@ import os
 import struct
 from binascii import crc32
 
-from ..core.records import CORRUPT, HEADER_SIZE, TORN, encode_record, scan_records
-from ..core.streamlog import PREFIX, offset_and_time, scan
-from ..core.wire import decode_table, shortstr
+from ..codec.wire import decode_table, shortstr
+from ..core.store.records import CORRUPT, HEADER_SIZE, TORN, encode_record, scan_records
+from ..core.streams.streamlog import PREFIX, offset_and_time, scan
 from .clock import Clock
-from .storage import MICROPYTHON, SEGMENT_SUFFIX, exists, make_dir
+from .segments import MICROPYTHON, SEGMENT_SUFFIX, exists, make_dir
 
 META = 1  # stream.meta's record: name shortstr, arguments table
 RESERVED = 2  # reserved's record: the offset (8 bytes)
@@ -170,7 +170,7 @@ def _text(raw):
 
 
 class StreamLog:
-    """One stream's folder: what core/stream.py appends to, reads from, and drops."""
+    """One stream's folder: what core/streams/stream.py appends to, reads from, and drops."""
 
     def __init__(self, store, name, folder):
         self.store = store
@@ -186,7 +186,7 @@ class StreamLog:
         self.block = MIN_BLOCK
         self.clock = Clock()
         self.reserved_at = self.clock.now_ms() - 2000  # the first reservation: the smallest block
-        self.writes = 0  # appends made (core/stream.py tells write batches apart by it)
+        self.writes = 0  # appends made (core/streams/stream.py tells write batches apart by it)
         self.current = None  # the SegmentFile being appended to
         self.destroyed = False
         self.gone = None  # the folder it was set aside as, once deleted
@@ -194,7 +194,7 @@ class StreamLog:
     def path(self, first):
         return "%s/%020d%s" % (self.dir, first, SEGMENT_SUFFIX)
 
-    def sync_file(self, f):  # (for ports/recovery.py Repair)
+    def sync_file(self, f):  # (for ports/repair.py Repair)
         sync_file(f)
 
     # ------------------------------------------------------------ at start
@@ -240,7 +240,7 @@ class StreamLog:
             data = f.read()
         count, last, last_ms, good_end, ending = scan(data)
         if ending == TORN or ending == CORRUPT:
-            from .recovery import Repair  # only when there is damage (a board dropped it after start)
+            from .repair import Repair  # only when there is damage
 
             make_dir(self.store.folder + "/quarantine")
             repair = Repair(self)

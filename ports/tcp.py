@@ -14,7 +14,7 @@ from another client's publish), which wakes both tasks.
 import asyncio
 import sys
 
-from ..core.connection import Connection
+from ..amqp091.connection import Connection
 from .clock import Clock, sleep_ms
 from .interrupt import interrupted
 

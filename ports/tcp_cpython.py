@@ -26,7 +26,7 @@ full queue, sees the FIN at once. So the sockets not read are watched for that a
 import asyncio
 import select
 
-from ..core.connection import Connection
+from ..amqp091.connection import Connection
 from .tcp import TcpServer, peer_address
 
 EPOLLRDHUP = getattr(select, "EPOLLRDHUP", None)  # Linux: elsewhere a hang-up shows once read

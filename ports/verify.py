@@ -12,7 +12,7 @@ match is read record by record; from the first bad record on it is copied to qua
 cut (on the event loop, and only if the journal still needs that segment: a segment it has
 deleted meanwhile is not written back), the journal's idea of its size shrinks with it, and
 the line goes to the log and to recovery.txt. Messages queued from the cut part are lost as
-their queue reaches them (core/paging.py says so in the log), as they would have been lost
+their queue reaches them (core/store/paging.py says so in the log), as they would have been lost
 at the start. Until the check reaches a segment, a page-in still checks each record's own
 CRC as it reads it.
 """
@@ -20,7 +20,7 @@ CRC as it reads it.
 import asyncio
 import zlib
 
-from ..core.records import CORRUPT, scan_records
+from ..core.store.records import CORRUPT, scan_records
 
 READ = 1024 * 1024  # bytes per read
 

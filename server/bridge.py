@@ -1,8 +1,8 @@
 """Bridges inside `hutch serve`: a local queue forwarded to an upstream broker (up), or an
 upstream queue brought here (down, for commands).
 
-The local side is core/outbox.py (up: a consumer of the source queue, no socket) or
-core/inbox.py (down: a publisher through Broker.publish); the upstream side is the sensor
+The local side is core/bridge/outbox.py (up: a consumer of the source queue, no socket) or
+core/bridge/inbox.py (down: a publisher through Broker.publish); the upstream side is the sensor
 client's sans-IO protocol (client/protocol.py), driven here over an asyncio stream (TLS for
 amqps://), on CPython and MicroPython alike. Per link:
 
@@ -29,11 +29,11 @@ import struct
 import sys
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
-from ..core import spec
-from ..core.errors import ChannelException
-from ..core.inbox import DROP, Inbox
-from ..core.inbox import REQUEUE as REQUEUE_UPSTREAM
-from ..core.outbox import Outbox
+from ..codec import spec
+from ..codec.errors import ChannelException
+from ..core.bridge.inbox import DROP, Inbox
+from ..core.bridge.inbox import REQUEUE as REQUEUE_UPSTREAM
+from ..core.bridge.outbox import Outbox
 from ..core.topology import bind, declare_queue
 from ..ports.clock import Clock, sleep_ms
 from ..ports.interrupt import guarded

@@ -119,6 +119,12 @@ def settings(args):
     }
 
 
+def needs_tls(opts):
+    """Whether these settings speak TLS anywhere: an amqps:// bridge uplink. (Without TLS the
+    CPython broker runs without OpenSSL: tools/cli.py.)"""
+    return any(uri["tls"] for bridge in opts["bridges"] for uri in bridge["uris"])
+
+
 def _bridges(data, path):
     if "bridge" not in data:
         return []

@@ -85,7 +85,9 @@ def recover_journal(opts, broker, log):
     check_later = sys.implementation.name != "micropython"
     writer = recover(opts["data"], broker, opts["segment_bytes"], opts["journal_max_bytes"], log, check_later)
     del recover
-    forget("hutch.ports.recovery", "hutch.core.replay", "hutch.core.paging")  # paging: until a queue pages
+    forget(
+        "hutch.ports.recovery", "hutch.ports.repair", "hutch.core.replay", "hutch.core.store.paging"
+    )  # paging: until a queue pages
     return writer
 
 

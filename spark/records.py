@@ -6,7 +6,7 @@ import json
 
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from hutch.core.wire import Decimal, Timestamp
+from hutch.codec.wire import Decimal, Timestamp
 
 from .broker import OFFSET_HEADER
 

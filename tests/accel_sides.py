@@ -1,12 +1,12 @@
 """A broker and one connection fed bytes directly, reading frames one of three ways:
 "inline" (connection.read_frames: MicroPython, or CPython without the C scanner),
-"python" (the batch reader with core/framing.py's reference scanner) and "c" (the batch
+"python" (the batch reader with amqp091/framing.py's reference scanner) and "c" (the batch
 reader with the C scanner). The differential tests feed all three the same bytes."""
 
+from hutch.amqp091 import batch, framing
+from hutch.amqp091.connection import Connection
 from hutch.c_accel import scanner as c_scanner
-from hutch.core import batch, framing
 from hutch.core.broker import Broker
-from hutch.core.connection import Connection
 
 SCANNERS = ("inline", "python", "c")
 READERS = {

@@ -5,7 +5,7 @@
 
 Runs on CPython (pyserial) and on MicroPython's unix port (the tty opened as a
 file: MICROPYPATH holds the node bundle, hutch/client and the core it speaks through, plus
-hutch/ports' serial.py and clock.py). It drives the link layer (core/link.py) and the
+hutch/ports' serial.py and clock.py). It drives the link layer (codec/link.py) and the
 client's protocol (client/protocol.py) itself, without the blocking client, so that it can
 keep many publishes in flight and die mid-frame. It starts a link session, opens an
 AMQP connection (guest/guest, channel 1, confirm.select), declares the queue
@@ -28,11 +28,11 @@ import select
 import sys
 
 from hutch.client.protocol import AMQPError, Message, Protocol
-from hutch.core.link import Link
+from hutch.codec.link import Link
 from hutch.ports.clock import Clock
 from hutch.ports.uart import open_serial
 
-# (class id << 16) | method id: the node bundle's core/spec.py has no constants (they are
+# (class id << 16) | method id: the node bundle's codec/spec.py has no constants (they are
 # folded into the code that uses them), so those of the methods this script sends are here
 CONFIRM_SELECT = 0x0055000A
 QUEUE_DECLARE = 0x0032000A

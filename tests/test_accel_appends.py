@@ -1,6 +1,6 @@
-"""Runs of publishes into a stream made into records in one call (core/batch.py stream_run with
+"""Runs of publishes into a stream made into records in one call (amqp091/batch.py stream_run with
 c_accel/appends.c) against the one-by-one path (each publish through the channel, the broker
-and Stream.append with core/streamlog.py's message_record).
+and Stream.append with core/streams/streamlog.py's message_record).
 
 Differential: two brokers on their own data folders read the same bytes in the same chunks
 with the C frame scanner, one with the run path and one without. After every chunk (and a
@@ -19,12 +19,13 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hutch.amqp091 import batch
+from hutch.amqp091.connection import Connection
 from hutch.c_accel import appends, scanner
-from hutch.core import batch, spec
+from hutch.codec import spec
+from hutch.codec.wire import encode_args, encode_properties, frame
 from hutch.core.broker import Broker
-from hutch.core.connection import Connection
 from hutch.core.limits import Limits
-from hutch.core.wire import encode_args, encode_properties, frame
 from hutch.ports.recovery import recover
 
 WALL = 1700000000

@@ -15,9 +15,9 @@ from accel_sides import SCANNERS, Side
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hutch.core import spec
+from hutch.codec import spec
+from hutch.codec.wire import encode_args, frame
 from hutch.core.limits import Limits
-from hutch.core.wire import encode_args, frame
 
 
 def method(channel, method_id, sig, args):

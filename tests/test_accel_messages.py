@@ -1,5 +1,5 @@
 """The C message finder (c_accel/messages.c) against its pure-Python reference
-(core/paging.py's find_messages).
+(core/store/paging.py's find_messages).
 
 Differential tests: on the same bytes, start, bitmap and want, both give the same fields,
 stop, status and size, and leave the same bits cleared, call after call as a page-in
@@ -16,16 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.c_accel import messages as c_messages
-from hutch.core import paging
-from hutch.core.journal import EXCHANGE, FIELDS, MESSAGE, message_parts
 from hutch.core.message import Message
-from hutch.core.records import CLEAN, CORRUPT, INCOMPLETE, TORN, encode_record, record_parts
+from hutch.core.store import paging
+from hutch.core.store.journal import EXCHANGE, FIELDS, MESSAGE, message_parts
+from hutch.core.store.records import CLEAN, CORRUPT, INCOMPLETE, TORN, encode_record, record_parts
 
 EXAMPLES = 400
 
 
 def message_record(journal_id, flags, body, names=(b"\x01q",), exchange=b"", key=b"q", properties=b"\x10\x00\x02"):
-    """A MESSAGE record as the journal writes it (core/journal.py message_parts)."""
+    """A MESSAGE record as the journal writes it (core/store/journal.py message_parts)."""
     payload = struct.pack(">HHQ", 60, 0, len(body)) + properties
     header_tail = struct.pack(">I", len(payload)) + payload + b"\xce"
     body_tail = struct.pack(">I", len(body)) + body + b"\xce" if body else None

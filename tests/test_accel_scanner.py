@@ -1,4 +1,4 @@
-"""The C frame scanner (c_accel/) against its pure-Python reference (core/framing.py).
+"""The C frame scanner (c_accel/) against its pure-Python reference (amqp091/framing.py).
 
 Differential tests: on the same buffer, start, max_payload and batch size, both
 give the same frames, stop, status and detail, call after call, whatever the bytes
@@ -11,10 +11,10 @@ import struct
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from hutch.amqp091 import framing
+from hutch.amqp091.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS, SETTLE
 from hutch.c_accel import scanner as c_scanner
-from hutch.core import framing
-from hutch.core.framing import BAD_FRAME_END, FULL, NEED_MORE, OVERSIZE, PUBLISH, RECORD_SLOTS, SETTLE
-from hutch.core.wire import frame
+from hutch.codec.wire import frame
 
 EXAMPLES = 500
 

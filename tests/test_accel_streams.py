@@ -1,5 +1,5 @@
 """The C maker of stream deliveries (c_accel/streams.c) against its pure-Python reference
-(core/streamlog.py deliveries).
+(core/streams/streamlog.py deliveries).
 
 Differential tests: on the same buffer of records and the same arguments, both give the
 same deliveries, positions, offsets and statuses, call after call, and the same frame
@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.c_accel import _accel, streams
-from hutch.core import streamlog
+from hutch.codec.wire import decode_properties, encode_properties, frame_at
 from hutch.core.broker import Broker
 from hutch.core.message import Message
-from hutch.core.streamlog import BAD_RECORD, DONE, WANT, message_record
-from hutch.core.wire import decode_properties, encode_properties, frame_at
+from hutch.core.streams import streamlog
+from hutch.core.streams.streamlog import BAD_RECORD, DONE, WANT, message_record
 
 EXAMPLES = 150  # (the suite runs them beside the board tests, whose heap figures need CPU to spare)
 

@@ -1,12 +1,12 @@
 """client/protocol.py, sans-IO: byte sequences in, events and bytes out, no broker needed.
 
-The broker's side is played with core/wire.py (the broker's value mapping); what the client
+The broker's side is played with codec/wire.py (the broker's value mapping); what the client
 sends is read back with it. The interop tests (tests/interop/test_sensor_client.py) run the
 same protocol against the real broker, under CPython and MicroPython.
 """
 
 from hutch.client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
-from hutch.core import spec, wire
+from hutch.codec import spec, wire
 
 
 def sent(p):

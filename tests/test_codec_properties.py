@@ -9,12 +9,11 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hutch.core import spec
-from hutch.core.broker import Broker
-from hutch.core.connection import Connection
-from hutch.core.errors import DecodeError
-from hutch.core.spec import CONTENT, METHODS
-from hutch.core.wire import (
+from hutch.amqp091.connection import Connection
+from hutch.codec import spec
+from hutch.codec.errors import DecodeError
+from hutch.codec.spec import CONTENT, METHODS
+from hutch.codec.wire import (
     PROTOCOL_HEADER,
     content_frames,
     decode_args,
@@ -25,6 +24,7 @@ from hutch.core.wire import (
     method_frame,
     signature,
 )
+from hutch.core.broker import Broker
 
 # HUTCH_FUZZ_EXAMPLES=5000 for a longer hunt than CI's
 FUZZ_EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "300"))

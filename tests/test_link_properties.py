@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) of the serial link layer (core/link.py).
+"""Property tests (hypothesis) of the serial link layer (codec/link.py).
 
 CPython only; tests/core/test_link.py has the plain tests that also run on
 MicroPython. Whatever the line does to the bytes (drop, damage, garbage,
@@ -11,7 +11,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hutch.core.link import Link, cobs_decode, cobs_encode
+from hutch.codec.link import Link, cobs_decode, cobs_encode
 
 EXAMPLES = int(os.environ.get("HUTCH_FUZZ_EXAMPLES", "150"))
 

@@ -1,7 +1,7 @@
-"""core/spec.py is generated from tools/spec/amqp-rabbitmq-0.9.1.json; it must not drift."""
+"""codec/spec.py is generated from tools/spec/amqp-rabbitmq-0.9.1.json; it must not drift."""
 
-from hutch.core import spec
-from hutch.core.wire import method_name, signature
+from hutch.codec import spec
+from hutch.codec.wire import method_name, signature
 from hutch.tools import gen_spec
 
 

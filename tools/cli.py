@@ -9,63 +9,68 @@ hutch pipeline --uri URI --streams A,B --output DIR --checkpoint DIR [--trigger 
                  [--window "1 minute"] [--watermark "10 minutes"] [--schema DDL | --schema-file FILE]
                  [--starting-offsets earliest|latest|JSON] [--max-offsets-per-trigger N] [--master URL]
                                  sensor readings from streams to per-window aggregates in Parquet,
-                                 with Spark (`pip install hutch[spark]`; Java 17+)
+                                 with Spark (the spark extra; Java 17+)
 hutch plot --output DIR --png FILE [--value mean|min|max|last|count]
-                                 draw those aggregates per sensor over time (`pip install hutch[plot]`)
-hutch version
+                                 draw those aggregates per sensor over time (the plot extra)
+hutch version, hutch --version
+
+Each command's module is imported only when that command runs: `hutch serve` loads no
+benchmark, board or Spark code.
 """
 
 import sys
 
-
-def _tls_wanted(argv):
-    """True unless this is `hutch serve` with no amqps:// link (a bridge's) in its config file:
-    only then does the broker go without OpenSSL. (The other commands are not the broker: `hutch
-    bench --bridge` drives pika, which imports ssl.) A glance at the file's text, before
-    anything else is imported; the config is read properly later."""
-    if len(argv) < 2 or argv[1] != "serve":
-        return True
-    for i, arg in enumerate(argv):
-        path = (
-            argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[9:] if arg.startswith("--config=") else None
-        )
-        if path:
-            try:
-                with open(path, "rb") as f:
-                    return b"amqps://" in f.read()
-            except OSError:
-                return False  # said properly when the config is read
-    return False
-
-
-# The broker speaks TLS only on an amqps:// bridge, yet asyncio loads OpenSSL (ssl) and so does
-# hashlib (_hashlib): together 4.5 MB of resident memory, a fifth of an idle broker. Marked
-# missing before anything imports them, asyncio runs without TLS support and hashlib uses its
-# built-in SHA-256 (the password hashes in core/auth.py).
-if not _tls_wanted(sys.argv):
-    sys.modules.setdefault("ssl", None)
+# hashlib would load OpenSSL's _hashlib (with ssl, 4.5 MB of resident memory, a fifth of an idle
+# broker) for the password hashes of core/auth.py, which its built-in SHA-256 does as well.
+# Marked missing before anything imports it. Whether `ssl` itself is loaded is decided by
+# `hutch serve` once its config is read (cmd_serve).
 sys.modules.setdefault("_hashlib", None)
 
-import argparse  # noqa: E402 (after the lines above, on purpose)
-import asyncio  # noqa: E402
-import gc  # noqa: E402
-import getpass  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
+import argparse  # noqa: E402 (after the line above, on purpose)
 
-from ..core.auth import hash_password  # noqa: E402
-from ..core.broker import VERSION  # noqa: E402
-from ..server import config, options, serve  # noqa: E402
-from . import bench, ctl, flash  # noqa: E402
+# name: (help, description or None, the module whose add_options(parser) and run(args) it is)
+COMMANDS = {
+    "serve": ("run the broker", None, None),
+    "passwd": ("print a password hash for [users.NAME] password_hash", None, None),
+    "flash": (
+        "install hutch on a MicroPython board (with mpremote)",
+        "build hutch's firmware bundle and install it on a MicroPython board",
+        "hutch.tools.flash",
+    ),
+    "bench": (
+        "benchmark hutch (and RabbitMQ) with the same load",
+        "run the same load against hutch with and without its C accelerator, "
+        "and against RabbitMQ when asked; print the figures and their ratios",
+        "hutch.bench.command",
+    ),
+    "ctl": (
+        "look at a data folder: journal, last recovery, quarantine",
+        "look at a broker's data folder (running or not)",
+        "hutch.tools.ctl",
+    ),
+    # listed for --help only: main() hands these to hutch.spark before any parsing
+    "pipeline": ("sensor readings from stream queues to per-window aggregates in Parquet (Spark)", None, None),
+    "plot": ("draw what `hutch pipeline` wrote, per sensor over time (to a PNG)", None, None),
+    "version": ("print the version", None, None),
+}
 
 
 def cmd_serve(args):
+    from ..server import config, options
+
     try:
         opts = options.settings(args)
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
+    if not options.needs_tls(opts):
+        # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to
+        # offer it), which keeps 4.5 MB out of an idle broker. Decided before asyncio is imported.
+        sys.modules.setdefault("ssl", None)
+    import logging
+
+    from ..server import serve
+
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(message)s", level=getattr(logging, opts["log_level"].upper())
     )
@@ -84,6 +89,8 @@ def _tune_gc():
     long as the broker (modules, the spec tables). Those are moved out of the collector's way
     (gc.freeze), and collections of young objects happen less often. Messages form no
     reference cycles, so they are still freed at once by reference counting."""
+    import gc
+
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
@@ -91,23 +98,45 @@ def _tune_gc():
 
 def _stop_on_signals(stop):
     """SIGINT and SIGTERM stop the broker cleanly: every client gets 320 first."""
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
 
 def cmd_passwd(args):
+    """A hash for the config file, of --password, of a line on standard input when it is not a
+    terminal (`echo pw | hutch passwd`), or of a password asked twice."""
+    import os
+
+    from ..core.auth import hash_password
+
     password = args.password
+    if password is None and not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            print("hutch: no password on standard input", file=sys.stderr)
+            return 1
     if password is None:
-        password = getpass.getpass("password: ")
-        if getpass.getpass("again: ") != password:
-            print("hutch: the passwords differ", file=sys.stderr)
+        import getpass
+
+        try:
+            password = getpass.getpass("password: ")
+            if getpass.getpass("again: ") != password:
+                print("hutch: the passwords differ", file=sys.stderr)
+                return 1
+        except (EOFError, KeyboardInterrupt):
+            print("", file=sys.stderr)
             return 1
     print(hash_password(password, os.urandom(4)))
     return 0
 
 
 def cmd_version(args):
+    from ..core.broker import VERSION
+
     print("hutch %s" % VERSION)
     return 0
 
@@ -128,50 +157,49 @@ def cmd_plot(argv):
     return plot(argv)
 
 
+def _add_command(commands, name, argv):
+    """The subparser of one command; its options only for the command that runs (importing its
+    module), so `hutch serve` never imports `hutch bench`'s."""
+    help_text, description, module_name = COMMANDS[name]
+    parser = commands.add_parser(name, help=help_text, description=description or help_text)
+    if argv[:1] != [name]:
+        return parser
+    if name == "serve":
+        from ..server import options
+
+        options.add_options(parser)
+        parser.set_defaults(run=cmd_serve)
+    elif name == "passwd":
+        parser.add_argument("--password", help="the password (default: a line on standard input, or asked twice)")
+        parser.set_defaults(run=cmd_passwd)
+    elif name == "version":
+        parser.set_defaults(run=cmd_version)
+    elif module_name is not None:
+        import importlib
+
+        module = importlib.import_module(module_name)
+        module.add_options(parser)
+        if hasattr(module, "run"):  # (ctl's own subcommands each set theirs)
+            parser.set_defaults(run=module.run)
+    return parser
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pipeline"]:
         return cmd_pipeline(argv[1:])
     if argv[:1] == ["plot"]:
         return cmd_plot(argv[1:])
+    if argv[:1] == ["--version"]:
+        return cmd_version(None)
     parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    p = commands.add_parser("serve", help="run the broker")
-    options.add_options(p)
-    p.set_defaults(run=cmd_serve)
-    p = commands.add_parser("passwd", help="print a password hash for [users.NAME] password_hash")
-    p.add_argument("--password", help="the password (default: ask twice)")
-    p.set_defaults(run=cmd_passwd)
-    p = commands.add_parser(
-        "flash",
-        help="install hutch on a MicroPython board (with mpremote)",
-        description="build hutch's firmware bundle and install it on a MicroPython board",
-    )
-    flash.add_options(p)
-    p.set_defaults(run=flash.run)
-    p = commands.add_parser(
-        "bench",
-        help="benchmark hutch (and RabbitMQ) with the same load",
-        description="run the same load against hutch with and without its C accelerator, "
-        "and against RabbitMQ when asked; print the figures and their ratios",
-    )
-    bench.add_options(p)
-    p.set_defaults(run=bench.run)
-    p = commands.add_parser(
-        "ctl",
-        help="look at a data folder: journal, last recovery, quarantine",
-        description="look at a broker's data folder (running or not)",
-    )
-    ctl.add_options(p)
-    # listed for --help only: main() hands `hutch pipeline ...` to cmd_pipeline before parsing
-    commands.add_parser(
-        "pipeline", help="sensor readings from stream queues to per-window aggregates in Parquet (Spark)"
-    )
-    commands.add_parser("plot", help="draw what `hutch pipeline` wrote, per sensor over time (to a PNG)")
-    p = commands.add_parser("version", help="print the version")
-    p.set_defaults(run=cmd_version)
-    args = parser.parse_args(argv)
+    subparsers = {name: _add_command(commands, name, argv) for name in COMMANDS}
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said in the usage of the command that was given them, not hutch's own
+        subparsers[args.command].error("unrecognized arguments: %s" % " ".join(unknown))
     return args.run(args)
 
 

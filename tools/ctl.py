@@ -4,7 +4,7 @@
     hutch ctl bridges [--data DIR] [--json]
 
 prints what the journal holds (segments and bytes), what the last start recovered and
-set aside (recovery.txt, written by ports/storage.recover), the quarantined segments: the
+set aside (recovery.txt, written by ports/recovery.py), the quarantined segments: the
 files a damaged journal left for a person to look at, and each stream (DATA/streams/,
 ports/streams.py): its first and last offset, segments, bytes and retention settings; and
 each queue as the broker last wrote it (DATA/status.json, every two seconds while it runs
@@ -21,9 +21,9 @@ import os
 import sys
 import time
 
-from ..core.streamlog import scan
+from ..core.streams.streamlog import scan
+from ..ports.segments import SEGMENT_SUFFIX
 from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE, as_text
-from ..ports.storage import SEGMENT_SUFFIX
 from ..ports.streams import GONE, read_meta
 
 DEFAULT_DATA = "hutch-data"

@@ -12,7 +12,7 @@
 4. resets the board (`mpremote reset`): main.py starts the broker.
 
 PORT is anything mpremote accepts: /dev/ttyUSB0, /dev/ttyACM0, COM3, a pty,
-socket://HOST:PORT (python -m hutch.tools.unixboard serves a unix-port board
+socket://HOST:PORT (python -m hutch.emulator.unixboard serves a unix-port board
 on the last two). mpremote runs as a command (`python -m mpremote`), its
 documented interface; its Python API is marked unstable. CPython only.
 """

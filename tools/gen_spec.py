@@ -1,11 +1,11 @@
-"""Generate core/spec.py from the AMQP 0-9-1 JSON spec (RabbitMQ's codegen file).
+"""Generate codec/spec.py from the AMQP 0-9-1 JSON spec (RabbitMQ's codegen file).
 
 The broker's method table is data, not hand-written code: this script turns
 tools/spec/amqp-rabbitmq-0.9.1.json into a compact Python module that also
 loads on MicroPython (no JSON parsing on the board, no field-name strings).
 
-    python -m hutch.tools.gen_spec            # rewrite core/spec.py
-    python -m hutch.tools.gen_spec --check    # exit 1 if core/spec.py is stale
+    python -m hutch.tools.gen_spec            # rewrite codec/spec.py
+    python -m hutch.tools.gen_spec --check    # exit 1 if codec/spec.py is stale
 """
 
 import argparse
@@ -15,7 +15,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPEC_JSON = os.path.join(HERE, "spec", "amqp-rabbitmq-0.9.1.json")
-OUTPUT = os.path.join(os.path.dirname(HERE), "core", "spec.py")
+OUTPUT = os.path.join(os.path.dirname(HERE), "codec", "spec.py")
 
 # One character per wire type; wire.py reads and writes arguments by these signatures.
 TYPE_CODES = {
@@ -36,7 +36,7 @@ def constant_name(text):
 
 
 def render(spec):
-    """core/spec.py's text."""
+    """codec/spec.py's text."""
     domains = dict(spec["domains"])
     lines = [
         '"""AMQP 0-9-1 method table and constants.',
@@ -96,14 +96,14 @@ def render(spec):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if core/spec.py differs")
+    parser.add_argument("--check", action="store_true", help="fail if codec/spec.py differs")
     args = parser.parse_args(argv)
     with open(SPEC_JSON) as f:
         text = render(json.load(f))
     if args.check:
         with open(OUTPUT) as f:
             if f.read() != text:
-                print("core/spec.py is stale: run python -m hutch.tools.gen_spec", file=sys.stderr)
+                print("codec/spec.py is stale: run python -m hutch.tools.gen_spec", file=sys.stderr)
                 return 1
         return 0
     with open(OUTPUT, "w") as f:

@@ -8,11 +8,9 @@ same bytes against real clients).
 
 import struct
 
-from hutch.core import spec
-from hutch.core.broker import Broker
-from hutch.core.connection import Connection
-from hutch.core.limits import Limits
-from hutch.core.wire import (
+from hutch.amqp091.connection import Connection
+from hutch.codec import spec
+from hutch.codec.wire import (
     PROTOCOL_HEADER,
     content_frames,
     decode_args,
@@ -24,6 +22,8 @@ from hutch.core.wire import (
     method_name,
     signature,
 )
+from hutch.core.broker import Broker
+from hutch.core.limits import Limits
 
 LOCAL = {"address": "127.0.0.1", "port": 40000, "transport": "tcp"}
 REMOTE = {"address": "192.0.2.7", "port": 40000, "transport": "tcp"}

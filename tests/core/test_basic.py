@@ -2,7 +2,7 @@
 
 from harness import closed_with, content, method, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 
 
 def _fill(client, queue, count, ch=1):
@@ -47,7 +47,7 @@ def test_delivery_reuses_publisher_header_bytes():
     assert events[0].properties == props
     import struct
 
-    from hutch.core.wire import encode_properties
+    from hutch.codec.wire import encode_properties
 
     assert events[0].header == struct.pack(">HHQ", 60, 0, 2) + encode_properties(props)
 

@@ -6,13 +6,13 @@ import struct
 
 from harness import names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
+from hutch.codec.wire import encode_properties, shortstr, tail
 from hutch.core.broker import ACCEPT, JOURNALLED, REFUSED, REJECT, REQUEUE, ROUTED, Broker
 from hutch.core.limits import Limits
 from hutch.core.message import Message
 from hutch.core.queue import Consumer
 from hutch.core.topology import bind, declare_exchange, declare_queue, delete_queue
-from hutch.core.wire import encode_properties, shortstr, tail
 
 
 def message(routing_key, body, exchange=b"", properties=None):

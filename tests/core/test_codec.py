@@ -2,9 +2,9 @@
 
 import struct
 
-from hutch.core import spec, wire
-from hutch.core.errors import DecodeError
-from hutch.core.wire import (
+from hutch.codec import spec, wire
+from hutch.codec.errors import DecodeError
+from hutch.codec.wire import (
     Decimal,
     Timestamp,
     decode_args,

@@ -2,7 +2,7 @@
 
 from harness import closed_with, content, method, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.limits import Limits
 
 

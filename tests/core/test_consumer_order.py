@@ -3,7 +3,7 @@
 
 from harness import closed_with, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 
 
 def _deliveries(events):

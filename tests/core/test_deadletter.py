@@ -9,7 +9,7 @@ import struct
 from harness import closed_with, frame, method, names, opened
 from test_journal import PERSISTENT, Node, _in_folder
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.deadletter import cycle
 from hutch.core.limits import Limits
 

@@ -2,8 +2,8 @@
 
 from harness import closed_with, method, names, opened
 
-from hutch.core import spec
-from hutch.core.wire import method_name
+from hutch.codec import spec
+from hutch.codec.wire import method_name
 
 
 def _routes(client, exchange, key, queues, headers=None):

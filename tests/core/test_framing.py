@@ -8,9 +8,9 @@ import struct
 
 from harness import Client, closed_with, content, frame, method, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
+from hutch.codec.wire import encode_properties, method_payload
 from hutch.core.limits import Limits
-from hutch.core.wire import encode_properties, method_payload
 
 
 def test_frames_split_at_every_byte():

@@ -2,7 +2,7 @@
 
 from harness import REMOTE, Client, closed_with, method, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.auth import Users, hash_password
 from hutch.core.broker import Broker
 from hutch.core.limits import Limits

@@ -1,10 +1,10 @@
-"""core/inbox.py: the local side of a down bridge (deliveries from upstream published here)."""
+"""core/bridge/inbox.py: the local side of a down bridge (deliveries from upstream published here)."""
 
 import struct
 
 from harness import opened
 
-from hutch.core.inbox import DROP, REQUEUE, Inbox
+from hutch.core.bridge.inbox import DROP, REQUEUE, Inbox
 
 BARE_HEADER = struct.pack(">IHHQH", 14, 60, 0, 5, 0) + b"\xce"  # no properties, a 5-byte body
 

@@ -9,7 +9,7 @@ import os
 
 from harness import names, opened, remove_tree, scratch_folder
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.broker import Broker
 from hutch.core.limits import Limits
 from hutch.ports.recovery import recover

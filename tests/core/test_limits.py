@@ -2,7 +2,7 @@
 
 from harness import Client, closed_with, content, method, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.limits import Limits
 
 

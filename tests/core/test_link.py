@@ -1,11 +1,11 @@
-"""The serial link layer (core/link.py), fed bytes directly: two Links wired together.
+"""The serial link layer (codec/link.py), fed bytes directly: two Links wired together.
 
 Plain functions and asserts, no pytest: run_micropython.py runs them under
 MicroPython too. Impairments come from a seeded generator written here, so
 both interpreters see the same line.
 """
 
-from hutch.core.link import ACK, DATA, HELLO, Link, cobs_decode, cobs_encode
+from hutch.codec.link import ACK, DATA, HELLO, Link, cobs_decode, cobs_encode
 
 
 class Rng:

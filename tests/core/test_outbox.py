@@ -1,8 +1,8 @@
-"""core/outbox.py: the local side of an up bridge (a consumer session with no socket)."""
+"""core/bridge/outbox.py: the local side of an up bridge (a consumer session with no socket)."""
 
 from harness import opened
 
-from hutch.core.outbox import Outbox
+from hutch.core.bridge.outbox import Outbox
 
 
 def _queue_with(client, count):
@@ -73,7 +73,7 @@ def test_a_nack_puts_the_message_back_and_close_ends_the_consumer():
 
 
 def _props(header_tail):
-    from hutch.core.wire import decode_properties
+    from hutch.codec.wire import decode_properties
 
     return decode_properties(memoryview(header_tail)[4:-1])
 
@@ -105,7 +105,7 @@ def test_forwarded_headers_name_origin_sequence_and_hops_and_make_it_persistent(
 
 
 def test_a_returned_message_is_sent_again_and_without_a_dead_letter_exchange_the_bridge_is_stuck():
-    from hutch.core.outbox import MAX_RETURNS
+    from hutch.core.bridge.outbox import MAX_RETURNS
 
     client = opened()
     queue = _queue_with(client, 2)
@@ -125,8 +125,8 @@ def test_a_header_made_from_the_template_is_the_header_made_whole():
     """header_for rewrites a tail's headers once and then puts each number in (_template)."""
     import struct
 
+    from hutch.core.bridge.outbox import KEYS
     from hutch.core.headers import with_entries
-    from hutch.core.outbox import KEYS
 
     client = opened()
     client.declare_queue(1, b"src", durable=True)

@@ -1,4 +1,4 @@
-"""Durable queues whose backlog waits on disk (core/paging.py): a bounded window in memory,
+"""Durable queues whose backlog waits on disk (core/store/paging.py): a bounded window in memory,
 runs read back from real segment files, sealed segments' summaries at restart, and what
 every queue feature does with messages that are on disk only. Also run under MicroPython.
 """
@@ -8,12 +8,12 @@ import struct
 from harness import names
 from test_journal import PERSISTENT, TRANSIENT, Node, _bodies, _damage, _in_folder, _report, _segments
 
-from hutch.core import spec
-from hutch.core.journal import FIELDS, MESSAGE, message_parts
+from hutch.codec import spec
 from hutch.core.limits import Limits
 from hutch.core.message import Message
-from hutch.core.paging import Run, find_messages, page_in
-from hutch.core.records import record_parts
+from hutch.core.store.journal import FIELDS, MESSAGE, message_parts
+from hutch.core.store.paging import Run, find_messages, page_in
+from hutch.core.store.records import record_parts
 
 WINDOW = [4]  # the window _small gives a queue (the esp32 profile's 1: see the last test)
 

@@ -5,7 +5,7 @@ and across a restart from the journal. Also run under MicroPython."""
 from harness import opened
 from test_journal import Node, _in_folder
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.limits import Limits
 from hutch.core.priority import PriorityQueue
 from hutch.core.queue import Queue

@@ -2,7 +2,7 @@
 
 from harness import Client, closed_with, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 
 
 def _count(client, ch, queue):

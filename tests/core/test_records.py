@@ -1,8 +1,8 @@
-"""The journal's record format (core/records.py): round trips, and every way a segment can end
+"""The journal's record format (core/store/records.py): round trips, and every way a segment can end
 after a power cut or damage: torn at any byte, zero-filled, flipped bytes, garbage.
 (Plain loops rather than hypothesis: these tests also run under micropython.)"""
 
-from hutch.core.records import CLEAN, CORRUPT, TORN, encode_record, scan_records
+from hutch.core.store.records import CLEAN, CORRUPT, TORN, encode_record, scan_records
 
 RECORDS = [(1, b"declare queue q"), (2, b""), (3, b"x" * 300), (255, bytes(range(256)))]
 SEGMENT = b"".join(encode_record(kind, payload) for kind, payload in RECORDS)

@@ -1,9 +1,9 @@
-"""Direct reply-to (core/replyto.py): the pseudo-queue amq.rabbitmq.reply-to, with RabbitMQ's
+"""Direct reply-to (amqp091/replyto.py): the pseudo-queue amq.rabbitmq.reply-to, with RabbitMQ's
 rules and words."""
 
 from harness import closed_with, names, opened
 
-from hutch.core import spec
+from hutch.codec import spec
 from hutch.core.broker import CAPABILITIES
 
 PSEUDO = b"amq.rabbitmq.reply-to"

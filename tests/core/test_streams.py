@@ -1,4 +1,4 @@
-"""Stream queues (core/stream.py) through the core and real files (ports/streams.py): offsets,
+"""Stream queues (core/streams/stream.py) through the core and real files (ports/streams.py): offsets,
 every x-stream-offset form, retention by size and age (the clock driven through the
 broker's tick), several consumers, re-attaching at a saved offset, restarts (a new broker on
 the same folder) that keep offsets and never reuse one, and every refusal's code and words
@@ -12,10 +12,10 @@ import struct
 
 from harness import Client, closed_with, names, opened, remove_tree, scratch_folder
 
-from hutch.core import spec
+from hutch.codec import spec
+from hutch.codec.wire import Timestamp, encode_properties
 from hutch.core.broker import Broker
 from hutch.core.limits import Limits
-from hutch.core.wire import Timestamp, encode_properties
 from hutch.ports.recovery import recover
 from hutch.ports.streams import folder_name
 

@@ -17,7 +17,7 @@ import time
 import pika
 import pytest
 
-from hutch.tools.bench import free_port  # below the ephemeral ports: a restarted broker finds its port free
+from hutch.bench.brokers import free_port  # below the ephemeral ports: a restarted broker finds its port free
 
 BIN = os.path.dirname(sys.executable)
 
@@ -267,11 +267,11 @@ def grouped_by_xdist(request):
 
 @pytest.fixture(scope="session")
 def rabbitmq(tmp_path_factory):
-    """Debian's rabbitmq-server, one for the whole run (tools/bench.py RabbitMQ: its own folder,
+    """Debian's rabbitmq-server, one for the whole run (bench/brokers.py RabbitMQ: its own folder,
     free ports on 127.0.0.1, no plugins), stopped at the end. The tests that use it carry
     xdist_group("rabbitmq"), so one worker runs them all and it starts once; the benchmark
     tests, which start RabbitMQs of their own and count beam processes, are in that group too."""
-    from hutch.tools.bench import RabbitMQ
+    from hutch.bench.brokers import RabbitMQ
 
     server = RabbitMQ(str(tmp_path_factory.mktemp("rabbitmq")))
     try:

@@ -2,7 +2,7 @@
 
 A scenario is a function of one broker: hutch's `broker` fixture or the run's `rabbitmq`
 (conftest.py). It drives real clients (pika, aio-pika, py-amqp, or the raw client of
-tools/loadgen.py) and returns what they observed, as plain data: deliveries in the order they
+bench/loadgen.py) and returns what they observed, as plain data: deliveries in the order they
 came, their headers, reply codes and texts, which side closed. `same_on_both` runs it against
 both brokers in the same test and asserts the two observations are equal; RabbitMQ is the oracle.
 

@@ -476,7 +476,7 @@ def test_max_length_bytes_on_every_kind_of_queue(kind, overflow, broker, rabbitm
 @pytest.fixture
 def paging_broker(tmp_path):
     """hutch whose durable queues keep 1 message in memory and the rest of their backlog in the
-    journal on disk (core/paging.py)."""
+    journal on disk (core/store/paging.py)."""
     import os
 
     from conftest import BIN
@@ -655,7 +655,7 @@ def test_pika_publish_with_cc_is_refused_after_close(broker):
 
 def test_bcc_into_a_stream_on_the_c_accelerator_path(broker):
     """hutch alone: publishes into a stream, back to back, go into its log in one call when the
-    C accelerator reads them (core/batch.py stream_run), but not those with CC or BCC, which
+    C accelerator reads them (amqp091/batch.py stream_run), but not those with CC or BCC, which
     must be routed by those keys too and lose their BCC header."""
     connection = pika_connection(broker)
     channel = connection.channel()

@@ -14,8 +14,8 @@ import pika
 import pytest
 from conftest import BIN, RunningBroker, wait_until
 
-from hutch.core.journal import REMOVED
-from hutch.core.records import scan_records
+from hutch.core.store.journal import REMOVED
+from hutch.core.store.records import scan_records
 
 HUTCH = os.path.join(BIN, "hutch")
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

@@ -1,6 +1,6 @@
 """`hutch flash` into a unix-port MicroPython board, then the broker that board starts.
 
-The board is `python -m hutch.tools.unixboard --board-dir DIR` on a pty or on
+The board is `python -m hutch.emulator.unixboard --board-dir DIR` on a pty or on
 socket://: MicroPython whose filesystem is DIR, with the REPL mpremote drives.
 `hutch flash` builds the bundle from this checkout and installs it with
 mpremote as on hardware, writes hutch.json from the config given, and resets
@@ -29,7 +29,7 @@ USER, PASSWORD = "sensor", "s3cret"
 
 
 class UnixBoard:
-    """python -m hutch.tools.unixboard, serving a board folder on a pty or socket://."""
+    """python -m hutch.emulator.unixboard, serving a board folder on a pty or socket://."""
 
     def __init__(self, tmp_path, line, romfs=False, files=None):
         self.dir = str(tmp_path / "board")
@@ -39,7 +39,7 @@ class UnixBoard:
                 f.write(text)
         self.log_path = str(tmp_path / "board.log")
         self.rom = str(tmp_path / "board.rom") if romfs else None
-        command = [sys.executable, "-m", "hutch.tools.unixboard", "--board-dir", self.dir, "--log", self.log_path]
+        command = [sys.executable, "-m", "hutch.emulator.unixboard", "--board-dir", self.dir, "--log", self.log_path]
         command += ["--pty"] if line == "pty" else ["--listen", "127.0.0.1:0"]
         if romfs:
             command += ["--romfs", self.rom, "--romfs-size", str(256 * 1024)]
@@ -158,7 +158,7 @@ def test_flash_installs_the_bundle_and_the_board_serves_from_its_config(board, t
     for name in ("main.py", "boot.py"):
         with open(os.path.join(ROOT, "firmware", name)) as f, open(os.path.join(board.dir, name)) as g:
             assert f.read() == g.read(), name
-    for package in ("core", "ports", "server", "boards"):
+    for package in ("codec", "core", "core/store", "amqp091", "ports", "server", "boards"):
         assert os.path.exists(os.path.join(board.dir, "hutch", package, "__init__.mpy")), package
     assert not os.path.exists(os.path.join(board.dir, "hutch", "tools"))  # the host's command line
     # of the sensor client, only the protocol a bridge speaks upstream through (server/manifest.py)
@@ -167,7 +167,7 @@ def test_flash_installs_the_bundle_and_the_board_serves_from_its_config(board, t
         "clock.mpy",
         "protocol.mpy",
     ]
-    assert not os.path.exists(os.path.join(board.dir, "hutch", "core", "batch.mpy"))  # the C scanner's reader
+    assert not os.path.exists(os.path.join(board.dir, "hutch", "amqp091", "batch.mpy"))  # the C scanner's reader
     with open(os.path.join(board.dir, "hutch.json")) as f:
         written = json.load(f)
     assert written["server"] == dict(config["server"], board="unix")

@@ -10,7 +10,7 @@ import pika
 import pytest
 from conftest import BIN, RunningBroker
 
-from hutch.tools.bench import free_port
+from hutch.bench.brokers import free_port
 
 HUTCH = os.path.join(BIN, "hutch")
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

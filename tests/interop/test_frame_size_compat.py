@@ -1,15 +1,15 @@
 """Frame sizes as RabbitMQ takes them, checked against the run's RabbitMQ (conftest.py's
 rabbitmq fixture): some clients (AMQPStorm, rabbitpy) fill a body frame's payload to frame_max,
 so the frame is 8 octets over; RabbitMQ takes that and refuses one octet more with 501. A raw
-client (tools/loadgen.py's: the handshake through hutch's client protocol, frames sent as they
+client (bench/loadgen.py's: the handshake through hutch's client protocol, frames sent as they
 are) does the same to both brokers, on each of hutch's frame scanners."""
 
 import pytest
 from conftest import SCANNERS
 
+from hutch.bench import loadgen
 from hutch.client.protocol import ConnectionClosed, Message
-from hutch.core import spec, wire
-from hutch.tools import loadgen
+from hutch.codec import spec, wire
 
 pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(60)]
 

@@ -282,7 +282,7 @@ def test_heap_footprint_on_micropython(broker, tmp_path):
     lines = Node("micropython", tmp_path).run("heap.py", broker.port)
     print("\n".join(lines))
     heap = dict((line.split()[1], int(line.split()[2])) for line in lines if line.startswith("heap "))
-    # The client speaks through core/wire.py (with core/spec.py and core/errors.py), which alone
+    # The client speaks through codec/wire.py (with codec/spec.py and codec/errors.py), which alone
     # take some 20 KiB of this figure when compiled from source (as here); the client's own
     # modules take about what the client with its own codec took before (19.5 KiB, when this
     # bound was 32 KiB). From a ROMFS or frozen bundle the code stays in flash.
@@ -294,11 +294,11 @@ def test_heap_footprint_on_micropython(broker, tmp_path):
 def test_heap_footprint_of_the_node_bundle_run_from_flash(broker, tmp_path):
     """The same figures with the node bundle run in place from a ROMFS image, as a board runs
     it from flash (tests/interop/test_board_memory.py runs the broker's so): the code stays
-    out of the heap. Here the client keeps the bounds it had before it shared core/wire.py."""
+    out of the heap. Here the client keeps the bounds it had before it shared codec/wire.py."""
     from hutch.firmware import build
 
     romfs = build.build(str(tmp_path / "node-bundle"), bundle_name="node")["romfs"]
-    command = [sys.executable, "-m", "hutch.tools.unixboard", "--romfs", romfs, "-m", "heap", str(broker.port)]
+    command = [sys.executable, "-m", "hutch.emulator.unixboard", "--romfs", romfs, "-m", "heap", str(broker.port)]
     env = dict(os.environ, MICROPYPATH=SCRIPTS + ":.frozen")  # heap.py itself, and asyncio & co
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -329,9 +329,9 @@ def test_the_client_imports_only_its_manifest_and_nothing_of_the_broker():
     assert "hutch.client.robust" not in simple and "hutch.client.robust" in imported, out  # a node wanting less
     imported = set(imported)
     listed = {"hutch"} | {module(*entry) for entry in build.modules("node")}
-    assert "hutch.core.wire" in imported and imported <= listed, sorted(imported - listed)
+    assert "hutch.codec.wire" in imported and imported <= listed, sorted(imported - listed)
     broker = {module(*entry) for entry in build.modules("broker")} - listed
-    assert {"hutch.core.broker", "hutch.core.connection", "hutch.core.channel", "hutch.core.queue"} <= broker
+    assert {"hutch.core.broker", "hutch.amqp091.connection", "hutch.amqp091.channel", "hutch.core.queue"} <= broker
     assert not imported & broker, sorted(imported & broker)
 
 

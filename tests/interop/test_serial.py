@@ -2,7 +2,7 @@
 
 The line (tests/serial_line.py) joins two ptys at 11,520 bytes/s each way, as
 a UART at 115,200 baud 8N1 does, and can damage bytes. The sensor is
-tests/serial_sensor.py (core/link.py and the client's protocol, client/protocol.py), run
+tests/serial_sensor.py (codec/link.py and the client's protocol, client/protocol.py), run
 under MicroPython's unix port (from the node bundle, the tty opened as a file) or CPython
 (pyserial). It
 publishes with confirms to a queue that a pika consumer on TCP drains; every

@@ -1,5 +1,5 @@
 """Heap footprint of hutch.client under MicroPython: `micropython heap.py PORT [FRAME_MAX]`
-(or main() of it, as tools/unixboard.py's launcher runs a module).
+(or main() of it, as emulator/unixboard.py's launcher runs a module).
 
 Prints `heap NAME BYTES` lines: gc.mem_alloc() deltas after a full collection, for
 importing the client, creating a Client, one open connection (confirm mode, one

@@ -1,0 +1,493 @@
+"""One client connection, sans-IO: bytes in with feed(), bytes out with take_output().
+
+The port owns the socket (or UART) and the clock:
+
+    conn = Connection(broker, {"address": "127.0.0.1", "port": 50123, "transport": "tcp"})
+    conn.wake = callback      # called when output appears outside feed() (deliveries
+                              # caused by other connections, a resume after a block)
+    conn.feed(data)           # process every complete frame in data
+    data = conn.take_output() # everything to write, as one bytes object (b"" if none)
+    broker.tick(now_ms)       # heartbeats, timeouts, TTLs; call it a few times a second
+    conn.want_read            # False while the broker holds this publisher back
+    conn.closed               # write what take_output() gives, then close the transport
+    conn.lost()               # the transport went away
+
+The connection finds the frames in what it is fed with a frame reader, a function
+read(conn, data, pos) -> where it stopped, which hands each whole frame to the
+connection's handle_frame (or, inlined, to method_frame and content_frame): by
+default read_frames below, frame by frame; on CPython with the C accelerator, one
+from amqp091/batch.py that scans a buffer's frames in one call (Broker(frame_reader=...)).
+Channel 0's methods (the handshake) are amqp091/handshake.py's; channels are amqp091/channel.py.
+"""
+
+import struct
+
+from ..codec import spec
+from ..codec.errors import ChannelException, ConnectionException, DecodeError
+from ..codec.spec import CHANNEL_ERROR, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME
+from ..codec.wire import HEARTBEAT_FRAME, decode_args, method_frame
+from ..core.auth import is_loopback
+from .channel import CLOSING as CHANNEL_CLOSING
+from .channel import Channel
+from .handshake import (
+    AUTH_FAILED,
+    AWAIT_HEADER,
+    AWAIT_OPEN,
+    CLOSED,
+    CLOSING,
+    OPEN,
+    STATE_NAMES,
+    connection_method,
+    read_header,
+    refuse_header,
+    refuse_login,
+)
+
+
+def read_frames(conn, data, pos):
+    """The default frame reader: each frame header read here, in Python (MicroPython, or CPython
+    without the C accelerator, where a batch scan in Python costs more than it saves: framing.py
+    says why). Returns where the next unread frame starts (len(data) after a framing error)."""
+    n = len(data)
+    while n - pos >= 7:
+        if conn.paused or conn.closed:
+            break
+        size = (data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8) | data[pos + 6]
+        if size > conn.accept_payload:
+            conn.oversize_frame(size)
+            return n
+        end = pos + 7 + size
+        if end >= n:
+            break
+        if data[end] != 0xCE:
+            conn.bad_frame_end(data[end])
+            return n
+        # Connection.handle_frame, written out: on MicroPython the call costs ~10% of feed.
+        ftype = data[pos]
+        number = (data[pos + 1] << 8) | data[pos + 2]
+        if conn.state == CLOSING:
+            conn.closing_frame(ftype, number, data, pos, end)
+        elif ftype == 1:
+            conn.method_frame(number, data, pos + 7, end)
+        elif ftype == 2 or ftype == 3:
+            conn.content_frame(ftype, number, data, pos, end)
+        elif ftype == 8:
+            if number != 0:
+                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+        else:
+            conn.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+            return n
+        pos = end + 1
+    return pos
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Callable
+
+
+class Connection:
+    # Set by the port: called when output appears outside feed() (an annotation alone costs
+    # nothing at run time).
+    wake: "Callable[[], None] | None"
+
+    def __init__(self, broker, peer):
+        limits = broker.limits
+        self.broker = broker
+        self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
+        # A serial link is a wire to this device, as local as a loopback socket.
+        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
+        self.state = AWAIT_HEADER
+        self.closed = False
+        self.wake = None
+        self.out = []
+        self.out_bytes = 0
+        self.high_water = limits.output_high_water
+        self.pending = b""  # bytes fed but not read yet: a frame's start, or held back while paused
+        self.read_frames = broker.frame_reader() if broker.frame_reader else read_frames  # see the docstring
+        self._woken = False
+        self.channels = {}
+        self.frame_max = limits.frame_max
+        self.max_payload = limits.frame_max - 8  # the most a frame we send carries
+        # the most a client's frame may carry: RabbitMQ takes frame_max + 8 octets in all,
+        # for clients (AMQPStorm, rabbitpy) that fill a body frame's payload to frame_max
+        self.accept_payload = limits.frame_max
+        self.channel_max = limits.channel_max
+        self.heartbeat_ms = 0
+        self.user = None
+        # The three client capabilities (start-ok) the broker acts on; the rest of the
+        # client-properties table is not kept: on a board it would cost ~1 KiB per client.
+        self.wants_blocked = False  # connection.blocked / unblocked
+        self.wants_cancel = False  # consumer_cancel_notify: basic.cancel when a queue goes
+        self.wants_auth_close = False  # authentication_failure_close: 403 instead of a hang-up
+        self.client = b"?"  # its product name, for the log
+        self.last_recv = broker.now
+        self.last_send = broker.now
+        self.deadline = broker.now + limits.handshake_timeout_ms
+        self.paused = False
+        self.confirm_channels = []
+        self.counted = False
+        self.auth_mechanism = b""
+        broker.connections.append(self)
+
+    def __repr__(self):
+        return "<Connection %s>" % self.name
+
+    @property
+    def want_read(self):
+        return not self.paused and not self.closed
+
+    # ------------------------------------------------------------ bytes in
+
+    def feed(self, data):
+        """Process every complete frame in data (bytes, or a memoryview of the port's read
+        buffer: whatever the broker keeps is copied out before feed returns)."""
+        if self.closed:
+            return
+        self.last_recv = self.broker.now
+        if self.pending:
+            data = self.pending + data
+            self.pending = b""
+        if self.paused or self.state == AUTH_FAILED:
+            self.pending = bytes(data)
+            return
+        pos = 0
+        try:
+            if self.state == AWAIT_HEADER:
+                pos = read_header(self, data)
+                if pos < 0:
+                    return
+            pos = self.read_frames(self, data, pos)
+        except ConnectionException as e:
+            self.close_with(e)
+            pos = len(data)
+        except DecodeError as e:
+            self.close_with(
+                ConnectionException(e.code, "%s - %s" % ("FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e))
+            )
+            pos = len(data)
+        except MemoryError:
+            self.out_of_memory()
+            pos = len(data)
+        except Exception as e:  # a bug must cost one connection, never the broker
+            self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
+            self._close_or_drop(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
+            pos = len(data)
+        if pos < len(data) and not self.closed:
+            self.pending = bytes(data[pos:])
+        self.flush_confirms()
+
+    def out_of_memory(self):
+        """The heap ran out while serving this client (in the core or in its port): say so in
+        AMQP terms (506) and give back everything the connection holds."""
+        self.broker.log("warning", "%s: out of memory, closing the connection" % self.name)
+        self._close_or_drop(ConnectionException(RESOURCE_ERROR, "RESOURCE_ERROR - broker out of memory"))
+
+    def _close_or_drop(self, e):
+        try:
+            self.close_with(e)
+        except Exception:  # cannot even say why (no memory to build the frame): hang up
+            self.dropped()
+
+    def unsettled(self):
+        """(queue, entry) of every delivery its channels still wait to settle (compaction
+        looks for the messages an old segment holds)."""
+        out = []
+        for channel in self.channels.values():
+            for queue, entry, _consumer in channel.unacked.values():
+                out.append((queue, entry))
+        return out
+
+    def dropped(self):
+        """Hang up without a word: not even the frame that would say why fits in memory."""
+        self.finish()
+        self.out = []
+        try:
+            self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
+        except MemoryError:
+            pass
+
+    def eof(self):
+        """The peer closed its sending side."""
+        if self.state == AWAIT_HEADER and not self.closed:
+            refuse_header(self, self.pending)
+            return
+        self.lost()
+
+    def handle_frame(self, ftype, number, data, pos, end):
+        """One whole frame, its header at pos and its frame-end octet at end, from a batch frame
+        reader. False after a framing error: the rest of the stream cannot be read. (read_frames
+        has the same written out.)"""
+        if self.state == CLOSING:
+            self.closing_frame(ftype, number, data, pos, end)
+        elif ftype == 1:
+            self.method_frame(number, data, pos + 7, end)
+        elif ftype == 2 or ftype == 3:
+            self.content_frame(ftype, number, data, pos, end)
+        elif ftype == 8:
+            if number != 0:
+                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+        else:
+            self.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+            return False
+        return True
+
+    def oversize_frame(self, size):
+        self.frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
+
+    def bad_frame_end(self, octet):
+        self.frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % octet)
+
+    def frame_error(self, reply_text):
+        # The byte stream cannot be trusted past a framing error: say why, then hang up.
+        self.close_with(ConnectionException(FRAME_ERROR, reply_text))
+        self.finish()
+
+    def method_frame(self, number, buf, pos, end):
+        if end - pos < 4:
+            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - method frame shorter than 4 octets")
+        method_id = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+        pos += 4
+        if number == 0:
+            connection_method(self, method_id, buf, pos, end)
+            return
+        if self.state != OPEN:
+            raise ConnectionException(
+                CHANNEL_ERROR, "CHANNEL_ERROR - channel %d used before the connection is open" % number, method_id
+            )
+        channel = self.channels.get(number)
+        if channel is None:
+            if method_id != spec.CHANNEL_OPEN:
+                raise ConnectionException(
+                    CHANNEL_ERROR, "CHANNEL_ERROR - expected 'channel.open' on channel %d" % number, method_id
+                )
+            self._open_channel(number, buf, pos, end)
+            return
+        try:
+            channel.on_method(method_id, buf, pos, end)
+        except ChannelException as e:
+            self.channel_error(channel, e)
+
+    def content_frame(self, ftype, number, buf, start, end):
+        if number == 0:
+            raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel 0")
+        channel = self.channels.get(number) if self.state == OPEN else None
+        if channel is None:
+            raise ConnectionException(
+                CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel %d, which is not open" % number
+            )
+        try:
+            if ftype == 2:
+                channel.on_header(buf, start, end)
+            else:
+                channel.on_body(buf, start, end)
+        except ChannelException as e:
+            self.channel_error(channel, e)
+
+    def closing_frame(self, ftype, number, buf, start, end):
+        """After our connection.close, only close and close-ok matter (requirements R086)."""
+        if ftype != 1 or number != 0 or end - start < 11:
+            return
+        method_id = struct.unpack_from(">I", buf, start + 7)[0]
+        if method_id == spec.CONNECTION_CLOSE_OK:
+            self.finish()
+        elif method_id == spec.CONNECTION_CLOSE:
+            self.send_method(0, spec.CONNECTION_CLOSE_OK)
+            self.finish()
+
+    def _open_channel(self, number, buf, pos, end):
+        decode_args("s", buf, pos, end)
+        # What a board's heap needs bounded is how many channels are open, not their numbers:
+        # any number the wire carries (1-65535) is taken, as RabbitMQ does, and channel_max
+        # caps the count, with RabbitMQ's words (and no method: 0, 0).
+        if len(self.channels) >= self.channel_max:
+            raise ConnectionException(
+                NOT_ALLOWED,
+                "NOT_ALLOWED - number of channels opened (%d) has reached the negotiated channel_max (%d)"
+                % (len(self.channels), self.channel_max),
+            )
+        self.channels[number] = Channel(self, number)
+        self.send_method(number, spec.CHANNEL_OPEN_OK, (b"",))
+
+    def forget_channel(self, channel):
+        if self.channels.get(channel.number) is channel:
+            del self.channels[channel.number]
+        if channel in self.confirm_channels:
+            self.confirm_channels.remove(channel)
+
+    # ------------------------------------------------------------ errors and closing
+
+    def channel_error(self, channel, e):
+        self.broker.log("warning", "%s: channel %d closed: %s" % (self.name, channel.number, e.text))
+        channel.flush_confirms()
+        channel.cleanup()
+        channel.state = CHANNEL_CLOSING
+        if channel in self.confirm_channels:
+            self.confirm_channels.remove(channel)
+        self.send_method(channel.number, spec.CHANNEL_CLOSE, (e.code, e.text, e.method_id >> 16, e.method_id & 0xFFFF))
+
+    def close_with(self, e):
+        """Send connection.close for a connection exception; wait for close-ok."""
+        if self.state >= CLOSING:
+            return
+        self.broker.log("warning", "%s: closing connection: %s" % (self.name, e.text))
+        self._release()
+        self.send_method(0, spec.CONNECTION_CLOSE, (e.code, e.text, e.method_id >> 16, e.method_id & 0xFFFF))
+        self.state = CLOSING
+        self.deadline = self.broker.now + self.broker.limits.close_timeout_ms
+
+    def close(self, code=spec.CONNECTION_FORCED, reply_text="CONNECTION_FORCED - broker shutdown"):
+        """Close from the broker side (shutdown, operator)."""
+        if self.state == OPEN:
+            self.close_with(ConnectionException(code, reply_text))
+        else:
+            self.finish()
+
+    def finish(self):
+        self.state = CLOSED
+        self.closed = True
+        self.pending = b""
+        try:
+            self._release()
+        finally:  # even if giving back failed (MemoryError), the port must learn we are closed
+            self.broker.forget(self)
+            if self.wake is not None:
+                self.wake()
+
+    def lost(self):
+        """The transport is gone; nothing more can be sent."""
+        if not self.closed and self.state == OPEN:
+            self.broker.log("warning", "%s: client closed the socket without connection.close" % self.name)
+        self.finish()
+        self.out = []
+
+    def _release(self):
+        """Give back everything the connection holds: channels, consumers, exclusive queues."""
+        channels = self.channels
+        self.channels = {}
+        self.confirm_channels = []
+        for number in channels:
+            channels[number].cleanup()
+        self.broker.connection_gone(self)
+
+    # ------------------------------------------------------------ time
+
+    def tick(self, now):
+        state = self.state
+        if state == CLOSED:
+            return
+        if state < OPEN and state != AUTH_FAILED and now >= self.deadline:
+            self.broker.log("warning", "%s: handshake timed out while %s" % (self.name, STATE_NAMES[state]))
+            if state == AWAIT_HEADER:
+                refuse_header(self, self.pending)  # a short header still learns what we speak
+            else:
+                self.finish()
+        elif state == AUTH_FAILED and now >= self.deadline:
+            refuse_login(self)
+        elif state == CLOSING and now >= self.deadline:
+            self.finish()
+        elif self.heartbeat_ms and state >= AWAIT_OPEN:
+            if not self.paused and now - self.last_recv > 2 * self.heartbeat_ms:
+                self.broker.log(
+                    "warning",
+                    "%s: missed heartbeats from client, timeout: %ds" % (self.name, self.heartbeat_ms // 1000),
+                )
+                self.finish()
+                return
+            if now - self.last_send >= self.heartbeat_ms // 2 and not self.out:
+                self.out.append(HEARTBEAT_FRAME)
+                self.output_added(8)
+
+    # ------------------------------------------------------------ bytes out
+
+    def send_method(self, channel, method_id, args=()):
+        data = method_frame(channel, method_id, args)
+        self.out.append(data)
+        self.output_added(len(data) - 8)
+
+    def output_added(self, nbytes):
+        self.out_bytes += nbytes
+        if not self._woken:
+            self._woken = True
+            if self.wake is not None:
+                self.wake()
+
+    def saturated(self):
+        return self.out_bytes >= self.high_water
+
+    def take_output(self):
+        """Everything to send, as one bytes object (b"" if nothing)."""
+        parts = self.take_parts()
+        return b"".join(parts) if parts else b""
+
+    def take_parts(self):
+        """Everything to send, as the list of buffers it was built from. A port on a small heap
+        writes them one by one rather than joining them into one large (fragmenting) buffer."""
+        if not self.out:
+            return None
+        parts = self.out
+        self.out = []
+        was_saturated = self.out_bytes >= self.high_water
+        self.out_bytes = 0
+        self._woken = False
+        self.last_send = self.broker.now
+        if was_saturated and self.state == OPEN:
+            # the client caught up: let its queues deliver again (the next take gets it)
+            for channel in list(self.channels.values()):
+                channel.redispatch([c.queue for c in channel.consumers.values()])
+        return parts
+
+    # ------------------------------------------------------------ confirms and flow control
+
+    def confirm_pending(self, channel):
+        if channel not in self.confirm_channels:
+            self.confirm_channels.append(channel)
+
+    def flush_confirms(self):
+        """The confirms every channel has due; channels whose confirms wait for the journal
+        stay listed, and the broker calls this again once the journal has synced."""
+        if self.confirm_channels:
+            waiting = None
+            for channel in self.confirm_channels:
+                if channel.flush_confirms():
+                    if waiting is None:
+                        waiting = []
+                    waiting.append(channel)
+            self.confirm_channels = waiting or []
+            if waiting:
+                self.broker.wait_for_journal(self)
+
+    def after_publish(self):
+        if self.broker.flow.blocked:
+            self.pause()
+
+    def wait_for(self, queue):
+        if self not in queue.waiting:
+            queue.waiting.append(self)
+        self.pause()
+
+    def pause(self):
+        if not self.paused:
+            self.paused = True
+            self.broker.flow.hold_back(self)
+
+    def resume_reading(self):
+        flow = self.broker.flow
+        if not self.paused or self.closed or flow.blocked:
+            return
+        self.paused = False
+        flow.let_go(self)
+        pending = self.pending
+        self.pending = b""
+        if pending:
+            self.feed(pending)
+        if self.wake is not None:
+            self.wake()
+
+    def notify_blocked(self, reason):
+        if self.state == OPEN and self.wants_blocked:
+            self.send_method(0, spec.CONNECTION_BLOCKED, (reason,))
+
+    def notify_unblocked(self):
+        if self.state == OPEN and self.wants_blocked:
+            self.send_method(0, spec.CONNECTION_UNBLOCKED)

@@ -1,0 +1,258 @@
+"""The brokers `hutch bench` runs and measures: hutch (`Hutch`, started here), Debian's
+rabbitmq-server (`RabbitMQ`, started here in a folder of its own), or one already running
+(`External`); free ports, waiting for a broker to answer AMQP, resident memory, stopping by PID.
+The tests start their RabbitMQ with this module too (tests/interop/conftest.py).
+"""
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from ..emulator.micropython_host import micropython, serve_env
+from . import loadgen
+
+
+class BenchError(Exception):
+    """Something the user can fix: one line for the terminal."""
+
+
+def free_port():
+    """A free port on 127.0.0.1 below the kernel's ephemeral range. A broker stopped or
+    SIGKILLed and started again on its port must find it free, and a port the kernel hands
+    out itself (bind to port 0, connect) may meanwhile be handed to another process: a
+    test's proxy, a Spark listener, a client. A restart then fails with "address already in
+    use" (the bridge soak's edge did once, and later its RabbitMQ, taking the rest of the
+    run's RabbitMQ tests with it)."""
+    low = _ephemeral_ports_start()
+    while True:
+        port = random.randrange(10000, low) if low > 11000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+
+
+def _ephemeral_ports_start():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def wait_for_amqp(host, port, proc, what, timeout):
+    """Until a handshake succeeds (or proc dies, or time runs out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BenchError("%s exited with code %s while starting" % (what, proc.returncode))
+        try:
+            loadgen.Connection(host, port, 5).close()
+            return
+        except (OSError, loadgen.LoadError):
+            time.sleep(0.05)  # the polling interval: a restart's time is measured by this loop
+    raise BenchError("%s did not accept AMQP connections on %s:%d within %ds" % (what, host, port, timeout))
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise BenchError("no VmRSS for process %d" % pid)
+
+
+def stop_process(proc, timeout=20):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # hutch and micropython both stop cleanly on Ctrl-C
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Hutch:
+    """`hutch serve` started here (CPython, C scanner or pure Python; or the MicroPython unix port)."""
+
+    def __init__(self, kind, workdir, folder=None, config=None):
+        """folder: a previous run's (its data folder is used again: a restart); config: a config file."""
+        self.kind = kind
+        self.host, self.port = "127.0.0.1", free_port()
+        folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
+        self.folder = folder
+        common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
+        if config is not None:
+            common += ["--config", config]
+        if kind == "micropython":
+            command = [micropython(), "-m", "hutch.server.serve"] + common
+            env = serve_env(folder)
+        else:
+            command = [
+                sys.executable,
+                "-m",
+                "hutch.tools.cli",
+                "serve",
+                "--data",
+                os.path.join(folder, "data"),
+            ] + common
+            env = dict(os.environ, HUTCH_PURE_PYTHON="1" if kind == "pure" else "0")
+        self.log = open(os.path.join(folder, "broker.log"), "a+")
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=folder)
+        self.pid = self.proc.pid
+
+    def start(self, timeout=30):
+        """Until it accepts AMQP connections; timeout: seconds (a restart with a backlog needs more)."""
+        wait_for_amqp(self.host, self.port, self.proc, "hutch (%s)" % self.kind, timeout)
+        return self
+
+    def scanner(self):
+        """What the broker's log says of its frame scanner (None on MicroPython: it has one)."""
+        self.log.seek(0)
+        for line in self.log:
+            if "frame scanner: " in line:
+                return line.split("frame scanner: ", 1)[1].strip()
+        return None
+
+    def stop(self, timeout=20):
+        """SIGINT; killed if it has not stopped within timeout seconds (freeing millions of
+        queued messages on the way out takes a while)."""
+        stop_process(self.proc, timeout)
+        self.log.close()
+
+
+class RabbitMQ:
+    """Debian's rabbitmq-server, started in a folder of its own on ports of its own.
+
+    The node, its distribution port and its epmd all listen on 127.0.0.1 only, on free
+    ports, so a system RabbitMQ (on 5672/25672, epmd 4369) is neither used nor disturbed.
+    The wrapper script is bypassed (as root it would switch to the rabbitmq user)."""
+
+    SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+    CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+    def __init__(self, workdir, previous=None):
+        """previous: a stopped RabbitMQ of this run, started again as the same node on the same
+        folder and ports (a restart: its durable queues and messages come back)."""
+        if not os.path.exists(self.SERVER):
+            raise BenchError(
+                "rabbitmq-server is not installed (%s is missing): apt-get install rabbitmq-server" % self.SERVER
+            )
+        if previous is not None:
+            self.host, self.port, self.home, self.env = previous.host, previous.port, previous.home, previous.env
+            self._launch()
+            return
+        self.host, self.port = "127.0.0.1", free_port()
+        self.home = home = tempfile.mkdtemp(prefix="rabbitmq-bench-", dir=workdir)
+        config = os.path.join(home, "rabbitmq")
+        with open(config + ".conf", "w") as f:
+            f.write("listeners.tcp.1 = 127.0.0.1:%d\nloopback_users = none\n" % self.port)
+        with open(os.path.join(home, "enabled_plugins"), "w") as f:
+            f.write("[].\n")
+        open(os.path.join(home, "rabbitmq-env.conf"), "w").close()
+        self.env = dict(
+            os.environ,
+            HOME=home,
+            RABBITMQ_NODENAME="bench%d@localhost" % self.port,
+            RABBITMQ_NODE_IP_ADDRESS=self.host,
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(free_port()),
+            ERL_EPMD_ADDRESS=self.host,
+            ERL_EPMD_PORT=str(free_port()),
+            RABBITMQ_MNESIA_BASE=os.path.join(home, "mnesia"),
+            RABBITMQ_LOG_BASE=os.path.join(home, "log"),
+            RABBITMQ_CONF_ENV_FILE=os.path.join(home, "rabbitmq-env.conf"),
+            RABBITMQ_CONFIG_FILE=config,
+            RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(home, "enabled_plugins"),
+            RABBITMQ_ENABLED_PLUGINS="",
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
+        )
+        self._launch()
+
+    def _launch(self):
+        self.log = open(os.path.join(self.home, "stdout.log"), "a+")
+        self.proc = subprocess.Popen(
+            [self.SERVER], stdout=self.log, stderr=subprocess.STDOUT, env=self.env, cwd=self.home
+        )
+        self.pid = None
+
+    def start(self, timeout=90):
+        wait_for_amqp(self.host, self.port, self.proc, "rabbitmq-server", timeout)
+        # the wrapper is a shell script; the broker (whose memory counts) is its beam.smp child
+        children = subprocess.run(["pgrep", "-P", str(self.proc.pid), "beam.smp"], capture_output=True, text=True)
+        self.pid = int(children.stdout.split()[0]) if children.stdout.split() else None
+        return self
+
+    def restart(self):
+        """Stopped and started again as the same node, on the same port and data (a fault test's
+        upstream going away and coming back)."""
+        self.stop()
+        self._launch()
+        return self.start()
+
+    def stop(self, timeout=600):
+        try:
+            # (a node holding millions of messages may take minutes to write its indexes out)
+            subprocess.run([self.CTL, "stop"], env=self.env, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass  # killed below
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            if self.pid is not None:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)  # the beam.smp this node started, not only its wrapper
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+            self.proc.wait()
+        # epmd was started by the node and outlives it: stop the one on this run's port
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        subprocess.run([epmd, "-kill"], env=self.env, capture_output=True, timeout=30)
+        self.log.close()
+
+
+class External:
+    """A broker someone else runs (--rabbitmq HOST:PORT)."""
+
+    def __init__(self, address, pid):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise BenchError("--rabbitmq wants HOST:PORT, got %r" % address)
+        self.host, self.port, self.pid = host, int(port), pid
+
+    def start(self, timeout=None):
+        try:
+            loadgen.Connection(self.host, self.port, 10).close()
+        except (OSError, loadgen.LoadError) as e:
+            raise BenchError("cannot reach the broker at %s:%d: %s" % (self.host, self.port, e))
+        return self
+
+    def stop(self, timeout=None):
+        pass
+
+
+def broker_trouble(brokers, most=20):
+    """What hutch's brokers said that may explain a failed run: whether each still runs, and
+    the last of its warnings, errors and tracebacks (the logs go with the run's folder)."""
+    out = []
+    for key, broker in brokers:
+        if not isinstance(broker, Hutch):
+            continue
+        code = broker.proc.poll()
+        out.append("%s broker: %s" % (key, "running" if code is None else "exited with %s" % code))
+        broker.log.flush()
+        broker.log.seek(0)
+        lines = broker.log.read().splitlines()
+        worth = [i for i, line in enumerate(lines) if "WARNING" in line or "ERROR" in line or "Traceback" in line]
+        if worth:
+            out.extend(lines[max(0, worth[-1] - most + 1) : worth[-1] + 8][-most:])
+    return out

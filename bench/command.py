@@ -1,0 +1,391 @@
+"""`hutch bench`: hutch against RabbitMQ (and against itself without the C accelerator).
+
+    hutch bench                          hutch with the C scanner and in pure Python
+    hutch bench --start-rabbitmq         ... and Debian's rabbitmq-server, started here
+    hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
+    hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
+    hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (bench/backlog.py)
+    hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (bench/bridges.py)
+    hutch bench --spark [N]                      instead: Spark reading a hutch stream (bench/pipeline.py)
+
+Every broker runs the same scenarios (bench/loadgen.py): all of them are started, their
+memory is measured while they are fresh, then each scenario runs in rounds, one broker
+after the other, and the table gives the median of the rounds with the ratios
+hutch/RabbitMQ and C/pure Python. The brokers this command starts are stopped by their
+PID when it ends, whatever happens.
+"""
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from . import loadgen
+from . import recovery as recovery_bench
+from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb
+
+# name: (what it measures, its unit, whether more is better, the loadgen call)
+SCENARIOS = {
+    "no-ack": (
+        "throughput 16 B, no-ack consumer",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.throughput(host, port, n)["msgs_per_s"],
+    ),
+    "acks": (
+        "throughput 16 B, acks every 100",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.throughput(host, port, n, ack_every=100)["msgs_per_s"],
+    ),
+    "confirms": (
+        "confirms 16 B, window 1000",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.confirms(host, port, n)["msgs_per_s"],
+    ),
+    "persistent": (
+        "persistent confirms 16 B, window 1000",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.confirms(host, port, n // 4, persistent=True)["msgs_per_s"],
+    ),
+    "latency-p50": ("latency p50, one in flight", "µs", False, None),
+    "latency-p99": ("latency p99, one in flight", "µs", False, None),
+    "fanout": (
+        "fanout to 10 queues",
+        "deliveries/s",
+        True,
+        lambda host, port, n: loadgen.fanout(host, port, n // 4)["deliveries_per_s"],
+    ),
+    "64k": (
+        "64 KiB bodies, acks every 10",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.throughput(host, port, max(200, n // 40), size=65536, ack_every=10, prefetch=100)[
+            "msgs_per_s"
+        ],
+    ),
+    "stream-publish": (
+        "stream: publish with confirms 16 B, window 1000",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_publish(host, port, n // 4)["msgs_per_s"],
+    ),
+    "stream-read": (
+        "stream: read from first, 1 consumer",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_read(host, port, n // 2)["msgs_per_s"],
+    ),
+    "stream-read-10": (
+        "stream: 10 consumers at different offsets",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_read(host, port, n // 2, consumers=10)["msgs_per_s"],
+    ),
+    "idle-rss": ("resident memory, idle", "MB", False, None),
+    "per-conn": ("resident memory per idle connection", "KB", False, None),
+}
+MICROPYTHON_SCENARIOS = ("no-ack", "acks")
+
+
+def memory(broker, names, idle_connections, log):
+    """Resident memory idle and per idle connection, measured first, while the broker is fresh:
+    after the load scenarios its heap has grown, and idle connections would fill freed room."""
+    if broker.pid is None or not ("idle-rss" in names or "per-conn" in names):
+        return {}
+    log("  idle connections")
+    time.sleep(1)
+    before = rss_kb(broker.pid)
+    connections = loadgen.idle(broker.host, broker.port, idle_connections)
+    time.sleep(1)
+    after = rss_kb(broker.pid)
+    loadgen.close_all(connections)
+    return {"idle-rss": round(before / 1024, 1), "per-conn": round((after - before) / idle_connections, 1)}
+
+
+def load(broker, name, count):
+    """{scenario: figure} of one run of scenario `name` (latency gives p50 and p99 at once)."""
+    if name == "latency":
+        result = loadgen.latency(broker.host, broker.port, max(1000, count // 20))
+        return {"latency-p50": result["p50_us"], "latency-p99": result["p99_us"]}
+    return {name: SCENARIOS[name][3](broker.host, broker.port, count)}
+
+
+def load_scenarios(names):
+    """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99."""
+    runs = [n for n in names if SCENARIOS[n][3] is not None]
+    if "latency-p50" in names or "latency-p99" in names:
+        runs.append("latency")
+    return runs
+
+
+def median(values):
+    middle = statistics.median(values)
+    return round(middle) if all(isinstance(v, int) for v in values) else round(middle, 1)
+
+
+def ratio(a, b):
+    return "%.2f" % (a / b) if a is not None and b else "-"
+
+
+def table(results, names):
+    """The printed table: one row per scenario, one column per broker, then the ratios."""
+    columns = [("hutch C", "c"), ("hutch pure", "pure"), ("RabbitMQ", "rabbitmq"), ("MicroPython", "micropython")]
+    columns = [(title, key) for title, key in columns if key in results]
+    head = ["scenario", "unit"] + [title for title, _ in columns] + ["hutch/RabbitMQ", "C/pure"]
+    rows = [head]
+    for name in names:
+        what, unit, _higher, _ = SCENARIOS[name]
+        cells = [what, unit]
+        for _, key in columns:
+            value = results[key].get(name)
+            cells.append("-" if value is None else ("{:,}".format(value) if isinstance(value, int) else str(value)))
+        c = results.get("c", {}).get(name)
+        cells.append(ratio(c, results.get("rabbitmq", {}).get(name)))
+        cells.append(ratio(c, results.get("pure", {}).get(name)))
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row))
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.append("Ratios are hutch (C) over the other. For latency and memory, lower is better.")
+    return "\n".join(lines)
+
+
+def add_options(parser):
+    parser.add_argument("--rabbitmq", metavar="HOST:PORT", help="also run against this RabbitMQ (guest/guest)")
+    parser.add_argument("--rabbitmq-pid", type=int, help="its broker process, to measure its memory")
+    parser.add_argument("--start-rabbitmq", action="store_true", help="start Debian's rabbitmq-server for the run")
+    parser.add_argument(
+        "--micropython",
+        action="store_true",
+        help="also run the throughput scenarios against the unix-port MicroPython broker (with a tenth of --count)",
+    )
+    parser.add_argument("--no-pure", action="store_true", help="skip hutch in pure Python")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: %s" % ", ".join(SCENARIOS)
+    )
+    parser.add_argument("--count", type=int, default=200000, help="messages per throughput scenario (default 200000)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds of each scenario; the table shows the median (default 3)"
+    )
+    parser.add_argument("--idle-connections", type=int, default=500, help="connections for the memory figures")
+    parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
+    parser.add_argument(
+        "--recovery",
+        type=int,
+        metavar="N",
+        default=0,
+        help="also measure hutch's restart with N queued persistent messages (e.g. 1000000)",
+    )
+    backlog = parser.add_argument_group("backlogs (--backlog N: only these, see bench/backlog.py)")
+    backlog.add_argument(
+        "--backlog",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of the scenarios: memory, restart, drain and confirms with N queued persistent messages",
+    )
+    backlog.add_argument(
+        "--rabbitmq-queue-version",
+        choices=("1", "2", "both"),
+        default="both",
+        help="RabbitMQ's classic queue storage for the backlog (lazy queues; default: both, one after the other)",
+    )
+    backlog.add_argument(
+        "--board-backlog",
+        type=int,
+        metavar="M",
+        default=20000,
+        help="the esp32 row: the board broker's heap with M queued (default 20000; 0: skip it)",
+    )
+    backlog.add_argument(
+        "--csv", metavar="FILE", help="write the RSS samples taken while the backlog builds (and, --bridge, drains)"
+    )
+    backlog.add_argument("--plot", metavar="FILE", help="plot them to a PNG (needs matplotlib)")
+    spark = parser.add_argument_group("Spark (--spark N: only these, see bench/pipeline.py)")
+    spark.add_argument(
+        "--spark",
+        type=int,
+        nargs="?",
+        const=200000,
+        metavar="N",
+        help="N JSON readings into a hutch stream, read by Spark (local[*]) into a no-op sink and through "
+        "`hutch pipeline`'s job into Parquet, with the batch latency, beside Spark's rate source (N default 200000: about 2 minutes)",
+    )
+    bridge = parser.add_argument_group("bridges (--bridge N: only these, see bench/bridges.py)")
+    bridge.add_argument(
+        "--bridge",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of the scenarios: an up bridge forwarding N persistent messages to RabbitMQ (needs "
+        "--start-rabbitmq or --rabbitmq), live and after an outage; e.g. 100000, or 1000000",
+    )
+
+
+def brokers_to_run(args, workdir):
+    """[(result key, a callable that makes the broker)] in the order they run."""
+    if args.rabbitmq and args.start_rabbitmq:
+        raise BenchError("--rabbitmq and --start-rabbitmq: pick one")
+    plan = [("c", lambda: Hutch("c", workdir))]
+    if not args.no_pure:
+        plan.append(("pure", lambda: Hutch("pure", workdir)))
+    if args.rabbitmq:
+        plan.append(("rabbitmq", lambda: External(args.rabbitmq, args.rabbitmq_pid)))
+    elif args.start_rabbitmq:
+        plan.append(("rabbitmq", lambda: RabbitMQ(workdir)))
+    if args.micropython:
+        plan.append(("micropython", lambda: Hutch("micropython", workdir)))
+    return plan
+
+
+def run(args):
+    if sum(1 for mode in (args.backlog, args.bridge, args.spark) if mode) > 1:
+        print("hutch bench: --backlog, --bridge and --spark: pick one", file=sys.stderr)
+        return 2
+    if args.spark:
+        return _spark(args)
+    if args.backlog:
+        return _backlog(args)
+    if args.bridge:
+        return _bridge(args)
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(
+            "hutch bench: unknown scenario %s (choose from %s)" % (", ".join(unknown), ", ".join(SCENARIOS)),
+            file=sys.stderr,
+        )
+        return 2
+
+    def log(line):
+        print(line, file=sys.stderr, flush=True)
+
+    results = {}
+    scanners = {}
+    brokers = []
+    workdir = tempfile.mkdtemp(prefix="hutch-bench-")
+    try:
+        plan = brokers_to_run(args, workdir)
+        if args.rabbitmq:
+            External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
+        for key, make in plan:
+            brokers.append((key, make()))
+            log("%s on %s:%d" % (key, brokers[-1][1].host, brokers[-1][1].port))
+            brokers[-1][1].start()
+        for key, broker in brokers:
+            # (the micropython command hosts the unix port in a CPython process: its RSS says nothing)
+            results[key] = memory(broker, names, args.idle_connections, log) if key != "micropython" else {}
+            if isinstance(broker, Hutch):
+                scanners[key] = broker.scanner()
+        # Round by round, every broker in turn: on a shared machine a busy spell then slows them
+        # all alike, and the median of the rounds leaves out the worst of it.
+        samples = {}
+        for name in load_scenarios(names):
+            for round_number in range(args.repeat):
+                for key, broker in brokers:
+                    if key == "micropython" and name not in MICROPYTHON_SCENARIOS:
+                        continue
+                    log("  %s %s, round %d" % (key, name, round_number + 1))
+                    count = args.count // 10 if key == "micropython" else args.count  # ~20x slower
+                    for figure, value in load(broker, name, count).items():
+                        samples.setdefault(key, {}).setdefault(figure, []).append(value)
+        for key in samples:
+            for figure, values in samples[key].items():
+                results[key][figure] = median(values)
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        for line in broker_trouble(brokers):
+            print("  " + line, file=sys.stderr)
+        return 2
+    finally:
+        for _, broker in brokers:
+            broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(table(results, names))
+    recovery = {}
+    if args.recovery:
+        code = _recovery(args, recovery, log)
+        if code:
+            return code
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "count": args.count,
+                    "repeat": args.repeat,
+                    "scanners": scanners,
+                    "results": results,
+                    "samples": samples,
+                    "recovery": recovery,
+                },
+                f,
+                indent=1,
+            )
+    return 0
+
+
+def _backlog(args):
+    """--backlog N: its own table (bench/backlog.py)."""
+    from . import backlog as backlog_bench  # it builds on this module's brokers: imported once this one is
+
+    if args.rabbitmq and args.start_rabbitmq:
+        print("hutch bench: --rabbitmq and --start-rabbitmq: pick one", file=sys.stderr)
+        return 2
+    try:
+        if args.rabbitmq:
+            External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
+        return backlog_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+
+
+def _bridge(args):
+    """--bridge N: its own table (bench/bridges.py)."""
+    from . import bridges as bridge_bench  # it builds on this module's brokers: imported once this one is
+
+    if args.rabbitmq and args.start_rabbitmq:
+        print("hutch bench: --rabbitmq and --start-rabbitmq: pick one", file=sys.stderr)
+        return 2
+    try:
+        return bridge_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+
+
+def _spark(args):
+    """--spark N: Spark reading a hutch stream, and Spark's rate source (bench/pipeline.py)."""
+    from . import pipeline as spark_bench  # pyspark (through hutch.spark): only for this mode
+
+    try:
+        return spark_bench.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+
+
+def _recovery(args, out, log):
+    """hutch's restart with --recovery N queued persistent messages (bench/recovery.py)."""
+    workdir = tempfile.mkdtemp(prefix="hutch-bench-recovery-")
+    try:
+        for kind in ["c"] if args.no_pure else ["c", "pure"]:
+            figures = recovery_bench.measure(
+                lambda folder, kind=kind: Hutch(kind, workdir, folder).start(), args.recovery, log
+            )
+            out[kind] = figures
+            print(recovery_bench.report(kind, figures))
+    except (BenchError, loadgen.LoadError) as e:
+        print("hutch bench: %s" % e, file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0

@@ -1,0 +1,12 @@
+# What of hutch.codec goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
+# all of it.
+package(
+    "hutch/codec",
+    files=(
+        "__init__.py",
+        "errors.py",
+        "link.py",
+        "spec.py",
+        "wire.py",
+    ),
+)

@@ -1,0 +1,265 @@
+"""The local side of an up bridge: a consumer of its source queue inside the broker, whose
+deliveries wait to be sent upstream and leave the queue only once upstream took them.
+
+It is a consumer session as core/queue.py's Consumer describes one (as a 0-9-1 channel is),
+with no socket: the bridge's port (server/bridge.py) drives it.
+
+- While the link is up (`up`), the queue delivers to it, at most `window` messages at a time
+  (the bridge's prefetch). Each is journalled as delivered, as for any consumer, so a restart
+  brings it back marked redelivered.
+- The port takes them in queue order (`take`), sends them upstream and numbers them 1, 2, ...
+  as the upstream channel's publisher confirms do (a new count per connection).
+- `confirmed(seq, multiple)` settles what upstream confirmed: those messages leave the queue
+  and the journal. `nacked(seq, multiple)` puts them back.
+- `down()` when the link is lost: everything in flight goes back to the head of the queue, in
+  order and marked redelivered, to be sent again first on the next link. So order is kept
+  per bridge, and only messages in flight when a link dies can reach upstream twice.
+
+Each forwarded message is persistent and carries three headers: x-hutch-origin (this node
+and bridge), x-hutch-seq (a number that only grows along the queue and stays the same when
+the message is sent again: its journal id, which survives restarts; a transient message,
+which does not, counts in a lane of this run's own, named in its origin) and x-hutch-hops
+(one more than it came with). So an upstream can tell a message sent again from a new one.
+
+A message upstream cannot route comes back (basic.return) before its confirm: it is put back
+and sent again, up to MAX_RETURNS times; then it is dead-lettered from the source queue if
+that has a dead-letter exchange, and otherwise it stays at the head and the bridge says it
+is stuck (`stuck`), never confirmed-and-lost.
+
+Sans-IO and MicroPython-clean.
+"""
+
+import struct
+
+from ...codec.wire import shortstr
+from ..broker import ACCEPT, REJECT, REQUEUE
+from ..headers import with_entries
+from ..queue import Consumer
+
+ORIGIN = b"x-hutch-origin"
+SEQ = b"x-hutch-seq"
+HOPS = b"x-hutch-hops"
+KEYS = (ORIGIN, SEQ, HOPS)
+MAX_RETURNS = 5
+
+
+class Outbox:
+    # A consumer session's fields that bound deliveries across its consumers (basic.qos
+    # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.
+    prefetch_global = 0
+    consumer_unacked = 0
+    last_return = ""  # the code and text of upstream's last basic.return
+
+    def __init__(self, broker, queue, name, window, wake=None, node=b"hutch"):
+        self.broker = broker
+        self.queue = queue
+        self.name = name
+        self.origin = node + b"/" + name.encode()  # x-hutch-origin of persistent messages
+        self.run_origin = self.origin + b"/" + broker.new_name(b"run-")  # and of transient ones
+        self.transient_seq = 0
+        self.heads = {}  # origin -> its encoded entries before the number (_head)
+        self.hops_key = shortstr(HOPS) + b"I"  # x-hutch-hops's key and type, before its value
+        self.template = None  # (header_for) the last message's header, but for its number (_template)
+        self.returns = {}  # message -> how often upstream returned it
+        self.returned = []  # in-flight entries upstream returned, their confirm still to come
+        self.stuck = None  # why the head of the queue cannot go upstream (see the module's docstring)
+        self.up = False
+        self.waiting = []  # entries delivered to the bridge, not sent upstream yet, in order
+        self.in_flight = []  # [seq, entry] sent upstream, awaiting a confirm, in order
+        self.seq = 0  # the last sequence number given on this link
+        self.forwarded = 0  # confirmed by upstream, since start
+        self.wake = wake  # called when messages arrive for the port to send
+        self.consumer = Consumer(self, b"hutch.bridge." + name.encode(), queue, False, False, window)
+        broker.consume(queue, self.consumer, 0)
+
+    # ------------------------------------------------------------ the queue's side
+
+    def can_deliver(self):
+        return self.up
+
+    def deliver(self, consumer, queue, entry):
+        if entry[0].journal_id:  # a restart brings it back redelivered
+            self.broker.delivered(queue, entry, False)
+        consumer.unacked += 1
+        self.waiting.append(entry)
+        if self.wake is not None:
+            self.wake()
+
+    def server_cancel(self, consumer):
+        """The source queue was deleted: nothing more comes; the port says so in its status."""
+        self.up = False
+        self.broker.cancel(consumer)
+        self.waiting = []
+        self.in_flight = []
+        self.consumer = None
+
+    # ------------------------------------------------------------ the link's side
+
+    def link_up(self):
+        """A new upstream link is open (its confirms count from 1): deliveries start."""
+        self.up = True
+        self.seq = 0
+        self.queue.dispatch()
+
+    def take(self, limit=None):
+        """The messages to send now (at most limit), in order, each numbered as upstream will
+        confirm it."""
+        waiting = self.waiting
+        if limit is not None and limit < len(waiting):
+            self.waiting = waiting[limit:]
+            waiting = waiting[:limit]
+        else:
+            self.waiting = []
+        for entry in waiting:
+            self.seq += 1
+            self.in_flight.append([self.seq, entry])
+        return waiting
+
+    def confirmed(self, seq, multiple):
+        """Upstream confirmed seq (and every one before it, if multiple): settle them."""
+        entries = self._settled(seq, multiple)
+        if self.returned:
+            back = [entry for entry in entries if entry in self.returned]
+            entries = [entry for entry in entries if entry not in self.returned]
+            self._retry(back)
+        self.forwarded += self._settle(entries, ACCEPT)
+
+    # ------------------------------------------------------------ what goes upstream
+
+    def header_for(self, message):
+        """The content header forwarded for message: persistent, with the bridge's headers."""
+        origin, seq = self._key(message)
+        hops = 1
+        tail = message.header_tail
+        if HOPS in tail:  # it came over a bridge already: one hop more
+            came = message.properties().get("headers", {}).get(HOPS.decode())
+            if isinstance(came, int):
+                hops = came + 1
+        template = self.template
+        if template is None or template[0] != tail or template[1] != origin or template[2] != hops:
+            template = self.template = self._template(tail, origin, hops)
+        return b"".join((template[3], struct.pack(">q", seq), template[4]))
+
+    def _template(self, tail, origin, hops):
+        """(tail, origin, hops, before, after): the header forwarded for a message with that
+        content header tail, origin and hop count is before + its number (8 bytes) + after.
+        A backlog's messages mostly share their properties: its headers are rewritten once,
+        not once a message. (Where the number goes: the first byte two numbers differ at.)"""
+        made = []
+        for seq in (0, -1):
+            entries = b"".join((self._head(origin), struct.pack(">q", seq), self.hops_key, struct.pack(">i", hops)))
+            made.append(with_entries(tail, entries, KEYS, True))
+        at = 0
+        while made[0][at] == made[1][at]:
+            at += 1
+        return (tail, origin, hops, made[0][:at], made[0][at + 8 :])
+
+    def _head(self, origin):
+        """The encoded entries that come before a message's number: x-hutch-origin and the key
+        of x-hutch-seq. The same for every message of an origin, so made once (encoding them
+        for each message was a third of the bridge's time when forwarding a backlog)."""
+        head = self.heads.get(origin)
+        if head is None:
+            head = b"".join((shortstr(ORIGIN), b"S", struct.pack(">I", len(origin)), origin, shortstr(SEQ), b"l"))
+            self.heads[origin] = head
+        return head
+
+    def _key(self, message):
+        """(x-hutch-origin, x-hutch-seq) of message: its journal id, or for a transient message
+        a number in this run's lane, given the first time it is asked for and kept."""
+        if message.journal_id:
+            return self.origin, message.journal_id
+        if not message.forward_seq:
+            self.transient_seq += 1
+            message.forward_seq = self.transient_seq
+        return self.run_origin, message.forward_seq
+
+    def returned_by(self, origin, seq, reason):
+        """Upstream returned the message with these headers (basic.return, reason: its code and
+        text): its confirm, which follows, puts it back instead of settling it."""
+        for pair in self.in_flight:
+            if self._key(pair[1][0]) == (origin, seq):
+                self.returned.append(pair[1])
+                self.last_return = reason
+                return True
+        return False
+
+    def _retry(self, entries):
+        """Returned entries: again (at the head), or dead-lettered after MAX_RETURNS."""
+        returns = self.returns
+        again = []
+        dead = []
+        for entry in entries:
+            self.returned.remove(entry)
+            count = returns.get(entry[0], 0) + 1
+            if count < MAX_RETURNS:
+                returns[entry[0]] = count
+                again.append(entry)
+            elif self.queue.dead_letter_exchange is not None:
+                returns.pop(entry[0], None)
+                dead.append(entry)
+            else:
+                returns[entry[0]] = count
+                again.append(entry)
+                self.stuck = "upstream returned a message %d times (%s) and the queue has no dead-letter exchange" % (
+                    count,
+                    self.last_return,
+                )
+        if dead:
+            self.broker.log(
+                "warning",
+                "bridge %s: %d messages dead-lettered after %d returns (%s)"
+                % (self.name, len(dead), MAX_RETURNS, self.last_return),
+            )
+        self._settle(dead, REJECT)
+        self._settle(again, REQUEUE)
+
+    def nacked(self, seq, multiple):
+        """Upstream refused seq (and the ones before it, if multiple): back to the queue's head."""
+        self._settle(self._settled(seq, multiple), REQUEUE)
+
+    def down(self):
+        """The link is gone: what was in flight or waiting goes back to the queue, in order."""
+        self.up = False
+        self.returned = []
+        entries = [pair[1] for pair in self.in_flight] + self.waiting
+        self.in_flight = []
+        self.waiting = []
+        self._settle(entries, REQUEUE)
+
+    def backlog(self):
+        """Messages waiting in the source queue and not yet forwarded."""
+        return self.queue.message_count() + len(self.waiting) + len(self.in_flight)
+
+    def _settled(self, seq, multiple):
+        in_flight = self.in_flight
+        if multiple:
+            i = 0
+            while i < len(in_flight) and in_flight[i][0] <= seq:
+                i += 1
+            entries = [pair[1] for pair in in_flight[:i]]
+            del in_flight[:i]
+            return entries
+        for i in range(len(in_flight)):
+            if in_flight[i][0] == seq:
+                return [in_flight.pop(i)[1]]
+        return []
+
+    def _settle(self, entries, outcome):
+        if not entries or self.consumer is None:
+            return 0
+        if outcome == ACCEPT and self.returns:
+            for entry in entries:
+                self.returns.pop(entry[0], None)
+        self.consumer.unacked -= len(entries)
+        self.broker.settle(self.queue, entries, outcome)
+        if self.up:
+            self.queue.dispatch()
+        return len(entries)
+
+    def close(self):
+        """The bridge stops: in-flight messages go back, the consumer goes."""
+        self.down()
+        if self.consumer is not None:
+            self.broker.cancel(self.consumer)
+            self.consumer = None

@@ -1,0 +1,257 @@
+"""A stream's records: what one message in a stream's log holds, reading records back from a
+segment's bytes, and the frames a consumer is given for them.
+
+A stream (core/streams/stream.py) appends one record per message to its segment files, in the
+journal's record envelope (core/store/records.py: magic, kind, length, check, payload, crc32).
+The payload of a MESSAGE record:
+
+    offset(8)  timestamp(8, ms)  exchange shortstr  routing-key shortstr
+    header size(4)  content header frame tail  body frame tail (absent for an empty body)
+
+The frame tails are the publisher's bytes (core/message.py: size, payload, frame-end), as
+the journal's MESSAGE record keeps them, with one change made once, when the record is
+made: the header `x-stream-offset` (the record's offset, a signed 64-bit 'l', as RabbitMQ
+sends it) added last to the headers table, every other property byte for byte as
+published. So the record holds what every consumer is given, and reading one builds no
+header: a stream is read many times more than it is written.
+
+Sans-IO and MicroPython-clean: bytes in, records and frames out.
+"""
+
+import struct
+from binascii import crc32
+
+from ...codec.spec import BASIC_DELIVER
+from ...codec.wire import FRAME_END_BYTE, shortstr
+from .. import headers
+from ..store.records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
+
+MESSAGE = 32  # the record kind (apart from the journal's, so a journal tool never mistakes one)
+PREFIX = 16  # offset and timestamp: what reading past a record needs of its payload
+OFFSET_KEY = b"x-stream-offset"
+_OFFSET_ENTRY = shortstr(OFFSET_KEY) + b"l"  # the header's key and type tag; the value follows
+
+DELIVER_ID = struct.pack(">I", BASIC_DELIVER)
+
+# Why deliveries() stopped (c_accel/streams.h has the same values).
+WANT = 0
+DONE = 1
+BAD_RECORD = 2
+
+# What parse() says of the bytes at a position besides a record's end.
+INCOMPLETE = -1  # they end inside the record (or its header)
+DAMAGED = -2  # its header or its checksum does not check out
+
+
+def message_record(offset, timestamp_ms, message, cache):
+    """(parts, bytes): the record of message at offset, as core/store/records.py record_parts would
+    make it (written out here: a stream's publish path). cache: a list the stream keeps for
+    this (empty at first): what the record of the previous message had that this one can
+    reuse. Publishers send run after run of messages with the same route, properties and
+    body size, so the envelope, the header with its x-stream-offset slot and their checksum
+    seed are made once per run, not once per message."""
+    body = message.body_tail
+    body_size = len(body) if body is not None else 0
+    header_tail = message.header_tail
+    route = message.route
+    if not cache or cache[0] != body_size or cache[1] != header_tail or cache[2] != route:
+        prefix, _, after = record_template(route, header_tail)
+        length = PREFIX + len(prefix) + 8 + len(after) + body_size
+        fields = struct.pack(">BI", MESSAGE, length)
+        seed = crc32(fields)
+        envelope = struct.pack(">B", MAGIC) + fields + struct.pack(">H", seed & 0xFFFF)
+        cache[:] = [body_size, header_tail, route, prefix, after, envelope, seed]
+    if body is None:
+        body = b""
+    payload = b"".join((struct.pack(">QQ", offset, timestamp_ms), cache[3], struct.pack(">q", offset), cache[4], body))
+    envelope = cache[5]
+    return (
+        [envelope, payload, struct.pack(">I", crc32(payload, cache[6]) & 0xFFFFFFFF)],
+        HEADER_SIZE + len(payload) + TRAILER_SIZE,
+    )
+
+
+def record_template(route, header_tail):
+    """(prefix, body_size_at, after): a record's payload for a message with this route and
+    content header tail is offset(8) timestamp(8) prefix offset(8) after body-tail, the body
+    size (8 bytes) being prefix[body_size_at:] (c_accel/appends.c writes each message's there)."""
+    before, after = around_offset(header_tail)
+    prefix = route + struct.pack(">I", len(before) + 8 + len(after)) + before
+    return prefix, len(route) + 4 + 8, after
+
+
+def parse(buf, pos, end, verify=True):
+    """The record at buf[pos:end]: where it ends (its payload is buf[pos + HEADER_SIZE : stop -
+    TRAILER_SIZE]), or INCOMPLETE, or DAMAGED. verify=False skips the payload's checksum (a
+    record read past, not delivered: its header is still checked)."""
+    if end - pos < HEADER_SIZE:
+        return INCOMPLETE
+    fields = bytes(buf[pos + 1 : pos + 6])
+    if buf[pos] != MAGIC or crc32(fields) & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
+        return DAMAGED
+    length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
+    stop = pos + HEADER_SIZE + length + TRAILER_SIZE
+    if stop > end:
+        return INCOMPLETE
+    if fields[0] != MESSAGE or length < PREFIX:
+        return DAMAGED
+    if verify:
+        stored = (buf[stop - 4] << 24) | (buf[stop - 3] << 16) | (buf[stop - 2] << 8) | buf[stop - 1]
+        if crc32(buf[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc32(fields)) & 0xFFFFFFFF != stored:
+            return DAMAGED
+    return stop
+
+
+def needed(buf, pos, end):
+    """How many bytes the record at pos takes (header and trailer included), read from its
+    header; HEADER_SIZE while not even that is there."""
+    if end - pos < HEADER_SIZE:
+        return HEADER_SIZE
+    return (
+        HEADER_SIZE + ((buf[pos + 2] << 24) | (buf[pos + 3] << 16) | (buf[pos + 4] << 8) | buf[pos + 5]) + TRAILER_SIZE
+    )
+
+
+def offset_and_time(buf, pos):
+    """(offset, timestamp in ms) of the record at pos (parse() said it is whole)."""
+    return struct.unpack_from(">QQ", buf, pos + HEADER_SIZE)
+
+
+def scan(data):
+    """A segment's bytes read back at start: (records, last offset, last timestamp, good_end,
+    ending), by the journal's rules for how data ends (core/store/records.py: CLEAN; TORN, a write
+    cut short: cut it; CORRUPT, damage with data after it). last offset is -1 with no record."""
+    pos = 0
+    end = len(data)
+    count = 0
+    last = (-1, 0)
+    while pos < end:
+        stop = parse(data, pos, end)
+        if stop < 0:
+            return count, last[0], last[1], pos, _ending(data, pos, stop)
+        last = offset_and_time(data, pos)
+        count += 1
+        pos = stop
+    return count, last[0], last[1], pos, CLEAN
+
+
+def _ending(data, pos, why):
+    end = len(data)
+    if end - pos < HEADER_SIZE:
+        return TORN if data[pos] in (MAGIC, 0) else CORRUPT
+    if data[pos] != MAGIC or crc32(bytes(data[pos + 1 : pos + 6])) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
+        return TORN if _zeros(data, pos) else CORRUPT
+    if why == INCOMPLETE:
+        return TORN  # a sound header: its record was being written
+    stop = pos + needed(data, pos, end)
+    return TORN if stop >= end or _zeros(data, stop) else CORRUPT  # a bad last record: a torn write
+
+
+def _zeros(data, start):
+    for i in range(start, len(data)):
+        if data[i]:
+            return False
+    return True
+
+
+def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
+    """The frames of basic.deliver (method, content header, body) to consumer tag_ss on channel
+    number, delivery tags from tag on, for the records of buf[pos:end], each checked (header
+    and CRC-32) before it is believed: at most count of them, the first at or past offset and
+    (when after_ms is not 0) stamped at or after after_ms, each below visible, stopping once
+    the frames made take space bytes or more. Records before offset or after_ms are read past.
+    Each delivery's frames go to out (the connection's output list) as one bytes object;
+    bodies larger than max_payload are cut into frames of that size. c_accel/streams.py is
+    the C twin (CPython: one call for a whole read buffer).
+
+    Returns (delivered, pos, offset, after_ms, status, bytes made): where the next record
+    starts; the offset wanted next (the offset of the record stopped at, when it is not
+    visible yet); after_ms (0 once a record passed it); why it stopped: WANT, the record at
+    pos is not whole in the buffer (read on); DONE, count or space reached or the next record
+    not visible yet; BAD_RECORD, the record at pos does not check out."""
+    view = memoryview(buf)
+    given = made = 0
+    method_head = DELIVER_ID + tag_ss
+    method_size = 13 + len(tag_ss)
+    header_prefix = bytes((2, number >> 8, number & 255))
+    body_prefix = bytes((3, number >> 8, number & 255))
+    while given < count and made < space:
+        if end - pos < HEADER_SIZE:
+            return given, pos, offset, after_ms, WANT, made
+        seed = crc32(view[pos + 1 : pos + 6])
+        if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or seed & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
+            return given, pos, offset, after_ms, BAD_RECORD, made
+        start = pos + HEADER_SIZE
+        stop = start + struct.unpack_from(">I", buf, pos + 2)[0]  # the payload's end; the CRC follows
+        if stop + TRAILER_SIZE > end:
+            return given, pos, offset, after_ms, WANT, made
+        if (
+            stop - start < PREFIX + 2
+            or crc32(view[start:stop], seed) & 0xFFFFFFFF != struct.unpack_from(">I", buf, stop)[0]
+        ):
+            return given, pos, offset, after_ms, BAD_RECORD, made
+        # where its route, header and body are: inside the payload, or the record is damaged
+        key_at = start + PREFIX + 1 + buf[start + PREFIX]
+        route_end = key_at + 1 + (buf[key_at] if key_at < stop else 0)
+        header_end = route_end + 4 + (struct.unpack_from(">I", buf, route_end)[0] if route_end + 4 <= stop else 0)
+        if route_end + 4 > stop or header_end > stop or 0 < stop - header_end < 5:
+            return given, pos, offset, after_ms, BAD_RECORD, made
+        record, stamp = struct.unpack_from(">QQ", buf, start)
+        if record < offset:
+            pos = stop + TRAILER_SIZE  # before where this consumer reads from
+            continue
+        if record >= visible:
+            return given, pos, record, after_ms, DONE, made  # not durable yet
+        pos = stop + TRAILER_SIZE
+        offset = record + 1
+        if after_ms:
+            if stamp < after_ms:
+                continue
+            after_ms = 0
+        route = bytes(buf[start + PREFIX : route_end])
+        frames = [
+            struct.pack(">BHI", 1, number, method_size + len(route)),
+            method_head,
+            struct.pack(">QB", tag, 0),
+            route,
+            FRAME_END_BYTE,
+            header_prefix,
+            bytes(buf[route_end + 4 : header_end]),
+        ]
+        body_size = stop - header_end - 5
+        if 0 < body_size <= max_payload:
+            frames.append(body_prefix)
+            frames.append(bytes(buf[header_end:stop]))
+        elif body_size > 0:
+            for at in range(header_end + 4, stop - 1, max_payload):
+                chunk = bytes(buf[at : min(at + max_payload, stop - 1)])
+                frames.append(body_prefix + struct.pack(">I", len(chunk)))
+                frames.append(chunk)
+                frames.append(FRAME_END_BYTE)
+        data = b"".join(frames)
+        out.append(data)
+        made += len(data)
+        given += 1
+        tag += 1
+    return given, pos, offset, after_ms, DONE, made
+
+
+def around_offset(header_tail):
+    """(before, after): the content header frame tail (size, class, weight, body size, flags,
+    properties, frame-end) with x-stream-offset last in its headers table (replacing one the
+    publisher set), the other properties byte for byte, is before + the offset (8 bytes,
+    signed big-endian) + after, whatever the offset (the frame's size counts those 8 bytes)."""
+    flags, before, table, after = headers.split(header_tail)
+    if OFFSET_KEY in table:
+        table = headers.without(table, OFFSET_KEY)
+    head = b"".join(
+        (
+            header_tail[4:16],
+            struct.pack(">H", flags | headers.FLAG_HEADERS),
+            before,
+            struct.pack(">I", len(table) + len(_OFFSET_ENTRY) + 8),
+            table,
+            _OFFSET_ENTRY,
+        )
+    )
+    return struct.pack(">I", len(head) + 8 + len(after)) + head, after + b"\xce"
