@@ -8,8 +8,7 @@ from ..codec import spec
 from ..codec.errors import ConnectionException
 from ..codec.spec import NOT_ALLOWED, NOT_IMPLEMENTED
 from ..codec.wire import text
-from ..core.message import append_content
-from ..core.queue import Consumer
+from . import output
 
 
 def basic_qos(ch, args):
@@ -38,8 +37,8 @@ def basic_consume(ch, args):
         raise ConnectionException(
             NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME
         )
-    consumer = Consumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
-    ch.broker.consume(queue, consumer, spec.BASIC_CONSUME, arguments)
+    consumer = output.ChannelConsumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
+    ch.broker.consume(ch.client, queue, consumer, spec.BASIC_CONSUME, arguments)
     ch.consumers[tag] = consumer
     if not nowait:
         ch.reply(spec.BASIC_CONSUME_OK, (tag,))  # consume-ok goes out before the first delivery
@@ -76,24 +75,18 @@ def basic_get(ch, args):
         from ..core.streams.streamrules import refused  # a stream exists: its modules are loaded
 
         raise refused(queue, spec.BASIC_GET)
-    broker = ch.broker
-    queue.last_used = broker.now
-    entry = queue.take()
+    entry = ch.broker.get(ch.client, queue, no_ack, spec.BASIC_GET)
     if entry is None:
         ch.reply(spec.BASIC_GET_EMPTY, (b"",))
         return
     message, redelivered, _expires_at = entry
     tag = ch.next_tag
     ch.next_tag = tag + 1
-    broker.delivered(queue, entry, no_ack)
     if not no_ack:
         ch.unacked[tag] = (queue, entry, None)
-    conn = ch.conn
-    conn.send_method(
-        ch.number, spec.BASIC_GET_OK, (tag, redelivered, message.exchange, message.routing_key, queue.message_count())
+    output.with_content(
+        ch, spec.BASIC_GET_OK, (tag, redelivered, message.exchange, message.routing_key, queue.message_count()), message
     )
-    append_content(conn.out, ch, message, conn.max_payload)
-    conn.output_added(message.body_size)
 
 
 def basic_ack(ch, args):

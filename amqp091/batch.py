@@ -16,10 +16,7 @@ would only cost heap there.
 
 from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
-from ..core.broker import JOURNALLED, ROUTED
-from ..core.headers import FLAG_HEADERS
-from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from ..core.streams.streamlog import record_template
+from ..core.message import Message
 from .channel import IDLE, publish_arguments
 from .channel import OPEN as CHANNEL_OPEN
 from .framing import (
@@ -113,15 +110,15 @@ def read_batch(conn, data, pos, scan, records, appends=None):
 
 def stream_run(conn, number, data, records, slot, count, appends):
     """The publishes recorded from slot on (count records) that go, one after the other, into
-    one stream, made into its records in one call (appends) when the first goes nowhere
-    else and each is like it: same channel, exchange, routing key, flags and properties,
-    only the body differs. What the one-by-one path would do for each, done once for the
-    run: they are routed alike, get their offsets in order, and are confirmed together.
-    (taken, where the frame after them starts); taken is 0 when the first publish must go
-    the one-by-one way, which also gives any error it has the usual way."""
+    one stream, made into its records in one call (appends) when each is like the first:
+    same channel, exchange, routing key, flags and properties, only the body differs (the C
+    call stops at the first that is not). The channel publishes them as one run
+    (Channel.publish_run: the broker's one publish path, Broker.publish_run, decides whether
+    they may go together and routes them once). (taken, where the frame after them starts);
+    taken is 0 when the first publish must go the one-by-one way, which also gives any error
+    it has the usual way."""
     channel = _idle_channel(conn, number)
-    broker = conn.broker
-    if channel is None or channel.tx is not None or broker.flow.blocked:
+    if channel is None:
         return 0, 0
     payload = records[slot + PAYLOAD_START]
     end = records[slot + PAYLOAD_END]
@@ -133,49 +130,28 @@ def stream_run(conn, number, data, records, slot, count, appends):
     header_tail = bytes(data[end + 4 : header_end + 1])
     if bits & 2 or len(header_tail) < 19 or header_tail[4:8] != b"\x00\x3c\x00\x00":
         return 0, 0  # immediate, or not a basic content header of weight 0: refused one by one
-    flags = (header_tail[16] << 8) | header_tail[17]
-    if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO) or (flags & FLAG_HEADERS and _alone(header_tail)):
-        return 0, 0  # properties the broker checks, a bridge's message (deduplicated), CC/BCC: each alone
-    exchange = broker.exchange(name) if name else broker.default_exchange
-    if exchange is None or exchange.internal:
-        return 0, 0
-    queues = broker.route(exchange, Message(name, routing_key, route, header_tail, None, 0))
-    if len(queues) != 1 or not queues[0].is_stream:
-        return 0, 0
-    stream = queues[0]
-    stream.reserve()
-    template = stream.run_template
-    if template is None or template[0] != route or template[1] != header_tail:
-        template = stream.run_template = (route, header_tail, record_template(route, header_tail))
-    now_ms = broker.wall_seconds * 1000
-    taken, after, made = appends(
-        data,
-        records,
-        slot,
-        count,
-        number,
-        bytes(data[payload + 6 : end]),
-        header_tail[4:-1],
-        broker.limits.max_message_bytes,
-        template[2],
-        stream.next,
-        now_ms,
-        stream.reserved - stream.next,
-        stream.room(),
-    )
-    if taken:
-        stream.append_records([made], taken, len(made), now_ms)
-        if channel.confirming:
-            channel.confirms.published(ROUTED | JOURNALLED, taken)
-        else:
-            conn.after_publish()
-    return taken, after
+    limit = conn.broker.limits.max_message_bytes
+    routing = bytes(data[payload + 6 : end])
 
+    def append(stream, template, now_ms):
+        taken, after, made = appends(
+            data,
+            records,
+            slot,
+            count,
+            number,
+            routing,
+            header_tail[4:-1],
+            limit,
+            template,
+            stream.next,
+            now_ms,
+            stream.reserved - stream.next,
+            stream.room(),
+        )
+        return taken, after, made
 
-def _alone(header_tail):
-    """Whether headers make a publish go its own way: a bridge's sequence number (deduplicated),
-    or CC and BCC (sender-selected distribution: more routing keys, and BCC leaves the message)."""
-    return b"x-hutch-seq" in header_tail or b"\x02CC" in header_tail or b"\x03BCC" in header_tail
+    return channel.publish_run(name, Message(name, routing_key, route, header_tail, None, 0), append)
 
 
 def whole_publish(conn, number, data, payload, end, header_end, body_end):

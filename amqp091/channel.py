@@ -18,9 +18,10 @@ from ..codec.errors import ChannelException, ConnectionException
 from ..codec.spec import COMMAND_INVALID, FRAME_ERROR, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, UNEXPECTED_FRAME
 from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature, text
 from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED
-from ..core.message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message, append_content
-from ..core.topology import check_exclusive, exchange_for_publish
-from . import basic, declare, tx
+from ..core.message import Message
+from ..core.session import MESSAGE, REDELIVERED
+from ..core.topology import check_exclusive
+from . import basic, declare, output
 from .confirms import Confirms, confirm_select
 
 OPEN = 0
@@ -29,8 +30,6 @@ CLOSING = 1  # we sent channel.close and wait for close-ok
 IDLE = 0  # expecting a method frame
 WANT_HEADER = 1  # basic.publish seen, expecting the content header
 WANT_BODY = 2  # header seen, expecting body frames
-
-DELIVER_ID = struct.pack(">I", spec.BASIC_DELIVER)
 
 
 def publish_arguments(buf, pos, end):
@@ -60,10 +59,12 @@ class Channel:
     # set on the channels that have one (class-level None: the others pay nothing).
     reply_tag = None
     reply_name = None
+    held_by = None  # the full queues this publisher waits for (hold_for), while it does
 
     def __init__(self, conn, number):
         self.conn = conn
         self.broker = conn.broker
+        self.client = conn.client  # who publishes and consumes here: the broker's `who`
         self.number = number
         self.state = OPEN
         self.header_prefix = bytes((2, number >> 8, number & 255))
@@ -118,7 +119,12 @@ class Channel:
             return
         handler = HANDLERS.get(method_id)
         if handler is None:
-            raise_unexpected(method_id)
+            if method_id >> 16 == spec.CLASS_TX:  # amqp091/tx.py, loaded with the first transaction
+                from .tx import HANDLERS as TX_HANDLERS
+
+                handler = TX_HANDLERS.get(method_id)
+            if handler is None:
+                raise_unexpected(method_id)
         handler(self, decode_args(signature(method_id), buf, pos, end))
 
     def on_publish(self, buf, pos, end):
@@ -205,46 +211,28 @@ class Channel:
     # ------------------------------------------------------------ publishing
 
     def publish(self, message, mandatory):
-        exchange = exchange_for_publish(self.broker, message.exchange)
-        flags = message.flags()
-        if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO):
-            message = self._check_properties(message, flags)
-        if flags & FLAG_HEADERS and (b"\x02CC" in message.header_tail or b"\x03BCC" in message.header_tail):
-            from ..core.headers import sender_selected  # loaded with the first such message
-
-            sender_selected(message)
+        """Through the broker's gates (Broker.admit); into the open transaction if there is one,
+        else into the broker now."""
+        exchange, message = self.broker.admit(self, message.exchange, message)
         if self.tx is not None:
             self.tx.publishes.append((message, mandatory))
             return
         self.publish_now(exchange, message, mandatory)
 
-    def _check_properties(self, message, flags):
-        """RabbitMQ's checks of the properties, in its order; returns the message to publish (with
-        reply_to amq.rabbitmq.reply-to, a copy naming this channel's reply consumer)."""
-        props = message.properties()
-        if flags & FLAG_REPLY_TO and props.get("reply-to") == b"amq.rabbitmq.reply-to":
-            from .replyto import rewritten
-
-            message = rewritten(self, message)
-        if flags & FLAG_USER_ID:
-            user_id = props.get("user-id")
-            if user_id != self.conn.user:
-                raise ChannelException(
-                    PRECONDITION_FAILED,
-                    "PRECONDITION_FAILED - user_id property set to '%s' but authenticated user was '%s'"
-                    % (text(user_id), text(self.conn.user)),
-                    spec.BASIC_PUBLISH,
-                )
-        if flags & FLAG_EXPIRATION:
-            expiration = props.get("expiration")
-            if not expiration or not expiration.isdigit():
-                raise ChannelException(
-                    PRECONDITION_FAILED,
-                    "PRECONDITION_FAILED - invalid expiration '%s': no_integer" % text(expiration),
-                    spec.BASIC_PUBLISH,
-                )
-            message.ttl = int(expiration)
-        return message
+    def publish_run(self, exchange_name, message, append):
+        """(amqp091/batch.py) A run of publishes alike but for their bodies, the first being
+        message, as one: Broker.publish_run decides whether they may go together and makes
+        them with append. (taken, where the frame after them starts); 0 taken: they go one by
+        one (a transaction holds each publish)."""
+        if self.tx is not None:
+            return 0, 0
+        taken, end, result = self.broker.publish_run(self, exchange_name, message, append)
+        if taken:
+            if self.confirming:
+                self.confirms.published(result, taken)
+            else:
+                self.conn.after_publish()
+        return taken, end
 
     def publish_now(self, exchange, message, mandatory):
         """Into the broker; then what 0-9-1 says of it: basic.return, and the confirm."""
@@ -260,18 +248,33 @@ class Channel:
             deliver(broker, message)
 
     def hold_for(self, queue):
-        """A full queue asks this publisher (without confirms) to wait: stop reading its connection."""
-        self.conn.wait_for(queue)
+        """A full queue asks this publisher (without confirms) to wait: its connection is not read
+        until the queue has room (resume)."""
+        if self not in queue.waiting:
+            queue.waiting.append(self)
+            if self.held_by is None:
+                self.held_by = []
+            self.held_by.append(queue)
+        self.conn.pause()
+
+    def resume(self):
+        """The queue this publisher waited for has room."""
+        self.held_by = None
+        self.conn.resume_reading()
+
+    def direct_reply_to(self, message):
+        """(Broker.admit) A publish with reply-to amq.rabbitmq.reply-to: the message as it goes,
+        naming this channel's reply consumer (amqp091/replyto.py)."""
+        from .replyto import rewritten
+
+        return rewritten(self, message)
 
     def flush_confirms(self):
         """Send the confirms that are due; True if some still wait for the journal."""
         return self.confirms.flush() if self.confirms is not None else False
 
     def send_return(self, code, reply_text, message):
-        conn = self.conn
-        conn.send_method(self.number, spec.BASIC_RETURN, (code, reply_text, message.exchange, message.routing_key))
-        append_content(conn.out, self, message, conn.max_payload)
-        conn.output_added(message.body_size)
+        output.with_content(self, spec.BASIC_RETURN, (code, reply_text, message.exchange, message.routing_key), message)
 
     # ------------------------------------------------------------ delivering
 
@@ -279,7 +282,7 @@ class Channel:
         return self.active and self.state == OPEN and not self.conn.saturated()
 
     def deliver(self, consumer, queue, entry):
-        message = entry[0]
+        message = entry[MESSAGE]
         tag = self.next_tag
         self.next_tag = tag + 1
         no_ack = consumer.no_ack
@@ -289,19 +292,23 @@ class Channel:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             self.consumer_unacked += 1
-        conn = self.conn
-        route = message.route
-        # basic.deliver up to its delivery tag is the same for every message of one route
-        # length: made once (a queue's messages mostly share their exchange and routing key)
-        head = consumer.deliver_head
-        if head is None or head[0] != len(route):
-            tag_ss = consumer.tag_shortstr
-            size = 13 + len(tag_ss) + len(route)
-            head = consumer.deliver_head = (len(route), struct.pack(">BHI", 1, self.number, size) + DELIVER_ID + tag_ss)
-        out = conn.out
-        out += (head[1], struct.pack(">QB", tag, entry[1]), route, FRAME_END_BYTE)
-        append_content(out, self, message, conn.max_payload)
-        conn.output_added(message.body_size + 64)
+        output.deliver(self, consumer, tag, message, entry[REDELIVERED])
+
+    def deliver_records(self, consumer, stream, cursor, room):
+        """Up to room deliveries of a stream's records, read ahead by cursor, their frames made in
+        one call (amqp091/output.py): (how many, why it stopped). Each is booked as deliver()
+        books one; until settled they are all alike, one entry (stream.entry) for every tag."""
+        tag = self.next_tag
+        given, status = output.deliver_records(self, consumer, cursor, stream.visible, room)
+        if given:
+            self.next_tag = tag + given
+            record = (stream, stream.entry, consumer)
+            unacked = self.unacked
+            for t in range(tag, tag + given):
+                unacked[t] = record
+            consumer.unacked += given
+            self.consumer_unacked += given
+        return given, status
 
     # ------------------------------------------------------------ acks
 
@@ -406,6 +413,11 @@ class Channel:
         for consumer in consumers:
             self.broker.cancel(consumer, False)
         self.tx = None
+        if self.held_by is not None:  # it waits no more
+            for queue in self.held_by:
+                if self in queue.waiting:
+                    queue.waiting.remove(self)
+            self.held_by = None
         if self.reply_tag is not None:
             from .replyto import forget
 
@@ -436,7 +448,7 @@ class Channel:
         queue = self.broker.queues.get(name)
         if queue is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method_id)
-        check_exclusive(queue, self.conn, method_id)
+        check_exclusive(queue, self.client, method_id)
         return queue
 
 
@@ -488,7 +500,9 @@ def access_request(ch, args):
 
 
 # Every method a client may send on a channel, but basic.publish and basic.ack (on_method
-# reads those itself): a method of a new class gets its handler module and its rows here.
+# reads those itself) and the tx class's (amqp091/tx.py's HANDLERS, loaded with the first
+# transaction: a board whose clients never use one does not hold it): a method of a new
+# class gets its handler module and its rows here.
 HANDLERS = {
     spec.CHANNEL_OPEN: channel_open,
     spec.CHANNEL_FLOW: channel_flow,
@@ -514,7 +528,4 @@ HANDLERS = {
     spec.BASIC_RECOVER_ASYNC: basic.basic_recover_async,
     spec.BASIC_RECOVER: basic.basic_recover,
     spec.CONFIRM_SELECT: confirm_select,
-    spec.TX_SELECT: tx.tx_select,
-    spec.TX_COMMIT: tx.tx_commit,
-    spec.TX_ROLLBACK: tx.tx_rollback,
 }

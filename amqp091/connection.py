@@ -114,13 +114,13 @@ class Connection:
         self.accept_payload = limits.frame_max
         self.channel_max = limits.channel_max
         self.heartbeat_ms = 0
-        self.user = None
+        self.client = None  # who it logged in as (core/auth.py Client): the broker's `who` for its calls
         # The three client capabilities (start-ok) the broker acts on; the rest of the
         # client-properties table is not kept: on a board it would cost ~1 KiB per client.
         self.wants_blocked = False  # connection.blocked / unblocked
         self.wants_cancel = False  # consumer_cancel_notify: basic.cancel when a queue goes
         self.wants_auth_close = False  # authentication_failure_close: 403 instead of a hang-up
-        self.client = b"?"  # its product name, for the log
+        self.product = b"?"  # its client library's product name, for the log
         self.last_recv = broker.now
         self.last_send = broker.now
         self.deadline = broker.now + limits.handshake_timeout_ms
@@ -460,11 +460,6 @@ class Connection:
     def after_publish(self):
         if self.broker.flow.blocked:
             self.pause()
-
-    def wait_for(self, queue):
-        if self not in queue.waiting:
-            queue.waiting.append(self)
-        self.pause()
 
     def pause(self):
         if not self.paused:

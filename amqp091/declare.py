@@ -23,14 +23,14 @@ from ..core.topology import (
 
 def exchange_declare(ch, args):
     _ticket, name, kind, passive, durable, auto_delete, internal, nowait, arguments = args
-    declare_exchange(ch.broker, name, kind, passive, durable, auto_delete, internal, arguments)
+    declare_exchange(ch.broker, ch.client, name, kind, passive, durable, auto_delete, internal, arguments)
     if not nowait:
         ch.reply(spec.EXCHANGE_DECLARE_OK)
 
 
 def exchange_delete(ch, args):
     _ticket, name, if_unused, nowait = args
-    delete_exchange_named(ch.broker, name, if_unused)
+    delete_exchange_named(ch.broker, ch.client, name, if_unused)
     if not nowait:
         ch.reply(spec.EXCHANGE_DELETE_OK)
 
@@ -38,7 +38,7 @@ def exchange_delete(ch, args):
 def exchange_bind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
     destination = _bound_exchange(ch.broker, destination, source, spec.EXCHANGE_BIND)
-    bind(ch.broker, source, destination, key, arguments, spec.EXCHANGE_BIND)
+    bind(ch.broker, ch.client, source, destination, key, arguments, spec.EXCHANGE_BIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_BIND_OK)
 
@@ -47,7 +47,7 @@ def exchange_unbind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
     if not destination:
         raise default_exchange_refused(spec.EXCHANGE_UNBIND)
-    unbind(ch.broker, source, ch.broker.exchange(destination), key, arguments, spec.EXCHANGE_UNBIND)
+    unbind(ch.broker, ch.client, source, ch.broker.exchange(destination), key, arguments, spec.EXCHANGE_UNBIND)
     if not nowait:
         ch.reply(spec.EXCHANGE_UNBIND_OK)
 
@@ -67,7 +67,7 @@ def queue_declare(ch, args):
 
         declare(ch, name, nowait)
         return
-    queue = declare_queue(ch.broker, ch.conn, name, passive, durable, exclusive, auto_delete, arguments)
+    queue = declare_queue(ch.broker, ch.client, name, passive, durable, exclusive, auto_delete, arguments)
     ch.last_queue = queue.name
     if not nowait:
         ch.reply(spec.QUEUE_DECLARE_OK, (queue.name, queue.message_count(), len(queue.consumers)))
@@ -80,7 +80,7 @@ def queue_bind(ch, args):
     name = ch.queue_name(name, spec.QUEUE_BIND)
     named_exchange(ch.broker, exchange, spec.QUEUE_BIND)
     queue = ch.queue_named(name, spec.QUEUE_BIND)
-    bind(ch.broker, exchange, queue, key, arguments, spec.QUEUE_BIND)
+    bind(ch.broker, ch.client, exchange, queue, key, arguments, spec.QUEUE_BIND)
     if not nowait:
         ch.reply(spec.QUEUE_BIND_OK)
 
@@ -88,7 +88,7 @@ def queue_bind(ch, args):
 def queue_unbind(ch, args):
     _ticket, name, exchange, key, arguments = args
     name = ch.queue_name(name, spec.QUEUE_UNBIND)
-    unbind(ch.broker, exchange, ch.broker.queues.get(name), key, arguments, spec.QUEUE_UNBIND, ch.conn)
+    unbind(ch.broker, ch.client, exchange, ch.broker.queues.get(name), key, arguments, spec.QUEUE_UNBIND)
     ch.reply(spec.QUEUE_UNBIND_OK)
 
 
@@ -110,7 +110,7 @@ def queue_delete(ch, args):
     count = 0
     consumers = []
     if queue is not None:  # deleting what is not there succeeds, as in RabbitMQ
-        check_exclusive(queue, ch.conn, spec.QUEUE_DELETE)
+        check_exclusive(queue, ch.client, spec.QUEUE_DELETE)
         if if_unused and queue.consumers:
             raise ChannelException(
                 PRECONDITION_FAILED,

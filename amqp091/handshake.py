@@ -11,7 +11,7 @@ from ..codec import spec
 from ..codec.errors import ConnectionException, DecodeError
 from ..codec.spec import ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED
 from ..codec.wire import PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_name, signature, text
-from ..core.auth import MECHANISMS, credentials
+from ..core.auth import MECHANISMS, Client, credentials
 from .channel import raise_unexpected
 
 AWAIT_HEADER = 0
@@ -114,7 +114,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
         conn.wants_auth_close = caps.get("authentication_failure_close") is True
     product = client_properties.get("product")
     if isinstance(product, bytes):
-        conn.client = product
+        conn.product = product
     if mechanism not in (b"PLAIN", b"AMQPLAIN"):
         raise ConnectionException(
             COMMAND_INVALID,
@@ -135,7 +135,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
         conn.state = AUTH_FAILED
         conn.deadline = broker.now + broker.limits.auth_failure_delay_ms
         return
-    conn.user = user.encode()
+    conn.client = Client(user.encode(), conn.name)
     limits = broker.limits
     conn.send_method(0, spec.CONNECTION_TUNE, (limits.channel_max, limits.frame_max, limits.heartbeat))
     conn.state = AWAIT_TUNE_OK
@@ -200,13 +200,15 @@ def _open(conn, vhost):
         raise ConnectionException(
             NOT_ALLOWED,
             "NOT_ALLOWED - access to vhost '/' refused for user '%s': "
-            "connection limit (%d) is reached" % (text(conn.user), limit),
+            "connection limit (%d) is reached" % (text(conn.client.user), limit),
             spec.CONNECTION_OPEN,
         )
     broker.open_connections += 1
     conn.counted = True
     conn.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
     conn.state = OPEN
-    broker.log("info", "%s: connection open (user '%s', client %s)" % (conn.name, text(conn.user), text(conn.client)))
+    broker.log(
+        "info", "%s: connection open (user '%s', client %s)" % (conn.name, text(conn.client.user), text(conn.product))
+    )
     if flow.blocked:
         conn.notify_blocked(flow.reason)

@@ -11,6 +11,7 @@ package(
         "connection.py",
         "declare.py",
         "handshake.py",
+        "output.py",
         "replyto.py",
         "secret.py",
         "tx.py",

@@ -16,7 +16,8 @@ from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
 from ..codec.spec import NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED
 from ..codec.wire import encode_properties, tail, text
-from ..core.message import Message, append_content
+from ..core.message import Message
+from . import output
 
 QUEUE = b"amq.rabbitmq.reply-to"
 PREFIX = b"amq.rabbitmq.reply-to."
@@ -80,12 +81,9 @@ def deliver(broker, message):
     ch = channels.get(message.routing_key) if channels else None
     if ch is None or ch.state != CHANNEL_OPEN:  # gone or closing: the reply is dropped
         return
-    conn = ch.conn
-    conn.send_method(
-        ch.number, spec.BASIC_DELIVER, (ch.reply_tag, ch.next_tag, False, message.exchange, message.routing_key)
+    output.with_content(
+        ch, spec.BASIC_DELIVER, (ch.reply_tag, ch.next_tag, False, message.exchange, message.routing_key), message
     )
-    append_content(conn.out, ch, message, conn.max_payload)
-    conn.output_added(message.body_size)
 
 
 def declare(ch, name, nowait):

@@ -16,7 +16,7 @@ def update_secret(conn, new_secret, reason):
     the login's check, for the user who logged in. Refused, the connection closes with
     RabbitMQ's 530 and words (its reply when an auth backend refuses the new secret)."""
     broker = conn.broker
-    user = text(conn.user)
+    user = text(conn.client.user)
     try:
         refused = broker.users.check(user, bytes(new_secret).decode(), conn.loopback)
     except UnicodeError:

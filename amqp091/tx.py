@@ -9,7 +9,6 @@ them. Each handler takes (channel, decoded argument list) and writes its reply.
 from ..codec import spec
 from ..codec.errors import ChannelException
 from ..codec.spec import PRECONDITION_FAILED
-from ..core.topology import exchange_for_publish
 from .confirms import Confirms
 
 
@@ -48,7 +47,7 @@ def _take(ch, method_id):
 def tx_commit(ch, args):
     tx = _take(ch, spec.TX_COMMIT)
     for message, mandatory in tx.publishes:
-        ch.publish_now(exchange_for_publish(ch.broker, message.exchange), message, mandatory)
+        ch.publish_now(ch.broker.exchange_for_publish(message.exchange), message, mandatory)
     for tags, ack, requeue in tx.settles:
         ch.apply(tags, ack, requeue)
     if ch.confirms is None:
@@ -59,3 +58,11 @@ def tx_commit(ch, args):
 def tx_rollback(ch, args):
     _take(ch, spec.TX_ROLLBACK)
     ch.reply(spec.TX_ROLLBACK_OK)
+
+
+# The tx class's methods (amqp091/channel.py looks here the first time a client sends one).
+HANDLERS = {
+    spec.TX_SELECT: tx_select,
+    spec.TX_COMMIT: tx_commit,
+    spec.TX_ROLLBACK: tx_rollback,
+}

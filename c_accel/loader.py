@@ -38,7 +38,7 @@ def frame_reader():
 
 
 def stream_deliveries():
-    """The C twin of core/streams/streamlog.py deliveries() for Broker.stream_deliveries, or None (pure
+    """The C twin of amqp091/output.py stream_records() (output.use_accelerator), or None (pure
     Python forced, or not built): a stream's read buffer into deliveries in one call."""
     if pure_python_forced():
         return None

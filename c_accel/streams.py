@@ -1,12 +1,12 @@
-"""A stream's records into basic.deliver frames in C, called the way core/streams/streamlog.py's
-deliveries() is (server/serve.py hands it to the broker as Broker.stream_deliveries).
+"""A stream's records into basic.deliver frames in C, called the way amqp091/output.py's
+stream_records() is (server/serve.py installs it there: output.use_accelerator).
 
 One call makes the frames of a whole read buffer of records (up to 64 KiB): the CRC-32
 checks, the method frames and the copies of each record's route, header and body, with
 no Python object per delivery but the run's one bytes object.
 
 Importing this module fails with ImportError when the extension was not built (loader.py
-then leaves the broker on core/streams/streamlog.py).
+then leaves the broker on amqp091/output.py).
 """
 
 from ..core.streams.streamlog import DONE
@@ -22,7 +22,7 @@ _out = [ffi.new("uint8_t[]", 256 * 1024)]
 
 
 def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
-    """core.streamlog.deliveries in C: same arguments, same result, the same bytes added to out
+    """amqp091/output.py stream_records in C: same arguments, same result, the same bytes added to out
     (as one bytes object for the run)."""
     state = _state
     state[POS] = pos

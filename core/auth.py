@@ -32,6 +32,17 @@ def _same(a, b):
     return diff == 0
 
 
+class Client:
+    """Who asks the broker, whatever protocol it speaks: a logged-in client connection's user
+    and its name (its peer, for the log). Every broker and topology call a client makes names
+    it (`who`; None is the broker itself: dead-lettering, recovery, a bridge's local side), and
+    it is the owner of the exclusive queues it declares. One per connection, made at login."""
+
+    def __init__(self, user, name):
+        self.user = user  # bytes
+        self.name = name
+
+
 class Users:
     def __init__(self, hashes=None, loopback_users=("guest",)):
         # user name (str) -> stored hash (str)

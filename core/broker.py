@@ -2,7 +2,8 @@
 one way messages go in and out of queues, whatever front end carries them.
 
     result = broker.publish(exchange, message, publisher)   # route, journal, enqueue: ROUTED|REFUSED|JOURNALLED
-    broker.consume(queue, consumer, method) ... broker.cancel(consumer)
+    broker.consume(who, queue, consumer, method) ... broker.cancel(consumer)
+    entry = broker.get(who, queue, no_ack, method)
     broker.delivered(queue, entry, settled)                 # a queue's entry went to a consumer
     broker.settle(queue, entries, ACCEPT or REQUEUE or REJECT)
 
@@ -21,12 +22,12 @@ from .auth import Users
 from .exchange import Exchange
 from .flow import Flow
 from .limits import Limits
-from .topology import delete_queue
+from .message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID
+from .session import MESSAGE, REDELIVERED
+from .topology import check_exclusive, delete_queue, exchange_for_publish
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
-    from typing import Callable
-
     from .dedup import Dedup
     from .store.journal import Journal
 
@@ -53,6 +54,10 @@ CAPABILITIES = {
     "consumer_priorities": True,
 }
 
+BRIDGE_SEQ = b"\x0bx-hutch-seq"  # (shortstr) the header a bridge numbers its messages with (core/dedup.py)
+CC = b"\x02CC"
+BCC = b"\x03BCC"
+
 # What Broker.publish says of a message (bits).
 ROUTED = 1  # it matched at least one queue (a mandatory message that matched none comes back)
 REFUSED = 2  # some queue refused it (x-overflow reject-publish, a full queue, publishers blocked)
@@ -72,10 +77,6 @@ class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
     dedup: "Dedup | None"
-    # Set by the server on CPython when c_accel is built: the C twin of core/streams/streamlog.py
-    # deliveries(), which core/streams/stream.py uses instead (read with getattr: a board's broker never
-    # has it, nor pays for it).
-    stream_deliveries: "Callable"
     # Streams (core/streams/stream.py): the storage port's opener of their files, open_stream(name,
     # arguments) (None: no data folder, so no streams); the live ones, those waiting for the
     # journal to sync, and the bytes they hold on disk (the journal's disk budget counts them).
@@ -123,16 +124,17 @@ class Broker:
     # ------------------------------------------------------------ connections and time
 
     def connection_gone(self, conn):
-        """The connection gave back its channels; its exclusive queues and its place go too."""
+        """The connection gave back its channels (and each publisher of it left the queues it
+        waited for); its client's exclusive queues and its place go too."""
         if conn.counted:
             conn.counted = False
             self.open_connections -= 1
         self.flow.let_go(conn)
-        for queue in list(self.queues.values()):
-            if queue.owner is conn:
-                delete_queue(self, queue)  # exclusive queues end with their connection
-            elif conn in queue.waiting:
-                queue.waiting.remove(conn)
+        client = conn.client
+        if client is not None:
+            for queue in list(self.queues.values()):
+                if queue.owner is client:
+                    delete_queue(self, queue)  # exclusive queues end with their connection
 
     def forget(self, conn):
         """The connection is closed for good: no more ticks."""
@@ -223,6 +225,80 @@ class Broker:
                     exchange = self.exchanges[name] = Exchange(name, kind)
         return exchange
 
+    # ------------------------------------------------------------ the one publish path
+
+    def admit(self, publisher, exchange_name, message):
+        """The gates a client's publish passes before it is routed, in RabbitMQ's order: the
+        exchange exists and is not internal (404, 403); a reply-to of amq.rabbitmq.reply-to is
+        the publisher's direct reply-to (publisher.direct_reply_to makes the message that
+        goes, or refuses it); user-id is the user the publisher logged in as (406); expiration
+        is a whole number of milliseconds (406: the message's TTL); the keys of CC and BCC
+        headers route too. Returns (exchange, message to publish); raises ChannelException.
+        Every front end's publish goes admit() then publish() (or publish_run()), and no
+        gate is anywhere else."""
+        exchange = self.exchange_for_publish(exchange_name)
+        flags = message.flags()
+        if flags & FLAG_REPLY_TO and message.properties().get("reply-to") == b"amq.rabbitmq.reply-to":
+            message = publisher.direct_reply_to(message)
+        if flags & FLAG_USER_ID:
+            user_id = message.properties().get("user-id")
+            if user_id != publisher.client.user:
+                raise ChannelException(
+                    PRECONDITION_FAILED,
+                    "PRECONDITION_FAILED - user_id property set to '%s' but authenticated user was '%s'"
+                    % (text(user_id), text(publisher.client.user)),
+                    spec.BASIC_PUBLISH,
+                )
+        if flags & FLAG_EXPIRATION:
+            expiration = message.properties().get("expiration")
+            if not expiration or not expiration.isdigit():
+                raise ChannelException(
+                    PRECONDITION_FAILED,
+                    "PRECONDITION_FAILED - invalid expiration '%s': no_integer" % text(expiration),
+                    spec.BASIC_PUBLISH,
+                )
+            message.ttl = int(expiration)
+        if message.has_header(CC) or message.has_header(BCC):
+            from .headers import sender_selected  # loaded with the first such message
+
+            sender_selected(message)
+        return exchange, message
+
+    def exchange_for_publish(self, name):
+        """The exchange a publish names: it must exist and not be internal (admit(), and a
+        transaction's publishes again at its commit: the exchange may be gone by then)."""
+        return exchange_for_publish(self, name)
+
+    def publish_run(self, publisher, exchange_name, message, append):
+        """A run of publishes alike but for their bodies (same exchange, routing key and
+        properties, the first of them as message) into a stream, made into the stream's
+        records in one go: append(stream, record template, now ms) makes them from the front
+        end's bytes and returns (how many it took, where they end, their bytes). They pass
+        the gates of admit() as the first one does (they are alike), are routed once, and take
+        their offsets in order. (taken, end, result as publish() says of each); taken is 0
+        when they must go one by one instead: the run does not go to exactly one stream, or
+        something of a publish would differ between them (a direct reply-to, a bridge's
+        number, CC or BCC), or a gate refuses it (the one-by-one path says so), or publishers
+        are blocked."""
+        if self.flow.blocked or message.has_header(BRIDGE_SEQ):
+            return 0, 0, 0
+        try:
+            exchange, admitted = self.admit(publisher, exchange_name, message)
+        except ChannelException:
+            return 0, 0, 0
+        if admitted is not message or message.cc is not None:
+            return 0, 0, 0
+        queues = self.route(exchange, message)
+        if len(queues) != 1 or not queues[0].is_stream:
+            return 0, 0, 0
+        stream = queues[0]
+        stream.reserve()
+        now_ms = self.wall_seconds * 1000
+        taken, end, made = append(stream, stream.run_template_for(message), now_ms)
+        if taken:
+            stream.append_records([made], taken, len(made), now_ms)
+        return taken, end, ROUTED | JOURNALLED
+
     # ------------------------------------------------------------ routing
 
     def publish(self, exchange, message, publisher=None, exclude=None):
@@ -240,7 +316,7 @@ class Broker:
         if not queues:
             return 0
         bridged = None
-        if message.header_tail[16] & 0x20 and b"x-hutch-seq" in message.header_tail:  # headers: from a bridge?
+        if message.has_header(BRIDGE_SEQ):  # from a bridge?
             bridged = self._bridged(message)
             if bridged is True:  # a duplicate: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
@@ -310,11 +386,13 @@ class Broker:
             return True
         return key
 
-    def consume(self, queue, consumer, method, arguments=None):
-        """Add consumer to queue, or refuse it (exclusive use: 403; the consumer limit: 406;
+    def consume(self, who, queue, consumer, method, arguments=None):
+        """Add consumer to queue for who (core/auth.py Client; None: the broker itself), or
+        refuse it (another client's exclusive queue: 405; exclusive use: 403; the consumer limit: 406;
         method: the method to name in the error; arguments: the consumer's, which a stream
         reads its x-stream-offset from). Deliveries start at queue.dispatch(), which the
         front end calls once it has told its client the consumer is on."""
+        check_exclusive(queue, who, method)
         if queue.is_stream:
             queue.check_consumer(consumer, arguments, method)  # RabbitMQ's refusals; where it starts
         elif arguments and "x-priority" in arguments:
@@ -342,6 +420,16 @@ class Broker:
         self.consumer_count += 1
         queue.add_consumer(consumer)
 
+    def get(self, who, queue, no_ack, method):
+        """The next message of queue for who, taken (basic.get): its entry, or None when the
+        queue is empty. no_ack: it is settled as it is taken; else it waits for settle()."""
+        check_exclusive(queue, who, method)
+        queue.last_used = self.now
+        entry = queue.take()
+        if entry is not None:
+            self.delivered(queue, entry, no_ack)
+        return entry
+
     def cancel(self, consumer, serve_next=True):
         """Stop a consumer (its messages still unsettled stay with its session); an auto-delete
         queue goes with its last consumer. On a single active consumer queue the next consumer
@@ -360,10 +448,10 @@ class Broker:
         """entry of queue was handed to a consumer: settled (no ack to wait for) means it is gone
         (out of the budget and the journal); else the journal learns it was delivered, so a
         restart brings it back redelivered."""
-        message = entry[0]
+        message = entry[MESSAGE]
         if settled:
             queue.forget(message)
-        elif message.journal_id and not entry[1] and queue.journalled:
+        elif message.journal_id and not entry[REDELIVERED] and queue.journalled:
             self.journal.delivered(queue, message)
 
     def settle(self, queue, entries, outcome):

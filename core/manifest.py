@@ -20,6 +20,7 @@ package(
         "queue.py",
         "refusals.py",
         "replay.py",
+        "session.py",
         "topology.py",
     ),
 )

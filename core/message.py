@@ -1,17 +1,19 @@
-"""Messages and the frames that carry them.
+"""A message, as the broker holds it whatever protocol brought it.
 
-A message keeps the publisher's bytes: `header_tail` and `body_tail` are the
-incoming content frames minus their first three octets (type and channel),
-that is size + payload + frame-end. A delivery on another channel only has to
-put a new 3-octet prefix in front of each (design.md, "The hot path"): the
-content header is reused byte for byte and the body is never copied.
+Its native form is the AMQP 0-9-1 publisher's bytes: `header_tail` and `body_tail` are the
+incoming content frames minus their first three octets (type and channel), that is size +
+payload + frame-end, and `route` its exchange and routing key as shortstrs. A 0-9-1 delivery
+on another channel only puts a new 3-octet prefix in front of each (amqp091/output.py): the
+content header is reused byte for byte and the body is never copied; the journal and the
+streams store the same bytes. The broker reads a message only through the accessors below
+(flags, persistent, has_header, properties, ttl, cost, body_size), as RabbitMQ's message
+container (mc) is read, so that another front end can hand it a message of its own making.
 Properties are decoded only when a feature asks for them.
 """
 
-import struct
 import sys
 
-from ..codec.wire import FRAME_END_BYTE, decode_properties
+from ..codec.wire import decode_properties
 
 # Heap a queued message costs beyond its body and header: the Message, its byte strings
 # and the queue entry. Measured with a 5-byte body: ~356 bytes on 64-bit CPython 3.11
@@ -82,26 +84,14 @@ class Message:
             return self.header_tail[18] == 2
         return self.properties().get("delivery-mode") == 2
 
+    def has_header(self, key_shortstr):
+        """Whether its headers table may hold this key (given as its shortstr encoding): a look
+        at the bytes, before any decoding; decode properties() to be sure. Routing asks it of
+        every publish: a bridge's x-hutch-seq, CC and BCC (core/headers.py)."""
+        tail = self.header_tail
+        return tail[16] & 0x20 and key_shortstr in tail
+
     def properties(self):
         if self._properties is None:
             self._properties = decode_properties(self.header())
         return self._properties
-
-
-def append_content(out, channel, message, max_payload):
-    """Append the header and body frames of `message` for `channel` to out."""
-    out.append(channel.header_prefix)
-    out.append(message.header_tail)
-    size = message.body_size
-    if size == 0:
-        return
-    if size <= max_payload:
-        out.append(channel.body_prefix)
-        out.append(message.body_tail)
-        return
-    body = message.body()
-    for start in range(0, size, max_payload):
-        chunk = bytes(body[start : start + max_payload])
-        out.append(channel.body_prefix + struct.pack(">I", len(chunk)))
-        out.append(chunk)
-        out.append(FRAME_END_BYTE)

@@ -20,6 +20,7 @@ priority, holding none of them.
 from ..codec.wire import decode_properties
 from .fifo import Fifo
 from .queue import Queue
+from .session import MESSAGE
 from .store.paging import page_out, read_run
 
 FLAG_PRIORITY = 0x08  # the priority property's bit in the property flags' first octet
@@ -101,7 +102,7 @@ class Lanes:
         return lane
 
     def push(self, entry):
-        self._lane(priority_of(entry[0], self.top)).push(entry)
+        self._lane(priority_of(entry[MESSAGE], self.top)).push(entry)
         self.length += 1
 
     def put_back(self, items, key):

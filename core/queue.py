@@ -15,6 +15,7 @@ journal's disk budget.
 from ..codec.wire import shortstr, text
 from .arguments import as_bytes
 from .fifo import Fifo
+from .session import EXPIRES_AT, MESSAGE
 
 _paging = []  # core/store/paging.py once a queue first pages (see paging_module())
 
@@ -30,7 +31,7 @@ def paging_module():
 
 
 def publish_order(entry):
-    return entry[0].order
+    return entry[MESSAGE].order
 
 
 class Consumer:
@@ -45,8 +46,6 @@ class Consumer:
     def __init__(self, session, tag, queue, no_ack, exclusive, prefetch):
         self.session = session
         self.tag = tag
-        self.tag_shortstr = shortstr(tag)
-        self.deliver_head = None  # kept by its session: a 0-9-1 channel's basic.deliver frame start
         self.queue = queue
         self.no_ack = no_ack
         self.exclusive = exclusive
@@ -81,7 +80,7 @@ class Queue:
         self.name = name
         self.name_shortstr = shortstr(name)  # as the journal's message records name it
         self.durable = durable
-        self.owner = owner  # the Connection of an exclusive queue, else None
+        self.owner = owner  # the client (core/auth.py Client) of an exclusive queue, else None
         # Its persistent messages go to the journal: exclusive queues end with their
         # connection, so a restart (which ends every connection) never brings them back.
         self.journalled = durable and owner is None
@@ -94,7 +93,7 @@ class Queue:
         self.had_consumer = False
         self.exclusive_consumer = None
         self.inbound = []  # Bindings to this queue
-        self.waiting = []  # Connections paused until this queue has room
+        self.waiting = []  # publishers held back until this queue has room (publisher.hold_for)
         self.deleted = False
         limits = broker.limits
         self.message_ttl = arguments.get("x-message-ttl")
@@ -213,7 +212,7 @@ class Queue:
         in one go (an ack of many costs the journal one pass, not one call per message)."""
         cost = 0
         for entry in entries:
-            cost += entry[0].cost
+            cost += entry[MESSAGE].cost
         broker = self.broker
         broker.flow.release_many(len(entries), cost)
         if self.journalled and broker.journal is not None:
@@ -275,7 +274,7 @@ class Queue:
             if not self.messages.length:
                 return None  # the rest of the backlog was lost to a damaged segment (logged)
         entry = self.messages.pop()
-        self.ready_bytes -= entry[0].body_size
+        self.ready_bytes -= entry[MESSAGE].body_size
         if self.waiting and not self.is_full():
             self._wake_waiting()
         return entry
@@ -287,7 +286,7 @@ class Queue:
             entry = self._pop()
             if entry is None:
                 return None
-            if entry[2] is not None and entry[2] <= now:
+            if entry[EXPIRES_AT] is not None and entry[EXPIRES_AT] <= now:
                 self.drop(entry, b"expired")
                 continue
             return entry
@@ -323,7 +322,7 @@ class Queue:
 
     def drop(self, entry, reason):
         """A message leaves the queue without being delivered: dead-letter it if configured."""
-        message = entry[0]
+        message = entry[MESSAGE]
         if self.dead_letter_exchange is not None:
             # loaded with the first dead letter: a board that never dead-letters does not hold it
             from .deadletter import dead_letter
@@ -359,8 +358,8 @@ class Queue:
         if self.waiting:
             waiting = self.waiting
             self.waiting = []
-            for conn in waiting:
-                conn.resume_reading()
+            for publisher in waiting:
+                publisher.resume()
 
     # ------------------------------------------------------------ consumers
 

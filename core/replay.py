@@ -341,7 +341,7 @@ class Replay:
         afterwards, so nothing here is written again."""
         for name in self.exchanges:
             kind, auto_delete, internal, arguments = self.exchanges[name]
-            args = (broker, name, kind, False, True, auto_delete, internal, arguments)
+            args = (broker, None, name, kind, False, True, auto_delete, internal, arguments)
             _quietly(log, "exchange", name, topology.declare_exchange, *args)
         for name in self.queues:
             recovered = self.queues[name]
@@ -351,7 +351,7 @@ class Replay:
             source, to_queue, destination_name, key = identity[:4]
             destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
             if destination is not None:
-                args = (broker, source, destination, key, self.bindings[identity], spec.QUEUE_BIND)
+                args = (broker, None, source, destination, key, self.bindings[identity], spec.QUEUE_BIND)
                 _quietly(log, "binding from", source, topology.bind, *args)
         live = journal.live
         for name in self.queues:

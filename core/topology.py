@@ -17,7 +17,7 @@ from .queue import Queue
 # ------------------------------------------------------------ exchanges
 
 
-def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal, arguments):
+def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, internal, arguments):
     """RabbitMQ's order: the type (active only), the default exchange (403, passive too), then
     an existing exchange (amq.* among them) must be equivalent, and a new name must not take
     the reserved prefix."""
@@ -68,7 +68,7 @@ def declare_exchange(broker, name, kind, passive, durable, auto_delete, internal
     return exchange
 
 
-def delete_exchange_named(broker, name, if_unused):
+def delete_exchange_named(broker, who, name, if_unused):
     method = spec.EXCHANGE_DELETE
     if not name:
         raise default_exchange_refused(method)
@@ -129,7 +129,7 @@ def named_exchange(broker, name, method):
     return exchange
 
 
-def bind(broker, source_name, destination, key, arguments, method):
+def bind(broker, who, source_name, destination, key, arguments, method):
     source = named_exchange(broker, source_name, method)
     limit = broker.limits.max_bindings
     if broker.binding_count >= limit:
@@ -143,11 +143,11 @@ def bind(broker, source_name, destination, key, arguments, method):
             broker.journal.bound(binding)
 
 
-def unbind(broker, source_name, destination, key, arguments, method, conn=None):
+def unbind(broker, who, source_name, destination, key, arguments, method):
     """Remove a binding, as RabbitMQ 3.10 answers: the default exchange is refused (403), but a
     missing source, a missing destination (None) or a missing binding is no error (an
     auto-delete exchange may be gone with its last binding: clients unbind from it at teardown).
-    Only a binding that exists is checked against its queue's exclusive owner, conn (405)."""
+    Only a binding that exists is checked against its queue's exclusive owner (405)."""
     if not source_name:
         raise default_exchange_refused(method)
     source = broker.exchange(source_name)
@@ -157,7 +157,7 @@ def unbind(broker, source_name, destination, key, arguments, method, conn=None):
     if binding is None:
         return
     if destination.is_queue:
-        check_exclusive(destination, conn, method)
+        check_exclusive(destination, who, method)
     remove_binding(broker, binding)
 
 
@@ -176,14 +176,14 @@ def remove_binding(broker, binding):
 # ------------------------------------------------------------ queues
 
 
-def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, arguments):
-    """conn: the connection declaring it (an exclusive queue's owner), or None."""
+def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, arguments):
+    """who: the client declaring it (core/auth.py Client: an exclusive queue's owner), or None."""
     method = spec.QUEUE_DECLARE
     if passive:
         queue = broker.queues.get(name)
         if queue is None:
             raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
-        check_exclusive(queue, conn, method)
+        check_exclusive(queue, who, method)
         return queue
     stream = as_bytes(arguments.get("x-queue-type")) == b"stream"  # a stream: core/streams/stream.py
     if not name and not stream:  # (a stream may not be server-named: core/streams/streamrules.py)
@@ -194,7 +194,7 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
         )
     queue = broker.queues.get(name)
     if queue is not None:
-        if (queue.owner is not None and queue.owner is not conn) or (queue.owner is not None) != bool(exclusive):
+        if (queue.owner is not None and queue.owner is not who) or (queue.owner is not None) != bool(exclusive):
             raise _locked(queue, method)
         what = "queue '%s'" % text(name)
         _equivalent("durable", what, durable, queue.durable, method)
@@ -222,9 +222,9 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
     elif arguments.get("x-max-priority"):  # (0: a plain queue, as in RabbitMQ)
         from .priority import PriorityQueue  # only a broker with priority queues holds their code
 
-        queue = PriorityQueue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
+        queue = PriorityQueue(broker, name, durable, who if exclusive else None, auto_delete, arguments)
     else:
-        queue = Queue(broker, name, durable, conn if exclusive else None, auto_delete, arguments)
+        queue = Queue(broker, name, durable, who if exclusive else None, auto_delete, arguments)
     broker.queues[name] = queue
     if queue.journalled and broker.journal is not None:
         broker.journal.queue_declared(queue)
@@ -233,9 +233,10 @@ def declare_queue(broker, conn, name, passive, durable, exclusive, auto_delete, 
     return queue
 
 
-def check_exclusive(queue, conn, method):
-    """An exclusive queue is its connection's alone (405 for any other)."""
-    if queue.owner is not None and queue.owner is not conn:
+def check_exclusive(queue, who, method):
+    """An exclusive queue is its client's alone (405 for any other): the one check of who asks
+    that the broker makes of a client's topology and consuming calls."""
+    if queue.owner is not None and queue.owner is not who:
         raise _locked(queue, method)
 
 

@@ -72,7 +72,7 @@ def main():
     opts, wifi = found
     from hutch.server import serve
 
-    serve.forget("hutch.server.options", "hutch.server.config")
+    serve.forget_settings()
     if wifi:
         join_wifi(wifi)
     gc.collect()

@@ -34,6 +34,7 @@ from ..codec.errors import ChannelException
 from ..core.bridge.inbox import DROP, Inbox
 from ..core.bridge.inbox import REQUEUE as REQUEUE_UPSTREAM
 from ..core.bridge.outbox import Outbox
+from ..core.session import MESSAGE
 from ..core.topology import bind, declare_queue
 from ..ports.clock import Clock, sleep_ms
 from ..ports.interrupt import guarded
@@ -73,7 +74,7 @@ class Rate:
         messages, byte_count = self.limits
         n = 0
         for entry in waiting:
-            size = entry[0].body_size
+            size = entry[MESSAGE].body_size
             if (messages and self.tokens[0] < 1) or (byte_count and self.tokens[1] < min(size, self.caps[1])):
                 break
             self.tokens[0] -= 1
@@ -526,7 +527,7 @@ class _UpLink(_Link):
         protocol = self.protocol
         outbox = self.outbox
         for entry in entries:
-            message = entry[0]
+            message = entry[MESSAGE]
             protocol.forward(
                 self.exchange if self.exchange is not None else message.exchange,
                 self.routing_key if self.routing_key is not None else message.routing_key,
@@ -700,7 +701,7 @@ def _source_queue(broker, settings):
                     "bridge %s: no exchange '%s' to forward from (declare it durable first)"
                     % (settings["name"], exchange)
                 )
-            bind(broker, exchange.encode(), queue, settings["binding_key"].encode(), {}, 0)
+            bind(broker, None, exchange.encode(), queue, settings["binding_key"].encode(), {}, 0)
     except ChannelException as e:
         raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
     return queue

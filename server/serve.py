@@ -148,9 +148,10 @@ async def _serve(opts, log, stop_event, on_ready):
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
     finder = None
     if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries and
+        from ..amqp091 import output
         from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only)
 
-        broker.stream_deliveries = loader.stream_deliveries()
+        output.use_accelerator(loader.stream_deliveries())
         finder = loader.message_finder()  # the page-ins' message finder too
     journal = recover_journal(opts, broker, log)
     if finder is not None:
@@ -264,8 +265,16 @@ def main(argv=None):
     del parse
     if opts is None:
         return 2
-    forget("hutch.server.options", "hutch.server.config")  # start-up only: a board does not keep them
+    forget_settings()
     return run(opts)
+
+
+def forget_settings():
+    """Once the settings are made, a board drops what made them: the config reader, the option
+    checks and the board profiles (their figures are in the settings and the Limits now)."""
+    profiles = [name for name in sys.modules if name.startswith("hutch.boards.")]
+    forget("hutch.server.options", "hutch.server.config", *profiles)
+    forget("hutch.boards")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The C maker of stream deliveries (c_accel/streams.c) against its pure-Python reference
-(core/streams/streamlog.py deliveries).
+(amqp091/output.py stream_records).
 
 Differential tests: on the same buffer of records and the same arguments, both give the
 same deliveries, positions, offsets and statuses, call after call, and the same frame
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hutch.amqp091 import output
 from hutch.c_accel import _accel, streams
 from hutch.codec.wire import decode_properties, encode_properties, frame_at
-from hutch.core.broker import Broker
 from hutch.core.message import Message
 from hutch.core.streams import streamlog
 from hutch.core.streams.streamlog import BAD_RECORD, DONE, WANT, message_record
@@ -63,7 +63,7 @@ def run(make, buf, pos, offset, after_ms, visible, count, space, number, tag_ss,
 
 
 def both(*args, **kw):
-    python = run(streamlog.deliveries, *args, **kw)
+    python = run(output.stream_records, *args, **kw)
     c = run(streams.deliveries, *args, **kw)
     assert c == python
     return python
@@ -202,7 +202,7 @@ def test_a_delivery_larger_than_the_output_buffer_grows_it():
     specs = _numbered([(0, 5, message(b"", b"q", {}, bytes(range(256)) * 40)) for _ in range(5)])
     data = bytearray(records(specs))
     args = (data, 0, 0, 0, 100, 10, 1 << 30, 1, b"\x01t", 1, 4088)
-    python = run(streamlog.deliveries, *args)
+    python = run(output.stream_records, *args)
     saved = streams._out[0]
     try:
         streams._out[0] = _accel.ffi.new("uint8_t[]", 3000)
@@ -218,7 +218,7 @@ def test_a_delivery_larger_than_the_output_buffer_grows_it():
 def test_statuses():
     specs = _numbered([(0, 1000 * i, message(b"ex", b"key", {"priority": 1}, b"body%d" % i)) for i in range(4)])
     data = bytearray(records(specs))
-    for make in (streamlog.deliveries, streams.deliveries):
+    for make in (output.stream_records, streams.deliveries):
         # all four, then the end of the buffer
         assert make(data, 0, len(data), 0, 0, 10, 10, 1 << 20, 1, b"\x00", 1, 4088, [])[4] == WANT
         # the third is not visible yet: the consumer waits at its offset
@@ -258,11 +258,11 @@ def _core_stream_tests():
 @pytest.mark.parametrize("name", _core_stream_tests()[1])
 def test_the_cores_stream_tests_pass_with_the_c_maker(name):
     """tests/core/test_streams.py again, with the broker making deliveries as `hutch serve` has
-    it make them on CPython (Broker.stream_deliveries: the C twin): damage, gaps, prefetch,
-    budgets and every offset form through the C code."""
+    it make them on CPython (amqp091/output.py use_accelerator: the C twin): damage, gaps,
+    prefetch, budgets and every offset form through the C code."""
     module, _ = _core_stream_tests()
-    Broker.stream_deliveries = staticmethod(streams.deliveries)  # (as serve.py sets it on its broker)
+    output.use_accelerator(streams.deliveries)  # (as serve.py installs it)
     try:
         getattr(module, name)()
     finally:
-        del Broker.stream_deliveries
+        output.use_accelerator(None)

@@ -35,6 +35,7 @@ from ...codec.wire import shortstr
 from ..broker import ACCEPT, REJECT, REQUEUE
 from ..headers import with_entries
 from ..queue import Consumer
+from ..session import MESSAGE
 
 ORIGIN = b"x-hutch-origin"
 SEQ = b"x-hutch-seq"
@@ -70,7 +71,7 @@ class Outbox:
         self.forwarded = 0  # confirmed by upstream, since start
         self.wake = wake  # called when messages arrive for the port to send
         self.consumer = Consumer(self, b"hutch.bridge." + name.encode(), queue, False, False, window)
-        broker.consume(queue, self.consumer, 0)
+        broker.consume(None, queue, self.consumer, 0)
 
     # ------------------------------------------------------------ the queue's side
 
@@ -78,7 +79,7 @@ class Outbox:
         return self.up
 
     def deliver(self, consumer, queue, entry):
-        if entry[0].journal_id:  # a restart brings it back redelivered
+        if entry[MESSAGE].journal_id:  # a restart brings it back redelivered
             self.broker.delivered(queue, entry, False)
         consumer.unacked += 1
         self.waiting.append(entry)
@@ -191,15 +192,15 @@ class Outbox:
         dead = []
         for entry in entries:
             self.returned.remove(entry)
-            count = returns.get(entry[0], 0) + 1
+            count = returns.get(entry[MESSAGE], 0) + 1
             if count < MAX_RETURNS:
-                returns[entry[0]] = count
+                returns[entry[MESSAGE]] = count
                 again.append(entry)
             elif self.queue.dead_letter_exchange is not None:
-                returns.pop(entry[0], None)
+                returns.pop(entry[MESSAGE], None)
                 dead.append(entry)
             else:
-                returns[entry[0]] = count
+                returns[entry[MESSAGE]] = count
                 again.append(entry)
                 self.stuck = "upstream returned a message %d times (%s) and the queue has no dead-letter exchange" % (
                     count,
@@ -250,7 +251,7 @@ class Outbox:
             return 0
         if outcome == ACCEPT and self.returns:
             for entry in entries:
-                self.returns.pop(entry[0], None)
+                self.returns.pop(entry[MESSAGE], None)
         self.consumer.unacked -= len(entries)
         self.broker.settle(self.queue, entries, outcome)
         if self.up:

@@ -84,13 +84,11 @@ def _held(broker, segment):
     for queue in broker.queues.values():
         if not queue.journalled:
             continue
-        for entry in queue.messages:
-            message = entry[0]
+        for message, redelivered, _expires_at in queue.messages:
             if message.journal_id and message.segment == segment:
-                found += _add(held, message, queue, entry[1])
+                found += _add(held, message, queue, redelivered)
     for conn in broker.connections:
-        for queue, entry in conn.unsettled():
-            message = entry[0]
+        for queue, (message, _redelivered, _expires_at) in conn.unsettled():
             if queue.journalled and not queue.deleted and message.journal_id and message.segment == segment:
                 found += _add(held, message, queue, True)
     if found != broker.journal.live.get(segment, 0):

@@ -26,9 +26,9 @@ Consumers must set a prefetch (basic.qos) and ack; an ack (nack and reject too, 
 RabbitMQ 3.13+) only moves the consumer's window on. Each consumer holds at most what it
 read ahead (a sixteenth of a segment, at most 64 KiB, or one record) and an entry per
 delivery it has not acked: reading goes through the storage port (ports/streams.py), never
-through memory. What it read ahead becomes deliveries a run at a time: one call makes the
-frames of every record it may have (core/streams/streamlog.py deliveries; on CPython its C twin,
-Broker.stream_deliveries), with no object per record.
+through memory. What it read ahead becomes deliveries a run at a time: the consumer's session
+makes them from the records in one call (deliver_records; a 0-9-1 channel's frames come from
+amqp091/output.py, on CPython from its C twin), with no object per record.
 
 Retention (x-max-length-bytes, x-max-age) drops whole segments, oldest first, when a
 segment fills and on the broker's tick; the newest one always stays.
@@ -39,8 +39,9 @@ Sans-IO and MicroPython-clean; the storage port gives each stream its files (`lo
 from ...codec.errors import ChannelException
 from ...codec.spec import PRECONDITION_FAILED
 from ...codec.wire import encode_table, text
+from ..session import MESSAGE
 from ..store.records import HEADER_SIZE
-from .streamlog import BAD_RECORD, DONE, deliveries, message_record, needed
+from .streamlog import BAD_RECORD, DONE, message_record, needed, record_template
 from .streamrules import FIRST as START_FIRST
 from .streamrules import LAST, OFFSET, TIME, check_consumer, duration_ms, start_of
 
@@ -85,22 +86,6 @@ def _room(consumer, flow):
     return budget if budget < room else room
 
 
-def _book(session, consumer, stream, count, size):
-    """The channel's side of count deliveries whose frames (size bytes) are already in its
-    connection's output, with delivery tags from its next_tag on: what Channel.deliver books
-    for one, for them all (here, not in amqp091/channel.py: a broker without streams does not
-    hold this code). Until settled they are all alike: one record for every tag."""
-    tag = session.next_tag
-    session.next_tag = tag + count
-    record = (stream, ENTRY, consumer)
-    unacked = session.unacked
-    for t in range(tag, tag + count):
-        unacked[t] = record
-    consumer.unacked += count
-    session.consumer_unacked += count
-    session.conn.output_added(size)
-
-
 def new_stream(broker, name, arguments, method):
     """(core/topology.py, after core/streams/streamrules.py check_declare) A new stream, on the files the
     storage port opens for it (found again after a restart)."""
@@ -136,6 +121,7 @@ class Cursor:
 
 
 class Stream:
+    entry = ENTRY  # what a session keeps for each delivery until it is settled (deliver_records)
     is_queue = True
     is_stream = True
     durable = True
@@ -197,7 +183,7 @@ class Stream:
         self.gone_at = 0  # deleted: the journal seq of its QUEUE_GONE record (then its files go)
         self.damaged = []  # segments found damaged while reading (said once each)
         self.record_cache = []  # what the last record made can lend the next (streamlog.message_record)
-        self.run_template = None  # (route, header tail, record template) of the last run (amqp091/batch.py)
+        self.run_template = None  # (route, header tail, record template) of the last run (run_template_for)
         broker.streams.append(self)
 
     def __repr__(self):
@@ -237,10 +223,22 @@ class Stream:
             return 0
         return max(0, self.segment_bytes - segments[-1][SIZE])
 
+    def run_template_for(self, message):
+        """The record template (core/streams/streamlog.py record_template) of a run of messages
+        like message (Broker.publish_run): made once, kept while the runs are alike."""
+        template = self.run_template
+        if template is None or template[0] != message.route or template[1] != message.header_tail:
+            template = self.run_template = (
+                message.route,
+                message.header_tail,
+                record_template(message.route, message.header_tail),
+            )
+        return template[2]
+
     def append_records(self, parts, count, size, now_ms):
         """count records (parts: their bytes, size of them in all) for the offsets from
         self.next on, stamped now_ms, into the newest segment: append()'s, or a run of them
-        that amqp091/batch.py had made at once (within reserve() and room())."""
+        made at once (Broker.publish_run, within reserve() and room())."""
         self.next += count
         self.segments[-1][SIZE] += size
         self.bytes += size
@@ -385,13 +383,13 @@ class Stream:
     def forget_all(self, entries):
         release = self.broker.flow.release
         for entry in entries:
-            release(entry[0])
+            release(entry[MESSAGE])
 
     def requeue(self, entries):
         self.forget_all(entries)
 
     def drop(self, entry, reason):
-        self.broker.flow.release(entry[0])
+        self.broker.flow.release(entry[MESSAGE])
 
     def accepts(self, message):
         return True
@@ -425,34 +423,15 @@ class Stream:
                     break
 
     def _deliver(self, consumer, cursor, room):
-        """Up to room deliveries to consumer from where its cursor reads, their frames made in
-        one call for what the cursor has read ahead (core/streams/streamlog.py deliveries, or its C
-        twin). False when it can have nothing more now."""
+        """Up to room deliveries to consumer from where its cursor reads: its session makes them
+        from the records the cursor has read ahead, in one go (the session protocol's
+        deliver_records: core/session.py). False when it can have nothing more now."""
         session = consumer.session
-        conn = session.conn
-        # (the server gives the broker the C twin on CPython: server/serve.py; a board's broker
-        # has no such attribute, which would cost it heap with or without streams)
-        make = getattr(self.broker, "stream_deliveries", None) or deliveries
         while cursor.offset < self.visible:
             if cursor.end - cursor.pos >= HEADER_SIZE:  # a record's header at least: make what it can
-                given, cursor.pos, cursor.offset, cursor.after_ms, status, made = make(
-                    cursor.buf,
-                    cursor.pos,
-                    cursor.end,
-                    cursor.offset,
-                    cursor.after_ms,
-                    self.visible,
-                    room,
-                    conn.high_water - conn.out_bytes,
-                    session.number,
-                    consumer.tag_shortstr,
-                    session.next_tag,
-                    conn.max_payload,
-                    conn.out,
-                )
+                given, status = session.deliver_records(consumer, self, cursor, room)
                 if given:
                     self.broker.flow.hold(HELD, given)
-                    _book(session, consumer, self, given, made)
                     return True
                 if status == BAD_RECORD:
                     self._skip_damage(cursor)

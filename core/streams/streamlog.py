@@ -1,5 +1,5 @@
-"""A stream's records: what one message in a stream's log holds, reading records back from a
-segment's bytes, and the frames a consumer is given for them.
+"""A stream's records: what one message in a stream's log holds, and reading records back from a
+segment's bytes. (The frames a 0-9-1 consumer is given for them are amqp091/output.py's.)
 
 A stream (core/streams/stream.py) appends one record per message to its segment files, in the
 journal's record envelope (core/store/records.py: magic, kind, length, check, payload, crc32).
@@ -21,8 +21,7 @@ Sans-IO and MicroPython-clean: bytes in, records and frames out.
 import struct
 from binascii import crc32
 
-from ...codec.spec import BASIC_DELIVER
-from ...codec.wire import FRAME_END_BYTE, shortstr
+from ...codec.wire import shortstr
 from .. import headers
 from ..store.records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
 
@@ -31,9 +30,8 @@ PREFIX = 16  # offset and timestamp: what reading past a record needs of its pay
 OFFSET_KEY = b"x-stream-offset"
 _OFFSET_ENTRY = shortstr(OFFSET_KEY) + b"l"  # the header's key and type tag; the value follows
 
-DELIVER_ID = struct.pack(">I", BASIC_DELIVER)
-
-# Why deliveries() stopped (c_accel/streams.h has the same values).
+# Why a maker of deliveries stopped (amqp091/output.py stream_records; c_accel/streams.h has the
+# same values).
 WANT = 0
 DONE = 1
 BAD_RECORD = 2
@@ -152,88 +150,6 @@ def _zeros(data, start):
         if data[i]:
             return False
     return True
-
-
-def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
-    """The frames of basic.deliver (method, content header, body) to consumer tag_ss on channel
-    number, delivery tags from tag on, for the records of buf[pos:end], each checked (header
-    and CRC-32) before it is believed: at most count of them, the first at or past offset and
-    (when after_ms is not 0) stamped at or after after_ms, each below visible, stopping once
-    the frames made take space bytes or more. Records before offset or after_ms are read past.
-    Each delivery's frames go to out (the connection's output list) as one bytes object;
-    bodies larger than max_payload are cut into frames of that size. c_accel/streams.py is
-    the C twin (CPython: one call for a whole read buffer).
-
-    Returns (delivered, pos, offset, after_ms, status, bytes made): where the next record
-    starts; the offset wanted next (the offset of the record stopped at, when it is not
-    visible yet); after_ms (0 once a record passed it); why it stopped: WANT, the record at
-    pos is not whole in the buffer (read on); DONE, count or space reached or the next record
-    not visible yet; BAD_RECORD, the record at pos does not check out."""
-    view = memoryview(buf)
-    given = made = 0
-    method_head = DELIVER_ID + tag_ss
-    method_size = 13 + len(tag_ss)
-    header_prefix = bytes((2, number >> 8, number & 255))
-    body_prefix = bytes((3, number >> 8, number & 255))
-    while given < count and made < space:
-        if end - pos < HEADER_SIZE:
-            return given, pos, offset, after_ms, WANT, made
-        seed = crc32(view[pos + 1 : pos + 6])
-        if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or seed & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
-            return given, pos, offset, after_ms, BAD_RECORD, made
-        start = pos + HEADER_SIZE
-        stop = start + struct.unpack_from(">I", buf, pos + 2)[0]  # the payload's end; the CRC follows
-        if stop + TRAILER_SIZE > end:
-            return given, pos, offset, after_ms, WANT, made
-        if (
-            stop - start < PREFIX + 2
-            or crc32(view[start:stop], seed) & 0xFFFFFFFF != struct.unpack_from(">I", buf, stop)[0]
-        ):
-            return given, pos, offset, after_ms, BAD_RECORD, made
-        # where its route, header and body are: inside the payload, or the record is damaged
-        key_at = start + PREFIX + 1 + buf[start + PREFIX]
-        route_end = key_at + 1 + (buf[key_at] if key_at < stop else 0)
-        header_end = route_end + 4 + (struct.unpack_from(">I", buf, route_end)[0] if route_end + 4 <= stop else 0)
-        if route_end + 4 > stop or header_end > stop or 0 < stop - header_end < 5:
-            return given, pos, offset, after_ms, BAD_RECORD, made
-        record, stamp = struct.unpack_from(">QQ", buf, start)
-        if record < offset:
-            pos = stop + TRAILER_SIZE  # before where this consumer reads from
-            continue
-        if record >= visible:
-            return given, pos, record, after_ms, DONE, made  # not durable yet
-        pos = stop + TRAILER_SIZE
-        offset = record + 1
-        if after_ms:
-            if stamp < after_ms:
-                continue
-            after_ms = 0
-        route = bytes(buf[start + PREFIX : route_end])
-        frames = [
-            struct.pack(">BHI", 1, number, method_size + len(route)),
-            method_head,
-            struct.pack(">QB", tag, 0),
-            route,
-            FRAME_END_BYTE,
-            header_prefix,
-            bytes(buf[route_end + 4 : header_end]),
-        ]
-        body_size = stop - header_end - 5
-        if 0 < body_size <= max_payload:
-            frames.append(body_prefix)
-            frames.append(bytes(buf[header_end:stop]))
-        elif body_size > 0:
-            for at in range(header_end + 4, stop - 1, max_payload):
-                chunk = bytes(buf[at : min(at + max_payload, stop - 1)])
-                frames.append(body_prefix + struct.pack(">I", len(chunk)))
-                frames.append(chunk)
-                frames.append(FRAME_END_BYTE)
-        data = b"".join(frames)
-        out.append(data)
-        made += len(data)
-        given += 1
-        tag += 1
-    return given, pos, offset, after_ms, DONE, made
 
 
 def around_offset(header_tail):

@@ -62,7 +62,7 @@ def bodies(session):
 def consume(broker, queue, no_ack=False, prefetch=0):
     session = Session(broker)
     consumer = Consumer(session, b"c1", queue, no_ack, False, prefetch)
-    broker.consume(queue, consumer, spec.BASIC_CONSUME)
+    broker.consume(None, queue, consumer, spec.BASIC_CONSUME)
     queue.dispatch()
     return session, consumer
 
@@ -84,8 +84,8 @@ def test_publish_routes_and_a_session_consumes_and_settles():
 def test_requeue_puts_back_at_the_head_redelivered_and_reject_dead_letters():
     broker = Broker(Limits())
     dead = declare_queue(broker, None, b"dead", False, False, False, False, {})
-    declare_exchange(broker, b"dlx", b"fanout", False, False, False, False, {})
-    bind(broker, b"dlx", dead, b"", {}, spec.QUEUE_BIND)
+    declare_exchange(broker, None, b"dlx", b"fanout", False, False, False, False, {})
+    bind(broker, None, b"dlx", dead, b"", {}, spec.QUEUE_BIND)
     queue = declare_queue(broker, None, b"q", False, False, False, False, {"x-dead-letter-exchange": "dlx"})
     for i in range(2):
         broker.publish(broker.default_exchange, message(b"q", b"m%d" % i), Publisher(False))

@@ -308,7 +308,7 @@ def test_client_capabilities_are_kept():
     client = opened(capabilities={"connection.blocked": True, "something_else": True})
     conn = client.conn
     assert conn.wants_blocked and not conn.wants_cancel and not conn.wants_auth_close
-    assert conn.client == b"harness"
+    assert conn.product == b"harness"
 
 
 def test_update_secret_checked_as_the_login():

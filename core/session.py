@@ -1,0 +1,56 @@
+"""The contracts between the broker and its front ends, written down once.
+
+A front end (the 0-9-1 connection and its channels, amqp091/; the bridge's local sides,
+core/bridge/; an AMQP 1.0 link) speaks its protocol to its peer and these to the broker.
+Nothing here is a class to inherit: each is the set of attributes and methods the broker
+calls, and core/broker.py, core/queue.py and core/streams/stream.py call no others.
+
+**Who asks** (`who`): core/auth.py `Client`, one per logged-in connection (its user and
+name), or None for the broker itself (dead-lettering, recovery, a bridge's local side).
+Every broker and topology call a client makes names it: Broker.admit (through its
+publisher), Broker.consume and Broker.get, and core/topology.py's declare, delete, bind and
+unbind. It owns the exclusive queues it declares. The one check made of it today is
+core/topology.py check_exclusive.
+
+**A publisher** (what Broker.admit, publish and publish_run are given):
+
+    publisher.client               who publishes (its user is checked against user-id)
+    publisher.confirming           it can be told no (a nack): a full queue or blocked
+                                   publishers refuse its message rather than hold it back
+    publisher.hold_for(queue)      (no confirms) stop taking its publishes until queue has
+                                   room; the queue keeps it in queue.waiting until then
+    publisher.resume()             that queue has room now
+    publisher.direct_reply_to(m)   a publish with reply-to amq.rabbitmq.reply-to: the message
+                                   that goes instead (or a ChannelException)
+
+and, to be told when the journal has made its confirms durable (Broker.wait_for_journal):
+
+    waiter.closed, waiter.flush_confirms()   True while some still wait for a later sync
+
+**A session** (where a Consumer's deliveries go: consumer.session; core/queue.py Consumer):
+
+    session.can_deliver()                  it may be given a message now
+    session.prefetch_global                a bound on what all its consumers hold (0: none)
+    session.consumer_unacked               what they hold together
+    session.deliver(consumer, queue, entry)           one message; the session calls
+                                           Broker.delivered and later Broker.settle
+    session.deliver_records(consumer, stream, cursor, room)
+                                           (stream queues) up to room of the records the
+                                           consumer's cursor has read ahead, in one go:
+                                           (how many, why it stopped); each is settled with
+                                           stream.entry as its entry
+    session.server_cancel(consumer)        the broker ended the consumer (its queue is gone)
+
+**A connection**, as the broker ticks and tells it (broker.connections, core/flow.py):
+
+    conn.tick(now), conn.close(), conn.client, conn.counted
+    conn.notify_blocked(reason), conn.notify_unblocked(), conn.resume_reading()
+    conn.unsettled()                       (queue, entry) of what its sessions hold unsettled
+
+**A queue entry**: what a queue holds and hands a session, a tuple read by these names (the
+firmware build folds them into the numbers; on CPython, unpack it where speed matters).
+"""
+
+MESSAGE = 0  # the core/message.py Message
+REDELIVERED = 1  # whether a consumer was given it before
+EXPIRES_AT = 2  # when it expires (the broker's ms clock), or None
