@@ -135,6 +135,7 @@ def main(argv=None):
     if argv[:1] == ["plot"]:
         return cmd_plot(argv[1:])
     parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
+    parser.add_argument("--version", action="version", version="hutch %s" % VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     p = commands.add_parser("serve", help="run the broker")
