@@ -15,7 +15,8 @@ published in confirm mode.
   --duration seconds.
 
 The queue is declared durable, as a gateway's bridge declares its queue, or with --stream as
-a stream queue (x-queue-type stream), as `hutch pipeline` reads it. URL defaults to
+a stream queue (x-queue-type stream), as `hutch pipeline` reads it (--duration 0: declare it,
+publish nothing). URL defaults to
 $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/. The same readings, windowed by 5
 minutes, drew docs/pipeline-aggregates.png.
 """
@@ -103,6 +104,9 @@ def main(argv=None):
         if args.live:
             print("%s: %d readings published" % (iso(stamp), len(SENSORS)), flush=True)
     client.close()
+    if not published:
+        print("declared %s%s; published nothing" % (args.queue, " (a stream)" if args.stream else ""))
+        return 0
     last = start + (rounds - 1) * args.interval
     print(
         "published %d readings of %d sensors, ts %s to %s, to %s, every one confirmed"

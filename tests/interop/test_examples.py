@@ -120,9 +120,11 @@ def start_gateway(config, tmp_path):
 def test_gateway_toml_forwards_the_sensors_readings_to_an_upstream_hutch(broker, tmp_path):
     """broker is upstream, with the stream `readings` hutch pipeline reads; the gateway runs
     examples/gateway.toml; the sensors log in with the password whose hash the file holds."""
-    connection = pika_connection(broker)
-    connection.channel().queue_declare("readings", durable=True, arguments={"x-queue-type": "stream"})
-    connection.close()
+    # upstream's stream, declared as docs/pipeline.md does it
+    url = "amqp://guest:guest@127.0.0.1:%d/" % broker.port
+    assert "declared readings (a stream); published nothing" in run_example(
+        "sensor_simulator.py", "--url", url, "--stream", "--duration", "0"
+    )
     config = config_with_upstream("gateway.toml", tmp_path, "amqp://guest:guest@127.0.0.1:%d/" % broker.port)
     gateway = start_gateway(config, tmp_path)
     try:
@@ -196,3 +198,25 @@ def test_rabbitmq_upstream_toml_forwards_to_a_rabbitmq_stream(rabbitmq, tmp_path
     assert not gateway.errors(), gateway.log()[-3000:]
     assert readings[0] == {"sensor": "greenhouse-1", "ts": "2024-05-01T06:00:00Z", "value": readings[0]["value"]}
     subprocess.run([rabbitmq.CTL, "delete_user", "edge"], env=rabbitmq.env, capture_output=True, timeout=60)
+
+
+def test_kombu_queue(broker):
+    out = run_example("kombu_queue.py", broker.url.rstrip("/") + "//")
+    assert "published 3 readings to exchange sensors, confirmed" in out
+    assert out.count("got {'sensor': 'greenhouse-1'") == 3
+
+
+def test_amqplib_publisher_and_consumer(broker):
+    """node runs the example with the amqplib that `make test` installs into tests/node."""
+    env = dict(os.environ, NODE_PATH=os.path.join(ROOT, "tests", "node", "node_modules"))
+    proc = subprocess.run(
+        ["node", os.path.join("examples", "amqplib_publish.js"), broker.url],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "published 5 messages, each confirmed" in proc.stdout
+    assert "consumed 5 messages" in proc.stdout
