@@ -30,7 +30,7 @@ DESCRIPTIONS = {
     "wifi.password": "Its password.",
     # [server]
     "server.bind": "The address to listen on for AMQP over TCP (`--bind`). `127.0.0.1` serves this machine only.",
-    "server.port": "The TCP port (`--port`); `0` picks a free one, which the log names.",
+    "server.port": "The TCP port to listen on (`--port`).",
     "server.data": "The data folder (`--data`): the journal, the streams, the lock, the status file. "
     "One broker per folder. Default: the board profile's path.",
     "server.log_level": "`debug`, `info`, `warning` or `error` (`--log-level`).",
