@@ -85,6 +85,16 @@ def test_a_config_key_without_a_description_fails_the_reference(monkeypatch):
         config_reference.check()
 
 
+def test_a_new_config_section_appears_in_the_reference(monkeypatch):
+    """A section added to the schema, with its keys described, is in the page at once."""
+    monkeypatch.setitem(config.SECTIONS, "metrics", ("port",))
+    monkeypatch.setitem(config_reference.DESCRIPTIONS, "metrics.port", "The port of the metrics endpoint.")
+    page, used = config_reference.expand(read(os.path.join(DOCS, "configuration.md")))
+    assert used == set(config_reference.TABLES)
+    assert "## `[metrics]`\n\n| key | default | what it does |" in page
+    assert "| `port` | none | The port of the metrics endpoint. |" in page
+
+
 def png_size(path):
     with open(path, "rb") as f:
         head = f.read(24)

@@ -295,7 +295,26 @@ def table_bridge_uri():
     ]
 
 
+# The sections with a table of their own above; every other section of SECTIONS is shown by
+# table_other_sections, so a section added to the schema appears in the reference at once.
+OWN_TABLES = ("server", "limits", "users", "auth", "wifi", "bridge")
+
+
+def table_other_sections():
+    settings = options.settings(options.Options())
+    lines = []
+    for section, names in config.SECTIONS.items():
+        if section in OWN_TABLES:
+            continue
+        names = FREE_FORM[section]() if names is None else names
+        given = settings.get(section)
+        defaults = given if isinstance(given, dict) else {}
+        lines += ["", "## `[%s]`" % section, ""] + key_table(section, names, defaults)
+    return lines
+
+
 TABLES = {
+    "other-sections": table_other_sections,
     "server": table_server,
     "limits": table_limits,
     "profiles": table_profiles,
