@@ -20,23 +20,19 @@ release = version = VERSION
 extensions = ["myst_parser", "config_reference"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "assets/*.md"]
+exclude_patterns = ["_build", "_ext", "_static"]
 # every heading down to ### gets an anchor, so pages link to a section: [x](streams.md#retention)
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
-# a link to a page or a section that does not exist is a warning, and `-W` makes it an error
-nitpicky = False
-suppress_warnings = []
+# a link to a page or a section that does not exist is a warning (myst.xref_missing), and
+# `sphinx-build -W` (make docs, tests/test_docs.py) makes it an error
 
 html_theme = "furo"
 html_title = "hutch %s" % VERSION
-html_static_path = ["assets"]
+html_static_path = ["_static"]
 html_css_files = ["hutch.css"]
 html_show_sourcelink = False
 html_copy_source = False
-html_theme_options = {
-    "source_repository": "",
-    "navigation_with_keys": True,
-}
+html_theme_options = {"navigation_with_keys": True}
 pygments_style = "friendly"
 pygments_dark_style = "monokai"
