@@ -111,6 +111,11 @@ def config_with_upstream(name, tmp_path, uri):
     return str(path)
 
 
+def readme_sensor_snippet():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return re.search(r"## From a sensor\n.*?```python\n(.*?)```", f.read(), re.S).group(1)
+
+
 def start_gateway(config, tmp_path):
     gateway_dir = tmp_path / "gateway"
     gateway_dir.mkdir()
@@ -131,14 +136,18 @@ def test_gateway_toml_forwards_the_sensors_readings_to_an_upstream_hutch(broker,
         url = "amqp://sensor:greenhouse@127.0.0.1:%d/" % gateway.port
         out = run_example("sensor_simulator.py", "--url", url, "--duration", "600")
         assert "published 180 readings of 3 sensors" in out
+        # and the README's sensor, with the gateway's address for gateway.local
+        snippet = readme_sensor_snippet().replace('"gateway.local"', '"127.0.0.1", %d' % gateway.port)
+        proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
         def upstream_count():
             c = pika_connection(broker)
             count = c.channel().queue_declare("readings", durable=True, passive=True).method.message_count
             c.close()
-            return count == 180
+            return count == 181
 
-        wait_until(upstream_count, 30, what="the 180 readings in the upstream stream")
+        wait_until(upstream_count, 30, what="the 181 readings in the upstream stream")
         # with a [users] table only the users listed exist: no guest on the gateway
         refused = pika.ConnectionParameters(
             "127.0.0.1", gateway.port, credentials=pika.PlainCredentials("guest", "guest")
