@@ -1,42 +1,70 @@
-# The two commands of the README. Both set everything up on a fresh machine:
-# a virtualenv in .venv with hutch installed (editable) and the test tools,
-# Node's amqplib for the interop tests, and Debian's rabbitmq-server (apt) when missing.
+# The README's two commands, and the docs. Each installs what it needs into the virtualenv
+# .venv the first time (and again when pyproject.toml, setup.py or the C sources change):
 #
-#   make serve    run the broker on port 5672, data in ./hutch-data
-#   make test     run the whole test suite (what .ci/run calls)
+#   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
+#   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
+#                 Node's amqplib, Debian's rabbitmq-server and chromium (apt) when missing
+#   make docs     the documentation site into site/ (Sphinx, warnings are errors)
+#   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-INSTALLED := $(VENV)/.installed
+# One stamp per set of packages, so that `make serve` after `make test` (or before it) installs
+# only what is missing: the test extra includes the docs extra, which includes the broker.
+SERVE_INSTALLED := $(VENV)/.installed-serve
+DOCS_INSTALLED := $(VENV)/.installed-docs
+TEST_INSTALLED := $(VENV)/.installed-test
+# setup.py and c_accel/: pip install also compiles the C accelerator (docs/install.md)
+PACKAGE_FILES := pyproject.toml setup.py c_accel/build.py $(wildcard c_accel/*.c c_accel/*.h)
 NODE_INSTALLED := tests/node/node_modules/.installed
-# Debian's RabbitMQ, for `hutch bench --start-rabbitmq` and its test: installed when missing.
+# Debian's RabbitMQ, for `hutch bench --start-rabbitmq` and the tests that compare with it;
+# Debian's Chromium, for the test that looks at the built docs site: installed when missing.
 RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
+CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: serve test lint setup clean
+.PHONY: serve test docs screenshot lint setup clean
 
-serve: $(INSTALLED)
+serve: $(SERVE_INSTALLED)
+	@echo "make serve: hutch is installed in $(BIN)/. To run the hutch command yourself: . $(BIN)/activate"
+	@echo "            (or: export PATH=\"$$PWD/$(BIN):\$$PATH\"), then hutch serve --help"
 	$(BIN)/hutch serve $(ARGS)
 
-test: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) lint
 	$(BIN)/python -m pytest $(ARGS)
 
+docs: $(DOCS_INSTALLED)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs site
+
+screenshot: $(DOCS_INSTALLED) $(CHROMIUM)
+	$(BIN)/python docs/screenshot.py docs/assets/home.png
+
 # ruff (lint and format) and the layer rules (import-linter, pyproject.toml): seconds, so first
-lint: $(INSTALLED)
+lint: $(TEST_INSTALLED)
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM)
 
-# setup.py and c_accel/: pip install also compiles the C accelerator (see README)
-$(INSTALLED): pyproject.toml setup.py c_accel/build.py c_accel/framing.c c_accel/framing.h c_accel/crc32.c c_accel/crc32.h c_accel/streams.c c_accel/streams.h c_accel/messages.c c_accel/messages.h c_accel/appends.c c_accel/appends.h c_accel/bigendian.h
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+$(SERVE_INSTALLED): $(PACKAGE_FILES) | $(BIN)/python
+	@echo "make serve: installing hutch (the broker alone) into $(VENV)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $@
+
+$(DOCS_INSTALLED): $(PACKAGE_FILES) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[docs]'
+	touch $@ $(SERVE_INSTALLED)
+
+$(TEST_INSTALLED): $(PACKAGE_FILES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $@
+	touch $@ $(DOCS_INSTALLED) $(SERVE_INSTALLED)
 
 $(NODE_INSTALLED): tests/node/package.json tests/node/package-lock.json
 	npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
@@ -45,5 +73,8 @@ $(NODE_INSTALLED): tests/node/package.json tests/node/package-lock.json
 $(RABBITMQ_SERVER):
 	$(APT_INSTALL) rabbitmq-server || ($(SUDO) apt-get update -q && $(APT_INSTALL) rabbitmq-server)
 
+$(CHROMIUM):
+	$(APT_INSTALL) chromium || ($(SUDO) apt-get update -q && $(APT_INSTALL) chromium)
+
 clean:
-	rm -rf $(VENV) tests/node/node_modules hutch-data
+	rm -rf $(VENV) tests/node/node_modules hutch-data site

@@ -190,10 +190,10 @@ def main(argv=None):
         return cmd_pipeline(argv[1:])
     if argv[:1] == ["plot"]:
         return cmd_plot(argv[1:])
-    if argv[:1] == ["--version"]:
-        return cmd_version(None)
+    from ..core.broker import VERSION
+
     parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--version", action="version", version="hutch %s" % VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     subparsers = {name: _add_command(commands, name, argv) for name in COMMANDS}

