@@ -17,6 +17,7 @@ from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
 from ..codec.spec import COMMAND_INVALID, FRAME_ERROR, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, UNEXPECTED_FRAME
 from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature, text
+from ..core import counters
 from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED
 from ..core.message import Message
 from ..core.session import MESSAGE, REDELIVERED
@@ -274,6 +275,7 @@ class Channel:
         return self.confirms.flush() if self.confirms is not None else False
 
     def send_return(self, code, reply_text, message):
+        self.broker.stats[counters.RETURNED] += 1
         output.with_content(self, spec.BASIC_RETURN, (code, reply_text, message.exchange, message.routing_key), message)
 
     # ------------------------------------------------------------ delivering

@@ -10,6 +10,7 @@ Broker.journal_synced, which calls flush() again.
 from ..codec import spec
 from ..codec.errors import ChannelException
 from ..codec.spec import PRECONDITION_FAILED
+from ..core import counters
 from ..core.broker import JOURNALLED, REFUSED
 
 
@@ -82,6 +83,7 @@ class Confirms:
         if self.ready > self.sent:
             multiple = self.ready - self.sent > 1
             channel = self.channel
+            channel.broker.stats[counters.CONFIRMED] += self.ready - self.sent
             channel.conn.send_method(channel.number, spec.BASIC_ACK, (self.ready, multiple))
             self.sent = self.ready
 

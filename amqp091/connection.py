@@ -26,6 +26,7 @@ from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException, DecodeError
 from ..codec.spec import CHANNEL_ERROR, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME
 from ..codec.wire import HEARTBEAT_FRAME, decode_args, method_frame
+from ..core import counters
 from ..core.auth import is_loopback
 from .channel import CLOSING as CHANNEL_CLOSING
 from .channel import Channel
@@ -307,11 +308,13 @@ class Connection:
                 % (len(self.channels), self.channel_max),
             )
         self.channels[number] = Channel(self, number)
+        self.broker.stats[counters.CHANNELS_OPENED] += 1
         self.send_method(number, spec.CHANNEL_OPEN_OK, (b"",))
 
     def forget_channel(self, channel):
         if self.channels.get(channel.number) is channel:
             del self.channels[channel.number]
+            self.broker.stats[counters.CHANNELS_CLOSED] += 1
         if channel in self.confirm_channels:
             self.confirm_channels.remove(channel)
 
@@ -366,6 +369,7 @@ class Connection:
         channels = self.channels
         self.channels = {}
         self.confirm_channels = []
+        self.broker.stats[counters.CHANNELS_CLOSED] += len(channels)
         for number in channels:
             channels[number].cleanup()
         self.broker.connection_gone(self)

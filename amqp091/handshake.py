@@ -11,6 +11,7 @@ from ..codec import spec
 from ..codec.errors import ConnectionException, DecodeError
 from ..codec.spec import ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED
 from ..codec.wire import PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_name, signature, text
+from ..core import counters
 from ..core.auth import MECHANISMS, Client, credentials
 from .channel import raise_unexpected
 
@@ -204,6 +205,7 @@ def _open(conn, vhost):
             spec.CONNECTION_OPEN,
         )
     broker.open_connections += 1
+    broker.stats[counters.CONNECTIONS_OPENED] += 1
     conn.counted = True
     conn.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
     conn.state = OPEN

@@ -18,6 +18,7 @@ from ..codec import spec
 from ..codec.errors import ChannelException
 from ..codec.spec import PRECONDITION_FAILED
 from ..codec.wire import text
+from . import counters
 from .auth import Users
 from .exchange import Exchange
 from .flow import Flow
@@ -108,6 +109,7 @@ class Broker:
         self.consumer_count = 0
         self.binding_count = 0
         self.flow = Flow(self)  # budgets and alarms: whether publishers may go on (core/flow.py)
+        self.stats = [0] * counters.COUNT  # what it has done since it started, by core/counters.py's constants
         self.expiring = []  # queues that may hold entries with a TTL
         self.expirable = []  # queues with x-expires: deleted after that long unused
         self.journal = None  # core/journal.Journal, attached by the storage port after replay
@@ -129,6 +131,7 @@ class Broker:
         if conn.counted:
             conn.counted = False
             self.open_connections -= 1
+            self.stats[counters.CONNECTIONS_CLOSED] += 1
         self.flow.let_go(conn)
         client = conn.client
         if client is not None:
@@ -198,6 +201,7 @@ class Broker:
         """The storage port made every journal record up to seq durable: streams may deliver
         the records that came with it, and the confirms and tx.commit-oks that waited for
         them can go out (in that order: a client confirmed finds its record counted)."""
+        self.stats[counters.JOURNAL_SYNCS] += 1
         journal = self.journal
         if journal is not None:
             journal.synced = seq
@@ -297,6 +301,11 @@ class Broker:
         taken, end, made = append(stream, stream.run_template_for(message), now_ms)
         if taken:
             stream.append_records([made], taken, len(made), now_ms)
+            stats = self.stats
+            stats[counters.RECEIVED] += taken
+            stats[counters.ROUTED] += taken
+            if publisher.confirming:
+                stats[counters.RECEIVED_CONFIRM] += taken
         return taken, end, ROUTED | JOURNALLED
 
     # ------------------------------------------------------------ routing
@@ -313,7 +322,16 @@ class Broker:
         (as RabbitMQ does: its cycle check keeps that finite). exclude: names of queues the
         message must not go to (dead-lettering's cycle check)."""
         queues = self.route(exchange, message)
-        if not queues:
+        if publisher is not None:  # a client's (the broker's own publishes count where they are made)
+            stats = self.stats
+            stats[counters.RECEIVED] += 1
+            if publisher.confirming:
+                stats[counters.RECEIVED_CONFIRM] += 1
+            if not queues:
+                stats[counters.UNROUTABLE] += 1
+                return 0
+            stats[counters.ROUTED] += 1
+        elif not queues:
             return 0
         bridged = None
         if message.has_header(BRIDGE_SEQ):  # from a bridge?
@@ -426,8 +444,18 @@ class Broker:
         check_exclusive(queue, who, method)
         queue.last_used = self.now
         entry = queue.take()
-        if entry is not None:
-            self.delivered(queue, entry, no_ack)
+        stats = self.stats
+        if entry is None:
+            stats[counters.GET_EMPTY] += 1
+            return None
+        if no_ack:
+            stats[counters.DELIVERED_GET_AUTO_ACK] += 1
+        else:
+            stats[counters.DELIVERED_GET_MANUAL_ACK] += 1
+        if entry[REDELIVERED]:
+            stats[counters.REDELIVERIES] += 1
+        queue.delivered += 1
+        self.delivered(queue, entry, no_ack)
         return entry
 
     def cancel(self, consumer, serve_next=True):
@@ -457,11 +485,16 @@ class Broker:
     def settle(self, queue, entries, outcome):
         """Delivered entries of queue, settled: ACCEPT, REQUEUE (back at their places in the
         queue, redelivered) or REJECT."""
+        stats = self.stats
         if outcome == ACCEPT:
+            stats[counters.ACKNOWLEDGED] += len(entries)
+            queue.acknowledged += len(entries)
             queue.forget_all(entries)
         elif outcome == REQUEUE:
+            stats[counters.REQUEUED] += len(entries)
             queue.requeue(entries)
         else:
+            stats[counters.REJECTED] += len(entries)
             for entry in entries:
                 queue.drop(entry, b"rejected")
 

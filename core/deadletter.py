@@ -25,6 +25,7 @@ would go round for ever: it does not go to that queue (RabbitMQ's cycle check).
 import struct
 
 from ..codec.wire import Timestamp, encode_table, shortstr
+from . import counters
 from .message import Message
 
 REJECTED = b"rejected"
@@ -37,6 +38,7 @@ def dead_letter(broker, queue, message, reason):
     exchange = broker.exchange(queue.dead_letter_exchange)
     if exchange is None:
         return  # RabbitMQ drops it too when the DLX is missing
+    broker.stats[counters.DEAD_LETTERED] += 1
     from . import headers as encoded  # loaded with the first dead letter: an idle board keeps its heap
 
     props = message.properties()

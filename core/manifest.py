@@ -6,6 +6,7 @@ package(
     files=(
         "__init__.py",
         "arguments.py",
+        "counters.py",
         "auth.py",
         "broker.py",
         "deadletter.py",
@@ -21,6 +22,7 @@ package(
         "refusals.py",
         "replay.py",
         "session.py",
+        "snapshot.py",
         "topology.py",
     ),
 )

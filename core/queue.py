@@ -13,9 +13,10 @@ journal's disk budget.
 """
 
 from ..codec.wire import shortstr, text
+from . import counters
 from .arguments import as_bytes
 from .fifo import Fifo
-from .session import EXPIRES_AT, MESSAGE
+from .session import EXPIRES_AT, MESSAGE, REDELIVERED
 
 _paging = []  # core/store/paging.py once a queue first pages (see paging_module())
 
@@ -65,6 +66,10 @@ class Consumer:
 
 
 class Queue:
+    # What it has had since the broker started (core/counters.py): class-level zeros until counted.
+    published = 0
+    delivered = 0
+    acknowledged = 0
     is_queue = True
     is_stream = False  # a stream (core/streams/stream.py) stands where a queue stands; Broker.publish tells them apart
     # How it picks a consumer: round-robin over all (the class defaults), or, once set on the
@@ -156,6 +161,7 @@ class Queue:
     def publish(self, message, expires_at):
         """Enqueue (or hand straight to a ready consumer). The caller checked accepts()."""
         broker = self.broker
+        self.published += 1
         if message.journal_id and self.pages():
             self._page_out(message)
             if self.overflow == b"drop-head":
@@ -166,7 +172,7 @@ class Queue:
         if self.consumers and not self.messages.length and not self.paged:
             consumer = self._next_ready_consumer()
             if consumer is not None:
-                consumer.session.deliver(consumer, self, entry)
+                self._hand(consumer, entry)
                 return
         if self.overflow == b"drop-head":
             while (self.messages.length or self.paged) and self._over_user_limit(message.body_size):
@@ -302,7 +308,19 @@ class Queue:
             entry = self.take()
             if entry is None:
                 return
-            consumer.session.deliver(consumer, self, entry)
+            self._hand(consumer, entry)
+
+    def _hand(self, consumer, entry):
+        """One delivery to consumer's session, counted (core/counters.py)."""
+        stats = self.broker.stats
+        if consumer.no_ack:
+            stats[counters.DELIVERED_CONSUME_AUTO_ACK] += 1
+        else:
+            stats[counters.DELIVERED_CONSUME_MANUAL_ACK] += 1
+        if entry[REDELIVERED]:
+            stats[counters.REDELIVERIES] += 1
+        self.delivered += 1
+        consumer.session.deliver(consumer, self, entry)
 
     def requeue(self, entries):
         """Put unacknowledged entries back where they were, marked redelivered: each before the

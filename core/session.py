@@ -41,9 +41,11 @@ and, to be told when the journal has made its confirms durable (Broker.wait_for_
                                            stream.entry as its entry
     session.server_cancel(consumer)        the broker ended the consumer (its queue is gone)
 
-**A connection**, as the broker ticks and tells it (broker.connections, core/flow.py):
+**A connection**, as the broker ticks, tells and counts it (broker.connections, core/flow.py,
+core/snapshot.py):
 
-    conn.tick(now), conn.close(), conn.client, conn.counted
+    conn.tick(now), conn.close(), conn.name, conn.client, conn.counted
+    conn.channels                          its sessions, by number (counted in the snapshot)
     conn.notify_blocked(reason), conn.notify_unblocked(), conn.resume_reading()
     conn.unsettled()                       (queue, entry) of what its sessions hold unsettled
 

@@ -153,6 +153,27 @@ class ConstantFolder:
                         aliases[alias.asname or alias.name] = base + "." + alias.name
         return aliases
 
+    def _constants_only(self, tree, modules):
+        """Names of modules imported whole (`from . import counters`) that this module reads only
+        constants of: once those are folded, the import itself goes, and the module is not
+        loaded on a board for them."""
+        uses = {}  # alias -> True while every use is a folded constant
+        parents = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in modules and isinstance(node.ctx, ast.Load):
+                parent = parents.get(node)
+                folded = (
+                    isinstance(parent, ast.Attribute)
+                    and parent.value is node
+                    and parent.attr in self.constants.get(modules[node.id], {})
+                    and parent.attr not in self.kept
+                )
+                uses[node.id] = uses.get(node.id, True) and folded
+        return {alias for alias, folded in uses.items() if folded}
+
     def fold(self, key, source):
         tree = self.trees[key]
         lines = source.splitlines(keepends=True)
@@ -167,12 +188,13 @@ class ConstantFolder:
             ):
                 edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, "pass"))
         modules = self._module_aliases(key, tree)
+        only_constants = self._constants_only(tree, modules)
         for node in ast.walk(tree):
             if not isinstance(node, ast.ImportFrom):
                 continue
             source_key = self._resolve(key, node.level, node.module)
             constants = self.constants.get(source_key, {})
-            keep = [a for a in node.names if a.name not in constants]
+            keep = [a for a in node.names if a.name not in constants and (a.asname or a.name) not in only_constants]
             if len(keep) == len(node.names):
                 continue
             for alias in node.names:

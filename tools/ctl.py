@@ -21,9 +21,10 @@ import os
 import sys
 import time
 
+from ..core.snapshot import text as as_text
 from ..core.streams.streamlog import scan
 from ..ports.segments import SEGMENT_SUFFIX
-from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE, as_text
+from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE
 from ..ports.streams import GONE, read_meta
 
 DEFAULT_DATA = "hutch-data"

@@ -124,6 +124,7 @@ class Journal:
         self.segment = 0  # the segment records go to
         self.sizes = {}  # segment -> bytes (existing files and the current one)
         self.total = 0  # bytes in all segments
+        self.appended = 0  # bytes appended since start (core/counters.py)
         self.live = {}  # segment -> (queue, message) pairs of it still held, in memory or on disk
         self.refers = {}  # segment -> older segments its REMOVED/DELIVERED records name
         self.next_id = 1
@@ -212,6 +213,7 @@ class Journal:
         self.chunks.append([self.segment, parts, True] if summary else [self.segment, parts])
         self.sizes[self.segment] += size
         self.total += size
+        self.appended += size
         self.seq += 1
         self._wake()
 
@@ -232,6 +234,7 @@ class Journal:
             chunks.append([segment, record])
         self.sizes[segment] += size
         self.total += size
+        self.appended += size
         self.seq += 1
         self._wake()
         return segment

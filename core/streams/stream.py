@@ -39,6 +39,7 @@ Sans-IO and MicroPython-clean; the storage port gives each stream its files (`lo
 from ...codec.errors import ChannelException
 from ...codec.spec import PRECONDITION_FAILED
 from ...codec.wire import encode_table, text
+from .. import counters
 from ..session import MESSAGE
 from ..store.records import HEADER_SIZE
 from .streamlog import BAD_RECORD, DONE, message_record, needed, record_template
@@ -121,6 +122,10 @@ class Cursor:
 
 
 class Stream:
+    # What it has had since the broker started (core/counters.py): class-level zeros until counted.
+    published = 0
+    delivered = 0
+    acknowledged = 0
     entry = ENTRY  # what a session keeps for each delivery until it is settled (deliver_records)
     is_queue = True
     is_stream = True
@@ -239,6 +244,7 @@ class Stream:
         """count records (parts: their bytes, size of them in all) for the offsets from
         self.next on, stamped now_ms, into the newest segment: append()'s, or a run of them
         made at once (Broker.publish_run, within reserve() and room())."""
+        self.published += count
         self.next += count
         self.segments[-1][SIZE] += size
         self.bytes += size
@@ -431,7 +437,14 @@ class Stream:
             if cursor.end - cursor.pos >= HEADER_SIZE:  # a record's header at least: make what it can
                 given, status = session.deliver_records(consumer, self, cursor, room)
                 if given:
-                    self.broker.flow.hold(HELD, given)
+                    broker = self.broker
+                    broker.flow.hold(HELD, given)
+                    self.delivered += given
+                    broker.stats[
+                        counters.DELIVERED_CONSUME_AUTO_ACK
+                        if consumer.no_ack
+                        else counters.DELIVERED_CONSUME_MANUAL_ACK
+                    ] += given
                     return True
                 if status == BAD_RECORD:
                     self._skip_damage(cursor)

@@ -1,0 +1,129 @@
+"""One snapshot of the broker: what every port renders (status.json, ports/status_file.py; on a
+host, the metrics and the status page). It reads the broker's state and counters
+(core/counters.py), never a port's; the ports add what only they know (the process, the heap).
+Loaded when something asks for one: an idle board does not hold it.
+"""
+
+# The counters' names, in the order of core/counters.py's constants (tests/core/test_stats.py
+# checks that each NAMES[CONSTANT] is the constant's name).
+NAMES = (
+    "received",
+    "received_confirm",
+    "routed",
+    "unroutable",
+    "returned",
+    "confirmed",
+    "delivered_consume_manual_ack",
+    "delivered_consume_auto_ack",
+    "delivered_get_manual_ack",
+    "delivered_get_auto_ack",
+    "get_empty",
+    "redeliveries",
+    "acknowledged",
+    "requeued",
+    "rejected",
+    "dead_lettered",
+    "connections_opened",
+    "connections_closed",
+    "channels_opened",
+    "channels_closed",
+    "journal_syncs",
+)
+
+
+def snapshot(broker):
+    """The broker as plain data (what status.json holds, and what the metrics and status page
+    show): its counters, connections, queues, streams, journal and bridges' local sides."""
+    now = broker.now + broker.wall_offset  # wall clock ms, as messages are stamped (Broker.publish)
+    unacked = {}
+    connections = []
+    channels = 0
+    for conn in broker.connections:
+        for queue, _entry in conn.unsettled():
+            unacked[queue] = unacked.get(queue, 0) + 1
+        client = conn.client
+        channels += len(getattr(conn, "channels", ()))
+        connections.append({"name": conn.name, "user": text(client.user) if client is not None else None})
+    queues = []
+    streams = []
+    for queue in broker.queues.values():
+        if queue.is_stream:
+            streams.append(_stream(queue, unacked.get(queue, 0)))
+        else:
+            queues.append(_queue(queue, now, unacked.get(queue, 0)))
+    counters = {}
+    for i, name in enumerate(NAMES):
+        counters[name] = broker.stats[i]
+    journal = broker.journal
+    return {
+        "counters": counters,
+        "connections": connections,
+        "channels": channels,
+        "consumers": broker.consumer_count,
+        "exchanges": len(broker.exchanges),
+        # messages bridges sent again that this broker had taken already (core/dedup.py)
+        "duplicates_dropped": broker.dedup.dropped if broker.dedup is not None else 0,
+        "queues": queues,
+        "streams": streams,
+        "journal": None
+        if journal is None
+        else {"bytes": journal.total, "segments": len(journal.sizes), "appended": journal.appended},
+        "held": {"messages": broker.flow.held_messages, "bytes": broker.flow.held_bytes},
+        "blocked": broker.flow.reason if broker.flow.blocked else None,
+    }
+
+
+def _queue(queue, now, unacked):
+    head = _head(queue)
+    return {
+        "name": text(queue.name),
+        "durable": queue.durable,
+        "exclusive": queue.owner is not None,
+        "auto_delete": queue.auto_delete,
+        "messages": queue.message_count(),
+        "in_memory": queue.messages.length,
+        "on_disk": queue.paged,
+        "bytes_in_memory": queue.ready_bytes,
+        "bytes_on_disk": queue.paged_bytes,
+        "unacked": unacked,
+        "consumers": len(queue.consumers),
+        "published": queue.published,
+        "delivered": queue.delivered,
+        "acknowledged": queue.acknowledged,
+        "oldest_age_s": None if head is None or not head.arrived else max(0, now - head.arrived) / 1000,
+    }
+
+
+def _head(queue):
+    """The oldest ready message, or None. A queue whose window is empty with a backlog on disk
+    reads its head in first, as its next delivery would (just after a restart, say)."""
+    if not queue.messages.length and queue.paged:
+        queue.page_in()
+    if not queue.messages.length:
+        return None
+    return queue.messages.peek()[0]
+
+
+def _stream(stream, unacked):
+    return {
+        "name": text(stream.name),
+        "first": stream.first,
+        "last": stream.visible - 1 if stream.visible > stream.first else None,
+        "next": stream.next,
+        "segments": len(stream.segments),
+        "bytes": stream.bytes,
+        "max_length_bytes": stream.max_bytes,
+        "max_age": text(stream.arguments.get("x-max-age")),
+        "segment_bytes": stream.segment_bytes,
+        "consumers": len(stream.consumers),
+        "unacked": unacked,
+        "published": stream.published,
+        "delivered": stream.delivered,
+    }
+
+
+def text(value):
+    """A name or argument as the snapshot shows it: bytes decoded, anything else as it is."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
