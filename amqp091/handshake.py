@@ -83,6 +83,8 @@ def connection_method(conn, method_id, buf, pos, end):
         code, reply_text = args[0], args[1]
         if code not in (0, spec.REPLY_SUCCESS):  # py-amqp closes with 0 by default: not a problem
             conn.broker.log("warning", "%s: client closed the connection: %d %s" % (conn.name, code, text(reply_text)))
+        elif conn.client is not None:
+            conn.broker.log("info", "%s: connection closed (user '%s')" % (conn.name, text(conn.client.user)))
         conn.send_method(0, spec.CONNECTION_CLOSE_OK)
         conn.finish()
         return

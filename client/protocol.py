@@ -284,7 +284,11 @@ class Protocol:
 
     def publish(self, exchange, routing_key, body, properties=None, mandatory=False, record=None):
         """basic.publish with its content (body: bytes-like). In confirm mode the message's
-        sequence number, and `record` (or that number) is kept until it is confirmed; else 0."""
+        sequence number, and `record` (or that number) is kept until it is confirmed; else 0.
+        ValueError for a property name that is not one (pika's names: "delivery_mode"), before
+        anything is written."""
+        if properties:
+            wire.check_properties(properties, NAMES)
         pos = self._publish_method(exchange, routing_key, mandatory)
         size = len(body)
         pos = wire.put_content_header(self._tx, pos, self.channel, size, properties, True, NAMES)

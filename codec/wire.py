@@ -329,6 +329,7 @@ def put_properties(buf, pos, props, binary=False, names=None):
     start = pos
     pos = put_short(buf, pos, 0)
     if props:
+        check_properties(props, names)
         flags = 0
         for i in range(len(BASIC_PROPERTIES)):
             value = props.get(names[i] if names is not None else BASIC_PROPERTIES[i][0])
@@ -337,6 +338,18 @@ def put_properties(buf, pos, props, binary=False, names=None):
                 pos = put_args(buf, pos, BASIC_PROPERTIES[i][1], (value,), binary)
         pack_into(">H", buf, start, flags)
     return pos
+
+
+def check_properties(props, names=None):
+    """ValueError for a property name that is not one, which would otherwise be dropped without
+    a word (naming the name meant when it is only spelt the other way: "delivery-mode" for a
+    client's "delivery_mode"). names: as put_properties takes them."""
+    known = names if names is not None else [name for name, _ in BASIC_PROPERTIES]
+    for key in props:
+        if key not in known:
+            respelt = str(key).replace("-", "_") if names is not None else str(key).replace("_", "-")
+            hint = " (did you mean '%s'?)" % respelt if respelt in known else ""
+            raise ValueError("unknown message property %r%s; the properties are %s" % (key, hint, ", ".join(known)))
 
 
 def _bytes_of(put, *args):

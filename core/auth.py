@@ -22,6 +22,16 @@ def hash_password(password, salt):
     return binascii.b2a_base64(salt + digest).strip().decode()
 
 
+def decode_hash(stored):
+    """The 36 bytes (4 of salt, then the SHA-256) of a stored password hash, or None when it is
+    not one (the config's start-up check, and each login)."""
+    try:
+        raw = binascii.a2b_base64(stored)
+    except ValueError:  # binascii.Error is a ValueError on CPython; MicroPython raises ValueError
+        return None
+    return raw if len(raw) == 36 else None
+
+
 def _same(a, b):
     """Compare without stopping at the first difference (no timing hint)."""
     if len(a) != len(b):
@@ -54,11 +64,8 @@ class Users:
         stored = self.hashes.get(user)
         if stored is None:
             return "user '%s' - invalid credentials" % user
-        try:
-            raw = binascii.a2b_base64(stored)
-        except ValueError:  # binascii.Error is a ValueError on CPython; MicroPython raises ValueError
-            return "user '%s' has a malformed password hash in the config" % user
-        if len(raw) != 36:
+        raw = decode_hash(stored)
+        if raw is None:
             return "user '%s' has a malformed password hash in the config" % user
         if not _same(hashlib.sha256(raw[:4] + password.encode()).digest(), raw[4:]):
             return "user '%s' - invalid credentials" % user

@@ -28,7 +28,7 @@ except ImportError:  # MicroPython: no TOML parser in the firmware
     tomllib = None
 import json
 
-from ..core.auth import Users
+from ..core.auth import Users, decode_hash
 from ..core.limits import Limits
 
 SECTIONS = {
@@ -119,5 +119,9 @@ def users_from(data, path="config"):
         unknown = [k for k in entry if k != "password_hash"]
         if unknown:
             raise ConfigError("%s: unknown key '%s' in [users.%s]" % (path, unknown[0], name))
+        if decode_hash(entry["password_hash"]) is None:
+            raise ConfigError(
+                "%s: [users.%s] password_hash is not a password hash: make one with `hutch passwd`" % (path, name)
+            )
         hashes[name] = entry["password_hash"]
     return Users(hashes, loopback_users=loopback)

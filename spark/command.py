@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 from . import checkpoint, preflight, progress, settings
 from .options import Options
@@ -106,6 +107,8 @@ class Job:
         self.format = args.format
         self.window = settings.duration("--window", args.window)
         self.watermark = settings.duration("--watermark", args.watermark)
+        self.window_s = settings.seconds(self.window)
+        self.watermark_s = settings.seconds(self.watermark)
         self.trigger = settings.trigger(args.trigger)
         self.schema = settings.check_schema(_schema_text(args))
         self.source_options = {
@@ -188,7 +191,16 @@ def run(job, out, err):
 
     spark = None
     try:
+        out.write(
+            "hutch pipeline: %s -> %s (%s windows, watermark %s, trigger %s; Spark's log: %s)\n"
+            % (",".join(job.streams), job.output, job.window, job.watermark, _trigger_words(job.trigger), job.log)
+        )
+        out.write("hutch pipeline: starting Spark (%s)...\n" % job.master)
+        out.flush()
+        started = time.monotonic()
         spark = pipeline.start_session(job.master, delta=job.format == "delta")
+        out.write("hutch pipeline: Spark started in %.0f s\n" % (time.monotonic() - started))
+        out.flush()
         try:
             schema = pipeline.reading_schema(job.schema)
         except Exception as e:
@@ -201,12 +213,7 @@ def run(job, out, err):
             job.format,
             job.trigger,
         )
-        out.write(
-            "hutch pipeline: %s -> %s (%s windows, watermark %s, trigger %s; Spark's log: %s)\n"
-            % (",".join(job.streams), job.output, job.window, job.watermark, _trigger_words(job.trigger), job.log)
-        )
-        out.flush()
-        watch(query, out, stop)
+        watch(query, out, stop, job)
         return 0
     except JobFailed as e:
         return _fail(terminal, EXIT_FAILURE, "%s (details: %s)" % (e, job.log))
@@ -219,9 +226,10 @@ def run(job, out, err):
             pipeline.stop_session(spark)
 
 
-def watch(query, out, stop):
-    """Print each batch's progress line as it comes, until the query ends or stop is asked
-    for (then stop it). A failed query: JobFailed with its first line."""
+def watch(query, out, stop, job=None):
+    """Print each batch's progress line as it comes (and, for a batch that read rows and wrote
+    none, why), until the query ends or stop is asked for (then stop it). A failed query:
+    JobFailed with its first line."""
     from pyspark.errors import StreamingQueryException
 
     printed = -1
@@ -236,6 +244,9 @@ def watch(query, out, stop):
             if report["batchId"] > printed:
                 printed = report["batchId"]
                 out.write(progress.line(report) + "\n")
+                why = progress.waiting(report, job.window_s, job.watermark_s) if job is not None else None
+                if why is not None:
+                    out.write("hutch pipeline: %s\n" % why)
                 out.flush()
         if failure is not None:
             raise JobFailed(first_line(failure))

@@ -36,7 +36,8 @@ def make_parser():
     p.add_argument("--output", required=True, metavar="DIR", help="the pipeline's --output")
     p.add_argument("--png", required=True, metavar="FILE", help="the picture to write")
     p.add_argument("--value", default="mean", choices=VALUES, help="what to draw (default mean, with a min-max band)")
-    p.add_argument("--title", help="the picture's title (default: the output folder)")
+    p.add_argument("--title", help="the picture's title (default: the output folder's name, the value and the dates)")
+    p.add_argument("--unit", default="", help="the readings' unit, for the value axis (°C, %%, hPa...)")
     return p
 
 
@@ -46,13 +47,19 @@ def main(argv=None):
         windows = read_aggregates(args.output)
         if not windows:
             raise PlotError("%s holds no committed aggregates yet" % args.output)
-        sensors = draw(windows, args.png, args.value, args.title or os.path.abspath(args.output))
+        starts = [row["window_start"] for row in windows]
+        span = "%s to %s UTC" % (_minute(min(starts)), _minute(max(starts)))
+        title = args.title or "%s: %s per window, %s" % (
+            os.path.basename(os.path.abspath(args.output)),
+            args.value,
+            span,
+        )
+        sensors = draw(windows, args.png, args.value, title, args.unit)
     except PlotError as e:
         return _fail(1, str(e))
-    starts = [row["window_start"] for row in windows]
     print(
-        "hutch plot: %d windows of %d sensors, %s to %s UTC -> %s"
-        % (len(windows), sensors, _minute(min(starts)), _minute(max(starts)), args.png)
+        "hutch plot: %d windows of %d sensors (%d aggregates), %s -> %s"
+        % (len(set(starts)), sensors, len(windows), span, args.png)
     )
     return 0
 
@@ -97,7 +104,7 @@ def read_aggregates(output):
     return sorted(rows, key=lambda row: (row["window_start"], str(row["sensor"])))
 
 
-def draw(windows, png, value, title):
+def draw(windows, png, value, title, unit=""):
     """One line per sensor (with the min-max band for the mean) to png; the number of sensors."""
     try:
         import matplotlib
@@ -119,9 +126,13 @@ def draw(windows, png, value, title):
             axes.fill_between(starts, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     length = windows[0]["window_end"] - windows[0]["window_start"]
     axes.set_title(title, fontsize=10)
-    axes.set_xlabel("window start (UTC), windows of %s" % _length(length))
-    axes.set_ylabel(value + (" (band: min to max)" if value == "mean" else ""))
-    axes.xaxis.set_major_formatter(dates.DateFormatter("%H:%M", tz=datetime.timezone.utc))
+    first, last = _utc(windows[0]["window_start"]), _utc(windows[-1]["window_start"])
+    days = first.date() != last.date()
+    axes.set_xlabel(
+        "window start, UTC%s; windows of %s" % ("" if days else " " + first.strftime("%Y-%m-%d"), _length(length))
+    )
+    axes.set_ylabel(value + (" (%s)" % unit if unit else "") + (", band: min to max" if value == "mean" else ""))
+    axes.xaxis.set_major_formatter(dates.DateFormatter("%m-%d %H:%M" if days else "%H:%M", tz=datetime.timezone.utc))
     axes.grid(True, alpha=0.3)
     axes.legend(title="sensor", fontsize=8, loc="best")
     figure.tight_layout()

@@ -11,6 +11,7 @@ streams together ("?" where Spark did not report it); watermark: the event time 
 windows are closed, as this batch used it (left out before the first reading).
 """
 
+import datetime
 import json
 
 
@@ -80,3 +81,41 @@ def _offsets(value):
 
 def _known(value):
     return "?" if value is None else str(value)
+
+
+def waiting(progress, window_s, watermark_s):
+    """When a batch read rows and wrote none, a line that says why: every window it touched is
+    still open, and the first of them closes once a reading stamped past its end plus the
+    watermark's delay arrives (a window's row is written when the watermark passes its end).
+    None for any other batch."""
+    if not progress.get("numInputRows") or rows_out(progress) != 0:
+        return None
+    first = _instant((progress.get("eventTime") or {}).get("min"))
+    if first is None or window_s <= 0:
+        return None
+    open_rows = sum(op.get("numRowsTotal") or 0 for op in progress.get("stateOperators") or [])
+    stamp = first.timestamp()
+    end = datetime.datetime.fromtimestamp(stamp - stamp % window_s + window_s, datetime.timezone.utc)
+    closes = end + datetime.timedelta(seconds=watermark_s)
+    return (
+        "no window has closed yet (%d aggregate rows open): the first, ending %s, is written once a reading stamped after %s arrives (its end + --watermark)"
+        % (
+            open_rows,
+            _iso(end),
+            _iso(closes),
+        )
+    )
+
+
+def _instant(text):
+    """An event time as Spark reports it ("2024-05-01T12:00:03.000Z"), or None."""
+    if not text:
+        return None
+    try:
+        return datetime.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+
+
+def _iso(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

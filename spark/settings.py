@@ -39,6 +39,17 @@ def duration(option, text):
     return " ".join(text.split())
 
 
+_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+
+
+def seconds(text):
+    """A checked duration (duration()) in seconds: "1 hour 30 minutes" is 5400."""
+    total = 0.0
+    for count, unit in re.findall(r"(\d+)\s*([a-z]+?)s?\b", text.lower()):
+        total += int(count) * _SECONDS[unit]
+    return total
+
+
 def trigger(text):
     """--trigger: ("available-now", None) or ("processing", "10 seconds"). `once` is
     available-now: Spark 4 deprecates Trigger.Once, and available-now does the same (everything

@@ -148,6 +148,22 @@ def test_publish_lays_out_the_frames_of_small_and_large_bodies():
         assert len(chunks) == len(got) - 2 and all(len(c) <= 4088 for c in chunks) and b"".join(chunks) == body
 
 
+def test_an_unknown_property_name_is_an_error_before_anything_is_written():
+    """pika's names ("delivery_mode"); the spec's ("delivery-mode") or a typo would be dropped
+    without a word, and the readings published transient: refused, naming the name meant."""
+    p = opened()
+    for props, meant in (({"delivery-mode": 2}, "delivery_mode"), ({"delivery_mod": 2}, None)):
+        try:
+            p.publish("", "q", b"21.5", props)
+        except ValueError as e:
+            assert repr(list(props)[0]) in str(e) and (meant is None or "did you mean '%s'" % meant in str(e)), e
+        else:
+            raise AssertionError("published with %r" % props)
+        assert sent(p) == b""  # nothing half written: the protocol goes on
+    p.publish("", "q", b"21.5", {"delivery_mode": 2})
+    assert methods(wire.frame(*frames(sent(p))[0])) == [(spec.BASIC_PUBLISH, [0, "", "q", False, False])]
+
+
 def test_a_frame_queued_while_a_body_is_pending_follows_the_whole_message():
     p = opened()
     body = bytes(range(256)) * 40

@@ -144,7 +144,12 @@ def _no_folder(data):
     """Said when the data folder is missing (True: the command exits with 2)."""
     if os.path.isdir(data):
         return False
-    print("hutch ctl: no data folder %s (start the broker with --data %s first)" % (data, data), file=sys.stderr)
+    where = os.path.abspath(data)
+    if data == DEFAULT_DATA:  # the default is relative: the folder the command runs in
+        hint = "run hutch ctl in the folder the broker runs in, or give --data DIR"
+    else:
+        hint = "start the broker with --data %s first" % data
+    print("hutch ctl: no data folder %s (%s)" % (where, hint), file=sys.stderr)
     return True
 
 

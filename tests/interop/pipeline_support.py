@@ -265,12 +265,22 @@ BATCH_LINE = re.compile(
 )
 
 
+WAITING_LINES = (
+    "hutch pipeline: starting Spark (",
+    "hutch pipeline: Spark started in ",
+    "hutch pipeline: no window has closed yet (",
+)
+
+
 def batch_lines(lines):
     """[(batch id, rows in, rows out, late, lag, watermark)] of the progress lines; any other
-    line but the first (the start line) fails."""
+    line but the first (the start line) and the lines that say what the command waits for
+    (Spark starting, no window closed yet) fails."""
     assert lines[0].startswith("hutch pipeline: "), lines
     found = []
     for line in lines[1:]:
+        if line.startswith(WAITING_LINES):
+            continue
         match = BATCH_LINE.match(line)
         assert match, "not a progress line: %r" % line
         batch, rows_in, rows_out, late, _, lag, mark = match.groups()

@@ -124,10 +124,15 @@ def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_optio
     code, out, err, _ = run_pipeline(*common, "--streams", a, "--output", output, "--trigger", "once")
     assert (code, err) == (0, []), (code, err, out)
     assert "trigger available-now" in out[0]
+    assert out[1].startswith("hutch pipeline: starting Spark (") and out[2].startswith(
+        "hutch pipeline: Spark started in "
+    )
     assert [rows_in for _, rows_in, _, _, _, _ in batch_lines(out)] == [len(everything), 0]
+    # the data batch wrote nothing (no window had closed): said, with when the first will be
+    assert any(line.startswith("hutch pipeline: no window has closed yet (") for line in out), out
     expected, _ = expected_aggregates([[everything]])
     assert_same(written_aggregates(output)[0], expected)
-    plot_of(output, tmp_path / "aggregates.png", len(expected))
+    plot_of(output, tmp_path / "aggregates.png", len(expected))  # (expected: a row per window and sensor)
 
     for changed, made_with, given in (
         (["--streams", "%s,%s" % (a, b), "--output", output], "--streams %s" % a, "--streams %s,%s" % (a, b)),
@@ -156,14 +161,19 @@ def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_optio
     assert_same(written_aggregates(output)[0], expected)  # nothing was written by the refused runs
 
 
-def plot_of(output, png, windows):
-    """`hutch plot` of a pipeline's output: a PNG of its committed windows, said in one line."""
+def plot_of(output, png, rows):
+    """`hutch plot` of a pipeline's output: a PNG of its committed windows, said in one line:
+    how many windows (not rows: a row per window and sensor) of how many sensors."""
     done = subprocess.run(
         [HUTCH, "plot", "--output", output, "--png", str(png)], capture_output=True, text=True, timeout=120
     )
     assert (done.returncode, done.stderr) == (0, ""), done
-    sensors = len({sensor for _, sensor in written_aggregates(output)[0]})
-    assert done.stdout.startswith("hutch plot: %d windows of %d sensors, " % (windows, sensors)), done.stdout
+    written = written_aggregates(output)[0]
+    windows, sensors = len({start for start, _ in written}), len({sensor for _, sensor in written})
+    assert windows * sensors == rows
+    assert done.stdout.startswith(
+        "hutch plot: %d windows of %d sensors (%d aggregates), " % (windows, sensors, rows)
+    ), done.stdout
     with open(png, "rb") as f:
         picture = f.read()
     assert picture.startswith(b"\x89PNG\r\n\x1a\n") and len(picture) > 10000, len(picture)
@@ -374,6 +384,27 @@ def test_the_progress_line_of_a_batch():
     report["sources"][0]["latestOffset"] = None
     report["stateOperators"][0]["numRowsDroppedByWatermark"] = 0
     assert line(report) == "batch 7: 120 rows in, 6 rows out, 1.42 s, lag ? offsets"
+
+
+def test_a_batch_that_wrote_nothing_says_when_the_first_window_closes():
+    from hutch.spark.progress import waiting
+
+    report = {
+        "batchId": 0,
+        "numInputRows": 1080,
+        "sink": {"numOutputRows": -1},
+        "stateOperators": [{"numRowsRemoved": 0, "numRowsTotal": 36}],
+        "eventTime": {"min": "2024-05-01T06:00:00.000Z", "max": "2024-05-01T06:59:50.000Z"},
+    }
+    assert waiting(report, 300, 300) == (
+        "no window has closed yet (36 aggregate rows open): the first, ending 2024-05-01T06:05:00Z, "
+        "is written once a reading stamped after 2024-05-01T06:10:00Z arrives (its end + --watermark)"
+    )
+    report["stateOperators"][0]["numRowsRemoved"] = 3  # it wrote some: nothing to explain
+    assert waiting(report, 300, 300) is None
+    report["stateOperators"][0]["numRowsRemoved"] = 0
+    report["numInputRows"] = 0  # nothing read: nothing to explain either
+    assert waiting(report, 300, 300) is None
 
 
 def test_a_failure_of_the_source_is_its_message_not_the_line_that_raised_it():

@@ -88,6 +88,7 @@ def test_limits_from_config_reach_the_client(tmp_path):
         ("[limits]\nqueues = 5\n", "unknown limit 'queues'"),
         ("[server]\nprot = 5672\n", "unknown key 'prot' in [server]"),
         ('[users.bob]\npassword = "x"\n', "needs password_hash"),
+        ('[users.sensor]\npassword_hash = "..."\n', "[users.sensor] password_hash is not a password hash"),
         ("[nonsense]\n", "unknown section [nonsense]"),
         ("this is not toml", "is not valid"),
     ],
@@ -147,11 +148,28 @@ def test_log_names_connections_and_errors(broker):
     log = broker.log()
     assert "connection open (user 'guest', client Pika Python Client Library)" in log
     assert "channel 1 closed: NOT_FOUND - no queue 'missing' in vhost '/'" in log
+    wait_until(lambda: "connection closed (user 'guest')" in broker.log(), what="the connection's close in the log")
 
 
 def test_version():
-    result = _hutch("version")
-    assert result.returncode == 0 and result.stdout.startswith("hutch ")
+    for command in (["version"], ["--version"]):
+        result = _hutch(*command)
+        assert result.returncode == 0 and result.stdout.startswith("hutch "), command
+
+
+def test_passwd_reads_a_password_on_standard_input(tmp_path):
+    """`echo pw | hutch passwd`: a hash of that line, which logs in (not a traceback)."""
+    done = subprocess.run([HUTCH, "passwd"], input="greenhouse\n", capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    stored = done.stdout.strip()
+    from hutch.core.auth import Users
+
+    assert Users({"sensor": stored}).check("sensor", "greenhouse", False) is None
+
+
+def test_a_misspelt_option_is_said_in_the_usage_of_its_command():
+    result = _hutch("serve", "--prot", "1")
+    assert result.returncode == 2 and "usage: hutch serve" in result.stderr and "--prot" in result.stderr
 
 
 def test_memory_budget_blocks_publisher_then_recovers(tmp_path):
