@@ -8,7 +8,7 @@
           .load())
 
 It reads hutch's stream queues and RabbitMQ's over AMQP 0-9-1 with hutch's own client, and
-needs PySpark 4 (`pip install hutch[spark]`). CPython only: neither the broker nor a board
+needs PySpark 4 (the spark extra: `pip install '.[spark]'` in hutch's checkout). CPython only: neither the broker nor a board
 ever imports it (the `hutch` command only for `hutch pipeline`). The README's "Spark: reading streams with PySpark" has the options, the
 schema and what is replayable. One module per job:
 

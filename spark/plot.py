@@ -9,7 +9,7 @@ starts on the time axis (UTC). `--value` draws another column instead (min, max,
 count), without the band.
 
 No Spark: pyarrow reads the files (pyspark[sql] brings it) and matplotlib draws them (the
-`plot` extra, `pip install 'hutch[plot]'`). A mistake is one line on stderr: exit 2 for the
+`plot` extra: `pip install '.[plot]'` in hutch's checkout). A mistake is one line on stderr: exit 2 for the
 command line, 1 for what is missing or unreadable.
 """
 
@@ -94,7 +94,7 @@ def read_aggregates(output):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise PlotError("reading Parquet needs pyarrow: pip install 'hutch[plot]'")
+        raise PlotError("reading Parquet needs pyarrow: pip install '.[plot]' in hutch's checkout")
     rows = []
     for path in committed_files(output):
         try:
@@ -109,7 +109,7 @@ def draw(windows, png, value, title, unit=""):
     try:
         import matplotlib
     except ImportError:
-        raise PlotError("drawing needs matplotlib: pip install 'hutch[plot]'")
+        raise PlotError("drawing needs matplotlib: pip install '.[plot]' in hutch's checkout")
     matplotlib.use("Agg")  # no display: a file
     from matplotlib import dates, pyplot
 

@@ -62,7 +62,7 @@ def java_major(version_text):
 
 def pyspark():
     if importlib.util.find_spec("pyspark") is None:
-        raise PreflightError("pyspark is not installed: pip install 'hutch[spark]'")
+        raise PreflightError("pyspark is not installed: pip install '.[spark]' in hutch's checkout (docs/install.md)")
 
 
 def delta():

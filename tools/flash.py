@@ -35,7 +35,7 @@ from ..server import config, options
 CONFIG_NAME = "hutch.json"  # what firmware/main.py reads, beside it on the board
 QUIET_TIMEOUT = 60  # seconds without a word from mpremote before the board counts as gone
 WIFI_KEYS = ("ssid", "password")
-CPYTHON_BOARDS = ("rpi",)  # Linux gateways: `pip install hutch` and `hutch serve --board rpi` there
+CPYTHON_BOARDS = ("rpi",)  # Linux gateways: install hutch there (docs/install.md) and run `hutch serve --board rpi`
 
 
 class FlashError(Exception):
