@@ -16,12 +16,13 @@ import struct
 from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
 from ..codec.spec import COMMAND_INVALID, FRAME_ERROR, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, UNEXPECTED_FRAME
-from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature, text
+from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature
 from ..core import counters
+from ..core.access import READ
 from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED
 from ..core.message import Message
 from ..core.session import MESSAGE, REDELIVERED
-from ..core.topology import check_exclusive
+from ..core.topology import queue_for
 from . import basic, declare, output
 from .confirms import Confirms, confirm_select
 
@@ -445,13 +446,9 @@ class Channel:
         return self.last_queue
 
     def queue_named(self, name, method_id):
-        """The queue a method names: it must exist and not be another connection's exclusive one."""
-        name = self.queue_name(name, method_id)
-        queue = self.broker.queues.get(name)
-        if queue is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method_id)
-        check_exclusive(queue, self.client, method_id)
-        return queue
+        """The queue a consume or a get names, read permission (403), existence (404) and
+        another client's exclusive queue (405) checked (core/topology.py queue_for)."""
+        return queue_for(self.broker, self.client, self.queue_name(name, method_id), READ, method_id)
 
 
 def raise_unexpected(method_id):

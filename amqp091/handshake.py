@@ -193,6 +193,13 @@ def _open(conn, vhost):
     broker = conn.broker
     if vhost != b"/":
         raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN)
+    user = text(conn.client.user)
+    allowed, permissions = broker.users.access(user)
+    if not allowed:
+        raise ConnectionException(
+            NOT_ALLOWED, "NOT_ALLOWED - access to vhost '/' refused for user '%s'" % user, spec.CONNECTION_OPEN
+        )
+    conn.client.permissions = permissions
     flow = broker.flow
     if flow.refuse_connections is not None:
         raise ConnectionException(

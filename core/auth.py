@@ -48,16 +48,43 @@ class Client:
     it (`who`; None is the broker itself: dead-lettering, recovery, a bridge's local side), and
     it is the owner of the exclusive queues it declares. One per connection, made at login."""
 
-    def __init__(self, user, name):
+    def __init__(self, user, name, permissions=None):
         self.user = user  # bytes
         self.name = name
+        # core/access.py Permissions, checked where RabbitMQ checks them; None: every permission
+        self.permissions = permissions
 
 
 class Users:
-    def __init__(self, hashes=None, loopback_users=("guest",)):
+    def __init__(self, hashes=None, loopback_users=("guest",), permissions=None, tags=None):
         # user name (str) -> stored hash (str)
         self.hashes = dict(hashes) if hashes is not None else {"guest": hash_password("guest", b"hutc")}
         self.loopback_users = tuple(loopback_users)
+        # user name -> its core/access.py Permissions on "/", or None for every permission; a
+        # user not in it may not use "/" (530 at connection.open). permissions None: no user
+        # is restricted (a config file without permissions, as RabbitMQ's guest has them all).
+        self.permissions = permissions
+        self.tags = tags or {}  # user name -> its tags ("administrator", "monitoring", ...)
+
+    def merge(self, other):
+        """Add other's users (names not here already) to these."""
+        self.hashes.update(other.hashes)
+        self.tags.update(other.tags)
+        if other.permissions is None:
+            other_permissions = {name: None for name in other.hashes}
+        else:
+            other_permissions = other.permissions
+        if self.permissions is None:
+            self.permissions = {name: None for name in self.hashes if name not in other.hashes}
+        self.permissions.update(other_permissions)
+
+    def access(self, user):
+        """(whether user may use the virtual host "/", its Permissions or None for all)."""
+        if self.permissions is None:
+            return True, None
+        if user not in self.permissions:
+            return False, None
+        return True, self.permissions[user]
 
     def check(self, user, password, loopback):
         """None if the login is good, else the reason (for the log, never for the client)."""

@@ -19,13 +19,14 @@ from ..codec.errors import ChannelException
 from ..codec.spec import PRECONDITION_FAILED
 from ..codec.wire import text
 from . import counters
+from .access import WRITE
 from .auth import Users
 from .exchange import Exchange
 from .flow import Flow
 from .limits import Limits
 from .message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID
 from .session import MESSAGE, REDELIVERED
-from .topology import check_exclusive, delete_queue, exchange_for_publish
+from .topology import check_exclusive, delete_queue, exchange_for_publish, permit, permit_topic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
@@ -233,14 +234,18 @@ class Broker:
 
     def admit(self, publisher, exchange_name, message):
         """The gates a client's publish passes before it is routed, in RabbitMQ's order: the
-        exchange exists and is not internal (404, 403); a reply-to of amq.rabbitmq.reply-to is
+        publisher may write to the exchange (403, core/access.py), which exists and is not
+        internal (404, 403), and, on a topic exchange, its topic permission allows the routing
+        key (403); a reply-to of amq.rabbitmq.reply-to is
         the publisher's direct reply-to (publisher.direct_reply_to makes the message that
         goes, or refuses it); user-id is the user the publisher logged in as (406); expiration
         is a whole number of milliseconds (406: the message's TTL); the keys of CC and BCC
         headers route too. Returns (exchange, message to publish); raises ChannelException.
         Every front end's publish goes admit() then publish() (or publish_run()), and no
         gate is anywhere else."""
+        permit(publisher.client, WRITE, "exchange", exchange_name, spec.BASIC_PUBLISH)  # (403 before 404)
         exchange = self.exchange_for_publish(exchange_name)
+        permit_topic(publisher.client, WRITE, exchange, message.routing_key, spec.BASIC_PUBLISH)
         flags = message.flags()
         if flags & FLAG_REPLY_TO and message.properties().get("reply-to") == b"amq.rabbitmq.reply-to":
             message = publisher.direct_reply_to(message)

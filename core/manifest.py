@@ -5,6 +5,7 @@ package(
     "hutch/core",
     files=(
         "__init__.py",
+        "access.py",
         "arguments.py",
         "counters.py",
         "auth.py",

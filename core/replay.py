@@ -350,9 +350,10 @@ class Replay:
         for identity in self.bindings:
             source, to_queue, destination_name, key = identity[:4]
             destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
-            if destination is not None:
-                args = (broker, None, source, destination, key, self.bindings[identity], spec.QUEUE_BIND)
-                _quietly(log, "binding from", source, topology.bind, *args)
+            exchange = broker.exchange(source)
+            if destination is not None and exchange is not None:
+                args = (broker, exchange, destination, key, self.bindings[identity], spec.QUEUE_BIND)
+                _quietly(log, "binding from", source, topology.add_binding, *args)
         live = journal.live
         for name in self.queues:
             queue = broker.queues.get(name)

@@ -10,9 +10,31 @@ from ..codec import spec
 from ..codec.errors import ChannelException
 from ..codec.spec import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
 from ..codec.wire import text
+from .access import CONFIGURE, READ, WRITE
 from .arguments import EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, as_bytes, check_equivalent, check_queue_arguments
 from .exchange import ROUTERS, Exchange
 from .queue import Queue
+
+# ------------------------------------------------------------ who may
+
+
+def permit(who, permission, kind, name, method):
+    """403 unless who may do permission (core/access.py) on the queue or exchange called name.
+    A client with every permission (permissions None) costs a look-up: its board does not even
+    load core/access.py."""
+    if who is not None and who.permissions is not None:
+        from .access import check
+
+        check(who, permission, kind, name, method)
+
+
+def permit_topic(who, permission, exchange, key, method):
+    """403 unless who's topic permissions on exchange allow key (core/access.py)."""
+    if who is not None and who.permissions is not None:
+        from .access import check_topic
+
+        check_topic(who, permission, exchange, key, method)
+
 
 # ------------------------------------------------------------ exchanges
 
@@ -28,6 +50,8 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
         )
     if not name:
         raise default_exchange_refused(method)
+    if not passive:  # (a passive declare needs no permission, as in RabbitMQ 3.10)
+        permit(who, CONFIGURE, "exchange", name, method)
     exchange = broker.exchange(name)
     if passive:
         if exchange is None:
@@ -54,6 +78,9 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
             "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange '%s'" % text(name),
             method,
         )
+    if alternate is not None:  # reading from this exchange, writing to its alternate
+        permit(who, READ, "exchange", name, method)
+        permit(who, WRITE, "exchange", as_bytes(alternate), method)
     limit = broker.limits.max_exchanges
     if sum(1 for n in broker.exchanges if not n.startswith(b"amq.") and n) >= limit:
         raise ChannelException(
@@ -78,6 +105,7 @@ def delete_exchange_named(broker, who, name, if_unused):
             "ACCESS_REFUSED - deletion of system exchange '%s' in vhost '/' not allowed" % text(name),
             method,
         )
+    permit(who, CONFIGURE, "exchange", name, method)
     exchange = broker.exchange(name)
     if exchange is None:
         return  # deleting what is not there succeeds, as in RabbitMQ
@@ -129,8 +157,39 @@ def named_exchange(broker, name, method):
     return exchange
 
 
-def bind(broker, who, source_name, destination, key, arguments, method):
-    source = named_exchange(broker, source_name, method)
+def _binding_checks(broker, who, source_name, to_queue, destination_name, key, method):
+    """What a bind and an unbind check first, in RabbitMQ's order: write on the destination, the
+    default exchange at either end (403), read on the source, and the source's topic permission
+    on the key (when the source exists). The source exchange, or None."""
+    permit(who, WRITE, "queue" if to_queue else "exchange", destination_name, method)
+    if not source_name or (not to_queue and not destination_name):
+        raise default_exchange_refused(method)
+    permit(who, READ, "exchange", source_name, method)
+    source = broker.exchange(source_name)
+    if source is not None:
+        permit_topic(who, READ, source, key, method)
+    return source
+
+
+def bind(broker, who, source_name, to_queue, destination_name, key, arguments, method):
+    """queue.bind (to_queue) or exchange.bind, by names: after _binding_checks, a missing source,
+    then a missing destination is 404, another client's exclusive queue 405."""
+    source = _binding_checks(broker, who, source_name, to_queue, destination_name, key, method)
+    if source is None:
+        raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(source_name), method)
+    if to_queue:
+        destination = broker.queues.get(destination_name)
+        if destination is None:
+            raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(destination_name), method)
+        check_exclusive(destination, who, method)
+    else:
+        destination = named_exchange(broker, destination_name, method)
+    add_binding(broker, source, destination, key, arguments, method)
+
+
+def add_binding(broker, source, destination, key, arguments, method):
+    """Bind destination (a queue or an exchange) to the exchange source; binding what is bound
+    already is no error."""
     limit = broker.limits.max_bindings
     if broker.binding_count >= limit:
         raise ChannelException(
@@ -143,14 +202,13 @@ def bind(broker, who, source_name, destination, key, arguments, method):
             broker.journal.bound(binding)
 
 
-def unbind(broker, who, source_name, destination, key, arguments, method):
-    """Remove a binding, as RabbitMQ 3.10 answers: the default exchange is refused (403), but a
-    missing source, a missing destination (None) or a missing binding is no error (an
-    auto-delete exchange may be gone with its last binding: clients unbind from it at teardown).
-    Only a binding that exists is checked against its queue's exclusive owner (405)."""
-    if not source_name:
-        raise default_exchange_refused(method)
-    source = broker.exchange(source_name)
+def unbind(broker, who, source_name, to_queue, destination_name, key, arguments, method):
+    """Remove a binding, as RabbitMQ 3.10 answers: after _binding_checks (the default exchange
+    is refused, 403), a missing source, a missing destination or a missing binding is no error
+    (an auto-delete exchange may be gone with its last binding: clients unbind from it at
+    teardown). Only a binding that exists is checked against its queue's exclusive owner (405)."""
+    source = _binding_checks(broker, who, source_name, to_queue, destination_name, key, method)
+    destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
     if source is None or destination is None:
         return
     binding = source.find(destination, key, arguments)
@@ -192,6 +250,7 @@ def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, a
         raise ChannelException(
             ACCESS_REFUSED, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'" % text(name), method
         )
+    permit(who, CONFIGURE, "queue", name, method)  # (a server-named queue's generated name)
     queue = broker.queues.get(name)
     if queue is not None:
         if (queue.owner is not None and queue.owner is not who) or (queue.owner is not None) != bool(exclusive):
@@ -202,6 +261,10 @@ def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, a
         check_equivalent(what, arguments, queue.arguments, QUEUE_ARGUMENTS, method)
         queue.last_used = broker.now
         return queue
+    dlx = arguments.get("x-dead-letter-exchange")
+    if isinstance(dlx, (bytes, str)):  # reading from this queue, writing to its dead-letter exchange
+        permit(who, READ, "queue", name, method)
+        permit(who, WRITE, "exchange", as_bytes(dlx), method)
     if stream:
         from .streams.streamrules import check_declare  # only a broker with streams holds their code
 
@@ -231,6 +294,47 @@ def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, a
     if queue.expires:
         broker.expirable.append(queue)
     return queue
+
+
+def queue_for(broker, who, name, permission, method):
+    """The queue a client's operation names (consume, get, purge), in RabbitMQ's order: who's
+    permission (403), the queue (404), another client's exclusive queue (405)."""
+    permit(who, permission, "queue", name, method)
+    queue = broker.queues.get(name)
+    if queue is None:
+        raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
+    check_exclusive(queue, who, method)
+    return queue
+
+
+def purge_queue(broker, who, name, method):
+    """queue.purge: how many ready messages went (a stream has no purge: RabbitMQ's refusal)."""
+    queue = queue_for(broker, who, name, READ, method)
+    if queue.is_stream:
+        from .streams.streamrules import refused  # a stream exists: its modules are loaded
+
+        raise refused(queue, method)
+    return queue.purge()
+
+
+def delete_queue_named(broker, who, name, if_unused, if_empty, method, cancel_later=None):
+    """queue.delete by name: configure permission (403), then deleting what is not there
+    succeeds (0), as in RabbitMQ; another client's exclusive queue is 405, one in use or not
+    empty 406 when asked. How many ready messages it held (cancel_later: as delete_queue)."""
+    permit(who, CONFIGURE, "queue", name, method)
+    queue = broker.queues.get(name)
+    if queue is None:
+        return 0
+    check_exclusive(queue, who, method)
+    if if_unused and queue.consumers:
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - queue '%s' in vhost '/' in use" % text(name), method
+        )
+    if if_empty and queue.message_count():
+        raise ChannelException(
+            PRECONDITION_FAILED, "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name), method
+        )
+    return delete_queue(broker, queue, cancel_later)
 
 
 def check_exclusive(queue, who, method):

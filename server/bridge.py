@@ -35,7 +35,7 @@ from ..core.bridge.inbox import DROP, Inbox
 from ..core.bridge.inbox import REQUEUE as REQUEUE_UPSTREAM
 from ..core.bridge.outbox import Outbox
 from ..core.session import MESSAGE
-from ..core.topology import bind, declare_queue
+from ..core.topology import add_binding, declare_queue
 from ..ports.clock import Clock, sleep_ms
 from ..ports.interrupt import guarded
 from ..ports.tcp import close_writer
@@ -701,7 +701,7 @@ def _source_queue(broker, settings):
                     "bridge %s: no exchange '%s' to forward from (declare it durable first)"
                     % (settings["name"], exchange)
                 )
-            bind(broker, None, exchange.encode(), queue, settings["binding_key"].encode(), {}, 0)
+            add_binding(broker, broker.exchange(exchange.encode()), queue, settings["binding_key"].encode(), {}, 0)
     except ChannelException as e:
         raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
     return queue

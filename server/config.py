@@ -44,12 +44,17 @@ SECTIONS = {
         "baud",
         "journal_max_bytes",
         "segment_bytes",
+        "definitions",
     ),
     "limits": None,
-    "users": None,
+    "users": None,  # [users.NAME]: USER_KEYS
     "auth": ("loopback_users",),
     "bridge": None,  # [[bridge]]: a list of tables, checked by server/bridge_config.py
 }
+
+
+# The keys of a [users.NAME] table.
+USER_KEYS = ("password_hash", "tags", "permissions", "topic_permissions")
 
 
 class ConfigError(Exception):
@@ -104,24 +109,55 @@ def limits_from(data, path="config", base=None):
 
 
 def users_from(data, path="config"):
+    """The [users.NAME] tables: each user's password hash, tags and permissions on "/" (every
+    permission unless `permissions` or `topic_permissions` says otherwise)."""
     auth = data.get("auth", {})
     loopback = auth.get("loopback_users", ["guest"])
     if not isinstance(loopback, list) or not all(isinstance(u, str) for u in loopback):
         raise ConfigError("%s: [auth] loopback_users must be a list of user names" % path)
     if "users" not in data:
         return Users(loopback_users=loopback)
-    hashes = {}
+    hashes, permissions, tags = {}, {}, {}
     for name, entry in data["users"].items():
+        where = "%s: [users.%s]" % (path, name)
         if not isinstance(entry, dict) or not isinstance(entry.get("password_hash"), str):
-            raise ConfigError(
-                '%s: [users.%s] needs password_hash = "..." (make one with `hutch passwd`)' % (path, name)
-            )
-        unknown = [k for k in entry if k != "password_hash"]
+            raise ConfigError('%s needs password_hash = "..." (make one with `hutch passwd`)' % where)
+        unknown = [k for k in entry if k not in USER_KEYS]
         if unknown:
             raise ConfigError("%s: unknown key '%s' in [users.%s]" % (path, unknown[0], name))
         if decode_hash(entry["password_hash"]) is None:
-            raise ConfigError(
-                "%s: [users.%s] password_hash is not a password hash: make one with `hutch passwd`" % (path, name)
-            )
+            raise ConfigError("%s password_hash is not a password hash: make one with `hutch passwd`" % where)
         hashes[name] = entry["password_hash"]
-    return Users(hashes, loopback_users=loopback)
+        user_tags = entry.get("tags", [])
+        if not isinstance(user_tags, list) or not all(isinstance(t, str) for t in user_tags):
+            raise ConfigError("%s tags must be a list of strings (administrator, monitoring, management)" % where)
+        tags[name] = user_tags
+        permissions[name] = _permissions(entry, where)
+    return Users(hashes, loopback_users=loopback, permissions=permissions, tags=tags)
+
+
+def _permissions(entry, where):
+    """A user's core/access.py Permissions, or None for every permission (no `permissions`, no
+    `topic_permissions`). A pattern that is not one (or that MicroPython's re would mis-match,
+    on a board) is refused here, naming it."""
+    given = entry.get("permissions")
+    topics = entry.get("topic_permissions")
+    if given is None and topics is None:
+        return None
+    from ..core.access import Permissions  # only a config with permissions loads their code
+
+    patterns = []
+    given = {} if given is None else given
+    if not isinstance(given, dict) or [k for k in given if k not in ("configure", "write", "read")]:
+        raise ConfigError("%s permissions must be a table of configure, write and read patterns" % where)
+    for kind in ("configure", "write", "read"):
+        patterns.append(given.get(kind, ".*"))
+    by_exchange = {}
+    for exchange, pair in (topics or {}).items():
+        if not isinstance(pair, dict) or [k for k in pair if k not in ("write", "read")]:
+            raise ConfigError("%s topic_permissions.%s must be a table of write and read patterns" % (where, exchange))
+        by_exchange[exchange.encode()] = (pair.get("write", ".*"), pair.get("read", ".*"))
+    try:
+        return Permissions(patterns[0], patterns[1], patterns[2], by_exchange)
+    except ValueError as e:
+        raise ConfigError("%s %s" % (where, e))

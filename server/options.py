@@ -39,6 +39,12 @@ def add_options(parser):
         **repeat,
     )
     parser.add_argument("--baud", type=int, default=None, help="serial baud rate (default 115200)")
+    parser.add_argument(
+        "--definitions",
+        default=None,
+        metavar="FILE",
+        help="users, permissions, exchanges, queues and bindings to load at start (RabbitMQ's JSON)",
+    )
 
 
 class Options:
@@ -55,6 +61,7 @@ class Options:
         stats_interval=None,
         serial=None,
         baud=None,
+        definitions=None,
     ):
         self.config = config
         self.bind = bind
@@ -65,6 +72,7 @@ class Options:
         self.stats_interval = stats_interval
         self.serial = serial
         self.baud = baud
+        self.definitions = definitions
 
 
 def settings(args):
@@ -95,6 +103,7 @@ def settings(args):
         stats = 60 if sys.implementation.name == "micropython" else 0
     if not isinstance(stats, int) or stats < 0:
         raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
+    users, definitions = _users(data, path, getattr(args, "definitions", None) or server.get("definitions"))
     storage = profile.STORAGE
     journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _size(server, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
@@ -109,7 +118,8 @@ def settings(args):
         "read_size": profile.READ_SIZE,
         "stats_interval": stats,
         "limits": limits,
-        "users": config.users_from(data, path),
+        "users": users,
+        "definitions": definitions,
         # a board's UART by name ("uart2") comes up on the pins its profile wires
         "serial": [
             boards.serial_link(profile, device, explicit_baud) for device in _serial_devices(args.serial, server)
@@ -123,6 +133,27 @@ def needs_tls(opts):
     """Whether these settings speak TLS anywhere: an amqps:// bridge uplink. (Without TLS the
     CPython broker runs without OpenSSL: tools/cli.py.)"""
     return any(uri["tls"] for bridge in opts["bridges"] for uri in bridge["uris"])
+
+
+def _users(data, path, definitions_path):
+    """(the users, the definitions to declare at start or None): the config's [users], and a
+    definitions file's users too (a name in both is an error); without either, guest."""
+    if definitions_path is None:
+        return config.users_from(data, path), None
+    if not isinstance(definitions_path, str):
+        raise config.ConfigError("definitions must be a file name, not %r" % (definitions_path,))
+    from .definitions import read_file  # only a broker with definitions loads their code
+
+    definitions = read_file(definitions_path)
+    loopback = data.get("auth", {}).get("loopback_users", ["guest"])
+    users = definitions.users(loopback)
+    if "users" in data:
+        configured = config.users_from(data, path)
+        both = [name for name in configured.hashes if name in users.hashes]
+        if both:
+            raise config.ConfigError("user '%s' is both in %s and in %s" % (both[0], path, definitions_path))
+        users.merge(configured)
+    return users, definitions
 
 
 def _bridges(data, path):

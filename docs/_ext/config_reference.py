@@ -45,6 +45,9 @@ DESCRIPTIONS = {
     "blocked until acks bring it under 75 %. Default: the board profile's.",
     "server.segment_bytes": "The size of one journal segment file. Default: the profile's, grown in proportion "
     "(up to 8 MiB) when `journal_max_bytes` is raised above the profile's.",
+    "server.definitions": "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): "
+    "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
+    "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
     # [limits]: core/limits.py
     "limits.frame_max": "The largest frame, offered in `connection.tune`. A larger frame closes the connection "
     "with 501 (a client's frame may be 8 octets over, as RabbitMQ allows).",
@@ -85,6 +88,12 @@ DESCRIPTIONS = {
     "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "
     "definitions export. With a `[users]` table, only the users listed exist; without one, the user "
     "`guest` (password `guest`) exists.",
+    "users.tags": "The user's tags, as RabbitMQ's: `administrator`, `monitoring`, `management`.",
+    "users.permissions": '`{configure = "...", write = "...", read = "..."}`: regular expressions the '
+    'names of queues and exchanges must match (searched, not anchored; `""` matches nothing), as '
+    "RabbitMQ's permissions on the virtual host `/`. A pattern not given is `.*`.",
+    "users.topic_permissions": '`{"amq.topic" = {write = "...", read = "..."}}`: per topic exchange, the '
+    "routing keys the user may publish with (write) and bind with (read).",
     "auth.loopback_users": "Users who may log in only from the loopback interface (127.0.0.1, ::1) or a "
     "serial link, as in RabbitMQ.",
     # [[bridge]]: server/bridge_config.py
@@ -132,7 +141,7 @@ DESCRIPTIONS = {
 # The sections whose keys come from elsewhere than SECTIONS' tuple (None there).
 FREE_FORM = {
     "limits": lambda: sorted(Limits().as_dict()),
-    "users": lambda: ["password_hash"],
+    "users": lambda: list(config.USER_KEYS),
     "bridge": lambda: list(bridge_config.KEYS),
 }
 
@@ -266,7 +275,11 @@ def table_profiles():
 
 
 def table_users():
-    return key_table("users", ["password_hash"], {"password_hash": "required"})
+    return key_table(
+        "users",
+        config.USER_KEYS,
+        {"password_hash": "required", "tags": "[]", "permissions": "every permission", "topic_permissions": "none"},
+    )
 
 
 def table_auth():

@@ -85,7 +85,7 @@ def test_requeue_puts_back_at_the_head_redelivered_and_reject_dead_letters():
     broker = Broker(Limits())
     dead = declare_queue(broker, None, b"dead", False, False, False, False, {})
     declare_exchange(broker, None, b"dlx", b"fanout", False, False, False, False, {})
-    bind(broker, None, b"dlx", dead, b"", {}, spec.QUEUE_BIND)
+    bind(broker, None, b"dlx", True, b"dead", b"", {}, spec.QUEUE_BIND)
     queue = declare_queue(broker, None, b"q", False, False, False, False, {"x-dead-letter-exchange": "dlx"})
     for i in range(2):
         broker.publish(broker.default_exchange, message(b"q", b"m%d" % i), Publisher(False))
