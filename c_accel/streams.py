@@ -1,5 +1,5 @@
 """A stream's records into basic.deliver frames in C, called the way core/streams/streamlog.py's
-deliveries() is (server/serve.py hands it to the broker as Broker.stream_deliveries).
+deliveries() is (server/startup.py hands it to the broker as Broker.stream_deliveries).
 
 One call makes the frames of a whole read buffer of records (up to 64 KiB): the CRC-32
 checks, the method frames and the copies of each record's route, header and body, with

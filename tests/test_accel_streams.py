@@ -261,7 +261,7 @@ def test_the_cores_stream_tests_pass_with_the_c_maker(name):
     it make them on CPython (Broker.stream_deliveries: the C twin): damage, gaps, prefetch,
     budgets and every offset form through the C code."""
     module, _ = _core_stream_tests()
-    Broker.stream_deliveries = staticmethod(streams.deliveries)  # (as serve.py sets it on its broker)
+    Broker.stream_deliveries = staticmethod(streams.deliveries)  # (as startup.py sets it on its broker)
     try:
         getattr(module, name)()
     finally:
