@@ -30,7 +30,8 @@ class FrontEnds:
     deadline runs from then, while its header is read too: a client that sends nothing, or
     dribbles its header and stops, is closed at that deadline. Its first octets go through
     first_octets() until they say which front end serves it; then the port holds the chosen
-    connection, and every later read goes to it directly."""
+    connection, and every later read goes to it directly. (A claiming front end's connection
+    is made once its header is whole, and times its own handshake from then.)"""
 
     def __init__(self, runtime, protocol="amqp"):
         self.broker = runtime.broker

@@ -141,7 +141,8 @@ def _listeners(args, server, data, path):
         from .frontends import PROTOCOLS  # (here, not at the top: a board starts with less in its heap)
 
         for table in tables:
-            if table.get("protocol", "amqp") not in PROTOCOLS:
+            protocol = table.get("protocol", "amqp")
+            if not isinstance(protocol, str) or protocol not in PROTOCOLS:
                 raise config.ConfigError(
                     "%s: unknown protocol %r in [[listener]] (known: %s)"
                     % (path, table["protocol"], ", ".join(PROTOCOLS))

@@ -136,6 +136,7 @@ def _serve_config(tmp_path, text, *args):
         ),
         ("[[listener]]\nport = 5999\ntls = true\n", "unknown key 'tls' in [[listener]]"),
         ('[[listener]]\nprotocol = "mqtt"\n', "unknown protocol 'mqtt' in [[listener]] (known: amqp)"),
+        ('[[listener]]\nprotocol = ["amqp"]\n', "unknown protocol ['amqp'] in [[listener]]"),
         ("[[listener]]\nport = 70000\n", "port must be a number from 0 to 65535, not 70000"),
         ("[server]\nport = 5999\n\n[[listener]]\nport = 6000\n", "[server] bind/port and [[listener]] both say"),
         ("listener = 5\n", "listener must be one or more [[listener]] tables"),
