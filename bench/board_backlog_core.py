@@ -2,7 +2,7 @@
 
 bench/board_backlog.py runs this module through the unixboard launcher (hutch in ROMFS, as a
 board runs it), after its served broker: the same broker (`--board esp32`, the same data
-folder layout and disk budget) is built here as serve.py builds it, and the backlog goes in
+folder layout and disk budget) is built here as startup.py builds it, and the backlog goes in
 through Broker.publish, the way every front end publishes, with no socket, task or client.
 So its figures hold only what the queue and its backlog take: a served broker's stats now and
 then also count a finished connection that some stale word in the interpreter keeps alive
@@ -44,14 +44,15 @@ def main(argv):
     data, config, counts = argv[0], argv[1], [int(n) for n in argv[2:]]
     from hutch.core.broker import Broker
     from hutch.core.topology import declare_queue
-    from hutch.server import serve
+    from hutch.server import startup
     from hutch.server.options import parse
+    from hutch.server.runtime import forget
 
     opts = parse(["--board", "esp32", "--config", config, "--data", data])
-    serve.forget("hutch.server.options", "hutch.server.config")
+    forget("hutch.server.options", "hutch.server.config")
     parse = None
     broker = Broker(opts["limits"], opts["users"], lambda level, text, exc=None: None)
-    writer = serve.recover_journal(opts, broker, broker.log)
+    writer = startup.recover_journal(opts, broker, broker.log)
     gc.threshold(max(4096, (gc.mem_free() + gc.mem_alloc()) // 16))  # as ports/heap.py sets it
     declare_queue(broker, None, QUEUE, False, True, False, False, {})
     writer.commit()

@@ -1,5 +1,5 @@
 """A run of whole publishes into a stream's records in C (c_accel/appends.c): what
-amqp091/batch.py's stream_run hands a stream (server/serve.py gives it to the broker as
+amqp091/batch.py's stream_run hands a stream (server/startup.py gives it to the broker as
 Broker.stream_appends).
 
 A publisher into a stream sends run after run of publishes with the same exchange,

@@ -10,7 +10,7 @@ HUTCH_PURE_PYTHON=1 in the environment keeps pure Python (to compare the two, or
 rule the C code out when hunting a bug). Any ImportError, such as an install without a
 compiler, also leaves pure Python in place: the C code is only ever a faster copy of
 amqp091/framing.py (or core/store/paging.py), never something the broker needs. MicroPython has no C accelerator:
-server/serve.py does not import this there.
+server/startup.py does not import this there.
 """
 
 import os

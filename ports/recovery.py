@@ -11,7 +11,7 @@ segments are sealed once the broker has started, so the next start reads their
 summaries. The broker then starts with every record it can still trust, and says what
 it cut or set aside in the log and in DATA/recovery.txt (`hutch ctl status` shows it).
 
-Only needed at start: on a board, server/serve.py drops this module and core/replay.py
+Only needed at start: on a board, server/startup.py drops this module and core/replay.py
 afterwards, so they do not hold heap while the broker runs.
 """
 

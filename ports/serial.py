@@ -1,6 +1,6 @@
 """The serial port: AMQP 0-9-1 over a UART, through the link layer of codec/link.py.
 
-    server = SerialServer(broker, "/dev/ttyUSB0", 115200, log)
+    server = SerialServer(runtime, front, "/dev/ttyUSB0", 115200)
     await server.start()    # opens the port (and keeps trying if it cannot)
     ...
     await server.stop()     # closes the AMQP connection (320), then the port
@@ -9,6 +9,11 @@ One serial line carries one AMQP connection at a time:
 
     UART -> link.receive -> link.take_data -> conn.feed
     conn.take_output -> link.send -> link.take_output -> UART
+
+runtime is the broker's (server/runtime.py: its clock, log, stop on Ctrl-C), which ticks the
+broker; front is the connection factory a listener gets too (server/frontends.py FrontEnds):
+open(peer) makes each connection, first_octets() hands its protocol header to the connection
+of its front end.
 
 A line has no connect or close of its own, so: an AMQP connection starts at
 the protocol header ("AMQP..."); bytes before it (the tail of a connection
@@ -32,9 +37,8 @@ try:
 except ImportError:  # pragma: no cover - every supported Python has it
     asyncio = None
 
-from ..amqp091.connection import Connection
 from ..codec.link import Link
-from .clock import Clock, sleep_ms
+from .clock import sleep_ms
 from .interrupt import guarded
 from .uart import device_name, open_serial
 
@@ -154,20 +158,19 @@ def _stream(port):
 
 
 class SerialServer:
-    def __init__(self, broker, device, baudrate=115200, log=None, clock=None, on_interrupt=None):
-        self.broker = broker
-        self.on_interrupt = on_interrupt  # Ctrl-C on a board: the broker's stop (ports/interrupt.py)
+    def __init__(self, runtime, front, device, baudrate=115200):
+        self.front = front
+        self.on_interrupt = runtime.interrupt  # Ctrl-C on a board: the broker's stop (ports/interrupt.py)
         self.device = device
         self.name = device_name(device)
         if isinstance(device, dict):
             baudrate = device.get("baudrate", baudrate)
         self.baudrate = baudrate
-        self.log = log or broker.log
-        # Share the TCP server's clock: broker.now must come from one clock (on MicroPython
-        # each Clock counts from its own creation). The TCP server also ticks the broker.
-        self.clock = clock or Clock()
+        self.log = runtime.log
+        self.clock = runtime.clock  # the link's timers
         self.link = None
         self.conn = None
+        self.greeting = None  # (peer, octets kept) until the protocol header is known
         self.stream = None
         self._parts = []  # the connection's output the link has not taken yet
         self._part_pos = 0
@@ -315,6 +318,7 @@ class SerialServer:
     def _drop_conn(self):
         conn = self.conn
         self.conn = None
+        self.greeting = None
         if conn is not None and not conn.closed:
             conn.lost()
         self._parts = []
@@ -355,11 +359,19 @@ class SerialServer:
             data = self._find_header(data)
             if not data or self._stopping:
                 return
-            self.broker.now = self.clock.now_ms()
-            self.conn = Connection(self.broker, {"transport": "serial", "address": self.name, "port": 0})
-            self.conn.wake = self._event.set
+            peer = {"transport": "serial", "address": self.name, "port": 0}
+            self.attach(self.front.open(peer))
+            self.greeting = (peer, b"")
             self.log("debug", "serial %s: AMQP connection starting" % self.name)
-        self.conn.feed(data)
+        if self.greeting is not None:  # the protocol header: its octets choose the connection
+            self.front.first_octets(self, data)
+        else:
+            self.conn.feed(data)
+
+    def attach(self, conn):
+        """Serve this connection (the one the header started, or the one it chose)."""
+        self.conn = conn
+        conn.wake = self._event.set
 
     def _find_header(self, data):
         """`data` from the first "AMQP" on, or b"" (keeping a possible start of one) if none yet."""

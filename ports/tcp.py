@@ -1,8 +1,16 @@
-"""The TCP port: an asyncio server that drives the sans-IO core.
+"""The TCP port: an asyncio listener that moves bytes between sockets and connections.
 
 The same code runs on CPython's asyncio and MicroPython's asyncio, so it uses
 only what both have: start_server, StreamReader.read, StreamWriter.write/drain,
 Event, create_task, sleep_ms/sleep.
+
+A listener is handed the runtime (server/runtime.py: the broker, its clock and
+heap monitor, the stop on Ctrl-C), which ticks the broker and stops the
+listeners in order (close, the clients' grace, abort), and its connection
+factory (server/frontends.py FrontEnds): open(peer) makes the connection a
+client starts with, and first_octets() feeds the client's protocol header to
+the connection of its front end. Ports only move bytes: no front end is
+imported here.
 
 Per client there are two tasks: a reader that feeds bytes to the connection,
 and a writer that sends what the connection produced. Only the writer writes,
@@ -14,8 +22,6 @@ from another client's publish), which wakes both tasks.
 import asyncio
 import sys
 
-from ..amqp091.connection import Connection
-from .clock import Clock, sleep_ms
 from .interrupt import interrupted
 
 MICROPYTHON = sys.implementation.name == "micropython"
@@ -23,7 +29,6 @@ MICROPYTHON = sys.implementation.name == "micropython"
 # every read, which soon fragments a small heap (a 2 MB unix heap fails within a few hundred
 # reads of 64 KiB), so there the port reads into one buffer it keeps and copies what arrived.
 # Its size comes from the board profile (READ_SIZE).
-TICK_MS = 200
 
 
 def peer_address(info):
@@ -57,104 +62,87 @@ def _no_delay(writer):
             pass  # a port without the option: still correct, only slower
 
 
-class TcpServer:
-    def __init__(self, broker, host="0.0.0.0", port=5672, log=None, read_size=65536, monitor=None, on_interrupt=None):
-        self.broker = broker
-        # Ctrl-C on MicroPython (no signal module) raises KeyboardInterrupt in whatever runs at
-        # that moment. In a client's task it would end the task, and the client would lose the
-        # 320 CONNECTION_FORCED a shutdown owes it: the task calls on_interrupt (the broker's
-        # stop) instead and goes on.
-        self.on_interrupt = on_interrupt
+class TcpListener:
+    def __init__(self, runtime, front, host="0.0.0.0", port=5672, read_size=65536, read_buffer=None):
+        self.runtime = runtime
+        self.front = front  # the connection factory (server/frontends.py FrontEnds)
         self.host = host
         self.port = port
-        self.log = log or broker.log
-        self.clock = Clock()
+        self.log = runtime.log
         self.server = None
         self.clients = []
-        self._stopping = False
         self.read_size = read_size
-        self.read_buffer = bytearray(read_size) if MICROPYTHON else None
-        self.monitor = monitor  # sampled every tick: heap watch and stats (ports/heap.py)
+        # Shared by every client (another listener's, if given): safe, because what readinto()
+        # put there is copied out before the reading task awaits again.
+        if read_buffer is None and MICROPYTHON:
+            read_buffer = bytearray(read_size)
+        self.read_buffer = read_buffer
 
     async def start(self):
+        """Listen (OSError if the port cannot be had)."""
         self.server = await asyncio.start_server(self._client, self.host, self.port)
-        self._ticker = asyncio.create_task(self._tick_loop())
-        self.log("info", "listening for AMQP 0-9-1 on %s:%d" % (self.host, self.port))
-
-    async def _tick_loop(self):
-        broker = self.broker
-        clock = self.clock
-        while not self._stopping:
-            try:
-                now = clock.now_ms()
-                broker.tick(now, clock.wall_seconds())
-                if self.monitor is not None:
-                    self.monitor.sample(now)
-                await sleep_ms(TICK_MS)
-            except KeyboardInterrupt:
-                interrupted(self.on_interrupt)
 
     async def _client(self, reader, writer):
         host, port = peer_address(writer.get_extra_info("peername"))
-        broker = self.broker
-        broker.now = self.clock.now_ms()
         if MICROPYTHON:
             _no_delay(writer)
-        if self.monitor is not None and self.monitor.measures:
-            self.monitor.watch()  # fresh figures, so a client that does not fit is refused with 530
-        conn = None
+        if self.runtime.monitor.measures:
+            self.runtime.monitor.watch()  # fresh figures, so a client that does not fit is refused with 530
+        client = None
         try:
-            conn = Connection(broker, {"address": host, "port": port, "transport": "tcp"})
-            client = _Client(conn, reader, writer, self.read_size, self.read_buffer, self.on_interrupt)
-            reader_task = asyncio.create_task(client.read_loop(self.log, self.monitor))
+            client = _Client(self, reader, writer, host, port)
+            reader_task = asyncio.create_task(client.read_loop())
         except MemoryError:
             # Not even room for this client's state, so no AMQP to speak yet: hang up. (Once
             # it runs, a lack of memory closes a connection with 506: see _Client.read_loop.)
             self.log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
-            if conn is not None:
-                conn.lost()
+            if client is not None:
+                client.conn.lost()
             await close_writer(writer)
             return
         self.clients.append(client)
-        self.log("debug", "%s: accepted" % conn.name)
+        self.log("debug", "%s: accepted" % client.conn.name)
         try:
-            await client.write_loop(self.log)  # returns once the connection is closed and flushed
+            await client.write_loop()  # returns once the connection is closed and flushed
         finally:
             reader_task.cancel()
             self.clients.remove(client)
-            if not conn.closed:
-                conn.lost()
+            if not client.conn.closed:
+                client.conn.lost()
 
-    async def stop(self, grace_ms=2000):
-        """Close every connection with 320 CONNECTION_FORCED, then stop listening."""
-        self._stopping = True
+    def close(self):
+        """Accept no more clients (the runtime's shutdown: then the grace, then abort())."""
         if self.server is not None:
             self.server.close()
-        self.broker.shutdown()
-        waited = 0
-        while self.clients and waited < grace_ms:
-            await sleep_ms(50)
-            waited += 50
-            self.broker.tick(self.clock.now_ms(), self.clock.wall_seconds())
+
+    async def abort(self):
+        """Hang up on the clients still here (the end of a shutdown's grace time); wait until
+        the listening socket is closed."""
         for client in list(self.clients):
             await client.abort()
         if self.server is not None:
             await self.server.wait_closed()
-        self.log("info", "stopped")
 
 
 class _Client:
-    def __init__(self, conn, reader, writer, read_size, read_buffer=None, on_interrupt=None):
-        self.conn = conn
-        self.on_interrupt = on_interrupt
-        self.read_size = read_size
-        # Shared by every client of the server: safe, because what readinto() put there is
-        # copied out before this task awaits again.
-        self.read_buffer = read_buffer
+    def __init__(self, listener, reader, writer, host, port):
+        self.listener = listener
         self.reader = reader
         self.writer = writer
         self.output = asyncio.Event()  # the writer has something to do: output, or the end
         self.ready = asyncio.Event()  # the reader may go on: reading resumed, or output caught up
+        # The peer is made here, not in the accepting task, whose frame lives as long as the
+        # client: held by the greeting alone, it is garbage once the header is read. The
+        # connection comes last: nothing runs out of memory after it is made.
+        peer = {"address": host, "port": port, "transport": "tcp"}
+        self.greeting = (peer, b"")  # until the protocol header is known (FrontEnds.first_octets)
+        wake = self._wake
+        self.conn = conn = listener.front.open(peer)
+        conn.wake = wake
+
+    def attach(self, conn):
+        """Serve this connection (the one made at accept, or the one its header chose)."""
+        self.conn = conn
         conn.wake = self._wake
 
     def _wake(self):
@@ -167,10 +155,15 @@ class _Client:
         self.output.set()
         await close_writer(self.writer)
 
-    async def read_loop(self, log, monitor=None):
-        conn = self.conn
+    # Ctrl-C on MicroPython (no signal module) raises KeyboardInterrupt in whatever runs at that
+    # moment. In a client's task it would end the task, and the client would lose the 320
+    # CONNECTION_FORCED a shutdown owes it: the task asks for the broker's stop
+    # (runtime.interrupt) instead and goes on.
+
+    async def read_loop(self):
+        monitor = self.listener.runtime.monitor
         try:
-            while not conn.closed:
+            while not self.conn.closed:
                 try:
                     if not await self._read_some(monitor):
                         break
@@ -178,17 +171,18 @@ class _Client:
                     # Raised amid a read or its parsing: those bytes are gone, and what follows
                     # no longer lines up with a frame. The broker stops now; this client still
                     # gets its 320 from the writer, and its answer is not waited for.
-                    interrupted(self.on_interrupt)
+                    interrupted(self.listener.runtime.interrupt)
                     break
         except asyncio.CancelledError:
             raise
         except MemoryError:
-            conn.out_of_memory()
+            self.conn.out_of_memory()
         except Exception as e:  # a reset socket, or a bug: either way this client is done
+            conn = self.conn
             if isinstance(e, OSError):
-                log("debug", "%s: socket error while reading: %r" % (conn.name, e))
+                self.listener.log("debug", "%s: socket error while reading: %r" % (conn.name, e))
             else:
-                log("error", "%s: port error: %r" % (conn.name, e), e)
+                self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)
             conn.lost()
         self.output.set()
 
@@ -205,25 +199,29 @@ class _Client:
         data = await self._read()
         if data is None:
             return True
+        if self.greeting is not None:  # the protocol header: its octets choose the connection
+            self.listener.front.first_octets(self, data)
+            conn = self.conn
+        elif data:
+            conn.feed(data)
         if not data:
             conn.eof()
             return False
-        conn.feed(data)
-        if monitor is not None and monitor.measures:
+        if monitor.measures:
             monitor.fed(len(data))  # a burst of publishes can outrun the tick's sampling
         return True
 
     async def _read(self):
         """Bytes from the socket (b"" at the end, None if woken without data)."""
-        if self.read_buffer is None:
-            return await self.reader.read(self.read_size)
-        n = await self.reader.readinto(self.read_buffer)
+        # (no locals: this frame waits as long as the client is idle, and each costs heap)
+        if self.listener.read_buffer is None:
+            return await self.reader.read(self.listener.read_size)
+        n = await self.reader.readinto(self.listener.read_buffer)  # shared by every client (MicroPython)
         if n is None:  # woken without data (EAGAIN)
             return None
-        return memoryview(self.read_buffer)[:n]  # the core copies what it keeps
+        return memoryview(self.listener.read_buffer)[:n]  # the core copies what it keeps
 
-    async def write_loop(self, log):
-        conn = self.conn
+    async def write_loop(self):
         try:
             while True:
                 try:
@@ -231,17 +229,17 @@ class _Client:
                     self.output.clear()
                     await self._flush()
                 except KeyboardInterrupt:
-                    interrupted(self.on_interrupt)
+                    interrupted(self.listener.runtime.interrupt)
                     self._wake()  # look again at what is left to write
                     continue
                 self.ready.set()
-                if conn.closed:
+                if self.conn.closed:
                     break
         except OSError as e:
-            log("debug", "%s: socket error while writing: %r" % (conn.name, e))
-            conn.lost()
+            self.listener.log("debug", "%s: socket error while writing: %r" % (self.conn.name, e))
+            self.conn.lost()
         except MemoryError:
-            conn.dropped()  # not even room to say why; the client sees the socket close
+            self.conn.dropped()  # not even room to say why; the client sees the socket close
         finally:
             self.ready.set()
             await close_writer(self.writer)

@@ -26,8 +26,7 @@ full queue, sees the FIN at once. So the sockets not read are watched for that a
 import asyncio
 import select
 
-from ..amqp091.connection import Connection
-from .tcp import TcpServer, peer_address
+from .tcp import TcpListener, peer_address
 
 EPOLLRDHUP = getattr(select, "EPOLLRDHUP", None)  # Linux: elsewhere a hang-up shows once read
 
@@ -74,8 +73,8 @@ class _HangUps:
         self.epoll.close()
 
 
-class ProtocolServer(TcpServer):
-    """TcpServer with the same start/stop/tick, serving clients through _ClientProtocol."""
+class ProtocolListener(TcpListener):
+    """TcpListener with the same start/close/abort, serving clients through _ClientProtocol."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -93,12 +92,16 @@ class ProtocolServer(TcpServer):
         loop = asyncio.get_running_loop()
         if EPOLLRDHUP is not None:
             self.hang_ups = _HangUps(loop)
-        self.server = await loop.create_server(lambda: _ClientProtocol(self, loop), self.host, self.port)
-        self._ticker = asyncio.create_task(self._tick_loop())
-        self.log("info", "listening for AMQP 0-9-1 on %s:%d" % (self.host, self.port))
+        try:
+            self.server = await loop.create_server(lambda: _ClientProtocol(self, loop), self.host, self.port)
+        except OSError:
+            if self.hang_ups is not None:
+                self.hang_ups.close()
+                self.hang_ups = None
+            raise
 
-    async def stop(self, grace_ms=2000):
-        await super().stop(grace_ms)
+    async def abort(self):
+        await super().abort()
         if self.hang_ups is not None:
             self.hang_ups.close()
             self.hang_ups = None
@@ -125,22 +128,28 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
         self.watched_fd = -1  # its socket's number while the server's _HangUps watches it
+        self.greeting = None  # (peer, octets kept) until the protocol header is known
 
     def connection_made(self, transport):
         self.transport = transport
         server = self.server
         host, port = peer_address(transport.get_extra_info("peername"))
-        server.broker.now = server.clock.now_ms()
+        peer = {"address": host, "port": port, "transport": "tcp"}
         try:
-            conn = Connection(server.broker, {"address": host, "port": port, "transport": "tcp"})
+            conn = server.front.open(peer)
         except MemoryError:
             server.log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
             transport.abort()
             return
-        conn.wake = self._wake
-        self.conn = conn
+        self.greeting = (peer, b"")
+        self.attach(conn)
         server.clients.append(self)
         server.log("debug", "%s: accepted" % conn.name)
+
+    def attach(self, conn):
+        """Serve this connection (the one made at accept, or the one its header chose)."""
+        conn.wake = self._wake
+        self.conn = conn
 
     def get_buffer(self, sizehint):
         return self.buffer
@@ -155,7 +164,11 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         server = self.server
         server.feeding = True
         try:
-            conn.feed(data)
+            if self.greeting is None:
+                conn.feed(data)
+            else:  # the protocol header: its octets choose the connection
+                server.front.first_octets(self, data)
+                conn = self.conn
         except MemoryError:
             conn.out_of_memory()
         except Exception as e:  # a bug in the port: it costs this client, never the broker
@@ -168,6 +181,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def eof_received(self):
         if self.conn is not None and not self.conn.closed:
+            if self.greeting is not None:  # octets kept of a header cut short go to the connection
+                self.server.front.first_octets(self, b"")
             self.conn.eof()
             self._wake()
         return False  # let the transport close itself

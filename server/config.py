@@ -1,7 +1,7 @@
 """The broker's config file: TOML on CPython (tomllib), JSON where tomllib is missing.
 
     [server]
-    bind = "0.0.0.0"
+    bind = "0.0.0.0"        # the short form of one [[listener]]
     port = 5672
     data = "hutch-data"     # the journal: durable definitions and persistent messages
     journal_max_bytes = 1073741824   # disk budget (default: the board profile's)
@@ -17,6 +17,11 @@
 
     [auth]
     loopback_users = ["guest"]   # these users may only log in from 127.0.0.1/::1
+
+    [[listener]]          # as many as you like, instead of [server] bind/port
+    protocol = "amqp"     # (the default; AMQP 0-9-1, and 1.0 once it is served)
+    bind = "0.0.0.0"
+    port = 5672
 
 Every mistake is reported as ConfigError with the file and key, so `hutch
 serve` can print one readable line instead of a traceback.
@@ -50,6 +55,7 @@ SECTIONS = {
     "users": None,  # [users.NAME]: USER_KEYS
     "auth": ("loopback_users",),
     "bridge": None,  # [[bridge]]: a list of tables, checked by server/bridge_config.py
+    "listener": ("protocol", "bind", "port"),  # [[listener]]: a list of tables, each with these keys
 }
 
 
@@ -86,16 +92,25 @@ def read(path):
             raise ConfigError("%s: unknown section [%s] (known: %s)" % (path, section, ", ".join(sorted(SECTIONS))))
         if section == "bridge":
             continue
+        if section == "listener":
+            tables = data[section]
+            if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+                raise ConfigError("%s: listener must be one or more [[listener]] tables" % path)
+            for table in tables:
+                _known_keys(path, "[[listener]]", table, SECTIONS[section])
+            continue
         if not isinstance(data[section], dict):
             raise ConfigError("%s: [%s] must be a table" % (path, section))
         allowed = SECTIONS[section]
         if allowed is not None:
-            for key in data[section]:
-                if key not in allowed:
-                    raise ConfigError(
-                        "%s: unknown key '%s' in [%s] (known: %s)" % (path, key, section, ", ".join(allowed))
-                    )
+            _known_keys(path, "[%s]" % section, data[section], allowed)
     return data
+
+
+def _known_keys(path, where, table, allowed):
+    for key in table:
+        if key not in allowed:
+            raise ConfigError("%s: unknown key '%s' in %s (known: %s)" % (path, key, where, ", ".join(allowed)))
 
 
 def limits_from(data, path="config", base=None):

@@ -2,7 +2,18 @@
 # all of it, the broker's entry point that firmware/main.py starts.
 package(
     "hutch/server",
-    files=("__init__.py", "bridge.py", "bridge_config.py", "config.py", "definitions.py", "options.py", "serve.py"),
+    files=(
+        "__init__.py",
+        "bridge.py",
+        "bridge_config.py",
+        "config.py",
+        "definitions.py",
+        "frontends.py",
+        "options.py",
+        "runtime.py",
+        "serve.py",
+        "startup.py",
+    ),
 )
 # a bridge's upstream side is the sensor client's protocol (imported only with a [[bridge]])
 package("hutch/client", files=("__init__.py", "clock.py", "protocol.py"))

@@ -80,9 +80,7 @@ def settings(args):
     data = config.read(args.config)
     server = data.get("server", {})
     path = args.config or "config"
-    port = args.port if args.port is not None else server.get("port", 5672)
-    if not isinstance(port, int) or not 0 <= port <= 65535:
-        raise config.ConfigError("port must be a number from 0 to 65535, not %r" % (port,))
+    listeners = _listeners(args, server, data, path)
     level = args.log_level or server.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
         raise config.ConfigError("log level must be debug, info, warning or error, not %r" % (level,))
@@ -108,8 +106,7 @@ def settings(args):
     journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _size(server, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     return {
-        "bind": args.bind or server.get("bind", "0.0.0.0"),
-        "port": port,
+        "listeners": listeners,
         "data": args.data or server.get("data", storage["path"]),
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
@@ -154,6 +151,55 @@ def _users(data, path, definitions_path):
             raise config.ConfigError("user '%s' is both in %s and in %s" % (both[0], path, definitions_path))
         users.merge(configured)
     return users, definitions
+
+
+def _listeners(args, server, data, path):
+    """Where the broker listens: [{"protocol": "amqp", "bind": ADDRESS, "port": N}, ...].
+
+    --bind/--port and [server] bind/port are the short form of one AMQP listener; [[listener]]
+    tables name any number. The command line wins over the config file, as every option does:
+    given --bind or --port, the broker listens there alone, and the config's [[listener]]s
+    are not opened (so a script or a test starts a broker on a port of its choosing, whatever
+    its config holds); they are still checked. A config file that has both forms is refused:
+    which one it means cannot be told."""
+    tables = data.get("listener")
+    listeners = None
+    if tables is not None:
+        if "bind" in server or "port" in server:
+            raise config.ConfigError(
+                "%s: [server] bind/port and [[listener]] both say where to listen: keep one" % path
+            )
+        from .frontends import PROTOCOLS  # (here, not at the top: a board starts with less in its heap)
+
+        for table in tables:
+            protocol = table.get("protocol", "amqp")
+            if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+                raise config.ConfigError(
+                    "%s: unknown protocol %r in [[listener]] (known: %s)"
+                    % (path, table["protocol"], ", ".join(PROTOCOLS))
+                )
+        listeners = _checked_listeners(tables, path)
+    if listeners is None or args.bind is not None or args.port is not None:
+        short = {"port": args.port if args.port is not None else server.get("port", 5672)}
+        short["bind"] = args.bind or server.get("bind", "0.0.0.0")
+        listeners = _checked_listeners([short], path)
+    return listeners
+
+
+def _checked_listeners(tables, path):
+    listeners = []
+    for table in tables:
+        bind = table.get("bind", "0.0.0.0")
+        if not isinstance(bind, str):
+            raise config.ConfigError("bind must be an address, not %r" % (bind,))
+        port = table.get("port", 5672)
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise config.ConfigError("port must be a number from 0 to 65535, not %r" % (port,))
+        for other in listeners:
+            if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
+                raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
+        listeners.append({"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port})
+    return listeners
 
 
 def _bridges(data, path):

@@ -261,7 +261,7 @@ def test_the_cores_stream_tests_pass_with_the_c_maker(name):
     it make them on CPython (amqp091/output.py use_accelerator: the C twin): damage, gaps,
     prefetch, budgets and every offset form through the C code."""
     module, _ = _core_stream_tests()
-    output.use_accelerator(streams.deliveries)  # (as serve.py installs it)
+    output.use_accelerator(streams.deliveries)  # (as server/startup.py installs it)
     try:
         getattr(module, name)()
     finally:

@@ -48,6 +48,11 @@ DESCRIPTIONS = {
     "server.definitions": "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): "
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
+    # [[listener]]: server/options.py _listeners
+    "listener.protocol": '`"amqp"`: AMQP 0-9-1 (RabbitMQ\'s name for its AMQP listener). A client\'s protocol '
+    "header is read first; any other header is answered with 0-9-1's before the socket closes.",
+    "listener.bind": "The address to listen on.",
+    "listener.port": "The TCP port. Two listeners on one address and port are refused.",
     # [limits]: core/limits.py
     "limits.frame_max": "The largest frame, offered in `connection.tune`. A larger frame closes the connection "
     "with 501 (a client's frame may be 8 octets over, as RabbitMQ allows).",
@@ -253,6 +258,10 @@ def table_server():
     return key_table("server", config.SECTIONS["server"], server_defaults())
 
 
+def table_listener():
+    return key_table("listener", config.SECTIONS["listener"], {"protocol": "amqp", "bind": "0.0.0.0", "port": 5672})
+
+
 def table_limits():
     defaults = Limits().as_dict()
     return key_table("limits", sorted(defaults), defaults)
@@ -310,7 +319,7 @@ def table_bridge_uri():
 
 # The sections with a table of their own above; every other section of SECTIONS is shown by
 # table_other_sections, so a section added to the schema appears in the reference at once.
-OWN_TABLES = ("server", "limits", "users", "auth", "wifi", "bridge")
+OWN_TABLES = ("server", "listener", "limits", "users", "auth", "wifi", "bridge")
 
 
 def table_other_sections():
@@ -329,6 +338,7 @@ def table_other_sections():
 TABLES = {
     "other-sections": table_other_sections,
     "server": table_server,
+    "listener": table_listener,
     "limits": table_limits,
     "profiles": table_profiles,
     "users": table_users,

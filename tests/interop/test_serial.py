@@ -324,8 +324,12 @@ def test_a_connection_starts_at_the_protocol_header():
 
     from hutch.core.broker import Broker
     from hutch.ports.serial import SerialServer
+    from hutch.server.frontends import FrontEnds
+    from hutch.server.runtime import Runtime
 
-    server = SerialServer(Broker(), "/dev/ttyTEST")
+    broker = Broker()
+    runtime = Runtime(broker, broker.log)
+    server = SerialServer(runtime, FrontEnds(runtime), "/dev/ttyTEST")
     server._event = asyncio.Event()
     server._feed(b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x33\xce then AM")
     assert server.conn is None

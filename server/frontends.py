@@ -1,0 +1,78 @@
+"""The protocol front ends a listener hands its clients to, and the sniffer that chooses one.
+
+Every listener (server/startup.py makes them from the config: a port of ports/ on one
+bind:port) and the serial links are handed a FrontEnds: their connection factory. A port calls
+
+    conn = front.open(peer)             # at accept: the connection it starts with
+    front.first_octets(client, data)    # while client.greeting is set: see FrontEnds
+
+A client's first octets are its protocol header, and they choose the front end: PROTOCOLS
+says, per listener protocol, which front end takes which header.
+"""
+
+from ..amqp091.connection import Connection
+
+# A listener's protocol, named as RabbitMQ names its listeners ("amqp": AMQP on TCP) -> (what its
+# listener says it serves, the front end of every header not claimed, {header: the front end
+# that claims it}). 0-9-1's takes every header by default: its handshake answers a header it
+# does not speak with its own and hangs up, as RabbitMQ does (amqp091/handshake.py). The AMQP
+# 1.0 front end will claim its two headers (plain and SASL) with one line:
+#     AMQP_CLAIMS[b"AMQP\x00\x01\x00\x00"] = AMQP_CLAIMS[b"AMQP\x03\x01\x00\x00"] = amqp10.Connection
+AMQP_CLAIMS = {}
+PROTOCOLS = {"amqp": ("AMQP 0-9-1", Connection, AMQP_CLAIMS)}
+
+
+class FrontEnds:
+    """The connections one listener (or the serial links) makes: a front end's Connection(broker,
+    peer), with feed/take_output/tick/lost/eof/wake as amqp091/connection.py has them.
+
+    A client starts with the default front end's connection, made at accept, so its handshake
+    deadline runs from then, while its header is read too: a client that sends nothing, or
+    dribbles its header and stops, is closed at that deadline. Its first octets go through
+    first_octets() until they say which front end serves it; then the port holds the chosen
+    connection, and every later read goes to it directly. (A claiming front end's connection
+    is made once its header is whole, and times its own handshake from then.)"""
+
+    def __init__(self, runtime, protocol="amqp"):
+        self.broker = runtime.broker
+        self.clock = runtime.clock
+        _title, self.default, self.claims = PROTOCOLS[protocol]
+
+    def open(self, peer):
+        """The connection a client starts with (peer: its "address", "port" and "transport").
+        The port sets client.greeting = (peer, b"") and calls first_octets() with what it reads."""
+        self.broker.now = self.clock.now_ms()  # its deadline counts from now, not from the last tick
+        return self.default(self.broker, peer)
+
+    def first_octets(self, client, data):
+        """What a client sent (data; b"" at the end of its stream) while its protocol header
+        was not known (client.greeting: its peer and the octets kept so far). Feeds the octets
+        to the connection of their front end, once they say which: client.conn, or a claiming
+        front end's (client.attach(conn) then, and open()'s is given up without a word). Until
+        then, while they may still become a claimed header, they are kept."""
+        peer, kept = client.greeting
+        ended = not data
+        if kept:
+            data = kept + bytes(data)
+        claims = self.claims
+        make = None
+        if claims:
+            start = bytes(data[:8])  # (a memoryview equals no bytes on MicroPython)
+            for header in claims:
+                if start[: len(header)] == header:
+                    make = claims[header]
+                    break
+            else:
+                for header in claims:
+                    if not ended and len(start) < len(header) and header[: len(start)] == start:
+                        client.greeting = (peer, bytes(data))  # may still become this header
+                        return
+        client.greeting = None
+        if make is not None:
+            opened = client.conn
+            opened.wake = None  # given up: the port has nothing to send for it
+            opened.lost()
+            self.broker.now = self.clock.now_ms()
+            client.attach(make(self.broker, peer))
+        if data:
+            client.conn.feed(data)

@@ -1,0 +1,183 @@
+"""The broker's start: what `hutch serve` composes from its settings, in order.
+
+    lock = claim_data_folder(opts["data"])    # before anything in it is read or written
+    runtime = await start(opts, log, stop_event)
+
+start() builds the broker, reads its journal back, makes the runtime (server/runtime.py) and
+starts the bridges, the listeners of the config (opts["listeners"]: a port of ports/ each, handed
+the runtime and the FrontEnds of its protocol, server/frontends.py) and the serial links; then
+the runtime runs them (server/serve.py). Needed only until the broker runs: a board forgets
+this module then, and its heap keeps none of it.
+"""
+
+import os
+import sys
+
+from ..core.broker import VERSION, Broker
+from .frontends import PROTOCOLS, FrontEnds
+from .runtime import Runtime, StartError, forget
+
+
+def platform_name():
+    impl = sys.implementation
+    version = ".".join(str(v) for v in impl.version[:3])
+    return "%s %s" % ("MicroPython" if impl.name == "micropython" else "CPython", version)
+
+
+def _make_dirs(path):
+    parts = path.split("/")
+    for i in range(1, len(parts) + 1):
+        step = "/".join(parts[:i])
+        if step and not _exists(step):
+            os.mkdir(step)
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def choose_frame_reader():
+    """On CPython, the C frame scanner's reader if it was built (c_accel/loader.py): (a line for
+    the log, the reader factory or None). On MicroPython, which has no accelerator, (None, None):
+    there c_accel is never imported and connections read frame by frame."""
+    if sys.implementation.name == "micropython":
+        return None, None
+    from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
+
+    return loader.frame_reader()
+
+
+def status_writer(folder, broker, log, bridges=()):
+    """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
+    a board writes none (no one reads it there, and its flash has no writes to spare)."""
+    if sys.implementation.name == "micropython":
+        return None
+    from ..ports.status_file import StatusWriter  # pyright: ignore[reportMissingImports] (host only)
+
+    extra = {"bridges": lambda: [bridge.status() for bridge in bridges]} if bridges else None
+    writer = StatusWriter(folder, broker, log, extra)
+    writer.start()
+    return writer
+
+
+def recover_journal(opts, broker, log):
+    """Durable definitions and persistent messages come back before any client connects.
+    The code that reads them back is only needed now: a board forgets it afterwards, so
+    its heap does not keep it."""
+    from ..ports.recovery import recover
+
+    # CPython checks sealed segments' data once it serves (ports/verify.py); a board, before
+    check_later = sys.implementation.name != "micropython"
+    writer = recover(opts["data"], broker, opts["segment_bytes"], opts["journal_max_bytes"], log, check_later)
+    del recover
+    forget(
+        "hutch.ports.recovery", "hutch.ports.repair", "hutch.core.replay", "hutch.core.store.paging"
+    )  # paging: until a queue pages
+    return writer
+
+
+def claim_data_folder(path):
+    """Make the data folder if it is missing and take its lock (CPython: ports/folder_lock.py)
+    before anything in it is read or written; the lock, or None on a board, where one process
+    owns the filesystem and MicroPython has no flock. StartError (exit 1) naming the folder if
+    it cannot be used (another broker holds it, it is a file, it is not writable)."""
+    try:
+        _make_dirs(path)
+    except OSError as e:
+        raise StartError("cannot use data folder %s: %s" % (path, getattr(e, "strerror", None) or e), 1)
+    if sys.implementation.name == "micropython":
+        return None
+    from ..ports.folder_lock import FolderInUse, lock_folder  # pyright: ignore[reportMissingImports] (host only)
+
+    try:
+        return lock_folder(path)
+    except FolderInUse as e:
+        raise StartError(str(e), 1)
+    except OSError as e:
+        raise StartError("cannot use data folder %s: %s" % (path, e.strerror or e), 1)
+
+
+async def start(opts, log, stop_event):
+    """The broker and everything it serves, started: its runtime, to run."""
+    line, frame_reader = choose_frame_reader()
+    if line is not None:
+        log("info", line)
+    entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
+    broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
+    finder = None
+    if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries and
+        from ..amqp091 import output
+        from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only)
+
+        output.use_accelerator(loader.stream_deliveries())
+        finder = loader.message_finder()  # the page-ins' message finder too
+    journal = recover_journal(opts, broker, log)
+    if finder is not None:
+        journal.journal.find_messages = finder
+    definitions = opts["definitions"]
+    if definitions is not None:  # after the journal: what the file declares again is a redeclare
+        for line in definitions.unsupported:
+            log("warning", "definitions: left out, hutch has no counterpart: %s" % line)
+        definitions.apply(broker, log)
+    runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
+    runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
+    await start_listeners(runtime, opts["listeners"], opts["read_size"])
+    journal.start()
+    runtime.journal = journal
+    if opts["serial"]:
+        from ..ports.serial import SerialServer  # only a broker with serial links loads it
+
+        front = FrontEnds(runtime)  # AMQP, its header after whatever a closed connection left
+        for device in opts["serial"]:
+            runtime.serials.append(SerialServer(runtime, front, device, opts["baud"]))
+            await runtime.serials[-1].start()
+    for bridge in runtime.bridges:
+        bridge.start()
+    runtime.status = status_writer(opts["data"], broker, log, runtime.bridges)
+    runtime.monitor.fit(broker.limits)
+    board = " (board profile %s)" % opts["board"] if opts["board"] else ""
+    log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
+    return runtime
+
+
+async def start_listeners(runtime, listeners, read_size):
+    """Open the config's listeners (protocol, bind, port) into runtime.listeners; StartError
+    (exit 1) for the first that cannot, the others closed again. On CPython, the port built on
+    asyncio's protocol callbacks (faster); on MicroPython, whose asyncio has only streams, the
+    stream port."""
+    if sys.implementation.name == "micropython":
+        from ..ports.tcp import TcpListener as Listener
+    else:
+        from ..ports.tcp_cpython import ProtocolListener as Listener  # pyright: ignore[reportMissingImports] (host only)
+    read_buffer = None
+    for entry in listeners:
+        protocol, bind, port = entry["protocol"], entry["bind"], entry["port"]
+        listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer)
+        read_buffer = listener.read_buffer  # one for every listener's clients (MicroPython)
+        try:
+            await listener.start()
+        except OSError as e:  # most often: the port is taken
+            for opened in runtime.listeners:  # closed again (a client that came meanwhile: hung up on)
+                opened.close()
+                await opened.abort()
+            raise StartError("cannot listen on %s:%d: %s" % (bind, port, getattr(e, "strerror", None) or e), 1)
+        runtime.listeners.append(listener)
+        runtime.log("info", "listening for %s on %s:%d" % (PROTOCOLS[protocol][0], bind, port))
+
+
+def make_bridges(settings, runtime, data_folder):
+    """The config's [[bridge]]s, their queues set up (server/bridge.py; not imported without one);
+    StartError (exit 2) if one does not fit what the broker holds (its source exchange missing)."""
+    if not settings:
+        return []
+    from .bridge import Bridge, BridgeError, node_id
+
+    node = node_id(data_folder)
+    try:
+        return [Bridge(runtime.broker, one, runtime.log, runtime.clock, node, runtime.interrupt) for one in settings]
+    except BridgeError as e:
+        raise StartError(str(e), 2)
