@@ -112,7 +112,9 @@ class Connection:
         self.max_payload = limits.frame_max - 8  # the most a frame we send carries
         # the most a client's frame may carry: RabbitMQ takes frame_max + 8 octets in all,
         # for clients (AMQPStorm, rabbitpy) that fill a body frame's payload to frame_max
-        self.accept_payload = limits.frame_max
+        # Before tune-ok a frame may carry no more than the smallest frame_max (RabbitMQ: 4096
+        # in all): a client that has not logged in cannot make the broker buffer more.
+        self.accept_payload = spec.FRAME_MIN_SIZE - 8
         self.channel_max = limits.channel_max
         self.heartbeat_ms = 0
         self.client = None  # who it logged in as (core/auth.py Client): the broker's `who` for its calls
@@ -130,6 +132,8 @@ class Connection:
         self.counted = False
         self.auth_mechanism = b""
         broker.connections.append(self)
+        self.source = peer.get("address", "?")
+        broker.guarded().arrived(self, self.source)
 
     def __repr__(self):
         return "<Connection %s>" % self.name
@@ -149,7 +153,9 @@ class Connection:
         if self.pending:
             data = self.pending + data
             self.pending = b""
-        if self.paused or self.state == AUTH_FAILED:
+        if self.state == AUTH_FAILED:  # refused: what it sends meanwhile is not kept
+            return
+        if self.paused:
             self.pending = bytes(data)
             return
         pos = 0
@@ -208,6 +214,11 @@ class Connection:
         except MemoryError:
             pass
 
+    def dropped_quietly(self):
+        """Hang up without a word (core/guard.py: a source over its budget before login)."""
+        self.finish()
+        self.out = []
+
     def eof(self):
         """The peer closed its sending side."""
         if self.state == AWAIT_HEADER and not self.closed:
@@ -234,7 +245,8 @@ class Connection:
         return True
 
     def oversize_frame(self, size):
-        self.frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, self.frame_max))
+        limit = self.accept_payload + 8 if self.state < AWAIT_OPEN else self.frame_max  # (before tune-ok: the smallest)
+        self.frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, limit))
 
     def bad_frame_end(self, octet):
         self.frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % octet)
@@ -347,6 +359,7 @@ class Connection:
             self.finish()
 
     def finish(self):
+        self.broker.guard.settled(self, self.source)  # (if it was still in its handshake)
         self.state = CLOSED
         self.closed = True
         self.pending = b""

@@ -133,8 +133,15 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
     else:
         reason = broker.users.check(user, password, conn.loopback)
     if reason is not None:
+        guard = broker.guard
+        if guard.login_failed(conn.source):  # its source is over its budget: no answer, no wait
+            guard.say(
+                conn.source, "%s: login refused: %s; too many from %s: dropped" % (conn.name, reason, conn.source)
+            )
+            conn.dropped_quietly()
+            return
         # Hold the answer back a moment: a guessing client gets few tries (requirements R147).
-        broker.log("warning", "%s: login refused: %s" % (conn.name, reason))
+        guard.say(conn.source, "%s: login refused: %s" % (conn.name, reason))
         conn.state = AUTH_FAILED
         conn.deadline = broker.now + broker.limits.auth_failure_delay_ms
         return
@@ -215,6 +222,7 @@ def _open(conn, vhost):
         )
     broker.open_connections += 1
     broker.stats[counters.CONNECTIONS_OPENED] += 1
+    broker.guard.settled(conn, conn.source)
     conn.counted = True
     conn.send_method(0, spec.CONNECTION_OPEN_OK, (b"",))
     conn.state = OPEN

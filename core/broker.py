@@ -90,6 +90,16 @@ class Broker:
     stream_bytes = 0
     # Direct reply-to (amqp091/replyto.py): each live reply name -> its channel; made with the first.
     reply_channels = None
+    # What clients may cost before their login (core/guard.py): made with the first connection.
+    guard = None
+
+    def guarded(self):
+        """The broker's core/guard.py Guard (made, and its module loaded, with the first client)."""
+        if self.guard is None:
+            from .guard import Guard
+
+            self.guard = Guard(self)
+        return self.guard
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()

@@ -20,7 +20,9 @@ protocol terms when one runs out (design.md, "Fixed budgets"):
   delivering to it (a slow consumer cannot eat the heap);
 - stream_segment_bytes: a stream's segment file when x-stream-max-segment-size-bytes does
   not say (retention drops whole segments); a stream consumer reads a sixteenth of it
-  ahead, at most 64 KiB (core/streams/stream.py).
+  ahead, at most 64 KiB (core/streams/stream.py);
+- handshake_timeout_ms, handshakes_per_source, failed_logins_per_source,
+  auth_failure_delay_ms: what a client may cost before it has logged in (core/guard.py).
 """
 
 FRAME_MIN_SIZE = 4096
@@ -47,6 +49,8 @@ class Limits:
     output_high_water = 256 * 1024
     stream_segment_bytes = 16 * 1024 * 1024
     handshake_timeout_ms = 10000
+    handshakes_per_source = 256
+    failed_logins_per_source = 20
     auth_failure_delay_ms = 1000
     close_timeout_ms = 3000
 

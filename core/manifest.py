@@ -15,6 +15,7 @@ package(
         "exchange.py",
         "fifo.py",
         "flow.py",
+        "guard.py",
         "headers.py",
         "limits.py",
         "message.py",

@@ -49,7 +49,7 @@ DESCRIPTIONS = {
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
     # [[listener]]: server/options.py _listeners
-    "listener.protocol": '`"amqp"`: AMQP 0-9-1 (RabbitMQ\'s name for its AMQP listener). A client\'s protocol '
+    "listener.protocol": "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol "
     "header is read first; any other header is answered with 0-9-1's before the socket closes.",
     "listener.bind": "The address to listen on.",
     "listener.port": "The TCP port. Two listeners on one address and port are refused.",
@@ -84,6 +84,10 @@ DESCRIPTIONS = {
     "say; retention drops whole segments.",
     "limits.handshake_timeout_ms": "From the TCP connection to `connection.open`: a client that takes longer "
     "is disconnected.",
+    "limits.handshakes_per_source": "Connections from one address still in their handshake at once; a new "
+    "one drops the oldest, so a source that opens sockets and says nothing holds this many.",
+    "limits.failed_logins_per_source": "Failed logins from one address in 10 s before its next failing "
+    "connection is dropped at once (no delayed 403 holding its socket); the log says so once per 10 s.",
     "limits.auth_failure_delay_ms": "A refused login is answered (403) only after this delay, so a guessing "
     "client gets few tries.",
     "limits.close_timeout_ms": "How long the broker waits for `connection.close-ok` after it closed a "
