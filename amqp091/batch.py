@@ -117,6 +117,8 @@ def stream_run(conn, number, data, records, slot, count, appends):
     they may go together and routes them once). (taken, where the frame after them starts);
     taken is 0 when the first publish must go the one-by-one way, which also gives any error
     it has the usual way."""
+    if not conn.broker.streams:  # no stream at all: nothing to make a run for
+        return 0, 0
     channel = _idle_channel(conn, number)
     if channel is None:
         return 0, 0
