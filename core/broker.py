@@ -89,6 +89,9 @@ class Broker:
     stream_bytes = 0
     # Direct reply-to (amqp091/replyto.py): each live reply name -> its channel; made with the first.
     reply_channels = None
+    # The bridges' decisions (core/bridge/machine.py), which register here: core/snapshot.py
+    # reads their status. A list of its own with the first.
+    bridges = ()
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()

@@ -62,15 +62,14 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
-def status_writer(folder, broker, log, bridges=()):
+def status_writer(folder, broker, log):
     """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
     a board writes none (no one reads it there, and its flash has no writes to spare)."""
     if sys.implementation.name == "micropython":
         return None
     from ..ports.status_file import StatusWriter  # pyright: ignore[reportMissingImports] (host only)
 
-    extra = {"bridges": lambda: [bridge.status() for bridge in bridges]} if bridges else None
-    writer = StatusWriter(folder, broker, log, extra)
+    writer = StatusWriter(folder, broker, log)  # (the bridges' status is in the broker's snapshot)
     writer.start()
     return writer
 
@@ -178,7 +177,7 @@ async def _serve(opts, log, stop_event, on_ready):
             await serials[-1].start()
     for bridge in bridges:
         bridge.start()
-    status = status_writer(opts["data"], broker, log, bridges)
+    status = status_writer(opts["data"], broker, log)
     monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
@@ -215,7 +214,7 @@ def make_bridges(settings, broker, log, data_folder, on_interrupt):
 
     node = node_id(data_folder)
     try:
-        return [Bridge(broker, one, log, None, node, on_interrupt) for one in settings]
+        return [Bridge(broker, one, log, None, node, on_interrupt, data_folder) for one in settings]
     except BridgeError as e:
         raise StartError(str(e))
 
