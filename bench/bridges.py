@@ -36,8 +36,8 @@ import tempfile
 import time
 
 from ..boards import unix
+from ..core.bridge.machine import DEFAULT_PREFETCH
 from ..core.limits import Limits
-from ..server.bridge import DEFAULT_PREFETCH
 from . import loadgen
 from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb
 from .gate import Gate

@@ -100,6 +100,9 @@ class Broker:
 
             self.guard = Guard(self)
         return self.guard
+    # The bridges' decisions (core/bridge/machine.py), which register here: core/snapshot.py
+    # reads their status. A list of its own with the first.
+    bridges = ()
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()

@@ -51,7 +51,12 @@ package(
     "hutch/core/bridge",
     files=(
         "__init__.py",
+        "down.py",
         "inbox.py",
+        "machine.py",
         "outbox.py",
+        "rate.py",
+        "streamout.py",
+        "up.py",
     ),
 )

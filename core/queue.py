@@ -43,6 +43,7 @@ class Consumer:
     together (0-9-1's basic.qos global; 0 for no bound)."""
 
     priority = 0  # its x-priority (Broker.consume sets another): a class default costs a consumer nothing
+    cursor = None  # a stream consumer's place in the stream (core/streams/stream.py Cursor)
 
     def __init__(self, session, tag, queue, no_ack, exclusive, prefetch):
         self.session = session

@@ -33,7 +33,7 @@ NAMES = (
 
 def snapshot(broker):
     """The broker as plain data (what status.json holds, and what the metrics and status page
-    show): its counters, connections, queues, streams, journal and bridges' local sides."""
+    show): its counters, connections, queues, streams, journal and bridges."""
     now = broker.now + broker.wall_offset  # wall clock ms, as messages are stamped (Broker.publish)
     unacked = {}
     connections = []
@@ -51,6 +51,15 @@ def snapshot(broker):
             streams.append(_stream(queue, unacked.get(queue, 0)))
         else:
             queues.append(_queue(queue, now, unacked.get(queue, 0)))
+    bridges = []
+    if broker.bridges:
+        from .bridge.machine import NAMES as STATES  # (a broker with bridges has it loaded)
+
+        ages = {}
+        for queue in queues:
+            ages[queue["name"]] = queue["oldest_age_s"]
+        for bridge in broker.bridges:
+            bridges.append(_bridge(bridge, STATES, ages))
     counters = {}
     for i, name in enumerate(NAMES):
         counters[name] = broker.stats[i]
@@ -70,6 +79,7 @@ def snapshot(broker):
         else {"bytes": journal.total, "segments": len(journal.sizes), "appended": journal.appended},
         "held": {"messages": broker.flow.held_messages, "bytes": broker.flow.held_bytes},
         "blocked": broker.flow.reason if broker.flow.blocked else None,
+        "bridges": bridges,
     }
 
 
@@ -120,6 +130,38 @@ def _stream(stream, unacked):
         "published": stream.published,
         "delivered": stream.delivered,
     }
+
+
+def _bridge(bridge, states, ages):
+    """A bridge (core/bridge/machine.py) as `hutch ctl bridges` shows it. Up: forwarded is what
+    upstream confirmed, backlog what waits here; down: what was taken here, and what waited
+    upstream when the link came up. A stream source also shows the last offset every record
+    up to which upstream confirmed (what its offset file says, once written)."""
+    settings = bridge.settings
+    queue = settings["queue"]
+    up = settings["direction"] == "up"
+    if up:
+        outbox = bridge.outbox
+        counts = (outbox.forwarded, len(outbox.in_flight), outbox.backlog())
+    else:
+        inbox = bridge.inbox
+        counts = (inbox.received, len(inbox.pending), bridge.upstream_backlog)
+    out = {
+        "name": bridge.name,
+        "direction": settings["direction"],
+        "state": states[bridge.state],
+        "upstream": bridge.upstream,
+        "queue": queue,
+        "forwarded": counts[0],
+        "in_flight": counts[1],
+        "backlog": counts[2],
+        "oldest_age_s": ages.get(queue) if up else None,
+        "last_error": bridge.last_error,
+    }
+    stream = bridge.stream if up else None  # (a stream source)
+    if stream is not None:
+        out["confirmed_offset"] = stream.next_offset() - 1
+    return out
 
 
 def text(value):

@@ -2,7 +2,7 @@
 
 CPython only (a board has no one to read it, and its flash no writes to spare): every
 STATUS_EVERY_MS and once more at a clean stop, the broker's snapshot (core/snapshot.py: its
-counters, connections, queues, streams and journal) as one JSON object, written to a
+counters, connections, queues, streams, journal and bridges) as one JSON object, written to a
 temporary file and renamed over the last one, so a reader never sees half of one.
 """
 
@@ -17,33 +17,29 @@ STATUS_FILE = "status.json"
 STATUS_EVERY_MS = 2000
 
 
-def snapshot(broker, running=True, extra=None):
-    """The broker's snapshot (core/snapshot.py), with this process's: its PID, whether it still
-    runs and when it was written; extra: more sections, name -> a function giving what JSON
-    shows (the bridges' status)."""
+def snapshot(broker, running=True):
+    """The broker's snapshot (core/snapshot.py: its bridges too), with this process's: its PID,
+    whether it still runs and when it was written."""
     out = broker_snapshot.snapshot(broker)
     out["pid"] = os.getpid()
     out["running"] = running
     out["written_at"] = time.time()
-    for name, section in (extra or {}).items():
-        out[name] = section()
     return out
 
 
-def write(folder, broker, running=True, extra=None):
+def write(folder, broker, running=True):
     """status.json in folder, replaced whole."""
     path = os.path.join(folder, STATUS_FILE)
     with open(path + ".tmp", "w") as f:
-        json.dump(snapshot(broker, running, extra), f)
+        json.dump(snapshot(broker, running), f)
     os.replace(path + ".tmp", path)
 
 
 class StatusWriter:
     """Writes status.json every STATUS_EVERY_MS while the broker runs, and at its stop."""
 
-    def __init__(self, folder, broker, log, extra=None):
+    def __init__(self, folder, broker, log):
         self.folder, self.broker, self.log = folder, broker, log
-        self.extra = extra  # more sections (snapshot's extra)
         self.task = None
         self.failed = False
 
@@ -57,7 +53,7 @@ class StatusWriter:
 
     def _write(self, running):
         try:
-            write(self.folder, self.broker, running, self.extra)
+            write(self.folder, self.broker, running)
             self.failed = False
         except OSError as e:
             if not self.failed:  # said once, not every two seconds

@@ -1,23 +1,20 @@
 """Bridges inside `hutch serve`: a local queue forwarded to an upstream broker (up), or an
-upstream queue brought here (down, for commands).
+upstream queue brought here (down, for commands). This is the driver: its decisions are the
+core's, sans-IO (core/bridge/machine.py and its directions, up.py and down.py, over the local
+sides outbox.py and inbox.py), and it does the I/O they ask for, on CPython and MicroPython
+alike:
 
-The local side is core/bridge/outbox.py (up: a consumer of the source queue, no socket) or
-core/bridge/inbox.py (down: a publisher through Broker.publish); the upstream side is the sensor
-client's sans-IO protocol (client/protocol.py), driven here over an asyncio stream (TLS for
-amqps://), on CPython and MicroPython alike. Per link:
+- it opens the socket to the URI the machine names (TLS for amqps://), feeds what it reads to
+  the sensor client's sans-IO protocol (client/protocol.py) and hands each event to the
+  machine, calls the set-up methods it gives one at a time, forwards what it says may go
+  (through protocol.forward) and sends the acks and nacks it returns, and writes what the
+  protocol has to send;
+- it ticks the machine (heartbeats, the handshake's timeout, the watchdog) and ends a link
+  the machine gives a reason to end, then sleeps the backoff the machine asks for;
+- for a stream source, it keeps the bridge's offset file (DATA/bridge-NAME.offset): where a
+  restart reads the stream from, written when the machine says (offset_to_save).
 
-    connect (each URI in turn) -> handshake -> set-up (up: declare, confirm.select; down:
-    passive declare, qos, consume) -> running
-    up: messages the outbox is given are forwarded as they came (basic.publish with the same
-    properties, made persistent, mandatory, with the bridge's headers), numbered as upstream
-    confirms them; a confirm settles them locally, a nack or a return puts them back.
-    down: each delivery is published here and acked upstream once held as promised.
-    link lost (EOF, reset, heartbeats missed, upstream closed it, no progress): what was in
-    flight goes back (up: to the head of the local queue; down: upstream requeues it); retry
-    after reconnect_delay, doubled up to max_reconnect_delay, with jitter.
-
-Status (state, upstream, forwarded, backlog, last error) is `status()`, and each change of
-state is one log line.
+Each change of state is one log line; the status is the broker's snapshot (core/snapshot.py).
 """
 
 import asyncio
@@ -30,61 +27,15 @@ import sys
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
 from ..codec import spec
-from ..codec.errors import ChannelException
-from ..core.bridge.inbox import DROP, Inbox
-from ..core.bridge.inbox import REQUEUE as REQUEUE_UPSTREAM
-from ..core.bridge.outbox import Outbox
-from ..core.session import MESSAGE
-from ..core.topology import add_binding, declare_queue
+from ..core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
 from ..ports.clock import Clock, sleep_ms
 from ..ports.interrupt import guarded
 from ..ports.tcp import close_writer
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
-DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
 TICK_MS = 500
-SLICE = 100  # messages forwarded per write to the socket, at most (see _UpLink.send)
-
-
-class Rate:
-    """max_rate (messages/s) and max_byte_rate (body bytes/s), as token buckets that hold a tenth
-    of a second's worth: over any second a metered link gets at most 1.1 times its limits
-    (and a message larger than that tenth still goes, once the bucket is full)."""
-
-    def __init__(self, messages, byte_count, clock):
-        self.limits = (messages, byte_count)
-        self.caps = (max(1.0, messages / 10), max(1.0, byte_count / 10))
-        self.tokens = list(self.caps)
-        self.clock = clock
-        self.at = clock.now_ms()
-
-    def _refill(self):
-        now = self.clock.now_ms()
-        elapsed = now - self.at
-        self.at = now
-        for i in (0, 1):
-            limit = self.limits[i]
-            if limit:
-                self.tokens[i] = min(self.caps[i], self.tokens[i] + limit * elapsed / 1000)
-
-    def allowed(self, waiting):
-        """How many of the waiting entries may go now (the tokens they take are spent)."""
-        self._refill()
-        messages, byte_count = self.limits
-        n = 0
-        for entry in waiting:
-            size = entry[MESSAGE].body_size
-            if (messages and self.tokens[0] < 1) or (byte_count and self.tokens[1] < min(size, self.caps[1])):
-                break
-            self.tokens[0] -= 1
-            self.tokens[1] -= size
-            n += 1
-        return n
-
-    def wait_ms(self):
-        """How long until the next message may go."""
-        return max(10, int(1000 / self.limits[0])) if self.limits[0] else 100
+SLICE = 100  # messages forwarded per write to the socket, at most (see _Link.send)
 
 
 class LinkError(Exception):
@@ -92,43 +43,36 @@ class LinkError(Exception):
 
 
 class Bridge:
-    """One [[bridge]] (server/bridge_config.py's checked settings): its local side, set up at
-    construction (BridgeError if it cannot be), and its retry loop once started."""
+    """One [[bridge]] (server/bridge_config.py's checked settings): its machine and local side,
+    set up at construction (BridgeError if they cannot be), and its retry loop once started."""
 
-    def __init__(self, broker, settings, log, clock=None, node=b"hutch", on_interrupt=None):
+    def __init__(self, broker, settings, log, clock=None, node=b"hutch", on_interrupt=None, data_folder=None):
         self.broker = broker
         self.on_interrupt = on_interrupt  # Ctrl-C on a board: the broker's stop (ports/interrupt.py)
-        self.settings = settings
-        self.name = settings["name"]
-        self.log = log
         self.clock = clock or Clock()
-        self.state = "starting"
-        self.upstream = None  # the URI in use (without its password)
-        self.last_error = None
         self.stopping = False
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
-        self.upstream_backlog = None  # a down bridge: the upstream queue's count at the last connect
-        if settings["prefetch"] is None:
-            # in flight, messages are in memory and count in the broker's budget: a board's
-            # (esp32: 96 messages) must keep room for the publishers and the queues' windows
-            settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
-        if settings["direction"] == "up":
-            queue = _source_queue(broker, settings)
-            self.outbox = Outbox(broker, queue, self.name, settings["prefetch"], self.output.set, node)
-            self.inbox = None
+        self.up = settings["direction"] == "up"
+        self.offsets = None  # a stream source's offset file
+        self.stream_source = None  # and its machine
+        if self.up:  # (each direction's decisions are loaded only by a bridge of that direction)
+            from ..core.bridge.up import UpMachine, source_queue
+
+            queue = source_queue(self.broker, settings)
+            saved = None
+            if queue.is_stream and data_folder is not None:
+                self.offsets = offset_path(data_folder, settings["name"])
+                saved = read_offset(self.offsets)
+            machine = UpMachine(broker, settings, log, random.getrandbits, queue, node, self.output.set, saved)
+            self.machine = machine
+            if self.offsets is not None:
+                self.stream_source = machine
+                self.save_offset(True)  # a new lane is on disk before anything is forwarded in it
         else:
-            destination = settings["exchange"]
-            if destination is not None and broker.exchange(destination.encode()) is None:
-                raise BridgeError("bridge %s: no local exchange '%s' to publish to" % (self.name, destination))
-            routing_key = settings["routing_key"]
-            self.inbox = Inbox(
-                broker,
-                destination.encode() if destination is not None else None,
-                routing_key.encode() if routing_key is not None else None,
-                self.output.set,
-            )
-            self.outbox = None
+            from ..core.bridge.down import DownMachine
+
+            self.machine = DownMachine(broker, settings, log, random.getrandbits, self.output.set)
 
     def start(self):
         self.task = self._task(self.run())
@@ -142,90 +86,66 @@ class Bridge:
                 await self.task
             except asyncio.CancelledError:
                 pass
-        if self.outbox is not None:
-            self.outbox.close()
-        self.set_state("stopped")
-
-    def status(self):
-        outbox = self.outbox
-        inbox = self.inbox
-        return {
-            "name": self.name,
-            "direction": self.settings["direction"],
-            "state": self.state,
-            "upstream": self.upstream,
-            "queue": self.settings["queue"],
-            # up: confirmed by upstream; down: taken here from upstream
-            "forwarded": outbox.forwarded if outbox is not None else inbox.received,
-            "in_flight": len(outbox.in_flight) if outbox is not None else len(inbox.pending),
-            # up: waiting here; down: waiting upstream when the link came up
-            "backlog": outbox.backlog() if outbox is not None else self.upstream_backlog,
-            "last_error": self.last_error,
-        }
+        self.save_offset(True)
+        self.machine.stop()
 
     def _task(self, coro):
         """A task of this bridge; Ctrl-C on a board ends it as a finished task (ports/interrupt.py)."""
         return asyncio.create_task(guarded(coro, self.on_interrupt))
 
-    def set_state(self, state, detail=""):
-        if state != self.state:
-            self.state = state
-            self.log("info", "bridge %s: %s%s" % (self.name, state, detail))
+    def save_offset(self, force=False):
+        """A stream source: its offset file, when the machine says it has moved (force: at the
+        end of a link and at stop)."""
+        machine = self.stream_source
+        if machine is None or self.offsets is None:
+            return
+        saving = machine.offset_to_save(self.clock.now_ms(), force)
+        if saving is None:
+            return
+        try:
+            write_offset(self.offsets, saving[0], saving[1], saving[2])
+        except OSError as e:  # said, and written again at the next move: a lag only resends
+            machine.log("warning", "bridge %s: cannot write %s: %s" % (machine.name, self.offsets, e))
 
     # ------------------------------------------------------------ the retry loop
 
     async def run(self):
-        settings = self.settings
-        delay = settings["reconnect_delay"]
+        machine = self.machine
         while not self.stopping:
-            for uri in settings["uris"]:
-                if self.stopping:
-                    break
-                self.upstream = uri["uri"]
-                self.set_state("connecting", " to %s" % uri["uri"])
-                progressed = False
-                try:
-                    progressed = await self._link(uri)
-                except LinkError as e:
-                    self._failed(uri, str(e))
-                except OSError as e:
-                    self._failed(uri, _os_reason(e))
-                except asyncio.TimeoutError:
-                    self._failed(uri, "timed out connecting")
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:  # a bug, or TLS material the ssl module refuses: still retried
-                    self._failed(uri, "%s: %s" % (e.__class__.__name__, e))
-                    self.log("error", "bridge %s: unexpected error" % self.name, e)
-                finally:
-                    if self.outbox is not None:
-                        self.outbox.down()  # what was in flight goes back, in order
-                    else:
-                        self.inbox.link_down()  # upstream takes its unacked deliveries back
-                if progressed:
-                    delay = settings["reconnect_delay"]  # it worked for a while: retry soon
-            if self.stopping:
-                break
-            wait = delay * (0.5 + random.getrandbits(16) / 65536)  # jitter: many gateways do not retry in step
-            self.set_state("backoff", " for %.1f s (%s)" % (wait, self.last_error))
-            waited = 0
-            while waited < wait * 1000 and not self.stopping:
-                await sleep_ms(100)
-                waited += 100
-            delay = min(delay * 2, settings["max_reconnect_delay"])
-        self.set_state("stopped")
-
-    def _failed(self, uri, reason):
-        self.last_error = "%s: %s" % (uri["uri"], reason)
-        if not self.stopping:
-            self.log("warning", "bridge %s: %s" % (self.name, self.last_error))
+            uri = machine.connect_to()
+            if uri is None:  # backoff (or stopped)
+                waited = 0
+                while waited < machine.wait_ms and not self.stopping:
+                    await sleep_ms(100)
+                    waited += 100
+                continue
+            reason = None
+            unexpected = None
+            try:
+                await self._link(uri)
+            except LinkError as e:
+                reason = str(e)
+            except OSError as e:
+                reason = _os_reason(e)
+            except asyncio.TimeoutError:
+                reason = "timed out connecting"
+            except asyncio.CancelledError:
+                machine.lost(None)  # what was in flight goes back, in order
+                raise
+            except Exception as e:  # a bug, or TLS material the ssl module refuses: still retried
+                reason = "%s: %s" % (e.__class__.__name__, e)
+                unexpected = e
+            machine.lost(None if self.stopping else reason)
+            if unexpected is not None:
+                machine.log("error", "bridge %s: unexpected error" % machine.name, unexpected)
+            self.save_offset(True)
 
     # ------------------------------------------------------------ one link
 
     async def _link(self, uri):
-        """Connect, then forward until the link ends: True if it ran (was forwarding)."""
+        """Connect, then forward until the link ends."""
         if uri["tls"]:
-            tls = self.settings["tls"]
+            tls = self.machine.settings["tls"]
             opening = asyncio.open_connection(
                 uri["host"], uri["port"], ssl=tls_context(tls), server_hostname=tls["server_name"] or uri["host"]
             )
@@ -235,50 +155,42 @@ class Bridge:
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
+        now = self.clock.now_ms()
         protocol.connect(
-            self.clock.now_ms(),
-            uri["user"],
-            uri["password"],
-            uri["vhost"],
-            uri["heartbeat"],
-            "hutch bridge " + self.name,
+            now, uri["user"], uri["password"], uri["vhost"], uri["heartbeat"], "hutch bridge " + self.machine.name
         )
-        if self.outbox is not None:
-            self.outbox.stuck = None  # found again if upstream still returns the head of the queue
-        link = (_UpLink if self.outbox is not None else _DownLink)(self, protocol, reader, writer)
+        self.machine.opened(now)
+        link = _Link(self, protocol, reader, writer)
         writing = self._task(link.write_loop())
         try:
-            await link.read_loop(uri)
+            await link.read_loop()
         finally:
             link.ended = True
             self.output.set()
             writing.cancel()
             await close_writer(writer)
-        return link.ran
 
 
 class _Link:
     """One connection upstream: its reader feeds the protocol and hands each event to the
-    bridge's direction (_UpLink, _DownLink), its writer sends what the protocol has, and its
-    ticker keeps heartbeats and ends a link that went silent."""
+    machine, its writer sends what the protocol has, and its ticker asks the machine whether
+    the link must end."""
 
     def __init__(self, bridge, protocol, reader, writer):
         self.bridge = bridge
+        self.machine = bridge.machine
         self.protocol = protocol
         self.reader = reader
         self.writer = writer
-        self.settings = bridge.settings
         self.ended = False
-        self.ran = False
-        self.silent = None  # why the link was closed for its silence
-        self.uri = None  # the URI it was opened to (its settings)
+        self.silent = None  # why the ticker hung up
 
-    async def read_loop(self, uri):
+    async def read_loop(self):
         bridge = self.bridge
+        machine = self.machine
         protocol = self.protocol
-        self.uri = uri
         bridge.output.set()  # the protocol header
-        ticker = bridge._task(self._tick_loop(uri["connection_timeout"]))
+        ticker = bridge._task(self._tick_loop())
         try:
             while not bridge.stopping:
                 try:
@@ -291,20 +203,21 @@ class _Link:
                     if self.silent:
                         raise LinkError(self.silent)
                     raise LinkError("upstream closed the connection")
-                self._events(uri)
-                if self.ran and not self.ended:
+                self._events()
+                if machine.ran and not self.ended:
                     # what the confirms just let go is sent now, not when the writer's task gets
                     # its turn: on a busy broker each turn of the event loop is long (publishers'
                     # reads), and a turn more per window held the bridge at half its rate
                     self.send()
                     self.flush()
                 bridge.output.set()
-                if protocol.channel_open and not self.ran and not protocol.awaiting:
-                    if self.set_up():  # the direction's own steps, one reply at a time
-                        self.ran = True
-                        self.bridge.set_state("running", " (upstream %s)" % uri["uri"])
-                        self.running()
-                self.check()
+                if protocol.channel_open and not machine.ran and not protocol.awaiting:
+                    step = machine.next_step()  # the set-up, one reply at a time; None: running
+                    if step is not None:
+                        protocol.call(step[0], step[1])
+                reason = machine.check()
+                if reason:
+                    raise LinkError(reason)
         finally:
             ticker.cancel()
 
@@ -323,11 +236,12 @@ class _Link:
             n = protocol.receive_data(data)
             data = data[n:]
             if data:
-                self._events(self.uri)  # the buffer was full: take what it holds, then the rest
+                self._events()  # the buffer was full: take what it holds, then the rest
         return size
 
-    def _events(self, uri):
+    def _events(self):
         protocol = self.protocol
+        machine = self.machine
         while True:
             event = protocol.next_event()
             if event is None:
@@ -338,14 +252,58 @@ class _Link:
                 raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
             if isinstance(event, Message):
                 self.message(event)
-                continue
-            method_id, args = event
-            if method_id == spec.CONNECTION_BLOCKED:
-                self.bridge.set_state("blocked", " by upstream: %s" % (args[0] if args else ""))
-            elif method_id == spec.CONNECTION_UNBLOCKED:
-                self.bridge.set_state("running", " (upstream %s)" % uri["uri"])
             else:
-                self.method(method_id, args)
+                machine.method(event[0], event[1])
+
+    def message(self, message):
+        """A message from upstream: up, a basic.return (mandatory: its confirm follows); down,
+        a delivery, published here."""
+        machine = self.machine
+        if self.bridge.up:
+            machine.returned(message.properties.get("headers") or {}, message.reply_code, message.reply_text)
+            return
+        if message.kind != spec.BASIC_DELIVER:
+            return
+        raw = message._raw
+        if isinstance(raw, dict) or raw is None:  # no properties (or already decoded): a bare header
+            raw = struct.pack(">HHQH", 60, 0, len(message.body), 0)
+        body = message.body
+        action = machine.delivered(
+            message.delivery_tag,
+            _bytes(message.exchange),
+            _bytes(message.routing_key),
+            struct.pack(">I", len(raw)) + raw + b"\xce",
+            struct.pack(">I", len(body)) + bytes(body) + b"\xce" if body else None,
+            len(body),
+        )
+        if action is not None:
+            self.protocol.send(action[0], action[1])
+
+    def send(self):
+        """What the machine says goes upstream now: up, the messages that may go, a slice at a
+        time, each handed to the socket before the next is encoded (upstream starts on the
+        first while the rest are made: sent whole, a window of 1000 left only once all was
+        encoded, and upstream confirmed it whole, the two taking turns); down, the ack."""
+        machine = self.machine
+        if not self.bridge.up:
+            action = machine.to_ack()
+            if action is not None:
+                self.protocol.send(action[0], action[1])
+            return
+        left = machine.sendable(self.bridge.clock.now_ms())
+        if machine.wake_ms:  # a rate holds the rest back: ask again then
+            self.bridge._task(self._wake_in(machine.wake_ms))
+        forward = self.protocol.forward
+        while left > 0:
+            sent = machine.forward(forward, min(SLICE, left))
+            if not sent:
+                return
+            left -= sent
+            self.flush()
+
+    async def _wake_in(self, ms):
+        await sleep_ms(ms)
+        self.bridge.output.set()
 
     async def write_loop(self):
         bridge = self.bridge
@@ -353,7 +311,7 @@ class _Link:
         while not self.ended and not bridge.stopping:
             await bridge.output.wait()
             bridge.output.clear()
-            if self.ran:
+            if self.machine.ran:
                 self.send()
             self.flush()
             await writer.drain()
@@ -368,21 +326,16 @@ class _Link:
                 return
             self.writer.write(bytes(data))
 
-    async def _tick_loop(self, handshake_ms):
-        """Heartbeats; an end to a handshake that gets no answer (a black-holed route accepts
-        the connection and then says nothing, heartbeats not agreed yet); and the direction's
-        own check that the link still makes progress (stalled)."""
+    async def _tick_loop(self):
+        """Heartbeats, and the machine's tick: an end to a link that went silent, whose
+        handshake gets no answer or that makes no progress. A stream source's offset file is
+        written here too, when it moved."""
         bridge = self.bridge
-        started = bridge.clock.now_ms()
         while True:
             await sleep_ms(TICK_MS)
             now = bridge.clock.now_ms()
-            if self.protocol.tick(now) < 0:
-                self.silent = "missed heartbeats: upstream is silent"
-            elif not self.ran and now - started > handshake_ms:
-                self.silent = "no answer to the handshake within %d ms" % handshake_ms
-            else:
-                self.silent = self.stalled(now)
+            self.silent = self.machine.tick(now, self.protocol.tick(now) < 0)
+            bridge.save_offset()
             if self.silent:
                 # hung up at once (the reader sees the end), dropping what is unsent: CPython's
                 # close() waits until that is written, which a peer that takes nothing (a
@@ -398,227 +351,38 @@ class _Link:
                 return
             bridge.output.set()
 
-    # what each direction does (the defaults: nothing)
-    def set_up(self):
-        """After the handshake, once no reply is awaited: send the next step; True when all are done."""
-        return True
 
-    def running(self):
-        pass
+# ---------------------------------------------------------------- a stream source's offset file
 
-    def message(self, message):
-        pass
 
-    def method(self, method_id, args):
-        pass
+def offset_path(folder, name):
+    """DATA/bridge-NAME.offset (the name as hex: any name makes a file name)."""
+    return "%s/bridge-%s.offset" % (folder, binascii.hexlify(name.encode()).decode())
 
-    def send(self):
-        pass
 
-    def check(self):
-        pass
-
-    def stalled(self, now):
+def read_offset(path):
+    """(offset, lane, stream name) from a bridge's offset file: one line, "OFFSET LANE
+    STREAM-NAME-AS-HEX"; None if there is none, or it cannot be read (the machine then starts
+    a new lane from the stream's first record: records go again, none is skipped)."""
+    try:
+        with open(path, "rb") as f:
+            parts = f.read().split()
+        return int(parts[0]), parts[1], binascii.unhexlify(parts[2])
+    except (OSError, ValueError, IndexError):
         return None
 
 
-class _UpLink(_Link):
-    """Up: the outbox's messages published upstream, settled on its confirms."""
+def write_offset(path, offset, lane, stream_name):
+    """The offset file replaced whole: a new file, synced, renamed over the old one, so a crash
+    leaves the old file or the new one, never half of one."""
+    from ..ports.streams import sync_dir, sync_file  # (a stream source: loaded with its stream)
 
-    def __init__(self, bridge, protocol, reader, writer):
-        super().__init__(bridge, protocol, reader, writer)
-        settings = self.settings
-        self.outbox = bridge.outbox
-        self.confirming = settings["ack_mode"] == "on-confirm"
-        self.exchange = settings["exchange"]
-        self.routing_key = settings["routing_key"]
-        has_rate = settings["max_rate"] or settings["max_byte_rate"]
-        self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], bridge.clock) if has_rate else None
-        self.watchdog_ms = int(settings["watchdog"] * 1000)
-        self.progress_at = bridge.clock.now_ms()
-        self.forwarded = self.outbox.forwarded
-        self.steps = self._declarations()
-        self.flow_stopped = False  # upstream sent channel.flow active=false
-
-    def set_up(self):
-        if self.steps:
-            method_id, args = self.steps.pop(0)
-            self.protocol.call(method_id, args)
-            return False
-        if self.confirming and not self.protocol.confirming:
-            self.protocol.call(spec.CONFIRM_SELECT, (False,))
-            return False
-        return True
-
-    def _declarations(self):
-        """`declare`: the destination upstream, declared durable at each connect (the
-        exchange of that type, a queue bound to it), so forwarding never waits for someone
-        to set it up there."""
-        declare = self.settings["declare"]
-        if declare is None:
-            return []
-        exchange = self.exchange or ""
-        steps = []
-        if declare["exchange_type"]:
-            steps.append(
-                (spec.EXCHANGE_DECLARE, (0, exchange, declare["exchange_type"], False, True, False, False, False, None))
-            )
-        if declare["queue"]:
-            steps.append((spec.QUEUE_DECLARE, (0, declare["queue"], False, True, False, False, False, None)))
-            if exchange:
-                steps.append((spec.QUEUE_BIND, (0, declare["queue"], exchange, declare["binding_key"], False, None)))
-        return steps
-
-    def running(self):
-        self.outbox.link_up()
-
-    def check(self):
-        if self.outbox.stuck:
-            raise LinkError(self.outbox.stuck)
-
-    def message(self, message):  # basic.return (mandatory): its confirm follows
-        headers = message.properties.get("headers") or {}
-        origin = headers.get("x-hutch-origin")
-        seq = headers.get("x-hutch-seq")
-        if isinstance(origin, str):
-            origin = origin.encode()
-        reason = "%d %s" % (message.reply_code, message.reply_text)
-        if not self.outbox.returned_by(origin, seq, reason):
-            self.bridge.log("warning", "bridge %s: upstream returned a message it was not sent" % self.bridge.name)
-
-    def method(self, method_id, args):
-        if method_id == spec.BASIC_ACK:
-            self.outbox.confirmed(args[0], args[1])
-        elif method_id == spec.BASIC_NACK:
-            self.outbox.nacked(args[0], args[1])
-        elif method_id == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
-            self.flow_stopped = not args[0]
-            if self.flow_stopped:
-                self.bridge.set_state("blocked", " by upstream: channel.flow")
-            else:
-                self.bridge.set_state("running", " (upstream %s)" % self.bridge.upstream)
-
-    def send(self):
-        outbox = self.outbox
-        if not outbox.up or self.protocol.blocked is not None or self.flow_stopped:
-            return
-        rate = self.rate
-        if rate:
-            self._forward(outbox.take(rate.allowed(outbox.waiting)))
-            if outbox.waiting:
-                self.bridge._task(self._wake_in(rate.wait_ms()))
-            return
-        # A slice at a time, each handed to the socket before the next is encoded: upstream
-        # starts on the first while the rest are made. Sent whole, a window of 1000 left only
-        # once all was encoded, and upstream confirmed it whole: the two took turns. (Only
-        # what waits now: with ack_mode on-publish, each slice sent lets more in at once.)
-        left = len(outbox.waiting)
-        while left > 0:
-            entries = outbox.take(min(SLICE, left))
-            left -= len(entries)
-            self._forward(entries)
-            self.flush()
-
-    async def _wake_in(self, ms):
-        await sleep_ms(ms)
-        self.bridge.output.set()
-
-    def _forward(self, entries):
-        protocol = self.protocol
-        outbox = self.outbox
-        for entry in entries:
-            message = entry[MESSAGE]
-            protocol.forward(
-                self.exchange if self.exchange is not None else message.exchange,
-                self.routing_key if self.routing_key is not None else message.routing_key,
-                outbox.header_for(message),
-                message.body_tail,
-                True,  # mandatory: what upstream cannot route comes back (Outbox.returned_by)
-            )
-        if not self.confirming and entries:
-            # on-publish / no-ack: settled once written (the data is in the socket's hands)
-            outbox.confirmed(outbox.seq, True)
-
-    def stalled(self, now):
-        """The watchdog: a link that is up but confirms nothing for `watchdog` seconds while
-        messages wait is torn down (heartbeats alone miss an upstream that answers them but
-        is stuck)."""
-        outbox = self.outbox
-        if outbox.forwarded != self.forwarded or not outbox.in_flight:
-            self.forwarded = outbox.forwarded
-            self.progress_at = now
-        if self.watchdog_ms and now - self.progress_at > self.watchdog_ms:
-            return "watchdog: no confirm for %.1f s while %d messages wait" % (
-                (now - self.progress_at) / 1000,
-                len(outbox.in_flight),
-            )
-        return None
-
-
-class _DownLink(_Link):
-    """Down: an upstream queue consumed (passive declare, qos, consume), each delivery published
-    here through the inbox and acked upstream once held here as promised."""
-
-    def __init__(self, bridge, protocol, reader, writer):
-        super().__init__(bridge, protocol, reader, writer)
-        self.inbox = bridge.inbox
-        self.steps = [
-            (spec.QUEUE_DECLARE, (0, self.settings["queue"], True, False, False, False, False, None)),
-            (spec.BASIC_QOS, (0, self.settings["prefetch"], False)),
-            (
-                spec.BASIC_CONSUME,
-                (0, self.settings["queue"], "hutch.bridge." + bridge.name, False, False, False, False, None),
-            ),
-        ]
-        self.acked = 0
-        self.refused = None  # why a delivery was sent back: the link then backs off
-
-    def set_up(self):
-        if self.steps:
-            method_id, args = self.steps.pop(0)
-            self.protocol.call(method_id, args)
-            return False
-        return True
-
-    def method(self, method_id, args):
-        if method_id == spec.QUEUE_DECLARE_OK:
-            self.bridge.upstream_backlog = args[1]
-
-    def message(self, message):
-        if message.kind != spec.BASIC_DELIVER:
-            return
-        raw = message._raw
-        if isinstance(raw, dict) or raw is None:  # no properties (or already decoded): a bare header
-            raw = struct.pack(">HHQH", 60, 0, len(message.body), 0)
-        body = message.body
-        outcome = self.inbox.receive(
-            message.delivery_tag,
-            _bytes(message.exchange),
-            _bytes(message.routing_key),
-            struct.pack(">I", len(raw)) + raw + b"\xce",
-            struct.pack(">I", len(body)) + bytes(body) + b"\xce" if body else None,
-            len(body),
-        )
-        if outcome == DROP:
-            self.bridge.log(
-                "warning",
-                "bridge %s: no local queue takes a message routed '%s': refused to upstream (its dead-letter exchange, if any)"
-                % (self.bridge.name, message.routing_key),
-            )
-            self.protocol.send(spec.BASIC_NACK, (message.delivery_tag, False, False))
-        elif outcome == REQUEUE_UPSTREAM:
-            self.protocol.send(spec.BASIC_NACK, (message.delivery_tag, False, True))
-            self.refused = "this broker refused a message (memory, disk or a full queue): back to upstream"
-
-    def check(self):
-        if self.refused:
-            raise LinkError(self.refused)
-
-    def send(self):
-        tag = self.inbox.ackable()
-        if tag > self.acked:
-            self.protocol.send(spec.BASIC_ACK, (tag, True))
-            self.acked = tag
+    line = "%d %s %s\n" % (offset, lane.decode(), binascii.hexlify(stream_name).decode())
+    with open(path + ".new", "wb") as f:
+        f.write(line.encode())
+        sync_file(f)
+    os.rename(path + ".new", path)
+    sync_dir(path.rsplit("/", 1)[0])
 
 
 def _bytes(text):
@@ -679,32 +443,6 @@ def node_id(data_folder):
     with open(path, "w") as f:
         f.write(name + "\n")
     return name.encode()
-
-
-class BridgeError(Exception):
-    """A bridge that cannot start as configured (its source exchange is missing...): `hutch
-    serve` says it in one line and exits with 2."""
-
-
-def _source_queue(broker, settings):
-    """The local queue a bridge forwards: `queue`, declared durable if it does not exist; or, for
-    `source_exchange` + `binding_key`, its own durable queue (hutch.bridge.NAME) bound there."""
-    exchange = settings["source_exchange"]
-    name = settings["queue"] if exchange is None else "hutch.bridge." + settings["name"]
-    queue = broker.queues.get(name.encode())
-    try:
-        if queue is None:
-            queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
-        if exchange is not None:
-            if broker.exchange(exchange.encode()) is None:
-                raise BridgeError(
-                    "bridge %s: no exchange '%s' to forward from (declare it durable first)"
-                    % (settings["name"], exchange)
-                )
-            add_binding(broker, broker.exchange(exchange.encode()), queue, settings["binding_key"].encode(), {}, 0)
-    except ChannelException as e:
-        raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
-    return queue
 
 
 def _closed_reason(event, protocol):

@@ -51,15 +51,14 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
-def status_writer(folder, broker, log, bridges=()):
+def status_writer(folder, broker, log):
     """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
     a board writes none (no one reads it there, and its flash has no writes to spare)."""
     if sys.implementation.name == "micropython":
         return None
     from ..ports.status_file import StatusWriter  # pyright: ignore[reportMissingImports] (host only)
 
-    extra = {"bridges": lambda: [bridge.status() for bridge in bridges]} if bridges else None
-    writer = StatusWriter(folder, broker, log, extra)
+    writer = StatusWriter(folder, broker, log)  # (the bridges' status is in the broker's snapshot)
     writer.start()
     return writer
 
@@ -137,7 +136,7 @@ async def start(opts, log, stop_event):
             await runtime.serials[-1].start()
     for bridge in runtime.bridges:
         bridge.start()
-    runtime.status = status_writer(opts["data"], broker, log, runtime.bridges)
+    runtime.status = status_writer(opts["data"], broker, log)
     runtime.monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
@@ -178,6 +177,9 @@ def make_bridges(settings, runtime, data_folder):
 
     node = node_id(data_folder)
     try:
-        return [Bridge(runtime.broker, one, runtime.log, runtime.clock, node, runtime.interrupt) for one in settings]
+        return [
+            Bridge(runtime.broker, one, runtime.log, runtime.clock, node, runtime.interrupt, data_folder)
+            for one in settings
+        ]
     except BridgeError as e:
         raise StartError(str(e), 2)

@@ -13,7 +13,8 @@ disk, unacked, consumers and the oldest ready message's age.
 `bridges` prints each [[bridge]] as the broker last wrote it (status.json): its state
 (connecting, running, blocked, backoff, stopped), the upstream in use, messages forwarded
 since the start and in flight, the backlog waiting in its source queue, the oldest waiting
-message's age and the last error. --json prints the same as one JSON object.
+message's age, the last error and, for a stream source, the offset up to which upstream
+confirmed every record. --json prints the same as one JSON object.
 """
 
 import json
@@ -245,16 +246,13 @@ def _duration(seconds):
 
 
 def bridges(data):
-    """The bridges as the broker last wrote them: a dict with `live` and `bridges` (each with
-    the age of the oldest message waiting in its source queue), or None without status.json."""
+    """The bridges as the broker last wrote them (core/snapshot.py: each with the age of the
+    oldest message waiting in its source queue): a dict with `live` and `bridges`, or None
+    without status.json."""
     broker = broker_status(data)
     if broker is None or "error" in broker:
         return broker
-    queues = {q["name"]: q for q in broker.get("queues", [])}
-    out = []
-    for bridge in broker.get("bridges", []):
-        source = queues.get(bridge["queue"])
-        out.append(dict(bridge, oldest_age_s=source["oldest_age_s"] if source else None))
+    out = broker.get("bridges", [])
     return {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
 
 
@@ -274,9 +272,9 @@ def bridges_command(args):
         return 0
     print("bridges: %s (%s)" % (len(info["bridges"]) or "none", _when(info)))
     for b in info["bridges"]:
-        age = "-" if b["oldest_age_s"] is None else _duration(b["oldest_age_s"])
+        age = "-" if b.get("oldest_age_s") is None else _duration(b["oldest_age_s"])
         print(
-            "  %s (%s, queue %s): %s, upstream %s; forwarded %s, in flight %s, backlog %s, oldest waiting %s; last error: %s"
+            "  %s (%s, queue %s): %s, upstream %s; forwarded %s, in flight %s, backlog %s, oldest waiting %s; last error: %s%s"
             % (
                 b["name"],
                 b["direction"],
@@ -285,9 +283,11 @@ def bridges_command(args):
                 b["upstream"] or "-",
                 _n(b["forwarded"]),
                 _n(b["in_flight"]),
-                _n(b["backlog"]),
+                _n(b["backlog"]) if b["backlog"] is not None else "-",  # (down: not known before a link)
                 age,
                 b["last_error"] or "none",
+                # a stream source: the offset every record up to which upstream confirmed
+                "; confirmed up to offset %d" % b["confirmed_offset"] if "confirmed_offset" in b else "",
             )
         )
     return 0

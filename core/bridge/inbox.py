@@ -2,8 +2,8 @@
 through the one publish path (Broker.publish), and acked upstream only once this broker
 holds them as it promises (on disk, for a persistent message in a durable queue).
 
-The bridge's port (server/bridge.py) hands each delivery to `receive` with its upstream
-delivery tag, and acks upstream up to `ackable()` whenever the port is woken (`wake`: after
+The bridge's decisions (core/bridge/down.py) hand each delivery to `receive` with its upstream
+delivery tag, and ack upstream up to `ackable()` whenever the driver is woken (`wake`: after
 a publish, and when the journal made more durable). A message that no queue here takes is
 `refused` to upstream (basic.nack without requeue: upstream dead-letters it if it can), and
 one that a full queue or the memory or disk alarm refuses is sent back (requeue) while the

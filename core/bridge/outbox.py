@@ -2,7 +2,8 @@
 deliveries wait to be sent upstream and leave the queue only once upstream took them.
 
 It is a consumer session as core/queue.py's Consumer describes one (as a 0-9-1 channel is),
-with no socket: the bridge's port (server/bridge.py) drives it.
+with no socket: the bridge's decisions (core/bridge/up.py) drive it, and server/bridge.py
+drives them. A stream's is core/bridge/streamout.py.
 
 - While the link is up (`up`), the queue delivers to it, at most `window` messages at a time
   (the bridge's prefetch). Each is journalled as delivered, as for any consumer, so a restart
@@ -51,7 +52,7 @@ class Outbox:
     consumer_unacked = 0
     last_return = ""  # the code and text of upstream's last basic.return
 
-    def __init__(self, broker, queue, name, window, wake=None, node=b"hutch"):
+    def __init__(self, broker, queue, name, window, wake=None, node=b"hutch", arguments=None):
         self.broker = broker
         self.queue = queue
         self.name = name
@@ -71,7 +72,7 @@ class Outbox:
         self.forwarded = 0  # confirmed by upstream, since start
         self.wake = wake  # called when messages arrive for the port to send
         self.consumer = Consumer(self, b"hutch.bridge." + name.encode(), queue, False, False, window)
-        broker.consume(None, queue, self.consumer, 0)
+        broker.consume(None, queue, self.consumer, 0, arguments)  # (a stream's: where it reads from)
 
     # ------------------------------------------------------------ the queue's side
 
@@ -192,15 +193,16 @@ class Outbox:
         dead = []
         for entry in entries:
             self.returned.remove(entry)
-            count = returns.get(entry[MESSAGE], 0) + 1
+            key = self.return_key(entry[MESSAGE])
+            count = returns.get(key, 0) + 1
             if count < MAX_RETURNS:
-                returns[entry[MESSAGE]] = count
+                returns[key] = count
                 again.append(entry)
             elif self.queue.dead_letter_exchange is not None:
-                returns.pop(entry[MESSAGE], None)
+                returns.pop(key, None)
                 dead.append(entry)
             else:
-                returns[entry[MESSAGE]] = count
+                returns[key] = count
                 again.append(entry)
                 self.stuck = "upstream returned a message %d times (%s) and the queue has no dead-letter exchange" % (
                     count,
@@ -214,6 +216,11 @@ class Outbox:
             )
         self._settle(dead, REJECT)
         self._settle(again, REQUEUE)
+
+    def return_key(self, message):
+        """What upstream's returns of a message are counted by: the message (a queue gives the
+        same one back when it is sent again)."""
+        return message
 
     def nacked(self, seq, multiple):
         """Upstream refused seq (and the ones before it, if multiple): back to the queue's head."""
@@ -251,7 +258,7 @@ class Outbox:
             return 0
         if outcome == ACCEPT and self.returns:
             for entry in entries:
-                self.returns.pop(entry[MESSAGE], None)
+                self.returns.pop(self.return_key(entry[MESSAGE]), None)
         self.consumer.unacked -= len(entries)
         self.broker.settle(self.queue, entries, outcome)
         if self.up:

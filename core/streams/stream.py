@@ -120,6 +120,14 @@ class Cursor:
         self.pos = 0
         self.end = 0
 
+    def rewind(self, offset):
+        """Read again from offset (a bridge whose link was lost: core/bridge/streamout.py). The
+        segment is found again at the next read; the buffer is kept."""
+        self.offset = offset
+        self.after_ms = 0
+        self.segment = -1
+        self.position = self.pos = self.end = 0
+
 
 class Stream:
     # What it has had since the broker started (core/counters.py): class-level zeros until counted.

@@ -1,0 +1,92 @@
+"""A down bridge's decisions: an upstream queue brought here (commands).
+
+Its local side is core/bridge/inbox.py; the state, URIs and backoff are core/bridge/machine.py's.
+Per link, after the handshake: set-up (a passive declare of the upstream queue, whose message
+count is the backlog shown; basic.qos with prefetch; basic.consume), then each delivery is
+published here (`delivered`: what to answer upstream at once, if anything) and acked upstream
+once held here as promised (`to_ack`). A message that no local queue takes is refused
+upstream (nack without requeue: its dead-letter exchange there, if any); one this broker
+refuses for now (memory, disk, a full queue) goes back (nack, requeue) and the link ends, to
+back off.
+
+Sans-IO and MicroPython-clean.
+"""
+
+from ...codec import spec
+from .inbox import DROP, REQUEUE, Inbox
+from .machine import BridgeError, Machine
+
+
+class DownMachine(Machine):
+    def __init__(self, broker, settings, log, random_bits, wake=None):
+        destination = settings["exchange"]
+        name = settings["name"]
+        if destination is not None and broker.exchange(destination.encode()) is None:
+            raise BridgeError("bridge %s: no local exchange '%s' to publish to" % (name, destination))
+        Machine.__init__(self, broker, settings, log, random_bits)
+        routing_key = settings["routing_key"]
+        self.inbox = Inbox(
+            broker,
+            destination.encode() if destination is not None else None,
+            routing_key.encode() if routing_key is not None else None,
+            wake,
+        )
+        self.upstream_backlog = None  # the upstream queue's count at the last connect
+        self.acked = 0  # the highest delivery tag acked on this link
+        self.refused = None  # why a delivery was sent back: the link then ends, to back off
+
+    def set_up_steps(self):
+        queue = self.settings["queue"]
+        return [
+            (spec.QUEUE_DECLARE, (0, queue, True, False, False, False, False, None)),
+            (spec.BASIC_QOS, (0, self.settings["prefetch"], False)),
+            (spec.BASIC_CONSUME, (0, queue, "hutch.bridge." + self.name, False, False, False, False, None)),
+        ]
+
+    def link_opened(self, now):
+        self.acked = 0
+        self.refused = None
+
+    def on_method(self, method_id, args):
+        if method_id == spec.QUEUE_DECLARE_OK:
+            self.upstream_backlog = args[1]
+
+    def delivered(self, tag, exchange, routing_key, header_tail, body_tail, body_size):
+        """A delivery from upstream, published here: None (acked once held: to_ack), or the
+        method to send upstream now, (method_id, args)."""
+        outcome = self.inbox.receive(tag, exchange, routing_key, header_tail, body_tail, body_size)
+        if outcome == DROP:
+            self.log(
+                "warning",
+                "bridge %s: no local queue takes a message routed '%s': refused to upstream (its dead-letter exchange, if any)"
+                % (self.name, routing_key.decode() if isinstance(routing_key, bytes) else routing_key),
+            )
+            return (spec.BASIC_NACK, (tag, False, False))
+        if outcome == REQUEUE:
+            self.refused = "this broker refused a message (memory, disk or a full queue): back to upstream"
+            return (spec.BASIC_NACK, (tag, False, True))
+        return None
+
+    def to_ack(self):
+        """The ack to send upstream now, (method_id, args), or None: every delivery up to the
+        tag is held here as promised."""
+        tag = self.inbox.ackable()
+        if tag > self.acked:
+            self.acked = tag
+            return (spec.BASIC_ACK, (tag, True))
+        return None
+
+    def running(self):
+        pass
+
+    def stalled(self, now):
+        return None  # (a down bridge's link is watched by its heartbeats)
+
+    def check(self):
+        return self.refused
+
+    def link_down(self):
+        self.inbox.link_down()  # upstream takes its unacked deliveries back
+
+    def close(self):
+        pass

@@ -1,0 +1,193 @@
+"""One bridge's decisions, sans-IO: the state machine that server/bridge.py (the driver: sockets,
+TLS, bytes through client/protocol.py, sleeps and tasks) tells what happened and asks what to
+do. Nothing here reads a clock or a socket: the time (ms) and the events come in, and the
+answers are values the driver acts on.
+
+    starting -> connecting (each URI in turn; then the handshake) -> setting up -> running
+    running <-> blocked (connection.blocked, channel.flow)
+    a link lost, or a round of URIs that all failed -> backoff -> connecting ...
+    stop() -> stopped
+
+The driver's calls, in the order a link meets them:
+
+    connect_to()             the URI (its settings) to open now; None: first wait wait_ms
+                             (backoff: reconnect_delay doubled up to max_reconnect_delay after
+                             each failed round, with jitter from the random source given)
+    opened(now)              the socket is open: the handshake begins (connection_timeout)
+    next_step()              once upstream's channel is open and no reply is awaited: the
+                             next set-up method (method_id, args) to call, or None: running
+    method(method_id, args)  each method upstream sends (confirms, flow, blocked...)
+    tick(now, silent)        every tick: why the link must end now (missed heartbeats, no
+                             answer to the handshake, the direction's watchdog), or None
+    check()                  after each batch of events: why the link must end, or None
+    lost(reason)             the link ended (None: the bridge stops): what it had in flight
+                             goes back (up: to the local queue's head; down: upstream
+                             requeues it)
+    stop()                   the bridge's end
+
+and each direction's own: core/bridge/up.py (what to forward, what a confirm, nack or
+return settles, the watchdog) and core/bridge/down.py (what to nack and ack upstream), which
+also define the hooks this class calls (Machine's annotations: no defaults, each a function
+object a board would hold for nothing).
+
+A bridge registers itself on the broker (broker.bridges): core/snapshot.py reads its status
+from there. MicroPython-clean; loaded only by a broker with a [[bridge]].
+"""
+
+from ...codec import spec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Callable
+
+# The states. Setting up is shown as connecting (status, log): to a user, a link is up once it
+# runs.
+STARTING = 0
+CONNECTING = 1
+SETTING_UP = 2
+RUNNING = 3
+BLOCKED = 4
+BACKOFF = 5
+STOPPED = 6
+NAMES = ("starting", "connecting", "connecting", "running", "blocked", "backoff", "stopped")
+
+DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
+
+
+class BridgeError(Exception):
+    """A bridge that cannot start as configured (its source exchange is missing...): `hutch
+    serve` says it in one line and exits with 2."""
+
+
+class Machine:
+    """What both directions decide alike: the state, the URI to try, the backoff, the end of a
+    link that stays silent. The directions fill in the hooks."""
+
+    # The hooks each direction defines (annotations alone: nothing at run time).
+    set_up_steps: "Callable[[], list]"  # the set-up methods of a new link, in order
+    link_opened: "Callable[[int], None]"
+    running: "Callable[[], None]"  # the set-up is done
+    on_method: "Callable[[int, tuple], None]"  # a method the machine itself does not take
+    stalled: "Callable[[int], str | None]"  # the direction's watchdog
+    check: "Callable[[], str | None]"  # why the link must end now
+    link_down: "Callable[[], None]"
+    close: "Callable[[], None]"
+
+    def __init__(self, broker, settings, log, random_bits):
+        """settings: server/bridge_config.py's checked [[bridge]]; log(level, text); random_bits:
+        n -> an int of n random bits (random.getrandbits), the jitter's source."""
+        self.settings = settings
+        self.name = settings["name"]
+        self.log = log
+        self.random_bits = random_bits
+        self.state = STARTING
+        self.upstream = None  # the URI in use (without its password)
+        self.uri = None  # its settings
+        self.last_error = None
+        self.tried = 0  # URIs of this round tried
+        self.delay = settings["reconnect_delay"]  # the next backoff (s), before its jitter
+        self.wait_ms = 0  # the backoff connect_to() asked for
+        self.progressed = False  # a link of this round ran
+        self.ran = False  # this link got through its set-up
+        self.opened_at = 0
+        self.steps = []  # the set-up methods still to call on this link
+        self.upstream_blocked = False  # connection.blocked, until connection.unblocked
+        if settings["prefetch"] is None:
+            # in flight, messages are in memory and count in the broker's budget: a board's
+            # (esp32: 96 messages) must keep room for the publishers and the queues' windows
+            settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
+        if not broker.bridges:  # the first: the broker's own list (a class-level () until then)
+            broker.bridges = []
+        broker.bridges.append(self)
+
+    def set_state(self, state, detail=""):
+        """Each change a user can see is one log line."""
+        if NAMES[state] != NAMES[self.state]:
+            self.log("info", "bridge %s: %s%s" % (self.name, NAMES[state], detail))
+        self.state = state
+
+    # ------------------------------------------------------------ between links
+
+    def connect_to(self):
+        """The URI to connect to now (its settings), each in turn; None when the round is over
+        (then wait wait_ms: the state is backoff) or the bridge stopped."""
+        if self.state == STOPPED:
+            return None
+        settings = self.settings
+        uris = settings["uris"]
+        if self.tried < len(uris):
+            uri = self.uri = uris[self.tried]
+            self.tried += 1
+            self.upstream = uri["uri"]
+            self.set_state(CONNECTING, " to %s" % uri["uri"])
+            return uri
+        self.tried = 0
+        if self.progressed:  # it worked for a while: retry soon
+            self.delay = settings["reconnect_delay"]
+            self.progressed = False
+        wait = self.delay * (0.5 + self.random_bits(16) / 65536)  # jitter: many gateways do not retry in step
+        self.wait_ms = int(wait * 1000)
+        self.delay = min(self.delay * 2, settings["max_reconnect_delay"])
+        self.set_state(BACKOFF, " for %.1f s (%s)" % (wait, self.last_error))
+        return None
+
+    # ------------------------------------------------------------ one link
+
+    def opened(self, now):
+        """The socket is open (TLS too): the handshake starts, and connection_timeout with it."""
+        self.opened_at = now
+        self.ran = False
+        self.upstream_blocked = False
+        self.steps = self.set_up_steps()
+        self.link_opened(now)
+
+    def next_step(self):
+        """(The channel is open, no reply awaited) The next set-up method to call, as
+        (method_id, args); None once all are done: the link runs."""
+        if self.state == CONNECTING:
+            self.state = SETTING_UP
+        if self.steps:
+            return self.steps.pop(0)
+        self.ran = True
+        self.set_state(RUNNING, " (upstream %s)" % self.upstream)
+        self.running()
+        return None
+
+    def method(self, method_id, args):
+        """A method from upstream (client/protocol.py has answered what the protocol needs)."""
+        if method_id == spec.CONNECTION_BLOCKED:
+            self.upstream_blocked = True
+            self.set_state(BLOCKED, " by upstream: %s" % (args[0] if args else ""))
+        elif method_id == spec.CONNECTION_UNBLOCKED:
+            self.upstream_blocked = False
+            self.set_state(RUNNING, " (upstream %s)" % self.upstream)
+        else:
+            self.on_method(method_id, args)
+
+    def tick(self, now, silent):
+        """Why the link must end at now, or None. silent: heartbeats were missed (the protocol's
+        tick said so). A black-holed route accepts the connection and then says nothing,
+        before heartbeats are agreed: the handshake has connection_timeout ms."""
+        if silent:
+            return "missed heartbeats: upstream is silent"
+        timeout = self.uri["connection_timeout"]
+        if not self.ran and now - self.opened_at > timeout:
+            return "no answer to the handshake within %d ms" % timeout
+        return self.stalled(now)
+
+    def lost(self, reason):
+        """The link ended: why (logged, and kept as the last error), or None when the bridge
+        stops. What it had in flight goes back."""
+        self.link_down()
+        if self.ran:
+            self.progressed = True
+        self.ran = False
+        if reason is not None:
+            self.last_error = "%s: %s" % (self.upstream, reason)
+            if self.state != STOPPED:
+                self.log("warning", "bridge %s: %s" % (self.name, self.last_error))
+
+    def stop(self):
+        """The bridge ends (after its last link): its local side lets go."""
+        self.close()
+        self.set_state(STOPPED)

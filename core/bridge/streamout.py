@@ -1,0 +1,209 @@
+"""The local side of an up bridge whose source is a stream (x-queue-type = stream): the Outbox
+(core/bridge/outbox.py) as a stream's consumer session.
+
+A stream is read, not consumed away, so what "leaves the queue" on a confirm is the bridge's
+place in it:
+
+- The stream delivers through the session protocol's `deliver_records` (core/session.py): the
+  records the consumer's cursor read ahead become messages (core/streams/streamlog.py says
+  what a record holds; each is checked, header and CRC-32, before it is believed), forwarded
+  as a queue's are. Each is settled through Broker.settle with stream.entry, as a 0-9-1
+  channel settles its stream deliveries, which gives the window room.
+- x-hutch-seq is the record's offset + 1 (the dedup of an upstream hutch needs numbers from
+  1), in a lane of the bridge's own: x-hutch-origin is NODE/BRIDGE/LANE.
+- A nack or a return puts the record back at the head of what waits (a stream gives nothing
+  back); a lost link lets go of everything not confirmed and rewinds the cursor to the oldest
+  of it, read again first on the next link, in order.
+- Where a restart reads from (`next_offset`: the oldest record not confirmed) goes to the
+  bridge's offset file (server/bridge.py writes it; core/bridge/up.py says when). At start,
+  `saved` (that file: offset, lane, stream name) is read from if it fits the stream: the
+  same stream name, and an offset the stream has reached (a stream made again under the
+  same name starts below it). Otherwise the bridge starts a new lane at the stream's first
+  record. A file that lags only sends records again; one lost sends what is retained
+  again under a new lane: at least once, never a skipped record.
+
+Sans-IO and MicroPython-clean; loaded with the first stream source.
+"""
+
+import struct
+
+from ..broker import ACCEPT, REQUEUE
+from ..message import Message
+from ..session import MESSAGE
+from ..store.records import HEADER_SIZE, TRAILER_SIZE
+from ..streams.streamlog import BAD_RECORD, DONE, INCOMPLETE, PREFIX, WANT, offset_and_time, parse
+from .outbox import Outbox
+
+LANE = b"lane-"
+
+
+class StreamOutbox(Outbox):
+    def __init__(self, broker, stream, name, window, wake=None, node=b"hutch", saved=None):
+        start = None
+        lane = None
+        if saved is not None and saved[2] == stream.name and saved[0] <= stream.next:
+            start, lane = saved[0], saved[1]
+        self.saved = start  # the offset the file holds (None: it must be written before anything goes)
+        Outbox.__init__(
+            self, broker, stream, name, window, wake, node, {"x-stream-offset": b"first" if start is None else start}
+        )
+        self.lane = lane if lane is not None else broker.new_name(LANE)
+        self.run_origin = self.origin + b"/" + self.lane  # x-hutch-origin of every record (Outbox._key)
+
+    # ------------------------------------------------------------ the stream's side
+
+    def deliver_records(self, consumer, stream, cursor, room):
+        """Up to room of the records the cursor has read ahead, below stream.visible, as messages
+        waiting to go: (how many, why it stopped: WANT, read on; DONE, room given or the next
+        record not durable yet; BAD_RECORD, the record at the cursor does not check out)."""
+        buf = memoryview(cursor.buf)
+        pos = cursor.pos
+        end = cursor.end
+        offset = cursor.offset
+        visible = stream.visible
+        waiting = self.waiting
+        given = 0
+        status = DONE
+        while given < room:
+            stop = parse(buf, pos, end)
+            if stop < 0:
+                status = WANT if stop == INCOMPLETE else BAD_RECORD
+                break
+            record, stamp = offset_and_time(buf, pos)
+            if record < offset:
+                pos = stop  # before where this consumer reads from
+                continue
+            if record >= visible:
+                offset = record  # not durable yet
+                break
+            message = _message(buf, pos + HEADER_SIZE, stop - TRAILER_SIZE)
+            if message is None:
+                status = BAD_RECORD
+                break
+            pos = stop
+            offset = record + 1
+            if cursor.after_ms:
+                if stamp < cursor.after_ms:
+                    continue
+                cursor.after_ms = 0
+            message.forward_seq = record + 1
+            waiting.append((message, False, None))
+            given += 1
+        cursor.pos = pos
+        cursor.offset = offset
+        if given:
+            consumer.unacked += given
+            if self.wake is not None:
+                self.wake()
+        return given, status
+
+    def server_cancel(self, consumer):
+        """The stream was deleted: a stream made again under its name starts at 0, in a new lane."""
+        self.down()
+        Outbox.server_cancel(self, consumer)
+        self.lane = self.broker.new_name(LANE)
+        self.saved = None
+
+    # ------------------------------------------------------------ settling
+
+    def return_key(self, message):
+        """Returns are counted by offset: the record read again after a lost link is a new
+        message object."""
+        return message.forward_seq
+
+    def _settle(self, entries, outcome):
+        count = len(entries)
+        if not count or self.consumer is None:
+            return 0
+        if outcome == REQUEUE and self.up:  # nacked or returned: first again, in offset order
+            waiting = entries + self.waiting
+            waiting.sort(key=_seq)
+            self.waiting = waiting
+            if self.wake is not None:
+                self.wake()
+            return count
+        if outcome == ACCEPT and self.returns:
+            for entry in entries:
+                self.returns.pop(entry[MESSAGE].forward_seq, None)
+        self._release(count, outcome)
+        return count
+
+    def _release(self, count, outcome):
+        """count deliveries settled with the stream (its entries are all alike): the window and
+        the broker's budget get their room back."""
+        self.consumer.unacked -= count
+        stream = self.queue
+        self.broker.settle(stream, [stream.entry] * count, outcome)
+        if self.up:
+            stream.dispatch()
+
+    def down(self):
+        """The link is gone: what was in flight or waiting is let go and read again first on the
+        next link (the cursor goes back to the oldest of it)."""
+        offset = self.next_offset()
+        self.up = False
+        self.returned = []
+        count = len(self.in_flight) + len(self.waiting)
+        self.in_flight = []
+        self.waiting = []
+        consumer = self.consumer
+        if count and consumer is not None:
+            self._release(count, REQUEUE)
+            if consumer.cursor is not None:
+                consumer.cursor.rewind(offset)
+
+    # ------------------------------------------------------------ where it stands
+
+    def next_offset(self):
+        """The oldest offset upstream has not confirmed: where a restart reads from."""
+        low = 0
+        for pair in self.in_flight:  # (not in offset order once a record was sent again)
+            seq = pair[1][MESSAGE].forward_seq
+            if not low or seq < low:
+                low = seq
+        if self.waiting:  # (in offset order)
+            seq = self.waiting[0][MESSAGE].forward_seq
+            if not low or seq < low:
+                low = seq
+        if low:
+            return low - 1
+        consumer = self.consumer
+        if consumer is None or consumer.cursor is None:  # stopped: as last saved; the stream gone: 0
+            return self.saved if self.saved is not None else 0
+        return consumer.cursor.offset
+
+    def backlog(self):
+        """Records in the stream not confirmed upstream yet."""
+        if self.consumer is None:
+            return 0
+        return max(0, self.queue.visible - self.next_offset())
+
+
+def _seq(entry):
+    return entry[MESSAGE].forward_seq
+
+
+def _message(buf, start, end):
+    """The message of the record payload buf[start:end] past its offset and timestamp (the
+    exchange and routing key, the content header's size and frame tail, the body's frame tail
+    if any), or None if its parts do not fit in it."""
+    at = start + PREFIX
+    key_at = at + 1 + buf[at]
+    if key_at >= end:
+        return None
+    route_end = key_at + 1 + buf[key_at]
+    if route_end + 4 > end:
+        return None
+    header_at = route_end + 4
+    header_end = header_at + struct.unpack_from(">I", buf, route_end)[0]
+    if header_end - header_at < 19 or header_end > end or 0 < end - header_end < 5:
+        return None  # (a header frame's tail: size, class, weight, body size, flags, frame-end)
+    body_size = end - header_end - 5 if end > header_end else 0
+    return Message(
+        bytes(buf[at + 1 : key_at]),
+        bytes(buf[key_at + 1 : route_end]),
+        bytes(buf[at:route_end]),
+        bytes(buf[header_at:header_end]),
+        bytes(buf[header_end:end]) if body_size > 0 else None,
+        body_size,
+    )

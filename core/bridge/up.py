@@ -1,0 +1,227 @@
+"""An up bridge's decisions: a local queue (or stream) forwarded to an upstream exchange.
+
+Its local side is core/bridge/outbox.py (a stream's: core/bridge/streamout.py); the state,
+URIs and backoff are core/bridge/machine.py's. Per link, after the handshake:
+
+- set-up: `declare` (the destination exchange of its type, a queue bound to it: nothing has
+  to be set up upstream by hand), then confirm.select (ack_mode on-confirm);
+- running: `sendable(now)` says how many waiting messages may go now (none while upstream
+  blocks the connection or pauses the channel; at most what max_rate and max_byte_rate
+  allow: then `wake_ms` says when to ask again), `forward(publish, n)` hands them to the
+  driver's publish (persistent, mandatory, with the bridge's headers), numbered as upstream
+  confirms them; with ack_mode on-publish or no-ack they are settled once written;
+- basic.ack settles, basic.nack and basic.return put back (the Outbox says how);
+- the watchdog: a link that confirms nothing for `watchdog` seconds while messages are in
+  flight ends (heartbeats alone miss an upstream that answers them but is stuck); so does
+  one whose queue's head upstream keeps returning (`check`).
+
+A stream source also says where a restart reads from: `offset_to_save(now)`, written by the
+driver to the bridge's offset file (server/bridge.py).
+
+Sans-IO and MicroPython-clean.
+"""
+
+from ...codec import spec
+from ...codec.errors import ChannelException
+from ..session import MESSAGE
+from ..topology import add_binding, declare_queue
+from .machine import BLOCKED, RUNNING, BridgeError, Machine
+from .outbox import Outbox
+
+SAVE_EVERY_MS = 1000  # a stream source's offset file is written at most this often while it forwards
+
+
+class UpMachine(Machine):
+    def __init__(self, broker, settings, log, random_bits, queue, node=b"hutch", wake=None, saved=None):
+        """queue: the source (source_queue()); wake: called when messages arrive for the driver
+        to send; saved: a stream source's offset file as read at start (streamout.py), or None."""
+        Machine.__init__(self, broker, settings, log, random_bits)
+        window = settings["prefetch"]
+        self.stream = None  # a stream source's outbox (the same as outbox): it keeps an offset
+        if queue.is_stream:
+            from .streamout import StreamOutbox  # (loaded with the first stream source)
+
+            self.outbox = self.stream = StreamOutbox(broker, queue, self.name, window, wake, node, saved)
+        else:
+            self.outbox = Outbox(broker, queue, self.name, window, wake, node)
+        self.rate = None
+        self.flow_stopped = False  # upstream sent channel.flow active=false
+        self.progress_at = 0  # when the watchdog last saw progress
+        self.progress_mark = 0  # outbox.forwarded then
+        self.wake_ms = 0  # (a rate) ask sendable() again in this many ms
+        self.saved_at = 0  # when offset_to_save last gave an offset
+
+    # ------------------------------------------------------------ a link's start
+
+    def set_up_steps(self):
+        steps = self._declarations()
+        if self.settings["ack_mode"] == "on-confirm":
+            steps.append((spec.CONFIRM_SELECT, (False,)))
+        return steps
+
+    def _declarations(self):
+        """`declare`: the destination upstream, declared durable at each connect (the exchange
+        of that type, a queue bound to it), so forwarding never waits for someone to set it
+        up there."""
+        declare = self.settings["declare"]
+        if declare is None:
+            return []
+        exchange = self.settings["exchange"] or ""
+        steps = []
+        if declare["exchange_type"]:
+            steps.append(
+                (spec.EXCHANGE_DECLARE, (0, exchange, declare["exchange_type"], False, True, False, False, False, None))
+            )
+        if declare["queue"]:
+            steps.append((spec.QUEUE_DECLARE, (0, declare["queue"], False, True, False, False, False, None)))
+            if exchange:
+                steps.append((spec.QUEUE_BIND, (0, declare["queue"], exchange, declare["binding_key"], False, None)))
+        return steps
+
+    def link_opened(self, now):
+        self.outbox.stuck = None  # found again if upstream still returns the head of the queue
+        self.flow_stopped = False
+        self.progress_at = now
+        self.progress_mark = self.outbox.forwarded
+        settings = self.settings
+        if settings["max_rate"] or settings["max_byte_rate"]:
+            from .rate import Rate  # (loaded only by a bridge with a rate)
+
+            self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], now)  # full at each link
+
+    def running(self):
+        self.outbox.link_up()
+
+    # ------------------------------------------------------------ what upstream says
+
+    def on_method(self, method_id, args):
+        if method_id == spec.BASIC_ACK:
+            self.outbox.confirmed(args[0], args[1])
+        elif method_id == spec.BASIC_NACK:
+            self.outbox.nacked(args[0], args[1])
+        elif method_id == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
+            self.flow_stopped = not args[0]
+            if self.flow_stopped:
+                self.set_state(BLOCKED, " by upstream: channel.flow")
+            else:
+                self.set_state(RUNNING, " (upstream %s)" % self.upstream)
+
+    def returned(self, headers, code, text):
+        """basic.return (the bridge publishes mandatory) of a message with these headers: its
+        confirm, which follows, puts it back rather than settling it."""
+        origin = headers.get("x-hutch-origin")
+        if isinstance(origin, str):
+            origin = origin.encode()
+        if not self.outbox.returned_by(origin, headers.get("x-hutch-seq"), "%d %s" % (code, text)):
+            self.log("warning", "bridge %s: upstream returned a message it was not sent" % self.name)
+
+    # ------------------------------------------------------------ what goes upstream
+
+    def sendable(self, now):
+        """How many of the waiting messages may go at now: none until the link runs, nor while
+        upstream blocks it; with a rate, what its buckets allow (their tokens are spent), and
+        wake_ms is then when to ask again if some must wait (0: none must)."""
+        outbox = self.outbox
+        self.wake_ms = 0
+        if not outbox.up or self.upstream_blocked or self.flow_stopped:
+            return 0
+        waiting = outbox.waiting
+        if self.rate is None:
+            return len(waiting)
+        n = self.rate.allowed(waiting, now)
+        if n < len(waiting):
+            self.wake_ms = self.rate.wait_ms()
+        return n
+
+    def forward(self, publish, count):
+        """Forward the next count waiting messages, in order, through publish(exchange,
+        routing_key, header_tail, body_tail, mandatory) (the driver's protocol.forward): to
+        `exchange` and with `routing_key` if set, else the message's own; persistent, with the
+        bridge's headers; mandatory, so what upstream cannot route comes back. How many went."""
+        outbox = self.outbox
+        entries = outbox.take(count)
+        settings = self.settings
+        exchange = settings["exchange"]
+        routing_key = settings["routing_key"]
+        header_for = outbox.header_for
+        for entry in entries:
+            message = entry[MESSAGE]
+            publish(
+                exchange if exchange is not None else message.exchange,
+                routing_key if routing_key is not None else message.routing_key,
+                header_for(message),
+                message.body_tail,
+                True,
+            )
+        if entries and settings["ack_mode"] != "on-confirm":
+            # on-publish / no-ack: settled once written (the data is in the socket's hands)
+            outbox.confirmed(outbox.seq, True)
+        return len(entries)
+
+    # ------------------------------------------------------------ a link's end
+
+    def stalled(self, now):
+        """The watchdog: a link that is up but confirms nothing for `watchdog` seconds while
+        messages wait is torn down (heartbeats alone miss an upstream that answers them but
+        is stuck)."""
+        outbox = self.outbox
+        if outbox.forwarded != self.progress_mark or not outbox.in_flight:
+            self.progress_mark = outbox.forwarded
+            self.progress_at = now
+        watchdog_ms = self.settings["watchdog"] * 1000
+        if watchdog_ms and now - self.progress_at > watchdog_ms:
+            return "watchdog: no confirm for %.1f s while %d messages wait" % (
+                (now - self.progress_at) / 1000,
+                len(outbox.in_flight),
+            )
+        return None
+
+    def check(self):
+        return self.outbox.stuck
+
+    def link_down(self):
+        self.outbox.down()  # what was in flight goes back, in order
+
+    def close(self):
+        self.outbox.close()
+
+    # ------------------------------------------------------------ a stream source's offset
+
+    def offset_to_save(self, now, force=False):
+        """(A stream source) What to write to the bridge's offset file now, (offset, lane,
+        stream name): the offset is where a restart must read from, the oldest record upstream
+        has not confirmed. None if it has not moved since it was last given, or was given less
+        than SAVE_EVERY_MS ago (unless force: at a link's end and at stop), or the source is a
+        queue. Lagging is safe: a restart then sends some records again (an upstream hutch
+        drops them), never skips one."""
+        stream = self.stream
+        if stream is None or (not force and now - self.saved_at < SAVE_EVERY_MS):
+            return None
+        offset = stream.next_offset()
+        if offset == stream.saved:
+            return None
+        stream.saved = offset
+        self.saved_at = now
+        return (offset, stream.lane, stream.queue.name)
+
+
+def source_queue(broker, settings):
+    """The local queue (or stream) an up bridge forwards: `queue`, declared durable if it does
+    not exist; or, for `source_exchange` + `binding_key`, its own durable queue
+    (hutch.bridge.NAME) bound there. BridgeError if it cannot be."""
+    exchange = settings["source_exchange"]
+    name = settings["queue"] if exchange is None else "hutch.bridge." + settings["name"]
+    queue = broker.queues.get(name.encode())
+    try:
+        if queue is None:
+            queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
+        if exchange is not None:
+            if broker.exchange(exchange.encode()) is None:
+                raise BridgeError(
+                    "bridge %s: no exchange '%s' to forward from (declare it durable first)"
+                    % (settings["name"], exchange)
+                )
+            add_binding(broker, broker.exchange(exchange.encode()), queue, settings["binding_key"].encode(), {}, 0)
+    except ChannelException as e:
+        raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
+    return queue
