@@ -100,6 +100,7 @@ class Broker:
 
             self.guard = Guard(self)
         return self.guard
+
     # The bridges' decisions (core/bridge/machine.py), which register here: core/snapshot.py
     # reads their status. A list of its own with the first.
     bridges = ()

@@ -50,6 +50,7 @@ SECTIONS = {
         "journal_max_bytes",
         "segment_bytes",
         "definitions",
+        "log_file",
     ),
     "limits": None,
     "users": None,  # [users.NAME]: USER_KEYS

@@ -20,6 +20,9 @@ def add_options(parser):
     parser.add_argument("--data", default=None, help="data folder (default ./hutch-data, or the board's)")
     parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default info)")
     parser.add_argument(
+        "--log-file", default=None, metavar="FILE", help="append the log to FILE (default: standard error)"
+    )
+    parser.add_argument(
         "--board", default=None, help="board profile: %s (default: limits from the config)" % ", ".join(boards.NAMES)
     )
     parser.add_argument(
@@ -62,6 +65,7 @@ class Options:
         serial=None,
         baud=None,
         definitions=None,
+        log_file=None,
     ):
         self.config = config
         self.bind = bind
@@ -73,6 +77,7 @@ class Options:
         self.serial = serial
         self.baud = baud
         self.definitions = definitions
+        self.log_file = log_file
 
 
 def settings(args):
@@ -111,6 +116,7 @@ def settings(args):
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
         "log_level": level,
+        "log_file": _log_file(getattr(args, "log_file", None) or server.get("log_file")),
         "board": board,
         "read_size": profile.READ_SIZE,
         "stats_interval": stats,
@@ -130,6 +136,17 @@ def needs_tls(opts):
     """Whether these settings speak TLS anywhere: an amqps:// bridge uplink. (Without TLS the
     CPython broker runs without OpenSSL: tools/cli.py.)"""
     return any(uri["tls"] for bridge in opts["bridges"] for uri in bridge["uris"])
+
+
+def _log_file(path):
+    """Where the log goes: None for standard error (what journald and a terminal read)."""
+    if path is None:
+        return None
+    if not isinstance(path, str) or not path:
+        raise config.ConfigError("log_file must be a file name, not %r" % (path,))
+    if sys.implementation.name == "micropython":
+        raise config.ConfigError("log_file: a board logs to its console (its flash has no writes to spare)")
+    return path
 
 
 def _users(data, path, definitions_path):

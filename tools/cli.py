@@ -71,9 +71,15 @@ def cmd_serve(args):
 
     from ..server import serve
 
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(message)s", level=getattr(logging, opts["log_level"].upper())
-    )
+    try:
+        logging.basicConfig(
+            format="%(asctime)s %(levelname)s %(message)s",
+            level=getattr(logging, opts["log_level"].upper()),
+            filename=opts["log_file"],  # (None: standard error)
+        )
+    except OSError as e:
+        print("hutch: cannot write the log file %s: %s" % (opts["log_file"], e.strerror or e), file=sys.stderr)
+        return 1
     _tune_gc()
     return serve.run(opts, _stop_on_signals)
 

@@ -45,6 +45,8 @@ DESCRIPTIONS = {
     "blocked until acks bring it under 75 %. Default: the board profile's.",
     "server.segment_bytes": "The size of one journal segment file. Default: the profile's, grown in proportion "
     "(up to 8 MiB) when `journal_max_bytes` is raised above the profile's.",
+    "server.log_file": "Append the log to this file (`--log-file`); without it the log goes to standard "
+    "error, where a terminal or journald reads it. Not on a board.",
     "server.definitions": "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): "
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",

@@ -198,3 +198,26 @@ def test_memory_budget_blocks_publisher_then_recovers(tmp_path):
     finally:
         assert broker.stop() == 0
     assert not broker.errors()
+
+
+def test_the_log_goes_to_a_file_when_asked(tmp_path):
+    """--log-file: the broker's log lines are appended there (standard error stays quiet); a file
+    that cannot be written is one line and exit 1."""
+    log_file = tmp_path / "hutch.log"
+    broker = RunningBroker([HUTCH, "serve", "--log-file", str(log_file)], tmp_path)
+    proc = subprocess.Popen(broker.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(
+            lambda: log_file.exists() and "listening for AMQP 0-9-1" in log_file.read_text(), 30, what="the log file"
+        )
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+        conn.close()
+        wait_until(
+            lambda: "connection closed (user 'guest')" in log_file.read_text(), 10, what="the close in the log file"
+        )
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err == "", err
+    refused = _hutch("serve", "--port", "0", "--log-file", str(tmp_path / "no-such-folder" / "hutch.log"))
+    assert refused.returncode == 1 and refused.stderr.startswith("hutch: cannot write the log file "), refused.stderr
