@@ -103,6 +103,8 @@ def claim_data_folder(path):
 
 async def start(opts, log, stop_event):
     """The broker and everything it serves, started: its runtime, to run."""
+    # First: certificate files that do not make a context stop the broker before it does anything
+    tls = [server_tls(entry["tls"], log) for entry in opts["listeners"]]
     line, frame_reader = choose_frame_reader()
     if line is not None:
         log("info", line)
@@ -125,7 +127,7 @@ async def start(opts, log, stop_event):
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
-    await start_listeners(runtime, opts["listeners"], opts["read_size"])
+    await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     journal.start()
     runtime.journal = journal
     if opts["serial"]:
@@ -144,19 +146,20 @@ async def start(opts, log, stop_event):
     return runtime
 
 
-async def start_listeners(runtime, listeners, read_size):
-    """Open the config's listeners (protocol, bind, port) into runtime.listeners; StartError
-    (exit 1) for the first that cannot, the others closed again. On CPython, the port built on
-    asyncio's protocol callbacks (faster); on MicroPython, whose asyncio has only streams, the
-    stream port."""
+async def start_listeners(runtime, listeners, read_size, tls=None):
+    """Open the config's listeners (protocol, bind, port) into runtime.listeners, each with its
+    TLS context (tls: server_tls()'s, one per listener; None for plain TCP); StartError (exit 1)
+    for the first that cannot, the others closed again. On CPython, the port built on asyncio's
+    protocol callbacks (faster); on MicroPython, whose asyncio has only streams, the stream port."""
     if sys.implementation.name == "micropython":
         from ..ports.tcp import TcpListener as Listener
     else:
         from ..ports.tcp_cpython import ProtocolListener as Listener  # pyright: ignore[reportMissingImports] (host only)
     read_buffer = None
-    for entry in listeners:
+    for i, entry in enumerate(listeners):
         protocol, bind, port = entry["protocol"], entry["bind"], entry["port"]
-        listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer)
+        context = tls[i] if tls else None
+        listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer, context)
         read_buffer = listener.read_buffer  # one for every listener's clients (MicroPython)
         try:
             await listener.start()
@@ -166,7 +169,23 @@ async def start_listeners(runtime, listeners, read_size):
                 await opened.abort()
             raise StartError("cannot listen on %s:%d: %s" % (bind, port, getattr(e, "strerror", None) or e), 1)
         runtime.listeners.append(listener)
-        runtime.log("info", "listening for %s on %s:%d" % (PROTOCOLS[protocol][0], bind, port))
+        over = " over TLS" if context is not None else ""
+        runtime.log("info", "listening for %s%s on %s:%d" % (PROTOCOLS[protocol][0], over, bind, port))
+
+
+def server_tls(settings, log):
+    """A TLS listener's context (ports/tls.py: ssl is loaded only then), or None for plain TCP;
+    StartError (exit 2) naming the files if they do not make one (not PEM, a key that does not
+    fit the certificate)."""
+    if settings is None:
+        return None
+    from ..ports.tls import ServerTLS
+
+    try:
+        return ServerTLS(settings, log)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; MicroPython's ssl raises ValueError
+        files = ", ".join(settings[key] for key in ("certfile", "keyfile", "cacertfile") if settings[key])
+        raise StartError("cannot use the TLS certificate files %s: %s" % (files, e), 2)
 
 
 def make_bridges(settings, runtime, data_folder):

@@ -49,7 +49,7 @@ DESCRIPTIONS = {
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
     # [[listener]]: server/options.py _listeners
-    "listener.protocol": '`"amqp"`: AMQP 0-9-1 (RabbitMQ\'s name for its AMQP listener). A client\'s protocol '
+    "listener.protocol": "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol "
     "header is read first; any other header is answered with 0-9-1's before the socket closes.",
     "listener.bind": "The address to listen on.",
     "listener.port": "The TCP port. Two listeners on one address and port are refused.",

@@ -1,0 +1,554 @@
+"""TLS listeners (amqps) and SASL EXTERNAL, with real clients and certificates the test makes.
+
+One broker (`hutch serve` with a config of five listeners on 127.0.0.1) serves the matrix:
+plain AMQP; TLS that checks a client certificate when one is sent (EXTERNAL by common name);
+TLS that requires one (mutual TLS); and two more whose EXTERNAL takes the whole subject or the
+first subject alternative name. Every client (pika, aio-pika, kombu, amqplib) logs in over
+TLS with a password and with its certificate; then each refusal (a wrong CA, an expired
+certificate, none where one is required, EXTERNAL without one, plain AMQP on the TLS port,
+TLS on the plain port, TLS 1.1) is tried with each, and must be refused with a reason the
+client shows and the broker logs; a pika round trip afterwards shows the broker still serves.
+sslyze checks the TLS listener against Mozilla's "intermediate" profile.
+
+A second broker, started with the command line's short form (--tls-port ...), has its
+certificate replaced and reloaded with a real SIGHUP.
+"""
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+from conftest import BIN, RunningBroker, wait_until
+from tls_certs import Certificates
+
+from hutch.bench.brokers import free_port
+from hutch.core.auth import hash_password
+
+HUTCH = os.path.join(BIN, "hutch")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NODE_DIR = os.path.join(ROOT, "tests", "node")
+
+pytestmark = pytest.mark.xdist_group("tls")  # one worker: the module's broker is shared
+
+# The users: guest logs in with its password from anywhere; the devices by certificate (their
+# passwords are never used: EXTERNAL takes none).
+USERS = {
+    "guest": "guest",
+    "sensor-01": "unused-1",  # CN, on the listeners that take the common name
+    "CN=sensor-02,OU=gw,O=hutch": "unused-2",  # the whole subject (distinguished_name)
+    "sensor-03.devices.example": "unused-3",  # its first subject alternative name
+}
+
+
+def _config(certs, ports):
+    tls = 'certfile = "%s", keyfile = "%s", cacertfile = "%s"' % (certs.server.cert, certs.server.key, certs.ca)
+    lines = []
+    for name, password in USERS.items():
+        lines += ['[users."%s"]' % name, 'password_hash = "%s"' % hash_password(password, os.urandom(4)), ""]
+    lines += ["[auth]", "loopback_users = []", ""]
+    listeners = (
+        (ports["plain"], None),
+        (ports["tls"], "verify_peer = true"),
+        (ports["mtls"], "verify_peer = true, fail_if_no_peer_cert = true"),
+        (ports["dn"], 'verify_peer = true, fail_if_no_peer_cert = true, login_from = "distinguished_name"'),
+        (ports["san"], 'verify_peer = true, fail_if_no_peer_cert = true, login_from = "subject_alternative_name"'),
+    )
+    for port, options in listeners:
+        lines += ["[[listener]]", 'bind = "127.0.0.1"', "port = %d" % port]
+        if options is not None:
+            lines.append("tls = {%s, %s}" % (tls, options))
+        lines.append("")
+    return "\n".join(lines)
+
+
+class TLSBroker(RunningBroker):
+    """`hutch serve --config` with the five listeners of _config(): self.ports by kind."""
+
+    def __init__(self, tmp_path, certs):
+        self.certs = certs
+        self.config_path = str(tmp_path / "hutch.toml")
+        super().__init__([HUTCH, "serve"], tmp_path)
+
+    def _take_port(self, port):
+        self.port = port
+        self.ports = {"plain": port}
+        for kind in ("tls", "mtls", "dn", "san"):
+            while True:
+                other = free_port()
+                if other not in self.ports.values():
+                    break
+            self.ports[kind] = other
+        with open(self.config_path, "w") as f:
+            f.write(_config(self.certs, self.ports))
+        self.command = self.base_command + ["--config", self.config_path, "--data", self.data]
+
+    def _wait_listening(self, offset):
+        lines = ["listening for AMQP 0-9-1 on 127.0.0.1:%d" % self.ports["plain"]]
+        lines += [
+            "listening for AMQP 0-9-1 over TLS on 127.0.0.1:%d" % self.ports[k] for k in ("tls", "mtls", "dn", "san")
+        ]
+        wait_until(
+            lambda: self.proc.poll() is not None or all(line in self.log_since(offset) for line in lines),
+            30,
+            what=lambda: "%r in the broker's log:\n%s" % (lines, self.log_since(offset)),
+        )
+        if self.proc.poll() is not None:
+            raise AssertionError("broker exited with %s:\n%s" % (self.proc.returncode, self.log()))
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    made = Certificates(tmp_path_factory.mktemp("certs"))
+    made.devices = {
+        "sensor-01": made.client("sensor-01"),
+        "sensor-02": made.client("sensor-02"),
+        "sensor-03": made.client("sensor-03", sans=("sensor-03.devices.example", "gw.devices.example")),
+        "expired": made.client("sensor-01", expired=True, file_name="expired"),
+        # the same name from a CA the broker does not trust
+        "rogue": Certificates(tmp_path_factory.mktemp("rogue"), "rogue CA").client("sensor-01"),
+    }
+    return made
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory, certs):
+    running = TLSBroker(tmp_path_factory.mktemp("tls-broker"), certs).start()
+    yield running
+    code = running.stop()
+    assert not running.errors(), "broker logged errors:\n" + running.log()[-5000:]
+    assert code == 0, running.log()[-3000:]
+
+
+# ---------------------------------------------------------------- the clients
+
+
+def client_context(certs, device=None, ca=None):
+    context = ssl.create_default_context(cafile=ca or certs.ca)
+    if device is not None:
+        context.load_cert_chain(device.cert, device.key)
+    return context
+
+
+def pika_connect(port, certs=None, device=None, external=False, tls=True):
+    credentials = pika.credentials.ExternalCredentials() if external else pika.PlainCredentials("guest", "guest")
+    options = pika.SSLOptions(client_context(certs, device), "localhost") if tls else None
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        port,
+        credentials=credentials,
+        ssl_options=options,
+        socket_timeout=10,
+        stack_timeout=15,
+        connection_attempts=1,
+    )
+    return pika.BlockingConnection(params)
+
+
+def pika_round_trip(port, certs=None, device=None, external=False, tls=True):
+    """Connect, send a message to a queue of its own and get it back; the body."""
+    connection = pika_connect(port, certs, device, external, tls)
+    try:
+        channel = connection.channel()
+        queue = channel.queue_declare("", exclusive=True).method.queue
+        channel.basic_publish("", queue, b"over tls")
+        method, _props, body = channel.basic_get(queue, auto_ack=True)
+        assert method is not None
+        return body
+    finally:
+        connection.close()
+
+
+def aio_pika_round_trip(port, certs=None, device=None, external=False, tls=True):
+    import aio_pika
+
+    async def run():
+        scheme = "amqps" if tls else "amqp"
+        user = "" if external else "guest:guest@"
+        query = "?auth=external" if external else ""
+        url = "%s://%s127.0.0.1:%d/%s" % (scheme, user, port, query)
+        context = client_context(certs, device) if tls else None
+        connection = await asyncio.wait_for(aio_pika.connect(url, ssl_context=context, timeout=10), 15)
+        try:
+            channel = await connection.channel()
+            queue = await channel.declare_queue("", exclusive=True)
+            await channel.default_exchange.publish(aio_pika.Message(b"over tls"), routing_key=queue.name)
+            message = await queue.get(timeout=5)
+            await message.ack()
+            return message.body
+        finally:
+            await connection.close()
+
+    return asyncio.run(run())
+
+
+def kombu_round_trip(port, certs=None, device=None, external=False, tls=True):
+    import kombu
+
+    options = None
+    if tls:
+        options = {"ca_certs": certs.ca, "cert_reqs": ssl.CERT_REQUIRED, "server_hostname": "localhost"}
+        if device is not None:
+            options.update(certfile=device.cert, keyfile=device.key)
+    login = {"login_method": "EXTERNAL", "userid": "", "password": ""} if external else {}
+    with kombu.Connection(
+        "amqp://guest:guest@127.0.0.1:%d//" % port, ssl=options or False, connect_timeout=10, **login
+    ) as connection:
+        connection.connect()
+        queue = kombu.Queue("kombu-tls-%d" % os.getpid(), exclusive=True)
+        with connection.Producer() as producer:
+            producer.publish(b"over tls", routing_key=queue.name, declare=[queue], content_type="application/data")
+        message = connection.SimpleQueue(queue).get(timeout=5)
+        message.ack()
+        return message.body
+
+
+def amqplib_round_trip(port, certs=None, device=None, external=False, tls=True):
+    node = shutil.which("node")
+    assert node, "node is missing"
+    env = dict(os.environ, NODE_SCRIPT_TIMEOUT_MS="15000", TLS_CA=certs.ca if certs else "")
+    if device is not None:
+        env.update(TLS_CERT=device.cert, TLS_KEY=device.key)
+    if external:
+        env["TLS_EXTERNAL"] = "1"
+    url = "%s://%s127.0.0.1:%d/" % ("amqps" if tls else "amqp", "" if external else "guest:guest@", port)
+    result = subprocess.run(
+        [node, os.path.join(NODE_DIR, "amqps.js"), url],
+        cwd=NODE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    if not report["ok"]:
+        raise ConnectionError("amqplib: %s" % report["error"].splitlines()[0])
+    return report["body"].encode()
+
+
+CLIENTS = {
+    "pika": pika_round_trip,
+    "aio-pika": aio_pika_round_trip,
+    "kombu": kombu_round_trip,
+    "amqplib": amqplib_round_trip,
+}
+
+
+def still_serving(broker):
+    """A pika round trip over TLS: whatever came before, the broker serves."""
+    assert pika_round_trip(broker.ports["tls"], broker.certs) == b"over tls"
+
+
+def log_grew(broker, offset, text):
+    return wait_until(lambda: text in broker.log_since(offset), what="%r in the broker's log" % text)
+
+
+# ---------------------------------------------------------------- logins that work
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_server_only_tls_with_a_password(tls_broker, client):
+    """TLS with no client certificate, PLAIN (or AMQPLAIN) over it: on the listener that checks a
+    certificate if one is sent, and is content without."""
+    assert CLIENTS[client](tls_broker.ports["tls"], tls_broker.certs) == b"over tls"
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_mutual_tls_with_external(tls_broker, client):
+    """A device's certificate names its user: EXTERNAL logs in as its common name, on the
+    listener that requires a certificate."""
+    offset = len(tls_broker.log().encode())
+    device = tls_broker.certs.devices["sensor-01"]
+    assert CLIENTS[client](tls_broker.ports["mtls"], tls_broker.certs, device, external=True) == b"over tls"
+    log_grew(tls_broker, offset, "connection open (user 'sensor-01'")
+
+
+def test_external_names_the_user_by_subject_or_alternative_name(tls_broker):
+    """login_from = "distinguished_name": the whole subject, as RFC 4514 writes it (cryptography's
+    rfc4514_string(), RabbitMQ's form); "subject_alternative_name": the first of them."""
+    certs = tls_broker.certs
+    device = certs.devices["sensor-02"]
+    assert device.subject == "CN=sensor-02,OU=gw,O=hutch"
+    offset = len(tls_broker.log().encode())
+    assert pika_round_trip(tls_broker.ports["dn"], certs, device, external=True) == b"over tls"
+    log_grew(tls_broker, offset, "connection open (user 'CN=sensor-02,OU=gw,O=hutch'")
+    assert pika_round_trip(tls_broker.ports["san"], certs, certs.devices["sensor-03"], external=True) == b"over tls"
+    log_grew(tls_broker, offset, "connection open (user 'sensor-03.devices.example'")
+
+
+def test_mechanisms_offered(tls_broker):
+    """EXTERNAL is offered on TLS (with a certificate or without, as RabbitMQ does), never on
+    plain TCP; ANONYMOUS is not offered unless configured."""
+
+    def offered(port, tls):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if tls:
+            sock = client_context(tls_broker.certs).wrap_socket(sock, server_hostname="localhost")
+        with sock:
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            data = b""
+            while b"en_US" not in data:
+                chunk = sock.recv(4096)
+                assert chunk, data
+                data += chunk
+        return data
+
+    assert b"EXTERNAL PLAIN AMQPLAIN\x00\x00\x00\x05en_US" in offered(tls_broker.ports["tls"], True)
+    plain = offered(tls_broker.ports["plain"], False)
+    assert b"\x00\x00\x00\x0ePLAIN AMQPLAIN\x00\x00\x00\x05en_US" in plain
+    assert b"EXTERNAL" not in plain and b"ANONYMOUS" not in plain
+
+
+# ---------------------------------------------------------------- refusals
+
+# case: (the listener tried, the device certificate, EXTERNAL, TLS, what the client's error says
+# (one of them, any case), what the broker logs)
+REFUSALS = {
+    "wrong CA": (
+        "mtls",
+        "rogue",
+        True,
+        True,
+        ("unknown ca", "unknown_ca"),
+        "TLS handshake failed: CERTIFICATE_VERIFY_FAILED",
+    ),
+    "expired certificate": (
+        "mtls",
+        "expired",
+        True,
+        True,
+        ("certificate expired", "certificate_expired"),
+        "TLS handshake failed: CERTIFICATE_VERIFY_FAILED (certificate has expired)",
+    ),
+    "no certificate where one is required": (
+        "mtls",
+        None,
+        False,
+        True,
+        ("certificate required", "certificate_required"),
+        "TLS handshake failed: PEER_DID_NOT_RETURN_A_CERTIFICATE",
+    ),
+    "EXTERNAL without a certificate": (
+        "tls",
+        None,
+        True,
+        True,
+        ("ACCESS_REFUSED - Login was refused using authentication mechanism EXTERNAL", "access-refused", "403"),
+        "EXTERNAL login refused: connection peer presented no TLS (x.509) certificate",
+    ),
+    "plain AMQP on the TLS port": (
+        "tls",
+        None,
+        False,
+        False,
+        ("",),  # each client words a socket that answered with a TLS alert its own way
+        "sent to a TLS port",
+    ),
+    "TLS on the plain port": (
+        "plain",
+        None,
+        False,
+        True,
+        ("wrong version number", "wrong_version_number"),
+        "unsupported protocol header b'\\x16\\x03",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_refused(tls_broker, case, client):
+    kind, device_name, external, tls, says, logged = REFUSALS[case]
+    certs = tls_broker.certs
+    device = certs.devices[device_name] if device_name else None
+    offset = len(tls_broker.log().encode())
+    with pytest.raises(Exception) as refused:
+        CLIENTS[client](tls_broker.ports[kind], certs, device, external, tls)
+    message = "%s: %s" % (refused.type.__name__, refused.value)
+    print("%-38s %-9s refused: %s" % (case, client, message[:200]))
+    assert any(word.lower() in message.lower() for word in says), message
+    log_grew(tls_broker, offset, logged)
+    still_serving(tls_broker)
+
+
+def test_tls_1_1_is_refused(tls_broker):
+    """openssl s_client offering TLS 1.1 only gets the protocol_version alert."""
+    offset = len(tls_broker.log().encode())
+    result = subprocess.run(
+        [
+            "openssl",
+            "s_client",
+            "-tls1_1",
+            "-cipher",
+            "DEFAULT@SECLEVEL=0",  # (else this OpenSSL will not even offer it)
+            "-connect",
+            "127.0.0.1:%d" % tls_broker.ports["tls"],
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    print(result.stderr.strip().splitlines()[0])
+    assert result.returncode != 0
+    assert "alert protocol version" in result.stderr, result.stdout + result.stderr
+    log_grew(tls_broker, offset, "TLS handshake failed: UNSUPPORTED_PROTOCOL")
+    still_serving(tls_broker)
+
+
+def test_silent_client_is_closed_after_5_s(tls_broker):
+    """A client that opens the TLS port and sends nothing holds the socket 5 s, as RabbitMQ's
+    ssl_handshake_timeout has it (asyncio's own default is 60 s)."""
+    offset = len(tls_broker.log().encode())
+    sock = socket.create_connection(("127.0.0.1", tls_broker.ports["tls"]), timeout=20)
+    started = time.monotonic()
+    assert sock.recv(10) == b""
+    waited = time.monotonic() - started
+    sock.close()
+    assert 4.5 <= waited < 8, waited
+    log_grew(tls_broker, offset, "TLS handshake failed: not done within 5 s")
+    still_serving(tls_broker)
+
+
+def test_sslyze_mozilla_intermediate(tls_broker):
+    """sslyze's check against Mozilla's "intermediate" profile passes: TLS 1.2 and 1.3 only, AEAD
+    suites with forward secrecy, the curves X25519, P-256 and P-384 (and the certificate the
+    test made checked against its CA)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sslyze",
+            "--mozilla_config=intermediate",
+            "--certinfo_ca_file",
+            tls_broker.certs.ca,
+            "127.0.0.1:%d" % tls_broker.ports["tls"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = result.stdout + result.stderr
+    verdict = output[output.find("COMPLIANCE AGAINST") :]
+    print(verdict.strip())
+    for section in ("Supported curves:", "Accepted:"):
+        print("\n".join(line.strip() for line in output.splitlines() if section in line))
+    assert result.returncode == 0 and "OK - Compliant" in output, output[-4000:]
+    assert "Supported curves:                  X25519, secp256r1, secp384r1" in output, output[-4000:]
+    still_serving(tls_broker)
+
+
+# ---------------------------------------------------------------- the short form, SIGHUP
+
+
+def test_command_line_tls_listener_and_certificate_reload_on_sighup(tmp_path):
+    """`hutch serve --tls-port P --certfile F --keyfile F --cacertfile F --verify-peer
+    --fail-if-no-peer-cert` beside --port; the certificate replaced on disk and SIGHUP sent: a
+    connection opened before goes on with the old one, a new one sees the new certificate. A
+    reload that cannot read its files keeps the certificate it has."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    certs = Certificates(tmp_path / "certs")
+    device = certs.client("sensor-01")
+    live_cert, live_key = str(tmp_path / "live.pem"), str(tmp_path / "live.key")
+    shutil.copy(certs.server.cert, live_cert)
+    shutil.copy(certs.server.key, live_key)
+    config = tmp_path / "users.toml"
+    config.write_text('[users.sensor-01]\npassword_hash = "%s"\n' % hash_password("x", b"salt"))
+    tls_port = free_port()
+    options = ["--tls-port", str(tls_port), "--certfile", live_cert, "--keyfile", live_key]
+    options += ["--cacertfile", certs.ca, "--verify-peer", "--fail-if-no-peer-cert", "--config", str(config)]
+    broker = RunningBroker([HUTCH, "serve"] + options, tmp_path)
+    broker.start()
+    try:
+        wait_until(lambda: "over TLS on 127.0.0.1:%d" % tls_port in broker.log(), what="the TLS listener")
+        first = certs.server.certificate.public_bytes(Encoding.DER)
+        assert shown_certificate(tls_port, certs, device) == first
+        before = pika_connect(tls_port, certs, device, external=True)
+        channel = before.channel()
+        channel.queue_declare("kept")
+
+        renewed = certs.issue(
+            "renewed", x509.Name.from_rfc4514_string("CN=localhost"), sans=("localhost",), server=True
+        )
+        shutil.copy(renewed.cert, live_cert)
+        shutil.copy(renewed.key, live_key)
+        broker.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "reloaded: new connections see it" in broker.log(), what="the reload in the log")
+
+        channel.basic_publish("", "kept", b"after the reload")  # the connection made before goes on
+        assert channel.basic_get("kept", auto_ack=True)[2] == b"after the reload"
+        assert shown_certificate(tls_port, certs, device) == renewed.certificate.public_bytes(Encoding.DER)
+        assert pika_round_trip(tls_port, certs, device, external=True) == b"over tls"
+
+        with open(live_key, "w") as f:
+            f.write("not a key\n")
+        broker.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "not reloaded, the old certificate stays" in broker.log(), what="the failed reload")
+        assert shown_certificate(tls_port, certs, device) == renewed.certificate.public_bytes(Encoding.DER)
+        channel.basic_publish("", "kept", b"still")
+        assert channel.basic_get("kept", auto_ack=True)[2] == b"still"
+        before.close()
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log()[-3000:]
+    assert not broker.errors(), broker.log()[-3000:]
+    print("\n".join(line for line in broker.log().splitlines() if "TLS" in line))
+
+
+def shown_certificate(port, certs, device):
+    """The DER of the certificate a new client of the mutual-TLS listener on port is shown."""
+    context = client_context(certs, device)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with context.wrap_socket(sock, server_hostname="localhost") as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+# ---------------------------------------------------------------- config mistakes
+
+
+@pytest.mark.parametrize(
+    "listener, says",
+    [
+        ('tls = {certfile = "%(cert)s", keyfile = "%(key)s", verify = true}', "unknown key 'verify' in tls"),
+        ('tls = {certfile = "%(dir)s/missing.pem", keyfile = "%(key)s"}', "cannot read certfile %(dir)s/missing.pem"),
+        ('tls = {certfile = "%(cert)s"}', "tls needs keyfile"),
+        ('tls = {certfile = "%(cert)s", keyfile = "%(key)s", verify_peer = true}', "verify_peer needs cacertfile"),
+        ('tls = {certfile = "%(cert)s", keyfile = "%(key)s", login_from = "cn"}', "login_from must be one of"),
+        ('tls = {certfile = "%(cert)s", keyfile = "%(ca)s"}', "cannot use the TLS certificate files"),
+    ],
+)
+def test_config_mistakes_are_one_line(tmp_path, listener, says):
+    certs = Certificates(tmp_path / "certs")
+    values = {"cert": certs.server.cert, "key": certs.server.key, "ca": certs.ca, "dir": str(tmp_path)}
+    config = tmp_path / "hutch.toml"
+    config.write_text('[[listener]]\nbind = "127.0.0.1"\nport = %d\n%s\n' % (free_port(), listener % values))
+    result = subprocess.run(
+        [HUTCH, "serve", "--config", str(config), "--data", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    print(result.stderr.strip())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and (says % values) in result.stderr, result.stderr
+
+
+def test_command_line_tls_options_need_each_other(tmp_path):
+    for options, says in (
+        (["--tls-port", "5671"], "--tls-port needs --certfile and --keyfile"),
+        (["--certfile", "x.pem"], "--certfile is an option of --tls-port"),
+    ):
+        result = subprocess.run(
+            [HUTCH, "serve", "--data", str(tmp_path / "data")] + options, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 2 and says in result.stderr, result.stderr
