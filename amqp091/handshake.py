@@ -12,7 +12,7 @@ from ..codec.errors import ConnectionException, DecodeError
 from ..codec.spec import ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED
 from ..codec.wire import PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_name, signature, text
 from ..core import counters
-from ..core.auth import NO_CERTIFICATE, Client, credentials
+from ..core.auth import MECHANISMS, Client, credentials
 from .channel import raise_unexpected
 
 AWAIT_HEADER = 0
@@ -56,19 +56,14 @@ def read_header(conn, data):
         refuse_header(conn, header)
         return -1
     conn.state = AWAIT_START_OK
-    mechanisms = conn.broker.users.mechanisms(_certificate_login(conn))
-    conn.send_method(0, spec.CONNECTION_START, (0, 9, conn.broker.server_properties(), mechanisms, b"en_US"))
+    offered = MECHANISMS
+    tls = getattr(conn, "tls", None)  # a TLS listener's client (server/frontends.py); a plain one has none
+    if tls is not None or getattr(conn.broker.users, "anonymous", None) is not None:
+        from ..core.passwordless import mechanisms  # EXTERNAL, ANONYMOUS: loaded when they may be offered
+
+        offered = mechanisms(conn.broker.users, tls)
+    conn.send_method(0, spec.CONNECTION_START, (0, 9, conn.broker.server_properties(), offered, b"en_US"))
     return 8
-
-
-def _certificate_login(conn):
-    """Whether EXTERNAL is offered: on a TLS listener's connection whose port can read the client's
-    certificate (conn.tls, set by server/frontends.py, has "login": the name it gives, or None
-    without a verified one). As RabbitMQ does, it is offered on every such connection, with or
-    without a certificate: asked for without one, it is refused with a reason in the log. A
-    board's TLS socket shows no certificate (its conn.tls has no "login"): not offered there."""
-    tls = getattr(conn, "tls", None)  # (a plain connection has no such attribute)
-    return tls is not None and "login" in tls
 
 
 def refuse_header(conn, header):
@@ -130,27 +125,26 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
     if isinstance(product, bytes):
         conn.product = product
     broker = conn.broker
-    users = broker.users
-    if mechanism not in users.mechanisms(_certificate_login(conn)).split():
-        raise ConnectionException(
-            COMMAND_INVALID,
-            "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
-            spec.CONNECTION_START_OK,
-        )
-    conn.auth_mechanism = mechanism
-    if mechanism == b"EXTERNAL":  # the user named by the client's verified certificate
-        user = getattr(conn, "tls")["login"]
-        reason = NO_CERTIFICATE if user is None else users.check_name(user, conn.loopback)
-    elif mechanism == b"ANONYMOUS":
-        user = users.anonymous
-        reason = users.check_name(user, conn.loopback)
-    else:
+    if mechanism == b"PLAIN" or mechanism == b"AMQPLAIN":
+        conn.auth_mechanism = mechanism
         try:
             user, password = credentials(mechanism, response)
         except DecodeError as e:
             user, reason = "?", "malformed %s response: %s" % (text(mechanism), e)
         else:
-            reason = users.check(user, password, conn.loopback)
+            reason = broker.users.check(user, password, conn.loopback)
+    else:
+        from ..core.passwordless import login, mechanisms  # EXTERNAL, ANONYMOUS (loaded with the first)
+
+        tls = getattr(conn, "tls", None)
+        if mechanism not in mechanisms(broker.users, tls).split():
+            raise ConnectionException(
+                COMMAND_INVALID,
+                "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
+                spec.CONNECTION_START_OK,
+            )
+        conn.auth_mechanism = mechanism
+        user, reason = login(broker.users, mechanism, tls, conn.loopback)
     if reason is not None:
         # Hold the answer back a moment: a guessing client gets few tries (requirements R147).
         broker.log("warning", "%s: %s login refused: %s" % (conn.name, text(mechanism), reason))

@@ -1,5 +1,5 @@
-"""Users, password hashes and the SASL mechanisms: PLAIN and AMQPLAIN; EXTERNAL on TLS (the
-user named by the client's certificate); ANONYMOUS when the config names its user.
+"""Users, password hashes and the SASL mechanisms PLAIN and AMQPLAIN (EXTERNAL and ANONYMOUS,
+the logins without a password: core/passwordless.py).
 
 Password hashes use RabbitMQ's rabbit_password_hashing_sha256 format,
 base64(salt + sha256(salt + password)) with a 4-byte salt, so a hash exported
@@ -13,9 +13,6 @@ from ..codec.errors import DecodeError
 from ..codec.wire import decode_table
 
 MECHANISMS = b"PLAIN AMQPLAIN"
-# The answer to a client that asks for EXTERNAL without a verified certificate, in RabbitMQ's
-# words (rabbit_auth_mechanism_ssl).
-NO_CERTIFICATE = "connection peer presented no TLS (x.509) certificate"
 
 
 def hash_password(password, salt):
@@ -60,6 +57,12 @@ class Client:
 
 
 class Users:
+    # Set only by a config with [auth] anonymous_login_user: the user a client that asks for
+    # ANONYMOUS logs in as (core/passwordless.py). Without it there is no such attribute, read as
+    # getattr(users, "anonymous", None): even a class attribute cost a board 96 bytes of heap.
+    # (An annotation alone costs nothing at run time.)
+    anonymous: "str"
+
     def __init__(self, hashes=None, loopback_users=("guest",), permissions=None, tags=None):
         # user name (str) -> stored hash (str)
         self.hashes = dict(hashes) if hashes is not None else {"guest": hash_password("guest", b"hutc")}
@@ -69,8 +72,6 @@ class Users:
         # is restricted (a config file without permissions, as RabbitMQ's guest has them all).
         self.permissions = permissions
         self.tags = tags or {}  # user name -> its tags ("administrator", "monitoring", ...)
-        # The user a client that asks for ANONYMOUS logs in as; None: ANONYMOUS is not offered.
-        self.anonymous = None
 
     def merge(self, other):
         """Add other's users (names not here already) to these."""
@@ -91,25 +92,6 @@ class Users:
         if user not in self.permissions:
             return False, None
         return True, self.permissions[user]
-
-    def mechanisms(self, external):
-        """What connection.start offers: EXTERNAL first on a connection whose certificate can
-        name its user (a TLS listener's, on CPython), ANONYMOUS when configured."""
-        offered = MECHANISMS
-        if external:
-            offered = b"EXTERNAL " + offered
-        if self.anonymous is not None:
-            offered += b" ANONYMOUS"
-        return offered
-
-    def check_name(self, user, loopback):
-        """A login without a password (EXTERNAL, ANONYMOUS): None if the user exists and may log in
-        from there, else the reason. Its password is not used, as in RabbitMQ."""
-        if user not in self.hashes:
-            return "user '%s' - invalid credentials" % user
-        if user in self.loopback_users and not loopback:
-            return "user '%s' can only connect via localhost" % user
-        return None
 
     def check(self, user, password, loopback):
         """None if the login is good, else the reason (for the log, never for the client)."""

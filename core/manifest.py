@@ -18,6 +18,7 @@ package(
         "headers.py",
         "limits.py",
         "message.py",
+        "passwordless.py",
         "priority.py",
         "queue.py",
         "refusals.py",

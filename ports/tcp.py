@@ -63,9 +63,12 @@ def _no_delay(writer):
 
 
 class TcpListener:
+    tls = None  # a TLS listener's ports/tls.py ServerTLS: every client's socket is wrapped in TLS
+
     def __init__(self, runtime, front, host="0.0.0.0", port=5672, read_size=65536, read_buffer=None, tls=None):
         self.runtime = runtime
-        self.tls = tls  # ports/tls.py ServerTLS: every client's socket is wrapped in TLS
+        if tls is not None:  # (a plain listener keeps nothing for it)
+            self.tls = tls
         self.front = front  # the connection factory (server/frontends.py FrontEnds)
         self.host = host
         self.port = port

@@ -72,7 +72,7 @@ class ServerTLS:
         """What a client's connection knows of its TLS: the protocol, the suite, the subject of
         its certificate (None without one) and the user name EXTERNAL logs in as (None without
         a verified certificate: getpeercert() is empty when none was asked for or sent)."""
-        from .certname import distinguished_name, login_name  # (CPython: a board reads no certificate)
+        from .certname import distinguished_name, login_name  # pyright: ignore[reportMissingImports] (host only)
 
         cert = ssl_object.getpeercert()
         cipher = ssl_object.cipher()

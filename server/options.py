@@ -128,7 +128,9 @@ def settings(args):
     if not isinstance(stats, int) or stats < 0:
         raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
     users, definitions = _users(data, path, getattr(args, "definitions", None) or server.get("definitions"))
-    users.anonymous = _anonymous(data, path, users)
+    anonymous = _anonymous(data, path, users)
+    if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
+        users.anonymous = anonymous
     storage = profile.STORAGE
     journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _size(server, "segment_bytes", _segment_bytes(storage, journal_max_bytes))

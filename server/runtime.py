@@ -5,8 +5,6 @@
     runtime.listeners.append(listener)   # and .serials, .bridges, .journal, .status: see shutdown()
     await runtime.run()     # ticks the broker until the stop event; then shuts down, in order
 
-On CPython, SIGHUP reloads the TLS listeners' certificates (reload_tls).
-
 Listeners, serial links and bridges are handed the runtime: they read its clock (broker.now must
 come from one clock, and on MicroPython each Clock counts from its own creation), feed its heap
 monitor, and ask for the stop on Ctrl-C (interrupt); none of them ticks the broker.
@@ -54,27 +52,10 @@ class Runtime:
         """Tick the broker until the stop event is set; then shut down."""
         self.ticking = True
         asyncio.create_task(self._tick_loop())
-        self._reload_on_hangup()
         try:
             await self.stop_event.wait()
         finally:
             await self.shutdown()
-
-    def reload_tls(self):
-        """Every TLS listener reads its certificate, key and CA files again (ports/tls.py): new
-        handshakes use them, connections already made go on with theirs."""
-        for listener in self.listeners:
-            if listener.tls is not None:
-                listener.tls.reload()
-
-    def _reload_on_hangup(self):
-        """SIGHUP reloads the TLS listeners' certificates (CPython; MicroPython has no signals).
-        A broker without a TLS listener leaves SIGHUP as it is: it stops, as it always did."""
-        if sys.implementation.name == "micropython" or all(listener.tls is None for listener in self.listeners):
-            return
-        import signal  # pyright: ignore[reportMissingImports] (host only)
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload_tls)
 
     async def _tick_loop(self):
         broker = self.broker

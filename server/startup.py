@@ -128,6 +128,8 @@ async def start(opts, log, stop_event):
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
+    if any(tls) and sys.implementation.name != "micropython":
+        reload_on_hangup(runtime)
     journal.start()
     runtime.journal = journal
     if opts["serial"]:
@@ -171,6 +173,25 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
         runtime.listeners.append(listener)
         over = " over TLS" if context is not None else ""
         runtime.log("info", "listening for %s%s on %s:%d" % (PROTOCOLS[protocol][0], over, bind, port))
+
+
+def reload_on_hangup(runtime):
+    """SIGHUP: every TLS listener reads its certificate, key and CA files again (ports/tls.py
+    ServerTLS.reload): new handshakes use them, connections already made go on with theirs.
+    CPython only (MicroPython has no signals); a broker without a TLS listener leaves SIGHUP as
+    it is (it stops, as it always did). Wired here at start, beside the runtime's other
+    handlers (SIGINT, SIGTERM: tools/cli.py), so that a board's runtime carries nothing for it."""
+    import asyncio
+    import signal  # pyright: ignore[reportMissingImports] (host only)
+
+    contexts = [listener.tls for listener in runtime.listeners if listener.tls is not None]
+
+    def reload():
+        for tls in contexts:
+            tls.reload()
+
+    loop = asyncio.get_running_loop()  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
+    loop.add_signal_handler(signal.SIGHUP, reload)  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
 
 
 def server_tls(settings, log):
