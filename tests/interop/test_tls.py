@@ -27,7 +27,8 @@ import time
 
 import pika
 import pytest
-from conftest import BIN, RunningBroker, wait_until
+from conftest import BIN, RunningBroker, interrupt, wait_until
+from micropython_env import micropython, serve_env
 from tls_certs import Certificates
 
 from hutch.bench.brokers import free_port
@@ -552,3 +553,108 @@ def test_command_line_tls_options_need_each_other(tmp_path):
             [HUTCH, "serve", "--data", str(tmp_path / "data")] + options, capture_output=True, text=True, timeout=60
         )
         assert result.returncode == 2 and says in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------- on MicroPython
+
+
+class MicroPythonTLSBroker(RunningBroker):
+    """`micropython -m hutch.server.serve` with a JSON config (no TOML parser there): a plain
+    listener and a mutual-TLS one (a board's TLS can require a certificate, not read it)."""
+
+    def __init__(self, tmp_path, certs, tls_options):
+        self.certs = certs
+        self.tls_options = tls_options
+        self.config_path = str(tmp_path / "hutch.json")
+        super().__init__([micropython(), "-m", "hutch.server.serve"], tmp_path, env=serve_env(tmp_path))
+
+    def _take_port(self, port):
+        self.port = port
+        self.tls_port = port
+        while self.tls_port == port:
+            self.tls_port = free_port()
+        tls = {"certfile": self.certs.server.cert, "keyfile": self.certs.server.key, "cacertfile": self.certs.ca}
+        tls.update(self.tls_options)
+        config = {
+            "users": {
+                "sensor-01": {"password_hash": hash_password("pw", b"salt")},
+                "guest": {"password_hash": hash_password("guest", b"salt")},
+            },
+            "auth": {"loopback_users": []},
+            "listener": [
+                {"bind": "127.0.0.1", "port": port},
+                {"bind": "127.0.0.1", "port": self.tls_port, "tls": tls},
+            ],
+        }
+        with open(self.config_path, "w") as f:
+            json.dump(config, f)
+        self.command = self.base_command + ["--config", self.config_path, "--data", self.data]
+
+    def _wait_listening(self, offset):
+        line = "listening for AMQP 0-9-1 over TLS on 127.0.0.1:%d" % self.tls_port
+        wait_until(lambda: self.proc.poll() is not None or line in self.log_since(offset), 30, what=line)
+        if self.proc.poll() is not None:
+            raise AssertionError("broker exited with %s:\n%s" % (self.proc.returncode, self.log()))
+
+
+def test_mutual_tls_on_micropython(tmp_path):
+    """The stream port (ports/tcp.py) as a board runs it, on the unix port's Mbed TLS: a device
+    with a certificate from the CA logs in with its password; one without a certificate is
+    refused in the handshake, with the reason in the log; EXTERNAL is not offered (MicroPython's
+    TLS socket does not show the certificate)."""
+    certs = Certificates(tmp_path / "certs")
+    device = certs.client("sensor-01")
+    broker = MicroPythonTLSBroker(tmp_path, certs, {"verify_peer": True, "fail_if_no_peer_cert": True}).start()
+    try:
+
+        def connect(with_certificate, credentials=None):
+            context = client_context(certs, device if with_certificate else None)
+            params = pika.ConnectionParameters(
+                "127.0.0.1",
+                broker.tls_port,
+                credentials=credentials or pika.PlainCredentials("sensor-01", "pw"),
+                ssl_options=pika.SSLOptions(context, "localhost"),
+                socket_timeout=10,
+                stack_timeout=15,
+                connection_attempts=1,
+            )
+            return pika.BlockingConnection(params)
+
+        with socket.create_connection(("127.0.0.1", broker.tls_port), timeout=10) as sock:
+            with client_context(certs, device).wrap_socket(sock, server_hostname="localhost") as tls:
+                assert tls.version() == "TLSv1.2"  # (this Mbed TLS has no 1.3)
+        connection = connect(True)
+        channel = connection.channel()
+        queue = channel.queue_declare("", exclusive=True).method.queue
+        channel.basic_publish("", queue, b"over tls")
+        assert channel.basic_get(queue, auto_ack=True)[2] == b"over tls"
+        connection.close()
+
+        offset = len(broker.log().encode())
+        with pytest.raises(Exception) as refused:
+            connect(False)
+        print("no certificate: %s" % refused.value)
+        assert "handshake failure" in str(refused.value).lower()
+        log_grew(broker, offset, "TLS handshake failed: OSError(-29824, 'MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE')")
+
+        with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+            connect(True, pika.credentials.ExternalCredentials())  # pika finds EXTERNAL not offered
+        print("EXTERNAL: %r" % refused.value)
+        assert pika_round_trip(broker.port, tls=False) == b"over tls"  # (the plain listener beside it)
+        assert interrupt(broker) == 0, broker.log()[-3000:]
+    finally:
+        if broker.proc.poll() is None:
+            broker.proc.kill()
+        broker.stop()
+    assert not broker.errors(), broker.log()[-3000:]
+
+
+def test_micropython_refuses_optional_peer_verification(tmp_path):
+    """Mbed TLS's optional verification lets a client whose certificate failed it through: on
+    MicroPython verify_peer needs fail_if_no_peer_cert, said in one line."""
+    certs = Certificates(tmp_path / "certs")
+    broker = MicroPythonTLSBroker(tmp_path, certs, {"verify_peer": True})
+    broker.proc = subprocess.run(broker.command, env=broker.env, capture_output=True, text=True, timeout=60)
+    output = broker.proc.stdout + broker.proc.stderr
+    assert broker.proc.returncode == 2, output
+    assert "verify_peer needs fail_if_no_peer_cert = true on MicroPython" in output, output
