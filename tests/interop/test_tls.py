@@ -38,7 +38,10 @@ HUTCH = os.path.join(BIN, "hutch")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_DIR = os.path.join(ROOT, "tests", "node")
 
-pytestmark = pytest.mark.xdist_group("tls")  # one worker: the module's broker is shared
+# The tests that share the module's broker run on one worker (pytest-xdist), which starts it
+# once; those against a RabbitMQ run in the group of the run's other RabbitMQ tests.
+shared_broker = pytest.mark.xdist_group("tls")
+with_rabbitmq = pytest.mark.xdist_group("rabbitmq")
 
 # The users: guest logs in with its password from anywhere; the devices by certificate (their
 # passwords are never used: EXTERNAL takes none).
@@ -255,6 +258,7 @@ def log_grew(broker, offset, text):
 # ---------------------------------------------------------------- logins that work
 
 
+@shared_broker
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_server_only_tls_with_a_password(tls_broker, client):
     """TLS with no client certificate, PLAIN (or AMQPLAIN) over it: on the listener that checks a
@@ -262,6 +266,7 @@ def test_server_only_tls_with_a_password(tls_broker, client):
     assert CLIENTS[client](tls_broker.ports["tls"], tls_broker.certs) == b"over tls"
 
 
+@shared_broker
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_mutual_tls_with_external(tls_broker, client):
     """A device's certificate names its user: EXTERNAL logs in as its common name, on the
@@ -272,6 +277,7 @@ def test_mutual_tls_with_external(tls_broker, client):
     log_grew(tls_broker, offset, "connection open (user 'sensor-01'")
 
 
+@shared_broker
 def test_external_names_the_user_by_subject_or_alternative_name(tls_broker):
     """login_from = "distinguished_name": the whole subject, as RFC 4514 writes it (cryptography's
     rfc4514_string(), RabbitMQ's form); "subject_alternative_name": the first of them."""
@@ -285,6 +291,7 @@ def test_external_names_the_user_by_subject_or_alternative_name(tls_broker):
     log_grew(tls_broker, offset, "connection open (user 'sensor-03.devices.example'")
 
 
+@shared_broker
 def test_mechanisms_offered(tls_broker):
     """EXTERNAL is offered on TLS (with a certificate or without, as RabbitMQ does), never on
     plain TCP; ANONYMOUS is not offered unless configured."""
@@ -364,6 +371,7 @@ REFUSALS = {
 }
 
 
+@shared_broker
 @pytest.mark.parametrize("case", list(REFUSALS))
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_refused(tls_broker, case, client):
@@ -380,6 +388,7 @@ def test_refused(tls_broker, case, client):
     still_serving(tls_broker)
 
 
+@shared_broker
 def test_tls_1_1_is_refused(tls_broker):
     """openssl s_client offering TLS 1.1 only gets the protocol_version alert."""
     offset = len(tls_broker.log().encode())
@@ -405,6 +414,7 @@ def test_tls_1_1_is_refused(tls_broker):
     still_serving(tls_broker)
 
 
+@shared_broker
 def test_silent_client_is_closed_after_5_s(tls_broker):
     """A client that opens the TLS port and sends nothing holds the socket 5 s, as RabbitMQ's
     ssl_handshake_timeout has it (asyncio's own default is 60 s)."""
@@ -419,6 +429,7 @@ def test_silent_client_is_closed_after_5_s(tls_broker):
     still_serving(tls_broker)
 
 
+@shared_broker
 def test_sslyze_mozilla_intermediate(tls_broker):
     """sslyze's check against Mozilla's "intermediate" profile passes: TLS 1.2 and 1.3 only, AEAD
     suites with forward secrecy, the curves X25519, P-256 and P-384 (and the certificate the
@@ -658,3 +669,139 @@ def test_micropython_refuses_optional_peer_verification(tmp_path):
     output = broker.proc.stdout + broker.proc.stderr
     assert broker.proc.returncode == 2, output
     assert "verify_peer needs fail_if_no_peer_cert = true on MicroPython" in output, output
+
+
+# ---------------------------------------------------------------- the uplink's side (the bridge)
+
+
+def uplink_round_trip(port, context, mechanism, user="", password=""):
+    """What the bridge's amqps:// uplink does: ports/tls.py's client_context (the same policy as
+    the listeners), the sensor client's protocol (client/protocol.py, which the bridge drives)
+    over it, logging in with EXTERNAL or PLAIN; then a message through a queue and back. The
+    body, and the name of the TLS protocol spoken."""
+    from hutch.client.protocol import AMQPError, Message, Protocol
+    from hutch.codec import spec
+
+    protocol = Protocol(frame_max=131072)
+    protocol.connect(0, user, password, "/", heartbeat=0, name="tls uplink test", mechanism=mechanism)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as sock:
+
+            def until(done):
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    event = protocol.next_event()
+                    while event is not None:
+                        if isinstance(event, AMQPError):
+                            raise ConnectionError("%s" % (event,))
+                        if done(event):
+                            return event
+                        event = protocol.next_event()
+                    data = protocol.data_to_send()  # (what reading made it answer: start-ok...)
+                    while data is not None:
+                        sock.sendall(bytes(data))
+                        data = protocol.data_to_send()
+                    if done(None):
+                        return None
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        raise ConnectionError("the broker closed the connection")
+                    protocol.receive_data(chunk)
+                raise AssertionError("the broker did not answer in time")
+
+            until(lambda event: protocol.awaiting == 0 and protocol.channel_open)
+            protocol.call(spec.QUEUE_DECLARE, (0, "tls-uplink", False, False, False, True, False, None))
+            until(lambda event: protocol.awaiting == 0)
+            protocol.publish("", "tls-uplink", b"over the uplink")
+            protocol.call(spec.BASIC_GET, (0, "tls-uplink", True))
+            message = until(lambda event: isinstance(event, Message))
+            return bytes(message.body), sock.version()
+
+
+@shared_broker
+def test_uplink_tls_and_external_against_hutch(tls_broker):
+    """The client side of the shared TLS code, against hutch's mutual-TLS listener: the broker's
+    certificate checked (CA and name), the device's presented, EXTERNAL logs in as its CN."""
+    from hutch.ports.tls import client_context
+
+    certs = tls_broker.certs
+    device = certs.devices["sensor-01"]
+    context = client_context(certs.ca, device.cert, device.key)
+    assert uplink_round_trip(tls_broker.ports["mtls"], context, "EXTERNAL") == (b"over the uplink", "TLSv1.3")
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2  # the listeners' policy
+    with pytest.raises(ssl.SSLCertVerificationError):  # a broker the given CA did not sign: refused
+        uplink_round_trip(tls_broker.ports["mtls"], client_context(certs.devices["rogue"].cert), "EXTERNAL")
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_tls(tmp_path_factory):
+    """Debian's RabbitMQ with a mutual-TLS listener and EXTERNAL (rabbitmq_auth_mechanism_ssl,
+    the user from the certificate's CN), and the user hutch-edge; its certificates from the
+    test's CA."""
+    from hutch.bench.brokers import RabbitMQ
+
+    certs = Certificates(tmp_path_factory.mktemp("rabbitmq-certs"))
+    certs.edge = certs.client("hutch-edge")
+    conf = (
+        "ssl_options.cacertfile = %s" % certs.ca,
+        "ssl_options.verify = verify_peer",
+        "ssl_options.fail_if_no_peer_cert = true",
+        "auth_mechanisms.1 = PLAIN",
+        "auth_mechanisms.2 = AMQPLAIN",
+        "auth_mechanisms.3 = EXTERNAL",
+        "ssl_cert_login_from = common_name",
+    )
+    server = RabbitMQ(
+        str(tmp_path_factory.mktemp("rabbitmq-tls")),
+        tls=(certs.server.cert, certs.server.key),
+        conf=conf,
+        plugins=("rabbitmq_auth_mechanism_ssl",),
+    )
+    try:
+        server.start()
+        for command in (
+            ["add_user", "hutch-edge", "unused"],
+            ["set_permissions", "-p", "/", "hutch-edge", ".*", ".*", ".*"],
+        ):
+            subprocess.run([server.CTL] + command, env=server.env, capture_output=True, check=True, timeout=60)
+    except BaseException:
+        server.stop()
+        raise
+    server.certs = certs
+    yield server
+    server.stop()
+
+
+@with_rabbitmq
+def test_uplink_tls_and_external_against_rabbitmq(rabbitmq_tls):
+    """The same client context and login against RabbitMQ 3.10 with TLS: what an amqps:// bridge
+    with a client certificate and EXTERNAL does upstream."""
+    from hutch.ports.tls import client_context
+
+    certs = rabbitmq_tls.certs
+    context = client_context(certs.ca, certs.edge.cert, certs.edge.key)
+    assert uplink_round_trip(rabbitmq_tls.tls_port, context, "EXTERNAL") == (b"over the uplink", "TLSv1.3")
+    with pytest.raises(ssl.SSLError, match="CERTIFICATE_REQUIRED"):  # without one: refused in the handshake
+        uplink_round_trip(rabbitmq_tls.tls_port, client_context(certs.ca), "EXTERNAL")
+
+
+@with_rabbitmq
+def test_bench_tls_rows_against_hutch_and_rabbitmq(tmp_path):
+    """`hutch bench --tls --start-rabbitmq`: throughput and latency over TLS beside the plain
+    rows, for hutch and for RabbitMQ with TLS in the same run, and what TLS costs each."""
+    done = subprocess.run(
+        [HUTCH, "bench", "--tls", "--start-rabbitmq", "--no-pure", "--scenarios", "no-ack,latency-p50"]
+        + ["--count", "4000", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    for row in ("throughput 16 B, no-ack consumer, over TLS", "latency p50 over TLS, one in flight"):
+        cells = [line for line in lines if line.startswith(row + "  ")][0][len(row) :].split()[1:]
+        assert float(cells[0].replace(",", "")) > 0 and float(cells[1].replace(",", "")) > 0, cells
+    assert any(line.startswith("Over TLS, hutch C keeps") for line in lines), done.stdout
+    assert any(line.startswith("Over TLS, RabbitMQ keeps") for line in lines), done.stdout
