@@ -99,10 +99,18 @@ SCENARIOS = {
         True,
         lambda host, port, n, tls: loadgen.throughput(host, port, n, tls=tls)["msgs_per_s"],
     ),
+    "tls-64k": (
+        "64 KiB bodies, acks every 10, over TLS",
+        "msg/s",
+        True,
+        lambda host, port, n, tls: loadgen.throughput(
+            host, port, max(200, n // 40), size=65536, ack_every=10, prefetch=100, tls=tls
+        )["msgs_per_s"],
+    ),
     "tls-latency-p50": ("latency p50 over TLS, one in flight", "µs", False, None),
     "tls-latency-p99": ("latency p99 over TLS, one in flight", "µs", False, None),
 }
-TLS_SCENARIOS = ("tls-no-ack", "tls-latency-p50", "tls-latency-p99")
+TLS_SCENARIOS = ("tls-no-ack", "tls-64k", "tls-latency-p50", "tls-latency-p99")
 DEFAULT_SCENARIOS = [name for name in SCENARIOS if name not in TLS_SCENARIOS]
 MICROPYTHON_SCENARIOS = ("no-ack", "acks", "tls-no-ack")
 
@@ -195,6 +203,8 @@ def tls_cost(results, columns):
         plain, over_tls = figures.get("no-ack"), figures.get("tls-no-ack")
         if plain and over_tls:
             line = "Over TLS, %s keeps %d %% of its plain no-ack throughput" % (title, round(100 * over_tls / plain))
+            if figures.get("64k") and figures.get("tls-64k"):
+                line += ", %d %% with 64 KiB bodies" % round(100 * figures["tls-64k"] / figures["64k"])
             if figures.get("latency-p50") and figures.get("tls-latency-p50"):
                 line += "; p50 latency %+.0f µs" % (figures["tls-latency-p50"] - figures["latency-p50"])
             out.append(line + ".")

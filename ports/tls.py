@@ -158,7 +158,9 @@ def _restrict_groups(context, ssl):
     try:
         import ctypes
 
-        library = ctypes.CDLL(ssl._ssl.__file__)  # its symbols and those of the libssl it links
+        # the _ssl module's symbols and those of the libssl it links (a Python that has _ssl
+        # built in: the process's own)
+        library = ctypes.CDLL(getattr(ssl._ssl, "__file__", None))
         get_options = library.SSL_CTX_get_options
         get_options.restype = ctypes.c_uint64
         get_options.argtypes = [ctypes.c_void_p]

@@ -266,12 +266,12 @@ def _checked_listeners(tables, path, checked=()):
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
         if tls is not None:
-            tls = _tls(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
+            tls = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
         listeners.append({"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port, "tls": tls})
     return listeners
 
 
-def _tls(given, where):
+def tls_settings(given, where):
     """A listener's tls table, checked: every key known, the files there and readable (one
     line naming the first that is not); the defaults are RabbitMQ's (no peer verification)."""
     if not isinstance(given, dict):
