@@ -158,7 +158,7 @@ def settings(args):
 def needs_tls(opts):
     """Whether these settings speak TLS anywhere: a TLS listener, an amqps:// bridge uplink.
     (Without TLS the CPython broker runs without OpenSSL: tools/cli.py.)"""
-    return any(listener["tls"] for listener in opts["listeners"]) or any(
+    return any("tls" in listener for listener in opts["listeners"]) or any(
         uri["tls"] for bridge in opts["bridges"] for uri in bridge["uris"]
     )
 
@@ -195,8 +195,8 @@ def _anonymous(data, path, users):
 
 
 def _listeners(args, server, data, path):
-    """Where the broker listens: [{"protocol": "amqp", "bind": ADDRESS, "port": N, "tls": None or
-    its settings}, ...].
+    """Where the broker listens: [{"protocol": "amqp", "bind": ADDRESS, "port": N}, ...], and
+    "tls": its settings (tls_settings) in a TLS listener's.
 
     --bind/--port and [server] bind/port are the short form of one AMQP listener; [[listener]]
     tables name any number; --tls-port adds one TLS listener to either. The command line wins over the config file, as every option does:
@@ -265,15 +265,17 @@ def _checked_listeners(tables, path, checked=()):
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
-        if tls is not None:
-            tls = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
-        listeners.append({"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port, "tls": tls})
+        listener = {"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port}
+        if tls is not None:  # (a plain listener's entry has no "tls")
+            listener["tls"] = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
+        listeners.append(listener)
     return listeners
 
 
 def tls_settings(given, where):
-    """A listener's tls table, checked: every key known, the files there and readable (one
-    line naming the first that is not); the defaults are RabbitMQ's (no peer verification)."""
+    """A listener's tls table, checked: every key known, of its kind; the defaults are RabbitMQ's
+    (no peer verification). The files are read when the broker starts (server/startup.py
+    server_tls): a config names the files of the machine it runs on."""
     if not isinstance(given, dict):
         raise config.ConfigError("%s tls must be a table: {certfile = ..., keyfile = ...}" % where)
     for key in given:
@@ -286,8 +288,8 @@ def tls_settings(given, where):
         path = given.get(key)
         if path is None and key != "cacertfile":
             raise config.ConfigError("%s tls needs %s" % (where, key))
-        if path is not None:
-            _readable(path, key, where)
+        if path is not None and not isinstance(path, str):
+            raise config.ConfigError("%s tls %s must be a file name, not %r" % (where, key, path))
         tls[key] = path
     for key in ("verify_peer", "fail_if_no_peer_cert"):
         value = given.get(key, False)
@@ -315,15 +317,6 @@ def tls_settings(given, where):
         )
     tls["login_from"] = login_from
     return tls
-
-
-def _readable(path, key, where):
-    if not isinstance(path, str):
-        raise config.ConfigError("%s tls %s must be a file name, not %r" % (where, key, path))
-    try:
-        open(path, "rb").close()
-    except OSError as e:
-        raise config.ConfigError("%s cannot read %s %s: %s" % (where, key, path, getattr(e, "strerror", None) or e))
 
 
 def _bridges(data, path):

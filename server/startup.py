@@ -104,7 +104,7 @@ def claim_data_folder(path):
 async def start(opts, log, stop_event):
     """The broker and everything it serves, started: its runtime, to run."""
     # First: certificate files that do not make a context stop the broker before it does anything
-    tls = [server_tls(entry["tls"], log) for entry in opts["listeners"]]
+    tls = [server_tls(entry, log) for entry in opts["listeners"]]
     line, frame_reader = choose_frame_reader()
     if line is not None:
         log("info", line)
@@ -194,19 +194,28 @@ def reload_on_hangup(runtime):
     loop.add_signal_handler(signal.SIGHUP, reload)  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
 
 
-def server_tls(settings, log):
-    """A TLS listener's context (ports/tls.py: ssl is loaded only then), or None for plain TCP;
-    StartError (exit 2) naming the files if they do not make one (not PEM, a key that does not
-    fit the certificate)."""
+def server_tls(listener, log):
+    """A listener's TLS context (ports/tls.py: ssl is loaded only then), or None for plain TCP.
+    StartError (exit 2) in one line naming the file that cannot be read, or the files if they do
+    not make a context (not PEM, a key that does not fit the certificate)."""
+    settings = listener.get("tls")
     if settings is None:
         return None
+    where = "TLS listener %s:%d" % (listener["bind"], listener["port"])
+    for key in ("certfile", "keyfile", "cacertfile"):
+        path = settings[key]
+        try:
+            if path is not None:
+                open(path, "rb").close()
+        except OSError as e:
+            raise StartError("%s: cannot read %s %s: %s" % (where, key, path, getattr(e, "strerror", None) or e), 2)
     from ..ports.tls import ServerTLS
 
     try:
         return ServerTLS(settings, log)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; MicroPython's ssl raises ValueError
         files = ", ".join(settings[key] for key in ("certfile", "keyfile", "cacertfile") if settings[key])
-        raise StartError("cannot use the TLS certificate files %s: %s" % (files, e), 2)
+        raise StartError("%s: cannot use the certificate files %s: %s" % (where, files, e), 2)
 
 
 def make_bridges(settings, runtime, data_folder):
