@@ -109,7 +109,7 @@ class TLSLayer:
         """A client that does not speak TLS gets no alert from OpenSSL; it gets the one RabbitMQ
         sends (fatal, unexpected_message), and the log says what it sent."""
         first = self.first
-        if first is None or first[:1] == b"\x16":  # (a TLS handshake record)
+        if first is None or first[:1] in (b"\x14", b"\x15", b"\x16", b"\x17"):  # a TLS record
             return ""
         if not self.raw.is_closing():
             self.raw.write(UNEXPECTED_MESSAGE)
