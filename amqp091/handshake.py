@@ -56,7 +56,13 @@ def read_header(conn, data):
         refuse_header(conn, header)
         return -1
     conn.state = AWAIT_START_OK
-    conn.send_method(0, spec.CONNECTION_START, (0, 9, conn.broker.server_properties(), MECHANISMS, b"en_US"))
+    offered = MECHANISMS
+    tls = getattr(conn, "tls", None)  # a TLS listener's client (server/frontends.py); a plain one has none
+    if tls is not None or getattr(conn.broker.users, "anonymous", None) is not None:
+        from ..core.passwordless import mechanisms  # EXTERNAL, ANONYMOUS: loaded when they may be offered
+
+        offered = mechanisms(conn.broker.users, tls)
+    conn.send_method(0, spec.CONNECTION_START, (0, 9, conn.broker.server_properties(), offered, b"en_US"))
     return 8
 
 
@@ -118,30 +124,39 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
     product = client_properties.get("product")
     if isinstance(product, bytes):
         conn.product = product
-    if mechanism not in (b"PLAIN", b"AMQPLAIN"):
-        raise ConnectionException(
-            COMMAND_INVALID,
-            "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
-            spec.CONNECTION_START_OK,
-        )
-    conn.auth_mechanism = mechanism
     broker = conn.broker
-    try:
-        user, password = credentials(mechanism, response)
-    except DecodeError as e:
-        user, reason = "?", "malformed %s response: %s" % (text(mechanism), e)
+    if mechanism == b"PLAIN" or mechanism == b"AMQPLAIN":
+        conn.auth_mechanism = mechanism
+        try:
+            user, password = credentials(mechanism, response)
+        except DecodeError as e:
+            user, reason = "?", "malformed %s response: %s" % (text(mechanism), e)
+        else:
+            reason = broker.users.check(user, password, conn.loopback)
     else:
-        reason = broker.users.check(user, password, conn.loopback)
+        from ..core.passwordless import login, mechanisms  # EXTERNAL, ANONYMOUS (loaded with the first)
+
+        tls = getattr(conn, "tls", None)
+        if mechanism not in mechanisms(broker.users, tls).split():
+            raise ConnectionException(
+                COMMAND_INVALID,
+                "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
+                spec.CONNECTION_START_OK,
+            )
+        conn.auth_mechanism = mechanism
+        user, reason = login(broker.users, mechanism, tls, conn.loopback)
     if reason is not None:
         guard = broker.guard
         if guard.login_failed(conn.source):  # its source is over its budget: no answer, no wait
             guard.say(
-                conn.source, "%s: login refused: %s; too many from %s: dropped" % (conn.name, reason, conn.source)
+                conn.source,
+                "%s: %s login refused: %s; too many from %s: dropped"
+                % (conn.name, text(mechanism), reason, conn.source),
             )
             conn.dropped_quietly()
             return
         # Hold the answer back a moment: a guessing client gets few tries (requirements R147).
-        guard.say(conn.source, "%s: login refused: %s" % (conn.name, reason))
+        broker.log("warning", "%s: %s login refused: %s" % (conn.name, text(mechanism), reason))
         conn.state = AUTH_FAILED
         conn.deadline = broker.now + broker.limits.auth_failure_delay_ms
         return

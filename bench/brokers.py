@@ -80,11 +80,36 @@ def stop_process(proc, timeout=20):
             proc.wait()
 
 
+def tls_certificate(folder):
+    """A certificate and key (PEM files) for 127.0.0.1 and localhost, made by the openssl command
+    for the TLS rows (ECDSA P-256, as a device's broker would have): (cert, key). The clients
+    check the brokers against the certificate itself (tls_client)."""
+    cert, key = os.path.join(folder, "bench-tls.pem"), os.path.join(folder, "bench-tls.key")
+    command = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    command += ["-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost"]
+    command += ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+    try:
+        subprocess.run(command, capture_output=True, check=True, timeout=60)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BenchError("the TLS rows need the openssl command to make a certificate: %s" % e)
+    return cert, key
+
+
+def tls_client(cert):
+    """The client side of the TLS rows: the broker's certificate checked against itself."""
+    import ssl
+
+    return ssl.create_default_context(cafile=cert)
+
+
 class Hutch:
     """`hutch serve` started here (CPython, C scanner or pure Python; or the MicroPython unix port)."""
 
-    def __init__(self, kind, workdir, folder=None, config=None):
-        """folder: a previous run's (its data folder is used again: a restart); config: a config file."""
+    tls_port = None  # a TLS listener's port (the TLS rows), or None
+
+    def __init__(self, kind, workdir, folder=None, config=None, tls=None):
+        """folder: a previous run's (its data folder is used again: a restart); config: a config
+        file; tls: (certificate, key) files for a TLS listener beside the plain one."""
         self.kind = kind
         self.host, self.port = "127.0.0.1", free_port()
         folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
@@ -92,6 +117,9 @@ class Hutch:
         common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
         if config is not None:
             common += ["--config", config]
+        if tls is not None:
+            self.tls_port = free_port()
+            common += ["--tls-port", str(self.tls_port), "--certfile", tls[0], "--keyfile", tls[1]]
         if kind == "micropython":
             command = [micropython(), "-m", "hutch.server.serve"] + common
             env = serve_env(folder)
@@ -138,16 +166,21 @@ class RabbitMQ:
 
     SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
     CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+    tls_port = None  # its TLS listener's port (the TLS rows), or None
 
-    def __init__(self, workdir, previous=None):
+    def __init__(self, workdir, previous=None, tls=None, conf=(), plugins=()):
         """previous: a stopped RabbitMQ of this run, started again as the same node on the same
-        folder and ports (a restart: its durable queues and messages come back)."""
+        folder and ports (a restart: its durable queues and messages come back); tls:
+        (certificate, key) files for a TLS listener (listeners.ssl) beside the plain one, which
+        verifies no client certificate unless conf says otherwise; conf: more lines of
+        rabbitmq.conf; plugins: the plugins to enable (none by default)."""
         if not os.path.exists(self.SERVER):
             raise BenchError(
                 "rabbitmq-server is not installed (%s is missing): apt-get install rabbitmq-server" % self.SERVER
             )
         if previous is not None:
             self.host, self.port, self.home, self.env = previous.host, previous.port, previous.home, previous.env
+            self.tls_port = previous.tls_port
             self._launch()
             return
         self.host, self.port = "127.0.0.1", free_port()
@@ -155,8 +188,21 @@ class RabbitMQ:
         config = os.path.join(home, "rabbitmq")
         with open(config + ".conf", "w") as f:
             f.write("listeners.tcp.1 = 127.0.0.1:%d\nloopback_users = none\n" % self.port)
+            if tls is not None:
+                self.tls_port = free_port()
+                # TLS 1.3 and 1.2, as hutch (3.10 on OTP 25 would offer 1.0 and 1.1 too); the
+                # client negotiates the same protocol and suite with both brokers
+                f.write(
+                    "listeners.ssl.1 = 127.0.0.1:%d\nssl_options.certfile = %s\nssl_options.keyfile = %s\n"
+                    "ssl_options.versions.1 = tlsv1.3\nssl_options.versions.2 = tlsv1.2\n"
+                    % (self.tls_port, tls[0], tls[1])
+                )
+                if not any(line.startswith("ssl_options.verify") for line in conf):
+                    f.write("ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n")
+            for line in conf:
+                f.write(line + "\n")
         with open(os.path.join(home, "enabled_plugins"), "w") as f:
-            f.write("[].\n")
+            f.write("[%s].\n" % ",".join(plugins))
         open(os.path.join(home, "rabbitmq-env.conf"), "w").close()
         self.env = dict(
             os.environ,
@@ -172,7 +218,7 @@ class RabbitMQ:
             RABBITMQ_CONF_ENV_FILE=os.path.join(home, "rabbitmq-env.conf"),
             RABBITMQ_CONFIG_FILE=config,
             RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(home, "enabled_plugins"),
-            RABBITMQ_ENABLED_PLUGINS="",
+            RABBITMQ_ENABLED_PLUGINS=",".join(plugins),
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
         )
         self._launch()

@@ -4,6 +4,7 @@
     hutch bench --start-rabbitmq         ... and Debian's rabbitmq-server, started here
     hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
     hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
+    hutch bench --tls [--start-rabbitmq] ... and the TLS rows: throughput and latency over TLS
     hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (bench/backlog.py)
     hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (bench/bridges.py)
     hutch bench --spark [N]                      instead: Spark reading a hutch stream (bench/pipeline.py)
@@ -24,7 +25,7 @@ import time
 
 from . import loadgen
 from . import recovery as recovery_bench
-from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb
+from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb, tls_certificate, tls_client
 
 # name: (what it measures, its unit, whether more is better, the loadgen call)
 SCENARIOS = {
@@ -88,8 +89,30 @@ SCENARIOS = {
     ),
     "idle-rss": ("resident memory, idle", "MB", False, None),
     "per-conn": ("resident memory per idle connection", "KB", False, None),
+    # Over TLS (--tls, or named in --scenarios): each broker gets a TLS listener with a
+    # certificate made for the run, and the client speaks TLS 1.3 to it (hutch's TLS listener:
+    # ports/tls.py). Beside the rows above, they say what TLS costs. The loadgen call takes
+    # the client's ssl.SSLContext too.
+    "tls-no-ack": (
+        "throughput 16 B, no-ack consumer, over TLS",
+        "msg/s",
+        True,
+        lambda host, port, n, tls: loadgen.throughput(host, port, n, tls=tls)["msgs_per_s"],
+    ),
+    "tls-64k": (
+        "64 KiB bodies, acks every 10, over TLS",
+        "msg/s",
+        True,
+        lambda host, port, n, tls: loadgen.throughput(
+            host, port, max(200, n // 40), size=65536, ack_every=10, prefetch=100, tls=tls
+        )["msgs_per_s"],
+    ),
+    "tls-latency-p50": ("latency p50 over TLS, one in flight", "µs", False, None),
+    "tls-latency-p99": ("latency p99 over TLS, one in flight", "µs", False, None),
 }
-MICROPYTHON_SCENARIOS = ("no-ack", "acks")
+TLS_SCENARIOS = ("tls-no-ack", "tls-64k", "tls-latency-p50", "tls-latency-p99")
+DEFAULT_SCENARIOS = [name for name in SCENARIOS if name not in TLS_SCENARIOS]
+MICROPYTHON_SCENARIOS = ("no-ack", "acks", "tls-no-ack")
 
 
 def memory(broker, names, idle_connections, log):
@@ -107,8 +130,17 @@ def memory(broker, names, idle_connections, log):
     return {"idle-rss": round(before / 1024, 1), "per-conn": round((after - before) / idle_connections, 1)}
 
 
-def load(broker, name, count):
-    """{scenario: figure} of one run of scenario `name` (latency gives p50 and p99 at once)."""
+def load(broker, name, count, tls=None):
+    """{scenario: figure} of one run of scenario `name` (latency gives p50 and p99 at once); the
+    TLS ones on the broker's TLS port with tls, the client's ssl.SSLContext ({} if the broker
+    has no TLS listener: an --rabbitmq one)."""
+    if name in ("tls-latency",) + TLS_SCENARIOS:
+        if broker.tls_port is None:
+            return {}
+        if name == "tls-latency":
+            result = loadgen.latency(broker.host, broker.tls_port, max(1000, count // 20), tls=tls)
+            return {"tls-latency-p50": result["p50_us"], "tls-latency-p99": result["p99_us"]}
+        return {name: SCENARIOS[name][3](broker.host, broker.tls_port, count, tls)}
     if name == "latency":
         result = loadgen.latency(broker.host, broker.port, max(1000, count // 20))
         return {"latency-p50": result["p50_us"], "latency-p99": result["p99_us"]}
@@ -116,10 +148,13 @@ def load(broker, name, count):
 
 
 def load_scenarios(names):
-    """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99."""
+    """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99 (and
+    "tls-latency" for the TLS ones)."""
     runs = [n for n in names if SCENARIOS[n][3] is not None]
     if "latency-p50" in names or "latency-p99" in names:
         runs.append("latency")
+    if "tls-latency-p50" in names or "tls-latency-p99" in names:
+        runs.append("tls-latency")
     return runs
 
 
@@ -155,7 +190,25 @@ def table(results, names):
     ]
     lines.insert(1, "-" * len(lines[0]))
     lines.append("Ratios are hutch (C) over the other. For latency and memory, lower is better.")
+    lines.extend(tls_cost(results, columns))
     return "\n".join(lines)
+
+
+def tls_cost(results, columns):
+    """A line per broker with both: the share of its plain no-ack throughput it keeps over TLS,
+    and what TLS adds to its p50 latency."""
+    out = []
+    for title, key in columns:
+        figures = results[key]
+        plain, over_tls = figures.get("no-ack"), figures.get("tls-no-ack")
+        if plain and over_tls:
+            line = "Over TLS, %s keeps %d %% of its plain no-ack throughput" % (title, round(100 * over_tls / plain))
+            if figures.get("64k") and figures.get("tls-64k"):
+                line += ", %d %% with 64 KiB bodies" % round(100 * figures["tls-64k"] / figures["64k"])
+            if figures.get("latency-p50") and figures.get("tls-latency-p50"):
+                line += "; p50 latency %+.0f µs" % (figures["tls-latency-p50"] - figures["latency-p50"])
+            out.append(line + ".")
+    return out
 
 
 def add_options(parser):
@@ -169,7 +222,14 @@ def add_options(parser):
     )
     parser.add_argument("--no-pure", action="store_true", help="skip hutch in pure Python")
     parser.add_argument(
-        "--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: %s" % ", ".join(SCENARIOS)
+        "--scenarios",
+        default=",".join(DEFAULT_SCENARIOS),
+        help="comma-separated subset of: %s (the tls- ones only when named, or with --tls)" % ", ".join(SCENARIOS),
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="also the TLS rows (%s): each broker with a TLS listener, RabbitMQ's too" % ", ".join(TLS_SCENARIOS),
     )
     parser.add_argument("--count", type=int, default=200000, help="messages per throughput scenario (default 200000)")
     parser.add_argument(
@@ -230,19 +290,20 @@ def add_options(parser):
     )
 
 
-def brokers_to_run(args, workdir):
-    """[(result key, a callable that makes the broker)] in the order they run."""
+def brokers_to_run(args, workdir, tls=None):
+    """[(result key, a callable that makes the broker)] in the order they run. tls: (certificate,
+    key) files: each broker started here gets a TLS listener with them."""
     if args.rabbitmq and args.start_rabbitmq:
         raise BenchError("--rabbitmq and --start-rabbitmq: pick one")
-    plan = [("c", lambda: Hutch("c", workdir))]
+    plan = [("c", lambda: Hutch("c", workdir, tls=tls))]
     if not args.no_pure:
-        plan.append(("pure", lambda: Hutch("pure", workdir)))
+        plan.append(("pure", lambda: Hutch("pure", workdir, tls=tls)))
     if args.rabbitmq:
         plan.append(("rabbitmq", lambda: External(args.rabbitmq, args.rabbitmq_pid)))
     elif args.start_rabbitmq:
-        plan.append(("rabbitmq", lambda: RabbitMQ(workdir)))
+        plan.append(("rabbitmq", lambda: RabbitMQ(workdir, tls=tls)))
     if args.micropython:
-        plan.append(("micropython", lambda: Hutch("micropython", workdir)))
+        plan.append(("micropython", lambda: Hutch("micropython", workdir, tls=tls)))
     return plan
 
 
@@ -257,6 +318,8 @@ def run(args):
     if args.bridge:
         return _bridge(args)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    if args.tls:
+        names += [n for n in TLS_SCENARIOS if n not in names]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         print(
@@ -273,7 +336,9 @@ def run(args):
     brokers = []
     workdir = tempfile.mkdtemp(prefix="hutch-bench-")
     try:
-        plan = brokers_to_run(args, workdir)
+        tls = tls_certificate(workdir) if any(n in TLS_SCENARIOS for n in names) else None
+        client = tls_client(tls[0]) if tls is not None else None
+        plan = brokers_to_run(args, workdir, tls)
         if args.rabbitmq:
             External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
         for key, make in plan:
@@ -295,7 +360,7 @@ def run(args):
                         continue
                     log("  %s %s, round %d" % (key, name, round_number + 1))
                     count = args.count // 10 if key == "micropython" else args.count  # ~20x slower
-                    for figure, value in load(broker, name, count).items():
+                    for figure, value in load(broker, name, count, client).items():
                         samples.setdefault(key, {}).setdefault(figure, []).append(value)
         for key in samples:
             for figure, values in samples[key].items():

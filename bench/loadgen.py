@@ -34,9 +34,12 @@ class Connection:
     """A blocking connection: the handshake and synchronous methods through the client's
     protocol (client/protocol.py, which opens channel 1), and raw sends and reads."""
 
-    def __init__(self, host, port, timeout, frame_max=131072):
+    def __init__(self, host, port, timeout, frame_max=131072, tls=None):
+        """tls: an ssl.SSLContext to speak TLS with (the broker's TLS listener on port)."""
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.protocol = Protocol(frame_max)
         self.protocol.connect(0, "guest", "guest", "/", heartbeat=0)
         self.wait()
@@ -199,9 +202,10 @@ class Consumer(threading.Thread):
         timeout,
         tag="bench",
         persistent=False,
+        tls=None,
     ):
         super().__init__(daemon=True)
-        self.conn = Connection(host, port, timeout)
+        self.conn = Connection(host, port, timeout, tls=tls)
         self.conn.consume(queue, tag, no_ack=not ack_every, prefetch=prefetch)
         self.per_message = delivery_size(tag, exchange, key, size, self.conn.frame_max, persistent)
         self.expected = expected
@@ -236,14 +240,15 @@ def _finish(consumers, deadline):
             )
 
 
-def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=120):
-    """One publisher -> one queue -> one consumer (no-ack, or acking every ack_every)."""
+def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=120, tls=None):
+    """One publisher -> one queue -> one consumer (no-ack, or acking every ack_every); both over
+    TLS with tls (an ssl.SSLContext)."""
     deadline = time.monotonic() + timeout
     queue = "bench-throughput"
-    publisher = Connection(host, port, timeout)
+    publisher = Connection(host, port, timeout, tls=tls)
     publisher.declare_queue(queue)
     publisher.call(spec.QUEUE_PURGE, (0, queue, False))  # what a previous run left
-    consumer = Consumer(host, port, queue, count, "", queue, size, ack_every, prefetch, timeout)
+    consumer = Consumer(host, port, queue, count, "", queue, size, ack_every, prefetch, timeout, tls=tls)
     one = publish_frames("", queue, b"x" * size, publisher.frame_max)
     batch = one * max(1, 65536 // len(one))
     per_batch = len(batch) // len(one)
@@ -257,7 +262,7 @@ def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=1
     _finish([consumer], deadline)
     elapsed = consumer.finished_at - start
     publisher.close()
-    consumer.conn.close()
+    consumer.conn.hang_up()  # (it read the socket itself: the protocol cannot find the close-ok)
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 
@@ -381,13 +386,13 @@ def drain(host, port, queue, count, size=100, ack_every=100, prefetch=1000, time
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}
 
 
-def latency(host, port, count, size=16, timeout=120):
+def latency(host, port, count, size=16, timeout=120, tls=None):
     """One message in flight: publish, wait for its delivery, repeat. p50/p99 in microseconds."""
     deadline = time.monotonic() + timeout
     queue = "bench-latency"
-    publisher = Connection(host, port, timeout)
+    publisher = Connection(host, port, timeout, tls=tls)
     publisher.declare_queue(queue)
-    consumer = Connection(host, port, timeout)
+    consumer = Connection(host, port, timeout, tls=tls)
     consumer.consume(queue, "bench", no_ack=True, prefetch=0)
     per_message = delivery_size("bench", "", queue, size, consumer.frame_max)
     one = publish_frames("", queue, b"x" * size, publisher.frame_max)
@@ -435,7 +440,7 @@ def fanout(host, port, count, queues=10, size=16, timeout=120):
     elapsed = max(c.finished_at for c in consumers) - start
     publisher.close()
     for consumer in consumers:
-        consumer.conn.close()
+        consumer.conn.hang_up()  # (as in throughput)
     return {
         "messages": count,
         "queues": queues,

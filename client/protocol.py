@@ -14,7 +14,7 @@ with codec/wire.py, with a client's value mapping (strings as str, bytes as 'x')
         while (event := p.next_event()) is not None: handle it
         wait = p.tick(now)   # heartbeats: how long to wait for input at most; -1: broker silent
 
-The handshake (start/start-ok with PLAIN, tune/tune-ok, open/open-ok) runs by itself and
+The handshake (start/start-ok with PLAIN or EXTERNAL, tune/tune-ok, open/open-ok) runs by itself and
 opens channel `channel`; p.awaiting is the method whose reply is due (channel.open during
 the handshake), 0 once it came; p.server_product is the broker's "product" (None until it
 said). Events, from next_event():
@@ -152,10 +152,11 @@ class Protocol:
 
     # -- the connection ---------------------------------------------------------------------
 
-    def connect(self, now, user="guest", password="guest", vhost="/", heartbeat=30, name=None):
-        """Start a connection (the protocol header is queued): PLAIN login, heartbeat in seconds
-        (0: none; the broker may ask for less), then channel `channel` is opened. p.awaiting is
-        channel.open until it is."""
+    def connect(self, now, user="guest", password="guest", vhost="/", heartbeat=30, name=None, mechanism="PLAIN"):
+        """Start a connection (the protocol header is queued): PLAIN login, or EXTERNAL (over
+        TLS: the broker takes the user from the client certificate; user and password are not
+        sent), heartbeat in seconds (0: none; the broker may ask for less), then channel
+        `channel` is opened. p.awaiting is channel.open until it is."""
         self.connection_lost()
         self.state = "opening"
         self._pos = self._n = self.seq = 0
@@ -175,7 +176,11 @@ class Protocol:
         }
         if name:
             props["connection_name"] = name
-        self._login = (props, "PLAIN", b"\x00" + user.encode() + b"\x00" + password.encode(), "en_US")
+        if mechanism == "EXTERNAL":
+            response = b""  # (an authorization identity: none, the certificate's user)
+        else:
+            response = b"\x00" + user.encode() + b"\x00" + password.encode()
+        self._login = (props, mechanism, response, "en_US")
         self._vhost = vhost
         self.heartbeat = heartbeat
         self._tn = wire.put_bytes(self._tx, 0, wire.PROTOCOL_HEADER)

@@ -19,6 +19,7 @@ package(
         "headers.py",
         "limits.py",
         "message.py",
+        "passwordless.py",
         "priority.py",
         "queue.py",
         "refusals.py",

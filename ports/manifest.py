@@ -3,7 +3,8 @@
 # only streams: tcp.py); verify.py, the CRC check of sealed segments once the broker serves (a
 # board checks them before); status_file.py, the status for `hutch ctl status` (no one reads it on a
 # board); folder_lock.py, one broker per data folder (flock: one process owns a board's
-# filesystem, and MicroPython has no fcntl).
+# filesystem, and MicroPython has no fcntl); tls_cpython.py, TLS on tcp_cpython.py's sockets;
+# certname.py, the user a client certificate names (a board's TLS socket shows no certificate).
 package(
     "hutch/ports",
     files=(
@@ -19,6 +20,7 @@ package(
         "storage.py",
         "streams.py",
         "tcp.py",
+        "tls.py",
         "uart.py",
     ),
 )

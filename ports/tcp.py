@@ -63,8 +63,12 @@ def _no_delay(writer):
 
 
 class TcpListener:
-    def __init__(self, runtime, front, host="0.0.0.0", port=5672, read_size=65536, read_buffer=None):
+    tls = None  # a TLS listener's ports/tls.py ServerTLS: every client's socket is wrapped in TLS
+
+    def __init__(self, runtime, front, host="0.0.0.0", port=5672, read_size=65536, read_buffer=None, tls=None):
         self.runtime = runtime
+        if tls is not None:  # (a plain listener keeps nothing for it)
+            self.tls = tls
         self.front = front  # the connection factory (server/frontends.py FrontEnds)
         self.host = host
         self.port = port
@@ -80,7 +84,10 @@ class TcpListener:
 
     async def start(self):
         """Listen (OSError if the port cannot be had)."""
-        self.server = await asyncio.start_server(self._client, self.host, self.port)
+        if self.tls is None:
+            self.server = await asyncio.start_server(self._client, self.host, self.port)
+        else:  # (MicroPython 1.22 and later: each accepted socket goes through tls.wrap_socket)
+            self.server = await asyncio.start_server(self._client, self.host, self.port, ssl=self.tls)
 
     async def _client(self, reader, writer):
         host, port = peer_address(writer.get_extra_info("peername"))
@@ -135,6 +142,10 @@ class _Client:
         # client: held by the greeting alone, it is garbage once the header is read. The
         # connection comes last: nothing runs out of memory after it is made.
         peer = {"address": host, "port": port, "transport": "tcp"}
+        if listener.tls is not None:
+            # Over TLS, and nothing more known: MicroPython's TLS socket shows no certificate,
+            # so EXTERNAL, which needs one, is not offered (amqp091/handshake.py).
+            peer["tls"] = {}
         self.greeting = (peer, b"")  # until the protocol header is known (FrontEnds.first_octets)
         wake = self._wake
         self.conn = conn = listener.front.open(peer)
@@ -179,7 +190,10 @@ class _Client:
             self.conn.out_of_memory()
         except Exception as e:  # a reset socket, or a bug: either way this client is done
             conn = self.conn
-            if isinstance(e, OSError):
+            if isinstance(e, OSError) and self.greeting is not None and self.listener.tls is not None:
+                # nothing read yet: its TLS handshake failed (a certificate refused, not TLS...)
+                self.listener.log("warning", "%s: TLS handshake failed: %r" % (conn.name, e))
+            elif isinstance(e, OSError):
                 self.listener.log("debug", "%s: socket error while reading: %r" % (conn.name, e))
             else:
                 self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)

@@ -15,6 +15,9 @@ does not read what it is sent is not read from (pause_reading), and while the so
 send buffer is full (pause_writing) output stays in the connection, where the broker
 sees it (conn.saturated) and stops delivering to it.
 
+A TLS listener's sockets speak TLS through ports/tls_cpython.py: its TLSLayer does the
+handshake, then is the client protocol's transport.
+
 A socket that is not read cannot show the end of its stream. A publisher held back by a
 full queue whose link was cut stayed open here until a heartbeat failed to go out, a
 minute or more later (never, without heartbeats), and a robust client reconnecting meanwhile
@@ -81,6 +84,7 @@ class ProtocolListener(TcpListener):
         self.feeding = False  # inside a client's data_received
         self.woken = []  # clients given output meanwhile: flushed before it returns
         self.hang_ups = None  # _HangUps, on Linux, once started
+        self.handshaking = set()  # a TLS listener's sockets whose handshake is under way
 
     def flush_woken(self):
         woken = self.woken
@@ -92,8 +96,14 @@ class ProtocolListener(TcpListener):
         loop = asyncio.get_running_loop()
         if EPOLLRDHUP is not None:
             self.hang_ups = _HangUps(loop)
+        if self.tls is None:
+            factory = lambda: _ClientProtocol(self, loop)  # noqa: E731
+        else:
+            from .tls_cpython import TLSLayer  # (ssl is loaded only for a TLS listener)
+
+            factory = lambda: TLSLayer(self, loop, lambda: _ClientProtocol(self, loop))  # noqa: E731
         try:
-            self.server = await loop.create_server(lambda: _ClientProtocol(self, loop), self.host, self.port)
+            self.server = await loop.create_server(factory, self.host, self.port)
         except OSError:
             if self.hang_ups is not None:
                 self.hang_ups.close()
@@ -101,6 +111,8 @@ class ProtocolListener(TcpListener):
             raise
 
     async def abort(self):
+        for layer in list(self.handshaking):
+            layer.abort()
         await super().abort()
         if self.hang_ups is not None:
             self.hang_ups.close()
@@ -135,6 +147,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         server = self.server
         host, port = peer_address(transport.get_extra_info("peername"))
         peer = {"address": host, "port": port, "transport": "tcp"}
+        if server.tls is not None:  # (transport: ports/tls_cpython.py TLSLayer)
+            peer["tls"] = server.tls.peer(transport.get_extra_info("ssl_object"))
         try:
             conn = server.front.open(peer)
         except MemoryError:
@@ -144,7 +158,15 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.greeting = (peer, b"")
         self.attach(conn)
         server.clients.append(self)
-        server.log("debug", "%s: accepted" % conn.name)
+        if server.tls is None:
+            server.log("debug", "%s: accepted" % conn.name)
+        else:
+            tls = peer["tls"]
+            server.log(
+                "debug",
+                "%s: accepted over %s (%s), certificate %s"
+                % (conn.name, tls["protocol"], tls["cipher"], tls["subject"]),
+            )
 
     def attach(self, conn):
         """Serve this connection (the one made at accept, or the one its header chose)."""

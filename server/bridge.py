@@ -146,8 +146,11 @@ class Bridge:
         """Connect, then forward until the link ends."""
         if uri["tls"]:
             tls = self.machine.settings["tls"]
+            from ..ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
+
+            context = client_context(tls["ca_file"], tls["cert_file"], tls["key_file"], tls["verify"])
             opening = asyncio.open_connection(
-                uri["host"], uri["port"], ssl=tls_context(tls), server_hostname=tls["server_name"] or uri["host"]
+                uri["host"], uri["port"], ssl=context, server_hostname=tls["server_name"] or uri["host"]
             )
         else:
             opening = asyncio.open_connection(uri["host"], uri["port"])
@@ -157,7 +160,13 @@ class Bridge:
         protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
         now = self.clock.now_ms()
         protocol.connect(
-            now, uri["user"], uri["password"], uri["vhost"], uri["heartbeat"], "hutch bridge " + self.machine.name
+            now,
+            uri["user"],
+            uri["password"],
+            uri["vhost"],
+            uri["heartbeat"],
+            "hutch bridge " + self.machine.name,
+            mechanism=uri["auth_mechanism"],
         )
         self.machine.opened(now)
         link = _Link(self, protocol, reader, writer)
@@ -387,47 +396,6 @@ def write_offset(path, offset, lane, stream_name):
 
 def _bytes(text):
     return text.encode() if isinstance(text, str) else text
-
-
-def tls_context(tls):
-    """The TLS client context of an amqps:// link: the peer's certificate checked against
-    ca_file (or the system's CAs) and its name unless verify is false; a client certificate
-    when cert_file is given. ssl is imported only here: a broker without TLS links never
-    loads OpenSSL (tools/cli.py keeps it out of `hutch serve` unless the config has one)."""
-    import ssl
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    if tls["verify"]:
-        context.verify_mode = ssl.CERT_REQUIRED
-        if tls["ca_file"]:
-            if MICROPYTHON:  # its ssl (mbedTLS) takes the CA as DER bytes
-                context.load_verify_locations(cadata=_der(tls["ca_file"]))
-            else:
-                context.load_verify_locations(cafile=tls["ca_file"])
-        elif hasattr(context, "load_default_certs"):  # (CPython; a board names its CA file)
-            context.load_default_certs()
-    else:
-        if hasattr(context, "check_hostname"):  # CPython forbids CERT_NONE while it is on
-            context.check_hostname = False  # pyright: ignore[reportAttributeAccessIssue] (not on MicroPython)
-        context.verify_mode = ssl.CERT_NONE
-    if tls["cert_file"]:
-        context.load_cert_chain(tls["cert_file"], tls["key_file"])
-    return context
-
-
-def _der(path):
-    """A certificate file's first certificate as DER (a PEM file's base64 decoded)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data.startswith(b"-----BEGIN"):
-        return data  # DER already
-    lines = data.split(b"\n")
-    body = []
-    for line in lines[1:]:
-        if line.startswith(b"-----END"):
-            break
-        body.append(line.strip())
-    return binascii.a2b_base64(b"".join(body))
 
 
 def node_id(data_folder):

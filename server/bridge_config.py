@@ -27,7 +27,9 @@
     server_name = "central.example.com"
 
 A URI is RabbitMQ's: amqp://user:password@host:port/vhost, with the query options
-heartbeat (seconds), frame_max (bytes) and connection_timeout (milliseconds). Every
+heartbeat (seconds), frame_max (bytes), connection_timeout (milliseconds) and
+auth_mechanism (plain, or external: amqps:// with cert_file, the user named by the
+client certificate). Every
 mistake is one ConfigError naming the bridge and the key, so `hutch serve` says it in one
 line and exits with 2 rather than running a bridge that does nothing.
 """
@@ -58,7 +60,8 @@ KEYS = (
     "server_name",
 )
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
-URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout")
+URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout", "auth_mechanism")
+AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL"}  # RabbitMQ's URI values
 
 
 def bridges_from(data, path="config"):
@@ -113,10 +116,18 @@ def _bridge(table, path, number):
     if ack_mode not in ACK_MODES:
         raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
     delay = _number(table, "reconnect_delay", 1.0, where)
+    uris = [parse_uri(uri, where) for uri in uris]
+    tls = _tls(table, where)
+    for uri in uris:
+        if uri["auth_mechanism"] == "EXTERNAL" and not (uri["tls"] and tls["cert_file"]):
+            raise ConfigError(
+                "%s: auth_mechanism=external in '%s' needs an amqps:// URI and cert_file (the client "
+                "certificate that names the user)" % (where, uri["uri"])
+            )
     return {
         "name": name,
         "direction": direction,
-        "uris": [parse_uri(uri, where) for uri in uris],
+        "uris": uris,
         "queue": queue,
         "source_exchange": source_exchange,
         "binding_key": _optional_text(table, "binding_key", where) or "",
@@ -129,7 +140,7 @@ def _bridge(table, path, number):
         "watchdog": _number(table, "watchdog", 60.0, where),
         "max_rate": _number(table, "max_rate", 0, where, "messages per second"),
         "max_byte_rate": _number(table, "max_byte_rate", 0, where, "bytes per second"),
-        "tls": _tls(table, where),
+        "tls": tls,
         "declare": _declare(table, where),
     }
 
@@ -159,19 +170,14 @@ def _declare(table, where):
 
 
 def _tls(table, where):
-    """The TLS settings of an amqps:// bridge, the files named readable."""
+    """The TLS settings of an amqps:// bridge (its files are read when the broker starts:
+    server/startup.py bridge_tls_files)."""
     verify = table.get("verify", True)
     if not isinstance(verify, bool):
         raise ConfigError("%s: verify must be true or false, not %r" % (where, verify))
     tls = {"verify": verify, "server_name": _optional_text(table, "server_name", where)}
     for key in ("ca_file", "cert_file", "key_file"):
-        path = _optional_text(table, key, where)
-        if path is not None:
-            try:
-                open(path).close()
-            except OSError as e:
-                raise ConfigError("%s: cannot read %s %s: %s" % (where, key, path, e))
-        tls[key] = path
+        tls[key] = _optional_text(table, key, where)
     if tls["key_file"] and not tls["cert_file"]:
         raise ConfigError("%s: key_file needs cert_file (the client certificate it belongs to)" % where)
     return tls
@@ -200,6 +206,7 @@ def parse_uri(uri, where="uri"):
     if not host:
         raise ConfigError("%s: '%s' names no host" % (where, _hide_password(uri)))
     options = {"heartbeat": 60, "frame_max": 0, "connection_timeout": 30000}  # frame_max 0: the broker's
+    mechanism = "PLAIN"
     for pair in query.split("&") if query else ():
         key, _, value = pair.partition("=")
         if key not in URI_OPTIONS:
@@ -207,6 +214,14 @@ def parse_uri(uri, where="uri"):
                 "%s: unknown option '%s' in '%s' (known: %s)"
                 % (where, key, _hide_password(uri), ", ".join(URI_OPTIONS))
             )
+        if key == "auth_mechanism":
+            mechanism = AUTH_MECHANISMS.get(value.lower())
+            if mechanism is None:
+                raise ConfigError(
+                    "%s: auth_mechanism must be plain or external, not '%s' in '%s'"
+                    % (where, value, _hide_password(uri))
+                )
+            continue
         if not value.isdigit():
             raise ConfigError("%s: %s must be a whole number in '%s'" % (where, key, _hide_password(uri)))
         options[key] = int(value)
@@ -221,6 +236,7 @@ def parse_uri(uri, where="uri"):
         "heartbeat": options["heartbeat"],
         "frame_max": options["frame_max"],
         "connection_timeout": options["connection_timeout"],
+        "auth_mechanism": mechanism,
     }
 
 

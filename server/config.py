@@ -17,11 +17,16 @@
 
     [auth]
     loopback_users = ["guest"]   # these users may only log in from 127.0.0.1/::1
+    anonymous_login_user = "sensor"  # offer ANONYMOUS, logging in as this user (default: not offered)
 
     [[listener]]          # as many as you like, instead of [server] bind/port
     protocol = "amqp"     # (the default; AMQP 0-9-1, and 1.0 once it is served)
     bind = "0.0.0.0"
     port = 5672
+
+    [[listener]]          # AMQP over TLS (amqps)
+    port = 5671
+    tls = {certfile = "server.pem", keyfile = "server.key", cacertfile = "ca.pem", verify_peer = true}
 
 Every mistake is reported as ConfigError with the file and key, so `hutch
 serve` can print one readable line instead of a traceback.
@@ -54,10 +59,14 @@ SECTIONS = {
     ),
     "limits": None,
     "users": None,  # [users.NAME]: USER_KEYS
-    "auth": ("loopback_users",),
+    "auth": ("loopback_users", "anonymous_login_user"),
     "bridge": None,  # [[bridge]]: a list of tables, checked by server/bridge_config.py
-    "listener": ("protocol", "bind", "port"),  # [[listener]]: a list of tables, each with these keys
+    "listener": ("protocol", "bind", "port", "tls"),  # [[listener]]: a list of tables, each with these keys
 }
+
+# The keys of a [[listener]]'s tls table (RabbitMQ's ssl_options names; login_from is its
+# ssl_cert_login_from), checked by server/options.py.
+TLS_KEYS = ("certfile", "keyfile", "cacertfile", "verify_peer", "fail_if_no_peer_cert", "login_from")
 
 
 # The keys of a [users.NAME] table.

@@ -42,7 +42,13 @@ class FrontEnds:
         """The connection a client starts with (peer: its "address", "port" and "transport").
         The port sets client.greeting = (peer, b"") and calls first_octets() with what it reads."""
         self.broker.now = self.clock.now_ms()  # its deadline counts from now, not from the last tick
-        return self.default(self.broker, peer)
+        conn = self.default(self.broker, peer)
+        if "tls" in peer:
+            # What the port knows of the client's TLS (ports/tls.py ServerTLS.peer: the
+            # certificate's subject, the name EXTERNAL logs in as), as conn.tls; a plain
+            # client's connection has no such attribute, and pays nothing for it.
+            conn.tls = peer["tls"]  # pyright: ignore[reportAttributeAccessIssue] (read with getattr)
+        return conn
 
     def first_octets(self, client, data):
         """What a client sent (data; b"" at the end of its stream) while its protocol header
@@ -73,6 +79,9 @@ class FrontEnds:
             opened.wake = None  # given up: the port has nothing to send for it
             opened.lost()
             self.broker.now = self.clock.now_ms()
-            client.attach(make(self.broker, peer))
+            conn = make(self.broker, peer)
+            if "tls" in peer:  # (as in open())
+                conn.tls = peer["tls"]  # pyright: ignore[reportAttributeAccessIssue] (read with getattr)
+            client.attach(conn)
         if data:
             client.conn.feed(data)

@@ -48,6 +48,20 @@ def add_options(parser):
         metavar="FILE",
         help="users, permissions, exchanges, queues and bindings to load at start (RabbitMQ's JSON)",
     )
+    # One TLS listener (amqps) beside the others, on --bind's address: the short form of a
+    # [[listener]] with a tls table. The names are RabbitMQ's ssl_options.
+    parser.add_argument("--tls-port", type=int, default=None, help="also listen for AMQP over TLS on this port (5671)")
+    parser.add_argument("--certfile", default=None, metavar="FILE", help="the TLS listener's certificate (PEM)")
+    parser.add_argument("--keyfile", default=None, metavar="FILE", help="its private key (PEM)")
+    parser.add_argument(
+        "--cacertfile", default=None, metavar="FILE", help="the CA certificates client certificates are checked against"
+    )
+    parser.add_argument(
+        "--verify-peer", action="store_true", help="check a client certificate when one is sent (needs --cacertfile)"
+    )
+    parser.add_argument(
+        "--fail-if-no-peer-cert", action="store_true", help="refuse a client without a certificate (mutual TLS)"
+    )
 
 
 class Options:
@@ -66,6 +80,12 @@ class Options:
         baud=None,
         definitions=None,
         log_file=None,
+        tls_port=None,
+        certfile=None,
+        keyfile=None,
+        cacertfile=None,
+        verify_peer=False,
+        fail_if_no_peer_cert=False,
     ):
         self.config = config
         self.bind = bind
@@ -78,6 +98,12 @@ class Options:
         self.baud = baud
         self.definitions = definitions
         self.log_file = log_file
+        self.tls_port = tls_port
+        self.certfile = certfile
+        self.keyfile = keyfile
+        self.cacertfile = cacertfile
+        self.verify_peer = verify_peer
+        self.fail_if_no_peer_cert = fail_if_no_peer_cert
 
 
 def settings(args):
@@ -107,6 +133,9 @@ def settings(args):
     if not isinstance(stats, int) or stats < 0:
         raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
     users, definitions = _users(data, path, getattr(args, "definitions", None) or server.get("definitions"))
+    anonymous = _anonymous(data, path, users)
+    if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
+        users.anonymous = anonymous
     storage = profile.STORAGE
     journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _size(server, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
@@ -133,9 +162,11 @@ def settings(args):
 
 
 def needs_tls(opts):
-    """Whether these settings speak TLS anywhere: an amqps:// bridge uplink. (Without TLS the
-    CPython broker runs without OpenSSL: tools/cli.py.)"""
-    return any(uri["tls"] for bridge in opts["bridges"] for uri in bridge["uris"])
+    """Whether these settings speak TLS anywhere: a TLS listener, an amqps:// bridge uplink.
+    (Without TLS the CPython broker runs without OpenSSL: tools/cli.py.)"""
+    return any("tls" in listener for listener in opts["listeners"]) or any(
+        uri["tls"] for bridge in opts["bridges"] for uri in bridge["uris"]
+    )
 
 
 def _log_file(path):
@@ -170,11 +201,22 @@ def _users(data, path, definitions_path):
     return users, definitions
 
 
+def _anonymous(data, path, users):
+    """[auth] anonymous_login_user: the user ANONYMOUS logs in as, or None (not offered)."""
+    name = data.get("auth", {}).get("anonymous_login_user")
+    if name is None:
+        return None
+    if not isinstance(name, str) or name not in users.hashes:
+        raise config.ConfigError("%s: [auth] anonymous_login_user must name a user, not %r" % (path, name))
+    return name
+
+
 def _listeners(args, server, data, path):
-    """Where the broker listens: [{"protocol": "amqp", "bind": ADDRESS, "port": N}, ...].
+    """Where the broker listens: [{"protocol": "amqp", "bind": ADDRESS, "port": N}, ...], and
+    "tls": its settings (tls_settings) in a TLS listener's.
 
     --bind/--port and [server] bind/port are the short form of one AMQP listener; [[listener]]
-    tables name any number. The command line wins over the config file, as every option does:
+    tables name any number; --tls-port adds one TLS listener to either. The command line wins over the config file, as every option does:
     given --bind or --port, the broker listens there alone, and the config's [[listener]]s
     are not opened (so a script or a test starts a broker on a port of its choosing, whatever
     its config holds); they are still checked. A config file that has both forms is refused:
@@ -200,23 +242,98 @@ def _listeners(args, server, data, path):
         short = {"port": args.port if args.port is not None else server.get("port", 5672)}
         short["bind"] = args.bind or server.get("bind", "0.0.0.0")
         listeners = _checked_listeners([short], path)
+    tls_listener = _tls_options(args, server)
+    if tls_listener is not None:  # --tls-port: one more, beside whichever the others are
+        listeners = _checked_listeners([tls_listener], path, listeners)
     return listeners
 
 
-def _checked_listeners(tables, path):
-    listeners = []
+def _tls_options(args, server):
+    """The TLS listener of --tls-port (on --bind's address), as a [[listener]] table, or None."""
+    port = getattr(args, "tls_port", None)
+    files = [name for name in ("certfile", "keyfile", "cacertfile") if getattr(args, name, None)]
+    flags = [name for name in ("verify_peer", "fail_if_no_peer_cert") if getattr(args, name, False)]
+    if port is None:
+        if files or flags:
+            raise config.ConfigError("--%s is an option of --tls-port" % (files + flags)[0].replace("_", "-"))
+        return None
+    if not args.certfile or not args.keyfile:
+        raise config.ConfigError("--tls-port needs --certfile and --keyfile")
+    if args.verify_peer and not args.cacertfile:
+        raise config.ConfigError("--verify-peer needs --cacertfile: the CA client certificates are checked against")
+    if args.fail_if_no_peer_cert and not args.verify_peer:
+        raise config.ConfigError("--fail-if-no-peer-cert needs --verify-peer")
+    tls = {name: getattr(args, name) for name in files + flags}
+    # "where": how its errors name it (a config's tables cannot have the key: config.read)
+    return {"bind": args.bind or server.get("bind", "0.0.0.0"), "port": port, "tls": tls, "where": "--tls-port:"}
+
+
+def _checked_listeners(tables, path, checked=()):
+    """The listeners of these tables after those already checked (two on one port: refused)."""
+    listeners = list(checked)
     for table in tables:
         bind = table.get("bind", "0.0.0.0")
         if not isinstance(bind, str):
             raise config.ConfigError("bind must be an address, not %r" % (bind,))
-        port = table.get("port", 5672)
+        tls = table.get("tls")
+        port = table.get("port", 5672 if tls is None else 5671)  # (RabbitMQ's amqps port)
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise config.ConfigError("port must be a number from 0 to 65535, not %r" % (port,))
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
-        listeners.append({"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port})
+        listener = {"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port}
+        if tls is not None:  # (a plain listener's entry has no "tls")
+            listener["tls"] = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
+        listeners.append(listener)
     return listeners
+
+
+def tls_settings(given, where):
+    """A listener's tls table, checked: every key known, of its kind; the defaults are RabbitMQ's
+    (no peer verification). The files are read when the broker starts (server/startup.py
+    server_tls): a config names the files of the machine it runs on."""
+    if not isinstance(given, dict):
+        raise config.ConfigError("%s tls must be a table: {certfile = ..., keyfile = ...}" % where)
+    for key in given:
+        if key not in config.TLS_KEYS:
+            raise config.ConfigError(
+                "%s unknown key '%s' in tls (known: %s)" % (where, key, ", ".join(config.TLS_KEYS))
+            )
+    tls = {}
+    for key in ("certfile", "keyfile", "cacertfile"):
+        path = given.get(key)
+        if path is None and key != "cacertfile":
+            raise config.ConfigError("%s tls needs %s" % (where, key))
+        if path is not None and not isinstance(path, str):
+            raise config.ConfigError("%s tls %s must be a file name, not %r" % (where, key, path))
+        tls[key] = path
+    for key in ("verify_peer", "fail_if_no_peer_cert"):
+        value = given.get(key, False)
+        if not isinstance(value, bool):
+            raise config.ConfigError("%s tls %s must be true or false, not %r" % (where, key, value))
+        tls[key] = value
+    if tls["verify_peer"] and tls["cacertfile"] is None:
+        raise config.ConfigError(
+            "%s tls verify_peer needs cacertfile: the CA client certificates are checked against" % where
+        )
+    if tls["fail_if_no_peer_cert"] and not tls["verify_peer"]:
+        raise config.ConfigError("%s tls fail_if_no_peer_cert needs verify_peer = true" % where)
+    if tls["verify_peer"] and not tls["fail_if_no_peer_cert"] and sys.implementation.name == "micropython":
+        # Mbed TLS's optional verification lets a client through whose certificate failed it
+        raise config.ConfigError(
+            "%s tls verify_peer needs fail_if_no_peer_cert = true on MicroPython: "
+            "its TLS cannot check a certificate a client may leave out" % where
+        )
+    from ..ports.tls import LOGIN_FROM  # (here: only a config with a TLS listener loads it)
+
+    login_from = given.get("login_from", "common_name")
+    if login_from not in LOGIN_FROM:
+        raise config.ConfigError(
+            "%s tls login_from must be one of %s, not %r" % (where, ", ".join(LOGIN_FROM), login_from)
+        )
+    tls["login_from"] = login_from
+    return tls
 
 
 def _bridges(data, path):

@@ -102,6 +102,10 @@ def claim_data_folder(path):
 
 async def start(opts, log, stop_event):
     """The broker and everything it serves, started: its runtime, to run."""
+    # First: certificate files that do not make a context stop the broker before it does anything
+    tls = [server_tls(entry, log) for entry in opts["listeners"]]
+    for bridge in opts["bridges"]:
+        bridge_tls_files(bridge)
     line, frame_reader = choose_frame_reader()
     if line is not None:
         log("info", line)
@@ -124,7 +128,9 @@ async def start(opts, log, stop_event):
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
-    await start_listeners(runtime, opts["listeners"], opts["read_size"])
+    await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
+    if any(tls) and sys.implementation.name != "micropython":
+        reload_on_hangup(runtime)
     journal.start()
     runtime.journal = journal
     if opts["serial"]:
@@ -143,19 +149,20 @@ async def start(opts, log, stop_event):
     return runtime
 
 
-async def start_listeners(runtime, listeners, read_size):
-    """Open the config's listeners (protocol, bind, port) into runtime.listeners; StartError
-    (exit 1) for the first that cannot, the others closed again. On CPython, the port built on
-    asyncio's protocol callbacks (faster); on MicroPython, whose asyncio has only streams, the
-    stream port."""
+async def start_listeners(runtime, listeners, read_size, tls=None):
+    """Open the config's listeners (protocol, bind, port) into runtime.listeners, each with its
+    TLS context (tls: server_tls()'s, one per listener; None for plain TCP); StartError (exit 1)
+    for the first that cannot, the others closed again. On CPython, the port built on asyncio's
+    protocol callbacks (faster); on MicroPython, whose asyncio has only streams, the stream port."""
     if sys.implementation.name == "micropython":
         from ..ports.tcp import TcpListener as Listener
     else:
         from ..ports.tcp_cpython import ProtocolListener as Listener  # pyright: ignore[reportMissingImports] (host only)
     read_buffer = None
-    for entry in listeners:
+    for i, entry in enumerate(listeners):
         protocol, bind, port = entry["protocol"], entry["bind"], entry["port"]
-        listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer)
+        context = tls[i] if tls else None
+        listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer, context)
         read_buffer = listener.read_buffer  # one for every listener's clients (MicroPython)
         try:
             await listener.start()
@@ -165,7 +172,66 @@ async def start_listeners(runtime, listeners, read_size):
                 await opened.abort()
             raise StartError("cannot listen on %s:%d: %s" % (bind, port, getattr(e, "strerror", None) or e), 1)
         runtime.listeners.append(listener)
-        runtime.log("info", "listening for %s on %s:%d" % (PROTOCOLS[protocol][0], bind, port))
+        over = " over TLS" if context is not None else ""
+        runtime.log("info", "listening for %s%s on %s:%d" % (PROTOCOLS[protocol][0], over, bind, port))
+
+
+def reload_on_hangup(runtime):
+    """SIGHUP: every TLS listener reads its certificate, key and CA files again (ports/tls.py
+    ServerTLS.reload): new handshakes use them, connections already made go on with theirs.
+    CPython only (MicroPython has no signals); a broker without a TLS listener leaves SIGHUP as
+    it is (it stops, as it always did). Wired here at start, beside the runtime's other
+    handlers (SIGINT, SIGTERM: tools/cli.py), so that a board's runtime carries nothing for it."""
+    import asyncio
+    import signal  # pyright: ignore[reportMissingImports] (host only)
+
+    contexts = [listener.tls for listener in runtime.listeners if listener.tls is not None]
+
+    def reload():
+        for tls in contexts:
+            tls.reload()
+
+    loop = asyncio.get_running_loop()  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
+    loop.add_signal_handler(signal.SIGHUP, reload)  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
+
+
+def server_tls(listener, log):
+    """A listener's TLS context (ports/tls.py: ssl is loaded only then), or None for plain TCP.
+    StartError (exit 2) in one line naming the file that cannot be read, or the files if they do
+    not make a context (not PEM, a key that does not fit the certificate)."""
+    settings = listener.get("tls")
+    if settings is None:
+        return None
+    where = "TLS listener %s:%d" % (listener["bind"], listener["port"])
+    for key in ("certfile", "keyfile", "cacertfile"):
+        path = settings[key]
+        try:
+            if path is not None:
+                open(path, "rb").close()
+        except OSError as e:
+            raise StartError("%s: cannot read %s %s: %s" % (where, key, path, getattr(e, "strerror", None) or e), 2)
+    from ..ports.tls import ServerTLS
+
+    try:
+        return ServerTLS(settings, log)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; MicroPython's ssl raises ValueError
+        files = ", ".join(settings[key] for key in ("certfile", "keyfile", "cacertfile") if settings[key])
+        raise StartError("%s: cannot use the certificate files %s: %s" % (where, files, e), 2)
+
+
+def bridge_tls_files(bridge):
+    """StartError (exit 2) in one line if an amqps:// bridge's ca_file, cert_file or key_file
+    cannot be read: a link that could never connect is said at start, not retried forever."""
+    tls = bridge["tls"]
+    for key in ("ca_file", "cert_file", "key_file"):
+        path = tls[key]
+        try:
+            if path is not None:
+                open(path, "rb").close()
+        except OSError as e:
+            raise StartError(
+                "bridge '%s': cannot read %s %s: %s" % (bridge["name"], key, path, getattr(e, "strerror", None) or e), 2
+            )
 
 
 def make_bridges(settings, runtime, data_folder):

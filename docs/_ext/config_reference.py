@@ -54,7 +54,23 @@ DESCRIPTIONS = {
     "listener.protocol": "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol "
     "header is read first; any other header is answered with 0-9-1's before the socket closes.",
     "listener.bind": "The address to listen on.",
-    "listener.port": "The TCP port. Two listeners on one address and port are refused.",
+    "listener.port": "The TCP port. Two listeners on one address and port are refused. Default 5671 "
+    "for a listener with `tls`.",
+    "listener.tls": "A table that makes this listener speak AMQP over TLS (amqps): its keys below. "
+    "TLS 1.2 and 1.3 only; see [Security](security.md).",
+    # [[listener]] tls = {...}: server/options.py _tls (RabbitMQ's ssl_options names)
+    "listener.tls.certfile": "The listener's certificate (PEM; a chain: the certificate first). Required.",
+    "listener.tls.keyfile": "Its private key (PEM, unencrypted). Required.",
+    "listener.tls.cacertfile": "The CA certificates a client certificate is checked against (PEM). "
+    "Required with `verify_peer`.",
+    "listener.tls.verify_peer": "Check a client certificate when the client sends one: a certificate "
+    "the CA did not sign, or that has expired, is refused in the handshake (RabbitMQ's "
+    "`ssl_options.verify = verify_peer`).",
+    "listener.tls.fail_if_no_peer_cert": "Refuse a client that sends no certificate: mutual TLS "
+    "(needs `verify_peer`; on MicroPython `verify_peer` needs it).",
+    "listener.tls.login_from": 'The user SASL EXTERNAL logs in as: `"common_name"` (the subject\'s CN), '
+    '`"distinguished_name"` (the whole subject, RFC 4514: `CN=sensor-01,OU=gw,O=hutch`) or '
+    '`"subject_alternative_name"` (the first). RabbitMQ\'s `ssl_cert_login_from`.',
     # [limits]: core/limits.py
     "limits.frame_max": "The largest frame, offered in `connection.tune`. A larger frame closes the connection "
     "with 501 (a client's frame may be 8 octets over, as RabbitMQ allows).",
@@ -107,6 +123,8 @@ DESCRIPTIONS = {
     "routing keys the user may publish with (write) and bind with (read).",
     "auth.loopback_users": "Users who may log in only from the loopback interface (127.0.0.1, ::1) or a "
     "serial link, as in RabbitMQ.",
+    "auth.anonymous_login_user": "Offer SASL ANONYMOUS, which logs a client in as this user (it must "
+    "exist; the loopback rule holds). None: ANONYMOUS is not offered.",
     # [[bridge]]: server/bridge_config.py
     "bridge.name": "The bridge's name, unique in the file: logs, `hutch ctl bridges`, the `x-hutch-origin` "
     "header, and the queue `hutch.bridge.NAME` of a `source_exchange` bridge. Required.",
@@ -147,6 +165,8 @@ DESCRIPTIONS = {
     "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`).",
     "bridge.uri?frame_max": "The largest frame for the link; 0: this broker's `frame_max`.",
     "bridge.uri?connection_timeout": "Milliseconds to wait for upstream's handshake before trying the next URI.",
+    "bridge.uri?auth_mechanism": "`plain` (the URI's user and password) or `external`: over `amqps://` with "
+    "`cert_file`, upstream takes the user from the client certificate.",
 }
 
 # The sections whose keys come from elsewhere than SECTIONS' tuple (None there).
@@ -171,6 +191,7 @@ def schema_keys():
                 )
             names = FREE_FORM[section]()
         keys.extend("%s.%s" % (section, name) for name in names)
+    keys.extend("listener.tls.%s" % name for name in config.TLS_KEYS)
     keys.extend("bridge.declare.%s" % name for name in bridge_config.DECLARE_KEYS)
     keys.extend("bridge.uri?%s" % name for name in bridge_config.URI_OPTIONS)
     return keys
@@ -265,7 +286,17 @@ def table_server():
 
 
 def table_listener():
-    return key_table("listener", config.SECTIONS["listener"], {"protocol": "amqp", "bind": "0.0.0.0", "port": 5672})
+    return key_table(
+        "listener", config.SECTIONS["listener"], {"protocol": "amqp", "bind": "0.0.0.0", "port": 5672, "tls": None}
+    )
+
+
+def table_listener_tls():
+    """A TLS listener's keys, with the defaults its checks fill in (server/options.py) on a table
+    with only the required keys (any readable file will do for them there)."""
+    defaults = options.tls_settings({"certfile": __file__, "keyfile": __file__}, "docs")
+    defaults.update(certfile="required", keyfile="required")
+    return key_table("listener.tls", config.TLS_KEYS, defaults)
 
 
 def table_limits():
@@ -345,6 +376,7 @@ TABLES = {
     "other-sections": table_other_sections,
     "server": table_server,
     "listener": table_listener,
+    "listener-tls": table_listener_tls,
     "limits": table_limits,
     "profiles": table_profiles,
     "users": table_users,

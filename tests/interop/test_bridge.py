@@ -230,6 +230,15 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "ack_mode": "later"}, "ack_mode must be one of"),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "prefetch": 0}, "prefetch must be a whole number"),
         ({"name": "x", "uri": "amqps://h/", "queue": "q", "ca_file": "/no/such/ca.pem"}, "cannot read ca_file"),
+        ({"name": "x", "uri": "amqps://h/?auth_mechanism=kerberos", "queue": "q"}, "must be plain or external"),
+        (
+            {"name": "x", "uri": "amqp://h/?auth_mechanism=external", "queue": "q"},
+            "needs an amqps:// URI and cert_file",
+        ),
+        (
+            {"name": "x", "uri": "amqps://h/?auth_mechanism=external", "queue": "q"},
+            "needs an amqps:// URI and cert_file",
+        ),
     ],
 )
 def test_a_wrong_bridge_config_is_one_line_and_exit_code_2(tmp_path, bridge, words):

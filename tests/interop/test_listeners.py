@@ -132,9 +132,9 @@ def _serve_config(tmp_path, text, *args):
         ('[[listener]]\n[[listener]]\nbind = "0.0.0.0"\n', "two [[listener]]s on 0.0.0.0:5672"),
         (
             "[[listener]]\nport = 5999\nprot = 6000\n",
-            "unknown key 'prot' in [[listener]] (known: protocol, bind, port)",
+            "unknown key 'prot' in [[listener]] (known: protocol, bind, port, tls)",
         ),
-        ("[[listener]]\nport = 5999\ntls = true\n", "unknown key 'tls' in [[listener]]"),
+        ("[[listener]]\nport = 5999\ntls = true\n", "tls must be a table"),
         ('[[listener]]\nprotocol = "mqtt"\n', "unknown protocol 'mqtt' in [[listener]] (known: amqp)"),
         ('[[listener]]\nprotocol = ["amqp"]\n', "unknown protocol ['amqp'] in [[listener]]"),
         ("[[listener]]\nport = 70000\n", "port must be a number from 0 to 65535, not 70000"),
