@@ -256,6 +256,17 @@ def bridges(data):
     return {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
 
 
+def _last_error(bridge):
+    """A running link has no error: what ended an earlier link is shown as that, not as if the
+    bridge were failing now."""
+    error = bridge["last_error"]
+    if error is None:
+        return "none"
+    if bridge["state"] in ("running", "blocked"):
+        return "none on this link (an earlier link ended: %s)" % error
+    return error
+
+
 def bridges_command(args):
     data = args.data
     if _no_folder(data):
@@ -285,7 +296,7 @@ def bridges_command(args):
                 _n(b["in_flight"]),
                 _n(b["backlog"]) if b["backlog"] is not None else "-",  # (down: not known before a link)
                 age,
-                b["last_error"] or "none",
+                _last_error(b),
                 # a stream source: the offset every record up to which upstream confirmed
                 "; confirmed up to offset %d" % b["confirmed_offset"] if "confirmed_offset" in b else "",
             )

@@ -495,8 +495,22 @@ def test_ctl_bridges_shows_state_backlog_oldest_age_and_last_error(tmp_path):
     import json
     import time
 
-    dead = "amqp://guest:guest@127.0.0.1:%d/" % free_port()
-    edge = edge_with_bridge(tmp_path, {"name": "nowhere", "uri": dead, "queue": "waiting", "reconnect_delay": 0.2})
+    port = free_port()
+    dead = "amqp://guest:guest@127.0.0.1:%d/" % port
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "nowhere",
+            "uri": dead,
+            "queue": "waiting",
+            "reconnect_delay": 0.2,
+            "exchange": "arrivals",
+            "declare": {"exchange_type": "fanout", "queue": "arrived"},
+        },
+    )
+    (tmp_path / "upstream").mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path / "upstream")
+    upstream._take_port(port)
     try:
         publish_confirmed(edge, "waiting", [b"a", b"b", b"c"])
         time.sleep(0.5)  # the oldest waits a while
@@ -525,8 +539,20 @@ def test_ctl_bridges_shows_state_backlog_oldest_age_and_last_error(tmp_path):
             timeout=30,
         ).stdout
         assert "nowhere (up, queue waiting)" in plain and "backlog 3" in plain and "connection refused" in plain
+        # the upstream comes: a healthy bridge shows no error of its own, only what ended a link before
+        upstream.start()
+        wait_until(lambda: shown()["bridges"][0]["state"] == "running", timeout=30, what="the bridge running")
+        plain = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "bridges", "--data", edge.data],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert ": running, upstream" in plain and "last error: none on this link (an earlier link ended: " in plain
     finally:
         edge.stop()
+        if upstream.proc is not None:
+            upstream.stop()
     after = shown()
     assert not after["live"] and after["bridges"][0]["state"] == "stopped"
 
