@@ -4,6 +4,7 @@
 #   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
 #   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
 #                 Node's amqplib, Debian's rabbitmq-server and chromium (apt) when missing
+#   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
 
@@ -25,7 +26,7 @@ CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: serve test docs screenshot lint setup clean
+.PHONY: serve test check docs screenshot lint setup clean
 
 serve: $(SERVE_INSTALLED)
 	@echo "make serve: hutch is installed in $(BIN)/. To run the hutch command yourself: . $(BIN)/activate"
@@ -34,6 +35,13 @@ serve: $(SERVE_INSTALLED)
 
 test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# The tests that need no process but pytest's: the core (also run under micropython by make
+# test), the codec, the sensor client's protocol, the C accelerator against its reference
+IN_PROCESS_TESTS := tests/core tests/codec tests/client tests/accel
+
+check: lint
+	$(BIN)/python -m pytest -q -n 2 $(IN_PROCESS_TESTS) $(ARGS)
 
 docs: $(DOCS_INSTALLED)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs site

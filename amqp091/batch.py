@@ -5,7 +5,7 @@ a read buffer in one call, a whole publish (method, header and body frames) as o
 record and an ack, nack or reject with its arguments decoded. The reader then hands them
 to the connection and its channels one by one, exactly as connection.read_frames would
 frame by frame: any of them may pause or close the connection, and what follows must
-then stay unread or be dropped. tests/test_accel_connection.py feeds the same bytes to
+then stay unread or be dropped. tests/accel/test_accel_connection.py feeds the same bytes to
 both readers and compares everything they do.
 
     broker = Broker(..., frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records))

@@ -13,7 +13,7 @@ of reading its header, and each call returns a tuple; on the MicroPython unix po
 feeding small publishes through scan_frames was ~35-45% slower than the connection's
 own loop (~10-15% on CPython). So connection.read_frames reads them there, and
 scan_frames stays the reference the C code is tested against (the batch reader is
-tested with it too: tests/test_accel_*.py).
+tested with it too: tests/accel/test_accel_*.py).
 
 It only checks what tells where frames start and end: a payload larger than the
 connection allows (its header is enough to know; the payload need not have

@@ -1,6 +1,6 @@
 """The esp32 row of `hutch bench --backlog`: a board broker's heap with a backlog, and without.
 
-MicroPython's unix port runs the broker as a board does, as tests/interop/test_board_memory.py
+MicroPython's unix port runs the broker as a board does, as tests/interop/boards/test_board_memory.py
 runs it: hutch's code in a ROMFS image mapped like flash (emulator/unixboard.py), `-X
 heapsize=128k` (the ESP32's ~110 KiB, on a 64-bit port), `--board esp32`. It gets a data
 folder for its journal, and a disk budget that holds the backlog (the profile's 256 KiB holds

@@ -2,7 +2,7 @@
  *
  * What core/streams/stream.py's append() (with core/streams/streamlog.py's message_record) makes of
  * each publish, one publish after the other, made here for a run of them in one call:
- * the records are byte for byte those, and tests/test_accel_appends.py checks it by
+ * the records are byte for byte those, and tests/accel/test_accel_appends.py checks it by
  * feeding the same publishes to a broker that appends runs and to one that does not. */
 #ifndef HUTCH_APPENDS_H
 #define HUTCH_APPENDS_H

@@ -6,7 +6,7 @@ try:
 except ImportError:  # CPython
     import time
 
-    # MicroPython's time has no monotonic(), and the board's type check (tests/test_typecheck.py)
+    # MicroPython's time has no monotonic(), and the board's type check (tests/typecheck/test_typecheck.py)
     # reads this file against MicroPython's modules: looked up by name, as only CPython gets here.
     _monotonic = getattr(time, "monotonic")
 

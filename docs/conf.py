@@ -25,7 +25,7 @@ exclude_patterns = ["_build", "_ext", "_static"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
 # a link to a page or a section that does not exist is a warning (myst.xref_missing), and
-# `sphinx-build -W` (make docs, tests/test_docs.py) makes it an error
+# `sphinx-build -W` (make docs, tests/docs/test_docs.py) makes it an error
 
 html_theme = "furo"
 html_title = "hutch %s" % VERSION

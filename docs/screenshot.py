@@ -4,7 +4,7 @@
 
 which builds the site (Sphinx, warnings are errors) into a temporary folder, serves it on
 127.0.0.1, and has Debian's chromium take a 1280x900 screenshot of PAGE (default: the home
-page, index.html). tests/test_docs.py uses the same functions.
+page, index.html). tests/docs/test_docs.py uses the same functions.
 """
 
 import contextlib

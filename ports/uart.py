@@ -60,7 +60,7 @@ def open_serial(device, baudrate=115200):
         if isinstance(device, (dict, int)):
             raise ValueError("a UART number needs MicroPython's machine.UART; give a device path")
         # pyserial, imported by name: a type checker that cannot find pyserial (as in the board's
-        # check, tests/test_typecheck.py) resolves `import serial` here to this very file.
+        # check, tests/typecheck/test_typecheck.py) resolves `import serial` here to this very file.
         pyserial = __import__("serial")
         return pyserial.Serial(device, baudrate, timeout=0, exclusive=True)
     if isinstance(device, dict):  # a board profile's entry: {"uart": 2, "tx": 17, "rx": 16, ...}

@@ -3,7 +3,7 @@
     HUTCH_SPARK_PAUSE_AT=commit:/tmp/paused.json
 
 makes the source's commit() write that file (JSON: the point, its pid, what it was given) and
-then block, so that tests/interop/test_pipeline_exactly_once.py can SIGKILL the Spark job's
+then block, so that tests/interop/spark/test_pipeline_exactly_once.py can SIGKILL the Spark job's
 process group exactly there: a moment too short to hit from outside. Read once, when the
 source is imported; the block ends by itself after BLOCK_SECONDS, so a forgotten setting
 only slows a job down.

@@ -10,7 +10,7 @@ a description, or a description of a key the schema no longer has, fails the doc
 (ConfigReferenceError), so a new key cannot ship undocumented.
 
 A line `<!-- config-reference: NAME -->` in a page becomes the table NAME (TABLES below).
-Sphinx runs this as an extension (docs/conf.py); tests/test_docs.py calls it directly.
+Sphinx runs this as an extension (docs/conf.py); tests/docs/test_docs.py calls it directly.
 """
 
 from hutch import boards

@@ -2,7 +2,7 @@
 
     micropython tests/core/run_micropython.py PACKAGE_ROOT [module ...]
 
-PACKAGE_ROOT holds hutch/core (tests/test_micropython.py lays it out). Every
+PACKAGE_ROOT holds hutch/core (tests/micropython/test_micropython.py lays it out). Every
 function named test_* in tests/core/test_*.py is called; an exception fails it.
 Prints one line per failure and a summary "N passed, M failed".
 """

@@ -97,7 +97,7 @@ def test_the_highest_priority_takes_over_with_the_messages_requeued_first():
 
 def test_a_cancelled_single_active_consumer_hands_over_at_once():
     """As RabbitMQ 4 does (3.10 serves no one, and its queue process crashes at the next
-    publish: tests/interop/test_compat_queues.py)."""
+    publish: tests/interop/compat/test_compat_queues.py)."""
     client = opened()
     client.queue(1, b"q", arguments=SAC)
     client.call(1, spec.BASIC_QOS, (0, 1, False))

@@ -1,6 +1,6 @@
 """Dead letters (core/deadletter.py), x-overflow and x-max-length-bytes (core/queue.py), and the
 CC and BCC headers (core/headers.py, Broker.route), as RabbitMQ has them: the differential
-tests (tests/interop/test_compat_deadletter.py) compare the same with RabbitMQ itself; these
+tests (tests/interop/compat/test_compat_deadletter.py) compare the same with RabbitMQ itself; these
 check the core alone, under CPython and MicroPython.
 """
 

@@ -11,7 +11,7 @@ from hutch.core.priority import PriorityQueue
 from hutch.core.queue import Queue
 
 # (body, priority property or None), and the order RabbitMQ 3.10 delivers them from a queue
-# of x-max-priority 3 (checked against it: tests/interop/test_compat_queues.py)
+# of x-max-priority 3 (checked against it: tests/interop/compat/test_compat_queues.py)
 PUBLISHED = [(b"0", None), (b"1", 1), (b"2", 5), (b"3", 3), (b"4", 2), (b"5", 0), (b"6", 3), (b"7", None), (b"8", 255)]
 DELIVERED = [b"2", b"3", b"6", b"8", b"4", b"1", b"0", b"5", b"7"]
 

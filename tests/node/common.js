@@ -57,7 +57,7 @@ function watch(name, emitter, event) {
 }
 
 function body(i) {
-  // the same bytes as body() in tests/interop/test_amqplib.py: every byte value appears
+  // the same bytes as body() in tests/interop/clients/test_amqplib.py: every byte value appears
   const n = (i * 37) % 300;
   const tail = Buffer.alloc(n);
   for (let k = 0; k < n; k++) tail[k] = (i * 7 + k) & 0xff;

@@ -1,4 +1,4 @@
-"""A sensor node's side of tests/interop/test_sensor_client.py, run under `micropython`
+"""A sensor node's side of tests/interop/clients/test_sensor_client.py, run under `micropython`
 (MICROPYPATH holding the node bundle's sources) and under CPython: `sensor_node.py SCENARIO PORT [ARGS]`.
 
 Each scenario prints result lines that the test checks; anything unexpected raises, so

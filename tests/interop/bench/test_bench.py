@@ -1,0 +1,252 @@
+"""`hutch bench` as a user runs it: small counts, real brokers, the printed table and the JSON."""
+
+import csv
+import importlib.util
+import json
+import os
+import re
+import subprocess
+
+import pytest
+from brokers import BIN
+
+# One worker runs these one after another (pytest-xdist), with the other tests that use a
+# RabbitMQ (conftest.py's rabbitmq fixture): a RabbitMQ started or stopped by another worker
+# would upset the count of beam processes, and the benchmarks' brokers do not compete.
+pytestmark = pytest.mark.xdist_group("rabbitmq")
+
+HUTCH = os.path.join(BIN, "hutch")
+SCENARIO_ROWS = [
+    "throughput 16 B, no-ack consumer",
+    "throughput 16 B, acks every 100",
+    "confirms 16 B, window 1000",
+    "persistent confirms 16 B, window 1000",
+    "latency p50, one in flight",
+    "latency p99, one in flight",
+    "fanout to 10 queues",
+    "64 KiB bodies, acks every 10",
+    "stream: publish with confirms 16 B, window 1000",
+    "stream: read from first, 1 consumer",
+    "stream: 10 consumers at different offsets",
+    "resident memory, idle",
+    "resident memory per idle connection",
+]
+
+
+def bench(*args, timeout=600, env=None):
+    return subprocess.run([HUTCH, "bench"] + list(args), capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def rows(table):
+    """{scenario: [cells after the unit]} from the printed table."""
+    found = {}
+    for line in table.splitlines():
+        for name in SCENARIO_ROWS:
+            if line.startswith(name + "  "):
+                found[name] = line[len(name) :].split()[1:]
+    return found
+
+
+def number(cell):
+    return float(cell.replace(",", ""))
+
+
+def running(name):
+    """PIDs of the live processes called name (an exited one waiting to be reaped does not count)."""
+    pids = set()
+    for pid in subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split():
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone meanwhile
+        if state != "Z":
+            pids.add(pid)
+    return pids
+
+
+def started_in(folder):
+    """Live beam.smp and epmd processes whose command line or environment names folder: the
+    ones a bench run with TMPDIR=folder started (other RabbitMQs on the machine are not ours)."""
+    mine = set()
+    for name in ("beam.smp", "epmd"):
+        for pid in running(name):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    seen = f.read()
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    seen += f.read()
+            except OSError:
+                continue  # gone meanwhile
+            if str(folder).encode() in seen:
+                mine.add((name, pid))
+    return mine
+
+
+def test_every_scenario_against_hutch_with_and_without_the_accelerator(tmp_path):
+    out = tmp_path / "bench.json"
+    done = bench("--count", "4000", "--idle-connections", "30", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    table = rows(done.stdout)
+    assert sorted(table) == sorted(SCENARIO_ROWS), done.stdout
+    for name, cells in table.items():
+        c, pure = number(cells[0]), number(cells[1])
+        if name == "resident memory per idle connection":
+            assert c >= 0 and pure >= 0, (name, cells)  # a few KB each: may round into the heap's slack
+        else:
+            assert c > 0 and pure > 0, (name, cells)
+    saved = json.loads(out.read_text())
+    assert saved["scanners"] == {"c": "C accelerator (cffi)", "pure": "pure Python (HUTCH_PURE_PYTHON is set)"}
+    assert saved["results"]["c"]["no-ack"] > 0 and saved["results"]["pure"]["confirms"] > 0
+    assert saved["results"]["c"]["persistent"] > 0 and saved["results"]["pure"]["persistent"] > 0
+
+
+def test_start_rabbitmq_adds_its_column_and_leaves_nothing_running(tmp_path):
+    done = bench(
+        "--start-rabbitmq",
+        "--no-pure",
+        "--scenarios",
+        "no-ack,confirms,idle-rss",
+        "--count",
+        "4000",
+        "--idle-connections",
+        "10",
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0]
+    assert "RabbitMQ" in header and "hutch/RabbitMQ" in header
+    table = rows(done.stdout)
+    for name in ("throughput 16 B, no-ack consumer", "confirms 16 B, window 1000", "resident memory, idle"):
+        hutch, rabbitmq, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
+        assert number(hutch) > 0 and number(rabbitmq) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
+    assert number(table["resident memory, idle"][1]) > 50  # RabbitMQ's node really ran (it idles at ~100+ MB)
+    assert started_in(tmp_path) == set()  # its beam.smp and its epmd (tempfile puts its node under TMPDIR) are gone
+
+
+def test_stream_rows_against_the_runs_rabbitmq(rabbitmq):
+    """The stream scenarios, hutch against the RabbitMQ the interop tests share (--rabbitmq)."""
+    done = bench(
+        "--rabbitmq",
+        "%s:%d" % (rabbitmq.host, rabbitmq.port),
+        "--no-pure",
+        "--scenarios",
+        "stream-publish,stream-read,stream-read-10",
+        "--count",
+        "4000",
+        "--repeat",
+        "1",
+    )
+    assert done.returncode == 0, done.stderr
+    table = rows(done.stdout)
+    for name in (
+        "stream: publish with confirms 16 B, window 1000",
+        "stream: read from first, 1 consumer",
+        "stream: 10 consumers at different offsets",
+    ):
+        hutch, other, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
+        assert number(hutch) > 0 and number(other) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
+
+
+def test_micropython_column():
+    done = bench("--micropython", "--no-pure", "--scenarios", "no-ack,acks", "--count", "2000")
+    assert done.returncode == 0, done.stderr
+    assert "MicroPython" in done.stdout.splitlines()[0]
+    for cells in rows(done.stdout).values():
+        assert number(cells[0]) > 0 and number(cells[1]) > 0, cells
+
+
+def test_a_bad_rabbitmq_address_is_one_readable_line():
+    for address, says in (("nonsense", "--rabbitmq wants HOST:PORT"), ("127.0.0.1:1", "cannot reach the broker")):
+        done = bench("--rabbitmq", address, timeout=60)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith("hutch bench: " + says) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_an_unknown_scenario_is_refused():
+    done = bench("--scenarios", "no-ack,warp", timeout=60)
+    assert done.returncode == 2 and "unknown scenario warp" in done.stderr
+
+
+def test_recovery_measures_a_restart_with_queued_persistent_messages(tmp_path):
+    out = tmp_path / "bench.json"
+    done = bench(
+        "--scenarios",
+        "confirms",
+        "--count",
+        "2000",
+        "--repeat",
+        "1",
+        "--no-pure",
+        "--recovery",
+        "3000",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hutch c: 3000 persistent messages" in done.stdout, done.stdout
+    figures = json.loads(out.read_text())["recovery"]["c"]
+    assert figures["messages"] == 3000 and figures["recovery_ms"] >= 0 and 16 < figures["bytes_per_message"] < 200
+
+
+BACKLOG_ROWS = [
+    "publishing the backlog, 4 connections with confirms",
+    "resident memory, idle broker before the backlog",
+    "resident memory with 2,000 queued",
+    "  with the backlog / idle",
+    "data folder with 2,000 queued",
+    "restart with 2,000 queued, until a handshake succeeds",
+    "resident memory after the restart",
+    "draining 2,000 from disk, one consumer acking every 100",
+    "persistent confirms 100 B, window 1000, empty broker",
+    "  the same with 2,000 queued in another queue",
+    "  with the backlog / empty",
+]
+BOARD_ROW = "esp32 profile, 64-bit unix port: heap with 300 queued - with none"
+
+
+def backlog_rows(table):
+    """{row: [unit, target..., hutch's figure]} from the --backlog table (hutch only: the figure
+    is the last cell)."""
+    found = {}
+    for line in table.splitlines():
+        for name in BACKLOG_ROWS + [BOARD_ROW]:
+            if line.startswith(name + "  "):
+                found[name] = line[len(name) :].split()
+    return found
+
+
+def test_backlog_prints_every_row_with_figures(tmp_path):
+    samples, out = tmp_path / "rss.csv", tmp_path / "backlog.json"
+    done = bench(
+        "--backlog", "2000", "--board-backlog", "300", "--repeat", "1", "--csv", str(samples), "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    # RSS while the backlog builds: a line at least when it is complete
+    assert re.search(r"^  hutch +[\d.]+ s +2,000 queued +RSS +[\d.]+ MB +[\d,]+ msg/s$", done.stdout, re.M), done.stdout
+    table = backlog_rows(done.stdout)
+    assert sorted(table) == sorted(BACKLOG_ROWS + [BOARD_ROW]), done.stdout
+    for name in BACKLOG_ROWS:
+        assert number(table[name][-1]) > 0, (name, table[name])
+    # The board row: its heap figure once the board holds the whole backlog; until then "-", and
+    # the note says how many messages it held and why it refused the rest.
+    board = table[BOARD_ROW][-1]
+    assert board != "-" or re.search(r"held only \d+ of 300 messages \(basic\.nack for \d+ publishes", done.stdout)
+    assert re.search(r"heap live [\d,]+ bytes with none queued", done.stdout), done.stdout
+    with open(samples) as f:
+        rows = list(csv.DictReader(f))
+    assert rows and rows[-1]["broker"] == "hutch" and rows[-1]["queued"] == "2000" and float(rows[-1]["rss_mb"]) > 0
+    saved = json.loads(out.read_text())
+    assert saved["backlog"] == 2000 and saved["results"]["hutch"]["drain"] > 0
+
+
+def test_backlog_refuses_what_it_cannot_do_in_one_line(tmp_path):
+    done = bench("--backlog", "-5", timeout=60)
+    assert done.returncode == 2 and done.stderr == "hutch bench: --backlog wants a number of messages, at least 1\n"
+    plot = tmp_path / "rss.png"
+    done = bench("--backlog", "1000", "--board-backlog", "0", "--repeat", "1", "--plot", str(plot), timeout=300)
+    if importlib.util.find_spec("matplotlib") is None:  # not a dependency of hutch: said before anything runs
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith("hutch bench: --plot needs matplotlib") and done.stderr.count("\n") == 1
+    else:
+        assert done.returncode == 0 and plot.read_bytes().startswith(b"\x89PNG"), done.stderr

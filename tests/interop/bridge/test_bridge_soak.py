@@ -1,0 +1,473 @@
+"""The bridge fault soak: at least 20 faults of each kind in one run, at random moments.
+
+An edge hutch forwards a queue upstream through a TCP proxy on 127.0.0.1 (tcp_proxy.py) while
+pika publishes into it with confirms, without a pause. One fault at a time, in a shuffled
+order, each once the bridge runs again after the one before and a random moment later:
+the proxy cuts the link (FIN), resets it (RST), black-holes it (reads and forwards nothing;
+once the edge noticed, new links go through and the dead one stays dead) or mutes
+upstream's replies only (until the edge noticed); upstream RabbitMQ is restarted (SIGKILL
+of its beam.smp, or rabbitmqctl stop); the edge is SIGKILLed and started again on the same
+data folder.
+
+Upstream's queue is read between faults and at the end, so the list of what came there is in
+the order it came; where each fault began in that list is noted, so each duplicate is put
+down to the fault before it. At the end:
+
+- every message the edge confirmed is upstream at least once;
+- in order: a message's number grows in publishing order, and upstream's list, with every
+  repeat of a number already seen left out (its first occurrences), is strictly
+  increasing: no message overtakes an earlier one, a duplicate is an earlier one again;
+- nothing is upstream that was never published;
+- duplicates are counted per fault kind and printed; toward RabbitMQ there are at most the
+  in-flight window (prefetch) per fault, toward hutch none at all (core/dedup.py).
+
+The seed of the random moments and order is printed; HUTCH_SOAK_SEED=N replays it (as far as
+real processes replay), HUTCH_SOAK_FAULTS=N sets the faults per kind (default 20).
+"""
+
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+
+import pika
+import pytest
+from brokers import BIN, RunningBroker, wait_until
+from tcp_proxy import TcpProxy
+from test_bridge import edge_with_bridge, rabbitmq_url, upstream_queue
+
+# On a shared 2-core machine the soak toward hutch takes 2.5 minutes, toward RabbitMQ 5 to 6
+# (20 RabbitMQ restarts are 3 of them); this bounds a stuck one, with room for a loaded CI.
+pytestmark = [pytest.mark.timeout(900)]
+
+FAULTS_PER_KIND = int(os.environ.get("HUTCH_SOAK_FAULTS", "20"))
+PREFETCH = 200  # the bridge's in-flight window
+PUBLISH_RATE = 300  # messages per second at most: a backlog after each fault fills the window; CPU left for the rest
+BRIDGE = {
+    "name": "soak",
+    "queue": "soak-out",
+    "routing_key": "soak-in",  # UPSTREAM_QUEUE
+    "prefetch": PREFETCH,
+    # each fault costs a second or two: reconnect within half a second, and a silent link is
+    # found by the watchdog (no confirm for 1 s while messages wait) or by heartbeats (1 s)
+    "reconnect_delay": 0.1,
+    "max_reconnect_delay": 0.5,
+    "watchdog": 1.0,
+}
+UPSTREAM_QUEUE = "soak-in"
+URI_OPTIONS = "?heartbeat=1&connection_timeout=2000"
+RUNNING = ("bridge soak: running",)
+NOTICED = ("missed heartbeats", "watchdog: no confirm", "no answer to the handshake")
+
+
+@pytest.fixture(autouse=True)
+def quiet_pika():
+    """pika logs every refused connection and lost link at ERROR, with a traceback: here they
+    are the faults the test makes, hundreds of them, which would bury its summary line."""
+    logger = logging.getLogger("pika")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)
+
+
+def connection_parameters(url):
+    """pika parameters that give up within seconds: an edge or upstream that was just killed
+    must be found gone soon, so the thread connects again."""
+    parameters = pika.URLParameters(url)
+    parameters.socket_timeout = 5
+    parameters.stack_timeout = 10
+    parameters.blocked_connection_timeout = 30
+    parameters.heartbeat = 5
+    parameters.connection_attempts = 1
+    return parameters
+
+
+class Publisher(threading.Thread):
+    """pika, with confirms, into the edge's source queue: message n's body is n (8 digits),
+    n = 0, 1, 2... in publishing order. `confirmed` lists those the edge confirmed. When the
+    edge is SIGKILLed it connects again and goes on with the next number; the one it was
+    publishing may or may not have been taken, and is not asked for upstream."""
+
+    def __init__(self, edge, queue):
+        super().__init__(daemon=True)
+        self.edge = edge
+        self.queue = queue
+        self.next = 0
+        self.confirmed = []
+        self.reconnects = 0
+        self.stopping = threading.Event()
+        self.error = None
+
+    def run(self):
+        try:
+            self.publish()
+        except Exception as e:  # fails the test (check), not just this thread
+            self.error = e
+
+    def publish(self):
+        started = time.monotonic()
+        persistent = pika.BasicProperties(delivery_mode=2)
+        while not self.stopping.is_set():
+            try:
+                connection = pika.BlockingConnection(connection_parameters(self.edge.url))
+            except (pika.exceptions.AMQPError, OSError, ValueError):
+                # the edge is starting again (ValueError: pika's "Expected connected socket",
+                # when it was killed just as the connection opened); the polling interval
+                time.sleep(0.05)
+                continue
+            try:
+                channel = connection.channel()
+                channel.confirm_delivery()
+                while not self.stopping.is_set():
+                    ahead = self.next - PUBLISH_RATE * (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead / PUBLISH_RATE)  # at most PUBLISH_RATE per second
+                    elif ahead < -PUBLISH_RATE:
+                        started -= (ahead + PUBLISH_RATE) / PUBLISH_RATE  # a second behind at most: no long bursts
+                    n = self.next
+                    self.next += 1
+                    channel.basic_publish("", self.queue, b"%08d" % n, persistent)
+                    self.confirmed.append(n)  # basic_publish returns once confirmed
+                connection.close()
+            except (pika.exceptions.AMQPError, OSError):
+                self.reconnects += 1  # the edge was killed under it (or refused a message)
+                if connection.is_open:
+                    connection.close()
+
+    def check(self):
+        assert self.error is None, "the publisher failed: %r" % self.error
+        assert self.is_alive(), "the publisher ended early"
+
+    def stop(self):
+        self.check()
+        self.stopping.set()
+        self.join(30)
+        assert not self.is_alive(), "the publisher did not stop"
+
+
+class Soak:
+    """The edge, its proxy and the publisher; faults one at a time (`kinds`: a function per
+    kind that injects one). Upstream's queue is read between faults (so a RabbitMQ killed
+    has little to recover: with 100,000 messages that takes it seconds) and at the end, into
+    `received`: the numbers in the order upstream holds them, the order they came there."""
+
+    def __init__(self, edge, proxy, publisher, upstream, chooser):
+        self.edge = edge
+        self.proxy = proxy
+        self.publisher = publisher
+        self.upstream = upstream  # its URL
+        self.chooser = chooser
+        self.kinds = {}
+        # per fault: (kind, where in `received` the messages that came after it begin, seconds
+        # until the bridge ran again)
+        self.timeline = []
+        self.received = []
+
+    def count(self, words):
+        """How many of the edge's log lines (all its runs) say one of words about the bridge."""
+        return sum(
+            1 for line in self.edge.log().splitlines() if "bridge soak: " in line and any(w in line for w in words)
+        )
+
+    def run(self, kinds):
+        for kind in kinds:
+            self.publisher.check()
+            running = self.count(RUNNING)
+            self.drain()
+            # a random moment while the link forwards, so messages are in flight
+            time.sleep(self.chooser.uniform(0.05, 0.5))
+            depth = len(self.received) + self.depth()
+            at = time.monotonic()
+            self.kinds[kind]()
+            wait_until(
+                lambda: self.count(RUNNING) > running,  # noqa: B023 (called here, in this iteration)
+                timeout=60,
+                what="the bridge running again after a %s (fault %d)" % (kind, len(self.timeline) + 1),
+                interval=0.05,
+            )
+            self.timeline.append((kind, depth, time.monotonic() - at))
+
+    def depth(self):
+        """How many messages upstream's queue holds (nothing else consumes it)."""
+        connection = pika.BlockingConnection(connection_parameters(self.upstream))
+        try:
+            return connection.channel().queue_declare(UPSTREAM_QUEUE, passive=True).method.message_count
+        finally:
+            connection.close()
+
+    def drain(self):
+        """Read what upstream's queue holds now (no fault is under way meanwhile). A round at a
+        time, with the prefetch set to what the round reads, so that the consumer is
+        cancelled with nothing delivered and unread: pika would reject such messages one by
+        one, and hutch puts each rejected message at the head of its queue (RabbitMQ puts it
+        back where it was), which would reverse their order."""
+        left = self.depth()
+        connection = pika.BlockingConnection(connection_parameters(self.upstream))
+        channel = connection.channel()
+        while left:
+            count = min(left, 5000)
+            channel.basic_qos(prefetch_count=count)
+            read = 0
+            for method, _properties, body in channel.consume(UPSTREAM_QUEUE, inactivity_timeout=5):
+                assert method is not None, "upstream's queue held %d messages more; %d came" % (left, read)
+                self.received.append(int(body))
+                read += 1
+                if read == count:
+                    break
+            channel.cancel()
+            channel.basic_ack(method.delivery_tag, multiple=True)
+            left -= count
+        connection.close()
+
+    def silence(self, start, stop):
+        """A fault that keeps the link open and silent (black hole, muted replies), ended once
+        the edge noticed (watchdog, heartbeats)."""
+        noticed = self.count(NOTICED)
+        start()
+        wait_until(lambda: self.count(NOTICED) > noticed, timeout=20, what="the edge noticing a silent link")
+        stop()
+
+    def new_route(self):
+        """After a black hole: new links go through, and the black-holed ones stay dead, as a
+        route that died would (the edge must give them up itself)."""
+        self.proxy.heal(drop=False)
+
+    def sigkill_edge(self):
+        self.edge.proc.kill()
+        self.edge.proc.wait()
+        self.edge.log_file.close()
+        self.edge.start()  # the same port and data folder
+
+    def collect(self, deadline=120):
+        """After the faults: the publisher stops, and upstream's queue is read (auto-ack: no
+        faults now) until it gave every confirmed message and then nothing for a second (what
+        the last fault made the bridge send again has come too). The numbers, in the order
+        upstream holds them (the order they arrived there)."""
+        publisher = self.publisher
+        publisher.stop()
+        received = self.received
+        wanted = set(publisher.confirmed).difference(received)
+        connection = pika.BlockingConnection(connection_parameters(self.upstream))
+        channel = connection.channel()
+        ends = time.monotonic() + deadline
+        for method, _properties, body in channel.consume(UPSTREAM_QUEUE, auto_ack=True, inactivity_timeout=1.0):
+            if method is not None:
+                n = int(body)
+                received.append(n)
+                wanted.discard(n)
+            elif not wanted:
+                break
+            elif time.monotonic() > ends:
+                missing = sorted(wanted)
+                raise AssertionError(
+                    "%d confirmed messages never came upstream (first %s); the edge's log ends:\n%s"
+                    % (len(missing), missing[:10], self.edge.log()[-3000:])
+                )
+        channel.cancel()
+        connection.close()
+        return received
+
+    def duplicates(self, received):
+        """Upstream's list without its repeats (first occurrences), and the repeats put down to
+        the fault before them: per kind, and the most after one fault. A fault's repeats
+        arrive after it (the link it broke is replaced, and what was in flight sent again
+        first) and before the next (injected once the bridge runs again): they are those
+        at or past the queue's length measured just before it."""
+        first = []
+        seen = set()
+        by_kind = {kind: 0 for kind in self.kinds}
+        by_fault = [0] * len(self.timeline)
+        fault = -1
+        for position, n in enumerate(received):
+            while fault + 1 < len(self.timeline) and self.timeline[fault + 1][1] <= position:
+                fault += 1
+            if n not in seen:
+                seen.add(n)
+                first.append(n)
+            elif fault >= 0:
+                by_fault[fault] += 1
+                by_kind[self.timeline[fault][0]] += 1
+        most = max(range(len(by_fault)), key=by_fault.__getitem__, default=None)
+        return first, by_kind, (by_fault[most], self.timeline[most][0]) if most is not None else (0, None)
+
+    def check_order(self, received, first):
+        """Nothing upstream that was never published; the first occurrences strictly increasing."""
+        assert set(received) <= set(range(self.publisher.next)), "upstream has messages never published"
+        broken = [first[i - 1 : i + 1] for i in range(1, len(first)) if first[i] <= first[i - 1]]
+        assert not broken, "order broken upstream: %s" % broken[:5]
+
+    def faults(self):
+        counted = {kind: 0 for kind in self.kinds}
+        for kind, _depth, _took in self.timeline:
+            counted[kind] += 1
+        return counted
+
+    def recovery(self):
+        """Mean seconds from a fault to the bridge running again, per kind."""
+        took = {}
+        for kind, _depth, seconds in self.timeline:
+            took.setdefault(kind, []).append(seconds)
+        return {kind: round(sum(t) / len(t), 1) for kind, t in took.items()}
+
+
+def seeded():
+    seed = int(os.environ.get("HUTCH_SOAK_SEED") or random.randrange(1 << 30))
+    print("seed %d (HUTCH_SOAK_SEED=%d replays it)" % (seed, seed))
+    return seed, random.Random(seed)
+
+
+def restart_rabbitmq(rabbitmq, crash):
+    """The run's RabbitMQ, the same node and data, stopped and started again: by rabbitmqctl
+    stop, or (crash) by SIGKILL of its beam.smp, which also leaves its queues to be recovered."""
+    if not crash:
+        rabbitmq.restart()
+        return
+    os.kill(rabbitmq.pid, signal.SIGKILL)
+    rabbitmq.proc.wait(30)  # the wrapper script follows its beam
+    rabbitmq.log.close()
+    rabbitmq._launch()  # as restart() does after its stop: the same command, folder and ports
+    rabbitmq.start()
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_toward_rabbitmq_every_confirmed_message_arrives_in_order_through_100_faults(tmp_path, rabbitmq):
+    """Cuts, resets, black holes, RabbitMQ restarts and edge SIGKILLs (FAULTS_PER_KIND each).
+    RabbitMQ keeps no record of what it took, so what was in flight at a fault may come twice:
+    at most the window per fault in all."""
+    seed, chooser = seeded()
+    began = time.monotonic()
+    upstream = rabbitmq_url(rabbitmq)
+    upstream_queue(upstream, UPSTREAM_QUEUE)
+    proxy = TcpProxy(rabbitmq.port).start()
+    edge = edge_with_bridge(
+        tmp_path, dict(BRIDGE, uri="amqp://guest:guest@127.0.0.1:%d/%s" % (proxy.port, URI_OPTIONS))
+    )
+    publisher = Publisher(edge, "soak-out")
+    soak = Soak(edge, proxy, publisher, upstream, chooser)
+    restarts = {"crash": 0, "stop": 0, "seconds": 0.0}
+
+    def restart():
+        crash = chooser.random() < 0.8  # mostly SIGKILL: quicker, and harsher
+        at = time.monotonic()
+        restart_rabbitmq(rabbitmq, crash)
+        restarts["seconds"] += time.monotonic() - at
+        restarts["crash" if crash else "stop"] += 1
+
+    soak.kinds = {
+        "cut": proxy.cut,
+        "reset": proxy.reset,
+        "black-hole": lambda: soak.silence(proxy.black_hole, soak.new_route),
+        "rabbitmq-restart": restart,
+        "edge-sigkill": soak.sigkill_edge,
+    }
+    kinds = [kind for kind in soak.kinds for _ in range(FAULTS_PER_KIND)]
+    chooser.shuffle(kinds)
+    try:
+        publisher.start()
+        wait_until(lambda: soak.count(RUNNING), what="the bridge running")
+        soak.run(kinds)
+        received = soak.collect()
+    finally:
+        publisher.stopping.set()
+        edge.stop()
+        proxy.stop()
+    first, by_kind, most = soak.duplicates(received)
+    duplicates = len(received) - len(first)
+    faults = soak.faults()
+    print(
+        "soak toward RabbitMQ, seed %d: faults %s; %d published, %d confirmed, %d received, %d duplicates "
+        "(after faults of each kind %s; at most %d after one fault (%s), window %d); %d links; %.0f s, of which "
+        "RabbitMQ restarts %.0f s (%d by SIGKILL, %d by rabbitmqctl stop); mean recovery s %s"
+        % (
+            seed,
+            faults,
+            publisher.next,
+            len(publisher.confirmed),
+            len(received),
+            duplicates,
+            by_kind,
+            most[0],
+            most[1],
+            PREFETCH,
+            proxy.accepted,
+            time.monotonic() - began,
+            restarts["seconds"],
+            restarts["crash"],
+            restarts["stop"],
+            soak.recovery(),
+        )
+    )
+    assert faults == {kind: FAULTS_PER_KIND for kind in soak.kinds}, faults
+    soak.check_order(received, first)
+    assert duplicates <= PREFETCH * sum(faults.values()), "more duplicates than the window per fault (seed %d)" % seed
+    assert not edge.errors(), edge.log()[-3000:]
+
+
+def test_toward_hutch_every_confirmed_message_arrives_exactly_once_in_order_through_100_faults(tmp_path):
+    """Upstream is a hutch: cuts, resets, black holes, muted replies and edge SIGKILLs
+    (FAULTS_PER_KIND each); what the bridge sends again it drops (core/dedup.py), so every
+    confirmed message arrives exactly once. Upstream is not restarted: its record of what it
+    took lives in memory (README: not yet across its own crash)."""
+    seed, chooser = seeded()
+    began = time.monotonic()
+    up_folder = tmp_path / "up"
+    up_folder.mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], up_folder).start()
+    upstream_queue(upstream.url, UPSTREAM_QUEUE)
+    proxy = TcpProxy(upstream.port).start()
+    edge = edge_with_bridge(
+        tmp_path, dict(BRIDGE, uri="amqp://guest:guest@127.0.0.1:%d/%s" % (proxy.port, URI_OPTIONS))
+    )
+    publisher = Publisher(edge, "soak-out")
+    soak = Soak(edge, proxy, publisher, upstream.url, chooser)
+    soak.kinds = {
+        "cut": proxy.cut,
+        "reset": proxy.reset,
+        "black-hole": lambda: soak.silence(proxy.black_hole, soak.new_route),
+        # upstream takes what it is sent and its confirms are lost: the edge sends it again
+        "muted-replies": lambda: soak.silence(proxy.mute_replies, proxy.heal),
+        "edge-sigkill": soak.sigkill_edge,
+    }
+    kinds = [kind for kind in soak.kinds for _ in range(FAULTS_PER_KIND)]
+    chooser.shuffle(kinds)
+    try:
+        publisher.start()
+        wait_until(lambda: soak.count(RUNNING), what="the bridge running")
+        soak.run(kinds)
+        received = soak.collect()
+    finally:
+        publisher.stopping.set()
+        edge.stop()
+        proxy.stop()
+        upstream.stop()
+    with open(os.path.join(upstream.data, "status.json")) as f:
+        dropped = json.load(f)["duplicates_dropped"]  # as upstream left it when it stopped
+    first, by_kind, _most = soak.duplicates(received)
+    faults = soak.faults()
+    print(
+        "soak toward hutch, seed %d: faults %s; %d published, %d confirmed, %d received, %d duplicates "
+        "(after faults of each kind %s), %d dropped by upstream; %d links; %.0f s; mean recovery s %s"
+        % (
+            seed,
+            faults,
+            publisher.next,
+            len(publisher.confirmed),
+            len(received),
+            len(received) - len(first),
+            by_kind,
+            dropped,
+            proxy.accepted,
+            time.monotonic() - began,
+            soak.recovery(),
+        )
+    )
+    assert faults == {kind: FAULTS_PER_KIND for kind in soak.kinds}, faults
+    soak.check_order(received, first)
+    assert received == first, "duplicates upstream (seed %d): after faults of each kind %s" % (seed, by_kind)
+    assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"
+    assert not edge.errors(), edge.log()[-3000:]
+    assert not upstream.errors(), upstream.log()[-3000:]

@@ -1,0 +1,270 @@
+"""Permissions, hutch against the run's RabbitMQ (3.10.8): one definitions file loaded into both
+(`hutch serve --definitions`, `rabbitmqctl import_definitions`), every row of RabbitMQ's
+method/permission table done by the same users on both, and a few hundred seeded random
+(pattern, name) pairs; each observation is (reply code, reply text), and they must be equal."""
+
+import json
+import os
+import random
+import re
+import subprocess
+
+import pika
+import pytest
+from brokers import BIN, RunningBroker
+from differential import MARKS, fresh, same_on_both
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
+
+pytestmark = MARKS
+
+HUTCH = os.path.join(BIN, "hutch")
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
+SEED = 20261124
+
+
+def definitions(prefix, fuzz):
+    """alice: her own names only (and the default exchange); bob: everything, with topic
+    permissions on amq.topic; carol: no permissions at all; fuzz users: one random pattern each,
+    for configure, write and read alike."""
+    p = re.escape(prefix)
+    users = [{"name": prefix + name, "password": PASSWORDS[name], "tags": []} for name in PASSWORDS]
+    permissions = [
+        {"user": prefix + "alice", "vhost": "/", "configure": "^%salice-.*" % p,
+         "write": "^(%salice-.*|amq\\.default)$" % p, "read": "^%salice-.*" % p},
+        {"user": prefix + "bob", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
+    ]  # fmt: skip
+    for index, pattern in enumerate(fuzz):
+        name = "%sfuzz-%d" % (prefix, index)
+        users.append({"name": name, "password": "fuzz", "tags": []})
+        permissions.append({"user": name, "vhost": "/", "configure": pattern, "write": pattern, "read": pattern})
+    return {
+        "users": users,
+        "vhosts": [{"name": "/"}],
+        "permissions": permissions,
+        "topic_permissions": [
+            {
+                "user": prefix + "bob",
+                "vhost": "/",
+                "exchange": "amq.topic",
+                "write": "^sensors\\.bob\\..*",
+                "read": "^sensors\\..*",
+            },
+        ],  # fmt: skip
+        "exchanges": [
+            {
+                "name": prefix + "ex.sensors",
+                "vhost": "/",
+                "type": "topic",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            },
+            {
+                "name": prefix + "alice-x",
+                "vhost": "/",
+                "type": "fanout",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            },
+        ],  # fmt: skip
+        "queues": [
+            {"name": prefix + "q.readings", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}},
+        ],
+        "bindings": [
+            {
+                "source": prefix + "ex.sensors",
+                "vhost": "/",
+                "destination": prefix + "q.readings",
+                "destination_type": "queue",
+                "routing_key": "sensors.#",
+                "arguments": {},
+            },
+        ],  # fmt: skip
+    }
+
+
+def patterns_and_names(prefix, count=30, names_each=10):
+    """Seeded random permission patterns, and names to try each on: literals, classes,
+    alternatives, anchors, dots and stars over a small alphabet, all under the run's prefix."""
+    rng = random.Random(SEED)
+    atoms = ["a", "b", "-", "\\.", ".", ".*", "[ab]", "[^a]", "(a|b)", "b+", "a?", "x"]
+    patterns = []
+    for _ in range(count):
+        body = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 4)))
+        shape = rng.choice(["%s", "^%s", "%s$", "^%s$", "^" + re.escape(prefix) + "%s"])
+        patterns.append("" if rng.random() < 0.08 else shape % body)
+    alphabet = "ab-.x"
+    names = [
+        [prefix + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(names_each)]
+        for _ in range(count)
+    ]
+    return patterns, names
+
+
+def url(target, user, password):
+    return pika.ConnectionParameters(
+        target.host, target.port, credentials=pika.PlainCredentials(user, password), socket_timeout=10
+    )
+
+
+def outcome(error):
+    code = getattr(error, "reply_code", None)
+    text = getattr(error, "reply_text", None)
+    if code is None and error.args:
+        code, text = error.args[0], error.args[1] if len(error.args) > 1 else None
+    if isinstance(text, str):
+        text = re.sub(r"amq\.gen-[\w-]+", "amq.gen-*", text)  # server-named queues differ
+    return (code, text)
+
+
+def attempt(target, user, password, action):
+    """action(channel) on a fresh connection as user: ("ok",) or (code, text) of what closed."""
+    try:
+        connection = pika.BlockingConnection(url(target, user, password))
+    except ConnectionClosedByBroker as e:
+        return outcome(e)
+    except ProbableAccessDeniedError as e:
+        return ("refused at login", str(e))
+    try:
+        channel = connection.channel()
+        action(channel)
+        return ("ok",)
+    except (ChannelClosedByBroker, ConnectionClosedByBroker) as e:
+        return outcome(e)
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def publish(exchange, key):
+    def action(channel):
+        channel.confirm_delivery()
+        channel.basic_publish(exchange, key, b"x")
+
+    return action
+
+
+def rows(prefix):
+    """The method/permission table of RabbitMQ's access-control guide, and its edges."""
+    a = prefix + "alice-"
+    alice, bob, carol = prefix + "alice", prefix + "bob", prefix + "carol"
+    readings, sensors = prefix + "q.readings", prefix + "ex.sensors"
+    return [
+        ("alice declares her queue", alice, lambda ch: ch.queue_declare(a + "q")),
+        ("alice declares bob's queue", alice, lambda ch: ch.queue_declare(prefix + "bob-q")),
+        ("alice declares a server-named queue", alice, lambda ch: ch.queue_declare("")),
+        ("alice passively declares a queue", alice, lambda ch: ch.queue_declare(readings, passive=True)),
+        ("alice passively declares an exchange", alice, lambda ch: ch.exchange_declare(sensors, passive=True)),
+        ("alice publishes to the default exchange", alice, publish("", readings)),
+        ("alice publishes to amq.topic", alice, publish("amq.topic", "k")),
+        ("alice publishes to her missing exchange", alice, publish(a + "nx", "k")),
+        ("alice publishes to a missing exchange not hers", alice, publish(prefix + "zz-nx", "k")),
+        ("alice binds her queue to amq.direct", alice, lambda ch: ch.queue_declare(a + "q") and ch.queue_bind(a + "q", "amq.direct", "k")),
+        ("alice unbinds her queue from amq.direct", alice, lambda ch: ch.queue_unbind(a + "q", "amq.direct", "k")),
+        ("alice gets from readings", alice, lambda ch: ch.basic_get(readings)),
+        ("alice consumes readings", alice, lambda ch: ch.basic_consume(readings, lambda *_: None)),
+        ("alice purges readings", alice, lambda ch: ch.queue_purge(readings)),
+        ("alice deletes readings", alice, lambda ch: ch.queue_delete(readings)),
+        ("alice deletes the sensors exchange", alice, lambda ch: ch.exchange_delete(sensors)),
+        ("alice gets from her missing queue", alice, lambda ch: ch.basic_get(a + "missing")),
+        ("alice gets from a missing queue not hers", alice, lambda ch: ch.basic_get(prefix + "zz-missing")),
+        ("alice purges a missing queue not hers", alice, lambda ch: ch.queue_purge(prefix + "zz-missing")),
+        ("alice deletes a missing queue not hers", alice, lambda ch: ch.queue_delete(prefix + "zz-missing")),
+        ("alice declares an exchange with an AE", alice, lambda ch: ch.exchange_declare(a + "aex", "fanout", arguments={"alternate-exchange": "amq.fanout"})),
+        ("alice declares a queue with a DLX not hers", alice, lambda ch: ch.queue_declare(a + "dq", arguments={"x-dead-letter-exchange": "amq.direct"})),
+        ("alice declares a queue with her DLX", alice, lambda ch: ch.queue_declare(a + "dq2", arguments={"x-dead-letter-exchange": a + "x"})),
+        ("alice binds her exchange to amq.fanout", alice, lambda ch: ch.exchange_bind(a + "x", "amq.fanout")),
+        ("alice binds amq.fanout to her exchange", alice, lambda ch: ch.exchange_bind("amq.fanout", a + "x")),
+        ("alice declares amq.foo", alice, lambda ch: ch.exchange_declare("amq.foo", "direct")),
+        ("bob declares amq.foo", bob, lambda ch: ch.exchange_declare("amq.foo", "direct")),
+        ("bob publishes to amq.topic on his key", bob, publish("amq.topic", "sensors.bob.t")),
+        ("bob publishes to amq.topic on alice's key", bob, publish("amq.topic", "sensors.alice.t")),
+        ("bob publishes to a topic exchange without topic permissions", bob, publish(sensors, "other.k")),
+        ("bob binds to amq.topic on another key", bob, lambda ch: ch.queue_declare(prefix + "bob-tq") and ch.queue_bind(prefix + "bob-tq", "amq.topic", "other.#")),
+        ("bob binds to amq.topic on a sensors key", bob, lambda ch: ch.queue_declare(prefix + "bob-tq") and ch.queue_bind(prefix + "bob-tq", "amq.topic", "sensors.#")),
+        ("bob unbinds from amq.topic on another key", bob, lambda ch: ch.queue_unbind(prefix + "bob-tq", "amq.topic", "other.#")),
+        ("carol opens the virtual host", carol, lambda ch: None),
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def loaded(rabbitmq, tmp_path):
+    """The run's RabbitMQ and a hutch broker, each with the same definitions loaded."""
+    prefix = fresh("perm") + "-"
+    fuzz, names = patterns_and_names(prefix)
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(definitions(prefix, fuzz)))
+    done = subprocess.run(
+        [rabbitmq.CTL, "import_definitions", str(path)], env=rabbitmq.env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    hutch = RunningBroker([HUTCH, "serve", "--definitions", str(path)], tmp_path).start()
+    try:
+        yield hutch, prefix, fuzz, names
+    finally:
+        hutch.stop()
+        for user in list(PASSWORDS) + ["fuzz-%d" % i for i in range(len(fuzz))]:
+            subprocess.run(
+                [rabbitmq.CTL, "delete_user", prefix + user], env=rabbitmq.env, capture_output=True, timeout=60
+            )
+
+
+def test_every_row_of_the_permission_table(loaded, rabbitmq):
+    hutch, prefix, _, _ = loaded
+
+    def scenario(target):
+        return [
+            (name, attempt(target, user, PASSWORDS[user[len(prefix) :]], action)) for name, user, action in rows(prefix)
+        ]
+
+    observed = dict(same_on_both(scenario, hutch, rabbitmq))
+    assert observed["alice declares her queue"] == ("ok",)
+    assert observed["alice declares bob's queue"] == (
+        403,
+        "ACCESS_REFUSED - access to queue '%sbob-q' in vhost '/' refused for user '%salice'" % (prefix, prefix),
+    )
+    assert observed["alice publishes to her missing exchange"][0] == 404  # the permission before existence
+    assert observed["alice publishes to a missing exchange not hers"][0] == 403
+    assert observed["bob publishes to amq.topic on alice's key"] == (
+        403,
+        "ACCESS_REFUSED - access to topic 'sensors.alice.t' in exchange 'amq.topic' in vhost '/' "
+        "refused for user '%sbob'" % prefix,
+    )
+    refused, text = observed["carol opens the virtual host"]  # (pika words it as it likes)
+    assert (
+        refused == "refused at login"
+        and "(530) \"NOT_ALLOWED - access to vhost '/' refused for user '%scarol'\"" % prefix in text
+    ), text
+
+
+def test_random_patterns_and_names(loaded, rabbitmq):
+    """Each fuzz user declares its names (configure): allowed exactly where RabbitMQ allows."""
+    hutch, prefix, fuzz, names = loaded
+
+    def scenario(target):
+        seen = []
+        for index, tried in enumerate(names):
+            user = "%sfuzz-%d" % (prefix, index)
+            connection = pika.BlockingConnection(url(target, user, "fuzz"))
+            channel = connection.channel()
+            for name in tried:
+                try:
+                    channel.queue_declare(name, auto_delete=True)
+                    seen.append((fuzz[index], name, "ok"))
+                except ChannelClosedByBroker as e:
+                    seen.append((fuzz[index], name) + outcome(e))
+                    channel = connection.channel()
+            connection.close()
+        return seen
+
+    observed = same_on_both(scenario, hutch, rabbitmq)
+    assert len(observed) == sum(len(tried) for tried in names) >= 300
+    allowed = sum(1 for row in observed if row[2] == "ok")
+    print(
+        "\n%d (pattern, name) pairs: %d allowed, %d refused, the same on both"
+        % (len(observed), allowed, len(observed) - allowed)
+    )
+    assert 0 < allowed < len(observed)  # the seed tries both answers

@@ -1,0 +1,49 @@
+"""The RabbitMQ differential suite's shared rule (the tests/interop/compat/test_compat_*.py files).
+
+A scenario is a function of one broker: hutch's `broker` fixture or the run's `rabbitmq`
+(conftest.py). It drives real clients (pika, aio-pika, py-amqp, or the raw client of
+bench/loadgen.py) and returns what they observed, as plain data: deliveries in the order they
+came, their headers, reply codes and texts, which side closed. `same_on_both` runs it against
+both brokers in the same test and asserts the two observations are equal; RabbitMQ is the oracle.
+
+Where hutch differs on purpose, the test passes `expected_difference`, a function that turns
+RabbitMQ's observation into hutch's, and says why in its docstring; the rest must still match.
+"""
+
+import uuid
+
+import pytest
+
+# Every differential test talks to the run's one RabbitMQ: one pytest-xdist worker runs them all.
+MARKS = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(120)]
+
+
+def fresh(prefix="compat"):
+    """A name no other test (nor an earlier run against the same RabbitMQ) has used."""
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+
+
+def same_on_both(scenario, hutch, rabbitmq, expected_difference=None):
+    """Run scenario(target) on RabbitMQ, then on hutch; assert both observed the same and
+    return it (hutch's observation)."""
+    theirs = scenario(rabbitmq)
+    ours = scenario(hutch)
+    if expected_difference is not None:
+        theirs = expected_difference(theirs)
+    assert ours == theirs, "hutch observed:\n  %r\nRabbitMQ observed:\n  %r" % (ours, theirs)
+    return ours
+
+
+def closed_by(error):
+    """(reply code, reply text) of a pika ChannelClosedByBroker or ConnectionClosedByBroker, or
+    of a py-amqp / aio-pika error carrying them."""
+    code = getattr(error, "reply_code", None)
+    if code is None:
+        code = getattr(error, "code", None)
+    reply_text = getattr(error, "reply_text", None)
+    if reply_text is None:
+        reply_text = getattr(error, "message", None)
+    if code is None and error.args:
+        code = error.args[0]
+        reply_text = error.args[1] if len(error.args) > 1 else reply_text
+    return (code, reply_text)

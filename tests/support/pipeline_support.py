@@ -1,0 +1,288 @@
+"""What the tests of `hutch pipeline` share (test_pipeline.py, test_pipeline_cluster.py,
+test_pipeline_exactly_once.py): readings as JSON bodies published with pika, the aggregates
+they must give computed in plain Python, the aggregates the pipeline wrote read back from the
+Parquet files its sink committed, and the command run as an operator runs it: the venv's
+`hutch`, in a process group of its own, with its progress lines read back.
+"""
+
+import calendar
+import datetime
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+import uuid
+
+import pika
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from brokers import BIN, pika_connection
+
+HUTCH = os.path.join(BIN, "hutch")
+WINDOW_S = 60
+WATERMARK_S = 120
+# readings around midnight UTC: the windows fall on two dates (two partitions)
+T0 = calendar.timegm((2024, 5, 1, 23, 55, 0))
+
+
+def fresh(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def declare(broker, *names):
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    for name in names:
+        channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    connection.close()
+
+
+def publish(broker, stream, bodies):
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for body in bodies:
+        channel.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2))
+    connection.close()
+
+
+# ---------------------------------------------------------------- readings, and what they aggregate to
+
+
+def iso(seconds, offset_hours=0):
+    """ISO-8601 text of an epoch time, in a zone offset_hours from UTC."""
+    zone = datetime.timezone(datetime.timedelta(hours=offset_hours))
+    moment = datetime.datetime.fromtimestamp(seconds, zone)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def ts_text(seconds, i):
+    """The formats the README promises, in turn: ISO with Z, with an offset, with a space and no
+    zone (UTC), epoch seconds as an integer, and as a decimal number."""
+    kind = i % 5
+    if kind == 0:
+        return iso(seconds)
+    if kind == 1:
+        return iso(seconds, 2)
+    if kind == 2:
+        return iso(seconds).replace("T", " ").replace("Z", "")
+    if kind == 3:
+        return int(seconds) if seconds == int(seconds) else seconds
+    return float(seconds)
+
+
+def reading(sensor, seconds, value, i):
+    return json.dumps({"sensor": sensor, "ts": ts_text(seconds, i), "value": value, "unit": "C"}).encode()
+
+
+def first_run_readings():
+    """Per stream, readings of three sensors from 23:55:00 to 00:03:30 (a new date at 00:00),
+    each with a distinct ts (so `last` has one answer), shuffled: out of order in each stream."""
+    readings = {"a": [], "b": []}
+    rng = random.Random(7)
+    for i in range(51):
+        seconds = T0 + i * 10 + (i % 3)  # 23:55:00 .. 00:03:20 and a bit
+        sensor = "s%d" % (i % 3)
+        readings["a" if sensor != "s2" else "b"].append((sensor, seconds, round(i * 0.5 - 7, 1)))
+    readings["b"].append(("s2", T0 + 510, 99.0))  # 00:03:30: the latest of the first run
+    for stream in readings.values():
+        rng.shuffle(stream)
+    return readings
+
+
+def bodies(readings, start=0):
+    return [reading(sensor, seconds, value, start + i) for i, (sensor, seconds, value) in enumerate(readings)]
+
+
+def expected_aggregates(runs):
+    """What append mode with a watermark writes after these runs (each a list of micro-batches,
+    each a list of (sensor, ts, value)), as Spark's streaming aggregation does it. Each batch
+    has an eviction watermark: the latest ts of the batches before it less the delay; a window
+    is written once that reaches its end. A run ends with a batch without data, which writes
+    what the last one's watermark closed. A reading is dropped as late when its window ended
+    at or before the watermark of the batch before (Spark filters late rows by window, one
+    batch behind). Readings between the two rules (behind the watermark, their window not
+    yet written: Spark may count them or not) would make the answer depend on batch timing:
+    the data must have none. {(window start, sensor): (count, min, max, mean, last)}, and how
+    many readings were dropped as late."""
+    evict = previous = 0
+    accepted, late = [], 0
+    for run in runs:
+        for batch in run + [[]]:
+            for sensor, seconds, value in batch:
+                window_end = seconds // WINDOW_S * WINDOW_S + WINDOW_S
+                if window_end <= previous:
+                    late += 1
+                else:
+                    assert seconds > evict, "a reading between the rules: %r" % ((sensor, seconds, value),)
+                    accepted.append((sensor, seconds, value))
+            previous = evict
+            if batch:
+                evict = max(evict, max(seconds for _, seconds, _ in batch) - WATERMARK_S)
+    windows = {}
+    for sensor, seconds, value in accepted:
+        start = seconds // WINDOW_S * WINDOW_S
+        if start + WINDOW_S <= evict:
+            windows.setdefault((start, sensor), []).append((seconds, value))
+    result = {}
+    for key, values in windows.items():
+        numbers = [v for _, v in values]
+        result[key] = (len(numbers), min(numbers), max(numbers), sum(numbers) / len(numbers), max(values)[1])
+    return result, late
+
+
+# ---------------------------------------------------------------- reading what the pipeline wrote
+
+
+def committed_files(output):
+    """The files the Parquet sink's commit log lists (what a Spark reader sees), not a glob."""
+    log = os.path.join(output, "_spark_metadata")
+    added, deleted = set(), set()
+    for name in os.listdir(log):
+        if name.startswith("."):
+            continue
+        with open(os.path.join(log, name)) as f:
+            lines = f.read().splitlines()
+        assert lines[0] == "v1", (name, lines[:1])
+        for entry in map(json.loads, lines[1:]):
+            path = entry["path"].replace("file://", "", 1)
+            (added if entry["action"] == "add" else deleted).add(path)
+    return sorted(added - deleted)
+
+
+def written_aggregates(output):
+    """{(window start, sensor): (count, min, max, mean, last)} from the committed files; each
+    row's date partition checked against its window's start; a key twice fails."""
+    rows = {}
+    dates = set()
+    for path in committed_files(output):
+        date = re.search(r"/date=(\d{4}-\d{2}-\d{2})/", path).group(1)
+        dates.add(date)
+        table = pq.read_table(path)
+        starts = table.column("window_start").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
+        ends = table.column("window_end").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
+        for row, start_us, end_us in zip(table.to_pylist(), starts, ends):
+            start = start_us // 1000000
+            assert end_us // 1000000 == start + WINDOW_S
+            assert datetime.datetime.fromtimestamp(start, datetime.timezone.utc).date().isoformat() == date
+            key = (start, row["sensor"])
+            assert key not in rows, "window written twice: %r" % (key,)
+            rows[key] = (row["count"], row["min"], row["max"], row["mean"], row["last"])
+    return rows, dates
+
+
+def assert_same(written, expected):
+    assert sorted(written) == sorted(expected)
+    for key, (count, low, high, mean, last) in expected.items():
+        assert written[key][:3] == (count, low, high), key
+        assert written[key][3] == pytest.approx(mean), key
+        assert written[key][4] == last, key
+
+
+# ---------------------------------------------------------------- running the command
+
+
+def pipeline_args(uri, streams, output, checkpoint, *more):
+    """`hutch pipeline`'s arguments for the tests' readings: windows of WINDOW_S, a watermark
+    of WATERMARK_S, what the streams hold now (available-now), and more."""
+    return [
+        "--uri",
+        uri,
+        "--streams",
+        streams,
+        "--output",
+        output,
+        "--checkpoint",
+        checkpoint,
+        "--window",
+        "1 minute",  # WINDOW_S
+        "--watermark",
+        "2 minutes",  # WATERMARK_S
+        "--trigger",
+        "available-now",
+        *more,
+    ]
+
+
+def run_pipeline(*args, env=None, timeout=240):
+    """`hutch pipeline ...` in a process group of its own; (exit code, stdout lines, stderr
+    lines, seconds). Whatever is left of the group afterwards (a JVM, a Python worker) fails
+    the test, and is killed."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [HUTCH, "pipeline", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert_group_ends(proc.pid)
+    return proc.returncode, out.splitlines(), err.splitlines(), time.monotonic() - started
+
+
+def assert_group_ends(pgid, what="hutch pipeline"):
+    """The process group pgid is gone, or goes within seconds: Spark's Python workers end by
+    themselves once the JVM that started them is gone (on a loaded machine one outlived the
+    command by a moment). What is left after that fails the test, and is killed."""
+    assert not outlived(pgid, 15), "%s left processes behind" % what
+
+
+def outlived(pgid, seconds):
+    """Whether the process group pgid is still there after `seconds`; if so it is SIGKILLed."""
+    deadline = time.monotonic() + seconds
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not group_alive(pgid):
+        return False
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it ended just now
+    return True
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+BATCH_LINE = re.compile(
+    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
+    r"(?:, watermark (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ))?$"
+)
+
+
+WAITING_LINES = (
+    "hutch pipeline: starting Spark (",
+    "hutch pipeline: Spark started in ",
+    "hutch pipeline: no window has closed yet (",
+)
+
+
+def batch_lines(lines):
+    """[(batch id, rows in, rows out, late, lag, watermark)] of the progress lines; any other
+    line but the first (the start line) and the lines that say what the command waits for
+    (Spark starting, no window closed yet) fails."""
+    assert lines[0].startswith("hutch pipeline: "), lines
+    found = []
+    for line in lines[1:]:
+        if line.startswith(WAITING_LINES):
+            continue
+        match = BATCH_LINE.match(line)
+        assert match, "not a progress line: %r" % line
+        batch, rows_in, rows_out, late, _, lag, mark = match.groups()
+        found.append((int(batch), int(rows_in), int(rows_out), int(late or 0), int(lag), mark))
+    return found
