@@ -4,7 +4,8 @@
 # board checks them before); status_file.py, the status for `hutch ctl status` (no one reads it on a
 # board); folder_lock.py, one broker per data folder (flock: one process owns a board's
 # filesystem, and MicroPython has no fcntl); tls_cpython.py, TLS on tcp_cpython.py's sockets;
-# certname.py, the user a client certificate names (a board's TLS socket shows no certificate).
+# certname.py, the user a client certificate names (a board's TLS socket shows no certificate);
+# control_socket.py, `hutch ctl`'s way into a running broker (a Unix socket: no hutch ctl on a board).
 package(
     "hutch/ports",
     files=(

@@ -234,27 +234,7 @@ def export(broker, users):
     from ..core.snapshot import text
 
     out = {"rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8", "vhosts": [{"name": "/", "limits": []}]}
-    out["users"] = [
-        {
-            "name": name,
-            "password_hash": "" if stored == CLEARED else stored,
-            "hashing_algorithm": SHA256,
-            "tags": users.tags.get(name, []),
-            "limits": {},
-        }
-        for name, stored in sorted(users.hashes.items())
-    ]
-    permissions, topics = [], []
-    for name in sorted(users.hashes):
-        allowed, granted = users.access(name)
-        if not allowed:
-            continue
-        patterns = granted.patterns if granted is not None else (".*", ".*", ".*")
-        permissions.append(dict(user=name, vhost="/", configure=patterns[0], write=patterns[1], read=patterns[2]))
-        for exchange, pair in sorted((granted.topic_patterns if granted is not None else {}).items()):
-            topics.append(dict(user=name, vhost="/", exchange=text(exchange), write=pair[0], read=pair[1]))
-    out["permissions"] = permissions
-    out["topic_permissions"] = topics
+    out.update(export_users(users))
     out["exchanges"] = [
         {
             "name": text(x.name),
@@ -297,6 +277,36 @@ def export(broker, users):
                 }
             )
     out["bindings"] = bindings
+    return out
+
+
+def export_users(users):
+    """core/auth.py Users as the users, permissions and topic_permissions of RabbitMQ's
+    definitions."""
+    from ..core.snapshot import text
+
+    out = {}
+    out["users"] = [
+        {
+            "name": name,
+            "password_hash": "" if stored == CLEARED else stored,
+            "hashing_algorithm": SHA256,
+            "tags": users.tags.get(name, []),
+            "limits": {},
+        }
+        for name, stored in sorted(users.hashes.items())
+    ]
+    permissions, topics = [], []
+    for name in sorted(users.hashes):
+        allowed, granted = users.access(name)
+        if not allowed:
+            continue
+        patterns = granted.patterns if granted is not None else (".*", ".*", ".*")
+        permissions.append(dict(user=name, vhost="/", configure=patterns[0], write=patterns[1], read=patterns[2]))
+        for exchange, pair in sorted((granted.topic_patterns if granted is not None else {}).items()):
+            topics.append(dict(user=name, vhost="/", exchange=text(exchange), write=pair[0], read=pair[1]))
+    out["permissions"] = permissions
+    out["topic_permissions"] = topics
     return out
 
 

@@ -1,5 +1,6 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
-# all of it, the broker's entry point that firmware/main.py starts.
+# the broker's entry point that firmware/main.py starts; all but control.py and host.py, what
+# serves `hutch ctl` (CPython: a board has no hutch ctl).
 package(
     "hutch/server",
     files=(

@@ -51,16 +51,15 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
-def status_writer(folder, broker, log):
-    """On CPython, DATA/status.json every two seconds for `hutch ctl status` (ports/status_file.py);
-    a board writes none (no one reads it there, and its flash has no writes to spare)."""
+async def host_services(folder, runtime):
+    """On CPython, what serves `hutch ctl` (server/host.py): DATA/status.json every two seconds,
+    the control socket, and the users an earlier `hutch ctl import` kept. A board has none (no
+    one runs hutch ctl there, and its flash has no writes to spare)."""
     if sys.implementation.name == "micropython":
         return None
-    from ..ports.status_file import StatusWriter  # pyright: ignore[reportMissingImports] (host only)
+    from .host import HostServices  # pyright: ignore[reportMissingImports] (host only)
 
-    writer = StatusWriter(folder, broker, log)  # (the bridges' status is in the broker's snapshot)
-    writer.start()
-    return writer
+    return await HostServices(folder, runtime).start()
 
 
 def recover_journal(opts, broker, log):
@@ -127,6 +126,7 @@ async def start(opts, log, stop_event):
             log("warning", "definitions: left out, hutch has no counterpart: %s" % line)
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
+    runtime.status = await host_services(opts["data"], runtime)  # before clients: imported users
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if any(tls) and sys.implementation.name != "micropython":
@@ -142,7 +142,6 @@ async def start(opts, log, stop_event):
             await runtime.serials[-1].start()
     for bridge in runtime.bridges:
         bridge.start()
-    runtime.status = status_writer(opts["data"], broker, log)
     runtime.monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))

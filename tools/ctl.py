@@ -2,6 +2,7 @@
 
     hutch ctl status [--data DIR] [--json]
     hutch ctl bridges [--data DIR] [--json]
+    hutch ctl export [FILE] [--data DIR], hutch ctl import FILE [--data DIR]   (tools/ctl_live.py)
 
 prints what the journal holds (segments and bytes), what the last start recovered and
 set aside (recovery.txt, written by ports/recovery.py), the quarantined segments: the
@@ -42,6 +43,13 @@ def add_options(parser):
     bridges.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
     bridges.add_argument("--json", action="store_true", help="print it as one JSON object")
     bridges.set_defaults(run=bridges_command)
+    from . import ctl_live  # (its commands ask the running broker)
+
+    ctl_live.add_options(commands, _data_option)
+
+
+def _data_option(command):
+    command.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
 
 
 def _files(folder, suffix=""):
