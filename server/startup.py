@@ -126,8 +126,8 @@ async def start(opts, log, stop_event):
             log("warning", "definitions: left out, hutch has no counterpart: %s" % line)
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
-    runtime.status = await host_services(opts["data"], runtime)  # before clients: imported users
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
+    runtime.status = await host_services(opts["data"], runtime)  # (after the bridges: it shows them)
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if any(tls) and sys.implementation.name != "micropython":
         reload_on_hangup(runtime)

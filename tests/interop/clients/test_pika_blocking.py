@@ -17,7 +17,7 @@ import datetime
 import decimal
 import time
 
-import conftest
+import brokers
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError, StreamLostError, UnroutableError
@@ -600,7 +600,7 @@ def test_queue_expires_when_unused(conn, broker):
     # Wait out the 300 ms without touching the queues (a declare would use them): until the
     # broker logs the unused one's expiry. The kept one, declared first, was due by then too.
     expired = "queue 'x-expires' expired after 300 ms unused"
-    conftest.wait_until(lambda: expired in broker.log(), what="the queue's expiry in the broker's log")
+    brokers.wait_until(lambda: expired in broker.log(), what="the queue's expiry in the broker's log")
     assert "queue 'x-expires-kept' expired" not in broker.log()
     assert ready_count(ch, "x-expires-kept") == 0
     with pytest.raises(ChannelClosedByBroker) as e:
