@@ -3,7 +3,7 @@
 #
 #   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
 #   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
-#                 Node's amqplib, Debian's rabbitmq-server and chromium (apt) when missing
+#                 Node's amqplib, Debian's rabbitmq-server, chromium and prometheus (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
@@ -23,6 +23,8 @@ NODE_INSTALLED := tests/node/node_modules/.installed
 # Debian's Chromium, for the test that looks at the built docs site: installed when missing.
 RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
 CHROMIUM := /usr/bin/chromium
+# Debian's prometheus, for its promtool: the tests check the metrics endpoint's text with it
+PROMTOOL := /usr/bin/promtool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -33,7 +35,7 @@ serve: $(SERVE_INSTALLED)
 	@echo "            (or: export PATH=\"$$PWD/$(BIN):\$$PATH\"), then hutch serve --help"
 	$(BIN)/hutch serve $(ARGS)
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) lint
 	$(BIN)/python -m pytest $(ARGS)
 
 # The tests that need no process but pytest's: the core (also run under micropython by make
@@ -55,7 +57,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +85,9 @@ $(RABBITMQ_SERVER):
 
 $(CHROMIUM):
 	$(APT_INSTALL) chromium || ($(SUDO) apt-get update -q && $(APT_INSTALL) chromium)
+
+$(PROMTOOL):
+	$(APT_INSTALL) prometheus || ($(SUDO) apt-get update -q && $(APT_INSTALL) prometheus)
 
 clean:
 	rm -rf $(VENV) tests/node/node_modules hutch-data site

@@ -145,7 +145,10 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
             )
         conn.auth_mechanism = mechanism
         user, reason = login(broker.users, mechanism, tls, conn.loopback)
+    stats = broker.stats
+    stats[counters.AUTH_ATTEMPTS] += 1
     if reason is not None:
+        stats[counters.AUTH_ATTEMPTS_FAILED] += 1
         guard = broker.guard
         if guard.login_failed(conn.source):  # its source is over its budget: no answer, no wait
             guard.say(

@@ -115,6 +115,10 @@ class Hutch:
         folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
         self.folder = folder
         common = ["--bind", self.host, "--port", str(self.port), "--log-level", "info"]
+        self.metrics_port = None
+        if kind != "micropython":  # (scraped by the scraped-no-ack scenario only)
+            self.metrics_port = free_port()
+            common += ["--metrics-port", str(self.metrics_port)]
         if config is not None:
             common += ["--config", config]
         if tls is not None:

@@ -110,8 +110,11 @@ SCENARIOS = {
     "tls-latency-p50": ("latency p50 over TLS, one in flight", "µs", False, None),
     "tls-latency-p99": ("latency p99 over TLS, one in flight", "µs", False, None),
 }
+# hutch only, when named: no-ack throughput while /metrics is scraped every second
+SCENARIOS["scraped-no-ack"] = ("throughput 16 B, no-ack, /metrics scraped every second", "msg/s", True, None)
 TLS_SCENARIOS = ("tls-no-ack", "tls-64k", "tls-latency-p50", "tls-latency-p99")
-DEFAULT_SCENARIOS = [name for name in SCENARIOS if name not in TLS_SCENARIOS]
+NAMED_ONLY = TLS_SCENARIOS + ("scraped-no-ack",)
+DEFAULT_SCENARIOS = [name for name in SCENARIOS if name not in NAMED_ONLY]
 MICROPYTHON_SCENARIOS = ("no-ack", "acks", "tls-no-ack")
 
 
@@ -141,6 +144,11 @@ def load(broker, name, count, tls=None):
             result = loadgen.latency(broker.host, broker.tls_port, max(1000, count // 20), tls=tls)
             return {"tls-latency-p50": result["p50_us"], "tls-latency-p99": result["p99_us"]}
         return {name: SCENARIOS[name][3](broker.host, broker.tls_port, count, tls)}
+    if name == "scraped-no-ack":
+        if getattr(broker, "metrics_port", None) is None:
+            return {}
+        with loadgen.Scraper("http://%s:%d/metrics" % (broker.host, broker.metrics_port), 1.0):
+            return {name: loadgen.throughput(broker.host, broker.port, count)["msgs_per_s"]}
     if name == "latency":
         result = loadgen.latency(broker.host, broker.port, max(1000, count // 20))
         return {"latency-p50": result["p50_us"], "latency-p99": result["p99_us"]}
@@ -150,7 +158,7 @@ def load(broker, name, count, tls=None):
 def load_scenarios(names):
     """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99 (and
     "tls-latency" for the TLS ones)."""
-    runs = [n for n in names if SCENARIOS[n][3] is not None]
+    runs = [n for n in names if SCENARIOS[n][3] is not None or n == "scraped-no-ack"]
     if "latency-p50" in names or "latency-p99" in names:
         runs.append("latency")
     if "tls-latency-p50" in names or "tls-latency-p99" in names:
@@ -191,6 +199,7 @@ def table(results, names):
     lines.insert(1, "-" * len(lines[0]))
     lines.append("Ratios are hutch (C) over the other. For latency and memory, lower is better.")
     lines.extend(tls_cost(results, columns))
+    lines.extend(scrape_cost(results, columns))
     return "\n".join(lines)
 
 
@@ -211,6 +220,19 @@ def tls_cost(results, columns):
     return out
 
 
+def scrape_cost(results, columns):
+    """A line per broker with both: what scraping /metrics every second costs its no-ack throughput."""
+    out = []
+    for title, key in columns:
+        plain, scraped = results[key].get("no-ack"), results[key].get("scraped-no-ack")
+        if plain and scraped:
+            out.append(
+                "Scraping /metrics every second, %s keeps %d %% of its no-ack throughput."
+                % (title, round(100 * scraped / plain))
+            )
+    return out
+
+
 def add_options(parser):
     parser.add_argument("--rabbitmq", metavar="HOST:PORT", help="also run against this RabbitMQ (guest/guest)")
     parser.add_argument("--rabbitmq-pid", type=int, help="its broker process, to measure its memory")
@@ -224,7 +246,8 @@ def add_options(parser):
     parser.add_argument(
         "--scenarios",
         default=",".join(DEFAULT_SCENARIOS),
-        help="comma-separated subset of: %s (the tls- ones only when named, or with --tls)" % ", ".join(SCENARIOS),
+        help="comma-separated subset of: %s (the tls- ones only when named, or with --tls; scraped-no-ack only when named)"
+        % ", ".join(SCENARIOS),
     )
     parser.add_argument(
         "--tls",

@@ -240,6 +240,33 @@ def _finish(consumers, deadline):
             )
 
 
+class Scraper:
+    """A thread that GETs url every interval seconds while the with block runs (a Prometheus
+    server scraping the broker)."""
+
+    def __init__(self, url, interval):
+        self.url, self.interval = url, interval
+        self.stop = threading.Event()
+        self.scrapes = 0
+
+    def _run(self):
+        import urllib.request
+
+        while not self.stop.wait(self.interval):
+            with urllib.request.urlopen(self.url, timeout=10) as response:
+                response.read()
+            self.scrapes += 1
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(15)
+
+
 def throughput(host, port, count, size=16, ack_every=0, prefetch=1000, timeout=120, tls=None):
     """One publisher -> one queue -> one consumer (no-ack, or acking every ack_every); both over
     TLS with tls (an ssl.SSLContext)."""

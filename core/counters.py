@@ -30,10 +30,14 @@ REDELIVERIES = 11  # deliveries of a message a consumer was given before
 ACKNOWLEDGED = 12  # deliveries settled as done (ack)
 REQUEUED = 13  # deliveries given back to their queue (nack/reject with requeue, a closed channel)
 REJECTED = 14  # deliveries refused without requeue (dead-lettered if the queue says so)
-DEAD_LETTERED = 15  # messages republished to a dead-letter exchange
+DEAD_LETTERED = 15  # messages republished to a dead-letter exchange (for any reason; by reason below)
 CONNECTIONS_OPENED = 16
 CONNECTIONS_CLOSED = 17
 CHANNELS_OPENED = 18
 CHANNELS_CLOSED = 19
 JOURNAL_SYNCS = 20  # group commits made durable (an fsync each on CPython)
-COUNT = 21  # how many there are: Broker.stats = [0] * COUNT
+AUTH_ATTEMPTS = 21  # logins tried (any mechanism)
+AUTH_ATTEMPTS_FAILED = 22  # ... refused
+DEAD_LETTERED_EXPIRED = 23  # dead letters whose TTL ran out (the rest of DEAD_LETTERED were rejected)
+DEAD_LETTERED_MAXLEN = 24  # ... dropped from the head of a full queue
+COUNT = 25  # how many there are: Broker.stats = [0] * COUNT

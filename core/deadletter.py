@@ -38,7 +38,12 @@ def dead_letter(broker, queue, message, reason):
     exchange = broker.exchange(queue.dead_letter_exchange)
     if exchange is None:
         return  # RabbitMQ drops it too when the DLX is missing
-    broker.stats[counters.DEAD_LETTERED] += 1
+    stats = broker.stats
+    stats[counters.DEAD_LETTERED] += 1
+    if reason == b"expired":
+        stats[counters.DEAD_LETTERED_EXPIRED] += 1
+    elif reason == b"maxlen":
+        stats[counters.DEAD_LETTERED_MAXLEN] += 1
     from . import headers as encoded  # loaded with the first dead letter: an idle board keeps its heap
 
     props = message.properties()

@@ -28,6 +28,10 @@ NAMES = (
     "channels_opened",
     "channels_closed",
     "journal_syncs",
+    "auth_attempts",
+    "auth_attempts_failed",
+    "dead_lettered_expired",
+    "dead_lettered_maxlen",
 )
 
 
@@ -43,7 +47,14 @@ def snapshot(broker):
             unacked[queue] = unacked.get(queue, 0) + 1
         client = conn.client
         channels += len(getattr(conn, "channels", ()))
-        connections.append({"name": conn.name, "user": text(client.user) if client is not None else None})
+        connections.append(
+            {
+                "name": conn.name,
+                "user": text(client.user) if client is not None else None,
+                "tls": getattr(conn, "tls", None) is not None,
+                "channels": len(getattr(conn, "channels", ())),
+            }
+        )
     queues = []
     streams = []
     for queue in broker.queues.values():

@@ -62,6 +62,7 @@ SECTIONS = {
     "auth": ("loopback_users", "anonymous_login_user"),
     "bridge": None,  # [[bridge]]: a list of tables, checked by server/bridge_config.py
     "listener": ("protocol", "bind", "port", "tls"),  # [[listener]]: a list of tables, each with these keys
+    "metrics": ("bind", "port"),  # the metrics port: Prometheus and the status page (server/monitoring.py)
 }
 
 # The keys of a [[listener]]'s tls table (RabbitMQ's ssl_options names; login_from is its

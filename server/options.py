@@ -158,6 +158,9 @@ def settings(args):
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
+        # the [metrics] table, checked when the port opens (server/monitoring.py): a board
+        # without one loads none of it (and `hutch serve --metrics-port` sets its port)
+        "metrics": data.get("metrics"),
     }
 
 

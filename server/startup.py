@@ -129,6 +129,10 @@ async def start(opts, log, stop_event):
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
     runtime.status = await host_services(opts["data"], runtime)  # (after the bridges: it shows them)
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
+    if opts["metrics"] is not None:
+        from .monitoring import start  # (only with a metrics port)
+
+        await start(runtime, opts["metrics"])
     if any(tls) and sys.implementation.name != "micropython":
         reload_on_hangup(runtime)
     journal.start()

@@ -63,6 +63,8 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
+    if getattr(args, "metrics_port", None) is not None:  # --metrics-port: [metrics] port
+        opts["metrics"] = dict(opts["metrics"] or {}, port=args.metrics_port)
     if not options.needs_tls(opts):
         # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to
         # offer it), which keeps 4.5 MB out of an idle broker. Decided before asyncio is imported.
@@ -171,9 +173,10 @@ def _add_command(commands, name, argv):
     if argv[:1] != [name]:
         return parser
     if name == "serve":
-        from ..server import options
+        from ..server import monitoring, options
 
         options.add_options(parser)
+        monitoring.add_options(parser)  # (CPython's: a board's config has [metrics] port)
         parser.set_defaults(run=cmd_serve)
     elif name == "passwd":
         parser.add_argument("--password", help="the password (default: a line on standard input, or asked twice)")

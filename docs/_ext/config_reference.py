@@ -51,6 +51,11 @@ DESCRIPTIONS = {
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
     # [[listener]]: server/options.py _listeners
+    # [metrics]: server/monitoring.py
+    "metrics.port": "Serve Prometheus metrics (`/metrics`, `/metrics/per-object`) and the status page (`/`) "
+    "on this port (`--metrics-port`). Off when not set. With users in the config, a request logs in "
+    "(HTTP basic) as a user tagged `monitoring` or `administrator` ([Monitoring](monitoring.md)).",
+    "metrics.bind": "The address of the metrics port: `127.0.0.1` (the default) serves this machine only.",
     "listener.protocol": "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol "
     "header is read first; any other header is answered with 0-9-1's before the socket closes.",
     "listener.bind": "The address to listen on.",

@@ -73,13 +73,13 @@ def test_the_configuration_reference_lists_every_key_with_its_default(site):
 
 def test_a_config_key_without_a_description_fails_the_reference(monkeypatch):
     config_reference.check()  # as the code is: every key described, no stale description
-    monkeypatch.setitem(config.SECTIONS, "metrics", ("port", "path"))
-    with pytest.raises(config_reference.ConfigReferenceError, match="metrics.port, metrics.path"):
+    monkeypatch.setitem(config.SECTIONS, "telemetry", ("port", "path"))
+    with pytest.raises(config_reference.ConfigReferenceError, match="telemetry.port, telemetry.path"):
         config_reference.check()
-    monkeypatch.setitem(config.SECTIONS, "metrics", None)
-    with pytest.raises(config_reference.ConfigReferenceError, match=r"\[metrics\] has no fixed keys"):
+    monkeypatch.setitem(config.SECTIONS, "telemetry", None)
+    with pytest.raises(config_reference.ConfigReferenceError, match=r"\[telemetry\] has no fixed keys"):
         config_reference.check()
-    monkeypatch.delitem(config.SECTIONS, "metrics")
+    monkeypatch.delitem(config.SECTIONS, "telemetry")
     monkeypatch.setitem(config_reference.DESCRIPTIONS, "server.prot", "a key that is not there")
     with pytest.raises(config_reference.ConfigReferenceError, match="server.prot"):
         config_reference.check()
@@ -87,12 +87,12 @@ def test_a_config_key_without_a_description_fails_the_reference(monkeypatch):
 
 def test_a_new_config_section_appears_in_the_reference(monkeypatch):
     """A section added to the schema, with its keys described, is in the page at once."""
-    monkeypatch.setitem(config.SECTIONS, "metrics", ("port",))
-    monkeypatch.setitem(config_reference.DESCRIPTIONS, "metrics.port", "The port of the metrics endpoint.")
+    monkeypatch.setitem(config.SECTIONS, "telemetry", ("port",))
+    monkeypatch.setitem(config_reference.DESCRIPTIONS, "telemetry.port", "The port of the telemetry endpoint.")
     page, used = config_reference.expand(read(os.path.join(DOCS, "configuration.md")))
     assert used == set(config_reference.TABLES)
-    assert "## `[metrics]`\n\n| key | default | what it does |" in page
-    assert "| `port` | none | The port of the metrics endpoint. |" in page
+    assert "## `[telemetry]`\n\n| key | default | what it does |" in page
+    assert "| `port` | none | The port of the telemetry endpoint. |" in page
 
 
 def png_size(path):

@@ -1,0 +1,229 @@
+"""The broker's snapshot (core/snapshot.py) in Prometheus' text format (version 0.0.4).
+
+    text = render(snapshot, process, per_object=False)
+
+Series are RabbitMQ's where it has one, with its names and labels (its rabbitmq_prometheus
+plugin): `/metrics` aggregates (a queue gauge is the sum over the queues, with no labels),
+`/metrics/per-object` labels each queue's `{vhost, queue}`. What RabbitMQ has no series for
+(the journal, streams, bridges, a board's heap) is `hutch_*`. Written by hand, on CPython as on a
+board: MicroPython has no Prometheus library, and one renderer keeps both alike (checked by
+`promtool check metrics` in the tests). Counters only grow; gauges are read when scraped.
+"""
+
+PROTOCOL = '{protocol="amqp091"}'
+
+# (series, help, counters' name(s): summed) for the global counters, each {protocol}
+GLOBAL = (
+    ("received", "Messages published by clients", ("received",)),
+    ("received_confirm", "Messages published by clients in confirm mode", ("received_confirm",)),
+    ("routed", "Messages routed to at least one queue", ("routed",)),
+    ("unroutable_returned", "Unroutable messages returned to their publisher", ("returned",)),
+    ("confirmed", "Messages confirmed to their publisher", ("confirmed",)),
+    (
+        "delivered",
+        "Messages delivered to consumers or taken by basic.get",
+        (
+            "delivered_consume_manual_ack",
+            "delivered_consume_auto_ack",
+            "delivered_get_manual_ack",
+            "delivered_get_auto_ack",
+        ),
+    ),
+    ("delivered_consume_manual_ack", "Messages delivered to consumers that ack", ("delivered_consume_manual_ack",)),
+    ("delivered_consume_auto_ack", "Messages delivered to consumers that do not ack", ("delivered_consume_auto_ack",)),
+    ("delivered_get_manual_ack", "Messages taken by basic.get, to be acked", ("delivered_get_manual_ack",)),
+    ("delivered_get_auto_ack", "Messages taken by basic.get without ack", ("delivered_get_auto_ack",)),
+    ("get_empty", "basic.get of an empty queue", ("get_empty",)),
+    ("redelivered", "Messages delivered again", ("redeliveries",)),
+)
+
+
+def escape(value):
+    """A label value as the text format wants it: backslash, double quote and newline escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Writer:
+    def __init__(self):
+        self.lines = []
+
+    def family(self, name, kind, help_text):
+        self.lines.append("# HELP %s %s" % (name, help_text))
+        self.lines.append("# TYPE %s %s" % (name, kind))
+
+    def sample(self, name, value, labels=""):
+        self.lines.append("%s%s %s" % (name, labels, _number(value)))
+
+    def one(self, name, kind, help_text, value, labels=""):
+        self.family(name, kind, help_text)
+        self.sample(name, value, labels)
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+
+def _number(value):
+    if value is None:
+        return "NaN"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def render(snap, process, per_object=False):
+    """snap: core/snapshot.py's; process: what only the port knows, a dict of hutch_process_*
+    figures (resident_memory_bytes, open_fds, heap_free_bytes, heap_used_bytes: those it has)."""
+    out = Writer()
+    counters = snap["counters"]
+    for name, help_text, parts in GLOBAL:
+        series = "rabbitmq_global_messages_%s_total" % name
+        out.one(series, "counter", help_text, sum(counters[part] for part in parts), PROTOCOL)
+    out.one(
+        "rabbitmq_global_messages_unroutable_dropped_total",
+        "counter",
+        "Unroutable messages dropped (not mandatory)",
+        counters["unroutable"] - counters["returned"],
+        PROTOCOL,
+    )
+    out.one(
+        "rabbitmq_global_messages_acknowledged_total",
+        "counter",
+        "Deliveries acknowledged by consumers",
+        counters["acknowledged"],
+        '{protocol="amqp091",queue_type="classic"}',
+    )
+    by_reason = (
+        ("expired", counters["dead_lettered_expired"]),
+        ("maxlen", counters["dead_lettered_maxlen"]),
+        (
+            "rejected",
+            counters["dead_lettered"] - counters["dead_lettered_expired"] - counters["dead_lettered_maxlen"],
+        ),
+    )
+    for reason, value in by_reason:
+        out.one(
+            "rabbitmq_global_messages_dead_lettered_%s_total" % reason,
+            "counter",
+            "Messages dead-lettered: %s" % reason,
+            value,
+            '{protocol="amqp091",queue_type="classic",dead_letter_strategy="at_most_once"}',
+        )
+    out.one("rabbitmq_global_consumers", "gauge", "Consumers", snap["consumers"], PROTOCOL)
+    out.one("rabbitmq_auth_attempts_total", "counter", "Logins tried", counters["auth_attempts"], PROTOCOL)
+    out.one(
+        "rabbitmq_auth_attempts_succeeded_total",
+        "counter",
+        "Logins that succeeded",
+        counters["auth_attempts"] - counters["auth_attempts_failed"],
+        PROTOCOL,
+    )
+    out.one(
+        "rabbitmq_auth_attempts_failed_total", "counter", "Logins refused", counters["auth_attempts_failed"], PROTOCOL
+    )
+    out.one("rabbitmq_connections", "gauge", "Open connections", len(snap["connections"]))
+    out.one("rabbitmq_channels", "gauge", "Open channels", snap["channels"])
+    out.one("rabbitmq_consumers", "gauge", "Consumers", snap["consumers"])
+    out.one("rabbitmq_queues", "gauge", "Queues (streams included)", len(snap["queues"]) + len(snap["streams"]))
+    out.one("rabbitmq_connections_opened_total", "counter", "Connections opened", counters["connections_opened"])
+    out.one("rabbitmq_connections_closed_total", "counter", "Connections closed", counters["connections_closed"])
+    out.one("rabbitmq_channels_opened_total", "counter", "Channels opened", counters["channels_opened"])
+    out.one("rabbitmq_channels_closed_total", "counter", "Channels closed", counters["channels_closed"])
+    _queues(out, snap["queues"], per_object)
+    _streams(out, snap["streams"], per_object)
+    _journal(out, snap["journal"], counters)
+    _bridges(out, snap["bridges"])
+    _process(out, process)
+    return out.text()
+
+
+# (series, help, the snapshot queue's key) of each queue
+QUEUE_GAUGES = (
+    ("rabbitmq_queue_messages_ready", "Messages ready to deliver", "messages"),
+    ("rabbitmq_queue_messages_unacked", "Messages delivered and not yet acknowledged", "unacked"),
+    ("rabbitmq_queue_messages", "Messages ready and unacknowledged", "total"),
+    ("rabbitmq_queue_consumers", "Consumers", "consumers"),
+    ("hutch_queue_messages_paged_out", "Ready messages kept on disk, not in memory", "on_disk"),
+    ("hutch_queue_messages_paged_out_bytes", "Bytes of ready messages kept on disk", "bytes_on_disk"),
+)
+QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages published to the queue", "published"),)
+
+
+def _queues(out, queues, per_object):
+    queues = [dict(q, total=q["messages"] + q["unacked"]) for q in queues]
+    for series, help_text, key in QUEUE_GAUGES:
+        _per_queue(out, series, "gauge", help_text, queues, key, per_object)
+    for series, help_text, key in QUEUE_COUNTERS:
+        _per_queue(out, series, "counter", help_text, queues, key, per_object)
+
+
+def _per_queue(out, series, kind, help_text, queues, key, per_object):
+    out.family(series, kind, help_text)
+    if not per_object:
+        out.sample(series, sum(q[key] for q in queues))
+        return
+    for q in queues:
+        out.sample(series, q[key], '{vhost="/",queue="%s"}' % escape(q["name"]))
+
+
+STREAM_GAUGES = (
+    ("hutch_stream_first_offset", "The first offset a stream keeps", "first"),
+    ("hutch_stream_last_offset", "The last offset written (NaN: empty)", "last"),
+    ("hutch_stream_segments", "Segment files", "segments"),
+    ("hutch_stream_bytes", "Bytes on disk", "bytes"),
+    ("hutch_stream_consumers", "Consumers", "consumers"),
+)
+
+
+def _streams(out, streams, per_object):
+    if not streams or not per_object:  # offsets do not add up: per stream only
+        return
+    for series, help_text, key in STREAM_GAUGES:
+        out.family(series, "gauge", help_text)
+        for stream in streams:
+            out.sample(series, stream[key], '{vhost="/",queue="%s"}' % escape(stream["name"]))
+
+
+def _journal(out, journal, counters):
+    out.one("hutch_journal_syncs_total", "counter", "Group commits made durable (fsync)", counters["journal_syncs"])
+    if journal is None:
+        return
+    out.one("hutch_journal_appended_bytes_total", "counter", "Bytes appended to the journal", journal["appended"])
+    out.one("hutch_journal_bytes", "gauge", "Bytes of journal on disk", journal["bytes"])
+    out.one("hutch_journal_segments", "gauge", "Journal segment files", journal["segments"])
+
+
+BRIDGE_STATES = ("starting", "connecting", "running", "blocked", "backoff", "stopped")
+
+
+def _bridges(out, bridges):
+    if not bridges:
+        return
+    out.family("hutch_bridge_state", "gauge", "1 for the state each bridge is in")
+    for bridge in bridges:
+        for state in BRIDGE_STATES:
+            labels = '{bridge="%s",state="%s"}' % (escape(bridge["name"]), state)
+            out.sample("hutch_bridge_state", bridge["state"] == state, labels)
+    for series, kind, help_text, key in (
+        ("hutch_bridge_forwarded_total", "counter", "Messages forwarded (up) or received (down)", "forwarded"),
+        ("hutch_bridge_in_flight", "gauge", "Messages sent and not yet confirmed", "in_flight"),
+        ("hutch_bridge_backlog", "gauge", "Messages waiting to be forwarded (NaN: not known)", "backlog"),
+    ):
+        out.family(series, kind, help_text)
+        for bridge in bridges:
+            out.sample(series, bridge[key], '{bridge="%s"}' % escape(bridge["name"]))
+
+
+PROCESS = (
+    ("rabbitmq_process_resident_memory_bytes", "Resident memory of the broker's process", "resident_memory_bytes"),
+    ("rabbitmq_process_open_fds", "Open file descriptors", "open_fds"),
+    ("hutch_heap_free_bytes", "Free heap (MicroPython)", "heap_free_bytes"),
+    ("hutch_heap_used_bytes", "Heap in use (MicroPython)", "heap_used_bytes"),
+)
+
+
+def _process(out, process):
+    for series, help_text, key in PROCESS:
+        if key in process:
+            out.one(series, "gauge", help_text, process[key])

@@ -1,0 +1,114 @@
+"""The status page served at `/` of the metrics port (server/monitoring.py): one HTML page with
+its style and script inline (no external asset: it works on a gateway with no internet), which
+reads /api/overview every second and draws what RabbitMQ's management overview shows —
+totals, message rates with small charts, queues, connections, bridges, streams, the journal,
+memory — read-only. Every figure is an element with a data-figure attribute naming what it
+shows, so a test (and a script) can read it.
+"""
+
+PAGE = b"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>hutch status</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222;background:#fafafa}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.1em;margin:1.2em 0 .3em}
+table{border-collapse:collapse;background:#fff}td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:right}
+th{background:#eee}td:first-child,th:first-child{text-align:left}
+.totals{display:flex;flex-wrap:wrap;gap:.6em}.box{background:#fff;border:1px solid #ddd;padding:.4em .8em;min-width:7em}
+.box b{display:block;font-size:1.5em}.rate svg{display:block}#state{color:#666}
+.bad{color:#b00}
+</style></head><body>
+<h1>hutch</h1><div id="state">loading...</div>
+<h2>Totals</h2><div class="totals" id="totals"></div>
+<h2>Message rates (per second, last minute)</h2><div class="totals" id="rates"></div>
+<h2>Queues</h2><table id="queues"></table>
+<h2>Connections</h2><table id="connections"></table>
+<h2>Bridges</h2><table id="bridges"></table>
+<h2>Streams</h2><table id="streams"></table>
+<h2>Journal and memory</h2><div class="totals" id="storage"></div>
+<script>
+"use strict";
+var samples = [], KEEP = 60;
+var RATES = [["published", ["received"]], ["confirmed", ["confirmed"]],
+  ["delivered", ["delivered_consume_manual_ack", "delivered_consume_auto_ack", "delivered_get_manual_ack", "delivered_get_auto_ack"]],
+  ["acknowledged", ["acknowledged"]], ["returned", ["returned"]]];
+function el(tag, text, figure) {
+  var e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (figure) e.setAttribute("data-figure", figure);
+  return e;
+}
+function box(parent, label, value, figure) {
+  var b = el("div"); b.className = "box";
+  b.appendChild(el("b", value, figure)); b.appendChild(el("span", label)); parent.appendChild(b);
+}
+function table(id, heads, rows) {
+  var t = document.getElementById(id); t.textContent = "";
+  var tr = el("tr"); heads.forEach(function (h) { tr.appendChild(el("th", h[0])); }); t.appendChild(tr);
+  if (!rows.length) { tr = el("tr"); var td = el("td", "none"); td.colSpan = heads.length; tr.appendChild(td); t.appendChild(tr); }
+  rows.forEach(function (row) {
+    tr = el("tr");
+    heads.forEach(function (h) { tr.appendChild(el("td", row[h[1]] === null ? "-" : row[h[1]], id + "." + row.name + "." + h[1])); });
+    t.appendChild(tr);
+  });
+}
+function sum(counters, names) { return names.reduce(function (a, n) { return a + counters[n]; }, 0); }
+function spark(values) {
+  var w = 120, h = 28, max = Math.max.apply(null, values.concat([1]));
+  var pts = values.map(function (v, i) { return (i * w / (KEEP - 1)).toFixed(1) + "," + (h - v * h / max).toFixed(1); });
+  return '<svg width="' + w + '" height="' + h + '"><polyline fill="none" stroke="#36c" points="' + pts.join(" ") + '"/></svg>';
+}
+function draw(data) {
+  var b = data.broker, c = b.counters, now = data.at_ms / 1000;
+  samples.push({t: now, c: c}); if (samples.length > KEEP) samples.shift();
+  var ready = 0, unacked = 0;
+  b.queues.forEach(function (q) { ready += q.messages; unacked += q.unacked; });
+  var totals = document.getElementById("totals"); totals.textContent = "";
+  box(totals, "connections", b.connections.length, "connections");
+  box(totals, "channels", b.channels, "channels");
+  box(totals, "queues", b.queues.length + b.streams.length, "queues");
+  box(totals, "consumers", b.consumers, "consumers");
+  box(totals, "ready", ready, "messages_ready");
+  box(totals, "unacked", unacked, "messages_unacked");
+  box(totals, "published", c.received, "received");
+  box(totals, "confirmed", c.confirmed, "confirmed");
+  box(totals, "logins refused", c.auth_attempts_failed, "auth_attempts_failed");
+  var rates = document.getElementById("rates"); rates.textContent = "";
+  RATES.forEach(function (r) {
+    var series = [];
+    for (var i = 1; i < samples.length; i++) {
+      var dt = samples[i].t - samples[i - 1].t || 1;
+      series.push((sum(samples[i].c, r[1]) - sum(samples[i - 1].c, r[1])) / dt);
+    }
+    var d = el("div"); d.className = "box rate";
+    d.appendChild(el("b", series.length ? Math.round(series[series.length - 1]) : 0, "rate." + r[0]));
+    d.appendChild(el("span", r[0])); d.insertAdjacentHTML("beforeend", spark(series)); rates.appendChild(d);
+  });
+  table("queues", [["name", "name"], ["ready", "messages"], ["unacked", "unacked"], ["consumers", "consumers"],
+    ["on disk", "on_disk"], ["published", "published"], ["oldest (s)", "oldest_age_s"]], b.queues);
+  table("connections", [["name", "name"], ["user", "user"], ["TLS", "tls"], ["channels", "channels"]], b.connections);
+  table("bridges", [["name", "name"], ["state", "state"], ["upstream", "upstream"], ["forwarded", "forwarded"],
+    ["in flight", "in_flight"], ["backlog", "backlog"], ["last error", "last_error"]], b.bridges);
+  table("streams", [["name", "name"], ["first", "first"], ["last", "last"], ["bytes", "bytes"], ["consumers", "consumers"]], b.streams);
+  var storage = document.getElementById("storage"); storage.textContent = "";
+  if (b.journal) {
+    box(storage, "journal bytes", b.journal.bytes, "journal_bytes");
+    box(storage, "segments", b.journal.segments, "journal_segments");
+  }
+  box(storage, "fsyncs", c.journal_syncs, "journal_syncs");
+  var p = data.process;
+  if (p.resident_memory_bytes !== undefined) box(storage, "resident MB", (p.resident_memory_bytes / 1048576).toFixed(1), "resident_mb");
+  if (p.heap_free_bytes !== undefined) box(storage, "heap free", p.heap_free_bytes, "heap_free_bytes");
+  var state = document.getElementById("state");
+  state.className = b.blocked ? "bad" : "";
+  state.textContent = (b.blocked ? "publishers blocked: " + b.blocked + " - " : "") + "updated " + new Date().toLocaleTimeString();
+  state.setAttribute("data-figure", "updated");
+}
+function poll() {
+  fetch("api/overview", {cache: "no-store"}).then(function (r) { return r.json(); }).then(draw).catch(function (e) {
+    var s = document.getElementById("state"); s.className = "bad"; s.textContent = "broker not answering: " + e;
+  }).finally(function () { setTimeout(poll, 1000); });
+}
+poll();
+</script></body></html>
+"""

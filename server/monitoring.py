@@ -1,0 +1,143 @@
+"""The metrics port (`--metrics-port P`, `[metrics] bind, port`): Prometheus metrics and the
+status page, read-only, from one snapshot of the broker (core/snapshot.py) taken per request.
+
+    GET /                    the status page (ports/status_page.py): no external assets
+    GET /api/overview        what the page shows, as JSON: the snapshot and the process
+    GET /metrics             RabbitMQ's series, aggregated (ports/metrics.py)
+    GET /metrics/per-object  ... with each queue's {vhost, queue} labels, and hutch's per stream
+
+When the broker's users come from its config (a [users] table or a definitions file), every
+request needs HTTP basic auth as a user tagged `monitoring` or `administrator`, as RabbitMQ's
+management and Prometheus plugins ask; with no users configured (guest alone) it needs none.
+Loaded only when the port is configured, on a board as on a host.
+"""
+
+import binascii
+import json
+import sys
+
+from ..core import snapshot as broker_snapshot
+from ..ports import metrics
+from ..ports.http import HttpListener
+from .runtime import StartError
+
+TAGS = ("monitoring", "administrator")
+TEXT = "text/plain; version=0.0.4; charset=utf-8"
+JSON = "application/json"
+CHALLENGE = ('WWW-Authenticate: Basic realm="hutch"',)
+
+
+class Monitoring:
+    def __init__(self, broker, auth_required):
+        self.broker = broker
+        self.auth_required = auth_required
+
+    def handle(self, path, headers):
+        """(status, content type, body, extra header lines) for a GET of path."""
+        if self.auth_required:
+            refusal = self._refused(headers.get("authorization"))
+            if refusal is not None:
+                return 401, "text/plain; charset=utf-8", refusal.encode() + b"\n", CHALLENGE
+        path = path.split("?", 1)[0]
+        if path == "/":
+            from ..ports.status_page import PAGE
+
+            return 200, "text/html; charset=utf-8", PAGE, ()
+        snap = broker_snapshot.snapshot(self.broker)
+        if path == "/metrics" or path == "/metrics/per-object":
+            body = metrics.render(snap, process_figures(), per_object=path.endswith("per-object"))
+            return 200, TEXT, body.encode(), ()
+        if path == "/api/overview":
+            # at_ms: the broker's clock, so a reader's rates are per second of the broker's time
+            overview = {"broker": snap, "process": process_figures(), "at_ms": self.broker.now}
+            return 200, JSON, json.dumps(overview).encode(), ()
+        return 404, "text/plain; charset=utf-8", b"not found\n", ()
+
+    def _refused(self, authorization):
+        """None for a user who may look, else why not (said to the client, who knows the user)."""
+        if not authorization or not authorization.startswith("Basic "):
+            return "log in as a user tagged monitoring or administrator"
+        try:
+            user, _, password = binascii.a2b_base64(authorization[6:].strip()).decode().partition(":")
+        except (ValueError, UnicodeError):
+            return "malformed basic credentials"
+        users = self.broker.users
+        if users.check(user, password, True) is not None:
+            return "wrong user name or password"
+        if not any(tag in TAGS for tag in users.tags.get(user, ())):
+            return "user '%s' is not tagged monitoring or administrator" % user
+        return None
+
+
+def process_figures():
+    """What the snapshot cannot know: the process's memory and descriptors (Linux), or a board's
+    heap (MicroPython)."""
+    if sys.implementation.name == "micropython":
+        import gc
+
+        return {"heap_free_bytes": gc.mem_free(), "heap_used_bytes": gc.mem_alloc()}
+    import os
+
+    figures = {}
+    try:
+        with open("/proc/self/statm") as f:
+            figures["resident_memory_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        figures["open_fds"] = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        pass  # not Linux: the figures are left out
+    return figures
+
+
+def add_options(parser):
+    """`hutch serve --metrics-port` (CPython's command; a board's config has [metrics] port)."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics and the status page on this port (127.0.0.1; default: off)",
+    )
+
+
+def start_settings(table):
+    """[metrics] bind and port (a dict; --metrics-port sets port): (bind, port), or None when no
+    port is set. StartError (exit 2) naming a value that is not one."""
+    port = table.get("port")
+    if port is None:
+        return None
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise StartError("[metrics] port must be a number from 0 to 65535, not %r" % (port,), 2)
+    bind = table.get("bind", "127.0.0.1")
+    if not isinstance(bind, str):
+        raise StartError("[metrics] bind must be an address, not %r" % (bind,), 2)
+    return bind, port
+
+
+def users_configured(users):
+    """Whether the config names users ([users], a definitions file): then a request logs in.
+    The built-in guest alone (no users in the config) needs no login, as it needs none for AMQP
+    from this machine."""
+    from ..core.auth import hash_password
+
+    default_guest = hash_password("guest", b"hutc")  # core/auth.py Users' own, without a config
+    return set(users.hashes) != {"guest"} or users.hashes["guest"] != default_guest
+
+
+async def start(runtime, table):
+    """The metrics port: a listener among the others (ports/http.py), stopped with them.
+    StartError (exit 1) if its port cannot be had."""
+    chosen = start_settings(table)
+    if chosen is None:
+        return
+    bind, port = chosen
+    handle = Monitoring(runtime.broker, users_configured(runtime.broker.users)).handle
+    listener = HttpListener(runtime, handle, bind, port)
+    try:
+        await listener.start()
+    except OSError as e:
+        for opened in runtime.listeners:
+            opened.close()
+            await opened.abort()
+        raise StartError("cannot listen on %s:%d: %s" % (bind, port, getattr(e, "strerror", None) or e), 1)
+    runtime.listeners.append(listener)
+    runtime.log("info", "serving metrics and the status page on http://%s:%d/" % (bind, port))
