@@ -22,14 +22,14 @@ class HttpListener:
     def __init__(self, runtime, handle, bind, port):
         self.runtime = runtime
         self.handle = handle
-        self.bind = bind
+        self.host = bind
         self.port = port
         self.server = None
         self.clients = set()  # writers of requests being answered
         self.tls = None  # (a listener's attribute the runtime reads: plain HTTP)
 
     async def start(self):
-        self.server = await asyncio.start_server(self._client, self.bind, self.port)
+        self.server = await asyncio.start_server(self._client, self.host, self.port)
 
     async def _client(self, reader, writer):
         self.clients.add(writer)

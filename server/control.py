@@ -27,7 +27,18 @@ class Control:
         self.broker = runtime.broker
         self.folder = data_folder
         self.config_users = set(config_users)  # names the config file defines
-        self.commands = {"export": self.export, "import": self.import_definitions}
+        self.commands = {
+            "export": self.export,
+            "import": self.import_definitions,
+            "list": self.list,
+            "purge": self.purge,
+            "delete": self.delete,
+            "close-connection": self.close_connection,
+            "add-user": self.add_user,
+            "set-permissions": self.set_permissions,
+            "delete-user": self.delete_user,
+            "ping": self.ping,
+        }
 
     def handle(self, request):
         if self.runtime.stop_event.is_set():  # shutting down: the journal may be closing
@@ -38,6 +49,129 @@ class Control:
                 "error": "unknown command '%s' (known: %s)" % (request["command"], ", ".join(sorted(self.commands)))
             }
         return command(request)
+
+    def ping(self, request):
+        return {
+            "pid": os.getpid(),
+            "listeners": [[listener.host, listener.port] for listener in self.runtime.listeners],
+        }
+
+    def list(self, request):
+        from . import listing
+
+        kind = request.get("kind")
+        if kind not in listing.KINDS:
+            return {"error": "cannot list '%s' (one of: %s)" % (kind, ", ".join(listing.KINDS))}
+        rows = listing.rows(kind, self.broker)
+        columns = request.get("columns") or list(listing.DEFAULT[kind])
+        known = set(rows[0]) if rows else set(listing.COLUMNS[kind])
+        unknown = [c for c in columns if c not in known]
+        if unknown:
+            return {
+                "error": "no such column for %s: %s (known: %s)" % (kind, ", ".join(unknown), ", ".join(sorted(known)))
+            }
+        return {"columns": columns, "rows": [[row.get(c) for c in columns] for row in rows]}
+
+    def purge(self, request):
+        from ..codec.spec import QUEUE_PURGE
+        from ..core import topology
+
+        def purge():
+            return {"purged": topology.purge_queue(self.broker, None, request["name"].encode(), QUEUE_PURGE)}
+
+        return _as_answer(purge)
+
+    def delete(self, request):
+        from ..codec.spec import QUEUE_DELETE
+        from ..core import topology
+
+        name = request["name"].encode()
+        if request.get("kind") == "queue":
+            if name not in self.broker.queues:
+                return {"error": "no queue '%s' in vhost '/'" % request["name"]}
+            return _as_answer(
+                lambda: {"messages": topology.delete_queue_named(self.broker, None, name, False, False, QUEUE_DELETE)}
+            )
+        if request.get("kind") == "exchange":
+            if self.broker.exchange(name) is None:
+                return {"error": "no exchange '%s' in vhost '/'" % request["name"]}
+            return _as_answer(lambda: topology.delete_exchange_named(self.broker, None, name, False) or {"deleted": 1})
+        return {"error": "delete what: queue or exchange, not '%s'" % request.get("kind")}
+
+    def close_connection(self, request):
+        for conn in list(self.broker.connections):
+            if conn.name == request["name"]:
+                from ..codec.spec import CONNECTION_FORCED
+
+                conn.close(CONNECTION_FORCED, "CONNECTION_FORCED - %s" % request.get("reason", "closed by hutch ctl"))
+                return {"closed": conn.name}
+        return {"error": "no connection '%s' (hutch ctl list connections name)" % request["name"]}
+
+    def add_user(self, request):
+        from ..core.auth import hash_password
+
+        name = request["name"]
+        refused = self._config_user(name)
+        if refused or name in self.broker.users.hashes:
+            return {"error": refused or "user '%s' already exists" % name}
+        return self._keep_user(name, hash_password(request["password"], os.urandom(4)), request.get("tags") or [], None)
+
+    def set_permissions(self, request):
+        name = request["name"]
+        users = self.broker.users
+        refused = self._config_user(name)
+        if refused or name not in users.hashes:
+            return {"error": refused or "no user '%s'" % name}
+        patterns = (request["configure"], request["write"], request["read"])
+        for pattern in patterns:
+            error = _bad_pattern(pattern)
+            if error:
+                return {"error": error}
+        return self._keep_user(name, users.hashes[name], users.tags.get(name, []), patterns)
+
+    def delete_user(self, request):
+        name = request["name"]
+        users = self.broker.users
+        refused = self._config_user(name)
+        if refused or name not in users.hashes:
+            return {"error": refused or "no user '%s'" % name}
+        for table in (users.hashes, users.tags, users.permissions or {}):
+            table.pop(name, None)
+        try:
+            forget_user(self.folder, name)
+        except (OSError, ValueError) as e:
+            return {
+                "error": "user '%s' deleted until the broker stops, not in %s: %s" % (name, users_path(self.folder), e)
+            }
+        return {"deleted": name}
+
+    def _config_user(self, name):
+        if name in self.config_users:
+            return "user '%s' is one of the broker's config: change it there" % name
+        return None
+
+    def _keep_user(self, name, password_hash, tags, patterns):
+        """A user added or changed at run time: in use at once, and kept in DATA/users.json."""
+        entry = {"name": name, "password_hash": password_hash, "hashing_algorithm": definitions.SHA256, "tags": tags}
+        data = {"users": [entry], "permissions": []}
+        if patterns is not None:
+            configure, write, read = patterns
+            data["permissions"].append(dict(user=name, vhost="/", configure=configure, write=write, read=read))
+        else:
+            allowed, granted = self.broker.users.access(name)
+            if name in self.broker.users.hashes and allowed:  # its permissions stay as they were
+                p = granted.patterns if granted is not None else (".*", ".*", ".*")
+                data["permissions"].append(dict(user=name, vhost="/", configure=p[0], write=p[1], read=p[2]))
+        users = definitions.parse(data).users(self.broker.users.loopback_users)
+        self.broker.users.merge(users)
+        try:
+            save_users(self.folder, users)
+        except (OSError, ValueError) as e:
+            return {
+                "error": "user '%s' in use until the broker stops, not kept in %s: %s"
+                % (name, users_path(self.folder), e)
+            }
+        return {"user": name}
 
     def export(self, request):
         return {"definitions": definitions.export(self.broker, self.broker.users)}
@@ -75,6 +209,26 @@ class Control:
         }
 
 
+def _as_answer(action):
+    """action()'s answer, or the broker's refusal of it (a ChannelException's text) as the error."""
+    from ..codec.errors import ChannelException
+
+    try:
+        return action()
+    except ChannelException as e:
+        return {"error": e.text}
+
+
+def _bad_pattern(pattern):
+    import re
+
+    try:
+        re.compile(pattern)
+    except (re.error, TypeError) as e:
+        return "not a regular expression: %r (%s)" % (pattern, e)
+    return None
+
+
 def _drop_user(parsed, name):
     for table in (parsed.hashes, parsed.tags, parsed.permissions, parsed.topics):
         table.pop(name, None)
@@ -95,14 +249,28 @@ def save_users(folder, users):
     export = definitions.export_users(users)
     for key in _NAME:
         out[key].extend(export[key])
-    with open(path + ".tmp", "w") as f:
-        json.dump(out, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    _write(path, out)
 
 
 _NAME = {"users": "name", "permissions": "user", "topic_permissions": "user"}
+
+
+def forget_user(folder, name):
+    """Take a user out of DATA/users.json (if it is there)."""
+    path = users_path(folder)
+    kept = _read(path)
+    if kept is None:
+        return
+    out = {key: [entry for entry in kept.get(key, []) if entry.get(_NAME[key]) != name] for key in _NAME}
+    _write(path, out)
+
+
+def _write(path, data):
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
 
 
 def load_users(folder, loopback_users):

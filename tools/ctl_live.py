@@ -1,8 +1,17 @@
 """The `hutch ctl` commands that ask the running broker, over its control socket in the data
 folder (ports/control_socket.py, answered by server/control.py):
 
+    hutch ctl list KIND [COLUMN ...] [--json]   queues, exchanges, bindings, connections,
+                                                channels, consumers, streams, bridges, users
+    hutch ctl purge QUEUE | delete queue|exchange NAME | close-connection NAME REASON
+    hutch ctl add-user NAME PASSWORD [--tags T,...] | set-permissions NAME CONF WRITE READ
+    hutch ctl delete-user NAME
+    hutch ctl ping | check-running | check-port-connectivity   (rabbitmq-diagnostics' checks)
     hutch ctl export [FILE] [--data DIR]   the broker's definitions, RabbitMQ's JSON
     hutch ctl import FILE [--data DIR]     load definitions (RabbitMQ's JSON) into it
+
+Each takes --data DIR (default ./hutch-data). Column names are rabbitmqctl's. A command that
+cannot be done says why in one line and exits 1; a health check exits 0 when healthy.
 
 `export` writes what `rabbitmqctl import_definitions` loads; `import` takes what `rabbitmqctl
 export_definitions` writes. What hutch has no counterpart for (other virtual hosts, policies,
@@ -19,6 +28,50 @@ PARTIAL = 3  # the exit status of an import that left something out
 
 
 def add_options(commands, data_option):
+    listed = commands.add_parser(
+        "list", help="queues, exchanges, bindings, ... of the running broker (rabbitmqctl's columns)"
+    )
+    listed.add_argument(
+        "kind", help="queues, exchanges, bindings, connections, channels, consumers, streams, bridges, users"
+    )
+    listed.add_argument("columns", nargs="*", help="the columns to show (default: rabbitmqctl's)")
+    listed.add_argument("--json", action="store_true", help="print one JSON object per row, in a list")
+    data_option(listed)
+    listed.set_defaults(run=list_command)
+    for name, help_text, arguments, make in (
+        ("purge", "drop the ready messages of a queue", ("queue",), lambda a: {"name": a.queue}),
+        ("delete", "delete a queue or an exchange", ("kind", "name"), lambda a: {"kind": a.kind, "name": a.name}),
+        (
+            "close-connection",
+            "close a client's connection (320 CONNECTION_FORCED with the reason)",
+            ("connection", "reason"),
+            lambda a: {"name": a.connection, "reason": a.reason},
+        ),
+        ("add-user", "add a user (kept in DATA/users.json)", ("user", "password"), None),
+        (
+            "set-permissions",
+            "set a user's configure, write and read patterns on /",
+            ("user", "configure", "write", "read"),
+            lambda a: {"name": a.user, "configure": a.configure, "write": a.write, "read": a.read},
+        ),
+        ("delete-user", "delete a user added with hutch ctl", ("user",), lambda a: {"name": a.user}),
+    ):
+        command = commands.add_parser(name, help=help_text)
+        for argument in arguments:
+            command.add_argument(argument)
+        if name == "add-user":
+            command.add_argument("--tags", default="", help="comma-separated tags (monitoring, administrator, ...)")
+            make = lambda a: {"name": a.user, "password": a.password, "tags": [t for t in a.tags.split(",") if t]}  # noqa: E731
+        data_option(command)
+        command.set_defaults(run=change_command, control=name, make=make)
+    for name, help_text in (
+        ("ping", "whether the broker answers (exit 0) or not"),
+        ("check-running", "whether the broker runs and serves (exit 0) or not"),
+        ("check-port-connectivity", "whether every listener accepts a TCP connection (exit 0) or not"),
+    ):
+        command = commands.add_parser(name, help=help_text)
+        data_option(command)
+        command.set_defaults(run=check_command, check=name)
     export = commands.add_parser(
         "export", help="the running broker's users, permissions, exchanges, queues and bindings (RabbitMQ's JSON)"
     )
@@ -88,3 +141,69 @@ def import_command(args):
     for line in answer["errors"]:
         print("not done: %s" % line)
     return PARTIAL if answer["left_out"] or answer["errors"] else 0
+
+
+def list_command(args):
+    answer = ask(args.data, "list", kind=args.kind, columns=args.columns)
+    if answer is None:
+        return 1
+    columns, rows = answer["columns"], answer["rows"]
+    if args.json:
+        print(json.dumps([dict(zip(columns, row)) for row in rows], indent=1))
+        return 0
+    cells = [columns] + [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip())
+    return 0
+
+
+def _cell(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return "" if value is None else str(value)
+
+
+def change_command(args):
+    answer = ask(args.data, args.control, **args.make(args))
+    if answer is None:
+        return 1
+    done = {
+        "purge": lambda: "purged %d messages from queue '%s'" % (answer["purged"], args.queue),
+        "delete": lambda: "deleted %s '%s'" % (args.kind, args.name),
+        "close-connection": lambda: "closed connection %s" % args.connection,
+        "add-user": lambda: "added user '%s'" % args.user,
+        "set-permissions": lambda: "set permissions of user '%s'" % args.user,
+        "delete-user": lambda: "deleted user '%s'" % args.user,
+    }
+    print(done[args.control]())
+    return 0
+
+
+def check_command(args):
+    """rabbitmq-diagnostics' checks: one line, exit 0 when healthy, 1 when not."""
+    answer = ask(args.data, "ping")
+    if answer is None:
+        return 1
+    if args.check == "ping":
+        print("ping succeeded: pid %d" % answer["pid"])
+        return 0
+    if args.check == "check-running":
+        print("the broker runs (pid %d) with %d listeners" % (answer["pid"], len(answer["listeners"])))
+        return 0 if answer["listeners"] else 1
+    import socket
+
+    failed = []
+    for host, port in answer["listeners"]:
+        address = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+        try:
+            socket.create_connection((address, port), timeout=5).close()
+        except OSError as e:
+            failed.append("%s:%d (%s)" % (host, port, e.strerror or e))
+    if failed:
+        print("hutch ctl check-port-connectivity: no connection to %s" % ", ".join(failed), file=sys.stderr)
+        return 1
+    print("every listener accepts connections: %s" % ", ".join("%s:%d" % (h, p) for h, p in answer["listeners"]))
+    return 0

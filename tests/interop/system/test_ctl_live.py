@@ -1,0 +1,145 @@
+"""`hutch ctl` asking the running broker over its control socket: `list` beside `rabbitmqctl
+list_*` for the same topology made by the same pika script on both brokers; purge, delete,
+close-connection and users, each seen by a client; the health checks; and one line with exit 1
+for whatever cannot be done."""
+
+import json
+import os
+import subprocess
+
+import pika
+import pytest
+from brokers import BIN, RunningBroker, pika_connection, pump_until, wait_until
+from differential import fresh
+
+HUTCH = os.path.join(BIN, "hutch")
+
+
+def ctl(broker, *args):
+    return subprocess.run([HUTCH, "ctl", *args, "--data", broker.data], capture_output=True, text=True, timeout=60)
+
+
+def hutch_list(broker, kind, *columns):
+    done = ctl(broker, "list", kind, *columns, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def rabbitmq_list(rabbitmq, kind, *columns):
+    done = subprocess.run(
+        [rabbitmq.CTL, "list_" + kind, *columns, "--formatter", "json"],
+        env=rabbitmq.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def topology(target, prefix):
+    """The same on both brokers: two queues, one with 3 ready and 2 unacked to a consumer with a
+    prefetch of 2, a topic exchange bound to one of them."""
+    connection = pika_connection(target)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(prefix + "work", durable=True)
+    channel.queue_declare(prefix + "idle")
+    channel.exchange_declare(prefix + "sensors", "topic", durable=True)
+    channel.queue_bind(prefix + "work", prefix + "sensors", "site.#")
+    for n in range(5):
+        channel.basic_publish("", prefix + "work", b"%d" % n)
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=2)
+    got = []
+    consumer.basic_consume(prefix + "work", lambda ch, method, props, body: got.append(method.delivery_tag))
+    pump_until(connection, lambda: len(got) == 2)
+    return connection
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_list_shows_what_rabbitmqctl_shows(broker, rabbitmq):
+    prefix = fresh("ctl") + "-"
+    connections = [topology(target, prefix) for target in (broker, rabbitmq)]
+    try:
+
+        def mine(rows, key):
+            return sorted((row for row in rows if str(row[key]).startswith(prefix)), key=json.dumps)
+
+        def both(kind, key, *columns):
+            ours = mine(hutch_list(broker, kind, *columns), key)
+            theirs = mine(rabbitmq_list(rabbitmq, kind, *columns), key)
+            return ours, theirs
+
+        columns = ("name", "messages_ready", "messages_unacknowledged", "messages", "consumers", "durable")
+        queues = wait_until(lambda: (lambda o, t: o == t and o)(*both("queues", "name", *columns)), what="queues")
+        assert [q["messages_ready"] for q in queues] == [0, 3]  # idle, work
+        exchanges = both("exchanges", "name", "name", "type", "durable", "auto_delete", "internal")
+        assert exchanges[0] == exchanges[1] and exchanges[0][0]["type"] == "topic"
+        keys = ("source_name", "source_kind", "destination_name", "destination_kind", "routing_key")
+        bindings = both("bindings", "destination_name", *keys)
+        assert bindings[0] == bindings[1] and len(bindings[0]) == 3  # two default, one topic
+        consumers = both("consumers", "queue_name", "queue_name", "ack_required", "prefetch_count", "active")
+        assert consumers[0] == consumers[1] and consumers[0][0]["prefetch_count"] == 2
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+def test_changes_a_client_sees_and_users_that_stay(tmp_path):
+    broker = RunningBroker([HUTCH, "serve"], tmp_path).start()
+    try:
+        client = pika_connection(broker)
+        channel = client.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("jobs")
+        for _ in range(4):
+            channel.basic_publish("", "jobs", b"j")
+        done = ctl(broker, "purge", "jobs")
+        assert done.returncode == 0 and done.stdout == "purged 4 messages from queue 'jobs'\n", done
+        assert channel.queue_declare("jobs", passive=True).method.message_count == 0
+        assert ctl(broker, "delete", "queue", "jobs").returncode == 0
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            channel.queue_declare("jobs", passive=True)
+        name = hutch_list(broker, "connections", "name")[0]["name"]
+        assert ctl(broker, "close-connection", name, "maintenance window").returncode == 0
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            pump_until(client, lambda: False, timeout=10)
+        assert (closed.value.reply_code, closed.value.reply_text) == (320, "CONNECTION_FORCED - maintenance window")
+
+        assert ctl(broker, "add-user", "dana", "d-pw", "--tags", "monitoring").returncode == 0
+        assert ctl(broker, "set-permissions", "dana", "^dana-", "^dana-", "^dana-").returncode == 0
+        as_dana = pika.ConnectionParameters("127.0.0.1", broker.port, credentials=pika.PlainCredentials("dana", "d-pw"))
+        dana = pika.BlockingConnection(as_dana)
+        dana.channel().queue_declare("dana-q")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            dana.channel().queue_declare("other")
+        assert refused.value.reply_code == 403
+        dana.close()
+        assert {"user": "dana", "tags": ["monitoring"]} in hutch_list(broker, "users")
+
+        broker.stop()
+        broker.start()  # dana was kept in DATA/users.json
+        pika.BlockingConnection(as_dana).close()
+        assert ctl(broker, "delete-user", "dana").returncode == 0
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(as_dana)
+
+        for args, line in (
+            (("purge", "nope"), "hutch ctl purge: NOT_FOUND - no queue 'nope' in vhost '/'"),
+            (("delete", "exchange", "amq.direct"), "deletion of system exchange 'amq.direct' in vhost '/' not allowed"),
+            (("delete", "queue", "nope"), "hutch ctl delete: no queue 'nope' in vhost '/'"),
+            (("close-connection", "1.2.3.4:5", "x"), "hutch ctl close-connection: no connection '1.2.3.4:5'"),
+            (("add-user", "guest", "x"), "user 'guest' is one of the broker's config: change it there"),
+            (("set-permissions", "nobody", ".*", ".*", ".*"), "hutch ctl set-permissions: no user 'nobody'"),
+            (("list", "queues", "bogus"), "hutch ctl list: no such column for queues: bogus"),
+        ):
+            done = ctl(broker, *args)
+            assert done.returncode == 1 and line in done.stderr and done.stderr.count("\n") == 1, (args, done)
+        for check in ("ping", "check-running", "check-port-connectivity"):
+            assert ctl(broker, check).returncode == 0
+    finally:
+        broker.stop()
+    for check in ("ping", "check-running", "check-port-connectivity"):
+        done = ctl(broker, check)
+        assert done.returncode == 1 and "no broker runs there" in done.stderr, done.stderr
