@@ -25,6 +25,8 @@ RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
 CHROMIUM := /usr/bin/chromium
 # Debian's prometheus, for its promtool: the tests check the metrics endpoint's text with it
 PROMTOOL := /usr/bin/promtool
+# systemd's systemd-analyze: the tests check the unit hutch install-service writes with it
+SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -35,7 +37,7 @@ serve: $(SERVE_INSTALLED)
 	@echo "            (or: export PATH=\"$$PWD/$(BIN):\$$PATH\"), then hutch serve --help"
 	$(BIN)/hutch serve $(ARGS)
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) lint
 	$(BIN)/python -m pytest $(ARGS)
 
 # The tests that need no process but pytest's: the core (also run under micropython by make
@@ -57,7 +59,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +90,9 @@ $(CHROMIUM):
 
 $(PROMTOOL):
 	$(APT_INSTALL) prometheus || ($(SUDO) apt-get update -q && $(APT_INSTALL) prometheus)
+
+$(SYSTEMD_ANALYZE):
+	$(APT_INSTALL) systemd || ($(SUDO) apt-get update -q && $(APT_INSTALL) systemd)
 
 clean:
 	rm -rf $(VENV) tests/node/node_modules hutch-data site

@@ -1,14 +1,18 @@
-"""What a broker on CPython runs for `hutch ctl` beside its listeners: DATA/status.json every two
-seconds (ports/status_file.py), the control socket (ports/control_socket.py, answered by
-server/control.py), and the users an earlier `hutch ctl import` kept (DATA/users.json). A board
+"""What a broker on CPython runs beside its listeners: DATA/status.json every two seconds
+(ports/status_file.py), the control socket (ports/control_socket.py, answered by
+server/control.py), the users an earlier `hutch ctl import` kept (DATA/users.json), and what
+systemd is told (ports/systemd.py: READY=1 once every listener accepts, the watchdog). A board
 runs none of it (server/startup.py host_services), and its bundle leaves this module out.
 
     services = await HostServices(folder, runtime).start()   # before the listeners open
     services.stop()                                           # the runtime's last step
 """
 
+import asyncio
+
 from ..ports.control_socket import ControlSocket
 from ..ports.status_file import StatusWriter
+from ..ports.systemd import Notifier
 from .control import Control, load_users
 
 
@@ -18,6 +22,8 @@ class HostServices:
         self.runtime = runtime
         self.status = StatusWriter(folder, runtime.broker, runtime.log)
         self.control = None
+        self.notify = None
+        self.ready_task = None
 
     async def start(self):
         users = self.runtime.broker.users
@@ -32,9 +38,26 @@ class HostServices:
             self.runtime.log(
                 "warning", "no control socket in %s (hutch ctl cannot reach this broker): %s" % (self.folder, e)
             )
+        self.notify = Notifier.from_environment()
+        self.notify.send("STATUS=journal recovered; opening the listeners")
+        self.ready_task = asyncio.get_running_loop().create_task(self._ready())
         return self
 
+    async def _ready(self):
+        """READY=1 once the runtime ticks: start-up is over and every listener accepts. Then the
+        watchdog's pings, while it ticks."""
+        runtime = self.runtime
+        while not runtime.ticking:
+            if runtime.stop_event.is_set():
+                return
+            await asyncio.sleep(0.01)  # the polling interval: start-up ends within the same turn or so
+        listeners = ", ".join("%s:%d" % (listener.host, listener.port) for listener in runtime.listeners)
+        self.notify.send("READY=1", "STATUS=serving on %s" % listeners)
+        await self.notify.keep_alive(lambda: runtime.ticking)
+
     def stop(self):
+        if self.ready_task is not None:
+            self.ready_task.cancel()
         if self.control is not None:
             self.control.stop()
         self.status.stop()  # what the broker left: `hutch ctl status` shows it as such

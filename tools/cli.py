@@ -5,6 +5,8 @@ hutch passwd [--password PW]     print a password hash for the config file
 hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
 hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N | --spark N]   benchmark hutch (and RabbitMQ, Spark)
 hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
+hutch ctl list queues|... , purge, delete, ... , import, export   ask the running broker (tools/ctl_live.py)
+hutch install-service [--root DIR]   hutch as a systemd service
 hutch pipeline --uri URI --streams A,B --output DIR --checkpoint DIR [--trigger available-now|processing=10s]
                  [--window "1 minute"] [--watermark "10 minutes"] [--schema DDL | --schema-file FILE]
                  [--starting-offsets earliest|latest|JSON] [--max-offsets-per-trigger N] [--master URL]
@@ -18,6 +20,7 @@ Each command's module is imported only when that command runs: `hutch serve` loa
 benchmark, board or Spark code.
 """
 
+import os
 import sys
 
 # hashlib would load OpenSSL's _hashlib (with ssl, 4.5 MB of resident memory, a fifth of an idle
@@ -48,6 +51,11 @@ COMMANDS = {
         "look at a broker's data folder (running or not)",
         "hutch.tools.ctl",
     ),
+    "install-service": (
+        "install hutch as a systemd service (a hardened Type=notify unit, its own user)",
+        "write a systemd unit, a sysusers.d entry and /etc/hutch/hutch.toml (under --root DIR if given)",
+        "hutch.tools.install_service",
+    ),
     # listed for --help only: main() hands these to hutch.spark before any parsing
     "pipeline": ("sensor readings from stream queues to per-window aggregates in Parquet (Spark)", None, None),
     "plot": ("draw what `hutch pipeline` wrote, per sensor over time (to a PNG)", None, None),
@@ -74,8 +82,10 @@ def cmd_serve(args):
     from ..server import serve
 
     try:
+        # under systemd (JOURNAL_STREAM) the journal stamps each line: no time of our own
+        journald = os.environ.get("JOURNAL_STREAM") and opts["log_file"] is None
         logging.basicConfig(
-            format="%(asctime)s %(levelname)s %(message)s",
+            format="%(levelname)s %(message)s" if journald else "%(asctime)s %(levelname)s %(message)s",
             level=getattr(logging, opts["log_level"].upper()),
             filename=opts["log_file"],  # (None: standard error)
         )
@@ -83,7 +93,11 @@ def cmd_serve(args):
         print("hutch: cannot write the log file %s: %s" % (opts["log_file"], e.strerror or e), file=sys.stderr)
         return 1
     _tune_gc()
-    return serve.run(opts, _stop_on_signals)
+    from ..ports.systemd import Notifier
+
+    notify = Notifier.from_environment()  # (does nothing outside a systemd notify service)
+    notify.send("STATUS=starting: recovering the journal")
+    return serve.run(opts, lambda stop: _stop_on_signals(stop, notify))
 
 
 # Young objects between collections of the youngest generation (CPython's default: 700).
@@ -104,14 +118,19 @@ def _tune_gc():
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def _stop_on_signals(stop):
-    """SIGINT and SIGTERM stop the broker cleanly: every client gets 320 first."""
+def _stop_on_signals(stop, notify):
+    """SIGINT and SIGTERM stop the broker cleanly: every client gets 320 first (and systemd
+    hears STOPPING=1)."""
     import asyncio
     import signal
 
+    def stopping():
+        notify.send("STOPPING=1", "STATUS=stopping: closing the connections")
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopping)
 
 
 def cmd_passwd(args):
