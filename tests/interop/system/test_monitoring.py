@@ -5,6 +5,7 @@ opened in headless Chromium, shows the same figures; with users configured, only
 monitoring or administrator may look."""
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,8 @@ import urllib.error
 import urllib.request
 
 import pika
-from brokers import BIN, RunningBroker, free_port, wait_until
+from brokers import BIN, RunningBroker, free_port, interrupt, wait_until
+from micropython_env import micropython, serve_env
 
 HUTCH = os.path.join(BIN, "hutch")
 PROMTOOL = "/usr/bin/promtool"
@@ -187,6 +189,18 @@ def test_metrics_under_load_are_clean_and_at_rest_equal_what_the_clients_did(tmp
             count = channel.queue_declare(queue, passive=True).method.message_count
             assert seen[("rabbitmq_queue_messages_ready", label)] == count, queue
         assert 'queue="we\\"ird\\\\queue\\nname"' in per_object
+        # and what hutch ctl list queues says
+        listed = subprocess.run(
+            [HUTCH, "ctl", "list", "queues", "name", "messages_ready", "--json", "--data", broker.data],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for row in json.loads(listed.stdout):
+            label = '{vhost="/",queue="%s"}' % row["name"].replace("\\", "\\\\").replace('"', '\\"').replace(
+                "\n", "\\n"
+            )
+            assert seen[("rabbitmq_queue_messages_ready", label)] == row["messages_ready"], row
         setup.close()
     finally:
         broker.stop()
@@ -289,3 +303,24 @@ def test_a_metrics_port_that_cannot_be_had_is_one_line(tmp_path):
         assert second.returncode == 1 and "cannot listen on 127.0.0.1:%s" % port in second.stderr, second.stderr
     finally:
         first.stop()
+
+
+def test_a_micropython_broker_serves_its_heap(tmp_path):
+    """The same endpoint on MicroPython (its asyncio streams), with the board's heap figures; the
+    config as JSON, as a board reads it."""
+    port = free_port()
+    config = tmp_path / "hutch.json"
+    config.write_text('{"metrics": {"port": %d}}' % port)
+    board = RunningBroker(
+        [micropython(), "-m", "hutch.server.serve", "--config", str(config)], tmp_path, env=serve_env(tmp_path)
+    ).start()
+    try:
+        wait_until(lambda: "serving metrics" in board.log(), what="the metrics port")
+        _status, _type, text = get("http://127.0.0.1:%d/metrics" % port)
+        assert promtool(text) == (0, "")
+        seen = series(text)
+        assert seen[("hutch_heap_free_bytes", "")] > 0 and seen[("hutch_heap_used_bytes", "")] > 0
+        assert seen[("rabbitmq_connections", "")] == 0
+    finally:
+        assert interrupt(board) == 0
+        board.stop()
