@@ -184,6 +184,14 @@ class Connection:
             self.pending = bytes(data[pos:])
         self.flush_confirms()
 
+    def read_wanted(self):
+        """How many more octets complete the frame whose start is pending (0: none is): the
+        CPython port reads a large frame's rest at once (ports/tcp_cpython.py)."""
+        pending = self.pending
+        if len(pending) < 7 or self.paused or self.state == AWAIT_HEADER:
+            return 0
+        return (pending[3] << 24 | pending[4] << 16 | pending[5] << 8 | pending[6]) + 8 - len(pending)
+
     def out_of_memory(self):
         """The heap ran out while serving this client (in the core or in its port): say so in
         AMQP terms (506) and give back everything the connection holds."""

@@ -85,6 +85,13 @@ class ProtocolListener(TcpListener):
         self.woken = []  # clients given output meanwhile: flushed before it returns
         self.hang_ups = None  # _HangUps, on Linux, once started
         self.handshaking = set()  # a TLS listener's sockets whose handshake is under way
+        # What every client's read fills (get_buffer), one for them all: each read is copied out
+        # (buffer_updated) before the event loop reads another socket, so an idle client holds
+        # no read buffer of its own.
+        # (another listener's, when server/startup.py hands it on: one for the whole broker)
+        if self.read_buffer is None:
+            self.read_buffer = bytearray(READ_CHUNK)
+        self.read_view = memoryview(self.read_buffer)
 
     def flush_woken(self):
         woken = self.woken
@@ -125,7 +132,10 @@ class ProtocolListener(TcpListener):
 # confirms to send the next messages, waited that long (a bridge forwarding while
 # publishers filled its queue went at 8,000 msg/s where it drains at 22,000). 16 KB is about
 # 100 small publishes; 8 KB cost more per message than it gained (`hutch bench --bridge`).
+# The one exception: the rest of a frame larger than that is read at once, into a buffer of
+# its own (a 64 KiB body in one turn, not five; at most frame_max, 128 KiB), and let go after.
 READ_CHUNK = 16 * 1024
+WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing pauses (see below)
 
 
 class _ClientProtocol(asyncio.BufferedProtocol):
@@ -134,8 +144,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.loop = loop
         self.conn = None
         self.transport = None
-        self.buffer = bytearray(READ_CHUNK)  # what each read fills (get_buffer)
-        self.view = memoryview(self.buffer)  # sliced without a copy; bytes() makes the one copy
+        self.large = None  # the buffer of the rest of a large frame, while one is read
         self.flush_scheduled = False
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
@@ -144,6 +153,10 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport):
         self.transport = transport
+        # asyncio pauses writing above 64 KiB in the socket's send buffer: one 64 KiB delivery
+        # would fill it, and the next wait for the client to read all of it. The broker's own
+        # bound on what waits for a client is the connection's (limits.output_high_water).
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         server = self.server
         host, port = peer_address(transport.get_extra_info("peername"))
         peer = {"address": host, "port": port, "transport": "tcp"}
@@ -174,10 +187,20 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.conn = conn
 
     def get_buffer(self, sizehint):
-        return self.buffer
+        conn = self.conn
+        wanted = conn.read_wanted() if conn is not None and self.greeting is None else 0
+        if wanted > READ_CHUNK:
+            self.large = bytearray(wanted)
+            return self.large
+        return self.server.read_buffer
 
     def buffer_updated(self, nbytes):
-        self.data_received(bytes(self.view[:nbytes]))
+        large = self.large
+        if large is None:  # the listener's buffer: copied out at once (the one copy)
+            self.data_received(bytes(self.server.read_view[:nbytes]))
+            return
+        self.large = None
+        self.data_received(large if nbytes == len(large) else bytes(memoryview(large)[:nbytes]))
 
     def data_received(self, data):
         conn = self.conn

@@ -166,7 +166,7 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
         protocol, bind, port = entry["protocol"], entry["bind"], entry["port"]
         context = tls[i] if tls else None
         listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer, context)
-        read_buffer = listener.read_buffer  # one for every listener's clients (MicroPython)
+        read_buffer = listener.read_buffer  # one for every listener's clients
         try:
             await listener.start()
         except OSError as e:  # most often: the port is taken
