@@ -1,4 +1,15 @@
-"""The place of the AMQP 1.0 front end, beside the 0-9-1 one (hutch.amqp091) and on the same
-broker calls (core/session.py). It holds no code yet: hutch answers a 1.0 protocol header as
-every unknown header is answered. The import contracts (pyproject.toml) already keep it and
-amqp091 apart, and core below both."""
+"""The AMQP 1.0 front end (amqp10/connection.py), beside the 0-9-1 one (amqp091/).
+
+HEADERS      the protocol headers it serves (SASL's, and the plain one it answers with SASL's)
+connection   its connection factory, (broker, peer) -> a Connection, importing it on first use
+"""
+
+HEADERS = (b"AMQP\x03\x01\x00\x00", b"AMQP\x00\x01\x00\x00")
+
+
+def connection(broker, peer):
+    """A 1.0 client's connection (amqp10/connection.py loaded with the first: a broker no 1.0
+    client talks to does not hold it)."""
+    from .connection import Connection
+
+    return Connection(broker, peer)

@@ -15,9 +15,9 @@ from ..amqp091.connection import Connection
 # A listener's protocol, named as RabbitMQ names its listeners ("amqp": AMQP on TCP) -> (what its
 # listener says it serves, the front end of every header not claimed, {header: the front end
 # that claims it}). 0-9-1's takes every header by default: its handshake answers a header it
-# does not speak with its own and hangs up, as RabbitMQ does (amqp091/handshake.py). The AMQP
-# 1.0 front end will claim its two headers (plain and SASL) with one line:
-#     AMQP_CLAIMS[b"AMQP\x00\x01\x00\x00"] = AMQP_CLAIMS[b"AMQP\x03\x01\x00\x00"] = amqp10.Connection
+# does not speak with its own and hangs up, as RabbitMQ does (amqp091/handshake.py). AMQP 1.0
+# claims its two headers on CPython (tools/cli.py: amqp10.HEADERS, amqp10.connection); a board
+# serves 0-9-1 alone and its heap keeps nothing for 1.0.
 AMQP_CLAIMS = {}
 PROTOCOLS = {"amqp": ("AMQP 0-9-1", Connection, AMQP_CLAIMS)}
 

@@ -1,6 +1,7 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
-# the broker's entry point that firmware/main.py starts; all but control.py and host.py, what
-# serves `hutch ctl` (CPython: a board has no hutch ctl).
+# the broker's entry point that firmware/main.py starts; all but control.py, host.py and
+# listing.py, what serves `hutch ctl` (CPython: a board has no hutch ctl). monitoring.py: the
+# metrics port, loaded only when the config has one.
 package(
     "hutch/server",
     files=(
@@ -10,6 +11,7 @@ package(
         "config.py",
         "definitions.py",
         "frontends.py",
+        "monitoring.py",
         "options.py",
         "runtime.py",
         "serve.py",

@@ -71,6 +71,11 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
+    from .. import amqp10
+    from ..server.frontends import AMQP_CLAIMS
+
+    for header in amqp10.HEADERS:  # AMQP 1.0 clients on the AMQP listeners too (CPython)
+        AMQP_CLAIMS[header] = amqp10.connection
     if getattr(args, "metrics_port", None) is not None:  # --metrics-port: [metrics] port
         opts["metrics"] = dict(opts["metrics"] or {}, port=args.metrics_port)
     if not options.needs_tls(opts):

@@ -1,0 +1,70 @@
+"""AMQP 1.0 frames (part 2.3 of the specification): an 8-octet header, then a performative and,
+for a transfer, the message's octets.
+
+    SIZE(4) DOFF(1) TYPE(1) CHANNEL(2) [extended header] PERFORMATIVE [PAYLOAD]
+
+TYPE 0 is an AMQP frame, 1 a SASL frame; DOFF is the header's length in 4-octet words (2 at
+least). A frame with no body is a heartbeat.
+
+    frame(channel, performative_code, fields, payload=b"", sasl=False) -> bytes
+    split(data, pos, max_size) -> (frame or None, position after it)
+"""
+
+import struct
+
+from .types import DecodeError, Described, Ulong, decode, encode
+
+AMQP_FRAME = 0
+SASL_FRAME = 1
+
+
+class Frame:
+    __slots__ = ("kind", "channel", "code", "fields", "payload")
+
+    def __init__(self, kind, channel, code, fields, payload):
+        self.kind = kind  # AMQP_FRAME or SASL_FRAME
+        self.channel = channel
+        self.code = code  # the performative's descriptor code (amqp10/spec.py), None: a heartbeat
+        self.fields = fields  # the performative's fields, a list (trailing ones may be absent)
+        self.payload = payload  # what follows the performative: a transfer's message octets
+
+
+def frame(channel, code, fields, payload=b"", sasl=False):
+    """The octets of one frame: the performative `code` with `fields` (a list; trailing Nones
+    left out, as the specification allows), then payload."""
+    while fields and fields[-1] is None:
+        fields = fields[:-1]
+    body = encode(Described(Ulong(code), list(fields))) + payload
+    return struct.pack(">IBBH", 8 + len(body), 2, SASL_FRAME if sasl else AMQP_FRAME, channel) + body
+
+
+def split(data, pos, max_size):
+    """The frame at pos in data: (Frame, the position after it), or (None, pos) when it has not
+    all arrived. DecodeError for one that is not a frame, or larger than max_size."""
+    if len(data) - pos < 8:
+        return None, pos
+    size, doff, kind, channel = struct.unpack_from(">IBBH", data, pos)
+    if size < 8 or doff < 2 or doff * 4 > size:
+        raise DecodeError("a frame of %d octets with a header of %d: not a frame" % (size, doff * 4))
+    if size > max_size:
+        raise DecodeError("a frame of %d octets is larger than the %d agreed" % (size, max_size))
+    end = pos + size
+    if end > len(data):
+        return None, pos
+    body_at = pos + doff * 4
+    if body_at == end:
+        return Frame(kind, channel, None, None, b""), end
+    performative, at = decode(data, body_at)
+    if type(performative) is not Described or type(performative.descriptor) is not Ulong:
+        raise DecodeError("a frame's body must be a performative (a described list)")
+    fields = performative.value if type(performative.value) is list else []
+    return Frame(kind, channel, performative.descriptor.value, fields, bytes(data[at:end])), end
+
+
+def field(frame, index, default=None):
+    """A performative's field by position (amqp10/spec.py TYPES gives the order); absent or null
+    is the default."""
+    fields = frame.fields
+    if index < len(fields) and fields[index] is not None:
+        return fields[index]
+    return default
