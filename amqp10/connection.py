@@ -4,24 +4,29 @@ server/frontends.py hands it the clients whose protocol header is AMQP 1.0's.
 It has the shape every front end's connection has for its port and the broker (core/session.py:
 feed, take_output, tick, lost, eof, wake, close, name, client, counted, unsettled). What it
 serves today: SASL (PLAIN against the broker's users, ANONYMOUS where the config names an
-anonymous user), open, begin, and links on which a client sends messages: attached to
+anonymous user), open, begin, and links on which a client sends messages, attached to
 RabbitMQ 4's addresses `/queues/NAME`, `/exchanges/NAME/ROUTING-KEY`, `/exchanges/NAME`, or a
 null target with a `to` on each message. Each message goes through the broker's one publish
 path (Broker.admit, Broker.publish) and is settled with RabbitMQ 4's outcomes: accepted once
 every queue has it (a durable one: once the journal has synced), released when no queue took
 it, rejected (with the reason) when a gate refused it. A missing queue or exchange, or an
 address that is not one, is a link error (the attach answered with a null target, then a
-detach with amqp:not-found or amqp:invalid-field); the session and connection go on. Links on
-which a client receives (a source) are refused the same way, amqp:not-implemented.
+detach with amqp:not-found or amqp:invalid-field); the session and connection go on. A client
+receives from `/queues/NAME` on a link whose credit it grants (Receiver: the core's Consumer
+session); its outcomes settle as 0-9-1 acks do (accepted: ack, released: requeue, rejected:
+dead letter, modified: either), and what it holds unsettled when the link ends goes back.
 """
 
 from ..codec.errors import ChannelException
+from ..codec.spec import BASIC_CONSUME
 from ..core.auth import Client, credentials
-from ..core.broker import JOURNALLED, REFUSED, ROUTED
+from ..core.broker import ACCEPT, JOURNALLED, REFUSED, REJECT, REQUEUE, ROUTED
 from ..core.message import Message
+from ..core.queue import Consumer
+from ..core.session import MESSAGE, REDELIVERED
 from . import spec
 from .frames import AMQP_FRAME, field, frame, split
-from .message import NotConvertible, tails, to_parts
+from .message import NotConvertible, from_message, tails, to_parts
 from .types import Array, DecodeError, Described, Symbol, Ubyte, Uint, Ulong, Ushort
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
@@ -101,13 +106,74 @@ class Link:
         self.partial = None  # [delivery id, settled, [payload parts]] while a message comes in frames
 
 
+class Receiver:
+    """A link on which the client receives from a queue: the session of its core Consumer
+    (core/session.py), delivering as its link credit allows."""
+
+    prefetch_global = 0  # (no bound beyond the link's credit)
+
+    def __init__(self, conn, session, handle, name, source, queue, settled):
+        self.conn = conn
+        self.session = session
+        self.handle = handle
+        self.name = name
+        self.source = source
+        self.queue = queue
+        self.settled = settled  # the client asked for pre-settled deliveries (at most once)
+        self.credit = 0
+        self.delivery_count = 0
+        self.consumer_unacked = 0
+        self.consumer = Consumer(self, name.encode() if isinstance(name, str) else name, queue, settled, False, 0)
+
+    def can_deliver(self):
+        return self.credit > 0 and not self.conn.closed
+
+    def deliver(self, consumer, queue, entry):
+        conn = self.conn
+        session = self.session
+        message = entry[MESSAGE]
+        delivery_id = session.next_outgoing_id
+        session.next_outgoing_id += 1
+        self.credit -= 1
+        self.delivery_count += 1
+        if self.settled or message.journal_id:
+            conn.broker.delivered(queue, entry, self.settled)
+        if not self.settled:
+            session.unsettled[delivery_id] = (self, queue, entry)
+            consumer.unacked += 1
+            self.consumer_unacked += 1
+        payload = from_message(message, entry[REDELIVERED])
+        room = conn.max_frame - 64  # (the transfer's own fields take fewer)
+        fields = [Uint(self.handle), Uint(delivery_id), struct_tag(delivery_id), Uint(0), self.settled]
+        while len(payload) > room:  # a message larger than a frame: in parts (more=true)
+            conn._send(frame(session.channel, spec.TRANSFER, fields + [True], payload[:room]))
+            payload = payload[room:]
+            fields = [Uint(self.handle)]
+        conn._send(frame(session.channel, spec.TRANSFER, fields, payload))
+
+    def deliver_records(self, consumer, stream, cursor, room):
+        return 0, None  # (a stream is refused at attach)
+
+    def server_cancel(self, consumer):
+        """The queue was deleted: the link ends, as RabbitMQ 4 ends it."""
+        self.conn._end_receiver(
+            self, error("amqp:resource-deleted", "queue '%s' was deleted" % self.queue.name.decode())
+        )
+
+
+def struct_tag(delivery_id):
+    return delivery_id.to_bytes(4, "big")
+
+
 class Session:
     def __init__(self, conn, channel, remote_channel, next_incoming_id):
         self.conn = conn
         self.channel = channel
         self.remote_channel = remote_channel
         self.next_incoming_id = next_incoming_id
-        self.links = {}  # handle -> Link
+        self.next_outgoing_id = 0
+        self.links = {}  # handle -> Link (the client sends) or Receiver (the client receives)
+        self.unsettled = {}  # delivery id -> (Receiver, queue, entry), until the client settles it
 
 
 class Connection:
@@ -187,9 +253,16 @@ class Connection:
     def eof(self):
         self.lost()
 
+    def _end_links(self, session):
+        for link in list(session.links.values()):
+            if type(link) is Receiver:
+                self._end_receiver(link)
+
     def lost(self):
         if self.closed:
             return
+        for session in self.sessions.values():
+            self._end_links(session)
         self.closed = True
         self.state = CLOSED
         self.broker.connection_gone(self)
@@ -205,7 +278,7 @@ class Connection:
             self.lost()
 
     def unsettled(self):
-        return []
+        return [(queue, entry) for session in self.sessions.values() for _r, queue, entry in session.unsettled.values()]
 
     def notify_blocked(self, reason):
         pass  # (a 1.0 sender is held back by its link credit, not by a notice)
@@ -326,9 +399,8 @@ class Connection:
     def _attach(self, f):
         session = self._session(f)
         name, handle, role = field(f, 0), field(f, 1).value, field(f, 2)
-        if role is True:  # the client receives: not served yet
-            self._send(frame(session.channel, spec.ATTACH, [name, Uint(handle), False, None, None, None, None]))
-            self._detach(session, handle, error("amqp:not-implemented", "receiving over AMQP 1.0 is not served yet"))
+        if role is True:  # the client receives
+            self._attach_receiver(session, f, name, handle)
             return
         target = field(f, 6)
         address = target.value[0] if type(target) is Described and target.value else None
@@ -342,6 +414,40 @@ class Connection:
         link = session.links[handle] = Link(session, handle, name, target, exchange, routing_key)
         self._send(frame(session.channel, spec.ATTACH, [name, Uint(handle), True, None, None, None, target]))
         self._flow(session, link)
+
+    def _attach_receiver(self, session, f, name, handle):
+        source = field(f, 5)
+        address = source.value[0] if type(source) is Described and source.value else None
+        settled = field(f, 3, Ubyte(2)) == Ubyte(1)  # snd-settle-mode settled: at most once
+        try:
+            parts = address.split("/") if isinstance(address, str) else []
+            if len(parts) != 3 or parts[1] != "queues" or not parts[2]:
+                raise LinkError("amqp:invalid-field", "source address '%s' is not /queues/NAME" % (address,))
+            from ..core import topology
+            from ..core.access import READ
+
+            try:
+                queue = topology.queue_for(self.broker, self.client, _unquote(parts[2]).encode(), READ, BASIC_CONSUME)
+            except ChannelException as e:
+                raise LinkError("amqp:not-found" if e.code == 404 else "amqp:unauthorized-access", e.text)
+            if queue.is_stream:
+                raise LinkError("amqp:not-implemented", "reading a stream over AMQP 1.0 is not served yet")
+            receiver = Receiver(self, session, handle, name, source, queue, settled)
+            try:
+                self.broker.consume(self.client, queue, receiver.consumer, BASIC_CONSUME)
+            except ChannelException as e:
+                raise LinkError("amqp:resource-locked" if e.code == 405 else "amqp:precondition-failed", e.text)
+        except LinkError as e:
+            self._send(frame(session.channel, spec.ATTACH, [name, Uint(handle), False, None, None, None, None]))
+            self._detach(session, handle, error(e.args[0], e.args[1]))
+            return
+        session.links[handle] = receiver
+        mode = Ubyte(1) if settled else Ubyte(0)
+        self._send(
+            frame(
+                session.channel, spec.ATTACH, [name, Uint(handle), False, mode, None, source, None, None, None, Uint(0)]
+            )
+        )
 
     def _flow(self, session, link):
         self._send(
@@ -362,7 +468,26 @@ class Connection:
         link.credit = LINK_CREDIT
 
     def _flow_in(self, f):
-        self._session(f)  # (a sender's flow tells us its delivery count: our credit stands)
+        session = self._session(f)
+        handle = field(f, 4)
+        receiver = session.links.get(handle.value) if handle is not None else None
+        if type(receiver) is not Receiver:
+            return  # (a sender's flow tells us its delivery count: our credit stands)
+        # the credit it grants counts from the delivery count it has seen (2.6.7)
+        count = field(f, 5, Uint(receiver.delivery_count)).value
+        receiver.credit = max(0, count + field(f, 6, Uint(0)).value - receiver.delivery_count)
+        receiver.queue.dispatch()
+        if field(f, 8, False) and receiver.credit:  # drain: what is not used now is given up
+            receiver.delivery_count += receiver.credit
+            receiver.credit = 0
+            self._send(
+                frame(
+                    session.channel,
+                    spec.FLOW,
+                    [Uint(session.next_incoming_id), Uint(SESSION_WINDOW), Uint(session.next_outgoing_id),
+                     Uint(SESSION_WINDOW), Uint(receiver.handle), Uint(receiver.delivery_count), Uint(0), None, True],
+                )
+            )  # fmt: skip
 
     def _transfer(self, f):
         session = self._session(f)
@@ -452,12 +577,61 @@ class Connection:
         self._send(frame(session.channel, spec.DISPOSITION, [True, Uint(delivery_id), None, True, outcome]))
 
     def _disposition(self, f):
-        self._session(f)
+        """The client settles what it received (role receiver): accepted is an ack, released a
+        requeue, rejected a dead letter, modified either (undeliverable-here: dead letter)."""
+        session = self._session(f)
+        if field(f, 0) is not True:
+            return  # (about what it sent: we settle those ourselves)
+        first = field(f, 1).value
+        last = field(f, 2, Uint(first)).value
+        state = field(f, 4)
+        code = state.descriptor.value if type(state) is Described else spec.ACCEPTED
+        if code == spec.ACCEPTED:
+            outcome = ACCEPT
+        elif code == spec.REJECTED:
+            outcome = REJECT
+        elif code == spec.MODIFIED and len(state.value) > 1 and state.value[1] is True:
+            outcome = REJECT
+        else:
+            outcome = REQUEUE
+        touched = []
+        for delivery_id in range(first, last + 1):
+            held = session.unsettled.pop(delivery_id, None)
+            if held is None:
+                continue
+            receiver, queue, entry = held
+            receiver.consumer.unacked -= 1
+            receiver.consumer_unacked -= 1
+            self.broker.settle(queue, [entry], outcome)
+            if queue not in touched:
+                touched.append(queue)
+        for queue in touched:
+            queue.dispatch()
+
+    def _end_receiver(self, receiver, why=None):
+        """A receiving link ends (detached, its session or connection gone, its queue deleted):
+        what it held unsettled goes back to its queue, as a closed 0-9-1 channel's does."""
+        session = receiver.session
+        if session.links.get(receiver.handle) is receiver:
+            del session.links[receiver.handle]
+        if receiver.consumer in receiver.queue.consumers:
+            self.broker.cancel(receiver.consumer, serve_next=False)
+        back = [delivery_id for delivery_id, held in session.unsettled.items() if held[0] is receiver]
+        for delivery_id in back:
+            _receiver, queue, entry = session.unsettled.pop(delivery_id)
+            self.broker.settle(queue, [entry], REQUEUE)
+        if back or receiver.queue.consumers:
+            receiver.queue.dispatch()
+        if why is not None and not self.closed:
+            self._send(frame(session.channel, spec.DETACH, [Uint(receiver.handle), True, why]))
 
     def _detach_in(self, f):
         session = self._session(f)
         handle = field(f, 0).value
-        if session.links.pop(handle, None) is not None:  # (a link we ended already: its answer)
+        link = session.links.get(handle)
+        if type(link) is Receiver:
+            self._end_receiver(link)
+        if session.links.pop(handle, None) is not None or type(link) is Receiver:  # (else: the answer to ours)
             self._send(frame(session.channel, spec.DETACH, [Uint(handle), True]))
 
     def _detach(self, session, handle, why):
@@ -466,6 +640,7 @@ class Connection:
 
     def _end(self, f):
         session = self._session(f)
+        self._end_links(session)
         del self.sessions[session.channel]
         self._send(frame(session.channel, spec.END, []))
 

@@ -22,7 +22,7 @@ import struct
 from ..codec.wire import Timestamp as Seconds
 from ..codec.wire import encode_properties
 from . import spec
-from .types import DecodeError, Described, Symbol, Ulong, _Scalar, decode
+from .types import DecodeError, Described, Symbol, Timestamp, Ubyte, Uint, Ulong, _Scalar, decode, encode
 
 CLASS_BASIC = 60
 FRAME_END = b"\xce"
@@ -133,3 +133,61 @@ def tails(props, body):
     header_tail = struct.pack(">I", len(header)) + header + FRAME_END
     body_tail = struct.pack(">I", len(body)) + body + FRAME_END if body else None
     return header_tail, body_tail, len(body)
+
+
+def _text_of(value):
+    """A 0-9-1 short string as a 1.0 string (bytes that are not UTF-8 stay binary)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeError:
+            return value
+    return value
+
+
+def _application_value(value):
+    """A 0-9-1 header value as a 1.0 application property (simple types only, as the
+    specification allows there; a table or list becomes its text)."""
+    if isinstance(value, (bytes, bytearray)):
+        return _text_of(bytes(value))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def from_message(message, redelivered):
+    """The octets of a 1.0 message carrying a broker's message (core/message.py) to a 1.0
+    consumer: the reverse of to_parts."""
+    props = message.properties()
+    header = [props.get("delivery-mode") == 2, Ubyte(props["priority"]) if props.get("priority") is not None else None]
+    expiration = props.get("expiration")
+    header.append(Uint(int(expiration)) if expiration and expiration.isdigit() else None)
+    header += [None, Uint(1) if redelivered else None]
+    while header and header[-1] is None:
+        header.pop()
+    out = [encode(Described(Ulong(spec.HEADER), header))]
+    timestamp = props.get("timestamp")
+    properties = [
+        _text_of(props.get("message-id")),
+        props.get("user-id"),
+        None,
+        _text_of(props.get("type")),
+        _text_of(props.get("reply-to")),
+        _text_of(props.get("correlation-id")),
+        Symbol(props["content-type"].decode()) if props.get("content-type") else None,
+        Symbol(props["content-encoding"].decode()) if props.get("content-encoding") else None,
+        None,
+        Timestamp(timestamp.seconds * 1000) if timestamp is not None else None,
+    ]
+    while properties and properties[-1] is None:
+        properties.pop()
+    if properties:
+        out.append(encode(Described(Ulong(spec.PROPERTIES), properties)))
+    headers = props.get("headers")
+    if headers:
+        application = {_text_of(k) if isinstance(k, bytes) else k: _application_value(v) for k, v in headers.items()}
+        out.append(encode(Described(Ulong(spec.APPLICATION_PROPERTIES), application)))
+    body_tail = message.body_tail
+    body = bytes(body_tail[4:-1]) if body_tail else b""
+    out.append(encode(Described(Ulong(spec.DATA), body)))
+    return b"".join(out)

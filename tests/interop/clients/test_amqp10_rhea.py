@@ -123,3 +123,49 @@ def test_a_publish_the_user_may_not_make_is_rejected_with_the_reason(tmp_path):
         ], done.stderr
     finally:
         broker.stop()
+
+
+def rhea_receive(broker, address, count, mode=""):
+    done = subprocess.run(
+        [
+            NODE,
+            os.path.join(NODE_DIR, "amqp10_receive.js"),
+            str(broker.port),
+            "guest",
+            "guest",
+            address,
+            str(count),
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=NODE_DIR,
+    )
+    return json.loads(done.stdout.splitlines()[0]) if done.stdout else None, done
+
+
+def test_a_1_0_receiver_reads_what_0_9_1_publishers_sent(broker):
+    """Credit, accepted as an ack, released as a requeue (it comes again, its delivery-count
+    1), the 0-9-1 properties as 1.0 sections; a missing queue is a link error."""
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("commands", durable=True)
+    for n in range(3):
+        properties = pika.BasicProperties(
+            delivery_mode=2, content_type="text/plain", message_id="m%d" % n, type="set-point", headers={"n": n}
+        )
+        channel.basic_publish("", "commands", b"heat %d" % n, properties)
+    got, done = rhea_receive(broker, "/queues/commands", 3, "release-first")
+    assert got == [
+        {"body": "heat %d" % n, "durable": True, "delivery_count": count, "application_properties": {"n": n},
+         "message_id": "m%d" % n, "content_type": "text/plain", "subject": "set-point"}
+        for n, count in ((1, 0), (2, 0), (0, 1))
+    ], done.stderr  # fmt: skip
+    assert channel.queue_declare("commands", passive=True).method.message_count == 0  # each accepted: acked
+    missing, done = rhea_receive(broker, "/queues/nope", 1)
+    assert missing == {
+        "link_error": {"condition": "amqp:not-found", "description": "NOT_FOUND - no queue 'nope' in vhost '/'"}
+    }
+    connection.close()
