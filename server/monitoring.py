@@ -88,17 +88,6 @@ def process_figures():
     return figures
 
 
-def add_options(parser):
-    """`hutch serve --metrics-port` (CPython's command; a board's config has [metrics] port)."""
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="serve Prometheus metrics and the status page on this port (127.0.0.1; default: off)",
-    )
-
-
 def start_settings(table):
     """[metrics] bind and port (a dict; --metrics-port sets port): (bind, port), or None when no
     port is set. StartError (exit 2) naming a value that is not one."""

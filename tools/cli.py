@@ -71,17 +71,17 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
-    from .. import amqp10
-    from ..server.frontends import AMQP_CLAIMS
-
-    for header in amqp10.HEADERS:  # AMQP 1.0 clients on the AMQP listeners too (CPython)
-        AMQP_CLAIMS[header] = amqp10.connection
-    if getattr(args, "metrics_port", None) is not None:  # --metrics-port: [metrics] port
+    if args.metrics_port is not None:  # --metrics-port: [metrics] port
         opts["metrics"] = dict(opts["metrics"] or {}, port=args.metrics_port)
     if not options.needs_tls(opts):
         # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to
         # offer it), which keeps 4.5 MB out of an idle broker. Decided before asyncio is imported.
         sys.modules.setdefault("ssl", None)
+    from .. import amqp10
+    from ..server.frontends import AMQP_CLAIMS
+
+    for header in amqp10.HEADERS:  # AMQP 1.0 clients on the AMQP listeners too (CPython)
+        AMQP_CLAIMS[header] = amqp10.connection
     import logging
 
     from ..server import serve
@@ -197,10 +197,17 @@ def _add_command(commands, name, argv):
     if argv[:1] != [name]:
         return parser
     if name == "serve":
-        from ..server import monitoring, options
+        from ..server import options
 
         options.add_options(parser)
-        monitoring.add_options(parser)  # (CPython's: a board's config has [metrics] port)
+        # CPython's alone (a board's config has [metrics] port): here, off the board's heap
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            metavar="PORT",
+            help="serve Prometheus metrics and the status page on this port (127.0.0.1; default: off)",
+        )
         parser.set_defaults(run=cmd_serve)
     elif name == "passwd":
         parser.add_argument("--password", help="the password (default: a line on standard input, or asked twice)")
