@@ -132,6 +132,9 @@ def test_metrics_under_load_are_clean_and_at_rest_equal_what_the_clients_did(tmp
         ]
         for thread in consumers + publishers:
             thread.start()
+        # the status page opened in headless Chromium while the load runs
+        during = dom_figures(broker.metrics_url + "/")
+        assert int(during["connections"]) >= 1 and during["updated"].startswith("updated"), during
         taken, empty = 0, 0
         while taken < GETS:  # a basic.get loop beside them
             method, _props, _body = channel.basic_get("gets", auto_ack=True)
