@@ -219,6 +219,9 @@ class TLSLayer:
             self.reading = True
             self.loop.call_soon(self._read_app)
 
+    def set_write_buffer_limits(self, high=None, low=None):
+        self.raw.set_write_buffer_limits(high, low)  # (the encrypted bytes wait in the socket's)
+
     def get_extra_info(self, name, default=None):
         if name == "ssl_object":
             return self.sslobj
