@@ -104,6 +104,9 @@ class Broker:
     # The bridges' decisions (core/bridge/machine.py), which register here: core/snapshot.py
     # reads their status. A list of its own with the first.
     bridges = ()
+    # The journal id each start numbered from (server/bridge.py run_starts): set by the first up
+    # bridge; what its outbox names the start a persistent message was numbered in by.
+    bridge_runs = None
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
         self.limits = limits or Limits()

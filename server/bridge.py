@@ -60,6 +60,8 @@ class Bridge:
             from ..core.bridge.up import UpMachine, source_queue
 
             queue = source_queue(self.broker, settings)
+            if data_folder is not None and broker.journal is not None and broker.bridge_runs is None:
+                broker.bridge_runs = run_starts(data_folder, broker.journal.next_id)  # once per start
             saved = None
             if queue.is_stream and data_folder is not None:
                 self.offsets = offset_path(data_folder, settings["name"])
@@ -396,6 +398,32 @@ def write_offset(path, offset, lane, stream_name):
 
 def _bytes(text):
     return text.encode() if isinstance(text, str) else text
+
+
+def run_starts(data_folder, first_id):
+    """The journal id each start of this broker numbered from, this start's last (DATA/bridge-runs,
+    one line each, appended and synced before any bridge forwards).
+
+    A persistent message goes upstream as (origin, journal id) and upstream drops a number it has
+    taken (core/dedup.py). A message may be forwarded before its journal record is synced; if a
+    crash then loses the record, the restart numbers a new message with the same id. So the
+    origin names the start that numbered the message (core/bridge/outbox.py): a number reused
+    by a later start is a new number upstream, and a message recovered from an earlier start
+    keeps the origin it was first sent with."""
+    path = data_folder + "/bridge-runs"
+    starts = []
+    try:
+        with open(path) as f:
+            starts = [int(line) for line in f.read().split() if line.isdigit()]
+    except OSError:
+        pass  # the first start with a bridge
+    starts.append(first_id)
+    with open(path, "a") as f:
+        f.write("%d\n" % first_id)
+        f.flush()
+        if hasattr(os, "fsync"):  # (a board's file is on flash once closed)
+            os.fsync(f.fileno())
+    return starts
 
 
 def node_id(data_folder):

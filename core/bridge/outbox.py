@@ -60,6 +60,7 @@ class Outbox:
         self.run_origin = self.origin + b"/" + broker.new_name(b"run-")  # and of transient ones
         self.transient_seq = 0
         self.heads = {}  # origin -> its encoded entries before the number (_head)
+        self.run_origins = {}  # a start's first journal id -> the origin of what it numbered
         self.hops_key = shortstr(HOPS) + b"I"  # x-hutch-hops's key and type, before its value
         self.template = None  # (header_for) the last message's header, but for its number (_template)
         self.returns = {}  # message -> how often upstream returned it
@@ -169,12 +170,29 @@ class Outbox:
     def _key(self, message):
         """(x-hutch-origin, x-hutch-seq) of message: its journal id, or for a transient message
         a number in this run's lane, given the first time it is asked for and kept."""
-        if message.journal_id:
-            return self.origin, message.journal_id
+        journal_id = message.journal_id
+        if journal_id:
+            return self._numbered_by(journal_id), journal_id
         if not message.forward_seq:
             self.transient_seq += 1
             message.forward_seq = self.transient_seq
         return self.run_origin, message.forward_seq
+
+    def _numbered_by(self, journal_id):
+        """The origin of a persistent message: this node's and bridge's, and the start of the
+        broker that gave it its journal id (server/bridge.py run_starts says why), the last start
+        whose first id is at most journal_id."""
+        runs = self.broker.bridge_runs
+        if not runs:
+            return self.origin
+        i = len(runs) - 1
+        while i > 0 and runs[i] > journal_id:
+            i -= 1
+        start = runs[i]
+        origin = self.run_origins.get(start)
+        if origin is None:
+            origin = self.run_origins[start] = self.origin + b"/" + str(start).encode()
+        return origin
 
     def returned_by(self, origin, seq, reason):
         """Upstream returned the message with these headers (basic.return, reason: its code and

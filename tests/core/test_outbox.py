@@ -139,3 +139,25 @@ def test_a_header_made_from_the_template_is_the_header_made_whole():
         for seq in (1, 255, 256, 1 << 40, (1 << 63) - 1):
             entries = outbox._head(b"n/up") + struct.pack(">q", seq) + outbox.hops_key + struct.pack(">i", hops)
             assert before + struct.pack(">q", seq) + after == with_entries(tail, entries, KEYS, True)
+
+
+def test_a_persistent_message_is_numbered_within_the_start_that_journalled_it():
+    """A journal id a crash lost may be given again by the next start (its record was never
+    synced, but its message may have gone upstream already): the origin names the start, so the
+    same number from a later start is a new number upstream, and a message recovered from an
+    earlier start keeps the origin it was first forwarded with."""
+    client = opened()
+    queue = _queue_with(client, 1)
+    outbox = Outbox(client.broker, queue, "up", 4, node=b"node-1")
+    outbox.link_up()
+    message = outbox.take()[0][0]
+
+    def origin(journal_id):
+        message.journal_id = journal_id  # (this broker has no journal: the id it would have)
+        return _props(outbox.header_for(message))["headers"]["x-hutch-origin"]
+
+    assert origin(7) == b"node-1/up"  # no starts known (a broker without a data folder)
+    client.broker.bridge_runs = [1, 500, 500, 812]  # (a start that numbered nothing durable: 500 twice)
+    assert origin(1) == origin(499) == b"node-1/up/1"
+    assert origin(500) == origin(811) == b"node-1/up/500"
+    assert origin(812) == origin(10**9) == b"node-1/up/812"

@@ -137,7 +137,7 @@ def test_an_up_bridge_forwards_every_confirmed_message_to_rabbitmq_in_order(tmp_
         headers = [h for _b, h, _m in got]
         assert headers[7]["n"] == len(bodies[7]), "properties are forwarded as they came"
         node = (tmp_path / "edge" / "data" / "node-id").read_text().strip()
-        assert {h["x-hutch-origin"] for h in headers} == {node + "/up"}
+        assert {h["x-hutch-origin"] for h in headers} == {node + "/up/1"}  # numbered by this broker's first start
         assert {h["x-hutch-hops"] for h in headers} == {1}
         seqs = [h["x-hutch-seq"] for h in headers]
         assert seqs == sorted(set(seqs)), "a number per message that only grows"
