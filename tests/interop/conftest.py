@@ -103,6 +103,33 @@ def rabbitmq(tmp_path_factory):
 # times as long each (one CI run), so they go one at a time, beside the RabbitMQ group.
 
 
+@pytest.fixture(autouse=True)
+def spark_group_starts_quickly(request):
+    """Every test of the "spark" group has spark_jvm, wherever it is (one place for the rule)."""
+    if any(mark.args[:1] == ("spark",) for mark in request.node.iter_markers("xdist_group")):
+        request.getfixturevalue("spark_jvm")
+
+
+@pytest.fixture(scope="session")
+def spark_jvm(tmp_path_factory):
+    """The "spark" group's Spark jobs start from a class-data-sharing archive made once by the
+    group's worker (tests/support/spark_jvm.py: about half the CPU of each start): every
+    driver started after this fixture, by any test of the group, gets it through
+    SPARK_SUBMIT_OPTS, and the standalone cluster's master and worker the quicker JIT."""
+    from spark_jvm import QUICK_JIT, make_class_archive, quick_start_options
+
+    archive = make_class_archive(str(tmp_path_factory.mktemp("spark-jvm")))
+    saved = {name: os.environ.get(name) for name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")}
+    os.environ["SPARK_SUBMIT_OPTS"] = quick_start_options(archive)
+    os.environ["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JIT
+    yield archive
+    for name, value in saved.items():  # the run's last test may not be of the group
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local Spark session for the whole run (starting one takes 10 s and more): two cores,

@@ -38,8 +38,12 @@ from pipeline_support import (
 )
 
 SPARK_CLASS = os.path.join(os.path.dirname(__import__("pyspark").__file__), "bin", "spark-class")
-# the master, the worker and the driver on loopback; the executors' Python is this one
-SPARK_ENV = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+
+
+def spark_env():
+    """The master, the worker and the driver on loopback; the executors' Python is this one.
+    (Read when used: conftest.py's spark_jvm sets the JVMs' options before the test.)"""
+    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
 
 
 class StandaloneCluster:
@@ -66,7 +70,7 @@ class StandaloneCluster:
     def _launch(self, name, main_class, *args):
         log = open(os.path.join(self.folder, name + ".log"), "wb")
         proc = subprocess.Popen(
-            [SPARK_CLASS, main_class, *args], stdout=log, stderr=subprocess.STDOUT, env=SPARK_ENV,
+            [SPARK_CLASS, main_class, *args], stdout=log, stderr=subprocess.STDOUT, env=spark_env(),
             start_new_session=True,
         )  # fmt: skip
         log.close()
@@ -134,7 +138,7 @@ def test_the_pipeline_on_a_standalone_cluster_writes_what_local_spark_writes(clu
             command = ["--uri", hutch.url, "--streams", "%s,%s" % (a, b), "--output", str(tmp_path / where / "out"),
                        "--checkpoint", str(tmp_path / where / "checkpoint"), "--window", "1 minute",
                        "--watermark", "2 minutes", "--trigger", "available-now", *more]  # fmt: skip
-            code, out, err, seconds = run_pipeline(*command, env=SPARK_ENV, timeout=420)
+            code, out, err, seconds = run_pipeline(*command, env=spark_env(), timeout=420)
             print("%s: %.1f s\n%s" % (where, seconds, "\n".join(out)))
             assert (code, err) == (0, []), (code, err, out)
             rows_in = [batch[1] for batch in batch_lines(out)]
