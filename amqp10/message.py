@@ -1,20 +1,32 @@
-"""An AMQP 1.0 message (its sections, part 3.2 of the specification) as the broker's message
-(core/message.py: the publisher's 0-9-1 content header and body), mapped as RabbitMQ 4 maps
-them (its mc_amqpl conversions), so a 0-9-1 consumer reads what a 1.0 publisher sent:
+"""An AMQP 1.0 message (its sections, part 3.2 of the specification) and the broker's message
+(core/message.py: the 0-9-1 publisher's content header and body), converted both ways as
+RabbitMQ 4 converts them (its mc_amqpl module), so 1.0 and 0-9-1 clients meet in one queue:
 
-    header.durable            -> delivery-mode 2 (else 1)     header.priority -> priority
-    header.ttl                -> expiration (milliseconds)
-    properties.message-id     -> message-id                   properties.user-id -> user-id
-    properties.correlation-id -> correlation-id               properties.reply-to -> reply-to
-    properties.content-type   -> content-type                 properties.content-encoding -> content-encoding
-    properties.creation-time  -> timestamp (seconds)          properties.subject -> type
-    application-properties    -> headers
-    data sections             -> the body, joined
-    amqp-value of binary / string -> the body (a string as UTF-8)
+    AMQP 1.0                           AMQP 0-9-1
+    header.durable                     delivery-mode 2 (false: 1)
+    header.priority, header.ttl        priority, expiration (milliseconds)
+    properties.message-id              message-id (a uuid as urn:uuid:..., a ulong as digits;
+                                       binary or longer than 255 octets: header x-message-id)
+    properties.correlation-id          correlation-id (likewise, header x-correlation-id)
+    properties.user-id                 user-id
+    properties.reply-to                reply-to
+    properties.content-type, -encoding content-type, content-encoding
+    properties.creation-time           timestamp (seconds)
+    properties.group-id                app-id
+    application-properties             headers
+    message-annotations x-...          headers x-... (x-cc: CC); x-basic-type: type
+    data sections                      the body, joined
+    amqp-value, amqp-sequence          the body as its AMQP 1.0 encoding, type "amqp-1.0"
 
-A body that is another amqp-value, or an amqp-sequence, has no 0-9-1 form here: it is refused
-by name (the publisher gets `rejected` with amqp:not-implemented), never turned into something
-else without a word.
+and back, a 0-9-1 message to a 1.0 consumer: headers whose name starts with x- (and CC, as
+x-cc) become message annotations, the others application properties (a table or array value
+has no application-property form and stays behind); type is the annotation x-basic-type; a
+body of type "amqp-1.0" is read back as its sections. properties.to, subject,
+absolute-expiry-time, group-sequence and reply-to-group-id have no 0-9-1 place.
+
+A message a 1.0 client published keeps its own octets too (Message.native): a 1.0 consumer
+gets the bare message (properties, application-properties, body, footer) exactly as it was
+sent, with the header and message annotations the delivery needs.
 """
 
 import struct
@@ -22,107 +34,227 @@ import struct
 from ..codec.wire import Timestamp as Seconds
 from ..codec.wire import encode_properties
 from . import spec
-from .types import DecodeError, Described, Symbol, Timestamp, Ubyte, Uint, Ulong, _Scalar, decode, encode
+from .types import (
+    Described,
+    Symbol,
+    Timestamp,
+    Ubyte,
+    Uint,
+    Ulong,
+    Uuid,
+    _Scalar,
+    decode,
+    encode,
+)
 
 CLASS_BASIC = 60
 FRAME_END = b"\xce"
+AMQP10_TYPE = b"amqp-1.0"  # the 0-9-1 type of a body that is 1.0 sections (RabbitMQ 4's)
+MAX_SHORTSTR = 255
+URN_UUID = b"urn:uuid:"
+
+HEADER = Ulong(spec.HEADER)
+MESSAGE_ANNOTATIONS = Ulong(spec.MESSAGE_ANNOTATIONS)
+PROPERTIES = Ulong(spec.PROPERTIES)
+APPLICATION_PROPERTIES = Ulong(spec.APPLICATION_PROPERTIES)
+DATA = Ulong(spec.DATA)
+BODY_SECTIONS = (spec.DATA, spec.AMQP_SEQUENCE, spec.AMQP_VALUE)
+# where the bare message starts: the sections a delivery may rewrite come before it (3.2)
+ANNOTATED = (spec.HEADER, spec.DELIVERY_ANNOTATIONS, spec.MESSAGE_ANNOTATIONS)
 
 
-class NotConvertible(ValueError):
-    """A message this broker cannot hold as 0-9-1: said to the publisher as a rejection."""
+class Sections:
+    """A 1.0 message's octets read section by section: what routing and conversion ask of it,
+    and where its bare message starts (the octets a 1.0 consumer gets unchanged)."""
+
+    __slots__ = ("header", "annotations", "properties", "application", "body", "footer", "bare_at")
+
+    def __init__(self, payload):
+        self.header = self.annotations = self.properties = self.application = self.footer = None
+        self.body = []  # (code, value) of each body section, in order
+        self.bare_at = len(payload)
+        pos = 0
+        end = len(payload)
+        while pos < end:
+            start = pos
+            section, pos = decode(payload, pos)
+            if type(section) is not Described or type(section.descriptor) is not Ulong:
+                raise NotMessage("a message section must be a described value")
+            code = section.descriptor.value
+            if code not in ANNOTATED and self.bare_at == end:
+                self.bare_at = start
+            if code == spec.HEADER:
+                self.header = _list(section.value, "header")
+            elif code == spec.MESSAGE_ANNOTATIONS:
+                self.annotations = _map(section.value, "message-annotations")
+            elif code == spec.PROPERTIES:
+                self.properties = _list(section.value, "properties")
+            elif code == spec.APPLICATION_PROPERTIES:
+                self.application = _map(section.value, "application-properties")
+            elif code in BODY_SECTIONS:
+                self.body.append((code, section.value))
+            elif code == spec.FOOTER:
+                self.footer = section.value
+            elif code != spec.DELIVERY_ANNOTATIONS:
+                raise NotMessage("0x%02x is not a message section" % code)
+
+    def prop(self, index):
+        """A field of the properties section (amqp10/spec.py TYPES names them), or None."""
+        properties = self.properties
+        return properties[index] if properties is not None and len(properties) > index else None
+
+    def durable(self):
+        header = self.header
+        return bool(header) and header[0] is True
 
 
-def sections(payload):
-    """{descriptor code: section value} of a transfer's message octets (DecodeError if they are
-    not sections; a data section may come more than once: a list of them under DATA)."""
-    found = {}
-    pos = 0
-    while pos < len(payload):
-        section, pos = decode(payload, pos)
-        if type(section) is not Described or type(section.descriptor) is not Ulong:
-            raise DecodeError("a message section must be a described value")
-        code = section.descriptor.value
-        if code == spec.DATA:
-            found.setdefault(spec.DATA, []).append(section.value)
-        else:
-            found[code] = section.value
-    return found
+class NotMessage(ValueError):
+    """Transfer octets that are not a message: said to the publisher as a rejection."""
 
 
-def _text(value):
-    """A message-id or correlation-id of any AMQP type, as the 0-9-1 short string it becomes."""
-    if isinstance(value, _Scalar):
-        value = value.value
-    if isinstance(value, bytes):
-        return value if len(value) != 16 else value.hex().encode()
-    if isinstance(value, str):
-        return value.encode()
-    return str(value).encode()
-
-
-def _header_value(value):
-    """An application property as a 0-9-1 header value."""
-    if isinstance(value, Symbol):
-        return value.value.encode()
-    if isinstance(value, _Scalar):
-        return value.value
-    if isinstance(value, str):
-        return value.encode()
+def _list(value, name):
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise NotMessage("the %s section must be a list" % name)
     return value
 
 
-def to_parts(payload):
-    """(0-9-1 properties dict, body bytes) of a 1.0 message's octets."""
-    found = sections(payload)
+def _map(value, name):
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise NotMessage("the %s section must be a map" % name)
+    return value
+
+
+def _plain(value):
+    return value.value if isinstance(value, _Scalar) else value
+
+
+# ---------------------------------------------------------------- 1.0 -> 0-9-1
+
+
+def properties_091(found):
+    """The 0-9-1 properties (a dict as codec/wire.py encodes it) of a 1.0 message's sections."""
     props = {}
-    header = found.get(spec.HEADER) or []
-    props["delivery-mode"] = 2 if len(header) > 0 and header[0] is True else 1
-    if len(header) > 1 and header[1] is not None:
-        props["priority"] = header[1].value
-    if len(header) > 2 and header[2] is not None:
-        props["expiration"] = str(header[2].value).encode()
-    properties = found.get(spec.PROPERTIES) or []
-
-    def prop(index):
-        return properties[index] if len(properties) > index else None
-
-    if prop(0) is not None:
-        props["message-id"] = _text(prop(0))
-    if prop(1) is not None:
-        props["user-id"] = bytes(prop(1))
-    if prop(3) is not None:
-        props["type"] = prop(3).encode()
-    if prop(4) is not None:
-        props["reply-to"] = prop(4).encode()
-    if prop(5) is not None:
-        props["correlation-id"] = _text(prop(5))
-    if prop(6) is not None:
-        props["content-type"] = prop(6).value.encode()
-    if prop(7) is not None:
-        props["content-encoding"] = prop(7).value.encode()
-    if prop(9) is not None:
-        props["timestamp"] = Seconds(prop(9).value // 1000)
-    application = found.get(spec.APPLICATION_PROPERTIES)
-    if application:
-        props["headers"] = {str(key).encode() if not isinstance(key, str) else key.encode(): _header_value(v)
-                            for key, v in application.items()}  # fmt: skip
-    if spec.DATA in found:
-        body = b"".join(bytes(part) for part in found[spec.DATA])
-    elif spec.AMQP_VALUE in found:
-        value = found[spec.AMQP_VALUE]
-        if isinstance(value, bytes):
-            body = value
-        elif isinstance(value, str):
-            body = value.encode()
-        else:
-            raise NotConvertible(
-                "an amqp-value body of %s has no AMQP 0-9-1 form here: send a data section" % type(value).__name__
-            )
-    elif spec.AMQP_SEQUENCE in found:
-        raise NotConvertible("an amqp-sequence body has no AMQP 0-9-1 form here: send a data section")
+    headers = {}
+    header = found.header
+    annotations = found.annotations or {}
+    if header is not None:
+        props["delivery-mode"] = 2 if header and header[0] is True else 1
+        if len(header) > 1 and header[1] is not None:
+            props["priority"] = _plain(header[1])
+        if len(header) > 2 and header[2] is not None:
+            props["expiration"] = str(_plain(header[2])).encode()
+    _from_annotation(props, "delivery-mode", annotations, "x-basic-delivery-mode")
+    _from_annotation(props, "priority", annotations, "x-basic-priority")
+    _from_annotation(props, "expiration", annotations, "x-basic-expiration", bytes_=True)
+    if found.body and found.body[0][0] != spec.DATA:
+        props["type"] = AMQP10_TYPE
     else:
-        body = b""
-    return props, body
+        _from_annotation(props, "type", annotations, "x-basic-type", bytes_=True)
+    for key, value in annotations.items():  # x- annotations as headers (x-cc: CC)
+        name = _plain(key)
+        if type(key) is not Symbol or not name.startswith("x-") or name.startswith("x-basic-"):
+            continue
+        if name == "x-cc":
+            headers[b"CC"] = value_091(value)
+        elif name not in ("x-exchange", "x-routing-key") and len(name) <= MAX_SHORTSTR:
+            headers[name.encode()] = value_091(value)
+    for key, value in (found.application or {}).items():
+        if type(key) is str and len(key.encode()) <= MAX_SHORTSTR:
+            headers[key.encode()] = value_091(value)
+    _identifier(props, headers, "message-id", found.prop(0), b"x-message-id")
+    user_id = found.prop(1)
+    if type(user_id) is bytes and len(user_id) <= MAX_SHORTSTR:
+        props["user-id"] = user_id
+    reply_to = found.prop(4)
+    if type(reply_to) is str and len(reply_to.encode()) <= MAX_SHORTSTR:
+        props["reply-to"] = reply_to.encode()
+    _identifier(props, headers, "correlation-id", found.prop(5), b"x-correlation-id")
+    for index, name in ((6, "content-type"), (7, "content-encoding")):
+        value = found.prop(index)
+        if value is not None:
+            props[name] = str(_plain(value)).encode()
+    created = found.prop(9)
+    if created is not None:
+        props["timestamp"] = Seconds(_plain(created) // 1000)
+    group = found.prop(10)
+    if type(group) is str and len(group.encode()) <= MAX_SHORTSTR:
+        props["app-id"] = group.encode()
+    if headers:
+        props["headers"] = headers
+    return props
+
+
+def _from_annotation(props, name, annotations, key, bytes_=False):
+    if name in props or not annotations:
+        return
+    value = annotations.get(Symbol(key))
+    if value is not None:
+        value = _plain(value)
+        props[name] = (value.encode() if isinstance(value, str) else value) if bytes_ else value
+
+
+def _identifier(props, headers, name, value, header):
+    """message-id or correlation-id: a uuid as urn:uuid:..., a ulong as digits, a string of a
+    short string's length as itself; binary or longer, the header instead (RabbitMQ 4's)."""
+    if value is None:
+        return
+    kind = type(value)
+    if kind is Uuid:
+        props[name] = URN_UUID + _uuid_text(value.value)
+    elif kind is Ulong:
+        props[name] = str(value.value).encode()
+    elif kind is str and len(value.encode()) <= MAX_SHORTSTR:
+        props[name] = value.encode()
+    elif kind is str:
+        headers[header] = value.encode()
+    elif kind is bytes:
+        headers[header] = bytearray(value)
+
+
+def _uuid_text(raw):
+    h = raw.hex()
+    return ("%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])).encode()
+
+
+def value_091(value):
+    """A 1.0 value as a 0-9-1 field-table value (codec/wire.py's Python forms)."""
+    kind = type(value)
+    if kind is str:
+        return value.encode()
+    if kind is Symbol:
+        return value.value.encode()
+    if kind is bytes:
+        return bytearray(value)
+    if kind is Timestamp:
+        return Seconds(value.value // 1000)
+    if kind is Uuid:
+        return URN_UUID + _uuid_text(value.value)
+    if kind is list:
+        return [value_091(item) for item in value]
+    if kind is dict:
+        return {_key_text(k): value_091(v) for k, v in value.items()}
+    if kind is Described:
+        return value_091(value.value)
+    if isinstance(value, _Scalar):
+        return value.value if type(value.value) is not list else [value_091(v) for v in value.value]
+    return value  # None, bool, int, float
+
+
+def _key_text(key):
+    key = _plain(key)
+    return key.encode() if isinstance(key, str) else str(key).encode()
+
+
+def body_091(found):
+    """The 0-9-1 body: the data sections joined, or any other body as its 1.0 octets."""
+    body = found.body
+    if body and body[0][0] == spec.DATA:
+        return b"".join(bytes(value) for code, value in body if code == spec.DATA)
+    return b"".join(encode(Described(Ulong(code), value)) for code, value in body)
 
 
 def tails(props, body):
@@ -135,59 +267,147 @@ def tails(props, body):
     return header_tail, body_tail, len(body)
 
 
-def _text_of(value):
-    """A 0-9-1 short string as a 1.0 string (bytes that are not UTF-8 stay binary)."""
-    if isinstance(value, bytes):
+# ---------------------------------------------------------------- 0-9-1 -> 1.0
+
+
+def value_10(value):
+    """A 0-9-1 field-table value as a 1.0 value (a long string that is a short UTF-8 string
+    becomes a string, any other one binary, as RabbitMQ 4 converts)."""
+    if isinstance(value, (bytes, bytearray)):
+        raw = bytes(value)
+        if type(value) is bytes and len(raw) <= MAX_SHORTSTR:
+            try:
+                return raw.decode()
+            except UnicodeError:
+                pass
+        return raw
+    if isinstance(value, Seconds):
+        return Timestamp(value.seconds * 1000)
+    if isinstance(value, list):
+        return [value_10(item) for item in value]
+    if isinstance(value, dict):
+        return {Symbol(_text(k)): value_10(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)  # (a 0-9-1 decimal: no 1.0 decimal is written here)
+
+
+def _text(value):
+    if isinstance(value, (bytes, bytearray)):
         try:
-            return value.decode()
+            return bytes(value).decode()
         except UnicodeError:
-            return value
+            return bytes(value).decode("latin-1")
     return value
 
 
-def _application_value(value):
-    """A 0-9-1 header value as a 1.0 application property (simple types only, as the
-    specification allows there; a table or list becomes its text)."""
-    if isinstance(value, (bytes, bytearray)):
-        return _text_of(bytes(value))
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+def _identifier_10(value):
+    if value is None:
+        return None
+    if value.startswith(URN_UUID) and len(value) == 45:
+        try:
+            return Uuid(bytes.fromhex(value[9:].decode().replace("-", "")))
+        except ValueError:
+            pass
+    return _text(value)
+
+
+def annotations_10(props, exchange, routing_key):
+    """The message-annotations of a delivery: the x- headers (CC as x-cc), x-basic-type, and
+    where the message was published (x-exchange, x-routing-key), as RabbitMQ 4 annotates."""
+    out = {Symbol("x-exchange"): _text(exchange), Symbol("x-routing-key"): _text(routing_key)}
+    kind = props.get("type")
+    if kind is not None and kind != AMQP10_TYPE:
+        out[Symbol("x-basic-type")] = _text(kind)
+    for key, value in (props.get("headers") or {}).items():
+        name = _text(key)
+        if name.startswith("x-"):
+            out[Symbol(name)] = value_10(value)
+        elif name == "CC" and isinstance(value, list):
+            out[Symbol("x-cc")] = value_10(value)
+    return out
+
+
+def header_10(durable, priority, ttl, redelivered):
+    header = [durable, priority, ttl, None, Uint(1) if redelivered else None]
+    while header and header[-1] is None:
+        header.pop()
+    return encode(Described(HEADER, header))
 
 
 def from_message(message, redelivered):
-    """The octets of a 1.0 message carrying a broker's message (core/message.py) to a 1.0
-    consumer: the reverse of to_parts."""
+    """The octets of a broker's message (core/message.py) delivered to a 1.0 consumer: a
+    message a 1.0 client published, its bare message as sent behind a header and annotations
+    of this delivery; any other, converted from its 0-9-1 form."""
+    native = message.native
+    if native is not None:
+        return _native_delivery(message, native, redelivered)
     props = message.properties()
-    header = [props.get("delivery-mode") == 2, Ubyte(props["priority"]) if props.get("priority") is not None else None]
     expiration = props.get("expiration")
-    header.append(Uint(int(expiration)) if expiration and expiration.isdigit() else None)
-    header += [None, Uint(1) if redelivered else None]
-    while header and header[-1] is None:
-        header.pop()
-    out = [encode(Described(Ulong(spec.HEADER), header))]
+    priority = props.get("priority")
+    out = [
+        header_10(
+            props.get("delivery-mode") == 2,
+            Ubyte(priority) if priority is not None else None,
+            Uint(int(expiration)) if expiration and expiration.isdigit() else None,
+            redelivered,
+        ),
+        encode(Described(MESSAGE_ANNOTATIONS, annotations_10(props, message.exchange, message.routing_key))),
+    ]
     timestamp = props.get("timestamp")
+    user_id = props.get("user-id")
     properties = [
-        _text_of(props.get("message-id")),
-        props.get("user-id"),
+        _identifier_10(props.get("message-id")),
+        bytes(user_id) if user_id is not None else None,
         None,
-        _text_of(props.get("type")),
-        _text_of(props.get("reply-to")),
-        _text_of(props.get("correlation-id")),
-        Symbol(props["content-type"].decode()) if props.get("content-type") else None,
-        Symbol(props["content-encoding"].decode()) if props.get("content-encoding") else None,
+        None,
+        _text(props.get("reply-to")),
+        _identifier_10(props.get("correlation-id")),
+        Symbol(_text(props["content-type"])) if props.get("content-type") else None,
+        Symbol(_text(props["content-encoding"])) if props.get("content-encoding") else None,
         None,
         Timestamp(timestamp.seconds * 1000) if timestamp is not None else None,
+        _text(props.get("app-id")),
     ]
     while properties and properties[-1] is None:
         properties.pop()
     if properties:
-        out.append(encode(Described(Ulong(spec.PROPERTIES), properties)))
-    headers = props.get("headers")
-    if headers:
-        application = {_text_of(k) if isinstance(k, bytes) else k: _application_value(v) for k, v in headers.items()}
-        out.append(encode(Described(Ulong(spec.APPLICATION_PROPERTIES), application)))
-    body_tail = message.body_tail
-    body = bytes(body_tail[4:-1]) if body_tail else b""
-    out.append(encode(Described(Ulong(spec.DATA), body)))
+        out.append(encode(Described(PROPERTIES, properties)))
+    application = {}
+    for key, value in (props.get("headers") or {}).items():
+        name = _text(key)
+        if not name.startswith("x-") and name != "CC" and not isinstance(value, (list, dict)):
+            application[name] = value_10(value)
+    if application:
+        out.append(encode(Described(APPLICATION_PROPERTIES, application)))
+    body = message.body()
+    if props.get("type") == AMQP10_TYPE:
+        out.append(bytes(body))  # its own sections, as a 1.0 publisher wrote them
+    else:
+        out.append(encode(Described(DATA, bytes(body))))
     return b"".join(out)
+
+
+def _native_delivery(message, native, redelivered):
+    """A 1.0 publisher's message to a 1.0 consumer: its header (durable, priority, ttl) and
+    annotations, with this delivery's count and where it was published, then its bare
+    message's octets untouched. (native: the transfer's octets and where the bare message
+    starts in them; only the sections before it are read again.)"""
+    payload, bare_at = native
+    found = Sections(payload[:bare_at]) if bare_at else None
+    header = (found.header if found is not None else None) or []
+    annotations = dict((found.annotations if found is not None else None) or {})
+    annotations[Symbol("x-exchange")] = _text(message.exchange)
+    annotations[Symbol("x-routing-key")] = _text(message.routing_key)
+    return b"".join(
+        (
+            header_10(
+                len(header) > 0 and header[0] is True,
+                header[1] if len(header) > 1 else None,
+                header[2] if len(header) > 2 else None,
+                redelivered,
+            ),
+            encode(Described(MESSAGE_ANNOTATIONS, annotations)),
+            payload[bare_at:],
+        )
+    )
