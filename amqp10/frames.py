@@ -12,7 +12,8 @@ least). A frame with no body is a heartbeat.
 
 import struct
 
-from .types import DecodeError, Described, Ulong, decode, encode
+from . import spec
+from .types import Array, DecodeError, Described, Symbol, Timestamp, Ubyte, Uint, Ulong, Ushort, decode, encode
 
 AMQP_FRAME = 0
 SASL_FRAME = 1
@@ -57,8 +58,53 @@ def split(data, pos, max_size):
     performative, at = decode(data, body_at)
     if type(performative) is not Described or type(performative.descriptor) is not Ulong:
         raise DecodeError("a frame's body must be a performative (a described list)")
+    code = performative.descriptor.value
     fields = performative.value if type(performative.value) is list else []
-    return Frame(kind, channel, performative.descriptor.value, fields, bytes(data[at:end])), end
+    check_fields(code, fields)
+    return Frame(kind, channel, code, fields, bytes(data[at:end])), end
+
+
+# What a value of each primitive type the specification names decodes to (amqp10/types.py);
+# "*" (any) and types not listed are not checked.
+PYTHON_TYPES = {
+    "uint": Uint, "ushort": Ushort, "ubyte": Ubyte, "ulong": Ulong, "boolean": bool, "string": str,
+    "symbol": Symbol, "binary": bytes, "map": dict, "list": list, "timestamp": Timestamp, "described": Described,
+}  # fmt: skip
+CHECKS = {
+    code: tuple((i, PYTHON_TYPES.get(kind), multiple, mandatory) for i, (kind, multiple, mandatory) in enumerate(types))
+    for code, types in spec.FIELD_TYPES.items()
+}
+
+
+def check_fields(code, fields, what=None):
+    """DecodeError unless each field of the composite `code` (a performative, a message section,
+    an outcome) is of the type the specification's table (spec.FIELD_TYPES) says, and each
+    mandatory one is there: what a peer sends wrongly is said as such, never met later as a
+    Python error."""
+    checks = CHECKS.get(code)
+    if checks is None:
+        return
+    count = len(fields)
+    for i, kind, multiple, mandatory in checks:
+        value = fields[i] if i < count else None
+        if value is None:
+            if mandatory:
+                raise DecodeError("%s's field '%s' is mandatory" % (what or _name(code), spec.TYPES[code][1][i]))
+            continue
+        if kind is None or type(value) is kind:
+            continue
+        if multiple and (type(value) is Array or type(value) is list):
+            items = value.value if type(value) is Array else value
+            if all(type(item) is kind for item in items):
+                continue
+        raise DecodeError(
+            "%s's field '%s' must be %s, not %r"
+            % (what or _name(code), spec.TYPES[code][1][i], spec.FIELD_TYPES[code][i][0], value)
+        )
+
+
+def _name(code):
+    return spec.TYPES[code][0]
 
 
 def field(frame, index, default=None):

@@ -34,6 +34,7 @@ import struct
 from ..codec.wire import Timestamp as Seconds
 from ..codec.wire import encode_properties
 from . import spec
+from .frames import check_fields
 from .types import (
     Described,
     Symbol,
@@ -85,17 +86,26 @@ class Sections:
                 self.bare_at = start
             if code == spec.HEADER:
                 self.header = _list(section.value, "header")
+                check_fields(code, self.header, "the header section")
             elif code == spec.MESSAGE_ANNOTATIONS:
                 self.annotations = _map(section.value, "message-annotations")
             elif code == spec.PROPERTIES:
                 self.properties = _list(section.value, "properties")
+                check_fields(code, self.properties, "the properties section")
             elif code == spec.APPLICATION_PROPERTIES:
                 self.application = _map(section.value, "application-properties")
             elif code in BODY_SECTIONS:
-                self.body.append((code, section.value))
+                value = section.value
+                if code == spec.DATA and type(value) is not bytes:
+                    raise NotMessage("a data section must be binary")
+                if code == spec.AMQP_SEQUENCE and type(value) is not list:
+                    raise NotMessage("an amqp-sequence section must be a list")
+                self.body.append((code, value))
             elif code == spec.FOOTER:
-                self.footer = section.value
-            elif code != spec.DELIVERY_ANNOTATIONS:
+                self.footer = _map(section.value, "footer")
+            elif code == spec.DELIVERY_ANNOTATIONS:
+                _map(section.value, "delivery-annotations")
+            else:
                 raise NotMessage("0x%02x is not a message section" % code)
 
     def prop(self, index):

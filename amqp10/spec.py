@@ -85,3 +85,36 @@ TYPES = {
     0x33: ('declared', ('txn-id',)),
     0x34: ('transactional-state', ('txn-id', 'outcome',)),
 }
+
+# descriptor code -> each field's (primitive type, multiple, mandatory), in order: what a
+# value of the field is written as (a restricted type's source: handle -> uint; described:
+# a described value; *: any)
+FIELD_TYPES = {
+    0x10: (('string', False, True), ('string', False, False), ('uint', False, False), ('ushort', False, False), ('uint', False, False), ('symbol', True, False), ('symbol', True, False), ('symbol', True, False), ('symbol', True, False), ('map', False, False),),
+    0x11: (('ushort', False, False), ('uint', False, True), ('uint', False, True), ('uint', False, True), ('uint', False, False), ('symbol', True, False), ('symbol', True, False), ('map', False, False),),
+    0x12: (('string', False, True), ('uint', False, True), ('boolean', False, True), ('ubyte', False, False), ('ubyte', False, False), ('*', False, False), ('*', False, False), ('map', False, False), ('boolean', False, False), ('uint', False, False), ('ulong', False, False), ('symbol', True, False), ('symbol', True, False), ('map', False, False),),
+    0x13: (('uint', False, False), ('uint', False, True), ('uint', False, True), ('uint', False, True), ('uint', False, False), ('uint', False, False), ('uint', False, False), ('uint', False, False), ('boolean', False, False), ('boolean', False, False), ('map', False, False),),
+    0x14: (('uint', False, True), ('uint', False, False), ('binary', False, False), ('uint', False, False), ('boolean', False, False), ('boolean', False, False), ('ubyte', False, False), ('*', False, False), ('boolean', False, False), ('boolean', False, False), ('boolean', False, False),),
+    0x15: (('boolean', False, True), ('uint', False, True), ('uint', False, False), ('boolean', False, False), ('*', False, False), ('boolean', False, False),),
+    0x16: (('uint', False, True), ('boolean', False, False), ('described', False, False),),
+    0x17: (('described', False, False),),
+    0x18: (('described', False, False),),
+    0x1D: (('symbol', False, True), ('string', False, False), ('map', False, False),),
+    0x70: (('boolean', False, False), ('ubyte', False, False), ('uint', False, False), ('boolean', False, False), ('uint', False, False),),
+    0x73: (('*', False, False), ('binary', False, False), ('*', False, False), ('string', False, False), ('*', False, False), ('*', False, False), ('symbol', False, False), ('symbol', False, False), ('timestamp', False, False), ('timestamp', False, False), ('string', False, False), ('uint', False, False), ('string', False, False),),
+    0x23: (('uint', False, True), ('ulong', False, True),),
+    0x25: (('described', False, False),),
+    0x27: (('boolean', False, False), ('boolean', False, False), ('map', False, False),),
+    0x28: (('*', False, False), ('uint', False, False), ('symbol', False, False), ('uint', False, False), ('boolean', False, False), ('map', False, False), ('symbol', False, False), ('map', False, False), ('*', False, False), ('symbol', True, False), ('symbol', True, False),),
+    0x29: (('*', False, False), ('uint', False, False), ('symbol', False, False), ('uint', False, False), ('boolean', False, False), ('map', False, False), ('symbol', True, False),),
+    0x40: (('symbol', True, True),),
+    0x41: (('symbol', False, True), ('binary', False, False), ('string', False, False),),
+    0x42: (('binary', False, True),),
+    0x43: (('binary', False, True),),
+    0x44: (('ubyte', False, True), ('binary', False, False),),
+    0x30: (('symbol', True, False),),
+    0x31: (('*', False, False),),
+    0x32: (('*', False, True), ('boolean', False, False),),
+    0x33: (('*', False, True),),
+    0x34: (('*', False, True), ('*', False, False),),
+}
