@@ -189,7 +189,7 @@ def properties_091(found):
             props[name] = str(_plain(value)).encode()
     created = found.prop(9)
     if created is not None:
-        props["timestamp"] = Seconds(_plain(created) // 1000)
+        props["timestamp"] = _plain(created) // 1000  # (the basic property is a plain number of seconds)
     group = found.prop(10)
     if type(group) is str and len(group.encode()) <= MAX_SHORTSTR:
         props["app-id"] = group.encode()
@@ -376,7 +376,7 @@ def from_message(message, redelivered):
         Symbol(_text(props["content-type"])) if props.get("content-type") else None,
         Symbol(_text(props["content-encoding"])) if props.get("content-encoding") else None,
         None,
-        Timestamp(timestamp.seconds * 1000) if timestamp is not None else None,
+        Timestamp(timestamp * 1000) if timestamp is not None else None,
         _text(props.get("app-id")),
     ]
     while properties and properties[-1] is None:
