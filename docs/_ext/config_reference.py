@@ -47,6 +47,9 @@ DESCRIPTIONS = {
     "(up to 8 MiB) when `journal_max_bytes` is raised above the profile's.",
     "server.log_file": "Append the log to this file (`--log-file`); without it the log goes to standard "
     "error, where a terminal or journald reads it. Not on a board.",
+    "server.amqp10": "Serve AMQP 1.0 clients on the AMQP listeners beside 0-9-1 (the protocol header a "
+    "client sends chooses). Default: true on CPython (false with the esp32 and rp2-pico-w profiles, "
+    "`amqp10` below); false on MicroPython, where a board serves 1.0 when this says true.",
     "server.definitions": "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): "
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
@@ -115,6 +118,13 @@ DESCRIPTIONS = {
     "client gets few tries.",
     "limits.close_timeout_ms": "How long the broker waits for `connection.close-ok` after it closed a "
     "connection, before it hangs up.",
+    "limits.amqp10_sessions": "Sessions one AMQP 1.0 connection may have at once (its open says `channel-max`, "
+    "one less); a `begin` past it closes the connection.",
+    "limits.amqp10_links": "Links one AMQP 1.0 session may have at once (its begin says `handle-max`, one less).",
+    "limits.amqp10_session_window": "Transfer frames an AMQP 1.0 client may send on a session before the broker "
+    "opens its window again (at half); one more ends the session with `amqp:session:window-violation`.",
+    "limits.amqp10_link_credit": "Messages an AMQP 1.0 client may send on a link before it is given more credit "
+    "(again at half; none while publishers are blocked).",
     # [users.NAME] and [auth]
     "users.password_hash": '`[users.NAME] password_hash = "..."`: the user NAME and the hash of its '
     "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "
@@ -322,6 +332,7 @@ def table_profiles():
     lines.append(row("`data`", *['`"%s"`' % p.STORAGE["path"] for p in profiles]))
     lines.append(row("read buffer", *[size(p.READ_SIZE) for p in profiles]))
     lines.append(row("heap sized for", *[size(p.HEAP) if p.HEAP else "the machine's" for p in profiles]))
+    lines.append(row("`amqp10`", *["true" if getattr(p, "AMQP10", True) else "false" for p in profiles]))
     return lines
 
 
