@@ -124,10 +124,11 @@ class Connection:
         except Exception as e:  # a bug must cost one connection, never the broker
             self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
             self._close(error("amqp:internal-error", repr(e)))
+        self.flush_confirms()
         if not self.closed:
             for session in self.sessions.values():
                 session.reopen()
-        self.flush_confirms()
+                session.send_outcomes()
 
     def take_output(self):
         if not self.out:
@@ -431,12 +432,17 @@ class Connection:
             return
         synced = self.broker.journal.synced
         still = []
+        touched = []
         for entry in self.waiting:
             if entry[0] <= synced:
                 self._settled(entry[1], entry[2], entry[3])
+                if entry[1] not in touched:
+                    touched.append(entry[1])
             else:
                 still.append(entry)
         self.waiting = still
+        for session in touched:
+            session.send_outcomes()
         if still:
             self.broker.wait_for_journal(self)
 

@@ -30,12 +30,15 @@ sent, with the header and message annotations the delivery needs.
 """
 
 import struct
+import sys
 
 from ..codec.wire import Timestamp as Seconds
 from ..codec.wire import encode_properties
 from . import spec
 from .frames import check_fields
 from .types import (
+    FIXED,
+    DecodeError,
     Described,
     Symbol,
     Timestamp,
@@ -54,6 +57,7 @@ AMQP10_TYPE = b"amqp-1.0"  # the 0-9-1 type of a body that is 1.0 sections (Rabb
 MAX_SHORTSTR = 255
 URN_UUID = b"urn:uuid:"
 
+FIXED_SIZES = {code: entry[0] for code, entry in FIXED.items()}
 HEADER = Ulong(spec.HEADER)
 MESSAGE_ANNOTATIONS = Ulong(spec.MESSAGE_ANNOTATIONS)
 PROPERTIES = Ulong(spec.PROPERTIES)
@@ -267,14 +271,75 @@ def body_091(found):
     return b"".join(encode(Described(Ulong(code), value)) for code, value in body)
 
 
+# ---------------------------------------------------------------- the common message, read quickly
+
+DATA_SECTION = b"\x00\x53\x75"
+
+
+def data_body(payload):
+    """Where the body of the common message lies: its sections before one data section that
+    ends it (no footer), as (where that section starts, where its octets start); None for any
+    other message (several data sections, an amqp-value, a footer: Sections reads those).
+    Only the section headers are looked at, none of their values is decoded."""
+    pos = 0
+    end = len(payload)
+    try:
+        while pos < end:
+            if payload[pos] != 0 or payload[pos + 1] != 0x53:
+                return None
+            code = payload[pos + 2]
+            if code == spec.DATA:
+                kind = payload[pos + 3]
+                if kind == 0xA0:
+                    start = pos + 5
+                    size = payload[pos + 4]
+                elif kind == 0xB0:
+                    start = pos + 8
+                    size = (
+                        (payload[pos + 4] << 24) | (payload[pos + 5] << 16) | (payload[pos + 6] << 8) | payload[pos + 7]
+                    )
+                else:
+                    return None
+                return (pos, start) if start + size == end else None
+            if code in BODY_SECTIONS or code == spec.FOOTER:
+                return None
+            pos = skip(payload, pos + 3)
+    except IndexError:
+        return None
+    return None
+
+
+def skip(data, pos):
+    """Where the value at pos ends, from its constructor alone (DecodeError or IndexError if it
+    cannot be told)."""
+    code = data[pos]
+    if code == 0x00:
+        return skip(data, skip(data, pos + 1))
+    fixed = FIXED_SIZES.get(code)
+    if fixed is not None:
+        return pos + 1 + fixed
+    if code in (0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0):
+        return pos + 2 + data[pos + 1]
+    if code in (0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0):
+        return pos + 5 + ((data[pos + 1] << 24) | (data[pos + 2] << 16) | (data[pos + 3] << 8) | data[pos + 4])
+    raise DecodeError("0x%02x is not an AMQP 1.0 constructor" % code)
+
+
+def header_tail(encoded_properties, body_size):
+    """A 0-9-1 content header frame's tail (core/message.py) from its encoded properties."""
+    header = struct.pack(">HHQ", CLASS_BASIC, 0, body_size) + encoded_properties
+    return struct.pack(">I", len(header)) + header + FRAME_END
+
+
+def body_tail(body):
+    """A 0-9-1 body frame's tail (its size, the octets, frame-end), or None for no body."""
+    return b"".join((struct.pack(">I", len(body)), body, FRAME_END)) if len(body) else None
+
+
 def tails(props, body):
     """(header_tail, body_tail, body_size) as core/message.py Message holds a 0-9-1 publish:
     the content header frame's and the body frame's octets after their type and channel."""
-    encoded = encode_properties(props)
-    header = struct.pack(">HHQ", CLASS_BASIC, 0, len(body)) + encoded
-    header_tail = struct.pack(">I", len(header)) + header + FRAME_END
-    body_tail = struct.pack(">I", len(body)) + body + FRAME_END if body else None
-    return header_tail, body_tail, len(body)
+    return header_tail(encode_properties(props), len(body)), body_tail(body), len(body)
 
 
 # ---------------------------------------------------------------- 0-9-1 -> 1.0
@@ -348,10 +413,46 @@ def header_10(durable, priority, ttl, redelivered):
 def from_message(message, redelivered):
     """The octets of a broker's message (core/message.py) delivered to a 1.0 consumer: a
     message a 1.0 client published, its bare message as sent behind a header and annotations
-    of this delivery; any other, converted from its 0-9-1 form."""
+    of this delivery; any other, converted from its 0-9-1 form. What comes before the body is
+    made once for each kind of message (its properties, where it was published, whether it
+    was delivered before) and kept (FRONTS): most of a queue's messages are alike but for
+    their bodies."""
     native = message.native
     if native is not None:
-        return _native_delivery(message, native, redelivered)
+        payload, bare_at = native
+        key = (payload[:bare_at], message.exchange, message.routing_key, redelivered)
+        front = FRONTS.get(key)
+        if front is None:
+            front = _remember(key, _native_front(message, payload[:bare_at], redelivered))
+        return b"".join((front, memoryview(payload)[bare_at:]))
+    tail = message.header_tail
+    key = (tail[16:], message.exchange, message.routing_key, redelivered)  # (past the body's size)
+    known = FRONTS.get(key)
+    if known is None:
+        known = _remember(key, _converted_front(message, redelivered))
+    front, own_sections = known
+    body = message.body()
+    if own_sections:  # its body is 1.0 sections already (type amqp-1.0)
+        return b"".join((front, body))
+    size = len(body)
+    head = (b"\x00\x53\x75\xa0" + bytes((size,))) if size < 256 else (b"\x00\x53\x75\xb0" + struct.pack(">I", size))
+    return b"".join((front, head, body))
+
+
+FRONTS = {}  # (what a delivery's front depends on) -> its octets (a 0-9-1 message's: and its kind)
+FRONTS_MOST = 256 if sys.implementation.name != "micropython" else 8
+
+
+def _remember(key, front):
+    if len(FRONTS) >= FRONTS_MOST:
+        FRONTS.clear()
+    FRONTS[key] = front
+    return front
+
+
+def _converted_front(message, redelivered):
+    """(the sections of a 0-9-1 message before its body, as RabbitMQ 4 converts them, whether its
+    body is 1.0 sections already: type amqp-1.0, so from_message adds no data section)."""
     props = message.properties()
     expiration = props.get("expiration")
     priority = props.get("priority")
@@ -390,34 +491,21 @@ def from_message(message, redelivered):
             application[name] = value_10(value)
     if application:
         out.append(encode(Described(APPLICATION_PROPERTIES, application)))
-    body = message.body()
-    if props.get("type") == AMQP10_TYPE:
-        out.append(bytes(body))  # its own sections, as a 1.0 publisher wrote them
-    else:
-        out.append(encode(Described(DATA, bytes(body))))
-    return b"".join(out)
+    return b"".join(out), props.get("type") == AMQP10_TYPE
 
 
-def _native_delivery(message, native, redelivered):
+def _native_front(message, annotated, redelivered):
     """A 1.0 publisher's message to a 1.0 consumer: its header (durable, priority, ttl) and
-    annotations, with this delivery's count and where it was published, then its bare
-    message's octets untouched. (native: the transfer's octets and where the bare message
-    starts in them; only the sections before it are read again.)"""
-    payload, bare_at = native
-    found = Sections(payload[:bare_at]) if bare_at else None
+    annotations (annotated: its sections before the bare message, as it sent them), with this
+    delivery's count and where it was published."""
+    found = Sections(annotated) if annotated else None
     header = (found.header if found is not None else None) or []
     annotations = dict((found.annotations if found is not None else None) or {})
     annotations[Symbol("x-exchange")] = _text(message.exchange)
     annotations[Symbol("x-routing-key")] = _text(message.routing_key)
-    return b"".join(
-        (
-            header_10(
-                len(header) > 0 and header[0] is True,
-                header[1] if len(header) > 1 else None,
-                header[2] if len(header) > 2 else None,
-                redelivered,
-            ),
-            encode(Described(MESSAGE_ANNOTATIONS, annotations)),
-            payload[bare_at:],
-        )
-    )
+    return header_10(
+        len(header) > 0 and header[0] is True,
+        header[1] if len(header) > 1 else None,
+        header[2] if len(header) > 2 else None,
+        redelivered,
+    ) + encode(Described(MESSAGE_ANNOTATIONS, annotations))

@@ -5,6 +5,8 @@ A field a performative's reader needs is read by its position in that order; the
 used are named here, next to the frames written with them.
 """
 
+import struct
+
 from . import spec
 from .frames import frame
 from .types import Described, Symbol, Ubyte, Uint, Ulong, Ushort
@@ -12,6 +14,10 @@ from .types import Described, Symbol, Ubyte, Uint, Ulong, Ushort
 ACCEPTED = Described(Ulong(spec.ACCEPTED), [])
 RELEASED = Described(Ulong(spec.RELEASED), [])
 EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # a frame with no body: we are alive (2.4.5)
+# a transfer frame's header and performative: size, doff, type, channel; the transfer's list of
+# 5 (handle and delivery-id as uint, the delivery id as its 4-octet tag, message-format 0,
+# settled), 32 octets before the payload
+TRANSFER_HEAD = struct.Struct(">IBBHBBBBBBBIBIBBIBB")
 
 # field positions (spec.TYPES) read from a client's performatives
 OPEN_MAX_FRAME_SIZE, OPEN_CHANNEL_MAX, OPEN_IDLE_TIME_OUT = 2, 3, 4
@@ -92,6 +98,11 @@ def flow_frame(session, link=None, echo=False):
 def transfer_frames(channel, handle, delivery_id, settled, payload, room):
     """The transfer frames of one delivery: payload split so no frame carries more than room
     octets of it (more=true on all but the last)."""
+    if len(payload) <= room:  # one frame (most deliveries): written directly, as encode() would
+        return [
+            TRANSFER_HEAD.pack(len(payload) + 32, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, 19, 5, 0x70, handle, 0x70,
+                               delivery_id, 0xA0, 4, delivery_id, 0x43, 0x41 if settled else 0x42) + payload
+        ]  # fmt: skip
     fields = [Uint(handle), Uint(delivery_id), delivery_id.to_bytes(4, "big"), Uint(0), settled]
     frames = []
     while len(payload) > room:

@@ -57,11 +57,6 @@ from .performatives import (
     SOURCE_FILTER,
     TARGET_ADDRESS,
     TARGET_DYNAMIC,
-    TRANSFER_ABORTED,
-    TRANSFER_DELIVERY_ID,
-    TRANSFER_HANDLE,
-    TRANSFER_MORE,
-    TRANSFER_SETTLED,
     UNSETTLED,
     attach_frame,
     detach_frame,
@@ -112,6 +107,7 @@ class Session:
         self.links = {}  # handle -> IncomingLink or OutgoingLink
         self.unsettled = {}  # delivery id -> (OutgoingLink, queue, entry) until the client settles it
         self.backlog = []  # transfer frames that wait for the client's incoming window
+        self.outcomes = []  # (delivery id, outcome) of what the client sent, to be said (send_outcomes)
 
     # ------------------------------------------------------------ attach
 
@@ -278,36 +274,35 @@ class Session:
             raise SessionError("amqp:session:window-violation", "a transfer past the session's incoming window")
         self.incoming_window -= 1
         self.next_incoming_id = (self.next_incoming_id + 1) % SERIAL
-        handle = field(f, TRANSFER_HANDLE)
-        link = self.links.get(handle.value) if handle is not None else None
+        handle, delivery_id, settled, more, aborted = f.transfer
+        link = self.links.get(handle)
         if link is None:
-            raise SessionError("amqp:session:unattached-handle", "no link with handle %s" % (handle and handle.value))
+            raise SessionError("amqp:session:unattached-handle", "no link with handle %s" % handle)
         if link.detached:
             return  # (in flight when we ended or refused the link)
         if type(link) is not IncomingLink:
             raise SessionError("amqp:session:errant-link", "a transfer on a link the client receives on")
+        payload = f.payload
         partial = link.partial
         if partial is None:
-            delivery_id = field(f, TRANSFER_DELIVERY_ID)
             if delivery_id is None:
                 raise SessionError("amqp:invalid-field", "the first transfer of a delivery has no delivery-id")
             if link.credit <= 0:
                 self.end_link(link, error("amqp:link:transfer-limit-exceeded", "a transfer past the link's credit"))
                 return
-            partial = link.partial = [delivery_id.value, field(f, TRANSFER_SETTLED) is True, [], 0]
-        else:
-            delivery_id = field(f, TRANSFER_DELIVERY_ID)
-            if delivery_id is not None and delivery_id.value != partial[0]:
-                raise SessionError(
-                    "amqp:invalid-field", "a continuation transfer's delivery-id differs from the first's"
-                )
-        if field(f, TRANSFER_ABORTED) is True:  # the client gave it up: nothing of it is kept or settled
+            if not more and not aborted:  # a message in one frame (most are): no parts to keep
+                self._whole(link, delivery_id, settled, payload)
+                return
+            partial = link.partial = [delivery_id, settled, [], 0]
+        elif delivery_id is not None and delivery_id != partial[0]:
+            raise SessionError("amqp:invalid-field", "a continuation transfer's delivery-id differs from the first's")
+        if aborted:  # the client gave it up: nothing of it is kept or settled
             link.partial = None
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) % SERIAL
             return
-        partial[2].append(f.payload)
-        partial[3] += len(f.payload)
+        partial[2].append(payload)
+        partial[3] += len(payload)
         if partial[3] > conn.broker.limits.max_message_bytes:
             link.partial = None
             self.end_link(
@@ -319,16 +314,31 @@ class Session:
                 ),
             )
             return
-        if field(f, TRANSFER_MORE) is True:
+        if more:
             return
         link.partial = None
+        self._whole(link, partial[0], partial[1], b"".join(partial[2]))
+
+    def _whole(self, link, delivery_id, settled, payload):
+        """A whole message from the client: published, its outcome given (unless it came
+        settled), its link's credit granted again at half."""
+        conn = self.conn
+        broker = conn.broker
+        if len(payload) > broker.limits.max_message_bytes:
+            self.end_link(
+                link,
+                error(
+                    "amqp:link:message-size-exceeded",
+                    "message size %d is larger than the %d allowed" % (len(payload), broker.limits.max_message_bytes),
+                ),
+            )
+            return
         link.credit -= 1
         link.delivery_count = (link.delivery_count + 1) % SERIAL
-        payload = partial[2][0] if len(partial[2]) == 1 else b"".join(partial[2])
-        outcome, seq = link.message(conn.broker, payload, conn)
-        if not partial[1]:  # the client waits for our outcome
-            conn.settle_when_synced(self, partial[0], outcome, seq)
-        if link.credit <= conn.broker.limits.amqp10_link_credit // 2:
+        outcome, seq = link.message(broker, payload, conn)
+        if not settled:  # the client waits for our outcome
+            conn.settle_when_synced(self, delivery_id, outcome, seq)
+        if link.credit <= broker.limits.amqp10_link_credit // 2:
             self.grant(link)
 
     def reopen(self):
@@ -340,7 +350,27 @@ class Session:
             self.conn.send(flow_frame(self))
 
     def settle(self, delivery_id, outcome):
-        self.conn.send(disposition_frame(self.channel, delivery_id, delivery_id, outcome))
+        """A message the client sent, settled with outcome: said with the others due
+        (send_outcomes), once what came in one read is done with."""
+        self.outcomes.append((delivery_id, outcome))
+
+    def send_outcomes(self):
+        """The outcomes due, one disposition for each run of consecutive deliveries with the
+        same outcome (a thousand messages accepted in a read: one frame, not a thousand)."""
+        outcomes = self.outcomes
+        if not outcomes:
+            return
+        self.outcomes = []
+        first, outcome = outcomes[0]
+        last = first
+        for delivery_id, this in outcomes[1:]:
+            if this is outcome and delivery_id == (last + 1) % SERIAL:
+                last = delivery_id
+                continue
+            self.conn.send(disposition_frame(self.channel, first, last, outcome))
+            first = last = delivery_id
+            outcome = this
+        self.conn.send(disposition_frame(self.channel, first, last, outcome))
 
     # ------------------------------------------------------------ deliveries to the client
 

@@ -18,6 +18,10 @@ class Frame:
         self.channel = found.channel
         self.name = NAMES.get(found.code, "empty") if found.code is not None else "empty"
         self.fields = found.fields or []
+        if found.fields is None and found.transfer is not None:  # (read by frames.transfer_at)
+            handle, delivery_id, settled, more, aborted = found.transfer
+            self.fields = [Uint(handle), Uint(delivery_id) if delivery_id is not None else None, None, None,
+                           settled or None, more or None, None, None, None, aborted or None]  # fmt: skip
         self.payload = found.payload
 
     def __getitem__(self, name):
