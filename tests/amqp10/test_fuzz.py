@@ -154,3 +154,27 @@ def test_any_message_sections_get_an_outcome(sections):
     said = client.frames()
     assert [f.name for f in said if f.name in ("disposition", "end", "close")] == ["disposition"], said
     assert not [line for line in logged if line[0] == "error"], logged
+
+
+@FUZZ
+@given(
+    st.integers(0, 2**32 - 1),
+    st.none() | st.integers(0, 2**32 - 1),
+    st.binary(max_size=40),
+    st.lists(st.none() | st.booleans(), min_size=6, max_size=6),
+    st.integers(0, 6),
+    st.binary(max_size=30),
+)
+def test_a_transfer_read_directly_says_what_the_decoder_says(handle, delivery_id, tag, flags, cut, payload):
+    """frames.transfer_at (the fast read) against the decoder and its field checks."""
+    settled, more, rcv_mode, resume, aborted, batchable = flags
+    fields = [Uint(handle), Uint(delivery_id) if delivery_id is not None else None, tag, Uint(0), settled, more,
+              Ubyte(1) if rcv_mode else None, None, resume, aborted, batchable][: 5 + cut]  # fmt: skip
+    octets = frame(0, spec.TRANSFER, fields, payload)
+    fast, _ = split(octets, 0, 1 << 20)
+    body, at = decode(octets, 8)
+    assert fast.payload == payload == octets[at:]
+    given = fields + [None] * (11 - len(fields))
+    expected = (handle, delivery_id, given[4] is True, given[5] is True, given[9] is True)
+    assert fast.transfer == expected
+    assert body.value[0] == Uint(handle)
