@@ -170,7 +170,8 @@ class Session:
         self.conn = conn
         self.channel = channel
         self.remote_channel = remote_channel
-        self.next_incoming_id = next_incoming_id
+        self.next_incoming_id = next_incoming_id  # the transfer id of the client's next frame
+        self.window = SESSION_WINDOW  # transfer frames the client may still send
         self.next_outgoing_id = 0
         self.links = {}  # handle -> Link (the client sends) or Receiver (the client receives)
         self.unsettled = {}  # delivery id -> (Receiver, queue, entry), until the client settles it
@@ -450,6 +451,7 @@ class Connection:
         )
 
     def _flow(self, session, link):
+        session.window = SESSION_WINDOW
         self._send(
             frame(
                 session.channel,
@@ -496,10 +498,18 @@ class Connection:
         if link is None:
             raise LinkError("amqp:session:unattached-handle", "no link with handle %d" % handle)
         more = field(f, 5, False)
+        # each frame is a transfer of the session's window (2.5.6): widened again at half
+        session.next_incoming_id = (session.next_incoming_id + 1) & 0xFFFFFFFF
+        session.window -= 1
+        if session.window <= SESSION_WINDOW // 2:
+            session.window = SESSION_WINDOW
+            self._send(
+                frame(session.channel, spec.FLOW, [Uint(session.next_incoming_id), Uint(SESSION_WINDOW),
+                                                   Uint(session.next_outgoing_id), Uint(SESSION_WINDOW)])
+            )  # fmt: skip
         if link.partial is None:
             delivery_id = field(f, 1).value
             link.partial = [delivery_id, field(f, 4, False), []]
-            session.next_incoming_id = delivery_id + 1
         link.partial[2].append(f.payload)
         if more:
             return

@@ -155,9 +155,10 @@ def _application_value(value):
     return str(value)
 
 
-def from_message(message, redelivered):
+def from_message(message, redelivered, to=None):
     """The octets of a 1.0 message carrying a broker's message (core/message.py) to a 1.0
-    consumer: the reverse of to_parts."""
+    consumer: the reverse of to_parts. to: its `to` property (a bridge's uplink with a null
+    target says each message's address there)."""
     props = message.properties()
     header = [props.get("delivery-mode") == 2, Ubyte(props["priority"]) if props.get("priority") is not None else None]
     expiration = props.get("expiration")
@@ -170,7 +171,7 @@ def from_message(message, redelivered):
     properties = [
         _text_of(props.get("message-id")),
         props.get("user-id"),
-        None,
+        to,
         _text_of(props.get("type")),
         _text_of(props.get("reply-to")),
         _text_of(props.get("correlation-id")),

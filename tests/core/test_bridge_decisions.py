@@ -48,6 +48,7 @@ def settings(**over):
         "max_byte_rate": 0,
         "tls": {"verify": True, "server_name": None, "ca_file": None, "cert_file": None, "key_file": None},
         "declare": None,
+        "protocol": "0-9-1",
     }
     for key in over:
         out[key] = over[key]
@@ -208,7 +209,11 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     machine.method(spec.BASIC_ACK, (2, True))
     machine.method(spec.BASIC_NACK, (3, False, True))
     assert machine.outbox.forwarded == 2 and len(machine.outbox.in_flight) == 1
-    machine.forward(sink, machine.sendable(0))
+    # upstream refused: sending pauses (reconnect_delay), said in the log
+    assert machine.sendable(0) == 0 and machine.wake_ms == 1000
+    assert log.texts()[-1] == "bridge b: upstream refused 1 messages (basic.nack): sending again in 1.0 s"
+    assert machine.sendable(999) == 0
+    machine.forward(sink, machine.sendable(1000))
     # m4 and m5 came when the ack made room; the nacked one goes back to its place in the
     # queue and comes after them (a nacked or returned message may overtake no one)
     assert sink.bodies()[4:] == [b"m4", b"m5", b"m2"]
@@ -429,7 +434,8 @@ def test_a_stream_source_sends_again_from_the_oldest_unconfirmed_after_a_lost_li
         machine.forward(sink, machine.sendable(0))
         machine.method(spec.BASIC_ACK, (1, False))
         machine.method(spec.BASIC_NACK, (3, False, True))  # r2 back, before what waits
-        machine.forward(sink, machine.sendable(0))
+        assert machine.sendable(0) == 0  # (the pause after a refusal)
+        machine.forward(sink, machine.sendable(1000))
         # r4 came when the ack made room; r2 goes again before it (a stream gives nothing back:
         # the record waits at the head of what the bridge holds, in offset order)
         assert sink.bodies() == [b"r0", b"r1", b"r2", b"r3", b"r2", b"r4"]
