@@ -299,11 +299,14 @@ class Protocol:
     def _send_token(self):
         links = self.links
         sender = links.get(0)
-        if not self._token_due or sender is None or not (sender.attached and links[1].attached) or sender.credit <= 0:
+        cbs = self.cbs
+        if not self._token_due or cbs is None or sender is None or not (sender.attached and links[1].attached):
+            return
+        if sender.credit <= 0:
             return
         self._token_due = False
         self.token_seq += 1
-        audience, kind, token = self.cbs
+        audience, kind, token = cbs
         properties = Described(Ulong(spec.PROPERTIES), ["put-token-%d" % self.token_seq, None, "$cbs", None, "cbs"])
         application = Described(
             Ulong(spec.APPLICATION_PROPERTIES), {"operation": "put-token", "type": kind, "name": audience}
@@ -418,8 +421,8 @@ class Protocol:
     # -- the handshake ---------------------------------------------------------------------
 
     def _mechanisms(self, f):
-        offered = field(f, 0, [])
-        names = [m.value for m in (offered.value if type(offered) is Array else [offered])]
+        offered = field(f, 0)
+        names = [str(m.value) for m in (offered.value if isinstance(offered, Array) else [offered]) if m is not None]
         mechanism, user, password = self._login
         if mechanism not in names:
             self._end("login refused: upstream offers SASL %s, not %s" % (", ".join(names), mechanism))
@@ -563,7 +566,7 @@ class Protocol:
                 in_flight.remove(seq)
                 self._events.append((BASIC_ACK, (seq, False)))
             return
-        why = OUTCOMES.get(code, "settled without an outcome")
+        why = OUTCOMES.get(code or 0, "settled without an outcome")
         if code == spec.REJECTED and state.value:
             why += " (%s)" % _error_text(state.value[0])
         elif code == spec.MODIFIED and len(state.value) > 1 and state.value[1] is True:

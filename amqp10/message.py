@@ -89,7 +89,7 @@ def to_parts(payload):
     if prop(0) is not None:
         props["message-id"] = _text(prop(0))
     if prop(1) is not None:
-        props["user-id"] = bytes(prop(1))
+        props["user-id"] = bytes(prop(1))  # pyright: ignore[reportArgumentType] (not None: just checked)
     if prop(3) is not None:
         props["type"] = prop(3).encode()
     if prop(4) is not None:

@@ -54,7 +54,7 @@ def hmac_sha256(key, message):
         outer = hashlib.sha256(bytes(octet ^ 0x5C for octet in key))
         outer.update(inner.digest())
         return outer.digest()
-    return hmac.new(key, message, hashlib.sha256).digest()
+    return hmac.new(key, message, "sha256").digest()
 
 
 def epoch_seconds():

@@ -43,8 +43,6 @@ mistake is one ConfigError naming the bridge and the key, so `hutch serve` says 
 line and exits with 2 rather than running a bridge that does nothing.
 """
 
-import binascii
-
 from .config import ConfigError
 
 KEYS = (
@@ -222,6 +220,8 @@ def _amqp10(table, uris, protocol, direction, where):
     if (device is None) != (key is None) or device == "":
         raise ConfigError("%s: device_id and sas_key go together (an IoT Hub device and its key)" % where)
     if key is not None:
+        import binascii  # (a bridge with a sas_key)
+
         try:
             if not binascii.a2b_base64(key):
                 raise ValueError

@@ -221,6 +221,32 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     assert machine.outbox.forwarded == 6 and machine.outbox.backlog() == 0
 
 
+def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
+    """An AMQP 1.0 upstream's rejected, released or modified (amqp10/client.py says them as a
+    basic.nack with why): the message goes back to the head of the queue and sending pauses,
+    reconnect_delay doubled up to max_reconnect_delay while nothing is accepted in between."""
+    client, machine, log = up_bridge(3, prefetch=1, reconnect_delay=0.5, max_reconnect_delay=1.5, protocol="1.0")
+    assert run_link(machine) == [], "over 1.0 the client's attach is the whole set-up"
+    sink = Sink()
+    now = 0
+    pauses = []
+    for _ in range(4):  # upstream refuses m0 four times
+        machine.forward(sink, machine.sendable(now))
+        machine.method(spec.BASIC_NACK, (machine.outbox.seq, False, True, "released"))
+        assert machine.sendable(now) == 0
+        pauses.append(machine.wake_ms)
+        now += machine.wake_ms
+    assert pauses == [500, 1000, 1500, 1500]
+    assert sink.bodies() == [b"m0"] * 4 and machine.outbox.backlog() == 3, "nothing lost"
+    assert log.texts()[-1] == "bridge b: upstream refused 1 messages (released): sending again in 1.5 s"
+    machine.forward(sink, machine.sendable(now))
+    machine.method(spec.BASIC_ACK, (machine.outbox.seq, False))  # accepted at last
+    machine.forward(sink, machine.sendable(now))
+    machine.method(spec.BASIC_NACK, (machine.outbox.seq, False, True, "rejected (amqp:resource-limit-exceeded)"))
+    assert machine.sendable(now) == 0 and machine.wake_ms == 500, "the backoff starts over"
+    assert sink.bodies() == [b"m0"] * 5 + [b"m1"]
+
+
 def test_blocked_and_paused_links_send_nothing_until_upstream_lets_go():
     client, machine, log = up_bridge(2)
     run_link(machine)

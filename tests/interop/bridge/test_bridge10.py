@@ -313,3 +313,84 @@ def test_without_a_target_each_message_goes_where_its_own_exchange_and_routing_k
         edge.stop()
         upstream.stop()
     assert not edge.errors(), edge.log()[-3000:]
+
+
+# ---------------------------------------------------------------- the config's keys
+
+KEY = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="
+
+
+def one_bridge(**table):
+    from hutch.server.bridge_config import bridges_from
+
+    table.setdefault("name", "b")
+    table.setdefault("queue", "q")
+    return bridges_from({"bridge": [table]}, "hutch.toml")[0]
+
+
+def test_1_0_uris_and_keys_read_as_their_defaults_say():
+    bridge = one_bridge(uri=["amqps10://edge:pw@central:5999?heartbeat=10", "amqps10://backup"])
+    assert bridge["protocol"] == "1.0" and [u["protocol"] for u in bridge["uris"]] == ["1.0", "1.0"]
+    first, second = bridge["uris"]
+    assert (first["tls"], first["port"], first["user"], first["heartbeat"]) == (True, 5999, "edge", 10)
+    assert second["port"] == 5671 and first["uri"] == "amqps10://edge:***@central:5999?heartbeat=10"
+    assert (bridge["address"], bridge["sas_key"], bridge["cbs"]) == (None, None, False)
+    assert one_bridge(uri="amqp://central", protocol="1.0")["uris"][0]["protocol"] == "1.0"
+    assert one_bridge(uri="amqp://central")["protocol"] == "0-9-1"
+    assert one_bridge(uri="amqp10://central/")["uris"][0]["port"] == 5672
+    iot = one_bridge(uri="amqps10://hub.azure-devices.net", device_id="d-1", sas_key=KEY)
+    assert iot["address"] == "/devices/d-1/messages/events" and iot["token_lifetime"] == 3600
+    assert one_bridge(uri="amqp10://h", address="/amq/queue/q")["address"] == "/amq/queue/q"
+
+
+@pytest.mark.parametrize(
+    "table, words",
+    [
+        ({"uri": "amqp://h", "protocol": "1.1"}, 'protocol must be "0-9-1" or "1.0", not \'1.1\''),
+        ({"uri": "amqp10://h", "protocol": "0-9-1"}, 'protocol = "0-9-1", but a uri is AMQP 1.0'),
+        ({"uri": ["amqp10://h", "amqp://g"]}, "all its URIs must speak one protocol"),
+        ({"uri": "amqp://h", "address": "/queues/q"}, "address is for AMQP 1.0 links"),
+        ({"uri": "amqp://h", "cbs": True}, "cbs is for AMQP 1.0 links"),
+        ({"uri": "amqp10://h/sensors"}, "names a vhost: an AMQP 1.0 link has none"),
+        ({"uri": "amqp://h/?auth_mechanism=anonymous"}, "auth_mechanism=anonymous in 'amqp://h/?auth_mechanism=anonymous' is AMQP 1.0's only"),
+        ({"uri": "amqp10://h", "direction": "down"}, "a down bridge speaks AMQP 0-9-1 only"),
+        ({"uri": "amqp10://h", "declare": {"queue": "x"}}, "declare is AMQP 0-9-1's"),
+        ({"uri": "amqp10://h", "address": "/queues/q", "routing_key": "k"}, "address or exchange/routing_key, not both"),
+        ({"uri": "amqp10://h", "address": ""}, "address must name a target"),
+        ({"uri": "amqp10://h", "address": 7}, "address must be a string, not 7"),
+        ({"uri": "amqps10://h", "device_id": "d"}, "device_id and sas_key go together"),
+        ({"uri": "amqps10://h", "device_id": "d", "sas_key": "not base64!"}, "sas_key must be the device's key in base64"),
+        ({"uri": "amqp10://h", "device_id": "d", "sas_key": KEY}, "a SAS token goes over TLS only (amqps10://)"),
+        ({"uri": "amqps10://u:p@h", "device_id": "d", "sas_key": KEY}, "names a user: with device_id and sas_key"),
+        ({"uri": "amqps10://h", "token_lifetime": 600}, "token_lifetime needs sas_key"),
+        ({"uri": "amqps10://h", "device_id": "d", "sas_key": KEY, "token_lifetime": 5}, "token_lifetime must be a whole number from 10"),
+        ({"uri": "amqps10://h", "device_id": "d", "sas_key": KEY, "cbs": "yes"}, "cbs must be true or false, not 'yes'"),
+        ({"uri": "http10://h"}, "is not an amqp://, amqps://, amqp10:// or amqps10:// URI"),
+    ],
+)  # fmt: skip
+def test_each_mistake_in_a_1_0_bridge_is_one_error_naming_the_bridge_and_the_key(table, words):
+    from hutch.server.config import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        one_bridge(**table)
+    message = str(raised.value)
+    assert message.startswith("hutch.toml: bridge 'b'") and words in message, message
+
+
+def test_a_wrong_1_0_bridge_stops_hutch_serve_with_one_line_and_exit_code_2(tmp_path):
+    import subprocess
+
+    config = tmp_path / "hutch.toml"
+    config.write_text(
+        '[[bridge]]\nname = "iot"\nuri = "amqp10://hub"\nqueue = "q"\ndevice_id = "d"\nsas_key = "%s"\n' % KEY
+    )
+    done = subprocess.run(
+        [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--port", "0", "--data", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "hutch: %s: bridge 'iot': 'amqp10://hub': a SAS token goes over TLS only (amqps10://)" % config
+    ), done.stderr
