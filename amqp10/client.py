@@ -389,7 +389,7 @@ class Protocol:
         elif state == OUTCOME and code == spec.SASL_OUTCOME:
             self._outcome(f)
         elif f.kind != AMQP_FRAME or state < OPENING:
-            raise DecodeError("%s out of place" % spec.TYPES.get(code, ("a frame",))[0])
+            raise DecodeError("a frame out of place (performative 0x%02x)" % (code or 0))
         elif code == spec.TRANSFER:
             self._transfer_in(f)
         elif code == spec.DISPOSITION:
@@ -412,7 +412,7 @@ class Protocol:
             self._send(frame(0, spec.CLOSE, []))
             self._ended("upstream closed the connection", field(f, 0))
         else:
-            raise DecodeError("%s out of place" % spec.TYPES.get(code, ("a frame",))[0])
+            raise DecodeError("a frame out of place (performative 0x%02x)" % (code or 0))
 
     def _ended(self, what, error):
         condition = error.value[0].value if type(error) is Described and error.value else None

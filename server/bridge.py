@@ -47,10 +47,7 @@ class LinkError(Exception):
 
 
 class Renewed(Exception):
-    """The link was closed to log in anew with a new token: reconnect at once."""
-
-
-RENEW_GRACE_MS = 10000  # at most this long for what is in flight to settle before a renewal's close
+    """The link was closed to log in anew with a new token (server/bridge10.py): reconnect at once."""
 
 
 class Bridge:
@@ -179,7 +176,9 @@ class Bridge:
         now = self.clock.now_ms()
         login = None
         if uri["protocol"] == "1.0":
-            protocol, login = self._connect10(uri, frame_max, now)
+            from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
+
+            protocol, login = bridge10.connect(self.machine, uri, frame_max, now)
         else:
             protocol = Protocol(frame_max=frame_max)
             protocol.connect(
@@ -202,62 +201,6 @@ class Bridge:
             writing.cancel()
             await close_writer(writer)
 
-    def _connect10(self, uri, frame_max, now):
-        """The AMQP 1.0 client (amqp10/client.py), connecting: (protocol, its login: a _Login,
-        or None without a sas_key). Its target: `address`, else RabbitMQ 4's address of
-        exchange and routing_key when both are set, else none (each message's `to` says it)."""
-        from ..amqp10.client import Protocol as Protocol10
-        from ..amqp10.client import v2_address
-
-        settings = self.machine.settings
-        hostname = settings["tls"]["server_name"] or uri["host"]
-        address = settings["address"]
-        if address is None and settings["exchange"] is not None and settings["routing_key"] is not None:
-            address = v2_address(settings["exchange"], settings["routing_key"])
-        login = _Login(settings, hostname, now) if settings["sas_key"] else None
-        user, password, mechanism, cbs = uri["user"], uri["password"], uri["auth_mechanism"], None
-        if login is not None:
-            user, password = login.user, login.token
-            if settings["cbs"]:  # SASL ANONYMOUS, then the token on $cbs
-                mechanism, password, cbs = "ANONYMOUS", "", (login.audience, login.token_type, login.token)
-        protocol = Protocol10(max_frame=frame_max)
-        protocol.connect(
-            now,
-            user,
-            password,
-            hostname,
-            address,
-            idle_ms=uri["heartbeat"] * 1000,
-            container="hutch-bridge-" + self.machine.name,
-            mechanism=mechanism,
-            settled=settings["ack_mode"] != "on-confirm",
-            cbs=cbs,
-        )
-        return protocol, login
-
-
-class _Login:
-    """An IoT Hub device's login: its user, and SAS tokens made from its key (amqp10/sas.py),
-    each valid for token_lifetime seconds and renewed at half of it."""
-
-    def __init__(self, settings, hostname, now):
-        from ..amqp10 import sas  # (loaded only by a bridge with a sas_key)
-
-        self.sas = sas
-        self.settings = settings
-        self.hostname = hostname
-        self.token_type = sas.TOKEN_TYPE
-        self.make(now)
-
-    def make(self, now):
-        """A new token, valid from now (the wall clock's seconds: a board's must be set)."""
-        settings = self.settings
-        lifetime = settings["token_lifetime"]
-        self.user, self.token, self.audience, self.expiry = self.sas.device_login(
-            self.hostname, settings["device_id"], settings["sas_key"], lifetime, self.sas.epoch_seconds()
-        )
-        self.renew_at = now + lifetime * 500  # (ms: half the lifetime)
-
 
 class _Link:
     """One connection upstream: its reader feeds the protocol and hands each event to the
@@ -273,7 +216,7 @@ class _Link:
         self.ended = False
         self.silent = None  # why the ticker hung up
         self.credit = credit  # (AMQP 1.0) forward no more than its link's credit allows
-        self.login = login  # an IoT Hub login (_Login), or None
+        self.login = login  # an IoT Hub login (server/bridge10.py Login), or None
         self.renewing = 0  # (ms) since when this link winds down to log in with a new token
         self.closed_at = 0  # (ms) when it sent its close for that
 
@@ -430,33 +373,6 @@ class _Link:
                 return
             self.writer.write(bytes(data))
 
-    def _renew(self, now):
-        """An IoT Hub login's token, renewed at half its lifetime: a new one put on $cbs; or
-        (SASL PLAIN) nothing more sent, and once what is in flight is settled (or after
-        RENEW_GRACE_MS) the connection closed, to log in anew at once. Why the link must be
-        dropped now (the peer did not answer the close), or None."""
-        login = self.login
-        protocol = self.protocol
-        machine = self.machine
-        if self.closed_at:
-            return "no answer to the close before renewing the SAS token" if now - self.closed_at > 5000 else None
-        if not self.renewing:
-            if now < login.renew_at:
-                return None
-            if machine.settings["cbs"]:
-                login.make(now)
-                protocol.put_token(login.token)
-                machine.log("info", "bridge %s: a new SAS token put on $cbs" % machine.name)
-                return None
-            self.renewing = now
-            machine.log("info", "bridge %s: its SAS token is due: logging in again with a new one" % machine.name)
-        if protocol.in_flight and now - self.renewing < RENEW_GRACE_MS:
-            return None
-        protocol.close()
-        self.closed_at = now
-        self.flush()
-        return None
-
     async def _tick_loop(self):
         """Heartbeats, and the machine's tick: an end to a link that went silent, whose
         handshake gets no answer or that makes no progress. A stream source's offset file is
@@ -468,7 +384,7 @@ class _Link:
             self.silent = self.machine.tick(now, self.protocol.tick(now) < 0)
             bridge.save_offset()
             if self.login is not None and not self.silent:
-                self.silent = self._renew(now)
+                self.silent = self.login.renew(self, now)
             if self.silent:
                 # hung up at once (the reader sees the end), dropping what is unsent: CPython's
                 # close() waits until that is written, which a peer that takes nothing (a
