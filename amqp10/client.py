@@ -198,12 +198,21 @@ class Protocol:
             self._out.append(held.pop(0))
             self.remote_window -= 1
             self.next_transfer_id = (self.next_transfer_id + 1) & MASK
-        if not self._out:
+        out = self._out
+        if not out:
             return None
-        out = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out = []
         self._spoke = True
-        return out
+        # frames joined into one write up to our max frame size (many small messages: one write,
+        # not one each), never all at once: a board's small heap (frame_max 4096) holds no
+        # window of large messages twice, nor one large block
+        size = len(out[0])
+        n = 1
+        while n < len(out) and size + len(out[n]) <= self.max_frame:
+            size += len(out[n])
+            n += 1
+        data = out[0] if n == 1 else b"".join(out[:n])
+        del out[:n]
+        return data
 
     def tick(self, now):
         """An empty frame when we sent nothing for half the peer's idle time-out. How long (ms)
