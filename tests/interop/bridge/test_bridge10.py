@@ -129,6 +129,33 @@ def test_a_v2_address_refused_by_rabbitmq_3_10_is_logged_and_retried_with_nothin
 
 
 @pytest.mark.xdist_group("rabbitmq")
+def test_rabbitmq_3_10_accepts_over_1_0_what_it_cannot_route(tmp_path, rabbitmq):
+    """What docs/bridges.md warns of: RabbitMQ 3.10's plugin says `accepted` for a message its
+    exchange routes nowhere (RabbitMQ 4 and hutch say `released`, and the bridge keeps it), so
+    the edge lets it go and it is gone. `/amq/queue/Q` checks the queue exists instead."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url(rabbitmq)))
+    connection.channel().exchange_declare("nowhere10", "direct", durable=True)
+    connection.close()
+    edge = edge_with_bridge(
+        tmp_path,
+        {
+            "name": "lost10",
+            "uri": "amqp10://guest:guest@127.0.0.1:%d" % rabbitmq.port,
+            "queue": "unroutable10",
+            "address": "/exchange/nowhere10/nobody",
+        },
+    )
+    try:
+        publish_confirmed(edge, "unroutable10", [b"gone-%d" % i for i in range(10)])
+        wait_until(lambda: _fresh_status(edge)["bridges"][0]["forwarded"] == 10, timeout=30, what="10 accepted")
+        assert "refused" not in edge.log()
+    finally:
+        edge.stop()
+
+
+@pytest.mark.xdist_group("rabbitmq")
 def test_a_1_0_login_refused_by_rabbitmq_is_logged_and_retried(tmp_path, rabbitmq):
     edge = edge_with_bridge(
         tmp_path,
