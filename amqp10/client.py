@@ -38,6 +38,7 @@ MicroPython-clean: a board's bridge to a 1.0 cloud runs it (imported only by suc
 
 import struct
 
+from ..codec.readbuffer import ReadBuffer
 from ..codec.spec import BASIC_ACK, BASIC_NACK
 from ..core.message import Message
 from . import spec
@@ -125,7 +126,7 @@ class _Link:
         self.partial = None  # (a receiver) a message's parts while it comes in frames
 
 
-class Protocol:
+class Protocol(ReadBuffer):
     def __init__(self, max_frame=65536):
         self.max_frame = max(512, max_frame)  # ours: the largest frame we take (and send)
         self._rx = bytearray(self.max_frame)
@@ -325,29 +326,6 @@ class Protocol:
         self._ids[self._transfer(sender, payload, False)] = 0
 
     # -- input ----------------------------------------------------------------------------
-
-    def read_buffer(self):
-        """Where to read the next input into: the free end of the read buffer (received(n) says
-        how much came)."""
-        if self._pos:
-            rest = self._n - self._pos
-            self._rx[0:rest] = self._rxm[self._pos : self._n]
-            self._pos = 0
-            self._n = rest
-        return self._rxm[self._n :]
-
-    def received(self, n):
-        self._n += n
-        if n:
-            self._heard = True
-
-    def receive_data(self, data):
-        """Take what fits of data: how much that was (take the events, then feed the rest)."""
-        buf = self.read_buffer()
-        n = min(len(data), len(buf))
-        buf[:n] = data[:n]
-        self.received(n)
-        return n
 
     def next_event(self):
         """The next event in what was received, or None until more comes in."""
