@@ -372,6 +372,20 @@ def publish_for(edge, seconds, per_batch=100):
     return bodies
 
 
+def forward_to(hub, tmp_path, ca, seconds, **more):
+    """An edge whose bridge forwards to hub, messages published at it for about seconds: (the
+    edge, stopped; the bodies published), once every one of them has reached the hub."""
+    edge = iot_bridge(tmp_path, hub, ca, **more)
+    try:
+        wait_until(lambda: "bridge iot: running" in edge.log(), timeout=30, what="the bridge running")
+        bodies = publish_for(edge, seconds)
+        wait_until(lambda: set(hub.bodies) >= set(bodies), timeout=30, what="every message at the hub")
+    finally:
+        edge.stop()
+        hub.stop()
+    return edge, bodies
+
+
 def first_copies(received):
     seen = set()
     return [body for body in received if not (body in seen or seen.add(body))]
@@ -383,14 +397,7 @@ def test_an_iot_hub_uplink_logs_in_with_sas_tokens_and_renews_them_before_they_e
     token. Nothing is lost or sent twice."""
     ca, cert = certificate
     hub = FakeIotHub(cert).start()
-    edge = iot_bridge(tmp_path, hub, ca, token_lifetime=10)
-    try:
-        wait_until(lambda: "bridge iot: running" in edge.log(), timeout=30, what="the bridge running")
-        bodies = publish_for(edge, 12)
-        wait_until(lambda: len(hub.bodies) >= len(bodies), timeout=30, what="every message at the hub")
-    finally:
-        edge.stop()
-        hub.stop()
+    edge, bodies = forward_to(hub, tmp_path, ca, 12, token_lifetime=10)
     print("%d logins, %d messages" % (len(hub.logins), len(hub.bodies)))
     assert hub.problems == []
     assert len(hub.logins) >= 3 and all(m == "PLAIN" and expiry for m, expiry in hub.logins), hub.logins
@@ -408,14 +415,7 @@ def test_a_link_detached_when_the_hub_takes_the_token_for_expired_goes_on_with_a
     nothing is lost (what was in flight at the detach goes again)."""
     ca, cert = certificate
     hub = FakeIotHub(cert, expire_after=3).start()
-    edge = iot_bridge(tmp_path, hub, ca)
-    try:
-        wait_until(lambda: "bridge iot: running" in edge.log(), timeout=30, what="the bridge running")
-        bodies = publish_for(edge, 10)
-        wait_until(lambda: set(hub.bodies) >= set(bodies), timeout=30, what="every message at the hub")
-    finally:
-        edge.stop()
-        hub.stop()
+    edge, bodies = forward_to(hub, tmp_path, ca, 10)
     print(
         "%d logins, %d detached, %d received for %d sent"
         % (len(hub.logins), hub.detached, len(hub.bodies), len(bodies))
@@ -432,14 +432,7 @@ def test_with_cbs_the_token_goes_on_cbs_and_is_renewed_on_the_same_connection(tm
     telemetry link is attached, and a new one put there at half its lifetime: one connection."""
     ca, cert = certificate
     hub = FakeIotHub(cert, cbs=True).start()
-    edge = iot_bridge(tmp_path, hub, ca, token_lifetime=10, cbs=True)
-    try:
-        wait_until(lambda: "bridge iot: running" in edge.log(), timeout=30, what="the bridge running")
-        bodies = publish_for(edge, 12)
-        wait_until(lambda: len(hub.bodies) >= len(bodies), timeout=30, what="every message at the hub")
-    finally:
-        edge.stop()
-        hub.stop()
+    edge, bodies = forward_to(hub, tmp_path, ca, 12, token_lifetime=10, cbs=True)
     print("%d logins, %d tokens, %d messages" % (len(hub.logins), len(hub.tokens), len(hub.bodies)))
     assert hub.problems == []
     assert hub.logins == [("ANONYMOUS", None)], "one connection"
