@@ -133,6 +133,7 @@ class Protocol(ReadBuffer):
         self._rxm = memoryview(self._rx)
         self._pos = self._n = 0
         self._out = []
+        self._events = []
         self.state = CLOSED
         self.channel_open = False
         self.awaiting = 0  # (what the bridge's driver asks of a protocol: no reply is awaited)
@@ -174,12 +175,7 @@ class Protocol(ReadBuffer):
         self.peer_links = {}  # the peer's handle -> _Link
         self.link = _Link(2 if cbs else 0, "%s-%s" % (container, address or "null"), True)
         self.token_seq = 0  # put-tokens sent
-        self.token_answered = 0  # and answered
         self._token_due = cbs is not None  # a token to put on $cbs once its links can take it
-
-    def connection_lost(self):
-        self.state = CLOSED
-        self.channel_open = False
 
     def close(self, why=None):
         """Close the connection (the peer answers with its close: an Ended event)."""
@@ -277,13 +273,13 @@ class Protocol(ReadBuffer):
             return delivery_id
         fields.append(True)  # more: parts follow
         room = self.send_max - len(frame(0, spec.TRANSFER, fields))
-        parts = []
-        at = 0
+        parts = [frame(0, spec.TRANSFER, fields, payload[:room])]
+        at = room
+        fields = [handle, None, None, None, None, True]  # the parts after the first: the handle alone
+        room = self.send_max - len(frame(0, spec.TRANSFER, fields))
         while len(payload) - at > room:
             parts.append(frame(0, spec.TRANSFER, fields, payload[at : at + room]))
             at += room
-            fields = [handle, None, None, None, None, True]
-            room = self.send_max - len(frame(0, spec.TRANSFER, fields))
         parts.append(frame(0, spec.TRANSFER, [handle], payload[at:]))
         self._frames(parts)
         return delivery_id
@@ -402,7 +398,8 @@ class Protocol(ReadBuffer):
             raise DecodeError("a frame out of place (performative 0x%02x)" % (code or 0))
 
     def _ended(self, what, error):
-        condition = error.value[0].value if type(error) is Described and error.value else None
+        condition = error.value[0] if type(error) is Described and type(error.value) is list and error.value else None
+        condition = condition.value if isinstance(condition, Symbol) else condition
         self._end("%s: %s" % (what, _error_text(error)) if error is not None else what, condition)
 
     # -- the handshake ---------------------------------------------------------------------
@@ -607,7 +604,6 @@ class Protocol(ReadBuffer):
         application = found.get(spec.APPLICATION_PROPERTIES) or {}
         status = application.get("status-code")
         status = status.value if hasattr(status, "value") else status
-        self.token_answered += 1
         if status not in (200, 202):
             text = application.get("status-description") or ""
             self._end("upstream refused the token on $cbs: status %s %s" % (status, text), "amqp:unauthorized-access")
