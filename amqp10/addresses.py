@@ -49,7 +49,7 @@ def target_of(broker, address):
     """(exchange name, routing key or None: the message's subject) of a target address, or
     AddressError: not-found for a queue or exchange that does not exist, invalid-field for an
     address that is none of the forms served."""
-    parts = address.split("/") if isinstance(address, str) and address.startswith("/") else ()
+    parts = address.split("/") if isinstance(address, str) and address.startswith("/") else []
     if len(parts) == 3 and parts[1] == "queues" and parts[2]:
         name = unquote(parts[2]).encode()
         if name not in broker.queues:
@@ -67,7 +67,7 @@ def target_of(broker, address):
 
 def source_of(address):
     """The queue name of a source address (/queues/NAME), or AddressError."""
-    parts = address.split("/") if isinstance(address, str) and address.startswith("/") else ()
+    parts = address.split("/") if isinstance(address, str) and address.startswith("/") else []
     if len(parts) == 3 and parts[1] == "queues" and parts[2]:
         return unquote(parts[2]).encode()
     raise AddressError("amqp:invalid-field", "source address '%s' is not /queues/NAME" % (address,))

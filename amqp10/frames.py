@@ -28,7 +28,8 @@ class Frame:
         self.code = code  # the performative's descriptor code (amqp10/spec.py), None: a heartbeat
         self.fields = fields  # the performative's fields, a list (trailing ones may be absent)
         self.payload = payload  # what follows the performative: a transfer's message octets
-        # a transfer's (handle, delivery id or None, settled, more, aborted) as plain values
+        # a transfer's (handle, delivery id or None, settled, more, aborted) as plain values (each
+        # flag True, False or None: absent)
         self.transfer = transfer
 
 
@@ -70,8 +71,8 @@ def split(data, pos, max_size):
     transfer = None
     if code == spec.TRANSFER:  # (its handle is there: check_fields saw to it)
         delivery_id = fields[1].value if len(fields) > 1 and fields[1] is not None else None
-        flags = [len(fields) > i and fields[i] is True for i in (4, 5, 9)]  # settled, more, aborted
-        transfer = (fields[0].value, delivery_id, flags[0], flags[1], flags[2])
+        settled, more, aborted = [fields[i] if len(fields) > i else None for i in (4, 5, 9)]
+        transfer = (fields[0].value, delivery_id, settled, more, aborted)
     return Frame(kind, channel, code, fields, bytes(data[at:end]), transfer), end
 
 
@@ -81,10 +82,6 @@ PYTHON_TYPES = {
     "uint": Uint, "ushort": Ushort, "ubyte": Ubyte, "ulong": Ulong, "boolean": bool, "string": str,
     "symbol": Symbol, "binary": bytes, "map": dict, "list": list, "timestamp": Timestamp, "described": Described,
 }  # fmt: skip
-CHECKS = {
-    code: tuple((i, PYTHON_TYPES.get(kind), multiple, mandatory) for i, (kind, multiple, mandatory) in enumerate(types))
-    for code, types in spec.FIELD_TYPES.items()
-}
 
 
 def check_fields(code, fields, what=None):
@@ -92,25 +89,31 @@ def check_fields(code, fields, what=None):
     an outcome) is of the type the specification's table (spec.FIELD_TYPES) says, and each
     mandatory one is there: what a peer sends wrongly is said as such, never met later as a
     Python error."""
-    checks = CHECKS.get(code)
-    if checks is None:
+    kinds = spec.FIELD_TYPES.get(code)
+    if kinds is None:
         return
     count = len(fields)
-    for i, kind, multiple, mandatory in checks:
+    for i, kind in enumerate(kinds):
         value = fields[i] if i < count else None
+        mandatory = kind[-1] == "!"
+        if mandatory:
+            kind = kind[:-1]
+        multiple = kind[-1] == "+"
+        if multiple:
+            kind = kind[:-1]
         if value is None:
             if mandatory:
                 raise DecodeError("%s's field '%s' is mandatory" % (what or _name(code), spec.TYPES[code][1][i]))
             continue
-        if kind is None or type(value) is kind:
+        expected = PYTHON_TYPES.get(kind)
+        if expected is None or type(value) is expected:
             continue
         if multiple and (type(value) is Array or type(value) is list):
-            items = value.value if type(value) is Array else value
-            if all(type(item) is kind for item in items):
+            items = value.value if isinstance(value, Array) else value  # type: list
+            if all(type(item) is expected for item in items):
                 continue
         raise DecodeError(
-            "%s's field '%s' must be %s, not %r"
-            % (what or _name(code), spec.TYPES[code][1][i], spec.FIELD_TYPES[code][i][0], value)
+            "%s's field '%s' must be %s, not %r" % (what or _name(code), spec.TYPES[code][1][i], kind, value)
         )
 
 
@@ -122,9 +125,19 @@ def field(frame, index, default=None):
     """A performative's field by position (amqp10/spec.py TYPES gives the order); absent or null
     is the default."""
     fields = frame.fields
+    if fields is None:  # a transfer read directly (transfer_at): its fields as the decoder gives them
+        fields = frame.fields = transfer_fields(frame.transfer)
     if index < len(fields) and fields[index] is not None:
         return fields[index]
     return default
+
+
+def transfer_fields(transfer):
+    """A transfer's fields (but its delivery-tag and message-format, which transfer_at does not
+    keep) from the values transfer_at read."""
+    handle, delivery_id, settled, more, aborted = transfer
+    return [Uint(handle), Uint(delivery_id) if delivery_id is not None else None, None, None, settled, more, None,
+            None, None, aborted]  # fmt: skip
 
 
 # ---------------------------------------------------------------- the transfer, read directly
@@ -135,7 +148,7 @@ TRANSFER_START = b"\x00\x53\x14"  # a transfer performative's descriptor, as eve
 def transfer_at(data, at, end):
     """A transfer's fields read straight from its octets at data[at:end] (after the frame
     header), the common way clients write them: (handle, delivery id or None, settled, more,
-    aborted, where its payload starts); None for any other layout, which split() then reads
+    aborted (each True, False or None), where its payload starts); None for any other layout, which split() then reads
     and checks (the same values, or a DecodeError). Every message a client sends comes in a
     transfer: this spares each the general decoder's objects."""
     if data[at : at + 3] != TRANSFER_START:
@@ -164,7 +177,7 @@ def _transfer_fields(data, pos, end):
         return None
     if stop > end or count > 11 or count == 0:
         return None
-    values = [None] * 11
+    values = [None] * 11  # type: list
     for i in range(count):
         if pos >= stop:
             return None
@@ -210,4 +223,4 @@ def _transfer_fields(data, pos, end):
             return None
     if pos != stop or values[0] is None:
         return None
-    return values[0], values[1], values[4] is True, values[5] is True, values[9] is True, stop
+    return values[0], values[1], values[4], values[5], values[9], stop

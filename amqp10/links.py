@@ -19,17 +19,10 @@ from ..core.message import Message
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
 from .addresses import AddressError, target_of
-from .message import (
-    NotMessage,
-    Sections,
-    body_091,
-    body_tail,
-    data_body,
-    from_message,
-    header_tail,
-    properties_091,
-)
+from .delivery import from_message
+from .message import body_091, body_tail, header_tail, properties_091
 from .performatives import ACCEPTED, RELEASED, rejected
+from .sections import NotMessage, Sections, data_body
 from .types import DecodeError
 
 KNOWN_MOST = 64  # runs of octets before a body each sending link keeps the meaning of
@@ -50,7 +43,8 @@ class IncomingLink:
         self.routing_key = routing_key  # bytes, or None: each message's subject
         self.delivery_count = 0
         self.credit = credit
-        self.partial = None  # [delivery id, settled, [payload parts], size] while a message comes in frames
+        # [delivery id, settled, [payload parts], size] while a message comes in frames
+        self.partial = None  # type: list | None
         self.known = {}  # the octets before a data body -> what they mean (message())
 
     def _learn(self, prefix):

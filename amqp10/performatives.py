@@ -17,7 +17,7 @@ EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # a frame with no body: we ar
 # a transfer frame's header and performative: size, doff, type, channel; the transfer's list of
 # 5 (handle and delivery-id as uint, the delivery id as its 4-octet tag, message-format 0,
 # settled), 32 octets before the payload
-TRANSFER_HEAD = struct.Struct(">IBBHBBBBBBBIBIBBIBB")
+TRANSFER_HEAD = ">IBBHBBBBBBBIBIBBIBB"
 
 # field positions (spec.TYPES) read from a client's performatives
 OPEN_MAX_FRAME_SIZE, OPEN_CHANNEL_MAX, OPEN_IDLE_TIME_OUT = 2, 3, 4
@@ -80,7 +80,7 @@ def attach_frame(channel, name, handle, role, snd_settle_mode, rcv_settle_mode, 
 
 def flow_frame(session, link=None, echo=False):
     """The session's flow state, and a link's (delivery count, credit, available, drain) if given."""
-    fields = [
+    fields: list = [
         Uint(session.next_incoming_id),
         Uint(session.incoming_window),
         Uint(session.next_outgoing_id),
@@ -100,7 +100,7 @@ def transfer_frames(channel, handle, delivery_id, settled, payload, room):
     octets of it (more=true on all but the last)."""
     if len(payload) <= room:  # one frame (most deliveries): written directly, as encode() would
         return [
-            TRANSFER_HEAD.pack(len(payload) + 32, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, 19, 5, 0x70, handle, 0x70,
+            struct.pack(TRANSFER_HEAD, len(payload) + 32, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, 19, 5, 0x70, handle, 0x70,
                                delivery_id, 0xA0, 4, delivery_id, 0x43, 0x41 if settled else 0x42) + payload
         ]  # fmt: skip
     fields = [Uint(handle), Uint(delivery_id), delivery_id.to_bytes(4, "big"), Uint(0), settled]

@@ -85,14 +85,19 @@ def render():
                      % (code, name, "".join("%r, " % f[0] for f in fields).rstrip(" ")))  # fmt: skip
     lines += ["}", ""]
     lines += [
-        "# descriptor code -> each field's (primitive type, multiple, mandatory), in order: what a",
-        "# value of the field is written as (a restricted type's source: handle -> uint; described:",
-        "# a described value; *: any)",
+        "# descriptor code -> each field's type, in order: the primitive type a value of it is written",
+        "# as (a restricted type's source: handle -> uint; described: a described value; *: any),",
+        "# then + if it may repeat (an array), ! if it must be there. (One string a field: what a",
+        "# board holds of this table is a few pointers a type.)",
         "FIELD_TYPES = {",
     ]
     for _name, code, fields in types:
         if fields:
-            lines.append("    0x%02X: (%s)," % (code, "".join("(%r, %r, %r), " % f[1:] for f in fields).rstrip(" ")))
+            kinds = [
+                "%s%s%s" % (kind, "+" if multiple else "", "!" if mandatory else "")
+                for _f, kind, multiple, mandatory in fields
+            ]
+            lines.append("    0x%02X: (%s)," % (code, "".join("%r, " % kind for kind in kinds).rstrip(" ")))
     lines += ["}", ""]
     return "\n".join(lines)
 

@@ -4,7 +4,7 @@ by frame. The interop tests check the same behaviour with real clients (rhea, Qp
 
 from hutch.amqp10 import spec
 from hutch.amqp10.connection import AMQP_HEADER, SASL_HEADER, Connection
-from hutch.amqp10.frames import frame, split
+from hutch.amqp10.frames import frame, split, transfer_fields
 from hutch.amqp10.types import Described, Symbol, Uint, Ulong, encode
 from hutch.core.broker import Broker
 from hutch.core.limits import Limits
@@ -19,9 +19,7 @@ class Frame:
         self.name = NAMES.get(found.code, "empty") if found.code is not None else "empty"
         self.fields = found.fields or []
         if found.fields is None and found.transfer is not None:  # (read by frames.transfer_at)
-            handle, delivery_id, settled, more, aborted = found.transfer
-            self.fields = [Uint(handle), Uint(delivery_id) if delivery_id is not None else None, None, None,
-                           settled or None, more or None, None, None, None, aborted or None]  # fmt: skip
+            self.fields = transfer_fields(found.transfer)
         self.payload = found.payload
 
     def __getitem__(self, name):

@@ -7,7 +7,7 @@ import pytest
 from harness10 import AMQP_HEADER, SASL_HEADER, Client10, condition, data_message, outcome, section
 
 from hutch.amqp10 import spec
-from hutch.amqp10.message import Sections
+from hutch.amqp10.sections import Sections
 from hutch.amqp10.types import Described, Symbol, Ubyte, Uint, Ulong, Ushort, decode
 from hutch.core import topology
 from hutch.core.limits import Limits
