@@ -28,11 +28,13 @@ the first backlog, the stream code with the first stream) moves into the code pa
 loaded.
 """
 
+import concurrent.futures
 import contextlib
 import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -46,6 +48,7 @@ BODY = 256
 CLIENTS = 4
 TOTAL = 10000  # messages, all clients together
 PREFETCH = 4
+QUEUED = 32  # messages left in a queue, to measure what each holds
 BACKLOG = 20000
 BACKLOG_BODY = 100
 BACKLOG_WINDOW = 100
@@ -134,7 +137,16 @@ def closing(c):
     yield from c.close()
 
 
-def confirmed_publisher(c, queue, count, size, window, durable, persistent=True):
+def publish_more(c, queue, count):
+    """count more messages of BODY octets to queue, transient, each confirmed before the next."""
+    for n in range(count):
+        c.publish(1, b"", queue, body(8, n))
+        yield from c.until(lambda: c.acked == c.published or c.nacked, "the confirm of message %d" % n)
+    if c.nacked:
+        raise Stuck("message refused (basic.nack) after %d confirmed" % c.acked)
+
+
+def confirmed_publisher(c, queue, count, size, window, durable, persistent=True, close=True):
     """count messages to queue with confirms, window in flight at most."""
     yield from c.open(channels=(1,))
     yield from c.call(1, spec.CONFIRM_SELECT, (False,))
@@ -148,7 +160,8 @@ def confirmed_publisher(c, queue, count, size, window, durable, persistent=True)
     yield from c.until(lambda: c.acked == count or c.nacked, "the last confirms")
     if c.nacked:
         raise Stuck("message refused (basic.nack) after %d confirmed" % c.acked)
-    yield from c.close()
+    if close:
+        yield from c.close()
 
 
 def stream_publisher(c, count, marks, phase):
@@ -200,6 +213,13 @@ def scenario_clients(board):
     if results != [True] * CLIENTS:
         raise Stuck("four clients: messages lost or out of order: %r" % results)
     out["load"] = phase.take()
+    # What a queued message holds: QUEUED of them published with confirms and left in a queue
+    # (the profile's budgets bound how many a board keeps in memory)
+    holder = session.client()
+    session.run([confirmed_publisher(holder, b"held", 0, BODY, 1, False, persistent=False, close=False)])
+    out["before queued"] = phase.take()
+    session.run([publish_more(holder, b"held", QUEUED)])
+    out["queued"] = phase.take()
     return out
 
 
@@ -260,37 +280,45 @@ RUNS = {
 # ---------------------------------------------------------------- running them, and the figures
 
 
+def run_one(workdir, name, run, bundle):
+    """(name, its result with the module sets and names its board saw, the board's folders,
+    seconds) of one scenario, on a board of its own."""
+    make_config, scenario = run
+    board_dir, harness = wasm32.make_board_dir(os.path.join(workdir, name), make_config(), bundle)
+    started = time.monotonic()
+    with wasm32.Wasm32Board(board_dir, harness) as board:
+        try:
+            board.start()
+            result = scenario(board)
+        except (Stuck, wasm32.Wasm32Error) as e:
+            raise wasm32.Wasm32Error("%s: %s; the board's log ends:\n%s" % (name, e, "\n".join(board.log[-20:])))
+        result["sets"] = dict(board.module_sets)
+        result["qstr_bytes"] = dict(board.qstr_bytes)
+    return name, result, (board_dir, harness), time.monotonic() - started
+
+
 def run_scenarios(workdir, names=SCENARIOS, log=print, runs=None, bundle=None):
     """({scenario: {phase: samples, ...}}, the code census (wasm32.census)), each scenario on a
-    board of its own, then the census; with the seconds each took. bundle: a firmware bundle
-    already built (else built here)."""
+    board of its own, all at once (a Node process each: every figure comes out the same, the
+    board's clock being the harness's), then the census; with the seconds each took. bundle: a
+    firmware bundle already built (else built here)."""
     from ..firmware import build
 
     runs = runs or RUNS
     if bundle is None:
         with contextlib.redirect_stdout(io.StringIO()):  # mpremote prints the ROMFS image's tree
             bundle = build.build(os.path.join(workdir, "firmware"))["bundle"]
-    results = {}
+    log("wasm32 board: %s" % ", ".join(names))
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        done = list(pool.map(lambda name: run_one(workdir, name, runs[name], bundle), names))
+    results = {name: result for name, result, _, _ in done}
+    seconds = {name: spent for name, _, _, spent in done}
     module_sets = set()
-    seconds = {}
-    harness = None
-    for name in names:
-        make_config, scenario = runs[name]
-        log("wasm32 board: %s" % name)
-        board_dir, harness = wasm32.make_board_dir(os.path.join(workdir, name), make_config(), bundle)
-        started = time.monotonic()
-        with wasm32.Wasm32Board(board_dir, harness) as board:
-            try:
-                board.start()
-                results[name] = scenario(board)
-            except (Stuck, wasm32.Wasm32Error) as e:
-                raise wasm32.Wasm32Error("%s: %s; the board's log ends:\n%s" % (name, e, "\n".join(board.log[-20:])))
-            module_sets.update(board.module_sets.values())
-            results[name]["sets"] = dict(board.module_sets)
-            results[name]["qstr_bytes"] = dict(board.qstr_bytes)
-        seconds[name] = time.monotonic() - started
+    for result in results.values():
+        module_sets.update(result["sets"].values())
     log("wasm32 board: code census")
     started = time.monotonic()
+    board_dir, harness = done[-1][2]
     sizes = wasm32.census(board_dir, harness, module_sets)
     seconds["census"] = time.monotonic() - started
     return results, sizes, seconds
@@ -358,6 +386,12 @@ def rows_of(results, census):
         row("idle broker after start", idle)
         row("per idle connection (4, a channel each)", [(conns[i] - idle[i]) // CLIENTS for i in range(4)])
         row("peak: 4 clients x 2,500 messages of 256 B, confirms, acks", f.peak(r["load"]))
+        before = f.last(r["before queued"])
+        queued = f.last(r["queued"])
+        row(
+            "per message of 256 B queued (%d in a queue)" % QUEUED,
+            [(queued[i] - before[i]) // QUEUED for i in range(4)],
+        )
     if "bridge" in results:
         r = results["bridge"]
         f = Figures(r, census)
@@ -407,7 +441,7 @@ def run(args, log):
     try:
         results, sizes, seconds = run_scenarios(workdir, log=log)
     except wasm32.Wasm32Error as e:
-        print("hutch bench: %s" % e)
+        print("hutch bench: %s" % e, file=sys.stderr)
         return 2
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -417,7 +451,8 @@ def run(args, log):
         "live heap: after a collection, after every turn of the board's loop (peak: the largest). code: what "
         "this port's heap holds of the modules loaded then, from their .mpy files, and the names interned. "
         "on a board: beyond the code, plus what importing those modules takes with hutch frozen into the "
-        "firmware (estimated). Seconds: %s." % ", ".join("%s %.1f" % (name, s) for name, s in seconds.items())
+        "firmware (estimated). Seconds: %s (load average %.2f)."
+        % (", ".join("%s %.1f" % (name, s) for name, s in seconds.items()), os.getloadavg()[0])
     )
     if getattr(args, "json", None):
         with open(args.json, "w") as f:

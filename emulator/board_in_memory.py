@@ -90,7 +90,7 @@ class Board:
         self.woken = False
         self.sending = []  # the parts take() handed out, held until sent() (the host copies them)
         self.peak = 0  # the largest live heap measured since settle() (see sent())
-        self.collecting = True  # sent() asked for a collection
+        self.used = None  # the heap in use that sent() saw, when it asked for no collection
         self.next_tick = 0
         self.bridge = None
         self.link = None  # server/bridge.py's _Link while the uplink is up
@@ -309,17 +309,22 @@ class Board:
         written bytes are. The garbage is collected when this call returns if the heap in use,
         garbage and all, is above the largest live heap measured since settle(): the next
         step's figure is then the live heap; else that figure, garbage and all, is still no
-        more than that largest one, which a collection could only lower (and collecting after
-        every step took half the harness's time)."""
+        more than that largest one, which a collection could only lower (collecting after every
+        step took half the harness's time, and so did gc.mem_alloc(), which walks the heap's
+        whole table: it is read once per step)."""
         self.sending = []
-        if gc.mem_alloc() > self.peak:
+        used = gc.mem_alloc()
+        if used > self.peak:
             gc.collect()
-            self.collecting = True
+            self.used = None  # measured again once collected: the next step's figure
+        else:
+            self.used = used
 
-    def measured(self, used):
+    def measured(self):
         """A step's figure: what the heap holds at its start (see sent())."""
-        if self.collecting:
-            self.collecting = False
+        used = self.used
+        if used is None:
+            used = gc.mem_alloc()
             if used > self.peak:
                 self.peak = used
         return used
@@ -329,7 +334,7 @@ class Board:
         figure is exact, and so is every one from then on that can be a new largest."""
         self.sending = []
         self.peak = 0
-        self.collecting = True
+        self.used = None
         gc.collect()
 
 
@@ -392,7 +397,7 @@ def step(index, n, now):
     last call, or a figure no higher than the largest such: see sent()) and how many modules are
     loaded (the host asks which when it changes: the code census), then take()'s lines."""
     board = BOARD
-    before = board.measured(gc.mem_alloc())
+    before = board.measured()
     board.clock.now = now
     if index >= 0:
         board.feed(index, n)

@@ -6,6 +6,11 @@ it), a 32-bit MicroPython whose objects are the size they are on an ESP32, with 
 memory (emulator/board_session.py) and a code census that tells the broker's heap from its
 code's (bench/board_wasm32.py, which `hutch bench --board wasm32` prints).
 
+- test_the_esp32_scenarios_fit_a_96_kib_heap: the scenarios of `hutch bench --board wasm32`
+  (four clients, 10,000 messages; an up bridge's 20,000-message backlog held on flash while its
+  uplink is down, then forwarded; a stream) each keep what a board with hutch frozen into its
+  firmware would hold under 96 KiB at every turn of its loop. This port grows its heap rather
+  than fail, so the bound is on the peak it measures.
 - test_the_board_answers_as_cpython_does: the same client octets through the core's in-process
   harness on CPython (tests/core/harness.py) and through the board give the same replies.
 """
@@ -27,6 +32,8 @@ from hutch.emulator.board_session import Session
 # take a worker each for a while: 40 s or so on this machine (see the report they print).
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("wasm32")]
 
+HEAP_BOUND = 96 * 1024
+
 if CORE_TESTS not in sys.path:
     sys.path.insert(0, CORE_TESTS)  # the core's in-process harness, as its tests import it
 from harness import Client, content, method  # noqa: E402
@@ -38,6 +45,18 @@ def bundle(tmp_path_factory):
 
     with contextlib.redirect_stdout(io.StringIO()):  # mpremote prints the ROMFS image's tree
         return build.build(str(tmp_path_factory.mktemp("firmware")))["bundle"]
+
+
+def test_the_esp32_scenarios_fit_a_96_kib_heap(tmp_path, bundle):
+    results, census, seconds = board_wasm32.run_scenarios(str(tmp_path), log=lambda line: None, bundle=bundle)
+    rows = board_wasm32.rows_of(results, census)
+    print("\n" + board_wasm32.table(rows))
+    print("seconds: %s" % ", ".join("%s %.1f" % item for item in seconds.items()))
+    peaks = board_wasm32.board_peaks(results, census)
+    over = {name: peak for name, peak in peaks.items() if peak > HEAP_BOUND}
+    assert not over, "on a board these would take more than 96 KiB of heap: %s" % ", ".join(
+        "%s %.1f KiB" % (name, peak / 1024) for name, peak in over.items()
+    )
 
 
 # ---------------------------------------------------------------- the differential check
