@@ -7,7 +7,7 @@ holds the backlog (the profile's 256 KiB holds about 1,500 persistent 100-byte m
 board's backlog is meant to be bounded by its storage, not its heap. (200k: the profile keeps
 its segments at 16 KiB whatever the budget, so 20,000 messages are 220 segments, whose
 bookkeeping takes 20 KiB of this 64-bit port's heap, and publishing them with a window of 100
-ran out of memory at 160k. On a 32-bit board they take 9.8 KiB: `hutch bench --board wasm32`.)
+ran out of memory at 160k. On a 32-bit board they take 10.7 KiB: `hutch bench --board wasm32`.)
 
 The heap figure is the broker's own, from its stats line (live heap after a collection, every
 second), with no client connected: once with the durable queue declared and empty, once with

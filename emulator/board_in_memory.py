@@ -11,10 +11,10 @@ time. It is a port, as ports/tcp.py is one, with memory where that one has socke
   asyncio tasks (the runtime's ticker, the journal's writer, a bridge's link loop), whose
   work each step() does instead, in the same order, on a clock the host moves.
 - open() makes a client's connection through server/frontends.py's FrontEnds, as a listener
-  does at accept; feed() hands it what the client sent, in at most READ_SIZE octets at a time,
-  through one read buffer the host fills in place (as a board's socket fills its own with
-  readinto); what the broker sends comes out of take(), part by part (ports/tcp.py writes
-  conn.take_parts() so too).
+  does at accept; feed() hands it what the client sent, at most the profile's read size at a
+  time, through one read buffer the host fills in place (as a board's socket fills its own
+  with readinto); what the broker sends comes out of take(), part by part (ports/tcp.py writes
+  conn.take_parts() so too), every connection's after every step (so none needs a wake).
 - A bridge ([[bridge]] in hutch.json) is made by server/bridge.py's Bridge, as startup does;
   its link upstream is driven here as server/bridge.py's _Link drives it (the same methods for
   the upstream's events, what to forward and what to write), over the uplink the host serves.
@@ -30,7 +30,6 @@ import gc
 import os
 import sys
 
-READ_SIZE = 1024  # the esp32 profile's (boards/esp32.py); start() takes the config's profile's
 TICK_MS = 200  # server/runtime.py's: the broker's tick
 LINK_TICK_MS = 500  # server/bridge.py's: a link's heartbeats and watchdog
 
@@ -50,29 +49,22 @@ class VirtualClock:
 
 
 class _Client:
-    """One client, as ports/tcp.py's _Client holds it: its connection, its protocol header until
-    it is known (FrontEnds.first_octets), and whether it has something to send."""
+    """One client, as ports/tcp.py's _Client holds it: its connection, and its protocol header
+    until it is known (FrontEnds.first_octets, which attach()es the connection it chooses)."""
 
-    def __init__(self, board, index, front, peer):
-        self.board = board
+    def __init__(self, index, front, peer):
         self.index = index
         self.greeting = (peer, b"")
         self.conn = front.open(peer)
-        self.conn.wake = self._wake
 
     def attach(self, conn):
         self.conn = conn
-        conn.wake = self._wake
-
-    def _wake(self):
-        self.board.woken = True
 
 
 class _Uplink:
     """The bridge's socket upstream, as _Link's writer sees it: what it writes waits for take()."""
 
-    def __init__(self, board):
-        self.board = board
+    def __init__(self):
         self.out = []
 
     def write(self, data):
@@ -87,7 +79,6 @@ class Board:
         self.front = None
         self.clients = []
         self.read_buffer = None
-        self.woken = False
         self.sending = []  # the parts take() handed out, held until sent() (the host copies them)
         self.peak = 0  # the largest live heap measured since settle() (see sent())
         self.used = None  # the heap in use that sent() saw, when it asked for no collection
@@ -96,7 +87,6 @@ class Board:
         self.link = None  # server/bridge.py's _Link while the uplink is up
         self.uplink = None
         self.next_link_tick = 0
-        self.link_reason = None  # why the last link ended
 
     # ------------------------------------------------------------ start
 
@@ -153,7 +143,7 @@ class Board:
         port = 40000 + len(self.clients)
         peer = {"address": "127.0.0.1", "port": port, "transport": "tcp"}
         self.broker.now = self.clock.now
-        self.clients.append(_Client(self, len(self.clients), self.front, peer))
+        self.clients.append(_Client(len(self.clients), self.front, peer))
         return len(self.clients) - 1
 
     def feed(self, index, n):
@@ -169,10 +159,6 @@ class Board:
         monitor = self.runtime.monitor
         if monitor.measures:
             monitor.fed(n)
-
-    def lost(self, index):
-        """The client's transport is gone (no connection.close)."""
-        self.clients[index].conn.lost()
 
     # ------------------------------------------------------------ the bridge's uplink
 
@@ -211,7 +197,7 @@ class Board:
             mechanism=uri["auth_mechanism"],
         )
         machine.opened(now)
-        self.uplink = _Uplink(self)
+        self.uplink = _Uplink()
         self.link = _Link(bridge, protocol, None, self.uplink)
         self.link.flush()  # the protocol header
         return 0
@@ -249,7 +235,6 @@ class Board:
         self.link = None
         self.bridge.machine.lost(reason)
         self.bridge.save_offset(True)
-        self.link_reason = reason
 
     # ------------------------------------------------------------ a step's end
 
@@ -262,9 +247,10 @@ class Board:
             if link.machine.ran:
                 link.send()
             link.flush()
-        journal = self.runtime.journal
-        if journal.journal.chunks or journal.journal.marks or journal.journal.seq > journal.journal.synced:
-            journal.commit()
+        writer = self.runtime.journal  # (ports/storage.py: what its task does, written and synced at once)
+        journal = writer.journal
+        if journal.chunks or journal.marks or journal.seq > journal.synced:
+            writer.commit()
         now = self.clock.now
         if now >= self.next_tick:
             self.next_tick = now + TICK_MS
@@ -301,7 +287,6 @@ class Board:
                 sending.append(part)
                 lines.append("-1 %d %d" % (address(part), len(part)))
             self.uplink.out = []
-        self.woken = False
         return "\n".join(lines)
 
     def sent(self):
@@ -443,6 +428,22 @@ def _dict_bytes(n):
     return 16 + _blocks(n * 8)
 
 
+def _closure():
+    kept = []
+    return lambda: kept
+
+
+class _Probe:
+    def method(self):
+        pass
+
+
+# Objects of these kinds a module's globals may hold are in the heap even with the code frozen
+# (a function with a closure, a bound method, a view); a function written in C, or a type,
+# is in the firmware.
+HEAP_KINDS = (type(_closure()), type(_Probe().method), memoryview)
+
+
 def _ram(value, seen, depth=0):
     if isinstance(value, FROZEN_CONSTANTS) or depth > 8 or id(value) in seen:
         return 0
@@ -464,8 +465,13 @@ def _ram(value, seen, depth=0):
         return 16 + _blocks(len(value))
     own = getattr(value, "__dict__", None)
     if not isinstance(own, dict):
-        return 16
-    head = 64 if kind is type else 16  # a class's type object, or an instance
+        return 16 if kind in HEAP_KINDS else 0
+    if kind is type:
+        if "__module__" not in own:  # a type written in C: in the firmware
+            return 0
+        head = 64  # a class's type object
+    else:
+        head = 16  # an instance
     return head + _dict_bytes(len(own)) + sum(_ram(v, seen, depth + 1) for v in own.values())
 
 

@@ -11,6 +11,10 @@ code's (bench/board_wasm32.py, which `hutch bench --board wasm32` prints).
   uplink is down, then forwarded; a stream) each keep what a board with hutch frozen into its
   firmware would hold under 96 KiB at every turn of its loop. This port grows its heap rather
   than fail, so the bound is on the peak it measures.
+- test_the_estimate_of_frozen_code_holds_for_frozen_modules: the "on a board" figures add an
+  estimate of what hutch's code takes in a board's heap when frozen into its firmware
+  (board_in_memory.frozen_ram); the port's own frozen modules (asyncio, binascii, collections,
+  io, os, time) show what it is worth.
 - test_the_board_answers_as_cpython_does: the same client octets through the core's in-process
   harness on CPython (tests/core/harness.py) and through the board give the same replies.
 """
@@ -57,6 +61,24 @@ def test_the_esp32_scenarios_fit_a_96_kib_heap(tmp_path, bundle):
     assert not over, "on a board these would take more than 96 KiB of heap: %s" % ", ".join(
         "%s %.1f KiB" % (name, peak / 1024) for name, peak in over.items()
     )
+
+
+FROZEN_IN_THE_PORT = ("asyncio", "binascii", "collections", "io", "os", "time")
+
+
+def test_the_estimate_of_frozen_code_holds_for_frozen_modules(tmp_path, bundle):
+    board_dir, harness_dir = wasm32.make_board_dir(str(tmp_path), board_wasm32.board_config(), bundle)
+    with wasm32.Wasm32Board(board_dir, harness_dir) as board:  # (not started: a fresh interpreter)
+        fresh, fresh_names = board.imported(())
+        live, names = board.imported(FROZEN_IN_THE_PORT)
+    with wasm32.Wasm32Board(board_dir, harness_dir) as board:  # (the estimate's walk keeps heap)
+        estimate = board.frozen_ram(FROZEN_IN_THE_PORT)
+    taken = (live - fresh) - (names - fresh_names)  # their bytecode is in the port's firmware
+    print(
+        "\nthe port's frozen modules take %d bytes of heap; estimated: %d (%d %%)"
+        % (taken, estimate, 100 * estimate // taken)
+    )
+    assert 0.75 * taken <= estimate <= 1.1 * taken, (taken, estimate)
 
 
 # ---------------------------------------------------------------- the differential check
