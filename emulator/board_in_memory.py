@@ -177,26 +177,13 @@ class Board:
         """The uplink connects: server/bridge.py Bridge._link, with the host as the socket.
         0 once it did; while the machine backs off, how many milliseconds it waits (the host
         moves the clock on, then asks again)."""
-        from hutch.client.protocol import Protocol
         from hutch.server.bridge import _Link
 
         bridge = self.bridge
-        machine = bridge.machine
-        uri = machine.connect_to()
+        uri = bridge.machine.connect_to()
         if uri is None:
-            return machine.wait_ms
-        protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
-        now = self.clock.now
-        protocol.connect(
-            now,
-            uri["user"],
-            uri["password"],
-            uri["vhost"],
-            uri["heartbeat"],
-            "hutch bridge " + machine.name,
-            mechanism=uri["auth_mechanism"],
-        )
-        machine.opened(now)
+            return bridge.machine.wait_ms
+        protocol = bridge.start_protocol(uri, self.clock.now)
         self.uplink = _Uplink()
         self.link = _Link(bridge, protocol, None, self.uplink)
         self.link.flush()  # the protocol header

@@ -144,6 +144,24 @@ class Bridge:
 
     # ------------------------------------------------------------ one link
 
+    def start_protocol(self, uri, now):
+        """The client protocol of a link just opened to uri, its handshake queued, and the
+        machine told (its connection_timeout counts from now)."""
+        # the largest frame either way: the URI's, else the broker's own (a board's is small:
+        # the protocol's receive buffer is that large)
+        protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
+        protocol.connect(
+            now,
+            uri["user"],
+            uri["password"],
+            uri["vhost"],
+            uri["heartbeat"],
+            "hutch bridge " + self.machine.name,
+            mechanism=uri["auth_mechanism"],
+        )
+        self.machine.opened(now)
+        return protocol
+
     async def _link(self, uri):
         """Connect, then forward until the link ends."""
         if uri["tls"]:
@@ -157,20 +175,7 @@ class Bridge:
         else:
             opening = asyncio.open_connection(uri["host"], uri["port"])
         reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
-        # the largest frame either way: the URI's, else the broker's own (a board's is small:
-        # the protocol's receive buffer is that large)
-        protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
-        now = self.clock.now_ms()
-        protocol.connect(
-            now,
-            uri["user"],
-            uri["password"],
-            uri["vhost"],
-            uri["heartbeat"],
-            "hutch bridge " + self.machine.name,
-            mechanism=uri["auth_mechanism"],
-        )
-        self.machine.opened(now)
+        protocol = self.start_protocol(uri, self.clock.now_ms())
         link = _Link(self, protocol, reader, writer)
         writing = self._task(link.write_loop())
         try:
