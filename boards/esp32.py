@@ -26,10 +26,9 @@ LIMITS = {
     "queue_max_messages": 64,
     "queue_max_bytes": 16 * 1024,
     # An up bridge forwards a quarter of this at a time (core/bridge/machine.py): draining a
-    # 20,000-message backlog peaked at 92.5 KiB with 24 in flight, 86.3 with 16 (this value's),
-    # 83.5 with 12. The byte budget below binds at as many messages of 16 bytes (64), and first
-    # for larger ones (46 of 256 bytes).
-    "total_max_messages": 64,
+    # 20,000-message backlog peaked at 92.2 KiB with 24 in flight, 86.6 with 16, 83.5 with 12
+    # (this value's). The byte budget below binds first for 256-byte messages anyway (46).
+    "total_max_messages": 48,
     "total_max_bytes": 40 * 1024,  # estimated heap held by queued messages (body + ~600 B each)
     # A durable queue keeps one message in memory once it has a backlog; the rest waits on flash
     # and is read back one at a time (a message in memory takes ~0.7 KiB: a window of 8 was most
@@ -45,7 +44,7 @@ READ_SIZE = 1024
 # Segments are not grown past 16 KiB when journal_max_bytes is raised for a backlog: while a
 # backlog drains, the segment being written keeps a copy of its acks in memory, and the 639 KiB
 # segments of a 10 MB budget took the drain of 20,000 messages to 1,065 KiB of heap (with 12
-# in flight, 32 KiB segments: 105.2; 16 KiB: 83.5; 8 KiB: 77.5, but the 20,000 held then took
-# 50.3 KiB, not 43.0).
+# in flight, 32 KiB segments: 105.3; 16 KiB: 83.5; 8 KiB: 77.6, but the 20,000 held then took
+# 50.4 KiB, not 43.1).
 STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024, "max_segment_bytes": 16 * 1024}
 SERIAL = [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}]
