@@ -3,7 +3,8 @@
 #
 #   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
 #   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
-#                 Node's amqplib, Debian's rabbitmq-server, chromium and prometheus (apt) when missing
+#                 Node's amqplib, rhea and MicroPython's WebAssembly port (tests/node, npm),
+#                 Debian's rabbitmq-server, chromium and prometheus (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium

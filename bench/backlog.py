@@ -71,7 +71,9 @@ ROWS = (
     ("confirms-empty", "persistent confirms 100 B, window 1000, empty broker", "msg/s", True, ""),
     ("confirms-backlog", "  the same with {head} queued in another queue", "msg/s", True, ""),
     ("backlog/empty", "  with the backlog / empty", "x", None, ">= 0.90"),
-    ("esp32", "esp32 profile, 64-bit unix port: heap with {board} queued - with none", "KiB", False, "<= 4 KiB"),
+    # (4 KiB with 640 KiB segments, before the esp32 profile kept them at 16 KiB so that draining
+    # the backlog fits a board: docs/boards.md; 220 segments' bookkeeping take 20 KiB here)
+    ("esp32", "esp32 profile, 64-bit unix port: heap with {board} queued - with none", "KiB", False, "<= 24 KiB"),
 )
 
 

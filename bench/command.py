@@ -9,6 +9,7 @@
     hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (bench/backlog.py)
     hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (bench/bridges.py)
     hutch bench --spark [N]                      instead: Spark reading a hutch stream (bench/pipeline.py)
+    hutch bench --board wasm32                   instead: the esp32 profile's heap on a 32-bit MicroPython (bench/board_wasm32.py)
 
 Every broker runs the same scenarios (bench/loadgen.py): all of them are started, their
 memory is measured while they are fresh, then each scenario runs in rounds, one broker
@@ -324,6 +325,15 @@ def add_options(parser):
         "--start-rabbitmq or --rabbitmq), live and after an outage; e.g. 100000, or 1000000",
     )
 
+    board = parser.add_argument_group("boards (--board wasm32: only these, see bench/board_wasm32.py)")
+    board.add_argument(
+        "--board",
+        choices=("wasm32",),
+        help="instead of the scenarios: the esp32 profile's heap on MicroPython's 32-bit WebAssembly port "
+        "under Node (npm's @micropython/micropython-webassembly-pyscript, tests/node): idle, per connection, "
+        "4 clients under load, an up bridge's 20,000-message backlog held and forwarded, a stream (about a minute)",
+    )
+
 
 def brokers_to_run(args, workdir, tls=None, plugins=()):
     """[(result key, a callable that makes the broker)] in the order they run. tls: (certificate,
@@ -344,9 +354,11 @@ def brokers_to_run(args, workdir, tls=None, plugins=()):
 
 
 def run(args):
-    if sum(1 for mode in (args.backlog, args.bridge, args.spark) if mode) > 1:
-        print("hutch bench: --backlog, --bridge and --spark: pick one", file=sys.stderr)
+    if sum(1 for mode in (args.backlog, args.bridge, args.spark, args.board) if mode) > 1:
+        print("hutch bench: --backlog, --bridge, --spark and --board: pick one", file=sys.stderr)
         return 2
+    if args.board:
+        return _board(args)
     if args.spark:
         return _spark(args)
     if args.backlog:
@@ -466,6 +478,13 @@ def _bridge(args):
     except (BenchError, loadgen.LoadError) as e:
         print("hutch bench: %s" % e, file=sys.stderr)
         return 2
+
+
+def _board(args):
+    """--board wasm32: the board's own table (bench/board_wasm32.py; Node and its npm package)."""
+    from . import board_wasm32  # the WebAssembly board: only for this mode
+
+    return board_wasm32.run(args, lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _spark(args):

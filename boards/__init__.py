@@ -6,7 +6,9 @@ A profile is a small module (boards/esp32.py, ...) with:
     LIMITS    fields of hutch.core.limits.Limits (frame_max, connections, queue budgets...)
     READ_SIZE bytes of the transport read buffer (one per server, reused)
     STORAGE   {"path": data folder, "max_bytes": what the journal may use (publishers are
-              blocked near it), "segment_bytes": the size of one journal segment file}
+              blocked near it), "segment_bytes": the size of one journal segment file, and
+              optionally "max_segment_bytes": the largest it grows to when a config raises
+              the journal's budget (default 8 MiB; server/options.py)}
     SERIAL    UARTs wired for AMQP links: [{"uart": id, "tx": pin, "rx": pin, "baudrate": n}]
 
 `hutch serve --board NAME` (or "board" in the config's [server] section) picks

@@ -4,6 +4,12 @@ hutch's code must run from flash here (a ROMFS partition or a frozen firmware,
 see firmware/): loaded as .mpy into the heap it would take most of it. What is
 left holds 4 clients and a few dozen queued messages; past that, publishers
 get connection.blocked or basic.nack, never a MemoryError.
+
+The limits that bound the heap are chosen from `hutch bench --board wasm32` (docs/boards.md,
+"The memory budget on MicroPython"): on a 32-bit MicroPython, every scenario it runs keeps what
+a board with hutch frozen into its firmware holds under 90 % of 96 KiB (86.4 KiB), a tenth
+kept for what no scenario does at once and for its estimate of the code's heap.
+tests/boards/test_wasm32.py fails when one needs more than 96 KiB.
 """
 
 HEAP = 110 * 1024
@@ -19,7 +25,11 @@ LIMITS = {
     "max_message_bytes": 8192,
     "queue_max_messages": 64,
     "queue_max_bytes": 16 * 1024,
-    "total_max_messages": 96,
+    # An up bridge forwards a quarter of this at a time (core/bridge/machine.py): draining a
+    # 20,000-message backlog peaked (on a board, hutch bench --board wasm32) at 87.5 KiB with
+    # 12 in flight, 86.3 with 10, 85.2 with 9 (this value's), under the 86.4 (90 % of 96 KiB)
+    # the profile keeps every scenario below (docs/boards.md).
+    "total_max_messages": 36,
     "total_max_bytes": 40 * 1024,  # estimated heap held by queued messages (body + ~600 B each)
     # A durable queue keeps one message in memory once it has a backlog; the rest waits on flash
     # and is read back one at a time (a message in memory takes ~0.7 KiB: a window of 8 was most
@@ -35,5 +45,10 @@ LIMITS = {
 # this board keeps for clients and queued messages (docs/boards.md gives the figures).
 AMQP10 = False
 READ_SIZE = 1024
-STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024}
+# Segments are not grown past 16 KiB when journal_max_bytes is raised for a backlog: while a
+# backlog drains, the segment being written keeps a copy of its acks in memory, and the 639 KiB
+# segments of a 10 MB budget took the drain of 20,000 messages to 1,065 KiB of heap (with 12
+# in flight, 32 KiB segments: 105.3; 16 KiB: 83.5; 8 KiB: 77.6, but the 20,000 held then took
+# 50.4 KiB, not 43.1).
+STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024, "max_segment_bytes": 16 * 1024}
 SERIAL = [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}]

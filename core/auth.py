@@ -26,6 +26,10 @@ def hash_password(password, salt):
 def decode_hash(stored):
     """The 36 bytes (4 of salt, then the SHA-256) of a stored password hash, or None when it is
     not one (the config's start-up check, and each login)."""
+    if isinstance(stored, str):
+        # As bytes: a port whose binascii is micropython-lib's Python module (the WebAssembly
+        # port's) takes no str there, where CPython's and a board's C module take either.
+        stored = stored.encode()
     try:
         raw = binascii.a2b_base64(stored)
     except ValueError:  # binascii.Error is a ValueError on CPython; MicroPython raises ValueError

@@ -1,6 +1,6 @@
 """Build a firmware bundle: hutch compiled to .mpy, as a file tree and as a ROMFS image.
 
-    python -m hutch.firmware.build [--node] [--out build/firmware]
+    python -m hutch.firmware.build [--node | --amqp10] [--out build/firmware]
 
 Two bundles, each an allow-list: the files that the manifests of its packages name
 (core/manifest.py, ports/manifest.py, ... in MicroPython's manifest syntax, as
@@ -8,7 +8,9 @@ micropython-lib keeps them), and nothing else, so a module someone adds ships to
 board only once its package's manifest lists it.
 
 - the broker (default): core, ports, server and boards, plus boot.py and main.py,
-  which start the broker from hutch.json at every reset;
+  which start the broker from hutch.json at every reset (and the AMQP 1.0 client a bridge to
+  a 1.0 cloud speaks with);
+- the broker serving AMQP 1.0 too (--amqp10): the same and the 1.0 front end;
 - a sensor node (--node): hutch.client and the parts of the core it speaks through.
 
 What is built, in --out (default build/firmware, or build/node):
@@ -37,9 +39,15 @@ from mpremote.romfs import make_romfs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The packages whose manifests make up each bundle.
-BUNDLES = {"broker": ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards"), "node": ("client",)}
-DEFAULT_OUT = {"broker": os.path.join(ROOT, "build", "firmware"), "node": os.path.join(ROOT, "build", "node")}
+# The manifests that make up each bundle: a package's manifest.py, or PACKAGE:NAME for its
+# manifest_NAME.py (amqp10:serving, the AMQP 1.0 front end, only in the bundle that asks for it).
+BROKER = ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards")
+BUNDLES = {"broker": BROKER, "broker-amqp10": BROKER + ("amqp10:serving",), "node": ("client",)}
+DEFAULT_OUT = {
+    "broker": os.path.join(ROOT, "build", "firmware"),
+    "broker-amqp10": os.path.join(ROOT, "build", "firmware"),
+    "node": os.path.join(ROOT, "build", "node"),
+}
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points of the broker, copied as source to the board's root
 
 
@@ -53,8 +61,10 @@ def manifest_files(package):
         for name in files:
             found.append((folder, name))
 
-    with open(os.path.join(ROOT, package, "manifest.py")) as f:
-        exec(compile(f.read(), os.path.join(package, "manifest.py"), "exec"), {"package": package_entry})
+    package, _, variant = package.partition(":")
+    path = os.path.join(package, "manifest_%s.py" % variant if variant else "manifest.py")
+    with open(os.path.join(ROOT, path)) as f:
+        exec(compile(f.read(), path, "exec"), {"package": package_entry})
     return found
 
 
@@ -286,10 +296,13 @@ def build(out_dir=None, optimize=2, bundle_name="broker"):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="build hutch's MicroPython firmware bundle")
     parser.add_argument("--node", action="store_true", help="a sensor node's bundle (hutch.client), not the broker's")
+    parser.add_argument(
+        "--amqp10", action="store_true", help="the broker's bundle with the AMQP 1.0 front end ([server] amqp10 = true)"
+    )
     parser.add_argument("--out", default=None, help="output folder (default build/firmware, or build/node)")
     args = parser.parse_args(argv)
     try:
-        result = build(args.out, bundle_name="node" if args.node else "broker")
+        result = build(args.out, bundle_name="node" if args.node else "broker-amqp10" if args.amqp10 else "broker")
     except RuntimeError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 1

@@ -157,23 +157,12 @@ class Bridge:
 
     # ------------------------------------------------------------ one link
 
-    async def _link(self, uri):
-        """Connect, then forward until the link ends."""
-        if uri["tls"]:
-            tls = self.machine.settings["tls"]
-            from ..ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
-
-            context = client_context(tls["ca_file"], tls["cert_file"], tls["key_file"], tls["verify"])
-            opening = asyncio.open_connection(
-                uri["host"], uri["port"], ssl=context, server_hostname=tls["server_name"] or uri["host"]
-            )
-        else:
-            opening = asyncio.open_connection(uri["host"], uri["port"])
-        reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
+    def start_protocol(self, uri, now):
+        """(the client protocol of a link just opened to uri, its handshake queued; an IoT Hub
+        login to renew, or None), and the machine told (its connection_timeout counts from now)."""
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         frame_max = uri["frame_max"] or self.broker.limits.frame_max
-        now = self.clock.now_ms()
         login = None
         if uri["protocol"] == "1.0":
             from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
@@ -191,6 +180,22 @@ class Bridge:
                 mechanism=uri["auth_mechanism"],
             )
         self.machine.opened(now)
+        return protocol, login
+
+    async def _link(self, uri):
+        """Connect, then forward until the link ends."""
+        if uri["tls"]:
+            tls = self.machine.settings["tls"]
+            from ..ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
+
+            context = client_context(tls["ca_file"], tls["cert_file"], tls["key_file"], tls["verify"])
+            opening = asyncio.open_connection(
+                uri["host"], uri["port"], ssl=context, server_hostname=tls["server_name"] or uri["host"]
+            )
+        else:
+            opening = asyncio.open_connection(uri["host"], uri["port"])
+        reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
+        protocol, login = self.start_protocol(uri, self.clock.now_ms())
         link = _Link(self, protocol, reader, writer, login, uri["protocol"] == "1.0")
         writing = self._task(link.write_loop())
         try:

@@ -365,14 +365,17 @@ MAX_SCALED_SEGMENT = 8 * 1024 * 1024  # (Linux's own segment size)
 
 def _segment_bytes(storage, journal_max_bytes):
     """The segment size when the config names none: the profile's, grown in proportion when the
-    disk budget is raised above the profile's (at most 8 MiB). The journal keeps a few numbers
-    and each queue a run per segment in memory: a board given megabytes of flash for a backlog
-    must not fill its heap with the bookkeeping of thousands of 16 KiB segments."""
+    disk budget is raised above the profile's, up to the profile's max_segment_bytes (8 MiB if
+    it names none). The journal keeps a few numbers and each queue a run per segment in memory:
+    a board given megabytes of flash for a backlog must not fill its heap with the bookkeeping
+    of thousands of 16 KiB segments. Nor with one huge segment: while a backlog drains, the
+    segment being written keeps a copy of each of its acks and deliveries in memory for its
+    summary (core/store/journal.py), so a board's profile caps the growth."""
     default = storage["segment_bytes"]
     if journal_max_bytes <= storage["max_bytes"]:
         return default
     scaled = default * (journal_max_bytes // storage["max_bytes"])
-    return max(default, min(scaled, MAX_SCALED_SEGMENT))
+    return max(default, min(scaled, storage.get("max_segment_bytes", MAX_SCALED_SEGMENT)))
 
 
 def _size(server, key, default):

@@ -329,7 +329,11 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
     with tempfile.TemporaryDirectory(prefix="hutch-flash-") as tmp:
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # mpremote's ROMFS writer lists every file
-                bundle = build.build(os.path.join(tmp, "firmware"))
+                # (the AMQP 1.0 front end only for a board whose config serves 1.0)
+                serving = settings is not None and json.loads(settings).get("server", {}).get("amqp10") is True
+                bundle = build.build(
+                    os.path.join(tmp, "firmware"), bundle_name="broker-amqp10" if serving else "broker"
+                )
         except RuntimeError as e:
             raise FlashError(str(e))
         say(

@@ -96,7 +96,7 @@ class Machine:
         self.upstream_blocked = False  # connection.blocked, until connection.unblocked
         if settings["prefetch"] is None:
             # in flight, messages are in memory and count in the broker's budget: a board's
-            # (esp32: 96 messages) must keep room for the publishers and the queues' windows
+            # (esp32: 48 messages) must keep room for the publishers and the queues' windows
             settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
         if not broker.bridges:  # the first: the broker's own list (a class-level () until then)
             broker.bridges = []

@@ -44,7 +44,8 @@ DESCRIPTIONS = {
     "server.journal_max_bytes": "The journal's and the streams' disk budget. From 90 % of it publishers are "
     "blocked until acks bring it under 75 %. Default: the board profile's.",
     "server.segment_bytes": "The size of one journal segment file. Default: the profile's, grown in proportion "
-    "(up to 8 MiB) when `journal_max_bytes` is raised above the profile's.",
+    "when `journal_max_bytes` is raised above the profile's, up to the profile's largest (below: 16 KiB on "
+    "esp32, 8 MiB on the others).",
     "server.log_file": "Append the log to this file (`--log-file`); without it the log goes to standard "
     "error, where a terminal or journald reads it. Not on a board.",
     "server.amqp10": "Serve AMQP 1.0 clients on the AMQP listeners beside 0-9-1 (the protocol header a "
@@ -344,6 +345,8 @@ def table_profiles():
         lines.append(row("`%s`" % name, *[shown(v[name], name) for v in values]))
     lines.append(row("`journal_max_bytes`", *[size(p.STORAGE["max_bytes"]) for p in profiles]))
     lines.append(row("`segment_bytes`", *[size(p.STORAGE["segment_bytes"]) for p in profiles]))
+    largest = [size(p.STORAGE.get("max_segment_bytes", options.MAX_SCALED_SEGMENT)) for p in profiles]
+    lines.append(row("`segment_bytes` grows to, at most", *largest))
     lines.append(row("`data`", *['`"%s"`' % p.STORAGE["path"] for p in profiles]))
     lines.append(row("read buffer", *[size(p.READ_SIZE) for p in profiles]))
     lines.append(row("heap sized for", *[size(p.HEAP) if p.HEAP else "the machine's" for p in profiles]))

@@ -191,6 +191,20 @@ def test_an_unknown_scenario_is_refused():
     assert done.returncode == 2 and "unknown scenario warp" in done.stderr
 
 
+def test_the_wasm32_board_refuses_in_one_line():
+    """`hutch bench --board wasm32` with another mode, or without its port installed: one line,
+    exit 2. (Its scenarios and table run in tests/boards/test_wasm32.py.)"""
+    done = bench("--board", "wasm32", "--backlog", "10", timeout=60)
+    assert done.returncode == 2 and done.stderr == "hutch bench: --backlog, --bridge, --spark and --board: pick one\n"
+    missing = dict(os.environ, HUTCH_WASM32_PACKAGE="/nonexistent/micropython.mjs")
+    done = bench("--board", "wasm32", timeout=120, env=missing)
+    assert done.returncode == 2 and done.stdout == "", done
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("hutch bench: no MicroPython WebAssembly port at /nonexistent/micropython.mjs: "), (
+        done.stderr
+    )
+
+
 def test_recovery_measures_a_restart_with_queued_persistent_messages(tmp_path):
     out = tmp_path / "bench.json"
     done = bench(
