@@ -88,6 +88,7 @@ if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing modul
 
 
 class Connection:
+    protocol = "AMQP 0-9-1"  # (as hutch ctl list connections names it)
     # Set by the port: called when output appears outside feed() (an annotation alone costs
     # nothing at run time).
     wake: "Callable[[], None] | None"

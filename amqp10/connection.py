@@ -62,6 +62,7 @@ class Connection:
 
     counted = False
     client = None
+    protocol = "AMQP 1.0"  # (as hutch ctl list connections names it)
 
     def __init__(self, broker, peer):
         limits = broker.limits
@@ -119,8 +120,7 @@ class Connection:
         except ConnectionError_ as e:
             self._close(error(e.args[0], e.args[1]))
         except MemoryError:
-            self.broker.log("warning", "%s: out of memory, closing the AMQP 1.0 connection" % self.name)
-            self._close(error("amqp:resource-limit-exceeded", "broker out of memory"))
+            self.out_of_memory()
         except Exception as e:  # a bug must cost one connection, never the broker
             self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
             self._close(error("amqp:internal-error", repr(e)))
@@ -131,16 +131,37 @@ class Connection:
                 session.send_outcomes()
 
     def take_output(self):
+        """Everything to send, as one bytes object (b"" if nothing)."""
+        parts = self.take_parts()
+        return b"".join(parts) if parts else b""
+
+    def take_parts(self):
+        """Everything to send, as the list of frames it was made of (None if nothing): a port on
+        a small heap writes them one by one rather than joining them into one large buffer."""
         if not self.out:
-            return b""
-        out = b"".join(self.out)
+            return None
+        parts = self.out
         self.out = []
         was_saturated = self.out_bytes >= self.high_water
         self.out_bytes = 0
         if was_saturated and self.state == OPEN:
             for session in list(self.sessions.values()):  # the client caught up: deliver again
                 session.redispatch()
-        return out
+        return parts
+
+    def out_of_memory(self):
+        """The heap ran out while serving this client (in the port): said as a close, and
+        everything the connection holds given back."""
+        self.broker.log("warning", "%s: out of memory, closing the AMQP 1.0 connection" % self.name)
+        try:
+            self._close(error("amqp:resource-limit-exceeded", "broker out of memory"))
+        except MemoryError:
+            self.dropped()
+
+    def dropped(self):
+        """Hang up without a word: not even the frame that would say why fits in memory."""
+        self.out = []
+        self.lost()
 
     def saturated(self):
         return self.out_bytes >= self.high_water

@@ -133,6 +133,11 @@ class OutgoingLink:
         tag = name.encode() if isinstance(name, str) else bytes(name)
         self.consumer = Consumer(self, tag, queue, settled, False, 0)
 
+    @property
+    def number(self):
+        """Its session's channel (as hutch ctl lists a consumer's channel)."""
+        return self.session.channel
+
     def grant(self, credit, drain):
         """The client's flow for this link: its credit counts from the delivery count it has
         seen (2.6.7)."""

@@ -109,6 +109,24 @@ class Session:
         self.backlog = []  # transfer frames that wait for the client's incoming window
         self.outcomes = []  # (delivery id, outcome) of what the client sent, to be said (send_outcomes)
 
+    # ------------------------------------------------------------ as hutch ctl lists a channel
+
+    prefetch_consumer = prefetch_global = 0  # (credit bounds each link: no channel-wide prefetch)
+    confirming = True  # (each message a client sends unsettled gets its outcome)
+    tx = None
+
+    @property
+    def number(self):
+        return self.channel
+
+    @property
+    def consumers(self):
+        return {link.handle: link.consumer for link in self.links.values() if type(link) is OutgoingLink}
+
+    @property
+    def unacked(self):
+        return self.unsettled
+
     # ------------------------------------------------------------ attach
 
     def attach(self, f):

@@ -39,6 +39,12 @@ LIMITS = {
     "page_read_bytes": 1024,
     "output_high_water": 2048,
     "stream_segment_bytes": 16 * 1024,  # a stream's segment file: retention drops one at a time
+    # AMQP 1.0, when the config serves it: a session or two per client, a few links each, and a
+    # sender's unconfirmed messages and frames bounded as the 0-9-1 publishers' are
+    "amqp10_sessions": 2,
+    "amqp10_links": 8,
+    "amqp10_session_window": 32,
+    "amqp10_link_credit": 16,
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 # AMQP 1.0 is not served unless the config's [server] amqp10 says so: its front end takes heap

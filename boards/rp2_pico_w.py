@@ -20,6 +20,11 @@ LIMITS = {
     "page_read_bytes": 2048,
     "output_high_water": 4096,
     "stream_segment_bytes": 32 * 1024,  # a stream's segment file: retention drops one at a time
+    # AMQP 1.0, when the config serves it (see boards/esp32.py)
+    "amqp10_sessions": 4,
+    "amqp10_links": 16,
+    "amqp10_session_window": 64,
+    "amqp10_link_credit": 32,
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 # AMQP 1.0 is not served unless the config's [server] amqp10 says so: its front end takes heap

@@ -273,7 +273,7 @@ def build(out_dir=None, optimize=2, bundle_name="broker"):
         compile_module(source, target, "hutch/%s/%s" % (package, name), optimize)
         total += os.path.getsize(target)
         count += 1
-    for script in BOARD_SCRIPTS if bundle_name == "broker" else ():
+    for script in BOARD_SCRIPTS if bundle_name != "node" else ():
         source = os.path.join(ROOT, "firmware", script)
         if os.path.exists(source):
             shutil.copy(source, os.path.join(bundle, script))

@@ -5,14 +5,16 @@ credentials, 1.0 and 0-9-1 meeting in one queue both ways with the conversion ta
 properties, a stream read from an offset, fair turns between a 1.0 and a 0-9-1 consumer, and an
 accepted durable message kept through a SIGKILL."""
 
+import json
 import os
+import subprocess
 import sys
 import time
 import uuid
 
 import pika
 import pytest
-from brokers import RunningBroker, pika_connection, sigkill, wait_until
+from brokers import BIN, RunningBroker, pika_connection, sigkill, wait_until
 from proton import Delivery, Message, Timeout, symbol, ulong
 from proton.reactor import AtMostOnce, Filter
 from proton.utils import BlockingConnection, LinkDetached, SendException
@@ -302,3 +304,29 @@ def test_an_accepted_durable_message_is_there_after_a_sigkill(tmp_path):
         wait_until(lambda: queue_depth(running, "kept") == 20, what="the 20 accepted messages after the restart")
     finally:
         running.stop()
+
+
+def test_hutch_ctl_lists_a_1_0_client_its_sessions_and_links(broker):
+    declare(broker, "watched")
+    conn = proton(broker)
+    receiver = conn.create_receiver("/queues/watched", name="watcher", credit=7)
+
+    def listed(kind, *columns):
+        done = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "list", kind, *columns, "--json", "--data", broker.data],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    connections = listed("connections", "user", "protocol", "auth_mechanism", "channels")
+    assert {"user": "guest", "protocol": "AMQP 1.0", "auth_mechanism": "PLAIN", "channels": 1} in connections
+    assert [c["consumer_count"] for c in listed("channels", "consumer_count")] == [1]
+    consumers = listed("consumers", "queue_name", "consumer_tag", "ack_required", "prefetch_count")
+    assert consumers == [
+        {"queue_name": "watched", "consumer_tag": "watcher", "ack_required": True, "prefetch_count": 7}
+    ]
+    receiver.close()
+    conn.close()
