@@ -154,12 +154,18 @@ def test_stream_rows_against_the_runs_rabbitmq(rabbitmq):
         assert number(hutch) > 0 and number(other) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
 
 
-def test_amqp10_rows_with_rhea_as_the_load():
-    done = bench("--amqp10", "--no-pure", "--scenarios", "no-ack", "--count", "3000", "--repeat", "1")
+def test_amqp10_rows_with_rhea_as_the_load_beside_the_runs_rabbitmq(rabbitmq):
+    """The 1.0 rows, hutch against the run's RabbitMQ 3.10 with its rabbitmq_amqp1_0 plugin (its
+    RabbitMQ 3 addresses), rhea the load for both."""
+    done = bench(
+        "--rabbitmq", "%s:%d" % (rabbitmq.host, rabbitmq.port), "--amqp10", "--no-pure", "--scenarios", "no-ack",
+        "--count", "3000", "--repeat", "1",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     table = rows(done.stdout)
     for name in AMQP10_ROWS:
-        assert number(table[name][0]) > 0, (name, done.stdout)
+        hutch, other, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
+        assert number(hutch) > 0 and number(other) > 0 and number(hutch_over_rabbitmq) > 0, (name, done.stdout)
 
 
 def test_the_amqp10_rows_say_what_they_need_without_node_s_rhea():
