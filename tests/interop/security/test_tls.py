@@ -863,3 +863,27 @@ def test_bench_tls_rows_against_hutch_and_rabbitmq(tmp_path):
         assert float(cells[0].replace(",", "")) > 0 and float(cells[1].replace(",", "")) > 0, cells
     assert any(line.startswith("Over TLS, hutch C keeps") for line in lines), done.stdout
     assert any(line.startswith("Over TLS, RabbitMQ keeps") for line in lines), done.stdout
+
+
+@shared_broker
+def test_an_amqp_1_0_client_logs_in_with_external_by_its_certificate(tls_broker):
+    """rhea over TLS with a device's certificate: SASL EXTERNAL, offered to a 1.0 client whose
+    certificate was verified, logs it in as the certificate's user (and PLAIN still works)."""
+    conn = pika_connect(tls_broker.port, tls=False)
+    conn.channel().queue_declare("over-tls")
+    conn.close()
+    certs = tls_broker.certs
+    device = certs.devices["sensor-01"]
+    offset = len(tls_broker.log().encode())
+
+    def rhea_tls(kind, *args):
+        done = subprocess.run(
+            ["node", os.path.join(NODE_DIR, "amqp10_tls.js"), str(tls_broker.ports[kind]), certs.ca, *args],
+            capture_output=True, text=True, timeout=60, cwd=NODE_DIR,
+        )  # fmt: skip
+        return json.loads(done.stdout.splitlines()[-1]) if done.stdout else done.stderr
+
+    assert rhea_tls("mtls", device.cert, device.key) == {"outcome": "accepted"}
+    log_grew(tls_broker, offset, "AMQP 1.0 connection open (user 'sensor-01')")
+    assert rhea_tls("tls") == {"outcome": "accepted"}  # no certificate: PLAIN, over TLS
+    log_grew(tls_broker, offset, "AMQP 1.0 connection open (user 'guest')")
