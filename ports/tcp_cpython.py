@@ -132,8 +132,12 @@ class ProtocolListener(TcpListener):
 # confirms to send the next messages, waited that long (a bridge forwarding while
 # publishers filled its queue went at 8,000 msg/s where it drains at 22,000). 16 KB is about
 # 100 small publishes; 8 KB cost more per message than it gained (`hutch bench --bridge`).
-# The one exception: the rest of a frame larger than that is read at once, into a buffer of
-# its own (a 64 KiB body in one turn, not five; at most frame_max, 128 KiB), and let go after.
+# The one exception: a frame larger than that is read whole at once, into a buffer of its
+# own with the start the connection holds of it in front, and with room for READ_CHUNK more,
+# where the next publish's method, header and the start of its body come in: a publisher of
+# 64 KiB messages is read one message a turn in one read (it took two, and the start of each
+# body was copied twice more), and a turn still reads at most one large frame (frame_max,
+# 128 KiB) and READ_CHUNK.
 READ_CHUNK = 16 * 1024
 WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing pauses (see below)
 
@@ -144,7 +148,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.loop = loop
         self.conn = None
         self.transport = None
-        self.large = None  # the buffer of the rest of a large frame, while one is read
+        self.large = None  # the buffer of a large frame, while its rest is read (get_buffer)
+        self.large_start = 0  # where in it the rest goes: the frame's start, taken from the connection, is before
         self.flush_scheduled = False
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
@@ -190,8 +195,15 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         conn = self.conn
         wanted = conn.read_wanted() if conn is not None and self.greeting is None else 0
         if wanted > READ_CHUNK:
-            self.large = bytearray(wanted)
-            return self.large
+            # The frame's start, which the connection keeps until the rest comes, goes in front
+            # of the rest in one buffer (fed as one: no joining the two), and what follows the
+            # frame comes in with it, READ_CHUNK at most.
+            start = conn.pending
+            conn.pending = b""
+            large = self.large = bytearray(len(start) + wanted + READ_CHUNK)
+            large[: len(start)] = start
+            self.large_start = len(start)
+            return memoryview(large)[len(start) :]
         return self.server.read_buffer
 
     def buffer_updated(self, nbytes):
@@ -200,7 +212,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.data_received(bytes(self.server.read_view[:nbytes]))
             return
         self.large = None
-        self.data_received(large if nbytes == len(large) else bytes(memoryview(large)[:nbytes]))
+        # (a memoryview of its own buffer: what the connection keeps of it, it copies out)
+        self.data_received(memoryview(large)[: self.large_start + nbytes])
 
     def data_received(self, data):
         conn = self.conn
