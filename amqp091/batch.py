@@ -39,18 +39,22 @@ from .handshake import OPEN
 
 
 def reader_factory(scan, new_records, runs=None):
-    """For Broker(frame_reader=...): each connection gets a reader of its own records (one may
-    be fed while another's batch is being handled) that finds frames with scan. runs: the C
-    code for runs of alike publishes (c_accel/loader.py Runs: a stream's records of a run in
-    one call, how many publishes go together into a queue, their deliveries in one buffer), or
-    None (each publish goes its way alone)."""
+    """For Broker(frame_reader=...): the reader every connection gets, which finds frames with
+    scan into a records array taken for the read and given back after it (an idle connection
+    holds none; a connection fed while another's batch is being handled, its publisher let go
+    by an ack, takes another). runs: the C code for runs of alike publishes (c_accel/runs.py:
+    a stream's records of a run in one call, how many publishes go together into queues,
+    their deliveries in one buffer), or None (each publish goes its way alone)."""
+    spare = []  # records arrays not in use
+
+    def read(conn, data, pos):
+        records = spare.pop() if spare else new_records()
+        try:
+            return read_batch(conn, data, pos, scan, records, runs)
+        finally:
+            spare.append(records)
 
     def new_reader():
-        records = new_records()
-
-        def read(conn, data, pos):
-            return read_batch(conn, data, pos, scan, records, runs)
-
         return read
 
     return new_reader
