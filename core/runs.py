@@ -82,9 +82,27 @@ def publish_to_queues(broker, publisher, queues, message, run):
                         flow.hold_many(given, held)
         if given < taken:
             messages = run.messages(arrived, order)
-            for i in range(given, taken):
-                queue.publish(messages[i], None)
+            if consumers and not queue.messages.length:
+                for i in range(given, taken):  # (one may be handed to a consumer: Queue.publish decides)
+                    queue.publish(messages[i], None)
+            else:
+                enqueue(queue, messages, given, taken)
     return taken, end
+
+
+def enqueue(queue, messages, first, end):
+    """messages[first:end] into queue behind what it holds, as Queue.publish puts each there when no
+    consumer is to be handed it (takes_run: no limit to drop the head for, nothing on disk)."""
+    push = queue.messages.push
+    cost = size = 0
+    for i in range(first, end):
+        message = messages[i]
+        push((message, False, None))
+        cost += message.cost
+        size += message.body_size
+    queue.published += end - first
+    queue.ready_bytes += size
+    queue.broker.flow.hold_many(end - first, cost)
 
 
 def takes_run(queue, message, count, size):
