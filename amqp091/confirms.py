@@ -12,6 +12,7 @@ from ..codec.errors import ChannelException
 from ..codec.spec import PRECONDITION_FAILED
 from ..core import counters
 from ..core.broker import JOURNALLED, REFUSED
+from . import output
 
 
 class Confirms:
@@ -35,7 +36,7 @@ class Confirms:
             channel.conn.confirm_pending(channel)
         elif result & REFUSED:
             self.flush()
-            channel.conn.send_method(channel.number, spec.BASIC_NACK, (seq, False, False))
+            output.confirm(channel, spec.BASIC_NACK, seq, False)
             self.sent = seq
         else:
             self.ready = seq
@@ -66,7 +67,7 @@ class Confirms:
             done += 1
             if refused:
                 self._send_acks()
-                channel.conn.send_method(channel.number, spec.BASIC_NACK, (seq, False, False))
+                output.confirm(channel, spec.BASIC_NACK, seq, False)
                 self.sent = seq
             else:
                 self.ready = seq
@@ -84,7 +85,7 @@ class Confirms:
             multiple = self.ready - self.sent > 1
             channel = self.channel
             channel.broker.stats[counters.CONFIRMED] += self.ready - self.sent
-            channel.conn.send_method(channel.number, spec.BASIC_ACK, (self.ready, multiple))
+            output.confirm(channel, spec.BASIC_ACK, self.ready, multiple)
             self.sent = self.ready
 
 
