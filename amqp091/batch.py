@@ -85,7 +85,7 @@ def read_batch(conn, data, pos, scan, records, runs=None):
                         i += taken - 1
                         pos = after
                         continue
-                    solo = -taken  # those alike go one by one, as the first must
+                    solo = max(0, -taken - 1)  # the rest of those alike go one by one, as the first must
                 elif solo:
                     solo -= 1
                 last = records[slot + BODY_END]
