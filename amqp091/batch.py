@@ -17,6 +17,7 @@ would only cost heap there.
 from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
 from ..core.message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from . import output
 from .channel import IDLE, publish_arguments
 from .channel import OPEN as CHANNEL_OPEN
 from .framing import (
@@ -36,6 +37,7 @@ from .framing import (
     TYPE,
 )
 from .handshake import OPEN
+from .output import ChannelConsumer
 
 
 def reader_factory(scan, new_records, runs=None):
@@ -269,6 +271,34 @@ class PublishRun:
             made.append(message)
             slot += RECORD_SLOTS
         return made
+
+    def deliver(self, consumer, queue, count, arrived, order):
+        """(core/runs.py) Up to count deliveries of the taken publishes to consumer, a 0-9-1
+        channel's (else 0: the queue hands them one by one), their frames made in one call
+        (amqp091/output.py deliver_run), as many as its prefetch and its connection's room
+        allow: how many. Each is booked as Channel.deliver books one; a consumer that acks
+        gets the run's Messages (messages(arrived, order)) as the entries it settles, a no-ack
+        consumer's deliveries keep nothing."""
+        if not isinstance(consumer, ChannelConsumer):
+            return 0
+        channel = consumer.session
+        messages = None
+        if not consumer.no_ack:
+            messages = self.messages(arrived, order)
+            if consumer.prefetch:
+                count = min(count, consumer.prefetch - consumer.unacked)
+            if channel.prefetch_global:
+                count = min(count, channel.prefetch_global - channel.consumer_unacked)
+        tag = channel.next_tag
+        given = output.deliver_run(channel, consumer, self, count)
+        if given and messages is not None:
+            unacked = channel.unacked
+            for i in range(given):
+                unacked[tag + i] = (queue, (messages[i], False, None), consumer)
+            consumer.unacked += given
+            channel.consumer_unacked += given
+        channel.next_tag = tag + given
+        return given
 
     def deliveries(self, number, tag_ss, tag, route, max_payload, space, count):
         """(given, bytes counted, frames): basic.deliver frames of the first count taken publishes

@@ -313,28 +313,6 @@ class Channel:
             self.consumer_unacked += given
         return given, status
 
-    def deliver_run(self, consumer, queue, run, count, messages):
-        """(core/runs.py) Up to count deliveries of a run of alike publishes (amqp091/batch.py
-        PublishRun), their frames made in one call (amqp091/output.py deliver_run), as many as
-        the consumer's prefetch and the connection's room allow: how many. Each is booked as
-        deliver() books one; messages: the run's Messages when the consumer acks (entries to
-        settle), None for a no-ack consumer (nothing is kept of them)."""
-        if not consumer.no_ack:
-            if consumer.prefetch:
-                count = min(count, consumer.prefetch - consumer.unacked)
-            if self.prefetch_global:
-                count = min(count, self.prefetch_global - self.consumer_unacked)
-        tag = self.next_tag
-        given = output.deliver_run(self, consumer, run, count)
-        if given and messages is not None:
-            unacked = self.unacked
-            for i in range(given):
-                unacked[tag + i] = (queue, (messages[i], False, None), consumer)
-            consumer.unacked += given
-            self.consumer_unacked += given
-        self.next_tag = tag + given
-        return given
-
     # ------------------------------------------------------------ acks
 
     def settle(self, tag, multiple, ack, requeue, method_id):

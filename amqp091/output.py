@@ -52,15 +52,6 @@ def content(out, channel, message, max_payload):
         out.append(FRAME_END_BYTE)
 
 
-def confirm(channel, method_id, tag, multiple):
-    """basic.ack (or basic.nack, not requeued) to a publisher of its publishes up to tag, packed
-    at once: a sensor with confirms is sent one for most publishes, and the codec's encoder looks
-    the method's signature up each time (codec/wire.py method_frame makes the same bytes)."""
-    conn = channel.conn
-    conn.out.append(struct.pack(">BHIIQBB", 1, channel.number, 13, method_id, tag, 1 if multiple else 0, 0xCE))
-    conn.output_added(13)
-
-
 def with_content(channel, method_id, args, message):
     """A method that carries a message (basic.get-ok, basic.return) and the message's frames."""
     conn = channel.conn

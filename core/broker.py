@@ -337,7 +337,7 @@ class Broker:
         if admitted is not message:
             return 0, 0, 0
         if stream is None:
-            from .runs import publish_to_queues  # (CPython's C run path only: never on a board)
+            from .runs import publish_to_queues  # pyright: ignore[reportMissingImports] (host only: the C run path)
 
             taken, end = publish_to_queues(self, publisher, queues, message, run)
             return taken, end, ROUTED

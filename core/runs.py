@@ -4,8 +4,9 @@ A front end with the C accelerator (amqp091/batch.py PublishRun, on CPython) fin
 run of publishes alike but for their bodies (a sensor's readings). Broker.publish_run passes
 the first through the gates of admit() and routes it once; here the whole run goes into
 its queues, and a queue's consumer that can take them gets their deliveries made in one
-call by its session (session.deliver_run: the 0-9-1 channel's frames straight from the
-publisher's bytes, amqp091/output.py deliver_run). A no-ack consumer's deliveries need no
+call by the front end's run (run.deliver: a 0-9-1 channel's frames straight from the
+publisher's bytes, amqp091/output.py deliver_run; another front end's consumer is handed
+them one by one). A no-ack consumer's deliveries need no
 Message at all; the rest of the run is made into Messages once and enqueued as
 Broker.publish would enqueue each.
 
@@ -64,10 +65,8 @@ def publish_to_queues(broker, publisher, queues, message, run):
         consumers = queue.consumers
         if len(consumers) == 1 and not queue.messages.length:
             consumer = consumers[0]
-            deliver_run = getattr(consumer.session, "deliver_run", None)
-            if deliver_run is not None and consumer.ready():
-                messages = None if consumer.no_ack else run.messages(arrived, order)
-                given = deliver_run(consumer, queue, run, taken, messages)
+            if consumer.ready():
+                given = run.deliver(consumer, queue, taken, arrived, order)
                 if given:
                     queue.next_consumer = 1  # (as _next_ready_consumer leaves it)
                     queue.published += given  # (queue.publish counts the rest)
@@ -76,6 +75,7 @@ def publish_to_queues(broker, publisher, queues, message, run):
                         stats[counters.DELIVERED_CONSUME_AUTO_ACK] += given
                     else:
                         stats[counters.DELIVERED_CONSUME_MANUAL_ACK] += given
+                        messages = run.messages(arrived, order)
                         held = 0
                         for i in range(given):
                             held += messages[i].cost

@@ -174,9 +174,9 @@ def test_tx_publish_to_missing_exchange_fails_at_publish():
 
 
 def test_confirm_frames_are_the_codecs_to_the_byte():
-    """amqp091/output.py packs confirms itself (the hot path of a sensor with confirms): the same
-    bytes codec/wire.py's encoder makes, for any tag, channel and flag."""
-    from hutch.amqp091 import output
+    """amqp091/confirms.py packs confirms itself (the hot path of a sensor with confirms): the
+    same bytes codec/wire.py's encoder makes, for any tag, channel and flag."""
+    from hutch.amqp091.confirms import Confirms
     from hutch.codec.wire import method_frame
 
     class Conn:
@@ -193,10 +193,11 @@ def test_confirm_frames_are_the_codecs_to_the_byte():
     for number in (1, 300, 65535):
         for tag in (1, 255, 1 << 32, (1 << 64) - 1):
             for multiple in (False, True):
-                ch = Channel(number)
-                output.confirm(ch, spec.BASIC_ACK, tag, multiple)
-                output.confirm(ch, spec.BASIC_NACK, tag, multiple)
+                confirms = Confirms(Channel(number))
+                confirms.send(spec.BASIC_ACK, tag, multiple)
+                confirms.send(spec.BASIC_NACK, tag, multiple)
                 expected = method_frame(number, spec.BASIC_ACK, (tag, multiple)) + method_frame(
                     number, spec.BASIC_NACK, (tag, multiple, False)
                 )
-                assert b"".join(ch.conn.out) == expected and ch.conn.added == len(expected) - 16
+                conn = confirms.channel.conn
+                assert b"".join(conn.out) == expected and conn.added == len(expected) - 16
