@@ -14,9 +14,12 @@ Only CPython uses this (hutch.c_accel.loader), so no board bundle holds it: its 
 would only cost heap there.
 """
 
+import struct
+
 from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
-from ..core.message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from ..core import headers
+from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from . import output
 from .channel import IDLE, publish_arguments
 from .channel import OPEN as CHANNEL_OPEN
@@ -163,16 +166,11 @@ def fixed_length(header_tail):
     flags = (header_tail[16] << 8) | header_tail[17]
     if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_USER_ID | 1):  # (1: more flags follow)
         return len(header_tail) - 5
-    pos = 18
-    if flags & 0x8000:  # content-type, content-encoding: the two shortstrs before headers
-        pos += 1 + header_tail[pos]
-    if flags & 0x4000:
-        pos += 1 + header_tail[pos]
-    if flags & FLAG_HEADERS:
-        pos += 4 + (
-            (header_tail[pos] << 24) | (header_tail[pos + 1] << 16) | (header_tail[pos + 2] << 8) | header_tail[pos + 3]
-        )
-    return min(pos, len(header_tail) - 1) - 4
+    try:
+        after = headers.split(header_tail)[3]  # (size(4), payload, frame-end)
+    except (IndexError, struct.error):  # properties cut short: the whole header must be alike
+        return len(header_tail) - 5
+    return len(header_tail) - 5 - len(after)
 
 
 class PublishRun:
@@ -190,6 +188,8 @@ class PublishRun:
         self.routing = routing  # the method's arguments after the ticket: exchange, key, bits
         self.header = header_tail[4:-1]  # the first's content header payload
         self.fixed = fixed_length(header_tail)
+        # what tells the C code which publishes are like the first (runs.h hutch_publish_alike)
+        self.alike = (data, records, slot, count, number, self.routing, self.header, self.fixed)
         self.first = None
         self.taken = 0
         self.made = None  # the taken publishes as Messages, once asked for (messages())
@@ -198,14 +198,7 @@ class PublishRun:
         """(taken, next, records): the publishes' records for stream in one call (Broker.publish_run
         for a stream), from its next offset on, within its reserved offsets and its segment."""
         return self.runs.stream_appends(
-            self.data,
-            self.records,
-            self.slot,
-            self.count,
-            self.number,
-            self.routing,
-            self.header,
-            self.fixed,
+            *self.alike,
             max_body,
             template,
             stream.next,
@@ -219,18 +212,7 @@ class PublishRun:
         (for queues: core/runs.py), each body at most max_body; where the frame after them
         starts; their bodies and content header tails added up (what their Messages cost
         beyond MESSAGE_OVERHEAD each)."""
-        taken, after, size = self.runs.alike_publishes(
-            self.data,
-            self.records,
-            self.slot,
-            self.count,
-            self.number,
-            self.routing,
-            self.header,
-            self.fixed,
-            max_body if max_body >= 0 else 1 << 62,
-            most,
-        )
+        taken, after, size = self.runs.alike_publishes(*self.alike, max_body if max_body >= 0 else 1 << 62, most)
         self.taken = taken
         return taken, after, size
 
