@@ -1,20 +1,33 @@
-"""An AMQP 1.0 message (its sections, part 3.2 of the specification) as the broker's message
-(core/message.py: the publisher's 0-9-1 content header and body), mapped as RabbitMQ 4 maps
-them (its mc_amqpl conversions), so a 0-9-1 consumer reads what a 1.0 publisher sent:
+"""An AMQP 1.0 message (its sections, part 3.2 of the specification) and the broker's message
+(core/message.py: the 0-9-1 publisher's content header and body), converted both ways as
+RabbitMQ 4 converts them (its mc_amqpl module), so 1.0 and 0-9-1 clients meet in one queue:
 
-    header.durable            -> delivery-mode 2 (else 1)     header.priority -> priority
-    header.ttl                -> expiration (milliseconds)
-    properties.message-id     -> message-id                   properties.user-id -> user-id
-    properties.correlation-id -> correlation-id               properties.reply-to -> reply-to
-    properties.content-type   -> content-type                 properties.content-encoding -> content-encoding
-    properties.creation-time  -> timestamp (seconds)          properties.subject -> type
-    application-properties    -> headers
-    data sections             -> the body, joined
-    amqp-value of binary / string -> the body (a string as UTF-8)
+    AMQP 1.0                           AMQP 0-9-1
+    header.durable                     delivery-mode 2 (false: 1)
+    header.priority, header.ttl        priority, expiration (milliseconds)
+    properties.message-id              message-id (a uuid as urn:uuid:..., a ulong as digits;
+                                       binary or longer than 255 octets: header x-message-id)
+    properties.correlation-id          correlation-id (likewise, header x-correlation-id)
+    properties.user-id                 user-id
+    properties.reply-to                reply-to
+    properties.content-type, -encoding content-type, content-encoding
+    properties.creation-time           timestamp (seconds)
+    properties.group-id                app-id
+    application-properties             headers
+    message-annotations x-...          headers x-... (x-cc: CC); x-basic-type: type
+    data sections                      the body, joined
+    amqp-value, amqp-sequence          the body as its AMQP 1.0 encoding, type "amqp-1.0"
 
-A body that is another amqp-value, or an amqp-sequence, has no 0-9-1 form here: it is refused
-by name (the publisher gets `rejected` with amqp:not-implemented), never turned into something
-else without a word.
+and back, a 0-9-1 message to a 1.0 consumer: headers whose name starts with x- (and CC, as
+x-cc) become message annotations, the others application properties (a table or array value
+has no application-property form and stays behind); type is the annotation x-basic-type; a
+body of type "amqp-1.0" is read back as its sections. properties.to, subject,
+absolute-expiry-time, group-sequence and reply-to-group-id have no 0-9-1 place.
+
+This module reads a 1.0 message into the broker's form; amqp10/delivery.py makes a 1.0
+message of the broker's (what a 1.0 consumer, or a bridge's 1.0 uplink, is given). A message
+a 1.0 client published keeps its own octets too (Message.native): a 1.0 consumer gets the
+bare message (properties, application-properties, body, footer) exactly as it was sent.
 """
 
 import struct
@@ -22,172 +35,167 @@ import struct
 from ..codec.wire import Timestamp as Seconds
 from ..codec.wire import encode_properties
 from . import spec
-from .types import DecodeError, Described, Symbol, Timestamp, Ubyte, Uint, Ulong, _Scalar, decode, encode
+from .delivery import AMQP10_TYPE, MAX_SHORTSTR, URN_UUID, joined, uuid_text
+from .types import (
+    Described,
+    Symbol,
+    Timestamp,
+    Ulong,
+    Uuid,
+    _Scalar,
+    encode,
+)
 
 CLASS_BASIC = 60
 FRAME_END = b"\xce"
 
 
-class NotConvertible(ValueError):
-    """A message this broker cannot hold as 0-9-1: said to the publisher as a rejection."""
+HEADER = Ulong(spec.HEADER)
+MESSAGE_ANNOTATIONS = Ulong(spec.MESSAGE_ANNOTATIONS)
+PROPERTIES = Ulong(spec.PROPERTIES)
+APPLICATION_PROPERTIES = Ulong(spec.APPLICATION_PROPERTIES)
+DATA = Ulong(spec.DATA)
 
 
-def sections(payload):
-    """{descriptor code: section value} of a transfer's message octets (DecodeError if they are
-    not sections; a data section may come more than once: a list of them under DATA)."""
-    found = {}
-    pos = 0
-    while pos < len(payload):
-        section, pos = decode(payload, pos)
-        if type(section) is not Described or type(section.descriptor) is not Ulong:
-            raise DecodeError("a message section must be a described value")
-        code = section.descriptor.value
-        if code == spec.DATA:
-            found.setdefault(spec.DATA, []).append(section.value)
-        else:
-            found[code] = section.value
-    return found
+def _plain(value):
+    return value.value if isinstance(value, _Scalar) else value
 
 
-def _text(value):
-    """A message-id or correlation-id of any AMQP type, as the 0-9-1 short string it becomes."""
-    if isinstance(value, _Scalar):
-        value = value.value
-    if isinstance(value, bytes):
-        return value if len(value) != 16 else value.hex().encode()
-    if isinstance(value, str):
-        return value.encode()
-    return str(value).encode()
+# ---------------------------------------------------------------- 1.0 -> 0-9-1
 
 
-def _header_value(value):
-    """An application property as a 0-9-1 header value."""
-    if isinstance(value, Symbol):
-        return value.value.encode()
-    if isinstance(value, _Scalar):
-        return value.value
-    if isinstance(value, str):
-        return value.encode()
-    return value
-
-
-def to_parts(payload):
-    """(0-9-1 properties dict, body bytes) of a 1.0 message's octets."""
-    found = sections(payload)
+def properties_091(found):
+    """The 0-9-1 properties (a dict as codec/wire.py encodes it) of a 1.0 message's sections."""
     props = {}
-    header = found.get(spec.HEADER) or []
-    props["delivery-mode"] = 2 if len(header) > 0 and header[0] is True else 1
-    if len(header) > 1 and header[1] is not None:
-        props["priority"] = header[1].value
-    if len(header) > 2 and header[2] is not None:
-        props["expiration"] = str(header[2].value).encode()
-    properties = found.get(spec.PROPERTIES) or []
-
-    def prop(index):
-        return properties[index] if len(properties) > index else None
-
-    if prop(0) is not None:
-        props["message-id"] = _text(prop(0))
-    if prop(1) is not None:
-        props["user-id"] = bytes(prop(1))
-    if prop(3) is not None:
-        props["type"] = prop(3).encode()
-    if prop(4) is not None:
-        props["reply-to"] = prop(4).encode()
-    if prop(5) is not None:
-        props["correlation-id"] = _text(prop(5))
-    if prop(6) is not None:
-        props["content-type"] = prop(6).value.encode()
-    if prop(7) is not None:
-        props["content-encoding"] = prop(7).value.encode()
-    if prop(9) is not None:
-        props["timestamp"] = Seconds(prop(9).value // 1000)
-    application = found.get(spec.APPLICATION_PROPERTIES)
-    if application:
-        props["headers"] = {str(key).encode() if not isinstance(key, str) else key.encode(): _header_value(v)
-                            for key, v in application.items()}  # fmt: skip
-    if spec.DATA in found:
-        body = b"".join(bytes(part) for part in found[spec.DATA])
-    elif spec.AMQP_VALUE in found:
-        value = found[spec.AMQP_VALUE]
-        if isinstance(value, bytes):
-            body = value
-        elif isinstance(value, str):
-            body = value.encode()
-        else:
-            raise NotConvertible(
-                "an amqp-value body of %s has no AMQP 0-9-1 form here: send a data section" % type(value).__name__
-            )
-    elif spec.AMQP_SEQUENCE in found:
-        raise NotConvertible("an amqp-sequence body has no AMQP 0-9-1 form here: send a data section")
+    headers = {}
+    header = found.header
+    annotations = found.annotations or {}
+    if header is not None:
+        props["delivery-mode"] = 2 if header and header[0] is True else 1
+        if len(header) > 1 and header[1] is not None:
+            props["priority"] = _plain(header[1])
+        if len(header) > 2 and header[2] is not None:
+            props["expiration"] = str(_plain(header[2])).encode()
+    _from_annotation(props, "delivery-mode", annotations, "x-basic-delivery-mode")
+    _from_annotation(props, "priority", annotations, "x-basic-priority")
+    _from_annotation(props, "expiration", annotations, "x-basic-expiration", bytes_=True)
+    if found.body and found.body[0][0] != spec.DATA:
+        props["type"] = AMQP10_TYPE
     else:
-        body = b""
-    return props, body
+        _from_annotation(props, "type", annotations, "x-basic-type", bytes_=True)
+    for key, value in annotations.items():  # x- annotations as headers (x-cc: CC)
+        name = _plain(key)
+        if type(key) is not Symbol or not name.startswith("x-") or name.startswith("x-basic-"):
+            continue
+        if name == "x-cc":
+            headers[b"CC"] = value_091(value)
+        elif name not in ("x-exchange", "x-routing-key") and len(name) <= MAX_SHORTSTR:
+            headers[name.encode()] = value_091(value)
+    for key, value in (found.application or {}).items():
+        if type(key) is str and len(key.encode()) <= MAX_SHORTSTR:
+            headers[key.encode()] = value_091(value)
+    _identifier(props, headers, "message-id", found.prop(0), b"x-message-id")
+    user_id = found.prop(1)
+    if type(user_id) is bytes and len(user_id) <= MAX_SHORTSTR:
+        props["user-id"] = user_id
+    reply_to = found.prop(4)
+    if type(reply_to) is str and len(reply_to.encode()) <= MAX_SHORTSTR:
+        props["reply-to"] = reply_to.encode()
+    _identifier(props, headers, "correlation-id", found.prop(5), b"x-correlation-id")
+    for index, name in ((6, "content-type"), (7, "content-encoding")):
+        value = found.prop(index)
+        if value is not None:
+            props[name] = str(_plain(value)).encode()
+    created = found.prop(9)
+    if created is not None:
+        props["timestamp"] = _plain(created) // 1000  # (the basic property is a plain number of seconds)
+    group = found.prop(10)
+    if type(group) is str and len(group.encode()) <= MAX_SHORTSTR:
+        props["app-id"] = group.encode()
+    if headers:
+        props["headers"] = headers
+    return props
+
+
+def _from_annotation(props, name, annotations, key, bytes_=False):
+    if name in props or not annotations:
+        return
+    value = annotations.get(Symbol(key))
+    if value is not None:
+        value = _plain(value)
+        props[name] = (value.encode() if isinstance(value, str) else value) if bytes_ else value
+
+
+def _identifier(props, headers, name, value, header):
+    """message-id or correlation-id: a uuid as urn:uuid:..., a ulong as digits, a string of a
+    short string's length as itself; binary or longer, the header instead (RabbitMQ 4's)."""
+    if value is None:
+        return
+    kind = type(value)
+    if kind is Uuid:
+        props[name] = URN_UUID + uuid_text(value.value)
+    elif kind is Ulong:
+        props[name] = str(value.value).encode()
+    elif kind is str and len(value.encode()) <= MAX_SHORTSTR:
+        props[name] = value.encode()
+    elif kind is str:
+        headers[header] = value.encode()
+    elif kind is bytes:
+        headers[header] = bytearray(value)
+
+
+def value_091(value):
+    """A 1.0 value as a 0-9-1 field-table value (codec/wire.py's Python forms)."""
+    kind = type(value)
+    if kind is str:
+        return value.encode()
+    if kind is Symbol:
+        return value.value.encode()
+    if kind is bytes:
+        return bytearray(value)
+    if kind is Timestamp:
+        return Seconds(value.value // 1000)
+    if kind is Uuid:
+        return URN_UUID + uuid_text(value.value)
+    if kind is list:
+        return [value_091(item) for item in value]
+    if kind is dict:
+        return {_key_text(k): value_091(v) for k, v in value.items()}
+    if kind is Described:
+        return value_091(value.value)
+    if isinstance(value, _Scalar):
+        return value.value if type(value.value) is not list else [value_091(v) for v in value.value]
+    return value  # None, bool, int, float
+
+
+def _key_text(key):
+    key = _plain(key)
+    return key.encode() if isinstance(key, str) else str(key).encode()
+
+
+def body_091(found):
+    """The 0-9-1 body: the data sections joined, or any other body as its 1.0 octets."""
+    body = found.body
+    if body and body[0][0] == spec.DATA:
+        return b"".join(bytes(value) for code, value in body if code == spec.DATA)
+    return b"".join(encode(Described(Ulong(code), value)) for code, value in body)
+
+
+# ---------------------------------------------------------------- the common message, read quickly
+
+
+def header_tail(encoded_properties, body_size):
+    """A 0-9-1 content header frame's tail (core/message.py) from its encoded properties."""
+    header = struct.pack(">HHQ", CLASS_BASIC, 0, body_size) + encoded_properties
+    return struct.pack(">I", len(header)) + header + FRAME_END
+
+
+def body_tail(body):
+    """A 0-9-1 body frame's tail (its size, the octets, frame-end), or None for no body."""
+    return joined((struct.pack(">I", len(body)), body, FRAME_END)) if len(body) else None
 
 
 def tails(props, body):
     """(header_tail, body_tail, body_size) as core/message.py Message holds a 0-9-1 publish:
     the content header frame's and the body frame's octets after their type and channel."""
-    encoded = encode_properties(props)
-    header = struct.pack(">HHQ", CLASS_BASIC, 0, len(body)) + encoded
-    header_tail = struct.pack(">I", len(header)) + header + FRAME_END
-    body_tail = struct.pack(">I", len(body)) + body + FRAME_END if body else None
-    return header_tail, body_tail, len(body)
-
-
-def _text_of(value):
-    """A 0-9-1 short string as a 1.0 string (bytes that are not UTF-8 stay binary)."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeError:
-            return value
-    return value
-
-
-def _application_value(value):
-    """A 0-9-1 header value as a 1.0 application property (simple types only, as the
-    specification allows there; a table or list becomes its text)."""
-    if isinstance(value, (bytes, bytearray)):
-        return _text_of(bytes(value))
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
-def from_message(message, redelivered):
-    """The octets of a 1.0 message carrying a broker's message (core/message.py) to a 1.0
-    consumer: the reverse of to_parts."""
-    props = message.properties()
-    header = [props.get("delivery-mode") == 2, Ubyte(props["priority"]) if props.get("priority") is not None else None]
-    expiration = props.get("expiration")
-    header.append(Uint(int(expiration)) if expiration and expiration.isdigit() else None)
-    header += [None, Uint(1) if redelivered else None]
-    while header and header[-1] is None:
-        header.pop()
-    out = [encode(Described(Ulong(spec.HEADER), header))]
-    timestamp = props.get("timestamp")
-    properties = [
-        _text_of(props.get("message-id")),
-        props.get("user-id"),
-        None,
-        _text_of(props.get("type")),
-        _text_of(props.get("reply-to")),
-        _text_of(props.get("correlation-id")),
-        Symbol(props["content-type"].decode()) if props.get("content-type") else None,
-        Symbol(props["content-encoding"].decode()) if props.get("content-encoding") else None,
-        None,
-        Timestamp(timestamp.seconds * 1000) if timestamp is not None else None,
-    ]
-    while properties and properties[-1] is None:
-        properties.pop()
-    if properties:
-        out.append(encode(Described(Ulong(spec.PROPERTIES), properties)))
-    headers = props.get("headers")
-    if headers:
-        application = {_text_of(k) if isinstance(k, bytes) else k: _application_value(v) for k, v in headers.items()}
-        out.append(encode(Described(Ulong(spec.APPLICATION_PROPERTIES), application)))
-    body_tail = message.body_tail
-    body = bytes(body_tail[4:-1]) if body_tail else b""
-    out.append(encode(Described(Ulong(spec.DATA), body)))
-    return b"".join(out)
+    return header_tail(encode_properties(props), len(body)), body_tail(body), len(body)

@@ -85,3 +85,37 @@ TYPES = {
     0x33: ('declared', ('txn-id',)),
     0x34: ('transactional-state', ('txn-id', 'outcome',)),
 }
+
+# descriptor code -> each field's type, in order: the primitive type a value of it is written
+# as (a restricted type's source: handle -> uint; described: a described value; *: any),
+# then + if it may repeat (an array), ! if it must be there. (One string a field: what a
+# board holds of this table is a few pointers a type.)
+FIELD_TYPES = {
+    0x10: ('string!', 'string', 'uint', 'ushort', 'uint', 'symbol+', 'symbol+', 'symbol+', 'symbol+', 'map',),
+    0x11: ('ushort', 'uint!', 'uint!', 'uint!', 'uint', 'symbol+', 'symbol+', 'map',),
+    0x12: ('string!', 'uint!', 'boolean!', 'ubyte', 'ubyte', '*', '*', 'map', 'boolean', 'uint', 'ulong', 'symbol+', 'symbol+', 'map',),
+    0x13: ('uint', 'uint!', 'uint!', 'uint!', 'uint', 'uint', 'uint', 'uint', 'boolean', 'boolean', 'map',),
+    0x14: ('uint!', 'uint', 'binary', 'uint', 'boolean', 'boolean', 'ubyte', '*', 'boolean', 'boolean', 'boolean',),
+    0x15: ('boolean!', 'uint!', 'uint', 'boolean', '*', 'boolean',),
+    0x16: ('uint!', 'boolean', 'described',),
+    0x17: ('described',),
+    0x18: ('described',),
+    0x1D: ('symbol!', 'string', 'map',),
+    0x70: ('boolean', 'ubyte', 'uint', 'boolean', 'uint',),
+    0x73: ('*', 'binary', '*', 'string', '*', '*', 'symbol', 'symbol', 'timestamp', 'timestamp', 'string', 'uint', 'string',),
+    0x23: ('uint!', 'ulong!',),
+    0x25: ('described',),
+    0x27: ('boolean', 'boolean', 'map',),
+    0x28: ('*', 'uint', 'symbol', 'uint', 'boolean', 'map', 'symbol', 'map', '*', 'symbol+', 'symbol+',),
+    0x29: ('*', 'uint', 'symbol', 'uint', 'boolean', 'map', 'symbol+',),
+    0x40: ('symbol+!',),
+    0x41: ('symbol!', 'binary', 'string',),
+    0x42: ('binary!',),
+    0x43: ('binary!',),
+    0x44: ('ubyte!', 'binary',),
+    0x30: ('symbol+',),
+    0x31: ('*',),
+    0x32: ('*!', 'boolean',),
+    0x33: ('*!',),
+    0x34: ('*!', '*',),
+}

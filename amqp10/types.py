@@ -92,6 +92,18 @@ class Symbol(_Scalar):
     pass
 
 
+class Decimal32(_Scalar):
+    """An IEEE 754 decimal, kept as its octets (4, 8 or 16): passed on, never computed with."""
+
+
+class Decimal64(_Scalar):
+    pass
+
+
+class Decimal128(_Scalar):
+    pass
+
+
 class Array(_Scalar):
     """Elements of one type: `code` is its constructor (0xa3 for symbols, 0x70 for uints ...)."""
 
@@ -280,13 +292,19 @@ ENCODERS = {
     Timestamp: lambda v, out: out.append(b"\x83" + struct.pack(">q", v)),
     Uuid: lambda v, out: out.append(b"\x98" + bytes(v)),
     Symbol: lambda v, out: _variable(v.encode(), 0xA3, 0xB3, out),
+    Decimal32: lambda v, out: out.append(b"\x74" + bytes(v)),
+    Decimal64: lambda v, out: out.append(b"\x84" + bytes(v)),
+    Decimal128: lambda v, out: out.append(b"\x94" + bytes(v)),
 }
 
 
 # ------------------------------------------------------------------ decoding
 
 
-def decode(data, pos=0):
+MAX_DEPTH = 32  # lists, maps, arrays and described values within each other: deeper is refused
+
+
+def decode(data, pos=0, depth=0):
     """(value, the position after it) of the value at pos; DecodeError for what is not one."""
     try:
         code = data[pos]
@@ -294,8 +312,10 @@ def decode(data, pos=0):
         raise DecodeError("a value was expected at octet %d, the data ends" % pos)
     pos += 1
     if code == 0x00:  # a described value
-        descriptor, pos = decode(data, pos)
-        value, pos = decode(data, pos)
+        if depth >= MAX_DEPTH:
+            raise DecodeError("values nested more than %d deep" % MAX_DEPTH)
+        descriptor, pos = decode(data, pos, depth + 1)
+        value, pos = decode(data, pos, depth + 1)
         return Described(descriptor, value), pos
     fixed = FIXED.get(code)
     if fixed is not None:
@@ -311,10 +331,12 @@ def decode(data, pos=0):
         if end > len(data):
             raise DecodeError("constructor 0x%02x: %d octets announced, %d left" % (code, size, len(data) - pos))
         return make(bytes(data[pos:end])), end
-    if code in (0xC0, 0xD0, 0xC1, 0xD1):
-        return _compound(data, pos, code)
-    if code in (0xE0, 0xF0):
-        return _decode_array(data, pos, code)
+    if code in (0xC0, 0xD0, 0xC1, 0xD1, 0xE0, 0xF0):
+        if depth >= MAX_DEPTH:
+            raise DecodeError("values nested more than %d deep" % MAX_DEPTH)
+        if code >= 0xE0:
+            return _decode_array(data, pos, code, depth + 1)
+        return _compound(data, pos, code, depth + 1)
     raise DecodeError("0x%02x is not an AMQP 1.0 constructor" % code)
 
 
@@ -326,16 +348,18 @@ def _size(data, pos, width):
     return struct.unpack_from(">I", data, pos)[0], pos + 4
 
 
-def _compound(data, pos, code):
+def _compound(data, pos, code, depth):
     width = 1 if code in (0xC0, 0xC1) else 4
     size, pos = _size(data, pos, width)
     end = pos + size
     if end > len(data) or size < width:
         raise DecodeError("a list or map of %d octets, %d left" % (size, len(data) - pos))
     count, pos = _size(data, pos, width)
+    if count > end - pos:  # (each element takes an octet at least)
+        raise DecodeError("a list or map of %d elements in %d octets" % (count, end - pos))
     items = []
     for _ in range(count):
-        item, pos = decode(data, pos)
+        item, pos = decode(data, pos, depth)
         items.append(item)
     if pos != end:
         raise DecodeError("a list or map's elements end at octet %d, its size says %d" % (pos, end))
@@ -352,28 +376,43 @@ def _compound(data, pos, code):
     return out, end
 
 
-def _decode_array(data, pos, code):
+def _decode_array(data, pos, code, depth):
     width = 1 if code == 0xE0 else 4
     size, pos = _size(data, pos, width)
     end = pos + size
-    if end > len(data):
+    if end > len(data) or size < width:
         raise DecodeError("an array of %d octets, %d left" % (size, len(data) - pos))
     count, pos = _size(data, pos, width)
     if pos >= end:
         raise DecodeError("an array without its element constructor")
     element = data[pos]
     pos += 1
+    descriptor = None
+    if element == 0x00:  # described elements: the descriptor once, then the elements' constructor
+        descriptor, pos = decode(data, pos, depth)
+        if pos >= end:
+            raise DecodeError("a described array without its element constructor")
+        element = data[pos]
+        pos += 1
+    if count > end - pos and (element not in ZERO_WIDTH or count > 0xFFFF):
+        raise DecodeError("an array of %d elements in %d octets" % (count, end - pos))
     items = []
     for _ in range(count):
-        item, pos = _element(data, pos, element)
-        items.append(item)
+        item, pos = _element(data, pos, element, depth)
+        items.append(Described(descriptor, item) if descriptor is not None else item)
     if pos != end:
         raise DecodeError("an array's elements end at octet %d, its size says %d" % (pos, end))
     return Array(element, items), end
 
 
-def _element(data, pos, element):
+def _element(data, pos, element, depth):
     """One element of an array: its octets without a constructor (the array's, once)."""
+    if element in (0xC0, 0xD0, 0xC1, 0xD1, 0xE0, 0xF0):
+        if depth >= MAX_DEPTH:
+            raise DecodeError("values nested more than %d deep" % MAX_DEPTH)
+        if element >= 0xE0:
+            return _decode_array(data, pos, element, depth + 1)
+        return _compound(data, pos, element, depth + 1)
     fixed = FIXED.get(element)
     if fixed is not None:
         size, make = fixed
@@ -397,6 +436,20 @@ def _utf8(raw):
         raise DecodeError("a string that is not UTF-8")
 
 
+def _symbol(raw):
+    try:
+        return Symbol(raw.decode("ascii"))
+    except UnicodeError:
+        raise DecodeError("a symbol that is not ASCII")
+
+
+def _char(raw):
+    point = struct.unpack(">I", raw)[0]
+    if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
+        raise DecodeError("char 0x%x is not a Unicode code point" % point)
+    return Char(chr(point))
+
+
 FIXED = {
     0x40: (0, lambda b: None),
     0x41: (0, lambda b: True),
@@ -416,7 +469,10 @@ FIXED = {
     0x70: (4, lambda b: Uint(struct.unpack(">I", b)[0])),
     0x71: (4, lambda b: Int(struct.unpack(">i", b)[0])),
     0x72: (4, lambda b: Float(struct.unpack(">f", b)[0])),
-    0x73: (4, lambda b: Char(chr(struct.unpack(">I", b)[0]))),
+    0x73: (4, _char),
+    0x74: (4, lambda b: Decimal32(bytes(b))),
+    0x84: (8, lambda b: Decimal64(bytes(b))),
+    0x94: (16, lambda b: Decimal128(bytes(b))),
     0x80: (8, lambda b: Ulong(struct.unpack(">Q", b)[0])),
     0x81: (8, lambda b: struct.unpack(">q", b)[0]),
     0x82: (8, lambda b: struct.unpack(">d", b)[0]),
@@ -429,6 +485,7 @@ VARIABLE = {
     0xB0: (4, lambda b: b),
     0xA1: (1, _utf8),
     0xB1: (4, _utf8),
-    0xA3: (1, lambda b: Symbol(b.decode())),
-    0xB3: (4, lambda b: Symbol(b.decode())),
+    0xA3: (1, _symbol),
+    0xB3: (4, _symbol),
 }
+ZERO_WIDTH = (0x40, 0x41, 0x42, 0x43, 0x44, 0x45)  # constructors with no octets of their own

@@ -5,6 +5,7 @@
     hutch bench --rabbitmq HOST:PORT     ... and a RabbitMQ already running
     hutch bench --micropython            ... and the unix-port MicroPython broker (throughput)
     hutch bench --tls [--start-rabbitmq] ... and the TLS rows: throughput and latency over TLS
+    hutch bench --amqp10 [--start-rabbitmq]  ... and the AMQP 1.0 rows, rhea the load (bench/amqp10.py)
     hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (bench/backlog.py)
     hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (bench/bridges.py)
     hutch bench --spark [N]                      instead: Spark reading a hutch stream (bench/pipeline.py)
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from . import loadgen, scale
+from . import amqp10, loadgen, scale
 from . import recovery as recovery_bench
 from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb, tls_certificate, tls_client
 
@@ -129,7 +130,10 @@ SCENARIOS = {
 # hutch only, when named: no-ack throughput while /metrics is scraped every second
 SCENARIOS["scraped-no-ack"] = ("throughput 16 B, no-ack, /metrics scraped every second", "msg/s", True, None)
 TLS_SCENARIOS = ("tls-no-ack", "tls-64k", "tls-latency-p50", "tls-latency-p99")
-NAMED_ONLY = TLS_SCENARIOS + ("scraped-no-ack",)
+# AMQP 1.0 (--amqp10, or named): rhea's load, RabbitMQ with its 1.0 plugin
+SCENARIOS.update((name, entry[:3] + (None,)) for name, entry in amqp10.SCENARIOS.items())
+AMQP10_SCENARIOS = tuple(amqp10.SCENARIOS)
+NAMED_ONLY = TLS_SCENARIOS + AMQP10_SCENARIOS + ("scraped-no-ack",)
 DEFAULT_SCENARIOS = [name for name in SCENARIOS if name not in NAMED_ONLY]
 MICROPYTHON_SCENARIOS = ("no-ack", "acks", "tls-no-ack")
 
@@ -171,6 +175,8 @@ def load(broker, name, count, tls=None, args=None):
             result = loadgen.latency(broker.host, broker.tls_port, max(1000, count // 20), tls=tls)
             return {"tls-latency-p50": result["p50_us"], "tls-latency-p99": result["p99_us"]}
         return {name: SCENARIOS[name][3](broker.host, broker.tls_port, count, tls)}
+    if name in AMQP10_SCENARIOS:
+        return {name: amqp10.SCENARIOS[name][3](broker, count)}
     if name == "scraped-no-ack":
         if getattr(broker, "metrics_port", None) is None:
             return {}
@@ -185,7 +191,7 @@ def load(broker, name, count, tls=None, args=None):
 def load_scenarios(names):
     """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99 (and
     "tls-latency" for the TLS ones)."""
-    runs = [n for n in names if SCENARIOS[n][3] is not None or n == "scraped-no-ack"]
+    runs = [n for n in names if SCENARIOS[n][3] is not None or n == "scraped-no-ack" or n in AMQP10_SCENARIOS]
     for run, prefix in SCALE_RUNS.items():
         if any(n.startswith(prefix) for n in names):
             runs.append(run)
@@ -284,6 +290,12 @@ def add_options(parser):
         action="store_true",
         help="also the TLS rows (%s): each broker with a TLS listener, RabbitMQ's too" % ", ".join(TLS_SCENARIOS),
     )
+    parser.add_argument(
+        "--amqp10",
+        action="store_true",
+        help="also the AMQP 1.0 rows (%s), with rhea as the load (Node.js and rhea needed: NODE_PATH); RabbitMQ "
+        "with its AMQP 1.0 plugin" % ", ".join(AMQP10_SCENARIOS),
+    )
     parser.add_argument("--count", type=int, default=200000, help="messages per throughput scenario (default 200000)")
     parser.add_argument(
         "--repeat", type=int, default=3, help="rounds of each scenario; the table shows the median (default 3)"
@@ -364,9 +376,10 @@ def scale_config(args, workdir):
     return path
 
 
-def brokers_to_run(args, workdir, tls=None):
+def brokers_to_run(args, workdir, tls=None, plugins=()):
     """[(result key, a callable that makes the broker)] in the order they run. tls: (certificate,
-    key) files: each broker started here gets a TLS listener with them."""
+    key) files: each broker started here gets a TLS listener with them; plugins: RabbitMQ's to
+    enable (its AMQP 1.0 plugin for the 1.0 rows)."""
     if args.rabbitmq and args.start_rabbitmq:
         raise BenchError("--rabbitmq and --start-rabbitmq: pick one")
     config = scale_config(args, workdir)
@@ -376,7 +389,7 @@ def brokers_to_run(args, workdir, tls=None):
     if args.rabbitmq:
         plan.append(("rabbitmq", lambda: External(args.rabbitmq, args.rabbitmq_pid)))
     elif args.start_rabbitmq:
-        plan.append(("rabbitmq", lambda: RabbitMQ(workdir, tls=tls)))
+        plan.append(("rabbitmq", lambda: RabbitMQ(workdir, tls=tls, plugins=plugins)))
     if args.micropython:
         plan.append(("micropython", lambda: Hutch("micropython", workdir, tls=tls)))
     return plan
@@ -395,6 +408,8 @@ def run(args):
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     if args.tls:
         names += [n for n in TLS_SCENARIOS if n not in names]
+    if args.amqp10:
+        names += [n for n in AMQP10_SCENARIOS if n not in names]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         print(
@@ -413,7 +428,10 @@ def run(args):
     try:
         tls = tls_certificate(workdir) if any(n in TLS_SCENARIOS for n in names) else None
         client = tls_client(tls[0]) if tls is not None else None
-        plan = brokers_to_run(args, workdir, tls)
+        wants_10 = any(n in AMQP10_SCENARIOS for n in names)
+        if wants_10:
+            amqp10.node_environment()  # (no Node.js or rhea: said now, not after the other rows)
+        plan = brokers_to_run(args, workdir, tls, (amqp10.PLUGIN,) if wants_10 else ())
         if args.rabbitmq:
             External(args.rabbitmq, None).start()  # a wrong address is said at once, not after hutch's run
         for key, make in plan:
@@ -431,7 +449,7 @@ def run(args):
         for name in load_scenarios(names):
             for round_number in range(args.repeat):
                 for key, broker in brokers:
-                    if key == "micropython" and name not in MICROPYTHON_SCENARIOS:
+                    if key == "micropython" and name not in MICROPYTHON_SCENARIOS:  # (1.0: not on a board)
                         continue
                     log("  %s %s, round %d" % (key, name, round_number + 1))
                     count = args.count // 10 if key == "micropython" else args.count  # ~20x slower

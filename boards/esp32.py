@@ -31,6 +31,9 @@ LIMITS = {
     "stream_segment_bytes": 16 * 1024,  # a stream's segment file: retention drops one at a time
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
+# AMQP 1.0 is not served unless the config's [server] amqp10 says so: its front end takes heap
+# this board keeps for clients and queued messages (docs/boards.md gives the figures).
+AMQP10 = False
 READ_SIZE = 1024
 STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024}
 SERIAL = [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}]

@@ -5,6 +5,7 @@ package(
     "hutch/client",
     files=("__init__.py", "clock.py", "protocol.py", "robust.py", "simple.py", "transport.py"),
 )
-# the AMQP 0-9-1 wire module the client speaks through (with the spec table and DecodeError),
+# the AMQP 0-9-1 wire module the client speaks through (with the spec table and DecodeError,
+# and the read buffer it assembles frames in),
 # and the serial link layer, for a node on a UART (client/transport.py's Serial)
-package("hutch/codec", files=("__init__.py", "errors.py", "link.py", "spec.py", "wire.py"))
+package("hutch/codec", files=("__init__.py", "errors.py", "link.py", "readbuffer.py", "spec.py", "wire.py"))

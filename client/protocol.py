@@ -43,6 +43,7 @@ import errno
 import sys
 
 from ..codec import spec, wire
+from ..codec.readbuffer import ReadBuffer
 from .clock import ticks_diff
 
 TYPE_CHECKING = False
@@ -126,7 +127,7 @@ class Message:
         return raw
 
 
-class Protocol:
+class Protocol(ReadBuffer):
     # What wire.read_args put there: str, int or bool by the method's signature. Declared by an
     # annotation alone, which costs nothing at run time.
     _args: "list[Any]"
@@ -367,30 +368,6 @@ class Protocol:
         return self.seq
 
     # -- input ------------------------------------------------------------------------------
-
-    def read_buffer(self):
-        """Where to read the next input into: a view of the free end of the read buffer. Tell
-        received(n) how much was read."""
-        if self._pos:  # move the start of the next frame to the front
-            rest = self._n - self._pos
-            self._rx[0:rest] = self._rxm[self._pos : self._n]
-            self._pos = 0
-            self._n = rest
-        return self._rxm[self._n :]
-
-    def received(self, n):
-        self._n += n
-        if n:
-            self._heard = True
-
-    def receive_data(self, data):
-        """Take what fits of data into the read buffer: how much that was (take the events with
-        next_event(), then feed the rest)."""
-        buf = self.read_buffer()
-        n = min(len(data), len(buf))
-        buf[:n] = data[:n]
-        self.received(n)
-        return n
 
     def next_event(self):
         """The next event in what was received, or None until more comes in. Each frame is

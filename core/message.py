@@ -36,6 +36,11 @@ class Message:
     ttl = None  # type: int | None
     forward_seq = 0  # a transient message's sequence number on a bridge, once forwarded (core/bridge/outbox.py)
     cc = None  # type: list | None  # its CC and BCC headers' keys (sender-selected distribution), routed too
+    # A message another protocol's publisher wrote, in that protocol's own octets, besides the
+    # 0-9-1 form above (an AMQP 1.0 message: amqp10/message.py), so that a consumer of the
+    # same protocol gets it as it was sent; None for a 0-9-1 publish. Kept in memory only: a
+    # message read back from the journal, a backlog on disk or a stream has its 0-9-1 form.
+    native = None  # type: tuple | None
 
     def with_key(self, routing_key):
         """The same message under another routing key, for routing it by that key alone."""

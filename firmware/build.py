@@ -38,7 +38,7 @@ from mpremote.romfs import make_romfs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The packages whose manifests make up each bundle.
-BUNDLES = {"broker": ("codec", "core", "amqp091", "ports", "server", "boards"), "node": ("client",)}
+BUNDLES = {"broker": ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards"), "node": ("client",)}
 DEFAULT_OUT = {"broker": os.path.join(ROOT, "build", "firmware"), "node": os.path.join(ROOT, "build", "node")}
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points of the broker, copied as source to the board's root
 

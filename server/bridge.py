@@ -5,10 +5,14 @@ sides outbox.py and inbox.py), and it does the I/O they ask for, on CPython and 
 alike:
 
 - it opens the socket to the URI the machine names (TLS for amqps://), feeds what it reads to
-  the sensor client's sans-IO protocol (client/protocol.py) and hands each event to the
-  machine, calls the set-up methods it gives one at a time, forwards what it says may go
-  (through protocol.forward) and sends the acks and nacks it returns, and writes what the
-  protocol has to send;
+  the sensor client's sans-IO protocol (client/protocol.py), or for an AMQP 1.0 URI to the
+  1.0 client (amqp10/client.py, loaded only then), and hands each event to the machine,
+  calls the set-up methods it gives one at a time, forwards what it says may go (through
+  protocol.forward; over 1.0, no more than the link's credit) and sends the acks and nacks
+  it returns, and writes what the protocol has to send;
+- an IoT Hub uplink (sas_key) logs in with a SAS token made from the device key; at half the
+  token's lifetime it puts a new one on $cbs (cbs = true), or else lets what is in flight
+  settle, closes the connection and logs in again at once with a new one;
 - it ticks the machine (heartbeats, the handshake's timeout, the watchdog) and ends a link
   the machine gives a reason to end, then sleeps the backoff the machine asks for;
 - for a stream source, it keeps the bridge's offset file (DATA/bridge-NAME.offset): where a
@@ -40,6 +44,10 @@ SLICE = 100  # messages forwarded per write to the socket, at most (see _Link.se
 
 class LinkError(Exception):
     """Why a link ended or could not start: logged and kept as the bridge's last error."""
+
+
+class Renewed(Exception):
+    """The link was closed to log in anew with a new token (server/bridge10.py): reconnect at once."""
 
 
 class Bridge:
@@ -123,8 +131,11 @@ class Bridge:
                 continue
             reason = None
             unexpected = None
+            renewed = False
             try:
                 await self._link(uri)
+            except Renewed:
+                renewed = True
             except LinkError as e:
                 reason = str(e)
             except OSError as e:
@@ -138,6 +149,8 @@ class Bridge:
                 reason = "%s: %s" % (e.__class__.__name__, e)
                 unexpected = e
             machine.lost(None if self.stopping else reason)
+            if renewed:
+                machine.again()
             if unexpected is not None:
                 machine.log("error", "bridge %s: unexpected error" % machine.name, unexpected)
             self.save_offset(True)
@@ -159,19 +172,26 @@ class Bridge:
         reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
-        protocol = Protocol(frame_max=uri["frame_max"] or self.broker.limits.frame_max)
+        frame_max = uri["frame_max"] or self.broker.limits.frame_max
         now = self.clock.now_ms()
-        protocol.connect(
-            now,
-            uri["user"],
-            uri["password"],
-            uri["vhost"],
-            uri["heartbeat"],
-            "hutch bridge " + self.machine.name,
-            mechanism=uri["auth_mechanism"],
-        )
+        login = None
+        if uri["protocol"] == "1.0":
+            from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
+
+            protocol, login = bridge10.connect(self.machine, uri, frame_max, now)
+        else:
+            protocol = Protocol(frame_max=frame_max)
+            protocol.connect(
+                now,
+                uri["user"],
+                uri["password"],
+                uri["vhost"],
+                uri["heartbeat"],
+                "hutch bridge " + self.machine.name,
+                mechanism=uri["auth_mechanism"],
+            )
         self.machine.opened(now)
-        link = _Link(self, protocol, reader, writer)
+        link = _Link(self, protocol, reader, writer, login, uri["protocol"] == "1.0")
         writing = self._task(link.write_loop())
         try:
             await link.read_loop()
@@ -187,7 +207,7 @@ class _Link:
     machine, its writer sends what the protocol has, and its ticker asks the machine whether
     the link must end."""
 
-    def __init__(self, bridge, protocol, reader, writer):
+    def __init__(self, bridge, protocol, reader, writer, login=None, credit=False):
         self.bridge = bridge
         self.machine = bridge.machine
         self.protocol = protocol
@@ -195,6 +215,10 @@ class _Link:
         self.writer = writer
         self.ended = False
         self.silent = None  # why the ticker hung up
+        self.credit = credit  # (AMQP 1.0) forward no more than its link's credit allows
+        self.login = login  # an IoT Hub login (server/bridge10.py Login), or None
+        self.renewing = 0  # (ms) since when this link winds down to log in with a new token
+        self.closed_at = 0  # (ms) when it sent its close for that
 
     async def read_loop(self):
         bridge = self.bridge
@@ -207,10 +231,14 @@ class _Link:
                 try:
                     got = await self._read()
                 except OSError:
+                    if self.closed_at:
+                        raise Renewed()
                     if self.silent:
                         raise LinkError(self.silent)
                     raise
                 if not got:
+                    if self.closed_at:
+                        raise Renewed()
                     if self.silent:
                         raise LinkError(self.silent)
                     raise LinkError("upstream closed the connection")
@@ -257,14 +285,18 @@ class _Link:
             event = protocol.next_event()
             if event is None:
                 return
-            if isinstance(event, ConnectionClosed):
-                raise LinkError(_closed_reason(event, protocol))
-            if isinstance(event, ChannelClosed):
-                raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
-            if isinstance(event, Message):
-                self.message(event)
-            else:
+            if isinstance(event, tuple):
                 machine.method(event[0], event[1])
+            elif isinstance(event, Message):
+                self.message(event)
+            elif isinstance(event, ConnectionClosed):
+                raise LinkError(_closed_reason(event, protocol))
+            elif isinstance(event, ChannelClosed):
+                raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
+            elif self.closed_at:  # (AMQP 1.0: the answer to the close of a renewal)
+                raise Renewed()
+            else:  # AMQP 1.0: the link, session or connection ended (amqp10/client.py Ended)
+                raise LinkError(event.reason)
 
     def message(self, message):
         """A message from upstream: up, a basic.return (mandatory: its confirm follows); down,
@@ -304,6 +336,10 @@ class _Link:
         left = machine.sendable(self.bridge.clock.now_ms())
         if machine.wake_ms:  # a rate holds the rest back: ask again then
             self.bridge._task(self._wake_in(machine.wake_ms))
+        if self.credit:
+            if self.renewing:
+                return  # (winding down: the rest goes on the next connection)
+            left = min(left, self.protocol.room())
         forward = self.protocol.forward
         while left > 0:
             sent = machine.forward(forward, min(SLICE, left))
@@ -347,6 +383,8 @@ class _Link:
             now = bridge.clock.now_ms()
             self.silent = self.machine.tick(now, self.protocol.tick(now) < 0)
             bridge.save_offset()
+            if self.login is not None and not self.silent:
+                self.silent = self.login.renew(self, now)
             if self.silent:
                 # hung up at once (the reader sees the end), dropping what is unsent: CPython's
                 # close() waits until that is written, which a peer that takes nothing (a

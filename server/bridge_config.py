@@ -26,10 +26,19 @@
     verify = true
     server_name = "central.example.com"
 
+    # AMQP 1.0 (amqp10:// or amqps10:// URIs, or protocol = "1.0" with amqp:// ones)
+    address = "/exchange/sensors/site-7"   # the link's target (default: RabbitMQ 4's /exchanges/X/RK)
+    device_id = "gateway-7"           # Azure IoT Hub: the device, its key (base64) and the
+    sas_key = "..."                   # lifetime of the SAS tokens made from it (seconds);
+    token_lifetime = 3600             # cbs = true: tokens put on $cbs (SASL ANONYMOUS)
+    cbs = false
+
 A URI is RabbitMQ's: amqp://user:password@host:port/vhost, with the query options
 heartbeat (seconds), frame_max (bytes), connection_timeout (milliseconds) and
 auth_mechanism (plain, or external: amqps:// with cert_file, the user named by the
-client certificate). Every
+client certificate). An AMQP 1.0 URI is amqp10://user:password@host:port (amqps10:// over
+TLS) with the same options (heartbeat: the idle time-out in seconds; auth_mechanism also
+anonymous), and names no vhost. Every
 mistake is one ConfigError naming the bridge and the key, so `hutch serve` says it in one
 line and exits with 2 rather than running a bridge that does nothing.
 """
@@ -58,10 +67,18 @@ KEYS = (
     "key_file",
     "verify",
     "server_name",
+    "protocol",
+    "address",
+    "device_id",
+    "sas_key",
+    "token_lifetime",
+    "cbs",
 )
+PROTOCOLS = ("0-9-1", "1.0")
+SCHEMES = {"amqp": (False, None), "amqps": (True, None), "amqp10": (False, "1.0"), "amqps10": (True, "1.0")}
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout", "auth_mechanism")
-AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL"}  # RabbitMQ's URI values
+AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL", "anonymous": "ANONYMOUS"}  # RabbitMQ's URI values
 
 
 def bridges_from(data, path="config"):
@@ -118,13 +135,15 @@ def _bridge(table, path, number):
     delay = _number(table, "reconnect_delay", 1.0, where)
     uris = [parse_uri(uri, where) for uri in uris]
     tls = _tls(table, where)
+    protocol = _protocol(table, uris, where)
     for uri in uris:
         if uri["auth_mechanism"] == "EXTERNAL" and not (uri["tls"] and tls["cert_file"]):
             raise ConfigError(
                 "%s: auth_mechanism=external in '%s' needs an amqps:// URI and cert_file (the client "
                 "certificate that names the user)" % (where, uri["uri"])
             )
-    return {
+    amqp10 = _amqp10(table, uris, protocol, direction, where)
+    bridge = {
         "name": name,
         "direction": direction,
         "uris": uris,
@@ -142,7 +161,95 @@ def _bridge(table, path, number):
         "max_byte_rate": _number(table, "max_byte_rate", 0, where, "bytes per second"),
         "tls": tls,
         "declare": _declare(table, where),
+        "protocol": protocol,
     }
+    bridge.update(amqp10)
+    return bridge
+
+
+def _protocol(table, uris, where):
+    """The protocol of every URI of the bridge: "1.0" for amqp10:// and amqps10://, and for
+    amqp:// and amqps:// with protocol = "1.0"; else "0-9-1". One protocol per bridge."""
+    protocol = table.get("protocol")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ConfigError('%s: protocol must be "0-9-1" or "1.0", not %r' % (where, protocol))
+    named = [uri["protocol"] for uri in uris if uri["protocol"] is not None]
+    if protocol == "0-9-1" and named:
+        raise ConfigError('%s: protocol = "0-9-1", but a uri is AMQP 1.0 (amqp10:// or amqps10://)' % where)
+    if named and len(named) != len(uris):
+        raise ConfigError("%s: all its URIs must speak one protocol (amqp10:// with amqp10://)" % where)
+    protocol = named[0] if named else protocol or "0-9-1"
+    for uri in uris:
+        uri["protocol"] = protocol
+        if protocol == "0-9-1" and uri["auth_mechanism"] == "ANONYMOUS":
+            raise ConfigError("%s: auth_mechanism=anonymous in '%s' is AMQP 1.0's only" % (where, uri["uri"]))
+        if protocol == "1.0" and uri["vhost"] != "/":
+            raise ConfigError(
+                "%s: '%s' names a vhost: an AMQP 1.0 link has none (its host is the open's hostname)"
+                % (where, uri["uri"])
+            )
+    return protocol
+
+
+AMQP10_KEYS = ("address", "device_id", "sas_key", "token_lifetime", "cbs")
+IOT_HUB_TARGET = "/devices/%s/messages/events"
+
+
+def _amqp10(table, uris, protocol, direction, where):
+    """The keys of an AMQP 1.0 uplink: the target `address`; for Azure IoT Hub, the device,
+    its key and the lifetime of the SAS tokens made from it, and whether they go on $cbs."""
+    out = {"address": None, "device_id": None, "sas_key": None, "token_lifetime": 3600, "cbs": False}
+    if protocol != "1.0":
+        for key in AMQP10_KEYS:
+            if key in table:
+                raise ConfigError('%s: %s is for AMQP 1.0 links (amqp10:// URIs, or protocol = "1.0")' % (where, key))
+        return out
+    if direction != "up":
+        raise ConfigError("%s: a down bridge speaks AMQP 0-9-1 only (its uri is AMQP 1.0)" % where)
+    if table.get("declare") is not None:
+        raise ConfigError(
+            "%s: declare is AMQP 0-9-1's: over AMQP 1.0 the target must exist upstream (set it up there)" % where
+        )
+    address = _optional_text(table, "address", where)
+    if address is not None and (table.get("exchange") is not None or table.get("routing_key") is not None):
+        raise ConfigError("%s: address or exchange/routing_key, not both (address is the whole target)" % where)
+    if address == "":
+        raise ConfigError('%s: address must name a target ("/queues/NAME", "/exchange/X/KEY", ...)' % where)
+    device = _optional_text(table, "device_id", where)
+    key = _optional_text(table, "sas_key", where)
+    if (device is None) != (key is None) or device == "":
+        raise ConfigError("%s: device_id and sas_key go together (an IoT Hub device and its key)" % where)
+    if key is not None:
+        import binascii  # (a bridge with a sas_key)
+
+        try:
+            if not binascii.a2b_base64(key):
+                raise ValueError
+        except ValueError:
+            raise ConfigError("%s: sas_key must be the device's key in base64, as Azure shows it" % where)
+        for uri in uris:
+            if not uri["tls"]:
+                raise ConfigError("%s: '%s': a SAS token goes over TLS only (amqps10://)" % (where, uri["uri"]))
+            if uri["login"]:
+                raise ConfigError(
+                    "%s: '%s' names a user: with device_id and sas_key the bridge makes its own" % (where, uri["uri"])
+                )
+        if address is None:
+            address = IOT_HUB_TARGET % device
+    for name in ("token_lifetime", "cbs"):
+        if name in table and key is None:
+            raise ConfigError("%s: %s needs sas_key (the key its tokens are made from)" % (where, name))
+    cbs = table.get("cbs", False)
+    if not isinstance(cbs, bool):
+        raise ConfigError("%s: cbs must be true or false, not %r" % (where, cbs))
+    out.update(
+        address=address,
+        device_id=device,
+        sas_key=key,
+        token_lifetime=_whole(table, "token_lifetime", 3600, where, 10, 365 * 86400),
+        cbs=cbs,
+    )
+    return out
 
 
 DECLARE_KEYS = ("exchange_type", "queue", "binding_key")
@@ -184,17 +291,21 @@ def _tls(table, where):
 
 
 def parse_uri(uri, where="uri"):
-    """amqp[s]://user:password@host:port/vhost?options as a dict; ConfigError if it is not one."""
+    """amqp[s]://user:password@host:port/vhost?options (amqp[s]10:// for AMQP 1.0) as a dict;
+    ConfigError if it is not one."""
     if not isinstance(uri, str):
         raise ConfigError("%s: a uri must be a string, not %r" % (where, uri))
     scheme, sep, rest = uri.partition("://")
-    if not sep or scheme not in ("amqp", "amqps"):
-        raise ConfigError("%s: '%s' is not an amqp:// or amqps:// URI" % (where, _hide_password(uri)))
+    if not sep or scheme not in SCHEMES:
+        raise ConfigError(
+            "%s: '%s' is not an amqp://, amqps://, amqp10:// or amqps10:// URI" % (where, _hide_password(uri))
+        )
+    tls, protocol = SCHEMES[scheme]
     rest, _, query = rest.partition("?")
     authority, slash, vhost = rest.partition("/")
     credentials, at, hostport = authority.rpartition("@")
     user, _, password = credentials.partition(":") if at else ("guest", "", "guest")
-    host, port = hostport, 5671 if scheme == "amqps" else 5672
+    host, port = hostport, 5671 if tls else 5672
     if hostport.startswith("["):  # [ipv6]:port
         end = hostport.find("]")
         host, tail = hostport[1:end], hostport[end + 1 :]
@@ -218,7 +329,7 @@ def parse_uri(uri, where="uri"):
             mechanism = AUTH_MECHANISMS.get(value.lower())
             if mechanism is None:
                 raise ConfigError(
-                    "%s: auth_mechanism must be plain or external, not '%s' in '%s'"
+                    "%s: auth_mechanism must be plain, external or anonymous, not '%s' in '%s'"
                     % (where, value, _hide_password(uri))
                 )
             continue
@@ -227,7 +338,9 @@ def parse_uri(uri, where="uri"):
         options[key] = int(value)
     return {
         "uri": _hide_password(uri),
-        "tls": scheme == "amqps",
+        "tls": tls,
+        "protocol": protocol,  # "1.0" for amqp10://; set for the others by the bridge's protocol
+        "login": bool(at),  # the URI names a user
         "host": host,
         "port": port,
         "user": _unquote(user),

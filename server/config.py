@@ -56,6 +56,7 @@ SECTIONS = {
         "segment_bytes",
         "definitions",
         "log_file",
+        "amqp10",
     ),
     "limits": None,
     "users": None,  # [users.NAME]: USER_KEYS

@@ -16,10 +16,25 @@ from ..amqp091.connection import Connection
 # listener says it serves, the front end of every header not claimed, {header: the front end
 # that claims it}). 0-9-1's takes every header by default: its handshake answers a header it
 # does not speak with its own and hangs up, as RabbitMQ does (amqp091/handshake.py). AMQP 1.0
-# claims its two headers on CPython (tools/cli.py: amqp10.HEADERS, amqp10.connection); a board
-# serves 0-9-1 alone and its heap keeps nothing for 1.0.
+# claims its headers where the settings serve it (serve_amqp10); a board that does not keeps
+# nothing for 1.0 in its heap.
 AMQP_CLAIMS = {}
 PROTOCOLS = {"amqp": ("AMQP 0-9-1", Connection, AMQP_CLAIMS)}
+
+
+def serve_amqp10():
+    """AMQP 1.0 clients on the AMQP listeners too: its headers go to its front end (amqp10/,
+    whose connection module is loaded with the first 1.0 client)."""
+    from .. import amqp10
+
+    for header in amqp10.HEADERS:
+        AMQP_CLAIMS[header] = amqp10.connection
+
+
+def title(protocol):
+    """What a listener of this protocol serves, for its log line."""
+    name, _default, claims = PROTOCOLS[protocol]
+    return name + " and 1.0" if protocol == "amqp" and claims else name
 
 
 class FrontEnds:

@@ -1,12 +1,13 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
 # the broker's entry point that firmware/main.py starts; all but control.py, host.py and
 # listing.py, what serves `hutch ctl` (CPython: a board has no hutch ctl). monitoring.py: the
-# metrics port, loaded only when the config has one.
+# metrics port, loaded only when the config has one; bridge10.py, only by a bridge over AMQP 1.0.
 package(
     "hutch/server",
     files=(
         "__init__.py",
         "bridge.py",
+        "bridge10.py",
         "bridge_config.py",
         "config.py",
         "definitions.py",

@@ -161,7 +161,20 @@ def settings(args):
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
         "metrics": data.get("metrics"),
+        "amqp10": _amqp10(server, profile),
     }
+
+
+def _amqp10(server, profile):
+    """Whether AMQP 1.0 clients are served on the AMQP listeners: the config's [server] amqp10;
+    else on CPython the board profile's AMQP10 (a small board keeps the heap it would take), or
+    yes; on MicroPython no (a board serves 1.0 when its config asks)."""
+    value = server.get("amqp10")
+    if value is None:
+        value = getattr(profile, "AMQP10", True) and sys.implementation.name != "micropython"
+    if not isinstance(value, bool):
+        raise config.ConfigError("amqp10 must be true or false, not %r" % (value,))
+    return value
 
 
 def needs_tls(opts):

@@ -51,9 +51,10 @@ def main(argv=None):
 
 def forget_settings():
     """Once the settings are made, a board drops what made them: the config reader, the option
-    checks and the board profiles (their figures are in the settings and the Limits now)."""
+    checks (the bridges' too) and the board profiles (their figures are in the settings and the
+    Limits now)."""
     profiles = [name for name in sys.modules if name.startswith("hutch.boards.")]
-    forget("hutch.server.options", "hutch.server.config", *profiles)
+    forget("hutch.server.options", "hutch.server.config", "hutch.server.bridge_config", *profiles)
     forget("hutch.boards")
 
 

@@ -14,7 +14,7 @@ import os
 import sys
 
 from ..core.broker import VERSION, Broker
-from .frontends import PROTOCOLS, FrontEnds
+from .frontends import FrontEnds, serve_amqp10, title
 from .runtime import Runtime, StartError, forget
 
 
@@ -128,6 +128,8 @@ async def start(opts, log, stop_event):
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
     runtime.status = await host_services(opts["data"], runtime)  # (after the bridges: it shows them)
+    if opts["amqp10"]:
+        serve_amqp10()
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)
@@ -176,7 +178,7 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
             raise StartError("cannot listen on %s:%d: %s" % (bind, port, getattr(e, "strerror", None) or e), 1)
         runtime.listeners.append(listener)
         over = " over TLS" if context is not None else ""
-        runtime.log("info", "listening for %s%s on %s:%d" % (PROTOCOLS[protocol][0], over, bind, port))
+        runtime.log("info", "listening for %s%s on %s:%d" % (title(protocol), over, bind, port))
 
 
 def reload_on_hangup(runtime):

@@ -77,11 +77,6 @@ def cmd_serve(args):
         # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to
         # offer it), which keeps 4.5 MB out of an idle broker. Decided before asyncio is imported.
         sys.modules.setdefault("ssl", None)
-    from .. import amqp10
-    from ..server.frontends import AMQP_CLAIMS
-
-    for header in amqp10.HEADERS:  # AMQP 1.0 clients on the AMQP listeners too (CPython)
-        AMQP_CLAIMS[header] = amqp10.connection
     import logging
 
     from ..server import serve

@@ -2,9 +2,10 @@
 
 Every described composite type of the transport, messaging, security and transactions parts
 (the performatives, the SASL frames, outcomes, terminus, message sections) becomes a constant
-(its descriptor code, OPEN = 0x10) and a row of FIELDS (its field names in order), so the front
-end reads `fields["max-frame-size"]` and writes performatives from dicts without a
-hand-copied table.
+(its descriptor code, OPEN = 0x10), a row of TYPES (its field names in order) and one of
+FIELD_TYPES (what each field is written as, whether it may repeat, whether it must be
+there), so the front end checks what a peer sends against the specification's own table
+(amqp10/frames.py) rather than a hand-copied one.
 
     python -m hutch.tools.gen_spec10            # rewrite amqp10/spec.py
     python -m hutch.tools.gen_spec10 --check    # exit 1 if amqp10/spec.py is stale
@@ -22,8 +23,37 @@ OUTPUT = os.path.join(os.path.dirname(HERE), "amqp10", "spec.py")
 NS = "{https://www.amqp.org/schema/amqp.xsd}"
 
 
+def _all_types():
+    for part in ("types.xml",) + PARTS:
+        yield from ET.parse(os.path.join(SPEC, part)).iter(NS + "type")
+
+
+def primitive_of():
+    """type name -> the primitive type a value of it is written as: a restricted type's source,
+    followed to the end (handle -> uint); "described" for a described composite or restricted
+    type (source, error, header...); "*" for any."""
+    sources = {}
+    described = set()
+    for t in _all_types():
+        if t.find(NS + "descriptor") is not None:
+            described.add(t.get("name"))
+        elif t.get("class") == "restricted":
+            sources[t.get("name")] = t.get("source")
+
+    def resolve(name):
+        seen = 0
+        while name in sources and seen < 10:
+            name = sources[name]
+            seen += 1
+        return "described" if name in described else name
+
+    return resolve
+
+
 def described_types():
-    """[(name, code, [field names])] of every described composite (and restricted) type."""
+    """[(name, code, [(field name, primitive type, multiple, mandatory)])] of every described
+    composite (and restricted) type."""
+    resolve = primitive_of()
     found = []
     for part in PARTS:
         for t in ET.parse(os.path.join(SPEC, part)).iter(NS + "type"):
@@ -32,7 +62,11 @@ def described_types():
                 continue
             high, low = descriptor.get("code").split(":")
             code = int(high, 16) << 32 | int(low, 16)
-            found.append((t.get("name"), code, [f.get("name") for f in t.findall(NS + "field")]))
+            fields = [
+                (f.get("name"), resolve(f.get("type")), f.get("multiple") == "true", f.get("mandatory") == "true")
+                for f in t.findall(NS + "field")
+            ]
+            found.append((t.get("name"), code, fields))
     return found
 
 
@@ -48,7 +82,22 @@ def render():
     lines += ["", "# descriptor code -> (type name, its fields in order)", "TYPES = {"]
     for name, code, fields in types:
         lines.append("    0x%02X: (%r, (%s)),"
-                     % (code, name, "".join("%r, " % f for f in fields).rstrip(" ")))  # fmt: skip
+                     % (code, name, "".join("%r, " % f[0] for f in fields).rstrip(" ")))  # fmt: skip
+    lines += ["}", ""]
+    lines += [
+        "# descriptor code -> each field's type, in order: the primitive type a value of it is written",
+        "# as (a restricted type's source: handle -> uint; described: a described value; *: any),",
+        "# then + if it may repeat (an array), ! if it must be there. (One string a field: what a",
+        "# board holds of this table is a few pointers a type.)",
+        "FIELD_TYPES = {",
+    ]
+    for _name, code, fields in types:
+        if fields:
+            kinds = [
+                "%s%s%s" % (kind, "+" if multiple else "", "!" if mandatory else "")
+                for _f, kind, multiple, mandatory in fields
+            ]
+            lines.append("    0x%02X: (%s)," % (code, "".join("%r, " % kind for kind in kinds).rstrip(" ")))
     lines += ["}", ""]
     return "\n".join(lines)
 

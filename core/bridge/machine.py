@@ -23,6 +23,8 @@ The driver's calls, in the order a link meets them:
     lost(reason)             the link ended (None: the bridge stops): what it had in flight
                              goes back (up: to the local queue's head; down: upstream
                              requeues it)
+    again()                  (after lost) it ended on purpose, to log in anew (a token
+                             renewed): the same URI next, without a backoff
     stop()                   the bridge's end
 
 and each direction's own: core/bridge/up.py (what to forward, what a confirm, nack or
@@ -186,6 +188,12 @@ class Machine:
             self.last_error = "%s: %s" % (self.upstream, reason)
             if self.state != STOPPED:
                 self.log("warning", "bridge %s: %s" % (self.name, self.last_error))
+
+    def again(self):
+        """The link was ended on purpose, to log in anew (its token renewed): connect_to() gives
+        the same URI next, without a backoff."""
+        if self.tried:
+            self.tried -= 1
 
     def stop(self):
         """The bridge ends (after its last link): its local side lets go."""

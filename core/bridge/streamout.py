@@ -25,13 +25,9 @@ place in it:
 Sans-IO and MicroPython-clean; loaded with the first stream source.
 """
 
-import struct
-
 from ..broker import ACCEPT, REQUEUE
-from ..message import Message
 from ..session import MESSAGE
-from ..store.records import HEADER_SIZE, TRAILER_SIZE
-from ..streams.streamlog import BAD_RECORD, DONE, INCOMPLETE, PREFIX, WANT, offset_and_time, parse
+from ..streams.streamlog import read_messages
 from .outbox import Outbox
 
 LANE = b"lane-"
@@ -54,43 +50,13 @@ class StreamOutbox(Outbox):
 
     def deliver_records(self, consumer, stream, cursor, room):
         """Up to room of the records the cursor has read ahead, below stream.visible, as messages
-        waiting to go: (how many, why it stopped: WANT, read on; DONE, room given or the next
-        record not durable yet; BAD_RECORD, the record at the cursor does not check out)."""
-        buf = memoryview(cursor.buf)
-        pos = cursor.pos
-        end = cursor.end
-        offset = cursor.offset
-        visible = stream.visible
+        waiting to go: (how many, why it stopped: streamlog.read_messages says)."""
+        found, status = read_messages(cursor, stream.visible, room)
         waiting = self.waiting
-        given = 0
-        status = DONE
-        while given < room:
-            stop = parse(buf, pos, end)
-            if stop < 0:
-                status = WANT if stop == INCOMPLETE else BAD_RECORD
-                break
-            record, stamp = offset_and_time(buf, pos)
-            if record < offset:
-                pos = stop  # before where this consumer reads from
-                continue
-            if record >= visible:
-                offset = record  # not durable yet
-                break
-            message = _message(buf, pos + HEADER_SIZE, stop - TRAILER_SIZE)
-            if message is None:
-                status = BAD_RECORD
-                break
-            pos = stop
-            offset = record + 1
-            if cursor.after_ms:
-                if stamp < cursor.after_ms:
-                    continue
-                cursor.after_ms = 0
-            message.forward_seq = record + 1
+        for offset, message in found:
+            message.forward_seq = offset + 1
             waiting.append((message, False, None))
-            given += 1
-        cursor.pos = pos
-        cursor.offset = offset
+        given = len(found)
         if given:
             consumer.unacked += given
             if self.wake is not None:
@@ -181,29 +147,3 @@ class StreamOutbox(Outbox):
 
 def _seq(entry):
     return entry[MESSAGE].forward_seq
-
-
-def _message(buf, start, end):
-    """The message of the record payload buf[start:end] past its offset and timestamp (the
-    exchange and routing key, the content header's size and frame tail, the body's frame tail
-    if any), or None if its parts do not fit in it."""
-    at = start + PREFIX
-    key_at = at + 1 + buf[at]
-    if key_at >= end:
-        return None
-    route_end = key_at + 1 + buf[key_at]
-    if route_end + 4 > end:
-        return None
-    header_at = route_end + 4
-    header_end = header_at + struct.unpack_from(">I", buf, route_end)[0]
-    if header_end - header_at < 19 or header_end > end or 0 < end - header_end < 5:
-        return None  # (a header frame's tail: size, class, weight, body size, flags, frame-end)
-    body_size = end - header_end - 5 if end > header_end else 0
-    return Message(
-        bytes(buf[at + 1 : key_at]),
-        bytes(buf[key_at + 1 : route_end]),
-        bytes(buf[at:route_end]),
-        bytes(buf[header_at:header_end]),
-        bytes(buf[header_end:end]) if body_size > 0 else None,
-        body_size,
-    )

@@ -10,13 +10,21 @@ URIs and backoff are core/bridge/machine.py's. Per link, after the handshake:
   allow: then `wake_ms` says when to ask again), `forward(publish, n)` hands them to the
   driver's publish (persistent, mandatory, with the bridge's headers), numbered as upstream
   confirms them; with ack_mode on-publish or no-ack they are settled once written;
-- basic.ack settles, basic.nack and basic.return put back (the Outbox says how);
+- basic.ack settles, basic.nack and basic.return put back (the Outbox says how); after a
+  nack, sending pauses for a backoff (reconnect_delay, doubled while upstream refuses and
+  accepts nothing, up to max_reconnect_delay), said in the log: upstream refused for a
+  reason (a full queue), and sending again at once would only be refused again;
 - the watchdog: a link that confirms nothing for `watchdog` seconds while messages are in
   flight ends (heartbeats alone miss an upstream that answers them but is stuck); so does
   one whose queue's head upstream keeps returning (`check`).
 
 A stream source also says where a restart reads from: `offset_to_save(now)`, written by the
 driver to the bridge's offset file (server/bridge.py).
+
+Over AMQP 1.0 (settings["protocol"] "1.0") the driver's client protocol (amqp10/client.py)
+attaches its link itself, so there is no set-up here, and it tells the outcomes of its
+transfers in the same words: `accepted` as a basic.ack, `rejected`, `released` and `modified`
+as a basic.nack with the outcome as its fourth argument.
 
 Sans-IO and MicroPython-clean.
 """
@@ -50,10 +58,16 @@ class UpMachine(Machine):
         self.progress_mark = 0  # outbox.forwarded then
         self.wake_ms = 0  # (a rate) ask sendable() again in this many ms
         self.saved_at = 0  # when offset_to_save last gave an offset
+        self.refused = 0  # messages upstream refused (basic.nack) since sendable() last looked
+        self.refusal = ""  # why, the last time
+        self.refusal_delay = settings["reconnect_delay"]  # the next pause after a refusal (s)
+        self.hold_until = -1  # (ms) no sending until then: the pause after a refusal
 
     # ------------------------------------------------------------ a link's start
 
     def set_up_steps(self):
+        if self.settings["protocol"] == "1.0":
+            return []  # (the 1.0 client attaches its link; its unsettled transfers are confirmed)
         steps = self._declarations()
         if self.settings["ack_mode"] == "on-confirm":
             steps.append((spec.CONFIRM_SELECT, (False,)))
@@ -97,8 +111,12 @@ class UpMachine(Machine):
     def on_method(self, method_id, args):
         if method_id == spec.BASIC_ACK:
             self.outbox.confirmed(args[0], args[1])
+            if self.hold_until < 0 and not self.refused:  # accepted since the last pause: no backoff
+                self.refusal_delay = self.settings["reconnect_delay"]
         elif method_id == spec.BASIC_NACK:
             self.outbox.nacked(args[0], args[1])
+            self.refused += 1
+            self.refusal = args[3] if len(args) > 3 else "basic.nack"
         elif method_id == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
             self.flow_stopped = not args[0]
             if self.flow_stopped:
@@ -123,6 +141,13 @@ class UpMachine(Machine):
         wake_ms is then when to ask again if some must wait (0: none must)."""
         outbox = self.outbox
         self.wake_ms = 0
+        if self.refused:
+            self._pause(now)
+        if self.hold_until >= 0:
+            if now < self.hold_until:
+                self.wake_ms = self.hold_until - now
+                return 0
+            self.hold_until = -1
         if not outbox.up or self.upstream_blocked or self.flow_stopped:
             return 0
         waiting = outbox.waiting
@@ -132,6 +157,19 @@ class UpMachine(Machine):
         if n < len(waiting):
             self.wake_ms = self.rate.wait_ms()
         return n
+
+    def _pause(self, now):
+        """Upstream refused messages (they are back at the head of the queue): sending pauses,
+        longer each time while it accepts nothing in between."""
+        delay = self.refusal_delay
+        self.log(
+            "warning",
+            "bridge %s: upstream refused %d messages (%s): sending again in %.1f s"
+            % (self.name, self.refused, self.refusal, delay),
+        )
+        self.hold_until = now + int(delay * 1000)
+        self.refusal_delay = min(delay * 2, self.settings["max_reconnect_delay"])
+        self.refused = 0
 
     def forward(self, publish, count):
         """Forward the next count waiting messages, in order, through publish(exchange,

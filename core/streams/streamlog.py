@@ -23,6 +23,7 @@ from binascii import crc32
 
 from ...codec.wire import shortstr
 from .. import headers
+from ..message import Message
 from ..store.records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
 
 MESSAGE = 32  # the record kind (apart from the journal's, so a journal tool never mistakes one)
@@ -98,6 +99,73 @@ def parse(buf, pos, end, verify=True):
         if crc32(buf[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc32(fields)) & 0xFFFFFFFF != stored:
             return DAMAGED
     return stop
+
+
+def read_messages(cursor, visible, room):
+    """Up to room messages (core/message.py) of the records a consumer's cursor has read ahead,
+    each checked (parse) and below visible, skipping those before the cursor's offset or
+    stamped before its after_ms: ([(offset, message)], why it stopped: WANT, read on; DONE,
+    room given or the next record not durable yet; BAD_RECORD, the record at the cursor does
+    not check out). The cursor moves past what was taken. For the sessions that deliver a
+    stream's records as messages (an up bridge's, an AMQP 1.0 link's)."""
+    buf = memoryview(cursor.buf)
+    pos = cursor.pos
+    end = cursor.end
+    offset = cursor.offset
+    found = []
+    status = DONE
+    while len(found) < room:
+        stop = parse(buf, pos, end)
+        if stop < 0:
+            status = WANT if stop == INCOMPLETE else BAD_RECORD
+            break
+        record, stamp = offset_and_time(buf, pos)
+        if record < offset:
+            pos = stop  # before where this consumer reads from
+            continue
+        if record >= visible:
+            offset = record  # not durable yet
+            break
+        message = record_message(buf, pos + HEADER_SIZE, stop - TRAILER_SIZE)
+        if message is None:
+            status = BAD_RECORD
+            break
+        pos = stop
+        offset = record + 1
+        if cursor.after_ms:
+            if stamp < cursor.after_ms:
+                continue
+            cursor.after_ms = 0
+        found.append((record, message))
+    cursor.pos = pos
+    cursor.offset = offset
+    return found, status
+
+
+def record_message(buf, start, end):
+    """The message of the record payload buf[start:end] (its exchange and routing key, the
+    content header's size and frame tail, the body's frame tail if any, past the offset and
+    timestamp), or None if its parts do not fit in it."""
+    at = start + PREFIX
+    key_at = at + 1 + buf[at]
+    if key_at >= end:
+        return None
+    route_end = key_at + 1 + buf[key_at]
+    if route_end + 4 > end:
+        return None
+    header_at = route_end + 4
+    header_end = header_at + struct.unpack_from(">I", buf, route_end)[0]
+    if header_end - header_at < 19 or header_end > end or 0 < end - header_end < 5:
+        return None  # (a header frame's tail: size, class, weight, body size, flags, frame-end)
+    body_size = end - header_end - 5 if end > header_end else 0
+    return Message(
+        bytes(buf[at + 1 : key_at]),
+        bytes(buf[key_at + 1 : route_end]),
+        bytes(buf[at:route_end]),
+        bytes(buf[header_at:header_end]),
+        bytes(buf[header_end:end]) if body_size > 0 else None,
+        body_size,
+    )
 
 
 def needed(buf, pos, end):

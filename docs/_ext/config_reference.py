@@ -47,6 +47,9 @@ DESCRIPTIONS = {
     "(up to 8 MiB) when `journal_max_bytes` is raised above the profile's.",
     "server.log_file": "Append the log to this file (`--log-file`); without it the log goes to standard "
     "error, where a terminal or journald reads it. Not on a board.",
+    "server.amqp10": "Serve AMQP 1.0 clients on the AMQP listeners beside 0-9-1 (the protocol header a "
+    "client sends chooses). Default: true on CPython (false with the esp32 and rp2-pico-w profiles, "
+    "`amqp10` below); false on MicroPython, where a board serves 1.0 when this says true.",
     "server.definitions": "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): "
     "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
@@ -115,6 +118,13 @@ DESCRIPTIONS = {
     "client gets few tries.",
     "limits.close_timeout_ms": "How long the broker waits for `connection.close-ok` after it closed a "
     "connection, before it hangs up.",
+    "limits.amqp10_sessions": "Sessions one AMQP 1.0 connection may have at once (its open says `channel-max`, "
+    "one less); a `begin` past it closes the connection.",
+    "limits.amqp10_links": "Links one AMQP 1.0 session may have at once (its begin says `handle-max`, one less).",
+    "limits.amqp10_session_window": "Transfer frames an AMQP 1.0 client may send on a session before the broker "
+    "opens its window again (at half); one more ends the session with `amqp:session:window-violation`.",
+    "limits.amqp10_link_credit": "Messages an AMQP 1.0 client may send on a link before it is given more credit "
+    "(again at half; none while publishers are blocked).",
     # [users.NAME] and [auth]
     "users.password_hash": '`[users.NAME] password_hash = "..."`: the user NAME and the hash of its '
     "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "
@@ -136,14 +146,16 @@ DESCRIPTIONS = {
     "bridge.direction": "`up`: a local queue forwarded to upstream. `down`: an upstream queue consumed and "
     "published here.",
     "bridge.uri": "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a "
-    "list of them, tried in order. Query options below. Required.",
+    "list of them, tried in order; over AMQP 1.0 `amqp10://user:password@host:port` (`amqps10://` for "
+    "TLS). Query options below. Required.",
     "bridge.queue": "Up: the local queue to forward (declared durable if missing). Down: the upstream queue "
     "to consume (it must exist). Required, unless `source_exchange` is given.",
     "bridge.source_exchange": "Up only, instead of `queue`: a local exchange; the bridge forwards what a "
     "durable queue of its own, `hutch.bridge.NAME`, bound to it takes.",
     "bridge.binding_key": "The binding key of that queue to `source_exchange`.",
     "bridge.exchange": "Where messages are published (upstream for an up bridge, here for a down one). "
-    "None: each message's own exchange.",
+    "None: each message's own exchange. Over AMQP 1.0, with `routing_key`, the link's target "
+    "(`/exchanges/X/RK`, `/queues/RK` for the default exchange).",
     "bridge.routing_key": "The routing key they are published with. None: each message's own.",
     "bridge.ack_mode": "`on-confirm`: a message leaves the source queue once the destination confirmed it. "
     "`on-publish` and `no-ack`: once it is written to the socket (faster, loses what is in flight).",
@@ -162,16 +174,29 @@ DESCRIPTIONS = {
     "bridge.cert_file": "`amqps://`: a client certificate (PEM) to present.",
     "bridge.key_file": "`amqps://`: its private key (needs `cert_file`).",
     "bridge.verify": "`amqps://`: check upstream's certificate and name.",
-    "bridge.server_name": "`amqps://`: the name sent (SNI) and checked. None: the URI's host.",
+    "bridge.server_name": "`amqps://`: the name sent (SNI) and checked. None: the URI's host. Over AMQP 1.0 "
+    "also the `open`'s hostname, and an IoT Hub's host name in its user and tokens.",
+    "bridge.protocol": "`0-9-1`, or `1.0`: `amqp://` and `amqps://` URIs speak AMQP 1.0 (as "
+    "`amqp10://` and `amqps10://` do). One protocol per bridge; up bridges only.",
+    "bridge.address": "AMQP 1.0: the target address, as upstream names it (`/exchange/X/RK` or "
+    "`/amq/queue/Q` for RabbitMQ 3.x). None: RabbitMQ 4's address of `exchange` and `routing_key`, "
+    "or each message's own (a null target); with `device_id`, `/devices/DEVICE/messages/events`.",
+    "bridge.device_id": "AMQP 1.0, Azure IoT Hub: the device the bridge logs in as (`DEVICE@sas.HUB`), with `sas_key`.",
+    "bridge.sas_key": "AMQP 1.0, Azure IoT Hub: the device's key (base64, as the portal shows it); the "
+    "bridge makes its SAS tokens from it. Needs `amqps10://`.",
+    "bridge.token_lifetime": "Seconds each SAS token is valid (10 at least); renewed at half of it.",
+    "bridge.cbs": "Put the SAS tokens on `$cbs` (SASL ANONYMOUS, renewed on the same connection) "
+    "rather than log in with them (SASL PLAIN, renewed by logging in again).",
     "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
     "or `headers` (needs `exchange`).",
     "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",
     "bridge.declare.binding_key": "Its binding key. None: `routing_key`, else `#`.",
-    "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`).",
+    "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`); over "
+    "AMQP 1.0 the idle time-out.",
     "bridge.uri?frame_max": "The largest frame for the link; 0: this broker's `frame_max`.",
     "bridge.uri?connection_timeout": "Milliseconds to wait for upstream's handshake before trying the next URI.",
     "bridge.uri?auth_mechanism": "`plain` (the URI's user and password) or `external`: over `amqps://` with "
-    "`cert_file`, upstream takes the user from the client certificate.",
+    "`cert_file`, upstream takes the user from the client certificate; over AMQP 1.0 also `anonymous`.",
 }
 
 # The sections whose keys come from elsewhere than SECTIONS' tuple (None there).
@@ -322,6 +347,7 @@ def table_profiles():
     lines.append(row("`data`", *['`"%s"`' % p.STORAGE["path"] for p in profiles]))
     lines.append(row("read buffer", *[size(p.READ_SIZE) for p in profiles]))
     lines.append(row("heap sized for", *[size(p.HEAP) if p.HEAP else "the machine's" for p in profiles]))
+    lines.append(row("`amqp10`", *["true" if getattr(p, "AMQP10", True) else "false" for p in profiles]))
     return lines
 
 

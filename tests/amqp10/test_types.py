@@ -85,3 +85,39 @@ def test_the_generated_spec_is_the_xml_s():
     assert spec.OPEN == 0x10 and spec.SASL_OUTCOME == 0x44 and spec.AMQP_VALUE == 0x77
     name, fields = spec.TYPES[spec.OPEN]
     assert name == "open" and fields[:3] == ("container-id", "hostname", "max-frame-size")
+
+
+# ---------------------------------------------------------------- what a peer may send
+
+
+@pytest.mark.parametrize(
+    "octets, value",
+    [
+        (b"\x74\x22\x30\x00\x01", "Decimal32"),
+        (b"\x84" + bytes(8), "Decimal64"),
+        (b"\x94" + bytes(16), "Decimal128"),
+        (b"\xe0\x06\x02\xc0\x01\x00\x01\x00", "Array"),  # an array of lists
+        (b"\xe0\x08\x02\x00\xa3\x01x\x56\x01\x00", "Array"),  # described booleans
+    ],
+)
+def test_decimals_and_arrays_of_compound_or_described_elements_decode(octets, value):
+    found, end = decode(octets)
+    assert type(found).__name__ == value and end == len(octets)
+    if value.startswith("Decimal"):
+        assert encode(found) == octets
+
+
+@pytest.mark.parametrize(
+    "octets, said",
+    [
+        (b"\xa3\x01\xff", "not ASCII"),
+        (b"\x73\x00\x11\x00\x00", "not a Unicode code point"),
+        (b"\xc0\x00", "0 octets"),
+        (b"\xd0\x00\x00\x00\x04\xff\xff\xff\xff", "elements in"),
+        (b"\xf0\x00\x00\x00\x05\xff\xff\xff\xff\x70", "elements in"),
+        (b"\xc0\x03\x01" * 40 + b"\x40", "nested more than 32"),
+    ],
+)
+def test_what_a_peer_may_send_wrongly_is_a_decode_error(octets, said):
+    with pytest.raises(DecodeError, match=said):
+        decode(octets)

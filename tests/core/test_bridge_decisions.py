@@ -48,6 +48,7 @@ def settings(**over):
         "max_byte_rate": 0,
         "tls": {"verify": True, "server_name": None, "ca_file": None, "cert_file": None, "key_file": None},
         "declare": None,
+        "protocol": "0-9-1",
     }
     for key in over:
         out[key] = over[key]
@@ -208,12 +209,42 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     machine.method(spec.BASIC_ACK, (2, True))
     machine.method(spec.BASIC_NACK, (3, False, True))
     assert machine.outbox.forwarded == 2 and len(machine.outbox.in_flight) == 1
-    machine.forward(sink, machine.sendable(0))
+    # upstream refused: sending pauses (reconnect_delay), said in the log
+    assert machine.sendable(0) == 0 and machine.wake_ms == 1000
+    assert log.texts()[-1] == "bridge b: upstream refused 1 messages (basic.nack): sending again in 1.0 s"
+    assert machine.sendable(999) == 0
+    machine.forward(sink, machine.sendable(1000))
     # m4 and m5 came when the ack made room; the nacked one goes back to its place in the
     # queue and comes after them (a nacked or returned message may overtake no one)
     assert sink.bodies()[4:] == [b"m4", b"m5", b"m2"]
     machine.method(spec.BASIC_ACK, (7, True))
     assert machine.outbox.forwarded == 6 and machine.outbox.backlog() == 0
+
+
+def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
+    """An AMQP 1.0 upstream's rejected, released or modified (amqp10/client.py says them as a
+    basic.nack with why): the message goes back to the head of the queue and sending pauses,
+    reconnect_delay doubled up to max_reconnect_delay while nothing is accepted in between."""
+    client, machine, log = up_bridge(3, prefetch=1, reconnect_delay=0.5, max_reconnect_delay=1.5, protocol="1.0")
+    assert run_link(machine) == [], "over 1.0 the client's attach is the whole set-up"
+    sink = Sink()
+    now = 0
+    pauses = []
+    for _ in range(4):  # upstream refuses m0 four times
+        machine.forward(sink, machine.sendable(now))
+        machine.method(spec.BASIC_NACK, (machine.outbox.seq, False, True, "released"))
+        assert machine.sendable(now) == 0
+        pauses.append(machine.wake_ms)
+        now += machine.wake_ms
+    assert pauses == [500, 1000, 1500, 1500]
+    assert sink.bodies() == [b"m0"] * 4 and machine.outbox.backlog() == 3, "nothing lost"
+    assert log.texts()[-1] == "bridge b: upstream refused 1 messages (released): sending again in 1.5 s"
+    machine.forward(sink, machine.sendable(now))
+    machine.method(spec.BASIC_ACK, (machine.outbox.seq, False))  # accepted at last
+    machine.forward(sink, machine.sendable(now))
+    machine.method(spec.BASIC_NACK, (machine.outbox.seq, False, True, "rejected (amqp:resource-limit-exceeded)"))
+    assert machine.sendable(now) == 0 and machine.wake_ms == 500, "the backoff starts over"
+    assert sink.bodies() == [b"m0"] * 5 + [b"m1"]
 
 
 def test_blocked_and_paused_links_send_nothing_until_upstream_lets_go():
@@ -429,7 +460,8 @@ def test_a_stream_source_sends_again_from_the_oldest_unconfirmed_after_a_lost_li
         machine.forward(sink, machine.sendable(0))
         machine.method(spec.BASIC_ACK, (1, False))
         machine.method(spec.BASIC_NACK, (3, False, True))  # r2 back, before what waits
-        machine.forward(sink, machine.sendable(0))
+        assert machine.sendable(0) == 0  # (the pause after a refusal)
+        machine.forward(sink, machine.sendable(1000))
         # r4 came when the ack made room; r2 goes again before it (a stream gives nothing back:
         # the record waits at the head of what the bridge holds, in offset order)
         assert sink.bodies() == [b"r0", b"r1", b"r2", b"r3", b"r2", b"r4"]

@@ -106,7 +106,7 @@ def test_the_getting_started_page_from_a_fresh_clone(tmp_path):
 
     try:
         wait_until(
-            lambda: "listening for AMQP 0-9-1 on 127.0.0.1:%d" % port in output() or make.poll() is not None,
+            lambda: "listening for AMQP 0-9-1 and 1.0 on 127.0.0.1:%d" % port in output() or make.poll() is not None,
             timeout=180,
             what=lambda: "make serve listening:\n" + output()[-3000:],
         )

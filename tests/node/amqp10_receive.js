@@ -16,7 +16,8 @@ receiver.on("message", (ctx) => {
   if (mode === "release-first" && !released) { released = true; ctx.delivery.release({ delivery_failed: false }); return; }
   got.push({ body: Buffer.from(m.body.content || m.body).toString(), durable: !!m.durable, delivery_count: m.delivery_count || 0,
              application_properties: m.application_properties || null, message_id: m.message_id || null,
-             content_type: m.content_type || null, subject: m.subject || null });
+             content_type: m.content_type || null, subject: m.subject || null,
+             basic_type: (m.message_annotations || {})["x-basic-type"] || null });
   ctx.delivery.accept();
   if (got.length === +count) { console.log(JSON.stringify(got)); receiver.close(); connection.close(); }
 });

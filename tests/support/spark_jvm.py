@@ -18,11 +18,24 @@ What a job computes does not depend on either: the same classes run, loaded from
 
 import os
 import pathlib
+import subprocess
+import sys
 
 from brokers import RunningBroker
-from pipeline_support import HUTCH, bodies, declare, first_run_readings, publish, run_pipeline
+from pipeline_support import HUTCH, bodies, declare, first_run_readings, publish
 
 QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+# `hutch pipeline` as a script spark-submit runs: its JVM, not PySpark's, is then the parent,
+# and ends by itself once the script has (stop_session's wait for a JVM it started bounds a
+# dump that a loaded machine makes slowly: it was killed before the archive was written).
+JOB = """import sys
+from hutch.tools.cli import main
+sys.argv = ["hutch", "pipeline"] + sys.argv[1:]
+main()
+"""
+SPARK_SUBMIT = os.path.join(os.path.dirname(__import__("pyspark").__file__), "bin", "spark-submit")
 
 
 def make_class_archive(folder):
@@ -32,17 +45,31 @@ def make_class_archive(folder):
     archive = os.path.join(folder, "spark-classes.jsa")
     broker_folder = os.path.join(folder, "hutch")
     os.mkdir(broker_folder)
+    job = os.path.join(folder, "archive_job.py")
+    with open(job, "w") as f:
+        f.write(JOB)
     broker = RunningBroker([HUTCH, "serve"], pathlib.Path(broker_folder)).start()
     try:
         declare(broker, "archive-a")
         publish(broker, "archive-a", bodies(first_run_readings()["a"]))
-        env = dict(os.environ, SPARK_SUBMIT_OPTS="%s -XX:ArchiveClassesAtExit=%s" % (QUICK_JIT, archive))
+        env = dict(
+            os.environ,
+            SPARK_SUBMIT_OPTS="%s -XX:ArchiveClassesAtExit=%s" % (QUICK_JIT, archive),
+            PYSPARK_PYTHON=sys.executable,
+            SPARK_LOCAL_IP="127.0.0.1",
+        )
         args = ["--uri", broker.url, "--streams", "archive-a", "--output", os.path.join(folder, "out"),
                 "--checkpoint", os.path.join(folder, "checkpoint"), "--trigger", "available-now"]  # fmt: skip
-        code, out, err, _ = run_pipeline(*args, env=env, timeout=300)
+        done = subprocess.run(
+            [SPARK_SUBMIT, "--master", "local[2]", job, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
     finally:
         broker.stop()
-    assert code == 0 and os.path.exists(archive), (code, out[-5:], err[-5:])
+    assert done.returncode == 0 and os.path.exists(archive), (done.returncode, done.stdout[-800:], done.stderr[-800:])
     return archive
 
 

@@ -40,6 +40,12 @@ SCENARIO_ROWS = [
     "resident memory per idle connection",
 ]
 SMALL_SCALE = ("--sensors", "20", "--sensor-seconds", "1", "--queues", "200", "--consumers", "5")
+AMQP10_ROWS = [
+    "AMQP 1.0 send 16 B, unsettled (rhea)",
+    "AMQP 1.0 send 16 B, pre-settled (rhea)",
+    "AMQP 1.0 receive 16 B, credit 1000 (rhea)",
+    "AMQP 1.0 send -> 0-9-1 consumer 16 B",
+]
 
 
 def bench(*args, timeout=600, env=None):
@@ -50,7 +56,7 @@ def rows(table):
     """{scenario: [cells after the unit]} from the printed table."""
     found = {}
     for line in table.splitlines():
-        for name in SCENARIO_ROWS:
+        for name in SCENARIO_ROWS + AMQP10_ROWS:
             if line.startswith(name + "  "):
                 found[name] = line[len(name) :].split()[1:]
     return found
@@ -160,6 +166,23 @@ def test_stream_rows_against_the_runs_rabbitmq(rabbitmq):
     ):
         hutch, other, hutch_over_rabbitmq = table[name][0], table[name][1], table[name][2]
         assert number(hutch) > 0 and number(other) > 0 and number(hutch_over_rabbitmq) > 0, table[name]
+
+
+def test_amqp10_rows_with_rhea_as_the_load():
+    done = bench("--amqp10", "--no-pure", "--scenarios", "no-ack", "--count", "3000", "--repeat", "1")
+    assert done.returncode == 0, done.stderr
+    table = rows(done.stdout)
+    for name in AMQP10_ROWS:
+        assert number(table[name][0]) > 0, (name, done.stdout)
+
+
+def test_the_amqp10_rows_say_what_they_need_without_node_s_rhea():
+    done = bench("--amqp10", "--no-pure", env=dict(os.environ, NODE_PATH="/nonexistent", PATH="/nonexistent"))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "hutch bench: the AMQP 1.0 rows need Node.js and rhea: install them (npm install rhea) and set NODE_PATH "
+        "to the node_modules folder that holds rhea"
+    )
 
 
 def test_micropython_column():

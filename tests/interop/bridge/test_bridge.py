@@ -218,7 +218,10 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
 @pytest.mark.parametrize(
     "bridge, words",
     [
-        ({"name": "x", "uri": "http://example.com", "queue": "q"}, "is not an amqp:// or amqps:// URI"),
+        (
+            {"name": "x", "uri": "http://example.com", "queue": "q"},
+            "is not an amqp://, amqps://, amqp10:// or amqps10:// URI",
+        ),
         ({"name": "x", "uri": "amqp://h:99999/", "queue": "q"}, "has no valid port"),
         ({"name": "x", "uri": "amqp://h/?heartbeet=5", "queue": "q"}, "unknown option 'heartbeet'"),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "ack": "on-confirm"}, "unknown key 'ack'"),
@@ -230,7 +233,10 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "ack_mode": "later"}, "ack_mode must be one of"),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "prefetch": 0}, "prefetch must be a whole number"),
         ({"name": "x", "uri": "amqps://h/", "queue": "q", "ca_file": "/no/such/ca.pem"}, "cannot read ca_file"),
-        ({"name": "x", "uri": "amqps://h/?auth_mechanism=kerberos", "queue": "q"}, "must be plain or external"),
+        (
+            {"name": "x", "uri": "amqps://h/?auth_mechanism=kerberos", "queue": "q"},
+            "must be plain, external or anonymous",
+        ),
         (
             {"name": "x", "uri": "amqp://h/?auth_mechanism=external", "queue": "q"},
             "needs an amqps:// URI and cert_file",

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 
 import pika
+import pytest
 from brokers import pika_connection
 from paths import NODE_DIR
 
@@ -147,7 +148,8 @@ def rhea_receive(broker, address, count, mode=""):
 
 def test_a_1_0_receiver_reads_what_0_9_1_publishers_sent(broker):
     """Credit, accepted as an ack, released as a requeue (it comes again, its delivery-count
-    1), the 0-9-1 properties as 1.0 sections; a missing queue is a link error."""
+    1), the 0-9-1 properties as 1.0 sections (type as the annotation x-basic-type, as RabbitMQ 4
+    converts it); a missing queue is a link error."""
     connection = pika_connection(broker)
     channel = connection.channel()
     channel.confirm_delivery()
@@ -160,7 +162,7 @@ def test_a_1_0_receiver_reads_what_0_9_1_publishers_sent(broker):
     got, done = rhea_receive(broker, "/queues/commands", 3, "release-first")
     assert got == [
         {"body": "heat %d" % n, "durable": True, "delivery_count": count, "application_properties": {"n": n},
-         "message_id": "m%d" % n, "content_type": "text/plain", "subject": "set-point"}
+         "message_id": "m%d" % n, "content_type": "text/plain", "subject": None, "basic_type": "set-point"}
         for n, count in ((1, 0), (2, 0), (0, 1))
     ], done.stderr  # fmt: skip
     assert channel.queue_declare("commands", passive=True).method.message_count == 0  # each accepted: acked
@@ -169,3 +171,68 @@ def test_a_1_0_receiver_reads_what_0_9_1_publishers_sent(broker):
         "link_error": {"condition": "amqp:not-found", "description": "NOT_FOUND - no queue 'nope' in vhost '/'"}
     }
     connection.close()
+
+
+def rhea_flow(broker, mode, *args):
+    done = subprocess.run(
+        [NODE, os.path.join(NODE_DIR, "amqp10_flow.js"), str(broker.port), mode, *[str(a) for a in args]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=NODE_DIR,
+    )
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def publish_091(broker, queue, bodies, **arguments):
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True, arguments=arguments or None)
+    channel.confirm_delivery()
+    for body in bodies:
+        channel.basic_publish("", queue, body)
+    connection.close()
+
+
+def test_rhea_s_drain_is_answered_when_the_queue_runs_dry(broker):
+    publish_091(broker, "q", [b"m%d" % i for i in range(5)])
+    assert rhea_flow(broker, "drain", "q") == {"got": ["m%d" % i for i in range(5)], "drained": True, "credit": 0}
+
+
+def test_rhea_s_settled_receiver_gets_pre_settled_deliveries(broker):
+    publish_091(broker, "q", [b"a", b"b"])
+    said = rhea_flow(broker, "settled", "q", 2)
+    assert said == {"got": [{"body": "a", "settled": True}, {"body": "b", "settled": True}], "snd_settle_mode": 1}
+
+
+def test_rhea_s_outcomes_settle_as_rabbitmq_4_settles_them(broker):
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    channel.queue_declare("dead", durable=True)
+    connection.close()
+    publish_091(
+        broker, "work", [b"accept", b"reject", b"release", b"modify-failed", b"modify-undeliverable"],
+        **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"},
+    )  # fmt: skip
+    said = rhea_flow(broker, "outcomes", "work")
+    assert sorted(said["again"], key=lambda m: m["body"]) == [
+        {"body": "modify-failed", "delivery_count": 1},
+        {"body": "release", "delivery_count": 1},
+    ]
+    connection = pika_connection(broker)
+    channel = connection.channel()
+    dead = sorted(channel.basic_get("dead", auto_ack=True)[2] for _ in range(2))
+    assert dead == [b"modify-undeliverable", b"reject"]
+    assert channel.queue_declare("work", passive=True).method.message_count == 0
+    connection.close()
+
+
+@pytest.mark.parametrize("frame_size", [512, 1024, 16384, 131072])
+def test_rhea_s_large_messages_in_frames_of_its_size(broker, frame_size):
+    publish_091(broker, "big", [])
+    # (600 KiB: in 512-octet frames, within the 2,048 frames of rhea's session window, which it
+    # does not open again while a delivery comes in parts)
+    sizes = [frame_size - 200, frame_size * 2 + 17, 600 * 1024]
+    said = rhea_flow(broker, "frames", "big", frame_size, *sizes)
+    assert said == {"got": [{"size": size, "intact": True} for size in sizes], "max_frame_size": 131072}

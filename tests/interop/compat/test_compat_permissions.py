@@ -11,7 +11,7 @@ import subprocess
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker
+from brokers import BIN, RunningBroker, delete_users
 from differential import MARKS, fresh, same_on_both
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
 
@@ -206,10 +206,7 @@ def loaded(rabbitmq, tmp_path):
         yield hutch, prefix, fuzz, names
     finally:
         hutch.stop()
-        for user in list(PASSWORDS) + ["fuzz-%d" % i for i in range(len(fuzz))]:
-            subprocess.run(
-                [rabbitmq.CTL, "delete_user", prefix + user], env=rabbitmq.env, capture_output=True, timeout=60
-            )
+        delete_users(rabbitmq, [prefix + user for user in list(PASSWORDS) + ["fuzz-%d" % i for i in range(len(fuzz))]])
 
 
 def test_every_row_of_the_permission_table(loaded, rabbitmq):
@@ -338,11 +335,7 @@ def test_definitions_round_trip_through_hutch_ctl(rabbitmq, tmp_path):
         subprocess.run(
             [rabbitmq.CTL, "clear_policy", policy["name"]], env=rabbitmq.env, capture_output=True, timeout=60
         )
-        for prefix in (in_rabbitmq, in_hutch):
-            for user in PASSWORDS:
-                subprocess.run(
-                    [rabbitmq.CTL, "delete_user", prefix + user], env=rabbitmq.env, capture_output=True, timeout=60
-                )
+        delete_users(rabbitmq, [prefix + user for prefix in (in_rabbitmq, in_hutch) for user in PASSWORDS])
 
 
 def test_hutch_ctl_import_names_what_is_wrong(tmp_path):

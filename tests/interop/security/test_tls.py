@@ -27,7 +27,7 @@ import time
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, interrupt, wait_until
+from brokers import BIN, RunningBroker, interrupt, says_listening, wait_until
 from micropython_env import micropython, serve_env
 from paths import NODE_DIR
 from tls_certs import Certificates
@@ -95,14 +95,14 @@ class TLSBroker(RunningBroker):
         self.command = self.base_command + ["--config", self.config_path, "--data", self.data]
 
     def _wait_listening(self, offset):
-        lines = ["listening for AMQP 0-9-1 on 127.0.0.1:%d" % self.ports["plain"]]
-        lines += [
-            "listening for AMQP 0-9-1 over TLS on 127.0.0.1:%d" % self.ports[k] for k in ("tls", "mtls", "dn", "san")
-        ]
+        listening = [(self.ports["plain"], False)] + [(self.ports[k], True) for k in ("tls", "mtls", "dn", "san")]
         wait_until(
-            lambda: self.proc.poll() is not None or all(line in self.log_since(offset) for line in lines),
+            lambda: (
+                self.proc.poll() is not None
+                or all(says_listening(self.log_since(offset), port, tls) for port, tls in listening)
+            ),
             30,
-            what=lambda: "%r in the broker's log:\n%s" % (lines, self.log_since(offset)),
+            what=lambda: "every listener in the broker's log:\n%s" % self.log_since(offset),
         )
         if self.proc.poll() is not None:
             raise AssertionError("broker exited with %s:\n%s" % (self.proc.returncode, self.log()))
@@ -601,8 +601,11 @@ class MicroPythonTLSBroker(RunningBroker):
         self.command = self.base_command + ["--config", self.config_path, "--data", self.data]
 
     def _wait_listening(self, offset):
-        line = "listening for AMQP 0-9-1 over TLS on 127.0.0.1:%d" % self.tls_port
-        wait_until(lambda: self.proc.poll() is not None or line in self.log_since(offset), 30, what=line)
+        wait_until(
+            lambda: self.proc.poll() is not None or says_listening(self.log_since(offset), self.tls_port, True),
+            30,
+            what="listening over TLS on %d" % self.tls_port,
+        )
         if self.proc.poll() is not None:
             raise AssertionError("broker exited with %s:\n%s" % (self.proc.returncode, self.log()))
 

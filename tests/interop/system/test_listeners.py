@@ -13,7 +13,16 @@ import subprocess
 import time
 
 import pytest
-from brokers import BIN, RunningBroker, interrupt, pika_connection, pump_until, wait_for_port, wait_until
+from brokers import (
+    BIN,
+    RunningBroker,
+    interrupt,
+    pika_connection,
+    pump_until,
+    says_listening,
+    wait_for_port,
+    wait_until,
+)
 from micropython_env import micropython, serve_env
 
 from hutch.bench.brokers import free_port
@@ -51,12 +60,11 @@ class TwoListeners(RunningBroker):
 
     def _wait_listening(self, offset):
         for port in (self.port, self.other_port):
-            listening = "listening for AMQP 0-9-1 on 127.0.0.1:%d" % port
             wait_for_port(port, self.proc, self.log_path)
             wait_until(
-                lambda line=listening: self.proc.poll() is not None or line in self.log_since(offset),
+                lambda port=port: self.proc.poll() is not None or says_listening(self.log_since(offset), port),
                 30,
-                what="%r in the broker's log" % listening,
+                what="listening on port %d in the broker's log" % port,
             )
             if self.proc.poll() is not None:
                 raise AssertionError("broker exited with %s:\n%s" % (self.proc.returncode, self.log()))
@@ -95,7 +103,7 @@ def test_two_listeners_serve_at_once(tmp_path):
     finally:
         assert broker.stop() == 0
     assert not broker.errors(), broker.log()[-3000:]
-    assert broker.log().count("listening for AMQP 0-9-1 on 127.0.0.1:") == 2
+    assert broker.log().count("listening for AMQP 0-9-1 and 1.0 on 127.0.0.1:") == 2
 
 
 def test_two_listeners_on_micropython(tmp_path):
@@ -178,8 +186,8 @@ def test_port_option_replaces_the_listeners(tmp_path):
         for s in held:
             s.close()
     log = broker.log()
-    assert log.count("listening for AMQP 0-9-1 on") == 1
-    assert "listening for AMQP 0-9-1 on 127.0.0.1:%d" % broker.port in log
+    assert log.count("listening for AMQP 0-9-1 and 1.0 on") == 1
+    assert "listening for AMQP 0-9-1 and 1.0 on 127.0.0.1:%d" % broker.port in log
     assert not broker.errors(), log[-3000:]
 
 
