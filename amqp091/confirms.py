@@ -7,6 +7,8 @@ durable queue, what the commit wrote): the storage port says so through
 Broker.journal_synced, which calls flush() again.
 """
 
+import struct
+
 from ..codec import spec
 from ..codec.errors import ChannelException
 from ..codec.spec import PRECONDITION_FAILED
@@ -35,7 +37,7 @@ class Confirms:
             channel.conn.confirm_pending(channel)
         elif result & REFUSED:
             self.flush()
-            channel.conn.send_method(channel.number, spec.BASIC_NACK, (seq, False, False))
+            self.send(spec.BASIC_NACK, seq, False)
             self.sent = seq
         else:
             self.ready = seq
@@ -66,7 +68,7 @@ class Confirms:
             done += 1
             if refused:
                 self._send_acks()
-                channel.conn.send_method(channel.number, spec.BASIC_NACK, (seq, False, False))
+                self.send(spec.BASIC_NACK, seq, False)
                 self.sent = seq
             else:
                 self.ready = seq
@@ -79,12 +81,21 @@ class Confirms:
             channel.reply(spec.TX_COMMIT_OK)
         return bool(waits or commits)
 
+    def send(self, method_id, tag, multiple):
+        """basic.ack (or basic.nack, not requeued) of the publishes up to tag, packed at once: a
+        sensor with confirms is sent one for most publishes, and the codec's encoder looks the
+        method's signature up each time (codec/wire.py method_frame makes the same bytes)."""
+        channel = self.channel
+        conn = channel.conn
+        conn.out.append(struct.pack(">BHIIQBB", 1, channel.number, 13, method_id, tag, 1 if multiple else 0, 0xCE))
+        conn.output_added(13)
+
     def _send_acks(self):
         if self.ready > self.sent:
             multiple = self.ready - self.sent > 1
             channel = self.channel
             channel.broker.stats[counters.CONFIRMED] += self.ready - self.sent
-            channel.conn.send_method(channel.number, spec.BASIC_ACK, (self.ready, multiple))
+            self.send(spec.BASIC_ACK, self.ready, multiple)
             self.sent = self.ready
 
 

@@ -187,7 +187,8 @@ class Connection:
 
     def read_wanted(self):
         """How many more octets complete the frame whose start is pending (0: none is): the
-        CPython port reads a large frame's rest at once (ports/tcp_cpython.py)."""
+        CPython port reads a large frame whole at once (ports/tcp_cpython.py), taking its start
+        from pending."""
         pending = self.pending
         if len(pending) < 7 or self.paused or self.state == AWAIT_HEADER:
             return 0

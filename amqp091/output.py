@@ -77,6 +77,29 @@ def deliver(channel, consumer, tag, message, redelivered):
     conn.output_added(message.body_size + 64)
 
 
+def deliver_run(channel, consumer, run, count):
+    """Up to count basic.deliver frames, with their content, of a run of alike publishes
+    (amqp091/batch.py PublishRun) to consumer, delivery tags from the channel's next on: the
+    frames deliver() makes of each, made in one call from the publisher's bytes
+    (c_accel/runs.c), as long as the connection has room (the bytes counted as deliver()
+    counts them) and each body fits one frame. How many were made."""
+    conn = channel.conn
+    route = run.first.route
+    given, counted, frames = run.deliveries(
+        channel.number,
+        consumer.tag_shortstr,
+        channel.next_tag,
+        route,
+        conn.max_payload,
+        conn.high_water - conn.out_bytes,
+        count,
+    )
+    if given:
+        conn.out.append(frames)
+        conn.output_added(counted)
+    return given
+
+
 # ---------------------------------------------------------------- a stream's records
 
 # The maker of a stream's deliveries: stream_records() below, or its C twin (c_accel/streams.py:

@@ -19,13 +19,14 @@ PID when it ends, whatever happens.
 """
 
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 
-from . import amqp10, loadgen
+from . import amqp10, loadgen, scale
 from . import recovery as recovery_bench
 from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb, tls_certificate, tls_client
 
@@ -77,6 +78,12 @@ SCENARIOS = {
         True,
         lambda host, port, n: loadgen.stream_publish(host, port, n // 4)["msgs_per_s"],
     ),
+    "stream-publish-props": (
+        "stream publish with per-message properties",
+        "msg/s",
+        True,
+        lambda host, port, n: loadgen.stream_publish(host, port, n // 4, readings=True)["msgs_per_s"],
+    ),
     "stream-read": (
         "stream: read from first, 1 consumer",
         "msg/s",
@@ -89,6 +96,15 @@ SCENARIOS = {
         True,
         lambda host, port, n: loadgen.stream_read(host, port, n // 2, consumers=10)["msgs_per_s"],
     ),
+    # The scale rows (bench/scale.py): --sensors sensor connections at 10 readings a second with
+    # confirms for --sensor-seconds; --queues queues declared; --consumers consumers on one queue.
+    "sensors-p50": ("sensors at 10 msg/s with confirms: confirm latency p50", "ms", False, None),
+    "sensors-p99": ("sensors at 10 msg/s with confirms: confirm latency p99", "ms", False, None),
+    "sensors-cpu": ("sensors at 10 msg/s with confirms: broker CPU, of one core", "%", False, None),
+    "sensors-rss": ("sensors at 10 msg/s with confirms: broker RSS", "MB", False, None),
+    "queues-rate": ("queues declared one by one", "declares/s", True, None),
+    "queues-rss": ("queues declared: resident memory per queue", "KB", False, None),
+    "consumers-100": ("consumers on one queue, no-ack", "msg/s", True, None),
     "idle-rss": ("resident memory, idle", "MB", False, None),
     "per-conn": ("resident memory per idle connection", "KB", False, None),
     # Over TLS (--tls, or named in --scenarios): each broker gets a TLS listener with a
@@ -138,10 +154,21 @@ def memory(broker, names, idle_connections, log):
     return {"idle-rss": round(before / 1024, 1), "per-conn": round((after - before) / idle_connections, 1)}
 
 
-def load(broker, name, count, tls=None):
-    """{scenario: figure} of one run of scenario `name` (latency gives p50 and p99 at once); the
-    TLS ones on the broker's TLS port with tls, the client's ssl.SSLContext ({} if the broker
-    has no TLS listener: an --rabbitmq one)."""
+# The scale runs (bench/scale.py), each giving the rows whose names start so.
+SCALE_RUNS = {"sensors": "sensors-", "queues": "queues-", "consumers": "consumers-"}
+
+
+def load(broker, name, count, tls=None, args=None):
+    """{scenario: figure} of one run of scenario `name` (latency gives p50 and p99 at once, the
+    scale runs their rows); the TLS ones on the broker's TLS port with tls, the client's
+    ssl.SSLContext ({} if the broker has no TLS listener: an --rabbitmq one). args: the command's
+    options (the scale rows' sizes)."""
+    if name == "sensors":
+        return scale.sensors(broker, getattr(args, "sensors", 1000), seconds=getattr(args, "sensor_seconds", 10))
+    if name == "queues":
+        return scale.many_queues(broker, getattr(args, "queues", 10000))
+    if name == "consumers":
+        return scale.many_consumers(broker, count, getattr(args, "consumers", 100))
     if name in ("tls-latency",) + TLS_SCENARIOS:
         if broker.tls_port is None:
             return {}
@@ -166,6 +193,9 @@ def load_scenarios(names):
     """The runs to make: each name with a loadgen call, and "latency" once for p50 and p99 (and
     "tls-latency" for the TLS ones)."""
     runs = [n for n in names if SCENARIOS[n][3] is not None or n == "scraped-no-ack" or n in AMQP10_SCENARIOS]
+    for run, prefix in SCALE_RUNS.items():
+        if any(n.startswith(prefix) for n in names):
+            runs.append(run)
     if "latency-p50" in names or "latency-p99" in names:
         runs.append("latency")
     if "tls-latency-p50" in names or "tls-latency-p99" in names:
@@ -272,6 +302,12 @@ def add_options(parser):
         "--repeat", type=int, default=3, help="rounds of each scenario; the table shows the median (default 3)"
     )
     parser.add_argument("--idle-connections", type=int, default=500, help="connections for the memory figures")
+    parser.add_argument(
+        "--sensors", type=int, default=1000, help="sensor connections of the sensors rows (default 1000)"
+    )
+    parser.add_argument("--sensor-seconds", type=float, default=10.0, help="how long the sensors publish (default 10)")
+    parser.add_argument("--queues", type=int, default=10000, help="queues of the queues rows (default 10000)")
+    parser.add_argument("--consumers", type=int, default=100, help="consumers of the consumers-100 row (default 100)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
     parser.add_argument(
         "--recovery",
@@ -335,15 +371,31 @@ def add_options(parser):
     )
 
 
+def scale_config(args, workdir):
+    """A config file for hutch with room for the scale rows (bench/scale.py), or None: hutch
+    serve's default budgets would refuse the 1001st connection and the 10,001st queue, and
+    RabbitMQ has none of them."""
+    if not any(name.startswith(tuple(SCALE_RUNS.values())) for name in args.scenarios.split(",")):
+        return None
+    path = os.path.join(workdir, "scale.toml")
+    with open(path, "w") as f:
+        f.write(
+            "[limits]\nmax_connections = %d\nmax_queues = %d\nmax_consumers = %d\n"
+            % (args.sensors + args.consumers + 100, args.queues + 1000, args.consumers + 10000)
+        )
+    return path
+
+
 def brokers_to_run(args, workdir, tls=None, plugins=()):
     """[(result key, a callable that makes the broker)] in the order they run. tls: (certificate,
     key) files: each broker started here gets a TLS listener with them; plugins: RabbitMQ's to
     enable (its AMQP 1.0 plugin for the 1.0 rows)."""
     if args.rabbitmq and args.start_rabbitmq:
         raise BenchError("--rabbitmq and --start-rabbitmq: pick one")
-    plan = [("c", lambda: Hutch("c", workdir, tls=tls))]
+    config = scale_config(args, workdir)
+    plan = [("c", lambda: Hutch("c", workdir, tls=tls, config=config))]
     if not args.no_pure:
-        plan.append(("pure", lambda: Hutch("pure", workdir, tls=tls)))
+        plan.append(("pure", lambda: Hutch("pure", workdir, tls=tls, config=config)))
     if args.rabbitmq:
         plan.append(("rabbitmq", lambda: External(args.rabbitmq, args.rabbitmq_pid)))
     elif args.start_rabbitmq:
@@ -413,7 +465,7 @@ def run(args):
                         continue
                     log("  %s %s, round %d" % (key, name, round_number + 1))
                     count = args.count // 10 if key == "micropython" else args.count  # ~20x slower
-                    for figure, value in load(broker, name, count, client).items():
+                    for figure, value in load(broker, name, count, client, args).items():
                         samples.setdefault(key, {}).setdefault(figure, []).append(value)
         for key in samples:
             for figure, values in samples[key].items():

@@ -129,10 +129,23 @@ class Connection:
         self.sock.close()
 
 
-def publish_frames(exchange, key, body, frame_max, persistent=False):
-    """One publish, pre-encoded: method, content header and body frames."""
+def publish_frames(exchange, key, body, frame_max, persistent=False, properties=None):
+    """One publish, pre-encoded: method, content header and body frames (properties: its own,
+    delivery-mode 2 added when persistent)."""
     data = wire.method_frame(1, spec.BASIC_PUBLISH, (0, exchange.encode(), key.encode(), False, False))
-    return data + wire.content_frames(1, body, {"delivery-mode": 2} if persistent else None, frame_max)
+    if persistent:
+        properties = dict(properties or {}, **{"delivery-mode": 2})
+    return data + wire.content_frames(1, body, properties, frame_max)
+
+
+def reading_frames(key, size, count, frame_max):
+    """count publishes as sensors send readings: each with its own message-id and timestamp (one
+    a second, from a fixed start), pre-encoded one after the other."""
+    body = b"x" * size
+    return [
+        publish_frames("", key, body, frame_max, properties={"message-id": b"r-%08d" % i, "timestamp": 1700000000 + i})
+        for i in range(count)
+    ]
 
 
 def delivery_size(tag, exchange, key, body_size, frame_max, persistent=False):
@@ -507,16 +520,18 @@ def _stream(conn):
     return name
 
 
-def _publish_confirmed(conn, name, count, size, window, deadline):
-    """Publish count messages to name with at most window unconfirmed: the seconds it took."""
+def _publish_confirmed(conn, name, count, size, window, deadline, readings=False):
+    """Publish count messages to name with at most window unconfirmed: the seconds it took.
+    readings: each with its own properties (reading_frames), else all the same."""
     conn.call(spec.CONFIRM_SELECT, (False,))
     one = publish_frames("", name, b"x" * size, conn.frame_max)
+    frames = reading_frames(name, size, count, conn.frame_max) if readings else None
     sent = confirmed = 0
     start = time.perf_counter()
     while confirmed < count:
         room = min(window - (sent - confirmed), count - sent)
         if room > 0:
-            conn.send(one * room)
+            conn.send(b"".join(frames[sent : sent + room]) if frames else one * room)
             sent += room
         for method_id, args in conn.events():
             if method_id == spec.BASIC_ACK:
@@ -528,12 +543,13 @@ def _publish_confirmed(conn, name, count, size, window, deadline):
     return time.perf_counter() - start
 
 
-def stream_publish(host, port, count, size=16, window=1000, timeout=120):
-    """One publisher in confirm mode (window unconfirmed) into a stream."""
+def stream_publish(host, port, count, size=16, window=1000, timeout=120, readings=False):
+    """One publisher in confirm mode (window unconfirmed) into a stream; readings: each publish
+    with its own message-id and timestamp, as sensors send them."""
     deadline = time.monotonic() + timeout
     conn = Connection(host, port, timeout)
     name = _stream(conn)
-    elapsed = _publish_confirmed(conn, name, count, size, window, deadline)
+    elapsed = _publish_confirmed(conn, name, count, size, window, deadline, readings)
     conn.call(spec.QUEUE_DELETE, (0, name, False, False, False))
     conn.close()
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed)}

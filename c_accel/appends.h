@@ -17,7 +17,9 @@ enum { HUTCH_A_TAKEN = 0, HUTCH_A_NEXT = 1, HUTCH_A_SLOTS = 2 };
  * (records: RECORD_SLOTS numbers each, from the run's first on, count of them) as
  * long as each is a whole publish on channel `number` whose method arguments after
  * the ticket are method[0:method_len] and whose content header payload is
- * header[0:header_len] but for its body size (at most max_body). Each record gets
+ * header[0:header_len] but for its body size (at most max_body): runs.h's
+ * hutch_publish_alike, with fixed_len (the properties after it may differ from publish
+ * to publish: each record then holds its publish's own, and `after` is the first's). Each record gets
  * the next offset from `offset` on and timestamp_ms; its payload after those is
  * prefix (with the body size written at body_size_at) + offset + after + the
  * body frame's tail. Stops before a publish that differs, after max_count records,
@@ -26,7 +28,7 @@ enum { HUTCH_A_TAKEN = 0, HUTCH_A_NEXT = 1, HUTCH_A_SLOTS = 2 };
  * the frame after the last of them starts. */
 size_t hutch_stream_appends(const uint8_t *buf, size_t len, const uint64_t *records, size_t count,
                             unsigned number, const uint8_t *method, size_t method_len,
-                            const uint8_t *header, size_t header_len, uint64_t max_body,
+                            const uint8_t *header, size_t header_len, size_t fixed_len, uint64_t max_body,
                             const uint8_t *prefix, size_t prefix_len, size_t body_size_at,
                             const uint8_t *after, size_t after_len, uint64_t offset,
                             uint64_t timestamp_ms, size_t max_count, size_t budget, uint8_t *out,

@@ -22,11 +22,12 @@ _out = ffi.new("uint8_t[]", 256 * 1024)
 
 
 def stream_appends(
-    data, records, slot, count, number, method, header, max_body, template, offset, now_ms, most, budget
+    data, records, slot, count, number, method, header, fixed, max_body, template, offset, now_ms, most, budget
 ):
     """(taken, next, records): the records for the publishes recorded in records from slot on
     (count of them), as long as each is like the first (channel number, method arguments
-    after the ticket, content header but for the body size at most max_body); template is
+    after the ticket, content header but for the body size at most max_body, and but for
+    the properties after the first `fixed` octets of its payload, each record's own); template is
     (prefix, body_size_at, after) of core/streams/streamlog.py record_template. At most `most`
     records, taking at most budget bytes. next: where the frame after the last taken starts."""
     prefix, body_size_at, after = template
@@ -41,6 +42,7 @@ def stream_appends(
         len(method),
         header,
         len(header),
+        fixed,
         max_body,
         prefix,
         len(prefix),

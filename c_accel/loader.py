@@ -30,11 +30,9 @@ def frame_reader():
         from . import scanner
     except ImportError as e:
         return "frame scanner: pure Python (C accelerator not available: %s)" % e, None
-    from .appends import stream_appends  # built with the scanner: one extension
+    from . import runs  # built with the scanner: one extension
 
-    return "frame scanner: C accelerator (cffi)", batch.reader_factory(
-        scanner.scan_frames, scanner.new_records, stream_appends
-    )
+    return "frame scanner: C accelerator (cffi)", batch.reader_factory(scanner.scan_frames, scanner.new_records, runs)
 
 
 def stream_deliveries():

@@ -299,40 +299,53 @@ class Broker:
         transaction's publishes again at its commit: the exchange may be gone by then)."""
         return exchange_for_publish(self, name)
 
-    def publish_run(self, publisher, exchange_name, message, append):
+    def publish_run(self, publisher, exchange_name, message, run):
         """A run of publishes alike but for their bodies (same exchange, routing key and
-        properties, the first of them as message) into a stream, made into the stream's
-        records in one go: append(stream, record template, now ms) makes them from the front
-        end's bytes and returns (how many it took, where they end, their bytes). They pass
-        the gates of admit() as the first one does (they are alike), are routed once, and take
-        their offsets in order. (taken, end, result as publish() says of each); taken is 0
-        when they must go one by one instead: the run does not go to exactly one stream, or
-        something of a publish would differ between them (a direct reply-to, a bridge's
-        number, CC or BCC), or a gate refuses it (the one-by-one path says so), or publishers
-        are blocked."""
+        properties, the first of them as message; the front end's run: amqp091/batch.py
+        PublishRun) into one stream or into queues, taken in one go. They pass the gates of
+        admit() as the first one does (they are alike), and are routed once. Into a stream,
+        run.stream_records(stream, record template, now ms, max body) makes their records from
+        the front end's bytes and they take their offsets in order; into queues, core/runs.py
+        enqueues them and delivers what a consumer can take (CPython: loaded with the first).
+        (taken, end, result as publish() says of each); taken is 0 when they must go one by
+        one instead: something of a publish would differ between them (a direct reply-to, a
+        bridge's number, CC or BCC), or a gate refuses it (the one-by-one path says so), or
+        publishers are blocked, or what the one-by-one path does per message would differ
+        (core/runs.py says when), or nothing is routed."""
         if self.flow.blocked or (
             message.flags() & FLAG_HEADERS
             and (message.has_header(BRIDGE_SEQ) or message.has_header(CC) or message.has_header(BCC))
         ):
             return 0, 0, 0
-        # Where it would go first (no effect, and most publishes go to a queue, not a stream:
-        # they leave here before the gates, which the one-by-one path then passes them through)
+        # Where it would go first (no effect: when they must go one by one, they leave here
+        # before the gates, which the one-by-one path then passes them through)
         exchange = self.exchange(exchange_name) if exchange_name else self.default_exchange
         if exchange is None:
             return 0, 0, 0
         queues = self.route(exchange, message)
-        if len(queues) != 1 or not queues[0].is_stream:
+        if not queues:
             return 0, 0, 0
+        stream = queues[0] if len(queues) == 1 and queues[0].is_stream else None
+        if stream is None:
+            for queue in queues:
+                if queue.is_stream:
+                    return 0, 0, 0
         try:
             exchange, admitted = self.admit(publisher, exchange_name, message)
         except ChannelException:
             return 0, 0, 0
         if admitted is not message:
             return 0, 0, 0
-        stream = queues[0]
+        if stream is None:
+            from .runs import publish_to_queues  # pyright: ignore[reportMissingImports] (host only: the C run path)
+
+            taken, end = publish_to_queues(self, publisher, queues, message, run)
+            return taken, end, ROUTED
         stream.reserve()
         now_ms = self.wall_seconds * 1000
-        taken, end, made = append(stream, stream.run_template_for(message), now_ms)
+        taken, end, made = run.stream_records(
+            stream, stream.run_template_for(message), now_ms, self.limits.max_message_bytes
+        )
         if taken:
             stream.append_records([made], taken, len(made), now_ms)
             stats = self.stats

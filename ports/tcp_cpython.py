@@ -132,9 +132,18 @@ class ProtocolListener(TcpListener):
 # confirms to send the next messages, waited that long (a bridge forwarding while
 # publishers filled its queue went at 8,000 msg/s where it drains at 22,000). 16 KB is about
 # 100 small publishes; 8 KB cost more per message than it gained (`hutch bench --bridge`).
-# The one exception: the rest of a frame larger than that is read at once, into a buffer of
-# its own (a 64 KiB body in one turn, not five; at most frame_max, 128 KiB), and let go after.
+# The one exception: a frame larger than that is read whole at once, into the large buffer
+# below with the start the connection holds of it in front, and with room for READ_CHUNK more
+# (the next publish's method and header frames and the start of its body): a publisher of
+# 64 KiB messages is read a message a read (it took two, and the start of each body was copied
+# twice more), and a turn still reads at most one large frame and READ_CHUNK. (Room for two
+# large frames a read cost more per message: the second is mostly cut, and its start copied.)
 READ_CHUNK = 16 * 1024
+# The buffer large frames are read into, for every client: fed to the connection as a
+# memoryview, of which it copies what it keeps (as of the listener's read buffer), so one
+# buffer does for all, made once (a buffer per read cost its allocation and zeroing each
+# time); grown to the largest read asked for (frame_max and READ_CHUNK).
+_large = [bytearray()]
 WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing pauses (see below)
 
 
@@ -144,7 +153,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.loop = loop
         self.conn = None
         self.transport = None
-        self.large = None  # the buffer of the rest of a large frame, while one is read
+        self.large = None  # the large buffer, while a large frame's rest is read into it (get_buffer)
+        self.large_start = 0  # where in it the rest goes: the frame's start, taken from the connection, is before
         self.flush_scheduled = False
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
@@ -190,8 +200,19 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         conn = self.conn
         wanted = conn.read_wanted() if conn is not None and self.greeting is None else 0
         if wanted > READ_CHUNK:
-            self.large = bytearray(wanted)
-            return self.large
+            # The frame's start, which the connection keeps until the rest comes, goes in front
+            # of the rest in one buffer (fed as one: no joining the two). The connection lets go
+            # of it once the read has brought something (buffer_updated): a read that brings
+            # nothing (asyncio returns on a spurious wake-up) must leave it there.
+            start = conn.pending
+            size = len(start) + wanted + READ_CHUNK
+            large = _large[0]
+            if len(large) < size:
+                large = _large[0] = bytearray(size)
+            large[: len(start)] = start
+            self.large = large
+            self.large_start = len(start)
+            return memoryview(large)[len(start) : size]
         return self.server.read_buffer
 
     def buffer_updated(self, nbytes):
@@ -200,7 +221,10 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.data_received(bytes(self.server.read_view[:nbytes]))
             return
         self.large = None
-        self.data_received(large if nbytes == len(large) else bytes(memoryview(large)[:nbytes]))
+        if self.conn is not None:
+            self.conn.pending = b""  # (in front of what was read: see get_buffer)
+        # (a memoryview of the large buffer: what the connection keeps of it, it copies out)
+        self.data_received(memoryview(large)[: self.large_start + nbytes])
 
     def data_received(self, data):
         conn = self.conn

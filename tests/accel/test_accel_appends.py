@@ -22,7 +22,8 @@ from raw_amqp import login, method
 
 from hutch.amqp091 import batch
 from hutch.amqp091.connection import Connection
-from hutch.c_accel import appends, scanner
+from hutch.c_accel import runs as run_code
+from hutch.c_accel import scanner
 from hutch.codec import spec
 from hutch.codec.wire import encode_properties, frame
 from hutch.core.broker import Broker
@@ -85,10 +86,28 @@ alike_run = st.builds(
     st.lists(BODIES, min_size=1, max_size=60),
     st.sampled_from([0, 1]),  # the ticket is not compared: clients send 0, some 1
 )
+# Sensors' readings: a property per message. After the headers table (message-id, timestamp,
+# correlation-id) they are each record's own in a run; in it (a header per reading) they end it.
+PER_MESSAGE = st.sampled_from(
+    [
+        lambda i: {"message-id": b"m%d" % i},
+        lambda i: {"timestamp": 1700000000 + i, "message-id": b"reading-%d" % (i * 7), "delivery-mode": 2},
+        lambda i: {"headers": {"sensor": b"t1"}, "timestamp": i, "correlation-id": b"c" * (i % 5)},
+        lambda i: {"headers": {"n": i}},
+        lambda i: {"content-type": b"text/plain", "app-id": b"a" * (i % 3), "user-id": b"guest"},
+    ]
+)
+varying_run = st.builds(
+    lambda props, bodies: b"".join(publish(b, properties=props(i)) for i, b in enumerate(bodies)),
+    PER_MESSAGE,
+    st.lists(BODIES, min_size=1, max_size=60),
+)
 pieces = st.one_of(
     alike_run,
     alike_run,
     alike_run,
+    varying_run,
+    varying_run,
     st.builds(lambda b, p: publish(b, properties=p), BODIES, PROPERTIES),
     st.builds(lambda b: publish(b, key=b"q"), BODIES),  # a classic queue
     st.builds(lambda b: publish(b, exchange=b"both"), BODIES),  # the stream and a classic queue
@@ -117,9 +136,7 @@ class Side:
         self.broker = Broker(
             limits,
             log=lambda level, message, exc=None: None,
-            frame_reader=batch.reader_factory(
-                scanner.scan_frames, scanner.new_records, appends.stream_appends if runs else None
-            ),
+            frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records, run_code if runs else None),
         )
         self.writer = recover(folder, self.broker, 1 << 20, 1 << 30, self.broker.log)
         self.broker.tick(0, WALL)
@@ -175,6 +192,30 @@ def test_runs_make_the_records_and_replies_the_one_by_one_path_makes(
         for side in sides:
             side.close()
         assert sides[1].segments() == sides[0].segments()
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_run_with_a_property_per_message_takes_them_in_one_call():
+    """A run whose publishes each have their own message-id and timestamp is taken as one, as
+    a run of identical ones is (test_a_run_takes_its_publishes_in_one_call)."""
+    top = tempfile.mkdtemp(prefix="hutch-appends-")
+    try:
+        seqs, segments = [], []
+        for name, runs in (("one", False), ("runs", True)):
+            side = Side(os.path.join(top, name), runs, Limits())
+            side.feed(setup(1 << 20) + publish(b"first"), 0)
+            before = side.broker.journal.seq
+            readings = (
+                publish(b"%d" % i, properties={"message-id": b"m%d" % (i * 13), "timestamp": i}) for i in range(30)
+            )
+            side.feed(b"".join(readings), 1)
+            seqs.append(side.broker.journal.seq - before)
+            assert side.broker.streams[0].next == 31
+            side.close()
+            segments.append(side.segments())
+        assert seqs == [30, 1]
+        assert segments[1] == segments[0]  # each record with its own properties, their lengths counted
     finally:
         shutil.rmtree(top)
 

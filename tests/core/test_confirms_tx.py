@@ -171,3 +171,33 @@ def test_tx_publish_to_missing_exchange_fails_at_publish():
     client = opened()
     client.call(1, spec.TX_SELECT)
     closed_with(client.publish(1, b"ghost", b"", b"x"), spec.NOT_FOUND)
+
+
+def test_confirm_frames_are_the_codecs_to_the_byte():
+    """amqp091/confirms.py packs confirms itself (the hot path of a sensor with confirms): the
+    same bytes codec/wire.py's encoder makes, for any tag, channel and flag."""
+    from hutch.amqp091.confirms import Confirms
+    from hutch.codec.wire import method_frame
+
+    class Conn:
+        def __init__(self):
+            self.out, self.added = [], 0
+
+        def output_added(self, n):
+            self.added += n
+
+    class Channel:
+        def __init__(self, number):
+            self.number, self.conn = number, Conn()
+
+    for number in (1, 300, 65535):
+        for tag in (1, 255, 1 << 32, (1 << 64) - 1):
+            for multiple in (False, True):
+                confirms = Confirms(Channel(number))
+                confirms.send(spec.BASIC_ACK, tag, multiple)
+                confirms.send(spec.BASIC_NACK, tag, multiple)
+                expected = method_frame(number, spec.BASIC_ACK, (tag, multiple)) + method_frame(
+                    number, spec.BASIC_NACK, (tag, multiple, False)
+                )
+                conn = confirms.channel.conn
+                assert b"".join(conn.out) == expected and conn.added == len(expected) - 16

@@ -1,0 +1,123 @@
+"""A run of alike publishes into ordinary queues in one go: Broker.publish_run's queue side.
+
+A front end with the C accelerator (amqp091/batch.py PublishRun, on CPython) finds run after
+run of publishes alike but for their bodies (a sensor's readings). Broker.publish_run passes
+the first through the gates of admit() and routes it once; here the whole run goes into
+its queues, and a queue's consumer that can take them gets their deliveries made in one
+call by the front end's run (run.deliver: a 0-9-1 channel's frames straight from the
+publisher's bytes, amqp091/output.py deliver_run; another front end's consumer is handed
+them one by one). A no-ack consumer's deliveries need no
+Message at all; the rest of the run is made into Messages once and enqueued as
+Broker.publish would enqueue each.
+
+The one-by-one path (Broker.publish) is the reference: a run is taken only when the effect
+is the same, byte for byte, as publishing its messages one after the other
+(tests/accel/test_accel_runs.py), and otherwise goes that way. So a run is not taken into a
+queue that treats messages one by one (a TTL, a length limit, priorities, the journal and
+its paging, a budget the run would reach), nor where the order of deliveries between
+queues could differ (two of its queues' consumers on one connection).
+
+Never on a board: only the C run path imports it.
+"""
+
+from . import counters
+from .message import MESSAGE_OVERHEAD
+from .queue import Queue
+
+# The most publishes one run takes: the frame scanner's batch is smaller anyway.
+MOST = 1 << 16
+
+
+def publish_to_queues(broker, publisher, queues, message, run):
+    """(taken, where the frame after them starts) of the run whose first publish is message,
+    routed to queues (ordinary queues, each once), admitted; 0 taken: one by one instead."""
+    taken, end, size = run.take(MOST, broker.limits.max_message_bytes)
+    if not taken:
+        return 0, 0
+    cost = size + taken * MESSAGE_OVERHEAD  # what their Messages cost the budget, each queue's
+    flow = broker.flow
+    limits = broker.limits
+    if (
+        flow.held_bytes + cost * len(queues) > limits.total_max_bytes
+        or flow.held_messages + taken * len(queues) > limits.total_max_messages
+    ):
+        return 0, 0  # the budget's alarm would be raised part way: one by one
+    sessions = []
+    for queue in queues:
+        if not takes_run(queue, message, taken, size):
+            return 0, 0
+        if len(queues) > 1:
+            for consumer in queue.consumers:
+                conn = getattr(consumer.session, "conn", consumer.session)
+                if conn in sessions:
+                    return 0, 0  # one by one, its deliveries would interleave with another queue's
+                sessions.append(conn)
+    stats = broker.stats
+    stats[counters.RECEIVED] += taken
+    stats[counters.ROUTED] += taken
+    if publisher.confirming:
+        stats[counters.RECEIVED_CONFIRM] += taken
+    arrived = broker.now + broker.wall_offset
+    order = broker.published + 1
+    broker.published += taken
+    for queue in queues:
+        given = 0
+        consumers = queue.consumers
+        if len(consumers) == 1 and not queue.messages.length:
+            consumer = consumers[0]
+            if consumer.ready():
+                given = run.deliver(consumer, queue, taken, arrived, order)
+                if given:
+                    queue.next_consumer = 1  # (as _next_ready_consumer leaves it)
+                    queue.published += given  # (queue.publish counts the rest)
+                    queue.delivered += given
+                    if consumer.no_ack:  # (held and settled at once: the budget does not move)
+                        stats[counters.DELIVERED_CONSUME_AUTO_ACK] += given
+                    else:
+                        stats[counters.DELIVERED_CONSUME_MANUAL_ACK] += given
+                        messages = run.messages(arrived, order)
+                        held = 0
+                        for i in range(given):
+                            held += messages[i].cost
+                        flow.hold_many(given, held)
+        if given < taken:
+            messages = run.messages(arrived, order)
+            if consumers and not queue.messages.length:
+                for i in range(given, taken):  # (one may be handed to a consumer: Queue.publish decides)
+                    queue.publish(messages[i], None)
+            else:
+                enqueue(queue, messages, given, taken)
+    return taken, end
+
+
+def enqueue(queue, messages, first, end):
+    """messages[first:end] into queue behind what it holds, as Queue.publish puts each there when no
+    consumer is to be handed it (takes_run: no limit to drop the head for, nothing on disk)."""
+    push = queue.messages.push
+    cost = size = 0
+    for i in range(first, end):
+        message = messages[i]
+        push((message, False, None))
+        cost += message.cost
+        size += message.body_size
+    queue.published += end - first
+    queue.ready_bytes += size
+    queue.broker.flow.hold_many(end - first, cost)
+
+
+def takes_run(queue, message, count, size):
+    """Whether count messages alike (message the first; size: their bodies and header tails)
+    may go into queue as one run with the effect publishing them one by one has: an ordinary
+    queue (not a priority queue's lanes) with no TTL, length limit or journal to act on each
+    message, and room in the board's budget for them all."""
+    return (
+        queue.__class__ is Queue
+        and queue.message_ttl is None
+        and message.ttl is None
+        and queue.max_length is None
+        and queue.max_length_bytes is None
+        and not (queue.journalled and queue.broker.journal is not None)
+        and not queue.paged
+        and not (queue.hard_max_messages and queue.messages.length + count >= queue.hard_max_messages)
+        and not (queue.hard_max_bytes and queue.ready_bytes + size >= queue.hard_max_bytes)
+    )

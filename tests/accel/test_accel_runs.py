@@ -1,0 +1,318 @@
+"""Runs of publishes into ordinary queues taken in one go (amqp091/batch.py PublishRun, core/runs.py,
+c_accel/runs.c: routed once, enqueued together, their deliveries made in one C call) against the
+one-by-one path (each publish through the channel, Broker.publish, the queue and
+output.deliver).
+
+Differential: two brokers on their own data folders read the same bytes in the same chunks
+with the C frame scanner, one with the run path and one without: a publisher, and consumers
+(no-ack, or acking with a prefetch; on their own connections or sharing one; with a small
+frame_max, so that large bodies are cut into frames) of plain queues, a fanout to two of them,
+a priority queue, queues with a TTL or a length limit and a durable one. After every chunk
+every connection must have been sent the same bytes, and at the end the brokers must count
+the same, hold the same budget and keep the same messages in the same order, whatever the
+publishes (alike or not, properties that differ per message or that the broker checks, bodies
+empty or large) and however the reads cut them. CPython only.
+"""
+
+import os
+import shutil
+import struct
+import tempfile
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from raw_amqp import login, method
+
+from hutch.amqp091 import batch
+from hutch.amqp091.connection import Connection
+from hutch.c_accel import runs as run_code
+from hutch.c_accel import scanner
+from hutch.codec import spec
+from hutch.codec.wire import encode_properties, frame
+from hutch.core.broker import Broker
+from hutch.core.limits import Limits
+from hutch.core.session import MESSAGE, REDELIVERED
+from hutch.ports.recovery import recover
+
+WALL = 1700000000
+QUEUES = [
+    (b"q", {}),
+    (b"q2", {}),
+    (b"pq", {"x-max-priority": 5}),
+    (b"ttl", {"x-message-ttl": 60000}),
+    (b"lim", {"x-max-length": 30}),
+]
+
+
+def declare(name, arguments, durable=False):
+    return method(1, spec.QUEUE_DECLARE, "hsbbbbbt", [0, name, False, durable, False, False, False, arguments])
+
+
+def publisher_setup(confirms):
+    return (
+        login(131072)
+        + (method(1, spec.CONFIRM_SELECT, "b", [False]) if confirms else b"")
+        + b"".join(declare(name, arguments) for name, arguments in QUEUES)
+        + declare(b"d", {}, durable=True)
+        + method(1, spec.EXCHANGE_DECLARE, "hssbbbbbt", [0, b"both", b"fanout", False, False, False, False, False, {}])
+        + method(1, spec.QUEUE_BIND, "hsssbt", [0, b"q", b"both", b"", False, {}])
+        + method(1, spec.QUEUE_BIND, "hsssbt", [0, b"q2", b"both", b"", False, {}])
+    )
+
+
+def consume(channel, queue, tag, no_ack, prefetch, global_prefetch=False):
+    return (
+        method(channel, spec.CHANNEL_OPEN, "s", [b""]) * (channel != 1)
+        + method(channel, spec.BASIC_QOS, "lhb", [0, prefetch, global_prefetch])
+        + method(channel, spec.BASIC_CONSUME, "hssbbbbt", [0, queue, tag, False, no_ack, False, False, {}])
+    )
+
+
+def publish(body, key=b"q", exchange=b"", properties=None, bits=0, channel=1):
+    props = encode_properties(properties or {})
+    return (
+        frame(
+            1,
+            channel,
+            struct.pack(">IH", spec.BASIC_PUBLISH, 0)
+            + bytes((len(exchange),))
+            + exchange
+            + bytes((len(key),))
+            + key
+            + bytes((bits,)),
+        )
+        + frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + props)
+        + (frame(3, channel, body) if body else b"")
+    )
+
+
+def publish_raw(body, flags, properties, key=b"q"):
+    """A publish whose content header has these property flags and property octets as given, even
+    cut short (what no client library sends)."""
+    return (
+        frame(1, 1, struct.pack(">IH", spec.BASIC_PUBLISH, 0) + bytes((0, len(key))) + key + b"\x00")
+        + frame(2, 1, struct.pack(">HHQH", 60, 0, len(body), flags) + properties)
+        + (frame(3, 1, body) if body else b"")
+    )
+
+
+PROPERTIES = st.sampled_from(
+    [
+        None,
+        {"delivery-mode": 2},  # persistent: into the journal for the durable queue
+        {"content-type": b"application/json", "headers": {"sensor": b"t1"}},
+        {"priority": 3},
+        {"expiration": b"60000"},  # a TTL: one by one
+        {"user-id": b"guest"},
+        {"user-id": b"mallory"},  # refused: 406 closes the channel
+        {"headers": {"CC": [b"q2"]}},  # sender-selected: routed by that key too
+        {"reply-to": b"amq.rabbitmq.reply-to"},  # no reply consumer here: 406
+    ]
+)
+PER_MESSAGE = st.sampled_from(
+    [
+        lambda i: {"message-id": b"m%d" % i},  # after the headers table: each publish's own
+        lambda i: {"timestamp": 1700000000 + i, "message-id": b"reading-%d" % (i * 7)},
+        lambda i: {"headers": {"n": i}},  # inside the headers table: not alike
+        lambda i: {"content-type": b"text/plain", "correlation-id": b"c" * (i % 5)},
+    ]
+)
+BODIES = st.one_of(st.binary(max_size=40), st.builds(lambda n: b"y" * n, st.sampled_from([0, 3000, 70000])))
+KEYS = st.sampled_from([b"q", b"q", b"q2", b"pq", b"ttl", b"lim", b"d", b"nowhere"])
+
+alike_run = st.builds(
+    lambda key, props, bodies: b"".join(publish(b, key=key, properties=props) for b in bodies),
+    KEYS,
+    PROPERTIES,
+    st.lists(BODIES, min_size=1, max_size=60),
+)
+varying_run = st.builds(
+    lambda key, props, bodies: b"".join(publish(b, key=key, properties=props(i)) for i, b in enumerate(bodies)),
+    KEYS,
+    PER_MESSAGE,
+    st.lists(BODIES, min_size=1, max_size=40),
+)
+# Property lists cut short or overlong: the broker reads them only where a feature asks (here:
+# never), one by one as in a run.
+broken_run = st.builds(
+    lambda flags, properties, bodies: b"".join(publish_raw(b, flags, properties) for b in bodies),
+    st.sampled_from([0x2000, 0x8000, 0xA000, 0x0800]),
+    st.sampled_from([b"", b"\x00\x00", b"\x05ab", b"\x00\x00\x00\x09xy"]),
+    st.lists(BODIES, min_size=1, max_size=20),
+)
+fanout_run = st.builds(
+    lambda bodies: b"".join(publish(b, exchange=b"both") for b in bodies), st.lists(BODIES, max_size=40)
+)
+pieces = st.one_of(
+    alike_run,
+    alike_run,
+    varying_run,
+    broken_run,
+    fanout_run,
+    st.builds(lambda b: publish(b, key=b"nowhere", bits=1), BODIES),  # mandatory, unroutable: returned
+    st.builds(lambda b: publish(b, exchange=b"none"), BODIES),  # no such exchange: 404 closes the channel
+    st.just(method(1, spec.TX_SELECT, "", [])),  # a transaction (on a confirm channel: 406)
+    st.just(method(1, spec.TX_COMMIT, "", [])),
+    st.just(method(1, spec.CHANNEL_OPEN, "s", [b""])),  # reopens after a 406 or 404 (else 504)
+)
+# What the consumers send between reads: settle everything delivered so far, in one of the ways.
+SETTLES = st.sampled_from(
+    [
+        b"",
+        method(2, spec.BASIC_ACK, "Lb", [0, True]),
+        method(2, spec.BASIC_NACK, "Lbb", [0, True, True]),  # requeued: redelivered, the run's Messages again
+        method(2, spec.BASIC_NACK, "Lbb", [0, True, False]),
+    ]
+)
+LAYOUTS = st.sampled_from(["apart", "together", "publisher"])
+
+
+class Side:
+    """A broker on its own data folder with a publisher and consumers, reading with the C
+    scanner, with or without the run path."""
+
+    def __init__(self, folder, runs, limits, layout, prefetch, frame_max, confirms):
+        self.folder = folder
+        self.broker = Broker(
+            limits,
+            log=lambda level, message, exc=None: None,
+            frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records, run_code if runs else None),
+        )
+        self.writer = recover(folder, self.broker, 1 << 20, 1 << 30, self.broker.log)
+        self.broker.tick(0, WALL)
+        publisher = Connection(self.broker, {"address": "127.0.0.1", "port": 1})
+        self.conns = [publisher]
+        self.feed(publisher, publisher_setup(confirms))
+        # the no-ack consumer of q on channel 1, the acking one of q2 on channel 2, with the
+        # priority, TTL and durable queues' consumers beside it; on one or two connections
+        first = Connection(self.broker, {"address": "127.0.0.1", "port": 2}) if layout != "publisher" else publisher
+        if layout != "publisher":
+            self.conns.append(first)
+            self.feed(first, login(frame_max) + consume(1, b"q", b"a", True, 0))
+        else:  # the publisher consumes too, on channel 3
+            self.feed(first, consume(3, b"q", b"a", True, 0))
+        second = first
+        if layout == "apart":
+            second = Connection(self.broker, {"address": "127.0.0.1", "port": 3})
+            self.conns.append(second)
+            self.feed(second, login(frame_max) + method(1, spec.BASIC_QOS, "lhb", [0, 0, False]))
+        self.settler = second
+        self.feed(
+            second,
+            consume(2, b"q2", b"b", False, prefetch[0], prefetch[1])
+            + method(2, spec.BASIC_CONSUME, "hssbbbbt", [0, b"pq", b"c", False, False, False, False, {}])
+            + method(2, spec.BASIC_CONSUME, "hssbbbbt", [0, b"ttl", b"e", False, True, False, False, {}])
+            + method(2, spec.BASIC_CONSUME, "hssbbbbt", [0, b"d", b"f", False, False, False, False, {}]),
+        )
+
+    def feed(self, conn, data):
+        conn.feed(data)
+        self.writer.commit()  # a group commit: the confirms it holds are sent
+
+    def step(self, data, settle, seconds):
+        self.broker.tick(seconds * 1000, WALL + seconds)
+        self.feed(self.conns[0], data)
+        outputs = [conn.take_output() for conn in self.conns]
+        if settle:
+            self.feed(self.settler, settle)
+            outputs += [conn.take_output() for conn in self.conns]
+        return outputs, [(conn.state, conn.closed, conn.paused) for conn in self.conns]
+
+    def state(self):
+        broker = self.broker
+        queues = {}
+        for name, queue in broker.queues.items():
+            queues[name] = (
+                queue.published,
+                queue.delivered,
+                queue.ready_bytes,
+                [
+                    (entry[MESSAGE].header_tail, entry[MESSAGE].body_tail, entry[REDELIVERED], entry[MESSAGE].order)
+                    for entry in queue.messages
+                ],
+            )
+        return list(broker.stats), broker.published, broker.flow.held_messages, broker.flow.held_bytes, queues
+
+    def close(self):
+        self.writer.commit()
+        self.writer.files.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(pieces, min_size=1, max_size=12),
+    st.lists(SETTLES, min_size=1, max_size=12),
+    LAYOUTS,
+    st.sampled_from([(0, False), (1, False), (7, False), (100, False), (10, True)]),
+    st.sampled_from([4096, 131072]),
+    st.booleans(),
+    st.sampled_from([1, 50, 700, 5000, 1 << 20]),
+    st.sampled_from([Limits(), Limits(output_high_water=3000), Limits(total_max_messages=80)]),
+)
+def test_runs_into_queues_send_and_keep_what_the_one_by_one_path_does(
+    pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limits
+):
+    top = tempfile.mkdtemp(prefix="hutch-runs-")
+    try:
+        sides = [
+            Side(os.path.join(top, name), runs, limits, layout, prefetch, frame_max, confirms)
+            for name, runs in (("one", False), ("runs", True))
+        ]
+        data = b"".join(pieces_)
+        chunk = max(chunk, len(data) // 100)
+        reads = [data[i : i + chunk] for i in range(0, len(data), chunk)]
+        for n, read in enumerate(reads):
+            settle = settles[n % len(settles)]
+            one, runs = (side.step(read, settle, n) for side in sides)
+            assert runs == one
+        assert sides[1].state() == sides[0].state()
+        for side in sides:
+            side.close()
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_run_into_a_queue_is_taken_in_one_call():
+    """The run path is taken: 30 alike publishes in one read reach the no-ack consumer as one
+    buffer of frames (one part of its output), where one by one each delivery adds its own."""
+    top = tempfile.mkdtemp(prefix="hutch-runs-")
+    try:
+        parts = []
+        for name, runs in (("one", False), ("runs", True)):
+            side = Side(os.path.join(top, name), runs, Limits(), "apart", (100, False), 131072, False)
+            side.conns[1].take_output()  # (the handshake's)
+            side.conns[0].feed(b"".join(publish(b"%d" % i) for i in range(30)))
+            parts.append(len(side.conns[1].out))
+            assert side.conns[1].out_bytes == sum(len(b"%d" % i) + 64 for i in range(30))
+            side.close()
+        assert parts == [30 * 8, 1]
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_run_stops_where_the_connection_has_no_more_room():
+    """The consumer's connection takes deliveries while what it holds counts below its high-water
+    mark (body size + 64 each): exactly 10 of 16-byte bodies at 800 bytes, the rest queued, in
+    the run as one by one."""
+    top = tempfile.mkdtemp(prefix="hutch-runs-")
+    try:
+        sides = []
+        for name, runs in (("one", False), ("runs", True)):
+            side = Side(
+                os.path.join(top, name), runs, Limits(output_high_water=800), "apart", (0, False), 131072, False
+            )
+            for conn in side.conns:
+                conn.take_output()
+            sides.append(side)
+        seen = []
+        for side in sides:
+            side.conns[0].feed(b"".join(publish(b"x" * 16) for _ in range(12)))
+            seen.append((side.broker.queues[b"q"].delivered, side.conns[1].out_bytes))
+            seen.append([conn.take_output() for conn in side.conns])  # (the last two go out now)
+        assert seen[0] == (10, 800)
+        assert seen[2:] == seen[:2]
+        assert sides[1].state() == sides[0].state()
+        for side in sides:
+            side.close()
+    finally:
+        shutil.rmtree(top)
