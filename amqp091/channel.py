@@ -19,7 +19,7 @@ from ..codec.spec import COMMAND_INVALID, FRAME_ERROR, NOT_FOUND, NOT_IMPLEMENTE
 from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature
 from ..core import counters
 from ..core.access import READ
-from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED
+from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED, add_to_group
 from ..core.message import Message
 from ..core.session import MESSAGE, REDELIVERED
 from ..core.topology import queue_for
@@ -357,17 +357,9 @@ class Channel:
             if consumer is not None:
                 consumer.unacked -= 1
                 self.consumer_unacked -= 1
-            for group in groups:
-                if group[0] is queue:
-                    group[1].append(entry)
-                    break
-            else:
-                groups.append([queue, [entry]])
+            add_to_group(groups, queue, entry)
         self._advance_lowest()
-        outcome = ACCEPT if ack else REQUEUE if requeue else REJECT
-        broker = self.broker
-        for queue, entries in groups:
-            broker.settle(queue, entries, outcome)
+        self.broker.settle_groups(groups, ACCEPT if ack else REQUEUE if requeue else REJECT)
         self.redispatch([group[0] for group in groups])
 
     def _advance_lowest(self):

@@ -20,7 +20,7 @@ ends this session; the connection goes on.
 
 from ..codec.errors import ChannelException
 from ..codec.spec import BASIC_CONSUME
-from ..core.broker import ACCEPT, REJECT, REQUEUE
+from ..core.broker import ACCEPT, REJECT, REQUEUE, add_to_group
 from . import spec
 from .addresses import AddressError, source_of, target_of
 from .frames import field
@@ -476,15 +476,8 @@ class Session:
             link, queue, entry = held
             link.consumer.unacked -= 1
             link.consumer_unacked -= 1
-            for group in groups:
-                if group[0] is queue:
-                    group[1].append(entry)
-                    break
-            else:
-                groups.append([queue, [entry]])
-        broker = self.conn.broker
-        for queue, entries in groups:
-            broker.settle(queue, entries, outcome)
+            add_to_group(groups, queue, entry)
+        self.conn.broker.settle_groups(groups, outcome)
         for queue, _entries in groups:
             queue.dispatch()
 

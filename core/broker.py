@@ -75,6 +75,16 @@ def _no_log(level, message, exc=None):
     pass
 
 
+def add_to_group(groups, queue, entry):
+    """entry added to its queue's group in groups ([queue, entries], in the order the queues
+    first appear): for Broker.settle_groups."""
+    for group in groups:
+        if group[0] is queue:
+            group[1].append(entry)
+            return
+    groups.append([queue, [entry]])
+
+
 class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
@@ -544,6 +554,13 @@ class Broker:
             stats[counters.REJECTED] += len(entries)
             for entry in entries:
                 queue.drop(entry, b"rejected")
+
+    def settle_groups(self, groups, outcome):
+        """settle() each queue's entries of groups ([queue, entries], grouped by add_to_group),
+        in the order the queues first appeared: what a front end does with a settlement that
+        names many deliveries (a 0-9-1 ack with multiple, a 1.0 disposition's range)."""
+        for queue, entries in groups:
+            self.settle(queue, entries, outcome)
 
     def route(self, exchange, message):
         """The queues a message goes to, each once: by its routing key and by each key of its CC
