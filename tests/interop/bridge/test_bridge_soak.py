@@ -321,7 +321,7 @@ def seeded():
 
 
 def restart_rabbitmq(rabbitmq, crash):
-    """The run's RabbitMQ, the same node and data, stopped and started again: by rabbitmqctl
+    """A RabbitMQ, the same node and data, stopped and started again: by rabbitmqctl
     stop, or (crash) by SIGKILL of its beam.smp, which also leaves its queues to be recovered."""
     if not crash:
         rabbitmq.restart()
@@ -333,7 +333,21 @@ def restart_rabbitmq(rabbitmq, crash):
     rabbitmq.start()
 
 
-@pytest.mark.xdist_group("rabbitmq")
+@pytest.fixture
+def rabbitmq(tmp_path_factory):
+    """A RabbitMQ of this soak's own, not the run's: it restarts it twenty times, for five
+    minutes, and the run's other RabbitMQ tests (one worker's, one after another) go on beside
+    it on another worker (conftest.py's rabbitmq fixture says why they share one)."""
+    from hutch.bench.brokers import RabbitMQ
+
+    server = RabbitMQ(str(tmp_path_factory.mktemp("soak-rabbitmq"))).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.xdist_group("soak-rabbitmq")
 def test_toward_rabbitmq_every_confirmed_message_arrives_in_order_through_100_faults(tmp_path, rabbitmq):
     """Cuts, resets, black holes, RabbitMQ restarts and edge SIGKILLs (FAULTS_PER_KIND each).
     RabbitMQ keeps no record of what it took, so what was in flight at a fault may come twice:
