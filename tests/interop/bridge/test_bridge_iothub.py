@@ -92,6 +92,9 @@ class FakeIotHub:
     def _serve(self, sock):
         try:
             tls = self.context.wrap_socket(sock, server_side=True)
+        except ssl.SSLEOFError:  # the bridge gave up on a handshake it found slow (a loaded CI): it retries
+            sock.close()
+            return
         except (OSError, ssl.SSLError) as e:
             self.problems.append("TLS: %s" % e)
             sock.close()
