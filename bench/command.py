@@ -133,8 +133,10 @@ SCENARIOS["scraped-no-ack"] = ("throughput 16 B, no-ack, /metrics scraped every 
 TLS_SCENARIOS = ("tls-no-ack", "tls-64k", "tls-latency-p50", "tls-latency-p99")
 # AMQP 1.0 (--amqp10, or named): rhea's load, RabbitMQ with its 1.0 plugin
 SCENARIOS.update((name, entry[:3] + (None,)) for name, entry in amqp10.SCENARIOS.items())
+SCENARIOS.update(amqp10.CPU_ROWS)
 AMQP10_SCENARIOS = tuple(amqp10.SCENARIOS)
-NAMED_ONLY = TLS_SCENARIOS + AMQP10_SCENARIOS + ("scraped-no-ack",)
+AMQP10_ROWS = tuple(name for pair in zip(amqp10.SCENARIOS, amqp10.CPU_ROWS) for name in pair)
+NAMED_ONLY = TLS_SCENARIOS + AMQP10_ROWS + ("scraped-no-ack",)
 DEFAULT_SCENARIOS = [name for name in SCENARIOS if name not in NAMED_ONLY]
 MICROPYTHON_SCENARIOS = ("no-ack", "acks", "tls-no-ack")
 
@@ -177,7 +179,8 @@ def load(broker, name, count, tls=None, args=None):
             return {"tls-latency-p50": result["p50_us"], "tls-latency-p99": result["p99_us"]}
         return {name: SCENARIOS[name][3](broker.host, broker.tls_port, count, tls)}
     if name in AMQP10_SCENARIOS:
-        return {name: amqp10.SCENARIOS[name][3](broker, count)}
+        rate, cpu = amqp10.SCENARIOS[name][3](broker, count)
+        return {name: rate, name + "-cpu": cpu} if cpu is not None else {name: rate}
     if name == "scraped-no-ack":
         if getattr(broker, "metrics_port", None) is None:
             return {}
@@ -422,6 +425,8 @@ def run(args):
         names += [n for n in TLS_SCENARIOS if n not in names]
     if args.amqp10:
         names += [n for n in AMQP10_SCENARIOS if n not in names]
+    for name in [n for n in names if n in AMQP10_SCENARIOS and n + "-cpu" not in names]:
+        names.insert(names.index(name) + 1, name + "-cpu")  # (each 1.0 row with its broker's CPU a message)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         print(
