@@ -26,8 +26,8 @@ LIMITS = {
     "queue_max_messages": 64,
     "queue_max_bytes": 16 * 1024,
     # An up bridge forwards a quarter of this at a time (core/bridge/machine.py): draining a
-    # 20,000-message backlog peaked (on a board, hutch bench --board wasm32) at 87.5 KiB with
-    # 12 in flight, 86.3 with 10, 85.2 with 9 (this value's), under the 86.4 (90 % of 96 KiB)
+    # 20,000-message backlog peaked (on a board, hutch bench --board wasm32) at 87.6 KiB with
+    # 12 in flight, 86.5 with 10, 85.6 with 9 (this value's), under the 86.4 (90 % of 96 KiB)
     # the profile keeps every scenario below (docs/boards.md).
     "total_max_messages": 36,
     "total_max_bytes": 40 * 1024,  # estimated heap held by queued messages (body + ~600 B each)
@@ -53,8 +53,8 @@ AMQP10 = False
 READ_SIZE = 1024
 # Segments are not grown past 16 KiB when journal_max_bytes is raised for a backlog: while a
 # backlog drains, the segment being written keeps a copy of its acks in memory, and the 639 KiB
-# segments of a 10 MB budget took the drain of 20,000 messages to 1,065 KiB of heap (with 12
-# in flight, 32 KiB segments: 105.3; 16 KiB: 83.5; 8 KiB: 77.6, but the 20,000 held then took
-# 50.4 KiB, not 43.1).
+# segments of a 10 MB budget took the drain of 20,000 messages to 1,072 KiB of heap (with 12
+# in flight, 32 KiB segments: 109.4; 16 KiB: 87.6; 8 KiB: 81.7, but the 20,000 held then took
+# 54.5 KiB, not 47.1).
 STORAGE = {"path": "/data", "max_bytes": 256 * 1024, "segment_bytes": 16 * 1024, "max_segment_bytes": 16 * 1024}
 SERIAL = [{"uart": 2, "tx": 17, "rx": 16, "baudrate": 115200}]
