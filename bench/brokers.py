@@ -28,16 +28,37 @@ def free_port():
     out itself (bind to port 0, connect) may meanwhile be handed to another process: a
     test's proxy, a Spark listener, a client. A restart then fails with "address already in
     use" (the bridge soak's edge did once, and later its RabbitMQ, taking the rest of the
-    run's RabbitMQ tests with it)."""
-    low = _ephemeral_ports_start()
+    run's RabbitMQ tests with it).
+
+    Nor is a port handed out twice by one process, and HUTCH_FREE_PORTS ("LOW-HIGH") narrows
+    the range: tests/conftest.py gives each pytest-xdist worker a range of its own, since a
+    port free while its broker restarts may be drawn by another worker's test (a soak's
+    RabbitMQ came back to find a hutch on its port, and the soak read that hutch's queues)."""
+    low, high = _free_port_range()
+    if len(_handed_out) > (high - low) // 2:
+        _handed_out.clear()  # (a long run has drawn half the range: the oldest are long gone)
     while True:
-        port = random.randrange(10000, low) if low > 11000 else 0
+        port = random.randrange(low, high) if high > low + 1000 else 0
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return s.getsockname()[1]
+            port = s.getsockname()[1]
+        _handed_out.add(port)
+        return port
+
+
+_handed_out = set()  # the ports free_port gave in this process
+
+
+def _free_port_range():
+    bounds = os.environ.get("HUTCH_FREE_PORTS", "").partition("-")
+    if bounds[0].isdigit() and bounds[2].isdigit():
+        return int(bounds[0]), int(bounds[2])
+    return 10000, _ephemeral_ports_start()
 
 
 def _ephemeral_ports_start():

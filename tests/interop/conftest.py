@@ -143,6 +143,7 @@ def spark(tmp_path_factory):
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
+    from spark_jvm import QUICK_JIT
 
     scratch = tmp_path_factory.mktemp("spark")
     session = (
@@ -155,6 +156,8 @@ def spark(tmp_path_factory):
         .config("spark.local.dir", str(scratch))
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
         .config("spark.sql.session.timeZone", "UTC")
+        # the client compiler and the serial collector, as the "spark" group's jobs (spark_jvm)
+        .config("spark.driver.extraJavaOptions", QUICK_JIT)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

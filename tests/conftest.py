@@ -1,0 +1,12 @@
+"""What every test process shares: under pytest-xdist each worker draws free ports
+(hutch.bench.brokers.free_port) from a range of its own below the kernel's ephemeral ports,
+inherited by the brokers and commands its tests start. A test that restarts a broker leaves
+its port free meanwhile, and a test on another worker could draw it: two brokers meeting on
+one port is a failure of the run, not of hutch."""
+
+import os
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
+    _LOW = 10000 + (int(_WORKER[2:]) % 8) * 2800  # eight ranges of 2,800 ports: 10000 to 32400
+    os.environ["HUTCH_FREE_PORTS"] = "%d-%d" % (_LOW, _LOW + 2800)
