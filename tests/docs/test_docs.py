@@ -120,7 +120,9 @@ def test_no_page_tells_users_to_pip_install_hutch_from_an_index():
     """hutch is on no package index: `pip install hutch` (or 'hutch[spark]') installs nothing of
     it. A requirement with a location (`'hutch[spark] @ git+...'`) is fine."""
     texts = USER_TEXTS + [os.path.join(ROOT, name) for name in ("CONTRIBUTING.md", "pyproject.toml", "Makefile")]
-    texts += glob.glob(os.path.join(ROOT, "examples", "*")) + [os.path.join(ROOT, "firmware", "README.md")]
+    examples = glob.glob(os.path.join(ROOT, "examples", "*"))
+    texts += [path for path in examples if os.path.isfile(path)]  # (not a __pycache__)
+    texts.append(os.path.join(ROOT, "firmware", "README.md"))
     wrong = re.compile(r"pip install ['\"]?hutch(\[[^\]]*\])?['\"]?(?!\s*@)(\s|`|$)")
     for path in texts:
         for n, line in enumerate(read(path).splitlines(), 1):
