@@ -146,6 +146,7 @@ def guest_refused(port):
         pika.BlockingConnection(params)
 
 
+@pytest.mark.long  # tests/conftest.py: started early
 def test_flash_installs_the_bundle_and_the_board_serves_from_its_config(board, tmp_path):
     amqp_port = free_port()
     config_path, config = board_config(tmp_path, amqp_port)

@@ -631,6 +631,7 @@ def hutch_to_hutch(tmp_path, heartbeat=1):
     return upstream, proxy, edge
 
 
+@pytest.mark.long  # tests/conftest.py: started early
 @pytest.mark.timeout(240)  # (about 40 s alone; a loaded machine has taken over 120)
 def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tmp_path):
     """Upstream is a hutch: what the bridge sends again after a cut, reset or black-holed link

@@ -236,6 +236,7 @@ def hutch_upstream(tmp_path, queue="central"):
     return upstream
 
 
+@pytest.mark.long  # tests/conftest.py: started early
 @pytest.mark.timeout(240)
 def test_hutch_to_hutch_over_1_0_is_exactly_once_through_link_faults(tmp_path):
     """Upstream is a hutch; the bridge's target is RabbitMQ 4's v2 address of its exchange and

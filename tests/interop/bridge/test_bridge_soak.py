@@ -421,6 +421,7 @@ def test_toward_rabbitmq_every_confirmed_message_arrives_in_order_through_100_fa
     assert not edge.errors(), edge.log()[-3000:]
 
 
+@pytest.mark.long  # tests/conftest.py: started early
 def test_toward_hutch_every_confirmed_message_arrives_exactly_once_in_order_through_100_faults(tmp_path):
     """Upstream is a hutch: cuts, resets, black holes, muted replies and edge SIGKILLs
     (FAULTS_PER_KIND each); what the bridge sends again it drops (core/dedup.py), so every

@@ -206,6 +206,7 @@ def _kill_after_compaction(running, rng, offset, deadline):
     return seen
 
 
+@pytest.mark.long  # tests/conftest.py: started early
 def test_every_confirmed_message_survives_sigkills_while_compaction_moves_pinned_ones(tmp_path):
     """Messages are published and taken back, every 25th taken and never acked: it pins its old
     segment until compaction writes it again at the end. Each SIGKILL lands right after the
