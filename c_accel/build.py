@@ -11,47 +11,29 @@ import os
 
 from cffi import FFI
 
-# What Python sees of framing.h, crc32.h, streams.h, messages.h, appends.h and runs.h (cffi's parser takes no #include or #ifndef).
-CDEF = """
-size_t hutch_scan_frames(const uint8_t *buf, size_t len, size_t pos, int64_t max_payload,
-                         uint64_t *records, size_t capacity, size_t *outcome);
-size_t hutch_stream_deliveries(const uint8_t *buf, size_t end, uint64_t *state, uint64_t visible,
-                               uint64_t count, uint64_t space, unsigned number, const uint8_t *tag_ss,
-                               size_t tag_len, uint64_t tag, uint64_t max_payload, uint8_t *out,
-                               size_t capacity);
-uint32_t hutch_crc32(const uint8_t *data, size_t len, uint32_t crc);
-size_t hutch_find_messages(const uint8_t *buf, size_t len, size_t pos, uint64_t first_id,
-                           uint8_t *bitmap, size_t bitmap_len, size_t want,
-                           uint64_t *fields, uint64_t *outcome);
-size_t hutch_stream_appends(const uint8_t *buf, size_t len, const uint64_t *records, size_t count,
-                            unsigned number, const uint8_t *method, size_t method_len,
-                            const uint8_t *header, size_t header_len, size_t fixed_len, uint64_t max_body,
-                            const uint8_t *prefix, size_t prefix_len, size_t body_size_at,
-                            const uint8_t *after, size_t after_len, uint64_t offset,
-                            uint64_t timestamp_ms, size_t max_count, size_t budget, uint8_t *out,
-                            size_t capacity, uint64_t *outcome);
-void hutch_alike_publishes(const uint8_t *buf, const uint64_t *records, size_t count, unsigned number,
-                           const uint8_t *method, size_t method_len, const uint8_t *header,
-                           size_t header_len, size_t fixed_len, uint64_t max_body, size_t max_count,
-                           uint64_t *outcome);
-size_t hutch_queue_deliveries(const uint8_t *buf, const uint64_t *records, size_t count, unsigned number,
-                              const uint8_t *tag_ss, size_t tag_len, uint64_t tag, const uint8_t *route,
-                              size_t route_len, uint64_t max_payload, uint64_t space, uint8_t *out,
-                              size_t capacity, uint64_t *outcome);
-"""
+# The headers whose functions and enums Python sees. cffi's parser takes their declarations and
+# comments but no preprocessor line, so those lines are left out (cdef_of), and each prototype
+# is written once, in its header.
+HEADERS = ("framing.h", "crc32.h", "streams.h", "messages.h", "appends.h", "runs.h")
+
+
+def cdef_of(folder):
+    """The declarations of HEADERS in folder, without their #ifndef, #define and #include lines."""
+    lines = []
+    for name in HEADERS:
+        with open(os.path.join(folder, name)) as f:
+            lines += [line for line in f.read().splitlines() if not line.lstrip().startswith("#")]
+    return "\n".join(lines)
 
 
 def make_builder(folder):
     """The FFI builder, with the C files found in folder (c_accel/)."""
     builder = FFI()
-    builder.cdef(CDEF)
+    builder.cdef(cdef_of(folder))
     builder.set_source(
         "hutch.c_accel._accel",
-        '#include "framing.h"\n#include "crc32.h"\n#include "streams.h"\n#include "messages.h"\n#include "appends.h"\n#include "runs.h"',
-        sources=[
-            os.path.join(folder, name)
-            for name in ("framing.c", "crc32.c", "streams.c", "messages.c", "appends.c", "runs.c")
-        ],
+        "".join('#include "%s"\n' % name for name in HEADERS),
+        sources=[os.path.join(folder, name[:-2] + ".c") for name in HEADERS],  # (each header's own)
         include_dirs=[folder],
         extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra"],
         # A compiler that is missing or fails must not fail the install: setuptools then
