@@ -19,22 +19,17 @@ import shutil
 import struct
 import tempfile
 
+from c_path import WALL, journaled_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from raw_amqp import login, method
 
-from hutch.amqp091 import batch
 from hutch.amqp091.connection import Connection
-from hutch.c_accel import runs as run_code
-from hutch.c_accel import scanner
 from hutch.codec import spec
 from hutch.codec.wire import encode_properties, frame
-from hutch.core.broker import Broker
 from hutch.core.limits import Limits
 from hutch.core.session import MESSAGE, REDELIVERED
-from hutch.ports.recovery import recover
 
-WALL = 1700000000
 QUEUES = [
     (b"q", {}),
     (b"q2", {}),
@@ -173,13 +168,7 @@ class Side:
 
     def __init__(self, folder, runs, limits, layout, prefetch, frame_max, confirms):
         self.folder = folder
-        self.broker = Broker(
-            limits,
-            log=lambda level, message, exc=None: None,
-            frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records, run_code if runs else None),
-        )
-        self.writer = recover(folder, self.broker, 1 << 20, 1 << 30, self.broker.log)
-        self.broker.tick(0, WALL)
+        self.broker, self.writer = journaled_broker(folder, limits, runs)
         publisher = Connection(self.broker, {"address": "127.0.0.1", "port": 1})
         self.conns = [publisher]
         self.feed(publisher, publisher_setup(confirms))
