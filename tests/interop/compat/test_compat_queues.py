@@ -349,6 +349,10 @@ def equal_priorities_in_turn(target):
         if unacked:
             channels[who].basic_ack(unacked[-1], multiple=True)
             acked.update((who, tag) for tag in unacked)
+            # a round trip on the acking channel before the publish: RabbitMQ's channels are
+            # processes of their own, and a publish on another channel could reach the queue
+            # before the ack (who then has no room yet: seen on a loaded machine)
+            channels[who].queue_declare(queue, passive=True)
         publish(channel, queue, 2, first=100 + count)
         pump_until(connection, lambda count=count: len(seen) == count + 2)
     connection.close()
