@@ -118,12 +118,13 @@ def spark_jvm(tmp_path_factory):
     group's worker (tests/support/spark_jvm.py: about half the CPU of each start): every
     driver started after this fixture, by any test of the group, gets it through
     SPARK_SUBMIT_OPTS, and the standalone cluster's master and worker the quicker JIT."""
-    from spark_jvm import QUICK_JIT, make_class_archive, quick_start_options
+    from spark_jvm import make_class_archive, quick_jvm, quick_start_options
 
     archive = make_class_archive(str(tmp_path_factory.mktemp("spark-jvm")))
+    scratch = str(tmp_path_factory.mktemp("spark-jvm-tmp"))
     saved = {name: os.environ.get(name) for name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")}
-    os.environ["SPARK_SUBMIT_OPTS"] = quick_start_options(archive)
-    os.environ["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JIT
+    os.environ["SPARK_SUBMIT_OPTS"] = quick_start_options(archive, scratch)
+    os.environ["SPARK_DAEMON_JAVA_OPTS"] = quick_jvm(scratch)
     yield archive
     for name, value in saved.items():  # the run's last test may not be of the group
         if value is None:
@@ -143,7 +144,7 @@ def spark(tmp_path_factory):
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
-    from spark_jvm import QUICK_JIT
+    from spark_jvm import quick_jvm
 
     scratch = tmp_path_factory.mktemp("spark")
     session = (
@@ -156,8 +157,9 @@ def spark(tmp_path_factory):
         .config("spark.local.dir", str(scratch))
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
         .config("spark.sql.session.timeZone", "UTC")
-        # the client compiler and the serial collector, as the "spark" group's jobs (spark_jvm)
-        .config("spark.driver.extraJavaOptions", QUICK_JIT)
+        # the client compiler and the serial collector, as the "spark" group's jobs, and its
+        # temporary files in scratch (spark_jvm)
+        .config("spark.driver.extraJavaOptions", quick_jvm(scratch))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -27,6 +27,12 @@ from pipeline_support import HUTCH, bodies, declare, first_run_readings, publish
 QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+def quick_jvm(scratch):
+    """QUICK_JIT, and the JVM's temporary files (Spark's block manager and scratch folders,
+    the native libraries it unpacks) in scratch, a folder of the test run, not in /tmp."""
+    return "%s -Djava.io.tmpdir=%s" % (QUICK_JIT, scratch)
+
+
 # `hutch pipeline` as a script spark-submit runs: its JVM, not PySpark's, is then the parent,
 # and ends by itself once the script has (stop_session's wait for a JVM it started bounds a
 # dump that a loaded machine makes slowly: it was killed before the archive was written).
@@ -54,7 +60,7 @@ def make_class_archive(folder):
         publish(broker, "archive-a", bodies(first_run_readings()["a"]))
         env = dict(
             os.environ,
-            SPARK_SUBMIT_OPTS="%s -XX:ArchiveClassesAtExit=%s" % (QUICK_JIT, archive),
+            SPARK_SUBMIT_OPTS="%s -XX:ArchiveClassesAtExit=%s" % (quick_jvm(folder), archive),
             PYSPARK_PYTHON=sys.executable,
             SPARK_LOCAL_IP="127.0.0.1",
         )
@@ -73,6 +79,6 @@ def make_class_archive(folder):
     return archive
 
 
-def quick_start_options(archive):
+def quick_start_options(archive, scratch):
     """SPARK_SUBMIT_OPTS for the drivers of the run's Spark jobs."""
-    return "%s -XX:SharedArchiveFile=%s" % (QUICK_JIT, archive)
+    return "%s -XX:SharedArchiveFile=%s" % (quick_jvm(scratch), archive)

@@ -36,7 +36,6 @@ from pipeline_support import (
     run_pipeline,
     written_aggregates,
 )
-from spark_jvm import QUICK_JIT
 
 SPARK_CLASS = os.path.join(os.path.dirname(__import__("pyspark").__file__), "bin", "spark-class")
 
@@ -45,8 +44,8 @@ def spark_env():
     """The master, the worker and the driver on loopback; the executors' Python is this one,
     their JVM as quick to start as the drivers' (the client compiler; PySpark hands
     PYSPARK_SUBMIT_ARGS to the driver's spark-submit). (Read when used: conftest.py's spark_jvm
-    sets the other JVMs' options before the test.)"""
-    submit = "--conf spark.executor.extraJavaOptions='%s' pyspark-shell" % QUICK_JIT
+    sets the other JVMs' options before the test, the master's and worker's the executors'.)"""
+    submit = "--conf spark.executor.extraJavaOptions='%s' pyspark-shell" % os.environ["SPARK_DAEMON_JAVA_OPTS"]
     return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_SUBMIT_ARGS=submit)
 
 

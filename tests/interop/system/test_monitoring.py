@@ -133,7 +133,7 @@ def test_metrics_under_load_are_clean_and_at_rest_equal_what_the_clients_did(tmp
         for thread in consumers + publishers:
             thread.start()
         # the status page opened in headless Chromium while the load runs
-        during = dom_figures(broker.metrics_url + "/")
+        during = dom_figures(broker.metrics_url + "/", str(tmp_path / "chromium"))
         assert int(during["connections"]) >= 1 and during["updated"].startswith("updated"), during
         taken, empty = 0, 0
         while taken < GETS:  # a basic.get loop beside them
@@ -209,8 +209,9 @@ def test_metrics_under_load_are_clean_and_at_rest_equal_what_the_clients_did(tmp
         broker.stop()
 
 
-def dom_figures(url):
-    """The status page as headless Chromium leaves it after its script ran: {data-figure: text}."""
+def dom_figures(url, profile):
+    """The status page as headless Chromium leaves it after its script ran: {data-figure: text}.
+    profile: a folder for Chromium's profile (the test's own, removed with it)."""
     done = subprocess.run(
         [
             CHROMIUM,
@@ -221,7 +222,7 @@ def dom_figures(url):
             "--disable-component-update",
             "--disable-sync",
             "--no-first-run",
-            "--user-data-dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"), "hutch-chromium-%d" % os.getpid()),
+            "--user-data-dir=" + profile,
             "--virtual-time-budget=4000",
             "--dump-dom",
             url,
@@ -249,7 +250,7 @@ def test_the_status_page_shows_the_figures_of_the_metrics(tmp_path):
         status, content_type, page = get(broker.metrics_url + "/")
         assert status == 200 and content_type.startswith("text/html") and len(page.encode()) < 200 * 1024
         assert "http://" not in page and "https://" not in page  # no external asset
-        figures = dom_figures(broker.metrics_url + "/")
+        figures = dom_figures(broker.metrics_url + "/", str(tmp_path / "chromium"))
         seen = series(get(broker.metrics_url + "/metrics")[2])
         protocol = '{protocol="amqp091"}'
         assert int(figures["received"]) == seen[("rabbitmq_global_messages_received_total", protocol)] == 42
