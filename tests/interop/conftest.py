@@ -8,7 +8,6 @@ helpers they use (RunningBroker, wait_until, ...) are in tests/support/brokers.p
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 from brokers import BIN, DEFAULT_SCANNER, SCANNERS, RunningBroker, terminate
@@ -118,13 +117,15 @@ def spark_jvm(tmp_path_factory):
     group's worker (tests/support/spark_jvm.py: about half the CPU of each start): every
     driver started after this fixture, by any test of the group, gets it through
     SPARK_SUBMIT_OPTS, and the standalone cluster's master and worker the quicker JIT."""
-    from spark_jvm import make_class_archive, quick_jvm, quick_start_options
+    from spark_jvm import compiled_pyspark_python, make_class_archive, quick_jvm, quick_start_options
 
     archive = make_class_archive(str(tmp_path_factory.mktemp("spark-jvm")))
     scratch = str(tmp_path_factory.mktemp("spark-jvm-tmp"))
-    saved = {name: os.environ.get(name) for name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")}
+    names = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "PYSPARK_PYTHON")
+    saved = {name: os.environ.get(name) for name in names}
     os.environ["SPARK_SUBMIT_OPTS"] = quick_start_options(archive, scratch)
     os.environ["SPARK_DAEMON_JAVA_OPTS"] = quick_jvm(scratch)
+    os.environ["PYSPARK_PYTHON"] = compiled_pyspark_python(scratch)
     yield archive
     for name, value in saved.items():  # the run's last test may not be of the group
         if value is None:
@@ -140,13 +141,14 @@ def spark(tmp_path_factory):
     that use it carry xdist_group("rabbitmq") so that one worker runs them all (some compare
     with the run's RabbitMQ), and the session starts once. At the end the session stops, and
     the JVM that PySpark launched for it is stopped by its PID."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the executors' Python workers: hutch is installed here
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
-    from spark_jvm import quick_jvm
+    from spark_jvm import compiled_pyspark_python, quick_jvm
 
     scratch = tmp_path_factory.mktemp("spark")
+    # the executors' Python workers: this virtualenv's, where hutch is installed (spark_jvm)
+    os.environ["PYSPARK_PYTHON"] = compiled_pyspark_python(str(scratch))
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     session = (
         SparkSession.builder.master("local[2]")
         .appName("hutch-tests")

@@ -9,8 +9,8 @@ itself: the master lists the application as finished, the worker lists its execu
 executor's log in the worker's work dir has the Python tasks it ran (the source's reads are
 Python tasks: a driver has no executor of its own on a standalone cluster).
 
-The executor runs this virtualenv's Python (PYSPARK_PYTHON, which the driver hands to the
-executors), where hutch is installed. The master and the worker are stopped by their PIDs at
+The executor runs this virtualenv's Python (PYSPARK_PYTHON, set by conftest.py's spark_jvm,
+which the driver hands to the executors), where hutch is installed. The master and the worker are stopped by their PIDs at
 the end, and no process of theirs (the executor's JVM, its Python workers) may be left.
 """
 
@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import urllib.request
 
 import pytest
@@ -46,7 +45,7 @@ def spark_env():
     PYSPARK_SUBMIT_ARGS to the driver's spark-submit). (Read when used: conftest.py's spark_jvm
     sets the other JVMs' options before the test, the master's and worker's the executors'.)"""
     submit = "--conf spark.executor.extraJavaOptions='%s' pyspark-shell" % os.environ["SPARK_DAEMON_JAVA_OPTS"]
-    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_SUBMIT_ARGS=submit)
+    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_SUBMIT_ARGS=submit)
 
 
 class StandaloneCluster:
