@@ -17,16 +17,33 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    """The tests of an xdist_group first, then those marked long, each kind's order kept.
-    pytest-xdist hands out its groups largest first, then single tests in this order: the
-    bridge soak toward RabbitMQ (a group of one, five minutes) came after hundreds of single
-    tests and started four minutes into the run, the last to end by a minute and a half, and
-    a long test handed out last leaves the other workers' cores idle while it ends the run.
-    (In each worker alike: every worker must collect the same list.)"""
+    """The order pytest-xdist hands the tests out in (pyproject.toml's --no-loadscope-reorder
+    keeps it). A unit is an xdist group (its tests run on one worker, one after another) or a
+    single test; a unit with a test marked long goes first, larger units and then groups
+    first among them; then the other groups, larger first; then the other single tests.
 
-    def kind(item):
-        if item.get_closest_marker("xdist_group") is not None:
-            return 0
-        return 1 if item.get_closest_marker("long") is not None else 2
+    A worker is handed the unit it runs and one more, which waits until the first ends. By
+    size alone, the bridge soak toward RabbitMQ (a group of one, five minutes) came after the
+    small groups and the soak toward hutch (100 s) right behind it on the same worker: that
+    started 486 s into a run and ended it, the other workers' cores idle in its last minute
+    and a half. A long test handed out last ends a run the same way. (In each worker alike:
+    every worker must collect the same list.)"""
 
-    items.sort(key=kind)
+    def group(item):
+        mark = item.get_closest_marker("xdist_group")
+        return None if mark is None else (mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+    sizes, long_groups = {}, set()
+    for item in items:
+        name = group(item)
+        sizes[name] = sizes.get(name, 0) + 1
+        if item.get_closest_marker("long") is not None:
+            long_groups.add(name)
+
+    def order(item):
+        name = group(item)
+        if name is None:
+            return (0, 0, 1) if item.get_closest_marker("long") is not None else (2, 0, 0)
+        return (0 if name in long_groups else 1, -sizes[name], 0)
+
+    items.sort(key=order)

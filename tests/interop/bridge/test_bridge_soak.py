@@ -347,6 +347,7 @@ def rabbitmq(tmp_path_factory):
         server.stop()
 
 
+@pytest.mark.long  # tests/conftest.py: started early
 @pytest.mark.xdist_group("soak-rabbitmq")
 def test_toward_rabbitmq_every_confirmed_message_arrives_in_order_through_100_faults(tmp_path, rabbitmq):
     """Cuts, resets, black holes, RabbitMQ restarts and edge SIGKILLs (FAULTS_PER_KIND each).

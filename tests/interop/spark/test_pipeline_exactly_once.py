@@ -506,6 +506,7 @@ def publish_all(broker, readings, queue_type):
 # ---------------------------------------------------------------- the tests
 
 
+@pytest.mark.long  # tests/conftest.py: its group is started early
 def test_killed_at_four_points_and_its_broker_once_the_pipeline_writes_every_window_once(hutch, tmp_path):
     readings = published_readings()
     publish_all(hutch, readings, "stream")
