@@ -33,17 +33,21 @@ def pytest_collection_modifyitems(items):
         mark = item.get_closest_marker("xdist_group")
         return None if mark is None else (mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
 
-    sizes, long_groups = {}, set()
+    def long(item):
+        return item.get_closest_marker("long") is not None
+
+    sizes, long_groups = {}, set()  # of the groups only
     for item in items:
         name = group(item)
-        sizes[name] = sizes.get(name, 0) + 1
-        if item.get_closest_marker("long") is not None:
-            long_groups.add(name)
+        if name is not None:
+            sizes[name] = sizes.get(name, 0) + 1
+            if long(item):
+                long_groups.add(name)
 
     def order(item):
         name = group(item)
-        if name is None:
-            return (0, 0, 1) if item.get_closest_marker("long") is not None else (2, 0, 0)
+        if name is None:  # a single test: after the long groups if long, else last
+            return (0, 0, 1) if long(item) else (2, 0, 0)
         return (0 if name in long_groups else 1, -sizes[name], 0)
 
     items.sort(key=order)

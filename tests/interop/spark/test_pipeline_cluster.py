@@ -10,8 +10,9 @@ executor's log in the worker's work dir has the Python tasks it ran (the source'
 Python tasks: a driver has no executor of its own on a standalone cluster).
 
 The executor runs this virtualenv's Python (PYSPARK_PYTHON, set by conftest.py's spark_jvm,
-which the driver hands to the executors), where hutch is installed. The master and the worker are stopped by their PIDs at
-the end, and no process of theirs (the executor's JVM, its Python workers) may be left.
+which the driver hands to the executors), where hutch is installed. The master and the worker
+are stopped by their PIDs at the end, and no process of theirs (the executor's JVM, its Python
+workers) may be left.
 """
 
 import json
