@@ -164,11 +164,13 @@ WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing 
 # message cost the broker 66 µs joined, 56 µs written so. A TLS listener's writes are joined:
 # its layer encrypts them, a copy anyway.
 LARGE_WRITE = 64 * 1024
-IOV_MAX = 1024  # the most buffers one writev takes (Linux)
+# The most buffers one writev takes (Linux: 1024); 0 where the system has no writev (Windows):
+# every output is then joined.
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "writev") and "SC_IOV_MAX" in os.sysconf_names else 0
 
 
 def write_parts(transport, fd, parts):
-    """Write parts to transport, whose socket is fd (None: a TLS layer, or not a socket)."""
+    """Write parts to transport, whose socket is fd (None: a TLS layer, or no writev here)."""
     if fd is not None and len(parts) <= IOV_MAX and not transport.get_write_buffer_size():
         total = 0
         for part in parts:
@@ -176,9 +178,7 @@ def write_parts(transport, fd, parts):
         if total >= LARGE_WRITE and not transport.is_closing():
             try:
                 written = os.writev(fd, parts)
-            except (BlockingIOError, InterruptedError):
-                written = 0
-            except OSError:  # (the transport meets the error again, and closes the way it does)
+            except OSError:  # no room (the transport waits for it), or an error the transport meets again
                 written = 0
             if written == total:
                 return
@@ -212,7 +212,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport):
         self.transport = transport
-        if self.server.tls is None:  # (a TLS listener's transport: ports/tls_cpython.py TLSLayer)
+        if self.server.tls is None and IOV_MAX:  # (a TLS listener's transport: ports/tls_cpython.py TLSLayer)
             self.fd = transport.get_extra_info("socket").fileno()
         # asyncio pauses writing above 64 KiB in the socket's send buffer: one 64 KiB delivery
         # would fill it, and the next wait for the client to read all of it. The broker's own
