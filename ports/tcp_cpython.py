@@ -155,15 +155,15 @@ FRAME_MARGIN = 512
 # time); grown to the largest read asked for.
 _large = [bytearray()]
 WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing pauses (see below)
-# A large output (LARGE_WRITE or more: deliveries of large messages) is written with one
-# writev of its parts straight to the socket, as asyncio's writelines does from Python 3.12 on,
-# when the transport has nothing of its own still to send (the order stays) and is not closing
-# (the descriptor is still this client's socket): what the socket does not take goes through
-# transport.write. Joining the parts first copied every body once more, into a new buffer of
-# a few hundred KB whose pages the allocator mapped and the kernel zeroed each time: with the
-# reads above, a 64 KiB message cost the broker 66-78 µs joined (the allocator's part varies
-# from run to run), 56 µs written so. A TLS listener's writes are joined: its layer encrypts
-# them, a copy anyway.
+# A large output (LARGE_WRITE or more, as the connection counts its deliveries' octets: those
+# of large messages) is written with one writev of its parts straight to the socket, as
+# asyncio's writelines does from Python 3.12 on, when the transport has nothing of its own
+# still to send (the order stays) and is not closing (the descriptor is still this client's
+# socket): what the socket does not take goes through transport.write. Joining the parts first
+# copied every body once more, into a new buffer of a few hundred KB whose pages the allocator
+# mapped and the kernel zeroed each time: with the reads above, a 64 KiB message cost the
+# broker 66-78 µs joined (the allocator's part varies from run to run), 56 µs written so. A
+# TLS listener's writes are joined: its layer encrypts them, a copy anyway.
 LARGE_WRITE = 64 * 1024
 # The most buffers one writev takes (Linux: 1024); 0 where the system has no writev (Windows):
 # every output is then joined.
@@ -171,19 +171,23 @@ IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "writev") and "SC_IOV_MAX" in 
 
 
 def write_parts(transport, fd, parts):
-    """Write parts to transport, whose socket is fd (None: a TLS layer, or no writev here)."""
-    if fd is not None and len(parts) <= IOV_MAX and not transport.get_write_buffer_size():
-        total = 0
-        for part in parts:
-            total += len(part)
-        if total >= LARGE_WRITE and not transport.is_closing():
-            try:
-                written = os.writev(fd, parts)
-            except OSError:  # no room (the transport waits for it), or an error the transport meets again
-                written = 0
-            if written == total:
-                return
-            parts = _after(parts, written)
+    """Write parts to transport: with one writev to its socket fd (None: joined, as a small
+    output, a TLS layer's or one on a system without writev), if the transport holds nothing
+    still to send and is not closing; what the socket does not take through the transport."""
+    if (
+        fd is not None
+        and len(parts) <= IOV_MAX
+        and not transport.get_write_buffer_size()
+        and not transport.is_closing()
+    ):
+        total = sum(map(len, parts))
+        try:
+            written = os.writev(fd, parts)
+        except OSError:  # no room (the transport waits for it), or an error the transport meets again
+            written = 0
+        if written == total:
+            return
+        parts = _after(parts, written)
     transport.write(b"".join(parts))
 
 
@@ -354,9 +358,12 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             transport.close()
             return
         if not self.writing_paused:
+            # large or not by what the connection counted of its deliveries as it made them
+            # (out_bytes, which take_parts resets): small outputs pay no scan of their parts
+            large = conn.out_bytes >= LARGE_WRITE
             parts = conn.take_parts()
             if parts:
-                write_parts(transport, self.fd, parts)
+                write_parts(transport, self.fd if large else None, parts)
         read = conn.want_read and not conn.saturated()
         if read == self.reading_paused:
             self.reading_paused = not read
