@@ -13,7 +13,7 @@ OutgoingLink   the client receives from a queue or a stream: the session of a co
 """
 
 from ..codec.errors import ChannelException
-from ..codec.wire import encode_properties
+from ..codec.wire import encode_properties, text
 from ..core.broker import JOURNALLED, REFUSED, ROUTED
 from ..core.message import Message
 from ..core.queue import Consumer
@@ -34,6 +34,7 @@ class IncomingLink:
     """A link on which the client sends (see the module's docstring)."""
 
     detached = False  # we ended it: what still comes on it until the client's detach is let go
+    unroutable_said = False  # the broker logged that a message on it went to no queue
 
     def __init__(self, session, handle, name, exchange, routing_key, credit):
         self.session = session
@@ -103,6 +104,14 @@ class IncomingLink:
             return rejected(CONDITIONS.get(e.code, "amqp:precondition-failed"), e.text), 0
         result = broker.publish(target, message, publisher)
         if not result & ROUTED:
+            if not self.unroutable_said:  # once a link: a sender may send thousands so
+                self.unroutable_said = True
+                broker.log(
+                    "warning",
+                    "%s: AMQP 1.0 link '%s': a message to exchange '%s' with routing key '%s' went to no queue "
+                    "(released; said once a link): declare and bind a queue for it"
+                    % (self.session.conn.name, self.name, text(exchange), text(routing_key)),
+                )
             return RELEASED, 0
         if result & REFUSED:
             return rejected("amqp:resource-limit-exceeded", "a queue refused the message: it is full"), 0

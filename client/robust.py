@@ -6,12 +6,13 @@ exchanges, bindings), confirm mode, qos and consumers, and keeps every message n
 Confirms: messages not acked - nacked, or in flight when the channel or connection was
 lost - wait in `c.unconfirmed` as (exchange, routing_key, body, properties, mandatory)
 until republish() sends them again (so does reconnect(republish=True)) or the caller
-clears the list.
+clears the list. So do mandatory messages that came back (Returned: no queue took them).
 
 reconnect(republish=False): after an OSError or AMQPError, connect again - or only reopen
-the channel after a channel error - and restore the queues, exchanges and bindings this
-client declared, confirm mode, qos and consumers. declare_queue, declare_exchange and bind
-take record=True (record=False: not restored).
+the channel after a channel error, or nothing when both are still open (after Returned) -
+and restore the queues, exchanges and bindings this client declared, confirm mode, qos and
+consumers. declare_queue, declare_exchange and bind take record=True (record=False: not
+restored).
 """
 
 from ..codec import spec
@@ -32,8 +33,12 @@ class Client(Simple):
         declarations, confirm mode and consumers. Messages in flight move to `unconfirmed`;
         republish=True sends them again. Raises like connect() if that fails; what to restore
         is kept for the next attempt."""
-        saved = topology, consumers, confirming = self._topology, self._consumers, self._confirming
         p = self.protocol
+        if p.state == "open" and p.channel_open:  # nothing was lost (a Returned message, say)
+            if republish:
+                self.republish()
+            return
+        saved = topology, consumers, confirming = self._topology, self._consumers, self._confirming
         p.channel_lost()
         try:
             renamed = {}
@@ -80,6 +85,11 @@ class Client(Simple):
         if self.protocol.confirming:
             return (exchange, routing_key, body, properties, mandatory)
         return None
+
+    def _returned(self, message):
+        """A mandatory message came back: kept in `unconfirmed`, for republish() once a queue
+        takes it (its confirm, which follows, settles nothing more)."""
+        self.unconfirmed.append((message.exchange, message.routing_key, message.body, message.properties, True))
 
     def republish(self):
         """Publish the messages in `unconfirmed` again (with new sequence numbers)."""

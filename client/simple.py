@@ -22,7 +22,7 @@ passive) -> (name, messages, consumers); declare_exchange(name, type="direct", d
 auto_delete, arguments, passive); bind(queue, exchange, routing_key="", arguments) (the
 three take record=True too, which only the robust client acts on);
 delete_queue(name) -> messages; confirm(); publish(exchange, routing_key, body,
-properties=None, mandatory=False) -> seq; wait_confirms(timeout_ms) -> bool;
+properties=None, mandatory=True) -> seq; wait_confirms(timeout_ms) -> bool;
 consume(queue, callback, no_ack=False, prefetch=None, arguments=None) -> tag (arguments: the
 consumer's, e.g. {"x-stream-offset": "first"} on a stream); cancel(tag); get(queue,
 no_ack=False) -> Message or None; check_msg() -> bool; wait_msg(timeout_ms=None) -> bool;
@@ -46,9 +46,11 @@ Confirms: wait_confirms() is True once every message published so far is acked, 
 if one was nacked or lost with the channel (their sequence numbers wait in
 c.protocol.unconfirmed until cleared) or time ran out.
 
-Mandatory messages the broker cannot route come back to `c.on_return(message)` (with
-.reply_code, .reply_text) if it is set, else as a Returned exception from the call that
-read them.
+Unroutable messages: publish() is mandatory unless told otherwise (mandatory=False), so a
+message no queue takes comes back, to `c.on_return(message)` (with .reply_code, .reply_text)
+if it is set, else as a Returned exception from the call that read it (wait_confirms(),
+check_msg()...): a sensor learns that its reading went nowhere. (AMQP acks an unroutable
+message that is not mandatory and drops it.)
 
 Heartbeats are sent and checked only while the client is called: call check_msg() or
 wait_msg() at least every heartbeat/2 seconds, or set heartbeat=0 on a node that sleeps.
@@ -190,8 +192,9 @@ class Client:
         self._call(spec.CONFIRM_SELECT, (False,))
         self._confirming = True  # for reconnect() to restore
 
-    def publish(self, exchange, routing_key, body, properties=None, mandatory=False):
-        """basic.publish: the message's sequence number in confirm mode, else 0."""
+    def publish(self, exchange, routing_key, body, properties=None, mandatory=True):
+        """basic.publish: the message's sequence number in confirm mode, else 0. Mandatory by
+        default: a message no queue takes comes back (Returned, or on_return)."""
         if self.blocked is not None:
             raise Blocked(self.blocked)
         p = self.protocol
@@ -211,6 +214,9 @@ class Client:
     def _keep(self, exchange, routing_key, body, properties, mandatory):
         """What the protocol keeps of a message until it is confirmed: here its sequence number."""
         return None
+
+    def _returned(self, message):
+        """A mandatory message came back: the simple client keeps nothing of it."""
 
     def wait_confirms(self, timeout_ms=None):
         """Wait (default: timeout_ms) until every publish so far is confirmed. True if all were
@@ -323,12 +329,13 @@ class Client:
                         c[1](event)
                 elif event.kind == spec.BASIC_GET_OK:
                     self._value = event
-                elif self.on_return:
+                else:  # basic.return
+                    self._returned(event)
+                    if not self.on_return:
+                        e = Returned(event.reply_code, event.reply_text)
+                        e.message = event
+                        raise e
                     self.on_return(event)
-                else:
-                    e = Returned(event.reply_code, event.reply_text)
-                    e.message = event
-                    raise e
             elif isinstance(event, AMQPError):  # the broker closed the channel or the connection
                 try:
                     self._flush()  # close-ok

@@ -270,3 +270,26 @@ def test_bad_frames_raise():
             raise AssertionError("no DecodeError")
         except wire.DecodeError:
             pass
+
+
+def test_a_property_of_the_wrong_type_is_named_before_anything_is_written():
+    """delivery_mode "2" (a string from a config or JSON) is a TypeError that names the property
+    and what it takes, not the encoder's own words; nothing of the message is queued."""
+    p = opened()
+    for props, words in (
+        (
+            {"delivery_mode": "2"},
+            "message property delivery_mode must be 1 (transient) or 2 (persistent), an integer, not '2'",
+        ),
+        ({"content_type": 5}, "message property content_type must be a string, not 5"),
+        ({"headers": "x=1"}, "message property headers must be a table (a dict), not 'x=1'"),
+        ({"timestamp": "now"}, "message property timestamp must be an integer (seconds), not 'now'"),
+    ):
+        try:
+            p.publish("", "q", b"21.5", props)
+            raise AssertionError("no error for %r" % (props,))
+        except TypeError as e:
+            assert str(e) == words, str(e)
+        assert sent(p) == b""
+    p.publish("", "q", b"21.5", {"delivery_mode": 2})
+    assert [kind for kind, _, _ in frames(sent(p))] == [1, 2, 3]  # the next message goes out whole

@@ -161,9 +161,12 @@ def mandatory(port, queue):
     c.confirm()
     returned = []
     c.on_return = returned.append
-    c.publish("", "nowhere", b"unroutable", {"message_id": "r1"}, mandatory=True)
+    c.publish("", "nowhere", b"unroutable", {"message_id": "r1"})  # mandatory by default
     c.publish("", queue, b"routable", mandatory=True)
-    assert c.wait_confirms(5000)  # a returned message is still confirmed (as by RabbitMQ)
+    # a returned message is confirmed too (as by RabbitMQ), but it waits in unconfirmed
+    assert not c.wait_confirms(5000)
+    assert c.unconfirmed == [("", "nowhere", b"unroutable", {"message_id": "r1"}, True)], c.unconfirmed
+    c.unconfirmed = []
     m = returned[0]
     say(
         "returned",
@@ -181,6 +184,15 @@ def mandatory(port, queue):
         raise AssertionError("no Returned")
     except Returned as e:
         say("raised", e.code, e.message.body.decode())
+    c.reconnect(republish=True)  # nothing to reopen after a Returned: it is published again
+    try:
+        c.wait_confirms(5000)
+        raise AssertionError("no Returned")
+    except Returned as e:
+        say("raised", e.code, e.message.body.decode())
+    c.unconfirmed = []
+    c.declare_queue("nowhere")
+    c.publish("", "nowhere", b"routed now", mandatory=False)
     assert c.wait_confirms(5000)
     c.close()
 

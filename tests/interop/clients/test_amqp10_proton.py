@@ -177,10 +177,18 @@ def test_a_publisher_is_told_released_for_no_route_and_rejected_by_a_full_queue(
         sender.send(data(b"does not"))
     assert str(refused.value.state) == "REJECTED"
     nowhere = conn.create_sender("/exchanges/amq.direct/nobody-bound", name="nowhere")
-    with pytest.raises(SendException) as released:
-        nowhere.send(data(b"lost"))
-    assert str(released.value.state) == "RELEASED"
+    for _ in range(2):
+        with pytest.raises(SendException) as released:
+            nowhere.send(data(b"lost"))
+        assert str(released.value.state) == "RELEASED"
     conn.close()
+    # the broker's log says why, once for the link
+    said = [line for line in broker.log().splitlines() if "went to no queue" in line]
+    assert len(said) == 1 and " WARNING " in said[0], said
+    assert (
+        "AMQP 1.0 link 'nowhere': a message to exchange 'amq.direct' with routing key 'nobody-bound' went to no queue"
+        in said[0]
+    )
 
 
 def test_a_missing_queue_ends_its_link_and_the_session_goes_on(broker):

@@ -136,10 +136,11 @@ def test_gateway_toml_forwards_the_sensors_readings_to_an_upstream_hutch(broker,
         url = "amqp://sensor:greenhouse@127.0.0.1:%d/" % gateway.port
         out = run_example("sensor_simulator.py", "--url", url, "--duration", "600")
         assert "published 180 readings of 3 sensors" in out
-        # and the README's sensor, with the gateway's address for gateway.local
-        snippet = readme_sensor_snippet().replace('"gateway.local"', '"127.0.0.1", %d' % gateway.port)
+        # and the README's sensor, with the gateway's port and the sensors' user for guest's
+        snippet = readme_sensor_snippet().replace("5672", str(gateway.port))
+        snippet = snippet.replace('user="guest", password="guest"', 'user="sensor", password="greenhouse"')
         proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.returncode == 0 and proc.stdout == "True\n", proc.stdout + proc.stderr
 
         def upstream_count():
             c = pika_connection(broker)

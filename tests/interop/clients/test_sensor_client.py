@@ -199,9 +199,11 @@ def test_mandatory_unroutable_message_is_returned(node, broker):
     assert node.run("sensor_node.py", "mandatory", broker.port, "m-q") == [
         "returned 1 312 NO_ROUTE nowhere unroutable r1",  # to on_return, with its properties
         "raised 312 again",  # no on_return: a Returned exception
+        "raised 312 again",  # kept in unconfirmed and published again by reconnect(republish=True)
     ]
     channel = pika_channel(broker)
     assert channel.queue_declare("m-q", passive=True).method.message_count == 1  # the routable one
+    assert channel.queue_declare("nowhere", passive=True).method.message_count == 1
     channel.connection.close()
 
 

@@ -1,0 +1,98 @@
+"""Every code snippet of README.md and the documentation runs as written against a fresh broker.
+
+Each page's ```python and ```js blocks are taken in order and run, each as a script of its
+own (the test run's Python, which has pika, Qpid Proton and hutch; Node with tests/node's
+packages for rhea), against one `hutch serve` started for the page with no config and an
+empty data folder, as `make serve` starts it. One thing is changed: the port, 5672 as the
+pages write it, becomes the test broker's (tests run in parallel). What each snippet prints
+is compared with what the page says it prints.
+
+A block that needs hardware says so in a comment before it (`<!-- not run: ... -->`): it is
+compiled, and its `hutch` imports are made, so that a name the page uses exists. The Spark
+page's blocks need a Spark session: tests/interop/spark/test_spark_snippets.py runs them.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from brokers import hutch_serve
+from paths import NODE_DIR, ROOT
+from snippets import PAGES, page_name, snippets, with_port
+
+RUN_ELSEWHERE = {"docs/spark.md": "tests/interop/spark/test_spark_snippets.py"}
+NODE = shutil.which("node")
+
+# What each snippet that is run prints, by page and its place among the page's snippets
+# (a snippet that prints nothing: ""). A change to a page's snippets changes this table.
+PRINTS = {
+    ("README.md", 0): "b'21.5'\n",
+    ("README.md", 1): "True\n",
+    ("docs/amqp10.md", 0): "",
+    ("docs/amqp10.md", 1): "b'21.5' 0\n",
+    ("docs/amqp10.md", 2): "",
+    ("docs/amqp10.md", 3): "b'{\"t\": 21.5}' {'sensor': 's-7'}\n",
+    ("docs/sensor-client.md", 0): "on disk: True\n" * 3,
+    ("docs/streams.md", 0): "offset 0: b'21.5'\n",
+}
+
+
+def pages_to_run():
+    return [page_name(p) for p in PAGES if snippets(p) and page_name(p) not in RUN_ELSEWHERE]
+
+
+def run(language, code, port, folder):
+    """Run one snippet (its port made the test broker's); its CompletedProcess."""
+    code = with_port(code, port)
+    if language == "js":
+        script = os.path.join(folder, "snippet.js")
+        command = [NODE, script]
+        env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"))
+    else:
+        script = os.path.join(folder, "snippet.py")
+        command = [sys.executable, script]
+        env = None
+    with open(script, "w") as f:
+        f.write(code)
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+
+
+def check_without_running(code, where):
+    """A block that needs hardware: it compiles, and the hutch names it imports exist."""
+    compile(code, where, "exec")
+    imports = [line for line in code.splitlines() if re.match(r"(from hutch[.\w]* import|import hutch)", line)]
+    for line in imports:
+        exec(line, {})
+
+
+@pytest.mark.parametrize("page", pages_to_run())
+def test_the_snippets_of_a_page_run_as_written_against_a_fresh_broker(page, tmp_path):
+    broker = hutch_serve(tmp_path).start()
+    try:
+        for i, (language, code, why) in enumerate(snippets(page)):
+            where = "%s, snippet %d" % (page, i)
+            if why:
+                check_without_running(code, where)
+                continue
+            done = run(language, code, broker.port, str(tmp_path))
+            assert done.returncode == 0, "%s failed:\n%s\n%s%s" % (where, code, done.stdout, done.stderr)
+            assert (page, i) in PRINTS, "%s printed %r: add it to PRINTS" % (where, done.stdout)
+            assert done.stdout == PRINTS[page, i], where
+    finally:
+        broker.stop()
+    assert not broker.errors(), broker.log()
+
+
+def test_every_snippet_is_run_or_says_why_not():
+    """Each page with snippets is run here or by the test RUN_ELSEWHERE names, and every
+    snippet that PRINTS knows of is still there."""
+    for page, test in RUN_ELSEWHERE.items():
+        assert snippets(page), page
+        assert os.path.exists(os.path.join(ROOT, test)), test
+    counted = {(page_name(p), i) for p in PAGES for i, (_, _, why) in enumerate(snippets(p)) if not why}
+    assert set(PRINTS) <= counted, set(PRINTS) - counted
+    not_run = [(page_name(p), why) for p in PAGES for _, _, why in snippets(p) if why]
+    assert all(why.startswith("needs ") for _, why in not_run), not_run

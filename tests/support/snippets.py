@@ -1,0 +1,28 @@
+"""The code snippets of README.md and the documentation's pages, for the tests that run them
+(tests/docs/test_snippets.py, tests/interop/spark/test_spark_snippets.py)."""
+
+import glob
+import os
+import re
+
+from paths import ROOT
+
+PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+# A ```python or ```js block, after a comment that says why it is not run, if it is not
+BLOCK = re.compile(r"(?:<!-- not run: ([^>]*?) -->\n)?```(python|js)\n(.*?)```", re.S)
+
+
+def snippets(page):
+    """[(language, code, why it is not run or "")] of a page (a path from the checkout), in order."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        text = f.read()
+    return [(language, code, why) for why, language, code in BLOCK.findall(text)]
+
+
+def page_name(path):
+    return os.path.relpath(path, ROOT)
+
+
+def with_port(code, port):
+    """A snippet against a test broker: the port the pages write, 5672, made the broker's."""
+    return code.replace("5672", str(port))
