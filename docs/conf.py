@@ -1,8 +1,10 @@
 """Sphinx's settings for hutch's documentation site: `make docs` builds it into site/.
 
-The pages are Markdown (myst-parser), the theme Furo. _ext/config_reference.py writes the
-configuration reference's tables from the code at every build. Nothing is fetched when a
-page is viewed: no web fonts, no scripts from elsewhere.
+The pages are Markdown (myst-parser), the theme Furo. Each page reads whole as plain Markdown:
+the text made from the code (the configuration reference's tables, the examples) is written
+into the pages by _ext/generated.py, which the build checks is current, and only the site's
+navigation and the changelog's text come in at build time (_ext/site_pages.py). Nothing is
+fetched when a page is viewed: no web fonts, no scripts from elsewhere.
 """
 
 import os
@@ -17,7 +19,7 @@ author = "the hutch developers"
 copyright = "the hutch developers, MIT licence"
 release = version = VERSION
 
-extensions = ["myst_parser", "config_reference"]
+extensions = ["myst_parser", "generated", "site_pages"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "_ext", "_static"]

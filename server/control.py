@@ -22,11 +22,12 @@ USERS_FILE = "users.json"
 
 
 class Control:
-    def __init__(self, runtime, data_folder, config_users):
+    def __init__(self, runtime, data_folder, user_origins):
         self.runtime = runtime
         self.broker = runtime.broker
         self.folder = data_folder
-        self.config_users = set(config_users)  # names the config file defines
+        # the users the operator's files define (server/options.py user_origins): changed there
+        self.config_users = user_origins
         self.commands = {
             "export": self.export,
             "import": self.import_definitions,
@@ -111,7 +112,7 @@ class Control:
         from ..core.auth import hash_password
 
         name = request["name"]
-        refused = self._config_user(name)
+        refused = self._config_user(name, "add")
         if refused or name in self.broker.users.hashes:
             return {"error": refused or "user '%s' already exists" % name}
         return self._keep_user(name, hash_password(request["password"], os.urandom(4)), request.get("tags") or [], None)
@@ -119,7 +120,7 @@ class Control:
     def set_permissions(self, request):
         name = request["name"]
         users = self.broker.users
-        refused = self._config_user(name)
+        refused = self._config_user(name, "permissions")
         if refused or name not in users.hashes:
             return {"error": refused or "no user '%s'" % name}
         patterns = (request["configure"], request["write"], request["read"])
@@ -132,7 +133,7 @@ class Control:
     def delete_user(self, request):
         name = request["name"]
         users = self.broker.users
-        refused = self._config_user(name)
+        refused = self._config_user(name, "delete")
         if refused or name not in users.hashes:
             return {"error": refused or "no user '%s'" % name}
         for table in (users.hashes, users.tags, users.permissions or {}):
@@ -145,10 +146,30 @@ class Control:
             }
         return {"deleted": name}
 
-    def _config_user(self, name):
-        if name in self.config_users:
-            return "user '%s' is one of the broker's config: change it there" % name
-        return None
+    def _config_user(self, name, change):
+        """Why a user the operator's files define is not changed here (change: add, permissions,
+        delete), naming the file and what to change in it; None for any other user."""
+        if name not in self.config_users:
+            return None
+        kind, path = self.config_users[name]
+        if kind == "built-in":
+            return (
+                "user '%s' is the broker's built-in user (its config has no [users] table): give the config "
+                "a [users] table with the users it needs, or add a user of your own with hutch ctl add-user" % name
+            )
+        if kind == "definitions":
+            what = {"add": "its entry in users", "permissions": "its entry in permissions", "delete": "its entries"}
+            return "user '%s' is defined in the definitions file %s: change %s there" % (name, path, what[change])
+        what = {
+            "add": "password_hash or tags in [users.%s]" % name,
+            "permissions": "permissions (and topic_permissions) in [users.%s]" % name,
+            "delete": "remove [users.%s]" % name,
+        }
+        return "user '%s' is defined in the config file %s: %s there, then restart the broker" % (
+            name,
+            path,
+            ("change " + what[change]) if change != "delete" else what[change],
+        )
 
     def _keep_user(self, name, password_hash, tags, patterns):
         """A user added or changed at run time: in use at once, and kept in DATA/users.json."""
@@ -185,7 +206,7 @@ class Control:
         left_out = list(parsed.unsupported)
         for name in sorted(parsed.hashes):
             if name in self.config_users:
-                left_out.append("user '%s' (one of the broker's config: change it there)" % name)
+                left_out.append(self._config_user(name, "add"))
                 _drop_user(parsed, name)
         errors = []
         users = self.broker.users

@@ -17,20 +17,21 @@ from .control import Control, load_users
 
 
 class HostServices:
-    def __init__(self, folder, runtime):
+    def __init__(self, folder, runtime, user_origins):
         self.folder = folder
         self.runtime = runtime
+        self.user_origins = user_origins  # the operator's users: hutch ctl import leaves them alone
         self.status = StatusWriter(folder, runtime.broker, runtime.log)
         self.control = None
         self.notify = None
         self.ready_task = None
 
     async def start(self):
-        users = self.runtime.broker.users
-        config_users = list(users.hashes)  # the operator's: hutch ctl import leaves them alone
-        add_imported_users(self.folder, users, self.runtime.log)
+        add_imported_users(self.folder, self.runtime.broker.users, self.runtime.log)
         self.status.start()
-        control = ControlSocket(self.folder, Control(self.runtime, self.folder, config_users).handle, self.runtime.log)
+        control = ControlSocket(
+            self.folder, Control(self.runtime, self.folder, self.user_origins).handle, self.runtime.log
+        )
         try:
             await control.start()
             self.control = control

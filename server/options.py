@@ -132,7 +132,8 @@ def settings(args):
         stats = 60 if sys.implementation.name == "micropython" else 0
     if not isinstance(stats, int) or stats < 0:
         raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
-    users, definitions = _users(data, path, getattr(args, "definitions", None) or server.get("definitions"))
+    definitions_path = getattr(args, "definitions", None) or server.get("definitions")
+    users, definitions = _users(data, path, definitions_path)
     anonymous = _anonymous(data, path, users)
     if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
         users.anonymous = anonymous
@@ -151,6 +152,7 @@ def settings(args):
         "stats_interval": stats,
         "limits": limits,
         "users": users,
+        "user_origins": user_origins(data, path, definitions, definitions_path),
         "definitions": definitions,
         # a board's UART by name ("uart2") comes up on the pins its profile wires
         "serial": [
@@ -194,6 +196,19 @@ def _log_file(path):
     if sys.implementation.name == "micropython":
         raise config.ConfigError("log_file: a board logs to its console (its flash has no writes to spare)")
     return path
+
+
+def user_origins(data, path, definitions, definitions_path):
+    """Where each user of the settings comes from, as `hutch ctl` names it when asked to change
+    one: {name: ("config", path) | ("definitions", path) | ("built-in", None)}."""
+    origins = {}
+    if definitions is not None:
+        origins.update((name, ("definitions", definitions_path)) for name in definitions.hashes)
+    if "users" in data:
+        origins.update((name, ("config", path)) for name in data["users"])
+    elif definitions is None:
+        origins["guest"] = ("built-in", None)
+    return origins
 
 
 def _users(data, path, definitions_path):

@@ -51,7 +51,7 @@ def choose_frame_reader():
     return loader.frame_reader()
 
 
-async def host_services(folder, runtime):
+async def host_services(folder, runtime, user_origins):
     """On CPython, what serves `hutch ctl` (server/host.py): DATA/status.json every two seconds,
     the control socket, and the users an earlier `hutch ctl import` kept. A board has none (no
     one runs hutch ctl there, and its flash has no writes to spare)."""
@@ -59,7 +59,7 @@ async def host_services(folder, runtime):
         return None
     from .host import HostServices  # pyright: ignore[reportMissingImports] (host only)
 
-    return await HostServices(folder, runtime).start()
+    return await HostServices(folder, runtime, user_origins).start()
 
 
 def recover_journal(opts, broker, log):
@@ -127,7 +127,9 @@ async def start(opts, log, stop_event):
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
-    runtime.status = await host_services(opts["data"], runtime)  # (after the bridges: it shows them)
+    runtime.status = await host_services(
+        opts["data"], runtime, opts["user_origins"]
+    )  # (after the bridges: it shows them)
     if opts["amqp10"]:
         serve_amqp10()
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)

@@ -9,8 +9,9 @@ What a key is for is the one thing written here, in DESCRIPTIONS: a key of the s
 a description, or a description of a key the schema no longer has, fails the docs build
 (ConfigReferenceError), so a new key cannot ship undocumented.
 
-A line `<!-- config-reference: NAME -->` in a page becomes the table NAME (TABLES below).
-Sphinx runs this as an extension (docs/conf.py); tests/docs/test_docs.py calls it directly.
+docs/configuration.md holds each table NAME of TABLES (below) in a region
+`<!-- generated: config-reference NAME -->`, written by `python docs/_ext/generated.py`
+(docs/_ext/generated.py), which the site's build and tests/docs/test_docs.py check.
 """
 
 from hutch import boards
@@ -420,37 +421,3 @@ TABLES = {
     "bridge-declare": table_bridge_declare,
     "bridge-uri": table_bridge_uri,
 }
-
-MARKER = "<!-- config-reference: "
-
-
-def expand(text):
-    """The page with each marker line replaced by its table."""
-    check()
-    out = []
-    used = set()
-    for line in text.splitlines():
-        if line.startswith(MARKER) and line.rstrip().endswith("-->"):
-            name = line[len(MARKER) :].rstrip()[:-3].strip()
-            if name not in TABLES:
-                raise ConfigReferenceError("unknown config table %r (known: %s)" % (name, ", ".join(TABLES)))
-            used.add(name)
-            out.extend(TABLES[name]())
-        else:
-            out.append(line)
-    return "\n".join(out) + "\n", used
-
-
-def _source_read(app, docname, source):
-    if docname != "configuration":
-        return
-    text, used = expand(source[0])
-    unused = set(TABLES) - used
-    if unused:
-        raise ConfigReferenceError("configuration.md shows no table for: %s" % ", ".join(sorted(unused)))
-    source[0] = text
-
-
-def setup(app):
-    app.connect("source-read", _source_read)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -11,6 +11,7 @@ import glob
 import os
 import re
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -21,6 +22,7 @@ sys.path.insert(0, DOCS)
 sys.path.insert(0, os.path.join(DOCS, "_ext"))
 
 import config_reference  # noqa: E402 (docs/_ext)
+import generated  # noqa: E402 (docs/_ext)
 import screenshot  # noqa: E402 (docs/)
 
 from hutch.server import config, options  # noqa: E402
@@ -68,7 +70,6 @@ def test_the_configuration_reference_lists_every_key_with_its_default(site):
         assert '<code class="docutils literal notranslate"><span class="pre">%s</span></code>' % name in html, key
     for text in ("handshake_timeout_ms", "auth_failure_delay_ms", "close_timeout_ms", "16777216", "esp32s3-psram"):
         assert text in html
-    assert "config-reference:" not in html  # every marker became its table
 
 
 def test_a_config_key_without_a_description_fails_the_reference(monkeypatch):
@@ -86,13 +87,78 @@ def test_a_config_key_without_a_description_fails_the_reference(monkeypatch):
 
 
 def test_a_new_config_section_appears_in_the_reference(monkeypatch):
-    """A section added to the schema, with its keys described, is in the page at once."""
+    """A section added to the schema, with its keys described, is in the page once it is made
+    anew, and the page is stale until then."""
     monkeypatch.setitem(config.SECTIONS, "telemetry", ("port",))
     monkeypatch.setitem(config_reference.DESCRIPTIONS, "telemetry.port", "The port of the telemetry endpoint.")
-    page, used = config_reference.expand(read(os.path.join(DOCS, "configuration.md")))
-    assert used == set(config_reference.TABLES)
+    page, held = generated.regenerate(read(os.path.join(DOCS, "configuration.md")))
+    assert {"config-reference " + name for name in config_reference.TABLES} == set(held)
     assert "## `[telemetry]`\n\n| key | default | what it does |" in page
     assert "| `port` | none | The port of the telemetry endpoint. |" in page
+    assert generated.stale_pages() == ["docs/configuration.md"]
+
+
+def test_the_text_the_pages_hold_from_the_code_is_current():
+    """The configuration tables and the examples written into the pages are what the code and
+    examples/ make now: `python docs/_ext/generated.py` writes them."""
+    assert generated.stale_pages() == [], "run: " + generated.MEND
+
+
+def test_every_page_reads_whole_as_plain_markdown():
+    """No Sphinx directive that a Markdown reader (a code host, an editor) shows as it is, no
+    placeholder for a table, and every example a page names is in it."""
+    for path in USER_TEXTS + [os.path.join(DOCS, "design.md"), os.path.join(DOCS, "changelog.md")]:
+        text = read(path)
+        where = os.path.relpath(path, ROOT)
+        assert "```{" not in text and ":::{" not in text, where
+        assert "<!-- config-reference" not in text, where
+        for region in re.findall(r"<!-- generated: [^>]*-->\n(.*?)<!-- end of generated text -->", text, re.S):
+            assert region.strip(), where
+    clients = read(os.path.join(DOCS, "clients.md"))
+    assert "amq.rabbitmq.reply-to" in clients and "confirm_delivery" in clients
+
+
+# Where a text sends its reader to a section: `docs/PAGE.md, "Section"`, or a link PAGE.md#anchor
+SECTION_REFERENCE = re.compile(r"docs/([a-z0-9-]+)\.md,?\s+[\"“]([^\"”]+)[\"”]")
+ANCHOR_LINK = re.compile(r"\]\(([a-z0-9-]+)\.md#([a-z0-9-]+)\)")
+
+
+def headings(page):
+    """A page's headings (not the comments of its code blocks)."""
+    found, fenced = [], False
+    for line in read(os.path.join(DOCS, page + ".md")).splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif line.startswith("#") and not fenced:
+            found.append(line.strip("#").strip())
+    return found
+
+
+def anchor(heading):
+    """The anchor myst gives a heading (myst_heading_anchors): GitHub's slug."""
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", heading.lower()))
+
+
+def test_every_see_x_lands_on_a_page_that_has_x():
+    """Every reference to a page's section, in the docs, the examples, the code's comments and
+    messages, names a section the page has."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    texts = [p for p in tracked.splitlines() if p.endswith((".md", ".py", ".toml", ".txt", ".js")) and "/" != p[:1]]
+    checked = 0
+    for relative in texts:
+        if relative.startswith("tests/"):
+            continue
+        text = read(os.path.join(ROOT, relative))
+        for page, section in SECTION_REFERENCE.findall(text):
+            section = " ".join(section.replace("#", " ").split())  # (a comment's text across lines)
+            assert os.path.exists(os.path.join(DOCS, page + ".md")), (relative, page)
+            assert any(section.lower() in h.lower() for h in headings(page)), (relative, page, section)
+            checked += 1
+        if relative.startswith("docs/") or relative == "README.md":
+            for page, target in ANCHOR_LINK.findall(text):
+                assert target in [anchor(h) for h in headings(page)], (relative, page, target)
+                checked += 1
+    assert checked >= 10
 
 
 def png_size(path):
@@ -169,3 +235,13 @@ def test_the_pages_speak_in_the_present_to_users():
         for n, line in enumerate(read(path).splitlines(), 1):
             found = HISTORY.search(line)
             assert not found, "%s:%d: %r in %s" % (os.path.relpath(path, ROOT), n, found.group(0), line)
+
+
+def test_the_pages_agree_on_what_hutch_serves():
+    """AMQP 1.0 is served (docs/amqp10.md): no page lists it among what hutch does not serve."""
+    compatibility = read(os.path.join(DOCS, "compatibility.md"))
+    assert "[AMQP 1.0](amqp10.md)" in compatibility
+    for path in USER_TEXTS:
+        for line in read(path).splitlines():
+            if "AMQP 1.0" in line and re.search(r"\bnot (served|supported)\b|\bno: ", line):
+                raise AssertionError("%s: %s" % (os.path.relpath(path, ROOT), line))

@@ -10,13 +10,16 @@ from paths import ROOT
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 # A ```python or ```js block, after a comment that says why it is not run, if it is not
 BLOCK = re.compile(r"(?:<!-- not run: ([^>]*?) -->\n)?```(python|js)\n(.*?)```", re.S)
+# A file of examples/ written into a page (docs/_ext/generated.py): run by
+# tests/interop/clients/test_examples.py as the file it is, so not here
+GENERATED = re.compile(r"<!-- generated: .*?<!-- end of generated text -->", re.S)
 
 
 def snippets(page):
     """[(language, code, why it is not run or "")] of a page (a path from the checkout), in order."""
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
         text = f.read()
-    return [(language, code, why) for why, language, code in BLOCK.findall(text)]
+    return [(language, code, why) for why, language, code in BLOCK.findall(GENERATED.sub("", text))]
 
 
 def page_name(path):

@@ -130,7 +130,10 @@ def test_changes_a_client_sees_and_users_that_stay(tmp_path):
             (("delete", "exchange", "amq.direct"), "deletion of system exchange 'amq.direct' in vhost '/' not allowed"),
             (("delete", "queue", "nope"), "hutch ctl delete: no queue 'nope' in vhost '/'"),
             (("close-connection", "1.2.3.4:5", "x"), "hutch ctl close-connection: no connection '1.2.3.4:5'"),
-            (("add-user", "guest", "x"), "user 'guest' is one of the broker's config: change it there"),
+            (
+                ("add-user", "guest", "x"),
+                "user 'guest' is the broker's built-in user (its config has no [users] table)",
+            ),
             (("set-permissions", "nobody", ".*", ".*", ".*"), "hutch ctl set-permissions: no user 'nobody'"),
             (("list", "queues", "bogus"), "hutch ctl list: no such column for queues: bogus"),
         ):
@@ -143,3 +146,35 @@ def test_changes_a_client_sees_and_users_that_stay(tmp_path):
     for check in ("ping", "check-running", "check-port-connectivity"):
         done = ctl(broker, check)
         assert done.returncode == 1 and "no broker runs there" in done.stderr, done.stderr
+
+
+SENSOR_HASH = "3yPudymwzH7quov3AvyvH2fdr5gddkKIOXfQzjjaM2n2kg6k"  # hutch passwd --password greenhouse
+
+
+def test_a_user_of_the_config_file_is_changed_there_and_the_refusal_names_the_key(tmp_path):
+    config = tmp_path / "hutch.toml"
+    config.write_text('[users.sensor]\npassword_hash = "%s"\n' % SENSOR_HASH)
+    broker = RunningBroker([HUTCH, "serve", "--config", str(config)], tmp_path).start()
+    try:
+        for args, line in (
+            (
+                ("set-permissions", "sensor", "^$", ".*", ".*"),
+                "user 'sensor' is defined in the config file %s: change permissions (and topic_permissions) "
+                "in [users.sensor] there, then restart the broker" % config,
+            ),
+            (
+                ("add-user", "sensor", "x"),
+                "user 'sensor' is defined in the config file %s: change password_hash or tags in [users.sensor] "
+                "there, then restart the broker" % config,
+            ),
+            (
+                ("delete-user", "sensor"),
+                "user 'sensor' is defined in the config file %s: remove [users.sensor] there, then restart the "
+                "broker" % config,
+            ),
+        ):
+            done = ctl(broker, *args)
+            assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done)
+            assert line in done.stderr, done.stderr
+    finally:
+        broker.stop()
