@@ -11,7 +11,7 @@ tls is what the port knows of a TLS client (conn.tls, set by server/frontends.py
 board, whose TLS socket shows no certificate, a dict without "login"; None for plain TCP.
 """
 
-from .auth import MECHANISMS
+from .auth import MECHANISMS, no_such_user, not_from_afar
 
 # The reason a client that asks for EXTERNAL without a verified certificate is refused, in
 # RabbitMQ's words (the broker logs "EXTERNAL login refused: " and this).
@@ -36,7 +36,7 @@ def login(users, mechanism, tls, loopback):
     if user is None:
         return "?", NO_CERTIFICATE
     if user not in users.hashes:
-        return user, "user '%s' - invalid credentials" % user
+        return user, no_such_user(user)
     if user in users.loopback_users and not loopback:
-        return user, "user '%s' can only connect via localhost" % user
+        return user, not_from_afar(user)
     return user, None

@@ -237,11 +237,31 @@ class TLSLayer:
             self.raw.write(pending)
 
 
+# The alerts a client sends when it does not accept the broker's certificate (RFC 8446 6.2)
+CERTIFICATE_ALERTS = (
+    "BAD_CERTIFICATE",
+    "UNSUPPORTED_CERTIFICATE",
+    "CERTIFICATE_REVOKED",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_UNKNOWN",
+    "UNKNOWN_CA",
+)
+
+
 def reason(e):
-    """A TLS error in a line: OpenSSL's reason ("TLSV1_ALERT_UNKNOWN_CA", "CERTIFICATE_VERIFY_FAILED
-    (certificate has expired)", "WRONG_VERSION_NUMBER") rather than the whole exception."""
+    """A TLS error in a line: OpenSSL's reason ("CERTIFICATE_VERIFY_FAILED (certificate has
+    expired)", "WRONG_VERSION_NUMBER") rather than the whole exception. An alert the client
+    sent (OpenSSL's SSLV3_ALERT_... or TLSV1_ALERT_...) is said to be the client's: read as it
+    is, "SSLV3_ALERT_BAD_CERTIFICATE" would blame the broker's certificate for a client that
+    refused it."""
     name = getattr(e, "reason", None)
     verify = getattr(e, "verify_message", None)
     if name and verify:
         return "%s (%s)" % (name, verify)
+    if name and "_ALERT_" in name:
+        alert = name.split("_ALERT_", 1)[1]
+        said = "%s, %s" % (alert.lower().replace("_", " "), name)
+        if alert in CERTIFICATE_ALERTS:
+            return "the client refused the broker's certificate (its alert: %s)" % said
+        return "the client ended it with an alert (%s)" % said
     return name or str(e) or e.__class__.__name__

@@ -43,7 +43,7 @@ mistake is one ConfigError naming the bridge and the key, so `hutch serve` says 
 line and exits with 2 rather than running a bridge that does nothing.
 """
 
-from .config import ConfigError
+from .config import ConfigError, did_you_mean
 
 KEYS = (
     "name",
@@ -106,7 +106,9 @@ def _bridge(table, path, number):
     where = "%s: [[bridge]] #%d" % (path, number)
     for key in table:
         if key not in KEYS:
-            raise ConfigError("%s: unknown key '%s' (known: %s)" % (where, key, ", ".join(KEYS)))
+            raise ConfigError(
+                "%s: unknown key '%s'%s (known: %s)" % (where, key, did_you_mean(key, KEYS), ", ".join(KEYS))
+            )
     name = table.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError('%s needs name = "..."' % where)
@@ -265,7 +267,10 @@ def _declare(table, where):
         raise ConfigError("%s: declare must be a table (exchange_type, queue, binding_key)" % where)
     for key in declare:
         if key not in DECLARE_KEYS:
-            raise ConfigError("%s: unknown key '%s' in declare (known: %s)" % (where, key, ", ".join(DECLARE_KEYS)))
+            raise ConfigError(
+                "%s: unknown key '%s' in declare%s (known: %s)"
+                % (where, key, did_you_mean(key, DECLARE_KEYS), ", ".join(DECLARE_KEYS))
+            )
     out = {key: _optional_text(declare, key, where) for key in DECLARE_KEYS}
     if out["exchange_type"] not in (None, "direct", "fanout", "topic", "headers"):
         raise ConfigError("%s: declare.exchange_type must be direct, fanout, topic or headers" % where)

@@ -122,13 +122,42 @@ def read(path):
 def _known_keys(path, where, table, allowed):
     for key in table:
         if key not in allowed:
-            raise ConfigError("%s: unknown key '%s' in %s (known: %s)" % (path, key, where, ", ".join(allowed)))
+            raise ConfigError(
+                "%s: unknown key '%s' in %s%s (known: %s)"
+                % (path, key, where, did_you_mean(key, allowed), ", ".join(allowed))
+            )
+
+
+def did_you_mean(word, known):
+    """' (did you mean 'NAME'?)' for the known name a misspelt word is nearest to (at most two
+    letters off, or the start of it), else ''."""
+    best, fewest = None, 3
+    for name in known:
+        edits = 0 if name.startswith(word) and len(word) > 3 else _edits(word, name)  # (password)
+        if edits < fewest:
+            best, fewest = name, edits
+    return " (did you mean '%s'?)" % best if best is not None else ""
+
+
+def _edits(a, b):
+    """The edit distance of two words (Levenshtein): letters added, removed or changed."""
+    above = list(range(len(b) + 1))
+    for i, letter in enumerate(a, 1):
+        row = [i]
+        for j, other in enumerate(b, 1):
+            row.append(min(above[j] + 1, row[j - 1] + 1, above[j - 1] + (letter != other)))
+        above = row
+    return above[-1]
 
 
 def limits_from(data, path="config", base=None):
     """Limits from the [limits] section, on top of `base` (a board profile's LIMITS)."""
     values = dict(base or {})
     values.update(data.get("limits", {}))
+    known = Limits().as_dict()
+    for name in values:
+        if name not in known:
+            raise ConfigError("%s: [limits]: unknown limit '%s'%s" % (path, name, did_you_mean(name, known)))
     try:
         return Limits(**values)
     except ValueError as e:
@@ -147,11 +176,16 @@ def users_from(data, path="config"):
     hashes, permissions, tags = {}, {}, {}
     for name, entry in data["users"].items():
         where = "%s: [users.%s]" % (path, name)
-        if not isinstance(entry, dict) or not isinstance(entry.get("password_hash"), str):
-            raise ConfigError('%s needs password_hash = "..." (make one with `hutch passwd`)' % where)
+        if not isinstance(entry, dict):
+            raise ConfigError('%s must be a table: [users.%s] password_hash = "..."' % (where, name))
         unknown = [k for k in entry if k not in USER_KEYS]
-        if unknown:
-            raise ConfigError("%s: unknown key '%s' in [users.%s]" % (path, unknown[0], name))
+        if unknown:  # first: a misspelt password_hash is that, not a missing one
+            raise ConfigError(
+                "%s: unknown key '%s' in [users.%s]%s (known: %s)"
+                % (path, unknown[0], name, did_you_mean(unknown[0], USER_KEYS), ", ".join(USER_KEYS))
+            )
+        if not isinstance(entry.get("password_hash"), str):
+            raise ConfigError('%s needs password_hash = "..." (make one with `hutch passwd`)' % where)
         if decode_hash(entry["password_hash"]) is None:
             raise ConfigError("%s password_hash is not a password hash: make one with `hutch passwd`" % where)
         hashes[name] = entry["password_hash"]

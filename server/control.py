@@ -39,6 +39,7 @@ class Control:
             "set-permissions": self.set_permissions,
             "delete-user": self.delete_user,
             "ping": self.ping,
+            "status": self.status,
         }
 
     def handle(self, request):
@@ -56,6 +57,13 @@ class Control:
             "pid": os.getpid(),
             "listeners": [[listener.host, listener.port] for listener in self.runtime.listeners],
         }
+
+    def status(self, request):
+        """What status.json holds, as it is now (hutch ctl status: a publish confirmed a moment
+        ago is in it, not two seconds later)."""
+        from ..ports.status_file import snapshot
+
+        return {"status": snapshot(self.broker)}
 
     def list(self, request):
         from . import listing

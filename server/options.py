@@ -106,47 +106,67 @@ class Options:
         self.fail_if_no_peer_cert = fail_if_no_peer_cert
 
 
+def _server(args, server, path, key, default=None):
+    """(value, name): a [server] key's value, the command line's option over the file's over the
+    default, and how an error names where it came from: "--log-level", or "hutch.toml:
+    [server] log_level"."""
+    given = getattr(args, key, None)
+    if given is not None and given is not False:
+        return given, "--" + key.replace("_", "-")
+    return server.get(key, default), "%s: [server] %s" % (path, key)
+
+
 def settings(args):
     """Merge options (argparse's or an Options), config file and defaults; raises config.ConfigError."""
     data = config.read(args.config)
     server = data.get("server", {})
     path = args.config or "config"
     listeners = _listeners(args, server, data, path)
-    level = args.log_level or server.get("log_level", "info")
+    level, where = _server(args, server, path, "log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
-        raise config.ConfigError("log level must be debug, info, warning or error, not %r" % (level,))
-    board = args.board or server.get("board")
+        raise config.ConfigError("%s must be debug, info, warning or error, not %r" % (where, level))
+    board, where = _server(args, server, path, "board")
+    if board is not None and not isinstance(board, str):
+        raise config.ConfigError(
+            "%s must be a board profile's name (%s), not %r" % (where, ", ".join(boards.NAMES), board)
+        )
     if board is not None:
         try:
             profile = boards.load(board)
         except ValueError as e:
-            raise config.ConfigError(str(e))
+            raise config.ConfigError("%s: %s" % (where, e))
         limits = config.limits_from(data, path, profile.LIMITS)  # [limits] refines the profile
     else:
         profile = boards.load("unix")
         limits = config.limits_from(data, path)
-    explicit_baud = args.baud if args.baud is not None else server.get("baud")
-    baud = _baud(explicit_baud)
-    stats = args.stats_interval if args.stats_interval is not None else server.get("stats_interval")
+    explicit_baud, where = _server(args, server, path, "baud")
+    baud = _baud(explicit_baud, where)
+    stats, where = _server(args, server, path, "stats_interval")
     if stats is None:
         stats = 60 if sys.implementation.name == "micropython" else 0
-    if not isinstance(stats, int) or stats < 0:
-        raise config.ConfigError("stats interval must be a whole number of seconds, not %r" % (stats,))
-    definitions_path = getattr(args, "definitions", None) or server.get("definitions")
+    if not isinstance(stats, int) or isinstance(stats, bool) or stats < 0:
+        raise config.ConfigError("%s must be a whole number of seconds, not %r" % (where, stats))
+    definitions_path, where = _server(args, server, path, "definitions")
+    if definitions_path is not None and not isinstance(definitions_path, str):
+        raise config.ConfigError("%s must be a file name, not %r" % (where, definitions_path))
     users, definitions = _users(data, path, definitions_path)
+    folder, where = _server(args, server, path, "data")
+    if folder is not None and (not isinstance(folder, str) or not folder):
+        raise config.ConfigError("%s must be a folder's name, not %r" % (where, folder))
+    log_file, where = _server(args, server, path, "log_file")
     anonymous = _anonymous(data, path, users)
     if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
         users.anonymous = anonymous
     storage = profile.STORAGE
-    journal_max_bytes = _size(server, "journal_max_bytes", storage["max_bytes"])
-    segment_bytes = _size(server, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
+    journal_max_bytes = _size(server, path, "journal_max_bytes", storage["max_bytes"])
+    segment_bytes = _size(server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     return {
         "listeners": listeners,
-        "data": args.data or server.get("data", storage["path"]),
+        "data": folder or storage["path"],
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
         "log_level": level,
-        "log_file": _log_file(getattr(args, "log_file", None) or server.get("log_file")),
+        "log_file": _log_file(log_file, where),
         "board": board,
         "read_size": profile.READ_SIZE,
         "stats_interval": stats,
@@ -156,18 +176,32 @@ def settings(args):
         "definitions": definitions,
         # a board's UART by name ("uart2") comes up on the pins its profile wires
         "serial": [
-            boards.serial_link(profile, device, explicit_baud) for device in _serial_devices(args.serial, server)
+            boards.serial_link(profile, device, explicit_baud)
+            for device in _serial_devices(*_server(args, server, path, "serial"))
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
-        "metrics": data.get("metrics"),
-        "amqp10": _amqp10(server, profile),
+        "metrics": _metrics(data, path),
+        "amqp10": _amqp10(server, profile, path),
     }
 
 
-def _amqp10(server, profile):
+def _metrics(data, path):
+    """The [metrics] table, its values checked (the port opens later: server/monitoring.py)."""
+    table = data.get("metrics")
+    if table is None:
+        return None
+    port = table.get("port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535):
+        raise config.ConfigError("%s: [metrics] port must be a number from 0 to 65535, not %r" % (path, port))
+    if not isinstance(table.get("bind", ""), str):
+        raise config.ConfigError("%s: [metrics] bind must be an address, not %r" % (path, table["bind"]))
+    return table
+
+
+def _amqp10(server, profile, path):
     """Whether AMQP 1.0 clients are served on the AMQP listeners: the config's [server] amqp10;
     else on CPython the board profile's AMQP10 (a small board keeps the heap it would take), or
     yes; on MicroPython no (a board serves 1.0 when its config asks)."""
@@ -175,7 +209,7 @@ def _amqp10(server, profile):
     if value is None:
         value = getattr(profile, "AMQP10", True) and sys.implementation.name != "micropython"
     if not isinstance(value, bool):
-        raise config.ConfigError("amqp10 must be true or false, not %r" % (value,))
+        raise config.ConfigError("%s: [server] amqp10 must be true or false, not %r" % (path, value))
     return value
 
 
@@ -187,14 +221,14 @@ def needs_tls(opts):
     )
 
 
-def _log_file(path):
+def _log_file(path, where):
     """Where the log goes: None for standard error (what journald and a terminal read)."""
     if path is None:
         return None
     if not isinstance(path, str) or not path:
-        raise config.ConfigError("log_file must be a file name, not %r" % (path,))
+        raise config.ConfigError("%s must be a file name, not %r" % (where, path))
     if sys.implementation.name == "micropython":
-        raise config.ConfigError("log_file: a board logs to its console (its flash has no writes to spare)")
+        raise config.ConfigError("%s: a board logs to its console (its flash has no writes to spare)" % where)
     return path
 
 
@@ -270,9 +304,9 @@ def _listeners(args, server, data, path):
                 )
         listeners = _checked_listeners(tables, path)
     if listeners is None or args.bind is not None or args.port is not None:
-        short = {"port": args.port if args.port is not None else server.get("port", 5672)}
-        short["bind"] = args.bind or server.get("bind", "0.0.0.0")
-        listeners = _checked_listeners([short], path)
+        port, port_from = _server(args, server, path, "port", 5672)
+        bind, bind_from = _server(args, server, path, "bind", "0.0.0.0")
+        listeners = _checked_listeners([{"port": port, "bind": bind, "named": (port_from, bind_from)}], path)
     tls_listener = _tls_options(args, server)
     if tls_listener is not None:  # --tls-port: one more, beside whichever the others are
         listeners = _checked_listeners([tls_listener], path, listeners)
@@ -296,20 +330,32 @@ def _tls_options(args, server):
         raise config.ConfigError("--fail-if-no-peer-cert needs --verify-peer")
     tls = {name: getattr(args, name) for name in files + flags}
     # "where": how its errors name it (a config's tables cannot have the key: config.read)
-    return {"bind": args.bind or server.get("bind", "0.0.0.0"), "port": port, "tls": tls, "where": "--tls-port:"}
+    named = ("--tls-port", "--bind")
+    return {
+        "bind": args.bind or server.get("bind", "0.0.0.0"),
+        "port": port,
+        "tls": tls,
+        "where": "--tls-port:",
+        "named": named,
+    }
 
 
 def _checked_listeners(tables, path, checked=()):
-    """The listeners of these tables after those already checked (two on one port: refused)."""
+    """The listeners of these tables after those already checked (two on one port: refused).
+    A table's "named" says how an error names its port and bind: ("--port", "hutch.toml:
+    [server] bind"...); else it is the file's [[listener]] number N."""
     listeners = list(checked)
-    for table in tables:
+    for n, table in enumerate(tables, 1):
+        port_from, bind_from = table.get("named") or ("%s: [[listener]] #%d port" % (path, n),) * 2
+        if "named" not in table:
+            bind_from = bind_from[: -len("port")] + "bind"
         bind = table.get("bind", "0.0.0.0")
         if not isinstance(bind, str):
-            raise config.ConfigError("bind must be an address, not %r" % (bind,))
+            raise config.ConfigError("%s must be an address, not %r" % (bind_from, bind))
         tls = table.get("tls")
         port = table.get("port", 5672 if tls is None else 5671)  # (RabbitMQ's amqps port)
-        if not isinstance(port, int) or not 0 <= port <= 65535:
-            raise config.ConfigError("port must be a number from 0 to 65535, not %r" % (port,))
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise config.ConfigError("%s must be a number from 0 to 65535, not %r" % (port_from, port))
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
@@ -393,29 +439,32 @@ def _segment_bytes(storage, journal_max_bytes):
     return max(default, min(scaled, storage.get("max_segment_bytes", MAX_SCALED_SEGMENT)))
 
 
-def _size(server, key, default):
+def _size(server, path, key, default):
     value = server.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < 4096:
-        raise config.ConfigError("%s must be a number of bytes, at least 4096, not %r" % (key, value))
+        raise config.ConfigError(
+            "%s: [server] %s must be a number of bytes, at least 4096, not %r" % (path, key, value)
+        )
     return value
 
 
-def _serial_devices(option, server):
+def _serial_devices(devices, where):
     """Serial devices from --serial (repeated, or comma-separated) or [server] serial = [...]."""
-    devices = option if option is not None else server.get("serial", [])
+    if devices is None:
+        devices = []
     if isinstance(devices, str):
         devices = [devices]
     if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-        raise config.ConfigError("serial must be a list of device names, not %r" % (devices,))
+        raise config.ConfigError("%s must be a list of device names, not %r" % (where, devices))
     return [d for entry in devices for d in entry.split(",") if d]
 
 
-def _baud(baud):
+def _baud(baud, where):
     """The baud rate of serial links whose profile entry does not set one (default 115200)."""
     if baud is None:
         return 115200
     if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
-        raise config.ConfigError("baud must be a positive number, not %r" % (baud,))
+        raise config.ConfigError("%s must be a positive number, not %r" % (where, baud))
     return baud
 
 

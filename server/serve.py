@@ -19,11 +19,17 @@ from .runtime import forget, run_loop
 async def serve(opts, log, stop_event):
     from . import startup  # needed only to start: a board forgets it once the broker runs
 
-    lock = startup.claim_data_folder(opts["data"])
+    lock, made = startup.claim_data_folder(opts["data"])
     try:
         runtime = await startup.start(opts, log, stop_event)
-        startup = None
-        forget("hutch.server.startup")
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        startup.forget_folder(made)
+        raise
+    startup = None
+    forget("hutch.server.startup")
+    try:
         await runtime.run()
     finally:
         if lock is not None:

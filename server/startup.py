@@ -1,7 +1,7 @@
 """The broker's start: what `hutch serve` composes from its settings, in order.
 
-    lock = claim_data_folder(opts["data"])    # before anything in it is read or written
-    runtime = await start(opts, log, stop_event)
+    lock, made = claim_data_folder(opts["data"])  # before anything in it is read or written
+    runtime = await start(opts, log, stop_event)    # if it fails: forget_folder(made)
 
 start() builds the broker, reads its journal back, makes the runtime (server/runtime.py) and
 starts the bridges, the listeners of the config (opts["listeners"]: a port of ports/ each, handed
@@ -24,11 +24,15 @@ def platform_name():
     return "%s %s" % ("MicroPython" if impl.name == "micropython" else "CPython", version)
 
 
-def _make_dirs(path):
+def _steps(path):
+    """The folders down to path: "a", "a/b", "a/b/c" ("/a" and "/a/b" for "/a/b")."""
     parts = path.split("/")
-    for i in range(1, len(parts) + 1):
-        step = "/".join(parts[:i])
-        if step and not _exists(step):
+    return [step for step in ("/".join(parts[:i]) for i in range(1, len(parts) + 1)) if step]
+
+
+def _make_dirs(path):
+    for step in _steps(path):
+        if not _exists(step):
             os.mkdir(step)
 
 
@@ -80,23 +84,40 @@ def recover_journal(opts, broker, log):
 
 def claim_data_folder(path):
     """Make the data folder if it is missing and take its lock (CPython: ports/folder_lock.py)
-    before anything in it is read or written; the lock, or None on a board, where one process
-    owns the filesystem and MicroPython has no flock. StartError (exit 1) naming the folder if
-    it cannot be used (another broker holds it, it is a file, it is not writable)."""
+    before anything in it is read or written: (the lock, or None on a board, where one process
+    owns the filesystem and MicroPython has no flock; the folder made, or None if it was
+    there). StartError (exit 1) naming the folder if it cannot be used (another broker holds
+    it, it is a file, it is not writable)."""
+    made = None
+    for step in _steps(path):
+        if not _exists(step):
+            made = step  # the first folder this start makes: a failed start removes it
+            break
     try:
         _make_dirs(path)
     except OSError as e:
         raise StartError("cannot use data folder %s: %s" % (path, getattr(e, "strerror", None) or e), 1)
     if sys.implementation.name == "micropython":
-        return None
+        return None, made
     from ..ports.folder_lock import FolderInUse, lock_folder  # pyright: ignore[reportMissingImports] (host only)
 
     try:
-        return lock_folder(path)
+        return lock_folder(path), made
     except FolderInUse as e:
         raise StartError(str(e), 1)
     except OSError as e:
         raise StartError("cannot use data folder %s: %s" % (path, e.strerror or e), 1)
+
+
+def forget_folder(made):
+    """A start that failed (a port taken, a certificate that does not load) leaves behind no
+    data folder it made: the next start, with the mistake mended, finds what was there before.
+    (CPython; a board keeps it, its flash has no use for the walk.)"""
+    if made is None or sys.implementation.name == "micropython":
+        return
+    import shutil
+
+    shutil.rmtree(made, ignore_errors=True)
 
 
 async def start(opts, log, stop_event):

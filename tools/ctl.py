@@ -8,10 +8,11 @@ prints what the journal holds (segments and bytes), what the last start recovere
 set aside (recovery.txt, written by ports/recovery.py), the quarantined segments: the
 files a damaged journal left for a person to look at, and each stream (DATA/streams/,
 ports/streams.py): its first and last offset, segments, bytes and retention settings; and
-each queue as the broker last wrote it (DATA/status.json, every two seconds while it runs
+each queue as the running broker has it (asked through its control socket: figures of the
+moment), or as the broker last wrote it (DATA/status.json, every two seconds while it runs
 and once at its stop: ports/status_file.py): messages ready in memory and on disk, bytes on
 disk, unacked, consumers and the oldest ready message's age.
-`bridges` prints each [[bridge]] as the broker last wrote it (status.json): its state
+`bridges` prints each [[bridge]] the same way (asked, or from status.json): its state
 (connecting, running, blocked, backoff, stopped), the upstream in use, messages forwarded
 since the start and in flight, the backlog waiting in its source queue, the oldest waiting
 message's age, the last error and, for a stream source, the offset up to which upstream
@@ -25,6 +26,7 @@ import time
 
 from ..core.snapshot import text as as_text
 from ..core.streams.streamlog import scan
+from ..ports.control_socket import request
 from ..ports.segments import SEGMENT_SUFFIX
 from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE
 from ..ports.streams import GONE, read_meta
@@ -82,8 +84,17 @@ def status(data):
 
 
 def broker_status(data):
-    """What the broker last wrote of its queues (status.json), with `live`: it was written by a
-    process still running, within a few of its intervals; None if there is no such file."""
+    """The running broker's snapshot, asked through its control socket (`asked`: figures of
+    this moment); else what it last wrote (status.json), with `live`: written by a process still
+    running, within a few of its intervals. None if neither answers."""
+    try:
+        answer = request(data, "status", timeout=5)
+    except (OSError, ValueError):  # no broker answers there: what it left
+        answer = {}
+    if "status" in answer:
+        found = answer["status"]
+        found.update(age_s=0.0, live=True, asked=True)
+        return found
     try:
         with open(os.path.join(data, STATUS_FILE)) as f:
             found = json.load(f)
@@ -164,6 +175,8 @@ def _no_folder(data):
 
 def _when(found):
     """How fresh what status.json says is: live, or as the broker left it."""
+    if found.get("asked"):
+        return "live, asked the broker now, pid %d" % found["pid"]
     if found["live"]:
         return "live, %.1f s ago, pid %d" % (found["age_s"], found["pid"])
     return "as the broker left them %s ago; it is not running" % _duration(found["age_s"])
@@ -254,14 +267,17 @@ def _duration(seconds):
 
 
 def bridges(data):
-    """The bridges as the broker last wrote them (core/snapshot.py: each with the age of the
-    oldest message waiting in its source queue): a dict with `live` and `bridges`, or None
-    without status.json."""
+    """The bridges as the running broker has them, or as it last wrote them (core/snapshot.py:
+    each with the age of the oldest message waiting in its source queue): a dict with `live`
+    and `bridges`, or None when no broker answers and there is no status.json."""
     broker = broker_status(data)
     if broker is None or "error" in broker:
         return broker
     out = broker.get("bridges", [])
-    return {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
+    info = {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
+    if broker.get("asked"):
+        info["asked"] = True
+    return info
 
 
 def _last_error(bridge):

@@ -388,6 +388,28 @@ def test_refused(tls_broker, case, client):
 
 
 @shared_broker
+def test_a_client_that_refuses_the_broker_s_certificate_is_logged_as_that(tls_broker, tmp_path):
+    """The alert a client sends about the broker's certificate is the client's refusal, not a
+    bad certificate of the broker's (OpenSSL's own words: SSLV3_ALERT_BAD_CERTIFICATE)."""
+    stranger = Certificates(str(tmp_path), "a CA the broker's certificate is not from").ca
+    for ca, server_hostname, alert in (
+        (stranger, "localhost", "unknown ca, TLSV1_ALERT_UNKNOWN_CA"),  # signed by a CA it does not know
+        (tls_broker.certs.ca, "gateway.example", "bad certificate, SSLV3_ALERT_BAD_CERTIFICATE"),  # not its name
+    ):
+        offset = len(tls_broker.log().encode())
+        context = ssl.create_default_context(cafile=ca)
+        with socket.create_connection(("127.0.0.1", tls_broker.ports["tls"]), timeout=10) as sock:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                context.wrap_socket(sock, server_hostname=server_hostname)
+        log_grew(
+            tls_broker,
+            offset,
+            "TLS handshake failed: the client refused the broker's certificate (its alert: %s)" % alert,
+        )
+    still_serving(tls_broker)
+
+
+@shared_broker
 def test_tls_1_1_is_refused(tls_broker):
     """openssl s_client offering TLS 1.1 only gets the protocol_version alert."""
     offset = len(tls_broker.log().encode())

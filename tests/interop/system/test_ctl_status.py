@@ -25,7 +25,8 @@ def _status(running, *extra):
 
 
 def _queues(running):
-    """(what status.json says of the broker, its queues by name); ({}, {}) before it is written."""
+    """(what hutch ctl status says of the broker: asked, or from status.json; its queues by
+    name); ({}, {}) when neither answers."""
     broker = json.loads(_status(running, "--json"))["broker"] or {}
     return broker, {q["name"]: q for q in broker.get("queues", ())}
 
@@ -84,13 +85,37 @@ def test_status_shows_each_queue_in_memory_and_on_disk(tmp_path):
     assert "as the broker left them" in _status(running)
 
 
+def test_status_right_after_confirmed_publishes_shows_them(tmp_path):
+    """hutch ctl status asks the running broker (its control socket), so what was confirmed a
+    moment ago is there, not two seconds later when status.json is written again."""
+    running = RunningBroker([HUTCH, "serve"], tmp_path).start()
+    try:
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", running.port))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("fresh", durable=True)
+        for i in range(7):
+            channel.basic_publish("", "fresh", b"%d" % i, PERSISTENT)  # returns once confirmed
+        text = _status(running)
+        assert "queues: 1 (live, asked the broker now, pid %d)" % running.proc.pid in text, text
+        assert "  fresh: 7 ready" in text, text
+        connection.close()
+    finally:
+        assert running.stop() == 0
+
+
 def test_status_of_a_killed_broker_is_not_called_live(tmp_path):
     running = RunningBroker([HUTCH, "serve"], tmp_path).start()
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", running.port))
     connection.channel().queue_declare("kept", durable=True)
     connection.close()
-    wait_until(lambda: "kept" in _queues(running)[1], timeout=15, interval=0.3)
-    assert _queues(running)[0]["live"] is True
+    assert _queues(running)[0]["live"] is True and "kept" in _queues(running)[1]  # (asked the broker)
+
+    def written():  # what the broker leaves behind: its status.json
+        with open(os.path.join(running.data, "status.json")) as f:
+            return "kept" in f.read()
+
+    wait_until(written, timeout=15, interval=0.3)
     running.proc.send_signal(signal.SIGKILL)
     running.proc.wait()
     running.log_file.close()

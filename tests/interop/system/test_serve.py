@@ -54,7 +54,12 @@ def test_passwd_hash_logs_in_and_guest_is_gone(tmp_path):
     finally:
         assert broker.stop() == 0
     log = broker.log()
-    assert "login refused: user 'guest' - invalid credentials" in log
+    # the log says which reason it was (the client is told only 403)
+    assert (
+        "login refused: user 'guest' - invalid credentials: no such user "
+        "(a config with a [users] table has only the users it lists)" in log
+    )
+    assert "login refused: user 'sensor' - invalid credentials: wrong password" in log
     assert "connection open (user 'sensor'" in log
 
 
@@ -86,17 +91,40 @@ def test_limits_from_config_reach_the_client(tmp_path):
     [
         ("[limits]\nframe_max = 100\n", "frame_max must be at least 4096"),
         ("[limits]\nqueues = 5\n", "unknown limit 'queues'"),
-        ("[server]\nprot = 5672\n", "unknown key 'prot' in [server]"),
-        ('[users.bob]\npassword = "x"\n', "needs password_hash"),
+        (
+            "[limits]\nmax_conections = 5\n",
+            "[limits]: unknown limit 'max_conections' (did you mean 'max_connections'?)",
+        ),
+        ("[server]\nprot = 5672\n", "unknown key 'prot' in [server] (did you mean 'port'?)"),
+        ('[users.bob]\npassword = "x"\n', "unknown key 'password' in [users.bob] (did you mean 'password_hash'?)"),
+        (
+            '[users.bob]\npasword_hash = "x"\n',
+            "unknown key 'pasword_hash' in [users.bob] (did you mean 'password_hash'?)",
+        ),
+        ("[users.bob]\ntags = []\n", '[users.bob] needs password_hash = "..."'),
+        (
+            '[server]\nlog_level = "verbose"\n',
+            "[server] log_level must be debug, info, warning or error, not 'verbose'",
+        ),
+        ('[server]\nstats_interval = "60"\n', "[server] stats_interval must be a whole number of seconds, not '60'"),
+        ('[server]\nbaud = "fast"\n', "[server] baud must be a positive number, not 'fast'"),
+        ("[server]\njournal_max_bytes = 10\n", "[server] journal_max_bytes must be a number of bytes, at least 4096"),
+        ("[[listener]]\nport = 5672\n[[listener]]\nbind = 7\n", "[[listener]] #2 bind must be an address, not 7"),
+        ('[metrics]\nport = "9090"\n', "[metrics] port must be a number from 0 to 65535, not '9090'"),
+        ('[server]\nboard = "esp33"\n', "[server] board: unknown board 'esp33'"),
         ('[users.sensor]\npassword_hash = "..."\n', "[users.sensor] password_hash is not a password hash"),
         ("[nonsense]\n", "unknown section [nonsense]"),
         ("this is not toml", "is not valid"),
     ],
 )
 def test_bad_config_is_one_readable_line(tmp_path, text, message):
-    result = _hutch("serve", "--config", _config(tmp_path, text), "--port", "0")
+    """Each mistake in one line naming the file, the section and the key (a misspelt key with
+    the nearest one there is)."""
+    config = _config(tmp_path, text)
+    result = _hutch("serve", "--config", config, "--port", "0")
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("hutch: %s: " % config) or "not valid" in message, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
@@ -113,6 +141,13 @@ def test_port_in_use_is_a_readable_error(tmp_path):
         result = _hutch("serve", "--bind", "127.0.0.1", "--port", str(port), "--data", str(tmp_path / "d"))
     assert result.returncode == 1
     assert "cannot listen on 127.0.0.1:%d" % port in result.stderr and "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "d")  # a start that failed leaves no new data folder behind
+
+
+def test_an_option_of_the_wrong_kind_is_named_as_the_option(tmp_path):
+    result = _hutch("serve", "--log-level", "verbose", "--data", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert result.stderr == "hutch: --log-level must be debug, info, warning or error, not 'verbose'\n"
 
 
 def test_data_folder_is_created(tmp_path):
