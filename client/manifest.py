@@ -3,9 +3,10 @@
 # stages exactly these files.
 package(
     "hutch/client",
-    files=("__init__.py", "clock.py", "protocol.py", "robust.py", "simple.py", "transport.py"),
+    files=("__init__.py", "clock.py", "protocol.py", "robust.py", "simple.py", "tls.py", "transport.py"),
 )
 # the AMQP 0-9-1 wire module the client speaks through (with the spec table and DecodeError,
 # and the read buffer it assembles frames in),
 # and the serial link layer, for a node on a UART (client/transport.py's Serial)
-package("hutch/codec", files=("__init__.py", "errors.py", "link.py", "readbuffer.py", "spec.py", "wire.py"))
+# and the PEM reader of client/tls.py (MicroPython's TLS takes DER)
+package("hutch/codec", files=("__init__.py", "errors.py", "link.py", "pem.py", "readbuffer.py", "spec.py", "wire.py"))

@@ -13,9 +13,12 @@ messages; hutch.client.Client (client/robust.py) adds that and reconnect().
     c.publish("", "readings", b"21.5", {"delivery_mode": 2})
     c.wait_confirms(5000)                         # True: every publish so far was acked
 
-Client(host=None, port=5672, user="guest", password="guest", vhost="/",
-heartbeat=30 (seconds, 0 = off), frame_max=4096, transport=None,
-timeout_ms=10000, name=None). `transport` replaces host and port.
+Client(host=None, port=None (5672; 5671 with ssl), user="guest", password="guest", vhost="/",
+heartbeat=30 (seconds, 0 = off), frame_max=4096, transport=None, timeout_ms=10000,
+name=None, ssl=None, mechanism="PLAIN"). `transport` replaces host and port. ssl: an
+SSLContext (client/tls.py context(cafile, certfile, keyfile) makes one that verifies the
+broker), or True (the system's CAs, CPython): TLS, as umqtt's ssl= does. mechanism
+"EXTERNAL": over TLS, log in as the user the client's certificate names (no password).
 
 connect(); close(); declare_queue(name="", durable, exclusive, auto_delete, arguments,
 passive) -> (name, messages, consumers); declare_exchange(name, type="direct", durable,
@@ -87,7 +90,7 @@ class Client:
     def __init__(
         self,
         host=None,
-        port=5672,
+        port=None,
         user="guest",
         password="guest",
         vhost="/",
@@ -96,12 +99,19 @@ class Client:
         transport=None,
         timeout_ms=10000,
         name=None,
+        ssl=None,
+        mechanism="PLAIN",
     ):
-        if transport is None:
+        if transport is None and ssl:  # (client/tls.py: loaded only by a node that uses TLS)
+            from .tls import Tls
+
+            transport = Tls(host, 5671 if port is None else port, None if ssl is True else ssl)
+        elif transport is None:
             from .transport import Tcp
 
-            transport = Tcp(host, port)
+            transport = Tcp(host, 5672 if port is None else port)
         self.transport = transport
+        self.mechanism = mechanism
         self.user = user
         self.password = password
         self.vhost = vhost
@@ -132,7 +142,7 @@ class Client:
         self.transport.open(self.timeout_ms)
         try:
             p = self.protocol
-            p.connect(ticks_ms(), self.user, self.password, self.vhost, self.heartbeat, self.name)
+            p.connect(ticks_ms(), self.user, self.password, self.vhost, self.heartbeat, self.name, self.mechanism)
             self._call()  # the handshake, up to channel.open-ok
             self.frame_max = p.frame_max
         except Exception:

@@ -1,4 +1,5 @@
-"""Byte transports for hutch.client: TCP, and a serial line through hutch's link layer.
+"""Byte transports for hutch.client: TCP, and a serial line through hutch's link layer (TLS:
+client/tls.py, a TCP transport in TLS).
 
 A transport has open(timeout_ms), readinto(buf, timeout_ms) -> bytes read (0 when
 nothing came in time; OSError when the peer is gone), write(data) (all of it, or
@@ -33,24 +34,40 @@ class Tcp:
         except Exception:
             s.close()  # a node retrying every few seconds must not run out of sockets
             raise
-        self.sock = s
         try:
             s.setsockopt(6, 1, 1)  # IPPROTO_TCP, TCP_NODELAY: frames go out at once
         except Exception:
             pass
+        try:
+            s = self._wrap(s)  # (TLS: its handshake, within the timeout)
+        except Exception:
+            s.close()
+            raise
+        self.sock = s
         s.setblocking(False)
         # CPython sockets have recv_into, MicroPython's readinto (None when nothing is there)
         self._recv = getattr(s, "recv_into", None) or s.readinto
         self.poll = select.poll()
         self.poll.register(s, select.POLLIN)
 
+    def _wrap(self, sock):
+        """The socket the transport speaks through, once connected (client/tls.py: in TLS)."""
+        return sock
+
+    def _ready(self, timeout_ms):
+        return self.poll.poll(timeout_ms)
+
+    def _again(self, e):
+        """Whether an OSError of a non-blocking socket means "not now" (try again)."""
+        return e.args[0] in _AGAIN
+
     def readinto(self, buf, timeout_ms):
-        if not self.poll.poll(timeout_ms):
+        if not self._ready(timeout_ms):
             return 0
         try:
             n = self._recv(buf)
         except OSError as e:
-            if e.args[0] in _AGAIN:
+            if self._again(e):
                 return 0
             raise
         if n is None:
@@ -65,7 +82,7 @@ class Tcp:
             try:
                 n = self.sock.send(mv)
             except OSError as e:
-                if e.args[0] not in _AGAIN:
+                if not self._again(e):
                     raise
                 n = 0
             if n == len(mv):

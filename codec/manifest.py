@@ -6,6 +6,7 @@ package(
         "__init__.py",
         "errors.py",
         "link.py",
+        "pem.py",
         "readbuffer.py",
         "spec.py",
         "wire.py",

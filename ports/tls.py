@@ -19,6 +19,8 @@ TLS's state on a board.
 
 import sys
 
+from ..codec.pem import der
+
 MICROPYTHON = sys.implementation.name == "micropython"
 
 # TLS 1.2 suites: ECDHE or DHE key exchange, AES-GCM or ChaCha20-Poly1305 (no CBC, no SHA-1, no
@@ -91,7 +93,7 @@ def server_context(settings, log=None):
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     if MICROPYTHON:
-        context.load_cert_chain(_der(settings["certfile"]), _der(settings["keyfile"], b"PRIVATE KEY"))
+        context.load_cert_chain(der(settings["certfile"]), der(settings["keyfile"], b"PRIVATE KEY"))
     else:
         if not _policy(context, ssl) and log is not None:
             log("warning", "TLS: this OpenSSL offers its own key exchange groups (X448, P-521 too)")
@@ -125,7 +127,7 @@ def client_context(ca_file=None, cert_file=None, key_file=None, verify=True):
         context.verify_mode = ssl.CERT_NONE
     if cert_file:
         if MICROPYTHON:
-            context.load_cert_chain(_der(cert_file), _der(key_file or cert_file, b"PRIVATE KEY"))
+            context.load_cert_chain(der(cert_file), der(key_file or cert_file, b"PRIVATE KEY"))
         else:
             context.load_cert_chain(cert_file, key_file)
     return context
@@ -133,7 +135,7 @@ def client_context(ca_file=None, cert_file=None, key_file=None, verify=True):
 
 def _load_ca(context, path):
     if MICROPYTHON:  # its Mbed TLS takes the CA as DER bytes
-        context.load_verify_locations(cadata=_der(path))
+        context.load_verify_locations(cadata=der(path))
     else:
         context.load_verify_locations(cafile=path)
 
@@ -175,28 +177,3 @@ def _restrict_groups(context, ssl):
     except (ImportError, OSError, AttributeError, ValueError):
         pass
     return False
-
-
-def _der(path, kind=b"CERTIFICATE"):
-    """The first block of this kind ("CERTIFICATE", "PRIVATE KEY": also "EC PRIVATE KEY" and
-    "RSA PRIVATE KEY") of a PEM file as DER bytes, or a DER file as it is: MicroPython's Mbed TLS
-    is built without a PEM parser."""
-    import binascii
-
-    with open(path, "rb") as f:
-        data = f.read()
-    if b"-----BEGIN" not in data:
-        return data
-    body = []
-    inside = False
-    for line in data.split(b"\n"):
-        line = line.strip()
-        if line.startswith(b"-----BEGIN"):
-            inside = kind in line
-        elif line.startswith(b"-----END"):
-            if body:
-                break
-            inside = False
-        elif inside and line and b":" not in line:  # (an encrypted PEM's headers have a colon)
-            body.append(line)
-    return binascii.a2b_base64(b"".join(body))

@@ -314,5 +314,32 @@ def blocked(port, queue):
     c.close()
 
 
+def tls(port, ca, cert, key, stranger_ca, queue):
+    """Over the TLS listener (client/tls.py): the broker verified against ca, the node logged
+    in by its certificate (EXTERNAL), a message there and back; then a context whose CA did not
+    sign the broker's certificate, and a name that is not the certificate's, are refused."""
+    from hutch.client.tls import Tls, context
+
+    c = Client(HOST, port, ssl=context(ca, cert, key), mechanism="EXTERNAL", name="sensor-tls")
+    c.connect()
+    c.declare_queue(queue)
+    c.confirm()
+    c.publish("", queue, b"over tls", {"delivery_mode": 2})
+    assert c.wait_confirms(5000)
+    m = c.get(queue, no_ack=True)
+    say("external", m.body.decode(), type(c.transport).__name__)
+    c.close()
+    for transport in (
+        Tls(HOST, port, context(stranger_ca, cert, key)),  # not the broker's CA
+        Tls(HOST, port, context(ca, cert, key), server_hostname="gateway.example"),  # not its name
+    ):
+        c = Client(transport=transport, mechanism="EXTERNAL")
+        try:
+            c.connect()
+            raise AssertionError("a broker the node cannot verify was let in")
+        except OSError as e:  # ssl.SSLError on CPython, OSError(-9984...) from Mbed TLS
+            say("refused", type(e).__name__)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](int(sys.argv[2]), *sys.argv[3:])

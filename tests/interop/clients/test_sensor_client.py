@@ -20,9 +20,13 @@ import threading
 
 import pika
 import pytest
-from brokers import RunningBroker, pika_connection
+from brokers import BIN, RunningBroker, pika_connection
 from micropython_env import ROOT, micropython, node_root, serve_env
 from sensor.sensor_node import body
+from tls_certs import Certificates
+
+from hutch.bench.brokers import free_port
+from hutch.core.auth import hash_password
 
 SCRIPTS = os.path.join(ROOT, "tests", "sensor")
 
@@ -412,3 +416,27 @@ def test_sensor_on_a_serial_line(node_runtime, broker_runtime, noise, line, seri
     print(damage, closed)
     if noise:
         assert sum(d["corrupted"] + d["dropped"] + d["garbage"] for d in damage.values()) > 0, damage
+
+
+def test_tls_with_the_broker_verified_and_the_node_s_certificate(node, tmp_path):
+    """The sensor client over the TLS listener, under CPython and MicroPython: the broker's
+    certificate checked (its CA and its name), the node logged in by its own certificate."""
+    certs = Certificates(str(tmp_path / "certs"))
+    device = certs.client("sensor-01")
+    stranger = Certificates(str(tmp_path / "stranger"), "a CA the broker's certificate is not from")
+    tls_port = free_port()
+    config = tmp_path / "hutch.toml"
+    config.write_text('[users.sensor-01]\npassword_hash = "%s"\n' % hash_password("unused", b"salt"))
+    tls_options = ["--tls-port", str(tls_port), "--certfile", certs.server.cert, "--keyfile", certs.server.key]
+    tls_options += ["--cacertfile", certs.ca, "--verify-peer", "--fail-if-no-peer-cert"]
+    broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)] + tls_options, tmp_path)
+    broker.start()
+    try:
+        lines = node.run("sensor_node.py", "tls", tls_port, certs.ca, device.cert, device.key, stranger.ca, "tls-q")
+    finally:
+        broker.stop()
+    assert lines[0] == "external over tls Tls"
+    assert len(lines) == 3 and all(line.startswith("refused ") for line in lines[1:]), lines
+    log = broker.log()
+    assert "connection open (user 'sensor-01', client hutch.client" in log, log
+    assert log.count("the client refused the broker's certificate") == 2, log
