@@ -71,7 +71,10 @@ class Control:
         kind = request.get("kind")
         if kind not in listing.KINDS:
             return {"error": "cannot list '%s' (one of: %s)" % (kind, ", ".join(listing.KINDS))}
-        rows = listing.rows(kind, self.broker)
+        try:
+            rows = listing.rows(kind, self.broker, request.get("user"))
+        except LookupError as e:
+            return {"error": str(e)}
         columns = request.get("columns") or list(listing.DEFAULT[kind])
         known = set(rows[0]) if rows else set(listing.COLUMNS[kind])
         unknown = [c for c in columns if c not in known]

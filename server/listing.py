@@ -141,6 +141,39 @@ def _users(broker):
     return [{"user": name, "tags": sorted(users.tags.get(name, []))} for name in sorted(users.hashes)]
 
 
+def _permissions(broker, user=None):
+    """rabbitmqctl list_permissions (on /): each user who may use the virtual host, with its
+    patterns (".*" each for a user with every permission)."""
+    out = []
+    for name in sorted(broker.users.hashes):
+        allowed, granted = broker.users.access(name)
+        if allowed:
+            patterns = granted.patterns if granted is not None else (".*", ".*", ".*")
+            out.append({"user": name, "configure": patterns[0], "write": patterns[1], "read": patterns[2]})
+    return out
+
+
+def _user_permissions(broker, user=None):
+    """rabbitmqctl list_user_permissions USER: the user's patterns, by virtual host (one: /)."""
+    if user not in broker.users.hashes:
+        raise LookupError("no user '%s'" % user)
+    return [
+        dict(vhost="/", **{k: v for k, v in row.items() if k != "user"})
+        for row in _permissions(broker)
+        if row["user"] == user
+    ]
+
+
+def _topic_permissions(broker, user=None):
+    """rabbitmqctl list_topic_permissions (on /): user, exchange, write and read patterns."""
+    out = []
+    for name in sorted(broker.users.hashes):
+        granted = broker.users.access(name)[1]
+        for exchange, (write, read) in sorted((granted.topic_patterns if granted is not None else {}).items()):
+            out.append({"user": name, "exchange": text(exchange), "write": write, "read": read})
+    return out
+
+
 def _streams(broker):
     from ..core.snapshot import snapshot
 
@@ -167,6 +200,9 @@ KINDS = {
     "streams": _streams,
     "bridges": _bridges,
     "users": _users,
+    "permissions": _permissions,
+    "user_permissions": _user_permissions,
+    "topic_permissions": _topic_permissions,
 }
 
 # The columns shown when none are named: rabbitmqctl 3.10's for its list_* commands
@@ -180,6 +216,9 @@ DEFAULT = {
     "streams": ("name", "first", "last", "bytes", "consumers"),
     "bridges": ("name", "state", "upstream", "forwarded", "backlog", "last_error"),
     "users": ("user", "tags"),
+    "permissions": ("user", "configure", "write", "read"),
+    "user_permissions": ("vhost", "configure", "write", "read"),
+    "topic_permissions": ("user", "exchange", "write", "read"),
 }
 
 
@@ -199,8 +238,17 @@ COLUMNS = {
     "bridges": ("name", "direction", "state", "upstream", "queue", "forwarded", "in_flight", "backlog",
                 "oldest_age_s", "last_error"),
     "users": ("user", "tags"),
+    "permissions": DEFAULT["permissions"],
+    "user_permissions": DEFAULT["user_permissions"],
+    "topic_permissions": DEFAULT["topic_permissions"],
 }  # fmt: skip
 
+# The kinds that list one user's: `hutch ctl list user_permissions USER`
+FOR_A_USER = ("user_permissions",)
 
-def rows(kind, broker):
+
+def rows(kind, broker, user=None):
+    """The rows of a kind; LookupError naming what it lists that is not there (a user)."""
+    if kind in FOR_A_USER:
+        return KINDS[kind](broker, user)
     return KINDS[kind](broker)

@@ -1,9 +1,11 @@
 """The `hutch` command (CPython).
 
 hutch serve [--bind ADDR] [--port N] [--config FILE] [--data DIR] [--log-level L]
-hutch passwd [--password PW]     print a password hash for the config file
+hutch passwd [--password PW] [--config FILE --user NAME]   a password hash, printed or written into the config
 hutch flash --board NAME --port PORT [--config FILE] [--romfs]   install hutch on a MicroPython board
 hutch bench [--start-rabbitmq | --rabbitmq HOST:PORT] [--micropython | --backlog N | --bridge N | --spark N]   benchmark hutch (and RabbitMQ, Spark)
+hutch publish --routing-key K [--exchange X] [--host H] [--port P] BODY   one message, confirmed
+hutch get [--host H] [--port P] [--count N] [--ack] QUEUE    messages from a queue
 hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
 hutch ctl list queues|... , purge, delete, ... , import, export   ask the running broker (tools/ctl_live.py)
 hutch install-service [--root DIR]   hutch as a systemd service
@@ -34,7 +36,21 @@ import argparse  # noqa: E402 (after the line above, on purpose)
 # name: (help, description or None, the module whose add_options(parser) and run(args) it is)
 COMMANDS = {
     "serve": ("run the broker", None, None),
-    "passwd": ("print a password hash for [users.NAME] password_hash", None, None),
+    "passwd": (
+        "print a password hash for [users.NAME] password_hash, or write it into a config file",
+        "a password hash for [users.NAME] password_hash: printed, or written into --config FILE for --user NAME",
+        "hutch.tools.passwd",
+    ),
+    "publish": (
+        "publish one message (confirmed; an error if no queue takes it), for a quick test",
+        "publish one message, as mosquitto_pub and rabbitmqadmin publish: confirmed and mandatory",
+        "hutch.tools.publish",
+    ),
+    "get": (
+        "print messages from a queue (put back unless --ack), for a quick test",
+        "print messages from a queue, as rabbitmqadmin get: put back unless --ack",
+        "hutch.tools.get",
+    ),
     "flash": (
         "install hutch on a MicroPython board (with mpremote)",
         "build hutch's firmware bundle and install it on a MicroPython board",
@@ -133,34 +149,6 @@ def _stop_on_signals(stop, notify):
         loop.add_signal_handler(sig, stopping)
 
 
-def cmd_passwd(args):
-    """A hash for the config file, of --password, of a line on standard input when it is not a
-    terminal (`echo pw | hutch passwd`), or of a password asked twice."""
-    import os
-
-    from ..core.auth import hash_password
-
-    password = args.password
-    if password is None and not sys.stdin.isatty():
-        password = sys.stdin.readline().rstrip("\r\n")
-        if not password:
-            print("hutch: no password on standard input", file=sys.stderr)
-            return 1
-    if password is None:
-        import getpass
-
-        try:
-            password = getpass.getpass("password: ")
-            if getpass.getpass("again: ") != password:
-                print("hutch: the passwords differ", file=sys.stderr)
-                return 1
-        except (EOFError, KeyboardInterrupt):
-            print("", file=sys.stderr)
-            return 1
-    print(hash_password(password, os.urandom(4)))
-    return 0
-
-
 def cmd_version(args):
     from ..core.broker import VERSION
 
@@ -204,9 +192,6 @@ def _add_command(commands, name, argv):
             help="serve Prometheus metrics and the status page on this port (127.0.0.1; default: off)",
         )
         parser.set_defaults(run=cmd_serve)
-    elif name == "passwd":
-        parser.add_argument("--password", help="the password (default: a line on standard input, or asked twice)")
-        parser.set_defaults(run=cmd_passwd)
     elif name == "version":
         parser.set_defaults(run=cmd_version)
     elif module_name is not None:

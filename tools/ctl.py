@@ -32,17 +32,19 @@ from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE
 from ..ports.streams import GONE, read_meta
 
 DEFAULT_DATA = "hutch-data"
+# The unit `hutch install-service` writes: hutch ctl reads the service's data folder from it
+SERVICE_UNIT = "/etc/systemd/system/hutch.service"
 
 
 def add_options(parser):
     commands = parser.add_subparsers(dest="ctl_command", metavar="COMMAND")
     commands.required = True
     status = commands.add_parser("status", help="the journal, the last recovery, the quarantine and the streams")
-    status.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
+    _data_option(status)
     status.add_argument("--json", action="store_true", help="print it as one JSON object")
     status.set_defaults(run=status_command)
     bridges = commands.add_parser("bridges", help="each bridge: state, upstream, forwarded, backlog, last error")
-    bridges.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
+    _data_option(bridges)
     bridges.add_argument("--json", action="store_true", help="print it as one JSON object")
     bridges.set_defaults(run=bridges_command)
     from . import ctl_live  # (its commands ask the running broker)
@@ -51,7 +53,45 @@ def add_options(parser):
 
 
 def _data_option(command):
-    command.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default ./%s)" % DEFAULT_DATA)
+    command.add_argument(
+        "--data",
+        default=default_data(),
+        help="the data folder (default: $HUTCH_DATA, else ./%s if there is one, else the service's)" % DEFAULT_DATA,
+    )
+
+
+def default_data():
+    """The data folder when --data is not given, found as rabbitmqctl finds its node: $HUTCH_DATA;
+    ./hutch-data when there is one (`make serve`'s); else the data folder of the installed
+    service (the --data of its unit's ExecStart, or the [server] data of its --config; the unit
+    is $HUTCH_SERVICE_UNIT, by default /etc/systemd/system/hutch.service); else ./hutch-data."""
+    if os.environ.get("HUTCH_DATA"):
+        return os.environ["HUTCH_DATA"]
+    if os.path.isdir(DEFAULT_DATA):
+        return DEFAULT_DATA
+    return service_data(os.environ.get("HUTCH_SERVICE_UNIT") or SERVICE_UNIT) or DEFAULT_DATA
+
+
+def service_data(unit):
+    """The data folder the service of this unit runs on, or None (no unit, or none named)."""
+    try:
+        with open(unit) as f:
+            lines = [line for line in f.read().splitlines() if line.startswith("ExecStart=")]
+    except OSError:
+        return None
+    words = lines[-1].split() if lines else []
+    for option in ("--data", "--config"):
+        if option in words[:-1]:
+            value = words[words.index(option) + 1]
+            if option == "--data":
+                return value
+            from ..server import config
+
+            try:
+                return config.read(value).get("server", {}).get("data")
+            except config.ConfigError:
+                return None
+    return None
 
 
 def _files(folder, suffix=""):
@@ -161,12 +201,18 @@ def streams(data):
 
 
 def _no_folder(data):
-    """Said when the data folder is missing (True: the command exits with 2)."""
+    """Said when the data folder is missing, or not this user's to read (True: the command
+    exits with 2)."""
+    if os.path.isdir(data) and not os.access(data, os.R_OK | os.X_OK):
+        from .ctl_live import not_yours
+
+        print("hutch ctl: cannot read data folder %s: %s" % (os.path.abspath(data), not_yours(data)), file=sys.stderr)
+        return True
     if os.path.isdir(data):
         return False
     where = os.path.abspath(data)
     if data == DEFAULT_DATA:  # the default is relative: the folder the command runs in
-        hint = "run hutch ctl in the folder the broker runs in, or give --data DIR"
+        hint = "run hutch ctl in the folder the broker runs in, or give --data DIR (no service is installed)"
     else:
         hint = "start the broker with --data %s first" % data
     print("hutch ctl: no data folder %s (%s)" % (where, hint), file=sys.stderr)

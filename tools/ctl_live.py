@@ -2,7 +2,9 @@
 folder (ports/control_socket.py, answered by server/control.py):
 
     hutch ctl list KIND [COLUMN ...] [--json]   queues, exchanges, bindings, connections,
-                                                channels, consumers, streams, bridges, users
+                                                channels, consumers, streams, bridges, users,
+                                                permissions, user_permissions USER,
+                                                topic_permissions
     hutch ctl purge QUEUE | delete queue|exchange NAME | close-connection NAME REASON
     hutch ctl add-user NAME PASSWORD [--tags T,...] | set-permissions NAME CONF WRITE READ
     hutch ctl delete-user NAME
@@ -20,6 +22,7 @@ status is 3: the import was partial. No broker running on the folder: one line, 
 """
 
 import json
+import os
 import sys
 
 from ..ports.control_socket import request
@@ -32,7 +35,9 @@ def add_options(commands, data_option):
         "list", help="queues, exchanges, bindings, ... of the running broker (rabbitmqctl's columns)"
     )
     listed.add_argument(
-        "kind", help="queues, exchanges, bindings, connections, channels, consumers, streams, bridges, users"
+        "kind",
+        help="queues, exchanges, bindings, connections, channels, consumers, streams, bridges, users, "
+        "permissions, user_permissions USER, topic_permissions",
     )
     listed.add_argument("columns", nargs="*", help="the columns to show (default: rabbitmqctl's)")
     listed.add_argument("--json", action="store_true", help="print one JSON object per row, in a list")
@@ -90,12 +95,26 @@ def ask(data, command, **arguments):
         answer = request(data, command, **arguments)
     except OSError as e:
         why = "no broker runs there" if isinstance(e, (FileNotFoundError, ConnectionRefusedError)) else e
+        if isinstance(e, PermissionError):
+            why = "its control socket %s" % not_yours(data)
         print("hutch ctl %s: no answer from a broker on data folder %s (%s)" % (command, data, why), file=sys.stderr)
         return None
     if "error" in answer:
         print("hutch ctl %s: %s" % (command, answer["error"]), file=sys.stderr)
         return None
     return answer
+
+
+def not_yours(data):
+    """Why a data folder cannot be read: whose it is, and how to read it (the service's folder
+    is its user's alone, as /var/lib/rabbitmq is rabbitmq's)."""
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(os.stat(data).st_uid).pw_name
+    except (ImportError, KeyError, OSError):
+        owner = "another user"
+    return "it is %s's: run hutch ctl as that user, or with sudo" % owner
 
 
 def export_command(args):
@@ -144,7 +163,15 @@ def import_command(args):
 
 
 def list_command(args):
-    answer = ask(args.data, "list", kind=args.kind, columns=args.columns)
+    columns, user = list(args.columns), None
+    if args.kind == "user_permissions":  # rabbitmqctl list_user_permissions USER
+        if not columns:
+            print(
+                "hutch ctl list: user_permissions needs the user: hutch ctl list user_permissions USER", file=sys.stderr
+            )
+            return 1
+        user = columns.pop(0)
+    answer = ask(args.data, "list", kind=args.kind, columns=columns, user=user)
     if answer is None:
         return 1
     columns, rows = answer["columns"], answer["rows"]

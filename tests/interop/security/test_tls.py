@@ -277,6 +277,27 @@ def test_mutual_tls_with_external(tls_broker, client):
 
 
 @shared_broker
+def test_hutch_publish_and_get_over_tls_with_a_device_certificate(tls_broker):
+    """The quick-test commands take the TLS options of the rest of the CLI: the broker's CA, a
+    device's certificate, and EXTERNAL."""
+    certs, device = tls_broker.certs, tls_broker.certs.devices["sensor-01"]
+    tls = ["--tls", "--port", str(tls_broker.ports["mtls"]), "--cacertfile", certs.ca]
+    device_login = ["--certfile", device.cert, "--keyfile", device.key, "--external"]
+    pika_connect(tls_broker.ports["plain"], tls=False).channel().queue_declare("quick-tls")
+    offset = len(tls_broker.log().encode())
+    for command in (
+        ["publish", *tls, *device_login, "--routing-key", "quick-tls", "over tls"],
+        ["get", *tls, *device_login, "--ack", "quick-tls"],
+    ):
+        done = subprocess.run([HUTCH, *command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    assert done.stdout == "over tls\n"
+    log_grew(tls_broker, offset, "connection open (user 'sensor-01', client hutch.client")
+    done = subprocess.run([HUTCH, "get", *tls, "quick-tls"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "hutch get: cannot connect to 127.0.0.1" in done.stderr, done.stderr
+
+
+@shared_broker
 def test_external_names_the_user_by_subject_or_alternative_name(tls_broker):
     """login_from = "distinguished_name": the whole subject, as RFC 4514 writes it (cryptography's
     rfc4514_string(), RabbitMQ's form); "subject_alternative_name": the first of them."""

@@ -9,8 +9,10 @@ import subprocess
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, pika_connection, pump_until, wait_until
+from brokers import BIN, RunningBroker, delete_users, pika_connection, pump_until, wait_until
 from differential import fresh
+
+from hutch.core.auth import hash_password
 
 HUTCH = os.path.join(BIN, "hutch")
 
@@ -84,6 +86,52 @@ def test_list_shows_what_rabbitmqctl_shows(broker, rabbitmq):
     finally:
         for connection in connections:
             connection.close()
+
+
+@pytest.mark.xdist_group("rabbitmq")
+def test_list_permissions_shows_what_rabbitmqctl_shows(broker, rabbitmq, tmp_path):
+    """The same definitions imported into both; `list permissions` and `list user_permissions
+    USER` print rabbitmqctl's rows for them (list_permissions, list_user_permissions)."""
+    user = fresh("perm")
+    definitions = {
+        "users": [
+            {
+                "name": user,
+                "password_hash": hash_password("pw", b"salt"),
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": [],
+            }
+        ],
+        "permissions": [
+            {"user": user, "vhost": "/", "configure": "^$", "write": "^amq\\.topic$", "read": "^%s-" % user}
+        ],
+        "topic_permissions": [
+            {"user": user, "vhost": "/", "exchange": "amq.topic", "write": "^site\\.7\\.", "read": ".*"}
+        ],
+    }
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(definitions))
+    assert ctl(broker, "import", str(path)).returncode == 0
+    done = subprocess.run(
+        [rabbitmq.CTL, "import_definitions", str(path)], env=rabbitmq.env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        ours = [row for row in hutch_list(broker, "permissions") if row["user"] == user]
+        theirs = [row for row in rabbitmq_list(rabbitmq, "permissions") if row["user"] == user]
+        assert ours == theirs == [{"user": user, "configure": "^$", "write": "^amq\\.topic$", "read": "^%s-" % user}]
+        ours = hutch_list(broker, "user_permissions", user)
+        assert ours == rabbitmq_list(rabbitmq, "user_permissions", user), ours
+        assert [list(row) for row in ours] == [["vhost", "configure", "write", "read"]]
+        topics = [row for row in hutch_list(broker, "topic_permissions") if row["user"] == user]
+        assert topics == [{"user": user, "exchange": "amq.topic", "write": "^site\\.7\\.", "read": ".*"}]
+        done = ctl(broker, "list", "user_permissions", "nobody-" + user)
+        assert done.returncode == 1 and done.stderr == "hutch ctl list: no user 'nobody-%s'\n" % user, done.stderr
+        done = ctl(broker, "list", "user_permissions")
+        assert done.returncode == 1 and "needs the user" in done.stderr
+    finally:
+        delete_users(rabbitmq, [user])
+        ctl(broker, "delete-user", user)
 
 
 def test_changes_a_client_sees_and_users_that_stay(tmp_path):
