@@ -1,8 +1,8 @@
 """The status page served at `/` of the metrics port (server/monitoring.py): one HTML page with
 its style and script inline (no external asset: it works on a gateway with no internet), which
 reads /api/overview every second and draws what RabbitMQ's management overview shows —
-totals, message rates with small charts, queues, connections, bridges, streams, the journal,
-memory — read-only. Every figure is an element with a data-figure attribute naming what it
+the node (host, version, uptime), totals, message rates with small charts, queues with their
+own rates, connections, bridges, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
 shows, so a test (and a script) can read it.
 """
 
@@ -18,7 +18,7 @@ th{background:#eee}td:first-child,th:first-child{text-align:left}
 .box b{display:block;font-size:1.5em}.rate svg{display:block}#state{color:#666}
 .bad{color:#b00}
 </style></head><body>
-<h1>hutch</h1><div id="state">loading...</div>
+<h1>hutch <span id="node"></span></h1><div id="uptime"></div><div id="state">loading...</div>
 <h2>Totals</h2><div class="totals" id="totals"></div>
 <h2>Message rates (per second, last minute)</h2><div class="totals" id="rates"></div>
 <h2>Queues</h2><table id="queues"></table>
@@ -53,6 +53,21 @@ function table(id, heads, rows) {
   });
 }
 function sum(counters, names) { return names.reduce(function (a, n) { return a + counters[n]; }, 0); }
+// a rate as a reader wants it: a sensor's 0.25 msg/s is not 0
+function rate(v) { return v <= 0 ? "0" : v < 1 ? v.toFixed(2) : v < 99.95 ? v.toFixed(1) : String(Math.round(v)); }
+function duration(s) {
+  var d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
+  return d ? d + " d " + h + " h" : h ? h + " h " + m + " min" : m ? m + " min" : Math.floor(s) + " s";
+}
+// each queue's rates, as RabbitMQ's management UI shows them: from its counters' last two samples
+var QUEUE_RATES = [["publish_rate", "published"], ["deliver_rate", "delivered"], ["ack_rate", "acknowledged"]];
+function queueRates(queues) {
+  var now = samples[samples.length - 1], before = samples[samples.length - 2];
+  queues.forEach(function (q) {
+    var old = before && before.queues[q.name], dt = before ? (now.t - before.t || 1) : 1;
+    QUEUE_RATES.forEach(function (r) { q[r[0]] = old ? rate(Math.max(0, q[r[1]] - old[r[1]]) / dt) : "-"; });
+  });
+}
 function spark(values) {
   var w = 120, h = 28, max = Math.max.apply(null, values.concat([1]));
   var pts = values.map(function (v, i) { return (i * w / (KEEP - 1)).toFixed(1) + "," + (h - v * h / max).toFixed(1); });
@@ -60,7 +75,12 @@ function spark(values) {
 }
 function draw(data) {
   var b = data.broker, c = b.counters, now = data.at_ms / 1000;
-  samples.push({t: now, c: c}); if (samples.length > KEEP) samples.shift();
+  var byName = {};
+  b.queues.forEach(function (q) { byName[q.name] = {published: q.published, delivered: q.delivered, acknowledged: q.acknowledged}; });
+  samples.push({t: now, c: c, queues: byName}); if (samples.length > KEEP) samples.shift();
+  var node = data.node || {};
+  document.getElementById("node").textContent = node.version ? node.version + " on " + node.host : "";
+  queueRates(b.queues);
   var ready = 0, unacked = 0;
   b.queues.forEach(function (q) { ready += q.messages; unacked += q.unacked; });
   var totals = document.getElementById("totals"); totals.textContent = "";
@@ -81,11 +101,12 @@ function draw(data) {
       series.push((sum(samples[i].c, r[1]) - sum(samples[i - 1].c, r[1])) / dt);
     }
     var d = el("div"); d.className = "box rate";
-    d.appendChild(el("b", series.length ? Math.round(series[series.length - 1]) : 0, "rate." + r[0]));
+    d.appendChild(el("b", rate(series.length ? series[series.length - 1] : 0), "rate." + r[0]));
     d.appendChild(el("span", r[0])); d.insertAdjacentHTML("beforeend", spark(series)); rates.appendChild(d);
   });
   table("queues", [["name", "name"], ["ready", "messages"], ["unacked", "unacked"], ["consumers", "consumers"],
-    ["on disk", "on_disk"], ["published", "published"], ["oldest (s)", "oldest_age_s"]], b.queues);
+    ["on disk", "on_disk"], ["published", "published"], ["publish/s", "publish_rate"], ["deliver/s", "deliver_rate"],
+    ["ack/s", "ack_rate"], ["oldest (s)", "oldest_age_s"]], b.queues);
   table("connections", [["name", "name"], ["user", "user"], ["TLS", "tls"], ["channels", "channels"]], b.connections);
   table("bridges", [["name", "name"], ["state", "state"], ["upstream", "upstream"], ["forwarded", "forwarded"],
     ["in flight", "in_flight"], ["backlog", "backlog"], ["last error", "last_error"]], b.bridges);
@@ -103,9 +124,16 @@ function draw(data) {
   state.className = b.blocked ? "bad" : "";
   state.textContent = (b.blocked ? "publishers blocked: " + b.blocked + " - " : "") + "updated " + new Date().toLocaleTimeString();
   state.setAttribute("data-figure", "updated");
+  document.getElementById("node").setAttribute("data-figure", "node");
+  var uptime = document.getElementById("uptime");
+  uptime.textContent = node.uptime_s !== undefined ? "up " + duration(node.uptime_s) : "";
+  uptime.setAttribute("data-figure", "uptime");
 }
+// The URL without the user and password a user may have typed into the page's address: a
+// browser refuses to fetch such a URL, and sends the credentials it logged in with anyway
+var OVERVIEW = location.origin + location.pathname.replace(/[^\/]*$/, "") + "api/overview";
 function poll() {
-  fetch("api/overview", {cache: "no-store"}).then(function (r) { return r.json(); }).then(draw).catch(function (e) {
+  fetch(OVERVIEW, {cache: "no-store", credentials: "same-origin"}).then(function (r) { return r.json(); }).then(draw).catch(function (e) {
     var s = document.getElementById("state"); s.className = "bad"; s.textContent = "broker not answering: " + e;
   }).finally(function () { setTimeout(poll, 1000); });
 }

@@ -14,7 +14,9 @@ Loaded only when the port is configured, on a board as on a host.
 
 import binascii
 import json
+import os
 import sys
+import time
 
 from ..core import snapshot as broker_snapshot
 from ..ports import metrics
@@ -31,6 +33,7 @@ class Monitoring:
     def __init__(self, broker, auth_required):
         self.broker = broker
         self.auth_required = auth_required
+        self.started = time.time()  # (the port opens as the broker starts: its uptime from here)
 
     def handle(self, path, headers):
         """(status, content type, body, extra header lines) for a GET of path."""
@@ -49,9 +52,19 @@ class Monitoring:
             return 200, TEXT, body.encode(), ()
         if path == "/api/overview":
             # at_ms: the broker's clock, so a reader's rates are per second of the broker's time
-            overview = {"broker": snap, "process": process_figures(), "at_ms": self.broker.now}
+            overview = {"broker": snap, "process": process_figures(), "node": self.node(), "at_ms": self.broker.now}
             return 200, JSON, json.dumps(overview).encode(), ()
         return 404, "text/plain; charset=utf-8", b"not found\n", ()
+
+    def node(self):
+        """What the page's heading says: the machine's name, hutch's version, the uptime."""
+        from ..core.broker import VERSION
+
+        try:
+            host = os.uname().nodename
+        except AttributeError:  # (a board: no uname)
+            host = sys.platform
+        return {"host": host, "version": VERSION, "uptime_s": int(time.time() - self.started)}
 
     def _refused(self, authorization):
         """None for a user who may look, else why not (said to the client, who knows the user)."""

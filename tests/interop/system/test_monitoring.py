@@ -17,6 +17,8 @@ import pika
 from brokers import BIN, RunningBroker, free_port, interrupt, wait_until
 from micropython_env import micropython, serve_env
 
+from hutch.ports.status_page import PAGE
+
 HUTCH = os.path.join(BIN, "hutch")
 PROMTOOL = "/usr/bin/promtool"
 CHROMIUM = "/usr/bin/chromium"
@@ -288,6 +290,38 @@ def test_with_users_only_monitoring_users_may_look(tmp_path):
         assert status == 200 and "rabbitmq_connections 0" in text
     finally:
         broker.stop()
+
+
+def test_the_status_page_opened_with_credentials_in_its_url(tmp_path):
+    """http://user:password@host:port/ as a user types it: the page logs in and draws (a browser
+    refuses to fetch a URL with credentials, so the page fetches its origin's), with the node's
+    name, version and uptime, and each queue's rates."""
+    from hutch.core.broker import VERSION
+
+    done = subprocess.run([HUTCH, "passwd", "--password", "w-pw"], capture_output=True, text=True, timeout=30)
+    config = tmp_path / "hutch.toml"
+    config.write_text('[users.watcher]\npassword_hash = "%s"\ntags = ["monitoring"]\n' % done.stdout.strip())
+    broker = monitored(tmp_path, "--config", str(config))
+    try:
+        url = broker.metrics_url.replace("http://", "http://watcher:w-pw@") + "/"
+        figures = dom_figures(url, str(tmp_path / "chromium"))
+        assert "broker not answering" not in figures["updated"], figures
+        assert figures["updated"].startswith("updated ") and figures["connections"] == "0", figures
+        assert figures["uptime"] in ("up 0 s", "up 1 s", "up 2 s", "up 3 s", "up 4 s", "up 5 s"), figures
+        assert figures["node"] == "%s on %s" % (VERSION, os.uname().nodename), figures
+        for rate in ("published", "delivered"):
+            assert figures["rate." + rate] == "0", figures
+    finally:
+        broker.stop()
+
+
+def test_the_status_page_shows_rates_below_one_a_second():
+    """A sensor's 0.3 msg/s is 0.30 on the page, not 0: the page's own rate(), run in Node."""
+    script = PAGE.decode().split("<script>")[1].split("function draw")[0]
+    script += "console.log(JSON.stringify([0, 0.3, 0.05, 2.345, 12.34, 99.96, 150.4, 4321.6].map(rate)));"
+    done = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["0", "0.30", "0.05", "2.3", "12.3", "100", "150", "4322"]
 
 
 def test_a_metrics_port_that_cannot_be_had_is_one_line(tmp_path):
