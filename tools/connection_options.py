@@ -3,7 +3,8 @@ take them (TLS with `hutch serve`'s file options), and the sensor client (hutch.
 make of them.
 
     add_options(parser)
-    client = connect(args, "hutch publish")   # connected, or None after one line on stderr
+    return with_client(args, "hutch publish", work)   # work(client) -> exit code, or 1 for a
+                                                      # failed connection or a broker's refusal
 """
 
 import sys
@@ -65,3 +66,23 @@ def connect(args, command):
         print("%s: cannot connect to %s:%d: %s" % (command, args.host, port, why), file=sys.stderr)
         return None
     return client
+
+
+def with_client(args, command, work):
+    """work(client) on a connected client, closed after: its exit code, or 1 after one line on
+    stderr if the connection fails or the broker refuses something (its reply, as it words it)."""
+    from ..client import AMQPError
+
+    client = connect(args, command)
+    if client is None:
+        return 1
+    try:
+        return work(client)
+    except AMQPError as e:
+        print("%s: %s" % (command, e.text), file=sys.stderr)
+        return 1
+    except OSError as e:
+        print("%s: the connection failed: %s" % (command, getattr(e, "strerror", None) or e), file=sys.stderr)
+        return 1
+    finally:
+        client.close()

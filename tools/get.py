@@ -25,34 +25,23 @@ def add_options(parser):
 
 
 def run(args):
-    from ..client import AMQPError
-
     if args.count < 1:
         print("hutch get: --count must be at least 1, not %d" % args.count, file=sys.stderr)
         return 2
-    client = connection_options.connect(args, "hutch get")
-    if client is None:
-        return 1
+    return connection_options.with_client(args, "hutch get", lambda client: _get(client, args))
+
+
+def _get(client, args):
     got = []
-    try:
-        while len(got) < args.count:
-            message = client.get(args.queue)
-            if message is None:
-                break
-            got.append(message)
-        if got:
-            if args.ack:
-                client.ack(got[-1].delivery_tag, multiple=True)
-            else:
-                client.nack(got[-1].delivery_tag, requeue=True, multiple=True)
-    except AMQPError as e:
-        print("hutch get: %s" % e.text, file=sys.stderr)
-        return 1
-    except OSError as e:
-        print("hutch get: the connection failed: %s" % (getattr(e, "strerror", None) or e), file=sys.stderr)
-        return 1
-    finally:
-        client.close()
+    while len(got) < args.count:
+        message = client.get(args.queue)
+        if message is None:
+            break
+        got.append(message)
+    if got and args.ack:
+        client.ack(got[-1].delivery_tag, multiple=True)
+    elif got:
+        client.nack(got[-1].delivery_tag, requeue=True, multiple=True)
     if args.json:
         print(json.dumps([_as_json(m) for m in got], indent=1))
     elif not got:

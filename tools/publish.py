@@ -29,7 +29,7 @@ def add_options(parser):
 
 
 def run(args):
-    from ..client import AMQPError, Returned
+    from ..client import Returned
 
     properties = {}
     for header in args.header:
@@ -43,27 +43,21 @@ def run(args):
     if args.content_type:
         properties["content_type"] = args.content_type
     body = sys.stdin.buffer.read() if args.body == "-" else args.body.encode()
-    client = connection_options.connect(args, "hutch publish")
-    if client is None:
-        return 1
     where = "exchange '%s' with routing key '%s'" % (args.exchange, args.routing_key)
-    try:
+
+    def publish(client):
         client.confirm()
         client.publish(args.exchange, args.routing_key, body, properties or None)
-        if not client.wait_confirms(10000):
+        try:
+            confirmed = client.wait_confirms(10000)
+        except Returned as e:
+            print("hutch publish: no queue took the message to %s: %d %s" % (where, e.code, e.text), file=sys.stderr)
+            return 1
+        if not confirmed:
             print("hutch publish: the broker did not confirm the message to %s (nack, or no answer)" % where,
                   file=sys.stderr)  # fmt: skip
             return 1
-    except Returned as e:
-        print("hutch publish: no queue took the message to %s: %d %s" % (where, e.code, e.text), file=sys.stderr)
-        return 1
-    except AMQPError as e:
-        print("hutch publish: %s" % e.text, file=sys.stderr)
-        return 1
-    except OSError as e:
-        print("hutch publish: the connection failed: %s" % (getattr(e, "strerror", None) or e), file=sys.stderr)
-        return 1
-    finally:
-        client.close()
-    print("published %d bytes to %s: confirmed" % (len(body), where))
-    return 0
+        print("published %d bytes to %s: confirmed" % (len(body), where))
+        return 0
+
+    return connection_options.with_client(args, "hutch publish", publish)
