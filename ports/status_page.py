@@ -131,7 +131,7 @@ function draw(data) {
 }
 // The URL without the user and password a user may have typed into the page's address: a
 // browser refuses to fetch such a URL, and sends the credentials it logged in with anyway
-var OVERVIEW = location.origin + location.pathname.replace(/[^\/]*$/, "") + "api/overview";
+var OVERVIEW = location.origin + location.pathname.replace(/[^/]*$/, "") + "api/overview";
 function poll() {
   fetch(OVERVIEW, {cache: "no-store", credentials: "same-origin"}).then(function (r) { return r.json(); }).then(draw).catch(function (e) {
     var s = document.getElementById("state"); s.className = "bad"; s.textContent = "broker not answering: " + e;
