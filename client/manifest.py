@@ -8,5 +8,9 @@ package(
 # the AMQP 0-9-1 wire module the client speaks through (with the spec table and DecodeError,
 # and the read buffer it assembles frames in),
 # and the serial link layer, for a node on a UART (client/transport.py's Serial)
-# and the PEM reader of client/tls.py (MicroPython's TLS takes DER)
-package("hutch/codec", files=("__init__.py", "errors.py", "link.py", "pem.py", "readbuffer.py", "spec.py", "wire.py"))
+# and the PEM reader of client/tls.py (MicroPython's TLS takes DER), and the words for a
+# message property of the wrong kind (loaded only then)
+package(
+    "hutch/codec",
+    files=("__init__.py", "errors.py", "link.py", "pem.py", "property_types.py", "readbuffer.py", "spec.py", "wire.py"),
+)

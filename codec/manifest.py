@@ -7,6 +7,7 @@ package(
         "errors.py",
         "link.py",
         "pem.py",
+        "property_types.py",
         "readbuffer.py",
         "spec.py",
         "wire.py",

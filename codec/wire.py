@@ -337,33 +337,14 @@ def put_properties(buf, pos, props, binary=False, names=None):
                 flags |= 0x8000 >> i
                 try:
                     pos = put_args(buf, pos, BASIC_PROPERTIES[i][1], (value,), binary)
-                except _VALUE_ERRORS:
-                    if isinstance(value, dict):
-                        raise  # a table's value it cannot encode: its own error names it
-                    raise _property_error(names[i] if names is not None else BASIC_PROPERTIES[i][0], i, value)
+                except Exception as e:  # a value of the wrong kind: named, not in the encoder's words
+                    if isinstance(value, dict) or isinstance(e, MemoryError):
+                        raise  # (a table's value it cannot encode: its own error names it)
+                    from .property_types import wrong_type  # (loaded only then: a board's heap)
+
+                    raise wrong_type(names[i] if names is not None else BASIC_PROPERTIES[i][0], i, value)
         pack_into(">H", buf, start, flags)
     return pos
-
-
-# What a value of the wrong type raises as it is encoded (struct.error: CPython's pack_into)
-_VALUE_ERRORS = (TypeError, ValueError, OverflowError, getattr(struct, "error", ValueError))
-
-# What each code of BASIC_PROPERTIES takes, as its error says it (in the spec's order)
-_PROPERTY_TYPES = {
-    "s": "a string",
-    "t": "a table (a dict)",
-    "o": "an integer from 0 to 255",
-    "T": "an integer (seconds)",
-}
-
-
-def _property_error(name, i, value):
-    """TypeError naming a message property given a value it cannot take (delivery_mode "2"),
-    instead of what the encoder stumbled on."""
-    wanted = _PROPERTY_TYPES.get(BASIC_PROPERTIES[i][1], "another type")
-    if BASIC_PROPERTIES[i][0] == "delivery-mode":
-        wanted = "1 (transient) or 2 (persistent), an integer"
-    return TypeError("message property %s must be %s, not %r" % (name, wanted, value))
 
 
 def check_properties(props, names=None):

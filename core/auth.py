@@ -101,6 +101,8 @@ class Users:
         """None if the login is good, else the reason (for the log, never for the client)."""
         stored = self.hashes.get(user)
         if stored is None:
+            from .login_reasons import no_such_user  # (loaded with the first refused login)
+
             return no_such_user(user)
         raw = decode_hash(stored)
         if raw is None:
@@ -108,20 +110,10 @@ class Users:
         if not _same(hashlib.sha256(raw[:4] + password.encode()).digest(), raw[4:]):
             return "user '%s' - invalid credentials: wrong password" % user
         if user in self.loopback_users and not loopback:
+            from .login_reasons import not_from_afar
+
             return not_from_afar(user)
         return None
-
-
-# Why a login was refused, for the broker's log (the client is told only 403, as by RabbitMQ).
-# The words start as RabbitMQ's log has them, and go on to say which of the reasons it was.
-def no_such_user(user):
-    if user == "guest":  # it exists unless a [users] table (or a definitions file) leaves it out
-        return "user 'guest' - invalid credentials: no such user (a config with a [users] table has only the users it lists)"
-    return "user '%s' - invalid credentials: no such user" % user
-
-
-def not_from_afar(user):
-    return "user '%s' can only connect via localhost ([auth] loopback_users)" % user
 
 
 def credentials(mechanism, response):

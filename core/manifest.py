@@ -18,6 +18,7 @@ package(
         "guard.py",
         "headers.py",
         "limits.py",
+        "login_reasons.py",
         "message.py",
         "passwordless.py",
         "priority.py",

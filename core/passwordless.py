@@ -11,7 +11,8 @@ tls is what the port knows of a TLS client (conn.tls, set by server/frontends.py
 board, whose TLS socket shows no certificate, a dict without "login"; None for plain TCP.
 """
 
-from .auth import MECHANISMS, no_such_user, not_from_afar
+from .auth import MECHANISMS
+from .login_reasons import no_such_user, not_from_afar
 
 # The reason a client that asks for EXTERNAL without a verified certificate is refused, in
 # RabbitMQ's words (the broker logs "EXTERNAL login refused: " and this).

@@ -133,20 +133,24 @@ def did_you_mean(word, known):
     letters off, or the start of it), else ''."""
     best, fewest = None, 3
     for name in known:
-        edits = 0 if name.startswith(word) and len(word) > 3 else _edits(word, name)  # (password)
+        edits = min(_edits(word, name), 2 if name.startswith(word) and len(word) > 3 else 3)  # (password)
         if edits < fewest:
             best, fewest = name, edits
     return " (did you mean '%s'?)" % best if best is not None else ""
 
 
 def _edits(a, b):
-    """The edit distance of two words (Levenshtein): letters added, removed or changed."""
-    above = list(range(len(b) + 1))
-    for i, letter in enumerate(a, 1):
+    """The edit distance of two words: letters added, removed or changed, and two neighbours
+    swapped ("prot" is one edit from "port"): Damerau-Levenshtein's optimal string alignment."""
+    before = above = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
         row = [i]
-        for j, other in enumerate(b, 1):
-            row.append(min(above[j] + 1, row[j - 1] + 1, above[j - 1] + (letter != other)))
-        above = row
+        for j in range(1, len(b) + 1):
+            cost = min(above[j] + 1, row[j - 1] + 1, above[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cost = min(cost, before[j - 2] + 1)
+            row.append(cost)
+        before, above = above, row
     return above[-1]
 
 

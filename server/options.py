@@ -106,14 +106,19 @@ class Options:
         self.fail_if_no_peer_cert = fail_if_no_peer_cert
 
 
-def _server(args, server, path, key, default=None):
-    """(value, name): a [server] key's value, the command line's option over the file's over the
-    default, and how an error names where it came from: "--log-level", or "hutch.toml:
-    [server] log_level"."""
+def _server(args, server, key, default=None):
+    """A [server] key's value: the command line's option over the file's over the default."""
+    given = getattr(args, key, None)
+    return given if given is not None and given is not False else server.get(key, default)
+
+
+def _named(args, path, key):
+    """How an error names where a [server] value came from: "--log-level", or "hutch.toml:
+    [server] log_level". (Made only for an error: a board's start makes no strings it drops.)"""
     given = getattr(args, key, None)
     if given is not None and given is not False:
-        return given, "--" + key.replace("_", "-")
-    return server.get(key, default), "%s: [server] %s" % (path, key)
+        return "--" + key.replace("_", "-")
+    return "%s: [server] %s" % (path, key)
 
 
 def settings(args):
@@ -122,38 +127,41 @@ def settings(args):
     server = data.get("server", {})
     path = args.config or "config"
     listeners = _listeners(args, server, data, path)
-    level, where = _server(args, server, path, "log_level", "info")
+    level = _server(args, server, "log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
+        where = _named(args, path, "log_level")
         raise config.ConfigError("%s must be debug, info, warning or error, not %r" % (where, level))
-    board, where = _server(args, server, path, "board")
+    board = _server(args, server, "board")
     if board is not None and not isinstance(board, str):
         raise config.ConfigError(
-            "%s must be a board profile's name (%s), not %r" % (where, ", ".join(boards.NAMES), board)
+            "%s must be a board profile's name (%s), not %r"
+            % (_named(args, path, "board"), ", ".join(boards.NAMES), board)
         )
     if board is not None:
         try:
             profile = boards.load(board)
         except ValueError as e:
-            raise config.ConfigError("%s: %s" % (where, e))
+            raise config.ConfigError("%s: %s" % (_named(args, path, "board"), e))
         limits = config.limits_from(data, path, profile.LIMITS)  # [limits] refines the profile
     else:
         profile = boards.load("unix")
         limits = config.limits_from(data, path)
-    explicit_baud, where = _server(args, server, path, "baud")
-    baud = _baud(explicit_baud, where)
-    stats, where = _server(args, server, path, "stats_interval")
+    explicit_baud = _server(args, server, "baud")
+    baud = _baud(explicit_baud, args, path)
+    stats = _server(args, server, "stats_interval")
     if stats is None:
         stats = 60 if sys.implementation.name == "micropython" else 0
     if not isinstance(stats, int) or isinstance(stats, bool) or stats < 0:
+        where = _named(args, path, "stats_interval")
         raise config.ConfigError("%s must be a whole number of seconds, not %r" % (where, stats))
-    definitions_path, where = _server(args, server, path, "definitions")
+    definitions_path = _server(args, server, "definitions")
     if definitions_path is not None and not isinstance(definitions_path, str):
+        where = _named(args, path, "definitions")
         raise config.ConfigError("%s must be a file name, not %r" % (where, definitions_path))
     users, definitions = _users(data, path, definitions_path)
-    folder, where = _server(args, server, path, "data")
+    folder = _server(args, server, "data")
     if folder is not None and (not isinstance(folder, str) or not folder):
-        raise config.ConfigError("%s must be a folder's name, not %r" % (where, folder))
-    log_file, where = _server(args, server, path, "log_file")
+        raise config.ConfigError("%s must be a folder's name, not %r" % (_named(args, path, "data"), folder))
     anonymous = _anonymous(data, path, users)
     if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
         users.anonymous = anonymous
@@ -166,18 +174,21 @@ def settings(args):
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
         "log_level": level,
-        "log_file": _log_file(log_file, where),
+        "log_file": _log_file(_server(args, server, "log_file"), args, path),
         "board": board,
         "read_size": profile.READ_SIZE,
         "stats_interval": stats,
         "limits": limits,
         "users": users,
-        "user_origins": user_origins(data, path, definitions, definitions_path),
+        # (hutch ctl's, on CPython: a board has no control socket, nor heap for it)
+        "user_origins": user_origins(data, path, definitions, definitions_path)
+        if sys.implementation.name != "micropython"
+        else None,
         "definitions": definitions,
         # a board's UART by name ("uart2") comes up on the pins its profile wires
         "serial": [
             boards.serial_link(profile, device, explicit_baud)
-            for device in _serial_devices(*_server(args, server, path, "serial"))
+            for device in _serial_devices(_server(args, server, "serial"), args, path)
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
@@ -221,13 +232,14 @@ def needs_tls(opts):
     )
 
 
-def _log_file(path, where):
+def _log_file(path, args, config_path):
     """Where the log goes: None for standard error (what journald and a terminal read)."""
     if path is None:
         return None
     if not isinstance(path, str) or not path:
-        raise config.ConfigError("%s must be a file name, not %r" % (where, path))
+        raise config.ConfigError("%s must be a file name, not %r" % (_named(args, config_path, "log_file"), path))
     if sys.implementation.name == "micropython":
+        where = _named(args, config_path, "log_file")
         raise config.ConfigError("%s: a board logs to its console (its flash has no writes to spare)" % where)
     return path
 
@@ -304,9 +316,9 @@ def _listeners(args, server, data, path):
                 )
         listeners = _checked_listeners(tables, path)
     if listeners is None or args.bind is not None or args.port is not None:
-        port, port_from = _server(args, server, path, "port", 5672)
-        bind, bind_from = _server(args, server, path, "bind", "0.0.0.0")
-        listeners = _checked_listeners([{"port": port, "bind": bind, "named": (port_from, bind_from)}], path)
+        port = _server(args, server, "port", 5672)
+        bind = _server(args, server, "bind", "0.0.0.0")
+        listeners = _checked_listeners([{"port": port, "bind": bind}], path, named=lambda key: _named(args, path, key))
     tls_listener = _tls_options(args, server)
     if tls_listener is not None:  # --tls-port: one more, beside whichever the others are
         listeners = _checked_listeners([tls_listener], path, listeners)
@@ -330,32 +342,29 @@ def _tls_options(args, server):
         raise config.ConfigError("--fail-if-no-peer-cert needs --verify-peer")
     tls = {name: getattr(args, name) for name in files + flags}
     # "where": how its errors name it (a config's tables cannot have the key: config.read)
-    named = ("--tls-port", "--bind")
     return {
         "bind": args.bind or server.get("bind", "0.0.0.0"),
         "port": port,
         "tls": tls,
         "where": "--tls-port:",
-        "named": named,
     }
 
 
-def _checked_listeners(tables, path, checked=()):
+def _checked_listeners(tables, path, checked=(), named=None):
     """The listeners of these tables after those already checked (two on one port: refused).
-    A table's "named" says how an error names its port and bind: ("--port", "hutch.toml:
-    [server] bind"...); else it is the file's [[listener]] number N."""
+    named(key): how an error names a table's port or bind ("--port", "hutch.toml: [server]
+    bind"); by default the file's [[listener]] number N, or --tls-port's."""
     listeners = list(checked)
     for n, table in enumerate(tables, 1):
-        port_from, bind_from = table.get("named") or ("%s: [[listener]] #%d port" % (path, n),) * 2
-        if "named" not in table:
-            bind_from = bind_from[: -len("port")] + "bind"
         bind = table.get("bind", "0.0.0.0")
         if not isinstance(bind, str):
-            raise config.ConfigError("%s must be an address, not %r" % (bind_from, bind))
+            where = _listener_key(named, table, path, n, "bind")
+            raise config.ConfigError("%s must be an address, not %r" % (where, bind))
         tls = table.get("tls")
         port = table.get("port", 5672 if tls is None else 5671)  # (RabbitMQ's amqps port)
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise config.ConfigError("%s must be a number from 0 to 65535, not %r" % (port_from, port))
+            where = _listener_key(named, table, path, n, "port")
+            raise config.ConfigError("%s must be a number from 0 to 65535, not %r" % (where, port))
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
@@ -364,6 +373,15 @@ def _checked_listeners(tables, path, checked=()):
             listener["tls"] = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
         listeners.append(listener)
     return listeners
+
+
+def _listener_key(named, table, path, n, key):
+    """How an error names a listener's port or bind (see _checked_listeners)."""
+    if named is not None:
+        return named(key)
+    if "where" in table:  # --tls-port's
+        return "--tls-port" if key == "port" else "--bind"
+    return "%s: [[listener]] #%d %s" % (path, n, key)
 
 
 def tls_settings(given, where):
@@ -448,23 +466,23 @@ def _size(server, path, key, default):
     return value
 
 
-def _serial_devices(devices, where):
+def _serial_devices(devices, args, path):
     """Serial devices from --serial (repeated, or comma-separated) or [server] serial = [...]."""
     if devices is None:
         devices = []
     if isinstance(devices, str):
         devices = [devices]
     if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-        raise config.ConfigError("%s must be a list of device names, not %r" % (where, devices))
+        raise config.ConfigError("%s must be a list of device names, not %r" % (_named(args, path, "serial"), devices))
     return [d for entry in devices for d in entry.split(",") if d]
 
 
-def _baud(baud, where):
+def _baud(baud, args, path):
     """The baud rate of serial links whose profile entry does not set one (default 115200)."""
     if baud is None:
         return 115200
     if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
-        raise config.ConfigError("%s must be a positive number, not %r" % (where, baud))
+        raise config.ConfigError("%s must be a positive number, not %r" % (_named(args, path, "baud"), baud))
     return baud
 
 

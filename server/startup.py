@@ -70,6 +70,14 @@ def recover_journal(opts, broker, log):
     """Durable definitions and persistent messages come back before any client connects.
     The code that reads them back is only needed now: a board forgets it afterwards, so
     its heap does not keep it."""
+    if sys.implementation.name == "micropython":
+        # What the start made so far is garbage by now, and the recovery's code is the start's
+        # largest import: collected first, its blocks come from a heap in one piece (left to the
+        # collection a failed allocation runs, the esp32 profile's 152k heap failed to find 1.3
+        # KiB in one block with more free in all)
+        import gc
+
+        gc.collect()
     from ..ports.recovery import recover
 
     # CPython checks sealed segments' data once it serves (ports/verify.py); a board, before
