@@ -41,8 +41,10 @@ def rabbitmq_list(rabbitmq, kind, *columns):
 
 def topology(target, prefix):
     """The same on both brokers: two queues, one with 3 ready and 2 unacked to a consumer with a
-    prefetch of 2, a topic exchange bound to one of them."""
-    connection = pika_connection(target)
+    prefetch of 2, a topic exchange bound to one of them. (No heartbeats: the test does not
+    pump this connection while rabbitmqctl runs, which on a loaded machine took longer than
+    two intervals, and hutch rightly dropped the silent client and its consumer.)"""
+    connection = pika_connection(target, heartbeat=0)
     channel = connection.channel()
     channel.confirm_delivery()
     channel.queue_declare(prefix + "work", durable=True)
