@@ -16,7 +16,7 @@ handshake not finished in time, a client that went silent) the connection.
 """
 
 from ..core import counters
-from ..core.auth import Client, credentials
+from ..core.auth import Client, credentials, is_loopback
 from . import spec
 from .frames import AMQP_FRAME, field, split
 from .performatives import (
@@ -69,7 +69,8 @@ class Connection:
         self.broker = broker
         self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
         self.source = peer.get("address", "?")
-        self.loopback = peer.get("transport") in ("local", "serial") or peer.get("address") in ("127.0.0.1", "::1")
+        # as 0-9-1's (core/auth.py is_loopback): 127.0.0.0/8, ::1 and IPv4-mapped 127.*; a serial link
+        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
         self.state = SASL_WAIT
         self.refused = False  # its login failed: what it sends is not read, and it is hung up on at its deadline
         self.closed = False

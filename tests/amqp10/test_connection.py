@@ -87,6 +87,16 @@ def test_a_wrong_password_is_refused_at_sasl():
     assert client.read() == []
 
 
+def test_guest_logs_in_from_any_loopback_address_as_over_0_9_1():
+    """127.0.0.0/8 and IPv4-mapped 127.* are this machine too (core/auth.py is_loopback, which
+    the 0-9-1 front end asks: tests/core/test_handshake.py); another address is not."""
+    for address, code in (("127.0.0.2", 0), ("::ffff:127.0.0.1", 0), ("::1", 0), ("192.0.2.7", 1)):
+        client = Client10(peer={"address": address, "port": 40000, "transport": "tcp"})
+        client.send(SASL_HEADER)
+        client.frame(0, spec.SASL_INIT, [Symbol("PLAIN"), b"\x00guest\x00guest"], sasl=True)
+        assert client.read()[-1]["code"] == Ubyte(code), address
+
+
 def test_anonymous_is_offered_only_when_configured():
     client = Client10()
     client.broker.users.anonymous = "guest"

@@ -146,6 +146,13 @@ def test_guest_only_from_loopback():
     closed_with(client.tick(1000), spec.ACCESS_REFUSED, "connection.close")
 
 
+def test_guest_logs_in_from_any_loopback_address():
+    """127.0.0.0/8, ::1 and IPv4-mapped 127.* are this machine (as over 1.0:
+    tests/amqp10/test_connection.py)."""
+    for address in ("127.0.0.2", "::ffff:127.0.0.1", "::1"):
+        assert Client(peer={"address": address, "port": 40000, "transport": "tcp"}).handshake() is not None, address
+
+
 def test_configured_user_from_anywhere():
     users = Users({"sensor": hash_password("s3cret", b"salt")}, loopback_users=["guest"])
     broker = Broker(users=users)
