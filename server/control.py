@@ -172,14 +172,14 @@ class Control:
             what = {"add": "its entry in users", "permissions": "its entry in permissions", "delete": "its entries"}
             return "user '%s' is defined in the definitions file %s: change %s there" % (name, path, what[change])
         what = {
-            "add": "password_hash or tags in [users.%s]" % name,
-            "permissions": "permissions (and topic_permissions) in [users.%s]" % name,
-            "delete": "remove [users.%s]" % name,
+            "add": "change password_hash or tags in [users.%s]",
+            "permissions": "change permissions (and topic_permissions) in [users.%s]",
+            "delete": "remove [users.%s]",
         }
         return "user '%s' is defined in the config file %s: %s there, then restart the broker" % (
             name,
             path,
-            ("change " + what[change]) if change != "delete" else what[change],
+            what[change] % name,
         )
 
     def _keep_user(self, name, password_hash, tags, patterns):

@@ -141,7 +141,7 @@ def _users(broker):
     return [{"user": name, "tags": sorted(users.tags.get(name, []))} for name in sorted(users.hashes)]
 
 
-def _permissions(broker, user=None):
+def _permissions(broker):
     """rabbitmqctl list_permissions (on /): each user who may use the virtual host, with its
     patterns (".*" each for a user with every permission)."""
     out = []
@@ -153,7 +153,7 @@ def _permissions(broker, user=None):
     return out
 
 
-def _user_permissions(broker, user=None):
+def _user_permissions(broker, user):
     """rabbitmqctl list_user_permissions USER: the user's patterns, by virtual host (one: /)."""
     if user not in broker.users.hashes:
         raise LookupError("no user '%s'" % user)
@@ -164,7 +164,7 @@ def _user_permissions(broker, user=None):
     ]
 
 
-def _topic_permissions(broker, user=None):
+def _topic_permissions(broker):
     """rabbitmqctl list_topic_permissions (on /): user, exchange, write and read patterns."""
     out = []
     for name in sorted(broker.users.hashes):

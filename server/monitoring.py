@@ -101,20 +101,6 @@ def process_figures():
     return figures
 
 
-def start_settings(table):
-    """[metrics] bind and port (a dict; --metrics-port sets port): (bind, port), or None when no
-    port is set. StartError (exit 2) naming a value that is not one."""
-    port = table.get("port")
-    if port is None:
-        return None
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        raise StartError("[metrics] port must be a number from 0 to 65535, not %r" % (port,), 2)
-    bind = table.get("bind", "127.0.0.1")
-    if not isinstance(bind, str):
-        raise StartError("[metrics] bind must be an address, not %r" % (bind,), 2)
-    return bind, port
-
-
 def users_configured(users):
     """Whether the config names users ([users], a definitions file): then a request logs in.
     The built-in guest alone (no users in the config) needs no login, as it needs none for AMQP
@@ -125,13 +111,9 @@ def users_configured(users):
     return set(users.hashes) != {"guest"} or users.hashes["guest"] != default_guest
 
 
-async def start(runtime, table):
-    """The metrics port: a listener among the others (ports/http.py), stopped with them.
-    StartError (exit 1) if its port cannot be had."""
-    chosen = start_settings(table)
-    if chosen is None:
-        return
-    bind, port = chosen
+async def start(runtime, bind, port):
+    """The metrics port (server/options.py checked bind and port): a listener among the others
+    (ports/http.py), stopped with them. StartError (exit 1) if its port cannot be had."""
     handle = Monitoring(runtime.broker, users_configured(runtime.broker.users)).handle
     listener = HttpListener(runtime, handle, bind, port)
     try:

@@ -194,22 +194,25 @@ def settings(args):
         "bridges": _bridges(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
-        "metrics": _metrics(data, path),
+        "metrics": _metrics(data, path, getattr(args, "metrics_port", None)),
         "amqp10": _amqp10(server, profile, path),
     }
 
 
-def _metrics(data, path):
-    """The [metrics] table, its values checked (the port opens later: server/monitoring.py)."""
-    table = data.get("metrics")
-    if table is None:
+def _metrics(data, path, option_port):
+    """(bind, port) of the metrics port (server/monitoring.py opens it): [metrics] bind and port,
+    --metrics-port (CPython's) over the file's port; None when no port is set."""
+    table = data.get("metrics") or {}
+    port = option_port if option_port is not None else table.get("port")
+    if port is None:
         return None
-    port = table.get("port")
-    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535):
-        raise config.ConfigError("%s: [metrics] port must be a number from 0 to 65535, not %r" % (path, port))
-    if not isinstance(table.get("bind", ""), str):
-        raise config.ConfigError("%s: [metrics] bind must be an address, not %r" % (path, table["bind"]))
-    return table
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        where = "--metrics-port" if option_port is not None else "%s: [metrics] port" % path
+        raise config.ConfigError("%s must be a number from 0 to 65535, not %r" % (where, port))
+    bind = table.get("bind", "127.0.0.1")
+    if not isinstance(bind, str):
+        raise config.ConfigError("%s: [metrics] bind must be an address, not %r" % (path, bind))
+    return bind, port
 
 
 def _amqp10(server, profile, path):

@@ -165,7 +165,7 @@ async def start(opts, log, stop_event):
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)
 
-        await start(runtime, opts["metrics"])
+        await start(runtime, *opts["metrics"])
     if any(tls) and sys.implementation.name != "micropython":
         reload_on_hangup(runtime)
     journal.start()

@@ -87,8 +87,6 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
-    if args.metrics_port is not None:  # --metrics-port: [metrics] port
-        opts["metrics"] = dict(opts["metrics"] or {}, port=args.metrics_port)
     if not options.needs_tls(opts):
         # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to
         # offer it), which keeps 4.5 MB out of an idle broker. Decided before asyncio is imported.

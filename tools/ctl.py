@@ -37,34 +37,35 @@ SERVICE_UNIT = "/etc/systemd/system/hutch.service"
 
 
 def add_options(parser):
+    default = default_data()  # (once: every command takes --data)
+
+    def data_option(command):
+        command.add_argument(
+            "--data",
+            default=default,
+            help="the data folder (default: $HUTCH_DATA, else ./%s if there is one, else the service's)" % DEFAULT_DATA,
+        )
+
     commands = parser.add_subparsers(dest="ctl_command", metavar="COMMAND")
     commands.required = True
     status = commands.add_parser("status", help="the journal, the last recovery, the quarantine and the streams")
-    _data_option(status)
+    data_option(status)
     status.add_argument("--json", action="store_true", help="print it as one JSON object")
     status.set_defaults(run=status_command)
     bridges = commands.add_parser("bridges", help="each bridge: state, upstream, forwarded, backlog, last error")
-    _data_option(bridges)
+    data_option(bridges)
     bridges.add_argument("--json", action="store_true", help="print it as one JSON object")
     bridges.set_defaults(run=bridges_command)
     from . import ctl_live  # (its commands ask the running broker)
 
-    ctl_live.add_options(commands, _data_option)
-
-
-def _data_option(command):
-    command.add_argument(
-        "--data",
-        default=default_data(),
-        help="the data folder (default: $HUTCH_DATA, else ./%s if there is one, else the service's)" % DEFAULT_DATA,
-    )
+    ctl_live.add_options(commands, data_option)
 
 
 def default_data():
     """The data folder when --data is not given, found as rabbitmqctl finds its node: $HUTCH_DATA;
     ./hutch-data when there is one (`make serve`'s); else the data folder of the installed
-    service (the --data of its unit's ExecStart, or the [server] data of its --config; the unit
-    is $HUTCH_SERVICE_UNIT, by default /etc/systemd/system/hutch.service); else ./hutch-data."""
+    service (the --data of its unit's ExecStart; the unit is $HUTCH_SERVICE_UNIT, by default
+    /etc/systemd/system/hutch.service); else ./hutch-data."""
     if os.environ.get("HUTCH_DATA"):
         return os.environ["HUTCH_DATA"]
     if os.path.isdir(DEFAULT_DATA):
@@ -73,25 +74,15 @@ def default_data():
 
 
 def service_data(unit):
-    """The data folder the service of this unit runs on, or None (no unit, or none named)."""
+    """The data folder the service of this unit runs on (its ExecStart's --data, which `hutch
+    install-service` always writes), or None."""
     try:
         with open(unit) as f:
             lines = [line for line in f.read().splitlines() if line.startswith("ExecStart=")]
     except OSError:
         return None
     words = lines[-1].split() if lines else []
-    for option in ("--data", "--config"):
-        if option in words[:-1]:
-            value = words[words.index(option) + 1]
-            if option == "--data":
-                return value
-            from ..server import config
-
-            try:
-                return config.read(value).get("server", {}).get("data")
-            except config.ConfigError:
-                return None
-    return None
+    return words[words.index("--data") + 1] if "--data" in words[:-1] else None
 
 
 def _files(folder, suffix=""):

@@ -43,9 +43,11 @@ def run(args):
         return 0
     try:
         write_user(args.config, args.user, password_hash)
-    except (OSError, config.ConfigError, ValueError) as e:
-        print("hutch passwd: %s" % (getattr(e, "strerror", None) and "%s: %s" % (args.config, e.strerror) or e),
-              file=sys.stderr)  # fmt: skip
+    except OSError as e:
+        print("hutch passwd: %s: %s" % (args.config, e.strerror or e), file=sys.stderr)
+        return 1
+    except (config.ConfigError, ValueError) as e:
+        print("hutch passwd: %s" % e, file=sys.stderr)
         return 1
     print("wrote the password of user '%s' into %s: restart the broker to use it" % (args.user, args.config))
     return 0
@@ -80,10 +82,9 @@ def write_user(path, user, password_hash):
     hutch.json), the rest kept; ValueError (or config.ConfigError for a file that does not read
     as a config before or after) without writing anything."""
     exists = os.path.exists(path)
-    known = False
+    data = config.read(path) if exists else {}  # (a file that is no config is not made worse)
     text = ""
     if exists:
-        known = user in config.read(path).get("users", {})  # (a file that is no config is not made worse)
         with open(path) as f:
             text = f.read()
     by_hand = ValueError(
@@ -91,11 +92,10 @@ def write_user(path, user, password_hash):
         'password_hash = "%s" by hand' % (path, user, password_hash)
     )
     if path.endswith(".json"):
-        data = json.loads(text) if text.strip() else {}
         data.setdefault("users", {}).setdefault(user, {})["password_hash"] = password_hash
         new = json.dumps(data, indent=2) + "\n"
     else:
-        new = _toml_with_user(text, user, password_hash, known)
+        new = _toml_with_user(text, user, password_hash, user in data.get("users", {}))
         if new is None:
             raise by_hand
     root, extension = os.path.splitext(path)
