@@ -192,12 +192,22 @@ class Soak:
             self.timeline.append((kind, depth, time.monotonic() - at))
 
     def depth(self):
-        """How many messages upstream's queue holds (nothing else consumes it)."""
-        connection = pika.BlockingConnection(connection_parameters(self.upstream))
-        try:
-            return connection.channel().queue_declare(UPSTREAM_QUEUE, passive=True).method.message_count
-        finally:
-            connection.close()
+        """How many messages upstream's queue holds (nothing else consumes it). A RabbitMQ just
+        restarted after a SIGKILL accepts connections while it still recovers its durable
+        queues, and may answer 404 for one meanwhile (a full run failed so once, and the same
+        seed passed alone): asked again, for up to 30 s; a queue really gone still fails."""
+        deadline = time.monotonic() + 30
+        while True:
+            connection = pika.BlockingConnection(connection_parameters(self.upstream))
+            try:
+                return connection.channel().queue_declare(UPSTREAM_QUEUE, passive=True).method.message_count
+            except pika.exceptions.ChannelClosedByBroker as e:
+                if e.reply_code != 404 or time.monotonic() > deadline:
+                    raise
+            finally:
+                if connection.is_open:
+                    connection.close()
+            time.sleep(0.5)  # (the polling interval)
 
     def drain(self):
         """Read what upstream's queue holds now (no fault is under way meanwhile). A round at a
