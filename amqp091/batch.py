@@ -8,7 +8,7 @@ frame by frame: any of them may pause or close the connection, and what follows 
 then stay unread or be dropped. tests/accel/test_accel_connection.py feeds the same bytes to
 both readers and compares everything they do.
 
-    broker = Broker(..., frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records, runs))
+    batch.install(broker, batch.reader_factory(scanner.scan_frames, scanner.new_records, runs), deliveries)
 
 Only CPython uses this (hutch.c_accel.loader), so no board bundle holds it: its code
 would only cost heap there.
@@ -18,11 +18,13 @@ import struct
 
 from ..codec import spec
 from ..codec.errors import ChannelException, ConnectionException
+from ..codec.spec import UNEXPECTED_FRAME
 from ..core import headers
 from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from . import output
 from .channel import IDLE, publish_arguments
 from .channel import OPEN as CHANNEL_OPEN
+from .connection import Serving
 from .framing import (
     BODY_END,
     CHANNEL,
@@ -39,7 +41,7 @@ from .framing import (
     SETTLE,
     TYPE,
 )
-from .handshake import OPEN
+from .handshake import CLOSING, OPEN
 from .output import ChannelConsumer
 
 
@@ -105,7 +107,7 @@ def read_batch(conn, data, pos, scan, records, runs=None):
                 settle(conn, number, data, records[slot + PAYLOAD_START], end, method_id, tag)
                 pos = end + 1
             else:
-                if not conn.handle_frame(ftype, number, data, records[slot + PAYLOAD_START] - 7, end):
+                if not handle_frame(conn, ftype, number, data, records[slot + PAYLOAD_START] - 7, end):
                     return len(data)
                 pos = end + 1
             if conn.accept_payload != max_payload:
@@ -311,7 +313,7 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
     for ftype, start, frame_end in frames:
         if conn.paused or conn.closed:
             return start
-        conn.handle_frame(ftype, number, data, start, frame_end)
+        handle_frame(conn, ftype, number, data, start, frame_end)
     return body_end + 1
 
 
@@ -320,7 +322,7 @@ def settle(conn, number, data, payload, end, method_id, tag):
     channel when it is open and idle, else as any method frame."""
     channel = _idle_channel(conn, number)
     if channel is None:
-        conn.handle_frame(1, number, data, payload - 7, end)
+        handle_frame(conn, 1, number, data, payload - 7, end)
         return
     bits = data[end - 1]
     try:
@@ -342,3 +344,31 @@ def _idle_channel(conn, number):
     if channel is not None and channel.state == CHANNEL_OPEN and channel.content_state == IDLE:
         return channel
     return None
+
+
+def install(broker, frame_reader=None, stream_deliveries=None):
+    """The faster paths every later 0-9-1 connection of broker takes (before clients come):
+    frame_reader as reader_factory makes it, stream_deliveries c_accel/streams.py's."""
+    serving = broker.front_ends["amqp091"] = Serving()
+    serving.frame_reader = frame_reader
+    serving.stream_deliveries = stream_deliveries
+    return broker
+
+
+def handle_frame(conn, ftype, number, data, pos, end):
+    """One whole frame, its header at pos and its frame-end octet at end, from a batch frame
+    reader. False after a framing error: the rest of the stream cannot be read. (amqp091/connection.py read_frames
+    has the same written out.)"""
+    if conn.state == CLOSING:
+        conn.closing_frame(ftype, number, data, pos, end)
+    elif ftype == 1:
+        conn.method_frame(number, data, pos + 7, end)
+    elif ftype == 2 or ftype == 3:
+        conn.content_frame(ftype, number, data, pos, end)
+    elif ftype == 8:
+        if number != 0:
+            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+    else:
+        conn.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+        return False
+    return True

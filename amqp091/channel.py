@@ -24,7 +24,7 @@ from ..core.message import Message
 from ..core.session import MESSAGE, REDELIVERED
 from ..core.topology import queue_for
 from . import basic, declare, output
-from .confirms import Confirms, confirm_select
+from .confirms import Confirms, confirm_select  # noqa: F401 (Confirms: read by type checkers)
 
 OPEN = 0
 CLOSING = 1  # we sent channel.close and wait for close-ok
@@ -56,12 +56,28 @@ def publish_arguments(buf, pos, end):
 
 
 class Channel:
-    confirms: "Confirms | None"  # (an annotation alone costs nothing at run time)
     # Direct reply-to (amqp091/replyto.py): the reply consumer's tag and the channel's reply name,
     # set on the channels that have one (class-level None: the others pay nothing).
     reply_tag = None
     reply_name = None
     held_by = None  # the full queues this publisher waits for (hold_for), while it does
+    # What most channels never change, class-level until one does (each attribute an instance
+    # holds costs a board's heap, per channel):
+    # content assembly (a consumer's channel never publishes)
+    content_state = IDLE
+    publishing = None  # (exchange, routing key, route, mandatory) of the publish whose content comes
+    header_tail = None
+    body_size = 0
+    received = 0
+    chunks = None  # a large body's frames, while they come
+    prefetch_global = 0  # basic.qos global: a bound on what all its consumers hold (0: none)
+    active = True  # channel.flow from the client
+    last_queue = None  # for the empty queue name shortcut
+    confirming = False  # confirm.select: every publish gets a basic.ack or basic.nack
+    confirms: "Confirms | None" = (
+        None  # what it owes its publisher (amqp091/confirms.py), from confirm.select or tx.commit
+    )
+    tx = None  # the open transaction (amqp091/tx.py), from tx.select
 
     def __init__(self, conn, number):
         self.conn = conn
@@ -71,27 +87,13 @@ class Channel:
         self.state = OPEN
         self.header_prefix = bytes((2, number >> 8, number & 255))
         self.body_prefix = bytes((3, number >> 8, number & 255))
-        # content assembly
-        self.content_state = IDLE
-        self.publishing = None
-        self.header_tail = None
-        self.body_size = 0
-        self.received = 0
-        self.chunks = None
         # consuming
         self.consumers = {}
         self.prefetch_consumer = 0
-        self.prefetch_global = 0
         self.consumer_unacked = 0
         self.unacked = {}  # delivery tag -> (queue, entry, consumer or None)
         self.next_tag = 1
         self.lowest_unacked = 1
-        self.active = True  # channel.flow from the client
-        self.last_queue = None  # for the empty queue name shortcut
-        # publishing modes
-        self.confirming = False  # confirm.select: every publish gets a basic.ack or basic.nack
-        self.confirms = None  # what it owes its publisher (amqp091/confirms.py), from confirm.select or tx.commit
-        self.tx = None  # the open transaction (amqp091/tx.py), from tx.select
 
     # ------------------------------------------------------------ frames in
 
@@ -244,10 +246,11 @@ class Channel:
             self.send_return(spec.NO_ROUTE, "NO_ROUTE", message)
         if self.confirming:
             self.confirms.published(result)
-        if broker.reply_channels and exchange is broker.default_exchange and not result & ROUTED:
+        replies = self.conn.serving.reply_channels
+        if replies and exchange is broker.default_exchange and not result & ROUTED:
             from .replyto import deliver  # perhaps a reply to a direct reply-to requester
 
-            deliver(broker, message)
+            deliver(replies, message)
 
     def hold_for(self, queue):
         """A full queue asks this publisher (without confirms) to wait: its connection is not read

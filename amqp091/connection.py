@@ -14,9 +14,9 @@ The port owns the socket (or UART) and the clock:
 
 The connection finds the frames in what it is fed with a frame reader, a function
 read(conn, data, pos) -> where it stopped, which hands each whole frame to the
-connection's handle_frame (or, inlined, to method_frame and content_frame): by
+connection's method_frame and content_frame (amqp091/batch.py handle_frame; inlined here): by
 default read_frames below, frame by frame; on CPython with the C accelerator, one
-from amqp091/batch.py that scans a buffer's frames in one call (Broker(frame_reader=...)).
+from amqp091/batch.py that scans a buffer's frames in one call (amqp091/batch.py install).
 Channel 0's methods (the handshake) are amqp091/handshake.py's; channels are amqp091/channel.py.
 """
 
@@ -27,7 +27,7 @@ from ..codec.errors import ChannelException, ConnectionException, DecodeError
 from ..codec.spec import CHANNEL_ERROR, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME
 from ..codec.wire import HEARTBEAT_FRAME, decode_args, method_frame
 from ..core import counters
-from ..core.auth import is_loopback
+from ..core.connections import PortConnection
 from .channel import CLOSING as CHANNEL_CLOSING
 from .channel import Channel
 from .handshake import (
@@ -43,6 +43,31 @@ from .handshake import (
     refuse_header,
     refuse_login,
 )
+
+
+class Serving:
+    """What the 0-9-1 front end keeps once per broker, beside the neutral core, in
+    broker.front_ends["amqp091"] (the broker holds it without knowing what is in it): how its
+    connections find frames and make a stream's deliveries (the C accelerator's, installed by
+    amqp091/batch.py install on CPython), what it announces in connection.start, and the live
+    direct reply-to names. (Here, not in a module of its own: on a board each module costs
+    heap.)"""
+
+    # (Class-level defaults: an instance holds only what was set, and a board pays no method.)
+    # frame_reader() gives each new connection its frame reader (amqp091/batch.py with the C
+    # scanner); None: read_frames below, frame by frame.
+    frame_reader = None
+    stream_deliveries = None  # amqp091/output.py stream_records' C twin (c_accel/streams.py)
+    reply_channels = None  # each live reply name -> its channel (amqp091/replyto.py)
+    properties = None  # connection.start's server properties (amqp091/handshake.py)
+
+
+def serving_of(broker):
+    """The broker's 0-9-1 share (made with the first connection when nothing was installed)."""
+    serving = broker.front_ends.get("amqp091")
+    if serving is None:
+        serving = broker.front_ends["amqp091"] = Serving()
+    return serving
 
 
 def read_frames(conn, data, pos):
@@ -63,7 +88,7 @@ def read_frames(conn, data, pos):
         if data[end] != 0xCE:
             conn.bad_frame_end(data[end])
             return n
-        # Connection.handle_frame, written out: on MicroPython the call costs ~10% of feed.
+        # amqp091/batch.py handle_frame, written out: on MicroPython the call costs ~10% of feed.
         ftype = data[pos]
         number = (data[pos + 1] << 8) | data[pos + 2]
         if conn.state == CLOSING:
@@ -82,32 +107,29 @@ def read_frames(conn, data, pos):
     return pos
 
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
-    from typing import Callable
+class Connection(PortConnection):
+    """One 0-9-1 client (see the module's docstring); its port's side is core/connections.py's."""
 
-
-class Connection:
-    protocol = "AMQP 0-9-1"  # (as hutch ctl list connections names it)
-    # Set by the port: called when output appears outside feed() (an annotation alone costs
-    # nothing at run time).
-    wake: "Callable[[], None] | None"
+    protocol = "AMQP 0-9-1"
+    metrics_label = "amqp091"
+    # What many connections never change, class-level until one does (each attribute an
+    # instance holds costs a board's heap, per connection):
+    heartbeat_ms = 0
+    # The three client capabilities (start-ok) the broker acts on; the rest of the
+    # client-properties table is not kept: on a board it would cost ~1 KiB per client.
+    wants_blocked = False  # connection.blocked / unblocked
+    wants_cancel = False  # consumer_cancel_notify: basic.cancel when a queue goes
+    wants_auth_close = False  # authentication_failure_close: 403 instead of a hang-up
+    product = b"?"  # its client library's product name, for the log
+    paused = False  # held back while publishers are blocked (pending keeps what it sent)
+    auth_mechanism = b""
 
     def __init__(self, broker, peer):
+        PortConnection.__init__(self, broker, peer)
         limits = broker.limits
-        self.broker = broker
-        self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
-        # A serial link is a wire to this device, as local as a loopback socket.
-        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
         self.state = AWAIT_HEADER
-        self.closed = False
-        self.wake = None
-        self.out = []
-        self.out_bytes = 0
-        self.high_water = limits.output_high_water
-        self.pending = b""  # bytes fed but not read yet: a frame's start, or held back while paused
-        self.read_frames = broker.frame_reader() if broker.frame_reader else read_frames  # see the docstring
-        self._woken = False
+        self.serving = serving = serving_of(broker)  # what every 0-9-1 connection of the broker shares
+        self.read_frames = serving.frame_reader() if serving.frame_reader else read_frames  # see the docstring
         self.channels = {}
         self.frame_max = limits.frame_max
         self.max_payload = limits.frame_max - 8  # the most a frame we send carries
@@ -117,27 +139,7 @@ class Connection:
         # in all): a client that has not logged in cannot make the broker buffer more.
         self.accept_payload = spec.FRAME_MIN_SIZE - 8
         self.channel_max = limits.channel_max
-        self.heartbeat_ms = 0
-        self.client = None  # who it logged in as (core/auth.py Client): the broker's `who` for its calls
-        # The three client capabilities (start-ok) the broker acts on; the rest of the
-        # client-properties table is not kept: on a board it would cost ~1 KiB per client.
-        self.wants_blocked = False  # connection.blocked / unblocked
-        self.wants_cancel = False  # consumer_cancel_notify: basic.cancel when a queue goes
-        self.wants_auth_close = False  # authentication_failure_close: 403 instead of a hang-up
-        self.product = b"?"  # its client library's product name, for the log
-        self.last_recv = broker.now
-        self.last_send = broker.now
-        self.deadline = broker.now + limits.handshake_timeout_ms
-        self.paused = False
         self.confirm_channels = []
-        self.counted = False
-        self.auth_mechanism = b""
-        broker.connections.append(self)
-        self.source = peer.get("address", "?")
-        broker.guarded().arrived(self, self.source)
-
-    def __repr__(self):
-        return "<Connection %s>" % self.name
 
     @property
     def want_read(self):
@@ -225,7 +227,7 @@ class Connection:
             pass
 
     def dropped_quietly(self):
-        """Hang up without a word (core/guard.py: a source over its budget before login)."""
+        """Hang up without a word (core/connections.py: a source over its budget before login)."""
         self.finish()
         self.out = []
 
@@ -235,24 +237,6 @@ class Connection:
             refuse_header(self, self.pending)
             return
         self.lost()
-
-    def handle_frame(self, ftype, number, data, pos, end):
-        """One whole frame, its header at pos and its frame-end octet at end, from a batch frame
-        reader. False after a framing error: the rest of the stream cannot be read. (read_frames
-        has the same written out.)"""
-        if self.state == CLOSING:
-            self.closing_frame(ftype, number, data, pos, end)
-        elif ftype == 1:
-            self.method_frame(number, data, pos + 7, end)
-        elif ftype == 2 or ftype == 3:
-            self.content_frame(ftype, number, data, pos, end)
-        elif ftype == 8:
-            if number != 0:
-                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
-        else:
-            self.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
-            return False
-        return True
 
     def oversize_frame(self, size):
         limit = self.accept_payload + 8 if self.state < AWAIT_OPEN else self.frame_max  # (before tune-ok: the smallest)
@@ -432,37 +416,10 @@ class Connection:
         self.out.append(data)
         self.output_added(len(data) - 8)
 
-    def output_added(self, nbytes):
-        self.out_bytes += nbytes
-        if not self._woken:
-            self._woken = True
-            if self.wake is not None:
-                self.wake()
-
-    def saturated(self):
-        return self.out_bytes >= self.high_water
-
-    def take_output(self):
-        """Everything to send, as one bytes object (b"" if nothing)."""
-        parts = self.take_parts()
-        return b"".join(parts) if parts else b""
-
-    def take_parts(self):
-        """Everything to send, as the list of buffers it was built from. A port on a small heap
-        writes them one by one rather than joining them into one large (fragmenting) buffer."""
-        if not self.out:
-            return None
-        parts = self.out
-        self.out = []
-        was_saturated = self.out_bytes >= self.high_water
-        self.out_bytes = 0
-        self._woken = False
-        self.last_send = self.broker.now
-        if was_saturated and self.state == OPEN:
-            # the client caught up: let its queues deliver again (the next take gets it)
+    def caught_up(self):
+        if self.state == OPEN:  # the client caught up: let its queues deliver again (the next take gets it)
             for channel in list(self.channels.values()):
                 channel.redispatch([c.queue for c in channel.consumers.values()])
-        return parts
 
     # ------------------------------------------------------------ confirms and flow control
 

@@ -12,8 +12,22 @@ from ..codec.errors import ConnectionException, DecodeError
 from ..codec.spec import ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED
 from ..codec.wire import PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_name, signature, text
 from ..core import counters
-from ..core.auth import MECHANISMS, Client, credentials
+from ..core.auth import MECHANISMS, Login, credentials
+from ..core.broker import VERSION
 from .channel import raise_unexpected
+
+# What connection.start says this broker can do (RabbitMQ's names).
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+    "consumer_priorities": True,
+}
 
 AWAIT_HEADER = 0
 AWAIT_START_OK = 1
@@ -62,7 +76,7 @@ def read_header(conn, data):
         from ..core.passwordless import mechanisms  # EXTERNAL, ANONYMOUS: loaded when they may be offered
 
         offered = mechanisms(conn.broker.users, tls)
-    conn.send_method(0, spec.CONNECTION_START, (0, 9, conn.broker.server_properties(), offered, b"en_US"))
+    conn.send_method(0, spec.CONNECTION_START, (0, 9, server_properties(conn), offered, b"en_US"))
     return 8
 
 
@@ -163,7 +177,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
         conn.state = AUTH_FAILED
         conn.deadline = broker.now + broker.limits.auth_failure_delay_ms
         return
-    conn.client = Client(user.encode(), conn.name)
+    conn.client = Login(user.encode(), conn.name)
     limits = broker.limits
     conn.send_method(0, spec.CONNECTION_TUNE, (limits.channel_max, limits.frame_max, limits.heartbeat))
     conn.state = AWAIT_TUNE_OK
@@ -249,3 +263,18 @@ def _open(conn, vhost):
     )
     if flow.blocked:
         conn.notify_blocked(flow.reason)
+
+
+def server_properties(conn):
+    """connection.start's server properties: made once per broker, with its first client."""
+    serving = conn.serving
+    if serving.properties is None:
+        serving.properties = {
+            "product": "hutch",
+            "version": VERSION,
+            "platform": conn.broker.platform,
+            "information": "AMQP 0-9-1 and 1.0 broker for edge and IoT hardware",
+            "copyright": "the hutch developers",
+            "capabilities": CAPABILITIES,
+        }
+    return serving.properties

@@ -102,23 +102,13 @@ def deliver_run(channel, consumer, run, count):
 
 # ---------------------------------------------------------------- a stream's records
 
-# The maker of a stream's deliveries: stream_records() below, or its C twin (c_accel/streams.py:
-# one call for a whole read buffer), which the server installs on CPython (use_accelerator).
-_maker = []
-
-
-def use_accelerator(deliveries):
-    """Make a stream's deliveries with deliveries (stream_records' C twin) from now on; None
-    goes back to Python."""
-    _maker[:] = [deliveries] if deliveries is not None else []
-
 
 def deliver_records(channel, consumer, cursor, visible, room):
     """Up to room deliveries to consumer of the stream records its cursor has read ahead (below
     offset visible), their frames made in one call, with delivery tags from the channel's
     next_tag on. (given, status, bytes made): status as stream_records says."""
     conn = channel.conn
-    make = _maker[0] if _maker else stream_records
+    make = conn.serving.stream_deliveries or stream_records  # (its C twin, where installed)
     given, cursor.pos, cursor.offset, cursor.after_ms, status, made = make(
         cursor.buf,
         cursor.pos,

@@ -9,7 +9,7 @@ is dropped. It is routed to no queue, so a mandatory reply comes back (312 NO_RO
 when it was delivered, as in RabbitMQ 3.10.
 
 Loaded when a client first uses it: the channel (amqp091/basic.py, amqp091/channel.py,
-amqp091/declare.py) calls in here. The broker keeps the live names in broker.reply_channels.
+amqp091/declare.py) calls in here. The live names are kept in the 0-9-1 front end's share of the broker (connection.py Serving).
 """
 
 from ..codec import spec
@@ -38,11 +38,11 @@ def consume(ch, tag, no_ack, nowait):
         raise ChannelException(
             PRECONDITION_FAILED, "PRECONDITION_FAILED - reply consumer already set", spec.BASIC_CONSUME
         )
-    broker = ch.broker
-    name = broker.new_name(PREFIX)
-    if broker.reply_channels is None:
-        broker.reply_channels = {}
-    broker.reply_channels[name] = ch
+    name = ch.broker.new_name(PREFIX)
+    serving = ch.conn.serving
+    if serving.reply_channels is None:
+        serving.reply_channels = {}
+    serving.reply_channels[name] = ch
     ch.reply_tag = tag
     ch.reply_name = name
     if not nowait:
@@ -52,7 +52,7 @@ def consume(ch, tag, no_ack, nowait):
 def forget(ch):
     """The channel's reply consumer ends (basic.cancel, or the channel closes): replies to its
     name are dropped from now on."""
-    channels = ch.broker.reply_channels
+    channels = ch.conn.serving.reply_channels
     if channels is not None and channels.get(ch.reply_name) is ch:
         del channels[ch.reply_name]
     ch.reply_tag = ch.reply_name = None
@@ -73,11 +73,10 @@ def rewritten(ch, message):
     )
 
 
-def deliver(broker, message):
+def deliver(channels, message):
     """A message the default exchange routed to no queue: if its routing key names a live reply
-    consumer, deliver it there. RabbitMQ 3.10 gives it the channel's next delivery tag without
+    consumer (channels: the live reply names), deliver it there. RabbitMQ 3.10 gives it the channel's next delivery tag without
     taking it (a no-ack delivery's tag is never acked): so does this."""
-    channels = broker.reply_channels
     ch = channels.get(message.routing_key) if channels else None
     if ch is None or ch.state != CHANNEL_OPEN:  # gone or closing: the reply is dropped
         return
@@ -89,7 +88,7 @@ def deliver(broker, message):
 def declare(ch, name, nowait):
     """queue.declare (passive or not) of a name starting amq.rabbitmq.reply-to: the pseudo-queue
     itself and a live reply name exist (0 messages, 1 consumer); any other is 404."""
-    channels = ch.broker.reply_channels
+    channels = ch.conn.serving.reply_channels
     if name != QUEUE and not (channels and name in channels):
         raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), spec.QUEUE_DECLARE)
     ch.last_queue = name

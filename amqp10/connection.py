@@ -1,8 +1,8 @@
 """An AMQP 1.0 client's connection (part 2 of the specification), on the same port as 0-9-1:
 server/frontends.py hands it the clients whose protocol header is AMQP 1.0's (amqp10.HEADERS).
 
-It has the shape every front end's connection has for its port and the broker (core/session.py:
-feed, take_output, tick, lost, eof, wake, close, name, client, counted, unsettled). SASL comes
+It is what every front end's connection is to its port (core/connections.py PortConnection) and to
+the broker (core/session.py: tick, close, client, counted, unsettled). SASL comes
 first, as RabbitMQ 4 asks: PLAIN against the broker's users, EXTERNAL as the user a verified
 TLS client certificate names, ANONYMOUS where the config names an anonymous user. Then open,
 and sessions (amqp10/session.py) with their links (amqp10/links.py).
@@ -16,7 +16,8 @@ handshake not finished in time, a client that went silent) the connection.
 """
 
 from ..core import counters
-from ..core.auth import Client, credentials, is_loopback
+from ..core.auth import Login, credentials
+from ..core.connections import PortConnection
 from . import spec
 from .frames import AMQP_FRAME, field, split
 from .performatives import (
@@ -57,28 +58,17 @@ def framing(description):
     return ConnectionError_("amqp:connection:framing-error", description)
 
 
-class Connection:
-    """One AMQP 1.0 client (see the module's docstring)."""
+class Connection(PortConnection):
+    """One AMQP 1.0 client (see the module's docstring); its port's side is core/connections.py's."""
 
-    counted = False
-    client = None
-    protocol = "AMQP 1.0"  # (as hutch ctl list connections names it)
+    protocol = "AMQP 1.0"
+    metrics_label = "amqp10"
 
     def __init__(self, broker, peer):
+        PortConnection.__init__(self, broker, peer)
         limits = broker.limits
-        self.broker = broker
-        self.name = "%s:%s" % (peer.get("address", "?"), peer.get("port", "?"))
-        self.source = peer.get("address", "?")
-        # as 0-9-1's (core/auth.py is_loopback): 127.0.0.0/8, ::1 and IPv4-mapped 127.*; a serial link
-        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
         self.state = SASL_WAIT
         self.refused = False  # its login failed: what it sends is not read, and it is hung up on at its deadline
-        self.closed = False
-        self.wake = None
-        self.out = []
-        self.out_bytes = 0
-        self.high_water = limits.output_high_water
-        self.pending = b""
         self.max_frame = MIN_MAX_FRAME  # until open: the smallest every peer takes
         self.our_max_frame = max(MIN_MAX_FRAME, limits.frame_max)
         self.idle_ms = limits.heartbeat * 1000 // 2  # what we ask of the client (RabbitMQ 4: half the heartbeat)
@@ -86,15 +76,15 @@ class Connection:
         self.sessions = {}  # channel -> Session
         self.ending = set()  # channels whose session we ended, until the client's end answers
         self.channels = self.sessions  # (what the snapshot counts)
-        self.deadline = broker.now + limits.handshake_timeout_ms
-        self.last_sent = self.last_recv = broker.now
         self.auth_mechanism = None
         self.waiting = []  # [journal seq, session, delivery id, outcome]: settled once the journal syncs
         self.confirming = True  # a publisher that can be told no: refused rather than held back
-        broker.connections.append(self)
-        broker.guarded().arrived(self, self.source)
 
     # ------------------------------------------------------------ the port's side
+
+    def send(self, data):
+        self.out.append(data)
+        self.output_added(len(data))
 
     @property
     def want_read(self):
@@ -131,24 +121,10 @@ class Connection:
                 session.reopen()
                 session.send_outcomes()
 
-    def take_output(self):
-        """Everything to send, as one bytes object (b"" if nothing)."""
-        parts = self.take_parts()
-        return b"".join(parts) if parts else b""
-
-    def take_parts(self):
-        """Everything to send, as the list of frames it was made of (None if nothing): a port on
-        a small heap writes them one by one rather than joining them into one large buffer."""
-        if not self.out:
-            return None
-        parts = self.out
-        self.out = []
-        was_saturated = self.out_bytes >= self.high_water
-        self.out_bytes = 0
-        if was_saturated and self.state == OPEN:
+    def caught_up(self):
+        if self.state == OPEN:
             for session in list(self.sessions.values()):  # the client caught up: deliver again
                 session.redispatch()
-        return parts
 
     def out_of_memory(self):
         """The heap ran out while serving this client (in the port): said as a close, and
@@ -163,9 +139,6 @@ class Connection:
         """Hang up without a word: not even the frame that would say why fits in memory."""
         self.out = []
         self.lost()
-
-    def saturated(self):
-        return self.out_bytes >= self.high_water
 
     def read_wanted(self):
         """How many more octets complete the frame whose start is pending (0: none is)."""
@@ -186,7 +159,7 @@ class Connection:
         elif self.state == OPEN:
             if now - self.last_recv > 2 * self.idle_ms:
                 self._close(error("amqp:resource-limit-exceeded", "no frame from the client in %d ms" % self.idle_ms))
-            elif self.client_idle_ms and now - self.last_sent >= self.client_idle_ms // 2:
+            elif self.client_idle_ms and now - self.last_send >= self.client_idle_ms // 2 and not self.out:
                 self.send(EMPTY_FRAME)
 
     def eof(self):
@@ -210,7 +183,7 @@ class Connection:
             self.wake()
 
     def dropped_quietly(self):
-        """Hang up without a word (core/guard.py: a source over its budget before login)."""
+        """Hang up without a word (core/connections.py: a source over its budget before login)."""
         self.out = []
         self.lost()
 
@@ -315,7 +288,7 @@ class Connection:
             self.deadline = min(self.deadline, broker.now + broker.limits.auth_failure_delay_ms)
             return
         self.auth_mechanism = name.encode()
-        self.client = Client(user.encode() if isinstance(user, str) else user, self.name)
+        self.client = Login(user.encode() if isinstance(user, str) else user, self.name)
         self.send(_frame_sasl(spec.SASL_OUTCOME, [SASL_OK]))
         self.state = AMQP_WAIT
 
@@ -487,15 +460,6 @@ class Connection:
         from ..codec.errors import ChannelException
 
         raise ChannelException(406, "PRECONDITION_FAILED - direct reply-to over AMQP 1.0 is not served", 0)
-
-    # ------------------------------------------------------------ output
-
-    def send(self, data):
-        self.out.append(data)
-        self.out_bytes += len(data)
-        self.last_sent = self.broker.now
-        if self.wake is not None:
-            self.wake()
 
 
 def _frame_sasl(code, fields):

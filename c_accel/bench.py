@@ -19,6 +19,7 @@ import sys
 import time
 
 from hutch.amqp091 import batch, framing
+from hutch.amqp091.batch import install
 from hutch.amqp091.connection import Connection
 from hutch.amqp091.framing import FULL, RECORD_SLOTS
 from hutch.codec import spec
@@ -87,7 +88,7 @@ def scan_and_read(scan, records, buf):
 
 
 def open_connection(frame_reader):
-    broker = Broker(frame_reader=frame_reader)
+    broker = install(Broker(), frame_reader)
     conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
     conn.feed(PROTOCOL_HEADER)
     conn.feed(method_frame(0, spec.CONNECTION_START_OK, ({}, b"PLAIN", b"\x00guest\x00guest", b"en_US")))

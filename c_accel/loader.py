@@ -3,7 +3,7 @@ was built, else pure Python.
 
     line, frame_reader = loader.frame_reader()
     log("info", line)
-    broker = Broker(..., frame_reader=frame_reader)
+    batch.install(broker, frame_reader, loader.stream_deliveries())  # amqp091/batch.py
     ... journal.find_messages = loader.message_finder()  # page-ins, once the journal is there
 
 HUTCH_PURE_PYTHON=1 in the environment keeps pure Python (to compare the two, or to
@@ -36,7 +36,7 @@ def frame_reader():
 
 
 def stream_deliveries():
-    """The C twin of amqp091/output.py stream_records() (output.use_accelerator), or None (pure
+    """The C twin of amqp091/output.py stream_records() (amqp091/batch.py install), or None (pure
     Python forced, or not built): a stream's read buffer into deliveries in one call."""
     if pure_python_forced():
         return None

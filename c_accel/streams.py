@@ -1,5 +1,5 @@
 """A stream's records into basic.deliver frames in C, called the way amqp091/output.py's
-stream_records() is (server/startup.py installs it there: output.use_accelerator).
+stream_records() is (server/startup.py installs it: amqp091/batch.py install).
 
 One call makes the frames of a whole read buffer of records (up to 64 KiB): the CRC-32
 checks, the method frames and the copies of each record's route, header and body, with

@@ -15,7 +15,7 @@ RabbitMQ 3.10:
   refused for user 'alice'", "access to topic 'k' in exchange 'x' in vhost '/' refused for
   user 'alice'".
 
-A client with every permission (the config's default) has none to check: Client.permissions
+A client with every permission (the config's default) has none to check: Login.permissions
 is None, and this module is not even loaded. core/broker.py and core/topology.py call check()
 where RabbitMQ checks, and nowhere else does.
 """
@@ -67,7 +67,7 @@ def compile_pattern(pattern):
 
 def check(who, permission, kind, name, method):
     """Refuse (403) unless who may `permission` the resource `kind` ("queue", "exchange") called
-    name. who: core/auth.py Client (its permissions None: everything), or None (the broker)."""
+    name. who: core/auth.py Login (its permissions None: everything), or None (the broker)."""
     if who is None or who.permissions is None:
         return
     if not name and kind == "exchange":

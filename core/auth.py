@@ -47,7 +47,7 @@ def _same(a, b):
     return diff == 0
 
 
-class Client:
+class Login:
     """Who asks the broker, whatever protocol it speaks: a logged-in client connection's user
     and its name (its peer, for the log). Every broker and topology call a client makes names
     it (`who`; None is the broker itself: dead-lettering, recovery, a bridge's local side), and

@@ -44,18 +44,6 @@ PREDECLARED = (
     (b"amq.headers", b"headers"),  # the 0-9-1 XML's name; RabbitMQ declares both
 )
 
-CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-    "consumer_priorities": True,
-}
-
 BRIDGE_SEQ = b"\x0bx-hutch-seq"  # (shortstr) the header a bridge numbers its messages with (core/dedup.py)
 CC = b"\x02CC"
 BCC = b"\x03BCC"
@@ -98,15 +86,13 @@ class Broker:
     streams = ()
     stream_syncs = ()
     stream_bytes = 0
-    # Direct reply-to (amqp091/replyto.py): each live reply name -> its channel; made with the first.
-    reply_channels = None
-    # What clients may cost before their login (core/guard.py): made with the first connection.
+    # What clients may cost before their login (core/connections.py): made with the first connection.
     guard = None
 
     def guarded(self):
-        """The broker's core/guard.py Guard (made, and its module loaded, with the first client)."""
+        """The broker's core/connections.py Guard (made with the first client)."""
         if self.guard is None:
-            from .guard import Guard
+            from .connections import Guard
 
             self.guard = Guard(self)
         return self.guard
@@ -118,7 +104,7 @@ class Broker:
     # bridge; what its outbox names the start a persistent message was numbered in by.
     bridge_runs = None
 
-    def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch", frame_reader=None):
+    def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch"):
         self.limits = limits or Limits()
         self.users = users or Users()
         self.log = log or _no_log
@@ -143,13 +129,12 @@ class Broker:
         self.journal = None  # core/journal.Journal, attached by the storage port after replay
         self.dedup = None  # core/dedup.Dedup, made with the first message from a bridge
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
-        # How 0-9-1 connections find frames: frame_reader() gives each new one its reader
-        # (amqp091/batch.py with the C scanner); None: connection.read_frames, frame by frame.
-        self.frame_reader = frame_reader
+        # What each front end keeps once per broker, by its name (amqp091/connection.py Serving): the
+        # broker holds it without knowing what is in it.
+        self.front_ends = {}
         self._serial = 0
         self.published = 0  # messages numbered (Message.order)
         self._name_stem = "".join("%02x" % b for b in entropy[:6])
-        self._properties = None
 
     # ------------------------------------------------------------ connections and time
 
@@ -202,18 +187,6 @@ class Broker:
     def shutdown(self):
         for conn in list(self.connections):
             conn.close()
-
-    def server_properties(self):
-        if self._properties is None:
-            self._properties = {
-                "product": "hutch",
-                "version": VERSION,
-                "platform": self.platform,
-                "information": "AMQP 0-9-1 broker for edge and IoT hardware",
-                "copyright": "the hutch developers",
-                "capabilities": CAPABILITIES,
-            }
-        return self._properties
 
     def new_name(self, prefix):
         self._serial += 1
@@ -462,7 +435,7 @@ class Broker:
         return key
 
     def consume(self, who, queue, consumer, method, arguments=None):
-        """Add consumer to queue for who (core/auth.py Client; None: the broker itself), or
+        """Add consumer to queue for who (core/auth.py Login; None: the broker itself), or
         refuse it (another client's exclusive queue: 405; exclusive use: 403; the consumer limit: 406;
         method: the method to name in the error; arguments: the consumer's, which a stream
         reads its x-stream-offset from). Deliveries start at queue.dispatch(), which the

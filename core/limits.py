@@ -22,7 +22,7 @@ protocol terms when one runs out (design.md, "Fixed budgets"):
   not say (retention drops whole segments); a stream consumer reads a sixteenth of it
   ahead, at most 64 KiB (core/streams/stream.py);
 - handshake_timeout_ms, handshakes_per_source, failed_logins_per_source,
-  auth_failure_delay_ms: what a client may cost before it has logged in (core/guard.py);
+  auth_failure_delay_ms: what a client may cost before it has logged in (core/connections.py);
 - amqp10_sessions, amqp10_links: sessions per AMQP 1.0 connection, links per session;
   amqp10_session_window: transfer frames a 1.0 client may send before the session says it
   may send more; amqp10_link_credit: messages a 1.0 sender may send before its link is

@@ -86,7 +86,7 @@ class Queue:
         self.name = name
         self.name_shortstr = shortstr(name)  # as the journal's message records name it
         self.durable = durable
-        self.owner = owner  # the client (core/auth.py Client) of an exclusive queue, else None
+        self.owner = owner  # the client (core/auth.py Login) of an exclusive queue, else None
         # Its persistent messages go to the journal: exclusive queues end with their
         # connection, so a restart (which ends every connection) never brings them back.
         self.journalled = durable and owner is None

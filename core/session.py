@@ -5,7 +5,7 @@ core/bridge/; an AMQP 1.0 link) speaks its protocol to its peer and these to the
 Nothing here is a class to inherit: each is the set of attributes and methods the broker
 calls, and core/broker.py, core/queue.py and core/streams/stream.py call no others.
 
-**Who asks** (`who`): core/auth.py `Client`, one per logged-in connection (its user and
+**Who asks** (`who`): core/auth.py `Login`, one per logged-in connection (its user and
 name), or None for the broker itself (dead-lettering, recovery, a bridge's local side).
 Every broker and topology call a client makes names it: Broker.admit (through its
 publisher), Broker.consume and Broker.get, and core/topology.py's declare, delete, bind and
@@ -41,8 +41,8 @@ and, to be told when the journal has made its confirms durable (Broker.wait_for_
                                            stream.entry as its entry
     session.server_cancel(consumer)        the broker ended the consumer (its queue is gone)
 
-**A connection**, as the broker ticks, tells and counts it (broker.connections, core/flow.py,
-core/snapshot.py):
+**A connection** (its port's side is core/connections.py's), as the broker ticks, tells and counts
+it (broker.connections, core/flow.py, core/snapshot.py):
 
     conn.tick(now), conn.close(), conn.name, conn.client, conn.counted
     conn.channels                          its sessions, by number (counted in the snapshot)

@@ -50,6 +50,7 @@ def snapshot(broker):
         connections.append(
             {
                 "name": conn.name,
+                "protocol": conn.metrics_label,  # (core/connections.py: "amqp091", "amqp10")
                 "user": text(client.user) if client is not None else None,
                 "tls": getattr(conn, "tls", None) is not None,
                 "channels": len(getattr(conn, "channels", ())),

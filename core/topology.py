@@ -235,7 +235,7 @@ def remove_binding(broker, binding):
 
 
 def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, arguments):
-    """who: the client declaring it (core/auth.py Client: an exclusive queue's owner), or None."""
+    """who: the client declaring it (core/auth.py Login: an exclusive queue's owner), or None."""
     method = spec.QUEUE_DECLARE
     if passive:
         queue = broker.queues.get(name)

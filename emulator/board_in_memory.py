@@ -150,12 +150,7 @@ class Board:
         """The client sent the first n octets of the read buffer (0: it closed its side)."""
         client = self.clients[index]
         data = memoryview(self.read_buffer)[:n]
-        if client.greeting is not None:
-            self.front.first_octets(client, data)
-        elif n:
-            client.conn.feed(data)
-        if not n:
-            client.conn.eof()
+        self.front.received(client, data)
         monitor = self.runtime.monitor
         if monitor.measures:
             monitor.fed(n)

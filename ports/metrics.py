@@ -123,6 +123,7 @@ def render(snap, process, per_object=False):
         "rabbitmq_auth_attempts_failed_total", "counter", "Logins refused", counters["auth_attempts_failed"], PROTOCOL
     )
     out.one("rabbitmq_connections", "gauge", "Open connections", len(snap["connections"]))
+    _connections_by_protocol(out, snap["connections"])
     out.one("rabbitmq_channels", "gauge", "Open channels", snap["channels"])
     out.one("rabbitmq_consumers", "gauge", "Consumers", snap["consumers"])
     out.one("rabbitmq_queues", "gauge", "Queues (streams included)", len(snap["queues"]) + len(snap["streams"]))
@@ -148,6 +149,16 @@ QUEUE_GAUGES = (
     ("hutch_queue_messages_paged_out_bytes", "Bytes of ready messages kept on disk", "bytes_on_disk"),
 )
 QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages published to the queue", "published"),)
+
+
+def _connections_by_protocol(out, connections):
+    """Open connections per protocol: 0-9-1's always, another once one of its clients came."""
+    counts = {"amqp091": 0}
+    for conn in connections:
+        counts[conn["protocol"]] = counts.get(conn["protocol"], 0) + 1
+    out.family("hutch_connections", "gauge", "Open connections by protocol")
+    for protocol in sorted(counts):
+        out.sample("hutch_connections", counts[protocol], '{protocol="%s"}' % protocol)
 
 
 def _queues(out, queues, per_object):

@@ -309,7 +309,7 @@ class SerialServer:
             self._drop_conn()
         self._to_link()
         conn = self.conn
-        if conn is None or (conn.want_read and not conn.saturated()):
+        if conn is None or conn.reading():
             data = link.take_data()
             if data:
                 self._feed(data)
@@ -363,10 +363,7 @@ class SerialServer:
             self.attach(self.front.open(peer))
             self.greeting = (peer, b"")
             self.log("debug", "serial %s: AMQP connection starting" % self.name)
-        if self.greeting is not None:  # the protocol header: its octets choose the connection
-            self.front.first_octets(self, data)
-        else:
-            self.conn.feed(data)
+        self.front.received(self, data)
 
     def attach(self, conn):
         """Serve this connection (the one the header started, or the one it chose)."""

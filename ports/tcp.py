@@ -202,8 +202,7 @@ class _Client:
 
     async def _read_some(self, monitor):
         """Wait for and feed one read; False at the end of the stream."""
-        conn = self.conn
-        if not conn.want_read or conn.saturated():
+        if not self.conn.reading():
             # Held back by the broker, or the client does not read what we send:
             # either way, stop reading what it sends until that changes.
             self.ready.clear()
@@ -213,13 +212,8 @@ class _Client:
         data = await self._read()
         if data is None:
             return True
-        if self.greeting is not None:  # the protocol header: its octets choose the connection
-            self.listener.front.first_octets(self, data)
-            conn = self.conn
-        elif data:
-            conn.feed(data)
+        self.listener.front.received(self, data)
         if not data:
-            conn.eof()
             return False
         if monitor.measures:
             monitor.fed(len(data))  # a burst of publishes can outrun the tick's sampling

@@ -13,7 +13,7 @@ and none waits for another pass of the event loop.
 Flow control is the same as the stream port's: a held-back publisher or a client that
 does not read what it is sent is not read from (pause_reading), and while the socket's
 send buffer is full (pause_writing) output stays in the connection, where the broker
-sees it (conn.saturated) and stops delivering to it.
+sees it (conn.reading, core/connections.py) and stops delivering to it.
 
 A TLS listener's sockets speak TLS through ports/tls_cpython.py: its TLSLayer does the
 handshake, then is the client protocol's transport.
@@ -93,6 +93,11 @@ class ProtocolListener(TcpListener):
         if self.read_buffer is None:
             self.read_buffer = bytearray(READ_CHUNK)
         self.read_view = memoryview(self.read_buffer)
+        # The buffer large frames are read into, for every client of the listener: fed to the
+        # connection as a memoryview, of which it copies what it keeps (as of the read buffer),
+        # so one does for all (a buffer per read cost its allocation and zeroing each time);
+        # grown to the largest read asked for.
+        self.large_buffer = bytearray()
 
     def flush_woken(self):
         woken = self.woken
@@ -149,11 +154,6 @@ READ_CHUNK = 16 * 1024
 # again.
 LARGE_FRAMES_AHEAD = 4
 FRAME_MARGIN = 512
-# The buffer large frames are read into, for every client: fed to the connection as a
-# memoryview, of which it copies what it keeps (as of the listener's read buffer), so one
-# buffer does for all, made once (a buffer per read cost its allocation and zeroing each
-# time); grown to the largest read asked for.
-_large = [bytearray()]
 WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing pauses (see below)
 # A large output (LARGE_WRITE or more, as the connection counts its deliveries' octets: those
 # of large messages) is written with one writev of its parts straight to the socket, as
@@ -263,9 +263,9 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             start = conn.pending
             frame = len(start) + wanted
             size = frame + LARGE_FRAMES_AHEAD * (frame + FRAME_MARGIN)
-            large = _large[0]
+            large = self.server.large_buffer
             if len(large) < size:
-                large = _large[0] = bytearray(size)
+                large = self.server.large_buffer = bytearray(size)
             large[: len(start)] = start
             self.large = large
             self.large_start = len(start)
@@ -290,11 +290,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         server = self.server
         server.feeding = True
         try:
-            if self.greeting is None:
-                conn.feed(data)
-            else:  # the protocol header: its octets choose the connection
-                server.front.first_octets(self, data)
-                conn = self.conn
+            server.front.received(self, data)
+            conn = self.conn  # (its protocol header may have chosen another)
         except MemoryError:
             conn.out_of_memory()
         except Exception as e:  # a bug in the port: it costs this client, never the broker
@@ -307,9 +304,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def eof_received(self):
         if self.conn is not None and not self.conn.closed:
-            if self.greeting is not None:  # octets kept of a header cut short go to the connection
-                self.server.front.first_octets(self, b"")
-            self.conn.eof()
+            self.server.front.received(self, b"")  # (octets kept of a header cut short go first)
             self._wake()
         return False  # let the transport close itself
 
@@ -364,7 +359,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             parts = conn.take_parts()
             if parts:
                 write_parts(transport, self.fd if large else None, parts)
-        read = conn.want_read and not conn.saturated()
+        read = conn.reading()
         if read == self.reading_paused:
             self.reading_paused = not read
             if read:

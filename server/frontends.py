@@ -4,37 +4,21 @@ Every listener (server/startup.py makes them from the config: a port of ports/ o
 bind:port) and the serial links are handed a FrontEnds: their connection factory. A port calls
 
     conn = front.open(peer)             # at accept: the connection it starts with
-    front.first_octets(client, data)    # while client.greeting is set: see FrontEnds
 
-A client's first octets are its protocol header, and they choose the front end: PROTOCOLS
+    front.received(client, data)        # every read (b"": the stream ended)
+
+A client's first octets are its protocol header, and they choose the front end: FrontEnds
 says, per listener protocol, which front end takes which header.
 """
 
 from ..amqp091.connection import Connection
 
-# A listener's protocol, named as RabbitMQ names its listeners ("amqp": AMQP on TCP) -> (what its
-# listener says it serves, the front end of every header not claimed, {header: the front end
-# that claims it}). 0-9-1's takes every header by default: its handshake answers a header it
-# does not speak with its own and hangs up, as RabbitMQ does (amqp091/handshake.py). AMQP 1.0
-# claims its headers where the settings serve it (serve_amqp10); a board that does not keeps
-# nothing for 1.0 in its heap.
-AMQP_CLAIMS = {}
-PROTOCOLS = {"amqp": ("AMQP 0-9-1", Connection, AMQP_CLAIMS)}
-
-
-def serve_amqp10():
-    """AMQP 1.0 clients on the AMQP listeners too: its headers go to its front end (amqp10/,
-    whose connection module is loaded with the first 1.0 client)."""
-    from .. import amqp10
-
-    for header in amqp10.HEADERS:
-        AMQP_CLAIMS[header] = amqp10.connection
-
-
-def title(protocol):
-    """What a listener of this protocol serves, for its log line."""
-    name, _default, claims = PROTOCOLS[protocol]
-    return name + " and 1.0" if protocol == "amqp" and claims else name
+# A listener's protocol, named as RabbitMQ names its listeners ("amqp": AMQP on TCP) -> what its
+# listener says it serves. On an AMQP listener 0-9-1's front end takes every header by default:
+# its handshake answers a header it does not speak with its own and hangs up, as RabbitMQ does
+# (amqp091/handshake.py). AMQP 1.0 claims its headers where the runtime serves it
+# (runtime.amqp10, from the settings); a board that does not keeps nothing for 1.0 in its heap.
+PROTOCOLS = {"amqp": "AMQP 0-9-1"}
 
 
 class FrontEnds:
@@ -51,7 +35,28 @@ class FrontEnds:
     def __init__(self, runtime, protocol="amqp"):
         self.broker = runtime.broker
         self.clock = runtime.clock
-        _title, self.default, self.claims = PROTOCOLS[protocol]
+        self.default = Connection
+        self.claims = {}  # {header: the front end that claims it}
+        self.title = PROTOCOLS[protocol]  # what it serves, for the listener's log line
+        if protocol == "amqp" and runtime.amqp10:
+            from .. import amqp10  # (its connection module is loaded with the first 1.0 client)
+
+            for header in amqp10.HEADERS:
+                self.claims[header] = amqp10.connection
+            self.title += " and 1.0"
+
+    def received(self, client, data):
+        """The read rule every port calls: what it read from a client (data; b"" at the end of
+        its stream), for client.conn, or, while its protocol header is not known
+        (client.greeting), for first_octets() to choose its connection by."""
+        if client.greeting is not None:
+            self.first_octets(client, data)
+            if data:
+                return
+        elif data:
+            client.conn.feed(data)
+            return
+        client.conn.eof()
 
     def open(self, peer):
         """The connection a client starts with (peer: its "address", "port" and "transport").

@@ -87,7 +87,7 @@ def _connections(broker):
                 "channels": len(getattr(conn, "channels", ())),
                 "state": "running" if client is not None else "starting",
                 "auth_mechanism": text(getattr(conn, "auth_mechanism", b"") or b""),
-                "protocol": getattr(conn, "protocol", "AMQP 0-9-1"),
+                "protocol": conn.protocol,
             }
         )
     return out

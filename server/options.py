@@ -493,7 +493,7 @@ def parse(argv):
     """The settings from a command line, or None after printing why they are wrong."""
     import argparse
 
-    parser = argparse.ArgumentParser(description="run the hutch AMQP 0-9-1 broker")
+    parser = argparse.ArgumentParser(description="run the hutch broker (AMQP 0-9-1 and 1.0)")
     add_options(parser)
     try:
         return settings(parser.parse_args(argv))

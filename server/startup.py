@@ -14,7 +14,7 @@ import os
 import sys
 
 from ..core.broker import VERSION, Broker
-from .frontends import FrontEnds, serve_amqp10, title
+from .frontends import FrontEnds
 from .runtime import Runtime, StartError, forget
 
 
@@ -138,13 +138,13 @@ async def start(opts, log, stop_event):
     if line is not None:
         log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
-    broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy, frame_reader)
+    broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
     finder = None
     if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries and
-        from ..amqp091 import output
+        from ..amqp091.batch import install  # pyright: ignore[reportMissingImports] (host only)
         from ..c_accel import loader  # pyright: ignore[reportMissingImports] (host only)
 
-        output.use_accelerator(loader.stream_deliveries())
+        install(broker, frame_reader, loader.stream_deliveries())
         finder = loader.message_finder()  # the page-ins' message finder too
     journal = recover_journal(opts, broker, log)
     if finder is not None:
@@ -159,8 +159,7 @@ async def start(opts, log, stop_event):
     runtime.status = await host_services(
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)
-    if opts["amqp10"]:
-        serve_amqp10()
+    runtime.amqp10 = opts["amqp10"]
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)
@@ -198,7 +197,8 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
     for i, entry in enumerate(listeners):
         protocol, bind, port = entry["protocol"], entry["bind"], entry["port"]
         context = tls[i] if tls else None
-        listener = Listener(runtime, FrontEnds(runtime, protocol), bind, port, read_size, read_buffer, context)
+        front = FrontEnds(runtime, protocol)
+        listener = Listener(runtime, front, bind, port, read_size, read_buffer, context)
         read_buffer = listener.read_buffer  # one for every listener's clients
         try:
             await listener.start()
@@ -209,7 +209,7 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
             raise StartError("cannot listen on %s:%d: %s" % (bind, port, getattr(e, "strerror", None) or e), 1)
         runtime.listeners.append(listener)
         over = " over TLS" if context is not None else ""
-        runtime.log("info", "listening for %s%s on %s:%d" % (title(protocol), over, bind, port))
+        runtime.log("info", "listening for %s%s on %s:%d" % (front.title, over, bind, port))
 
 
 def reload_on_hangup(runtime):

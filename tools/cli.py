@@ -210,7 +210,7 @@ def main(argv=None):
         return cmd_plot(argv[1:])
     from ..core.broker import VERSION
 
-    parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 broker for edge and IoT hardware")
+    parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 and 1.0 broker for edge and IoT hardware")
     parser.add_argument("--version", action="version", version="hutch %s" % VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True

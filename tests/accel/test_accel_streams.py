@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from paths import CORE_TESTS
 
 from hutch.amqp091 import output
+from hutch.amqp091.batch import install
 from hutch.c_accel import _accel, streams
 from hutch.codec.wire import decode_properties, encode_properties, frame_at
 from hutch.core.message import Message
@@ -256,13 +257,16 @@ def _core_stream_tests():
 
 
 @pytest.mark.parametrize("name", _core_stream_tests()[1])
-def test_the_cores_stream_tests_pass_with_the_c_maker(name):
-    """tests/core/test_streams.py again, with the broker making deliveries as `hutch serve` has
-    it make them on CPython (amqp091/output.py use_accelerator: the C twin): damage, gaps,
+def test_the_cores_stream_tests_pass_with_the_c_maker(name, monkeypatch):
+    """tests/core/test_streams.py again, each of its brokers making deliveries as `hutch serve`
+    has it make them on CPython (amqp091/batch.py install: the C twin): damage, gaps,
     prefetch, budgets and every offset form through the C code."""
     module, _ = _core_stream_tests()
-    output.use_accelerator(streams.deliveries)  # (as server/startup.py installs it)
-    try:
-        getattr(module, name)()
-    finally:
-        output.use_accelerator(None)
+
+    class NodeMakingDeliveriesInC(module.Node):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            install(self.broker, stream_deliveries=streams.deliveries)  # (as server/startup.py does)
+
+    monkeypatch.setattr(module, "Node", NodeMakingDeliveriesInC)  # (the test module's, undone after)
+    getattr(module, name)()

@@ -1,4 +1,4 @@
-"""What a client may cost before its login (core/guard.py, amqp091/connection.py)."""
+"""What a client may cost before its login (core/connections.py, amqp091/connection.py)."""
 
 from harness import REMOTE, Client, closed_with, method, names
 

@@ -3,8 +3,9 @@ rules and words."""
 
 from harness import closed_with, names, opened
 
+from hutch.amqp091.connection import serving_of
+from hutch.amqp091.handshake import CAPABILITIES
 from hutch.codec import spec
-from hutch.core.broker import CAPABILITIES
 
 PSEUDO = b"amq.rabbitmq.reply-to"
 
@@ -61,7 +62,7 @@ def test_reply_to_a_gone_requester_is_dropped():
     server = opened(requester.broker)
     assert names(server.publish(1, b"", name, b"late", mandatory=True)) == ["basic.return"]
     assert requester.read() == []
-    assert not requester.broker.reply_channels
+    assert not serving_of(requester.broker).reply_channels
 
 
 def test_cancel_ends_the_reply_consumer():

@@ -4,6 +4,7 @@
 reader with the C scanner). The differential tests feed all three the same bytes."""
 
 from hutch.amqp091 import batch, framing
+from hutch.amqp091.batch import install
 from hutch.amqp091.connection import Connection
 from hutch.c_accel import scanner as c_scanner
 from hutch.core.broker import Broker
@@ -21,8 +22,8 @@ class Side:
 
     def __init__(self, how, limits):
         self.log = []
-        self.broker = Broker(
-            limits, log=lambda level, message, exc=None: self.log.append((level, message)), frame_reader=READERS[how]
+        self.broker = install(
+            Broker(limits, log=lambda level, message, exc=None: self.log.append((level, message))), READERS[how]
         )
         self.conn = Connection(self.broker, {"address": "127.0.0.1", "port": 1})
 

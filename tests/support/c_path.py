@@ -4,6 +4,7 @@ WALL. The same bytes fed to one with and one without the run path must leave the
 and the same files."""
 
 from hutch.amqp091 import batch
+from hutch.amqp091.batch import install
 from hutch.c_accel import runs as run_code
 from hutch.c_accel import scanner
 from hutch.core.broker import Broker
@@ -14,10 +15,9 @@ WALL = 1700000000  # the wall clock's seconds at the start
 
 def journaled_broker(folder, limits, runs):
     """(broker, journal writer): a broker on folder, ticked to time 0."""
-    broker = Broker(
-        limits,
-        log=lambda level, message, exc=None: None,
-        frame_reader=batch.reader_factory(scanner.scan_frames, scanner.new_records, run_code if runs else None),
+    broker = install(
+        Broker(limits, log=lambda level, message, exc=None: None),
+        batch.reader_factory(scanner.scan_frames, scanner.new_records, run_code if runs else None),
     )
     writer = recover(folder, broker, 1 << 20, 1 << 30, broker.log)
     broker.tick(0, WALL)

@@ -184,6 +184,7 @@ def test_metrics_under_load_are_clean_and_at_rest_equal_what_the_clients_did(tmp
         assert seen[("rabbitmq_auth_attempts_total", protocol)] == PUBLISHERS + 2 + 1 + 0
         assert seen[("rabbitmq_auth_attempts_failed_total", protocol)] == 0
         assert seen[("rabbitmq_connections", "")] == 1 and seen[("rabbitmq_channels", "")] == 1
+        assert seen[("hutch_connections", '{protocol="amqp091"}')] == 1
 
         # per object: each queue's gauges equal what a passive declare says, now
         _status, _type, per_object = get(broker.metrics_url + "/metrics/per-object")
