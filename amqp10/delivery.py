@@ -26,6 +26,16 @@ PROPERTIES = Ulong(spec.PROPERTIES)
 APPLICATION_PROPERTIES = Ulong(spec.APPLICATION_PROPERTIES)
 
 MICROPYTHON = sys.implementation.name == "micropython"
+# The 1.0 properties 0-9-1 has no place for, by their index in the properties section, kept as
+# these headers (amqp10/message.py) and read back here (a decoded header table has str keys).
+KEPT_AS_HEADERS = (
+    (2, "x-amqp10-to"),
+    (3, "x-amqp10-subject"),
+    (8, "x-amqp10-absolute-expiry-time"),
+    (11, "x-amqp10-group-sequence"),
+    (12, "x-amqp10-reply-to-group-id"),
+)
+KEPT_PREFIX = "x-amqp10-"
 
 
 def joined(parts):
@@ -90,7 +100,7 @@ def annotations_10(props, exchange, routing_key):
         out[Symbol("x-basic-type")] = _text(kind)
     for key, value in (props.get("headers") or {}).items():
         name = _text(key)
-        if name.startswith("x-"):
+        if name.startswith("x-") and not name.startswith(KEPT_PREFIX):
             out[Symbol(name)] = value_10(value)
         elif name == "CC" and isinstance(value, list):
             out[Symbol("x-cc")] = value_10(value)
@@ -175,6 +185,9 @@ def _converted_front(message, redelivered, to):
         Timestamp(timestamp * 1000) if timestamp is not None else None,
         _text(props.get("app-id")),
     ]
+    headers = props.get("headers")
+    if headers:
+        _kept_properties(properties, headers, to)
     while properties and properties[-1] is None:
         properties.pop()
     if properties:
@@ -187,6 +200,23 @@ def _converted_front(message, redelivered, to):
     if application:
         out.append(encode(Described(APPLICATION_PROPERTIES, application)))
     return b"".join(out), props.get("type") == AMQP10_TYPE
+
+
+def _kept_properties(properties, headers, to):
+    """The properties a 1.0 publisher gave that 0-9-1 keeps as x-amqp10-* headers, back in
+    their places (a bridge's `to` wins over the message's own)."""
+    properties += [None, None]  # (to group-sequence and reply-to-group-id)
+    for index, name in KEPT_AS_HEADERS:
+        value = headers.get(name)
+        if value is None or (index == 2 and to is not None):
+            continue
+        if index == 8:
+            value = Timestamp(value) if isinstance(value, int) else None
+        elif index == 11:
+            value = Uint(value) if isinstance(value, int) and 0 <= value < 1 << 32 else None
+        else:
+            value = _text(value)
+        properties[index] = value
 
 
 def _native_front(message, annotated, redelivered):

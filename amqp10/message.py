@@ -15,14 +15,19 @@ RabbitMQ 4 converts them (its mc_amqpl module), so 1.0 and 0-9-1 clients meet in
     properties.group-id                app-id
     application-properties             headers
     message-annotations x-...          headers x-... (x-cc: CC); x-basic-type: type
+    properties.to, subject,            headers x-amqp10-to, x-amqp10-subject,
+      absolute-expiry-time,              x-amqp10-absolute-expiry-time (milliseconds),
+      group-sequence,                    x-amqp10-group-sequence,
+      reply-to-group-id                  x-amqp10-reply-to-group-id
     data sections                      the body, joined
     amqp-value, amqp-sequence          the body as its AMQP 1.0 encoding, type "amqp-1.0"
 
 and back, a 0-9-1 message to a 1.0 consumer: headers whose name starts with x- (and CC, as
 x-cc) become message annotations, the others application properties (a table or array value
 has no application-property form and stays behind); type is the annotation x-basic-type; a
-body of type "amqp-1.0" is read back as its sections. properties.to, subject,
-absolute-expiry-time, group-sequence and reply-to-group-id have no 0-9-1 place.
+body of type "amqp-1.0" is read back as its sections, and the x-amqp10-* headers as the
+properties they hold. So a 1.0 message keeps every property through the journal, paging, a
+restart and streams, which store the 0-9-1 form.
 
 This module reads a 1.0 message into the broker's form; amqp10/delivery.py makes a 1.0
 message of the broker's (what a 1.0 consumer, or a bridge's 1.0 uplink, is given). A message
@@ -35,7 +40,7 @@ import struct
 from ..codec.wire import Timestamp as Seconds
 from ..codec.wire import encode_properties
 from . import spec
-from .delivery import AMQP10_TYPE, MAX_SHORTSTR, URN_UUID, joined, uuid_text
+from .delivery import AMQP10_TYPE, KEPT_AS_HEADERS, MAX_SHORTSTR, URN_UUID, joined, uuid_text
 from .types import (
     Described,
     Symbol,
@@ -112,6 +117,10 @@ def properties_091(found):
     group = found.prop(10)
     if type(group) is str and len(group.encode()) <= MAX_SHORTSTR:
         props["app-id"] = group.encode()
+    for index, name in KEPT_AS_HEADERS:  # the properties 0-9-1 has no place for
+        value = found.prop(index)
+        if value is not None and not (index == 11 and _plain(value) == 0):  # (group-sequence 0: proton's default)
+            headers[name.encode()] = value_091(value) if type(value) is not Timestamp else value.value
     if headers:
         props["headers"] = headers
     return props

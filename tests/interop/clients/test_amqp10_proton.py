@@ -314,6 +314,75 @@ def test_an_accepted_durable_message_is_there_after_a_sigkill(tmp_path):
         running.stop()
 
 
+def every_field(n):
+    """A 1.0 message with every property and section a publisher sets (0-9-1 has no place for
+    to, subject, absolute-expiry-time, group-sequence and reply-to-group-id)."""
+    return Message(
+        body=b"reading %d" % n, inferred=True, durable=True, priority=6, id="m-%d" % n,
+        correlation_id=uuid.UUID("12345678-1234-5678-1234-567812345678"), user_id=b"guest",
+        address="/queues/elsewhere", subject="temperature", reply_to="replies",
+        content_type="application/json", content_encoding="utf-8", expiry_time=4102444800.0,
+        creation_time=1700000000.0, group_id="greenhouse-3", group_sequence=n,
+        reply_to_group_id="replies-3", properties={"sensor": "s-1", "n": n},
+        annotations={symbol("x-custom"): "kept"},
+    )  # fmt: skip
+
+
+FIELDS = (
+    "body", "durable", "priority", "id", "correlation_id", "user_id", "address", "subject", "reply_to",
+    "content_type", "content_encoding", "expiry_time", "creation_time", "group_id", "group_sequence",
+    "reply_to_group_id", "properties",
+)  # fmt: skip
+
+
+def fields_of(message):
+    seen = {name: getattr(message, name) for name in FIELDS}
+    seen["body"] = bytes(seen["body"])
+    seen["x-custom"] = message.annotations[symbol("x-custom")]
+    return seen
+
+
+def test_a_1_0_message_keeps_every_field_through_paging_a_sigkill_and_a_stream(tmp_path):
+    """Paged out (a queue window of 2), journalled and read back after a SIGKILL, appended to a
+    stream: a 1.0 consumer gets the same fields as one served from memory."""
+    config = tmp_path / "hutch.toml"
+    config.write_text("[limits]\nqueue_window_messages = 2\n")
+    running = RunningBroker([os.path.join(os.path.dirname(sys.executable), "hutch"), "serve", "--config", str(config)], tmp_path).start()  # fmt: skip
+    try:
+        declare(running, "fields")
+        declare(running, "fields-log", **{"x-queue-type": "stream"})
+        conn = proton(running)
+        expected = [fields_of(every_field(n)) for n in range(6)]
+        for queue in ("fields", "fields-log"):
+            sender = conn.create_sender("/queues/" + queue)
+            for n in range(6):
+                sender.send(every_field(n))  # each returns once accepted: on disk
+        receiver = conn.create_receiver("/queues/fields", name="from-memory", credit=1)
+        first = receiver.receive(TIMEOUT)  # (served from memory: its own octets)
+        receiver.release()
+        assert fields_of(first) == expected[0]
+        conn.close()
+        sigkill(running)
+        running.start()
+        conn = proton(running)
+        receiver = conn.create_receiver("/queues/fields", credit=10)
+        after = []
+        for _ in range(6):
+            after.append(fields_of(receiver.receive(TIMEOUT)))
+            receiver.accept()
+        spec = symbol("rabbitmq:stream-offset-spec")
+        log = conn.create_receiver("/queues/fields-log", name="log", credit=10, options=Filter({spec: "first"}))
+        from_stream = []
+        for _ in range(6):
+            from_stream.append(fields_of(log.receive(TIMEOUT)))
+            log.accept()
+        conn.close()
+        assert after == expected
+        assert from_stream == expected
+    finally:
+        running.stop()
+
+
 def test_hutch_ctl_lists_a_1_0_client_its_sessions_and_links(broker):
     declare(broker, "watched")
     conn = proton(broker)
