@@ -40,43 +40,28 @@ import json
 
 from ..core.auth import Users, decode_hash
 from ..core.limits import Limits
+from . import schema
+from .schema import ConfigError  # noqa: F401 (config.ConfigError: what every reader of the config raises)
 
+# Each section's keys (server/schema.py); None: a section whose keys are checked where it is read
+# ([limits]: core/limits.py, [users.NAME]: USER_KEYS, [[bridge]]: server/bridge_config.py).
 SECTIONS = {
-    "wifi": ("ssid", "password"),  # used by firmware/main.py on boards with a network module
-    "server": (
-        "bind",
-        "port",
-        "data",
-        "log_level",
-        "board",
-        "stats_interval",
-        "serial",
-        "baud",
-        "journal_max_bytes",
-        "segment_bytes",
-        "definitions",
-        "log_file",
-        "amqp10",
-    ),
+    "wifi": schema.keys_of("wifi"),  # used by firmware/main.py on boards with a network module
+    "server": schema.keys_of("server"),
     "limits": None,
-    "users": None,  # [users.NAME]: USER_KEYS
-    "auth": ("loopback_users", "anonymous_login_user"),
-    "bridge": None,  # [[bridge]]: a list of tables, checked by server/bridge_config.py
-    "listener": ("protocol", "bind", "port", "tls"),  # [[listener]]: a list of tables, each with these keys
-    "metrics": ("bind", "port"),  # the metrics port: Prometheus and the status page (server/monitoring.py)
+    "users": None,
+    "auth": schema.keys_of("auth"),
+    "bridge": None,
+    "listener": schema.keys_of("listener"),  # [[listener]]: a list of tables, each with these keys
+    "metrics": schema.keys_of("metrics"),  # the metrics port: Prometheus and the status page
 }
 
-# The keys of a [[listener]]'s tls table (RabbitMQ's ssl_options names; login_from is its
-# ssl_cert_login_from), checked by server/options.py.
-TLS_KEYS = ("certfile", "keyfile", "cacertfile", "verify_peer", "fail_if_no_peer_cert", "login_from")
+# The keys of a [[listener]]'s tls table, checked by server/options.py.
+TLS_KEYS = schema.keys_of("listener.tls")
 
 
 # The keys of a [users.NAME] table.
 USER_KEYS = ("password_hash", "tags", "permissions", "topic_permissions")
-
-
-class ConfigError(Exception):
-    pass
 
 
 def read(path):
@@ -172,9 +157,7 @@ def users_from(data, path="config"):
     """The [users.NAME] tables: each user's password hash, tags and permissions on "/" (every
     permission unless `permissions` or `topic_permissions` says otherwise)."""
     auth = data.get("auth", {})
-    loopback = auth.get("loopback_users", ["guest"])
-    if not isinstance(loopback, list) or not all(isinstance(u, str) for u in loopback):
-        raise ConfigError("%s: [auth] loopback_users must be a list of user names" % path)
+    loopback = schema.check("users", auth.get("loopback_users", ["guest"]), "%s: [auth] loopback_users" % path)
     if "users" not in data:
         return Users(loopback_users=loopback)
     hashes, permissions, tags = {}, {}, {}

@@ -15,6 +15,7 @@ package(
         "monitoring.py",
         "options.py",
         "runtime.py",
+        "schema.py",
         "serve.py",
         "startup.py",
     ),

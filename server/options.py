@@ -10,115 +10,80 @@ board forgets this module (and config.py) before it does.
 import sys
 
 from .. import boards
-from . import config
+from . import config, schema
 
 
 def add_options(parser):
-    parser.add_argument("--bind", default=None, help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=None, help="TCP port (default 5672)")
-    parser.add_argument("--config", default=None, help="config file (TOML): users, limits, server")
-    parser.add_argument("--data", default=None, help="data folder (default ./hutch-data, or the board's)")
-    parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default info)")
-    parser.add_argument(
-        "--log-file", default=None, metavar="FILE", help="append the log to FILE (default: standard error)"
-    )
-    parser.add_argument(
-        "--board", default=None, help="board profile: %s (default: limits from the config)" % ", ".join(boards.NAMES)
-    )
-    parser.add_argument(
-        "--stats-interval",
-        type=int,
-        default=None,
-        help="log heap and queue figures every N seconds (default 60 on MicroPython, 0 = off)",
-    )
-    # Serial links (ports/serial.py). MicroPython's argparse has no "append": there one
-    # --serial takes a comma-separated list.
+    """`hutch serve`'s options: every key of server/schema.py with a flag."""
+    # MicroPython's argparse has no "append": there one --serial takes a comma-separated list.
     repeat = {} if sys.implementation.name == "micropython" else {"action": "append"}
-    parser.add_argument(
-        "--serial",
-        default=None,
-        metavar="DEVICE",
-        help="also serve AMQP over this serial port, e.g. /dev/ttyUSB0 (repeat for more)",
-        **repeat,
-    )
-    parser.add_argument("--baud", type=int, default=None, help="serial baud rate (default 115200)")
-    parser.add_argument(
-        "--definitions",
-        default=None,
-        metavar="FILE",
-        help="users, permissions, exchanges, queues and bindings to load at start (RabbitMQ's JSON)",
-    )
-    # One TLS listener (amqps) beside the others, on --bind's address: the short form of a
-    # [[listener]] with a tls table. The names are RabbitMQ's ssl_options.
-    parser.add_argument("--tls-port", type=int, default=None, help="also listen for AMQP over TLS on this port (5671)")
-    parser.add_argument("--certfile", default=None, metavar="FILE", help="the TLS listener's certificate (PEM)")
-    parser.add_argument("--keyfile", default=None, metavar="FILE", help="its private key (PEM)")
-    parser.add_argument(
-        "--cacertfile", default=None, metavar="FILE", help="the CA certificates client certificates are checked against"
-    )
-    parser.add_argument(
-        "--verify-peer", action="store_true", help="check a client certificate when one is sent (needs --cacertfile)"
-    )
-    parser.add_argument(
-        "--fail-if-no-peer-cert", action="store_true", help="refuse a client without a certificate (mutual TLS)"
-    )
+    for row in schema.KEYS:
+        flag = row[schema.FLAG]
+        if flag is None:
+            continue
+        kind = row[schema.KIND]
+        text = str(row[schema.HELP])
+        if kind == "bool":
+            parser.add_argument(flag, action="store_true", help=text)
+        elif kind == "devices":
+            parser.add_argument(flag, default=None, metavar="DEVICE", help=text, **repeat)
+        elif kind in schema.INTEGERS:
+            parser.add_argument(flag, type=int, default=None, help=text)
+        elif kind == "file":
+            parser.add_argument(flag, default=None, metavar="FILE", help=text)
+        elif kind == "board":
+            parser.add_argument(flag, default=None, help=text % ", ".join(boards.NAMES))
+        else:
+            parser.add_argument(flag, default=None, help=text)
 
 
 class Options:
-    """What the command line can set; firmware/main.py builds one without argparse."""
+    """What the command line can set (server/schema.py's flags), without argparse: firmware/main.py
+    and the tests build one, Options(config="hutch.json", port=5999). A name that is not an
+    option is a TypeError, as for any function."""
 
-    def __init__(
-        self,
-        config=None,
-        bind=None,
-        port=None,
-        data=None,
-        log_level=None,
-        board=None,
-        stats_interval=None,
-        serial=None,
-        baud=None,
-        definitions=None,
-        log_file=None,
-        tls_port=None,
-        certfile=None,
-        keyfile=None,
-        cacertfile=None,
-        verify_peer=False,
-        fail_if_no_peer_cert=False,
-    ):
-        self.config = config
-        self.bind = bind
-        self.port = port
-        self.data = data
-        self.log_level = log_level
-        self.board = board
-        self.stats_interval = stats_interval
-        self.serial = serial
-        self.baud = baud
-        self.definitions = definitions
-        self.log_file = log_file
-        self.tls_port = tls_port
-        self.certfile = certfile
-        self.keyfile = keyfile
-        self.cacertfile = cacertfile
-        self.verify_peer = verify_peer
-        self.fail_if_no_peer_cert = fail_if_no_peer_cert
+    def __init__(self, **given):
+        for row in schema.KEYS:
+            if row[schema.FLAG] is not None:
+                name = schema.dest(row)
+                setattr(self, name, given.pop(name, False if row[schema.KIND] == "bool" else None))
+        if given:
+            raise TypeError("Options() has no option %r" % sorted(given)[0])
+
+
+def _given(args, row):
+    """What the command line gave for a key of server/schema.py (None: nothing, or no flag)."""
+    if row[schema.FLAG] is None:
+        return None
+    value = getattr(args, schema.dest(row), None)
+    return None if value is False else value
 
 
 def _server(args, server, key, default=None):
     """A [server] key's value: the command line's option over the file's over the default."""
-    given = getattr(args, key, None)
-    return given if given is not None and given is not False else server.get(key, default)
+    given = _given(args, schema.row_of("server", key))
+    return given if given is not None else server.get(key, default)
 
 
-def _named(args, path, key):
-    """How an error names where a [server] value came from: "--log-level", or "hutch.toml:
-    [server] log_level". (Made only for an error: a board's start makes no strings it drops.)"""
-    given = getattr(args, key, None)
-    if given is not None and given is not False:
-        return "--" + key.replace("_", "-")
-    return "%s: [server] %s" % (path, key)
+def _named(args, path, key, section="server"):
+    """How an error names where a value came from: "--log-level", or "hutch.toml: [server]
+    log_level". (Made only for an error: a board's start makes no strings it drops.)"""
+    row = schema.row_of(section, key)
+    if _given(args, row) is not None:
+        return row[schema.FLAG]
+    return "%s: [%s] %s" % (path, section, key)
+
+
+def _checked(args, table, path, key, default=None, section="server", choices=None):
+    """A key's value (the command line's over the file's table's over default), checked against
+    its kind in server/schema.py; None stays None."""
+    row = schema.row_of(section, key)
+    value = _given(args, row)
+    if value is None:
+        value = table.get(key, default)
+    if value is None:
+        return None
+    return schema.check(row[schema.KIND], value, lambda: _named(args, path, key, section), choices)
 
 
 def settings(args):
@@ -127,16 +92,10 @@ def settings(args):
     server = data.get("server", {})
     path = args.config or "config"
     listeners = _listeners(args, server, data, path)
-    level = _server(args, server, "log_level", "info")
-    if level not in ("debug", "info", "warning", "error"):
-        where = _named(args, path, "log_level")
-        raise config.ConfigError("%s must be debug, info, warning or error, not %r" % (where, level))
-    board = _server(args, server, "board")
-    if board is not None and not isinstance(board, str):
-        raise config.ConfigError(
-            "%s must be a board profile's name (%s), not %r"
-            % (_named(args, path, "board"), ", ".join(boards.NAMES), board)
-        )
+    level = _checked(args, server, path, "log_level", "info")
+    board = _checked(args, server, path, "board")
+    if board is not None and not isinstance(board, str):  # (a profile's name; load() says which exist)
+        schema.check("board", board, lambda: _named(args, path, "board"), boards.NAMES)
     if board is not None:
         try:
             profile = boards.load(board)
@@ -146,35 +105,25 @@ def settings(args):
     else:
         profile = boards.load("unix")
         limits = config.limits_from(data, path)
-    explicit_baud = _server(args, server, "baud")
-    baud = _baud(explicit_baud, args, path)
-    stats = _server(args, server, "stats_interval")
-    if stats is None:
-        stats = 60 if sys.implementation.name == "micropython" else 0
-    if not isinstance(stats, int) or isinstance(stats, bool) or stats < 0:
-        where = _named(args, path, "stats_interval")
-        raise config.ConfigError("%s must be a whole number of seconds, not %r" % (where, stats))
-    definitions_path = _server(args, server, "definitions")
-    if definitions_path is not None and not isinstance(definitions_path, str):
-        where = _named(args, path, "definitions")
-        raise config.ConfigError("%s must be a file name, not %r" % (where, definitions_path))
+    explicit_baud = _checked(args, server, path, "baud")
+    baud = explicit_baud or 115200  # (serial links whose profile entry sets none)
+    stats = _checked(args, server, path, "stats_interval", 60 if sys.implementation.name == "micropython" else 0)
+    definitions_path = _checked(args, server, path, "definitions")
     users, definitions = _users(data, path, definitions_path)
-    folder = _server(args, server, "data")
-    if folder is not None and (not isinstance(folder, str) or not folder):
-        raise config.ConfigError("%s must be a folder's name, not %r" % (_named(args, path, "data"), folder))
+    folder = _checked(args, server, path, "data")
     anonymous = _anonymous(data, path, users)
     if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
         users.anonymous = anonymous
     storage = profile.STORAGE
-    journal_max_bytes = _size(server, path, "journal_max_bytes", storage["max_bytes"])
-    segment_bytes = _size(server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
+    journal_max_bytes = _checked(args, server, path, "journal_max_bytes", storage["max_bytes"])
+    segment_bytes = _checked(args, server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     return {
         "listeners": listeners,
         "data": folder or storage["path"],
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
         "log_level": level,
-        "log_file": _log_file(_server(args, server, "log_file"), args, path),
+        "log_file": _log_file(_checked(args, server, path, "log_file"), args, path),
         "board": board,
         "read_size": profile.READ_SIZE,
         "stats_interval": stats,
@@ -194,36 +143,28 @@ def settings(args):
         "bridges": _bridges(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
-        "metrics": _metrics(data, path, getattr(args, "metrics_port", None)),
+        "metrics": _metrics(args, data, path),
         "amqp10": _amqp10(server, profile, path),
     }
 
 
-def _metrics(data, path, option_port):
+def _metrics(args, data, path):
     """(bind, port) of the metrics port (server/monitoring.py opens it): [metrics] bind and port,
-    --metrics-port (CPython's) over the file's port; None when no port is set."""
+    --metrics-port over the file's port; None when no port is set."""
     table = data.get("metrics") or {}
-    port = option_port if option_port is not None else table.get("port")
+    port = _checked(args, table, path, "port", section="metrics")
     if port is None:
         return None
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        where = "--metrics-port" if option_port is not None else "%s: [metrics] port" % path
-        raise config.ConfigError("%s must be a number from 0 to 65535, not %r" % (where, port))
-    bind = table.get("bind", "127.0.0.1")
-    if not isinstance(bind, str):
-        raise config.ConfigError("%s: [metrics] bind must be an address, not %r" % (path, bind))
-    return bind, port
+    return _checked(args, table, path, "bind", "127.0.0.1", "metrics"), port
 
 
 def _amqp10(server, profile, path):
     """Whether AMQP 1.0 clients are served on the AMQP listeners: the config's [server] amqp10;
     else on CPython the board profile's AMQP10 (a small board keeps the heap it would take), or
     yes; on MicroPython no (a board serves 1.0 when its config asks)."""
-    value = server.get("amqp10")
+    value = _checked(None, server, path, "amqp10")
     if value is None:
         value = getattr(profile, "AMQP10", True) and sys.implementation.name != "micropython"
-    if not isinstance(value, bool):
-        raise config.ConfigError("%s: [server] amqp10 must be true or false, not %r" % (path, value))
     return value
 
 
@@ -239,8 +180,6 @@ def _log_file(path, args, config_path):
     """Where the log goes: None for standard error (what journald and a terminal read)."""
     if path is None:
         return None
-    if not isinstance(path, str) or not path:
-        raise config.ConfigError("%s must be a file name, not %r" % (_named(args, config_path, "log_file"), path))
     if sys.implementation.name == "micropython":
         where = _named(args, config_path, "log_file")
         raise config.ConfigError("%s: a board logs to its console (its flash has no writes to spare)" % where)
@@ -359,15 +298,10 @@ def _checked_listeners(tables, path, checked=(), named=None):
     bind"); by default the file's [[listener]] number N, or --tls-port's."""
     listeners = list(checked)
     for n, table in enumerate(tables, 1):
-        bind = table.get("bind", "0.0.0.0")
-        if not isinstance(bind, str):
-            where = _listener_key(named, table, path, n, "bind")
-            raise config.ConfigError("%s must be an address, not %r" % (where, bind))
+        bind = schema.check("address", table.get("bind", "0.0.0.0"), _listener_where(named, table, path, n, "bind"))
         tls = table.get("tls")
         port = table.get("port", 5672 if tls is None else 5671)  # (RabbitMQ's amqps port)
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            where = _listener_key(named, table, path, n, "port")
-            raise config.ConfigError("%s must be a number from 0 to 65535, not %r" % (where, port))
+        schema.check("port", port, _listener_where(named, table, path, n, "port"))
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
@@ -376,6 +310,11 @@ def _checked_listeners(tables, path, checked=(), named=None):
             listener["tls"] = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
         listeners.append(listener)
     return listeners
+
+
+def _listener_where(named, table, path, n, key):
+    """How an error names a key of the listener of table, as a function (called for an error only)."""
+    return lambda: _listener_key(named, table, path, n, key)
 
 
 def _listener_key(named, table, path, n, key):
@@ -403,14 +342,11 @@ def tls_settings(given, where):
         path = given.get(key)
         if path is None and key != "cacertfile":
             raise config.ConfigError("%s tls needs %s" % (where, key))
-        if path is not None and not isinstance(path, str):
-            raise config.ConfigError("%s tls %s must be a file name, not %r" % (where, key, path))
+        if path is not None:
+            schema.check("file", path, "%s tls %s" % (where, key))
         tls[key] = path
     for key in ("verify_peer", "fail_if_no_peer_cert"):
-        value = given.get(key, False)
-        if not isinstance(value, bool):
-            raise config.ConfigError("%s tls %s must be true or false, not %r" % (where, key, value))
-        tls[key] = value
+        tls[key] = schema.check("bool", given.get(key, False), "%s tls %s" % (where, key))
     if tls["verify_peer"] and tls["cacertfile"] is None:
         raise config.ConfigError(
             "%s tls verify_peer needs cacertfile: the CA client certificates are checked against" % where
@@ -460,33 +396,14 @@ def _segment_bytes(storage, journal_max_bytes):
     return max(default, min(scaled, storage.get("max_segment_bytes", MAX_SCALED_SEGMENT)))
 
 
-def _size(server, path, key, default):
-    value = server.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 4096:
-        raise config.ConfigError(
-            "%s: [server] %s must be a number of bytes, at least 4096, not %r" % (path, key, value)
-        )
-    return value
-
-
 def _serial_devices(devices, args, path):
     """Serial devices from --serial (repeated, or comma-separated) or [server] serial = [...]."""
     if devices is None:
         devices = []
     if isinstance(devices, str):
         devices = [devices]
-    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-        raise config.ConfigError("%s must be a list of device names, not %r" % (_named(args, path, "serial"), devices))
+    schema.check("devices", devices, lambda: _named(args, path, "serial"))
     return [d for entry in devices for d in entry.split(",") if d]
-
-
-def _baud(baud, args, path):
-    """The baud rate of serial links whose profile entry does not set one (default 115200)."""
-    if baud is None:
-        return 115200
-    if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
-        raise config.ConfigError("%s must be a positive number, not %r" % (_named(args, path, "baud"), baud))
-    return baud
 
 
 def parse(argv):

@@ -60,7 +60,9 @@ def forget_settings():
     checks (the bridges' too) and the board profiles (their figures are in the settings and the
     Limits now)."""
     profiles = [name for name in sys.modules if name.startswith("hutch.boards.")]
-    forget("hutch.server.options", "hutch.server.config", "hutch.server.bridge_config", *profiles)
+    forget(
+        "hutch.server.options", "hutch.server.config", "hutch.server.schema", "hutch.server.bridge_config", *profiles
+    )
     forget("hutch.boards")
 
 

@@ -181,14 +181,6 @@ def _add_command(commands, name, argv):
         from ..server import options
 
         options.add_options(parser)
-        # CPython's alone (a board's config has [metrics] port): here, off the board's heap
-        parser.add_argument(
-            "--metrics-port",
-            type=int,
-            default=None,
-            metavar="PORT",
-            help="serve Prometheus metrics and the status page on this port (127.0.0.1; default: off)",
-        )
         parser.set_defaults(run=cmd_serve)
     elif name == "version":
         parser.set_defaults(run=cmd_version)

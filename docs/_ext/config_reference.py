@@ -1,13 +1,14 @@
 """The configuration reference (docs/configuration.md), generated from the code that reads the file.
 
 Every key comes from the schema the broker checks a config file against: the sections and
-their keys from `SECTIONS` (server/config.py), the limits from `Limits` (core/limits.py),
-the bridge keys from `KEYS`, `DECLARE_KEYS` and `URI_OPTIONS` (server/bridge_config.py).
-Every default comes from the code too: `settings()` (server/options.py) run on an empty
-config, `Limits()`, each board profile (boards/), `bridges_from()` on a minimal bridge.
-What a key is for is the one thing written here, in DESCRIPTIONS: a key of the schema without
-a description, or a description of a key the schema no longer has, fails the docs build
-(ConfigReferenceError), so a new key cannot ship undocumented.
+their keys, with their descriptions, from server/schema.py (`SECTIONS` in server/config.py),
+the limits from `Limits` (core/limits.py), the bridge keys from `KEYS`, `DECLARE_KEYS` and
+`URI_OPTIONS` (server/bridge_config.py). Every default comes from the code too: `settings()`
+(server/options.py) run on an empty config, `Limits()`, each board profile (boards/),
+`bridges_from()` on a minimal bridge. What the limits', users' and bridges' keys are for is
+written here, in DESCRIPTIONS: a key of the schema without a description, or a description
+of a key the schema no longer has, fails the docs build (ConfigReferenceError), so a new key
+cannot ship undocumented.
 
 docs/configuration.md holds each table NAME of TABLES (below) in a region
 `<!-- generated: config-reference NAME -->`, written by `python docs/_ext/generated.py`
@@ -16,7 +17,7 @@ docs/configuration.md holds each table NAME of TABLES (below) in a region
 
 from hutch import boards
 from hutch.core.limits import Limits
-from hutch.server import bridge_config, config, options
+from hutch.server import bridge_config, config, options, schema
 
 
 class ConfigReferenceError(Exception):
@@ -24,182 +25,131 @@ class ConfigReferenceError(Exception):
 
 
 # What each key is for, by "section.key" ("bridge.declare.queue", "bridge.uri?heartbeat" for a
-# URI option). Present tense, for users; defaults come from the code, not from here.
+# URI option): those of server/schema.py's rows, and below the limits', the users' and the
+# bridges' keys. Present tense, for users; defaults come from the code, not from here.
 DESCRIPTIONS = {
-    # [wifi]: read by a board's main.py (firmware/main.py)
-    "wifi.ssid": "The Wi-Fi network a board joins at start (boards with a network module: ESP32, Pico W).",
-    "wifi.password": "Its password.",
-    # [server]
-    "server.bind": "The address to listen on for AMQP over TCP (`--bind`). `127.0.0.1` serves this machine only.",
-    "server.port": "The TCP port to listen on (`--port`).",
-    "server.data": "The data folder (`--data`): the journal, the streams, the lock, the status file. "
-    "One broker per folder. Default: the board profile's path.",
-    "server.log_level": "`debug`, `info`, `warning` or `error` (`--log-level`).",
-    "server.board": "A board profile (`--board`): its limits, read buffer, storage and UARTs. "
-    "None: the core's limits below.",
-    "server.stats_interval": "Every N seconds, log connections, queued messages and the heap (`--stats-interval`). "
-    "0: never; on MicroPython the default is 60.",
-    "server.serial": 'Serial devices to serve AMQP on too (`--serial`), e.g. `["/dev/ttyUSB0"]`, or a '
-    'board\'s UART by its profile name, `"uart2"`.',
-    "server.baud": "The baud rate of serial links whose profile entry sets none (`--baud`).",
-    "server.journal_max_bytes": "The journal's and the streams' disk budget. From 90 % of it publishers are "
-    "blocked until acks bring it under 75 %. Default: the board profile's.",
-    "server.segment_bytes": "The size of one journal segment file. Default: the profile's, grown in proportion "
-    "when `journal_max_bytes` is raised above the profile's, up to the profile's largest (below: 16 KiB on "
-    "esp32, 8 MiB on the others).",
-    "server.log_file": "Append the log to this file (`--log-file`); without it the log goes to standard "
-    "error, where a terminal or journald reads it. Not on a board.",
-    "server.amqp10": "Serve AMQP 1.0 clients on the AMQP listeners beside 0-9-1 (the protocol header a "
-    "client sends chooses). Default: true on CPython (false with the esp32 and rp2-pico-w profiles, "
-    "`amqp10` below); false on MicroPython, where a board serves 1.0 when this says true.",
-    "server.definitions": "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): "
-    "its users, permissions, topic permissions, exchanges, queues and bindings are loaded at start "
-    "(`--definitions FILE` too); what hutch has no counterpart for is logged by name.",
-    # [[listener]]: server/options.py _listeners
-    # [metrics]: server/monitoring.py
-    "metrics.port": "Serve Prometheus metrics (`/metrics`, `/metrics/per-object`) and the status page (`/`) "
-    "on this port (`--metrics-port`). Off when not set. With users in the config, a request logs in "
-    "(HTTP basic) as a user tagged `monitoring` or `administrator` ([Monitoring](monitoring.md)).",
-    "metrics.bind": "The address of the metrics port: `127.0.0.1` (the default) serves this machine only.",
-    "listener.protocol": "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol "
-    "header is read first; any other header is answered with 0-9-1's before the socket closes.",
-    "listener.bind": "The address to listen on.",
-    "listener.port": "The TCP port. Two listeners on one address and port are refused. Default 5671 "
-    "for a listener with `tls`.",
-    "listener.tls": "A table that makes this listener speak AMQP over TLS (amqps): its keys below. "
-    "TLS 1.2 and 1.3 only; see [Security](security.md).",
-    # [[listener]] tls = {...}: server/options.py _tls (RabbitMQ's ssl_options names)
-    "listener.tls.certfile": "The listener's certificate (PEM; a chain: the certificate first). Required.",
-    "listener.tls.keyfile": "Its private key (PEM, unencrypted). Required.",
-    "listener.tls.cacertfile": "The CA certificates a client certificate is checked against (PEM). "
-    "Required with `verify_peer`.",
-    "listener.tls.verify_peer": "Check a client certificate when the client sends one: a certificate "
-    "the CA did not sign, or that has expired, is refused in the handshake (RabbitMQ's "
-    "`ssl_options.verify = verify_peer`).",
-    "listener.tls.fail_if_no_peer_cert": "Refuse a client that sends no certificate: mutual TLS "
-    "(needs `verify_peer`; on MicroPython `verify_peer` needs it).",
-    "listener.tls.login_from": 'The user SASL EXTERNAL logs in as: `"common_name"` (the subject\'s CN), '
-    '`"distinguished_name"` (the whole subject, RFC 4514: `CN=sensor-01,OU=gw,O=hutch`) or '
-    '`"subject_alternative_name"` (the first). RabbitMQ\'s `ssl_cert_login_from`.',
-    # [limits]: core/limits.py
-    "limits.frame_max": "The largest frame, offered in `connection.tune`. A larger frame closes the connection "
-    "with 501 (a client's frame may be 8 octets over, as RabbitMQ allows).",
-    "limits.channel_max": "Channels open at once on a connection, offered in `connection.tune`. One more closes "
-    "the connection with 530; any channel number from 1 to 65535 opens.",
-    "limits.heartbeat": "The heartbeat interval in seconds offered in `connection.tune` (the client may "
-    "choose less, or 0 for none). A client silent for two intervals is disconnected.",
-    "limits.max_connections": "Connections at once; `connection.open` beyond it is refused with 530.",
-    "limits.max_queues": "Queues at once; a declare beyond it closes the channel with 406.",
-    "limits.max_exchanges": "Exchanges at once (the predeclared ones included); beyond it: 406.",
-    "limits.max_bindings": "Bindings at once; beyond it: 406.",
-    "limits.max_consumers": "Consumers at once; beyond it: 406.",
-    "limits.max_message_bytes": "The largest message body; a larger publish closes the channel with 406.",
-    "limits.queue_max_messages": "Messages in one queue. A full queue nacks publishers in confirm mode and "
-    "stops reading the others until it drains.",
-    "limits.queue_max_bytes": "Body bytes in one queue, with the same answer as `queue_max_messages`.",
-    "limits.total_max_messages": "Messages in memory in all queues together. Past it, `connection.blocked` "
-    "goes to the clients that support it, confirm-mode publishers get `basic.nack`, others are not read.",
-    "limits.total_max_bytes": "Body bytes in memory in all queues together, with the same answer.",
-    "limits.low_water_percent": "Publishers blocked by the total budgets are released once the broker is "
-    "under this percentage of them.",
-    "limits.queue_window_messages": "Messages a durable queue keeps in memory once it has a backlog; the rest "
-    "waits in the journal on disk ([Backlogs](backlogs.md)).",
-    "limits.queue_window_bytes": "Body bytes of that window.",
-    "limits.page_read_bytes": "How much a queue reads back from the journal at a time.",
-    "limits.output_high_water": "Bytes waiting to be sent to one client before the broker stops delivering "
-    "to it (a consumer that does not read cannot fill the memory).",
-    "limits.stream_segment_bytes": "A stream's segment file when `x-stream-max-segment-size-bytes` does not "
-    "say; retention drops whole segments.",
-    "limits.handshake_timeout_ms": "From the TCP connection to `connection.open`: a client that takes longer "
-    "is disconnected.",
-    "limits.handshakes_per_source": "Connections from one address still in their handshake at once; a new "
-    "one drops the oldest, so a source that opens sockets and says nothing holds this many.",
-    "limits.failed_logins_per_source": "Failed logins from one address in 10 s before its next failing "
-    "connection is dropped at once (no delayed 403 holding its socket); the log says so once per 10 s.",
-    "limits.auth_failure_delay_ms": "A refused login is answered (403) only after this delay, so a guessing "
-    "client gets few tries.",
-    "limits.close_timeout_ms": "How long the broker waits for `connection.close-ok` after it closed a "
-    "connection, before it hangs up.",
-    "limits.amqp10_sessions": "Sessions one AMQP 1.0 connection may have at once (its open says `channel-max`, "
-    "one less); a `begin` past it closes the connection.",
-    "limits.amqp10_links": "Links one AMQP 1.0 session may have at once (its begin says `handle-max`, one less).",
-    "limits.amqp10_session_window": "Transfer frames an AMQP 1.0 client may send on a session before the broker "
-    "opens its window again (at half); one more ends the session with `amqp:session:window-violation`.",
-    "limits.amqp10_link_credit": "Messages an AMQP 1.0 client may send on a link before it is given more credit "
-    "(again at half; none while publishers are blocked).",
-    # [users.NAME] and [auth]
-    "users.password_hash": '`[users.NAME] password_hash = "..."`: the user NAME and the hash of its '
-    "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "
-    "definitions export. With a `[users]` table, only the users listed exist; without one, the user "
-    "`guest` (password `guest`) exists.",
-    "users.tags": "The user's tags, as RabbitMQ's: `administrator`, `monitoring`, `management`.",
-    "users.permissions": '`{configure = "...", write = "...", read = "..."}`: regular expressions the '
-    'names of queues and exchanges must match (searched, not anchored; `""` matches nothing), as '
-    "RabbitMQ's permissions on the virtual host `/`. A pattern not given is `.*`.",
-    "users.topic_permissions": '`{"amq.topic" = {write = "...", read = "..."}}`: per topic exchange, the '
-    "routing keys the user may publish with (write) and bind with (read).",
-    "auth.loopback_users": "Users who may log in only from the loopback interface (127.0.0.1, ::1) or a "
-    "serial link, as in RabbitMQ.",
-    "auth.anonymous_login_user": "Offer SASL ANONYMOUS, which logs a client in as this user (it must "
-    "exist; the loopback rule holds). None: ANONYMOUS is not offered.",
-    # [[bridge]]: server/bridge_config.py
-    "bridge.name": "The bridge's name, unique in the file: logs, `hutch ctl bridges`, the `x-hutch-origin` "
-    "header, and the queue `hutch.bridge.NAME` of a `source_exchange` bridge. Required.",
-    "bridge.direction": "`up`: a local queue forwarded to upstream. `down`: an upstream queue consumed and "
-    "published here.",
-    "bridge.uri": "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a "
-    "list of them, tried in order; over AMQP 1.0 `amqp10://user:password@host:port` (`amqps10://` for "
-    "TLS). Query options below. Required.",
-    "bridge.queue": "Up: the local queue to forward (declared durable if missing). Down: the upstream queue "
-    "to consume (it must exist). Required, unless `source_exchange` is given.",
-    "bridge.source_exchange": "Up only, instead of `queue`: a local exchange; the bridge forwards what a "
-    "durable queue of its own, `hutch.bridge.NAME`, bound to it takes.",
-    "bridge.binding_key": "The binding key of that queue to `source_exchange`.",
-    "bridge.exchange": "Where messages are published (upstream for an up bridge, here for a down one). "
-    "None: each message's own exchange. Over AMQP 1.0, with `routing_key`, the link's target "
-    "(`/exchanges/X/RK`, `/queues/RK` for the default exchange).",
-    "bridge.routing_key": "The routing key they are published with. None: each message's own.",
-    "bridge.ack_mode": "`on-confirm`: a message leaves the source queue once the destination confirmed it. "
-    "`on-publish` and `no-ack`: once it is written to the socket (faster, loses what is in flight).",
-    "bridge.prefetch": "Messages in flight at most. None: 1000, or a quarter of `total_max_messages` "
-    "when that is less (esp32: 24).",
-    "bridge.reconnect_delay": "Seconds before the first retry after a failed connection; doubled after each "
-    "failed round.",
-    "bridge.max_reconnect_delay": "The longest retry delay in seconds (with jitter).",
-    "bridge.watchdog": "A link that confirms nothing for this many seconds while messages wait is torn down "
-    "and replaced. 0: off.",
-    "bridge.declare": "Up only: what to set up upstream at each connect (durable): a table of the keys below.",
-    "bridge.max_rate": "Messages per second at most; 0: no limit.",
-    "bridge.max_byte_rate": "Body bytes per second at most (a metered link); 0: no limit.",
-    "bridge.ca_file": "`amqps://`: the CA certificate (PEM) upstream's certificate is checked against. "
-    "None: the system's CAs (a board needs one).",
-    "bridge.cert_file": "`amqps://`: a client certificate (PEM) to present.",
-    "bridge.key_file": "`amqps://`: its private key (needs `cert_file`).",
-    "bridge.verify": "`amqps://`: check upstream's certificate and name.",
-    "bridge.server_name": "`amqps://`: the name sent (SNI) and checked. None: the URI's host. Over AMQP 1.0 "
-    "also the `open`'s hostname, and an IoT Hub's host name in its user and tokens.",
-    "bridge.protocol": "`0-9-1`, or `1.0`: `amqp://` and `amqps://` URIs speak AMQP 1.0 (as "
-    "`amqp10://` and `amqps10://` do). One protocol per bridge; up bridges only.",
-    "bridge.address": "AMQP 1.0: the target address, as upstream names it (`/exchange/X/RK` or "
-    "`/amq/queue/Q` for RabbitMQ 3.x). None: RabbitMQ 4's address of `exchange` and `routing_key`, "
-    "or each message's own (a null target); with `device_id`, `/devices/DEVICE/messages/events`.",
-    "bridge.device_id": "AMQP 1.0, Azure IoT Hub: the device the bridge logs in as (`DEVICE@sas.HUB`), with `sas_key`.",
-    "bridge.sas_key": "AMQP 1.0, Azure IoT Hub: the device's key (base64, as the portal shows it); the "
-    "bridge makes its SAS tokens from it. Needs `amqps10://`.",
-    "bridge.token_lifetime": "Seconds each SAS token is valid (10 at least); renewed at half of it.",
-    "bridge.cbs": "Put the SAS tokens on `$cbs` (SASL ANONYMOUS, renewed on the same connection) "
-    "rather than log in with them (SASL PLAIN, renewed by logging in again).",
-    "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
-    "or `headers` (needs `exchange`).",
-    "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",
-    "bridge.declare.binding_key": "Its binding key. None: `routing_key`, else `#`.",
-    "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`); over "
-    "AMQP 1.0 the idle time-out.",
-    "bridge.uri?frame_max": "The largest frame for the link; 0: this broker's `frame_max`.",
-    "bridge.uri?connection_timeout": "Milliseconds to wait for upstream's handshake before trying the next URI.",
-    "bridge.uri?auth_mechanism": "`plain` (the URI's user and password) or `external`: over `amqps://` with "
-    "`cert_file`, upstream takes the user from the client certificate; over AMQP 1.0 also `anonymous`.",
+    "%s.%s" % (row[schema.SECTION], row[schema.KEY]): row[schema.DESCRIPTION]
+    for row in schema.KEYS
+    if row[schema.SECTION] is not None
 }
+DESCRIPTIONS.update(
+    {
+        # [limits]: core/limits.py
+        "limits.frame_max": "The largest frame, offered in `connection.tune`. A larger frame closes the connection "
+        "with 501 (a client's frame may be 8 octets over, as RabbitMQ allows).",
+        "limits.channel_max": "Channels open at once on a connection, offered in `connection.tune`. One more closes "
+        "the connection with 530; any channel number from 1 to 65535 opens.",
+        "limits.heartbeat": "The heartbeat interval in seconds offered in `connection.tune` (the client may "
+        "choose less, or 0 for none). A client silent for two intervals is disconnected.",
+        "limits.max_connections": "Connections at once; `connection.open` beyond it is refused with 530.",
+        "limits.max_queues": "Queues at once; a declare beyond it closes the channel with 406.",
+        "limits.max_exchanges": "Exchanges at once (the predeclared ones included); beyond it: 406.",
+        "limits.max_bindings": "Bindings at once; beyond it: 406.",
+        "limits.max_consumers": "Consumers at once; beyond it: 406.",
+        "limits.max_message_bytes": "The largest message body; a larger publish closes the channel with 406.",
+        "limits.queue_max_messages": "Messages in one queue. A full queue nacks publishers in confirm mode and "
+        "stops reading the others until it drains.",
+        "limits.queue_max_bytes": "Body bytes in one queue, with the same answer as `queue_max_messages`.",
+        "limits.total_max_messages": "Messages in memory in all queues together. Past it, `connection.blocked` "
+        "goes to the clients that support it, confirm-mode publishers get `basic.nack`, others are not read.",
+        "limits.total_max_bytes": "Body bytes in memory in all queues together, with the same answer.",
+        "limits.low_water_percent": "Publishers blocked by the total budgets are released once the broker is "
+        "under this percentage of them.",
+        "limits.queue_window_messages": "Messages a durable queue keeps in memory once it has a backlog; the rest "
+        "waits in the journal on disk ([Backlogs](backlogs.md)).",
+        "limits.queue_window_bytes": "Body bytes of that window.",
+        "limits.page_read_bytes": "How much a queue reads back from the journal at a time.",
+        "limits.output_high_water": "Bytes waiting to be sent to one client before the broker stops delivering "
+        "to it (a consumer that does not read cannot fill the memory).",
+        "limits.stream_segment_bytes": "A stream's segment file when `x-stream-max-segment-size-bytes` does not "
+        "say; retention drops whole segments.",
+        "limits.handshake_timeout_ms": "From the TCP connection to `connection.open`: a client that takes longer "
+        "is disconnected.",
+        "limits.handshakes_per_source": "Connections from one address still in their handshake at once; a new "
+        "one drops the oldest, so a source that opens sockets and says nothing holds this many.",
+        "limits.failed_logins_per_source": "Failed logins from one address in 10 s before its next failing "
+        "connection is dropped at once (no delayed 403 holding its socket); the log says so once per 10 s.",
+        "limits.auth_failure_delay_ms": "A refused login is answered (403) only after this delay, so a guessing "
+        "client gets few tries.",
+        "limits.close_timeout_ms": "How long the broker waits for `connection.close-ok` after it closed a "
+        "connection, before it hangs up.",
+        "limits.amqp10_sessions": "Sessions one AMQP 1.0 connection may have at once (its open says `channel-max`, "
+        "one less); a `begin` past it closes the connection.",
+        "limits.amqp10_links": "Links one AMQP 1.0 session may have at once (its begin says `handle-max`, one less).",
+        "limits.amqp10_session_window": "Transfer frames an AMQP 1.0 client may send on a session before the broker "
+        "opens its window again (at half); one more ends the session with `amqp:session:window-violation`.",
+        "limits.amqp10_link_credit": "Messages an AMQP 1.0 client may send on a link before it is given more credit "
+        "(again at half; none while publishers are blocked).",
+        # [users.NAME] and [auth]
+        "users.password_hash": '`[users.NAME] password_hash = "..."`: the user NAME and the hash of its '
+        "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "
+        "definitions export. With a `[users]` table, only the users listed exist; without one, the user "
+        "`guest` (password `guest`) exists.",
+        "users.tags": "The user's tags, as RabbitMQ's: `administrator`, `monitoring`, `management`.",
+        "users.permissions": '`{configure = "...", write = "...", read = "..."}`: regular expressions the '
+        'names of queues and exchanges must match (searched, not anchored; `""` matches nothing), as '
+        "RabbitMQ's permissions on the virtual host `/`. A pattern not given is `.*`.",
+        "users.topic_permissions": '`{"amq.topic" = {write = "...", read = "..."}}`: per topic exchange, the '
+        "routing keys the user may publish with (write) and bind with (read).",
+        # [[bridge]]: server/bridge_config.py
+        "bridge.name": "The bridge's name, unique in the file: logs, `hutch ctl bridges`, the `x-hutch-origin` "
+        "header, and the queue `hutch.bridge.NAME` of a `source_exchange` bridge. Required.",
+        "bridge.direction": "`up`: a local queue forwarded to upstream. `down`: an upstream queue consumed and "
+        "published here.",
+        "bridge.uri": "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a "
+        "list of them, tried in order; over AMQP 1.0 `amqp10://user:password@host:port` (`amqps10://` for "
+        "TLS). Query options below. Required.",
+        "bridge.queue": "Up: the local queue to forward (declared durable if missing). Down: the upstream queue "
+        "to consume (it must exist). Required, unless `source_exchange` is given.",
+        "bridge.source_exchange": "Up only, instead of `queue`: a local exchange; the bridge forwards what a "
+        "durable queue of its own, `hutch.bridge.NAME`, bound to it takes.",
+        "bridge.binding_key": "The binding key of that queue to `source_exchange`.",
+        "bridge.exchange": "Where messages are published (upstream for an up bridge, here for a down one). "
+        "None: each message's own exchange. Over AMQP 1.0, with `routing_key`, the link's target "
+        "(`/exchanges/X/RK`, `/queues/RK` for the default exchange).",
+        "bridge.routing_key": "The routing key they are published with. None: each message's own.",
+        "bridge.ack_mode": "`on-confirm`: a message leaves the source queue once the destination confirmed it. "
+        "`on-publish` and `no-ack`: once it is written to the socket (faster, loses what is in flight).",
+        "bridge.prefetch": "Messages in flight at most. None: 1000, or a quarter of `total_max_messages` "
+        "when that is less (esp32: 24).",
+        "bridge.reconnect_delay": "Seconds before the first retry after a failed connection; doubled after each "
+        "failed round.",
+        "bridge.max_reconnect_delay": "The longest retry delay in seconds (with jitter).",
+        "bridge.watchdog": "A link that confirms nothing for this many seconds while messages wait is torn down "
+        "and replaced. 0: off.",
+        "bridge.declare": "Up only: what to set up upstream at each connect (durable): a table of the keys below.",
+        "bridge.max_rate": "Messages per second at most; 0: no limit.",
+        "bridge.max_byte_rate": "Body bytes per second at most (a metered link); 0: no limit.",
+        "bridge.ca_file": "`amqps://`: the CA certificate (PEM) upstream's certificate is checked against. "
+        "None: the system's CAs (a board needs one).",
+        "bridge.cert_file": "`amqps://`: a client certificate (PEM) to present.",
+        "bridge.key_file": "`amqps://`: its private key (needs `cert_file`).",
+        "bridge.verify": "`amqps://`: check upstream's certificate and name.",
+        "bridge.server_name": "`amqps://`: the name sent (SNI) and checked. None: the URI's host. Over AMQP 1.0 "
+        "also the `open`'s hostname, and an IoT Hub's host name in its user and tokens.",
+        "bridge.protocol": "`0-9-1`, or `1.0`: `amqp://` and `amqps://` URIs speak AMQP 1.0 (as "
+        "`amqp10://` and `amqps10://` do). One protocol per bridge; up bridges only.",
+        "bridge.address": "AMQP 1.0: the target address, as upstream names it (`/exchange/X/RK` or "
+        "`/amq/queue/Q` for RabbitMQ 3.x). None: RabbitMQ 4's address of `exchange` and `routing_key`, "
+        "or each message's own (a null target); with `device_id`, `/devices/DEVICE/messages/events`.",
+        "bridge.device_id": "AMQP 1.0, Azure IoT Hub: the device the bridge logs in as (`DEVICE@sas.HUB`), with `sas_key`.",
+        "bridge.sas_key": "AMQP 1.0, Azure IoT Hub: the device's key (base64, as the portal shows it); the "
+        "bridge makes its SAS tokens from it. Needs `amqps10://`.",
+        "bridge.token_lifetime": "Seconds each SAS token is valid (10 at least); renewed at half of it.",
+        "bridge.cbs": "Put the SAS tokens on `$cbs` (SASL ANONYMOUS, renewed on the same connection) "
+        "rather than log in with them (SASL PLAIN, renewed by logging in again).",
+        "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
+        "or `headers` (needs `exchange`).",
+        "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",
+        "bridge.declare.binding_key": "Its binding key. None: `routing_key`, else `#`.",
+        "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`); over "
+        "AMQP 1.0 the idle time-out.",
+        "bridge.uri?frame_max": "The largest frame for the link; 0: this broker's `frame_max`.",
+        "bridge.uri?connection_timeout": "Milliseconds to wait for upstream's handshake before trying the next URI.",
+        "bridge.uri?auth_mechanism": "`plain` (the URI's user and password) or `external`: over `amqps://` with "
+        "`cert_file`, upstream takes the user from the client certificate; over AMQP 1.0 also `anonymous`.",
+    }
+)
 
 # The sections whose keys come from elsewhere than SECTIONS' tuple (None there).
 FREE_FORM = {
@@ -318,9 +268,8 @@ def table_server():
 
 
 def table_listener():
-    return key_table(
-        "listener", config.SECTIONS["listener"], {"protocol": "amqp", "bind": "0.0.0.0", "port": 5672, "tls": None}
-    )
+    defaults = {row[schema.KEY]: row[schema.DEFAULT] for row in schema.KEYS if row[schema.SECTION] == "listener"}
+    return key_table("listener", config.SECTIONS["listener"], defaults)
 
 
 def table_listener_tls():

@@ -1,0 +1,212 @@
+"""The config file's sections and the command line's options, each key written once.
+
+One row per key: (section, key, kind, default, flag, help, description).
+
+    section      the config file's table ("server"; "listener" for each [[listener]];
+                 "listener.tls" for a listener's tls table); None: the command line only
+    kind         what a value must be: KINDS below, checked by check() with one wording each
+    default      the value when neither the file nor the command line gives one (None: none,
+                 or one server/options.py works out, such as the board profile's)
+    flag         its command-line option ("--port"), or None
+    help         the option's help line (`hutch serve --help`)
+    description  what the key does, for docs/configuration.md (docs/_ext/config_reference.py)
+
+server/config.py takes its SECTIONS from here (an unknown key is refused), server/options.py its
+argparse options, its Options and its checks, and the docs their reference. Adding a key is one
+row here, the line of settings() that uses it, and its test.
+
+The [limits] keys are core/limits.py's Limits (each a field with its default and bounds), the
+[[bridge]] keys server/bridge_config.py's KEYS: each is checked there, and described in
+docs/_ext/config_reference.py.
+
+Loaded only to start: a board forgets it with server/options.py (server/serve.py).
+"""
+
+# kind -> (what a value must be, as an error says it); check() holds the tests
+KINDS = {
+    "address": "an address",
+    "port": "a number from 0 to 65535",
+    "folder": "a folder's name",
+    "file": "a file name",
+    "level": "debug, info, warning or error",
+    "board": "a board profile's name",
+    "seconds": "a whole number of seconds",
+    "bytes": "a number of bytes, at least 4096",
+    "positive": "a positive number",
+    "bool": "true or false",
+    "devices": "a list of device names",
+    "users": "a list of user names",
+    "user": "a user's name",
+    "protocol": "a protocol",
+    "table": "a table",
+    "text": "a string",
+}
+INTEGERS = ("port", "seconds", "bytes", "positive")  # (their command-line options are numbers)
+LEVELS = ("debug", "info", "warning", "error")
+
+# fmt: off
+KEYS = (
+    # [wifi]: read by a board's main.py (firmware/main.py)
+    ("wifi", "ssid", "text", None, None, None,
+     "The Wi-Fi network a board joins at start (boards with a network module: ESP32, Pico W)."),
+    ("wifi", "password", "text", None, None, None,
+     "Its password."),
+    # [server]
+    ("server", "bind", "address", "0.0.0.0", "--bind", "address to listen on (default 0.0.0.0)",
+     "The address to listen on for AMQP over TCP (`--bind`). `127.0.0.1` serves this machine only."),
+    ("server", "port", "port", 5672, "--port", "TCP port (default 5672)",
+     "The TCP port to listen on (`--port`)."),
+    ("server", "data", "folder", None, "--data", "data folder (default ./hutch-data, or the board's)",
+     "The data folder (`--data`): the journal, the streams, the lock, the status file. One broker "
+     "per folder. Default: the board profile's path."),
+    ("server", "log_level", "level", "info", "--log-level", "debug, info, warning or error (default info)",
+     "`debug`, `info`, `warning` or `error` (`--log-level`)."),
+    ("server", "board", "board", None, "--board", "board profile: %s (default: limits from the config)",
+     "A board profile (`--board`): its limits, read buffer, storage and UARTs. None: the core's "
+     "limits below."),
+    ("server", "stats_interval", "seconds", None, "--stats-interval",
+     "log heap and queue figures every N seconds (default 60 on MicroPython, 0 = off)",
+     "Every N seconds, log connections, queued messages and the heap (`--stats-interval`). 0: "
+     "never; on MicroPython the default is 60."),
+    ("server", "serial", "devices", None, "--serial",
+     "also serve AMQP over this serial port, e.g. /dev/ttyUSB0 (repeat for more)",
+     "Serial devices to serve AMQP on too (`--serial`), e.g. `[\"/dev/ttyUSB0\"]`, or a board's UART"
+     " by its profile name, `\"uart2\"`."),
+    ("server", "baud", "positive", None, "--baud", "serial baud rate (default 115200)",
+     "The baud rate of serial links whose profile entry sets none (`--baud`)."),
+    ("server", "journal_max_bytes", "bytes", None, None, None,
+     "The journal's and the streams' disk budget. From 90 % of it publishers are blocked until "
+     "acks bring it under 75 %. Default: the board profile's."),
+    ("server", "segment_bytes", "bytes", None, None, None,
+     "The size of one journal segment file. Default: the profile's, grown in proportion when "
+     "`journal_max_bytes` is raised above the profile's, up to the profile's largest (below: 16 "
+     "KiB on esp32, 8 MiB on the others)."),
+    ("server", "definitions", "file", None, "--definitions",
+     "users, permissions, exchanges, queues and bindings to load at start (RabbitMQ's JSON)",
+     "A definitions file in RabbitMQ's JSON format (`rabbitmqctl export_definitions`): its users, "
+     "permissions, topic permissions, exchanges, queues and bindings are loaded at start "
+     "(`--definitions FILE` too); what hutch has no counterpart for is logged by name."),
+    ("server", "log_file", "file", None, "--log-file", "append the log to FILE (default: standard error)",
+     "Append the log to this file (`--log-file`); without it the log goes to standard error, where"
+     " a terminal or journald reads it. Not on a board."),
+    ("server", "amqp10", "bool", None, None, None,
+     "Serve AMQP 1.0 clients on the AMQP listeners beside 0-9-1 (the protocol header a client "
+     "sends chooses). Default: true on CPython (false with the esp32 and rp2-pico-w profiles, "
+     "`amqp10` below); false on MicroPython, where a board serves 1.0 when this says true."),
+    # [[listener]]: server/options.py _listeners
+    ("listener", "protocol", "protocol", "amqp", None, None,
+     "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol header is "
+     "read first; any other header is answered with 0-9-1's before the socket closes."),
+    ("listener", "bind", "address", "0.0.0.0", None, None,
+     "The address to listen on."),
+    ("listener", "port", "port", 5672, None, None,
+     "The TCP port. Two listeners on one address and port are refused. Default 5671 for a listener"
+     " with `tls`."),
+    ("listener", "tls", "table", None, None, None,
+     "A table that makes this listener speak AMQP over TLS (amqps): its keys below. TLS 1.2 and "
+     "1.3 only; see [Security](security.md)."),
+    # [[listener]] tls = {...} (RabbitMQ's ssl_options names; login_from is its ssl_cert_login_from).
+    # The flags are --tls-port's: the short form of one TLS listener.
+    ("listener.tls", "certfile", "file", None, "--certfile", "the TLS listener's certificate (PEM)",
+     "The listener's certificate (PEM; a chain: the certificate first). Required."),
+    ("listener.tls", "keyfile", "file", None, "--keyfile", "its private key (PEM)",
+     "Its private key (PEM, unencrypted). Required."),
+    ("listener.tls", "cacertfile", "file", None, "--cacertfile",
+     "the CA certificates client certificates are checked against",
+     "The CA certificates a client certificate is checked against (PEM). Required with "
+     "`verify_peer`."),
+    ("listener.tls", "verify_peer", "bool", False, "--verify-peer",
+     "check a client certificate when one is sent (needs --cacertfile)",
+     "Check a client certificate when the client sends one: a certificate the CA did not sign, or "
+     "that has expired, is refused in the handshake (RabbitMQ's `ssl_options.verify = "
+     "verify_peer`)."),
+    ("listener.tls", "fail_if_no_peer_cert", "bool", False, "--fail-if-no-peer-cert",
+     "refuse a client without a certificate (mutual TLS)",
+     "Refuse a client that sends no certificate: mutual TLS (needs `verify_peer`; on MicroPython "
+     "`verify_peer` needs it)."),
+    ("listener.tls", "login_from", "text", "common_name", None, None,
+     "The user SASL EXTERNAL logs in as: `\"common_name\"` (the subject's CN), "
+     "`\"distinguished_name\"` (the whole subject, RFC 4514: `CN=sensor-01,OU=gw,O=hutch`) or "
+     "`\"subject_alternative_name\"` (the first). RabbitMQ's `ssl_cert_login_from`."),
+    # [metrics]: server/monitoring.py
+    ("metrics", "bind", "address", "127.0.0.1", None, None,
+     "The address of the metrics port: `127.0.0.1` (the default) serves this machine only."),
+    ("metrics", "port", "port", None, "--metrics-port",
+     "serve Prometheus metrics and the status page on this port (127.0.0.1; default: off)",
+     "Serve Prometheus metrics (`/metrics`, `/metrics/per-object`) and the status page (`/`) on "
+     "this port (`--metrics-port`). Off when not set. With users in the config, a request logs in "
+     "(HTTP basic) as a user tagged `monitoring` or `administrator` ([Monitoring](monitoring.md))."),
+    # [auth]
+    ("auth", "loopback_users", "users", ['guest'], None, None,
+     "Users who may log in only from the loopback interface (127.0.0.1, ::1) or a serial link, as "
+     "in RabbitMQ."),
+    ("auth", "anonymous_login_user", "user", None, None, None,
+     "Offer SASL ANONYMOUS, which logs a client in as this user (it must exist; the loopback rule "
+     "holds). None: ANONYMOUS is not offered."),
+    # the command line only
+    (None, "config", "file", None, "--config", "config file (TOML): users, limits, server", None),
+    (None, "tls_port", "port", None, "--tls-port", "also listen for AMQP over TLS on this port (5671)", None),
+)
+# fmt: on
+SECTION, KEY, KIND, DEFAULT, FLAG, HELP, DESCRIPTION = range(7)
+
+
+class ConfigError(Exception):
+    """A config file or option that is wrong: one readable line, naming where (`hutch serve`
+    prints it instead of a traceback). server/config.py's, for its readers."""
+
+
+def keys_of(section):
+    """The keys of a section, in the schema's order."""
+    return tuple(str(row[KEY]) for row in KEYS if row[SECTION] == section)
+
+
+def row_of(section, key):
+    for row in KEYS:
+        if row[SECTION] == section and row[KEY] == key:
+            return row
+    raise KeyError("%s.%s" % (section, key))
+
+
+def dest(row):
+    """The attribute an option sets (argparse's dest; Options has the same)."""
+    return row[FLAG][2:].replace("-", "_")
+
+
+def check(kind, value, where, choices=None):
+    """value if it is of its kind, else a ConfigError naming where it came from ("--port",
+    "hutch.toml: [server] port"; or a function that says it, called only for the error) and
+    what it must be. choices: the names a "board" or
+    "protocol" must be one of."""
+    if kind in INTEGERS:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and kind == "port":
+            ok = 0 <= value <= 65535
+        elif ok and kind == "seconds":
+            ok = value >= 0
+        elif ok and kind == "bytes":
+            ok = value >= 4096
+        elif ok:
+            ok = value > 0
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "level":
+        ok = value in LEVELS
+    elif kind in ("folder", "file"):
+        ok = isinstance(value, str) and value != ""
+    elif kind in ("devices", "users"):
+        ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
+    elif kind in ("board", "protocol"):
+        ok = isinstance(value, str) and (choices is None or value in choices)
+    elif kind == "table":
+        ok = isinstance(value, dict)
+    else:  # address, user, text
+        ok = isinstance(value, str)
+    if ok:
+        return value
+    if callable(where):
+        where = where()
+    wording = KINDS[kind]
+    if choices is not None:
+        wording += " (%s)" % ", ".join(choices)
+    raise ConfigError("%s must be %s, not %r" % (where, wording, value))
