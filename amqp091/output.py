@@ -12,13 +12,12 @@ which wakes the port: nothing else of the broker touches either.
 """
 
 import struct
-from binascii import crc32
 
 from ..codec.spec import BASIC_DELIVER
 from ..codec.wire import FRAME_END_BYTE, shortstr
 from ..core.queue import Consumer
-from ..core.store.records import HEADER_SIZE, MAGIC, TRAILER_SIZE
-from ..core.streams.streamlog import BAD_RECORD, DONE, MESSAGE, PREFIX, WANT
+from ..core.store.records import HEADER_SIZE, TRAILER_SIZE
+from ..core.streams.streamlog import BAD_RECORD, DONE, PREFIX, WANT
 
 DELIVER_ID = struct.pack(">I", BASIC_DELIVER)
 
@@ -106,79 +105,80 @@ def deliver_run(channel, consumer, run, count):
 def deliver_records(channel, consumer, cursor, visible, room):
     """Up to room deliveries to consumer of the stream records its cursor has read ahead (below
     offset visible), their frames made in one call, with delivery tags from the channel's
-    next_tag on. (given, status, bytes made): status as stream_records says."""
+    next_tag on. (given, status): status as stream_records says."""
     conn = channel.conn
     make = conn.serving.stream_deliveries or stream_records  # (its C twin, where installed)
-    given, cursor.pos, cursor.offset, cursor.after_ms, status, made = make(
-        cursor.buf,
-        cursor.pos,
-        cursor.end,
-        cursor.offset,
-        cursor.after_ms,
-        visible,
-        room,
-        conn.high_water - conn.out_bytes,
-        channel.number,
-        consumer.tag_shortstr,
-        channel.next_tag,
-        conn.max_payload,
-        conn.out,
-    )
+    given, status, made = make(cursor, visible, room, channel, consumer)
     if given:
         conn.output_added(made)
     return given, status
 
 
-def stream_records(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
-    """The frames of basic.deliver (method, content header, body) to consumer tag_ss on channel
-    number, delivery tags from tag on, for the records of buf[pos:end] (core/streams/streamlog.py
-    says what a record holds), each checked (header and CRC-32) before it is believed: at most
-    count of them, the first at or past offset and (when after_ms is not 0) stamped at or after
-    after_ms, each below visible, stopping once the frames made take space bytes or more.
-    Records before offset or after_ms are read past. Each delivery's frames go to out (the
-    connection's output list) as one bytes object; bodies larger than max_payload are cut into
-    frames of that size. c_accel/streams.py is the C twin (CPython: one call for a whole read
-    buffer).
+def stream_records(cursor, visible, count, channel, consumer):
+    """The frames of basic.deliver (method, content header, body) to consumer on channel,
+    delivery tags from channel.next_tag on, for the records the cursor has read ahead
+    (cursor.buf[cursor.pos:cursor.end]; core/streams/streamlog.py says what a record holds),
+    each checked (streamlog.parse: its envelope and CRC-32) before it is believed: at most
+    count of them, the first at or past cursor.offset and (when cursor.after_ms is not 0)
+    stamped at or after after_ms, each below visible, stopping once the frames made fill the
+    connection's room (its high-water mark). Records before the offset or after_ms are read
+    past. Each delivery's frames go to the connection's output list as one bytes object;
+    bodies larger than its max_payload are cut into frames of that size. c_accel/streams.py is
+    the C twin (CPython: one call for a whole read buffer).
 
-    Returns (delivered, pos, offset, after_ms, status, bytes made): where the next record
-    starts; the offset wanted next (the offset of the record stopped at, when it is not
-    visible yet); after_ms (0 once a record passed it); why it stopped: WANT, the record at
-    pos is not whole in the buffer (read on); DONE, count or space reached or the next record
+    The cursor moves on: pos, where the next record starts; offset, the one wanted next (the
+    offset of the record stopped at, when it is not visible yet); after_ms, 0 once a record
+    passed it. Returns (delivered, status, bytes made), status why it stopped: WANT, the record
+    at pos is not whole in the buffer (read on); DONE, count or room reached or the next record
     not visible yet; BAD_RECORD, the record at pos does not check out."""
+    # (here: the firmware build folds the constants above into numbers, and a board without
+    # stream consumers does not load core/streams/streamlog.py; INCOMPLETE, -1, is not folded)
+    from ..core.streams.streamlog import INCOMPLETE, parse
+
+    conn = channel.conn
+    buf = cursor.buf
+    pos = cursor.pos
+    end = cursor.end
+    offset = cursor.offset
+    after_ms = cursor.after_ms
+    space = conn.high_water - conn.out_bytes
+    number = channel.number
+    tag = channel.next_tag
+    max_payload = conn.max_payload
+    out = conn.out
+    tag_ss = consumer.tag_shortstr
     view = memoryview(buf)
     given = made = 0
+    status = DONE
     method_head = DELIVER_ID + tag_ss
     method_size = 13 + len(tag_ss)
     header_prefix = bytes((2, number >> 8, number & 255))
     body_prefix = bytes((3, number >> 8, number & 255))
     while given < count and made < space:
-        if end - pos < HEADER_SIZE:
-            return given, pos, offset, after_ms, WANT, made
-        seed = crc32(view[pos + 1 : pos + 6])
-        if buf[pos] != MAGIC or buf[pos + 1] != MESSAGE or seed & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
-            return given, pos, offset, after_ms, BAD_RECORD, made
+        after = parse(view, pos, end)
+        if after < 0:
+            status = WANT if after == INCOMPLETE else BAD_RECORD
+            break
         start = pos + HEADER_SIZE
-        stop = start + struct.unpack_from(">I", buf, pos + 2)[0]  # the payload's end; the CRC follows
-        if stop + TRAILER_SIZE > end:
-            return given, pos, offset, after_ms, WANT, made
-        if (
-            stop - start < PREFIX + 2
-            or crc32(view[start:stop], seed) & 0xFFFFFFFF != struct.unpack_from(">I", buf, stop)[0]
-        ):
-            return given, pos, offset, after_ms, BAD_RECORD, made
+        stop = after - TRAILER_SIZE  # the payload's end
+        if stop - start < PREFIX + 2:
+            status = BAD_RECORD
+            break
         # where its route, header and body are: inside the payload, or the record is damaged
         key_at = start + PREFIX + 1 + buf[start + PREFIX]
         route_end = key_at + 1 + (buf[key_at] if key_at < stop else 0)
         header_end = route_end + 4 + (struct.unpack_from(">I", buf, route_end)[0] if route_end + 4 <= stop else 0)
         if route_end + 4 > stop or header_end > stop or 0 < stop - header_end < 5:
-            return given, pos, offset, after_ms, BAD_RECORD, made
+            status = BAD_RECORD
+            break
         record, stamp = struct.unpack_from(">QQ", buf, start)
         if record < offset:
-            pos = stop + TRAILER_SIZE  # before where this consumer reads from
+            pos = after  # before where this consumer reads from
             continue
         if record >= visible:
-            return given, pos, record, after_ms, DONE, made  # not durable yet
-        pos = stop + TRAILER_SIZE
+            offset = record  # not durable yet
+            break
+        pos = after
         offset = record + 1
         if after_ms:
             if stamp < after_ms:
@@ -209,4 +209,7 @@ def stream_records(buf, pos, end, offset, after_ms, visible, count, space, numbe
         made += len(data)
         given += 1
         tag += 1
-    return given, pos, offset, after_ms, DONE, made
+    cursor.pos = pos
+    cursor.offset = offset
+    cursor.after_ms = after_ms
+    return given, status, made

@@ -21,19 +21,23 @@ _state = ffi.new("uint64_t[5]")
 _out = [ffi.new("uint8_t[]", 256 * 1024)]
 
 
-def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
-    """amqp091/output.py stream_records in C: same arguments, same result, the same bytes added to out
-    (as one bytes object for the run)."""
+def deliveries(cursor, visible, count, channel, consumer):
+    """amqp091/output.py stream_records in C: same arguments, same result, the same bytes added
+    to the connection's output (as one bytes object for the run), the cursor moved alike."""
+    conn = channel.conn
+    tag_ss = consumer.tag_shortstr
     state = _state
-    state[POS] = pos
-    state[OFFSET] = offset
-    state[AFTER_MS] = after_ms
-    data = ffi.from_buffer(buf)
+    state[POS] = cursor.pos
+    state[OFFSET] = cursor.offset
+    state[AFTER_MS] = cursor.after_ms
+    data = ffi.from_buffer(cursor.buf)
+    space = conn.high_water - conn.out_bytes
     while True:
         target = _out[0]
         made = lib.hutch_stream_deliveries(
-            data, end, state, visible, count, space, number, tag_ss, len(tag_ss), tag, max_payload, target, len(target)
-        )
+            data, cursor.end, state, visible, count, space, channel.number, tag_ss, len(tag_ss),
+            channel.next_tag, conn.max_payload, target, len(target),
+        )  # fmt: skip
         status = state[STATUS]
         if status != OUT_FULL:
             break
@@ -42,5 +46,8 @@ def deliveries(buf, pos, end, offset, after_ms, visible, count, space, number, t
             break
         _out[0] = ffi.new("uint8_t[]", 2 * len(target))  # one delivery larger than the buffer
     if made:
-        out.append(ffi.buffer(target, made)[:])
-    return state[GIVEN], state[POS], state[OFFSET], state[AFTER_MS], status, made
+        conn.out.append(ffi.buffer(target, made)[:])
+    cursor.pos = state[POS]
+    cursor.offset = state[OFFSET]
+    cursor.after_ms = state[AFTER_MS]
+    return state[GIVEN], status, made

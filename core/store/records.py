@@ -86,6 +86,29 @@ def scan_records(data):
     return records, pos, CLEAN
 
 
+def envelope(data, pos, end):
+    """The record envelope at pos, data read up to end: (kind, payload end) for a sound header
+    (the payload is data[pos + HEADER_SIZE : payload end], its CRC-32 the 4 octets after: the
+    record is whole when they are before end, and sound_payload() checks them); (-INCOMPLETE, 0)
+    when fewer than HEADER_SIZE octets are there, (-CORRUPT, 0) when the header does not check
+    out. The one reader of the envelope: the journal's records (next_record), page-ins and a
+    stream's (core/streams/streamlog.py parse, needed) all read it here."""
+    if end - pos < HEADER_SIZE:
+        return -INCOMPLETE, 0
+    fields = bytes(data[pos + 1 : pos + 6])
+    if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
+        return -CORRUPT, 0
+    return fields[0], pos + HEADER_SIZE + ((fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4])
+
+
+def sound_payload(data, pos, stop):
+    """Whether the CRC-32 at stop covers the kind, length and payload of the record at pos."""
+    stored = (data[stop] << 24) | (data[stop + 1] << 16) | (data[stop + 2] << 8) | data[stop + 3]
+    return (
+        crc32(memoryview(data)[pos + HEADER_SIZE : stop], crc32(bytes(data[pos + 1 : pos + 6]))) & 0xFFFFFFFF == stored
+    )
+
+
 def next_record(data, pos):
     """The record at pos in data: (kind, payload start, payload end), the next record starting
     at end + TRAILER_SIZE; or (-TORN, pos, pos) / (-CORRUPT, pos, pos) when there is no good
@@ -93,19 +116,15 @@ def next_record(data, pos):
     record of that size (size 0: inside its header): more data may make it whole. No copy:
     page-ins read records out of a large buffer with it."""
     n = len(data)
-    if n - pos < HEADER_SIZE:
+    kind, stop = envelope(data, pos, n)
+    if kind == -INCOMPLETE:
         return (-INCOMPLETE if data[pos] in (MAGIC, 0) else -CORRUPT), pos, 0
-    fields = bytes(data[pos + 1 : pos + 6])
-    if data[pos] != MAGIC or crc32(fields) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
+    if kind == -CORRUPT or stop - pos - HEADER_SIZE > MAX_PAYLOAD:
         return (-TORN if _all_zero(data, pos) else -CORRUPT), pos, pos
-    length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
-    end = pos + HEADER_SIZE + length + TRAILER_SIZE
-    if length > MAX_PAYLOAD:
-        return -CORRUPT, pos, pos
+    end = stop + TRAILER_SIZE
     if end > n:
         return -INCOMPLETE, pos, end - pos  # a sound header: its record was being written
-    stored = (data[end - 4] << 24) | (data[end - 3] << 16) | (data[end - 2] << 8) | data[end - 1]
-    if crc32(memoryview(data)[pos + HEADER_SIZE : end - TRAILER_SIZE], crc32(fields)) & 0xFFFFFFFF != stored:
+    if not sound_payload(data, pos, stop):
         # A bad last record is a torn write; a bad one with good data after it is damage.
         return (-TORN if end == n or _all_zero(data, end) else -CORRUPT), pos, pos
-    return fields[0], pos + HEADER_SIZE, end - TRAILER_SIZE
+    return kind, pos + HEADER_SIZE, stop

@@ -24,7 +24,8 @@ from binascii import crc32
 from ...codec.wire import shortstr
 from .. import headers
 from ..message import Message
-from ..store.records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE
+from ..store.records import CLEAN, CORRUPT, HEADER_SIZE, MAGIC, TORN, TRAILER_SIZE, envelope, next_record, sound_payload
+from ..store.records import INCOMPLETE as CUT_SHORT  # (the envelope's: the data ends inside it)
 
 MESSAGE = 32  # the record kind (apart from the journal's, so a journal tool never mistakes one)
 PREFIX = 16  # offset and timestamp: what reading past a record needs of its payload
@@ -58,14 +59,13 @@ def message_record(offset, timestamp_ms, message, cache):
         length = PREFIX + len(prefix) + 8 + len(after) + body_size
         fields = struct.pack(">BI", MESSAGE, length)
         seed = crc32(fields)
-        envelope = struct.pack(">B", MAGIC) + fields + struct.pack(">H", seed & 0xFFFF)
-        cache[:] = [body_size, header_tail, route, prefix, after, envelope, seed]
+        head = struct.pack(">B", MAGIC) + fields + struct.pack(">H", seed & 0xFFFF)
+        cache[:] = [body_size, header_tail, route, prefix, after, head, seed]
     if body is None:
         body = b""
     payload = b"".join((struct.pack(">QQ", offset, timestamp_ms), cache[3], struct.pack(">q", offset), cache[4], body))
-    envelope = cache[5]
     return (
-        [envelope, payload, struct.pack(">I", crc32(payload, cache[6]) & 0xFFFFFFFF)],
+        [cache[5], payload, struct.pack(">I", crc32(payload, cache[6]) & 0xFFFFFFFF)],
         HEADER_SIZE + len(payload) + TRAILER_SIZE,
     )
 
@@ -81,24 +81,19 @@ def record_template(route, header_tail):
 
 def parse(buf, pos, end, verify=True):
     """The record at buf[pos:end]: where it ends (its payload is buf[pos + HEADER_SIZE : stop -
-    TRAILER_SIZE]), or INCOMPLETE, or DAMAGED. verify=False skips the payload's checksum (a
-    record read past, not delivered: its header is still checked)."""
-    if end - pos < HEADER_SIZE:
+    TRAILER_SIZE]), or INCOMPLETE, or DAMAGED (its envelope does not check out, or it is not a
+    stream's record). verify=False skips the payload's checksum (a record read past, not
+    delivered: its header is still checked)."""
+    kind, stop = envelope(buf, pos, end)
+    if kind == -CUT_SHORT:
         return INCOMPLETE
-    fields = bytes(buf[pos + 1 : pos + 6])
-    if buf[pos] != MAGIC or crc32(fields) & 0xFFFF != (buf[pos + 6] << 8) | buf[pos + 7]:
+    if kind != MESSAGE:
         return DAMAGED
-    length = (fields[1] << 24) | (fields[2] << 16) | (fields[3] << 8) | fields[4]
-    stop = pos + HEADER_SIZE + length + TRAILER_SIZE
-    if stop > end:
+    if stop + TRAILER_SIZE > end:
         return INCOMPLETE
-    if fields[0] != MESSAGE or length < PREFIX:
+    if stop - pos - HEADER_SIZE < PREFIX or (verify and not sound_payload(buf, pos, stop)):
         return DAMAGED
-    if verify:
-        stored = (buf[stop - 4] << 24) | (buf[stop - 3] << 16) | (buf[stop - 2] << 8) | buf[stop - 1]
-        if crc32(buf[pos + HEADER_SIZE : stop - TRAILER_SIZE], crc32(fields)) & 0xFFFFFFFF != stored:
-            return DAMAGED
-    return stop
+    return stop + TRAILER_SIZE
 
 
 def read_messages(cursor, visible, room):
@@ -170,12 +165,9 @@ def record_message(buf, start, end):
 
 def needed(buf, pos, end):
     """How many bytes the record at pos takes (header and trailer included), read from its
-    header; HEADER_SIZE while not even that is there."""
-    if end - pos < HEADER_SIZE:
-        return HEADER_SIZE
-    return (
-        HEADER_SIZE + ((buf[pos + 2] << 24) | (buf[pos + 3] << 16) | (buf[pos + 4] << 8) | buf[pos + 5]) + TRAILER_SIZE
-    )
+    header; HEADER_SIZE while not even that is there (or while it does not check out)."""
+    kind, stop = envelope(buf, pos, end)
+    return HEADER_SIZE if kind < 0 else stop + TRAILER_SIZE - pos
 
 
 def offset_and_time(buf, pos):
@@ -194,30 +186,24 @@ def scan(data):
     while pos < end:
         stop = parse(data, pos, end)
         if stop < 0:
-            return count, last[0], last[1], pos, _ending(data, pos, stop)
+            return count, last[0], last[1], pos, _ending(data, pos)
         last = offset_and_time(data, pos)
         count += 1
         pos = stop
     return count, last[0], last[1], pos, CLEAN
 
 
-def _ending(data, pos, why):
-    end = len(data)
-    if end - pos < HEADER_SIZE:
-        return TORN if data[pos] in (MAGIC, 0) else CORRUPT
-    if data[pos] != MAGIC or crc32(bytes(data[pos + 1 : pos + 6])) & 0xFFFF != (data[pos + 6] << 8) | data[pos + 7]:
-        return TORN if _zeros(data, pos) else CORRUPT
-    if why == INCOMPLETE:
-        return TORN  # a sound header: its record was being written
-    stop = pos + needed(data, pos, end)
-    return TORN if stop >= end or _zeros(data, stop) else CORRUPT  # a bad last record: a torn write
-
-
-def _zeros(data, start):
-    for i in range(start, len(data)):
-        if data[i]:
-            return False
-    return True
+def _ending(data, pos):
+    """How a segment whose record at pos is not a sound stream record ends, by the journal's
+    rules (core/store/records.py next_record): a sound envelope that is not a stream's record
+    is damage too, unless nothing but zeros comes after it."""
+    kind, _start, stop = next_record(data, pos)
+    if kind == -CUT_SHORT:
+        return TORN
+    if kind < 0:
+        return -kind
+    stop += TRAILER_SIZE
+    return TORN if stop >= len(data) or not any(memoryview(data)[stop:]) else CORRUPT
 
 
 def around_offset(header_tail):

@@ -45,6 +45,34 @@ def records(specs):
     return b"".join(out)
 
 
+class _Reading:
+    """What a maker of a stream's deliveries reads and moves: a consumer's cursor, its channel
+    and connection (attributes as core/streams/stream.py, amqp091/channel.py and
+    amqp091/connection.py have them)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def positional(make):
+    """make (stream_records' way: a cursor, a channel, a consumer) called with the values each
+    of those holds, giving back (delivered, pos, offset, after_ms, status, made): how the tests
+    below say what a call did."""
+
+    def call(buf, pos, end, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, out):
+        cursor = _Reading(buf=buf, pos=pos, end=end, offset=offset, after_ms=after_ms)
+        conn = _Reading(high_water=space, out_bytes=0, max_payload=max_payload, out=out)
+        channel = _Reading(conn=conn, number=number, next_tag=tag)
+        given, status, made = make(cursor, visible, count, channel, _Reading(tag_shortstr=tag_ss))
+        return given, cursor.pos, cursor.offset, cursor.after_ms, status, made
+
+    return call
+
+
+PYTHON = positional(output.stream_records)
+C = positional(streams.deliveries)
+
+
 def run(make, buf, pos, offset, after_ms, visible, count, space, number, tag_ss, tag, max_payload, calls=6):
     """What a consumer's reads would see: calls one after the other, each from where the last
     stopped, until one gives nothing; [(result, frames)]."""
@@ -65,8 +93,8 @@ def run(make, buf, pos, offset, after_ms, visible, count, space, number, tag_ss,
 
 
 def both(*args, **kw):
-    python = run(output.stream_records, *args, **kw)
-    c = run(streams.deliveries, *args, **kw)
+    python = run(PYTHON, *args, **kw)
+    c = run(C, *args, **kw)
     assert c == python
     return python
 
@@ -204,11 +232,11 @@ def test_a_delivery_larger_than_the_output_buffer_grows_it():
     specs = _numbered([(0, 5, message(b"", b"q", {}, bytes(range(256)) * 40)) for _ in range(5)])
     data = bytearray(records(specs))
     args = (data, 0, 0, 0, 100, 10, 1 << 30, 1, b"\x01t", 1, 4088)
-    python = run(output.stream_records, *args)
+    python = run(PYTHON, *args)
     saved = streams._out[0]
     try:
         streams._out[0] = _accel.ffi.new("uint8_t[]", 3000)
-        c = run(streams.deliveries, *args, calls=20)
+        c = run(C, *args, calls=20)
         assert len(streams._out[0]) > 10000
     finally:
         streams._out[0] = saved
@@ -220,7 +248,7 @@ def test_a_delivery_larger_than_the_output_buffer_grows_it():
 def test_statuses():
     specs = _numbered([(0, 1000 * i, message(b"ex", b"key", {"priority": 1}, b"body%d" % i)) for i in range(4)])
     data = bytearray(records(specs))
-    for make in (output.stream_records, streams.deliveries):
+    for make in (PYTHON, C):
         # all four, then the end of the buffer
         assert make(data, 0, len(data), 0, 0, 10, 10, 1 << 20, 1, b"\x00", 1, 4088, [])[4] == WANT
         # the third is not visible yet: the consumer waits at its offset
