@@ -199,15 +199,7 @@ class PublishRun:
     def stream_records(self, stream, template, now_ms, max_body):
         """(taken, next, records): the publishes' records for stream in one call (Broker.publish_run
         for a stream), from its next offset on, within its reserved offsets and its segment."""
-        return self.runs.stream_appends(
-            *self.alike,
-            max_body,
-            template,
-            stream.next,
-            now_ms,
-            stream.reserved - stream.next,
-            stream.room(),
-        )
+        return self.runs.stream_appends(self, stream, template, now_ms, max_body)
 
     def take(self, most, max_body=-1):
         """(taken, next, content bytes): how many of the publishes go together, at most `most`

@@ -21,40 +21,22 @@ _outcome = ffi.new("uint64_t[2]")
 _out = ffi.new("uint8_t[]", 256 * 1024)
 
 
-def stream_appends(
-    data, records, slot, count, number, method, header, fixed, max_body, template, offset, now_ms, most, budget
-):
-    """(taken, next, records): the records for the publishes recorded in records from slot on
-    (count of them), as long as each is like the first (channel number, method arguments
-    after the ticket, content header but for the body size at most max_body, and but for
-    the properties after the first `fixed` octets of its payload, each record's own); template is
-    (prefix, body_size_at, after) of core/streams/streamlog.py record_template. At most `most`
-    records, taking at most budget bytes. next: where the frame after the last taken starts."""
+def stream_appends(run, stream, template, now_ms, max_body):
+    """(taken, next, records): the records for the publishes of run (amqp091/batch.py
+    PublishRun: the publishes recorded from its slot on, count of them, each like the first:
+    channel number, method arguments after the ticket, content header but for the body size at
+    most max_body, and but for the properties after the first `fixed` octets of its payload,
+    each record's own), for stream from its next offset on: at most the offsets it reserved,
+    taking at most the room of its segment. template is (prefix, body_size_at, after) of
+    core/streams/streamlog.py record_template. next: where the frame after the last taken
+    starts."""
     prefix, body_size_at, after = template
     out = _out  # (a record larger than it is not taken: that publish goes the one-by-one way)
     made = lib.hutch_stream_appends(
-        ffi.from_buffer(data),
-        len(data),
-        records + slot,
-        count,
-        number,
-        method,
-        len(method),
-        header,
-        len(header),
-        fixed,
-        max_body,
-        prefix,
-        len(prefix),
-        body_size_at,
-        after,
-        len(after),
-        offset,
-        now_ms,
-        most,
-        budget,
-        out,
-        len(out),
-        _outcome,
-    )
+        ffi.from_buffer(run.data), len(run.data), run.records + run.slot, run.count, run.number,
+        run.routing, len(run.routing), run.header, len(run.header), run.fixed, max_body,
+        prefix, len(prefix), body_size_at, after, len(after),
+        stream.next, now_ms, stream.reserved - stream.next, stream.room(),
+        out, len(out), _outcome,
+    )  # fmt: skip
     return _outcome[TAKEN], _outcome[NEXT], ffi.buffer(out, made)[:]
