@@ -24,12 +24,12 @@ attached once the token is taken, and put_token() renews it on the same links.
 Each message goes as an unsettled transfer (or pre-settled, `settled=True`), numbered from 1
 on each connection as the bridge's outbox numbers what it sends, in as many frames as the
 smaller of the two max-frame-sizes needs. What a bridge needs of the outcomes comes out in
-the words its machine takes for 0-9-1's publisher confirms (core/bridge/up.py), so the
-machine stays the same for both protocols:
+the outcomes' own words, which the bridge's machine takes from either protocol
+(core/bridge/machine.py; server/bridge.py tell):
 
-- (BASIC_ACK, (seq, multiple)): `accepted`;
-- (BASIC_NACK, (seq, multiple, True, why)): `rejected`, `released` or `modified` (why: the
-  outcome and its error), which the bridge sends again;
+- ("accepted", (seq, multiple));
+- ("rejected", (seq, multiple, why)), ("released", (seq, multiple, why)): `rejected`, or
+  `released` or `modified` (why: the outcome and its error), which the bridge sends again;
 - Ended: the link, the session or the connection ended (ended.reason says how and why, with
   the peer's condition: amqp:link:detach-forced, amqp:not-found...), or the login was refused.
 
@@ -39,7 +39,6 @@ MicroPython-clean: a board's bridge to a 1.0 cloud runs it (imported only by suc
 import struct
 
 from ..codec.readbuffer import ReadBuffer
-from ..codec.spec import BASIC_ACK, BASIC_NACK
 from ..core.message import Message
 from . import spec
 from .delivery import from_message
@@ -544,20 +543,21 @@ class Protocol(ReadBuffer):
             in_flight = self.in_flight
             if in_flight[: len(settled)] == settled:  # the oldest ones: one event for them all
                 del in_flight[: len(settled)]
-                self._events.append((BASIC_ACK, (settled[-1], True)))
+                self._events.append(("accepted", (settled[-1], True)))
                 return
             for seq in settled:
                 in_flight.remove(seq)
-                self._events.append((BASIC_ACK, (seq, False)))
+                self._events.append(("accepted", (seq, False)))
             return
         why = OUTCOMES.get(code or 0, "settled without an outcome")
         if code == spec.REJECTED and state.value:
             why += " (%s)" % _error_text(state.value[0])
         elif code == spec.MODIFIED and len(state.value) > 1 and state.value[1] is True:
             why += " (undeliverable here)"
+        said = "rejected" if code == spec.REJECTED else "released"
         for seq in settled:
             self.in_flight.remove(seq)
-            self._events.append((BASIC_NACK, (seq, False, True, why)))
+            self._events.append((said, (seq, False, why)))
 
     def _settled(self, first, last):
         """The seqs of our messages with delivery ids first to last, in order, forgotten (a

@@ -291,7 +291,7 @@ class _Link:
             if event is None:
                 return
             if isinstance(event, tuple):
-                machine.method(event[0], event[1])
+                tell(machine, event[0], event[1])
             elif isinstance(event, Message):
                 self.message(event)
             elif isinstance(event, ConnectionClosed):
@@ -482,6 +482,28 @@ def node_id(data_folder):
     with open(path, "w") as f:
         f.write(name + "\n")
     return name.encode()
+
+
+def tell(machine, said, args):
+    """What upstream said (a 0-9-1 method from client/protocol.py, or an AMQP 1.0 outcome from
+    amqp10/client.py: "accepted", "rejected", "released") in the machine's words
+    (core/bridge/machine.py): the one place that knows both protocols' names for them."""
+    if said == spec.BASIC_ACK or said == "accepted":
+        machine.accepted(args[0], args[1])
+    elif said == spec.BASIC_NACK:
+        machine.rejected(args[0], args[1], args[3] if len(args) > 3 else "basic.nack")
+    elif said == "rejected":
+        machine.rejected(args[0], args[1], args[2])
+    elif said == "released":
+        machine.released(args[0], args[1], args[2])
+    elif said == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
+        machine.flow(args[0])
+    elif said == spec.CONNECTION_BLOCKED:
+        machine.blocked(args[0] if args else "")
+    elif said == spec.CONNECTION_UNBLOCKED:
+        machine.unblocked()
+    else:
+        machine.replied(said, args)
 
 
 def _closed_reason(event, protocol):

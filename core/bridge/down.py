@@ -47,7 +47,7 @@ class DownMachine(Machine):
         self.acked = 0
         self.refused = None
 
-    def on_method(self, method_id, args):
+    def replied(self, method_id, args):
         if method_id == spec.QUEUE_DECLARE_OK:
             self.upstream_backlog = args[1]
 

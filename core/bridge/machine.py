@@ -16,7 +16,8 @@ The driver's calls, in the order a link meets them:
     opened(now)              the socket is open: the handshake begins (connection_timeout)
     next_step()              once upstream's channel is open and no reply is awaited: the
                              next set-up method (method_id, args) to call, or None: running
-    method(method_id, args)  each method upstream sends (confirms, flow, blocked...)
+    replied(method_id, args) upstream's reply to a set-up method (a 0-9-1 upstream's)
+    blocked(why), unblocked()  upstream holds back its publishers, or lets them go on
     tick(now, silent)        every tick: why the link must end now (missed heartbeats, no
                              answer to the handshake, the direction's watchdog), or None
     check()                  after each batch of events: why the link must end, or None
@@ -27,16 +28,15 @@ The driver's calls, in the order a link meets them:
                              renewed): the same URI next, without a backoff
     stop()                   the bridge's end
 
-and each direction's own: core/bridge/up.py (what to forward, what a confirm, nack or
-return settles, the watchdog) and core/bridge/down.py (what to nack and ack upstream), which
+and each direction's own: core/bridge/up.py (what to forward; accepted, rejected, released
+and returned: what upstream says of what was sent, in neutral words each protocol's driver
+translates to, server/bridge.py; flow; the watchdog) and core/bridge/down.py (what to nack and ack upstream), which
 also define the hooks this class calls (Machine's annotations: no defaults, each a function
 object a board would hold for nothing).
 
 A bridge registers itself on the broker (broker.bridges): core/snapshot.py reads its status
 from there. MicroPython-clean; loaded only by a broker with a [[bridge]].
 """
-
-from ...codec import spec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
@@ -69,7 +69,7 @@ class Machine:
     set_up_steps: "Callable[[], list]"  # the set-up methods of a new link, in order
     link_opened: "Callable[[int], None]"
     running: "Callable[[], None]"  # the set-up is done
-    on_method: "Callable[[int, tuple], None]"  # a method the machine itself does not take
+    replied: "Callable[[int, tuple], None]"  # upstream's reply to a set-up method
     stalled: "Callable[[int], str | None]"  # the direction's watchdog
     check: "Callable[[], str | None]"  # why the link must end now
     link_down: "Callable[[], None]"
@@ -155,16 +155,14 @@ class Machine:
         self.running()
         return None
 
-    def method(self, method_id, args):
-        """A method from upstream (client/protocol.py has answered what the protocol needs)."""
-        if method_id == spec.CONNECTION_BLOCKED:
-            self.upstream_blocked = True
-            self.set_state(BLOCKED, " by upstream: %s" % (args[0] if args else ""))
-        elif method_id == spec.CONNECTION_UNBLOCKED:
-            self.upstream_blocked = False
-            self.set_state(RUNNING, " (upstream %s)" % self.upstream)
-        else:
-            self.on_method(method_id, args)
+    def blocked(self, why):
+        """Upstream holds its publishers back (0-9-1's connection.blocked)."""
+        self.upstream_blocked = True
+        self.set_state(BLOCKED, " by upstream: %s" % why)
+
+    def unblocked(self):
+        self.upstream_blocked = False
+        self.set_state(RUNNING, " (upstream %s)" % self.upstream)
 
     def tick(self, now, silent):
         """Why the link must end at now, or None. silent: heartbeats were missed (the protocol's

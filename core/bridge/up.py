@@ -108,21 +108,31 @@ class UpMachine(Machine):
 
     # ------------------------------------------------------------ what upstream says
 
-    def on_method(self, method_id, args):
-        if method_id == spec.BASIC_ACK:
-            self.outbox.confirmed(args[0], args[1])
-            if self.hold_until < 0 and not self.refused:  # accepted since the last pause: no backoff
-                self.refusal_delay = self.settings["reconnect_delay"]
-        elif method_id == spec.BASIC_NACK:
-            self.outbox.nacked(args[0], args[1])
-            self.refused += 1
-            self.refusal = args[3] if len(args) > 3 else "basic.nack"
-        elif method_id == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
-            self.flow_stopped = not args[0]
-            if self.flow_stopped:
-                self.set_state(BLOCKED, " by upstream: channel.flow")
-            else:
-                self.set_state(RUNNING, " (upstream %s)" % self.upstream)
+    def accepted(self, seq, multiple):
+        """Upstream took the message numbered seq (and with multiple, every one before it)."""
+        self.outbox.confirmed(seq, multiple)
+        if self.hold_until < 0 and not self.refused:  # accepted since the last pause: no backoff
+            self.refusal_delay = self.settings["reconnect_delay"]
+
+    def rejected(self, seq, multiple, why):
+        """Upstream refused it (0-9-1's basic.nack; 1.0's rejected): it goes again, after a
+        pause that grows while upstream keeps refusing."""
+        self.outbox.nacked(seq, multiple)
+        self.refused += 1
+        self.refusal = why
+
+    released = rejected  # (1.0's released and modified: not taken now, so sent again alike)
+
+    def flow(self, active):
+        """Upstream stops (or lets go on) what this link sends (0-9-1's channel.flow)."""
+        self.flow_stopped = not active
+        if self.flow_stopped:
+            self.set_state(BLOCKED, " by upstream: channel.flow")
+        else:
+            self.set_state(RUNNING, " (upstream %s)" % self.upstream)
+
+    def replied(self, method_id, args):
+        pass  # (its set-up's replies say nothing it keeps)
 
     def returned(self, headers, code, text):
         """basic.return (the bridge publishes mandatory) of a message with these headers: its

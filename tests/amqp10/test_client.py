@@ -14,7 +14,6 @@ from hutch.amqp10.client import Ended, Protocol, quote, v2_address
 from hutch.amqp10.frames import field, frame, split
 from hutch.amqp10.message import tails
 from hutch.amqp10.types import Array, Described, Symbol, Ubyte, Uint, Ulong, Ushort, encode
-from hutch.codec.spec import BASIC_ACK, BASIC_NACK
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -211,11 +210,11 @@ def test_messages_are_numbered_from_1_and_each_outcome_is_a_confirm_or_a_refusal
     peer.say(spec.DISPOSITION, [True, Uint(5), None, True, described(spec.MODIFIED, [True, True])])
     peer.say(spec.DISPOSITION, [True, Uint(4), None, True, described(spec.ACCEPTED, [])])
     assert peer.events() == [
-        (BASIC_ACK, (2, True)),
-        (BASIC_NACK, (4, False, True, "released")),
-        (BASIC_NACK, (3, False, True, "rejected (amqp:resource-limit-exceeded: full)")),
-        (BASIC_NACK, (6, False, True, "modified (undeliverable here)")),
-        (BASIC_ACK, (5, True)),
+        ("accepted", (2, True)),
+        ("released", (4, False, "released")),
+        ("rejected", (3, False, "rejected (amqp:resource-limit-exceeded: full)")),
+        ("released", (6, False, "modified (undeliverable here)")),
+        ("accepted", (5, True)),
     ]
     assert client.in_flight == []
     peer.say(spec.DISPOSITION, [True, Uint(0), Uint(5), True, described(spec.ACCEPTED, [])])
@@ -228,9 +227,9 @@ def test_an_acceptance_of_later_messages_first_confirms_each_and_a_received_stat
         forward(client, b"x")
     peer.say(spec.DISPOSITION, [True, Uint(2), Uint(3), True, described(spec.ACCEPTED, [])])
     peer.say(spec.DISPOSITION, [True, Uint(0), None, False, described(spec.RECEIVED, [Uint(0), Ulong(0)])])
-    assert peer.events() == [(BASIC_ACK, (3, False)), (BASIC_ACK, (4, False))]
+    assert peer.events() == [("accepted", (3, False)), ("accepted", (4, False))]
     peer.say(spec.DISPOSITION, [True, Uint(0), Uint(1), False, described(spec.ACCEPTED, [])])
-    assert peer.events() == [(BASIC_ACK, (2, True))]
+    assert peer.events() == [("accepted", (2, True))]
     settle = peer.frames(spec.DISPOSITION)  # unsettled by the peer: we settle it
     assert [(field(d, 0), field(d, 1), field(d, 2), field(d, 3)) for d in settle] == [(False, Uint(0), Uint(1), True)]
 
@@ -428,7 +427,7 @@ def test_cbs_puts_the_token_first_then_attaches_the_link_and_renews_in_band():
     assert [(field(f, 0), field(f, 1)) for f in sent] == [(Uint(2), Uint(1)), (Uint(0), Uint(2)), (Uint(2), Uint(3))]
     # the two messages accepted together with the put-token between them: two confirms, no more
     peer.say(spec.DISPOSITION, [True, Uint(1), Uint(3), True, described(spec.ACCEPTED, [])])
-    assert peer.events() == [(BASIC_ACK, (2, True))]
+    assert peer.events() == [("accepted", (2, True))]
     token_reply(peer, 1, 1, 401, "put-token-2")
     ended = peer.events()
     assert len(ended) == 1 and ended[0].reason.startswith("upstream refused the token on $cbs: status 401")

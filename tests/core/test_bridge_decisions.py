@@ -206,8 +206,8 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     sink = Sink()
     machine.forward(sink, machine.sendable(0))
     assert sink.bodies() == [b"m0", b"m1", b"m2", b"m3"] and machine.sendable(0) == 0  # the window (4)
-    machine.method(spec.BASIC_ACK, (2, True))
-    machine.method(spec.BASIC_NACK, (3, False, True))
+    machine.accepted(2, True)
+    machine.rejected(3, False, "basic.nack")
     assert machine.outbox.forwarded == 2 and len(machine.outbox.in_flight) == 1
     # upstream refused: sending pauses (reconnect_delay), said in the log
     assert machine.sendable(0) == 0 and machine.wake_ms == 1000
@@ -217,7 +217,7 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     # m4 and m5 came when the ack made room; the nacked one goes back to its place in the
     # queue and comes after them (a nacked or returned message may overtake no one)
     assert sink.bodies()[4:] == [b"m4", b"m5", b"m2"]
-    machine.method(spec.BASIC_ACK, (7, True))
+    machine.accepted(7, True)
     assert machine.outbox.forwarded == 6 and machine.outbox.backlog() == 0
 
 
@@ -232,7 +232,7 @@ def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
     pauses = []
     for _ in range(4):  # upstream refuses m0 four times
         machine.forward(sink, machine.sendable(now))
-        machine.method(spec.BASIC_NACK, (machine.outbox.seq, False, True, "released"))
+        machine.released(machine.outbox.seq, False, "released")
         assert machine.sendable(now) == 0
         pauses.append(machine.wake_ms)
         now += machine.wake_ms
@@ -240,9 +240,9 @@ def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
     assert sink.bodies() == [b"m0"] * 4 and machine.outbox.backlog() == 3, "nothing lost"
     assert log.texts()[-1] == "bridge b: upstream refused 1 messages (released): sending again in 1.5 s"
     machine.forward(sink, machine.sendable(now))
-    machine.method(spec.BASIC_ACK, (machine.outbox.seq, False))  # accepted at last
+    machine.accepted(machine.outbox.seq, False)  # accepted at last
     machine.forward(sink, machine.sendable(now))
-    machine.method(spec.BASIC_NACK, (machine.outbox.seq, False, True, "rejected (amqp:resource-limit-exceeded)"))
+    machine.rejected(machine.outbox.seq, False, "rejected (amqp:resource-limit-exceeded)")
     assert machine.sendable(now) == 0 and machine.wake_ms == 500, "the backoff starts over"
     assert sink.bodies() == [b"m0"] * 5 + [b"m1"]
 
@@ -250,13 +250,13 @@ def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
 def test_blocked_and_paused_links_send_nothing_until_upstream_lets_go():
     client, machine, log = up_bridge(2)
     run_link(machine)
-    machine.method(spec.CONNECTION_BLOCKED, ("low on memory",))
+    machine.blocked("low on memory")
     assert machine.sendable(0) == 0 and machine.state == 4
     assert log.texts()[-1] == "bridge b: blocked by upstream: low on memory"
-    machine.method(spec.CONNECTION_UNBLOCKED, ())
-    machine.method(spec.CHANNEL_FLOW, (False,))
+    machine.unblocked()
+    machine.flow(False)
     assert machine.sendable(0) == 0 and log.texts()[-1] == "bridge b: blocked by upstream: channel.flow"
-    machine.method(spec.CHANNEL_FLOW, (True,))
+    machine.flow(True)
     assert machine.sendable(0) == 2 and machine.state == 3
 
 
@@ -288,7 +288,7 @@ def test_the_watchdog_ends_a_link_that_confirms_nothing_while_messages_wait():
     assert machine.tick(10000, False) is None, "nothing in flight: nothing to wait for"
     machine.forward(Sink(), machine.sendable(10000))
     assert machine.tick(11000, False) is None
-    machine.method(spec.BASIC_ACK, (1, False))
+    machine.accepted(1, False)
     assert machine.tick(12000, False) is None, "a confirm is progress"
     assert machine.tick(13501, False) == "watchdog: no confirm for 1.5 s while 2 messages wait"
 
@@ -302,7 +302,7 @@ def test_a_returned_message_goes_again_then_the_bridge_is_stuck_and_the_link_end
         head = sink.headers(len(sink.sent) - (2 if attempt == 0 else 1))
         assert head["x-hutch-seq"] == 1
         machine.returned(head, 312, "NO_ROUTE")
-        machine.method(spec.BASIC_ACK, (machine.outbox.seq, True))  # its confirm follows the return
+        machine.accepted(machine.outbox.seq, True)  # its confirm follows the return
         assert machine.outbox.forwarded == 1 and machine.outbox.backlog() == 1
     reason = machine.check()
     assert reason and "returned a message 5 times (312 NO_ROUTE)" in reason
@@ -319,7 +319,7 @@ def test_a_lost_link_puts_what_was_in_flight_back_in_order():
     run_link(machine)
     sink = Sink()
     machine.forward(sink, machine.sendable(0))
-    machine.method(spec.BASIC_ACK, (1, False))
+    machine.accepted(1, False)
     machine.lost("connection reset")
     assert len(machine.outbox.in_flight) == 0 and machine.outbox.backlog() == 4
     assert log.lines[-1] == ("warning", "bridge b: amqp://guest:***@up:5672/: connection reset")
@@ -332,7 +332,7 @@ def test_the_snapshot_shows_each_bridge():
     client, machine, log = up_bridge(3)
     run_link(machine)
     machine.forward(Sink(), 2)
-    machine.method(spec.BASIC_ACK, (1, False))
+    machine.accepted(1, False)
     shown = snapshot(client.broker)["bridges"]
     assert len(shown) == 1
     bridge = shown[0]
@@ -360,7 +360,7 @@ BARE_HEADER = b"\x00\x00\x00\x0e\x00\x3c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02
 def test_a_down_bridge_consumes_then_acks_what_it_holds_and_refuses_what_it_cannot_take():
     client, machine, log = down_bridge()
     assert run_link(machine) == [spec.QUEUE_DECLARE, spec.BASIC_QOS, spec.BASIC_CONSUME]
-    machine.method(spec.QUEUE_DECLARE_OK, ("upstream-cmds", 7, 0))
+    machine.replied(spec.QUEUE_DECLARE_OK, ("upstream-cmds", 7, 0))
     assert machine.upstream_backlog == 7
     for tag in (1, 2):
         assert machine.delivered(tag, b"", b"x", BARE_HEADER, b"\x00\x00\x00\x02go\xce", 2) is None
@@ -434,14 +434,14 @@ def test_a_stream_source_forwards_its_records_in_order_numbered_by_offset():
         headers = sink.headers(3)
         assert headers["x-hutch-seq"] == 4 and headers["x-stream-offset"] == 3
         assert headers["x-hutch-origin"] == b"n/b/" + outbox.lane
-        machine.method(spec.BASIC_ACK, (3, True))
+        machine.accepted(3, True)
         assert machine.outbox.forwarded == 3 and machine.outbox.backlog() == 3
         assert machine.offset_to_save(SAVE_EVERY_MS - 1) is None, "not that often"
         assert machine.offset_to_save(SAVE_EVERY_MS) == (3, outbox.lane, b"src")
         assert machine.offset_to_save(5000, True) is None, "not moved since"
         machine.forward(sink, machine.sendable(0))
         assert sink.bodies()[4:] == [b"r4", b"r5"]
-        machine.method(spec.BASIC_ACK, (6, True))
+        machine.accepted(6, True)
         assert machine.outbox.backlog() == 0 and node.broker.flow.held_messages == 0
         shown = snapshot(node.broker)["bridges"][0]
         assert shown["confirmed_offset"] == 5 and shown["forwarded"] == 6
@@ -458,8 +458,8 @@ def test_a_stream_source_sends_again_from_the_oldest_unconfirmed_after_a_lost_li
         run_link(machine)
         sink = Sink()
         machine.forward(sink, machine.sendable(0))
-        machine.method(spec.BASIC_ACK, (1, False))
-        machine.method(spec.BASIC_NACK, (3, False, True))  # r2 back, before what waits
+        machine.accepted(1, False)
+        machine.rejected(3, False, "basic.nack")  # r2 back, before what waits
         assert machine.sendable(0) == 0  # (the pause after a refusal)
         machine.forward(sink, machine.sendable(1000))
         # r4 came when the ack made room; r2 goes again before it (a stream gives nothing back:
@@ -473,7 +473,7 @@ def test_a_stream_source_sends_again_from_the_oldest_unconfirmed_after_a_lost_li
         run_link(machine)
         machine.forward(sink, machine.sendable(0))
         assert sink.bodies()[6:] == [b"r1", b"r2", b"r3", b"r4"], "read again from the oldest unconfirmed"
-        machine.method(spec.BASIC_ACK, (4, True))
+        machine.accepted(4, True)
         machine.forward(sink, machine.sendable(0))
         assert sink.bodies()[10:] == [b"r5"]
         node.stop()
@@ -520,7 +520,7 @@ def test_a_stream_source_stuck_on_a_returned_record_counts_its_returns_across_li
                 run_link(machine)
             machine.forward(sink, machine.sendable(0))
             machine.returned(sink.headers(len(sink.sent) - 1), 312, "NO_ROUTE")
-            machine.method(spec.BASIC_ACK, (machine.outbox.seq, True))
+            machine.accepted(machine.outbox.seq, True)
         assert machine.outbox.forwarded == 0 and "returned a message 5 times" in machine.check()
         node.stop()
     finally:
@@ -536,7 +536,7 @@ def test_a_stream_source_whose_stream_is_deleted_starts_a_new_lane_at_0_and_a_st
         machine.offset_to_save(0, True)
         run_link(machine)
         machine.forward(Sink(), machine.sendable(0))
-        machine.method(spec.BASIC_ACK, (2, True))
+        machine.accepted(2, True)
         machine.lost(None)
         assert machine.offset_to_save(0, True) == (2, old_lane, b"src")
         machine.stop()
