@@ -1,7 +1,7 @@
 """Every resource budget of the broker in one object.
 
 A board profile (boards/) sets these; the core reads them and answers in
-protocol terms when one runs out (design.md, "Fixed budgets"):
+protocol terms when one runs out (docs/configuration.md, "[limits]", says what each does):
 
 - frame_max, channel_max: proposed in connection.tune; a larger frame, or one channel
   more than channel_max open at once (whatever their numbers), closes the connection

@@ -96,7 +96,8 @@ class Replay:
         self.next_id = 1
         self.expected = []  # segments that should be on disk, by the last snapshot and since
         self.snapshot = None  # names seen since a SNAPSHOT record, until its SNAPSHOT_END
-        self.skipped = 0  # records that could not be decoded (reported, never fatal)
+        self.undecodable = []  # what could not be decoded, said: reported at start, never fatal
+        self.unknown = 0  # records of a kind a newer hutch wrote: nothing here to do with them
         self.dedup = None  # core/dedup.Dedup, made by the first DEDUP or DEDUP_TAKEN record
 
     def segment(self, number, records, summary=False):
@@ -109,119 +110,140 @@ class Replay:
                 break  # a segment read whole: its summary (not trusted, or it would not be) says it again
             try:
                 self.record(number, kind, payload)
-            except Exception:
+            except Exception as e:
                 # A record that passed its CRC but does not decode: a bug or a newer format.
-                # Skip it rather than refuse to boot.
-                self.skipped += 1
+                # Said, rather than refuse to boot.
+                name = READERS[kind][0] if kind in READERS else "kind %d" % kind
+                article = "an" if name[0] in "aeiou" else "a"
+                self.undecodable.append("segment %08d: %s %s record did not decode: %r" % (number, article, name, e))
 
     def record(self, segment, kind, p):
-        if kind == MESSAGE:
-            self._message(segment, p)
-        elif kind == MEMBERS:
-            name, flags, first_id, count, size, bitmap = _members(p, 0)
-            queue = self.queues.get(name)
-            if queue is not None:
-                run = queue.run(segment, first_id, bool(flags & MOVED))
-                run.bitmap = bitmap
-                run.count = count
-                run.bytes = size
-                if flags & MOVED:
-                    self._moved(queue, run, segment)
-        elif kind == REMOVED or kind == DELIVERED:
-            n = p[0]
-            queue = self.queues.get(bytes(p[1 : 1 + n]))
-            written_in, size = struct.unpack_from(">IQ", p, 1 + n)
-            self._refer(segment, written_in)
-            if queue is None:
-                return
-            for pos in range(13 + n, len(p), 8):
-                journal_id = struct.unpack_from(">Q", p, pos)[0]
-                if kind == REMOVED:
-                    queue.take(written_in, journal_id)
-                    queue.delivered.discard(journal_id)
-                else:
-                    queue.delivered.add(journal_id)
+        """One record of segment: what its kind does (READERS, below), or nothing for a kind a
+        newer hutch wrote (counted in unknown)."""
+        found = READERS.get(kind)
+        if found is None:
+            self.unknown += 1
+        else:
+            found[1](self, segment, kind, p)
+
+    def _summary(self, segment, kind, p):
+        pass  # (a sealed segment's summary starts here: its records follow)
+
+    def _members(self, segment, kind, p):
+        name, flags, first_id, count, size, bitmap = _members(p, 0)
+        queue = self.queues.get(name)
+        if queue is not None:
+            run = queue.run(segment, first_id, bool(flags & MOVED))
+            run.bitmap = bitmap
+            run.count = count
+            run.bytes = size
+            if flags & MOVED:
+                self._moved(queue, run, segment)
+
+    def _removed_or_delivered(self, segment, kind, p):
+        n = p[0]
+        queue = self.queues.get(bytes(p[1 : 1 + n]))
+        written_in, size = struct.unpack_from(">IQ", p, 1 + n)
+        self._refer(segment, written_in)
+        if queue is None:
+            return
+        for pos in range(13 + n, len(p), 8):
+            journal_id = struct.unpack_from(">Q", p, pos)[0]
             if kind == REMOVED:
-                queue.fewer_bytes(written_in, size)
-        elif kind == PAGE_DROPPED:
-            written_in = struct.unpack_from(">I", p, 0)[0]
-            name, _flags, first_id, _count, size, bitmap = _members(p, 4)
-            self._refer(segment, written_in)
-            queue = self.queues.get(name)
-            if queue is not None:
-                run = queue.runs.get((written_in, False))
-                if run is not None:
-                    _clear(run, first_id, bitmap)
-                queue.fewer_bytes(written_in, size)
-        elif kind == SNAPSHOT:
-            self._ids(struct.unpack_from(">Q", p, 0)[0])
-            self.expected = [segment]
-            for pos in range(8, len(p), 4):
-                self.expected.append(struct.unpack_from(">I", p, pos)[0])
-            self.snapshot = ([], [], [])
-        elif kind == SEGMENTS_GONE:
-            for pos in range(0, len(p), 4):
-                gone = struct.unpack_from(">I", p, pos)[0]
-                if gone in self.expected:
-                    self.expected.remove(gone)
-        elif kind == SNAPSHOT_END:
-            if self.snapshot is not None:
-                self._keep_only(*self.snapshot)
-            self.snapshot = None
-        elif kind == EXCHANGE:
-            name, pos = _shortstr(p, 0)
-            kind_name, pos = _shortstr(p, pos)
-            flags = p[pos]
-            arguments = decode_table(p, pos + 1, len(p))[0]
-            self.exchanges[name] = (kind_name, bool(flags & 1), bool(flags & 2), arguments)
-            if self.snapshot is not None:
-                self.snapshot[0].append(name)
-        elif kind == EXCHANGE_GONE:
-            name = _shortstr(p, 0)[0]
-            self.exchanges.pop(name, None)
-            self._drop_bindings(name, False)
-        elif kind == QUEUE:
-            name, pos = _shortstr(p, 0)
-            flags = p[pos]
-            arguments = decode_table(p, pos + 1, len(p))[0]
-            queue = self.queues.get(name)
-            if queue is None:
-                self.queues[name] = RecoveredQueue(bool(flags & 1), arguments)
-            else:  # a later snapshot names it again: its messages stay
-                queue.auto_delete = bool(flags & 1)
-                queue.arguments = arguments
-            if self.snapshot is not None:
-                self.snapshot[1].append(name)
-        elif kind == QUEUE_GONE:
-            name = _shortstr(p, 0)[0]
-            self.queues.pop(name, None)
-            self._drop_bindings(name, True)
-        elif kind == BINDING or kind == UNBINDING:
-            source, pos = _shortstr(p, 0)
-            to_queue = p[pos] == 1
-            destination, pos = _shortstr(p, pos + 1)
-            key, pos = _shortstr(p, pos)
-            arguments = decode_table(p, pos, len(p))[0]
-            identity = (source, to_queue, destination, key, freeze(arguments))
-            if kind == BINDING:
-                self.bindings[identity] = arguments
-                if self.snapshot is not None:
-                    self.snapshot[2].append(identity)
+                queue.take(written_in, journal_id)
+                queue.delivered.discard(journal_id)
             else:
-                self.bindings.pop(identity, None)
-        elif kind == DEDUP or kind == DEDUP_TAKEN:
-            dedup = self.dedup
-            if dedup is None:
-                from .dedup import Dedup  # only a journal a bridge wrote to loads it
+                queue.delivered.add(journal_id)
+        if kind == REMOVED:
+            queue.fewer_bytes(written_in, size)
 
-                dedup = self.dedup = Dedup()
-            if kind == DEDUP:
-                dedup.restore(p)
-            else:
-                dedup.replay_taken(p)
-        # unknown kinds: written by a newer hutch; nothing to do with them here
+    def _page_dropped(self, segment, kind, p):
+        written_in = struct.unpack_from(">I", p, 0)[0]
+        name, _flags, first_id, _count, size, bitmap = _members(p, 4)
+        self._refer(segment, written_in)
+        queue = self.queues.get(name)
+        if queue is not None:
+            run = queue.runs.get((written_in, False))
+            if run is not None:
+                _clear(run, first_id, bitmap)
+            queue.fewer_bytes(written_in, size)
 
-    def _message(self, segment, p):
+    def _snapshot(self, segment, kind, p):
+        self._ids(struct.unpack_from(">Q", p, 0)[0])
+        self.expected = [segment]
+        for pos in range(8, len(p), 4):
+            self.expected.append(struct.unpack_from(">I", p, pos)[0])
+        self.snapshot = ([], [], [])
+
+    def _segments_gone(self, segment, kind, p):
+        for pos in range(0, len(p), 4):
+            gone = struct.unpack_from(">I", p, pos)[0]
+            if gone in self.expected:
+                self.expected.remove(gone)
+
+    def _snapshot_end(self, segment, kind, p):
+        if self.snapshot is not None:
+            self._keep_only(*self.snapshot)
+        self.snapshot = None
+
+    def _exchange(self, segment, kind, p):
+        name, pos = _shortstr(p, 0)
+        kind_name, pos = _shortstr(p, pos)
+        flags = p[pos]
+        arguments = decode_table(p, pos + 1, len(p))[0]
+        self.exchanges[name] = (kind_name, bool(flags & 1), bool(flags & 2), arguments)
+        if self.snapshot is not None:
+            self.snapshot[0].append(name)
+
+    def _exchange_gone(self, segment, kind, p):
+        name = _shortstr(p, 0)[0]
+        self.exchanges.pop(name, None)
+        self._drop_bindings(name, False)
+
+    def _queue(self, segment, kind, p):
+        name, pos = _shortstr(p, 0)
+        flags = p[pos]
+        arguments = decode_table(p, pos + 1, len(p))[0]
+        queue = self.queues.get(name)
+        if queue is None:
+            self.queues[name] = RecoveredQueue(bool(flags & 1), arguments)
+        else:  # a later snapshot names it again: its messages stay
+            queue.auto_delete = bool(flags & 1)
+            queue.arguments = arguments
+        if self.snapshot is not None:
+            self.snapshot[1].append(name)
+
+    def _queue_gone(self, segment, kind, p):
+        name = _shortstr(p, 0)[0]
+        self.queues.pop(name, None)
+        self._drop_bindings(name, True)
+
+    def _binding(self, segment, kind, p):
+        source, pos = _shortstr(p, 0)
+        to_queue = p[pos] == 1
+        destination, pos = _shortstr(p, pos + 1)
+        key, pos = _shortstr(p, pos)
+        arguments = decode_table(p, pos, len(p))[0]
+        identity = (source, to_queue, destination, key, freeze(arguments))
+        if kind == BINDING:
+            self.bindings[identity] = arguments
+            if self.snapshot is not None:
+                self.snapshot[2].append(identity)
+        else:
+            self.bindings.pop(identity, None)
+
+    def _dedup(self, segment, kind, p):
+        dedup = self.dedup
+        if dedup is None:
+            from .dedup import Dedup  # only a journal a bridge wrote to loads it
+
+            dedup = self.dedup = Dedup()
+        if kind == DEDUP:
+            dedup.restore(p)
+        else:
+            dedup.replay_taken(p)
+
+    def _message(self, segment, kind, p):
         """A MESSAGE record of a segment read whole: into its queues' runs (not decoded)."""
         fields = message_fields(p, 0, len(p))
         if fields is None:
@@ -382,6 +404,29 @@ class Replay:
         for segment in self.refers:
             journal.refers[segment] = self.refers[segment]
         journal.next_id = max(journal.next_id, self.next_id)
+
+
+# What each record kind (core/store/journal.py, where each is encoded) does to a replay: kind ->
+# (its name, as a report says it; the Replay method that reads it).
+READERS = {
+    SNAPSHOT: ("snapshot", Replay._snapshot),
+    SNAPSHOT_END: ("snapshot-end", Replay._snapshot_end),
+    EXCHANGE: ("exchange", Replay._exchange),
+    EXCHANGE_GONE: ("exchange-gone", Replay._exchange_gone),
+    QUEUE: ("queue", Replay._queue),
+    QUEUE_GONE: ("queue-gone", Replay._queue_gone),
+    BINDING: ("binding", Replay._binding),
+    UNBINDING: ("unbinding", Replay._binding),
+    MESSAGE: ("message", Replay._message),
+    REMOVED: ("removed", Replay._removed_or_delivered),
+    DELIVERED: ("delivered", Replay._removed_or_delivered),
+    SEGMENTS_GONE: ("segments-gone", Replay._segments_gone),
+    MEMBERS: ("members", Replay._members),
+    PAGE_DROPPED: ("page-dropped", Replay._page_dropped),
+    DEDUP: ("dedup", Replay._dedup),
+    DEDUP_TAKEN: ("dedup-taken", Replay._dedup),
+    SUMMARY: ("summary", Replay._summary),
+}
 
 
 def _by_first(pair):

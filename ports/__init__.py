@@ -1,1 +1,7 @@
-"""Transports and platform glue that drive the sans-IO core: TCP on asyncio, the clock, logging."""
+"""Transports and platform glue that drive the sans-IO core: TCP and TLS on asyncio (tcp.py; on
+CPython tcp_cpython.py and tls_cpython.py), serial links (serial.py), the journal's and the
+streams' files (storage.py, streams.py), the metrics and status page, the clock, logging.
+
+A port moves bytes between a transport and a connection of whatever front end the listener's
+server/frontends.py FrontEnds chose, through the port contract of core/connections.py; it
+imports no front end."""

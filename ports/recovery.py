@@ -97,8 +97,9 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, chec
     for segment in sorted(replay.expected):
         if segment not in sizes:
             report.append("segment %08d: missing; the messages it held are lost" % segment)
-    if replay.skipped:
-        report.append("%d records did not decode and were skipped" % replay.skipped)
+    report.extend(replay.undecodable)
+    if replay.unknown:
+        report.append("%d records of a kind a newer hutch wrote were left as they are" % replay.unknown)
     journal = Journal(broker, segment_bytes, max_bytes)
     writer = JournalWriter(journal, files, broker, log)
     if unchecked:  # (only then: a Repair kept would keep this module, which a board forgets)

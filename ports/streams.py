@@ -23,7 +23,7 @@ Opening a stream reads its newest segment (torn tail cut, damage quarantined as 
 journal's are: ports/repair.py Repair) and the first record of each older one (its
 timestamp): the cost of a restart does not grow with the number of records.
 
-Loaded on first use (ports/storage.py stream_opener): a broker without streams does not
+Loaded on first use (ports/storage.py JournalWriter.open_stream): a broker without streams does not
 hold this module.
 """
 

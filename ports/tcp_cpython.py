@@ -132,23 +132,19 @@ class ProtocolListener(TcpListener):
             self.hang_ups = None
 
 
-# The most one read takes from a client before the event loop moves on. asyncio's own read
-# takes up to 256 KB: four publishers' windows of persistent messages came in as one turn of
-# the loop lasting about 90 ms, while every other client, and a bridge waiting for its
-# confirms to send the next messages, waited that long (a bridge forwarding while
-# publishers filled its queue went at 8,000 msg/s where it drains at 22,000). 16 KB is about
-# 100 small publishes; 8 KB cost more per message than it gained (`hutch bench --bridge`).
+# The most one read takes from a client before the event loop moves on (asyncio's own takes up
+# to 256 KB: four publishers' windows made one long turn while a bridge waited for its
+# confirms). 16 KB is about 100 small publishes. Figures: docs/performance.md.
 READ_CHUNK = 16 * 1024
 # The one exception: a frame larger than that (a large message's body) is read whole at once,
 # into the large buffer below with the start the connection holds of it in front, and with
 # room for LARGE_FRAMES_AHEAD more frames of its size, each with FRAME_MARGIN octets for the
 # method and header frames in front of a body. A publisher of 64 KiB messages is so read about
-# five messages a turn, and their deliveries go out in one write (a writev, below). A message a
-# read and a write cost the broker 80 µs a 64 KiB message, five 56 µs: much of the kernel's
-# cost of a write is per call rather than per byte, and a read that stops inside a body frame
-# copies that frame's start twice more (to the connection's pending octets, then to the front
-# of the next read); hence the margin, so that a read of alike messages stops in the next
-# one's first frames. A turn reads at most five large frames (about a third of a millisecond
+# five messages a turn, and their deliveries go out in one write (a writev, below): much of the
+# kernel's cost of a write is per call, and a read that stops inside a body frame copies that
+# frame's start twice more (to the connection's pending octets, then to the front of the next
+# read); hence the margin, so that a read of alike messages stops in the next one's first
+# frames. A turn reads at most five large frames (about a third of a millisecond
 # of 64 KiB messages); a client whose large frame is followed by small publishes has them read
 # with it, up to four frames' size, once: its next read, at a small frame, takes READ_CHUNK
 # again.
@@ -161,9 +157,8 @@ WRITE_HIGH_WATER = 256 * 1024  # bytes in a client's send buffer before writing 
 # still to send (the order stays) and is not closing (the descriptor is still this client's
 # socket): what the socket does not take goes through transport.write. Joining the parts first
 # copied every body once more, into a new buffer of a few hundred KB whose pages the allocator
-# mapped and the kernel zeroed each time: with the reads above, a 64 KiB message cost the
-# broker 66-78 µs joined (the allocator's part varies from run to run), 56 µs written so. A
-# TLS listener's writes are joined: its layer encrypts them, a copy anyway.
+# mapped and the kernel zeroed each time. A TLS listener's writes are joined: its layer
+# encrypts them, a copy anyway.
 LARGE_WRITE = 64 * 1024
 # The most buffers one writev takes (Linux: 1024); 0 where the system has no writev (Windows):
 # every output is then joined.

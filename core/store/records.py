@@ -1,4 +1,5 @@
-"""The journal's record format: what one append to a segment file holds (issue 5, first step).
+"""The journal's record format: what one append to a segment file holds, and the one reader of its
+envelope (envelope(), sound_payload()), which streams' segments share.
 
 A segment file is a run of records, each:
 

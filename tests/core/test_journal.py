@@ -352,3 +352,17 @@ def _garbage(folder):
 
 def test_a_segment_of_garbage_does_not_stop_the_broker():
     _garbage()
+
+
+def test_a_record_that_does_not_decode_is_reported_by_its_kind_and_segment():
+    """A record whose checksum is sound but whose payload does not read (a bug, or a format of
+    another version) is said by its kind and segment; a kind this hutch does not know is left."""
+    from hutch.core.replay import Replay
+    from hutch.core.store.journal import EXCHANGE, QUEUE
+
+    replay = Replay()
+    replay.segment(7, [(QUEUE, b"\x09too-short"), (EXCHANGE, b""), (200, b"from a newer hutch")])
+    assert len(replay.undecodable) == 2
+    assert replay.undecodable[0].startswith("segment 00000007: a queue record did not decode: ")
+    assert replay.undecodable[1].startswith("segment 00000007: an exchange record did not decode: ")
+    assert replay.unknown == 1
