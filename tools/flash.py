@@ -1,6 +1,7 @@
 """`hutch flash`: install hutch on a MicroPython board with mpremote.
 
     hutch flash --board NAME --port PORT [--config FILE] [--romfs | --config-only] [--no-reset]
+    hutch flash --node --port PORT [--romfs] [--no-reset]
 
 1. builds the firmware bundle (firmware/build.py: hutch as .mpy, boot.py, main.py);
 2. asks the board what it has (one short mpremote session): free space, an
@@ -10,6 +11,10 @@
    board's ROMFS partition (`mpremote romfs deploy`) and copies only the
    scripts; writes hutch.json from --config (TOML or JSON, checked here first);
 4. resets the board (`mpremote reset`): main.py starts the broker.
+
+With --node it installs the sensor client instead (hutch.client and the part of the codec
+it speaks through: firmware/build.py's node bundle): no broker, no hutch.json, and the
+board's own main.py (the sensor's program, which imports hutch.client) stays.
 
 PORT is anything mpremote accepts: /dev/ttyUSB0, /dev/ttyACM0, COM3, a pty,
 socket://HOST:PORT (python -m hutch.emulator.unixboard serves a unix-port board
@@ -43,7 +48,12 @@ class FlashError(Exception):
 
 
 def add_options(parser):
-    parser.add_argument("--board", required=True, help="board profile: %s" % ", ".join(boards.NAMES))
+    parser.add_argument("--board", help="board profile: %s (not with --node)" % ", ".join(boards.NAMES))
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="install the sensor client (hutch.client) instead of the broker: the board's own main.py stays",
+    )
     parser.add_argument(
         "--port",
         required=True,
@@ -300,8 +310,12 @@ def kib(n):
 # ---------------------------------------------------------------- hutch flash
 
 
-def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_TIMEOUT, out=None, config_only=False):
-    """Build the bundle and install it on the board at `port`; FlashError says what went wrong."""
+def flash(
+    board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_TIMEOUT, out=None, config_only=False,
+    node=False,
+):  # fmt: skip
+    """Build the bundle and install it on the board at `port` (node: the sensor client's, no
+    broker); FlashError says what went wrong."""
     out = out or sys.stdout
 
     def say(text):
@@ -309,7 +323,12 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
         out.flush()
 
     started = time.monotonic()
-    if board not in boards.NAMES:
+    if node:
+        if board is not None or config_path or config_only:
+            raise FlashError("--node installs the sensor client: it takes no --board, --config or --config-only")
+    elif board is None:
+        raise FlashError("--board NAME is needed (%s), or --node for the sensor client" % ", ".join(boards.NAMES))
+    elif board not in boards.NAMES:
         raise FlashError("unknown board %r (known: %s)" % (board, ", ".join(boards.NAMES)))
     if board in CPYTHON_BOARDS:
         raise FlashError(
@@ -331,14 +350,18 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
             with contextlib.redirect_stdout(io.StringIO()):  # mpremote's ROMFS writer lists every file
                 # (the AMQP 1.0 front end only for a board whose config serves 1.0)
                 serving = settings is not None and json.loads(settings).get("server", {}).get("amqp10") is True
-                bundle = build.build(
-                    os.path.join(tmp, "firmware"), bundle_name="broker-amqp10" if serving else "broker"
-                )
+                name = "node" if node else "broker-amqp10" if serving else "broker"
+                bundle = build.build(os.path.join(tmp, "firmware"), bundle_name=name)
         except RuntimeError as e:
             raise FlashError(str(e))
         say(
             "hutch: built the bundle for %s: %d files, %s (ROMFS image %s)"
-            % (board, bundle["files"], kib(bundle["bytes"]), kib(bundle["romfs_bytes"]))
+            % (
+                "a sensor node" if node else board,
+                bundle["files"],
+                kib(bundle["bytes"]),
+                kib(bundle["romfs_bytes"]),
+            )
         )
 
         # What the board has. mpremote's first command interrupts main.py (Ctrl-C) and soft-resets.
@@ -365,7 +388,7 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
             with open(local, "w") as f:
                 f.write(settings)
             files.append((local, CONFIG_NAME, len(settings)))
-        elif CONFIG_NAME not in names:
+        elif CONFIG_NAME not in names and not node:
             local = os.path.join(tmp, CONFIG_NAME)
             with open(local, "w") as f:
                 json.dump({"server": {"board": board}}, f)
@@ -406,7 +429,13 @@ def flash(board, port, config_path=None, romfs=False, reset=True, timeout=QUIET_
             kib(progress.sent),
             progress.unchanged,
             time.monotonic() - started,
-            "; the board is restarting: main.py starts the broker" if reset else "",
+            (
+                "; the board is restarting: its main.py runs"
+                if node
+                else "; the board is restarting: main.py starts the broker"
+            )
+            if reset
+            else "",
         )
     )
 
@@ -422,6 +451,7 @@ def run(args):
             not args.no_reset,
             args.timeout,
             config_only=args.config_only,
+            node=args.node,
         )
     except FlashError as e:
         print("hutch: %s" % e, file=sys.stderr)

@@ -12,6 +12,7 @@ NAVIGATION = (
         "Using hutch",
         (
             "getting-started",
+            "gateway",
             "install",
             "configuration",
             "clients",

@@ -231,6 +231,39 @@ def test_flash_config_only_writes_just_hutch_json(tmp_path):
         board.stop()
 
 
+SENSOR_MAIN = """import hutch.client
+from hutch.client.simple import Client
+print("sensor program: the client is here,", Client.__name__)
+"""
+
+
+def test_flash_node_installs_the_sensor_client_and_keeps_the_board_s_main_py(tmp_path):
+    """--node: the sensor client's bundle (hutch.client and the codec it speaks through), no
+    broker, no hutch.json; the board's own main.py, the sensor's program, stays and runs."""
+    board = UnixBoard(tmp_path, "pty", files={"main.py": SENSOR_MAIN})
+    try:
+        code, out, err = hutch_flash("--node", "--port", board.port)
+        assert code == 0, "hutch flash --node failed:\n%s\n%s\nboard:\n%s" % (out, err, board.log()[-3000:])
+        assert "built the bundle for a sensor node" in out, out
+        client = sorted(os.listdir(os.path.join(board.dir, "hutch", "client")))
+        assert "simple.mpy" in client and "robust.mpy" in client, client
+        assert os.path.exists(os.path.join(board.dir, "hutch", "codec", "wire.mpy"))
+        for absent in ("core", "server", "amqp091", "ports"):
+            assert not os.path.exists(os.path.join(board.dir, "hutch", absent)), absent
+        assert not os.path.exists(os.path.join(board.dir, "hutch.json"))
+        with open(os.path.join(board.dir, "main.py")) as f:
+            assert f.read() == SENSOR_MAIN  # the sensor's program, not the broker's main.py
+        deadline = time.monotonic() + 30
+        while "sensor program: the client is here, Client" not in board.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "sensor program: the client is here, Client" in board.log(), board.log()[-3000:]
+        code, out, err = hutch_flash("--node", "--board", "esp32", "--port", board.port)
+        assert code == 1 and "takes no --board" in err, (out, err)
+    finally:
+        board.stop()
+        print(board.log()[-5000:])
+
+
 def test_flash_errors_are_one_readable_line(tmp_path):
     config_path, _ = board_config(tmp_path, free_port())
     code, out, err = hutch_flash("--board", "unix", "--port", "/dev/ttyUSB-nothing-here", "--config", config_path)
