@@ -29,6 +29,11 @@ from .confirms import Confirms, confirm_select  # noqa: F401 (Confirms: read by 
 OPEN = 0
 CLOSING = 1  # we sent channel.close and wait for close-ok
 
+# The client capabilities (its start-ok) the broker acts on, as bits of its connection's wants.
+WANTS_BLOCKED = 1  # connection.blocked / unblocked
+WANTS_CANCEL = 2  # consumer_cancel_notify: basic.cancel when a queue goes
+WANTS_AUTH_CLOSE = 4  # authentication_failure_close: 403 instead of a hang-up
+
 IDLE = 0  # expecting a method frame
 WANT_HEADER = 1  # basic.publish seen, expecting the content header
 WANT_BODY = 2  # header seen, expecting body frames
@@ -396,7 +401,7 @@ class Channel:
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
             self.broker.cancel(consumer)
-        if self.state == OPEN and self.conn.wants_cancel:
+        if self.state == OPEN and self.conn.wants & WANTS_CANCEL:
             self.reply(spec.BASIC_CANCEL, (consumer.tag, False))
 
     # ------------------------------------------------------------ closing

@@ -29,7 +29,7 @@ from ..codec.wire import HEARTBEAT_FRAME, decode_args, method_frame
 from ..core import counters
 from ..core.connections import PortConnection
 from .channel import CLOSING as CHANNEL_CLOSING
-from .channel import Channel
+from .channel import WANTS_BLOCKED, Channel
 from .handshake import (
     AUTH_FAILED,
     AWAIT_HEADER,
@@ -115,12 +115,10 @@ class Connection(PortConnection):
     # What many connections never change, class-level until one does (each attribute an
     # instance holds costs a board's heap, per connection):
     heartbeat_ms = 0
-    # The three client capabilities (start-ok) the broker acts on; the rest of the
-    # client-properties table is not kept: on a board it would cost ~1 KiB per client.
-    wants_blocked = False  # connection.blocked / unblocked
-    wants_cancel = False  # consumer_cancel_notify: basic.cancel when a queue goes
-    wants_auth_close = False  # authentication_failure_close: 403 instead of a hang-up
-    product = b"?"  # its client library's product name, for the log
+    # The client capabilities (start-ok) the broker acts on, as bits (channel.py WANTS_*); the
+    # rest of the client-properties table is not kept: on a board it would cost ~1 KiB per client.
+    wants = 0
+    product = b"?"  # its client library's product name, for the log line of its open
     paused = False  # held back while publishers are blocked (pending keeps what it sent)
     auth_mechanism = b""
 
@@ -464,9 +462,9 @@ class Connection(PortConnection):
             self.wake()
 
     def notify_blocked(self, reason):
-        if self.state == OPEN and self.wants_blocked:
+        if self.state == OPEN and self.wants & WANTS_BLOCKED:
             self.send_method(0, spec.CONNECTION_BLOCKED, (reason,))
 
     def notify_unblocked(self):
-        if self.state == OPEN and self.wants_blocked:
+        if self.state == OPEN and self.wants & WANTS_BLOCKED:
             self.send_method(0, spec.CONNECTION_UNBLOCKED)

@@ -14,7 +14,7 @@ from ..codec.wire import PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, meth
 from ..core import counters
 from ..core.auth import MECHANISMS, Login, credentials
 from ..core.broker import VERSION
-from .channel import raise_unexpected
+from .channel import WANTS_AUTH_CLOSE, WANTS_BLOCKED, WANTS_CANCEL, raise_unexpected
 
 # What connection.start says this broker can do (RabbitMQ's names).
 CAPABILITIES = {
@@ -132,9 +132,15 @@ def connection_method(conn, method_id, buf, pos, end):
 def _start_ok(conn, client_properties, mechanism, response, _locale):
     caps = client_properties.get("capabilities")
     if isinstance(caps, dict):
-        conn.wants_blocked = caps.get("connection.blocked") is True
-        conn.wants_cancel = caps.get("consumer_cancel_notify") is True
-        conn.wants_auth_close = caps.get("authentication_failure_close") is True
+        wants = 0
+        if caps.get("connection.blocked") is True:
+            wants |= WANTS_BLOCKED
+        if caps.get("consumer_cancel_notify") is True:
+            wants |= WANTS_CANCEL
+        if caps.get("authentication_failure_close") is True:
+            wants |= WANTS_AUTH_CLOSE
+        if wants:
+            conn.wants = wants
     product = client_properties.get("product")
     if isinstance(product, bytes):
         conn.product = product
@@ -185,7 +191,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
 
 def refuse_login(conn):
     """The delay after a refused login is over: say so (403) to a client that asked, else hang up."""
-    if conn.wants_auth_close:
+    if conn.wants & WANTS_AUTH_CLOSE:
         conn.close_with(
             ConnectionException(
                 ACCESS_REFUSED,
@@ -261,6 +267,10 @@ def _open(conn, vhost):
     broker.log(
         "info", "%s: connection open (user '%s', client %s)" % (conn.name, text(conn.client.user), text(conn.product))
     )
+    try:
+        del conn.product  # (said: a board keeps no attribute it will not read again)
+    except AttributeError:
+        pass  # (it sent none)
     if flow.blocked:
         conn.notify_blocked(flow.reason)
 

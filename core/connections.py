@@ -87,7 +87,6 @@ class PortConnection:
         address = peer.get("address", "?")
         self.broker = broker
         self.name = "%s:%s" % (address, peer.get("port", "?"))
-        self.source = address  # what the pre-login guard counts it by (core/connections.py)
         # A serial link is a wire to this device, as local as a loopback socket.
         self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
         self.wake = None
@@ -100,6 +99,12 @@ class PortConnection:
         self.deadline = broker.now + broker.limits.handshake_timeout_ms
         broker.connections.append(self)
         broker.guarded().arrived(self, address)
+
+    @property
+    def source(self):
+        """What the pre-login guard counts it by: its peer's address (kept in its name, not an
+        attribute of every connection's)."""
+        return self.name.rpartition(":")[0]
 
     # ------------------------------------------------------------ reading
 
