@@ -88,7 +88,7 @@ class PortConnection:
         self.broker = broker
         self.name = "%s:%s" % (address, peer.get("port", "?"))
         # A serial link is a wire to this device, as local as a loopback socket.
-        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(peer.get("address"))
+        self.loopback = peer.get("transport") in ("local", "serial") or is_loopback(address)
         self.wake = None
         self.out = []
         self.out_bytes = 0

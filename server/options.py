@@ -59,10 +59,10 @@ def _given(args, row):
     return None if value is False else value
 
 
-def _server(args, server, key, default=None):
-    """A [server] key's value: the command line's option over the file's over the default."""
-    given = _given(args, schema.row_of("server", key))
-    return given if given is not None else server.get(key, default)
+def _server(args, table, key, default=None, section="server"):
+    """A key's value: the command line's option over the file's table's over the default."""
+    given = _given(args, schema.row_of(section, key))
+    return given if given is not None else table.get(key, default)
 
 
 def _named(args, path, key, section="server"):
@@ -77,13 +77,11 @@ def _named(args, path, key, section="server"):
 def _checked(args, table, path, key, default=None, section="server", choices=None):
     """A key's value (the command line's over the file's table's over default), checked against
     its kind in server/schema.py; None stays None."""
-    row = schema.row_of(section, key)
-    value = _given(args, row)
-    if value is None:
-        value = table.get(key, default)
+    value = _server(args, table, key, default, section)
     if value is None:
         return None
-    return schema.check(row[schema.KIND], value, lambda: _named(args, path, key, section), choices)
+    kind = schema.row_of(section, key)[schema.KIND]
+    return schema.check(kind, value, lambda: _named(args, path, key, section), choices)
 
 
 def settings(args):
