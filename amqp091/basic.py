@@ -5,8 +5,7 @@ Each handler takes (channel, decoded argument list) and writes its reply.
 """
 
 from ..codec import spec
-from ..codec.errors import ConnectionException
-from ..codec.spec import NOT_ALLOWED, NOT_IMPLEMENTED
+from ..codec.errors import NOT_ALLOWED, NOT_IMPLEMENTED, Refused
 from ..codec.wire import text
 from . import output
 
@@ -14,7 +13,7 @@ from . import output
 def basic_qos(ch, args):
     size, count, is_global = args
     if size:
-        raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % size, spec.BASIC_QOS)
+        raise Refused(NOT_IMPLEMENTED, "prefetch_size!=0 (%d)" % size, spec.BASIC_QOS)
     if is_global:
         ch.prefetch_global = count  # RabbitMQ's meaning: shared by the channel's consumers
     else:
@@ -34,9 +33,7 @@ def basic_consume(ch, args):
     if not tag:
         tag = _new_consumer_tag(ch)
     elif tag in ch.consumers:
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME
-        )
+        raise Refused(NOT_ALLOWED, "attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME)
     consumer = output.ChannelConsumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
     ch.broker.consume(ch.client, queue, consumer, spec.BASIC_CONSUME, arguments)
     ch.consumers[tag] = consumer
@@ -103,7 +100,7 @@ def basic_nack(ch, args):
 
 def basic_recover_async(ch, args):
     if not args[0]:
-        raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false", spec.BASIC_RECOVER)
+        raise Refused(NOT_IMPLEMENTED, "requeue=false", spec.BASIC_RECOVER)
     # A stream's deliveries are never redelivered (RabbitMQ 3.10 fails with 541 here): 540, as
     # for the other operations a stream does not have.
     for consumer in ch.consumers.values():

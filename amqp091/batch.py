@@ -17,8 +17,7 @@ would only cost heap there.
 import struct
 
 from ..codec import spec
-from ..codec.errors import ChannelException, ConnectionException
-from ..codec.spec import UNEXPECTED_FRAME
+from ..codec.errors import UNEXPECTED_FRAME, Refused
 from ..core import headers
 from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from . import output
@@ -140,7 +139,7 @@ def publish_run(conn, number, data, records, slot, count, runs):
     header_end = records[slot + HEADER_END]
     try:
         name, routing_key, route, bits = publish_arguments(data, payload + 4, end)
-    except ConnectionException:
+    except Refused:
         return 0, 0
     header_tail = data[end + 4 : header_end + 1]
     if type(header_tail) is not bytes:
@@ -296,7 +295,7 @@ def whole_publish(conn, number, data, payload, end, header_end, body_end):
             channel.on_header(data, end + 1, header_end)
             if body_end != header_end:
                 channel.on_body(data, header_end + 1, body_end)
-        except ChannelException as e:
+        except Refused as e:
             conn.channel_error(channel, e)  # the frames after the error go unread, as on a closing channel
         return body_end + 1
     frames = [(1, payload - 7, end), (2, end + 1, header_end)]
@@ -324,7 +323,7 @@ def settle(conn, number, data, payload, end, method_id, tag):
             channel.settle(tag, bits & 1, False, bits & 2, method_id)
         else:
             channel.settle(tag, False, False, bits & 1, method_id)
-    except ChannelException as e:
+    except Refused as e:
         conn.channel_error(channel, e)
 
 
@@ -359,8 +358,8 @@ def handle_frame(conn, ftype, number, data, pos, end):
         conn.content_frame(ftype, number, data, pos, end)
     elif ftype == 8:
         if number != 0:
-            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+            raise Refused(UNEXPECTED_FRAME, "heartbeat frame on channel %d" % number)
     else:
-        conn.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+        conn.frame_error("unknown frame type %d" % ftype)
         return False
     return True

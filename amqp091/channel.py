@@ -6,16 +6,23 @@ client acks through Broker.settle. Its methods are handled by subject, each in a
 module of functions (channel, method arguments): the exchange and queue classes in
 amqp091/declare.py, basic in amqp091/basic.py, tx in amqp091/tx.py, confirm in
 amqp091/confirms.py (which also holds the confirms the channel owes its publisher);
-the channel class itself (flow, close) is here. Anything wrong raises
-ChannelException (the connection closes this channel) or ConnectionException (the
-connection closes itself).
+the channel class itself (flow, close) is here. Anything wrong raises core/session.py
+Refused; the connection closes this channel, or itself for a hard error (amqp091/replies.py).
 """
 
 import struct
 
 from ..codec import spec
-from ..codec.errors import ChannelException, ConnectionException
-from ..codec.spec import COMMAND_INVALID, FRAME_ERROR, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, UNEXPECTED_FRAME
+from ..codec.errors import (
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    UNEXPECTED_FRAME,
+    Refused,
+)
 from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature
 from ..core import counters
 from ..core.access import READ
@@ -45,15 +52,15 @@ def publish_arguments(buf, pos, end):
     bits the mandatory (1) and immediate (2) flags."""
     # ticket short, exchange shortstr, routing-key shortstr, mandatory/immediate bits
     if end - pos < 5:
-        raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
+        raise Refused(FRAME_ERROR, "malformed basic.publish", spec.BASIC_PUBLISH)
     n = buf[pos + 2]
     k = pos + 3 + n
     if k >= end:
-        raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
+        raise Refused(FRAME_ERROR, "malformed basic.publish", spec.BASIC_PUBLISH)
     m = buf[k]
     bits_at = k + 1 + m
     if bits_at != end - 1:
-        raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.publish", spec.BASIC_PUBLISH)
+        raise Refused(FRAME_ERROR, "malformed basic.publish", spec.BASIC_PUBLISH)
     route = buf[pos + 2 : bits_at]
     if type(route) is not bytes:  # a memoryview of the port's buffer: copy what is kept
         route = bytes(route)  # (bytes() of bytes would cost as much as the slice again)
@@ -110,10 +117,9 @@ class Channel:
                 self.conn.send_method(self.number, spec.CHANNEL_CLOSE_OK)
             return  # everything else is discarded until close-ok (requirements R086)
         if self.content_state != IDLE:
-            raise ConnectionException(
+            raise Refused(
                 UNEXPECTED_FRAME,
-                "UNEXPECTED_FRAME - expected content %s, got method frame"
-                % ("header" if self.content_state == WANT_HEADER else "body"),
+                "expected content %s, got method frame" % ("header" if self.content_state == WANT_HEADER else "body"),
                 method_id,
             )
         if method_id == spec.BASIC_PUBLISH:
@@ -122,7 +128,7 @@ class Channel:
         if method_id == spec.BASIC_ACK:
             # hot path: ack(delivery-tag longlong, multiple bit), decoded without the generic codec
             if end - pos != 9:
-                raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - malformed basic.ack", method_id)
+                raise Refused(FRAME_ERROR, "malformed basic.ack", method_id)
             tag = struct.unpack_from(">Q", buf, pos)[0]
             self.settle(tag, buf[pos + 8] & 1, True, False, method_id)
             return
@@ -139,7 +145,7 @@ class Channel:
     def on_publish(self, buf, pos, end):
         exchange, routing_key, route, bits = publish_arguments(buf, pos, end)
         if bits & 2:
-            raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", spec.BASIC_PUBLISH)
+            raise Refused(NOT_IMPLEMENTED, "immediate=true", spec.BASIC_PUBLISH)
         self.publishing = (exchange, routing_key, route, bits & 1)
         self.content_state = WANT_HEADER
 
@@ -148,24 +154,24 @@ class Channel:
         if self.state == CLOSING:
             return
         if self.content_state != WANT_HEADER:
-            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content header frame without a publish")
+            raise Refused(UNEXPECTED_FRAME, "content header frame without a publish")
         pos = start + 7
         if end - pos < 14:
-            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - content header shorter than 14 octets")
+            raise Refused(FRAME_ERROR, "content header shorter than 14 octets")
         if buf[pos] != 0 or buf[pos + 1] != spec.CLASS_BASIC:
-            raise ConnectionException(
+            raise Refused(
                 UNEXPECTED_FRAME,
-                "UNEXPECTED_FRAME - content header for class %d, expected 60" % ((buf[pos] << 8) | buf[pos + 1]),
+                "content header for class %d, expected 60" % ((buf[pos] << 8) | buf[pos + 1]),
             )
         if buf[pos + 2] or buf[pos + 3]:
-            raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content header weight must be 0")
+            raise Refused(UNEXPECTED_FRAME, "content header weight must be 0")
         size = struct.unpack_from(">Q", buf, pos + 4)[0]
         limit = self.broker.limits.max_message_bytes
         if size > limit:
             self.content_state = IDLE
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - message size %d is larger than configured max size %d" % (size, limit),
+                "message size %d is larger than configured max size %d" % (size, limit),
                 spec.BASIC_PUBLISH,
             )
         header_tail = buf[start + 3 : end + 1]
@@ -182,17 +188,15 @@ class Channel:
         if self.state == CLOSING:
             return
         if self.content_state != WANT_BODY:
-            raise ConnectionException(
-                UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content body frame without a content header"
-            )
+            raise Refused(UNEXPECTED_FRAME, "content body frame without a content header")
         size = end - start - 7
         if size == 0:
             return  # empty body frames are legal and mean nothing (requirements R053)
         received = self.received + size
         if received > self.body_size:
-            raise ConnectionException(
+            raise Refused(
                 FRAME_ERROR,
-                "FRAME_ERROR - content body is larger than the %d bytes its header announced" % self.body_size,
+                "content body is larger than the %d bytes its header announced" % self.body_size,
             )
         if received == self.body_size and self.chunks is None:
             body_tail = buf[start + 3 : end + 1]  # the whole body in one frame: keep it as it came
@@ -336,16 +340,12 @@ class Channel:
         pending = self.tx.pending if self.tx is not None else None
         if not multiple:
             if tag not in unacked or (pending and tag in pending):
-                raise ChannelException(
-                    PRECONDITION_FAILED, "PRECONDITION_FAILED - unknown delivery tag %d" % tag, method_id
-                )
+                raise Refused(PRECONDITION_FAILED, "unknown delivery tag %d" % tag, method_id)
             return [tag]
         if tag == 0:
             tag = self.next_tag - 1
         elif tag >= self.next_tag:
-            raise ChannelException(
-                PRECONDITION_FAILED, "PRECONDITION_FAILED - unknown delivery tag %d" % tag, method_id
-            )
+            raise Refused(PRECONDITION_FAILED, "unknown delivery tag %d" % tag, method_id)
         tags = []
         for t in range(self.lowest_unacked, tag + 1):
             if t in unacked and not (pending and t in pending):
@@ -442,7 +442,7 @@ class Channel:
         if name:
             return name
         if self.last_queue is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no previously declared queue", method_id)
+            raise Refused(NOT_FOUND, "no previously declared queue", method_id)
         return self.last_queue
 
     def queue_named(self, name, method_id):
@@ -453,18 +453,14 @@ class Channel:
 
 def raise_unexpected(method_id):
     if signature(method_id) is None:
-        raise ConnectionException(
+        raise Refused(
             NOT_IMPLEMENTED,
-            "NOT_IMPLEMENTED - unknown method class %d method %d" % (method_id >> 16, method_id & 0xFFFF),
+            "unknown method class %d method %d" % (method_id >> 16, method_id & 0xFFFF),
             method_id,
         )
     if method_id >> 16 == spec.CLASS_CONNECTION:
-        raise ConnectionException(
-            COMMAND_INVALID, "COMMAND_INVALID - %s is only allowed on channel 0" % method_name(method_id), method_id
-        )
-    raise ConnectionException(
-        COMMAND_INVALID, "COMMAND_INVALID - %s is not a method a client may send" % method_name(method_id), method_id
-    )
+        raise Refused(COMMAND_INVALID, "%s is only allowed on channel 0" % method_name(method_id), method_id)
+    raise Refused(COMMAND_INVALID, "%s is not a method a client may send" % method_name(method_id), method_id)
 
 
 # ---------------------------------------------------------------- the channel class's methods
@@ -491,7 +487,7 @@ def channel_close_ok(ch, args):
 
 
 def channel_open(ch, args):
-    raise ConnectionException(spec.CHANNEL_ERROR, "CHANNEL_ERROR - second 'channel.open' seen", spec.CHANNEL_OPEN)
+    raise Refused(CHANNEL_ERROR, "second 'channel.open' seen", spec.CHANNEL_OPEN)
 
 
 def access_request(ch, args):

@@ -10,8 +10,7 @@ Broker.journal_synced, which calls flush() again.
 import struct
 
 from ..codec import spec
-from ..codec.errors import ChannelException
-from ..codec.spec import PRECONDITION_FAILED
+from ..codec.errors import PRECONDITION_FAILED, Refused
 from ..core import counters
 from ..core.broker import JOURNALLED, REFUSED
 
@@ -101,9 +100,7 @@ class Confirms:
 
 def confirm_select(ch, args):
     if ch.tx is not None:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from tx to confirm mode", spec.CONFIRM_SELECT
-        )
+        raise Refused(PRECONDITION_FAILED, "cannot switch from tx to confirm mode", spec.CONFIRM_SELECT)
     ch.confirming = True
     if ch.confirms is None:
         ch.confirms = Confirms(ch)

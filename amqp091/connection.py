@@ -23,8 +23,18 @@ Channel 0's methods (the handshake) are amqp091/handshake.py's; channels are amq
 import struct
 
 from ..codec import spec
-from ..codec.errors import ChannelException, ConnectionException, DecodeError
-from ..codec.spec import CHANNEL_ERROR, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, RESOURCE_ERROR, UNEXPECTED_FRAME
+from ..codec.errors import (
+    CHANNEL_ERROR,
+    CONNECTION_FORCED,
+    FRAME_ERROR,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    RESOURCE_ERROR,
+    SYNTAX_ERROR,
+    UNEXPECTED_FRAME,
+    DecodeError,
+    Refused,
+)
 from ..codec.wire import HEARTBEAT_FRAME, decode_args, method_frame
 from ..core import counters
 from ..core.connections import PortConnection
@@ -99,9 +109,9 @@ def read_frames(conn, data, pos):
             conn.content_frame(ftype, number, data, pos, end)
         elif ftype == 8:
             if number != 0:
-                raise ConnectionException(UNEXPECTED_FRAME, "UNEXPECTED_FRAME - heartbeat frame on channel %d" % number)
+                raise Refused(UNEXPECTED_FRAME, "heartbeat frame on channel %d" % number)
         else:
-            conn.frame_error("FRAME_ERROR - unknown frame type %d" % ftype)
+            conn.frame_error("unknown frame type %d" % ftype)
             return n
         pos = end + 1
     return pos
@@ -166,20 +176,18 @@ class Connection(PortConnection):
                 if pos < 0:
                     return
             pos = self.read_frames(self, data, pos)
-        except ConnectionException as e:
+        except Refused as e:
             self.close_with(e)
             pos = len(data)
         except DecodeError as e:
-            self.close_with(
-                ConnectionException(e.code, "%s - %s" % ("FRAME_ERROR" if e.code == FRAME_ERROR else "SYNTAX_ERROR", e))
-            )
+            self.close_with(Refused(FRAME_ERROR if e.code == spec.FRAME_ERROR else SYNTAX_ERROR, str(e)))
             pos = len(data)
         except MemoryError:
             self.out_of_memory()
             pos = len(data)
         except Exception as e:  # a bug must cost one connection, never the broker
             self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
-            self._close_or_drop(ConnectionException(INTERNAL_ERROR, "INTERNAL_ERROR - %r" % (e,)))
+            self._close_or_drop(Refused(INTERNAL_ERROR, "%r" % (e,)))
             pos = len(data)
         if pos < len(data) and not self.closed:
             self.pending = bytes(data[pos:])
@@ -198,7 +206,7 @@ class Connection(PortConnection):
         """The heap ran out while serving this client (in the core or in its port): say so in
         AMQP terms (506) and give back everything the connection holds."""
         self.broker.log("warning", "%s: out of memory, closing the connection" % self.name)
-        self._close_or_drop(ConnectionException(RESOURCE_ERROR, "RESOURCE_ERROR - broker out of memory"))
+        self._close_or_drop(Refused(RESOURCE_ERROR, "broker out of memory"))
 
     def _close_or_drop(self, e):
         try:
@@ -238,55 +246,49 @@ class Connection(PortConnection):
 
     def oversize_frame(self, size):
         limit = self.accept_payload + 8 if self.state < AWAIT_OPEN else self.frame_max  # (before tune-ok: the smallest)
-        self.frame_error("FRAME_ERROR - frame size %d exceeds frame_max %d" % (size + 8, limit))
+        self.frame_error("frame size %d exceeds frame_max %d" % (size + 8, limit))
 
     def bad_frame_end(self, octet):
-        self.frame_error("FRAME_ERROR - invalid frame end marker 0x%02x" % octet)
+        self.frame_error("invalid frame end marker 0x%02x" % octet)
 
-    def frame_error(self, reply_text):
+    def frame_error(self, text):
         # The byte stream cannot be trusted past a framing error: say why, then hang up.
-        self.close_with(ConnectionException(FRAME_ERROR, reply_text))
+        self.close_with(Refused(FRAME_ERROR, text))
         self.finish()
 
     def method_frame(self, number, buf, pos, end):
         if end - pos < 4:
-            raise ConnectionException(FRAME_ERROR, "FRAME_ERROR - method frame shorter than 4 octets")
+            raise Refused(FRAME_ERROR, "method frame shorter than 4 octets")
         method_id = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
         pos += 4
         if number == 0:
             connection_method(self, method_id, buf, pos, end)
             return
         if self.state != OPEN:
-            raise ConnectionException(
-                CHANNEL_ERROR, "CHANNEL_ERROR - channel %d used before the connection is open" % number, method_id
-            )
+            raise Refused(CHANNEL_ERROR, "channel %d used before the connection is open" % number, method_id)
         channel = self.channels.get(number)
         if channel is None:
             if method_id != spec.CHANNEL_OPEN:
-                raise ConnectionException(
-                    CHANNEL_ERROR, "CHANNEL_ERROR - expected 'channel.open' on channel %d" % number, method_id
-                )
+                raise Refused(CHANNEL_ERROR, "expected 'channel.open' on channel %d" % number, method_id)
             self._open_channel(number, buf, pos, end)
             return
         try:
             channel.on_method(method_id, buf, pos, end)
-        except ChannelException as e:
+        except Refused as e:
             self.channel_error(channel, e)
 
     def content_frame(self, ftype, number, buf, start, end):
         if number == 0:
-            raise ConnectionException(CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel 0")
+            raise Refused(CHANNEL_ERROR, "content frame on channel 0")
         channel = self.channels.get(number) if self.state == OPEN else None
         if channel is None:
-            raise ConnectionException(
-                CHANNEL_ERROR, "CHANNEL_ERROR - content frame on channel %d, which is not open" % number
-            )
+            raise Refused(CHANNEL_ERROR, "content frame on channel %d, which is not open" % number)
         try:
             if ftype == 2:
                 channel.on_header(buf, start, end)
             else:
                 channel.on_body(buf, start, end)
-        except ChannelException as e:
+        except Refused as e:
             self.channel_error(channel, e)
 
     def closing_frame(self, ftype, number, buf, start, end):
@@ -306,9 +308,9 @@ class Connection(PortConnection):
         # any number the wire carries (1-65535) is taken, as RabbitMQ does, and channel_max
         # caps the count, with RabbitMQ's words (and no method: 0, 0).
         if len(self.channels) >= self.channel_max:
-            raise ConnectionException(
+            raise Refused(
                 NOT_ALLOWED,
-                "NOT_ALLOWED - number of channels opened (%d) has reached the negotiated channel_max (%d)"
+                "number of channels opened (%d) has reached the negotiated channel_max (%d)"
                 % (len(self.channels), self.channel_max),
             )
         self.channels[number] = Channel(self, number)
@@ -325,28 +327,38 @@ class Connection(PortConnection):
     # ------------------------------------------------------------ errors and closing
 
     def channel_error(self, channel, e):
-        self.broker.log("warning", "%s: channel %d closed: %s" % (self.name, channel.number, e.text))
+        """A refusal (core/session.py Refused) while serving channel: a soft error closes the
+        channel, a hard one the connection (amqp091/replies.py words both)."""
+        from .replies import closes_connection, closing_arguments
+
+        if closes_connection(e):
+            raise e
+        arguments = closing_arguments(e)
+        self.broker.log("warning", "%s: channel %d closed: %s" % (self.name, channel.number, arguments[1]))
         channel.flush_confirms()
         channel.cleanup()
         channel.state = CHANNEL_CLOSING
         if channel in self.confirm_channels:
             self.confirm_channels.remove(channel)
-        self.send_method(channel.number, spec.CHANNEL_CLOSE, (e.code, e.text, e.method_id >> 16, e.method_id & 0xFFFF))
+        self.send_method(channel.number, spec.CHANNEL_CLOSE, arguments)
 
     def close_with(self, e):
-        """Send connection.close for a connection exception; wait for close-ok."""
+        """Send connection.close for a refusal (core/session.py Refused); wait for close-ok."""
         if self.state >= CLOSING:
             return
-        self.broker.log("warning", "%s: closing connection: %s" % (self.name, e.text))
+        from .replies import closing_arguments
+
+        arguments = closing_arguments(e)
+        self.broker.log("warning", "%s: closing connection: %s" % (self.name, arguments[1]))
         self._release()
-        self.send_method(0, spec.CONNECTION_CLOSE, (e.code, e.text, e.method_id >> 16, e.method_id & 0xFFFF))
+        self.send_method(0, spec.CONNECTION_CLOSE, arguments)
         self.state = CLOSING
         self.deadline = self.broker.now + self.broker.limits.close_timeout_ms
 
-    def close(self, code=spec.CONNECTION_FORCED, reply_text="CONNECTION_FORCED - broker shutdown"):
-        """Close from the broker side (shutdown, operator)."""
+    def close(self, reason="broker shutdown"):
+        """Close from the broker side (shutdown, operator): 320 CONNECTION_FORCED, the reason its text."""
         if self.state == OPEN:
-            self.close_with(ConnectionException(code, reply_text))
+            self.close_with(Refused(CONNECTION_FORCED, reason))
         else:
             self.finish()
 

@@ -8,8 +8,7 @@ handshake in either direction. The functions here take the Connection
 """
 
 from ..codec import spec
-from ..codec.errors import ConnectionException, DecodeError
-from ..codec.spec import ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED
+from ..codec.errors import ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, NOT_ALLOWED, DecodeError, Refused
 from ..codec.wire import PROTOCOL_HEADER, PROTOCOL_HEADER_0_9, decode_args, method_name, signature, text
 from ..core import counters
 from ..core.auth import MECHANISMS, Login, credentials
@@ -92,9 +91,7 @@ def refuse_header(conn, header):
 def connection_method(conn, method_id, buf, pos, end):
     """A method frame on channel 0 (its arguments from pos to end)."""
     if method_id >> 16 != spec.CLASS_CONNECTION:
-        raise ConnectionException(
-            CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method %s on channel 0" % method_name(method_id), method_id
-        )
+        raise Refused(CHANNEL_ERROR, "unexpected method %s on channel 0" % method_name(method_id), method_id)
     sig = signature(method_id)
     if sig is None:
         raise_unexpected(method_id)
@@ -115,10 +112,9 @@ def connection_method(conn, method_id, buf, pos, end):
         return
     expected = EXPECTED.get(conn.state)
     if method_id != expected:
-        raise ConnectionException(
+        raise Refused(
             COMMAND_INVALID,
-            "COMMAND_INVALID - %s is not allowed while the connection is %s"
-            % (method_name(method_id), STATE_NAMES[conn.state]),
+            "%s is not allowed while the connection is %s" % (method_name(method_id), STATE_NAMES[conn.state]),
             method_id,
         )
     if method_id == spec.CONNECTION_START_OK:
@@ -158,9 +154,9 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
 
         tls = getattr(conn, "tls", None)
         if mechanism not in mechanisms(broker.users, tls).split():
-            raise ConnectionException(
+            raise Refused(
                 COMMAND_INVALID,
-                "COMMAND_INVALID - unknown authentication mechanism '%s'" % text(mechanism),
+                "unknown authentication mechanism '%s'" % text(mechanism),
                 spec.CONNECTION_START_OK,
             )
         conn.auth_mechanism = mechanism
@@ -193,9 +189,9 @@ def refuse_login(conn):
     """The delay after a refused login is over: say so (403) to a client that asked, else hang up."""
     if conn.wants & WANTS_AUTH_CLOSE:
         conn.close_with(
-            ConnectionException(
+            Refused(
                 ACCESS_REFUSED,
-                "ACCESS_REFUSED - Login was refused using authentication mechanism %s. "
+                "Login was refused using authentication mechanism %s. "
                 "For details see the broker logfile." % text(conn.auth_mechanism),
                 spec.CONNECTION_START_OK,
             )
@@ -207,22 +203,21 @@ def refuse_login(conn):
 def _tune_ok(conn, channel_max, frame_max, heartbeat):
     limits = conn.broker.limits
     if frame_max and frame_max < spec.FRAME_MIN_SIZE:
-        raise ConnectionException(
+        raise Refused(
             NOT_ALLOWED,
-            "NOT_ALLOWED - frame_max=%d < %d min size" % (frame_max, spec.FRAME_MIN_SIZE),
+            "frame_max=%d < %d min size" % (frame_max, spec.FRAME_MIN_SIZE),
             spec.CONNECTION_TUNE_OK,
         )
     if frame_max == 0 or frame_max > limits.frame_max:
-        raise ConnectionException(
+        raise Refused(
             NOT_ALLOWED,
-            "NOT_ALLOWED - negotiated frame_max = %d is higher than the maximum allowed value (%d)"
-            % (frame_max, limits.frame_max),
+            "negotiated frame_max = %d is higher than the maximum allowed value (%d)" % (frame_max, limits.frame_max),
             spec.CONNECTION_TUNE_OK,
         )
     if channel_max == 0 or channel_max > limits.channel_max:
-        raise ConnectionException(
+        raise Refused(
             NOT_ALLOWED,
-            "NOT_ALLOWED - negotiated channel_max = %d is higher than the maximum allowed value (%d)"
+            "negotiated channel_max = %d is higher than the maximum allowed value (%d)"
             % (channel_max, limits.channel_max),
             spec.CONNECTION_TUNE_OK,
         )
@@ -237,24 +232,20 @@ def _tune_ok(conn, channel_max, frame_max, heartbeat):
 def _open(conn, vhost):
     broker = conn.broker
     if vhost != b"/":
-        raise ConnectionException(NOT_ALLOWED, "NOT_ALLOWED - vhost %s not found" % text(vhost), spec.CONNECTION_OPEN)
+        raise Refused(NOT_ALLOWED, "vhost %s not found" % text(vhost), spec.CONNECTION_OPEN)
     user = text(conn.client.user)
     allowed, permissions = broker.users.access(user)
     if not allowed:
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - access to vhost '/' refused for user '%s'" % user, spec.CONNECTION_OPEN
-        )
+        raise Refused(NOT_ALLOWED, "access to vhost '/' refused for user '%s'" % user, spec.CONNECTION_OPEN)
     conn.client.permissions = permissions
     flow = broker.flow
     if flow.refuse_connections is not None:
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - connection refused: " + flow.refuse_connections, spec.CONNECTION_OPEN
-        )
+        raise Refused(NOT_ALLOWED, "connection refused: " + flow.refuse_connections, spec.CONNECTION_OPEN)
     limit = broker.limits.max_connections
     if broker.open_connections >= limit:
-        raise ConnectionException(
+        raise Refused(
             NOT_ALLOWED,
-            "NOT_ALLOWED - access to vhost '/' refused for user '%s': "
+            "access to vhost '/' refused for user '%s': "
             "connection limit (%d) is reached" % (text(conn.client.user), limit),
             spec.CONNECTION_OPEN,
         )

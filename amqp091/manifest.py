@@ -12,6 +12,7 @@ package(
         "declare.py",
         "handshake.py",
         "output.py",
+        "replies.py",
         "replyto.py",
         "secret.py",
         "tx.py",

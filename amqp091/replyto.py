@@ -13,8 +13,7 @@ amqp091/declare.py) calls in here. The live names are kept in the 0-9-1 front en
 """
 
 from ..codec import spec
-from ..codec.errors import ChannelException, ConnectionException
-from ..codec.spec import NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED
+from ..codec.errors import NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, Refused
 from ..codec.wire import encode_properties, tail, text
 from ..core.message import Message
 from . import output
@@ -27,17 +26,11 @@ CHANNEL_OPEN = 0  # amqp091/channel.py's OPEN (that module imports this one)
 def consume(ch, tag, no_ack, nowait):
     """basic.consume from amq.rabbitmq.reply-to (tag: the client's, or one made for it)."""
     if tag in ch.consumers:
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME
-        )
+        raise Refused(NOT_ALLOWED, "attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME)
     if not no_ack:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - reply consumer cannot acknowledge", spec.BASIC_CONSUME
-        )
+        raise Refused(PRECONDITION_FAILED, "reply consumer cannot acknowledge", spec.BASIC_CONSUME)
     if ch.reply_tag is not None:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - reply consumer already set", spec.BASIC_CONSUME
-        )
+        raise Refused(PRECONDITION_FAILED, "reply consumer already set", spec.BASIC_CONSUME)
     name = ch.broker.new_name(PREFIX)
     serving = ch.conn.serving
     if serving.reply_channels is None:
@@ -62,9 +55,7 @@ def rewritten(ch, message):
     """A message published on ch with reply_to = amq.rabbitmq.reply-to: the same message with
     the channel's reply name instead (406 if the channel has no reply consumer)."""
     if ch.reply_name is None:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - fast reply consumer does not exist", spec.BASIC_PUBLISH
-        )
+        raise Refused(PRECONDITION_FAILED, "fast reply consumer does not exist", spec.BASIC_PUBLISH)
     props = dict(message.properties())
     props["reply-to"] = ch.reply_name
     header = bytes(message.header()[:12]) + encode_properties(props)
@@ -90,7 +81,7 @@ def declare(ch, name, nowait):
     itself and a live reply name exist (0 messages, 1 consumer); any other is 404."""
     channels = ch.conn.serving.reply_channels
     if name != QUEUE and not (channels and name in channels):
-        raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), spec.QUEUE_DECLARE)
+        raise Refused(NOT_FOUND, "no queue '%s' in vhost '/'" % text(name), spec.QUEUE_DECLARE)
     ch.last_queue = name
     if not nowait:
         ch.reply(spec.QUEUE_DECLARE_OK, (name, 0, 1))

@@ -6,8 +6,7 @@ does not hold it.
 """
 
 from ..codec import spec
-from ..codec.errors import ConnectionException
-from ..codec.spec import NOT_ALLOWED
+from ..codec.errors import NOT_ALLOWED, Refused
 from ..codec.wire import text
 
 
@@ -23,8 +22,6 @@ def update_secret(conn, new_secret, reason):
         refused = "user '%s' - the new secret is not UTF-8" % user
     if refused is not None:
         broker.log("warning", "%s: secret update refused: %s" % (conn.name, refused))
-        raise ConnectionException(
-            NOT_ALLOWED, "NOT_ALLOWED - New secret was refused by one of the backends", spec.CONNECTION_UPDATE_SECRET
-        )
+        raise Refused(NOT_ALLOWED, "New secret was refused by one of the backends", spec.CONNECTION_UPDATE_SECRET)
     conn.send_method(0, spec.CONNECTION_UPDATE_SECRET_OK)
     broker.log("info", "%s: user '%s' updated secret, reason: %s" % (conn.name, user, text(reason)))

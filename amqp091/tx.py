@@ -7,8 +7,7 @@ them. Each handler takes (channel, decoded argument list) and writes its reply.
 """
 
 from ..codec import spec
-from ..codec.errors import ChannelException
-from ..codec.spec import PRECONDITION_FAILED
+from ..codec.errors import PRECONDITION_FAILED, Refused
 from .confirms import Confirms
 
 
@@ -27,9 +26,7 @@ class Transaction:
 
 def tx_select(ch, args):
     if ch.confirming:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot switch from confirm to tx mode", spec.TX_SELECT
-        )
+        raise Refused(PRECONDITION_FAILED, "cannot switch from confirm to tx mode", spec.TX_SELECT)
     if ch.tx is None:
         ch.tx = Transaction()
     ch.reply(spec.TX_SELECT_OK)
@@ -38,7 +35,7 @@ def tx_select(ch, args):
 def _take(ch, method_id):
     """The channel's transaction, replaced by a new one (a transaction ends at commit or rollback)."""
     if ch.tx is None:
-        raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - channel is not transactional", method_id)
+        raise Refused(PRECONDITION_FAILED, "channel is not transactional", method_id)
     tx = ch.tx
     ch.tx = Transaction()
     return tx

@@ -187,10 +187,10 @@ class Connection(PortConnection):
         self.out = []
         self.lost()
 
-    def close(self, code=None, reply_text="broker shutdown"):
+    def close(self, reason="broker shutdown"):
         """From the broker's side (a shutdown, an operator)."""
         if self.state == OPEN:
-            self._close(error("amqp:connection:forced", reply_text))
+            self._close(error("amqp:connection:forced", reason))
         else:
             self.lost()
 
@@ -457,9 +457,9 @@ class Connection(PortConnection):
         pass
 
     def direct_reply_to(self, message):
-        from ..codec.errors import ChannelException
+        from ..codec.errors import PRECONDITION_FAILED, Refused
 
-        raise ChannelException(406, "PRECONDITION_FAILED - direct reply-to over AMQP 1.0 is not served", 0)
+        raise Refused(PRECONDITION_FAILED, "direct reply-to over AMQP 1.0 is not served")
 
 
 def _frame_sasl(code, fields):

@@ -12,7 +12,16 @@ OutgoingLink   the client receives from a queue or a stream: the session of a co
                requeue, rejected: dead letter, modified: either).
 """
 
-from ..codec.errors import ChannelException
+from ..codec.errors import (
+    ACCESS_REFUSED,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    RESOURCE_ERROR,
+    RESOURCE_LOCKED,
+    Refused,
+)
 from ..codec.wire import encode_properties, text
 from ..core.broker import JOURNALLED, REFUSED, ROUTED
 from ..core.message import Message
@@ -26,8 +35,17 @@ from .sections import NotMessage, Sections, data_body
 from .types import DecodeError
 
 KNOWN_MOST = 64  # runs of octets before a body each sending link keeps the meaning of
-# a ChannelException's reply code -> the 1.0 condition that says the same
-CONDITIONS = {403: "amqp:unauthorized-access", 404: "amqp:not-found", 406: "amqp:precondition-failed"}
+# what the broker refuses with (core/session.py Refused) -> the 1.0 condition that says the same
+# (its text goes as the error's description, as RabbitMQ 4 words it: no "NOT_FOUND - ")
+CONDITIONS = {
+    ACCESS_REFUSED: "amqp:unauthorized-access",
+    NOT_FOUND: "amqp:not-found",
+    RESOURCE_LOCKED: "amqp:resource-locked",
+    NOT_ALLOWED: "amqp:not-allowed",
+    NOT_IMPLEMENTED: "amqp:not-implemented",
+    RESOURCE_ERROR: "amqp:resource-limit-exceeded",
+    INTERNAL_ERROR: "amqp:internal-error",
+}
 
 
 class IncomingLink:
@@ -100,8 +118,8 @@ class IncomingLink:
         message.native = (payload, bare_at)
         try:
             target, message = broker.admit(publisher, exchange, message)
-        except ChannelException as e:
-            return rejected(CONDITIONS.get(e.code, "amqp:precondition-failed"), e.text), 0
+        except Refused as e:
+            return rejected(CONDITIONS.get(e.condition, "amqp:precondition-failed"), e.text), 0
         result = broker.publish(target, message, publisher)
         if not result & ROUTED:
             if not self.unroutable_said:  # once a link: a sender may send thousands so

@@ -18,13 +18,13 @@ message too large) detaches that link; a session's (an unknown handle, a window 
 ends this session; the connection goes on.
 """
 
-from ..codec.errors import ChannelException
+from ..codec.errors import ACCESS_REFUSED, RESOURCE_LOCKED, Refused
 from ..codec.spec import BASIC_CONSUME
 from ..core.broker import ACCEPT, REJECT, REQUEUE, add_to_group
 from . import spec
 from .addresses import AddressError, source_of, target_of
 from .frames import field
-from .links import IncomingLink, OutgoingLink
+from .links import CONDITIONS, IncomingLink, OutgoingLink
 from .performatives import (
     ATTACH_HANDLE,
     ATTACH_INCOMPLETE_UNSETTLED,
@@ -200,8 +200,8 @@ class Session:
 
         try:
             queue = topology.queue_for(broker, conn.client, queue_name, READ, BASIC_CONSUME)
-        except ChannelException as e:
-            raise LinkRefused("amqp:not-found" if e.code == 404 else "amqp:unauthorized-access", e.text)
+        except Refused as e:
+            raise LinkRefused(CONDITIONS.get(e.condition, "amqp:precondition-failed"), e.text)
         arguments = None
         filters = fields[SOURCE_FILTER] if len(fields) > SOURCE_FILTER and type(fields[SOURCE_FILTER]) is dict else {}
         applied = {}
@@ -217,9 +217,12 @@ class Session:
             link.consumer.prefetch = broker.limits.amqp10_link_credit  # (a stream wants one; credit rules)
         try:
             broker.consume(conn.client, queue, link.consumer, BASIC_CONSUME, arguments)
-        except ChannelException as e:
-            condition = "amqp:resource-locked" if e.code in (403, 405) else "amqp:precondition-failed"
-            raise LinkRefused(condition, e.text)
+        except Refused as e:
+            # (a queue another connection uses exclusively: 0-9-1's 403, 1.0's resource-locked)
+            exclusive = e.condition == ACCESS_REFUSED or e.condition == RESOURCE_LOCKED
+            raise LinkRefused(
+                "amqp:resource-locked" if exclusive else CONDITIONS.get(e.condition, "amqp:precondition-failed"), e.text
+            )
         self.links[handle] = link
         if applied and type(source) is Described:  # the filters in force, as the answer's source says
             fields = list(fields) + [None] * (SOURCE_FILTER + 1 - len(fields))

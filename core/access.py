@@ -23,8 +23,7 @@ where RabbitMQ checks, and nowhere else does.
 import re
 import sys
 
-from ..codec import spec
-from ..codec.errors import ChannelException
+from ..codec.errors import ACCESS_REFUSED, Refused
 from ..codec.wire import text
 
 CONFIGURE = 0
@@ -73,10 +72,9 @@ def check(who, permission, kind, name, method):
     if not name and kind == "exchange":
         name = b"amq.default"
     if not who.permissions.allows(permission, name):
-        raise ChannelException(
-            spec.ACCESS_REFUSED,
-            "ACCESS_REFUSED - access to %s '%s' in vhost '/' refused for user '%s'"
-            % (kind, text(name), text(who.user)),
+        raise Refused(
+            ACCESS_REFUSED,
+            "access to %s '%s' in vhost '/' refused for user '%s'" % (kind, text(name), text(who.user)),
             method,
         )
 
@@ -90,9 +88,9 @@ def check_topic(who, permission, exchange, key, method):
     if patterns is None:
         return
     if patterns[0 if permission == WRITE else 1].search(text(key)) is None:
-        raise ChannelException(
-            spec.ACCESS_REFUSED,
-            "ACCESS_REFUSED - access to topic '%s' in exchange '%s' in vhost '/' refused for user '%s'"
+        raise Refused(
+            ACCESS_REFUSED,
+            "access to topic '%s' in exchange '%s' in vhost '/' refused for user '%s'"
             % (text(key), text(exchange.name), text(who.user)),
             method,
         )

@@ -11,8 +11,7 @@ To support a new queue argument: add (or change) its row here, then act on it wh
 queue reads its arguments (Queue.__init__ in core/queue.py).
 """
 
-from ..codec.errors import ChannelException
-from ..codec.spec import PRECONDITION_FAILED
+from ..codec.errors import PRECONDITION_FAILED, Refused
 from ..codec.wire import text
 from .exchange import freeze
 
@@ -92,9 +91,9 @@ def check_queue_arguments(name, arguments):
             continue
         kind = row & KIND
         if kind == UNSUPPORTED:
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - queue argument '%s' is not supported by hutch (queue '%s')" % (key, text(name)),
+                "queue argument '%s' is not supported by hutch (queue '%s')" % (key, text(name)),
             )
         if not valid(kind, arguments[key]):
             from .refusals import invalid_arg, why_invalid  # RabbitMQ's words: loaded with the first
@@ -111,9 +110,9 @@ def check_equivalent(what, received, current, table, method):
 
             new, old = received.get(key), current.get(key)
             typed = new is None or old is None  # (RabbitMQ names the type only beside "none")
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received %s but current is %s"
+                "inequivalent arg '%s' for %s in vhost '/': received %s but current is %s"
                 % (key, what, shown(new, typed), shown(old, typed)),
                 method,
             )

@@ -15,8 +15,7 @@ stands where a queue stands; a message routed to one becomes a record of its log
 """
 
 from ..codec import spec
-from ..codec.errors import ChannelException
-from ..codec.spec import PRECONDITION_FAILED
+from ..codec.errors import ACCESS_REFUSED, PRECONDITION_FAILED, Refused
 from ..codec.wire import text
 from . import counters
 from .access import WRITE
@@ -240,7 +239,7 @@ class Broker:
         the publisher's direct reply-to (publisher.direct_reply_to makes the message that
         goes, or refuses it); user-id is the user the publisher logged in as (406); expiration
         is a whole number of milliseconds (406: the message's TTL); the keys of CC and BCC
-        headers route too. Returns (exchange, message to publish); raises ChannelException.
+        headers route too. Returns (exchange, message to publish); raises Refused.
         Every front end's publish goes admit() then publish() (or publish_run()), and no
         gate is anywhere else."""
         who = publisher.client
@@ -256,18 +255,18 @@ class Broker:
         if flags & FLAG_USER_ID:
             user_id = message.properties().get("user-id")
             if user_id != publisher.client.user:
-                raise ChannelException(
+                raise Refused(
                     PRECONDITION_FAILED,
-                    "PRECONDITION_FAILED - user_id property set to '%s' but authenticated user was '%s'"
+                    "user_id property set to '%s' but authenticated user was '%s'"
                     % (text(user_id), text(publisher.client.user)),
                     spec.BASIC_PUBLISH,
                 )
         if flags & FLAG_EXPIRATION:
             expiration = message.properties().get("expiration")
             if not expiration or not expiration.isdigit():
-                raise ChannelException(
+                raise Refused(
                     PRECONDITION_FAILED,
-                    "PRECONDITION_FAILED - invalid expiration '%s': no_integer" % text(expiration),
+                    "invalid expiration '%s': no_integer" % text(expiration),
                     spec.BASIC_PUBLISH,
                 )
             message.ttl = int(expiration)
@@ -315,7 +314,7 @@ class Broker:
                     return 0, 0, 0
         try:
             exchange, admitted = self.admit(publisher, exchange_name, message)
-        except ChannelException:
+        except Refused:
             return 0, 0, 0
         if admitted is not message:
             return 0, 0, 0
@@ -454,15 +453,15 @@ class Broker:
         if queue.exclusive_consumer is not None or (
             consumer.exclusive and (queue.consumers or queue.single_active)  # (RabbitMQ refuses both)
         ):
-            raise ChannelException(
-                spec.ACCESS_REFUSED,
-                "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use" % text(queue.name),
+            raise Refused(
+                ACCESS_REFUSED,
+                "queue '%s' in vhost '/' in exclusive use" % text(queue.name),
                 method,
             )
         if self.consumer_count >= self.limits.max_consumers:
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - consumer limit (%d) is reached" % self.limits.max_consumers,
+                "consumer limit (%d) is reached" % self.limits.max_consumers,
                 method,
             )
         self.consumer_count += 1

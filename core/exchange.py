@@ -7,8 +7,7 @@ per message), a counted set for fanout, a trie of words for topic (no scan of
 every binding), and a list for headers, which must look at every binding.
 """
 
-from ..codec.errors import ChannelException
-from ..codec.spec import PRECONDITION_FAILED
+from ..codec.errors import PRECONDITION_FAILED, Refused
 
 
 def freeze(value):
@@ -159,10 +158,9 @@ def headers_mode(arguments):
     if isinstance(mode, str):
         mode = mode.encode()
     if mode not in X_MATCH_MODES:
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - invalid x-match field value %r; expected one of all, any, all-with-x, any-with-x"
-            % (mode,),
+            "invalid x-match field value %r; expected one of all, any, all-with-x, any-with-x" % (mode,),
         )
     return mode
 

@@ -156,12 +156,12 @@ def sender_selected(message):
         if tag is None:
             continue
         if tag != 0x41:
-            from ..codec.errors import ChannelException
-            from ..codec.spec import BASIC_PUBLISH, PRECONDITION_FAILED
+            from ..codec.errors import PRECONDITION_FAILED, Refused
+            from ..codec.spec import BASIC_PUBLISH
 
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                'PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"%s",%s}'
+                'invalid message: {unacceptable_type_in_header,"%s",%s}'
                 % (name.decode(), TYPE_NAMES.get(tag, "unknown")),
                 BASIC_PUBLISH,
             )

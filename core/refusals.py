@@ -6,8 +6,7 @@ Loaded with the first such refusal (core/arguments.py, core/broker.py, core/stre
 a board whose clients declare and consume with valid arguments does not hold it.
 """
 
-from ..codec.errors import ChannelException
-from ..codec.spec import PRECONDITION_FAILED
+from ..codec.errors import PRECONDITION_FAILED, Refused
 from ..codec.wire import text
 
 # (core/arguments.py's kinds of value, as its rows have them)
@@ -16,9 +15,9 @@ MAX_PRIORITY = 33
 
 
 def invalid_arg(key, queue_name, why, method=0):
-    return ChannelException(
+    return Refused(
         PRECONDITION_FAILED,
-        "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s" % (key, text(queue_name), why),
+        "invalid arg '%s' for queue '%s' in vhost '/': %s" % (key, text(queue_name), why),
         method,
     )
 

@@ -16,7 +16,7 @@ so its heap does not keep it. Sans-IO and MicroPython-clean.
 import struct
 
 from ..codec import spec
-from ..codec.errors import ChannelException
+from ..codec.errors import Refused
 from ..codec.wire import decode_table, text
 from . import topology
 from .exchange import freeze
@@ -542,5 +542,5 @@ def _quietly(log, what, name, operation, *args):
     reported and left out, never a reason not to boot."""
     try:
         operation(*args)
-    except ChannelException as e:
+    except Refused as e:
         log("error", "journal: %s '%s' not restored: %s" % (what, text(name), e.text))

@@ -21,7 +21,7 @@ core/topology.py check_exclusive.
                                    room; the queue keeps it in queue.waiting until then
     publisher.resume()             that queue has room now
     publisher.direct_reply_to(m)   a publish with reply-to amq.rabbitmq.reply-to: the message
-                                   that goes instead (or a ChannelException)
+                                   that goes instead (or a Refused)
 
 and, to be told when the journal has made its confirms durable (Broker.wait_for_journal):
 
@@ -44,10 +44,18 @@ and, to be told when the journal has made its confirms durable (Broker.wait_for_
 **A connection** (its port's side is core/connections.py's), as the broker ticks, tells and counts
 it (broker.connections, core/flow.py, core/snapshot.py):
 
-    conn.tick(now), conn.close(), conn.name, conn.client, conn.counted
+    conn.tick(now), conn.name, conn.client, conn.counted
+    conn.close(reason)                     from the broker's side (a shutdown, an operator)
     conn.channels                          its sessions, by number (counted in the snapshot)
     conn.notify_blocked(reason), conn.notify_unblocked(), conn.resume_reading()
     conn.unsettled()                       (queue, entry) of what its sessions hold unsettled
+
+**What the broker refuses** a request with is a codec/errors.py Refused, in no protocol's words
+(a condition by RabbitMQ's name, a text, the request refused); each
+front end words it in its own: amqp091/replies.py as a reply code and RabbitMQ's text
+("NOT_FOUND - no queue 'q' in vhost '/'"), closing the channel or, for a hard error, the
+connection; amqp10/links.py as an AMQP 1.0 error condition with the text as its description
+(as RabbitMQ 4 does).
 
 **A queue entry**: what a queue holds and hands a session, a tuple read by these names (the
 firmware build folds them into the numbers; on CPython, unpack it where speed matters).

@@ -2,13 +2,12 @@
 
 Protocol-neutral operations on the broker's entities: the 0-9-1 methods
 (amqp091/declare.py), the journal's replay and any other front end call them. They
-raise ChannelException with RabbitMQ's reply codes and texts, so a client sees
+refuse with core/session.py Refused in RabbitMQ's conditions and words, so a client sees
 the errors it would see from RabbitMQ; the journal hears of every durable change.
 """
 
 from ..codec import spec
-from ..codec.errors import ChannelException
-from ..codec.spec import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED
+from ..codec.errors import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED, Refused
 from ..codec.wire import text
 from .access import CONFIGURE, READ, WRITE
 from .arguments import EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, as_bytes, check_equivalent, check_queue_arguments
@@ -45,9 +44,7 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
     the reserved prefix."""
     method = spec.EXCHANGE_DECLARE
     if not passive and kind not in ROUTERS:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid exchange type '%s'" % text(kind), method
-        )
+        raise Refused(PRECONDITION_FAILED, "invalid exchange type '%s'" % text(kind), method)
     if not name:
         raise default_exchange_refused(method)
     if not passive:  # (a passive declare needs no permission, as in RabbitMQ 3.10)
@@ -55,7 +52,7 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
     exchange = broker.exchange(name)
     if passive:
         if exchange is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
+            raise Refused(NOT_FOUND, "no exchange '%s' in vhost '/'" % text(name), method)
         return exchange
     if exchange is not None:
         what = "exchange '%s'" % text(name)
@@ -66,16 +63,16 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
         check_equivalent(what, arguments, exchange.arguments, EXCHANGE_ARGUMENTS, method)
         return exchange
     if name.startswith(b"amq."):
-        raise ChannelException(
+        raise Refused(
             ACCESS_REFUSED,
-            "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'" % text(name),
+            "exchange name '%s' contains reserved prefix 'amq.*'" % text(name),
             method,
         )
     alternate = arguments.get("alternate-exchange")
     if alternate is not None and not isinstance(alternate, (bytes, str)):
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange '%s'" % text(name),
+            "invalid arg 'alternate-exchange' for exchange '%s'" % text(name),
             method,
         )
     if alternate is not None:  # reading from this exchange, writing to its alternate
@@ -83,9 +80,9 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
         permit(who, WRITE, "exchange", as_bytes(alternate), method)
     limit = broker.limits.max_exchanges
     if sum(1 for n in broker.exchanges if not n.startswith(b"amq.") and n) >= limit:
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - cannot declare exchange '%s': exchange limit (%d) is reached" % (text(name), limit),
+            "cannot declare exchange '%s': exchange limit (%d) is reached" % (text(name), limit),
             method,
         )
     exchange = Exchange(name, kind, durable, auto_delete, internal, arguments)
@@ -100,9 +97,9 @@ def delete_exchange_named(broker, who, name, if_unused):
     if not name:
         raise default_exchange_refused(method)
     if name.startswith(b"amq."):
-        raise ChannelException(
+        raise Refused(
             ACCESS_REFUSED,
-            "ACCESS_REFUSED - deletion of system exchange '%s' in vhost '/' not allowed" % text(name),
+            "deletion of system exchange '%s' in vhost '/' not allowed" % text(name),
             method,
         )
     permit(who, CONFIGURE, "exchange", name, method)
@@ -110,9 +107,7 @@ def delete_exchange_named(broker, who, name, if_unused):
     if exchange is None:
         return  # deleting what is not there succeeds, as in RabbitMQ
     if if_unused and exchange.bindings:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use" % text(name), method
-        )
+        raise Refused(PRECONDITION_FAILED, "exchange '%s' in vhost '/' in use" % text(name), method)
     delete_exchange(broker, exchange)
 
 
@@ -134,11 +129,11 @@ def exchange_for_publish(broker, name):
         return broker.default_exchange
     exchange = broker.exchange(name)
     if exchange is None:
-        raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), spec.BASIC_PUBLISH)
+        raise Refused(NOT_FOUND, "no exchange '%s' in vhost '/'" % text(name), spec.BASIC_PUBLISH)
     if exchange.internal:
-        raise ChannelException(
+        raise Refused(
             ACCESS_REFUSED,
-            "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'" % text(name),
+            "cannot publish to internal exchange '%s' in vhost '/'" % text(name),
             spec.BASIC_PUBLISH,
         )
     return exchange
@@ -153,7 +148,7 @@ def named_exchange(broker, name, method):
         raise default_exchange_refused(method)
     exchange = broker.exchange(name)
     if exchange is None:
-        raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(name), method)
+        raise Refused(NOT_FOUND, "no exchange '%s' in vhost '/'" % text(name), method)
     return exchange
 
 
@@ -176,11 +171,11 @@ def bind(broker, who, source_name, to_queue, destination_name, key, arguments, m
     then a missing destination is 404, another client's exclusive queue 405."""
     source = _binding_checks(broker, who, source_name, to_queue, destination_name, key, method)
     if source is None:
-        raise ChannelException(NOT_FOUND, "NOT_FOUND - no exchange '%s' in vhost '/'" % text(source_name), method)
+        raise Refused(NOT_FOUND, "no exchange '%s' in vhost '/'" % text(source_name), method)
     if to_queue:
         destination = broker.queues.get(destination_name)
         if destination is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(destination_name), method)
+            raise Refused(NOT_FOUND, "no queue '%s' in vhost '/'" % text(destination_name), method)
         check_exclusive(destination, who, method)
     else:
         destination = named_exchange(broker, destination_name, method)
@@ -192,9 +187,7 @@ def add_binding(broker, source, destination, key, arguments, method):
     already is no error."""
     limit = broker.limits.max_bindings
     if broker.binding_count >= limit:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - binding limit (%d) is reached" % limit, method
-        )
+        raise Refused(PRECONDITION_FAILED, "binding limit (%d) is reached" % limit, method)
     binding = source.bind(destination, key, arguments)
     if binding is not None:
         broker.binding_count += 1
@@ -240,16 +233,14 @@ def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, a
     if passive:
         queue = broker.queues.get(name)
         if queue is None:
-            raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
+            raise Refused(NOT_FOUND, "no queue '%s' in vhost '/'" % text(name), method)
         check_exclusive(queue, who, method)
         return queue
     stream = as_bytes(arguments.get("x-queue-type")) == b"stream"  # a stream: core/streams/stream.py
     if not name and not stream:  # (a stream may not be server-named: core/streams/streamrules.py)
         name = broker.new_name(b"amq.gen-")
     elif name.startswith(b"amq."):
-        raise ChannelException(
-            ACCESS_REFUSED, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'" % text(name), method
-        )
+        raise Refused(ACCESS_REFUSED, "queue name '%s' contains reserved prefix 'amq.*'" % text(name), method)
     permit(who, CONFIGURE, "queue", name, method)  # (a server-named queue's generated name)
     queue = broker.queues.get(name)
     if queue is not None:
@@ -273,9 +264,9 @@ def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, a
         check_queue_arguments(name, arguments)
     limit = broker.limits.max_queues
     if len(broker.queues) >= limit:
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - cannot declare queue '%s': queue limit (%d) is reached" % (text(name), limit),
+            "cannot declare queue '%s': queue limit (%d) is reached" % (text(name), limit),
             method,
         )
     if stream:
@@ -302,7 +293,7 @@ def queue_for(broker, who, name, permission, method):
     permit(who, permission, "queue", name, method)
     queue = broker.queues.get(name)
     if queue is None:
-        raise ChannelException(NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'" % text(name), method)
+        raise Refused(NOT_FOUND, "no queue '%s' in vhost '/'" % text(name), method)
     check_exclusive(queue, who, method)
     return queue
 
@@ -327,13 +318,9 @@ def delete_queue_named(broker, who, name, if_unused, if_empty, method, cancel_la
         return 0
     check_exclusive(queue, who, method)
     if if_unused and queue.consumers:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - queue '%s' in vhost '/' in use" % text(name), method
-        )
+        raise Refused(PRECONDITION_FAILED, "queue '%s' in vhost '/' in use" % text(name), method)
     if if_empty and queue.message_count():
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty" % text(name), method
-        )
+        raise Refused(PRECONDITION_FAILED, "queue '%s' in vhost '/' is not empty" % text(name), method)
     return delete_queue(broker, queue, cancel_later)
 
 
@@ -373,13 +360,13 @@ def delete_queue(broker, queue, cancel_later=None):
 
 
 def default_exchange_refused(method):
-    return ChannelException(ACCESS_REFUSED, "ACCESS_REFUSED - operation not permitted on the default exchange", method)
+    return Refused(ACCESS_REFUSED, "operation not permitted on the default exchange", method)
 
 
 def _locked(queue, method):
-    return ChannelException(
+    return Refused(
         RESOURCE_LOCKED,
-        "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "
+        "cannot obtain exclusive access to locked queue '%s' in vhost '/'. "
         "It could be originally declared on another connection or the exclusive property value does not "
         "match that of the original declaration." % text(queue.name),
         method,
@@ -392,9 +379,9 @@ def _equivalent(field, what, received, current, method):
             received, current = _flag(received), _flag(current)
         else:
             received, current = text(received), text(current)
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': "
+            "inequivalent arg '%s' for %s in vhost '/': "
             "received '%s' but current is '%s'" % (field, what, received, current),
             method,
         )

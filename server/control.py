@@ -113,9 +113,7 @@ class Control:
     def close_connection(self, request):
         for conn in list(self.broker.connections):
             if conn.name == request["name"]:
-                from ..codec.spec import CONNECTION_FORCED
-
-                conn.close(CONNECTION_FORCED, "CONNECTION_FORCED - %s" % request.get("reason", "closed by hutch ctl"))
+                conn.close(request.get("reason", "closed by hutch ctl"))
                 return {"closed": conn.name}
         return {"error": "no connection '%s' (hutch ctl list connections name)" % request["name"]}
 
@@ -242,12 +240,12 @@ class Control:
 
 
 def _as_answer(action):
-    """action()'s answer, or the broker's refusal of it (a ChannelException's text) as the error."""
-    from ..codec.errors import ChannelException
+    """action()'s answer, or the broker's refusal of it (a Refused's text) as the error."""
+    from ..codec.errors import Refused
 
     try:
         return action()
-    except ChannelException as e:
+    except Refused as e:
         return {"error": e.text}
 
 

@@ -57,24 +57,24 @@ class Definitions:
     def apply(self, broker, log):
         """Declare what the file defines, as a durable definition would be (the journal keeps
         it): one that the broker refuses is logged and left out."""
-        from ..codec.errors import ChannelException
+        from ..codec.errors import Refused
         from ..codec.spec import QUEUE_BIND
         from ..core import topology
 
         for name, kind, durable, auto_delete, internal, arguments in self.exchanges:
             try:
                 topology.declare_exchange(broker, None, name, kind, False, durable, auto_delete, internal, arguments)
-            except ChannelException as e:
+            except Refused as e:
                 log("error", "definitions: exchange '%s' not declared: %s" % (name.decode(), e.text))
         for name, durable, auto_delete, arguments in self.queues:
             try:
                 topology.declare_queue(broker, None, name, False, durable, False, auto_delete, arguments)
-            except ChannelException as e:
+            except Refused as e:
                 log("error", "definitions: queue '%s' not declared: %s" % (name.decode(), e.text))
         for source, to_queue, destination, key, arguments in self.bindings:
             try:
                 topology.bind(broker, None, source, to_queue, destination, key, arguments, QUEUE_BIND)
-            except ChannelException as e:
+            except Refused as e:
                 log("error", "definitions: binding from '%s' not made: %s" % (source.decode(), e.text))
 
 

@@ -30,7 +30,7 @@ Sans-IO and MicroPython-clean.
 """
 
 from ...codec import spec
-from ...codec.errors import ChannelException
+from ...codec.errors import Refused
 from ..session import MESSAGE
 from ..topology import add_binding, declare_queue
 from .machine import BLOCKED, RUNNING, BridgeError, Machine
@@ -270,6 +270,6 @@ def source_queue(broker, settings):
                     % (settings["name"], exchange)
                 )
             add_binding(broker, broker.exchange(exchange.encode()), queue, settings["binding_key"].encode(), {}, 0)
-    except ChannelException as e:
+    except Refused as e:
         raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
     return queue

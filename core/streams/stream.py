@@ -36,8 +36,7 @@ segment fills and on the broker's tick; the newest one always stays.
 Sans-IO and MicroPython-clean; the storage port gives each stream its files (`log`).
 """
 
-from ...codec.errors import ChannelException
-from ...codec.spec import PRECONDITION_FAILED
+from ...codec.errors import PRECONDITION_FAILED, Refused
 from ...codec.wire import encode_table, text
 from .. import counters
 from ..session import MESSAGE
@@ -91,17 +90,15 @@ def new_stream(broker, name, arguments, method):
     """(core/topology.py, after core/streams/streamrules.py check_declare) A new stream, on the files the
     storage port opens for it (found again after a restart)."""
     if broker.open_stream is None:
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - stream queues need the broker's data folder (queue '%s')" % text(name),
+            "stream queues need the broker's data folder (queue '%s')" % text(name),
             method,
         )
     try:
         log = broker.open_stream(name, encode_table(arguments))
     except OSError as e:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - cannot open stream '%s': %s" % (text(name), e), method
-        )
+        raise Refused(PRECONDITION_FAILED, "cannot open stream '%s': %s" % (text(name), e), method)
     return Stream(broker, name, arguments, log)
 
 

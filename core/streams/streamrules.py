@@ -7,8 +7,7 @@ crashes instead (a bad x-max-age or x-stream-offset string: 541), the 406 later 
 give. Loaded with core/streams/stream.py, when a broker first has a stream.
 """
 
-from ...codec.errors import ChannelException, ConnectionException
-from ...codec.spec import NOT_IMPLEMENTED, PRECONDITION_FAILED
+from ...codec.errors import NOT_IMPLEMENTED, PRECONDITION_FAILED, Refused
 from ...codec.wire import Timestamp, method_name, text
 from ..arguments import QUEUE_ARGUMENTS, STREAM, as_bytes
 from ..refusals import not_an_integer, type_name
@@ -45,25 +44,24 @@ def check_declare(name, durable, exclusive, auto_delete, arguments, method):
     """A new stream is named by its client, durable, not exclusive, not auto-delete, and its
     arguments are those a stream takes, with values RabbitMQ accepts."""
     if not name:
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue",
+            "Cannot declare a server-named queue for type rabbit_stream_queue",
             method,
         )
     for refused, what in ((not durable, "non-durable"), (exclusive, "exclusive-owner"), (auto_delete, "auto-delete")):
         if refused:
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - invalid property '%s' for queue '%s' in vhost '/'" % (what, text(name)),
+                "invalid property '%s' for queue '%s' in vhost '/'" % (what, text(name)),
                 method,
             )
     for key in arguments:
         row = QUEUE_ARGUMENTS.get(key)
         if row is not None and not row & STREAM:  # RabbitMQ's, for another queue type
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_stream_queue"
-                % (key, text(name)),
+                "invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_stream_queue" % (key, text(name)),
                 method,
             )
     for key in ("x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes"):
@@ -77,13 +75,13 @@ def check_declare(name, durable, exclusive, auto_delete, arguments, method):
         else:
             why = "{value_negative,%d}" % value if value < 0 else None
         if why is not None:
-            raise ChannelException(
+            raise Refused(
                 PRECONDITION_FAILED,
-                "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s" % (key, text(name), why),
+                "invalid arg '%s' for queue '%s' in vhost '/': %s" % (key, text(name), why),
                 method,
             )
         if key == "x-stream-max-segment-size-bytes" and value > MAX_SEGMENT_SIZE:
-            raise ChannelException(PRECONDITION_FAILED, "PRECONDITION_FAILED - Exceeded max value for %s" % key, method)
+            raise Refused(PRECONDITION_FAILED, "Exceeded max value for %s" % key, method)
 
 
 def _why_age(value):
@@ -94,10 +92,9 @@ def start_of(arguments, name, method):
     """Where a consumer with these arguments starts: (FIRST | LAST | NEXT, 0), (OFFSET, n) or
     (TIME, ms); RabbitMQ's 406 for x-priority and for an x-stream-offset it does not take."""
     if "x-priority" in arguments:
-        raise ChannelException(
+        raise Refused(
             PRECONDITION_FAILED,
-            "PRECONDITION_FAILED - invalid arg 'x-priority' for queue '%s' in vhost '/' of queue type "
-            "rabbit_stream_queue" % text(name),
+            "invalid arg 'x-priority' for queue '%s' in vhost '/' of queue type rabbit_stream_queue" % text(name),
             method,
         )
     value = arguments.get("x-stream-offset")
@@ -118,9 +115,9 @@ def start_of(arguments, name, method):
         return TIME, value.seconds * 1000
     elif isinstance(value, int) and not isinstance(value, bool):
         return OFFSET, value
-    raise ChannelException(
+    raise Refused(
         PRECONDITION_FAILED,
-        "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '%s' in vhost '/': "
+        "invalid arg 'x-stream-offset' for queue '%s' in vhost '/': "
         "{invalid_stream_offset_arg,%s}" % (text(name), _erlang(value)),
         method,
     )
@@ -140,24 +137,21 @@ def check_consumer(consumer, name, method):
     have a global prefetch (540): RabbitMQ's checks, in its order."""
     what = "queue '%s' in vhost '/'" % text(name)
     if not consumer.prefetch:
-        raise ChannelException(
-            PRECONDITION_FAILED, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s'" % what, method
-        )
+        raise Refused(PRECONDITION_FAILED, "consumer prefetch count is not set for '%s'" % what, method)
     if consumer.no_ack:
-        raise ConnectionException(
+        raise Refused(
             NOT_IMPLEMENTED,
-            "NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues " + what,
+            "automatic acknowledgement not supported by stream queues " + what,
             method,
         )
     if consumer.session.prefetch_global:
-        raise ConnectionException(NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s does not support global qos" % what, method)
+        raise Refused(NOT_IMPLEMENTED, "%s does not support global qos" % what, method)
 
 
 def refused(queue, method):
     """540 for what a stream does not do (basic.get, queue.purge, basic.recover)."""
-    return ConnectionException(
+    return Refused(
         NOT_IMPLEMENTED,
-        "NOT_IMPLEMENTED - %s not supported by stream queues queue '%s' in vhost '/'"
-        % (method_name(method), text(queue.name)),
+        "%s not supported by stream queues queue '%s' in vhost '/'" % (method_name(method), text(queue.name)),
         method,
     )

@@ -142,6 +142,20 @@ def test_a_missing_queue_ends_the_link_and_the_session_goes_on():
     assert [f.name for f in said] == ["attach", "flow"]
 
 
+def test_the_broker_s_refusals_in_1_0_s_words():
+    """What the core refuses (core/session.py Refused) goes as a 1.0 condition, its text the
+    description as RabbitMQ 4 words it (0-9-1 says "NOT_FOUND - no queue 'nope' in vhost '/'":
+    tests/core/test_queues.py)."""
+    client, _ = opened()
+    declare(client.broker, "mine").owner = object()  # another connection's exclusive queue
+    client.begin()
+    said = client.attach_receiver("/queues/nope")
+    assert (condition(said[-1]), said[-1].fields[-1].value[1]) == ("amqp:not-found", "no queue 'nope' in vhost '/'")
+    said = client.attach_receiver("/queues/mine", handle=1)
+    assert condition(said[-1]) == "amqp:resource-locked"
+    assert said[-1].fields[-1].value[1].startswith("cannot obtain exclusive access to locked queue 'mine'")
+
+
 @pytest.mark.parametrize(
     "address, expected",
     [

@@ -115,7 +115,7 @@ def test_a_publish_the_user_may_not_make_is_rejected_with_the_reason(tmp_path):
                     {
                         "rejected": {
                             "condition": "amqp:unauthorized-access",
-                            "description": "ACCESS_REFUSED - access to exchange 'amq.default' in vhost '/' refused for user 'sensor'",
+                            "description": "access to exchange 'amq.default' in vhost '/' refused for user 'sensor'",
                         }
                     }
                 ],
@@ -167,9 +167,7 @@ def test_a_1_0_receiver_reads_what_0_9_1_publishers_sent(broker):
     ], done.stderr  # fmt: skip
     assert channel.queue_declare("commands", passive=True).method.message_count == 0  # each accepted: acked
     missing, done = rhea_receive(broker, "/queues/nope", 1)
-    assert missing == {
-        "link_error": {"condition": "amqp:not-found", "description": "NOT_FOUND - no queue 'nope' in vhost '/'"}
-    }
+    assert missing == {"link_error": {"condition": "amqp:not-found", "description": "no queue 'nope' in vhost '/'"}}
     connection.close()
 
 

@@ -176,7 +176,7 @@ def test_changes_a_client_sees_and_users_that_stay(tmp_path):
             pika.BlockingConnection(as_dana)
 
         for args, line in (
-            (("purge", "nope"), "hutch ctl purge: NOT_FOUND - no queue 'nope' in vhost '/'"),
+            (("purge", "nope"), "hutch ctl purge: no queue 'nope' in vhost '/'"),
             (("delete", "exchange", "amq.direct"), "deletion of system exchange 'amq.direct' in vhost '/' not allowed"),
             (("delete", "queue", "nope"), "hutch ctl delete: no queue 'nope' in vhost '/'"),
             (("close-connection", "1.2.3.4:5", "x"), "hutch ctl close-connection: no connection '1.2.3.4:5'"),
