@@ -4,7 +4,7 @@
 #   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
 #   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
 #                 Node's amqplib, rhea and MicroPython's WebAssembly port (tests/node, npm),
-#                 Debian's rabbitmq-server, chromium and prometheus (apt) when missing
+#                 Debian's rabbitmq-server, mosquitto, chromium and prometheus (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
@@ -28,6 +28,8 @@ CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 # systemd's systemd-analyze: the tests check the unit hutch install-service writes with it
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
+# Debian's mosquitto and its clients (mosquitto_pub, mosquitto_sub): the MQTT tests compare with it
+MOSQUITTO := /usr/sbin/mosquitto
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -44,13 +46,13 @@ serve: $(SERVE_INSTALLED)
 # compileall writes them (Python reads them either way), again only for a changed file.
 BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|build)/' .
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO) lint
 	$(BYTECODE)
 	$(BIN)/python -m pytest $(ARGS)
 
 # The tests that need no process but pytest's: the core (also run under micropython by make
 # test), the codec, the sensor client's protocol, the C accelerator against its reference
-IN_PROCESS_TESTS := tests/core tests/codec tests/amqp10 tests/client tests/accel
+IN_PROCESS_TESTS := tests/core tests/codec tests/amqp10 tests/mqtt tests/client tests/accel
 
 check: lint
 	$(BYTECODE)
@@ -68,7 +70,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +95,9 @@ $(NODE_INSTALLED): tests/node/package.json tests/node/package-lock.json
 
 $(RABBITMQ_SERVER):
 	$(APT_INSTALL) rabbitmq-server || ($(SUDO) apt-get update -q && $(APT_INSTALL) rabbitmq-server)
+
+$(MOSQUITTO):
+	$(APT_INSTALL) mosquitto mosquitto-clients || ($(SUDO) apt-get update -q && $(APT_INSTALL) mosquitto mosquitto-clients)
 
 $(CHROMIUM):
 	$(APT_INSTALL) chromium || ($(SUDO) apt-get update -q && $(APT_INSTALL) chromium)

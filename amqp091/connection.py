@@ -129,7 +129,6 @@ class Connection(PortConnection):
     # rest of the client-properties table is not kept: on a board it would cost ~1 KiB per client.
     wants = 0
     product = b"?"  # its client library's product name, for the log line of its open
-    paused = False  # held back while publishers are blocked (pending keeps what it sent)
     auth_mechanism = b""
 
     def __init__(self, broker, peer):
@@ -454,24 +453,6 @@ class Connection(PortConnection):
     def after_publish(self):
         if self.broker.flow.blocked:
             self.pause()
-
-    def pause(self):
-        if not self.paused:
-            self.paused = True
-            self.broker.flow.hold_back(self)
-
-    def resume_reading(self):
-        flow = self.broker.flow
-        if not self.paused or self.closed or flow.blocked:
-            return
-        self.paused = False
-        flow.let_go(self)
-        pending = self.pending
-        self.pending = b""
-        if pending:
-            self.feed(pending)
-        if self.wake is not None:
-            self.wake()
 
     def notify_blocked(self, reason):
         if self.state == OPEN and self.wants & WANTS_BLOCKED:

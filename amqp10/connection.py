@@ -214,9 +214,6 @@ class Connection(PortConnection):
                 if type(link) is IncomingLink and not link.detached and link.credit <= limit:
                     session.grant(link)
 
-    def resume_reading(self):
-        pass
-
     # ------------------------------------------------------------ the handshake
 
     def _headers(self, data):

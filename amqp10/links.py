@@ -24,12 +24,14 @@ from ..codec.errors import (
 )
 from ..codec.wire import encode_properties, text
 from ..core.broker import JOURNALLED, REFUSED, ROUTED
+from ..core.content import body_tail, header_tail
+from ..core.content import tails as message_tails
 from ..core.message import Message
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
 from .addresses import AddressError, target_of
 from .delivery import from_message
-from .message import body_091, body_tail, header_tail, properties_091
+from .message import body_091, properties_091
 from .performatives import ACCEPTED, RELEASED, rejected
 from .sections import NotMessage, Sections, data_body
 from .types import DecodeError
@@ -100,7 +102,7 @@ class IncomingLink:
                 found = Sections(payload)
                 props = properties_091(found)
                 body = body_091(found)
-                tails = header_tail(encode_properties(props), len(body)), body_tail(body), len(body)
+                tails = message_tails(props, body)
                 to, subject, bare_at = found.prop(2), found.prop(3), found.bare_at
         except (NotMessage, DecodeError) as e:
             return rejected("amqp:decode-error", "not an AMQP 1.0 message: %s" % e), 0

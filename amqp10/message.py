@@ -35,12 +35,9 @@ a 1.0 client published keeps its own octets too (Message.native): a 1.0 consumer
 bare message (properties, application-properties, body, footer) exactly as it was sent.
 """
 
-import struct
-
 from ..codec.wire import Timestamp as Seconds
-from ..codec.wire import encode_properties
 from . import spec
-from .delivery import AMQP10_TYPE, KEPT_AS_HEADERS, MAX_SHORTSTR, URN_UUID, joined, uuid_text
+from .delivery import AMQP10_TYPE, KEPT_AS_HEADERS, MAX_SHORTSTR, URN_UUID, uuid_text
 from .types import (
     Described,
     Symbol,
@@ -50,10 +47,6 @@ from .types import (
     _Scalar,
     encode,
 )
-
-CLASS_BASIC = 60
-FRAME_END = b"\xce"
-
 
 HEADER = Ulong(spec.HEADER)
 MESSAGE_ANNOTATIONS = Ulong(spec.MESSAGE_ANNOTATIONS)
@@ -188,23 +181,3 @@ def body_091(found):
     if body and body[0][0] == spec.DATA:
         return b"".join(bytes(value) for code, value in body if code == spec.DATA)
     return b"".join(encode(Described(Ulong(code), value)) for code, value in body)
-
-
-# ---------------------------------------------------------------- the common message, read quickly
-
-
-def header_tail(encoded_properties, body_size):
-    """A 0-9-1 content header frame's tail (core/message.py) from its encoded properties."""
-    header = struct.pack(">HHQ", CLASS_BASIC, 0, body_size) + encoded_properties
-    return struct.pack(">I", len(header)) + header + FRAME_END
-
-
-def body_tail(body):
-    """A 0-9-1 body frame's tail (its size, the octets, frame-end), or None for no body."""
-    return joined((struct.pack(">I", len(body)), body, FRAME_END)) if len(body) else None
-
-
-def tails(props, body):
-    """(header_tail, body_tail, body_size) as core/message.py Message holds a 0-9-1 publish:
-    the content header frame's and the body frame's octets after their type and channel."""
-    return header_tail(encode_properties(props), len(body)), body_tail(body), len(body)

@@ -74,6 +74,7 @@ class PortConnection:
 
     # Each front end's own (annotations alone: nothing at run time)
     want_read: bool
+    feed: "Callable[[bytes], None]"
     read_wanted: "Callable[[], int]"
     caught_up: "Callable[[], None]"
 
@@ -82,6 +83,7 @@ class PortConnection:
     counted = False  # it is open: counted in broker.open_connections
     client = None  # who it logged in as (core/auth.py Login), once it has
     closed = False
+    paused = False  # held back (pause): not read until resume_reading
 
     def __init__(self, broker, peer):
         address = peer.get("address", "?")
@@ -112,6 +114,29 @@ class PortConnection:
         """The read rule: read while the broker wants this client's octets and the client keeps
         up with what it is sent (a client that does not read is not read from)."""
         return self.want_read and self.out_bytes < self.high_water
+
+    # ------------------------------------------------------------ held back (core/flow.py)
+
+    def pause(self):
+        """Not read while publishers are blocked or a queue it publishes to is full (pending
+        keeps what it sent meanwhile)."""
+        if not self.paused:
+            self.paused = True
+            self.broker.flow.hold_back(self)
+
+    def resume_reading(self):
+        """Read again (what it sent meanwhile first), unless publishers are still blocked."""
+        flow = self.broker.flow
+        if not self.paused or self.closed or flow.blocked:
+            return
+        self.paused = False
+        flow.let_go(self)
+        pending = self.pending
+        self.pending = b""
+        if pending:
+            self.feed(pending)
+        if self.wake is not None:
+            self.wake()
 
     # ------------------------------------------------------------ output
 

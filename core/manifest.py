@@ -8,6 +8,7 @@ package(
         "access.py",
         "arguments.py",
         "connections.py",
+        "content.py",
         "counters.py",
         "auth.py",
         "broker.py",

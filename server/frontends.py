@@ -18,7 +18,8 @@ from ..amqp091.connection import Connection
 # its handshake answers a header it does not speak with its own and hangs up, as RabbitMQ does
 # (amqp091/handshake.py). AMQP 1.0 claims its headers where the runtime serves it
 # (runtime.amqp10, from the settings); a board that does not keeps nothing for 1.0 in its heap.
-PROTOCOLS = {"amqp": "AMQP 0-9-1"}
+# An MQTT listener's clients are MQTT's (mqtt/), whose CONNECT comes without a header to sniff.
+PROTOCOLS = {"amqp": "AMQP 0-9-1", "mqtt": "MQTT"}
 
 
 class FrontEnds:
@@ -38,11 +39,15 @@ class FrontEnds:
         self.default = Connection
         self.claims = {}  # {header: the front end that claims it}
         self.title = PROTOCOLS[protocol]  # what it serves, for the listener's log line
-        if protocol == "amqp" and runtime.amqp10:
+        if protocol == "mqtt":
+            from .. import mqtt  # pyright: ignore[reportMissingImports] (loaded where MQTT is served: server/startup.py)
+
+            self.default = mqtt.new_connection  # (MQTT has no protocol header to sniff: CONNECT says)
+        elif protocol == "amqp" and runtime.amqp10:
             from .. import amqp10  # (its connection module is loaded with the first 1.0 client)
 
             for header in amqp10.HEADERS:
-                self.claims[header] = amqp10.connection
+                self.claims[header] = amqp10.new_connection
             self.title += " and 1.0"
 
     def received(self, client, data):

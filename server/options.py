@@ -143,6 +143,7 @@ def settings(args):
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
         "metrics": _metrics(args, data, path),
         "amqp10": _amqp10(server, profile, path),
+        "mqtt_settings": _mqtt(args, data, path, listeners),
     }
 
 
@@ -262,7 +263,24 @@ def _listeners(args, server, data, path):
     tls_listener = _tls_options(args, server)
     if tls_listener is not None:  # --tls-port: one more, beside whichever the others are
         listeners = _checked_listeners([tls_listener], path, listeners)
+    mqtt_port = _checked(args, server, path, "mqtt_port")
+    if mqtt_port is not None or _checked(args, server, path, "mqtt", False):  # MQTT beside AMQP
+        mqtt = {"protocol": "mqtt", "bind": _server(args, server, "bind", "0.0.0.0"), "port": mqtt_port or 1883}
+        listeners = _checked_listeners([mqtt], path, listeners, named=lambda key: _named(args, path, "mqtt_port"))
     return listeners
+
+
+def _mqtt(args, data, path, listeners):
+    """The [mqtt] settings (mqtt/connection.py Serving's), checked, where a listener serves MQTT;
+    None where none does (a board then holds nothing of MQTT)."""
+    table = data.get("mqtt") or {}
+    if not any(listener["protocol"] == "mqtt" for listener in listeners):
+        return None
+    found = {}
+    for key in schema.keys_of("mqtt"):
+        default = schema.row_of("mqtt", key)[schema.DEFAULT]
+        found[key] = _checked(args, table, path, key, default, "mqtt")
+    return found
 
 
 def _tls_options(args, server):
@@ -290,6 +308,10 @@ def _tls_options(args, server):
     }
 
 
+# A listener's port when its table names none: (plain, with TLS), as RabbitMQ's are.
+DEFAULT_PORTS = {"amqp": (5672, 5671), "mqtt": (1883, 8883)}
+
+
 def _checked_listeners(tables, path, checked=(), named=None):
     """The listeners of these tables after those already checked (two on one port: refused).
     named(key): how an error names a table's port or bind ("--port", "hutch.toml: [server]
@@ -298,12 +320,13 @@ def _checked_listeners(tables, path, checked=(), named=None):
     for n, table in enumerate(tables, 1):
         bind = schema.check("address", table.get("bind", "0.0.0.0"), _listener_where(named, table, path, n, "bind"))
         tls = table.get("tls")
-        port = table.get("port", 5672 if tls is None else 5671)  # (RabbitMQ's amqps port)
+        protocol = table.get("protocol", "amqp")
+        port = table.get("port", DEFAULT_PORTS[protocol][0 if tls is None else 1])
         schema.check("port", port, _listener_where(named, table, path, n, "port"))
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
-        listener = {"protocol": table.get("protocol", "amqp"), "bind": bind, "port": port}
+        listener = {"protocol": protocol, "bind": bind, "port": port}
         if tls is not None:  # (a plain listener's entry has no "tls")
             listener["tls"] = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
         listeners.append(listener)

@@ -93,15 +93,22 @@ KEYS = (
      "Serve AMQP 1.0 clients on the AMQP listeners beside 0-9-1 (the protocol header a client "
      "sends chooses). Default: true on CPython (false with the esp32 and rp2-pico-w profiles, "
      "`amqp10` below); false on MicroPython, where a board serves 1.0 when this says true."),
+    ("server", "mqtt", "bool", False, None, None,
+     "Serve MQTT (3.1, 3.1.1 and 5.0) on `bind`, port `mqtt_port`, beside AMQP ([MQTT](mqtt.md)). "
+     "`[[listener]]`s with `protocol = \"mqtt\"` serve it too."),
+    ("server", "mqtt_port", "port", None, "--mqtt-port", "also serve MQTT on this TCP port (1883 is MQTT's)",
+     "The TCP port MQTT is served on (`--mqtt-port`, which serves MQTT without `mqtt = true`). "
+     "Default 1883."),
     # [[listener]]: server/options.py _listeners
     ("listener", "protocol", "protocol", "amqp", None, None,
-     "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener). A client's protocol header is "
-     "read first; any other header is answered with 0-9-1's before the socket closes."),
+     "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener; a client's protocol header is "
+     "read first, and any other header is answered with 0-9-1's before the socket closes), or "
+     "`\"mqtt\"`: MQTT."),
     ("listener", "bind", "address", "0.0.0.0", None, None,
      "The address to listen on."),
     ("listener", "port", "port", 5672, None, None,
      "The TCP port. Two listeners on one address and port are refused. Default 5671 for a listener"
-     " with `tls`."),
+     " with `tls`; for MQTT, 1883, and 8883 with `tls`."),
     ("listener", "tls", "table", None, None, None,
      "A table that makes this listener speak AMQP over TLS (amqps): its keys below. TLS 1.2 and "
      "1.3 only; see [Security](security.md)."),
@@ -143,6 +150,17 @@ KEYS = (
     ("auth", "anonymous_login_user", "user", None, None, None,
      "Offer SASL ANONYMOUS, which logs a client in as this user (it must exist; the loopback rule "
      "holds). None: ANONYMOUS is not offered."),
+    # [mqtt]: mqtt/connection.py Serving, as RabbitMQ's mqtt.* settings
+    ("mqtt", "exchange", "text", "amq.topic", None, None,
+     "The topic exchange MQTT publishes go to, and subscriptions bind to (RabbitMQ's "
+     "`mqtt.exchange`)."),
+    ("mqtt", "prefetch", "positive", 10, None, None,
+     "QoS 1 deliveries a session has in flight (unacknowledged) at most (RabbitMQ's `mqtt.prefetch`; "
+     "a version 5 client's Receive Maximum may lower it)."),
+    ("mqtt", "max_session_expiry", "seconds", 86400, None, None,
+     "The longest a session outlives its connection, in seconds: a version 5 client's Session "
+     "Expiry Interval is held to it, and a 3.1.1 client's persistent session (clean session 0) "
+     "is kept this long (RabbitMQ's `mqtt.max_session_expiry_interval_seconds`)."),
     # the command line only
     (None, "config", "file", None, "--config", "config file (TOML): users, limits, server", None),
     (None, "tls_port", "port", None, "--tls-port", "also listen for AMQP over TLS on this port (5671)", None),

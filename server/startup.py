@@ -160,6 +160,14 @@ async def start(opts, log, stop_event):
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)
     runtime.amqp10 = opts["amqp10"]
+    if opts["mqtt_settings"] is not None:  # a listener serves MQTT: its [mqtt] settings, before any client
+        try:
+            from ..mqtt.connection import Serving  # pyright: ignore[reportMissingImports] (not in a board's bundle)
+        except ImportError:
+            raise StartError("MQTT is not in this board's firmware: serve MQTT from a CPython gateway", 2)
+
+        mqtt = opts["mqtt_settings"]
+        broker.front_ends["mqtt"] = Serving(mqtt["exchange"].encode(), mqtt["prefetch"], mqtt["max_session_expiry"])
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)

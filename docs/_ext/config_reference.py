@@ -225,7 +225,11 @@ def shown(value, key=""):
 
 def server_defaults():
     settings = options.settings(options.Options())  # no config file, no options: the defaults
-    return {key: settings.get(key) for key in config.SECTIONS["server"]}
+    given = {key: settings.get(key) for key in config.SECTIONS["server"]}
+    for row in schema.KEYS:  # (a key settings() turns into something else: its schema default)
+        if row[schema.SECTION] == "server" and given.get(row[schema.KEY]) is None:
+            given[row[schema.KEY]] = row[schema.DEFAULT]
+    return given
 
 
 def bridge_defaults():
@@ -351,7 +355,9 @@ def table_other_sections():
             continue
         names = FREE_FORM[section]() if names is None else names
         given = settings.get(section)
-        defaults = given if isinstance(given, dict) else {}
+        if not isinstance(given, dict):  # (a section settings() does not give whole: its schema defaults)
+            given = {row[schema.KEY]: row[schema.DEFAULT] for row in schema.KEYS if row[schema.SECTION] == section}
+        defaults = given
         lines += ["", "## `[%s]`" % section, ""] + key_table(section, names, defaults)
     return lines
 

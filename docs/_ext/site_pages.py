@@ -29,6 +29,7 @@ NAVIGATION = (
             "monitoring",
             "security",
             "amqp10",
+            "mqtt",
             "compatibility",
             "performance",
             "troubleshooting",

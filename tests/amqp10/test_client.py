@@ -12,8 +12,8 @@ from amqp10_sections import sections, to_parts
 from hutch.amqp10 import spec
 from hutch.amqp10.client import Ended, Protocol, quote, v2_address
 from hutch.amqp10.frames import field, frame, split
-from hutch.amqp10.message import tails
 from hutch.amqp10.types import Array, Described, Symbol, Ubyte, Uint, Ulong, Ushort, encode
+from hutch.core.content import tails
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"

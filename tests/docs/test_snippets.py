@@ -1,10 +1,11 @@
 """Every code snippet of README.md and the documentation runs as written against a fresh broker.
 
 Each page's ```python and ```js blocks are taken in order and run, each as a script of its
-own (the test run's Python, which has pika, Qpid Proton and hutch; Node with tests/node's
-packages for rhea), against one `hutch serve` started for the page with no config and an
-empty data folder, as `make serve` starts it. One thing is changed: the port, 5672 as the
-pages write it, becomes the test broker's (tests run in parallel). What each snippet prints
+own (the test run's Python, which has pika, Qpid Proton, paho-mqtt and hutch; Node with
+tests/node's packages for rhea), against one `hutch serve` started for the page with no config
+and an empty data folder, as `make serve` starts it (with `--mqtt-port` for a page whose
+snippets use MQTT's port). One thing is changed: the ports, 5672 (and 1883) as the pages write
+them, become the test broker's (tests run in parallel). What each snippet prints
 is compared with what the page says it prints.
 
 A block that needs hardware says so in a comment before it (`<!-- not run: ... -->`): it is
@@ -23,6 +24,8 @@ from brokers import hutch_serve
 from paths import NODE_DIR, ROOT
 from snippets import PAGES, page_name, snippets, with_port
 
+from hutch.bench.brokers import free_port
+
 RUN_ELSEWHERE = {"docs/spark.md": "tests/interop/spark/test_spark_snippets.py"}
 NODE = shutil.which("node")
 
@@ -37,6 +40,8 @@ PRINTS = {
     ("docs/amqp10.md", 3): "b'{\"t\": 21.5}' {'sensor': 's-7'}\n",
     ("docs/sensor-client.md", 0): "on disk: True\n" * 3,
     ("docs/streams.md", 0): "offset 0: b'21.5'\n",
+    ("docs/mqtt.md", 0): "[('sensors/greenhouse-3/temp', b'21.5')]\n",
+    ("docs/mqtt.md", 1): "sensors.greenhouse-4.temp b'19.0' {'x-mqtt-publish-qos': 1, 'x-mqtt-dup': False}\n",
 }
 
 
@@ -44,9 +49,9 @@ def pages_to_run():
     return [page_name(p) for p in PAGES if snippets(p) and page_name(p) not in RUN_ELSEWHERE]
 
 
-def run(language, code, port, folder):
-    """Run one snippet (its port made the test broker's); its CompletedProcess."""
-    code = with_port(code, port)
+def run(language, code, port, folder, mqtt_port=None):
+    """Run one snippet (its ports made the test broker's); its CompletedProcess."""
+    code = with_port(code, port, mqtt_port)
     if language == "js":
         script = os.path.join(folder, "snippet.js")
         command = [NODE, script]
@@ -70,14 +75,20 @@ def check_without_running(code, where):
 
 @pytest.mark.parametrize("page", pages_to_run())
 def test_the_snippets_of_a_page_run_as_written_against_a_fresh_broker(page, tmp_path):
-    broker = hutch_serve(tmp_path).start()
+    broker = hutch_serve(tmp_path)
+    mqtt_port = None
+    if any("1883" in code for _, code, _ in snippets(page)):  # a page of MQTT clients: MQTT served too
+        mqtt_port = free_port()
+        broker.base_command += ["--mqtt-port", str(mqtt_port)]
+        broker.command += ["--mqtt-port", str(mqtt_port)]
+    broker.start()
     try:
         for i, (language, code, why) in enumerate(snippets(page)):
             where = "%s, snippet %d" % (page, i)
             if why:
                 check_without_running(code, where)
                 continue
-            done = run(language, code, broker.port, str(tmp_path))
+            done = run(language, code, broker.port, str(tmp_path), mqtt_port)
             assert done.returncode == 0, "%s failed:\n%s\n%s%s" % (where, code, done.stdout, done.stderr)
             assert (page, i) in PRINTS, "%s printed %r: add it to PRINTS" % (where, done.stdout)
             assert done.stdout == PRINTS[page, i], where

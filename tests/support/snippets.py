@@ -26,6 +26,10 @@ def page_name(path):
     return os.path.relpath(path, ROOT)
 
 
-def with_port(code, port):
-    """A snippet against a test broker: the port the pages write, 5672, made the broker's."""
-    return code.replace("5672", str(port))
+def with_port(code, port, mqtt_port=None):
+    """A snippet against a test broker: the ports the pages write, 5672 (and MQTT's 1883), made
+    the broker's."""
+    code = code.replace("5672", str(port))
+    if mqtt_port is not None:
+        code = code.replace("1883", str(mqtt_port))
+    return code

@@ -143,7 +143,7 @@ def _serve_config(tmp_path, text, *args):
             "unknown key 'prot' in [[listener]] (did you mean 'port'?) (known: protocol, bind, port, tls)",
         ),
         ("[[listener]]\nport = 5999\ntls = true\n", "tls must be a table"),
-        ('[[listener]]\nprotocol = "mqtt"\n', "unknown protocol 'mqtt' in [[listener]] (known: amqp)"),
+        ('[[listener]]\nprotocol = "stomp"\n', "unknown protocol 'stomp' in [[listener]] (known: amqp, mqtt)"),
         ('[[listener]]\nprotocol = ["amqp"]\n', "unknown protocol ['amqp'] in [[listener]]"),
         ("[[listener]]\nport = 70000\n", "[[listener]] #1 port must be a number from 0 to 65535, not 70000"),
         ("[server]\nport = 5999\n\n[[listener]]\nport = 6000\n", "[server] bind/port and [[listener]] both say"),

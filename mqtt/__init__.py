@@ -1,0 +1,23 @@
+"""The MQTT front end (3.1, 3.1.1 and 5.0), beside AMQP's (amqp091/, amqp10/), on the same queues:
+RabbitMQ's mapping (rabbitmq_mqtt), so AMQP consumers, bridges, streams and the Spark source
+see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscribers.
+
+    packets.py      the control packets as bytes (sans-IO, both directions)
+    topics.py       topics and filters as routing and binding keys on amq.topic
+    connection.py   one client: CONNECT, keep alive, will, DISCONNECT (the port's side is
+                    core/connections.py's)
+    publishing.py   what the client publishes: a message of the broker's, and QoS 1 and 2
+                    answered once it is safe
+    session.py      what the client subscribes to: its session's queues and their deliveries
+
+new_connection   the factory a listener with protocol "mqtt" makes its clients' connections with,
+             (broker, peer) -> a Connection, importing the front end with the first client
+"""
+
+
+def new_connection(broker, peer):
+    """An MQTT client's connection (mqtt/connection.py loaded with the first: a broker no MQTT
+    client talks to does not hold it)."""
+    from .connection import Connection
+
+    return Connection(broker, peer)

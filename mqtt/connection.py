@@ -1,0 +1,385 @@
+"""One MQTT client's connection, sans-IO: bytes in with feed(), bytes out with take_output(), as
+every front end's connection is to its port (core/connections.py PortConnection) and to the
+broker (core/session.py: tick, close, client, counted, unsettled).
+
+The client's first packet is its CONNECT, within the handshake time-out and no larger than
+PRE_LOGIN_MOST; it logs in with its user name and password (PLAIN's check), or, without a
+user name, as the user its verified TLS certificate names or, where the config names one,
+the anonymous user; then its session begins (mqtt/session.py) and what it publishes goes
+through mqtt/publishing.py. The keep alive it asks for is held to 1.5 times (MQTT 3.1.2.10;
+0: none, as umqtt.simple asks). Its will is published when the connection is lost without a
+DISCONNECT (or with a version 5 DISCONNECT 0x04), not after a DISCONNECT.
+
+Anything malformed ends the connection: a version 5 client is told why in a DISCONNECT (or a
+CONNACK) with its reason code, an older one is hung up on (MQTT 3.1.1 4.8).
+"""
+
+from ..core import counters
+from ..core.auth import Login
+from ..core.connections import PortConnection
+from . import packets
+from .packets import (
+    BAD_USER_NAME_OR_PASSWORD,
+    CLIENT_IDENTIFIER_NOT_VALID,
+    CONNECT,
+    DISCONNECT,
+    DISCONNECT_WITH_WILL,
+    KEEP_ALIVE_TIMEOUT,
+    MALFORMED_PACKET,
+    NOT_AUTHORIZED,
+    PINGREQ,
+    PINGRESP_PACKET,
+    PROTOCOL_ERROR,
+    PUBACK,
+    PUBCOMP,
+    PUBLISH,
+    PUBREC,
+    PUBREL,
+    QUOTA_EXCEEDED,
+    SERVER_BUSY,
+    SERVER_SHUTTING_DOWN,
+    SESSION_TAKEN_OVER,
+    SUBSCRIBE,
+    UNSPECIFIED_ERROR,
+    UNSUBSCRIBE,
+    V5,
+    V311,
+    Malformed,
+)
+
+(CONNECT_WAIT, OPEN, CLOSED) = range(3)
+
+# The largest packet read before the client has logged in (RabbitMQ's
+# mqtt.max_packet_size_unauthenticated): a CONNECT with its will fits, a flood does not.
+PRE_LOGIN_MOST = 65536
+# Beyond a message's body, room for a PUBLISH's topic and properties.
+PACKET_HEADROOM = 65536
+
+
+class Serving:
+    """What the MQTT front end keeps once per broker, in broker.front_ends["mqtt"] (made by
+    serving_of with the first client, or set up from the config by server/startup.py): its
+    settings, the connection of each client id (a second CONNECT with the same id takes the
+    session over), and each session's QoS 2 packet ids between PUBREC and PUBREL."""
+
+    def __init__(self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400):
+        self.exchange = exchange  # where publishes go and subscriptions bind ([mqtt] exchange)
+        self.prefetch = prefetch  # QoS 1 deliveries in flight per session (RabbitMQ's mqtt.prefetch)
+        self.max_session_expiry = max_session_expiry  # s a session outlives its connection, at most
+        self.clients = {}  # client id -> its Connection
+        self.released = {}  # client id -> the QoS 2 packet ids it published and has not released
+
+
+def serving_of(broker):
+    serving = broker.front_ends.get("mqtt")
+    if serving is None:
+        serving = broker.front_ends["mqtt"] = Serving()
+    return serving
+
+
+class Connection(PortConnection):
+    """One MQTT client (see the module's docstring)."""
+
+    protocol = "MQTT"
+    metrics_label = "mqtt"
+    confirming = False  # a publisher held back (not read) while a queue is full or publishers are blocked
+    level = V311  # its protocol level, from its CONNECT
+    session = None  # its mqtt/session.py Session, once connected
+    will = None  # (topic, payload, qos, retain, properties) to publish if it goes without a DISCONNECT
+    keep_alive_ms = 0
+    client_id = b""
+
+    def __init__(self, broker, peer):
+        PortConnection.__init__(self, broker, peer)
+        self.serving = serving_of(broker)
+        self.state = CONNECT_WAIT
+        self.most_in = PRE_LOGIN_MOST
+        self.channels = {}  # (what the snapshot counts: its session, once it has one)
+
+    # ------------------------------------------------------------ the port's side
+
+    def send(self, data):
+        self.out.append(data)
+        self.output_added(len(data))
+
+    @property
+    def want_read(self):
+        return not self.paused and not self.closed
+
+    def read_wanted(self):
+        """How many more octets complete the packet whose start is pending (0: none is)."""
+        return 0 if self.paused else packets.wanted(self.pending)
+
+    def caught_up(self):
+        if self.session is not None:
+            self.session.redispatch()
+
+    def feed(self, data):
+        if self.closed:
+            return
+        self.last_recv = self.broker.now
+        if self.pending:
+            data = self.pending + bytes(data)
+            self.pending = b""
+        if self.paused:
+            self.pending = bytes(data)
+            return
+        pos = 0
+        n = len(data)
+        try:
+            while pos < n and not self.closed:
+                if self.paused:
+                    break
+                found = packets.split(data, pos, self.most_in)
+                if found is None:
+                    break
+                first, start, end = found
+                self.packet(first, data, start, end)
+                pos = end
+        except Malformed as e:
+            self.refuse(e.args[0], e.args[1])
+            pos = n
+        except MemoryError:
+            self.out_of_memory()
+            pos = n
+        except Exception as e:  # a bug must cost one connection, never the broker
+            self.broker.log("error", "%s: MQTT internal error: %r" % (self.name, e), e)
+            self.refuse(UNSPECIFIED_ERROR, "internal error")
+            pos = n
+        if pos < n and not self.closed:
+            self.pending = bytes(data[pos:])
+        self.flush_confirms()
+
+    def flush_confirms(self):
+        """Acknowledgements that waited for the journal, now that it synced (Broker.journal_synced)."""
+        if self.session is not None and not self.closed:
+            self.session.publishing.flush_acks()
+
+    def packet(self, first, buf, start, end):
+        kind = first >> 4
+        flags = first & 0x0F
+        if self.state == CONNECT_WAIT:
+            if kind != CONNECT:
+                raise Malformed(PROTOCOL_ERROR, "%s before CONNECT" % packets.NAMES[kind])
+            if flags:
+                raise Malformed(MALFORMED_PACKET, "CONNECT's flags are not 0")
+            self.connect(packets.Connect(buf, start, end))
+            return
+        if kind == PUBLISH:
+            self.session.publishing.publish(first, buf, start, end)
+            return
+        if flags != (2 if kind in (PUBREL, SUBSCRIBE, UNSUBSCRIBE) else 0):
+            raise Malformed(MALFORMED_PACKET, "%s with flags 0x%x" % (packets.NAMES[kind], flags))
+        session = self.session
+        if kind == PUBACK:
+            session.acked(packets.read_ack(buf, start, end, self.level)[0])
+        elif kind == PUBREL:
+            session.publishing.released(packets.read_ack(buf, start, end, self.level)[0])
+        elif kind == PUBREC or kind == PUBCOMP:
+            raise Malformed(
+                PROTOCOL_ERROR, "%s for a QoS 2 delivery, which the server does not send" % packets.NAMES[kind]
+            )
+        elif kind == SUBSCRIBE:
+            session.subscribe(*packets.read_subscribe(buf, start, end, self.level))
+        elif kind == UNSUBSCRIBE:
+            session.unsubscribe(*packets.read_unsubscribe(buf, start, end, self.level))
+        elif kind == PINGREQ:
+            self.send(PINGRESP_PACKET)
+        elif kind == DISCONNECT:
+            code, _props = packets.read_disconnect(buf, start, end, self.level)
+            if code != DISCONNECT_WITH_WILL:
+                self.will = None  # a DISCONNECT discards the will (3.14.4)
+            self.broker.log("info", "%s: MQTT client disconnected" % self.name)
+            self.lost()
+        elif kind == CONNECT:
+            raise Malformed(PROTOCOL_ERROR, "a second CONNECT")
+        else:
+            raise Malformed(PROTOCOL_ERROR, "%s from a client" % packets.NAMES[kind])
+
+    # ------------------------------------------------------------ CONNECT
+
+    def connect(self, c):
+        broker = self.broker
+        self.level = c.level
+        client_id = c.client_id
+        assigned = None
+        if not client_id:
+            if not c.clean and c.level != V5:
+                self.refuse_connect(CLIENT_IDENTIFIER_NOT_VALID, "an empty client id needs a clean session")
+                return
+            client_id = assigned = broker.new_name(b"hutch-mqtt-").replace(b".", b"-")
+        user, reason = self.login(c)
+        if reason is not None:
+            broker.stats[counters.AUTH_ATTEMPTS_FAILED] += 1
+            if broker.guard.login_failed(self.source):
+                self.dropped_quietly()
+                return
+            broker.guard.say(self.source, "%s: MQTT login refused: %s" % (self.name, reason))
+            self.refuse_connect(NOT_AUTHORIZED if c.user is None else BAD_USER_NAME_OR_PASSWORD, reason)
+            return
+        allowed, permissions = broker.users.access(user)
+        if not allowed:
+            self.refuse_connect(NOT_AUTHORIZED, "access to vhost '/' refused for user '%s'" % user)
+            return
+        flow = broker.flow
+        if flow.refuse_connections or broker.open_connections >= broker.limits.max_connections:
+            self.refuse_connect(SERVER_BUSY, flow.refuse_connections or "connection limit reached")
+            return
+        serving = self.serving
+        older = serving.clients.get(client_id)
+        if older is not None and not older.closed:
+            broker.log(
+                "info", "%s: MQTT client id '%s' connected again from %s" % (older.name, client_id.decode(), self.name)
+            )
+            older.taken_over()
+        serving.clients[client_id] = self
+        self.client_id = client_id
+        self.client = Login(user.encode() if isinstance(user, str) else user, self.name)
+        self.client.permissions = permissions
+        broker.open_connections += 1
+        broker.stats[counters.CONNECTIONS_OPENED] += 1
+        broker.guard.settled(self, self.source)
+        self.counted = True
+        self.state = OPEN
+        self.most_in = broker.limits.max_message_bytes + PACKET_HEADROOM
+        self.keep_alive_ms = c.keep_alive * 1000
+        self.will = c.will
+        from .session import Session
+
+        session = Session(self, c)
+        present = session.begin(c.clean, c.properties)
+        self.session = session
+        self.channels[0] = session
+        props = None
+        if self.level == V5:
+            props = session.connack_properties(assigned)
+        self.send(packets.connack(self.level, present, 0, props))
+        broker.log(
+            "info",
+            "%s: MQTT %s connection open (user '%s', client id '%s'%s)"
+            % (self.name, "5.0" if self.level == V5 else "3.1.1" if self.level == V311 else "3.1", user,
+               client_id.decode(), ", session present" if present else ""),
+        )  # fmt: skip
+        session.start()
+
+    def login(self, c):
+        """(user, None) for a client that may log in, (user, the reason) for one that may not."""
+        users = self.broker.users
+        self.broker.stats[counters.AUTH_ATTEMPTS] += 1
+        if c.user is not None:
+            user = c.user.decode()
+            try:
+                password = (c.password or b"").decode()
+            except UnicodeError:
+                return user, "user '%s' - invalid credentials: a password that is not UTF-8" % user
+            return user, users.check(user, password, self.loopback)
+        from ..core.passwordless import login  # (loaded with the first client without a user name)
+
+        tls = getattr(self, "tls", None)
+        if tls is not None and tls.get("login") is not None:
+            return login(users, b"EXTERNAL", tls, self.loopback)
+        if getattr(users, "anonymous", None) is not None:
+            return login(users, b"ANONYMOUS", tls, self.loopback)
+        return "?", "no user name, and no anonymous user ([auth] anonymous_login_user)"
+
+    def refuse_connect(self, code, reason):
+        self.broker.log("warning", "%s: MQTT connection refused: %s" % (self.name, reason))
+        self.send(
+            packets.connack(self.level, False, code, {packets.REASON_STRING: reason} if self.level == V5 else None)
+        )
+        self.finish()
+
+    # ------------------------------------------------------------ ending
+
+    def refuse(self, code, text):
+        """The client broke the protocol (or the broker cannot go on with it): a version 5 client
+        is told why, then the connection ends (its will is published: it did not DISCONNECT)."""
+        self.broker.log("warning", "%s: MQTT connection closed: %s" % (self.name, text))
+        if self.level == V5:
+            if self.state == CONNECT_WAIT:
+                self.send(packets.connack(V5, False, code, {packets.REASON_STRING: text}))
+            elif self.state == OPEN:
+                self.send(packets.disconnect(code, text))
+        self.lost()
+
+    def taken_over(self):
+        """Another connection connected with this one's client id: this one ends (MQTT 3.1.4-3),
+        its will published."""
+        self.refuse(SESSION_TAKEN_OVER, "another connection took the session over")
+
+    def out_of_memory(self):
+        self.broker.log("warning", "%s: out of memory, closing the MQTT connection" % self.name)
+        try:
+            self.refuse(QUOTA_EXCEEDED, "broker out of memory")
+        except MemoryError:
+            self.out = []
+            self.lost()
+
+    def dropped_quietly(self):
+        """Hang up without a word (core/connections.py: a source over its budget before login)."""
+        self.out = []
+        self.finish()
+
+    def close(self, reason="broker shutdown"):
+        """From the broker's side (a shutdown, an operator)."""
+        if self.state == OPEN:
+            self.refuse(SERVER_SHUTTING_DOWN, reason)
+        else:
+            self.finish()
+
+    def eof(self):
+        self.lost()
+
+    def lost(self):
+        """The connection is gone (or we hung up): its will goes out unless it disconnected, its
+        session lets go of what it holds, and a clean session ends."""
+        if self.closed:
+            return
+        session = self.session
+        if session is not None:
+            will, self.will = self.will, None
+            if will is not None:
+                session.publishing.publish_will(will)
+            session.end()
+        if self.serving.clients.get(self.client_id) is self:
+            del self.serving.clients[self.client_id]
+        self.finish()
+
+    def finish(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.state = CLOSED
+        self.pending = b""
+        broker = self.broker
+        broker.guard.settled(self, self.source)
+        if self.paused:
+            self.paused = False
+            broker.flow.let_go(self)
+        broker.connection_gone(self)
+        broker.forget(self)
+        if self.wake is not None:
+            self.wake()
+
+    def tick(self, now):
+        if self.closed:
+            return
+        if self.state == CONNECT_WAIT:
+            if now > self.deadline:
+                self.broker.log("warning", "%s: no MQTT CONNECT in time" % self.name)
+                self.finish()
+        elif self.keep_alive_ms and not self.paused and now - self.last_recv > self.keep_alive_ms * 3 // 2:
+            self.refuse(KEEP_ALIVE_TIMEOUT, "nothing from the client in 1.5 times its keep alive")
+        elif self.session is not None:
+            self.session.tick(now)
+
+    # ------------------------------------------------------------ the broker's calls (core/session.py)
+
+    def unsettled(self):
+        return self.session.unsettled() if self.session is not None else []
+
+    def notify_blocked(self, reason):
+        pass  # (MQTT has no word for it: its publishers are not read meanwhile)
+
+    def notify_unblocked(self):
+        pass

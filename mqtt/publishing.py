@@ -1,0 +1,264 @@
+"""What an MQTT client publishes, as a message of the broker's, and its acknowledgement.
+
+A PUBLISH goes to the MQTT exchange (`[mqtt] exchange`, amq.topic) with its topic as the
+routing key (mqtt/topics.py), as RabbitMQ maps it:
+
+    MQTT                                AMQP 0-9-1 (the stored form, core/message.py)
+    QoS                                 header x-mqtt-publish-qos; QoS 1 and 2 persistent
+                                        (delivery-mode 2), QoS 0 not
+    DUP                                 header x-mqtt-dup
+    5.0 user properties                 headers (name: value)
+    5.0 content type                    content-type
+    5.0 response topic                  reply-to (as a routing key)
+    5.0 correlation data                correlation-id
+    5.0 message expiry interval (s)     expiration (ms)
+
+and back (properties_5) for a version 5 subscriber. A QoS 1 PUBLISH is answered with PUBACK
+once every durable queue that took it has it on disk (the journal's sync), as a publisher
+confirm is; a QoS 2 one with PUBREC at the same point, its packet id then held until the
+client's PUBREL (answered PUBCOMP), so a PUBLISH repeated meanwhile is not taken twice. A
+version 5 client is told in the acknowledgement's reason code when no queue took it (0x10)
+or it may not publish there (0x87).
+"""
+
+from ..codec.errors import Refused
+from ..codec.wire import shortstr, text
+from ..core.broker import JOURNALLED, ROUTED
+from ..core.content import tails
+from ..core.message import Message
+from . import packets
+from .packets import (
+    CONTENT_TYPE,
+    CORRELATION_DATA,
+    MESSAGE_EXPIRY_INTERVAL,
+    NO_MATCHING_SUBSCRIBERS,
+    NOT_AUTHORIZED,
+    PACKET_IDENTIFIER_NOT_FOUND,
+    PUBACK,
+    PUBCOMP,
+    PUBREC,
+    RESPONSE_TOPIC,
+    SUCCESS,
+    TOPIC_ALIAS,
+    TOPIC_ALIAS_INVALID,
+    TOPIC_NAME_INVALID,
+    USER_PROPERTY,
+    V5,
+    Malformed,
+)
+from .topics import routing_key, topic_of, valid_topic
+
+QOS_HEADER = b"\x12x-mqtt-publish-qos"  # (as a shortstr: Message.has_header looks for it so)
+ALIASES_MOST = 16  # topic aliases a version 5 client may set (its Topic Alias Maximum)
+KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup")  # not user properties to a version 5 subscriber
+
+
+class Publishing:
+    """A session's publisher (core/session.py's publisher: client, confirming, hold_for,
+    resume, direct_reply_to)."""
+
+    confirming = False  # held back while a queue is full or publishers are blocked (MQTT has no nack)
+    alias_most = ALIASES_MOST
+
+    def __init__(self, session):
+        self.session = session
+        self.conn = session.conn
+        self.broker = session.broker
+        self.client = session.conn.client
+        self.exchange = session.serving.exchange
+        self.aliases = {}  # a version 5 client's topic aliases: number -> topic
+        self.waiting = []  # [journal seq, acknowledgement packet]: sent once the journal has synced
+        self.held_by = None
+
+    # ------------------------------------------------------------ PUBLISH
+
+    def publish(self, first, buf, start, end):
+        conn = self.conn
+        level = conn.level
+        qos = (first >> 1) & 3
+        topic, packet_id, props, payload = packets.read_publish(first, buf, start, end, level)
+        if qos and not packet_id:
+            raise Malformed(packets.PROTOCOL_ERROR, "a QoS %d PUBLISH with packet id 0" % qos)
+        if props:
+            topic = self._aliased(topic, props)
+        if not valid_topic(topic):
+            raise Malformed(TOPIC_NAME_INVALID, "topic name '%s'" % text(topic))
+        released = self.session.serving.released
+        if qos == 2:
+            pending = released.get(self.session.client_id)
+            if pending is not None and packet_id in pending:
+                conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
+                return
+        key = routing_key(topic)
+        if len(key) > 255:
+            raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
+        code, seq = self.send(key, payload, qos, bool(first & 8), props)
+        if qos == 1:
+            self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
+        elif qos == 2:
+            if code < 0x80:
+                pending = released.get(self.session.client_id)
+                if pending is None:
+                    pending = released[self.session.client_id] = set()
+                pending.add(packet_id)
+            self._acknowledge(seq, packets.ack(PUBREC, packet_id, code, level))
+        if self.broker.flow.blocked:
+            conn.pause()
+
+    def _aliased(self, topic, props):
+        """The topic of a version 5 PUBLISH that sets or uses a topic alias (3.3.2.3.4)."""
+        alias = props.get(TOPIC_ALIAS)
+        if alias is None:
+            return topic
+        if not 0 < alias <= ALIASES_MOST:
+            raise Malformed(TOPIC_ALIAS_INVALID, "topic alias %d (at most %d)" % (alias, ALIASES_MOST))
+        if topic:
+            self.aliases[alias] = topic
+            return topic
+        found = self.aliases.get(alias)
+        if found is None:
+            raise Malformed(packets.PROTOCOL_ERROR, "topic alias %d was never set" % alias)
+        return found
+
+    def send(self, key, payload, qos, dup, props):
+        """One publish through the broker: (reason code, the journal sequence its acknowledgement
+        waits for, or 0)."""
+        broker = self.broker
+        exchange = self.exchange
+        message = Message(
+            exchange, key, shortstr(exchange) + shortstr(key), *tails(properties_091(qos, dup, props), payload)
+        )
+        try:
+            target, message = broker.admit(self, exchange, message)
+        except Refused as e:
+            return self._refused(e, key), 0
+        result = broker.publish(target, message, self)
+        journal = broker.journal
+        seq = journal.seq if result & JOURNALLED and journal is not None else 0
+        if not result & ROUTED:
+            return NO_MATCHING_SUBSCRIBERS, seq
+        return SUCCESS, seq
+
+    def _refused(self, e, key):
+        """A publish the broker refused (no permission, a missing exchange): a version 5 client
+        is told in its acknowledgement (or, at QoS 0, in a DISCONNECT); an older one, whose
+        protocol has no word for it, is hung up on, as RabbitMQ does."""
+        conn = self.conn
+        why = "publish to '%s' refused: %s" % (text(topic_of(key)), e.text)
+        if conn.level == V5:
+            self.broker.log("warning", "%s: MQTT %s" % (conn.name, why))
+            return NOT_AUTHORIZED
+        raise Malformed(NOT_AUTHORIZED, why)
+
+    def _acknowledge(self, seq, ack):
+        journal = self.broker.journal
+        if seq and journal is not None and journal.synced < seq:
+            self.waiting.append([seq, ack])
+            self.broker.wait_for_journal(self.conn)
+        else:
+            self.conn.send(ack)
+
+    def flush_acks(self):
+        """The acknowledgements whose messages the journal has synced (in the order they were due)."""
+        if not self.waiting:
+            return
+        synced = self.broker.journal.synced
+        waiting = self.waiting
+        done = 0
+        while done < len(waiting) and waiting[done][0] <= synced:
+            self.conn.send(waiting[done][1])
+            done += 1
+        self.waiting = waiting[done:]
+        if self.waiting:
+            self.broker.wait_for_journal(self.conn)
+
+    def released(self, packet_id):
+        """PUBREL: the QoS 2 exchange for packet_id is over (PUBCOMP)."""
+        pending = self.session.serving.released.get(self.session.client_id)
+        code = SUCCESS
+        if pending is not None and packet_id in pending:
+            pending.discard(packet_id)
+        else:
+            code = PACKET_IDENTIFIER_NOT_FOUND
+        self.conn.send(packets.ack(PUBCOMP, packet_id, code, self.conn.level))
+
+    def publish_will(self, will):
+        topic, payload, qos, _retain, props = will
+        try:
+            self.send(routing_key(topic), payload, min(qos, 1), False, props)
+        except Malformed as e:
+            self.broker.log("warning", "%s: MQTT will not published: %s" % (self.conn.name, e.args[1]))
+
+    # ------------------------------------------------------------ the publisher's contract (core/session.py)
+
+    def hold_for(self, queue):
+        if self not in queue.waiting:
+            queue.waiting.append(self)
+        self.conn.pause()
+
+    def resume(self):
+        self.conn.resume_reading()
+
+    def direct_reply_to(self, message):
+        from ..codec.errors import PRECONDITION_FAILED
+
+        raise Refused(PRECONDITION_FAILED, "direct reply-to is not served to MQTT clients")
+
+
+def properties_091(qos, dup, props):
+    """The stored form's properties of an MQTT publish (the module's docstring has the table)."""
+    headers = {"x-mqtt-publish-qos": qos, "x-mqtt-dup": dup}
+    found = {"headers": headers, "delivery-mode": 2 if qos else 1}
+    if props:
+        for name, value in props.get(USER_PROPERTY, ()):
+            headers[name.decode()] = value
+        if CONTENT_TYPE in props:
+            found["content-type"] = props[CONTENT_TYPE]
+        if RESPONSE_TOPIC in props:
+            found["reply-to"] = routing_key(props[RESPONSE_TOPIC])
+        data = props.get(CORRELATION_DATA)
+        if data is not None:
+            if len(data) <= 255:
+                found["correlation-id"] = data
+            else:
+                headers["x-correlation-id"] = data
+        expiry = props.get(MESSAGE_EXPIRY_INTERVAL)
+        if expiry is not None:
+            found["expiration"] = b"%d" % (expiry * 1000)
+    return found
+
+
+def properties_5(message):
+    """A version 5 PUBLISH's properties for a message of the broker's (the table, read back)."""
+    if not message.flags() & 0xA700:  # none of content-type, headers, correlation-id, reply-to, expiration
+        return None
+    props = {}
+    found = message.properties()
+    value = found.get("content-type")
+    if value is not None:
+        props[CONTENT_TYPE] = value
+    value = found.get("reply-to")
+    if value is not None:
+        props[RESPONSE_TOPIC] = topic_of(value)
+    value = found.get("correlation-id")
+    if value is not None:
+        props[CORRELATION_DATA] = value
+    value = found.get("expiration")
+    if value is not None:
+        try:
+            props[MESSAGE_EXPIRY_INTERVAL] = (int(value) + 999) // 1000
+        except ValueError:
+            pass
+    user = []
+    for name, value in (found.get("headers") or {}).items():
+        if name in KEPT_HEADERS:
+            continue
+        if isinstance(value, (bytes, bytearray)):
+            user.append((name, bytes(value)))
+        elif isinstance(value, str):
+            user.append((name, value))
+        elif isinstance(value, (bool, int, float)):
+            user.append((name, str(value).lower() if isinstance(value, bool) else str(value)))
+    if user:
+        props[USER_PROPERTY] = user
+    return props or None

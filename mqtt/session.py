@@ -1,0 +1,296 @@
+"""An MQTT session: what a client subscribes to, and what it is delivered (RabbitMQ's model).
+
+A session's subscriptions are bindings of its queues to the MQTT exchange (amq.topic): one queue
+per QoS, `mqtt-subscription-{client id}qos0` and `...qos1`, each filter bound by its binding key
+(mqtt/topics.py) to the queue of the QoS it was granted (QoS 2 is granted as 1). So a session
+that outlives its connection is its queues: durable, kept for the session expiry interval
+(x-expires; 3.1.1's clean session 0 keeps them for the longest, `[mqtt] max_session_expiry`),
+with their bindings and their messages, through a restart. A session that ends with its
+connection has queues of that connection alone (exclusive).
+
+Deliveries: the session is its consumers' session (core/session.py): QoS 1 ones are numbered
+by packet id and held until the client's PUBACK, at most `[mqtt] prefetch` at a time (or the
+version 5 client's Receive Maximum, if less); what was in flight when the connection went is
+delivered again, with DUP, to the next connection of the session. A message is delivered at
+the lower of its subscription's QoS and its own: an MQTT QoS 0 publish at 0, any other (a
+QoS 1 publish, an AMQP publish) at 1, as RabbitMQ does.
+"""
+
+from ..codec.errors import Refused
+from ..codec.wire import text
+from ..core import topology
+from ..core.access import CONFIGURE
+from ..core.broker import ACCEPT, REQUEUE
+from ..core.queue import Consumer
+from ..core.session import MESSAGE, REDELIVERED
+from . import packets
+from .packets import (
+    NO_SUBSCRIPTION_EXISTED,
+    NOT_AUTHORIZED,
+    RECEIVE_MAXIMUM,
+    SESSION_EXPIRY_INTERVAL,
+    SHARED_SUBSCRIPTIONS_NOT_SUPPORTED,
+    SUCCESS,
+    TOPIC_FILTER_INVALID,
+    UNSPECIFIED_ERROR,
+    V5,
+)
+from .publishing import QOS_HEADER, Publishing, properties_5
+from .topics import binding_key, shared, topic_of, valid_filter
+
+QUEUE_PREFIX = b"mqtt-subscription-"
+SUBSCRIBE_METHOD = 0x0032000A  # (0-9-1's queue.bind: the method a refusal names)
+
+
+class Session:
+    """One client's session (see the module's docstring); conn is its connection."""
+
+    prefetch_global = 0  # (core/session.py: no bound beyond each consumer's)
+    consumer_unacked = 0
+    ended = False
+
+    def __init__(self, conn, connect):
+        self.conn = conn
+        self.broker = conn.broker
+        self.serving = conn.serving
+        self.level = conn.level
+        self.client_id = conn.client_id
+        self.consumers = [None, None]  # the consumer of the qos0 and the qos1 queue, once there is one
+        self.inflight = {}  # packet id -> (queue, entry, consumer): QoS 1 deliveries awaiting PUBACK
+        self.next_id = 1
+        self.expiry = 0  # s the session outlives its connection
+        self.window = self.serving.prefetch
+        self.publishing = Publishing(self)
+
+    @property
+    def number(self):
+        return 0  # (hutch ctl lists a consumer's channel)
+
+    def queue_name(self, qos):
+        return QUEUE_PREFIX + self.client_id + (b"qos1" if qos else b"qos0")
+
+    # ------------------------------------------------------------ beginning and ending
+
+    def begin(self, clean, props):
+        """The session of this client id: a new one (clean), or the one it left, if there is one.
+        Returns Session Present."""
+        serving = self.serving
+        if self.level == V5:
+            self.expiry = min(props.get(SESSION_EXPIRY_INTERVAL, 0), serving.max_session_expiry)
+            maximum = props.get(RECEIVE_MAXIMUM)
+            if maximum == 0:
+                raise packets.Malformed(packets.PROTOCOL_ERROR, "Receive Maximum 0")
+            if maximum is not None:
+                self.window = min(self.window, maximum)
+        elif not clean:
+            self.expiry = serving.max_session_expiry
+        queues = self.broker.queues
+        if clean:
+            serving.released.pop(self.client_id, None)
+            for qos in (0, 1):
+                queue = queues.get(self.queue_name(qos))
+                if queue is not None:
+                    topology.delete_queue(self.broker, queue)
+            return False
+        return any(queues.get(self.queue_name(qos)) is not None for qos in (0, 1))
+
+    def connack_properties(self, assigned):
+        """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms."""
+        props = {
+            packets.RETAIN_AVAILABLE: 0,
+            packets.MAXIMUM_QOS: 1,
+            packets.SHARED_SUBSCRIPTION_AVAILABLE: 0,
+            packets.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 0,
+            packets.TOPIC_ALIAS_MAXIMUM: self.publishing.alias_most,
+            packets.RECEIVE_MAXIMUM: 65535,
+            packets.MAXIMUM_PACKET_SIZE: self.conn.most_in,
+            SESSION_EXPIRY_INTERVAL: self.expiry,
+        }
+        if assigned is not None:
+            props[packets.ASSIGNED_CLIENT_IDENTIFIER] = assigned
+        return props
+
+    def start(self):
+        """A session that was there goes on: its queues are consumed again."""
+        for qos in (0, 1):
+            queue = self.broker.queues.get(self.queue_name(qos))
+            if queue is not None:
+                self._consume(queue, qos)
+                queue.dispatch()
+
+    def end(self):
+        """The connection is gone: what was in flight goes back to its queue (delivered again,
+        with DUP, to the session's next connection), and a session without an expiry ends."""
+        broker = self.broker
+        self.ended = True  # (nothing more is delivered to it: the requeued go to the next connection)
+        for qos in (0, 1):
+            consumer = self.consumers[qos]
+            if consumer is not None:
+                self.consumers[qos] = None
+                broker.cancel(consumer)
+        for pid in list(self.inflight):
+            queue, entry, consumer = self.inflight.pop(pid)
+            consumer.unacked -= 1
+            broker.settle(queue, [entry], REQUEUE)
+        if not self.expiry:
+            self.serving.released.pop(self.client_id, None)
+            for qos in (0, 1):
+                queue = broker.queues.get(self.queue_name(qos))
+                if queue is not None:
+                    topology.delete_queue(broker, queue)
+
+    # ------------------------------------------------------------ SUBSCRIBE, UNSUBSCRIBE
+
+    def subscribe(self, packet_id, _props, filters):
+        codes = []
+        started = []
+        for topic_filter, options in filters:
+            code = self._subscribe(topic_filter, options & 3)
+            codes.append(code)
+            if code < 0x80:
+                started.append(self.broker.queues.get(self.queue_name(code)))
+        self.conn.send(packets.suback(packet_id, codes, self.level))
+        for queue in started:  # (after the SUBACK: what the queue holds follows it)
+            if queue is not None:
+                queue.dispatch()
+
+    def _subscribe(self, topic_filter, qos):
+        """The granted QoS, or the reason code the subscription is refused with."""
+        group, found = shared(topic_filter)
+        if group is not None:
+            return SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if self.level == V5 else 0x80
+        if not valid_filter(found):
+            return TOPIC_FILTER_INVALID if self.level == V5 else 0x80
+        granted = 1 if qos else 0
+        key = binding_key(found)
+        if len(key) > 255:
+            return TOPIC_FILTER_INVALID if self.level == V5 else 0x80
+        broker = self.broker
+        who = self.conn.client
+        exchange = self.serving.exchange
+        try:
+            queue = self._queue(granted)
+            topology.bind(broker, who, exchange, True, queue.name, key, {}, SUBSCRIBE_METHOD)
+            other = broker.queues.get(self.queue_name(1 - granted))
+            if other is not None:  # a filter lives in one queue: the one of its latest QoS
+                topology.unbind(broker, who, exchange, True, other.name, key, {}, SUBSCRIBE_METHOD)
+            if self.consumers[granted] is None:
+                self._consume(queue, granted)
+        except Refused as e:
+            broker.log(
+                "warning", "%s: MQTT subscription to '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text)
+            )
+            return NOT_AUTHORIZED if self.level == V5 else 0x80
+        return granted
+
+    def _queue(self, qos):
+        """The session's queue of that QoS, declared if it is not there (durable with an expiry
+        when the session outlives its connection, else its connection's alone)."""
+        name = self.queue_name(qos)
+        queue = self.broker.queues.get(name)
+        if queue is not None:
+            return queue
+        who = self.conn.client
+        if self.expiry:
+            arguments = {"x-expires": self.expiry * 1000}
+            return topology.declare_queue(self.broker, who, name, False, True, False, False, arguments)
+        topology.permit(who, CONFIGURE, "queue", name, SUBSCRIBE_METHOD)
+        return topology.declare_queue(self.broker, who, name, False, False, True, False, {})
+
+    def _consume(self, queue, qos):
+        consumer = Consumer(self, b"mqtt-qos%d" % qos, queue, not qos, False, self.window if qos else 0)
+        self.broker.consume(self.conn.client, queue, consumer, SUBSCRIBE_METHOD)
+        self.consumers[qos] = consumer
+
+    def unsubscribe(self, packet_id, filters):
+        codes = []
+        broker = self.broker
+        exchange = broker.exchange(self.serving.exchange)
+        for topic_filter in filters:
+            key = binding_key(topic_filter)
+            code = NO_SUBSCRIPTION_EXISTED
+            for qos in (0, 1):
+                queue = broker.queues.get(self.queue_name(qos))
+                if queue is None or exchange is None or exchange.find(queue, key, {}) is None:
+                    continue
+                try:
+                    topology.unbind(
+                        broker, self.conn.client, exchange.name, True, queue.name, key, {}, SUBSCRIBE_METHOD
+                    )
+                    code = SUCCESS
+                except Refused as e:
+                    broker.log(
+                        "warning",
+                        "%s: MQTT unsubscribe from '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text),
+                    )
+                    code = NOT_AUTHORIZED
+            codes.append(code)
+        self.conn.send(packets.unsuback(packet_id, codes, self.level))
+
+    # ------------------------------------------------------------ deliveries (core/session.py)
+
+    def can_deliver(self):
+        conn = self.conn
+        return not self.ended and conn.out_bytes < conn.high_water
+
+    def deliver(self, consumer, queue, entry):
+        message = entry[MESSAGE]
+        broker = self.broker
+        qos = 0 if consumer.no_ack else 1
+        if qos and not message.persistent() and message.has_header(QOS_HEADER):
+            qos = 0  # an MQTT QoS 0 publish (x-mqtt-publish-qos 0): delivered at most once
+        packet_id = 0
+        if qos:
+            packet_id = self._packet_id()
+            self.inflight[packet_id] = (queue, entry, consumer)
+            consumer.unacked += 1
+            if message.journal_id:
+                broker.delivered(queue, entry, False)
+        else:
+            broker.delivered(queue, entry, True)
+        props = properties_5(message) if self.level == V5 else None
+        topic = topic_of(message.routing_key)
+        self.conn.send(
+            packets.publish(
+                topic, bytes(message.body()), qos, False, entry[REDELIVERED] and qos, packet_id, props, self.level
+            )
+        )
+
+    def _packet_id(self):
+        inflight = self.inflight
+        pid = self.next_id
+        while pid in inflight:
+            pid = pid % 65535 + 1
+        self.next_id = pid % 65535 + 1
+        return pid
+
+    def acked(self, packet_id):
+        """The client's PUBACK: the delivery is settled (one it does not hold is let be)."""
+        held = self.inflight.pop(packet_id, None)
+        if held is None:
+            return
+        queue, entry, consumer = held
+        consumer.unacked -= 1
+        self.broker.settle(queue, [entry], ACCEPT)
+        queue.dispatch()
+
+    def deliver_records(self, consumer, stream, cursor, room):
+        return 0, None  # (a session's queues are never streams)
+
+    def server_cancel(self, consumer):
+        """Its queue was deleted (by an operator, or its expiry): the session cannot go on."""
+        for qos in (0, 1):
+            if self.consumers[qos] is consumer:
+                self.consumers[qos] = None
+        self.conn.refuse(UNSPECIFIED_ERROR, "the session's queue '%s' was deleted" % text(consumer.queue.name))
+
+    def redispatch(self):
+        for consumer in self.consumers:
+            if consumer is not None:
+                consumer.queue.dispatch()
+
+    def unsettled(self):
+        return [(queue, entry) for queue, entry, _consumer in self.inflight.values()]
+
+    def tick(self, now):
+        pass

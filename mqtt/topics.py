@@ -1,0 +1,58 @@
+"""MQTT topics as AMQP routing keys, RabbitMQ's mapping (rabbitmq_mqtt rabbit_mqtt_util): the
+level separator `/` is the routing key's `.`, the single-level wildcard `+` is `*`, and the
+multi-level `#` stays `#`. So the MQTT publish to `sensors/greenhouse-3/temp` reaches an AMQP
+queue bound to `amq.topic` with `sensors.greenhouse-3.*`, and an AMQP publish with routing
+key `sensors.greenhouse-3.temp` reaches the MQTT subscriber of `sensors/+/temp`. (A topic
+level holding a dot is split in two by the mapping, as in RabbitMQ.)
+
+Topics and filters stay bytes, as the codec reads them.
+"""
+
+SHARE_PREFIX = b"$share/"
+
+
+def routing_key(topic):
+    """The routing key an MQTT PUBLISH's topic goes to amq.topic with."""
+    return topic.replace(b"/", b".")
+
+
+def binding_key(topic_filter):
+    """The binding key of an MQTT subscription's filter."""
+    return topic_filter.replace(b"/", b".").replace(b"+", b"*")
+
+
+def topic_of(key):
+    """The MQTT topic a message with routing key `key` is delivered under."""
+    return key.replace(b".", b"/")
+
+
+def valid_topic(topic):
+    """A topic a client may publish to: not empty, no wildcard (MQTT 4.7.3, 4.7.1)."""
+    return len(topic) > 0 and b"+" not in topic and b"#" not in topic
+
+
+def valid_filter(topic_filter):
+    """A subscription filter: not empty; `#` alone in the last level, `+` alone in its level
+    (MQTT 4.7.1)."""
+    if not topic_filter:
+        return False
+    levels = topic_filter.split(b"/")
+    last = len(levels) - 1
+    for i, level in enumerate(levels):
+        if b"#" in level and (level != b"#" or i != last):
+            return False
+        if b"+" in level and level != b"+":
+            return False
+    return True
+
+
+def shared(topic_filter):
+    """(group, filter) of a shared subscription `$share/{group}/{filter}`, (None, filter) for
+    any other; a malformed one (no group, or no filter) gives (b"", b"")."""
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return None, topic_filter
+    rest = topic_filter[len(SHARE_PREFIX) :]
+    group, slash, found = rest.partition(b"/")
+    if not group or not slash or not found or b"+" in group or b"#" in group:
+        return b"", b""
+    return group, found
