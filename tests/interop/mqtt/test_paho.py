@@ -3,79 +3,15 @@ the clients see them: Eclipse Paho (3.1.1 and 5) publishing and subscribing at Q
 a persistent session across a reconnect, a will, mosquitto's own command-line clients; and
 the AMQP side of hutch (a pika consumer of amq.topic) seeing RabbitMQ's mapping."""
 
-import queue
 import socket
 import subprocess
-import threading
 
-import paho.mqtt.client as paho
 import pika
 import pytest
 from brokers import wait_until
-from paho.mqtt.enums import CallbackAPIVersion
+from mqtt_brokers import Paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-
-VERSIONS = {"3.1.1": paho.MQTTv311, "5": paho.MQTTv5}
-
-
-class Paho:
-    """A paho client that records what it is delivered (topic, payload, qos, retain, properties)."""
-
-    def __init__(self, broker, client_id, version="3.1.1", clean=True, will=None):
-        protocol = VERSIONS[version]
-        kw = {"clean_session": clean} if protocol != paho.MQTTv5 else {}
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **kw)
-        self.client.username_pw_set("guest", "guest")
-        if will is not None:
-            self.client.will_set(*will)
-        self.got = queue.Queue()
-        self.connected = threading.Event()
-        self.subacks = queue.Queue()
-        self.flags = None
-        self.reason = None
-        self.client.on_message = lambda c, u, m: self.got.put((m.topic, m.payload, m.qos, m.retain, m.properties))
-        self.client.on_connect = self._on_connect
-        self.client.on_subscribe = lambda c, u, mid, codes, props: self.subacks.put(codes)
-        self.protocol = protocol
-        self.broker = broker
-        self.clean = clean
-
-    def _on_connect(self, client, userdata, flags, reason, properties):
-        self.flags = flags
-        self.reason = reason
-        self.connected.set()
-
-    def connect(self, session_expiry=None):
-        props = None
-        if self.protocol == paho.MQTTv5:
-            props = Properties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = session_expiry if session_expiry is not None else (0 if self.clean else 3600)
-            self.client.connect(
-                self.broker.host, self.broker.port, keepalive=30, clean_start=self.clean, properties=props
-            )
-        else:
-            self.client.connect(self.broker.host, self.broker.port, keepalive=30)
-        self.client.loop_start()
-        assert self.connected.wait(10), "no CONNACK"
-        return self
-
-    def subscribe(self, topic, qos):
-        result, mid = self.client.subscribe(topic, qos)
-        assert result == paho.MQTT_ERR_SUCCESS
-        return self.subacks.get(timeout=10)  # (the SUBACK: the subscription is in place)
-
-    def publish(self, topic, payload, qos, props=None):
-        info = self.client.publish(topic, payload, qos, properties=props)
-        info.wait_for_publish(10)
-        return info
-
-    def take(self, n, timeout=10):
-        return [self.got.get(timeout=timeout) for _ in range(n)]
-
-    def stop(self):
-        self.client.disconnect()
-        self.client.loop_stop()
 
 
 @pytest.mark.parametrize("version", ["3.1.1", "5"])

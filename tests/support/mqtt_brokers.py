@@ -1,0 +1,127 @@
+"""MQTT brokers and clients for the MQTT tests (tests/interop/mqtt): hutch (`hutch serve
+--mqtt-port FREE`) or Debian's mosquitto (the oracle: `mosquitto -c CONF` on a free port,
+stopped by its PID), each as an MqttBroker; Paho, an Eclipse Paho client that records what it
+is delivered."""
+
+import os
+import queue
+import subprocess
+import threading
+
+import paho.mqtt.client as paho
+from brokers import BIN, RunningBroker, terminate, wait_for_port
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from hutch.bench.brokers import free_port
+
+MOSQUITTO = "/usr/sbin/mosquitto"
+
+
+class MqttBroker:
+    def __init__(self, kind, port, running=None, proc=None, log_path=None):
+        self.kind = kind
+        self.host = "127.0.0.1"
+        self.port = port
+        self.running = running  # hutch's RunningBroker (its AMQP port: running.port)
+        self.proc = proc
+        self.log_path = log_path
+
+    def log(self):
+        if self.running is not None:
+            return self.running.log()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+
+def start_hutch(tmp_path, extra=()):
+    port = free_port()
+    running = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--mqtt-port", str(port), *extra], tmp_path).start()
+    assert "listening for MQTT on 127.0.0.1:%d" % port in running.log(), running.log()
+    return MqttBroker("hutch", port, running=running)
+
+
+def start_mosquitto(tmp_path):
+    port = free_port()
+    conf = tmp_path / "mosquitto.conf"
+    log_path = str(tmp_path / "mosquitto.log")
+    conf.write_text(
+        "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest file %s\n"
+        "log_type error\nlog_type warning\nlog_type notice\n" % (port, log_path)
+    )
+    proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    open(log_path, "a").close()
+    wait_for_port(port, proc, log_path)
+    return MqttBroker("mosquitto", port, proc=proc, log_path=log_path)
+
+
+def stop(broker):
+    if broker.running is not None:
+        code = broker.running.stop()
+        assert not broker.running.errors(), "broker logged errors:\n" + broker.running.log()[-5000:]
+        assert code == 0
+    else:
+        terminate(broker.proc, 10, "mosquitto", broker.log)
+
+
+VERSIONS = {"3.1.1": paho.MQTTv311, "5": paho.MQTTv5}
+
+
+class Paho:
+    """A paho client that records what it is delivered (topic, payload, qos, retain, properties)."""
+
+    def __init__(self, broker, client_id, version="3.1.1", clean=True, will=None):
+        protocol = VERSIONS[version]
+        kw = {"clean_session": clean} if protocol != paho.MQTTv5 else {}
+        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **kw)
+        self.client.username_pw_set("guest", "guest")
+        if will is not None:
+            self.client.will_set(*will)
+        self.got = queue.Queue()
+        self.connected = threading.Event()
+        self.subacks = queue.Queue()
+        self.flags = None
+        self.reason = None
+        self.client.on_message = lambda c, u, m: self.got.put((m.topic, m.payload, m.qos, m.retain, m.properties))
+        self.client.on_connect = self._on_connect
+        self.client.on_subscribe = lambda c, u, mid, codes, props: self.subacks.put(codes)
+        self.protocol = protocol
+        self.broker = broker
+        self.clean = clean
+
+    def _on_connect(self, client, userdata, flags, reason, properties):
+        self.flags = flags
+        self.reason = reason
+        self.connected.set()
+
+    def connect(self, session_expiry=None):
+        props = None
+        if self.protocol == paho.MQTTv5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = session_expiry if session_expiry is not None else (0 if self.clean else 3600)
+            self.client.connect(
+                self.broker.host, self.broker.port, keepalive=30, clean_start=self.clean, properties=props
+            )
+        else:
+            self.client.connect(self.broker.host, self.broker.port, keepalive=30)
+        self.client.loop_start()
+        assert self.connected.wait(10), "no CONNACK"
+        return self
+
+    def subscribe(self, topic, qos):
+        result, mid = self.client.subscribe(topic, qos)
+        assert result == paho.MQTT_ERR_SUCCESS
+        return self.subacks.get(timeout=10)  # (the SUBACK: the subscription is in place)
+
+    def publish(self, topic, payload, qos, props=None):
+        info = self.client.publish(topic, payload, qos, properties=props)
+        info.wait_for_publish(10)
+        return info
+
+    def take(self, n, timeout=10):
+        return [self.got.get(timeout=timeout) for _ in range(n)]
+
+    def stop(self):
+        self.client.disconnect()
+        self.client.loop_stop()
