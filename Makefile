@@ -30,6 +30,9 @@ PROMTOOL := /usr/bin/promtool
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 # Debian's mosquitto and its clients (mosquitto_pub, mosquitto_sub): the MQTT tests compare with it
 MOSQUITTO := /usr/sbin/mosquitto
+# MicroPython's MQTT clients (micropython-lib's umqtt.simple and umqtt.robust, from PyPI): the
+# MQTT tests run them under the micropython command, as a sensor runs them
+UMQTT := build/umqtt/umqtt/robust.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -46,7 +49,7 @@ serve: $(SERVE_INSTALLED)
 # compileall writes them (Python reads them either way), again only for a changed file.
 BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|build)/' .
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO) $(UMQTT) lint
 	$(BYTECODE)
 	$(BIN)/python -m pytest $(ARGS)
 
@@ -70,7 +73,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO) $(UMQTT)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +98,9 @@ $(NODE_INSTALLED): tests/node/package.json tests/node/package-lock.json
 
 $(RABBITMQ_SERVER):
 	$(APT_INSTALL) rabbitmq-server || ($(SUDO) apt-get update -q && $(APT_INSTALL) rabbitmq-server)
+
+$(UMQTT): tests/support/fetch_umqtt.py | $(BIN)/python
+	$(BIN)/python tests/support/fetch_umqtt.py build/umqtt
 
 $(MOSQUITTO):
 	$(APT_INSTALL) mosquitto mosquitto-clients || ($(SUDO) apt-get update -q && $(APT_INSTALL) mosquitto mosquitto-clients)
