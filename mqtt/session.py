@@ -55,16 +55,30 @@ class Session:
         self.serving = conn.serving
         self.level = conn.level
         self.client_id = conn.client_id
-        self.consumers = [None, None]  # the consumer of the qos0 and the qos1 queue, once there is one
+        self.consumers_by_qos = [None, None]  # the consumer of the qos0 and the qos1 queue, once there is one
         self.inflight = {}  # packet id -> (queue, entry, consumer): QoS 1 deliveries awaiting PUBACK
         self.next_id = 1
         self.expiry = 0  # s the session outlives its connection
         self.window = self.serving.prefetch
         self.publishing = Publishing(self)
 
+    # ------------------------------------------------------------ as hutch ctl lists a channel
+
+    prefetch_consumer = 0  # (each QoS 1 consumer's window is its own prefetch)
+    confirming = True  # (a QoS 1 or 2 publish is acknowledged once it is safe)
+    tx = None
+
     @property
     def number(self):
-        return 0  # (hutch ctl lists a consumer's channel)
+        return 0  # (its connection's one channel)
+
+    @property
+    def consumers(self):
+        return {qos: consumer for qos, consumer in enumerate(self.consumers_by_qos) if consumer is not None}
+
+    @property
+    def unacked(self):
+        return self.inflight
 
     def queue_name(self, qos):
         return QUEUE_PREFIX + self.client_id + (b"qos1" if qos else b"qos0")
@@ -124,9 +138,9 @@ class Session:
         broker = self.broker
         self.ended = True  # (nothing more is delivered to it: the requeued go to the next connection)
         for qos in (0, 1):
-            consumer = self.consumers[qos]
+            consumer = self.consumers_by_qos[qos]
             if consumer is not None:
-                self.consumers[qos] = None
+                self.consumers_by_qos[qos] = None
                 broker.cancel(consumer)
         for pid in list(self.inflight):
             queue, entry, consumer = self.inflight.pop(pid)
@@ -174,7 +188,7 @@ class Session:
             other = broker.queues.get(self.queue_name(1 - granted))
             if other is not None:  # a filter lives in one queue: the one of its latest QoS
                 topology.unbind(broker, who, exchange, True, other.name, key, {}, SUBSCRIBE_METHOD)
-            if self.consumers[granted] is None:
+            if self.consumers_by_qos[granted] is None:
                 self._consume(queue, granted)
         except Refused as e:
             broker.log(
@@ -200,7 +214,7 @@ class Session:
     def _consume(self, queue, qos):
         consumer = Consumer(self, b"mqtt-qos%d" % qos, queue, not qos, False, self.window if qos else 0)
         self.broker.consume(self.conn.client, queue, consumer, SUBSCRIBE_METHOD)
-        self.consumers[qos] = consumer
+        self.consumers_by_qos[qos] = consumer
 
     def unsubscribe(self, packet_id, filters):
         codes = []
@@ -280,12 +294,12 @@ class Session:
     def server_cancel(self, consumer):
         """Its queue was deleted (by an operator, or its expiry): the session cannot go on."""
         for qos in (0, 1):
-            if self.consumers[qos] is consumer:
-                self.consumers[qos] = None
+            if self.consumers_by_qos[qos] is consumer:
+                self.consumers_by_qos[qos] = None
         self.conn.refuse(UNSPECIFIED_ERROR, "the session's queue '%s' was deleted" % text(consumer.queue.name))
 
     def redispatch(self):
-        for consumer in self.consumers:
+        for consumer in self.consumers_by_qos:
             if consumer is not None:
                 consumer.queue.dispatch()
 

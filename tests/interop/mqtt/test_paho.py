@@ -126,3 +126,45 @@ def test_the_amqp_side_sees_rabbitmq_s_mapping(hutch_mqtt):
 def _got(channel, name):
     found = channel.basic_get(name, auto_ack=True)
     return found if found[0] is not None else None
+
+
+def test_hutch_ctl_and_metrics_show_mqtt_clients(tmp_path):
+    import json
+    import os
+    import urllib.request
+
+    from brokers import BIN
+    from mqtt_brokers import start_hutch, stop
+
+    from hutch.bench.brokers import free_port
+
+    metrics_port = free_port()
+    broker = start_hutch(tmp_path, ["--metrics-port", str(metrics_port)])
+    try:
+        sub = Paho(broker, "dashboard").connect()
+        sub.subscribe("sensors/#", 1)
+
+        def listed(kind, *columns):
+            done = subprocess.run(
+                [os.path.join(BIN, "hutch"), "ctl", "list", kind, *columns, "--json", "--data", broker.running.data],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        connections = [
+            c for c in listed("connections", "user", "channels", "state", "protocol") if c["protocol"] == "MQTT"
+        ]
+        assert [(c["user"], c["channels"], c["state"]) for c in connections] == [("guest", 1, "running")]
+        consumers = listed("consumers", "queue_name", "ack_required", "prefetch_count")
+        assert [(c["queue_name"], c["ack_required"], c["prefetch_count"]) for c in consumers] == [
+            ("mqtt-subscription-dashboardqos1", True, 10)
+        ]
+        channels = listed("channels", "consumer_count")
+        assert [c["consumer_count"] for c in channels] == [1]
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=10) as answer:
+            text = answer.read().decode()
+        assert 'hutch_connections{protocol="mqtt"} 1' in text
+        sub.stop()
+    finally:
+        stop(broker)
