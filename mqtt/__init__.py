@@ -9,6 +9,7 @@ see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscr
     publishing.py   what the client publishes: a message of the broker's, and QoS 1 and 2
                     answered once it is safe
     session.py      what the client subscribes to: its session's queues and their deliveries
+    retained.py     retained messages, each kept in a durable queue of its own
 
 new_connection   the factory a listener with protocol "mqtt" makes its clients' connections with,
              (broker, peer) -> a Connection, importing the front end with the first client

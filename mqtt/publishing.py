@@ -26,7 +26,7 @@ from ..codec.wire import shortstr, text
 from ..core.broker import JOURNALLED, ROUTED
 from ..core.content import tails
 from ..core.message import Message
-from . import packets
+from . import packets, retained
 from .packets import (
     CONTENT_TYPE,
     CORRELATION_DATA,
@@ -93,6 +93,14 @@ class Publishing:
         if len(key) > 255:
             raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
         code, seq = self.send(key, payload, qos, bool(first & 8), props)
+        if first & 1 and code < 0x80:  # RETAIN: kept for the subscriptions to come (mqtt/retained.py)
+            kept = retained.retain(self.broker, key, properties_091(qos, False, props), payload)
+            if kept is None:
+                self.broker.log(
+                    "warning", "%s: MQTT retained message to '%s' not kept: topic too long" % (conn.name, text(topic))
+                )
+            elif kept > seq:
+                seq = kept
         if qos == 1:
             self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
@@ -183,9 +191,12 @@ class Publishing:
         self.conn.send(packets.ack(PUBCOMP, packet_id, code, self.conn.level))
 
     def publish_will(self, will):
-        topic, payload, qos, _retain, props = will
+        topic, payload, qos, retain, props = will
         try:
-            self.send(routing_key(topic), payload, min(qos, 1), False, props)
+            key = routing_key(topic)
+            code, _seq = self.send(key, payload, min(qos, 1), False, props)
+            if retain and code < 0x80:
+                retained.retain(self.broker, key, properties_091(min(qos, 1), False, props), payload)
         except Malformed as e:
             self.broker.log("warning", "%s: MQTT will not published: %s" % (self.conn.name, e.args[1]))
 

@@ -23,7 +23,7 @@ from ..core.access import CONFIGURE
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
-from . import packets
+from . import packets, retained
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
     NOT_AUTHORIZED,
@@ -39,6 +39,7 @@ from .publishing import QOS_HEADER, Publishing, properties_5
 from .topics import binding_key, shared, topic_of, valid_filter
 
 QUEUE_PREFIX = b"mqtt-subscription-"
+RETAINED = (None, None, None)  # what a retained message delivered at QoS 1 is held as until its PUBACK
 SUBSCRIBE_METHOD = 0x0032000A  # (0-9-1's queue.bind: the method a refusal names)
 
 
@@ -111,7 +112,6 @@ class Session:
     def connack_properties(self, assigned):
         """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms."""
         props = {
-            packets.RETAIN_AVAILABLE: 0,
             packets.MAXIMUM_QOS: 1,
             packets.SHARED_SUBSCRIPTION_AVAILABLE: 0,
             packets.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 0,
@@ -143,7 +143,10 @@ class Session:
                 self.consumers_by_qos[qos] = None
                 broker.cancel(consumer)
         for pid in list(self.inflight):
-            queue, entry, consumer = self.inflight.pop(pid)
+            held = self.inflight.pop(pid)
+            if held is RETAINED:
+                continue
+            queue, entry, consumer = held
             consumer.unacked -= 1
             broker.settle(queue, [entry], REQUEUE)
         if not self.expiry:
@@ -158,15 +161,34 @@ class Session:
     def subscribe(self, packet_id, _props, filters):
         codes = []
         started = []
+        kept = []
         for topic_filter, options in filters:
             code = self._subscribe(topic_filter, options & 3)
             codes.append(code)
             if code < 0x80:
                 started.append(self.broker.queues.get(self.queue_name(code)))
+                if (options >> 4) & 3 != 2:  # (version 5's retain handling 2: none at subscribe)
+                    kept.append((topic_filter, code))
         self.conn.send(packets.suback(packet_id, codes, self.level))
-        for queue in started:  # (after the SUBACK: what the queue holds follows it)
+        for topic_filter, granted in kept:  # (after the SUBACK: the retained messages, then the queues')
+            for topic, message in retained.matching(self.broker, topic_filter):
+                self._deliver_retained(topic, message, granted)
+        for queue in started:
             if queue is not None:
                 queue.dispatch()
+
+    def _deliver_retained(self, topic, message, granted):
+        """A retained message, with RETAIN set, at the lower of the subscription's QoS and its
+        own; a QoS 1 one is held by packet id until its PUBACK like any delivery (its queue
+        keeps it: nothing to settle)."""
+        own = (message.properties().get("headers") or {}).get("x-mqtt-publish-qos", 1)
+        qos = min(granted, own)
+        packet_id = 0
+        if qos:
+            packet_id = self._packet_id()
+            self.inflight[packet_id] = RETAINED
+        props = properties_5(message) if self.level == V5 else None
+        self.conn.send(packets.publish(topic, bytes(message.body()), qos, True, False, packet_id, props, self.level))
 
     def _subscribe(self, topic_filter, qos):
         """The granted QoS, or the reason code the subscription is refused with."""
@@ -281,7 +303,7 @@ class Session:
     def acked(self, packet_id):
         """The client's PUBACK: the delivery is settled (one it does not hold is let be)."""
         held = self.inflight.pop(packet_id, None)
-        if held is None:
+        if held is None or held is RETAINED:
             return
         queue, entry, consumer = held
         consumer.unacked -= 1
@@ -304,7 +326,7 @@ class Session:
                 consumer.queue.dispatch()
 
     def unsettled(self):
-        return [(queue, entry) for queue, entry, _consumer in self.inflight.values()]
+        return [(held[0], held[1]) for held in self.inflight.values() if held is not RETAINED]
 
     def tick(self, now):
         pass

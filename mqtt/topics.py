@@ -56,3 +56,18 @@ def shared(topic_filter):
     if not group or not slash or not found or b"+" in group or b"#" in group:
         return b"", b""
     return group, found
+
+
+def matches(topic_filter, topic):
+    """Whether a subscription's filter matches a topic (MQTT 4.7): `+` one level, `#` the rest
+    (and the parent level); a filter starting with a wildcard does not match a `$` topic."""
+    if topic.startswith(b"$") and topic_filter[:1] in (b"+", b"#"):
+        return False
+    levels = topic.split(b"/")
+    wanted = topic_filter.split(b"/")
+    for i, level in enumerate(wanted):
+        if level == b"#":
+            return True
+        if i >= len(levels) or (level != b"+" and level != levels[i]):
+            return False
+    return len(levels) == len(wanted)

@@ -66,7 +66,7 @@ def test_an_empty_client_id_gets_one_with_a_clean_session_only():
     out = v5.connect(b"")
     props, _ = packets.read_properties(out[0].body, 2, len(out[0].body))
     assert props[packets.ASSIGNED_CLIENT_IDENTIFIER] == v5.conn.client_id
-    assert props[packets.RETAIN_AVAILABLE] == 0 and props[packets.MAXIMUM_QOS] == 1
+    assert packets.RETAIN_AVAILABLE not in props and props[packets.MAXIMUM_QOS] == 1  # (retained: served)
 
 
 def test_umqtt_s_keepalive_0_is_never_timed_out():
@@ -289,3 +289,36 @@ def test_mqtt_3_1_s_connect_is_taken_as_rabbitmq_takes_it():
     c = Client(level=packets.V31)
     assert [(p.name, p.body) for p in c.connect()] == [("CONNACK", b"\x00\x00")]
     assert c.conn.level == packets.V31
+
+
+# ---------------------------------------------------------------- retained messages
+
+
+def test_retained_messages_reach_later_wildcard_subscriptions_and_an_empty_one_clears():
+    broker = Broker(Limits())
+    sensor = Client(broker)
+    sensor.connect(b"sensor")
+    sensor.publish(b"home/kitchen/temp", b"20", qos=1, packet_id=1, retain=True)
+    sensor.publish(b"home/kitchen/temp", b"21", qos=1, packet_id=2, retain=True)  # replaces it
+    sensor.publish(b"home/hall/temp", b"18", qos=0, retain=True)
+    sensor.publish(b"home/hall/light", b"on", qos=0, retain=True)
+    later = Client(broker)
+    later.connect(b"later")
+    out = later.subscribe(1, b"home/+/temp", qos=1)
+    assert out[0].name == "SUBACK"
+    got = sorted((published(p)[0], published(p)[1], published(p)[2], p.flags & 1) for p in out[1:])
+    assert got == [(b"home/hall/temp", b"18", 0, 1), (b"home/kitchen/temp", b"21", 1, 1)]
+    sensor.publish(b"home/kitchen/temp", b"", qos=0, retain=True)  # cleared
+    again = Client(broker)
+    again.connect(b"again")
+    out = again.subscribe(1, b"home/#", qos=0)
+    assert sorted(published(p)[0] for p in out[1:]) == [b"home/hall/light", b"home/hall/temp"]
+
+
+def test_topic_filters_match_as_mqtt_says():
+    from hutch.mqtt.topics import matches
+
+    assert matches(b"a/+/c", b"a/b/c") and not matches(b"a/+/c", b"a/b/d")
+    assert matches(b"a/#", b"a") and matches(b"a/#", b"a/b/c") and matches(b"#", b"x/y")
+    assert not matches(b"#", b"$SYS/x") and not matches(b"+/x", b"$SYS/x") and matches(b"$SYS/#", b"$SYS/x")
+    assert not matches(b"a/b", b"a/b/c") and not matches(b"a/b/c", b"a/b")

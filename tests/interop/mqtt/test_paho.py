@@ -168,3 +168,41 @@ def test_hutch_ctl_and_metrics_show_mqtt_clients(tmp_path):
         sub.stop()
     finally:
         stop(broker)
+
+
+def test_retained_messages_for_later_subscribers(mqtt_broker):
+    pub = Paho(mqtt_broker, "status-pub").connect()
+    for topic, payload, qos in (
+        ("status/node-1", b"online", 1),
+        ("status/node-2", b"offline", 0),
+        ("status/node-3", b"gone soon", 1),
+        ("status/node-3", b"", 1),  # an empty retained message clears the topic's
+    ):
+        pub.client.publish(topic, payload, qos, retain=True).wait_for_publish(10)
+    late = Paho(mqtt_broker, "late").connect()
+    late.subscribe("status/#", 1)
+    got = sorted((t, m, q, r) for t, m, q, r, _p in late.take(2))
+    assert got == [("status/node-1", b"online", 1, True), ("status/node-2", b"offline", 0, True)], mqtt_broker.kind
+    pub.client.publish("status/node-1", b"rebooting", 1, retain=True).wait_for_publish(10)
+    assert late.take(1)[0][:4] == (
+        "status/node-1",
+        b"rebooting",
+        1,
+        False,
+    )  # (to a subscriber already there: not retained)
+    late.stop()
+    pub.stop()
+
+
+def test_a_retained_message_survives_sigkill(hutch_mqtt):
+    from brokers import sigkill
+
+    pub = Paho(hutch_mqtt, "config-pub").connect()
+    pub.client.publish("homeassistant/sensor/greenhouse/config", b'{"unit": "C"}', 1, retain=True).wait_for_publish(10)
+    pub.client.loop_stop()
+    sigkill(hutch_mqtt.running)
+    hutch_mqtt.running.start()
+    late = Paho(hutch_mqtt, "home-assistant").connect()
+    late.subscribe("homeassistant/#", 0)
+    assert late.take(1)[0][:4] == ("homeassistant/sensor/greenhouse/config", b'{"unit": "C"}', 0, True)
+    late.stop()

@@ -1,0 +1,65 @@
+"""Retained messages: the last message published with RETAIN to each topic, given to every later
+subscription whose filter matches it, wildcards included (MQTT 3.3.1.3).
+
+Each is kept in a durable queue of its own, `mqtt-retained.<routing key>` (mqtt/topics.py's
+key), holding one message (x-max-length 1, drop-head: a new one replaces it), persistent
+whatever its QoS: so the journal keeps it through a restart as it keeps any queue's message,
+and a QoS 1 PUBLISH with RETAIN is acknowledged once it is on disk there too. A retained
+PUBLISH with an empty payload deletes that queue (it is delivered to current subscribers,
+and not kept). The queues are the broker's own (no user's permission is asked for them) and
+`hutch ctl list queues` shows them.
+"""
+
+from ..codec.wire import shortstr
+from ..core import topology
+from ..core.broker import JOURNALLED
+from ..core.content import tails
+from ..core.message import Message
+from .topics import matches, topic_of
+
+PREFIX = b"mqtt-retained."
+
+
+def queue_name(key):
+    """The queue that keeps the retained message of routing key `key` (None: its name would be
+    longer than a queue name may be)."""
+    name = PREFIX + key
+    return name if len(name) <= 255 else None
+
+
+def retain(broker, key, properties, payload):
+    """Keep payload (with the stored form's properties of its publish) as the retained message of
+    routing key `key`, or forget it (an empty payload). Returns the journal sequence number its
+    acknowledgement waits for (0: none), or None when the topic is too long to keep."""
+    name = queue_name(key)
+    if name is None:
+        return None
+    queue = broker.queues.get(name)
+    if not payload:
+        if queue is not None:
+            topology.delete_queue(broker, queue)
+        return 0
+    if queue is None:
+        arguments = {"x-max-length": 1, "x-overflow": "drop-head"}
+        queue = topology.declare_queue(broker, None, name, False, True, False, False, arguments)
+    properties = dict(properties, **{"delivery-mode": 2})  # (kept through a restart, whatever its QoS)
+    message = Message(b"", name, shortstr(b"") + shortstr(name), *tails(properties, payload))
+    result = broker.publish(broker.exchange(b""), message)
+    journal = broker.journal
+    return journal.seq if result & JOURNALLED and journal is not None else 0
+
+
+def matching(broker, topic_filter):
+    """(topic, message) of each retained message whose topic the filter matches."""
+    found = []
+    for name, queue in broker.queues.items():
+        if not name.startswith(PREFIX):
+            continue
+        topic = topic_of(name[len(PREFIX) :])
+        if not matches(topic_filter, topic):
+            continue
+        if not queue.messages.length and queue.paged:
+            queue.page_in()  # (just after a restart its message may still be on disk)
+        if queue.messages.length:
+            found.append((topic, queue.messages.peek()[0]))
+    return found
