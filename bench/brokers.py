@@ -128,9 +128,12 @@ class Hutch:
 
     tls_port = None  # a TLS listener's port (the TLS rows), or None
 
-    def __init__(self, kind, workdir, folder=None, config=None, tls=None):
+    mqtt_port = None  # its MQTT listener's port (hutch bench --mqtt), or None
+
+    def __init__(self, kind, workdir, folder=None, config=None, tls=None, mqtt=False):
         """folder: a previous run's (its data folder is used again: a restart); config: a config
-        file; tls: (certificate, key) files for a TLS listener beside the plain one."""
+        file; tls: (certificate, key) files for a TLS listener beside the plain one; mqtt: an
+        MQTT listener too."""
         self.kind = kind
         self.host, self.port = "127.0.0.1", free_port()
         folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
@@ -142,6 +145,9 @@ class Hutch:
             common += ["--metrics-port", str(self.metrics_port)]
         if config is not None:
             common += ["--config", config]
+        if mqtt:
+            self.mqtt_port = free_port()
+            common += ["--mqtt-port", str(self.mqtt_port)]
         if tls is not None:
             self.tls_port = free_port()
             common += ["--tls-port", str(self.tls_port), "--certfile", tls[0], "--keyfile", tls[1]]

@@ -364,6 +364,15 @@ def add_options(parser):
         "--start-rabbitmq or --rabbitmq), live and after an outage; e.g. 100000, or 1000000",
     )
 
+    mqtt = parser.add_argument_group("MQTT (--mqtt: only these, see bench/mqtt.py)")
+    mqtt.add_argument(
+        "--mqtt",
+        action="store_true",
+        help="instead of the scenarios: MQTT QoS 0 and QoS 1 throughput (--count messages, a quarter of "
+        "them at QoS 1) and memory per idle MQTT connection",
+    )
+    mqtt.add_argument("--start-mosquitto", action="store_true", help="also run them against Debian's mosquitto")
+
     board = parser.add_argument_group("boards (--board wasm32: only these, see bench/board_wasm32.py)")
     board.add_argument(
         "--board",
@@ -409,9 +418,20 @@ def brokers_to_run(args, workdir, tls=None, plugins=()):
 
 
 def run(args):
-    if sum(1 for mode in (args.backlog, args.bridge, args.spark, args.board) if mode) > 1:
-        print("hutch bench: --backlog, --bridge, --spark and --board: pick one", file=sys.stderr)
+    if sum(1 for mode in (args.backlog, args.bridge, args.spark, args.board, args.mqtt) if mode) > 1:
+        print("hutch bench: --backlog, --bridge, --spark, --board and --mqtt: pick one", file=sys.stderr)
         return 2
+    if args.start_mosquitto and not args.mqtt:
+        print("hutch bench: --start-mosquitto is an option of --mqtt", file=sys.stderr)
+        return 2
+    if args.mqtt:
+        from . import mqtt  # (the MQTT rows only)
+
+        try:
+            return mqtt.run(args)
+        except BenchError as e:
+            print("hutch bench: %s" % e, file=sys.stderr)
+            return 1
     if args.board:
         return _board(args)
     if args.spark:

@@ -215,7 +215,10 @@ def test_the_wasm32_board_refuses_in_one_line():
     """`hutch bench --board wasm32` with another mode, or without its port installed: one line,
     exit 2. (Its scenarios and table run in tests/boards/test_wasm32.py.)"""
     done = bench("--board", "wasm32", "--backlog", "10", timeout=60)
-    assert done.returncode == 2 and done.stderr == "hutch bench: --backlog, --bridge, --spark and --board: pick one\n"
+    assert (
+        done.returncode == 2
+        and done.stderr == "hutch bench: --backlog, --bridge, --spark, --board and --mqtt: pick one\n"
+    )
     missing = dict(os.environ, HUTCH_WASM32_PACKAGE="/nonexistent/micropython.mjs")
     done = bench("--board", "wasm32", timeout=120, env=missing)
     assert done.returncode == 2 and done.stdout == "", done
@@ -307,3 +310,20 @@ def test_backlog_refuses_what_it_cannot_do_in_one_line(tmp_path):
         assert done.stderr.startswith("hutch bench: --plot needs matplotlib") and done.stderr.count("\n") == 1
     else:
         assert done.returncode == 0 and plot.read_bytes().startswith(b"\x89PNG"), done.stderr
+
+
+def test_mqtt_rows_against_hutch_and_mosquitto(tmp_path):
+    done = bench("--mqtt", "--start-mosquitto", "--count", "4000", env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "hutch/mosquitto" in lines[0]
+    for title in ("MQTT QoS 0, 16 B", "MQTT QoS 1, 16 B", "RSS per idle MQTT connection"):
+        row = [line for line in lines if line.startswith(title)]
+        assert row, done.stdout
+        figures = [float(f.replace(",", "")) for f in re.findall(r"[\d,]+\.?\d*", row[0].split("  ", 1)[1])]
+        assert all(f > 0 for f in figures[-3:]), row
+
+
+def test_start_mosquitto_is_an_option_of_mqtt():
+    done = bench("--start-mosquitto")
+    assert done.returncode == 2 and done.stderr.strip() == "hutch bench: --start-mosquitto is an option of --mqtt"

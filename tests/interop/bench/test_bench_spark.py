@@ -55,4 +55,7 @@ def test_spark_prints_every_row_with_a_figure_and_leaves_no_spark_behind(tmp_pat
 
 def test_spark_and_another_mode_is_refused():
     done = bench("--spark", "1000", "--backlog", "1000", timeout=60)
-    assert done.returncode == 2 and done.stderr == "hutch bench: --backlog, --bridge, --spark and --board: pick one\n"
+    assert (
+        done.returncode == 2
+        and done.stderr == "hutch bench: --backlog, --bridge, --spark, --board and --mqtt: pick one\n"
+    )
