@@ -22,9 +22,9 @@ or it may not publish there (0x87).
 """
 
 from ..codec.errors import Refused
-from ..codec.wire import shortstr, text
+from ..codec.wire import encode_properties, text
 from ..core.broker import JOURNALLED, ROUTED
-from ..core.content import tails
+from ..core.content import body_tail, header_tail, tails
 from ..core.message import Message
 from . import packets, retained
 from .packets import (
@@ -50,7 +50,8 @@ from .topics import routing_key, topic_of, valid_topic
 
 QOS_HEADER = b"\x12x-mqtt-publish-qos"  # (as a shortstr: Message.has_header looks for it so)
 ALIASES_MOST = 16  # topic aliases a version 5 client may set (its Topic Alias Maximum)
-KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup")  # not user properties to a version 5 subscriber
+KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup")
+PLAIN = {}  # (QoS, DUP) -> the encoded properties of a publish without version 5 properties  # not user properties to a version 5 subscriber
 
 
 class Publishing:
@@ -65,7 +66,8 @@ class Publishing:
         self.conn = session.conn
         self.broker = session.broker
         self.client = session.conn.client
-        self.exchange = session.serving.exchange
+        self.exchange = exchange = session.serving.exchange
+        self.route_start = bytes((len(exchange),)) + exchange  # (a message's route: exchange and key as shortstrs)
         self.aliases = {}  # a version 5 client's topic aliases: number -> topic
         self.waiting = []  # [journal seq, acknowledgement packet]: sent once the journal has synced
         self.held_by = None
@@ -133,9 +135,14 @@ class Publishing:
         waits for, or 0)."""
         broker = self.broker
         exchange = self.exchange
-        message = Message(
-            exchange, key, shortstr(exchange) + shortstr(key), *tails(properties_091(qos, dup, props), payload)
-        )
+        if props:
+            parts = tails(properties_091(qos, dup, props), payload)
+        else:  # (most publishes: their properties, encoded once for each QoS and DUP)
+            encoded = PLAIN.get((qos, dup))
+            if encoded is None:
+                encoded = PLAIN[qos, dup] = encode_properties(properties_091(qos, dup, None))
+            parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
+        message = Message(exchange, key, self.route_start + bytes((len(key),)) + key, *parts)
         try:
             target, message = broker.admit(self, exchange, message)
         except Refused as e:
