@@ -59,15 +59,14 @@ PACKET_HEADROOM = 65536
 class Serving:
     """What the MQTT front end keeps once per broker, in broker.front_ends["mqtt"] (made by
     serving_of with the first client, or set up from the config by server/startup.py): its
-    settings, the connection of each client id (a second CONNECT with the same id takes the
-    session over), and each session's QoS 2 packet ids between PUBREC and PUBREL."""
+    settings, and the connection of each client id (a second CONNECT with the same id takes the
+    session over)."""
 
     def __init__(self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400):
         self.exchange = exchange  # where publishes go and subscriptions bind ([mqtt] exchange)
         self.prefetch = prefetch  # QoS 1 deliveries in flight per session (RabbitMQ's mqtt.prefetch)
         self.max_session_expiry = max_session_expiry  # s a session outlives its connection, at most
         self.clients = {}  # client id -> its Connection
-        self.released = {}  # client id -> the QoS 2 packet ids it published and has not released
 
 
 def serving_of(broker):

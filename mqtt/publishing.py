@@ -85,12 +85,10 @@ class Publishing:
             topic = self._aliased(topic, props)
         if not valid_topic(topic):
             raise Malformed(TOPIC_NAME_INVALID, "topic name '%s'" % text(topic))
-        released = self.session.serving.released
-        if qos == 2:
-            pending = released.get(self.session.client_id)
-            if pending is not None and packet_id in pending:
-                conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
-                return
+        released = self.session.released
+        if qos == 2 and packet_id in released:
+            conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
+            return
         key = routing_key(topic)
         if len(key) > 255:
             raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
@@ -106,11 +104,8 @@ class Publishing:
         if qos == 1:
             self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
-            if code < 0x80:
-                pending = released.get(self.session.client_id)
-                if pending is None:
-                    pending = released[self.session.client_id] = set()
-                pending.add(packet_id)
+            if code < 0x80:  # (held, on disk with the message, until the PUBREL)
+                seq = max(seq, released.hold(packet_id))
             self._acknowledge(seq, packets.ack(PUBREC, packet_id, code, level))
         if self.broker.flow.blocked:
             conn.pause()
@@ -189,12 +184,7 @@ class Publishing:
 
     def released(self, packet_id):
         """PUBREL: the QoS 2 exchange for packet_id is over (PUBCOMP)."""
-        pending = self.session.serving.released.get(self.session.client_id)
-        code = SUCCESS
-        if pending is not None and packet_id in pending:
-            pending.discard(packet_id)
-        else:
-            code = PACKET_IDENTIFIER_NOT_FOUND
+        code = SUCCESS if self.session.released.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
         self.conn.send(packets.ack(PUBCOMP, packet_id, code, self.conn.level))
 
     def publish_will(self, will):

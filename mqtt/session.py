@@ -36,6 +36,7 @@ from .packets import (
     V5,
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
+from .qos2 import Released
 from .topics import binding_key, shared, topic_of, valid_filter
 
 QUEUE_PREFIX = b"mqtt-subscription-"
@@ -62,6 +63,7 @@ class Session:
         self.expiry = 0  # s the session outlives its connection
         self.window = self.serving.prefetch
         self.publishing = Publishing(self)
+        self.released = Released(self)  # its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)
 
     # ------------------------------------------------------------ as hutch ctl lists a channel
 
@@ -101,9 +103,8 @@ class Session:
             self.expiry = serving.max_session_expiry
         queues = self.broker.queues
         if clean:
-            serving.released.pop(self.client_id, None)
-            for qos in (0, 1):
-                queue = queues.get(self.queue_name(qos))
+            for name in (self.queue_name(0), self.queue_name(1), self.released.name):
+                queue = queues.get(name)
                 if queue is not None:
                     topology.delete_queue(self.broker, queue)
             return False
@@ -126,6 +127,7 @@ class Session:
 
     def start(self):
         """A session that was there goes on: its queues are consumed again."""
+        self.released.start()
         for qos in (0, 1):
             queue = self.broker.queues.get(self.queue_name(qos))
             if queue is not None:
@@ -149,8 +151,8 @@ class Session:
             queue, entry, consumer = held
             consumer.unacked -= 1
             broker.settle(queue, [entry], REQUEUE)
+        self.released.end(not self.expiry)
         if not self.expiry:
-            self.serving.released.pop(self.client_id, None)
             for qos in (0, 1):
                 queue = broker.queues.get(self.queue_name(qos))
                 if queue is not None:
