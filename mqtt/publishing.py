@@ -59,6 +59,7 @@ class Publishing:
     resume, direct_reply_to)."""
 
     confirming = False  # held back while a queue is full or publishers are blocked (MQTT has no nack)
+    zero_said = False  # a 3.1.1 client's packet id 0 was logged
     alias_most = ALIASES_MOST
 
     def __init__(self, session):
@@ -80,7 +81,17 @@ class Publishing:
         qos = (first >> 1) & 3
         topic, packet_id, props, payload = packets.read_publish(first, buf, start, end, level)
         if qos and not packet_id:
-            raise Malformed(packets.PROTOCOL_ERROR, "a QoS %d PUBLISH with packet id 0" % qos)
+            if qos == 2 or level == V5:
+                raise Malformed(packets.PROTOCOL_ERROR, "a QoS %d PUBLISH with packet id 0" % qos)
+            # umqtt.simple's packet id wraps from 65535 to 0 (micropython-lib#94): a sensor that
+            # has published that often is answered, not hung up on; said once a connection
+            if not self.zero_said:
+                self.zero_said = True
+                self.broker.log(
+                    "warning",
+                    "%s: MQTT client '%s' sent packet id 0 (taken, as umqtt's wrap makes it)"
+                    % (conn.name, text(self.session.client_id)),
+                )
         if props:
             topic = self._aliased(topic, props)
         if not valid_topic(topic):

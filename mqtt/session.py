@@ -19,7 +19,6 @@ QoS 1 publish, an AMQP publish) at 1, as RabbitMQ does.
 from ..codec.errors import Refused
 from ..codec.wire import text
 from ..core import topology
-from ..core.access import CONFIGURE
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
@@ -50,6 +49,8 @@ class Session:
     prefetch_global = 0  # (core/session.py: no bound beyond each consumer's)
     consumer_unacked = 0
     ended = False
+    most_out = 0  # a version 5 client's Maximum Packet Size (0: none said)
+    too_large_said = False
 
     def __init__(self, conn, connect):
         self.conn = conn
@@ -94,6 +95,7 @@ class Session:
         serving = self.serving
         if self.level == V5:
             self.expiry = min(props.get(SESSION_EXPIRY_INTERVAL, 0), serving.max_session_expiry)
+            self.most_out = props.get(packets.MAXIMUM_PACKET_SIZE, 0)
             maximum = props.get(RECEIVE_MAXIMUM)
             if maximum == 0:
                 raise packets.Malformed(packets.PROTOCOL_ERROR, "Receive Maximum 0")
@@ -232,7 +234,6 @@ class Session:
         if self.expiry:
             arguments = {"x-expires": self.expiry * 1000}
             return topology.declare_queue(self.broker, who, name, False, True, False, False, arguments)
-        topology.permit(who, CONFIGURE, "queue", name, SUBSCRIBE_METHOD)
         return topology.declare_queue(self.broker, who, name, False, False, True, False, {})
 
     def _consume(self, queue, qos):
@@ -288,11 +289,27 @@ class Session:
             broker.delivered(queue, entry, True)
         props = properties_5(message) if self.level == V5 else None
         topic = topic_of(message.routing_key)
-        self.conn.send(
-            packets.publish(
-                topic, bytes(message.body()), qos, False, entry[REDELIVERED] and qos, packet_id, props, self.level
-            )
+        packet = packets.publish(
+            topic, bytes(message.body()), qos, False, entry[REDELIVERED] and qos, packet_id, props, self.level
         )
+        if self.most_out and len(packet) > self.most_out:
+            self._too_large(queue, packet_id, len(packet))
+            return
+        self.conn.send(packet)
+
+    def _too_large(self, queue, packet_id, size):
+        """A delivery larger than the version 5 client's Maximum Packet Size: not sent, and taken
+        as delivered (MQTT 3.1.2.11.4), said once a session."""
+        if packet_id:
+            self.acked(packet_id)
+        if not self.too_large_said:
+            self.too_large_said = True
+            self.broker.log(
+                "warning",
+                "%s: a message of queue '%s' (%d octets as a PUBLISH) is larger than the MQTT client's "
+                "Maximum Packet Size (%d): not delivered (said once a session)"
+                % (self.conn.name, text(queue.name), size, self.most_out),
+            )
 
     def _packet_id(self):
         inflight = self.inflight

@@ -322,3 +322,25 @@ def test_topic_filters_match_as_mqtt_says():
     assert matches(b"a/#", b"a") and matches(b"a/#", b"a/b/c") and matches(b"#", b"x/y")
     assert not matches(b"#", b"$SYS/x") and not matches(b"+/x", b"$SYS/x") and matches(b"$SYS/#", b"$SYS/x")
     assert not matches(b"a/b", b"a/b/c") and not matches(b"a/b/c", b"a/b")
+
+
+def test_umqtt_s_packet_id_0_is_taken_from_a_3_1_1_client_and_refused_from_a_5_one():
+    c = Client()
+    c.connect()
+    assert [(p.name, p.body) for p in c.publish(b"t", b"x", qos=1, packet_id=0)] == [("PUBACK", b"\x00\x00")]
+    v5 = Client(level=V5)
+    v5.connect()
+    out = v5.send(packets.publish(b"t", b"x", 1, packet_id=0, level=V5))
+    assert [p.name for p in out] == ["DISCONNECT"] and out[0].body[0] == packets.PROTOCOL_ERROR
+
+
+def test_nothing_larger_than_a_version_5_client_s_maximum_packet_size_is_sent_to_it():
+    c = Client(level=V5)
+    c.send(packets.connect(b"small", user=b"guest", password=b"guest", level=V5,
+                           props={packets.MAXIMUM_PACKET_SIZE: 100}))  # fmt: skip
+    c.subscribe(1, b"t", qos=1)
+    big = c.send(packets.publish(b"t", b"x" * 200, 1, packet_id=1, level=V5))
+    small = c.send(packets.publish(b"t", b"y", 1, packet_id=2, level=V5))
+    assert [p.name for p in big] == ["PUBACK"]  # the delivery was dropped, not sent
+    assert [published(p, V5)[1] for p in small if p.name == "PUBLISH"] == [b"y"]
+    assert len(c.conn.unsettled()) == 1  # the small one, awaiting its PUBACK; the big one settled
