@@ -113,9 +113,9 @@ class Session:
         return any(queues.get(self.queue_name(qos)) is not None for qos in (0, 1))
 
     def connack_properties(self, assigned):
-        """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms."""
+        """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms.
+        (No Maximum QoS: a QoS 2 PUBLISH is taken; subscriptions are granted QoS 1 at most.)"""
         props = {
-            packets.MAXIMUM_QOS: 1,
             packets.SHARED_SUBSCRIPTION_AVAILABLE: 0,
             packets.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 0,
             packets.TOPIC_ALIAS_MAXIMUM: self.publishing.alias_most,
