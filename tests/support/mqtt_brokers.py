@@ -9,7 +9,7 @@ import subprocess
 import threading
 
 import paho.mqtt.client as paho
-from brokers import BIN, RunningBroker, terminate, wait_for_port
+from brokers import BIN, RunningBroker, terminate, wait_for_port, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -38,7 +38,8 @@ class MqttBroker:
 def start_hutch(tmp_path, extra=()):
     port = free_port()
     running = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--mqtt-port", str(port), *extra], tmp_path).start()
-    assert "listening for MQTT on 127.0.0.1:%d" % port in running.log(), running.log()
+    # (RunningBroker waits for the AMQP listener's line; the MQTT listener's comes after it)
+    wait_until(lambda: "listening for MQTT on 127.0.0.1:%d" % port in running.log(), 30, what=running.log)
     return MqttBroker("hutch", port, running=running)
 
 
