@@ -11,6 +11,7 @@ see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscr
     session.py      what the client subscribes to: its session's queues and their deliveries
     retained.py     retained messages, each kept in a durable queue of its own
     qos2.py         a session's QoS 2 packet ids between PUBREC and PUBREL, kept on disk
+    kept.py         the broker's own durable queues these two keep things in
 
 new_connection   the factory a listener with protocol "mqtt" makes its clients' connections with,
              (broker, peer) -> a Connection, importing the front end with the first client

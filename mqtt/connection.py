@@ -352,10 +352,7 @@ class Connection(PortConnection):
         self.pending = b""
         broker = self.broker
         broker.guard.settled(self, self.source)
-        if self.paused:
-            self.paused = False
-            broker.flow.let_go(self)
-        broker.connection_gone(self)
+        broker.connection_gone(self)  # (which lets a held-back connection go too)
         broker.forget(self)
         if self.wake is not None:
             self.wake()

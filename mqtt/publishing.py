@@ -23,10 +23,10 @@ or it may not publish there (0x87).
 
 from ..codec.errors import Refused
 from ..codec.wire import encode_properties, text
-from ..core.broker import JOURNALLED, ROUTED
+from ..core.broker import ROUTED
 from ..core.content import body_tail, header_tail, tails
 from ..core.message import Message
-from . import packets, retained
+from . import kept, packets, retained
 from .packets import (
     CONTENT_TYPE,
     CORRELATION_DATA,
@@ -154,8 +154,7 @@ class Publishing:
         except Refused as e:
             return self._refused(e, key), 0
         result = broker.publish(target, message, self)
-        journal = broker.journal
-        seq = journal.seq if result & JOURNALLED and journal is not None else 0
+        seq = kept.waits_for(broker, result)
         if not result & ROUTED:
             return NO_MATCHING_SUBSCRIBERS, seq
         return SUCCESS, seq

@@ -10,15 +10,12 @@ goes, they go back to the queue, and the next connection of the session (after a
 is given them again.
 """
 
-from ..core import topology
-from ..core.broker import ACCEPT, JOURNALLED, REQUEUE
-from ..core.content import tails
-from ..core.message import Message
+from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE
+from . import kept
 
 PREFIX = b"mqtt-qos2-"
-PROPERTIES = {"delivery-mode": 2}
 
 
 class Released:
@@ -51,17 +48,10 @@ class Released:
     def hold(self, packet_id):
         """A QoS 2 PUBLISH was taken: hold its id. Returns the journal sequence number its PUBREC
         waits for (0: none)."""
-        broker = self.broker
-        queue = broker.queues.get(self.name)
-        if queue is None:
-            queue = topology.declare_queue(broker, None, self.name, False, True, False, False, {})
+        queue = kept.queue(self.broker, self.name)
         if self.consumer is None:
             self._consume(queue)
-        body = bytes(((packet_id >> 8) & 0xFF, packet_id & 0xFF))
-        message = Message(b"", self.name, bytes((0, len(self.name))) + self.name, *tails(PROPERTIES, body))
-        result = broker.publish(broker.exchange(b""), message)
-        journal = broker.journal
-        return journal.seq if result & JOURNALLED and journal is not None else 0
+        return kept.put(self.broker, self.name, {}, bytes(((packet_id >> 8) & 0xFF, packet_id & 0xFF)))
 
     def release(self, packet_id):
         """PUBREL: True if the id was held (now let go)."""
@@ -80,12 +70,11 @@ class Released:
         if self.consumer is not None:
             broker.cancel(self.consumer)
             self.consumer = None
-        queue = broker.queues.get(self.name)
         for found in self.held.values():
             broker.settle(found[0], [found[1]], ACCEPT if forget else REQUEUE)
         self.held = {}
-        if forget and queue is not None:
-            topology.delete_queue(broker, queue)
+        if forget:
+            kept.drop(broker, (self.name,))
 
     # ------------------------------------------------------------ the queue's consumer's session
 

@@ -10,11 +10,7 @@ and not kept). The queues are the broker's own (no user's permission is asked fo
 `hutch ctl list queues` shows them.
 """
 
-from ..codec.wire import shortstr
-from ..core import topology
-from ..core.broker import JOURNALLED
-from ..core.content import tails
-from ..core.message import Message
+from . import kept
 from .topics import matches, topic_of
 
 PREFIX = b"mqtt-retained."
@@ -34,19 +30,11 @@ def retain(broker, key, properties, payload):
     name = queue_name(key)
     if name is None:
         return None
-    queue = broker.queues.get(name)
     if not payload:
-        if queue is not None:
-            topology.delete_queue(broker, queue)
+        kept.drop(broker, (name,))
         return 0
-    if queue is None:
-        arguments = {"x-max-length": 1, "x-overflow": "drop-head"}
-        queue = topology.declare_queue(broker, None, name, False, True, False, False, arguments)
-    properties = dict(properties, **{"delivery-mode": 2})  # (kept through a restart, whatever its QoS)
-    message = Message(b"", name, shortstr(b"") + shortstr(name), *tails(properties, payload))
-    result = broker.publish(broker.exchange(b""), message)
-    journal = broker.journal
-    return journal.seq if result & JOURNALLED and journal is not None else 0
+    kept.queue(broker, name, {"x-max-length": 1, "x-overflow": "drop-head"})
+    return kept.put(broker, name, properties, payload)  # (persistent: kept through a restart, whatever its QoS)
 
 
 def matching(broker, topic_filter):

@@ -22,7 +22,7 @@ from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
-from . import packets, retained
+from . import kept, packets, retained
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
     NOT_AUTHORIZED,
@@ -105,10 +105,7 @@ class Session:
             self.expiry = serving.max_session_expiry
         queues = self.broker.queues
         if clean:
-            for name in (self.queue_name(0), self.queue_name(1), self.released.name):
-                queue = queues.get(name)
-                if queue is not None:
-                    topology.delete_queue(self.broker, queue)
+            kept.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.released.name))
             return False
         return any(queues.get(self.queue_name(qos)) is not None for qos in (0, 1))
 
@@ -155,10 +152,7 @@ class Session:
             broker.settle(queue, [entry], REQUEUE)
         self.released.end(not self.expiry)
         if not self.expiry:
-            for qos in (0, 1):
-                queue = broker.queues.get(self.queue_name(qos))
-                if queue is not None:
-                    topology.delete_queue(broker, queue)
+            kept.drop(broker, (self.queue_name(0), self.queue_name(1)))
 
     # ------------------------------------------------------------ SUBSCRIBE, UNSUBSCRIBE
 

@@ -1,0 +1,42 @@
+"""What the MQTT front end keeps in the broker's own durable queues (retained messages,
+mqtt/retained.py; a session's QoS 2 packet ids, mqtt/qos2.py), and the journal sequence number
+an acknowledgement waits for: one place for each, for every MQTT module that keeps something."""
+
+from ..core import topology
+from ..core.broker import JOURNALLED
+from ..core.content import tails
+from ..core.message import Message
+
+PERSISTENT = {"delivery-mode": 2}
+
+
+def waits_for(broker, result):
+    """The journal sequence number a publish (Broker.publish's result) must be synced to before
+    it is acknowledged; 0: nothing to wait for."""
+    journal = broker.journal
+    return journal.seq if result & JOURNALLED and journal is not None else 0
+
+
+def queue(broker, name, arguments=None):
+    """The broker's own durable queue `name`, declared if it is not there (no user's permission
+    is asked)."""
+    found = broker.queues.get(name)
+    if found is None:
+        found = topology.declare_queue(broker, None, name, False, True, False, False, arguments or {})
+    return found
+
+
+def put(broker, name, properties, body):
+    """A persistent message into the queue `name` (through the default exchange). Returns the
+    journal sequence number it is on disk at (waits_for)."""
+    route = bytes((0, len(name))) + name  # (the default exchange's and the queue's shortstrs)
+    message = Message(b"", name, route, *tails(dict(properties, **PERSISTENT), body))
+    return waits_for(broker, broker.publish(broker.exchange(b""), message))
+
+
+def drop(broker, names):
+    """The queues of these names deleted, where they are."""
+    for name in names:
+        found = broker.queues.get(name)
+        if found is not None:
+            topology.delete_queue(broker, found)
