@@ -50,6 +50,11 @@ CONDITIONS = {
 }
 
 
+def condition_of(refused):
+    """The 1.0 condition that words a broker refusal (codec/errors.py Refused)."""
+    return CONDITIONS.get(refused.condition, "amqp:precondition-failed")
+
+
 class IncomingLink:
     """A link on which the client sends (see the module's docstring)."""
 
@@ -121,7 +126,7 @@ class IncomingLink:
         try:
             target, message = broker.admit(publisher, exchange, message)
         except Refused as e:
-            return rejected(CONDITIONS.get(e.condition, "amqp:precondition-failed"), e.text), 0
+            return rejected(condition_of(e), e.text), 0
         result = broker.publish(target, message, publisher)
         if not result & ROUTED:
             if not self.unroutable_said:  # once a link: a sender may send thousands so

@@ -24,7 +24,7 @@ from ..core.broker import ACCEPT, REJECT, REQUEUE, add_to_group
 from . import spec
 from .addresses import AddressError, source_of, target_of
 from .frames import field
-from .links import CONDITIONS, IncomingLink, OutgoingLink
+from .links import IncomingLink, OutgoingLink, condition_of
 from .performatives import (
     ATTACH_HANDLE,
     ATTACH_INCOMPLETE_UNSETTLED,
@@ -201,7 +201,7 @@ class Session:
         try:
             queue = topology.queue_for(broker, conn.client, queue_name, READ, BASIC_CONSUME)
         except Refused as e:
-            raise LinkRefused(CONDITIONS.get(e.condition, "amqp:precondition-failed"), e.text)
+            raise LinkRefused(condition_of(e), e.text)
         arguments = None
         filters = fields[SOURCE_FILTER] if len(fields) > SOURCE_FILTER and type(fields[SOURCE_FILTER]) is dict else {}
         applied = {}
@@ -220,9 +220,7 @@ class Session:
         except Refused as e:
             # (a queue another connection uses exclusively: 0-9-1's 403, 1.0's resource-locked)
             exclusive = e.condition == ACCESS_REFUSED or e.condition == RESOURCE_LOCKED
-            raise LinkRefused(
-                "amqp:resource-locked" if exclusive else CONDITIONS.get(e.condition, "amqp:precondition-failed"), e.text
-            )
+            raise LinkRefused("amqp:resource-locked" if exclusive else condition_of(e), e.text)
         self.links[handle] = link
         if applied and type(source) is Described:  # the filters in force, as the answer's source says
             fields = list(fields) + [None] * (SOURCE_FILTER + 1 - len(fields))
