@@ -151,6 +151,10 @@ class Broker:
                 if queue.owner is client:
                     delete_queue(self, queue)  # exclusive queues end with their connection
 
+    # What else wants the clock besides connections, as a tuple (a front end's timers: MQTT's
+    # delayed wills); each has tick(now). (A class default: most brokers have none.)
+    tickers = ()
+
     def forget(self, conn):
         """The connection is closed for good: no more ticks."""
         if conn in self.connections:
@@ -165,6 +169,8 @@ class Broker:
                 self.wall_offset = offset  # the first tick, or the wall clock was set
         for conn in list(self.connections):
             conn.tick(now)
+        for ticker in self.tickers:
+            ticker.tick(now)
         if self.expiring:
             for queue in list(self.expiring):
                 queue.expire(now)

@@ -41,6 +41,11 @@ class Message:
     # same protocol gets it as it was sent; None for a 0-9-1 publish. Kept in memory only: a
     # message read back from the journal, a backlog on disk or a stream has its 0-9-1 form.
     native = None  # type: tuple | None
+    # Who published it and whether to be kept for later subscribers, where the front end says
+    # (an MQTT client's id and its RETAIN flag: mqtt/options.py's no local and retain as
+    # published). Kept in memory only, as native is.
+    origin = None  # type: bytes | None
+    retain = False
 
     def with_key(self, routing_key):
         """The same message under another routing key, for routing it by that key alone."""

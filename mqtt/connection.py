@@ -7,8 +7,11 @@ PRE_LOGIN_MOST; it logs in with its user name and password (PLAIN's check), or, 
 user name, as the user its verified TLS certificate names or, where the config names one,
 the anonymous user; then its session begins (mqtt/session.py) and what it publishes goes
 through mqtt/publishing.py. The keep alive it asks for is held to 1.5 times (MQTT 3.1.2.10;
-0: none, as umqtt.simple asks). Its will is published when the connection is lost without a
-DISCONNECT (or with a version 5 DISCONNECT 0x04), not after a DISCONNECT.
+0: none, as umqtt.simple asks), or to `[mqtt] max_keep_alive` where that is shorter (a version 5
+client told so: Server Keep Alive). Its will is published when the connection is lost without a
+DISCONNECT (or with a version 5 DISCONNECT 0x04), not after a DISCONNECT; a version 5 will with
+a Will Delay Interval that much later (at most when its session ends), unless the client is back
+first.
 
 Anything malformed ends the connection: a version 5 client is told why in a DISCONNECT (or a
 CONNACK) with its reason code, an older one is hung up on (MQTT 3.1.1 4.8).
@@ -62,11 +65,34 @@ class Serving:
     settings, and the connection of each client id (a second CONNECT with the same id takes the
     session over)."""
 
-    def __init__(self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400):
+    def __init__(self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400, max_keep_alive=0):
         self.exchange = exchange  # where publishes go and subscriptions bind ([mqtt] exchange)
         self.prefetch = prefetch  # QoS 1 deliveries in flight per session (RabbitMQ's mqtt.prefetch)
         self.max_session_expiry = max_session_expiry  # s a session outlives its connection, at most
+        self.max_keep_alive = max_keep_alive  # s a client may stay silent, at most (0: as it asks)
         self.clients = {}  # client id -> its Connection
+        self.wills = {}  # client id -> (when, its Publishing, will): version 5 wills published later
+        self.origins = False  # whether a publish says who sent it (once a subscription asks for no local)
+
+    def delay_will(self, broker, client_id, publishing, will, when):
+        """A version 5 will with a Will Delay Interval: published at `when` (ms), unless the
+        client connects again first (3.1.3.2.2)."""
+        self.wills[client_id] = (when, publishing, will)
+        if self not in broker.tickers:
+            broker.tickers = tuple(broker.tickers) + (self,)
+
+    def connected(self, client_id, clean):
+        """A client connected: its delayed will is not published, unless its new connection
+        ends the session (a clean start), which publishes it now."""
+        pending = self.wills.pop(client_id, None)
+        if pending is not None and clean:
+            pending[1].publish_will(pending[2])
+
+    def tick(self, now):
+        for client_id, (when, publishing, will) in list(self.wills.items()):
+            if now >= when:
+                del self.wills[client_id]
+                publishing.publish_will(will)
 
 
 def serving_of(broker):
@@ -232,6 +258,7 @@ class Connection(PortConnection):
             )
             older.taken_over()
         serving.clients[client_id] = self
+        serving.connected(client_id, c.clean)
         self.client_id = client_id
         self.client = Login(user.encode() if isinstance(user, str) else user, self.name)
         self.client.permissions = permissions
@@ -241,7 +268,11 @@ class Connection(PortConnection):
         self.counted = True
         self.state = OPEN
         self.most_in = broker.limits.max_message_bytes + PACKET_HEADROOM
-        self.keep_alive_ms = c.keep_alive * 1000
+        keep_alive = c.keep_alive
+        most = serving.max_keep_alive
+        if most and (keep_alive == 0 or keep_alive > most):
+            keep_alive = most  # (a version 5 client is told in its CONNACK: Server Keep Alive)
+        self.keep_alive_ms = keep_alive * 1000
         self.will = c.will
         from .session import Session
 
@@ -252,6 +283,8 @@ class Connection(PortConnection):
         props = None
         if self.level == V5:
             props = session.connack_properties(assigned)
+            if keep_alive != c.keep_alive:
+                props[packets.SERVER_KEEP_ALIVE] = keep_alive
         self.send(packets.connack(self.level, present, 0, props))
         broker.log(
             "info",
@@ -338,7 +371,13 @@ class Connection(PortConnection):
         if session is not None:
             will, self.will = self.will, None
             if will is not None:
-                session.publishing.publish_will(will)
+                delay = min(will[4].get(packets.WILL_DELAY_INTERVAL, 0), session.expiry)
+                if delay:
+                    self.serving.delay_will(
+                        self.broker, self.client_id, session.publishing, will, self.broker.now + delay * 1000
+                    )
+                else:
+                    session.publishing.publish_will(will)
             session.end()
         if self.serving.clients.get(self.client_id) is self:
             del self.serving.clients[self.client_id]

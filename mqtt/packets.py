@@ -255,8 +255,9 @@ def binary(value):
 
 
 def read_properties(buf, pos, end):
-    """A version 5 property list: ({id: value}, where it ends). A property given twice (but the
-    user properties and subscription identifiers) or one unknown is a protocol error."""
+    """A version 5 property list: ({id: value}, where it ends; USER_PROPERTY: a list of pairs,
+    SUBSCRIPTION_IDENTIFIER: a list of numbers). A property given twice (but those two) or one
+    unknown is a protocol error."""
     length, pos = read_varint(buf, pos, end)
     stop = pos + length
     if stop > end:
@@ -289,6 +290,9 @@ def read_properties(buf, pos, end):
             name, pos = read_string(buf, pos, stop)
             value, pos = read_string(buf, pos, stop)
             found.setdefault(USER_PROPERTY, []).append((name, value))
+            continue
+        if ident == SUBSCRIPTION_IDENTIFIER:  # (a PUBLISH to a client carries one per subscription)
+            found.setdefault(ident, []).append(value)
             continue
         if ident in found:
             raise Malformed(PROTOCOL_ERROR, "property 0x%02x given twice" % ident)
@@ -509,16 +513,16 @@ def disconnect(code, reason=None, props=None):
 
 
 def connect(client_id, clean=True, keep_alive=60, user=None, password=None, will=None, level=V311, props=None):
-    """A CONNECT; will: (topic, payload, qos, retain) or None."""
+    """A CONNECT; will: (topic, payload, qos, retain[, version 5 will properties]) or None."""
     flags = 2 if clean else 0
     name = b"MQIsdp" if level == V31 else b"MQTT"
     body = binary(name) + bytes((level,))
     payload = binary(client_id)
     if will is not None:
-        topic, message, qos, retain = will
+        topic, message, qos, retain = will[:4]
         flags |= 4 | qos << 3 | (0x20 if retain else 0)
         if level == V5:
-            payload += properties({})
+            payload += properties(will[4] if len(will) > 4 else {})
         payload += binary(topic) + binary(message)
     if user is not None:
         flags |= 0x80

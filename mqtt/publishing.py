@@ -38,6 +38,7 @@ from .packets import (
     PUBCOMP,
     PUBREC,
     RESPONSE_TOPIC,
+    SUBSCRIPTION_IDENTIFIER,
     SUCCESS,
     TOPIC_ALIAS,
     TOPIC_ALIAS_INVALID,
@@ -103,7 +104,9 @@ class Publishing:
         key = routing_key(topic)
         if len(key) > 255:
             raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
-        code, seq = self.send(key, payload, qos, bool(first & 8), props)
+        if SUBSCRIPTION_IDENTIFIER in props:
+            raise Malformed(packets.PROTOCOL_ERROR, "a PUBLISH from a client with a subscription identifier")
+        code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1)
         if first & 1 and code < 0x80:  # RETAIN: kept for the subscriptions to come (mqtt/retained.py)
             kept = retained.retain(self.broker, key, properties_091(qos, False, props), payload)
             if kept is None:
@@ -136,7 +139,7 @@ class Publishing:
             raise Malformed(packets.PROTOCOL_ERROR, "topic alias %d was never set" % alias)
         return found
 
-    def send(self, key, payload, qos, dup, props):
+    def send(self, key, payload, qos, dup, props, retain=False):
         """One publish through the broker: (reason code, the journal sequence its acknowledgement
         waits for, or 0)."""
         broker = self.broker
@@ -149,6 +152,10 @@ class Publishing:
                 encoded = PLAIN[qos, dup] = encode_properties(properties_091(qos, dup, None))
             parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
         message = Message(exchange, key, self.route_start + bytes((len(key),)) + key, *parts)
+        if self.session.serving.origins:
+            message.origin = self.session.client_id
+        if retain:
+            message.retain = True
         try:
             target, message = broker.admit(self, exchange, message)
         except Refused as e:
@@ -201,7 +208,7 @@ class Publishing:
         topic, payload, qos, retain, props = will
         try:
             key = routing_key(topic)
-            code, _seq = self.send(key, payload, min(qos, 1), False, props)
+            code, _seq = self.send(key, payload, min(qos, 1), False, props, retain)
             if retain and code < 0x80:
                 retained.retain(self.broker, key, properties_091(min(qos, 1), False, props), payload)
         except Malformed as e:

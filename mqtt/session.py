@@ -8,6 +8,10 @@ that outlives its connection is its queues: durable, kept for the session expiry
 with their bindings and their messages, through a restart. A session that ends with its
 connection has queues of that connection alone (exclusive).
 
+A version 5 subscription's options and identifier are kept in its binding's arguments
+(mqtt/options.py); a shared subscription (`$share/{group}/{filter}`) is a queue of the group's,
+which the session consumes beside its own (mqtt/shared.py).
+
 Deliveries: the session is its consumers' session (core/session.py): QoS 1 ones are numbered
 by packet id and held until the client's PUBACK, at most `[mqtt] prefetch` at a time (or the
 version 5 client's Receive Maximum, if less); what was in flight when the connection went is
@@ -22,13 +26,13 @@ from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
-from . import kept, packets, retained
+from . import kept, options, packets, retained, shared
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
     NOT_AUTHORIZED,
     RECEIVE_MAXIMUM,
     SESSION_EXPIRY_INTERVAL,
-    SHARED_SUBSCRIPTIONS_NOT_SUPPORTED,
+    SUBSCRIPTION_IDENTIFIER,
     SUCCESS,
     TOPIC_FILTER_INVALID,
     UNSPECIFIED_ERROR,
@@ -36,7 +40,7 @@ from .packets import (
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
 from .qos2 import Released
-from .topics import binding_key, shared, topic_of, valid_filter
+from .topics import binding_key, share_of, topic_of, valid_filter
 
 QUEUE_PREFIX = b"mqtt-subscription-"
 RETAINED = (None, None, None)  # what a retained message delivered at QoS 1 is held as until its PUBACK
@@ -65,6 +69,8 @@ class Session:
         self.window = self.serving.prefetch
         self.publishing = Publishing(self)
         self.released = Released(self)  # its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)
+        self.optioned = options.Optioned()  # its version 5 subscription options (mqtt/options.py)
+        self.shared = {}  # queue name -> its consumer: the shared subscriptions it is a member of (mqtt/shared.py)
 
     # ------------------------------------------------------------ as hutch ctl lists a channel
 
@@ -78,7 +84,10 @@ class Session:
 
     @property
     def consumers(self):
-        return {qos: consumer for qos, consumer in enumerate(self.consumers_by_qos) if consumer is not None}
+        found = {qos: consumer for qos, consumer in enumerate(self.consumers_by_qos) if consumer is not None}
+        for name, consumer in self.shared.items():
+            found[name] = consumer
+        return found
 
     @property
     def unacked(self):
@@ -107,14 +116,14 @@ class Session:
         if clean:
             kept.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.released.name))
             return False
-        return any(queues.get(self.queue_name(qos)) is not None for qos in (0, 1))
+        if any(queues.get(self.queue_name(qos)) is not None for qos in (0, 1)):
+            return True
+        return bool(shared.memberships(self.broker, serving.exchange, self.client_id))
 
     def connack_properties(self, assigned):
         """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms.
         (No Maximum QoS: a QoS 2 PUBLISH is taken; subscriptions are granted QoS 1 at most.)"""
         props = {
-            packets.SHARED_SUBSCRIPTION_AVAILABLE: 0,
-            packets.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 0,
             packets.TOPIC_ALIAS_MAXIMUM: self.publishing.alias_most,
             packets.RECEIVE_MAXIMUM: 65535,
             packets.MAXIMUM_PACKET_SIZE: self.conn.most_in,
@@ -125,13 +134,17 @@ class Session:
         return props
 
     def start(self):
-        """A session that was there goes on: its queues are consumed again."""
+        """A session that was there goes on: its queues (and its shared subscriptions') are
+        consumed again."""
         self.released.start()
         for qos in (0, 1):
             queue = self.broker.queues.get(self.queue_name(qos))
             if queue is not None:
                 self._consume(queue, qos)
-                queue.dispatch()
+        for queue, granted in shared.memberships(self.broker, self.serving.exchange, self.client_id):
+            self._consume(queue, granted, True)
+        self._options_changed()
+        self.redispatch()
 
     def end(self):
         """The connection is gone: what was in flight goes back to its queue (delivered again,
@@ -143,6 +156,9 @@ class Session:
             if consumer is not None:
                 self.consumers_by_qos[qos] = None
                 broker.cancel(consumer)
+        consumers, self.shared = self.shared, {}
+        for consumer in consumers.values():
+            broker.cancel(consumer)
         for pid in list(self.inflight):
             held = self.inflight.pop(pid)
             if held is RETAINED:
@@ -153,29 +169,39 @@ class Session:
         self.released.end(not self.expiry)
         if not self.expiry:
             kept.drop(broker, (self.queue_name(0), self.queue_name(1)))
+            for queue, _granted in shared.memberships(broker, self.serving.exchange, self.client_id):
+                shared.leave(self, queue, SUBSCRIBE_METHOD)
 
     # ------------------------------------------------------------ SUBSCRIBE, UNSUBSCRIBE
 
-    def subscribe(self, packet_id, _props, filters):
+    def subscribe(self, packet_id, props, filters):
+        sub_id = None
+        given = props.get(SUBSCRIPTION_IDENTIFIER)
+        if given is not None:
+            if len(given) > 1 or given[0] == 0:
+                raise packets.Malformed(packets.PROTOCOL_ERROR, "subscription identifier %r" % given)
+            sub_id = given[0]
         codes = []
         started = []
         kept = []
-        for topic_filter, options in filters:
-            code = self._subscribe(topic_filter, options & 3)
+        for topic_filter, opts in filters:
+            code, existed = self._subscribe(topic_filter, opts, sub_id)
             codes.append(code)
             if code < 0x80:
                 started.append(self.broker.queues.get(self.queue_name(code)))
-                if (options >> 4) & 3 != 2:  # (version 5's retain handling 2: none at subscribe)
+                handling = (opts >> 4) & 3  # version 5's retain handling: 1, only if new; 2, none
+                if handling == 0 or (handling == 1 and not existed):
                     kept.append((topic_filter, code))
+        self._options_changed()
         self.conn.send(packets.suback(packet_id, codes, self.level))
         for topic_filter, granted in kept:  # (after the SUBACK: the retained messages, then the queues')
             for topic, message in retained.matching(self.broker, topic_filter):
-                self._deliver_retained(topic, message, granted)
+                self._deliver_retained(topic, message, granted, sub_id)
         for queue in started:
             if queue is not None:
                 queue.dispatch()
 
-    def _deliver_retained(self, topic, message, granted):
+    def _deliver_retained(self, topic, message, granted, sub_id):
         """A retained message, with RETAIN set, at the lower of the subscription's QoS and its
         own; a QoS 1 one is held by packet id until its PUBACK like any delivery (its queue
         keeps it: nothing to settle)."""
@@ -185,37 +211,89 @@ class Session:
         if qos:
             packet_id = self._packet_id()
             self.inflight[packet_id] = RETAINED
-        props = properties_5(message) if self.level == V5 else None
+        props = None
+        if self.level == V5:
+            props = properties_5(message)
+            if sub_id is not None:
+                props = dict(props or ())
+                props[SUBSCRIPTION_IDENTIFIER] = sub_id
         self.conn.send(packets.publish(topic, bytes(message.body()), qos, True, False, packet_id, props, self.level))
 
-    def _subscribe(self, topic_filter, qos):
-        """The granted QoS, or the reason code the subscription is refused with."""
-        group, found = shared(topic_filter)
-        if group is not None:
-            return SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if self.level == V5 else 0x80
+    def _subscribe(self, topic_filter, opts, sub_id):
+        """(the granted QoS, or the reason code the subscription is refused with; whether the
+        session had a subscription with that filter)."""
+        group, found = share_of(topic_filter)
         if not valid_filter(found):
-            return TOPIC_FILTER_INVALID if self.level == V5 else 0x80
-        granted = 1 if qos else 0
+            return TOPIC_FILTER_INVALID if self.level == V5 else 0x80, False
+        granted = 1 if opts & 3 else 0
         key = binding_key(found)
         if len(key) > 255:
-            return TOPIC_FILTER_INVALID if self.level == V5 else 0x80
+            return TOPIC_FILTER_INVALID if self.level == V5 else 0x80, False
+        if group is not None:
+            return self._share(group, found, key, opts, granted, sub_id)
         broker = self.broker
         who = self.conn.client
         exchange = self.serving.exchange
+        arguments = options.arguments(opts, sub_id)
+        existed = False
         try:
             queue = self._queue(granted)
-            topology.bind(broker, who, exchange, True, queue.name, key, {}, SUBSCRIBE_METHOD)
-            other = broker.queues.get(self.queue_name(1 - granted))
-            if other is not None:  # a filter lives in one queue: the one of its latest QoS
-                topology.unbind(broker, who, exchange, True, other.name, key, {}, SUBSCRIBE_METHOD)
+            for qos in (0, 1):  # a filter lives in one binding: the latest's QoS and options
+                for old in self._bindings(qos, key):
+                    existed = True
+                    if qos != granted or old.arguments != arguments:
+                        topology.unbind(
+                            broker, who, exchange, True, old.destination.name, key, old.arguments, SUBSCRIBE_METHOD
+                        )
+            topology.bind(broker, who, exchange, True, queue.name, key, arguments, SUBSCRIBE_METHOD)
             if self.consumers_by_qos[granted] is None:
                 self._consume(queue, granted)
         except Refused as e:
             broker.log(
                 "warning", "%s: MQTT subscription to '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text)
             )
-            return NOT_AUTHORIZED if self.level == V5 else 0x80
-        return granted
+            return NOT_AUTHORIZED if self.level == V5 else 0x80, existed
+        if opts & 4:
+            self.serving.origins = True  # (from now on a publish says who sent it: mqtt/options.py)
+        return granted, existed
+
+    def _share(self, group, topic_filter, key, opts, granted, sub_id):
+        """A shared subscription (mqtt/shared.py): (granted QoS or reason code, True: never a
+        retained message at subscribe)."""
+        if opts & 4:
+            raise packets.Malformed(packets.PROTOCOL_ERROR, "no local on a shared subscription")
+        try:
+            extra = options.arguments(opts, sub_id)
+            queue, _was = shared.join(self, group, topic_filter, key, granted, extra, SUBSCRIBE_METHOD)
+            consumer = self.shared.get(queue.name)
+            if consumer is not None and consumer.no_ack != (not granted):
+                del self.shared[queue.name]
+                self.broker.cancel(consumer)
+                consumer = None
+            if consumer is None:
+                self._consume(queue, granted, True)
+        except Refused as e:
+            self.broker.log(
+                "warning",
+                "%s: MQTT shared subscription to '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text),
+            )
+            return NOT_AUTHORIZED if self.level == V5 else 0x80, True
+        return granted, True
+
+    def _bindings(self, qos, key):
+        """The bindings of the session's queue of that QoS to the MQTT exchange with this key."""
+        queue = self.broker.queues.get(self.queue_name(qos))
+        if queue is None:
+            return []
+        exchange = self.serving.exchange
+        return [b for b in queue.inbound if b.key == key and b.source.name == exchange]
+
+    def _options_changed(self):
+        queues = [self.broker.queues.get(self.queue_name(q)) for q in (0, 1)]
+        queues.extend(consumer.queue for consumer in self.shared.values())
+        self.optioned.remake(self.serving.exchange, queues, self.client_id)
+        if any(table and table.get("no-local") for found in self.optioned.by_queue.values() for _, table in found):
+            self.serving.origins = True
 
     def _queue(self, qos):
         """The session's queue of that QoS, declared if it is not there (durable with an expiry
@@ -230,35 +308,59 @@ class Session:
             return topology.declare_queue(self.broker, who, name, False, True, False, False, arguments)
         return topology.declare_queue(self.broker, who, name, False, False, True, False, {})
 
-    def _consume(self, queue, qos):
-        consumer = Consumer(self, b"mqtt-qos%d" % qos, queue, not qos, False, self.window if qos else 0)
+    def _consume(self, queue, qos, in_group=False):
+        tag = (b"mqtt-shared-qos%d" if in_group else b"mqtt-qos%d") % qos
+        consumer = Consumer(self, tag, queue, not qos, False, self.window if qos else 0)
         self.broker.consume(self.conn.client, queue, consumer, SUBSCRIBE_METHOD)
-        self.consumers_by_qos[qos] = consumer
+        if in_group:
+            self.shared[queue.name] = consumer
+        else:
+            self.consumers_by_qos[qos] = consumer
 
     def unsubscribe(self, packet_id, filters):
         codes = []
         broker = self.broker
         exchange = broker.exchange(self.serving.exchange)
         for topic_filter in filters:
+            group, found = share_of(topic_filter)
+            if group is not None:
+                codes.append(self._unshare(group, found))
+                continue
             key = binding_key(topic_filter)
             code = NO_SUBSCRIPTION_EXISTED
             for qos in (0, 1):
-                queue = broker.queues.get(self.queue_name(qos))
-                if queue is None or exchange is None or exchange.find(queue, key, {}) is None:
-                    continue
-                try:
-                    topology.unbind(
-                        broker, self.conn.client, exchange.name, True, queue.name, key, {}, SUBSCRIBE_METHOD
-                    )
-                    code = SUCCESS
-                except Refused as e:
-                    broker.log(
-                        "warning",
-                        "%s: MQTT unsubscribe from '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text),
-                    )
-                    code = NOT_AUTHORIZED
+                for binding in self._bindings(qos, key) if exchange is not None else ():
+                    try:
+                        topology.unbind(
+                            broker, self.conn.client, exchange.name, True, binding.destination.name, key,
+                            binding.arguments, SUBSCRIBE_METHOD,
+                        )  # fmt: skip
+                        code = SUCCESS
+                    except Refused as e:
+                        broker.log(
+                            "warning",
+                            "%s: MQTT unsubscribe from '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text),
+                        )
+                        code = NOT_AUTHORIZED
             codes.append(code)
+        self._options_changed()
         self.conn.send(packets.unsuback(packet_id, codes, self.level))
+
+    def _unshare(self, group, topic_filter):
+        queue = self.broker.queues.get(shared.queue_name(group, topic_filter))
+        if queue is None:
+            return NO_SUBSCRIPTION_EXISTED
+        try:
+            was = shared.leave(self, queue, SUBSCRIBE_METHOD)  # (first: the queue may end with its consumer)
+        except Refused as e:
+            self.broker.log(
+                "warning", "%s: MQTT unsubscribe from '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text)
+            )
+            return NOT_AUTHORIZED
+        consumer = self.shared.pop(queue.name, None)
+        if consumer is not None:
+            self.broker.cancel(consumer)
+        return SUCCESS if was else NO_SUBSCRIPTION_EXISTED
 
     # ------------------------------------------------------------ deliveries (core/session.py)
 
@@ -269,6 +371,13 @@ class Session:
     def deliver(self, consumer, queue, entry):
         message = entry[MESSAGE]
         broker = self.broker
+        retain = False
+        ids = None
+        if self.optioned.by_queue:  # (a session with version 5 subscription options)
+            wanted, retain, ids = self.optioned.delivery(queue, message, self.client_id)
+            if not wanted:  # no local: its own publish
+                broker.delivered(queue, entry, True)
+                return
         qos = 0 if consumer.no_ack else 1
         if qos and not message.persistent() and message.has_header(QOS_HEADER):
             qos = 0  # an MQTT QoS 0 publish (x-mqtt-publish-qos 0): delivered at most once
@@ -281,10 +390,15 @@ class Session:
                 broker.delivered(queue, entry, False)
         else:
             broker.delivered(queue, entry, True)
-        props = properties_5(message) if self.level == V5 else None
+        props = None
+        if self.level == V5:
+            props = properties_5(message)
+            if ids is not None:
+                props = dict(props or ())
+                props[SUBSCRIPTION_IDENTIFIER] = ids
         topic = topic_of(message.routing_key)
         packet = packets.publish(
-            topic, bytes(message.body()), qos, False, entry[REDELIVERED] and qos, packet_id, props, self.level
+            topic, bytes(message.body()), qos, retain, entry[REDELIVERED] and qos, packet_id, props, self.level
         )
         if self.most_out and len(packet) > self.most_out:
             self._too_large(queue, packet_id, len(packet))
@@ -331,12 +445,17 @@ class Session:
         for qos in (0, 1):
             if self.consumers_by_qos[qos] is consumer:
                 self.consumers_by_qos[qos] = None
+        if self.shared.get(consumer.queue.name) is consumer:
+            del self.shared[consumer.queue.name]  # (an operator deleted a shared subscription's queue)
+            return
         self.conn.refuse(UNSPECIFIED_ERROR, "the session's queue '%s' was deleted" % text(consumer.queue.name))
 
     def redispatch(self):
         for consumer in self.consumers_by_qos:
             if consumer is not None:
                 consumer.queue.dispatch()
+        for consumer in self.shared.values():
+            consumer.queue.dispatch()
 
     def unsettled(self):
         return [(held[0], held[1]) for held in self.inflight.values() if held is not RETAINED]

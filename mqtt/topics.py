@@ -46,7 +46,7 @@ def valid_filter(topic_filter):
     return True
 
 
-def shared(topic_filter):
+def share_of(topic_filter):
     """(group, filter) of a shared subscription `$share/{group}/{filter}`, (None, filter) for
     any other; a malformed one (no group, or no filter) gives (b"", b"")."""
     if not topic_filter.startswith(SHARE_PREFIX):

@@ -161,6 +161,11 @@ KEYS = (
      "The longest a session outlives its connection, in seconds: a version 5 client's Session "
      "Expiry Interval is held to it, and a 3.1.1 client's persistent session (clean session 0) "
      "is kept this long (RabbitMQ's `mqtt.max_session_expiry_interval_seconds`)."),
+    ("mqtt", "max_keep_alive", "seconds", 0, None, None,
+     "The longest a client may stay silent, in seconds: a client asking for a longer keep alive, "
+     "or none (0, as `umqtt.simple` does), is held to this one, and a version 5 client is told so "
+     "in its CONNACK (Server Keep Alive); a client silent for 1.5 times that is disconnected and "
+     "its will published. 0: each client's own keep alive, none included."),
     # the command line only
     (None, "config", "file", None, "--config", "config file (TOML): users, limits, server", None),
     (None, "tls_port", "port", None, "--tls-port", "also listen for AMQP over TLS on this port (5671)", None),

@@ -167,7 +167,9 @@ async def start(opts, log, stop_event):
             raise StartError("MQTT is not in this board's firmware: serve MQTT from a CPython gateway", 2)
 
         mqtt = opts["mqtt_settings"]
-        broker.front_ends["mqtt"] = Serving(mqtt["exchange"].encode(), mqtt["prefetch"], mqtt["max_session_expiry"])
+        broker.front_ends["mqtt"] = Serving(
+            mqtt["exchange"].encode(), mqtt["prefetch"], mqtt["max_session_expiry"], mqtt["max_keep_alive"]
+        )
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)

@@ -110,8 +110,12 @@ class Paho:
         assert self.connected.wait(10), "no CONNACK"
         return self
 
-    def subscribe(self, topic, qos):
-        result, mid = self.client.subscribe(topic, qos)
+    def subscribe(self, topic, qos, options=None, props=None):
+        """options: paho's SubscribeOptions (version 5), which then says the QoS too."""
+        if options is not None:
+            result, mid = self.client.subscribe(topic, options=options, properties=props)
+        else:
+            result, mid = self.client.subscribe(topic, qos, properties=props)
         assert result == paho.MQTT_ERR_SUCCESS
         return self.subacks.get(timeout=10)  # (the SUBACK: the subscription is in place)
 
