@@ -35,6 +35,10 @@ NAMES = (
 )
 
 
+def _named(stats):
+    return {name: stats[i] for i, name in enumerate(NAMES)}
+
+
 def snapshot(broker):
     """The broker as plain data (what status.json holds, and what the metrics and status page
     show): its counters, connections, queues, streams, journal and bridges."""
@@ -50,7 +54,9 @@ def snapshot(broker):
         connections.append(
             {
                 "name": conn.name,
-                "protocol": conn.metrics_label,  # (core/connections.py: "amqp091", "amqp10")
+                "protocol": conn.metrics_label,  # (core/connections.py: "amqp091", "amqp10", "mqtt")
+                # the client's name for itself, where its protocol has one (an MQTT client id)
+                "client_id": text(conn.client_id) if getattr(conn, "client_id", None) else None,
                 "user": text(client.user) if client is not None else None,
                 "tls": getattr(conn, "tls", None) is not None,
                 "channels": len(getattr(conn, "channels", ())),
@@ -72,12 +78,17 @@ def snapshot(broker):
             ages[queue["name"]] = queue["oldest_age_s"]
         for bridge in broker.bridges:
             bridges.append(_bridge(bridge, STATES, ages))
-    counters = {}
-    for i, name in enumerate(NAMES):
-        counters[name] = broker.stats[i]
+    counters = _named(broker.stats)
+    # the counters of a front end that keeps its own (mqtt/connection.py Serving.stats), by its name
+    by_protocol = {}
+    for name, serving in broker.front_ends.items():
+        stats = getattr(serving, "stats", None)
+        if stats is not None:
+            by_protocol[name] = _named(stats)
     journal = broker.journal
     return {
         "counters": counters,
+        "counters_by_protocol": by_protocol,
         "connections": connections,
         "channels": channels,
         "consumers": broker.consumer_count,

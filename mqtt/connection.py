@@ -73,6 +73,16 @@ class Serving:
         self.clients = {}  # client id -> its Connection
         self.wills = {}  # client id -> (when, its Publishing, will): version 5 wills published later
         self.origins = False  # whether a publish says who sent it (once a subscription asks for no local)
+        # What MQTT's clients did, by core/counters.py's constants: /metrics's protocol="mqtt"
+        # (the rest of broker.stats is 0-9-1's). Each is counted where broker.stats is: by the
+        # broker (a publish, a delivery, a settlement) and then here by the front end, or by the
+        # front end in both (count()).
+        self.stats = [0] * counters.COUNT
+
+    def count(self, broker, which, n=1):
+        """A counter the front end keeps (core/counters.py), in broker.stats and MQTT's own."""
+        broker.stats[which] += n
+        self.stats[which] += n
 
     def delay_will(self, broker, client_id, publishing, will, when):
         """A version 5 will with a Will Delay Interval: published at `when` (ms), unless the
@@ -235,7 +245,7 @@ class Connection(PortConnection):
             client_id = assigned = broker.new_name(b"hutch-mqtt-").replace(b".", b"-")
         user, reason = self.login(c)
         if reason is not None:
-            broker.stats[counters.AUTH_ATTEMPTS_FAILED] += 1
+            self.serving.count(broker, counters.AUTH_ATTEMPTS_FAILED)
             if broker.guard.login_failed(self.source):
                 self.dropped_quietly()
                 return
@@ -263,7 +273,7 @@ class Connection(PortConnection):
         self.client = Login(user.encode() if isinstance(user, str) else user, self.name)
         self.client.permissions = permissions
         broker.open_connections += 1
-        broker.stats[counters.CONNECTIONS_OPENED] += 1
+        serving.count(broker, counters.CONNECTIONS_OPENED)
         broker.guard.settled(self, self.source)
         self.counted = True
         self.state = OPEN
@@ -297,7 +307,7 @@ class Connection(PortConnection):
     def login(self, c):
         """(user, None) for a client that may log in, (user, the reason) for one that may not."""
         users = self.broker.users
-        self.broker.stats[counters.AUTH_ATTEMPTS] += 1
+        self.serving.count(self.broker, counters.AUTH_ATTEMPTS)
         if c.user is not None:
             user = c.user.decode()
             try:
@@ -391,6 +401,8 @@ class Connection(PortConnection):
         self.pending = b""
         broker = self.broker
         broker.guard.settled(self, self.source)
+        if self.counted:
+            self.serving.stats[counters.CONNECTIONS_CLOSED] += 1  # (and broker.stats, by connection_gone)
         broker.connection_gone(self)  # (which lets a held-back connection go too)
         broker.forget(self)
         if self.wake is not None:

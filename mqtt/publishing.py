@@ -23,7 +23,8 @@ or it may not publish there (0x87).
 
 from ..codec.errors import Refused
 from ..codec.wire import encode_properties, text
-from ..core.broker import ROUTED
+from ..core import counters
+from ..core.broker import REFUSED, ROUTED
 from ..core.content import body_tail, header_tail, tails
 from ..core.message import Message
 from . import kept, packets, retained
@@ -161,6 +162,12 @@ class Publishing:
         except Refused as e:
             return self._refused(e, key), 0
         result = broker.publish(target, message, self)
+        serving = self.session.serving
+        stats = serving.stats  # (as Broker.publish counted it: routed when a queue matched)
+        stats[counters.RECEIVED] += 1
+        stats[counters.ROUTED if result & (ROUTED | REFUSED) else counters.UNROUTABLE] += 1
+        if qos:
+            serving.count(broker, counters.RECEIVED_CONFIRM)  # (its publisher is not Broker.publish's confirming)
         seq = kept.waits_for(broker, result)
         if not result & ROUTED:
             return NO_MATCHING_SUBSCRIBERS, seq
@@ -178,6 +185,7 @@ class Publishing:
         raise Malformed(NOT_AUTHORIZED, why)
 
     def _acknowledge(self, seq, ack):
+        self.session.serving.count(self.broker, counters.CONFIRMED)
         journal = self.broker.journal
         if seq and journal is not None and journal.synced < seq:
             self.waiting.append([seq, ack])

@@ -22,7 +22,7 @@ QoS 1 publish, an AMQP publish) at 1, as RabbitMQ does.
 
 from ..codec.errors import Refused
 from ..codec.wire import text
-from ..core import topology
+from ..core import counters, topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
@@ -165,6 +165,7 @@ class Session:
                 continue
             queue, entry, consumer = held
             consumer.unacked -= 1
+            self.serving.stats[counters.REQUEUED] += 1  # (and broker.stats, by settle)
             broker.settle(queue, [entry], REQUEUE)
         self.released.end(not self.expiry)
         if not self.expiry:
@@ -371,6 +372,10 @@ class Session:
     def deliver(self, consumer, queue, entry):
         message = entry[MESSAGE]
         broker = self.broker
+        stats = self.serving.stats  # (as the queue counted it: core/queue.py _hand)
+        stats[counters.DELIVERED_CONSUME_AUTO_ACK if consumer.no_ack else counters.DELIVERED_CONSUME_MANUAL_ACK] += 1
+        if entry[REDELIVERED]:
+            stats[counters.REDELIVERIES] += 1
         retain = False
         ids = None
         if self.optioned.by_queue:  # (a session with version 5 subscription options)
@@ -434,6 +439,7 @@ class Session:
             return
         queue, entry, consumer = held
         consumer.unacked -= 1
+        self.serving.stats[counters.ACKNOWLEDGED] += 1  # (and broker.stats, by settle)
         self.broker.settle(queue, [entry], ACCEPT)
         queue.dispatch()
 

@@ -77,23 +77,28 @@ def render(snap, process, per_object=False):
     figures (resident_memory_bytes, open_fds, heap_free_bytes, heap_used_bytes: those it has)."""
     out = Writer()
     counters = snap["counters"]
+    protocols = _protocols(snap)
     for name, help_text, parts in GLOBAL:
         series = "rabbitmq_global_messages_%s_total" % name
-        out.one(series, "counter", help_text, sum(counters[part] for part in parts), PROTOCOL)
-    out.one(
-        "rabbitmq_global_messages_unroutable_dropped_total",
-        "counter",
-        "Unroutable messages dropped (not mandatory)",
-        counters["unroutable"] - counters["returned"],
-        PROTOCOL,
+        out.family(series, "counter", help_text)
+        for label, theirs in protocols:
+            out.sample(series, sum(theirs[part] for part in parts), '{protocol="%s"}' % label)
+    out.family(
+        "rabbitmq_global_messages_unroutable_dropped_total", "counter", "Unroutable messages dropped (not mandatory)"
     )
-    out.one(
-        "rabbitmq_global_messages_acknowledged_total",
-        "counter",
-        "Deliveries acknowledged by consumers",
-        counters["acknowledged"],
-        '{protocol="amqp091",queue_type="classic"}',
-    )
+    for label, theirs in protocols:
+        out.sample(
+            "rabbitmq_global_messages_unroutable_dropped_total",
+            theirs["unroutable"] - theirs["returned"],
+            '{protocol="%s"}' % label,
+        )
+    out.family("rabbitmq_global_messages_acknowledged_total", "counter", "Deliveries acknowledged by consumers")
+    for label, theirs in protocols:
+        out.sample(
+            "rabbitmq_global_messages_acknowledged_total",
+            theirs["acknowledged"],
+            '{protocol="%s",queue_type="classic"}' % label,
+        )
     by_reason = (
         ("expired", counters["dead_lettered_expired"]),
         ("maxlen", counters["dead_lettered_maxlen"]),
@@ -111,17 +116,15 @@ def render(snap, process, per_object=False):
             '{protocol="amqp091",queue_type="classic",dead_letter_strategy="at_most_once"}',
         )
     out.one("rabbitmq_global_consumers", "gauge", "Consumers", snap["consumers"], PROTOCOL)
-    out.one("rabbitmq_auth_attempts_total", "counter", "Logins tried", counters["auth_attempts"], PROTOCOL)
-    out.one(
-        "rabbitmq_auth_attempts_succeeded_total",
-        "counter",
-        "Logins that succeeded",
-        counters["auth_attempts"] - counters["auth_attempts_failed"],
-        PROTOCOL,
-    )
-    out.one(
-        "rabbitmq_auth_attempts_failed_total", "counter", "Logins refused", counters["auth_attempts_failed"], PROTOCOL
-    )
+    for series, help_text, value in (
+        ("rabbitmq_auth_attempts_total", "Logins tried", lambda c: c["auth_attempts"]),
+        ("rabbitmq_auth_attempts_succeeded_total", "Logins that succeeded",
+         lambda c: c["auth_attempts"] - c["auth_attempts_failed"]),
+        ("rabbitmq_auth_attempts_failed_total", "Logins refused", lambda c: c["auth_attempts_failed"]),
+    ):  # fmt: skip
+        out.family(series, "counter", help_text)
+        for label, theirs in protocols:
+            out.sample(series, value(theirs), '{protocol="%s"}' % label)
     out.one("rabbitmq_connections", "gauge", "Open connections", len(snap["connections"]))
     _connections_by_protocol(out, snap["connections"])
     out.one("rabbitmq_channels", "gauge", "Open channels", snap["channels"])
@@ -149,6 +152,18 @@ QUEUE_GAUGES = (
     ("hutch_queue_messages_paged_out_bytes", "Bytes of ready messages kept on disk", "bytes_on_disk"),
 )
 QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages published to the queue", "published"),)
+
+
+def _protocols(snap):
+    """[(protocol label, its counters)]: each front end's that counts its own (MQTT's), and
+    0-9-1's, which is the rest (AMQP 1.0's clients counted with it)."""
+    counters = snap["counters"]
+    others = snap.get("counters_by_protocol") or {}
+    rest = dict(counters)
+    for theirs in others.values():
+        for name in theirs:
+            rest[name] -= theirs[name]
+    return [("amqp091", rest)] + sorted(others.items())
 
 
 def _connections_by_protocol(out, connections):

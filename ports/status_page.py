@@ -2,7 +2,7 @@
 its style and script inline (no external asset: it works on a gateway with no internet), which
 reads /api/overview every second and draws what RabbitMQ's management overview shows —
 the node (host, version, uptime), totals, message rates with small charts, queues with their
-own rates, connections, bridges, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
+own rates, connections, MQTT's sessions, bridges, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
 shows, so a test (and a script) can read it.
 """
 
@@ -23,6 +23,8 @@ th{background:#eee}td:first-child,th:first-child{text-align:left}
 <h2>Message rates (per second, last minute)</h2><div class="totals" id="rates"></div>
 <h2>Queues</h2><table id="queues"></table>
 <h2>Connections</h2><table id="connections"></table>
+<div id="mqtt-part" hidden><h2>MQTT</h2><div class="totals" id="mqtt"></div>
+<h2>MQTT sessions</h2><table id="mqtt-sessions"></table></div>
 <h2>Bridges</h2><table id="bridges"></table>
 <h2>Streams</h2><table id="streams"></table>
 <h2>Journal and memory</h2><div class="totals" id="storage"></div>
@@ -107,7 +109,9 @@ function draw(data) {
   table("queues", [["name", "name"], ["ready", "messages"], ["unacked", "unacked"], ["consumers", "consumers"],
     ["on disk", "on_disk"], ["published", "published"], ["publish/s", "publish_rate"], ["deliver/s", "deliver_rate"],
     ["ack/s", "ack_rate"], ["oldest (s)", "oldest_age_s"]], b.queues);
-  table("connections", [["name", "name"], ["user", "user"], ["TLS", "tls"], ["channels", "channels"]], b.connections);
+  table("connections", [["name", "name"], ["protocol", "protocol"], ["user", "user"], ["TLS", "tls"],
+    ["channels", "channels"]], b.connections);
+  drawMqtt(b);
   table("bridges", [["name", "name"], ["state", "state"], ["upstream", "upstream"], ["forwarded", "forwarded"],
     ["in flight", "in_flight"], ["backlog", "backlog"], ["last error", "last_error"]], b.bridges);
   table("streams", [["name", "name"], ["first", "first"], ["last", "last"], ["bytes", "bytes"], ["consumers", "consumers"]], b.streams);
@@ -128,6 +132,35 @@ function draw(data) {
   var uptime = document.getElementById("uptime");
   uptime.textContent = node.uptime_s !== undefined ? "up " + duration(node.uptime_s) : "";
   uptime.setAttribute("data-figure", "uptime");
+}
+// MQTT's part, where a listener serves it: its clients' counters, and its sessions as RabbitMQ
+// keeps them, a queue per session and QoS (mqtt-subscription-<client id>qos0|qos1), retained
+// messages (mqtt-retained.<key>) and shared subscriptions (mqtt-shared/<group>/<filter>)
+function drawMqtt(b) {
+  var m = (b.counters_by_protocol || {}).mqtt;
+  document.getElementById("mqtt-part").hidden = !m;
+  if (!m) return;
+  var sessions = {}, connected = {}, open = 0, retained = 0, shared = 0;
+  b.connections.forEach(function (c) { if (c.protocol === "mqtt") { open++; if (c.client_id) connected[c.client_id] = true; } });
+  function session(id) {
+    return sessions[id] || (sessions[id] = {name: id, connected: connected[id] ? "yes" : "no", queued: 0, unacked: 0});
+  }
+  b.queues.forEach(function (q) {
+    var found = /^mqtt-subscription-(.*)qos[01]$/.exec(q.name);
+    if (found) { var s = session(found[1]); s.queued += q.messages; s.unacked += q.unacked; }
+    else if (q.name.indexOf("mqtt-retained.") === 0) retained++;
+    else if (q.name.indexOf("mqtt-shared/") === 0) shared++;
+  });
+  Object.keys(connected).forEach(session);
+  var mqtt = document.getElementById("mqtt"); mqtt.textContent = "";
+  box(mqtt, "connections", open, "mqtt.connections");
+  box(mqtt, "sessions", Object.keys(sessions).length, "mqtt.sessions");
+  box(mqtt, "published", m.received, "mqtt.received");
+  box(mqtt, "delivered", m.delivered_consume_manual_ack + m.delivered_consume_auto_ack, "mqtt.delivered");
+  box(mqtt, "retained", retained, "mqtt.retained");
+  box(mqtt, "shared subscriptions", shared, "mqtt.shared");
+  table("mqtt-sessions", [["client id", "name"], ["connected", "connected"], ["queued", "queued"], ["unacked", "unacked"]],
+    Object.keys(sessions).sort().map(function (id) { return sessions[id]; }));
 }
 // The URL without the user and password a user may have typed into the page's address: a
 // browser refuses to fetch such a URL, and sends the credentials it logged in with anyway

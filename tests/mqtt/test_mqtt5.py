@@ -43,8 +43,8 @@ def connack_properties(out):
 def test_no_local_keeps_a_client_s_own_publishes_from_it():
     broker = Broker(Limits())
     me = v5(broker, b"me")
-    other = v5(broker, b"other")
     subscribe(me, 1, b"chat/#", QOS1 | NO_LOCAL)
+    other = v5(broker, b"other")  # (a client connecting after it changes nothing of it)
     out = me.send(packets.publish(b"chat/room", b"mine", 1, packet_id=2, level=V5))
     assert [p.name for p in out] == ["PUBACK"]  # (taken: the session's queue settles it undelivered)
     assert broker.queues[b"mqtt-subscription-meqos1"].message_count() == 0

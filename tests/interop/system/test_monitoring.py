@@ -4,10 +4,8 @@ the clients did and the per-queue gauges equal what a passive declare says; the 
 opened in headless Chromium, shows the same figures; with users configured, only a user tagged
 monitoring or administrator may look."""
 
-import base64
 import json
 import os
-import re
 import subprocess
 import threading
 import urllib.error
@@ -16,12 +14,11 @@ import urllib.request
 import pika
 from brokers import BIN, RunningBroker, free_port, interrupt, wait_until
 from micropython_env import micropython, serve_env
+from scrapes import dom_figures, get, promtool, series
 
 from hutch.ports.status_page import PAGE
 
 HUTCH = os.path.join(BIN, "hutch")
-PROMTOOL = "/usr/bin/promtool"
-CHROMIUM = "/usr/bin/chromium"
 ODD_QUEUE = 'we"ird\\queue\nname'  # a label value with every character the format escapes
 PUBLISHERS, PER_PUBLISHER, UNROUTABLE, GETS = 4, 500, 50, 200
 SCRAPES_UNDER_LOAD = 8
@@ -33,30 +30,6 @@ def monitored(tmp_path, *extra):
     broker.metrics_url = "http://127.0.0.1:%d" % port
     wait_until(lambda: "serving metrics" in broker.log(), what="the metrics port")
     return broker
-
-
-def get(url, auth=None):
-    request = urllib.request.Request(url)
-    if auth is not None:
-        request.add_header("Authorization", "Basic " + base64.b64encode(("%s:%s" % auth).encode()).decode())
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.status, response.headers.get("Content-Type"), response.read().decode()
-
-
-def series(text):
-    """{(name, labels text): value} of a scrape."""
-    found = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            m = re.match(r"^([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$", line)
-            assert m, line
-            found[(m.group(1), m.group(2) or "")] = float(m.group(3))
-    return found
-
-
-def promtool(text):
-    done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
-    return done.returncode, done.stdout + done.stderr
 
 
 class Scraper(threading.Thread):
@@ -210,34 +183,6 @@ def test_metrics_under_load_are_clean_and_at_rest_equal_what_the_clients_did(tmp
         setup.close()
     finally:
         broker.stop()
-
-
-def dom_figures(url, profile):
-    """The status page as headless Chromium leaves it after its script ran: {data-figure: text}.
-    profile: a folder for Chromium's profile (the test's own, removed with it)."""
-    done = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--user-data-dir=" + profile,
-            "--virtual-time-budget=4000",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = dict(re.findall(r'data-figure="([^"]*)">([^<]*)<', done.stdout))
-    assert "updated" in figures, done.stdout[-3000:]
-    return figures
 
 
 def test_the_status_page_shows_the_figures_of_the_metrics(tmp_path):
