@@ -4,8 +4,8 @@ A PUBLISH goes to the MQTT exchange (`[mqtt] exchange`, amq.topic) with its topi
 routing key (mqtt/topics.py), as RabbitMQ maps it:
 
     MQTT                                AMQP 0-9-1 (the stored form, core/message.py)
-    QoS                                 header x-mqtt-publish-qos; QoS 1 and 2 persistent
-                                        (delivery-mode 2), QoS 0 not
+    QoS                                 header x-mqtt-publish-qos (2 as 1); QoS 1 and 2
+                                        persistent (delivery-mode 2), QoS 0 not
     DUP                                 header x-mqtt-dup
     5.0 user properties                 headers (name: value)
     5.0 content type                    content-type
@@ -239,8 +239,9 @@ class Publishing:
 
 
 def properties_091(qos, dup, props):
-    """The stored form's properties of an MQTT publish (the module's docstring has the table)."""
-    headers = {"x-mqtt-publish-qos": qos, "x-mqtt-dup": dup}
+    """The stored form's properties of an MQTT publish (the module's docstring has the table). A
+    QoS 2 publish says QoS 1, as RabbitMQ's does (it is delivered at QoS 1 at most)."""
+    headers = {"x-mqtt-publish-qos": min(qos, 1), "x-mqtt-dup": dup}
     found = {"headers": headers, "delivery-mode": 2 if qos else 1}
     if props:
         for name, value in props.get(USER_PROPERTY, ()):

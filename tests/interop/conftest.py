@@ -10,7 +10,7 @@ import signal
 import subprocess
 
 import pytest
-from brokers import BIN, DEFAULT_SCANNER, SCANNERS, RunningBroker, terminate
+from brokers import BIN, DEFAULT_SCANNER, SCANNERS, RunningBroker, free_port, terminate
 from micropython_env import micropython, serve_env
 
 
@@ -76,14 +76,21 @@ def grouped_by_xdist(request):
 @pytest.fixture(scope="session")
 def rabbitmq(tmp_path_factory):
     """Debian's rabbitmq-server, one for the whole run (bench/brokers.py RabbitMQ: its own folder,
-    free ports on 127.0.0.1), stopped at the end. Its one plugin is rabbitmq_amqp1_0: AMQP 1.0
-    on the same port, for the bridges that forward over 1.0 (it adds no measurable start time:
-    4.2-4.6 s with it and without it, load average 5-7). The tests that use it carry
+    free ports on 127.0.0.1), stopped at the end. Its plugins: rabbitmq_amqp1_0, AMQP 1.0 on the
+    same port, for the bridges that forward over 1.0 (it adds no measurable start time: 4.2-4.6 s
+    with it and without it, load average 5-7), and rabbitmq_mqtt on mqtt_port, for the MQTT
+    tests' AMQP side. The tests that use it carry
     xdist_group("rabbitmq"), so one worker runs them all and it starts once; the benchmark
     tests, which start RabbitMQs of their own and count beam processes, are in that group too."""
     from hutch.bench.brokers import RabbitMQ
 
-    server = RabbitMQ(str(tmp_path_factory.mktemp("rabbitmq")), plugins=("rabbitmq_amqp1_0",))
+    mqtt_port = free_port()
+    server = RabbitMQ(
+        str(tmp_path_factory.mktemp("rabbitmq")),
+        conf=("mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_port,),
+        plugins=("rabbitmq_amqp1_0", "rabbitmq_mqtt"),
+    )
+    server.mqtt_port = mqtt_port
     try:
         server.start()
     except BaseException:
