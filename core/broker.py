@@ -160,7 +160,13 @@ class Broker:
         if conn in self.connections:
             self.connections.remove(conn)
 
+    ticked = False  # (a class default: set by the first tick)
+
     def tick(self, now, wall_seconds=0):
+        if not self.ticked:  # the first: what was declared before it (the journal's replay) was used now
+            self.ticked = True
+            for queue in self.expirable:
+                queue.last_used = now
         self.now = now
         self.wall_seconds = wall_seconds
         if wall_seconds:

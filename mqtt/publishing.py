@@ -116,6 +116,8 @@ class Publishing:
                 )
             elif kept > seq:
                 seq = kept
+        if qos:
+            self.session.serving.count(self.broker, counters.CONFIRMED)
         if qos == 1:
             self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
@@ -185,8 +187,11 @@ class Publishing:
         raise Malformed(NOT_AUTHORIZED, why)
 
     def _acknowledge(self, seq, ack):
-        self.session.serving.count(self.broker, counters.CONFIRMED)
+        """ack sent once the journal has synced up to seq (0: now), after those due before it
+        (MQTT 4.6: in the order of what they answer)."""
         journal = self.broker.journal
+        if self.waiting:
+            seq = max(seq, self.waiting[-1][0])
         if seq and journal is not None and journal.synced < seq:
             self.waiting.append([seq, ack])
             self.broker.wait_for_journal(self.conn)
@@ -208,9 +213,13 @@ class Publishing:
             self.broker.wait_for_journal(self.conn)
 
     def released(self, packet_id):
-        """PUBREL: the QoS 2 exchange for packet_id is over (PUBCOMP)."""
+        """PUBREL: the QoS 2 exchange for packet_id is over. The PUBCOMP waits until the id's
+        release is on disk: after it the client may use the id again, and a broker that came
+        back from a crash still holding it would take the new message for a repeat."""
         code = SUCCESS if self.session.released.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
-        self.conn.send(packets.ack(PUBCOMP, packet_id, code, self.conn.level))
+        journal = self.broker.journal
+        seq = journal.seq + 1 if code == SUCCESS and journal is not None else 0  # (written with the next group commit)
+        self._acknowledge(seq, packets.ack(PUBCOMP, packet_id, code, self.conn.level))
 
     def publish_will(self, will):
         topic, payload, qos, retain, props = will

@@ -48,7 +48,8 @@ class Released:
     def hold(self, packet_id):
         """A QoS 2 PUBLISH was taken: hold its id. Returns the journal sequence number its PUBREC
         waits for (0: none)."""
-        queue = kept.queue(self.broker, self.name)
+        expiry = self.session.expiry  # (kept as long as the session: its x-expires)
+        queue = kept.queue(self.broker, self.name, {"x-expires": expiry * 1000} if expiry else None)
         if self.consumer is None:
             self._consume(queue)
         return kept.put(self.broker, self.name, {}, bytes(((packet_id >> 8) & 0xFF, packet_id & 0xFF)))

@@ -116,7 +116,8 @@ class Session:
         if clean:
             kept.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.released.name))
             return False
-        if any(queues.get(self.queue_name(qos)) is not None for qos in (0, 1)):
+        # its state: its queues, QoS 2 packet ids it holds (mqtt/qos2.py), shared subscriptions
+        if any(queues.get(name) is not None for name in (self.queue_name(0), self.queue_name(1), self.released.name)):
             return True
         return bool(shared.memberships(self.broker, serving.exchange, self.client_id))
 

@@ -95,6 +95,26 @@ def test_durable_definitions_come_back_and_transient_ones_do_not():
 
 
 @_in_folder
+def _expiry_after_restart(folder):
+    node = Node(folder)
+    node.broker.tick(5_000)
+    node.client().queue(1, b"session", durable=True, arguments={"x-expires": 60_000})
+    node.stop()
+    broker = Node(folder).broker
+    # a machine up for a day: the first tick's clock is far from the 0 the replay ran at
+    broker.tick(86_400_000)
+    assert b"session" in broker.queues
+    broker.tick(86_400_000 + 59_000)
+    assert b"session" in broker.queues
+    broker.tick(86_400_000 + 60_000)
+    assert b"session" not in broker.queues
+
+
+def test_a_queue_s_expiry_counts_from_the_restart_not_from_the_clock_s_zero():
+    _expiry_after_restart()
+
+
+@_in_folder
 def _messages(folder):
     node = Node(folder)
     c = node.client()

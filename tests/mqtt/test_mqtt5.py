@@ -231,3 +231,23 @@ def test_no_local_on_a_shared_subscription_is_a_protocol_error_and_a_bad_share_i
     assert out[0].body[-2:] == bytes((packets.TOPIC_FILTER_INVALID,)) * 2
     out = c.send(packets.subscribe(2, [(b"$share/g/t", QOS1 | NO_LOCAL)], V5))
     assert [(p.name, p.body[0]) for p in out] == [("DISCONNECT", packets.PROTOCOL_ERROR)]
+
+
+# ---------------------------------------------------------------- QoS 2 with a journal
+
+
+def test_pubrec_waits_for_the_message_on_disk_and_pubcomp_for_the_id_s_release(tmp_path):
+    from hutch.ports.recovery import recover
+
+    broker = Broker(Limits())
+    writer = recover(str(tmp_path), broker, 1 << 20, 1 << 30, broker.log)
+    c = v5(broker, b"q2", clean=False, props={packets.SESSION_EXPIRY_INTERVAL: 60})
+    subscribe(c, 1, b"m", 0)  # (a durable queue for the message: the session outlives its connection)
+    out = c.send(packets.publish(b"m", b"x", 2, packet_id=5, level=V5))
+    assert [p.name for p in out] == ["PUBLISH"]  # delivered; the PUBREC waits for the disk
+    writer.commit()
+    assert [(p.name, p.body[:2]) for p in c.read()] == [("PUBREC", b"\x00\x05")]
+    assert c.send(packets.ack(packets.PUBREL, 5, level=V5)) == []  # after it, the id may be used again:
+    writer.commit()  # the PUBCOMP waits until its release is on disk
+    assert [(p.name, p.body[:2]) for p in c.read()] == [("PUBCOMP", b"\x00\x05")]
+    writer.files.close()

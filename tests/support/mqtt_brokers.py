@@ -43,6 +43,14 @@ def start_hutch(tmp_path, extra=()):
     return MqttBroker("hutch", port, running=running)
 
 
+def restart(broker):
+    """hutch started again (after a SIGKILL) on its ports and data, once it listens for MQTT."""
+    line = "listening for MQTT on 127.0.0.1:%d" % broker.port
+    before = broker.running.log().count(line)
+    broker.running.start()
+    wait_until(lambda: broker.running.log().count(line) > before, 30, what=broker.running.log)
+
+
 def start_mosquitto(tmp_path):
     port = free_port()
     conf = tmp_path / "mosquitto.conf"
