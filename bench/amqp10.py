@@ -24,7 +24,7 @@ import time
 
 from ..codec import spec
 from . import loadgen
-from .brokers import BenchError, Hutch
+from .brokers import BenchError, Hutch, cpu_seconds
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "amqp10_load.js")
 CHECKOUT_MODULES = os.path.join(
@@ -52,16 +52,6 @@ def node_environment():
 def address(broker, queue):
     """The address of a queue on this broker: v2 on hutch, v1 on RabbitMQ 3."""
     return ("/queues/%s" if isinstance(broker, Hutch) else "/amq/queue/%s") % queue
-
-
-def cpu_seconds(pid):
-    """CPU time (user and system) process pid has used, or None without a pid (an --rabbitmq
-    broker given without --rabbitmq-pid)."""
-    if pid is None:
-        return None
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rhea(broker, mode, queue, count, timeout=300):

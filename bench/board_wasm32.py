@@ -16,7 +16,15 @@ scenario starts a board of its own:
   the bridge forwards all of it to a broker that confirms (hutch's core, in this process);
 - stream: a stream with x-max-length-bytes 65536 takes 1,000 records of 256 bytes with
   confirms, then a consumer reads them back from "first" with a prefetch of 10, as
-  test_board_memory.py's stream test does.
+  test_board_memory.py's stream test does;
+- mqtt: the board serves MQTT ([server] mqtt_port) with an up bridge from amq.topic's
+  `sensors.#`, its uplink up; four MQTT sensors connect as umqtt.simple does (3.1.1, keep alive
+  0, clean session), then each publishes 500 readings of 64 bytes at QoS 1, one at a time,
+  which the bridge forwards upstream, as tests/interop/boards/test_board_mqtt.py runs them on
+  the 64-bit unix port.
+
+The bundle is the one with the MQTT front end (python -m hutch.firmware.build --mqtt): the
+scenarios whose config serves no MQTT load none of it.
 
 The heap figure is the live heap after a collection, after every turn of the board's loop
 (its peak is the largest of them). Two parts of it, told apart by a code census
@@ -57,7 +65,9 @@ STREAM_RECORDS = 1000
 STREAM_MAX_BYTES = 65536
 STREAM_PREFETCH = 10
 BRIDGE_QUEUE = b"backlog"
-SCENARIOS = ("clients", "bridge", "stream")
+SENSOR_READINGS = 500  # each MQTT sensor's
+SENSOR_BODY = 64
+SCENARIOS = ("clients", "bridge", "stream", "mqtt")
 
 
 def body(client, n, size=BODY):
@@ -66,6 +76,23 @@ def body(client, n, size=BODY):
 
 def board_config(**server):
     config = {"server": dict({"board": "esp32", "data": "/data"}, **server)}
+    return config
+
+
+def mqtt_config():
+    """Serving MQTT, with an up bridge from amq.topic's sensors.# (its own durable queue)."""
+    config = board_config(mqtt_port=1883)
+    config["bridge"] = [
+        {
+            "name": "uplink",
+            "direction": "up",
+            "uri": "amqp://guest:guest@central:5672/%2F",
+            "source_exchange": "amq.topic",
+            "binding_key": "sensors.#",
+            "exchange": "amq.topic",
+            "declare": {"queue": "readings", "binding_key": "sensors.#"},
+        }
+    ]
     return config
 
 
@@ -190,6 +217,13 @@ def stream_reader(c, count):
     return c.deliveries
 
 
+def mqtt_sensor(c, index, readings):
+    """An MQTT sensor as umqtt.simple runs: its readings at QoS 1, each PUBACKed before the next."""
+    topic = b"sensors/sensor-%d/temp" % index
+    for n in range(readings):
+        yield from c.publish(topic, (b"%d:%06d:" % (index, n)).ljust(SENSOR_BODY, b"x"))
+
+
 def wait_for(condition, what):
     while not condition():
         yield what
@@ -270,10 +304,36 @@ def scenario_stream(board):
     return out
 
 
+def scenario_mqtt(board):
+    """{phase: samples}: idle serving MQTT with the bridge up, four idle sensors, their load."""
+    out = {"idle": [board.started]}
+    session = Session(board)
+    upstream = session.upstream = Upstream()
+    while True:
+        wait = board.call("uplink_open", session.now)
+        if not wait:
+            break
+        session.now += wait
+    upstream.connect()
+    session.run([wait_for(lambda: upstream.queued(b"readings") == 0 and b"readings" in upstream.broker.queues,
+                          "the bridge's declare upstream")])  # fmt: skip
+    phase = Phase(board)
+    out["bridged"] = phase.take()
+    sensors = [session.client("mqtt") for _ in range(CLIENTS)]
+    session.run([c.connect(b"sensor-%d" % i) for i, c in enumerate(sensors)])
+    out["sensors"] = phase.take()
+    session.run([mqtt_sensor(c, i, SENSOR_READINGS) for i, c in enumerate(sensors)])
+    total = CLIENTS * SENSOR_READINGS
+    session.run([wait_for(lambda: upstream.queued(b"readings") == total, "every reading upstream")])
+    out["load"] = phase.take()
+    return out
+
+
 RUNS = {
     "clients": (board_config, scenario_clients),
     "bridge": (lambda: bridge_config(BACKLOG), scenario_bridge),
     "stream": (board_config, scenario_stream),
+    "mqtt": (mqtt_config, scenario_mqtt),
 }
 
 
@@ -307,7 +367,7 @@ def run_scenarios(workdir, names=SCENARIOS, log=print, runs=None, bundle=None):
     runs = runs or RUNS
     if bundle is None:
         with contextlib.redirect_stdout(io.StringIO()):  # mpremote prints the ROMFS image's tree
-            bundle = build.build(os.path.join(workdir, "firmware"))["bundle"]
+            bundle = build.build(os.path.join(workdir, "firmware"), bundle_name="broker-mqtt")["bundle"]
     log("wasm32 board: %s" % ", ".join(names))
     with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
         done = list(pool.map(lambda name: run_one(workdir, name, runs[name], bundle), names))
@@ -371,6 +431,11 @@ class Figures:
         )
 
 
+def apart(after, before, n):
+    """Each figure's growth from before to after, per one of n."""
+    return [(after[i] - before[i]) // n for i in range(len(after))]
+
+
 def rows_of(results, census):
     """The table's rows: (what, live, code, beyond the code, on a board), in bytes."""
     rows = []
@@ -384,14 +449,11 @@ def rows_of(results, census):
         idle = f.last(r["idle"])
         conns = f.last(r["connections"])
         row("idle broker after start", idle)
-        row("per idle connection (4, a channel each)", [(conns[i] - idle[i]) // CLIENTS for i in range(4)])
+        row("per idle connection (4, a channel each)", apart(conns, idle, CLIENTS))
         row("peak: 4 clients x 2,500 messages of 256 B, confirms, acks", f.peak(r["load"]))
         before = f.last(r["before queued"])
         queued = f.last(r["queued"])
-        row(
-            "per message of 256 B queued (%d in a queue)" % QUEUED,
-            [(queued[i] - before[i]) // QUEUED for i in range(4)],
-        )
+        row("per message of 256 B queued (%d in a queue)" % QUEUED, apart(queued, before, QUEUED))
     if "bridge" in results:
         r = results["bridge"]
         f = Figures(r, census)
@@ -406,6 +468,17 @@ def rows_of(results, census):
         row("a stream with 100 records of 256 B", f.last(r["100 records"]))
         row("... with 1,000 (x-max-length-bytes 64 KiB keeps %d)" % r["records kept"], f.last(r["1,000 records"]))
         row("peak while a consumer reads them back (prefetch 10)", f.peak(r["read back"]))
+    if "mqtt" in results:
+        r = results["mqtt"]
+        f = Figures(r, census)
+        bridged = f.last(r["bridged"])
+        sensors = f.last(r["sensors"])
+        row("idle broker serving MQTT, an up bridge linked", bridged)
+        row("per idle MQTT sensor (4, keep alive 0)", apart(sensors, bridged, CLIENTS))
+        row(
+            "peak: 4 MQTT sensors x %d QoS 1 readings of %d B, bridged up" % (SENSOR_READINGS, SENSOR_BODY),
+            f.peak(r["load"]),
+        )
     return rows
 
 

@@ -83,6 +83,16 @@ def wait_for_amqp(host, port, proc, what, timeout):
     raise BenchError("%s did not accept AMQP connections on %s:%d within %ds" % (what, host, port, timeout))
 
 
+def cpu_seconds(pid):
+    """CPU time (user and system) process pid has used so far, or None without a pid (an
+    --rabbitmq broker given without --rabbitmq-pid)."""
+    if pid is None:
+        return None
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -169,8 +179,19 @@ class Hutch:
         self.pid = self.proc.pid
 
     def start(self, timeout=30):
-        """Until it accepts AMQP connections; timeout: seconds (a restart with a backlog needs more)."""
+        """Until it accepts AMQP connections (and MQTT ones, with an MQTT listener: it comes up
+        after the AMQP one); timeout: seconds (a restart with a backlog needs more)."""
         wait_for_amqp(self.host, self.port, self.proc, "hutch (%s)" % self.kind, timeout)
+        if self.mqtt_port is not None:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    socket.create_connection((self.host, self.mqtt_port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise BenchError("hutch (%s) did not listen for MQTT on %d" % (self.kind, self.mqtt_port))
+                    time.sleep(0.05)
         return self
 
     def scanner(self):

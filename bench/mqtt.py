@@ -7,8 +7,9 @@ started here on a free port, no persistence), side by side in one run.
     qos1        the same at QoS 1, the publisher keeping WINDOW PUBLISHes unacknowledged, the
                 subscriber acknowledging each delivery: hutch answers PUBACK once the message
                 is on disk (its subscription queue is durable), mosquitto once it has it in RAM
-    per-conn    resident memory per idle MQTT connection (CONNECT, keep alive 0), over
-                IDLE connections
+    and the rows with many connections of bench/mqtt_load.py: fan-in of 1,000 sensors (p99
+    latency, broker CPU per message), fan-out to 100 subscribers, two QoS 1 publishers ahead
+    of one subscriber (what was PUBACKed and delivered), 10,000 idle connections (RSS each)
 
 The load is MQTT packets written and read with hutch's own codec (mqtt/packets.py) over plain
 sockets, one thread each for the publisher and the subscriber: the same client for both
@@ -24,17 +25,14 @@ import threading
 import time
 
 from ..mqtt import packets
-from .brokers import BenchError, Hutch, free_port, rss_kb
+from . import mqtt_load
+from .brokers import BenchError, Hutch, free_port
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 SIZE = 16
 WINDOW = 100
-IDLE = 500
-ROWS = (
-    ("qos0", "MQTT QoS 0, 16 B, 1 publisher -> 1 subscriber", "msg/s"),
-    ("qos1", "MQTT QoS 1, 16 B, window %d, subscriber acks" % WINDOW, "msg/s"),
-    ("per-conn", "RSS per idle MQTT connection (%d)" % IDLE, "KB"),
-)
+RATE = 2  # each fan-in sensor's readings a second
+FANOUT = 100
 
 
 class Client:
@@ -126,17 +124,6 @@ def throughput(host, port, qos, count):
     return count / (done["end"] - start)
 
 
-def per_connection(host, port, pid, count):
-    """KB of resident memory per idle connection (CONNECT, keep alive 0)."""
-    before = rss_kb(pid)
-    clients = [Client(host, port, b"idle-%d" % i) for i in range(count)]
-    time.sleep(0.5)
-    after = rss_kb(pid)
-    for client in clients:
-        client.close()
-    return (after - before) / count
-
-
 class Mosquitto:
     def __init__(self, workdir):
         self.host, self.port = "127.0.0.1", free_port()
@@ -163,10 +150,57 @@ class Mosquitto:
         self.proc.wait(10)
 
 
+def sizes(count):
+    """The rows' sizes for --count (the QoS 0 row's messages): 100,000 gives the full rows, 1,000
+    sensors and 10,000 idle connections; CI's smaller counts, smaller rows."""
+    return {
+        "sensors": min(1000, max(50, count // 100)),
+        "fanout": min(10000, max(100, count // 50)),
+        "overload": min(10000, max(1000, count // 10)),
+        "idle": min(10000, max(500, count // 10)),
+        "seconds": 10 if count >= 100000 else 3,  # the fan-in's length
+    }
+
+
+def rows(size):
+    """(key, title, unit) of each row, in order."""
+    return (
+        ("qos0", "MQTT QoS 0, 16 B, 1 publisher -> 1 subscriber", "msg/s"),
+        ("qos1", "MQTT QoS 1, 16 B, window %d, subscriber acks" % WINDOW, "msg/s"),
+        ("fan-in-p99", "fan-in: %d sensors x %d msg/s, QoS 1: p99 latency" % (size["sensors"], RATE), "ms"),
+        ("fan-in-cpu", "... broker CPU per message", "µs"),
+        ("fan-out", "fan-out: 1 -> %d subscribers, QoS 0: deliveries" % FANOUT, "msg/s"),
+        ("overload", "QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered", "%"),
+        ("idle", "RSS per idle MQTT connection (%d)" % size["idle"], "KB"),
+        ("idle-held", "... all %d still answering PINGREQ" % size["idle"], "yes=1"),
+    )
+
+
+def measure(host, port, pid, count, size):
+    """{row: figure} of one broker."""
+    p99, cpu, _ = mqtt_load.fan_in(host, port, pid, size["sensors"], RATE, size["seconds"])
+    pubacked, delivered = mqtt_load.overload(host, port, size["overload"], WINDOW)
+    per_conn, held = mqtt_load.idle(host, port, pid, size["idle"])
+    return {
+        "qos0": throughput(host, port, 0, count),
+        "qos1": throughput(host, port, 1, max(1000, count // 4)),
+        "fan-in-p99": p99,
+        "fan-in-cpu": cpu,
+        "fan-out": mqtt_load.fan_out(host, port, FANOUT, size["fanout"]),
+        "overload": 100.0 * delivered / pubacked,
+        "idle": per_conn,
+        "idle-held": 1.0 if held else 0.0,
+    }
+
+
 def run(args):
     """The rows, for hutch and (--start-mosquitto) mosquitto; prints the table. Exit code."""
     workdir = tempfile.mkdtemp(prefix="hutch-bench-mqtt-")
-    plan = [("hutch", lambda: Hutch("c", workdir, mqtt=True))]
+    size = sizes(args.count)
+    config = os.path.join(workdir, "hutch.toml")
+    with open(config, "w") as f:
+        f.write("[limits]\nmax_connections = %d\n" % (size["idle"] + FANOUT + 100))  # (1,000 by default)
+    plan = [("hutch", lambda: Hutch("c", workdir, config=config, mqtt=True))]
     if args.start_mosquitto:
         plan.append(("mosquitto", lambda: Mosquitto(workdir)))
     results = {}
@@ -175,11 +209,7 @@ def run(args):
         try:
             port = broker.mqtt_port if key == "hutch" else broker.port
             print("%s: MQTT on %s:%d" % (key, broker.host, port), file=sys.stderr, flush=True)
-            results[key] = {
-                "qos0": throughput(broker.host, port, 0, args.count),
-                "qos1": throughput(broker.host, port, 1, max(1000, args.count // 4)),
-                "per-conn": per_connection(broker.host, port, broker.pid, IDLE),
-            }
+            results[key] = measure(broker.host, port, broker.pid, args.count, size)
         finally:
             broker.stop()
     keys = [key for key, _ in plan]
@@ -187,15 +217,19 @@ def run(args):
         "%-52s %-6s %s" % ("scenario", "unit", "  ".join("%12s" % k for k in keys))
         + ("  hutch/mosquitto" if len(keys) > 1 else "")
     )
-    for row, title, unit in ROWS:
+    for row, title, unit in rows(size):
         figures = [results[k][row] for k in keys]
         line = "%-52s %-6s %s" % (
             title,
             unit,
-            "  ".join("%12s" % ("{:,.1f}".format(f) if unit == "KB" else "{:,.0f}".format(f)) for f in figures),
+            "  ".join("%12s" % ("{:,.0f}".format(f) if unit == "msg/s" else "{:,.1f}".format(f)) for f in figures),
         )
         if len(keys) > 1 and figures[1]:
             line += "  %14.2f" % (figures[0] / figures[1])
         print(line)
-    print("hutch PUBACKs a QoS 1 message once its durable queue has it on disk; mosquitto keeps it in RAM.")
+    print(
+        "hutch PUBACKs a QoS 1 message once its durable queue has it on disk; mosquitto keeps it in RAM "
+        "(and drops what is past its max_queued_messages, 1,000 by default). Broker CPU: its process's "
+        "user and system time over the messages delivered."
+    )
     return 0

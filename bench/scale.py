@@ -12,23 +12,16 @@ sockets (a thread each would measure the load generator): each sensor's reading 
 own moment of every period, and its confirm's latency is from that send to the basic.ack read.
 """
 
-import os
 import selectors
 import struct
 import time
 
 from ..codec import spec, wire
+from .brokers import cpu_seconds
 from .loadgen import Connection, Consumer, LoadError, publish_frames
 
 ACK_FRAME = 21  # basic.ack on the wire: frame header 7, method 4, tag 8, bits 1, frame-end 1
 ACK_ID = struct.pack(">I", spec.BASIC_ACK)
-
-
-def cpu_seconds(pid):
-    """User and system CPU seconds of process pid so far."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid):

@@ -52,6 +52,8 @@ class _Client:
     """One client, as ports/tcp.py's _Client holds it: its connection, and its protocol header
     until it is known (FrontEnds.first_octets, which attach()es the connection it chooses)."""
 
+    front = None  # its listener's FrontEnds, where it is not the AMQP one (a class default: held by MQTT's alone)
+
     def __init__(self, index, front, peer):
         self.index = index
         self.greeting = (peer, b"")
@@ -76,7 +78,7 @@ class Board:
         self.clock = VirtualClock()
         self.runtime = None
         self.broker = None
-        self.front = None
+        self.fronts = {}  # a listener's protocol ("amqp", "mqtt") -> its server/frontends.py FrontEnds
         self.clients = []
         self.read_buffer = None
         self.sending = []  # the parts take() handed out, held until sent() (the host copies them)
@@ -129,7 +131,10 @@ class Board:
         self.read_buffer = bytearray(opts["read_size"])  # one for every client, as ports/tcp.py's
         self.runtime = runtime
         self.broker = broker
-        self.front = FrontEnds(runtime)
+        self.fronts["amqp"] = FrontEnds(runtime)
+        if opts["mqtt_settings"] is not None:  # (as a board whose config serves MQTT starts it)
+            startup.serve_mqtt(broker, opts["mqtt_settings"])
+            self.fronts["mqtt"] = FrontEnds(runtime, "mqtt")
         if runtime.bridges:
             self.bridge = runtime.bridges[0]
         log("info", "hutch on %s, in memory (board profile %s)" % (startup.platform_name(), opts["board"]))
@@ -138,19 +143,23 @@ class Board:
 
     # ------------------------------------------------------------ clients
 
-    def open(self):
-        """A new client (its index): what a listener does at accept."""
+    def open(self, protocol="amqp"):
+        """A new client (its index) of the listener of that protocol: what it does at accept."""
         port = 40000 + len(self.clients)
         peer = {"address": "127.0.0.1", "port": port, "transport": "tcp"}
         self.broker.now = self.clock.now
-        self.clients.append(_Client(len(self.clients), self.front, peer))
+        front = self.fronts[protocol]
+        client = _Client(len(self.clients), front, peer)
+        if protocol != "amqp":
+            client.front = front
+        self.clients.append(client)
         return len(self.clients) - 1
 
     def feed(self, index, n):
         """The client sent the first n octets of the read buffer (0: it closed its side)."""
         client = self.clients[index]
         data = memoryview(self.read_buffer)[:n]
-        self.front.received(client, data)
+        (client.front or self.fronts["amqp"]).received(client, data)
         monitor = self.runtime.monitor
         if monitor.measures:
             monitor.fed(n)
@@ -332,10 +341,10 @@ def check_layout():
     return "%d %d" % (address(LAYOUT_PROBE), address(BOARD.read_buffer))
 
 
-def open_client():
+def open_client(protocol="amqp"):
     """BOARD.open(), for the host (a function of the module: a bound method made for each call
     from JavaScript would stay referenced by the port's proxies, in the heap being measured)."""
-    return BOARD.open()
+    return BOARD.open(protocol)
 
 
 def sent():

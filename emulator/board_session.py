@@ -207,6 +207,64 @@ class FrameClient:
             self.replies.append(event)
 
 
+class MqttClient:
+    """One MQTT client connection (a sensor), sans-IO as FrameClient is: packets out (pending),
+    packets in, written and read with the front end's own codec (mqtt/packets.py)."""
+
+    def __init__(self, session, index):
+        self.session = session
+        self.index = index
+        self.pending = bytearray()
+        self.buf = b""
+        self.received_packets = []  # (kind, body) of each packet the board sent
+        self.acked = set()  # packet ids PUBACKed
+        self.closed = False
+        self.close_reason = None
+        self.next_id = 1
+
+    def send(self, data):
+        self.pending += data
+
+    def until(self, condition, what):
+        return FrameClient.until(self, condition, what)
+
+    def connect(self, client_id, keep_alive=0):
+        """CONNECT (3.1.1, clean session, as umqtt.simple sends it) and its CONNACK."""
+        from ..mqtt import packets
+
+        self.send(packets.connect(client_id, keep_alive=keep_alive, user=b"guest", password=b"guest"))
+        yield from self.until(lambda: self.received_packets, "the CONNACK")
+        kind, body = self.received_packets.pop(0)
+        if kind != packets.CONNACK or body[1] != 0:
+            raise Stuck("client %d: CONNECT answered %d %r" % (self.index, kind, body))
+
+    def publish(self, topic, payload):
+        """A QoS 1 PUBLISH, and its PUBACK (one at a time, as umqtt.simple publishes)."""
+        from ..mqtt import packets
+
+        packet_id = self.next_id
+        self.next_id = packet_id % 65535 + 1
+        self.send(packets.publish(topic, payload, 1, packet_id=packet_id))
+        yield from self.until(lambda: packet_id in self.acked, "the PUBACK of packet %d" % packet_id)
+        self.acked.discard(packet_id)
+
+    def received(self, data):
+        from ..mqtt import packets
+
+        self.buf += data
+        while True:
+            found = packets.split(self.buf, 0, 1 << 20)
+            if found is None:
+                return
+            first, start, end = found
+            kind, body = first >> 4, self.buf[start:end]
+            self.buf = self.buf[end:]
+            if kind == packets.PUBACK:
+                self.acked.add((body[0] << 8) | body[1])
+            else:
+                self.received_packets.append((kind, body))
+
+
 class Upstream:
     """The broker at the other end of a bridge's uplink: hutch's core in this process (no
     journal: what it takes is confirmed at once), fed what the bridge sends."""
@@ -238,8 +296,11 @@ class Session:
         self.uplink_pending = b""  # what upstream sent the bridge, not yet read by the board
         self.turns = 0
 
-    def client(self):
-        client = FrameClient(self, self.board.open())
+    def client(self, protocol="amqp"):
+        """A client of the board's listener of that protocol: an AMQP 0-9-1 FrameClient, or an
+        MqttClient."""
+        index = self.board.open(protocol)
+        client = MqttClient(self, index) if protocol == "mqtt" else FrameClient(self, index)
         self.clients.append(client)
         return client
 

@@ -130,8 +130,11 @@ class Wasm32Board:
         self.started = self.samples[-1]
         return self
 
-    def open(self):
-        return self.request(op="open")["index"]
+    def open(self, protocol="amqp"):
+        """A client of the board's listener of that protocol ("amqp", "mqtt"): its index."""
+        if protocol == "amqp":
+            return self.request(op="open")["index"]
+        return self.request(op="open", protocol=protocol)["index"]
 
     def steps(self, steps):
         """steps: [(index, octets, now_ms)]; {"out": {index: octets}, "closed": [index]}."""

@@ -155,7 +155,8 @@ function handle(request) {
     case "start":
       return start();
     case "open":
-      return { index: board.open() };
+      // (a protocol named only when not AMQP's: a string from JavaScript is made in the heap measured)
+      return { index: request.protocol ? board.open(request.protocol) : board.open() };
     case "steps":
       return answerSteps(request.steps);
     case "call": {

@@ -1,6 +1,6 @@
 """Build a firmware bundle: hutch compiled to .mpy, as a file tree and as a ROMFS image.
 
-    python -m hutch.firmware.build [--node | --amqp10] [--out build/firmware]
+    python -m hutch.firmware.build [--node | [--amqp10] [--mqtt]] [--out build/firmware]
 
 Two bundles, each an allow-list: the files that the manifests of its packages name
 (core/manifest.py, ports/manifest.py, ... in MicroPython's manifest syntax, as
@@ -10,7 +10,8 @@ board only once its package's manifest lists it.
 - the broker (default): core, ports, server and boards, plus boot.py and main.py,
   which start the broker from hutch.json at every reset (and the AMQP 1.0 client a bridge to
   a 1.0 cloud speaks with);
-- the broker serving AMQP 1.0 too (--amqp10): the same and the 1.0 front end;
+- the broker serving AMQP 1.0 too (--amqp10): the same and the 1.0 front end; serving MQTT
+  (--mqtt): the same and the MQTT front end (either, or both);
 - a sensor node (--node): hutch.client and the parts of the core it speaks through.
 
 What is built, in --out (default build/firmware, or build/node):
@@ -40,14 +41,26 @@ from mpremote.romfs import make_romfs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The manifests that make up each bundle: a package's manifest.py, or PACKAGE:NAME for its
-# manifest_NAME.py (amqp10:serving, the AMQP 1.0 front end, only in the bundle that asks for it).
+# manifest_NAME.py (amqp10:serving, the AMQP 1.0 front end, only in the bundle that asks for it;
+# so mqtt, the MQTT front end).
 BROKER = ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards")
-BUNDLES = {"broker": BROKER, "broker-amqp10": BROKER + ("amqp10:serving",), "node": ("client",)}
-DEFAULT_OUT = {
-    "broker": os.path.join(ROOT, "build", "firmware"),
-    "broker-amqp10": os.path.join(ROOT, "build", "firmware"),
-    "node": os.path.join(ROOT, "build", "node"),
+BUNDLES = {
+    "broker": BROKER,
+    "broker-amqp10": BROKER + ("amqp10:serving",),
+    "broker-mqtt": BROKER + ("mqtt",),
+    "broker-amqp10-mqtt": BROKER + ("amqp10:serving", "mqtt"),
+    "node": ("client",),
 }
+DEFAULT_OUT = dict(
+    {name: os.path.join(ROOT, "build", "firmware") for name in BUNDLES}, node=os.path.join(ROOT, "build", "node")
+)
+
+
+def broker_bundle(amqp10=False, mqtt=False):
+    """The name of the broker's bundle with the front ends a board serves besides 0-9-1."""
+    return "broker" + ("-amqp10" if amqp10 else "") + ("-mqtt" if mqtt else "")
+
+
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points of the broker, copied as source to the board's root
 
 
@@ -299,10 +312,16 @@ def main(argv=None):
     parser.add_argument(
         "--amqp10", action="store_true", help="the broker's bundle with the AMQP 1.0 front end ([server] amqp10 = true)"
     )
+    parser.add_argument(
+        "--mqtt", action="store_true", help="the broker's bundle with the MQTT front end ([server] mqtt = true)"
+    )
     parser.add_argument("--out", default=None, help="output folder (default build/firmware, or build/node)")
     args = parser.parse_args(argv)
+    if args.node and (args.amqp10 or args.mqtt):
+        print("hutch: --node is the sensor client's bundle: it takes no --amqp10 or --mqtt", file=sys.stderr)
+        return 2
     try:
-        result = build(args.out, bundle_name="node" if args.node else "broker-amqp10" if args.amqp10 else "broker")
+        result = build(args.out, bundle_name="node" if args.node else broker_bundle(args.amqp10, args.mqtt))
     except RuntimeError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 1

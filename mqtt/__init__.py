@@ -9,6 +9,8 @@ see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscr
     publishing.py   what the client publishes: a message of the broker's, and QoS 1 and 2
                     answered once it is safe
     session.py      what the client subscribes to: its session's queues and their deliveries
+    options.py      version 5 subscription options and identifiers, kept in the bindings
+    shared.py       shared subscriptions ($share/group/filter): a queue per group and filter
     retained.py     retained messages, each kept in a durable queue of its own
     qos2.py         a session's QoS 2 packet ids between PUBREC and PUBREL, kept on disk
     kept.py         the broker's own durable queues these two keep things in

@@ -62,7 +62,7 @@ class Session:
         self.serving = conn.serving
         self.level = conn.level
         self.client_id = conn.client_id
-        self.consumers_by_qos = [None, None]  # the consumer of the qos0 and the qos1 queue, once there is one
+        self.consumers_by_qos = [None, None]  # type: list  # the consumer of the qos0 and the qos1 queue, once there is one
         self.inflight = {}  # packet id -> (queue, entry, consumer): QoS 1 deliveries awaiting PUBACK
         self.next_id = 1
         self.expiry = 0  # s the session outlives its connection

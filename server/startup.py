@@ -161,15 +161,7 @@ async def start(opts, log, stop_event):
     )  # (after the bridges: it shows them)
     runtime.amqp10 = opts["amqp10"]
     if opts["mqtt_settings"] is not None:  # a listener serves MQTT: its [mqtt] settings, before any client
-        try:
-            from ..mqtt.connection import Serving  # pyright: ignore[reportMissingImports] (not in a board's bundle)
-        except ImportError:
-            raise StartError("MQTT is not in this board's firmware: serve MQTT from a CPython gateway", 2)
-
-        mqtt = opts["mqtt_settings"]
-        broker.front_ends["mqtt"] = Serving(
-            mqtt["exchange"].encode(), mqtt["prefetch"], mqtt["max_session_expiry"], mqtt["max_keep_alive"]
-        )
+        serve_mqtt(broker, opts["mqtt_settings"])
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)
@@ -192,6 +184,22 @@ async def start(opts, log, stop_event):
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
     return runtime
+
+
+def serve_mqtt(broker, mqtt):
+    """The MQTT front end set up from its [mqtt] settings (mqtt/connection.py Serving), or a
+    StartError where the firmware holds none of it."""
+    try:
+        from ..mqtt.connection import Serving  # pyright: ignore[reportMissingImports] (in a board's bundle when asked)
+    except ImportError:
+        raise StartError(
+            "MQTT is not in this board's firmware: build it with python -m hutch.firmware.build --mqtt "
+            "(hutch flash does, for a config that serves MQTT)",
+            2,
+        )
+    broker.front_ends["mqtt"] = Serving(
+        mqtt["exchange"].encode(), mqtt["prefetch"], mqtt["max_session_expiry"], mqtt["max_keep_alive"]
+    )
 
 
 async def start_listeners(runtime, listeners, read_size, tls=None):

@@ -87,6 +87,17 @@ def add_options(parser):
 # ---------------------------------------------------------------- the config for the board
 
 
+def served_front_ends(settings):
+    """(AMQP 1.0?, MQTT?): the front ends beside 0-9-1 a board's config (board_config's JSON
+    text, or None) serves, whose code its bundle must hold."""
+    data = json.loads(settings) if settings is not None else {}
+    server = data.get("server") or {}
+    listeners = data.get("listener") or []
+    mqtt = server.get("mqtt") is True or server.get("mqtt_port") is not None
+    mqtt = mqtt or any(isinstance(one, dict) and one.get("protocol") == "mqtt" for one in listeners)
+    return server.get("amqp10") is True, mqtt
+
+
 def board_config(path, board):
     """The config file as the JSON text the board reads, checked as the broker would check it."""
     try:
@@ -348,9 +359,8 @@ def flash(
     with tempfile.TemporaryDirectory(prefix="hutch-flash-") as tmp:
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # mpremote's ROMFS writer lists every file
-                # (the AMQP 1.0 front end only for a board whose config serves 1.0)
-                serving = settings is not None and json.loads(settings).get("server", {}).get("amqp10") is True
-                name = "node" if node else "broker-amqp10" if serving else "broker"
+                # (the AMQP 1.0 and MQTT front ends only for a board whose config serves them)
+                name = "node" if node else build.broker_bundle(*served_front_ends(settings))
                 bundle = build.build(os.path.join(tmp, "firmware"), bundle_name=name)
         except RuntimeError as e:
             raise FlashError(str(e))

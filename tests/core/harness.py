@@ -241,30 +241,3 @@ def closed_with(events, code, name="channel.close"):
     assert events and events[-1].name == name, "wanted %s %d, got %r" % (name, code, events)
     assert events[-1].args[0] == code, "wanted %s %d, got %r" % (name, code, events[-1].args)
     return events[-1].args[1]
-
-
-# ------------------------------------------------------------- folders for the journal tests
-
-
-def scratch_folder(tag="journal"):
-    """A new empty folder under /tmp (MicroPython has no tempfile module)."""
-    import os
-
-    name = "/tmp/hutch-test-%s-%s" % (tag, "".join("%02x" % b for b in os.urandom(6)))
-    os.mkdir(name)
-    return name
-
-
-def remove_tree(path):
-    import os
-
-    try:
-        mode = os.stat(path)[0]
-    except OSError:
-        return
-    if mode & 0x4000:  # a directory
-        for name in os.listdir(path):
-            remove_tree(path + "/" + name)
-        os.rmdir(path)
-    else:
-        os.remove(path)

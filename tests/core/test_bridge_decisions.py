@@ -3,7 +3,8 @@ events and the time go in, what to send, settle and wait come out. No socket, no
 test is the driver. These tests also run under MicroPython.
 """
 
-from harness import opened, remove_tree, scratch_folder
+from harness import opened
+from scratch import remove_tree, scratch_folder
 
 from hutch.codec import spec
 from hutch.codec.wire import decode_properties

@@ -7,7 +7,8 @@ A "restart" is a new Broker replaying the same folder (ports/storage.recover), a
 
 import os
 
-from harness import names, opened, remove_tree, scratch_folder
+from harness import names, opened
+from scratch import remove_tree, scratch_folder
 
 from hutch.codec import spec
 from hutch.core.broker import Broker

@@ -10,7 +10,8 @@ These tests also run under MicroPython.
 import os
 import struct
 
-from harness import Client, closed_with, names, opened, remove_tree, scratch_folder
+from harness import Client, closed_with, names, opened
+from scratch import remove_tree, scratch_folder
 
 from hutch.codec import spec
 from hutch.codec.wire import Timestamp, encode_properties

@@ -1,7 +1,9 @@
-"""Version 5's subscription options, subscription identifiers, will delay and server keep alive,
-driven with bytes in process (the MQTT front end, mqtt/)."""
+"""Version 5's subscription options, subscription identifiers, shared subscriptions, will delay
+and server keep alive, and QoS 2 with a journal, driven with bytes in process (the MQTT front
+end, mqtt/). Plain functions and asserts: tests/micropython runs them under MicroPython too."""
 
 from harness_mqtt import Client, published
+from scratch import remove_tree, scratch_folder
 
 from hutch.core.broker import Broker
 from hutch.core.limits import Limits
@@ -236,11 +238,19 @@ def test_no_local_on_a_shared_subscription_is_a_protocol_error_and_a_bad_share_i
 # ---------------------------------------------------------------- QoS 2 with a journal
 
 
-def test_pubrec_waits_for_the_message_on_disk_and_pubcomp_for_the_id_s_release(tmp_path):
+def test_pubrec_waits_for_the_message_on_disk_and_pubcomp_for_the_id_s_release():
     from hutch.ports.recovery import recover
 
+    folder = scratch_folder("mqtt")
+    try:
+        _qos_2_with_a_journal(folder, recover)
+    finally:
+        remove_tree(folder)
+
+
+def _qos_2_with_a_journal(folder, recover):
     broker = Broker(Limits())
-    writer = recover(str(tmp_path), broker, 1 << 20, 1 << 30, broker.log)
+    writer = recover(folder, broker, 1 << 20, 1 << 30, broker.log)
     c = v5(broker, b"q2", clean=False, props={packets.SESSION_EXPIRY_INTERVAL: 60})
     subscribe(c, 1, b"m", 0)  # (a durable queue for the message: the session outlives its connection)
     out = c.send(packets.publish(b"m", b"x", 2, packet_id=5, level=V5))

@@ -317,11 +317,18 @@ def test_mqtt_rows_against_hutch_and_mosquitto(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "hutch/mosquitto" in lines[0]
-    for title in ("MQTT QoS 0, 16 B", "MQTT QoS 1, 16 B", "RSS per idle MQTT connection"):
+    for title in ("MQTT QoS 0, 16 B", "MQTT QoS 1, 16 B", "fan-in: 50 sensors", "... broker CPU per message",
+                  "fan-out: 1 -> 100", "RSS per idle MQTT connection (500)"):  # fmt: skip
         row = [line for line in lines if line.startswith(title)]
         assert row, done.stdout
         figures = [float(f.replace(",", "")) for f in re.findall(r"[\d,]+\.?\d*", row[0].split("  ", 1)[1])]
-        assert all(f > 0 for f in figures[-3:]), row
+        # (hutch's figure; mosquitto's RSS may not move for 500 connections, its CPU in 300 messages)
+        assert figures[-3] > 0, row
+    # every message hutch PUBACKed was delivered, and every idle connection held
+    assert re.search(
+        r"^QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered +% +100\.0 ", done.stdout, re.M
+    ), done.stdout
+    assert re.search(r"^\.\.\. all 500 still answering PINGREQ +yes=1 +1\.0 +1\.0", done.stdout, re.M), done.stdout
 
 
 def test_start_mosquitto_is_an_option_of_mqtt():

@@ -346,3 +346,20 @@ def test_a_stream_on_the_esp32_profile(romfs, tmp_path):
         "(retention keeping %d) %d B; after reading them back %d B; peak %d B"
         % (HEAP_FOR_STREAM, idle, few, count, many, read, peak)
     )
+
+
+def test_a_bundle_without_mqtt_says_so_in_one_line_to_a_config_that_serves_it(romfs, tmp_path):
+    """The default bundle holds no MQTT front end (firmware/build.py --mqtt adds it): a board
+    whose config serves MQTT stops at start with one line saying how to get it."""
+    import json
+    import subprocess
+
+    config = tmp_path / "hutch.json"
+    config.write_text(json.dumps({"server": {"mqtt": True, "mqtt_port": 18830}}))
+    command = [sys.executable, "-m", "hutch.emulator.unixboard", "--romfs", romfs, "-X", "heapsize=256k"]
+    command += ["-m", "hutch.server.serve", "--board", "esp32", "--config", str(config), "--data", str(tmp_path / "d")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "MQTT" in line]
+    assert len(said) == 1 and "MQTT is not in this board's firmware" in said[0], done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr

@@ -42,7 +42,7 @@ class UnixBoard:
         command = [sys.executable, "-m", "hutch.emulator.unixboard", "--board-dir", self.dir, "--log", self.log_path]
         command += ["--pty"] if line == "pty" else ["--listen", "127.0.0.1:0"]
         if romfs:
-            command += ["--romfs", self.rom, "--romfs-size", str(256 * 1024)]
+            command += ["--romfs", self.rom, "--romfs-size", str(320 * 1024)]  # (the broker's bundle: 256 KiB)
         self.stderr = open(str(tmp_path / "unixboard.err"), "w")
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.stderr)
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
@@ -329,3 +329,19 @@ def test_the_unix_board_takes_ctrl_c_and_resets_like_a_board(tmp_path):
             os.close(fd)
     finally:
         assert board.stop() == 0
+
+
+def test_the_bundle_holds_the_front_ends_the_config_serves():
+    """hutch flash builds the bundle with AMQP 1.0's and MQTT's front ends only for a config that
+    serves them (firmware/build.py: broker, broker-amqp10, broker-mqtt, broker-amqp10-mqtt)."""
+    from hutch.firmware.build import broker_bundle
+    from hutch.tools.flash import served_front_ends
+
+    def bundle(config):
+        return broker_bundle(*served_front_ends(json.dumps(config) if config is not None else None))
+
+    assert bundle(None) == bundle({"server": {"board": "esp32"}}) == "broker"
+    assert bundle({"server": {"amqp10": True}}) == "broker-amqp10"
+    assert bundle({"server": {"mqtt": True}}) == bundle({"server": {"mqtt_port": 1884}}) == "broker-mqtt"
+    assert bundle({"listener": [{"port": 1883, "protocol": "mqtt"}]}) == "broker-mqtt"
+    assert bundle({"server": {"amqp10": True, "mqtt": True}}) == "broker-amqp10-mqtt"

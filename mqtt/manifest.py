@@ -1,0 +1,20 @@
+# What of hutch.mqtt goes onto a board (MicroPython's manifest syntax; see core/manifest.py): the
+# MQTT front end, for a board that serves MQTT sensors ([server] mqtt = true, or a [[listener]]
+# with protocol = "mqtt"). In a bundle only when asked (python -m hutch.firmware.build --mqtt;
+# hutch flash with a config that serves MQTT), and imported only when the config says so.
+package(
+    "hutch/mqtt",
+    files=(
+        "__init__.py",
+        "connection.py",
+        "kept.py",
+        "options.py",
+        "packets.py",
+        "publishing.py",
+        "qos2.py",
+        "retained.py",
+        "session.py",
+        "shared.py",
+        "topics.py",
+    ),
+)
