@@ -85,14 +85,21 @@ class Message:
         return (tail[16] << 8) | tail[17]
 
     def persistent(self):
-        """delivery-mode 2. Read from the frame when it is the first property set (the usual
-        case: persistent messages with no content type, encoding or headers)."""
-        high = self.header_tail[16]  # the property flags' first octet (see flags(); asked per publish and ack)
+        """delivery-mode 2, read from the frame (asked per publish and ack): the properties
+        before it (content type, encoding, the headers table) are stepped over by their
+        lengths, not decoded (an MQTT publish always has headers)."""
+        tail = self.header_tail
+        high = tail[16]  # the property flags' first octet (see flags())
         if not high & FLAG_DELIVERY_MODE >> 8:
             return False
-        if not high & 0xE0:
-            return self.header_tail[18] == 2
-        return self.properties().get("delivery-mode") == 2
+        pos = 18  # the first property's octet
+        if high & 0x80:  # content-type, a shortstr
+            pos += 1 + tail[pos]
+        if high & 0x40:  # content-encoding
+            pos += 1 + tail[pos]
+        if high & 0x20:  # headers, a table: its octets' count, then them
+            pos += 4 + ((tail[pos] << 24) | (tail[pos + 1] << 16) | (tail[pos + 2] << 8) | tail[pos + 3])
+        return tail[pos] == 2
 
     def has_header(self, key_shortstr):
         """Whether its headers table may hold this key (given as its shortstr encoding): a look

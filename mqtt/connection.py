@@ -73,6 +73,8 @@ class Serving:
         self.clients = {}  # client id -> its Connection
         self.wills = {}  # client id -> (when, its Publishing, will): version 5 wills published later
         self.origins = False  # whether a publish says who sent it (once a subscription asks for no local)
+        self.routes = {}  # topic published -> (routing key, route octets) (mqtt/topics.py remember)
+        self.topics = {}  # routing key delivered -> its topic, encoded as a PUBLISH holds it
         # What MQTT's clients did, by core/counters.py's constants: /metrics's protocol="mqtt"
         # (the rest of broker.stats is 0-9-1's). Each is counted where broker.stats is: by the
         # broker (a publish, a delivery, a settlement) and then here by the front end, or by the

@@ -12,6 +12,9 @@ DISCONNECT (or CONNACK), an older one is hung up on (MQTT 3.1.1 4.8, 5.0 4.13).
 """
 
 import struct
+import sys
+
+MICROPYTHON = sys.implementation.name == "micropython"
 
 # Packet types (the fixed header's high nibble).
 CONNECT = 1
@@ -459,6 +462,20 @@ def connack(level, session_present, code, props=None):
     if code:
         code = OLD_RETURN_CODES.get(code, 3)
     return packet(CONNACK << 4, bytes((1 if session_present and not code else 0, code)))
+
+
+def publish_parts(first, encoded_topic, packet_id, props, level, payload):
+    """A PUBLISH from its first octet, its topic already encoded (binary()) and its payload (a
+    memoryview will do): the broker's deliveries, built with one copy of the payload."""
+    head = encoded_topic
+    if first & 6:
+        head += bytes((packet_id >> 8, packet_id & 0xFF))
+    if level == V5:
+        head += properties(props or {})
+    size = len(head) + len(payload)
+    if MICROPYTHON and type(payload) is not bytes:
+        payload = bytes(payload)  # (MicroPython's join takes bytes only)
+    return b"".join((bytes((first,)), remaining_length(size) if size > 127 else bytes((size,)), head, payload))
 
 
 def publish(topic, payload, qos=0, retain=False, dup=False, packet_id=0, props=None, level=V311):

@@ -48,7 +48,7 @@ from .packets import (
     V5,
     Malformed,
 )
-from .topics import routing_key, topic_of, valid_topic
+from .topics import remember, routing_key, topic_of, valid_topic
 
 QOS_HEADER = b"\x12x-mqtt-publish-qos"  # (as a shortstr: Message.has_header looks for it so)
 ALIASES_MOST = 16  # topic aliases a version 5 client may set (its Topic Alias Maximum)
@@ -71,6 +71,7 @@ class Publishing:
         self.client = session.conn.client
         self.exchange = exchange = session.serving.exchange
         self.route_start = bytes((len(exchange),)) + exchange  # (a message's route: exchange and key as shortstrs)
+        self.routes = session.serving.routes
         self.aliases = {}  # a version 5 client's topic aliases: number -> topic
         self.waiting = []  # [journal seq, acknowledgement packet]: sent once the journal has synced
         self.held_by = None
@@ -96,18 +97,14 @@ class Publishing:
                 )
         if props:
             topic = self._aliased(topic, props)
-        if not valid_topic(topic):
-            raise Malformed(TOPIC_NAME_INVALID, "topic name '%s'" % text(topic))
+            if SUBSCRIPTION_IDENTIFIER in props:
+                raise Malformed(packets.PROTOCOL_ERROR, "a PUBLISH from a client with a subscription identifier")
         released = self.session.released
         if qos == 2 and packet_id in released:
             conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
             return
-        key = routing_key(topic)
-        if len(key) > 255:
-            raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
-        if SUBSCRIPTION_IDENTIFIER in props:
-            raise Malformed(packets.PROTOCOL_ERROR, "a PUBLISH from a client with a subscription identifier")
-        code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1)
+        key, route = self.routes.get(topic) or self._route(topic)
+        code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1, route)
         if first & 1 and code < 0x80:  # RETAIN: kept for the subscriptions to come (mqtt/retained.py)
             kept = retained.retain(self.broker, key, properties_091(qos, False, props), payload)
             if kept is None:
@@ -127,6 +124,15 @@ class Publishing:
         if self.broker.flow.blocked:
             conn.pause()
 
+    def _route(self, topic):
+        """(routing key, route octets) of a topic not published lately, checked."""
+        if not valid_topic(topic):
+            raise Malformed(TOPIC_NAME_INVALID, "topic name '%s'" % text(topic))
+        key = routing_key(topic)
+        if len(key) > 255:
+            raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
+        return remember(self.routes, topic, (key, self.route_start + bytes((len(key),)) + key))
+
     def _aliased(self, topic, props):
         """The topic of a version 5 PUBLISH that sets or uses a topic alias (3.3.2.3.4)."""
         alias = props.get(TOPIC_ALIAS)
@@ -142,11 +148,13 @@ class Publishing:
             raise Malformed(packets.PROTOCOL_ERROR, "topic alias %d was never set" % alias)
         return found
 
-    def send(self, key, payload, qos, dup, props, retain=False):
+    def send(self, key, payload, qos, dup, props, retain=False, route=None):
         """One publish through the broker: (reason code, the journal sequence its acknowledgement
         waits for, or 0)."""
         broker = self.broker
         exchange = self.exchange
+        if route is None:
+            route = self.route_start + bytes((len(key),)) + key
         if props:
             parts = tails(properties_091(qos, dup, props), payload)
         else:  # (most publishes: their properties, encoded once for each QoS and DUP)
@@ -154,7 +162,7 @@ class Publishing:
             if encoded is None:
                 encoded = PLAIN[qos, dup] = encode_properties(properties_091(qos, dup, None))
             parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
-        message = Message(exchange, key, self.route_start + bytes((len(key),)) + key, *parts)
+        message = Message(exchange, key, route, *parts)
         if self.session.serving.origins:
             message.origin = self.session.client_id
         if retain:

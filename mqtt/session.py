@@ -40,9 +40,10 @@ from .packets import (
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
 from .qos2 import Released
-from .topics import binding_key, share_of, topic_of, valid_filter
+from .topics import binding_key, remember, share_of, topic_of, valid_filter
 
 QUEUE_PREFIX = b"mqtt-subscription-"
+PUBLISH_FIRST = packets.PUBLISH << 4
 RETAINED = (None, None, None)  # what a retained message delivered at QoS 1 is held as until its PUBACK
 SUBSCRIBE_METHOD = 0x0032000A  # (0-9-1's queue.bind: the method a refusal names)
 
@@ -402,10 +403,10 @@ class Session:
             if ids is not None:
                 props = dict(props or ())
                 props[SUBSCRIPTION_IDENTIFIER] = ids
-        topic = topic_of(message.routing_key)
-        packet = packets.publish(
-            topic, bytes(message.body()), qos, retain, entry[REDELIVERED] and qos, packet_id, props, self.level
-        )
+        key = message.routing_key
+        topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
+        first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos else 0) | (1 if retain else 0)
+        packet = packets.publish_parts(first, topic, packet_id, props, self.level, message.body())
         if self.most_out and len(packet) > self.most_out:
             self._too_large(queue, packet_id, len(packet))
             return

@@ -8,7 +8,21 @@ level holding a dot is split in two by the mapping, as in RabbitMQ.)
 Topics and filters stay bytes, as the codec reads them.
 """
 
+import sys
+
 SHARE_PREFIX = b"$share/"
+# Topics (and routing keys) remembered with what they map to, at most, in each table of
+# Serving's: sensors publish to a few topics each, again and again. A board keeps none.
+KEPT = 0 if sys.implementation.name == "micropython" else 4096
+
+
+def remember(table, key, value):
+    """value, kept in table under key (where KEPT allows; a full table starts again)."""
+    if KEPT:
+        if len(table) >= KEPT:
+            table.clear()
+        table[key] = value
+    return value
 
 
 def routing_key(topic):

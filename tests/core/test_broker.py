@@ -145,3 +145,22 @@ def test_deleting_a_queue_cancels_its_consumers_through_their_session():
     session = queue.consumers[0].session
     delete_queue(broker, queue)
     assert session.cancelled == [b"c1"] and broker.consumer_count == 0
+
+
+def test_persistent_is_read_past_the_properties_before_delivery_mode():
+    """Message.persistent() steps over content type, encoding and a headers table by their
+    lengths; it says what the decoded properties say, whatever is set."""
+    cases = [
+        {},
+        {"delivery-mode": 2},
+        {"delivery-mode": 1},
+        {"content-type": b"application/json", "delivery-mode": 2},
+        {"content-encoding": b"gzip", "delivery-mode": 1},
+        {"headers": {"x-mqtt-publish-qos": 1, "x-mqtt-dup": False, "unit": b"C" * 300}, "delivery-mode": 2},
+        {"content-type": b"t", "content-encoding": b"e", "headers": {"k": 2}, "delivery-mode": 2, "priority": 2},
+        {"content-type": b"t", "headers": {"k": 1}, "delivery-mode": 1, "expiration": b"2"},
+        {"headers": {}, "priority": 2},
+    ]
+    for properties in cases:
+        m = message(b"k", b"body", properties=properties)
+        assert m.persistent() == (m.properties().get("delivery-mode") == 2), properties

@@ -246,6 +246,35 @@ def test_topic_routing():
         assert _routes(client, b"amq.topic", key, every) == expected, key
 
 
+def test_a_topic_exchange_s_routes_follow_its_bindings_as_they_change():
+    """With the trie's walk, and with core/route_cache.py's router that remembers each routing
+    key's queues (a broker on CPython): a binding made or removed, or a queue deleted, is seen
+    by the next publish."""
+    from hutch.core import exchange, route_cache
+
+    _routes_follow_bindings()
+    plain = exchange.ROUTERS[b"topic"]
+    route_cache.install()
+    try:
+        _routes_follow_bindings()
+    finally:
+        exchange.ROUTERS[b"topic"] = plain
+
+
+def _routes_follow_bindings():
+    client = opened()
+    client.queue(1, b"a")
+    client.bind(1, b"a", b"amq.topic", b"sensors.#")
+    assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a"]) == [b"a"]
+    client.queue(1, b"b")
+    client.bind(1, b"b", b"amq.topic", b"sensors.*.temp")
+    assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a", b"b"]) == [b"a", b"b"]
+    client.call(1, spec.QUEUE_UNBIND, (0, b"a", b"amq.topic", b"sensors.#", {}))
+    assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a", b"b"]) == [b"b"]
+    client.call(1, spec.QUEUE_DELETE, (0, b"b", False, False, False))
+    assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a"]) == []
+
+
 def test_topic_unbind_prunes():
     client = opened()
     client.queue(1, b"q")
