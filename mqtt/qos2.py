@@ -23,6 +23,11 @@ class Released:
 
     prefetch_global = 0
     consumer_unacked = 0
+    number = 0  # (as hutch ctl lists its consumer: on its connection's one channel)
+
+    @property
+    def conn(self):
+        return self.session.conn
 
     def __init__(self, session):
         self.session = session

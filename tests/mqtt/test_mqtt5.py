@@ -261,3 +261,17 @@ def _qos_2_with_a_journal(folder, recover):
     writer.commit()  # the PUBCOMP waits until its release is on disk
     assert [(p.name, p.body[:2]) for p in c.read()] == [("PUBCOMP", b"\x00\x05")]
     writer.files.close()
+
+
+def test_hutch_ctl_lists_every_consumer_of_a_session_on_its_connection():
+    from hutch.server.listing import KINDS
+
+    broker = Broker(Limits())
+    c = v5(broker, b"listed", clean=False, props={packets.SESSION_EXPIRY_INTERVAL: 60})
+    subscribe(c, 1, b"a/#", QOS1)
+    subscribe(c, 2, b"$share/g/b", QOS1)
+    c.send(packets.publish(b"q2", b"x", 2, packet_id=9, level=V5))  # (its QoS 2 ids' queue and consumer)
+    rows = {row["queue_name"]: row["channel_pid"] for row in KINDS["consumers"](broker)}
+    assert rows == dict.fromkeys(
+        ("mqtt-subscription-listedqos1", "mqtt-shared/g/b", "mqtt-qos2-listed"), "%s (0)" % c.conn.name
+    ), rows
