@@ -17,7 +17,10 @@ from test_board_memory import heap_figures
 from hutch.firmware import build
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("board_memory")]
-HEAP = "256k"
+# (256k: at its peak the 1.0 bridge's board held 204-209 KB, and under CI's parallel load a
+# collection late enough left a client's connection below the board's floor: 506, in two of
+# four runs. The figures printed are the same whatever the heap's size.)
+HEAP = "288k"
 
 
 @pytest.fixture(scope="module")
