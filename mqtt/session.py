@@ -214,12 +214,7 @@ class Session:
         if qos:
             packet_id = self._packet_id()
             self.inflight[packet_id] = RETAINED
-        props = None
-        if self.level == V5:
-            props = properties_5(message)
-            if sub_id is not None:
-                props = dict(props or ())
-                props[SUBSCRIPTION_IDENTIFIER] = sub_id
+        props = self._properties(message, sub_id)
         self.conn.send(packets.publish(topic, bytes(message.body()), qos, True, False, packet_id, props, self.level))
 
     def _subscribe(self, topic_filter, opts, sub_id):
@@ -397,12 +392,7 @@ class Session:
                 broker.delivered(queue, entry, False)
         else:
             broker.delivered(queue, entry, True)
-        props = None
-        if self.level == V5:
-            props = properties_5(message)
-            if ids is not None:
-                props = dict(props or ())
-                props[SUBSCRIPTION_IDENTIFIER] = ids
+        props = self._properties(message, ids)
         key = message.routing_key
         topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
         first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos else 0) | (1 if retain else 0)
@@ -411,6 +401,17 @@ class Session:
             self._too_large(queue, packet_id, len(packet))
             return
         self.conn.send(packet)
+
+    def _properties(self, message, ids):
+        """A version 5 delivery's properties: the message's, and its subscription identifiers
+        (one, or a list; None: none). None for an older client."""
+        if self.level != V5:
+            return None
+        props = properties_5(message)
+        if ids is not None:
+            props = dict(props or ())
+            props[SUBSCRIPTION_IDENTIFIER] = ids
+        return props
 
     def _too_large(self, queue, packet_id, size):
         """A delivery larger than the version 5 client's Maximum Packet Size: not sent, and taken
