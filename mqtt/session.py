@@ -114,8 +114,10 @@ class Session:
         elif not clean:
             self.expiry = serving.max_session_expiry
         queues = self.broker.queues
-        if clean:
+        if clean:  # (what a session of this client id left ends: its queues and its group memberships)
             kept.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.released.name))
+            for queue, _granted in shared.memberships(self.broker, serving.exchange, self.client_id):
+                shared.leave(self, queue, SUBSCRIBE_METHOD)
             return False
         # its state: its queues, QoS 2 packet ids it holds (mqtt/qos2.py), shared subscriptions
         if any(queues.get(name) is not None for name in (self.queue_name(0), self.queue_name(1), self.released.name)):

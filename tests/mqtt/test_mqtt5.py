@@ -275,3 +275,15 @@ def test_hutch_ctl_lists_every_consumer_of_a_session_on_its_connection():
     assert rows == dict.fromkeys(
         ("mqtt-subscription-listedqos1", "mqtt-shared/g/b", "mqtt-qos2-listed"), "%s (0)" % c.conn.name
     ), rows
+
+
+def test_a_clean_start_ends_the_shared_subscriptions_of_the_session_before():
+    broker = Broker(Limits())
+    expiry = {packets.SESSION_EXPIRY_INTERVAL: 600}
+    member = v5(broker, b"member", clean=False, props=expiry)
+    subscribe(member, 1, b"$share/g/t", QOS1)
+    member.conn.eof()
+    again = v5(broker, b"member", clean=True)
+    assert b"mqtt-shared/g/t" not in broker.queues  # (its last member gone)
+    out = again.send(packets.unsubscribe(2, [b"$share/g/t"], V5))
+    assert out[0].body[-1] == packets.NO_SUBSCRIPTION_EXISTED
