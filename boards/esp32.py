@@ -45,6 +45,9 @@ LIMITS = {
     "amqp10_links": 8,
     "amqp10_session_window": 32,
     "amqp10_link_credit": 16,
+    # sensors whose readings are deduplicated (core/dedup.py): ~96 B each on a board
+    "max_sensors": 32,
+    "sensor_window": 128,
     "low_water_percent": 50,  # unblock publishers only once half the budget is free: fewer flaps
 }
 # AMQP 1.0 is not served unless the config's [server] amqp10 says so: its front end takes heap

@@ -20,6 +20,9 @@ LIMITS = {
     "page_read_bytes": 8192,
     "output_high_water": 16 * 1024,
     "stream_segment_bytes": 64 * 1024,  # a stream's segment file: retention drops one at a time
+    # sensors whose readings are deduplicated (core/dedup.py): ~208 B each on a board
+    "max_sensors": 1000,
+    "sensor_window": 1024,
 }
 READ_SIZE = 8192
 STORAGE = {"path": "/data", "max_bytes": 2 * 1024 * 1024, "segment_bytes": 64 * 1024}

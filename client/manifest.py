@@ -3,7 +3,7 @@
 # stages exactly these files.
 package(
     "hutch/client",
-    files=("__init__.py", "clock.py", "protocol.py", "robust.py", "simple.py", "tls.py", "transport.py"),
+    files=("__init__.py", "clock.py", "protocol.py", "robust.py", "sensor.py", "simple.py", "tls.py", "transport.py"),
 )
 # the AMQP 0-9-1 wire module the client speaks through (with the spec table and DecodeError,
 # and the read buffer it assembles frames in),

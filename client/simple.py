@@ -101,6 +101,8 @@ class Client:
         name=None,
         ssl=None,
         mechanism="PLAIN",
+        sensor_id=None,
+        sequence=None,
     ):
         if transport is None and ssl:  # (client/tls.py: loaded only by a node that uses TLS)
             from .tls import Tls
@@ -112,6 +114,10 @@ class Client:
             transport = Tcp(host, 5672 if port is None else port)
         self.transport = transport
         self.mechanism = mechanism
+        # A sensor's id: each publish numbered (client/sensor.py), by `sequence` (a Sequence;
+        # default: one counting boots in the file hutch-boot)
+        self.sensor_id = sensor_id
+        self.sequence = sequence
         self.user = user
         self.password = password
         self.vhost = vhost
@@ -210,6 +216,8 @@ class Client:
         p = self.protocol
         if isinstance(body, str):
             body = body.encode()
+        if self.sensor_id is not None:
+            properties = self._numbered(properties)
         seq = p.publish(
             exchange,
             routing_key,
@@ -220,6 +228,17 @@ class Client:
         )
         self._flush()
         return seq
+
+    def _numbered(self, properties):
+        """properties with the reading's identity (client/sensor.py), unless they have one."""
+        from .sensor import Sequence, identified  # (loaded by a client given a sensor id)
+
+        headers = properties.get("headers") if properties else None
+        if headers and "x-sensor-seq" in headers:
+            return properties
+        if self.sequence is None:
+            self.sequence = Sequence()
+        return identified(properties, self.sensor_id, self.sequence.next())
 
     def _keep(self, exchange, routing_key, body, properties, mandatory):
         """What the protocol keeps of a message until it is confirmed: here its sequence number."""

@@ -44,6 +44,7 @@ PREDECLARED = (
 )
 
 BRIDGE_SEQ = b"\x0bx-hutch-seq"  # (shortstr) the header a bridge numbers its messages with (core/dedup.py)
+SENSOR_SEQ = b"\x0cx-sensor-seq"  # (shortstr) the header a sensor numbers its readings with (core/dedup.py)
 CC = b"\x02CC"
 BCC = b"\x03BCC"
 
@@ -76,6 +77,7 @@ class Broker:
     # Set by the storage port after replay (an annotation alone: it costs nothing at run time).
     journal: "Journal | None"
     dedup: "Dedup | None"
+    sensors: "Dedup | None"
     # Streams (core/streams/stream.py): the storage port's opener of their files, open_stream(name,
     # arguments) (None: no data folder, so no streams); the live ones, those waiting for the
     # journal to sync, and the bytes they hold on disk (the journal's disk budget counts them).
@@ -127,6 +129,7 @@ class Broker:
         self.expirable = []  # queues with x-expires: deleted after that long unused
         self.journal = None  # core/journal.Journal, attached by the storage port after replay
         self.dedup = None  # core/dedup.Dedup, made with the first message from a bridge
+        self.sensors = None  # core/dedup.Dedup of sensors' readings, made with the first reading numbered
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         # What each front end keeps once per broker, by its name (amqp091/connection.py Serving): the
         # broker holds it without knowing what is in it.
@@ -374,10 +377,13 @@ class Broker:
             stats[counters.ROUTED] += 1
         elif not queues:
             return 0
-        bridged = None
-        if message.has_header(BRIDGE_SEQ):  # from a bridge?
-            bridged = self._bridged(message)
-            if bridged is True:  # a duplicate: confirmed once what was taken before it is on disk
+        numbered = None  # (its Dedup, origin, number): a bridge's message or a sensor's reading
+        if publisher is not None:  # (what the broker publishes itself, a dead letter, came in once already)
+            if message.has_header(BRIDGE_SEQ):  # from a bridge?
+                numbered = self._numbered(message, False)
+            elif message.has_header(SENSOR_SEQ) and self.limits.max_sensors:  # a sensor's reading?
+                numbered = self._numbered(message, True)
+            if numbered is True:  # a repeat: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
         self.published += 1
@@ -421,29 +427,47 @@ class Broker:
                 result |= JOURNALLED
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
-        if bridged is not None and (targets or result & JOURNALLED):
-            self.dedup.take(*bridged)
+        if numbered is not None and (targets or result & JOURNALLED):
+            dedup, origin, seq = numbered
+            if dedup is self.sensors and dedup.behind(origin, seq):
+                self._restarted(origin, seq)
+            dedup.take(origin, seq)
             if journal is not None and result & JOURNALLED:  # kept through a restart: so is its number
-                from .dedup import taken_payload  # (loaded already: it made bridged)
+                from .dedup import taken_payload  # (loaded already: it made numbered)
 
-                journal.dedup_taken(taken_payload(*bridged))
+                journal.dedup_taken(taken_payload(origin, seq), dedup is self.sensors)
         return result
 
-    def _bridged(self, message):
-        """A message from a bridge (core/dedup.py): True if it is a duplicate, else its key
-        (origin, number) to mark once a queue took it, or None."""
-        dedup = self.dedup
+    def _numbered(self, message, sensor):
+        """A message from a bridge, or a sensor's reading (core/dedup.py): True if it is a
+        repeat, else (its Dedup, origin, number) to mark once a queue took it, or None."""
+        dedup = self.sensors if sensor else self.dedup
         if dedup is None:
-            from .dedup import Dedup  # loaded with the first bridged message (or by the replay)
+            from .dedup import Dedup  # loaded with the first numbered message (or by the replay)
 
-            dedup = self.dedup = Dedup()
-        key = dedup.key(message)
+            if sensor:
+                limits = self.limits
+                dedup = self.sensors = Dedup(limits.sensor_window, limits.max_sensors)
+            else:
+                dedup = self.dedup = Dedup()
+        key = dedup.sensor_key(message) if sensor else dedup.key(message)
         if key is None:
             return None
-        if dedup.seen(*key):
+        if dedup.seen(*key) and not (sensor and dedup.behind(*key)):
             dedup.dropped += 1
             return True
-        return key
+        return dedup, key[0], key[1]
+
+    def _restarted(self, sensor, seq):
+        """A sensor's reading numbered further behind its highest than the window reaches: its
+        count started over (core/dedup.py). Taken, its window started again; said once a sensor."""
+        high = self.sensors.origins[sensor][0]
+        if self.sensors.started_over(sensor):
+            self.log(
+                "warning",
+                "sensor '%s' numbered a reading %d after %d: taken as a count that started over "
+                "(its readings are deduplicated from there)" % (text(sensor), seq, high),
+            )
 
     def consume(self, who, queue, consumer, method, arguments=None):
         """Add consumer to queue for who (core/auth.py Login; None: the broker itself), or

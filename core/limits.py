@@ -26,7 +26,12 @@ protocol terms when one runs out (docs/configuration.md, "[limits]", says what e
 - amqp10_sessions, amqp10_links: sessions per AMQP 1.0 connection, links per session;
   amqp10_session_window: transfer frames a 1.0 client may send before the session says it
   may send more; amqp10_link_credit: messages a 1.0 sender may send before its link is
-  given more credit (amqp10/: RabbitMQ 4's 64, 256, 400 and 170).
+  given more credit (amqp10/: RabbitMQ 4's 64, 256, 400 and 170);
+- max_sensors, sensor_window: the sensors whose readings are deduplicated by their
+  x-sensor-id and x-sensor-seq (core/dedup.py; 0: none, readings are taken as they come), the
+  one first heard from longest ago forgotten to make room; and how far behind a sensor's
+  highest number a repeat is still told from a new reading (bits: a sensor's state costs
+  about sensor_window / 8 bytes plus its id).
 """
 
 FRAME_MIN_SIZE = 4096
@@ -61,6 +66,8 @@ class Limits:
     amqp10_links = 256
     amqp10_session_window = 400
     amqp10_link_credit = 170
+    max_sensors = 10000
+    sensor_window = 1024
 
     def __init__(self, **overrides):
         for name in overrides:

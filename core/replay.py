@@ -35,6 +35,8 @@ from .store.journal import (
     QUEUE_GONE,
     REMOVED,
     SEGMENTS_GONE,
+    SENSOR,
+    SENSOR_TAKEN,
     SNAPSHOT,
     SNAPSHOT_END,
     SUMMARY,
@@ -88,7 +90,8 @@ class RecoveredQueue:
 class Replay:
     """A journal read back: the segments' records, in order, into plain data; then apply()."""
 
-    def __init__(self):
+    def __init__(self, limits=None):
+        self.limits = limits  # core/limits.Limits: a sensors' Dedup's bounds (None: the defaults)
         self.exchanges = {}  # name -> (kind, auto_delete, internal, arguments)
         self.queues = {}  # name -> RecoveredQueue
         self.bindings = {}  # (source, to_queue, destination, key, frozen arguments) -> arguments
@@ -99,6 +102,7 @@ class Replay:
         self.undecodable = []  # what could not be decoded, said: reported at start, never fatal
         self.unknown = 0  # records of a kind a newer hutch wrote: nothing here to do with them
         self.dedup = None  # core/dedup.Dedup, made by the first DEDUP or DEDUP_TAKEN record
+        self.sensors = None  # ... of sensors, by the first SENSOR or SENSOR_TAKEN record
 
     def segment(self, number, records, summary=False):
         """A segment's records: all of them, or its summary's (summary True)."""
@@ -233,12 +237,17 @@ class Replay:
             self.bindings.pop(identity, None)
 
     def _dedup(self, segment, kind, p):
-        dedup = self.dedup
+        sensor = kind == SENSOR or kind == SENSOR_TAKEN
+        dedup = self.sensors if sensor else self.dedup
         if dedup is None:
-            from .dedup import Dedup  # only a journal a bridge wrote to loads it
+            from .dedup import Dedup  # only a journal a bridge or a numbered reading wrote to loads it
 
-            dedup = self.dedup = Dedup()
-        if kind == DEDUP:
+            if sensor:
+                limits = self.limits
+                dedup = self.sensors = Dedup(*((limits.sensor_window, limits.max_sensors) if limits else ()))
+            else:
+                dedup = self.dedup = Dedup()
+        if kind == DEDUP or kind == SENSOR:
             dedup.restore(p)
         else:
             dedup.replay_taken(p)
@@ -305,9 +314,10 @@ class Replay:
                 keep = kind == DELIVERED or kind == SEGMENTS_GONE
             if keep:
                 out.extend(record_parts(kind, (p,)))
-        if self.dedup is not None:  # (the next segment's snapshot has it too, unless a crash cut it)
-            for payload in self.dedup.state_records():
-                out.extend(record_parts(DEDUP, (payload,)))
+        for kind, dedup in ((DEDUP, self.dedup), (SENSOR, self.sensors)):
+            if dedup is not None:  # (the next segment's snapshot has it too, unless a crash cut it)
+                for payload in dedup.state_records():
+                    out.extend(record_parts(kind, (payload,)))
         return out
 
     def _moved(self, queue, moved_run, segment, journal_id=None):
@@ -401,6 +411,8 @@ class Replay:
                 broker.expiring.append(queue)
         if self.dedup is not None:
             broker.dedup = self.dedup
+        if self.sensors is not None:
+            broker.sensors = self.sensors
         for segment in self.refers:
             journal.refers[segment] = self.refers[segment]
         journal.next_id = max(journal.next_id, self.next_id)
@@ -425,6 +437,8 @@ READERS = {
     PAGE_DROPPED: ("page-dropped", Replay._page_dropped),
     DEDUP: ("dedup", Replay._dedup),
     DEDUP_TAKEN: ("dedup-taken", Replay._dedup),
+    SENSOR: ("sensor", Replay._dedup),
+    SENSOR_TAKEN: ("sensor-taken", Replay._dedup),
     SUMMARY: ("summary", Replay._summary),
 }
 

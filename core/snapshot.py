@@ -95,6 +95,7 @@ def snapshot(broker):
         "exchanges": len(broker.exchanges),
         # messages bridges sent again that this broker had taken already (core/dedup.py)
         "duplicates_dropped": broker.dedup.dropped if broker.dedup is not None else 0,
+        "sensors": _sensors(broker.sensors),
         "queues": queues,
         "streams": streams,
         "journal": None
@@ -103,6 +104,19 @@ def snapshot(broker):
         "held": {"messages": broker.flow.held_messages, "bytes": broker.flow.held_bytes},
         "blocked": broker.flow.reason if broker.flow.blocked else None,
         "bridges": bridges,
+    }
+
+
+def _sensors(sensors):
+    """What the dedup of sensors' readings (core/dedup.py) has done: sensors known now, repeats
+    dropped, sensors forgotten for room, counts that started over."""
+    if sensors is None:
+        return {"known": 0, "duplicates_dropped": 0, "forgotten": 0, "restarted": 0}
+    return {
+        "known": len(sensors.order),
+        "duplicates_dropped": sensors.dropped,
+        "forgotten": sensors.forgotten,
+        "restarted": sensors.restarted,
     }
 
 

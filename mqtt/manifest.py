@@ -7,6 +7,7 @@ package(
     files=(
         "__init__.py",
         "connection.py",
+        "identity.py",
         "kept.py",
         "options.py",
         "packets.py",

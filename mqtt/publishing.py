@@ -7,7 +7,9 @@ routing key (mqtt/topics.py), as RabbitMQ maps it:
     QoS                                 header x-mqtt-publish-qos (2 as 1); QoS 1 and 2
                                         persistent (delivery-mode 2), QoS 0 not
     DUP                                 header x-mqtt-dup
-    5.0 user properties                 headers (name: value)
+    5.0 user properties                 headers (name: value; x-sensor-seq as an integer)
+    JSON payload fields [mqtt]          headers x-sensor-id, x-sensor-seq (mqtt/identity.py)
+      sensor_id_field, sensor_seq_field
     5.0 content type                    content-type
     5.0 response topic                  reply-to (as a routing key)
     5.0 correlation data                correlation-id
@@ -155,8 +157,14 @@ class Publishing:
         exchange = self.exchange
         if route is None:
             route = self.route_start + bytes((len(key),)) + key
-        if props:
-            parts = tails(properties_091(qos, dup, props), payload)
+        identity = None
+        fields = self.session.serving.sensor_fields
+        if fields is not None and fields[2] in payload and not _identified(props):
+            from .identity import from_json  # (loaded with the first reading that says who sent it)
+
+            identity = from_json(payload, fields)
+        if props or identity:
+            parts = tails(properties_091(qos, dup, props, identity), payload)
         else:  # (most publishes: their properties, encoded once for each QoS and DUP)
             encoded = PLAIN.get((qos, dup))
             if encoded is None:
@@ -255,13 +263,29 @@ class Publishing:
         raise Refused(PRECONDITION_FAILED, "direct reply-to is not served to MQTT clients")
 
 
-def properties_091(qos, dup, props):
+def _identified(props):
+    """Whether a version 5 publish names its reading in user properties (mqtt/identity.py)."""
+    if props:
+        for name, _ in props.get(USER_PROPERTY, ()):
+            if name == b"x-sensor-seq":
+                return True
+    return False
+
+
+def properties_091(qos, dup, props, identity=None):
     """The stored form's properties of an MQTT publish (the module's docstring has the table). A
-    QoS 2 publish says QoS 1, as RabbitMQ's does (it is delivered at QoS 1 at most)."""
+    QoS 2 publish says QoS 1, as RabbitMQ's does (it is delivered at QoS 1 at most). identity:
+    the headers a JSON payload named its reading with (mqtt/identity.py)."""
     headers = {"x-mqtt-publish-qos": min(qos, 1), "x-mqtt-dup": dup}
     found = {"headers": headers, "delivery-mode": 2 if qos else 1}
+    if identity:
+        headers.update(identity)
     if props:
         for name, value in props.get(USER_PROPERTY, ()):
+            if name == b"x-sensor-seq":
+                from .identity import user_sequence
+
+                value = user_sequence(value)
             headers[name.decode()] = value
         if CONTENT_TYPE in props:
             found["content-type"] = props[CONTENT_TYPE]

@@ -138,6 +138,7 @@ def render(snap, process, per_object=False):
     _streams(out, snap["streams"], per_object)
     _journal(out, snap["journal"], counters)
     _bridges(out, snap["bridges"])
+    _dedup(out, snap)
     _process(out, process)
     return out.text()
 
@@ -221,6 +222,28 @@ def _journal(out, journal, counters):
 
 
 BRIDGE_STATES = ("starting", "connecting", "running", "blocked", "backoff", "stopped")
+
+
+def _dedup(out, snap):
+    """Repeats dropped on arrival (core/dedup.py): sensors' readings and bridges' messages."""
+    sensors = snap["sensors"]
+    out.one("hutch_sensors", "gauge", "Sensors whose readings are deduplicated now", sensors["known"])
+    out.one(
+        "hutch_sensor_duplicates_dropped_total",
+        "counter",
+        "Sensor readings sent again (same x-sensor-id and x-sensor-seq) and dropped",
+        sensors["duplicates_dropped"],
+    )
+    out.one(
+        "hutch_sensors_forgotten_total", "counter", "Sensors forgotten to make room (max_sensors)", sensors["forgotten"]
+    )
+    out.one("hutch_sensor_restarts_total", "counter", "Sensors whose sequence started over", sensors["restarted"])
+    out.one(
+        "hutch_bridge_duplicates_dropped_total",
+        "counter",
+        "Messages a bridge sent again that were taken already, dropped",
+        snap["duplicates_dropped"],
+    )
 
 
 def _bridges(out, bridges):

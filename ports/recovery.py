@@ -59,7 +59,7 @@ def recover(folder, broker, segment_bytes, max_bytes, log, check_later=False):
 def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, check_later):
     files = SegmentFiles(folder)
     repair = Repair(files)
-    replay = Replay()
+    replay = Replay(broker.limits)
     report = []
     sizes = {}
     to_seal = []  # (segment, summary parts) of segments read whole

@@ -166,6 +166,15 @@ KEYS = (
      "or none (0, as `umqtt.simple` does), is held to this one, and a version 5 client is told so "
      "in its CONNACK (Server Keep Alive); a client silent for 1.5 times that is disconnected and "
      "its will published. 0: each client's own keep alive, none included."),
+    ("mqtt", "sensor_id_field", "text", "x-sensor-id", None, None,
+     "The field of a JSON payload that names the sensor, for a client that cannot set user "
+     "properties (MQTT 3.1.1, `umqtt`): a publish whose JSON object has it and `sensor_seq_field` "
+     "carries them as the headers `x-sensor-id` and `x-sensor-seq`, and is deduplicated by them "
+     "(a version 5 client's user properties of those names come first). `\"\"`: payloads are "
+     "not looked into."),
+    ("mqtt", "sensor_seq_field", "text", "x-sensor-seq", None, None,
+     "The field of a JSON payload that numbers the sensor's reading (a whole number that only "
+     "grows, or its digits as a string): see `sensor_id_field`."),
     # the command line only
     (None, "config", "file", None, "--config", "config file (TOML): users, limits, server", None),
     (None, "tls_port", "port", None, "--tls-port", "also listen for AMQP over TLS on this port (5671)", None),

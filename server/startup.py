@@ -202,7 +202,11 @@ def serve_mqtt(broker, mqtt):
             2,
         )
     broker.front_ends["mqtt"] = Serving(
-        mqtt["exchange"].encode(), mqtt["prefetch"], mqtt["max_session_expiry"], mqtt["max_keep_alive"]
+        mqtt["exchange"].encode(),
+        mqtt["prefetch"],
+        mqtt["max_session_expiry"],
+        mqtt["max_keep_alive"],
+        (mqtt["sensor_id_field"], mqtt["sensor_seq_field"]),
     )
 
 

@@ -18,7 +18,9 @@ import os
 
 FILE = "hutch-pipeline.json"
 # option (as the command spells it): what a run with another value would get wrong
-COMPARED = ("--streams", "--output", "--window", "--watermark", "--schema", "--format")
+COMPARED = ("--streams", "--output", "--window", "--watermark", "--schema", "--format", "--dedup")
+# what a checkpoint written before an option existed was made with (its query had no such step)
+BEFORE = {"--dedup": "none"}
 
 
 class CheckpointMismatch(Exception):
@@ -34,6 +36,7 @@ def options_of(job):
         "--watermark": job.watermark,
         "--schema": job.schema,
         "--format": job.format,
+        "--dedup": job.dedup,
     }
 
 
@@ -44,6 +47,8 @@ def check(job):
     if made_with is None or not _committed(job.checkpoint):
         return
     now = options_of(job)
+    for name, value in BEFORE.items():
+        made_with.setdefault(name, value)
     differ = [name for name in COMPARED if name in made_with and made_with[name] != now[name]]
     if differ:
         raise CheckpointMismatch(

@@ -75,6 +75,13 @@ def make_parser():
     p.add_argument("--window", default="1 minute", help='the windows\' length (default "1 minute")')
     p.add_argument("--watermark", default="10 minutes", help='how late a reading may come (default "10 minutes")')
     p.add_argument(
+        "--dedup",
+        choices=("sensor", "none"),
+        default="sensor",
+        help="sensor: count a reading whose x-sensor-id and x-sensor-seq came before (within the watermark) "
+        "once (default); none: count every record",
+    )
+    p.add_argument(
         "--trigger",
         default="processing=10s",
         help="processing=DURATION: a batch every DURATION, until stopped (default processing=10s); "
@@ -110,6 +117,7 @@ class Job:
         self.window_s = settings.seconds(self.window)
         self.watermark_s = settings.seconds(self.watermark)
         self.trigger = settings.trigger(args.trigger)
+        self.dedup = args.dedup
         self.schema = settings.check_schema(_schema_text(args))
         self.source_options = {
             "uri": args.uri,
@@ -195,6 +203,12 @@ def run(job, out, err):
             "hutch pipeline: %s -> %s (%s windows, watermark %s, trigger %s; Spark's log: %s)\n"
             % (",".join(job.streams), job.output, job.window, job.watermark, _trigger_words(job.trigger), job.log)
         )
+        if job.dedup == "sensor" and job.watermark_s < job.window_s:
+            out.write(
+                "hutch pipeline: --watermark %s is shorter than --window %s: a reading's copy that comes more than "
+                "twice the watermark after it, before its window is written, counts again (docs: pipeline, Repeats)\n"
+                % (job.watermark, job.window)
+            )
         out.write("hutch pipeline: starting Spark (%s)...\n" % job.master)
         out.flush()
         started = time.monotonic()
@@ -205,9 +219,10 @@ def run(job, out, err):
             schema = pipeline.reading_schema(job.schema)
         except Exception as e:
             return _fail(terminal, EXIT_USAGE, "--schema: %s" % first_line(e))
-        readings = pipeline.readings(pipeline.records(spark, job.source_options), schema)
+        dedup = job.dedup == "sensor"
+        readings = pipeline.readings(pipeline.records(spark, job.source_options), schema, dedup)
         query = pipeline.start_query(
-            pipeline.aggregates(readings, job.window, job.watermark),
+            pipeline.aggregates(readings, job.window, job.watermark, dedup),
             job.output,
             job.checkpoint,
             job.format,

@@ -96,11 +96,15 @@ def reading_schema(ddl):
     return StructType([StructField(f.name, StringType(), True) if f.name == "ts" else f for f in schema.fields])
 
 
-def readings(records, schema):
+def readings(records, schema, dedup=True):
     """The readings of the records' JSON bodies: every field of schema, ts a timestamp. A body
-    that is not JSON, or lacks a sensor, a ts that parses, or a value, is left out."""
+    that is not JSON, or lacks a sensor, a ts that parses, or a value, is left out. dedup: with
+    the reading's identity (READING_ID's columns) for aggregates() to drop repeats by."""
     body = F.from_json(F.col("body").cast("string"), schema)
-    parsed = records.select(body.alias("r")).select("r.*")
+    columns = [body.alias("r")]
+    if dedup:
+        columns += reading_id()
+    parsed = records.select(*columns).select("r.*", *(READING_ID if dedup else ()))
     ts_text = F.trim(F.col("ts"))
     ts = F.when(ts_text.rlike(EPOCH_SECONDS), F.timestamp_seconds(ts_text.try_cast("decimal(24,6)"))).otherwise(
         F.try_to_timestamp(ts_text)
@@ -109,20 +113,39 @@ def readings(records, schema):
     return parsed.where(F.col("sensor").isNotNull() & F.col("ts").isNotNull() & F.col("value").isNotNull())
 
 
-def aggregates(readings_df, window, watermark):
+# A reading's identity (docs/exactly-once.md): its sensor's x-sensor-id and x-sensor-seq headers;
+# for a record without them, its stream and offset (which no other record has: never a repeat)
+READING_ID = ("_hutch_sensor", "_hutch_seq")
+
+
+def reading_id():
+    """The columns READING_ID names, from a record's headers, stream and offset."""
+    headers = F.col("headers")
+    sensor, seq = headers["x-sensor-id"], headers["x-sensor-seq"]
+    numbered = sensor.isNotNull() & seq.isNotNull()
+    return [
+        F.when(numbered, F.concat(F.lit("s:"), sensor))
+        .otherwise(F.concat(F.lit("o:"), F.col("stream")))
+        .alias(READING_ID[0]),
+        F.when(numbered, seq).otherwise(F.col("offset").cast("string")).alias(READING_ID[1]),
+    ]
+
+
+def aggregates(readings_df, window, watermark, dedup=True):
     """Per sensor per tumbling event-time window: count, min, max, mean, and last (the value of
     the latest ts in the window), with the window's start and end and the date (UTC) of its
-    start, the partition column."""
-    windowed = (
-        readings_df.withWatermark("ts", watermark)
-        .groupBy(F.window("ts", window).alias("window"), F.col("sensor"))
-        .agg(
-            F.count(F.lit(1)).alias("count"),
-            F.min("value").alias("min"),
-            F.max("value").alias("max"),
-            F.avg("value").alias("mean"),
-            F.max_by("value", "ts").alias("last"),
-        )
+    start, the partition column. dedup: a reading whose identity came before is dropped first
+    (Spark keeps each identity while the watermark has not passed its reading's ts by the
+    watermark's delay: docs/pipeline.md)."""
+    watermarked = readings_df.withWatermark("ts", watermark)
+    if dedup:
+        watermarked = watermarked.dropDuplicatesWithinWatermark(list(READING_ID))
+    windowed = watermarked.groupBy(F.window("ts", window).alias("window"), F.col("sensor")).agg(
+        F.count(F.lit(1)).alias("count"),
+        F.min("value").alias("min"),
+        F.max("value").alias("max"),
+        F.avg("value").alias("mean"),
+        F.max_by("value", "ts").alias("last"),
     )
     return windowed.select(
         F.col("window.start").alias("window_start"),

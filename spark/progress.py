@@ -1,10 +1,11 @@
 """One line per micro-batch, made from Spark's StreamingQueryProgress (query.recentProgress,
 as a dict):
 
-    batch 3: 1200 rows in, 24 rows out, 1 late, 1.42 s, lag 0 offsets, watermark 2024-05-02T00:04:00Z
+    batch 3: 1200 rows in, 24 rows out, 3 repeats, 1 late, 1.42 s, lag 0 offsets, watermark 2024-05-02T00:04:00Z
 
 rows in: records read from the streams; rows out: aggregate rows the batch wrote (the windows
-the watermark closed); late: what Spark dropped as behind the watermark (it counts per window
+the watermark closed); repeats: readings dropped because their sensor and number came before
+(left out when 0); late: what Spark dropped as behind the watermark (it counts per window
 and sensor of a batch's partition, not per reading; left out when 0); lag: how far the
 batch's end is behind the streams' ends (the source's reportLatestOffset) in offsets, all
 streams together ("?" where Spark did not report it); watermark: the event time below which
@@ -20,6 +21,9 @@ def line(progress):
         "batch %d: %d rows in" % (progress["batchId"], progress.get("numInputRows") or 0),
         "%s rows out" % _known(rows_out(progress)),
     ]
+    repeats = repeated_rows(progress)
+    if repeats:
+        parts.append("%d repeats" % repeats)
     late = late_rows(progress)
     if late:
         parts.append("%d late" % late)
@@ -46,10 +50,28 @@ def rows_out(progress):
     count = (progress.get("sink") or {}).get("numOutputRows")
     if count is not None and count >= 0:
         return count
-    operators = progress.get("stateOperators") or []
+    operators = _aggregations(progress)
     if not operators:
         return None
     return sum(op.get("numRowsRemoved") or 0 for op in operators)
+
+
+# Spark's name for the state of a dropDuplicatesWithinWatermark (spark/pipeline.py aggregates)
+DEDUP_OPERATOR = "dedupeWithinWatermark"
+
+
+def _aggregations(progress):
+    """The batch's aggregation state operators (not the dedup's)."""
+    return [op for op in progress.get("stateOperators") or [] if op.get("operatorName") != DEDUP_OPERATOR]
+
+
+def repeated_rows(progress):
+    """Readings the dedup dropped in the batch (their sensor and number came before)."""
+    return sum(
+        (op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0
+        for op in progress.get("stateOperators") or []
+        if op.get("operatorName") == DEDUP_OPERATOR
+    )
 
 
 def late_rows(progress):
@@ -93,7 +115,7 @@ def waiting(progress, window_s, watermark_s):
     first = _instant((progress.get("eventTime") or {}).get("min"))
     if first is None or window_s <= 0:
         return None
-    open_rows = sum(op.get("numRowsTotal") or 0 for op in progress.get("stateOperators") or [])
+    open_rows = sum(op.get("numRowsTotal") or 0 for op in _aggregations(progress))
     stamp = first.timestamp()
     end = datetime.datetime.fromtimestamp(stamp - stamp % window_s + window_s, datetime.timezone.utc)
     closes = end + datetime.timedelta(seconds=watermark_s)

@@ -49,6 +49,8 @@ PAGE_DROPPED = 14  # messages a queue dropped while they were on disk only (purg
 SUMMARY = 15  # a sealed segment's summary starts here (no payload)
 DEDUP = 16  # (snapshots) what core/dedup.py knows of one bridge origin: its state, whole
 DEDUP_TAKEN = 17  # a bridged message's number, taken (core/dedup.py)
+SENSOR = 18  # (snapshots) what core/dedup.py knows of one sensor: its state, whole
+SENSOR_TAKEN = 19  # a sensor's reading's number, taken (core/dedup.py)
 
 # MESSAGE flags
 REDELIVERED = 1  # written again by compaction after it had been delivered
@@ -198,9 +200,10 @@ class Journal:
             for binding in list(exchange.bindings.values()):
                 if durable_binding(binding):
                     out.extend(record_parts(BINDING, (_binding_payload(binding),)))
-        if broker.dedup is not None:
-            for payload in broker.dedup.state_records():
-                out.extend(record_parts(DEDUP, (payload,)))
+        for kind, dedup in ((DEDUP, broker.dedup), (SENSOR, broker.sensors)):
+            if dedup is not None:
+                for payload in dedup.state_records():
+                    out.extend(record_parts(kind, (payload,)))
         out.extend(record_parts(SNAPSHOT_END, ()))
         return out
 
@@ -453,10 +456,10 @@ class Journal:
             if segment not in refers:
                 refers.append(segment)
 
-    def dedup_taken(self, payload):
-        """A bridged message's number was taken (core/dedup.py taken_payload): after its
-        message's record, in the group commit its confirm waits for."""
-        self.append_record(DEDUP_TAKEN, (payload,))
+    def dedup_taken(self, payload, sensor=False):
+        """A bridged message's number, or a sensor's reading's, was taken (core/dedup.py
+        taken_payload): after its message's record, in the group commit its confirm waits for."""
+        self.append_record(SENSOR_TAKEN if sensor else DEDUP_TAKEN, (payload,))
 
     # ------------------------------------------------------------ streams (core/streams/stream.py)
 

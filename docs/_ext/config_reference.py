@@ -80,6 +80,12 @@ DESCRIPTIONS.update(
         "opens its window again (at half); one more ends the session with `amqp:session:window-violation`.",
         "limits.amqp10_link_credit": "Messages an AMQP 1.0 client may send on a link before it is given more credit "
         "(again at half; none while publishers are blocked).",
+        "limits.max_sensors": "Sensors whose readings are deduplicated by their `x-sensor-id` and `x-sensor-seq` "
+        "([Exactly once from the sensor](exactly-once.md)); past it the sensor first heard from longest ago is "
+        "forgotten (counted in `hutch_sensors_forgotten_total`). `0`: readings are taken as they come.",
+        "limits.sensor_window": "How far behind a sensor's highest sequence number a repeat is still told from a "
+        "new reading (a whole number of bits; each sensor costs about a byte per 8 of them). A number further "
+        "behind starts the sensor's count over.",
         # [users.NAME] and [auth]
         "users.password_hash": '`[users.NAME] password_hash = "..."`: the user NAME and the hash of its '
         "password, as `hutch passwd` prints it, or a RabbitMQ `rabbit_password_hashing_sha256` hash from a "

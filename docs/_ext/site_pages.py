@@ -17,6 +17,7 @@ NAVIGATION = (
             "configuration",
             "clients",
             "sensor-client",
+            "exactly-once",
             "boards",
             "serial",
             "durability",

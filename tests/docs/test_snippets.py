@@ -39,6 +39,8 @@ PRINTS = {
     ("docs/amqp10.md", 2): "",
     ("docs/amqp10.md", 3): "b'{\"t\": 21.5}' {'sensor': 's-7'}\n",
     ("docs/sensor-client.md", 0): "on disk: True\n" * 3,
+    ("docs/exactly-once.md", 0): "True\ngreenhouse-3 boot 1 reading 1\n",
+    ("docs/exactly-once.md", 1): "[19.0, 0]\n",
     ("docs/streams.md", 0): "offset 0: b'21.5'\n",
     ("docs/mqtt.md", 0): "[('sensors/greenhouse-3/temp', b'21.5')]\n",
     ("docs/mqtt.md", 1): "sensors.greenhouse-4.temp b'19.0' {'x-mqtt-publish-qos': 1, 'x-mqtt-dup': False}\n",

@@ -12,4 +12,13 @@ from paths import TESTS
 @pytest.mark.parametrize("heap", [None, "512k"])
 def test_the_mqtt_front_end_under_micropython(tmp_path, heap):
     root = package_root(tmp_path, ("codec", "core", "amqp091", "ports", "server", "mqtt"))
-    print(run_suite(root, ["test_mqtt", "test_mqtt5"], heap, [os.path.join(TESTS, "mqtt")], 36, timeout=300))
+    print(
+        run_suite(
+            root,
+            ["test_mqtt", "test_mqtt5", "test_mqtt_identity"],
+            heap,
+            [os.path.join(TESTS, "mqtt")],
+            41,
+            timeout=300,
+        )
+    )

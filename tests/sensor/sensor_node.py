@@ -291,6 +291,25 @@ def simple(port, queue, count):
     c.close()
 
 
+def numbered(port, queue, count, boot_file):
+    """A sensor's readings numbered (client/sensor.py): published, the link dropped before the
+    confirms could come, sent again after reconnecting: the broker took each once. Run twice
+    with one boot file, as a board booting twice."""
+    from hutch.client.sensor import Sequence
+
+    count = int(count)
+    c = client(port, sensor_id="node-7", sequence=Sequence(boot_file))
+    c.declare_queue(queue, durable=True)
+    c.confirm()
+    for i in range(count):
+        c.publish("", queue, body(i, 8), {"delivery_mode": 2})
+    c._drop()  # the link is gone before any confirm was read: all of them are unconfirmed
+    c.reconnect(republish=True)
+    assert c.wait_confirms(5000) and not c.unconfirmed
+    say("boot", c.sequence.boot, "sent twice", count)
+    c.close()
+
+
 def blocked(port, queue):
     """Publish until the broker blocks the connection; then wait for it to be unblocked."""
     c = client(port)

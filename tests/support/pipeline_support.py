@@ -41,12 +41,14 @@ def declare(broker, *names):
     connection.close()
 
 
-def publish(broker, stream, bodies):
+def publish(broker, stream, bodies, headers=None):
+    """bodies published with confirms; headers: each one's headers (a list as long), or None."""
     connection = pika_connection(broker)
     channel = connection.channel()
     channel.confirm_delivery()
-    for body in bodies:
-        channel.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2))
+    for i, body in enumerate(bodies):
+        properties = pika.BasicProperties(delivery_mode=2, headers=headers[i] if headers else None)
+        channel.basic_publish("", stream, body, properties)
     connection.close()
 
 
@@ -260,16 +262,22 @@ def group_alive(pgid):
 
 
 BATCH_LINE = re.compile(
-    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
+    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, \d+ repeats)?(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
     r"(?:, watermark (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ))?$"
 )
 
 
 WAITING_LINES = (
     "hutch pipeline: starting Spark (",
+    "hutch pipeline: --watermark ",
     "hutch pipeline: Spark started in ",
     "hutch pipeline: no window has closed yet (",
 )
+
+
+def repeats(lines):
+    """The readings the progress lines say were dropped as repeats, in all."""
+    return sum(int(found) for found in re.findall(r"^batch \d+: .*?, (\d+) repeats,", "\n".join(lines), re.M))
 
 
 def batch_lines(lines):

@@ -257,6 +257,23 @@ def test_reconnect_restores_declarations_and_consumer_after_a_broker_restart(nod
         running.stop()
 
 
+def test_a_numbered_sensor_s_readings_sent_again_are_taken_once(node, broker, tmp_path):
+    """Client(sensor_id=...): each reading carries x-sensor-id and x-sensor-seq (the boot count
+    in the high 32 bits, from a file); republished after a lost link they are dropped as
+    repeats; after a reboot the numbers go on growing."""
+    boot_file = str(tmp_path / "hutch-boot")
+    for boot in (1, 2):
+        lines = node.run("sensor_node.py", "numbered", broker.port, "numbered-q", 20, boot_file)
+        assert lines == ["boot %d sent twice 20" % boot]
+    got = drain(pika_channel(broker), "numbered-q", 40)
+    seqs = [(p.headers["x-sensor-id"], p.headers["x-sensor-seq"]) for _, p, _ in got]
+    assert seqs == [("node-7", (boot << 32) | n) for boot in (1, 2) for n in range(1, 21)]
+    assert [b for _, _, b in got] == [body(i, 8) for i in range(20)] * 2
+    channel = pika_channel(broker)
+    assert channel.queue_declare("numbered-q", passive=True).method.message_count == 0, "nothing twice"
+    channel.connection.close()
+
+
 def test_blocked_connection_stops_publishing_until_unblocked(node, tmp_path):
     config = tmp_path / "hutch.toml"
     config.write_text("[limits]\ntotal_max_bytes = 200000\n")

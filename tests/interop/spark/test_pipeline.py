@@ -10,6 +10,7 @@ starts is one line on stderr, the right exit code, within a second or two.
 Two full Spark runs in all (about 40 s each on a 2-core machine); the rest takes seconds.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pipeline_support import (
     fresh,
     pipeline_args,
     publish,
+    repeats,
     run_pipeline,
     written_aggregates,
 )
@@ -67,7 +69,16 @@ def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tm
     a, b = fresh("readings-a"), fresh("readings-b")
     declare(hutch, a, b)
     first = first_run_readings()
-    publish(hutch, a, bodies(first["a"]))
+    # stream a's readings numbered by their sensors (x-sensor-id, x-sensor-seq), three of them
+    # twice: counted once. They come as through a bridge (which this broker deduplicates by the
+    # bridge's own numbers, here all new: as a hop that is only at least once, toward RabbitMQ,
+    # delivers them). Stream b's are not numbered.
+    numbered = [{"x-sensor-id": sensor, "x-sensor-seq": i} for i, (sensor, _, _) in enumerate(first["a"])]
+    numbered += numbered[3:6]
+    numbered = [
+        dict(headers, **{"x-hutch-origin": "edge/up", "x-hutch-seq": n}) for n, headers in enumerate(numbered, 1)
+    ]
+    publish(hutch, a, bodies(first["a"]) + bodies(first["a"])[3:6], numbered)
     publish(hutch, b, bodies(first["b"], 1) + [b"not json", b'{"sensor": "s2", "ts": "2024-05-01T23:59:00Z"}'])
     output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
     # failover: the first broker is not there
@@ -84,7 +95,8 @@ def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tm
     batches = batch_lines(out)
     # the data batch (every record, the bad two included), then the one the watermark's move
     # asks for: it writes the windows that move closed
-    assert [(rows_in, lag) for _, rows_in, _, _, lag, _ in batches] == [(len(one_batch) + 2, 0), (0, 0)]
+    assert [(rows_in, lag) for _, rows_in, _, _, lag, _ in batches] == [(len(one_batch) + 3 + 2, 0), (0, 0)]
+    assert repeats(out) == 3
     assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected)
     assert [mark for _, _, _, _, _, mark in batches] == [None, "2024-05-02T00:01:30Z"]
 
@@ -239,6 +251,7 @@ MISTAKES = [
     (lambda h: _args(h, "s", "--schema", "sensor STRING,, value DOUBLE"), None, 2, "has an empty field"),
     (lambda h: _args(h, "s", "--schema-file", "/nonexistent/schema.ddl"), None, 2, "--schema-file: [Errno 2]"),
     (lambda h: _args(h, "s", "--format", "csv"), None, 2, "argument --format: invalid choice: 'csv'"),
+    (lambda h: _args(h, "s", "--dedup", "maybe"), None, 2, "argument --dedup: invalid choice: 'maybe'"),
     (
         lambda h: ["--uri", "amqp://guest:guest@127.0.0.1:1/"] + _args(h, "s")[2:],
         None,
@@ -262,6 +275,30 @@ MISTAKES = [
         "'plain-queue'",
     ),
 ]
+
+
+def test_a_checkpoint_made_before_dedup_existed_is_refused_unless_run_with_dedup_none(tmp_path):
+    """Its query had no dedup step: Spark cannot go on from it with one. Said in one line."""
+    from types import SimpleNamespace
+
+    from hutch.spark import checkpoint
+
+    job = SimpleNamespace(
+        checkpoint=str(tmp_path), streams=["s"], output="/o", window="1 minute", watermark="10 minutes",
+        schema="sensor STRING, ts TIMESTAMP, value DOUBLE", format="parquet", dedup="sensor",
+    )  # fmt: skip
+    made_with = checkpoint.options_of(job)
+    del made_with["--dedup"]
+    with open(os.path.join(str(tmp_path), checkpoint.FILE), "w") as f:
+        json.dump(made_with, f)
+    os.makedirs(os.path.join(str(tmp_path), "commits"))
+    with open(os.path.join(str(tmp_path), "commits", "0"), "w") as f:
+        f.write("v1\n")
+    with pytest.raises(checkpoint.CheckpointMismatch) as refused:
+        checkpoint.check(job)
+    assert "was made with --dedup none; this run gives --dedup sensor" in str(refused.value)
+    job.dedup = "none"
+    checkpoint.check(job)
 
 
 def classic(broker, name, durable=True, arguments=None):
