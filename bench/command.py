@@ -372,6 +372,13 @@ def add_options(parser):
         "them at QoS 1) and memory per idle MQTT connection",
     )
     mqtt.add_argument("--start-mosquitto", action="store_true", help="also run them against Debian's mosquitto")
+    parser.add_argument(
+        "--dedup",
+        action="store_true",
+        help="instead of the scenarios: what deduplicating sensors' readings costs, on and off in one run "
+        "(confirms of --count numbered readings, an MQTT fan-in of 1,000 numbered sensors) and its memory "
+        "per sensor (bench/dedup.py)",
+    )
 
     board = parser.add_argument_group("boards (--board wasm32: only these, see bench/board_wasm32.py)")
     board.add_argument(
@@ -418,8 +425,8 @@ def brokers_to_run(args, workdir, tls=None, plugins=()):
 
 
 def run(args):
-    if sum(1 for mode in (args.backlog, args.bridge, args.spark, args.board, args.mqtt) if mode) > 1:
-        print("hutch bench: --backlog, --bridge, --spark, --board and --mqtt: pick one", file=sys.stderr)
+    if sum(1 for mode in (args.backlog, args.bridge, args.spark, args.board, args.mqtt, args.dedup) if mode) > 1:
+        print("hutch bench: --backlog, --bridge, --spark, --board, --mqtt and --dedup: pick one", file=sys.stderr)
         return 2
     if args.start_mosquitto and not args.mqtt:
         print("hutch bench: --start-mosquitto is an option of --mqtt", file=sys.stderr)
@@ -430,6 +437,14 @@ def run(args):
         try:
             return mqtt.run(args)
         except BenchError as e:
+            print("hutch bench: %s" % e, file=sys.stderr)
+            return 1
+    if args.dedup:
+        from . import dedup  # (these rows only)
+
+        try:
+            return dedup.run(args)
+        except (BenchError, loadgen.LoadError) as e:
             print("hutch bench: %s" % e, file=sys.stderr)
             return 1
     if args.board:

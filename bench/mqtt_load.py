@@ -17,6 +17,7 @@ cost the load generator one thread; the packets are written and read with hutch'
 (mqtt/packets.py), the same client for every broker.
 """
 
+import json
 import selectors
 import socket
 import struct
@@ -129,8 +130,10 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] if ordered else 0
 
 
-def fan_in(host, port, pid, sensors, rate, seconds):
-    """(p99 latency in ms, broker CPU per message in µs, messages delivered) of SENSORS at RATE."""
+def fan_in(host, port, pid, sensors, rate, seconds, numbered=False):
+    """(p99 latency in ms, broker CPU per message in µs, messages delivered) of SENSORS at RATE.
+    numbered: each reading a JSON object that names it (x-sensor-id, x-sensor-seq: what the
+    broker deduplicates by) and carries its publish time, instead of the time alone."""
     subscriber = Conn(host, port, b"fan-in-collector")
     subscriber.subscribe(b"sensors/#", 1)
     conns = [Conn(host, port, b"sensor-%d" % i) for i in range(sensors)]
@@ -143,7 +146,8 @@ def fan_in(host, port, pid, sensors, rate, seconds):
     def on_packet(conn, first, body):
         if conn is subscriber and first >> 4 == packets.PUBLISH:
             packet_id, at = publish_id(body)
-            latencies.append(time.perf_counter_ns() - STAMP.unpack_from(body, at)[0])
+            sent_at = json.loads(bytes(body[at:]))["t"] if numbered else STAMP.unpack_from(body, at)[0]
+            latencies.append(time.perf_counter_ns() - sent_at)
             subscriber.send(packets.ack(packets.PUBACK, packet_id))
 
     pad = b"x" * 8
@@ -161,8 +165,12 @@ def fan_in(host, port, pid, sensors, rate, seconds):
             if sent[i] < rate * seconds and due[i] <= now:
                 sent[i] += 1
                 due[i] += interval
-                stamp = STAMP.pack(time.perf_counter_ns()) + pad
-                conn.send(packets.publish(b"sensors/%d/temp" % i, stamp, 1, packet_id=sent[i] % 65535 + 1))
+                if numbered:
+                    payload = b'{"x-sensor-id": "sensor-%d", "x-sensor-seq": %d, "t": %d}' % (
+                        i, sent[i], time.perf_counter_ns())  # fmt: skip
+                else:
+                    payload = STAMP.pack(time.perf_counter_ns()) + pad
+                conn.send(packets.publish(b"sensors/%d/temp" % i, payload, 1, packet_id=sent[i] % 65535 + 1))
         received(selector.select(timeout=0.002), on_packet, "fan-in")
         subscriber.flush()
     cpu = cpu_seconds(pid) - cpu_before

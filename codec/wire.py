@@ -427,6 +427,11 @@ def decode_table(buf, pos, end, text=False):
     return table, stop
 
 
+def decode_value(buf, pos, end, text=False):
+    """One field value (its type octet, then the value) at pos: (value, where it ends)."""
+    return _decode_value(buf, pos, end, text)
+
+
 def _decode_value(buf, pos, end, as_text):
     _need(end, pos, 1)
     tag = buf[pos]

@@ -44,7 +44,6 @@ PREDECLARED = (
 )
 
 BRIDGE_SEQ = b"\x0bx-hutch-seq"  # (shortstr) the header a bridge numbers its messages with (core/dedup.py)
-SENSOR_SEQ = b"\x0cx-sensor-seq"  # (shortstr) the header a sensor numbers its readings with (core/dedup.py)
 CC = b"\x02CC"
 BCC = b"\x03BCC"
 
@@ -377,12 +376,14 @@ class Broker:
             stats[counters.ROUTED] += 1
         elif not queues:
             return 0
-        numbered = None  # (its Dedup, origin, number): a bridge's message or a sensor's reading
-        if publisher is not None:  # (what the broker publishes itself, a dead letter, came in once already)
-            if message.has_header(BRIDGE_SEQ):  # from a bridge?
-                numbered = self._numbered(message, False)
-            elif message.has_header(SENSOR_SEQ) and self.limits.max_sensors:  # a sensor's reading?
-                numbered = self._numbered(message, True)
+        numbered = None  # a bridge's message or a sensor's reading (core/dedup.py numbered)
+        # (what the broker publishes itself, a dead letter, came in once already)
+        if publisher is not None and (
+            message.has_header(BRIDGE_SEQ) or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors)
+        ):
+            from .dedup import numbered as identify  # (loaded with the first numbered message)
+
+            numbered = identify(self, message)
             if numbered is True:  # a repeat: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
@@ -428,46 +429,10 @@ class Broker:
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
         if numbered is not None and (targets or result & JOURNALLED):
-            dedup, origin, seq = numbered
-            if dedup is self.sensors and dedup.behind(origin, seq):
-                self._restarted(origin, seq)
-            dedup.take(origin, seq)
-            if journal is not None and result & JOURNALLED:  # kept through a restart: so is its number
-                from .dedup import taken_payload  # (loaded already: it made numbered)
+            from .dedup import took  # (loaded already: it made numbered)
 
-                journal.dedup_taken(taken_payload(origin, seq), dedup is self.sensors)
+            took(self, numbered, result & JOURNALLED)
         return result
-
-    def _numbered(self, message, sensor):
-        """A message from a bridge, or a sensor's reading (core/dedup.py): True if it is a
-        repeat, else (its Dedup, origin, number) to mark once a queue took it, or None."""
-        dedup = self.sensors if sensor else self.dedup
-        if dedup is None:
-            from .dedup import Dedup  # loaded with the first numbered message (or by the replay)
-
-            if sensor:
-                limits = self.limits
-                dedup = self.sensors = Dedup(limits.sensor_window, limits.max_sensors)
-            else:
-                dedup = self.dedup = Dedup()
-        key = dedup.sensor_key(message) if sensor else dedup.key(message)
-        if key is None:
-            return None
-        if dedup.seen(*key) and not (sensor and dedup.behind(*key)):
-            dedup.dropped += 1
-            return True
-        return dedup, key[0], key[1]
-
-    def _restarted(self, sensor, seq):
-        """A sensor's reading numbered further behind its highest than the window reaches: its
-        count started over (core/dedup.py). Taken, its window started again; said once a sensor."""
-        high = self.sensors.origins[sensor][0]
-        if self.sensors.started_over(sensor):
-            self.log(
-                "warning",
-                "sensor '%s' numbered a reading %d after %d: taken as a count that started over "
-                "(its readings are deduplicated from there)" % (text(sensor), seq, high),
-            )
 
     def consume(self, who, queue, consumer, method, arguments=None):
         """Add consumer to queue for who (core/auth.py Login; None: the broker itself), or

@@ -36,6 +36,9 @@ can be lost with it, and so can the message: taken again, it is not a repeat.
 
 import struct
 
+from ..codec.errors import DecodeError
+from ..codec.wire import decode_value, text
+
 WINDOW = 16384  # a bridge's window, in bits (2 KiB per origin)
 MAX_ORIGINS = 256
 MAX_GAPS = 64  # a state record lists the numbers not taken in the window, up to this many; else the bitmap
@@ -44,6 +47,9 @@ ORIGIN = "x-hutch-origin"
 SEQ = "x-hutch-seq"
 SENSOR_ID = "x-sensor-id"
 SENSOR_SEQ = "x-sensor-seq"
+BRIDGE_SEQ_KEY = b"\x0bx-hutch-seq"  # (as shortstrs: header_value finds them so)
+SENSOR_ID_KEY = b"\x0bx-sensor-id"
+SENSOR_SEQ_KEY = b"\x0cx-sensor-seq"
 MAX_SEQ = (1 << 64) - 1  # (journalled as 8 octets)
 MAX_ID = 255  # octets of a sensor id
 
@@ -75,12 +81,11 @@ class Dedup:
     def sensor_key(self, message):
         """(sensor id, number) of a sensor's reading, or None (no identity, or one that is not
         a string and a whole number >= 0: such a reading is routed as it is)."""
-        headers = message.properties().get("headers")
-        if not headers:
+        seq = sequence(header_value(message, SENSOR_SEQ, SENSOR_SEQ_KEY))
+        if seq is None:
             return None
-        sensor = headers.get(SENSOR_ID)
-        seq = sequence(headers.get(SENSOR_SEQ))
-        if seq is None or not isinstance(sensor, (bytes, bytearray, str)):
+        sensor = header_value(message, SENSOR_ID, SENSOR_ID_KEY)
+        if not isinstance(sensor, (bytes, bytearray, str)):
             return None
         if isinstance(sensor, str):
             sensor = sensor.encode()
@@ -181,12 +186,74 @@ class Dedup:
         self.origins[origin] = [high, bitmap]
 
     def replay_taken(self, p):
-        """A taken record replayed."""
-        origin, pos = _origin(p)
-        seq = struct.unpack_from(">Q", p, pos)[0]
-        if self.behind(origin, seq):  # (a sensor's count that started over, as it was taken)
-            self.forget(origin)
-        self.take(origin, seq)
+        """A taken record replayed: its numbers, one after another (taken_payload's)."""
+        pos = 0
+        while pos < len(p):
+            n = struct.unpack_from(">H", p, pos)[0]
+            origin = bytes(p[pos + 2 : pos + 2 + n])
+            seq = struct.unpack_from(">Q", p, pos + 2 + n)[0]
+            pos += 10 + n
+            if self.behind(origin, seq):  # (a sensor's count that started over, as it was taken)
+                self.forget(origin)
+            self.take(origin, seq)
+
+
+def numbered(broker, message):
+    """Broker.publish's question for a message that carries a bridge's number or a sensor's:
+    True if it is a repeat (counted), else (its Dedup, origin, number) to mark once a queue took
+    it (took()), or None (no usable identity). A broker's Dedups are made here, with the first."""
+    sensor = not message.has_header(BRIDGE_SEQ_KEY)
+    dedup = broker.sensors if sensor else broker.dedup
+    if dedup is None:
+        if sensor:
+            limits = broker.limits
+            dedup = broker.sensors = Dedup(limits.sensor_window, limits.max_sensors)
+        else:
+            dedup = broker.dedup = Dedup()
+    key = dedup.sensor_key(message) if sensor else dedup.key(message)
+    if key is None:
+        return None
+    if dedup.seen(*key) and not (sensor and dedup.behind(*key)):
+        dedup.dropped += 1
+        return True
+    return dedup, key[0], key[1]
+
+
+def took(broker, numbered, journalled):
+    """A numbered message some queue took (numbered: numbered()'s): its number marked, and
+    journalled with it (journalled: the message is in the journal). A sensor's number further
+    behind than its window: its count started over (said once a sensor)."""
+    dedup, origin, seq = numbered
+    sensor = dedup is broker.sensors
+    if sensor and dedup.behind(origin, seq):
+        high = dedup.origins[origin][0]
+        if dedup.started_over(origin):
+            broker.log(
+                "warning",
+                "sensor '%s' numbered a reading %d after %d: taken as a count that started over "
+                "(its readings are deduplicated from there)" % (text(origin), seq, high),
+            )
+    dedup.take(origin, seq)
+    if journalled and broker.journal is not None:  # kept through a restart: so is its number
+        broker.journal.dedup_taken(taken_payload(origin, seq), sensor)
+
+
+def header_value(message, key, key_shortstr):
+    """The value of message's header key (key_shortstr: its shortstr encoding), or None, read
+    from the bytes where its key is (the rest of the properties left undecoded: asked of every
+    numbered reading); decoded whole when the key's bytes appear twice (a value may hold them)."""
+    tail = message.header_tail
+    if not tail[16] & 0x20:
+        return None
+    at = tail.find(key_shortstr)
+    if at < 0:
+        return None
+    if message._properties is None and tail.find(key_shortstr, at + 1) < 0:
+        try:
+            return decode_value(tail, at + len(key_shortstr), len(tail) - 1)[0]
+        except DecodeError:
+            pass
+    return (message.properties().get("headers") or {}).get(key)
 
 
 def sequence(value):
@@ -214,22 +281,31 @@ def taken_payload(origin, seq):
 
 def _state_payload(origin, state, window):
     # origin, highest number taken, then either 0 and the numbers of the window not taken
-    # (a bridge's numbers follow one another: there are few), or 1 and the whole bitmap
+    # (a bridge's and a sensor's numbers follow one another: there are few), or 1 and the
+    # whole bitmap
     high, bitmap = state
-    lowest = max(0, high - window + 1)
-    gaps = []
-    for i in range(window // 8):
-        byte = bitmap[i]
-        if byte == 255:
-            continue
-        for bit in range(8):
-            if not byte & (1 << bit):
-                n = high - ((high - (i * 8 + bit)) % window)  # the number up to high with this bit
-                if n >= lowest:
-                    gaps.append(n)
-        if len(gaps) > MAX_GAPS:
-            return _origin_bytes(origin) + struct.pack(">QB", high, 1) + bytes(bitmap)
+    gaps = _gaps(high, bitmap, window)
+    if gaps is None:
+        return _origin_bytes(origin) + struct.pack(">QB", high, 1) + bytes(bitmap)
     return _origin_bytes(origin) + struct.pack(">QB", high, 0) + b"".join(struct.pack(">Q", n) for n in gaps)
+
+
+def _gaps(high, bitmap, window):
+    """The numbers of the window up to high not taken, in order; None past MAX_GAPS. A whole
+    octet taken is stepped over at once: every snapshot asks this of every origin."""
+    gaps = []
+    n = max(0, high - window + 1)
+    while n <= high:
+        byte = bitmap[(n % window) >> 3]
+        if byte == 255 and not n & 7 and n + 7 <= high:
+            n += 8
+            continue
+        if not byte & (1 << (n & 7)):
+            gaps.append(n)
+            if len(gaps) > MAX_GAPS:
+                return None
+        n += 1
+    return gaps
 
 
 def _origin_bytes(origin):

@@ -110,6 +110,9 @@ def _binding_payload(binding):
 class Journal:
     """The records still to write, segment bookkeeping, and the sequence of what is durable."""
 
+    # ([bridges' taken payloads], [sensors']) since the last take (dedup_taken), or None
+    taken = None
+
     def __init__(self, broker, segment_bytes, max_bytes):
         self.broker = broker
         self.segment_bytes = segment_bytes
@@ -253,6 +256,7 @@ class Journal:
         segment number means a new file; a third item, True, means the parts are the segment's
         summary: close it with the trailer), then delete the segments listed; once all of it
         is durable, call broker.journal_synced(seq)."""
+        self.write_taken()
         self.write_marks()
         deletions = self._deletable()
         if deletions:
@@ -458,8 +462,23 @@ class Journal:
 
     def dedup_taken(self, payload, sensor=False):
         """A bridged message's number, or a sensor's reading's, was taken (core/dedup.py
-        taken_payload): after its message's record, in the group commit its confirm waits for."""
-        self.append_record(SENSOR_TAKEN if sensor else DEDUP_TAKEN, (payload,))
+        taken_payload): written after its message's record, in the group commit its confirm
+        waits for (take() writes those of a commit as one record of each kind)."""
+        taken = self.taken
+        if taken is None:
+            taken = self.taken = ([], [])
+        taken[1 if sensor else 0].append(payload)
+
+    def write_taken(self):
+        """The DEDUP_TAKEN and SENSOR_TAKEN records of what was taken since the last take:
+        each lists its numbers one after another (core/dedup.py replay_taken)."""
+        taken = self.taken
+        if taken is None:
+            return
+        self.taken = None
+        for kind, payloads in ((DEDUP_TAKEN, taken[0]), (SENSOR_TAKEN, taken[1])):
+            if payloads:
+                self.append_record(kind, (b"".join(payloads),))
 
     # ------------------------------------------------------------ streams (core/streams/stream.py)
 
