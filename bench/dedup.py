@@ -26,7 +26,7 @@ import tracemalloc
 
 from ..core import dedup
 from ..core.limits import Limits
-from ..emulator.micropython_host import micropython
+from ..emulator.micropython_host import micropython, package_root
 from . import loadgen, mqtt_load
 from .brokers import BenchError, Hutch
 from .loadgen import Connection, publish_frames
@@ -100,7 +100,7 @@ def cpython_bytes_per_sensor():
 
 ESP32_SCRIPT = """
 import gc
-import dedup
+from hutch.core import dedup
 sensors = dedup.Dedup(%d, %d)
 gc.collect()
 before = gc.mem_alloc()
@@ -114,11 +114,11 @@ print((gc.mem_alloc() - before) // %d)
 
 def micropython_bytes_per_sensor(workdir):
     """The same under the `micropython` command with the esp32 profile's window."""
-    shutil.copy(dedup.__file__, os.path.join(workdir, "dedup.py"))
     script = os.path.join(workdir, "per_sensor.py")
     with open(script, "w") as f:
         f.write(ESP32_SCRIPT)
-    done = subprocess.run([micropython(), script], cwd=workdir, capture_output=True, text=True, timeout=60)
+    env = dict(os.environ, MICROPYPATH=package_root(workdir, ("codec", "core")) + ":.frozen")
+    done = subprocess.run([micropython(), script], cwd=workdir, capture_output=True, text=True, timeout=60, env=env)
     if done.returncode:
         raise BenchError("micropython: %s" % (done.stderr.strip() or done.stdout.strip()))
     return int(done.stdout.strip())

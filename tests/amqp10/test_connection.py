@@ -110,6 +110,20 @@ def test_anonymous_is_offered_only_when_configured():
 # ---------------------------------------------------------------- sending
 
 
+def test_a_reading_named_in_application_properties_is_taken_once():
+    """x-sensor-id and x-sensor-seq as a 1.0 client sets them: application properties (core/dedup.py)."""
+    client, _ = opened()
+    queue = declare(client.broker, "readings")
+    client.begin()
+    client.attach_sender("/queues/readings")
+    reading = {"x-sensor-id": "t-1", "x-sensor-seq": 7}
+    for delivery_id in range(3):  # the second and third: sent again, as after a lost disposition
+        client.transfer(data_message(b"21.5", application=reading), delivery_id=delivery_id)
+    said = client.frames("disposition")
+    assert [f["state"] for f in said] == [outcome(spec.ACCEPTED)] * 3
+    assert queue.messages.length == 1 and client.broker.sensors.dropped == 2
+
+
 def test_a_sender_gets_credit_and_rabbitmq_4_s_outcomes():
     client, _ = opened()
     queue = declare(client.broker, "readings")
