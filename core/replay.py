@@ -238,6 +238,8 @@ class Replay:
 
     def _dedup(self, segment, kind, p):
         sensor = kind == SENSOR or kind == SENSOR_TAKEN
+        if sensor and self.limits is not None and not self.limits.max_sensors:
+            return  # deduplication turned off since: nothing kept
         dedup = self.sensors if sensor else self.dedup
         if dedup is None:
             from .dedup import Dedup  # only a journal a bridge or a numbered reading wrote to loads it

@@ -163,12 +163,16 @@ class Publishing:
             from .identity import from_json  # (loaded with the first reading that says who sent it)
 
             identity = from_json(payload, fields)
-        if props or identity:
+        if props:
             parts = tails(properties_091(qos, dup, props, identity), payload)
         else:  # (most publishes: their properties, encoded once for each QoS and DUP)
             encoded = PLAIN.get((qos, dup))
             if encoded is None:
                 encoded = PLAIN[qos, dup] = encode_properties(properties_091(qos, dup, None))
+            if identity:
+                from .identity import with_identity
+
+                encoded = with_identity(encoded, identity)
             parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
         message = Message(exchange, key, route, *parts)
         if self.session.serving.origins:

@@ -198,3 +198,22 @@ def _window_resized(folder):
 
 def test_a_sensor_s_state_survives_a_change_of_sensor_window():
     _window_resized()
+
+
+@_in_folder
+def _turned_off(folder):
+    node = Node(folder)
+    c = node.client()
+    c.declare_queue(1, b"dq", durable=True)
+    _reading(c, "s1", 1, queue=b"dq")
+    node.stop()
+    after = Node(folder, limits=Limits(max_sensors=0))  # the journal has a sensor's state
+    c = after.client()
+    _reading(c, "s1", 1, queue=b"dq")
+    assert after.broker.sensors is None
+    assert [body for body, _ in _bodies(c, b"dq")] == [b"s1-1", b"s1-1"]
+    after.stop()
+
+
+def test_a_journal_with_sensors_restarts_with_deduplication_turned_off():
+    _turned_off()
