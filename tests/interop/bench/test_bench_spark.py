@@ -57,5 +57,5 @@ def test_spark_and_another_mode_is_refused():
     done = bench("--spark", "1000", "--backlog", "1000", timeout=60)
     assert (
         done.returncode == 2
-        and done.stderr == "hutch bench: --backlog, --bridge, --spark, --board and --mqtt: pick one\n"
+        and done.stderr == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt and --dedup: pick one\n"
     )
