@@ -20,6 +20,7 @@ from amqp091/batch.py that scans a buffer's frames in one call (amqp091/batch.py
 Channel 0's methods (the handshake) are amqp091/handshake.py's; channels are amqp091/channel.py.
 """
 
+import gc
 import struct
 
 from ..codec import spec
@@ -229,7 +230,11 @@ class Connection(PortConnection):
         try:
             self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
         except MemoryError:
-            pass
+            gc.collect()  # what finish() gave back is garbage now: room for the line
+            try:
+                self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
+            except MemoryError:
+                pass
 
     def dropped_quietly(self):
         """Hang up without a word (core/connections.py: a source over its budget before login)."""
@@ -369,7 +374,11 @@ class Connection(PortConnection):
         try:
             self._release()
         finally:  # even if giving back failed (MemoryError), the port must learn we are closed
-            self.broker.forget(self)
+            try:
+                self.broker.forget(self)
+            except MemoryError:
+                gc.collect()  # what was given back is garbage now: room to forget it
+                self.broker.forget(self)
             if self.wake is not None:
                 self.wake()
 

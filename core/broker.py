@@ -88,6 +88,9 @@ class Broker:
     stream_bytes = 0
     # What clients may cost before their login (core/connections.py): made with the first connection.
     guard = None
+    # core/dedup.Dedup of sensors' readings, made with the first numbered one (a class default:
+    # a board that takes none pays nothing for it)
+    sensors = None
 
     def guarded(self):
         """The broker's core/connections.py Guard (made with the first client)."""
@@ -128,7 +131,6 @@ class Broker:
         self.expirable = []  # queues with x-expires: deleted after that long unused
         self.journal = None  # core/journal.Journal, attached by the storage port after replay
         self.dedup = None  # core/dedup.Dedup, made with the first message from a bridge
-        self.sensors = None  # core/dedup.Dedup of sensors' readings, made with the first reading numbered
         self.journal_waiters = []  # connections with confirms or commits waiting for the journal
         # What each front end keeps once per broker, by its name (amqp091/connection.py Serving): the
         # broker holds it without knowing what is in it.
