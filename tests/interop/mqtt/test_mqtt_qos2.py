@@ -8,7 +8,7 @@ import socket
 
 import pika
 from brokers import sigkill, wait_until
-from mqtt_brokers import start_hutch, stop
+from mqtt_brokers import restart, start_hutch, stop
 
 from hutch.mqtt import packets
 from hutch.mqtt.packets import V5
@@ -56,7 +56,7 @@ def test_qos_2_is_taken_once_through_sigkill(tmp_path):
         publish = packets.publish(b"q2/reading", b"21.5", 2, packet_id=7, level=V5)
         assert client.ask(publish) == (packets.PUBREC << 4, b"\x00\x07")
         sigkill(broker.running)
-        broker.running.start()
+        restart(broker)  # (once it listens for MQTT again: after its AMQP listener)
         client = Raw(broker.port)
         again = packets.publish(b"q2/reading", b"21.5", 2, dup=True, packet_id=7, level=V5)
         assert client.ask(again) == (packets.PUBREC << 4, b"\x00\x07")  # taken already
