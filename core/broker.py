@@ -380,12 +380,12 @@ class Broker:
             return 0
         numbered = None  # a bridge's message or a sensor's reading (core/dedup.py numbered)
         # (what the broker publishes itself, a dead letter, came in once already)
-        if publisher is not None and (
-            message.has_header(BRIDGE_SEQ) or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors)
-        ):
-            from .dedup import numbered as identify  # (loaded with the first numbered message)
+        if publisher is not None:
+            bridged = message.has_header(BRIDGE_SEQ)
+            if bridged or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors):
+                from .dedup import numbered as identify  # (loaded with the first numbered message)
 
-            numbered = identify(self, message)
+                numbered = identify(self, message, not bridged)
             if numbered is True:  # a repeat: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart

@@ -47,8 +47,7 @@ ORIGIN = "x-hutch-origin"
 SEQ = "x-hutch-seq"
 SENSOR_ID = "x-sensor-id"
 SENSOR_SEQ = "x-sensor-seq"
-BRIDGE_SEQ_KEY = b"\x0bx-hutch-seq"  # (as shortstrs: header_value finds them so)
-SENSOR_ID_KEY = b"\x0bx-sensor-id"
+SENSOR_ID_KEY = b"\x0bx-sensor-id"  # (as shortstrs: header_value finds them so)
 SENSOR_SEQ_KEY = b"\x0cx-sensor-seq"
 MAX_SEQ = (1 << 64) - 1  # (journalled as 8 octets)
 MAX_ID = 255  # octets of a sensor id
@@ -198,16 +197,15 @@ class Dedup:
             self.take(origin, seq)
 
 
-def numbered(broker, message):
-    """Broker.publish's question for a message that carries a bridge's number or a sensor's:
-    True if it is a repeat (counted), else (its Dedup, origin, number) to mark once a queue took
-    it (took()), or None (no usable identity). A broker's Dedups are made here, with the first."""
-    sensor = not message.has_header(BRIDGE_SEQ_KEY)
+def numbered(broker, message, sensor):
+    """Broker.publish's question for a message that carries a bridge's number (sensor False) or
+    a sensor's: True if it is a repeat (counted), else (its Dedup, origin, number) to mark once a
+    queue took it (took()), or None (no usable identity). A broker's Dedups are made here, with
+    the first."""
     dedup = broker.sensors if sensor else broker.dedup
     if dedup is None:
         if sensor:
-            limits = broker.limits
-            dedup = broker.sensors = Dedup(limits.sensor_window, limits.max_sensors)
+            dedup = broker.sensors = for_sensors(broker.limits)
         else:
             dedup = broker.dedup = Dedup()
     key = dedup.sensor_key(message) if sensor else dedup.key(message)
@@ -217,6 +215,15 @@ def numbered(broker, message):
         dedup.dropped += 1
         return True
     return dedup, key[0], key[1]
+
+
+def for_sensors(limits):
+    """A Dedup of sensors within the limits' bounds (None: the defaults')."""
+    if limits is None:
+        from .limits import Limits
+
+        limits = Limits()
+    return Dedup(limits.sensor_window, limits.max_sensors)
 
 
 def took(broker, numbered, journalled):

@@ -42,6 +42,7 @@ from .store.journal import (
     SUMMARY,
     TRANSIENT,
     UNBINDING,
+    dedup_state,
     members_payload,
     message_fields,
     queue_payload,
@@ -242,11 +243,10 @@ class Replay:
             return  # deduplication turned off since: nothing kept
         dedup = self.sensors if sensor else self.dedup
         if dedup is None:
-            from .dedup import Dedup  # only a journal a bridge or a numbered reading wrote to loads it
+            from .dedup import Dedup, for_sensors  # only a journal a bridge or a numbered reading wrote to loads it
 
             if sensor:
-                limits = self.limits
-                dedup = self.sensors = Dedup(*((limits.sensor_window, limits.max_sensors) if limits else ()))
+                dedup = self.sensors = for_sensors(self.limits)
             else:
                 dedup = self.dedup = Dedup()
         if kind == DEDUP or kind == SENSOR:
@@ -316,10 +316,7 @@ class Replay:
                 keep = kind == DELIVERED or kind == SEGMENTS_GONE
             if keep:
                 out.extend(record_parts(kind, (p,)))
-        for kind, dedup in ((DEDUP, self.dedup), (SENSOR, self.sensors)):
-            if dedup is not None:  # (the next segment's snapshot has it too, unless a crash cut it)
-                for payload in dedup.state_records():
-                    out.extend(record_parts(kind, (payload,)))
+        dedup_state(out, self.dedup, self.sensors)  # (the next segment's snapshot has it too, unless a crash cut it)
         return out
 
     def _moved(self, queue, moved_run, segment, journal_id=None):

@@ -203,10 +203,7 @@ class Journal:
             for binding in list(exchange.bindings.values()):
                 if durable_binding(binding):
                     out.extend(record_parts(BINDING, (_binding_payload(binding),)))
-        for kind, dedup in ((DEDUP, broker.dedup), (SENSOR, broker.sensors)):
-            if dedup is not None:
-                for payload in dedup.state_records():
-                    out.extend(record_parts(kind, (payload,)))
+        dedup_state(out, broker.dedup, broker.sensors)
         out.extend(record_parts(SNAPSHOT_END, ()))
         return out
 
@@ -513,6 +510,15 @@ ID_SIZE = 8  # the id, the first bytes of the payload
 FIELDS = 9  # journal id, flags, arrival; where the exchange (route), routing key, queue count,
 # content header frame tail and body frame tail start; where the payload ends
 HEADER_TAIL_MIN = 19  # a content header frame's tail holds at least size, class to property flags, frame end
+
+
+def dedup_state(out, bridges, sensors):
+    """The DEDUP and SENSOR records of a snapshot or a summary (core/dedup.py: each origin's
+    state, whole), added to out; bridges, sensors: Dedups, or None."""
+    for kind, dedup in ((DEDUP, bridges), (SENSOR, sensors)):
+        if dedup is not None:
+            for payload in dedup.state_records():
+                out.extend(record_parts(kind, (payload,)))
 
 
 def message_fields(p, start, end):
