@@ -47,8 +47,11 @@ ORIGIN = "x-hutch-origin"
 SEQ = "x-hutch-seq"
 SENSOR_ID = "x-sensor-id"
 SENSOR_SEQ = "x-sensor-seq"
-SENSOR_ID_KEY = b"\x0bx-sensor-id"  # (as shortstrs: header_value finds them so)
+# (as shortstrs: header_value and Message.has_header find them so; Broker.publish has the two
+# numbers' too, as its own constant and literal: a board's idle broker does not load this module)
+SENSOR_ID_KEY = b"\x0bx-sensor-id"
 SENSOR_SEQ_KEY = b"\x0cx-sensor-seq"
+BRIDGE_SEQ_KEY = b"\x0bx-hutch-seq"
 MAX_SEQ = (1 << 64) - 1  # (journalled as 8 octets)
 MAX_ID = 255  # octets of a sensor id
 
@@ -200,14 +203,8 @@ class Dedup:
 def numbered(broker, message, sensor):
     """Broker.publish's question for a message that carries a bridge's number (sensor False) or
     a sensor's: True if it is a repeat (counted), else (its Dedup, origin, number) to mark once a
-    queue took it (took()), or None (no usable identity). A broker's Dedups are made here, with
-    the first."""
-    dedup = broker.sensors if sensor else broker.dedup
-    if dedup is None:
-        if sensor:
-            dedup = broker.sensors = for_sensors(broker.limits)
-        else:
-            dedup = broker.dedup = Dedup()
+    queue took it (took()), or None (no usable identity)."""
+    dedup = _dedup_of(broker, sensor)
     key = dedup.sensor_key(message) if sensor else dedup.key(message)
     if key is None:
         return None
@@ -215,6 +212,37 @@ def numbered(broker, message, sensor):
         dedup.dropped += 1
         return True
     return dedup, key[0], key[1]
+
+
+def _dedup_of(broker, sensor):
+    """The broker's Dedup of sensors (sensor True) or of bridges: made here, with the first."""
+    dedup = broker.sensors if sensor else broker.dedup
+    if dedup is None:
+        if sensor:
+            dedup = broker.sensors = for_sensors(broker.limits)
+        else:
+            dedup = broker.dedup = Dedup()
+    return dedup
+
+
+def retake(broker, messages):
+    """At start after a crash, the messages of a stream's newest records (core/replay.py): each
+    identity not yet taken is taken. A group commit writes a stream's records before the
+    journal's record of their numbers (ports/storage.py): a crash between the two leaves records
+    the journal does not know were taken, and the bridge or sensor, never confirmed, sends them
+    again. Only what is not seen is taken: a sensor's reading from before its count started over
+    lifts its window again (its next reading is taken as a new start: nothing is dropped)."""
+    for message in messages:
+        if message.has_header(BRIDGE_SEQ_KEY):
+            sensor = False
+        elif message.has_header(SENSOR_SEQ_KEY) and broker.limits.max_sensors:
+            sensor = True
+        else:
+            continue
+        dedup = _dedup_of(broker, sensor)
+        key = dedup.sensor_key(message) if sensor else dedup.key(message)
+        if key is not None and not dedup.seen(*key):
+            dedup.take(*key)
 
 
 def for_sensors(limits):

@@ -412,6 +412,10 @@ class Replay:
             broker.dedup = self.dedup
         if self.sensors is not None:
             broker.sensors = self.sensors
+        if broker.streams:
+            from .streams.stream import retake_tails  # (loaded already: the streams are)
+
+            retake_tails(broker)
         for segment in self.refers:
             journal.refers[segment] = self.refers[segment]
         journal.next_id = max(journal.next_id, self.next_id)

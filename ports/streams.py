@@ -41,6 +41,7 @@ META = 1  # stream.meta's record: name shortstr, arguments table
 RESERVED = 2  # reserved's record: the offset (8 bytes)
 MIN_BLOCK = 1024
 MAX_BLOCK = 1 << 20
+NEW_SEGMENT_MS = 60000  # a newest segment begun less than this before the last record: a commit may span it (load)
 GONE = ".gone-"
 
 
@@ -190,6 +191,10 @@ class StreamLog:
         self.current = None  # the SegmentFile being appended to
         self.destroyed = False
         self.gone = None  # the folder it was set aside as, once deleted
+        # After a crash, the newest segment's records as read at start (bytes), until the replay
+        # has taken the identities they carry (core/replay.py: a crash may have come between
+        # these records and the journal's record of their numbers); else None.
+        self.tail = None
 
     def path(self, first):
         return "%s/%020d%s" % (self.dir, first, SEGMENT_SUFFIX)
@@ -216,8 +221,10 @@ class StreamLog:
         last = -1
         while numbers:
             newest = numbers[-1]
-            last, self.last_ms, size = self._load_newest(newest, report)
+            last, self.last_ms, size, data = self._load_newest(newest, report)
             if last >= 0:
+                if last + 1 < self.reserved:  # a gap: a crash, not a clean stop (close())
+                    self.tail = data
                 break
             os.remove(self.path(newest))  # nothing good in it: as if it had never been made
             numbers.pop()
@@ -227,14 +234,21 @@ class StreamLog:
             self.segments.append([numbers[-1], self._first_stamp(numbers[-1], report), size])
         if numbers and not self.reserved:
             report.append("stream '%s': no reservation found: offsets go on from the last record" % _text(self.name))
+        if self.tail is not None and len(self.segments) > 1 and self.segments[-1][1] >= self.last_ms - NEW_SEGMENT_MS:
+            # the newest segment was begun just before the crash: the commit that began it may
+            # have written records at the end of the one before, too
+            with open(self.path(self.segments[-2][0]), "rb") as f:
+                before = f.read()
+            self.tail = before[: scan(before)[3]] + self.tail
         self.last = last
         self.next = max(last + 1, self.reserved)
         self.reserved = max(self.reserved, self.next)
         self.wanted = self.reserved
 
     def _load_newest(self, first, report):
-        """(last offset or -1, its timestamp, bytes) of the newest segment, after cutting a torn
-        tail or quarantining damage; synced, so what consumers are given is durable."""
+        """(last offset or -1, its timestamp, bytes, its good records' bytes) of the newest
+        segment, after cutting a torn tail or quarantining damage; synced, so what consumers
+        are given is durable."""
         path = self.path(first)
         with open(path, "rb") as f:
             data = f.read()
@@ -260,7 +274,7 @@ class StreamLog:
         else:
             with open(path, "ab") as f:
                 sync_file(f)  # written before a crash is not yet durable: make it so before anyone reads it
-        return last, last_ms, good_end
+        return last, last_ms, good_end, data[:good_end] if good_end < len(data) else data
 
     def _first_stamp(self, first, report):
         try:

@@ -156,6 +156,9 @@ class Journal:
         self._put(self._snapshot([]), False)
 
     def _roll(self):
+        # the numbers taken with this segment's messages, in their chunk (one write: a kill
+        # between two writes cannot leave messages whose numbers are nowhere)
+        self.write_taken(False)
         self._seal()
         self.segment += 1
         self.sizes[self.segment] = 0
@@ -220,14 +223,15 @@ class Journal:
         self.seq += 1
         self._wake()
 
-    def append_record(self, kind, parts):
-        """Add a record; returns the segment it went to."""
+    def append_record(self, kind, parts, roll=True):
+        """Add a record; returns the segment it went to (roll False: the current one, even if
+        that makes it larger than segment_bytes)."""
         record = record_parts(kind, parts)
         size = 0
         for part in record:
             size += len(part)
         segment = self.segment
-        if self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
+        if roll and self.sizes[segment] + size > self.segment_bytes and self.sizes[segment] > 0:
             self._roll()
             segment = self.segment
         chunks = self.chunks
@@ -466,16 +470,17 @@ class Journal:
             taken = self.taken = ([], [])
         taken[1 if sensor else 0].append(payload)
 
-    def write_taken(self):
-        """The DEDUP_TAKEN and SENSOR_TAKEN records of what was taken since the last take:
-        each lists its numbers one after another (core/dedup.py replay_taken)."""
+    def write_taken(self, roll=True):
+        """The DEDUP_TAKEN and SENSOR_TAKEN records of what was taken since the last take (or
+        the last segment: roll False, _roll's): each lists its numbers one after another
+        (core/dedup.py replay_taken)."""
         taken = self.taken
         if taken is None:
             return
         self.taken = None
         for kind, payloads in ((DEDUP_TAKEN, taken[0]), (SENSOR_TAKEN, taken[1])):
             if payloads:
-                self.append_record(kind, (b"".join(payloads),))
+                self.append_record(kind, (b"".join(payloads),), roll)
 
     # ------------------------------------------------------------ streams (core/streams/stream.py)
 

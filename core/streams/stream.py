@@ -41,7 +41,7 @@ from ...codec.wire import encode_table, text
 from .. import counters
 from ..session import MESSAGE
 from ..store.records import HEADER_SIZE
-from .streamlog import BAD_RECORD, DONE, message_record, needed, record_template
+from .streamlog import BAD_RECORD, DONE, message_record, messages_in, needed, record_template
 from .streamrules import FIRST as START_FIRST
 from .streamrules import LAST, OFFSET, TIME, check_consumer, duration_ms, start_of
 
@@ -84,6 +84,20 @@ def _room(consumer, flow):
         room = budget
     budget = (limits.total_max_bytes - flow.held_bytes) // HELD.cost + 1
     return budget if budget < room else room
+
+
+def retake_tails(broker):
+    """At start (core/replay.py), after a crash: the bridges' and sensors' numbers that each
+    stream's newest records carry, taken (core/dedup.py retake: the journal's record of them may
+    not have been written)."""
+    for stream in broker.streams:
+        tail = stream.log.tail
+        if tail is not None:
+            stream.log.tail = None
+            if b"x-hutch-seq" in tail or b"x-sensor-seq" in tail:
+                from ..dedup import retake  # (loaded only for a journal with numbered messages)
+
+                retake(broker, messages_in(tail))
 
 
 def new_stream(broker, name, arguments, method):

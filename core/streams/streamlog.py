@@ -163,6 +163,21 @@ def record_message(buf, start, end):
     )
 
 
+def messages_in(data):
+    """The messages of a segment's records, in order (data: whole records, as scan() found
+    them; the payloads' checksums not checked again)."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        stop = parse(data, pos, end, False)
+        if stop < 0:
+            return
+        message = record_message(data, pos + HEADER_SIZE, stop - TRAILER_SIZE)
+        if message is not None:
+            yield message
+        pos = stop
+
+
 def needed(buf, pos, end):
     """How many bytes the record at pos takes (header and trailer included), read from its
     header; HEADER_SIZE while not even that is there (or while it does not check out)."""

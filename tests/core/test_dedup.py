@@ -122,3 +122,30 @@ def _restart(folder):
 
 def test_numbers_taken_before_a_restart_are_still_duplicates_after_it():
     _restart()
+
+
+@_in_folder
+def _killed_at_a_roll(folder):
+    node = Node(folder, segment_bytes=2048)
+    c = node.client()
+    c.declare_queue(1, b"dq", durable=True)
+    node.writer.commit()
+    for seq in range(1, 31):  # more than a segment holds: one group commit across a new segment
+        _bridged_durable(c, seq)
+    chunks = node.writer.journal.take()[0]
+    first = chunks[0][0]
+    assert [target for target, *_ in chunks][:3] == [first, first, first + 1], chunks
+    node.writer.files.append(first, chunks[0][1])  # killed there: the old segment's summary unwritten
+    after = Node(folder, segment_bytes=2048)
+    c = after.client()
+    got = [body for body, _ in _bodies(c, b"dq")]
+    assert got and len(got) < 30, got  # what the first chunk held came back ...
+    for seq in range(1, 31):  # ... and, sent again, is not taken twice
+        _bridged_durable(c, seq)
+    after.writer.commit()
+    assert after.broker.dedup.dropped == len(got)
+    assert [body for body, _ in _bodies(c, b"dq")] == [b"m%d" % seq for seq in range(len(got) + 1, 31)]
+
+
+def test_a_kill_between_two_segments_of_one_commit_leaves_no_repeat():
+    _killed_at_a_roll()

@@ -787,3 +787,60 @@ def test_a_client_without_a_channel_sees_the_streams_count_move_with_its_confirm
         assert c.declare_queue(1, b"s", passive=True)[0].args[1] == 7
     finally:
         remove_tree(folder)
+
+
+def _identified(c, n):
+    """A bridge's message and a sensor's reading, both numbered n, into the stream."""
+    c.publish(1, b"", b"s", b"bridged %d" % n, {"headers": {"x-hutch-origin": b"edge/up", "x-hutch-seq": n}})
+    c.publish(1, b"", b"s", b"reading %d" % n, {"headers": {"x-sensor-id": "s1", "x-sensor-seq": n}})
+
+
+def _killed_between(segment_bytes=None):
+    folder = scratch_folder("streams")
+    try:
+        _kill_between(folder, segment_bytes)
+    finally:
+        remove_tree(folder)
+
+
+def _kill_between(folder, segment_bytes):
+    node = Node(folder)
+    c = node.client()
+    arguments = STREAM if segment_bytes is None else stream_args(x_stream_max_segment_size_bytes=segment_bytes)
+    c.queue(1, b"s", durable=True, arguments=arguments)
+    for n in (1, 2, 3):
+        _identified(c, n)
+    node.sync()
+    for n in (4, 5, 6):
+        _identified(c, n)
+    # Killed in the middle of a group commit: the stream's records written, the journal's record
+    # of their numbers not (the port writes a stream's chunks first)
+    chunks = node.writer.journal.take()[0]
+    streams = 1 if segment_bytes is None else 2  # (a commit that begins a segment of the stream)
+    assert [type(target) is int for target, *_ in chunks] == [False] * streams + [True], chunks
+    for target, parts in chunks[:streams]:
+        target.append(parts)
+    node = Node(folder)
+    c = node.client()
+    c.call(1, spec.CONFIRM_SELECT, (False,))
+    for n in range(1, 8):  # never confirmed: sent again, with one more
+        _identified(c, n)
+    node.sync()
+    acks = c.read()
+    assert names(acks) == ["basic.ack"] and acks[0].args == [14, True], acks
+    got = [body for _, body in delivered(consume(c, "first"))]
+    expected = [b"%s %d" % (kind, n) for n in range(1, 8) for kind in (b"bridged", b"reading")]
+    assert got == expected, got
+    assert (node.broker.dedup.dropped, node.broker.sensors.dropped) == (6, 6)
+    node.stop()
+    node = Node(folder)  # a clean stop: the state the start after the crash found is in the journal
+    c = node.client()
+    for n in (5, 6, 7):
+        _identified(c, n)
+    node.sync()
+    assert (node.broker.dedup.dropped, node.broker.sensors.dropped) == (3, 3)
+
+
+def test_a_kill_between_a_streams_records_and_the_journals_leaves_no_repeat():
+    _killed_between()
+    _killed_between(1100)
