@@ -38,7 +38,7 @@ MicroPython-clean: a board's bridge to a 1.0 cloud runs it (imported only by suc
 
 import struct
 
-from ..codec.readbuffer import ReadBuffer
+from ..codec.readbuffer import ReadBuffer, joined
 from ..core.message import Message
 from . import spec
 from .delivery import from_message
@@ -198,17 +198,7 @@ class Protocol(ReadBuffer):
         if not out:
             return None
         self._spoke = True
-        # frames joined into one write up to our max frame size (many small messages: one write,
-        # not one each), never all at once: a board's small heap (frame_max 4096) holds no
-        # window of large messages twice, nor one large block
-        size = len(out[0])
-        n = 1
-        while n < len(out) and size + len(out[n]) <= self.max_frame:
-            size += len(out[n])
-            n += 1
-        data = out[0] if n == 1 else b"".join(out[:n])
-        del out[:n]
-        return data
+        return joined(out, self.max_frame)  # (up to our max frame size)
 
     def tick(self, now):
         """An empty frame when we sent nothing for half the peer's idle time-out. How long (ms)

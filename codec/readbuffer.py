@@ -1,6 +1,6 @@
 """A client protocol's read buffer, sans-IO: input is read into one bytearray as large as the
 largest frame, and frames are taken from it in place (client/protocol.py for AMQP 0-9-1,
-amqp10/client.py for AMQP 1.0). On MicroPython the socket reads straight into it
+amqp10/client.py for AMQP 1.0, mqtt/client.py for MQTT). On MicroPython the socket reads straight into it
 (read_buffer(), then received(n)): no new bytes object per read, which a board's heap cannot
 afford; CPython's streams hand over bytes (receive_data).
 """
@@ -40,3 +40,18 @@ class ReadBuffer:
         buf[:n] = data[:n]
         self.received(n)
         return n
+
+
+def joined(out, most):
+    """The next bytes to write of out (a list of frames or packets, taken from it): the first
+    and as many after it as fit in most bytes, joined (many small messages: one write, not one
+    each); never all at once, so a board's small heap holds no window of large messages twice,
+    nor one large block."""
+    size = len(out[0])
+    n = 1
+    while n < len(out) and size + len(out[n]) <= most:
+        size += len(out[n])
+        n += 1
+    data = out[0] if n == 1 else b"".join(out[:n])
+    del out[:n]
+    return data

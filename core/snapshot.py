@@ -176,6 +176,8 @@ def _bridge(bridge, states, ages):
     up to which upstream confirmed (what its offset file says, once written)."""
     settings = bridge.settings
     queue = settings["queue"]
+    if queue is None:  # (down from MQTT: the topic filters it subscribes to)
+        queue = " ".join(settings["filters"])
     up = settings["direction"] == "up"
     if up:
         outbox = bridge.outbox

@@ -57,6 +57,7 @@ class Bridge:
     def __init__(self, broker, settings, log, clock=None, node=b"hutch", on_interrupt=None, data_folder=None):
         self.broker = broker
         self.on_interrupt = on_interrupt  # Ctrl-C on a board: the broker's stop (ports/interrupt.py)
+        self.node = node  # this broker's name: an MQTT link's client id is made from it
         self.clock = clock or Clock()
         self.stopping = False
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
@@ -168,6 +169,22 @@ class Bridge:
             from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
 
             protocol, login = bridge10.connect(self.machine, uri, frame_max, now)
+        elif uri["protocol"] == "mqtt":
+            from ..mqtt.client import Protocol as MQTTProtocol  # (loaded only by a bridge over MQTT)
+
+            settings = self.machine.settings
+            protocol = MQTTProtocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)
+            protocol.connect(
+                now,
+                settings["client_id"] or "%s-%s" % (_text(self.node), self.machine.name),
+                uri["user"] if uri["login"] else None,
+                uri["password"],
+                uri["heartbeat"],
+                settings["session_expiry"],
+                settings["topic"],
+                settings["filters"],
+                settings["exchange"],
+            )
         else:
             protocol = Protocol(frame_max=frame_max)
             protocol.connect(
@@ -196,7 +213,7 @@ class Bridge:
             opening = asyncio.open_connection(uri["host"], uri["port"])
         reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
         protocol, login = self.start_protocol(uri, self.clock.now_ms())
-        link = _Link(self, protocol, reader, writer, login, uri["protocol"] == "1.0")
+        link = _Link(self, protocol, reader, writer, login, uri["protocol"] != "0-9-1")
         writing = self._task(link.write_loop())
         try:
             await link.read_loop()
@@ -220,7 +237,7 @@ class _Link:
         self.writer = writer
         self.ended = False
         self.silent = None  # why the ticker hung up
-        self.credit = credit  # (AMQP 1.0) forward no more than its link's credit allows
+        self.credit = credit  # (AMQP 1.0, MQTT) forward no more than its protocol's room()
         self.login = login  # an IoT Hub login (server/bridge10.py Login), or None
         self.renewing = 0  # (ms) since when this link winds down to log in with a new token
         self.closed_at = 0  # (ms) when it sent its close for that
@@ -294,6 +311,10 @@ class _Link:
                 tell(machine, event[0], event[1])
             elif isinstance(event, Message):
                 self.message(event)
+            elif isinstance(event, list):  # (MQTT) a delivery, as the down machine takes it
+                action = machine.delivered(*event)
+                if action is not None:
+                    protocol.send(action[0], action[1])
             elif isinstance(event, ConnectionClosed):
                 raise LinkError(_closed_reason(event, protocol))
             elif isinstance(event, ChannelClosed):
@@ -437,6 +458,10 @@ def write_offset(path, offset, lane, stream_name):
         sync_file(f)
     os.rename(path + ".new", path)
     sync_dir(path.rsplit("/", 1)[0])
+
+
+def _text(value):
+    return value.decode() if isinstance(value, (bytes, bytearray)) else value
 
 
 def _bytes(text):

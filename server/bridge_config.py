@@ -33,12 +33,19 @@
     token_lifetime = 3600             # cbs = true: tokens put on $cbs (SASL ANONYMOUS)
     cbs = false
 
+    # MQTT (mqtt:// or mqtts:// URIs)
+    topic = "dt/gateway-7/{routing_key}"   # up: the topic template; down: the filter(s) subscribed to
+    client_id = "gateway-7"           # (default: the node's name and the bridge's)
+    mqtt_version = "3.1.1"            # or "5": headers as user properties
+    session_expiry = 86400            # (5 only) seconds the broker keeps the session after a drop
+
 A URI is RabbitMQ's: amqp://user:password@host:port/vhost, with the query options
 heartbeat (seconds), frame_max (bytes), connection_timeout (milliseconds) and
 auth_mechanism (plain, or external: amqps:// with cert_file, the user named by the
 client certificate). An AMQP 1.0 URI is amqp10://user:password@host:port (amqps10:// over
 TLS) with the same options (heartbeat: the idle time-out in seconds; auth_mechanism also
-anonymous), and names no vhost. Every
+anonymous), and names no vhost; an MQTT URI is mqtt://user:password@host:port (mqtts:// over
+TLS, ports 1883 and 8883) with heartbeat (its keep-alive) and connection_timeout. Every
 mistake is one ConfigError naming the bridge and the key, so `hutch serve` says it in one
 line and exits with 2 rather than running a bridge that does nothing.
 """
@@ -73,9 +80,21 @@ KEYS = (
     "sas_key",
     "token_lifetime",
     "cbs",
+    "topic",
+    "client_id",
+    "mqtt_version",
+    "session_expiry",
 )
 PROTOCOLS = ("0-9-1", "1.0")
-SCHEMES = {"amqp": (False, None), "amqps": (True, None), "amqp10": (False, "1.0"), "amqps10": (True, "1.0")}
+SCHEMES = {
+    "amqp": (False, None),
+    "amqps": (True, None),
+    "amqp10": (False, "1.0"),
+    "amqps10": (True, "1.0"),
+    "mqtt": (False, "mqtt"),
+    "mqtts": (True, "mqtt"),
+}
+DEFAULT_PORTS = {None: (5672, 5671), "1.0": (5672, 5671), "mqtt": (1883, 8883)}
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout", "auth_mechanism")
 AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL", "anonymous": "ANONYMOUS"}  # RabbitMQ's URI values
@@ -123,9 +142,20 @@ def _bridge(table, path, number):
         raise ConfigError('%s needs uri = "amqp://user:password@host:port/vhost" (or a list of them)' % where)
     queue = table.get("queue")
     source_exchange = _optional_text(table, "source_exchange", where)
-    if direction == "down" and (source_exchange is not None or not isinstance(queue, str) or not queue):
+    mqtt_down = direction == "down" and _names_mqtt(uris)
+    if (
+        direction == "down"
+        and not mqtt_down
+        and (source_exchange is not None or not isinstance(queue, str) or not queue)
+    ):
         raise ConfigError('%s: a down bridge needs queue = "..." (the upstream queue it consumes)' % where)
-    if source_exchange is not None:
+    if mqtt_down:
+        if queue is not None or source_exchange is not None:
+            raise ConfigError(
+                '%s: a down bridge from MQTT subscribes to topic = "..." (its filter, or a list of them), '
+                "not a queue" % where
+            )
+    elif source_exchange is not None:
         if queue is not None:
             raise ConfigError("%s: queue or source_exchange, not both" % where)
         queue = "hutch.bridge." + name
@@ -145,6 +175,9 @@ def _bridge(table, path, number):
                 "certificate that names the user)" % (where, uri["uri"])
             )
     amqp10 = _amqp10(table, uris, protocol, direction, where)
+    mqtt = _mqtt(table, protocol, direction, where)
+    if protocol == "mqtt" and direction == "down":
+        queue = None  # (an MQTT subscription: its topic filters)
     bridge = {
         "name": name,
         "direction": direction,
@@ -166,6 +199,7 @@ def _bridge(table, path, number):
         "protocol": protocol,
     }
     bridge.update(amqp10)
+    bridge.update(mqtt)
     return bridge
 
 
@@ -176,21 +210,32 @@ def _protocol(table, uris, where):
     if protocol is not None and protocol not in PROTOCOLS:
         raise ConfigError('%s: protocol must be "0-9-1" or "1.0", not %r' % (where, protocol))
     named = [uri["protocol"] for uri in uris if uri["protocol"] is not None]
-    if protocol == "0-9-1" and named:
-        raise ConfigError('%s: protocol = "0-9-1", but a uri is AMQP 1.0 (amqp10:// or amqps10://)' % where)
-    if named and len(named) != len(uris):
-        raise ConfigError("%s: all its URIs must speak one protocol (amqp10:// with amqp10://)" % where)
+    if named and protocol is not None and (protocol == "0-9-1" or named[0] == "mqtt"):
+        raise ConfigError('%s: protocol = "%s", but a uri is %s' % (where, protocol, _spoken(named[0])))
+    if named and (len(named) != len(uris) or len(set(named)) > 1):
+        raise ConfigError(
+            "%s: all its URIs must speak one protocol (amqp10:// with amqp10://, mqtt:// with mqtt://)" % where
+        )
     protocol = named[0] if named else protocol or "0-9-1"
     for uri in uris:
         uri["protocol"] = protocol
         if protocol == "0-9-1" and uri["auth_mechanism"] == "ANONYMOUS":
             raise ConfigError("%s: auth_mechanism=anonymous in '%s' is AMQP 1.0's only" % (where, uri["uri"]))
+        if protocol == "mqtt" and (uri["vhost"] != "/" or uri["auth_mechanism"] != "PLAIN" or uri["frame_max"]):
+            raise ConfigError(
+                "%s: '%s': an MQTT URI names no vhost, auth_mechanism or frame_max (the options are heartbeat, "
+                "its keep-alive in seconds, and connection_timeout)" % (where, uri["uri"])
+            )
         if protocol == "1.0" and uri["vhost"] != "/":
             raise ConfigError(
                 "%s: '%s' names a vhost: an AMQP 1.0 link has none (its host is the open's hostname)"
                 % (where, uri["uri"])
             )
     return protocol
+
+
+def _spoken(protocol):
+    return "MQTT (mqtt:// or mqtts://)" if protocol == "mqtt" else "AMQP 1.0 (amqp10:// or amqps10://)"
 
 
 AMQP10_KEYS = ("address", "device_id", "sas_key", "token_lifetime", "cbs")
@@ -205,6 +250,8 @@ def _amqp10(table, uris, protocol, direction, where):
         for key in AMQP10_KEYS:
             if key in table:
                 raise ConfigError('%s: %s is for AMQP 1.0 links (amqp10:// URIs, or protocol = "1.0")' % (where, key))
+        if protocol == "mqtt" and table.get("declare") is not None:
+            raise ConfigError("%s: declare is AMQP 0-9-1's: an MQTT broker needs nothing declared" % where)
         return out
     if direction != "up":
         raise ConfigError("%s: a down bridge speaks AMQP 0-9-1 only (its uri is AMQP 1.0)" % where)
@@ -251,6 +298,51 @@ def _amqp10(table, uris, protocol, direction, where):
         token_lifetime=_whole(table, "token_lifetime", 3600, where, 10, 365 * 86400),
         cbs=cbs,
     )
+    return out
+
+
+MQTT_KEYS = ("topic", "client_id", "mqtt_version", "session_expiry")
+MQTT_VERSIONS = {"3.1.1": "3.1.1", "5": "5", "5.0": "5"}
+
+
+def _names_mqtt(uris):
+    """Whether the (unparsed) uri setting names MQTT brokers (mqtt:// or mqtts://)."""
+    return any(isinstance(uri, str) and uri.partition("://")[0] in ("mqtt", "mqtts") for uri in uris)
+
+
+def _mqtt(table, protocol, direction, where):
+    """The keys of an MQTT link: up, the `topic` template each message goes to ("{routing_key}",
+    the message's routing key with `.` as `/`; "{exchange}", "{client_id}"); down, the topic
+    filter (or filters) it subscribes to; the client id (default: the node's name and the
+    bridge's), the protocol version and a version 5 session's expiry (seconds)."""
+    out = {"topic": None, "filters": None, "client_id": None, "mqtt_version": "3.1.1", "session_expiry": 86400}
+    if protocol != "mqtt":
+        for key in MQTT_KEYS:
+            if key in table:
+                raise ConfigError("%s: %s is for MQTT links (mqtt:// or mqtts:// URIs)" % (where, key))
+        return out
+    topic = table.get("topic")
+    if direction == "down":
+        filters = [topic] if isinstance(topic, str) else topic
+        if not isinstance(filters, list) or not filters or not all(isinstance(f, str) and f for f in filters):
+            raise ConfigError('%s: a down bridge from MQTT needs topic = "..." (the filter it subscribes to)' % where)
+        out["filters"] = filters
+    else:
+        if topic is not None and (not isinstance(topic, str) or not topic):
+            raise ConfigError('%s: topic must be a template such as "dt/gateway-7/{routing_key}"' % where)
+        out["topic"] = topic or "{routing_key}"
+        if "+" in out["topic"] or "#" in out["topic"]:
+            raise ConfigError("%s: topic '%s' holds a wildcard: a message goes to one topic" % (where, topic))
+    out["client_id"] = _optional_text(table, "client_id", where)
+    version = table.get("mqtt_version", "3.1.1")
+    if version not in MQTT_VERSIONS:
+        raise ConfigError('%s: mqtt_version must be "3.1.1" or "5", not %r' % (where, version))
+    out["mqtt_version"] = MQTT_VERSIONS[version]
+    out["session_expiry"] = _whole(table, "session_expiry", 86400, where, 0, 0xFFFFFFFF)
+    if "session_expiry" in table and out["mqtt_version"] != "5":
+        raise ConfigError(
+            '%s: session_expiry is MQTT 5\'s (mqtt_version = "5"): 3.1.1 keeps a session until it is cleaned' % where
+        )
     return out
 
 
@@ -303,14 +395,15 @@ def parse_uri(uri, where="uri"):
     scheme, sep, rest = uri.partition("://")
     if not sep or scheme not in SCHEMES:
         raise ConfigError(
-            "%s: '%s' is not an amqp://, amqps://, amqp10:// or amqps10:// URI" % (where, _hide_password(uri))
+            "%s: '%s' is not an amqp://, amqps://, amqp10://, amqps10://, mqtt:// or mqtts:// URI"
+            % (where, _hide_password(uri))
         )
     tls, protocol = SCHEMES[scheme]
     rest, _, query = rest.partition("?")
     authority, slash, vhost = rest.partition("/")
     credentials, at, hostport = authority.rpartition("@")
     user, _, password = credentials.partition(":") if at else ("guest", "", "guest")
-    host, port = hostport, 5671 if tls else 5672
+    host, port = hostport, DEFAULT_PORTS[protocol][1 if tls else 0]
     if hostport.startswith("["):  # [ipv6]:port
         end = hostport.find("]")
         host, tail = hostport[1:end], hostport[end + 1 :]

@@ -36,6 +36,8 @@ class DownMachine(Machine):
         self.refused = None  # why a delivery was sent back: the link then ends, to back off
 
     def set_up_steps(self):
+        if self.settings["protocol"] == "mqtt":
+            return []  # (the MQTT client subscribes once connected)
         queue = self.settings["queue"]
         return [
             (spec.QUEUE_DECLARE, (0, queue, True, False, False, False, False, None)),

@@ -66,8 +66,8 @@ class UpMachine(Machine):
     # ------------------------------------------------------------ a link's start
 
     def set_up_steps(self):
-        if self.settings["protocol"] == "1.0":
-            return []  # (the 1.0 client attaches its link; its unsettled transfers are confirmed)
+        if self.settings["protocol"] != "0-9-1":
+            return []  # (the 1.0 client attaches its link, MQTT's connects: each says what it took)
         steps = self._declarations()
         if self.settings["ack_mode"] == "on-confirm":
             steps.append((spec.CONFIRM_SELECT, (False,)))

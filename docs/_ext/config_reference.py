@@ -104,14 +104,15 @@ DESCRIPTIONS.update(
         "published here.",
         "bridge.uri": "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a "
         "list of them, tried in order; over AMQP 1.0 `amqp10://user:password@host:port` (`amqps10://` for "
-        "TLS). Query options below. Required.",
+        "TLS); to an MQTT broker `mqtt://user:password@host:1883` (`mqtts://`, port 8883, for TLS). Query "
+        "options below. Required.",
         "bridge.queue": "Up: the local queue to forward (declared durable if missing). Down: the upstream queue "
-        "to consume (it must exist). Required, unless `source_exchange` is given.",
+        "to consume (it must exist; from MQTT, `topic` instead). Required, unless `source_exchange` is given.",
         "bridge.source_exchange": "Up only, instead of `queue`: a local exchange; the bridge forwards what a "
         "durable queue of its own, `hutch.bridge.NAME`, bound to it takes.",
         "bridge.binding_key": "The binding key of that queue to `source_exchange`.",
         "bridge.exchange": "Where messages are published (upstream for an up bridge, here for a down one). "
-        "None: each message's own exchange. Over AMQP 1.0, with `routing_key`, the link's target "
+        "None: each message's own exchange (from MQTT: `amq.topic`). Over AMQP 1.0, with `routing_key`, the link's target "
         "(`/exchanges/X/RK`, `/queues/RK` for the default exchange).",
         "bridge.routing_key": "The routing key they are published with. None: each message's own.",
         "bridge.ack_mode": "`on-confirm`: a message leaves the source queue once the destination confirmed it. "
@@ -126,7 +127,7 @@ DESCRIPTIONS.update(
         "bridge.declare": "Up only: what to set up upstream at each connect (durable): a table of the keys below.",
         "bridge.max_rate": "Messages per second at most; 0: no limit.",
         "bridge.max_byte_rate": "Body bytes per second at most (a metered link); 0: no limit.",
-        "bridge.ca_file": "`amqps://`: the CA certificate (PEM) upstream's certificate is checked against. "
+        "bridge.ca_file": "`amqps://` (and `amqps10://`, `mqtts://`): the CA certificate (PEM) upstream's certificate is checked against. "
         "None: the system's CAs (a board needs one).",
         "bridge.cert_file": "`amqps://`: a client certificate (PEM) to present.",
         "bridge.key_file": "`amqps://`: its private key (needs `cert_file`).",
@@ -144,6 +145,15 @@ DESCRIPTIONS.update(
         "bridge.token_lifetime": "Seconds each SAS token is valid (10 at least); renewed at half of it.",
         "bridge.cbs": "Put the SAS tokens on `$cbs` (SASL ANONYMOUS, renewed on the same connection) "
         "rather than log in with them (SASL PLAIN, renewed by logging in again).",
+        "bridge.topic": "MQTT only. Up: the topic each message is published to, a template: `{routing_key}` "
+        "(the message's routing key, or `routing_key`, as a topic: `.` becomes `/`), `{exchange}`, "
+        "`{client_id}`. Down: the topic filter subscribed to (QoS 1), or a list of them (required).",
+        "bridge.client_id": "MQTT only: the client id (AWS IoT Core: the thing's name). None: the node's "
+        "name and the bridge's, `NODE-NAME`.",
+        "bridge.mqtt_version": "MQTT only: `3.1.1`, or `5` (headers travel as user properties; the "
+        "broker's receive maximum bounds what is in flight).",
+        "bridge.session_expiry": "MQTT 5 only: seconds the broker keeps the bridge's session (its "
+        "subscriptions and what they queue) after the link drops. 3.1.1 sessions are kept until cleaned.",
         "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
         "or `headers` (needs `exchange`).",
         "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",

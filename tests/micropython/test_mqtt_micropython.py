@@ -15,7 +15,7 @@ def test_the_mqtt_front_end_under_micropython(tmp_path, heap):
     print(
         run_suite(
             root,
-            ["test_mqtt", "test_mqtt5", "test_mqtt_identity"],
+            ["test_mqtt", "test_mqtt5", "test_mqtt_identity", "test_mqtt_client"],
             heap,
             [os.path.join(TESTS, "mqtt")],
             41,

@@ -51,13 +51,16 @@ def restart(broker):
     wait_until(lambda: broker.running.log().count(line) > before, 30, what=broker.running.log)
 
 
-def start_mosquitto(tmp_path):
+def start_mosquitto(tmp_path, extra=""):
+    """mosquitto on a free port; extra: more lines of its config (for that listener)."""
     port = free_port()
     conf = tmp_path / "mosquitto.conf"
     log_path = str(tmp_path / "mosquitto.log")
+    # (run as root, mosquitto would become the user mosquitto, who may read nothing of the test's folder)
+    user = "user root\n" if os.geteuid() == 0 else ""
     conf.write_text(
-        "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest file %s\n"
-        "log_type error\nlog_type warning\nlog_type notice\n" % (port, log_path)
+        "%slistener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
+        "log_dest file %s\nlog_type error\nlog_type warning\nlog_type notice\n%s" % (user, port, log_path, extra)
     )
     proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     open(log_path, "a").close()

@@ -220,8 +220,14 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
     [
         (
             {"name": "x", "uri": "http://example.com", "queue": "q"},
-            "is not an amqp://, amqps://, amqp10:// or amqps10:// URI",
+            "is not an amqp://, amqps://, amqp10://, amqps10://, mqtt:// or mqtts:// URI",
         ),
+        ({"name": "x", "uri": "mqtt://h/", "queue": "q", "topic": "dt/+/x"}, "holds a wildcard"),
+        ({"name": "x", "direction": "down", "uri": "mqtt://h/"}, 'needs topic = "..."'),
+        ({"name": "x", "uri": "mqtt://h/", "queue": "q", "mqtt_version": "4"}, 'mqtt_version must be "3.1.1" or "5"'),
+        ({"name": "x", "uri": "amqp://h/", "queue": "q", "topic": "t"}, "topic is for MQTT links"),
+        ({"name": "x", "uri": "mqtt://h/sensors", "queue": "q"}, "an MQTT URI names no vhost"),
+        ({"name": "x", "uri": ["mqtt://h/", "amqp://h/"], "queue": "q"}, "must speak one protocol"),
         ({"name": "x", "uri": "amqp://h:99999/", "queue": "q"}, "has no valid port"),
         ({"name": "x", "uri": "amqp://h/?heartbeet=5", "queue": "q"}, "unknown option 'heartbeet'"),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "ack": "on-confirm"}, "unknown key 'ack'"),
@@ -280,6 +286,7 @@ def test_bridge_config_reads_rabbitmq_uris():
     assert uri["uri"] == "amqps://edge:***@[::1]:5999/%2Fsensors?heartbeat=10&frame_max=8192"
     plain = parse_uri("amqp://central")
     assert (plain["port"], plain["user"], plain["password"], plain["vhost"]) == (5672, "guest", "guest", "/")
+    assert (parse_uri("mqtt://cloud")["port"], parse_uri("mqtts://cloud")["port"]) == (1883, 8883)
 
 
 @pytest.mark.xdist_group("rabbitmq")

@@ -1,0 +1,336 @@
+"""The client side of MQTT 3.1.1 and 5.0, sans-IO: a bridge's link to an MQTT broker (AWS IoT
+Core, HiveMQ, Mosquitto...), driven by server/bridge.py as it drives the AMQP clients
+(client/protocol.py, amqp10/client.py). The packets are mqtt/packets.py's, the mapping of
+messages mqtt/publishing.py's and mqtt/topics.py's: one implementation of each, both sides.
+
+In the style of h11: no socket and no clock of its own (the time comes in, in milliseconds),
+bytes in, events and bytes out.
+
+    p = Protocol(max_packet=65536, level=V311)
+    p.connect(now, client_id, user, password, keep_alive, session_expiry, topic, filters)
+    loop:
+        write every p.data_to_send()
+        n = sock.readinto(p.read_buffer()); p.received(n)   # or p.receive_data(data)
+        while (event := p.next_event()) is not None: handle it
+        p.tick(now) < 0: the broker said nothing for one and a half keep-alives (it is gone)
+    up:   p.room(), then p.forward(exchange, routing_key, header_tail, body_tail, mandatory):
+          one message as a QoS 1 PUBLISH, numbered from 1 on each connection
+    down: the subscriptions (filters) are made after CONNACK; each PUBLISH that comes is a
+          delivery, PUBACKed once the bridge acks it (p.send)
+
+A persistent session: CONNECT with clean session 0 (3.1.1) or clean start 0 and a session
+expiry (5.0), so the broker keeps a down bridge's subscription and its messages while the
+link is down. p.channel_open is true once the broker accepted the CONNECT (and the
+subscriptions, down).
+
+Events, in the bridge's words (server/bridge.py tell):
+
+- ("accepted", (seq, False)): the PUBACK of the message numbered seq (5.0: any reason code
+  below 0x80, "no matching subscribers" included: the broker took it);
+- ("rejected", (seq, False, why)): a 5.0 PUBACK with an error (0x87 not authorized...);
+- [tag, exchange, routing key, header tail, body tail, body size]: a delivery (a list), as
+  the down machine takes it: to `exchange` (amq.topic, as this broker's MQTT front end
+  publishes) with the topic as routing key, the properties mapped as mqtt/publishing.py maps
+  a client's PUBLISH;
+- Ended: the login was refused, the broker disconnected, or sent what is not MQTT.
+
+MicroPython-clean: a board's bridge to an MQTT cloud runs it (imported only by such a bridge).
+"""
+
+from ..codec.readbuffer import ReadBuffer, joined
+from ..core.content import tails
+from ..core.message import Message
+from . import packets
+from .packets import (
+    CONNACK,
+    DISCONNECT,
+    PINGREQ,
+    PINGRESP,
+    PUBACK,
+    PUBLISH,
+    REASON_STRING,
+    RECEIVE_MAXIMUM,
+    SESSION_EXPIRY_INTERVAL,
+    SUBACK,
+    V5,
+    Malformed,
+)
+from .publishing import properties_091, properties_5
+from .topics import routing_key, topic_of
+
+MAX_IN_FLIGHT = 65535  # packet ids: what may be unacknowledged at once
+NO_LIMIT = 1 << 29  # tick(): no time-out to wait for (a small int on every port)
+PINGREQ_PACKET = bytes((PINGREQ << 4, 0))
+LOCAL_EXCHANGE = b"amq.topic"  # where a delivery goes unless the bridge names another
+CONNACK_CODES = {1: "unacceptable protocol version", 2: "client identifier rejected", 3: "server unavailable",
+                 4: "bad user name or password", 5: "not authorized"}  # fmt: skip
+(CLOSED, CONNECTING, RUNNING) = range(3)
+
+
+class Ended:
+    """An event: the login was refused, the broker disconnected, or what came was not MQTT
+    (reason: a line for the log)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+    def __repr__(self):
+        return "Ended(%r)" % self.reason
+
+
+class Protocol(ReadBuffer):
+    def __init__(self, max_packet=65536, level=packets.V311):
+        self.max_packet = max(512, max_packet)  # the largest packet we take
+        self._rx = bytearray(self.max_packet)
+        self._rxm = memoryview(self._rx)
+        self._pos = self._n = 0
+        self._heard = False
+        self.level = level
+        self._out = []
+        self._events = []
+        self.state = CLOSED
+        self.channel_open = False
+        self.awaiting = 0  # (what the bridge's driver asks of a protocol: no reply is awaited)
+        self.in_flight = []  # (up) seqs sent, not yet acknowledged
+        self._ids = {}  # packet id -> seq (up) or delivery tag -> packet id (down)
+        self.next_id = 0
+        self.seq = 0
+        self.receive_max = MAX_IN_FLIGHT
+        self.filters = None
+        self.delivered = 0  # (down) the last delivery's tag
+        self.keep_alive_ms = 0
+        self._sent_at = self._heard_at = 0
+        self._spoke = False
+
+    def connect(self, now, client_id, user, password, keep_alive, session_expiry, topic=None, filters=None,
+                exchange=None):  # fmt: skip
+        """Queue the CONNECT of a persistent session. topic: the template of an up link's
+        topics ("{routing_key}", "{exchange}" and "{client_id}" filled in; the routing key as a
+        topic, `.` as `/`); filters: a down link's subscriptions (QoS 1), its deliveries to
+        exchange (default amq.topic)."""
+        props = {SESSION_EXPIRY_INTERVAL: session_expiry} if self.level == V5 else None
+        self._send(
+            packets.connect(
+                client_id, False, keep_alive, user or None, password if user else None, level=self.level, props=props
+            )
+        )
+        self.client_id = client_id.encode() if isinstance(client_id, str) else client_id
+        self.template = (topic or "{routing_key}").encode()
+        self.filters = filters
+        self.exchange = exchange.encode() if isinstance(exchange, str) else exchange or LOCAL_EXCHANGE
+        self.keep_alive_ms = keep_alive * 1000
+        self._sent_at = self._heard_at = now
+        self.state = CONNECTING
+        self.channel_open = False
+
+    def close(self, why=None):
+        """DISCONNECT (a clean end: the broker keeps the session, drops no will)."""
+        if self.state != CLOSED:
+            self._send(bytes((DISCONNECT << 4, 0)))
+        self.channel_open = False
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _send(self, data):
+        self._out.append(data)
+
+    def data_to_send(self):
+        """The next bytes to write (packets joined up to max_packet), or None."""
+        out = self._out
+        if not out:
+            return None
+        self._spoke = True
+        return joined(out, self.max_packet)
+
+    def tick(self, now):
+        """A PINGREQ when we sent nothing for half the keep-alive. How long (ms) the caller may
+        wait before calling again; -1 when nothing came for one and a half keep-alives."""
+        if self._spoke:
+            self._spoke = False
+            self._sent_at = now
+        if self._heard:
+            self._heard = False
+            self._heard_at = now
+        period = self.keep_alive_ms
+        if not period or self.state == CLOSED:
+            return NO_LIMIT
+        if now - self._heard_at > period + period // 2:
+            return -1
+        half = period // 2
+        if self.state == RUNNING and now - self._sent_at >= half:
+            self._send(PINGREQ_PACKET)
+            self._sent_at = now
+        return max(0, half - (now - self._sent_at))
+
+    # -- up: messages sent -----------------------------------------------------------------
+
+    def room(self):
+        """How many messages may go now: the broker's receive maximum (5.0), less what is in
+        flight."""
+        if not self.channel_open or self.filters:
+            return 0
+        return max(0, self.receive_max - len(self.in_flight))
+
+    def forward(self, exchange, routing_key, header_tail, body_tail, mandatory=False):
+        """One message, as a broker keeps it (core/message.py), as a QoS 1 PUBLISH to its topic
+        (version 5: the properties mqtt/publishing.py gives a subscriber, the headers as user
+        properties). Its number (seq)."""
+        size = len(body_tail) - 5 if body_tail is not None else 0
+        payload = body_tail[4:-1] if body_tail is not None else b""
+        topic = (
+            self.template.replace(b"{routing_key}", topic_of(_bytes(routing_key)))
+            .replace(b"{exchange}", _bytes(exchange))
+            .replace(b"{client_id}", self.client_id)
+        )
+        props = None
+        if self.level == V5:
+            props = properties_5(Message(_bytes(exchange), _bytes(routing_key), None, header_tail, body_tail, size))
+        packet_id = self._packet_id()
+        self.seq += 1
+        self._ids[packet_id] = self.seq
+        self.in_flight.append(self.seq)
+        self._send(packets.publish(topic, bytes(payload), 1, False, False, packet_id, props, self.level))
+        return self.seq
+
+    def _packet_id(self):
+        ids = self._ids
+        n = self.next_id
+        while True:
+            n = n % MAX_IN_FLIGHT + 1
+            if n not in ids:
+                self.next_id = n
+                return n
+
+    # -- down: deliveries acked ------------------------------------------------------------
+
+    def send(self, method, args):
+        """The down machine's answer for deliveries (0-9-1's words, server/bridge.py): basic.ack
+        (tag, multiple) PUBACKs every delivery up to tag, in order; basic.nack without requeue
+        (no local queue takes it) PUBACKs it too (5.0: "no matching subscribers"); with requeue
+        nothing is sent: the link ends and the broker sends it again on the next one."""
+        tag, requeue = args[0], len(args) > 2 and args[2]
+        if requeue:
+            return
+        code = packets.SUCCESS if len(args) == 2 else packets.NO_MATCHING_SUBSCRIBERS
+        ids = self._ids
+        for held in sorted(ids):
+            if held > tag:
+                break
+            if held == tag or len(args) == 2 and args[1]:
+                self._send(packets.ack(PUBACK, ids.pop(held), code, self.level))
+
+    # -- input ----------------------------------------------------------------------------
+
+    def next_event(self):
+        """The next event in what was received, or None until more comes in."""
+        events = self._events
+        while not events:
+            if self.state == CLOSED or not self._step():
+                break
+        return events.pop(0) if events else None
+
+    def _step(self):
+        """Read one packet: False when it has not all arrived."""
+        buf = self._rxm[: self._n]
+        try:
+            found = packets.split(buf, self._pos, self.max_packet)
+            if found is None:
+                return False
+            first, body, end = found
+            self._pos = end
+            self._packet(first, buf, body, end)
+        except Malformed as e:
+            self._end("upstream sent what is not MQTT: %s" % e.args[1])
+        return True
+
+    def _packet(self, first, buf, pos, end):
+        kind = first >> 4
+        level = self.level
+        if kind == PUBACK:
+            packet_id, code = packets.read_ack(buf, pos, end, level)
+            seq = self._ids.pop(packet_id, None)
+            if seq is None:
+                return  # (not ours: a PUBACK the session held from before)
+            self.in_flight.remove(seq)
+            if code < 0x80:
+                self._events.append(("accepted", (seq, False)))
+            else:
+                self._events.append(("rejected", (seq, False, "PUBACK 0x%02x%s" % (code, _reason(buf, pos, end)))))
+        elif kind == PUBLISH:
+            self._publish(first, buf, pos, end)
+        elif kind == CONNACK:
+            self._connack(buf, pos, end)
+        elif kind == SUBACK:
+            self._suback(buf, pos, end)
+        elif kind == DISCONNECT:
+            code, props = packets.read_disconnect(buf, pos, end, level)
+            reason = props.get(REASON_STRING)
+            self._end("upstream disconnected: 0x%02x%s" % (code, ": " + _text(reason) if reason else ""))
+        elif kind != PINGRESP:
+            raise Malformed(packets.PROTOCOL_ERROR, "a %s packet from a server" % packets.NAMES[kind])
+
+    def _connack(self, buf, pos, end):
+        if end - pos < 2:
+            raise Malformed(packets.MALFORMED_PACKET, "a CONNACK of %d octets" % (end - pos))
+        code = buf[pos + 1]
+        if self.level == V5:
+            props = packets.read_properties(buf, pos + 2, end)[0]
+            self.receive_max = min(MAX_IN_FLIGHT, props.get(RECEIVE_MAXIMUM, MAX_IN_FLIGHT))
+            if code >= 0x80:
+                reason = props.get(REASON_STRING)
+                self._end("login refused: CONNACK 0x%02x%s" % (code, ": " + _text(reason) if reason else ""))
+                return
+        elif code:
+            self._end("login refused: CONNACK %d (%s)" % (code, CONNACK_CODES.get(code, "refused")))
+            return
+        self.state = RUNNING
+        if self.filters:
+            self._send(packets.subscribe(1, [(f, 1) for f in self.filters], self.level))
+            self.awaiting = 1
+        else:
+            self.channel_open = True
+
+    def _suback(self, buf, pos, end):
+        packet_id, pos = packets.read_u16(buf, pos, end)
+        if self.level == V5:
+            pos = packets.read_properties(buf, pos, end)[1]
+        codes = bytes(buf[pos:end])
+        for topic_filter, code in zip(self.filters, codes):
+            if code >= 0x80:
+                self._end("upstream refused the subscription to '%s': 0x%02x" % (_text(topic_filter), code))
+                return
+        self.awaiting = 0
+        self.channel_open = True
+
+    def _publish(self, first, buf, pos, end):
+        """A delivery (down): to the local exchange, its topic as routing key."""
+        topic, packet_id, props, payload = packets.read_publish(first, buf, pos, end, self.level)
+        qos = (first >> 1) & 3
+        self.delivered += 1
+        tag = self.delivered
+        if qos:
+            self._ids[tag] = packet_id
+        header_tail, body_tail, size = tails(properties_091(qos, bool(first & 8), props), payload)
+        self._events.append([tag, self.exchange, routing_key(topic), header_tail, body_tail, size])
+
+    def _end(self, reason):
+        self._events.append(Ended(reason))
+        self.state = CLOSED
+        self.channel_open = False
+
+
+def _reason(buf, pos, end):
+    """A 5.0 acknowledgement's reason string, as ": text", or ""."""
+    if end - pos > 3:
+        reason = packets.read_properties(buf, pos + 3, end)[0].get(REASON_STRING)
+        if reason:
+            return ": " + _text(reason)
+    return ""
+
+
+def _bytes(value):
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _text(value):
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
