@@ -406,6 +406,7 @@ class Broker:
                 continue
             if not queue.accepts(message):
                 result |= REFUSED  # x-overflow reject-publish(-dlx)
+                queue.refused += 1
                 if queue.overflow == b"reject-publish-dlx" and queue.dead_letter_exchange is not None:
                     from .deadletter import dead_letter  # (loaded with the first dead letter)
 

@@ -71,6 +71,8 @@ class Queue:
     published = 0
     delivered = 0
     acknowledged = 0
+    dropped = 0  # left undelivered: expired, over its length (x-overflow drop-head), rejected
+    refused = 0  # publishes refused over its length (x-overflow reject-publish)
     is_queue = True
     is_stream = False  # a stream (core/streams/stream.py) stands where a queue stands; Broker.publish tells them apart
     # How it picks a consumer: round-robin over all (the class defaults), or, once set on the
@@ -342,6 +344,7 @@ class Queue:
     def drop(self, entry, reason):
         """A message leaves the queue without being delivered: dead-letter it if configured."""
         message = entry[MESSAGE]
+        self.dropped += 1
         if self.dead_letter_exchange is not None:
             # loaded with the first dead letter: a board that never dead-letters does not hold it
             from .deadletter import dead_letter

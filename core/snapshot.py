@@ -200,6 +200,15 @@ def _bridge(bridge, states, ages):
     stream = bridge.stream if up else None  # (a stream source)
     if stream is not None:
         out["confirmed_offset"] = stream.next_offset() - 1
+    if up and stream is None:  # what left the queue without going upstream, or was refused
+        source = bridge.outbox.queue
+        out["dropped"] = source.dropped
+        out["refused"] = source.refused
+        if settings.get("group") is not None:  # a class (server/bridge_config.py classes)
+            out["priority"] = settings["priority"]
+            out["ttl_s"] = settings["ttl"]
+            out["bytes"] = source.ready_bytes + source.paged_bytes
+            out["max_bytes"] = settings["max_bytes"]
     return out
 
 

@@ -124,7 +124,10 @@ class Board:
             # (ESP32 and RP2040 ports have it). The node-id file that start writes is put in
             # the data folder first, as after an earlier start.
             write_node_id(opts["data"])
-        runtime.bridges = startup.make_bridges(opts["bridges"], runtime, opts["data"])
+        if opts["bridges"]:
+            from hutch.server.bridge_setup import make_bridges
+
+            runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
         journal.commit()  # what journal.start() does first; then its task's work is each step's
         runtime.journal = journal
         runtime.monitor.fit(broker.limits)

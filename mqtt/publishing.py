@@ -40,6 +40,7 @@ from .packets import (
     PUBACK,
     PUBCOMP,
     PUBREC,
+    QUOTA_EXCEEDED,
     RESPONSE_TOPIC,
     SUBSCRIPTION_IDENTIFIER,
     SUCCESS,
@@ -191,9 +192,21 @@ class Publishing:
         if qos:
             serving.count(broker, counters.RECEIVED_CONFIRM)  # (its publisher is not Broker.publish's confirming)
         seq = kept.waits_for(broker, result)
+        if result & REFUSED and qos:
+            return self._full(key), seq
         if not result & ROUTED:
             return NO_MATCHING_SUBSCRIBERS, seq
         return SUCCESS, seq
+
+    def _full(self, key):
+        """A publish a queue refused (full: x-overflow reject-publish, a bridge class's budget) or
+        the broker did (short of memory or disk), as a publisher's nack: a version 5 client is
+        told QUOTA_EXCEEDED in its acknowledgement; an older one, whose PUBACK cannot say no,
+        is hung up on, so that it sends the message again later rather than count it taken."""
+        why = "publish to '%s' refused: a queue is full, or the broker short of memory or disk" % text(topic_of(key))
+        if self.conn.level == V5:
+            return QUOTA_EXCEEDED
+        raise Malformed(QUOTA_EXCEEDED, why)
 
     def _refused(self, e, key):
         """A publish the broker refused (no permission, a missing exchange): a version 5 client

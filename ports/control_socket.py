@@ -53,6 +53,8 @@ class ControlSocket:
                 answer = {"error": "not a control request: %s" % e}
             else:
                 answer = self.handle(request)
+                if hasattr(answer, "send"):  # a coroutine: a command that waits (a reload)
+                    answer = await answer
             writer.write(json.dumps(answer).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:

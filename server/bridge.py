@@ -42,6 +42,18 @@ TICK_MS = 500
 SLICE = 100  # messages forwarded per write to the socket, at most (see _Link.send)
 
 
+def fits(broker, settings):
+    """BridgeError if a bridge's table does not fit this broker (what Bridge() would refuse)."""
+    if settings["direction"] == "up":
+        from ..core.bridge.up import check_source
+
+        check_source(broker, settings)
+    else:
+        from ..core.bridge.down import check_destination
+
+        check_destination(broker, settings)
+
+
 class LinkError(Exception):
     """Why a link ended or could not start: logged and kept as the bridge's last error."""
 
@@ -88,8 +100,16 @@ class Bridge:
     def start(self):
         self.task = self._task(self.run())
 
-    async def stop(self):
-        """End the link (what was in flight goes back to the queue) and the retry loop."""
+    async def stop(self, drain_ms=0):
+        """End the link (what was in flight goes back to the queue) and the retry loop. drain_ms:
+        first, sending nothing new, wait at most that long for what is in flight to be confirmed
+        (a reload: server/reload.py)."""
+        machine = self.machine
+        if drain_ms and self.up and machine.outbox.in_flight:
+            machine.draining = True
+            until = self.clock.now_ms() + drain_ms
+            while machine.outbox.in_flight and self.clock.now_ms() < until:
+                await sleep_ms(20)
         self.stopping = True
         if self.task is not None:
             self.task.cancel()

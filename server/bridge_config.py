@@ -84,6 +84,7 @@ KEYS = (
     "client_id",
     "mqtt_version",
     "session_expiry",
+    "classes",
 )
 PROTOCOLS = ("0-9-1", "1.0")
 SCHEMES = {
@@ -113,12 +114,72 @@ def bridges_from(data, path="config"):
         if not isinstance(table, dict):
             raise ConfigError("%s: [[bridge]] #%d must be a table" % (path, i + 1))
         bridge = _bridge(table, path, i + 1)
-        where = "%s: bridge '%s'" % (path, bridge["name"])
-        if bridge["name"] in names:
-            raise ConfigError("%s: a second bridge named '%s'" % (where, bridge["name"]))
-        names.add(bridge["name"])
-        bridges.append(bridge)
+        for one in _classes(table, bridge, "%s: bridge '%s'" % (path, bridge["name"])):
+            where = "%s: bridge '%s'" % (path, one["name"])
+            if one["name"] in names:
+                raise ConfigError("%s: a second bridge named '%s'" % (where, one["name"]))
+            names.add(one["name"])
+            bridges.append(one)
     return bridges
+
+
+CLASS_KEYS = ("name", "binding_key", "priority", "ttl", "max_bytes", "when_full")
+WHEN_FULL = {"refuse": b"reject-publish", "drop-oldest": b"drop-head"}
+
+
+def _classes(table, bridge, where):
+    """An up bridge's `classes`, each a bridge of its own named NAME.CLASS (its queue
+    hutch.bridge.NAME.CLASS, bound to `source_exchange` with the class's binding key) that
+    forwards to the same upstream with its priority: while a class of a higher priority has
+    messages waiting and its link is up (or coming up), a lower one sends nothing. A class may
+    have a time-to-live (seconds: older messages are dropped, not forwarded stale) and a disk
+    budget (max_bytes) with what happens when it is full: refuse new messages (a publisher's
+    nack, an MQTT 5 PUBACK error) or drop the oldest. Without classes: the bridge itself."""
+    classes = table.get("classes")
+    bridge.update(group=None, priority=0, ttl=None, max_bytes=None, when_full=None)
+    if classes is None:
+        return [bridge]
+    if bridge["direction"] != "up" or bridge["source_exchange"] is None:
+        raise ConfigError('%s: classes need an up bridge with source_exchange = "..." (what they bind to)' % where)
+    if not isinstance(classes, list) or not classes or not all(isinstance(one, dict) for one in classes):
+        raise ConfigError("%s: classes must be a list of tables (name, binding_key, priority, ...)" % where)
+    out = []
+    for one in classes:
+        for key in one:
+            if key not in CLASS_KEYS:
+                raise ConfigError(
+                    "%s: unknown key '%s' in a class%s (known: %s)"
+                    % (where, key, did_you_mean(key, CLASS_KEYS), ", ".join(CLASS_KEYS))
+                )
+        name = one.get("name")
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ConfigError('%s: each class needs name = "..." (no "/")' % where)
+        key = _optional_text(one, "binding_key", where)
+        if key is None:
+            raise ConfigError(
+                '%s: class %s needs binding_key = "..." (what of %s it takes)'
+                % (where, name, bridge["source_exchange"])
+            )
+        when_full = one.get("when_full", "refuse")
+        if when_full not in WHEN_FULL:
+            raise ConfigError(
+                '%s: class %s: when_full must be "refuse" or "drop-oldest", not %r' % (where, name, when_full)
+            )
+        settings = dict(
+            bridge,
+            name="%s.%s" % (bridge["name"], name),
+            queue="hutch.bridge.%s.%s" % (bridge["name"], name),
+            binding_key=key,
+            group=bridge["name"],
+            priority=_whole(one, "priority", 0, where, 0, 9),
+            ttl=_number(one, "ttl", 0, where) or None,
+            max_bytes=_whole(one, "max_bytes", 0, where, 0, 1 << 50) or None,
+            when_full=WHEN_FULL[when_full],
+        )
+        if bridge["client_id"] is not None:  # (one MQTT connection per class: ids apart)
+            settings["client_id"] = "%s-%s" % (bridge["client_id"], name)
+        out.append(settings)
+    return out
 
 
 def _bridge(table, path, number):

@@ -40,6 +40,7 @@ class Control:
             "delete-user": self.delete_user,
             "ping": self.ping,
             "status": self.status,
+            "reload": self.reload,
         }
 
     def handle(self, request):
@@ -51,6 +52,14 @@ class Control:
                 "error": "unknown command '%s' (known: %s)" % (request["command"], ", ".join(sorted(self.commands)))
             }
         return command(request)
+
+    async def reload(self, request):
+        """The config read again (server/reload.py): {"reloaded": [lines]} or {"error": why}."""
+        reloader = self.runtime.reloader
+        if reloader is None:
+            return {"error": "this broker was started without a config file to read again"}
+        ok, lines = await reloader.reload()
+        return {"reloaded": lines} if ok else {"error": lines[0]}
 
     def ping(self, request):
         return {

@@ -23,15 +23,14 @@ class HostServices:
         self.user_origins = user_origins  # the operator's users: hutch ctl import leaves them alone
         self.status = StatusWriter(folder, runtime.broker, runtime.log)
         self.control = None
+        self.controller = Control(runtime, folder, user_origins)  # what answers it (server/control.py)
         self.notify = None
         self.ready_task = None
 
     async def start(self):
         add_imported_users(self.folder, self.runtime.broker.users, self.runtime.log)
         self.status.start()
-        control = ControlSocket(
-            self.folder, Control(self.runtime, self.folder, self.user_origins).handle, self.runtime.log
-        )
+        control = ControlSocket(self.folder, self.controller.handle, self.runtime.log)
         try:
             await control.start()
             self.control = control

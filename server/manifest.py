@@ -1,6 +1,6 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
-# the broker's entry point that firmware/main.py starts; all but control.py, host.py and
-# listing.py, what serves `hutch ctl` (CPython: a board has no hutch ctl). monitoring.py: the
+# the broker's entry point that firmware/main.py starts; all but control.py, host.py, listing.py
+# and reload.py, what serves `hutch ctl` and SIGHUP (CPython: a board has neither). monitoring.py: the
 # metrics port, loaded only when the config has one; bridge10.py, only by a bridge over AMQP 1.0.
 package(
     "hutch/server",
@@ -9,6 +9,7 @@ package(
         "bridge.py",
         "bridge10.py",
         "bridge_config.py",
+        "bridge_setup.py",
         "config.py",
         "definitions.py",
         "frontends.py",

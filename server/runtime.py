@@ -27,6 +27,7 @@ GRACE_TICK_MS = 50
 
 
 class Runtime:
+    reloader = None  # (CPython) server/reload.py's, once started from a config file
     amqp10 = False  # AMQP 1.0 served on the AMQP listeners too (server/frontends.py): set from the settings
     # The journal's writer (ports/storage.py) and the status file's (CPython), set once they
     # run (an annotation alone costs nothing at run time).

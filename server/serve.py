@@ -28,7 +28,7 @@ async def serve(opts, log, stop_event):
         startup.forget_folder(made)
         raise
     startup = None
-    forget("hutch.server.startup")
+    forget("hutch.server.startup", "hutch.server.bridge_setup")
     try:
         await runtime.run()
     finally:

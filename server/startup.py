@@ -132,8 +132,11 @@ async def start(opts, log, stop_event):
     """The broker and everything it serves, started: its runtime, to run."""
     # First: certificate files that do not make a context stop the broker before it does anything
     tls = [server_tls(entry, log) for entry in opts["listeners"]]
-    for bridge in opts["bridges"]:
-        bridge_tls_files(bridge)
+    if opts["bridges"]:  # (a broker without bridges loads none of their set-up)
+        from .bridge_setup import bridge_tls_files
+
+        for bridge in opts["bridges"]:
+            bridge_tls_files(bridge)
     line, frame_reader = choose_frame_reader()
     if line is not None:
         log("info", line)
@@ -159,7 +162,10 @@ async def start(opts, log, stop_event):
             log("warning", "definitions: left out, hutch has no counterpart: %s" % line)
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
-    runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])  # before clients come
+    if opts["bridges"]:  # before clients come
+        from .bridge_setup import make_bridges
+
+        runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
     runtime.status = await host_services(
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)
@@ -171,7 +177,11 @@ async def start(opts, log, stop_event):
         from .monitoring import start  # (only with a metrics port)
 
         await start(runtime, *opts["metrics"])
-    if any(tls) and sys.implementation.name != "micropython":
+    if sys.implementation.name != "micropython":
+        if opts.get("args") is not None:  # (`hutch serve`: what it read, to read again)
+            from .reload import Reloader  # pyright: ignore[reportMissingImports] (host only)
+
+            runtime.reloader = Reloader(runtime, opts["args"], opts)
         reload_on_hangup(runtime)
     journal.start()
     runtime.journal = journal
@@ -239,19 +249,23 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
 
 
 def reload_on_hangup(runtime):
-    """SIGHUP: every TLS listener reads its certificate, key and CA files again (ports/tls.py
-    ServerTLS.reload): new handshakes use them, connections already made go on with theirs.
-    CPython only (MicroPython has no signals); a broker without a TLS listener leaves SIGHUP as
-    it is (it stops, as it always did). Wired here at start, beside the runtime's other
-    handlers (SIGINT, SIGTERM: tools/cli.py), so that a board's runtime carries nothing for it."""
+    """SIGHUP (`systemctl reload hutch`): the config read again and applied (server/reload.py:
+    bridges, users, the TLS listeners' files); a broker started without a config file to read
+    (its settings given whole) reads its TLS listeners' certificate, key and CA files again
+    (ports/tls.py ServerTLS.reload): new handshakes use them, connections already made go on
+    with theirs. CPython only (MicroPython has no signals). Wired here at start, beside the
+    runtime's other handlers (SIGINT, SIGTERM: tools/cli.py), so that a board's runtime carries
+    nothing for it."""
     import asyncio
     import signal  # pyright: ignore[reportMissingImports] (host only)
 
-    contexts = [listener.tls for listener in runtime.listeners if listener.tls is not None]
-
     def reload():
-        for tls in contexts:
-            tls.reload()
+        if runtime.reloader is not None:
+            asyncio.ensure_future(runtime.reloader.reload())  # (it logs what it did, or why not)
+            return
+        for listener in runtime.listeners:
+            if listener.tls is not None:
+                listener.tls.reload()
 
     loop = asyncio.get_running_loop()  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
     loop.add_signal_handler(signal.SIGHUP, reload)  # pyright: ignore[reportAttributeAccessIssue] (CPython only)
@@ -279,35 +293,3 @@ def server_tls(listener, log):
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; MicroPython's ssl raises ValueError
         files = ", ".join(settings[key] for key in ("certfile", "keyfile", "cacertfile") if settings[key])
         raise StartError("%s: cannot use the certificate files %s: %s" % (where, files, e), 2)
-
-
-def bridge_tls_files(bridge):
-    """StartError (exit 2) in one line if an amqps:// bridge's ca_file, cert_file or key_file
-    cannot be read: a link that could never connect is said at start, not retried forever."""
-    tls = bridge["tls"]
-    for key in ("ca_file", "cert_file", "key_file"):
-        path = tls[key]
-        try:
-            if path is not None:
-                open(path, "rb").close()
-        except OSError as e:
-            raise StartError(
-                "bridge '%s': cannot read %s %s: %s" % (bridge["name"], key, path, getattr(e, "strerror", None) or e), 2
-            )
-
-
-def make_bridges(settings, runtime, data_folder):
-    """The config's [[bridge]]s, their queues set up (server/bridge.py; not imported without one);
-    StartError (exit 2) if one does not fit what the broker holds (its source exchange missing)."""
-    if not settings:
-        return []
-    from .bridge import Bridge, BridgeError, node_id
-
-    node = node_id(data_folder)
-    try:
-        return [
-            Bridge(runtime.broker, one, runtime.log, runtime.clock, node, runtime.interrupt, data_folder)
-            for one in settings
-        ]
-    except BridgeError as e:
-        raise StartError(str(e), 2)

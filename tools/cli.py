@@ -87,6 +87,7 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
+    opts["args"] = args  # (read again by a reload: server/reload.py)
     if not options.needs_tls(opts):
         # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to
         # offer it), which keeps 4.5 MB out of an idle broker. Decided before asyncio is imported.

@@ -328,6 +328,18 @@ def _last_error(bridge):
     return error
 
 
+def _class_line(b):
+    """A class's priority, time-to-live and disk use, and what it dropped and refused."""
+    parts = []
+    if "priority" in b:
+        parts.append("priority %d" % b["priority"])
+        parts.append("ttl %s" % (_duration(b["ttl_s"]) if b["ttl_s"] else "none"))
+        budget = " of %s" % _n(b["max_bytes"]) if b["max_bytes"] else ""
+        parts.append("%s bytes waiting%s" % (_n(b["bytes"]), budget))
+    parts.append("dropped %s (expired or over its budget), refused %s" % (_n(b["dropped"]), _n(b["refused"])))
+    return "; ".join(parts)
+
+
 def bridges_command(args):
     data = args.data
     if _no_folder(data):
@@ -362,4 +374,6 @@ def bridges_command(args):
                 "; confirmed up to offset %d" % b["confirmed_offset"] if "confirmed_offset" in b else "",
             )
         )
+        if "priority" in b or b.get("dropped") or b.get("refused"):
+            print("    %s" % _class_line(b))
     return 0

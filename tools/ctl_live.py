@@ -8,6 +8,7 @@ folder (ports/control_socket.py, answered by server/control.py):
     hutch ctl purge QUEUE | delete queue|exchange NAME | close-connection NAME REASON
     hutch ctl add-user NAME PASSWORD [--tags T,...] | set-permissions NAME CONF WRITE READ
     hutch ctl delete-user NAME
+    hutch ctl reload                            the config file read again (as SIGHUP)
     hutch ctl ping | check-running | check-port-connectivity   (rabbitmq-diagnostics' checks)
     hutch ctl export [FILE] [--data DIR]   the broker's definitions, RabbitMQ's JSON
     hutch ctl import FILE [--data DIR]     load definitions (RabbitMQ's JSON) into it
@@ -83,6 +84,11 @@ def add_options(commands, data_option):
     export.add_argument("file", nargs="?", help="write them to FILE (default: standard output)")
     data_option(export)
     export.set_defaults(run=export_command)
+    reload = commands.add_parser(
+        "reload", help="read the config file again: bridges, users and permissions, TLS files (as SIGHUP does)"
+    )
+    data_option(reload)
+    reload.set_defaults(run=reload_command)
     load = commands.add_parser("import", help="load a definitions file (RabbitMQ's JSON) into the running broker")
     load.add_argument("file", help="the definitions file, as rabbitmqctl export_definitions writes it ('-': stdin)")
     data_option(load)
@@ -206,6 +212,17 @@ def change_command(args):
         "delete-user": lambda: "deleted user '%s'" % args.user,
     }
     print(done[args.control]())
+    return 0
+
+
+def reload_command(args):
+    """`hutch ctl reload`: what changed, one line each; a config that does not load: one line
+    saying why (the running one is kept), exit 1."""
+    answer = ask(args.data, "reload")
+    if answer is None:
+        return 1
+    for line in answer["reloaded"]:
+        print(line)
     return 0
 
 

@@ -20,9 +20,7 @@ from .machine import BridgeError, Machine
 class DownMachine(Machine):
     def __init__(self, broker, settings, log, random_bits, wake=None):
         destination = settings["exchange"]
-        name = settings["name"]
-        if destination is not None and broker.exchange(destination.encode()) is None:
-            raise BridgeError("bridge %s: no local exchange '%s' to publish to" % (name, destination))
+        check_destination(broker, settings)
         Machine.__init__(self, broker, settings, log, random_bits)
         routing_key = settings["routing_key"]
         self.inbox = Inbox(
@@ -92,3 +90,11 @@ class DownMachine(Machine):
 
     def close(self):
         pass
+
+
+def check_destination(broker, settings):
+    """BridgeError if a down bridge's local exchange is missing (a reload asks before it stops
+    the bridge it replaces)."""
+    destination = settings["exchange"]
+    if destination is not None and broker.exchange(destination.encode()) is None:
+        raise BridgeError("bridge %s: no local exchange '%s' to publish to" % (settings["name"], destination))

@@ -33,9 +33,11 @@ from ...codec import spec
 from ...codec.errors import Refused
 from ..session import MESSAGE
 from ..topology import add_binding, declare_queue
-from .machine import BLOCKED, RUNNING, BridgeError, Machine
+from .machine import BACKOFF, BLOCKED, RUNNING, STOPPED, BridgeError, Machine
 from .outbox import Outbox
 
+OUTRANKED_POLL_MS = 100  # (a class) how often one outranked by another asks again
+OUTRANK_GRACE_MS = 3000  # ... and how long one whose link is up waits for a higher one backing off
 SAVE_EVERY_MS = 1000  # a stream source's offset file is written at most this often while it forwards
 
 
@@ -62,6 +64,7 @@ class UpMachine(Machine):
         self.refusal = ""  # why, the last time
         self.refusal_delay = settings["reconnect_delay"]  # the next pause after a refusal (s)
         self.hold_until = -1  # (ms) no sending until then: the pause after a refusal
+        self.draining = False  # stopping (a reload): nothing new is sent
 
     # ------------------------------------------------------------ a link's start
 
@@ -158,7 +161,10 @@ class UpMachine(Machine):
                 self.wake_ms = self.hold_until - now
                 return 0
             self.hold_until = -1
-        if not outbox.up or self.upstream_blocked or self.flow_stopped:
+        if not outbox.up or self.upstream_blocked or self.flow_stopped or self.draining:
+            return 0
+        if self.settings.get("group") is not None and self._outranked(now):
+            self.wake_ms = OUTRANKED_POLL_MS
             return 0
         waiting = outbox.waiting
         if self.rate is None:
@@ -167,6 +173,23 @@ class UpMachine(Machine):
         if n < len(waiting):
             self.wake_ms = self.rate.wait_ms()
         return n
+
+    def _outranked(self, now):
+        """(A class) Whether a class of the same bridge with a higher priority has messages to
+        send and its link up or coming up: this one waits. One that backs off (its upstream
+        refuses it) holds this one back for OUTRANK_GRACE_MS after this link came up at most:
+        the classes share their upstream, so it is only a moment behind."""
+        mine = self.settings["priority"]
+        group = self.settings["group"]
+        for other in self.outbox.broker.bridges:
+            settings = other.settings
+            if other is self or settings.get("group") != group or settings["priority"] <= mine:
+                continue
+            if other.state == STOPPED or not other.outbox.backlog():
+                continue
+            if other.state != BACKOFF or now - self.opened_at < OUTRANK_GRACE_MS:
+                return True
+        return False
 
     def _pause(self, now):
         """Upstream refused messages (they are back at the head of the queue): sending pauses,
@@ -259,17 +282,39 @@ def source_queue(broker, settings):
     (hutch.bridge.NAME) bound there. BridgeError if it cannot be."""
     exchange = settings["source_exchange"]
     name = settings["queue"] if exchange is None else "hutch.bridge." + settings["name"]
+    check_source(broker, settings)
     queue = broker.queues.get(name.encode())
     try:
         if queue is None:
             queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
         if exchange is not None:
-            if broker.exchange(exchange.encode()) is None:
-                raise BridgeError(
-                    "bridge %s: no exchange '%s' to forward from (declare it durable first)"
-                    % (settings["name"], exchange)
-                )
             add_binding(broker, broker.exchange(exchange.encode()), queue, settings["binding_key"].encode(), {}, 0)
     except Refused as e:
         raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
+    if settings.get("group") is not None:
+        class_policy(broker, queue, settings)
     return queue
+
+
+def class_policy(broker, queue, settings):
+    """A class's time-to-live and disk budget (server/bridge_config.py classes), set on its queue
+    at each start and reload as a policy would: whatever the queue was declared with, expired
+    messages are dropped (not forwarded stale) and, past max_bytes, new ones refused
+    (reject-publish: a publisher's nack) or the oldest dropped (drop-head); both counted
+    (Queue.dropped, Queue.refused: `hutch ctl bridges`)."""
+    ttl = settings["ttl"]
+    queue.message_ttl = int(ttl * 1000) if ttl else None
+    if ttl and queue not in broker.expiring:
+        broker.expiring.append(queue)
+    queue.max_length_bytes = settings["max_bytes"]
+    queue.overflow = settings["when_full"] or b"drop-head"
+
+
+def check_source(broker, settings):
+    """BridgeError if an up bridge's source exchange is missing (source_queue; a reload asks
+    before it stops the bridge it replaces)."""
+    exchange = settings["source_exchange"]
+    if exchange is not None and broker.exchange(exchange.encode()) is None:
+        raise BridgeError(
+            "bridge %s: no exchange '%s' to forward from (declare it durable first)" % (settings["name"], exchange)
+        )

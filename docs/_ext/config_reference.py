@@ -154,6 +154,19 @@ DESCRIPTIONS.update(
         "broker's receive maximum bounds what is in flight).",
         "bridge.session_expiry": "MQTT 5 only: seconds the broker keeps the bridge's session (its "
         "subscriptions and what they queue) after the link drops. 3.1.1 sessions are kept until cleaned.",
+        "bridge.classes": "Up, with `source_exchange`: classes of messages, each a table of the keys below "
+        "and a bridge of its own, `NAME.CLASS` (its queue `hutch.bridge.NAME.CLASS`), to the same upstream. "
+        "None: one class, the bridge itself.",
+        "bridge.classes.name": "The class's name (required; no `/`).",
+        "bridge.classes.binding_key": "What of `source_exchange` it takes (required).",
+        "bridge.classes.priority": "0 to 9: while a class of a higher priority has messages waiting and its link "
+        "is up or coming up, this one sends nothing (after an outage, alarms go before telemetry).",
+        "bridge.classes.ttl": "Seconds a message may wait: older ones are dropped, not forwarded stale, and "
+        "counted. None: no limit.",
+        "bridge.classes.max_bytes": "The class's budget, in bytes of messages waiting. None: the broker's disk "
+        "budget only.",
+        "bridge.classes.when_full": "Past `max_bytes`: `refuse` new messages (a publisher's nack, an MQTT 5 "
+        "PUBACK error), or `drop-oldest` (counted).",
         "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
         "or `headers` (needs `exchange`).",
         "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",
@@ -191,6 +204,7 @@ def schema_keys():
         keys.extend("%s.%s" % (section, name) for name in names)
     keys.extend("listener.tls.%s" % name for name in config.TLS_KEYS)
     keys.extend("bridge.declare.%s" % name for name in bridge_config.DECLARE_KEYS)
+    keys.extend("bridge.classes.%s" % name for name in bridge_config.CLASS_KEYS)
     keys.extend("bridge.uri?%s" % name for name in bridge_config.URI_OPTIONS)
     return keys
 
@@ -350,6 +364,12 @@ def table_bridge_declare():
     return key_table("bridge.declare", bridge_config.DECLARE_KEYS, defaults)
 
 
+def table_bridge_classes():
+    defaults = {"name": "required", "binding_key": "required", "priority": 0, "ttl": None, "max_bytes": None,
+                "when_full": "refuse"}  # fmt: skip
+    return key_table("bridge.classes", bridge_config.CLASS_KEYS, defaults)
+
+
 def table_bridge_uri():
     defaults = bridge_defaults()
     return key_table("bridge.uri", (), {}) + [
@@ -390,5 +410,6 @@ TABLES = {
     "wifi": table_wifi,
     "bridge": table_bridge,
     "bridge-declare": table_bridge_declare,
+    "bridge-classes": table_bridge_classes,
     "bridge-uri": table_bridge_uri,
 }

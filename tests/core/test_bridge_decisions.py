@@ -550,3 +550,38 @@ def test_a_stream_source_whose_stream_is_deleted_starts_a_new_lane_at_0_and_a_st
         node.stop()
     finally:
         remove_tree(folder)
+
+
+# ---------------------------------------------------------------- classes
+
+
+def test_a_class_sends_nothing_while_a_higher_one_has_messages_and_its_link_up_or_coming():
+    """server/bridge_config.py classes: each its own machine in a group, with a priority."""
+    client = opened()
+    log = Log()
+    machines = {}
+    for name, priority in (("telemetry", 1), ("alarms", 9)):
+        config = settings(name="cloud." + name, queue=name, group="cloud", priority=priority, ttl=None,
+                          max_bytes=None, when_full=None)  # fmt: skip
+        queue = source_queue(client.broker, config)
+        machines[name] = UpMachine(client.broker, config, log, bits(MIDDLE), queue)
+    telemetry, alarms = machines["telemetry"], machines["alarms"]
+    for queue, count in ((b"telemetry", 3), (b"alarms", 2)):
+        for i in range(count):
+            client.publish(1, b"", queue, b"%s-%d" % (queue, i))
+    run_link(telemetry, 1000)
+    telemetry.running()
+    assert alarms.state == 0  # (starting: its link is coming)
+    assert telemetry.sendable(1000) == 0 and telemetry.wake_ms > 0, "the alarms go first"
+    alarms.connect_to()
+    alarms.lost("connection refused")  # backing off: waited for a moment ...
+    alarms.connect_to()
+    assert alarms.state == 5 and telemetry.sendable(3999) == 0
+    assert telemetry.sendable(1000 + 3000) == 3, "... not for ever (its upstream refuses it)"
+    run_link(alarms, 5000)
+    alarms.running()
+    assert telemetry.sendable(5000) == 0
+    sent = Sink()
+    assert alarms.sendable(5000) == 2 and alarms.forward(sent, 2) == 2
+    alarms.accepted(2, True)
+    assert sent.bodies() == [b"alarms-0", b"alarms-1"] and telemetry.sendable(5000) == 3

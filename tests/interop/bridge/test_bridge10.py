@@ -393,7 +393,7 @@ def test_1_0_uris_and_keys_read_as_their_defaults_say():
         ({"uri": "amqps10://h", "token_lifetime": 600}, "token_lifetime needs sas_key"),
         ({"uri": "amqps10://h", "device_id": "d", "sas_key": KEY, "token_lifetime": 5}, "token_lifetime must be a whole number from 10"),
         ({"uri": "amqps10://h", "device_id": "d", "sas_key": KEY, "cbs": "yes"}, "cbs must be true or false, not 'yes'"),
-        ({"uri": "http10://h"}, "is not an amqp://, amqps://, amqp10:// or amqps10:// URI"),
+        ({"uri": "http10://h"}, "is not an amqp://, amqps://, amqp10://, amqps10://, mqtt:// or mqtts:// URI"),
     ],
 )  # fmt: skip
 def test_each_mistake_in_a_1_0_bridge_is_one_error_naming_the_bridge_and_the_key(table, words):

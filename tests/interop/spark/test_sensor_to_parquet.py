@@ -246,7 +246,7 @@ def stream_repeats(upstream):
     connection = upstream.connection()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=1000)
-    seen, records, again = set(), 0, 0
+    seen, records, again = {}, 0, 0
     for method, properties, _body in channel.consume(
         upstream.stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=1
     ):
@@ -256,8 +256,13 @@ def stream_repeats(upstream):
         headers = properties.headers or {}
         key = (headers.get("x-sensor-id"), headers.get("x-sensor-seq"))
         if key[1] is not None:
-            again += key in seen
-            seen.add(key)
+            bridged = (headers.get("x-hutch-origin"), headers.get("x-hutch-seq"))
+            if key in seen:
+                again += 1
+                print("a repeat of %r at offset %s: bridged as %r, first %r at offset %s" % (
+                    key, headers.get("x-stream-offset"), bridged, seen[key][0], seen[key][1]))  # fmt: skip
+            else:
+                seen[key] = (bridged, headers.get("x-stream-offset"))
         channel.basic_ack(method.delivery_tag)
     connection.close()
     return records, again

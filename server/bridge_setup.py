@@ -1,0 +1,37 @@
+"""The config's [[bridge]]s made into running bridges (server/bridge.py): at start (server/startup.py)
+and at a reload (server/reload.py). Their certificate files are checked first: a link that
+could never connect is said in one line, not retried forever."""
+
+from .runtime import StartError
+
+
+def bridge_tls_files(bridge):
+    """StartError (exit 2) in one line if an amqps:// bridge's ca_file, cert_file or key_file
+    cannot be read: a link that could never connect is said at start, not retried forever."""
+    tls = bridge["tls"]
+    for key in ("ca_file", "cert_file", "key_file"):
+        path = tls[key]
+        try:
+            if path is not None:
+                open(path, "rb").close()
+        except OSError as e:
+            raise StartError(
+                "bridge '%s': cannot read %s %s: %s" % (bridge["name"], key, path, getattr(e, "strerror", None) or e), 2
+            )
+
+
+def make_bridges(settings, runtime, data_folder):
+    """The config's [[bridge]]s, their queues set up (server/bridge.py; not imported without one);
+    StartError (exit 2) if one does not fit what the broker holds (its source exchange missing)."""
+    if not settings:
+        return []
+    from .bridge import Bridge, BridgeError, node_id
+
+    node = node_id(data_folder)
+    try:
+        return [
+            Bridge(runtime.broker, one, runtime.log, runtime.clock, node, runtime.interrupt, data_folder)
+            for one in settings
+        ]
+    except BridgeError as e:
+        raise StartError(str(e), 2)

@@ -1,0 +1,156 @@
+"""Reading the config again in a running broker: SIGHUP (`systemctl reload hutch`) and `hutch ctl
+reload` (server/control.py). CPython only: a board has neither signals nor a control socket.
+
+    reloader = Reloader(runtime, args, opts)     # the options and settings the broker started with
+    ok, lines = await reloader.reload()          # (False, [why]): the running config is kept
+
+What takes effect:
+
+- bridges, by name: one the file no longer has stops; a new one starts; one whose table changed
+  (upstream, credentials, certificates, its source or destination, its limits) stops and starts
+  again with the new table. A stopping up bridge first lets what it has in flight be confirmed
+  (at most DRAIN_MS; it sends nothing new meanwhile): nothing is lost, and nothing is sent
+  twice unless upstream confirms too slowly (then a hutch upstream drops the copies by their
+  numbers, which the new link keeps: same name, same origin);
+- users, their tags and permissions ([users], [permissions], a definitions file's users, and
+  those `hutch ctl add-user` kept): connections already open keep the permissions they logged
+  in with, as after `hutch ctl set-permissions`;
+- the TLS listeners' certificate files (ports/tls.py ServerTLS.reload).
+
+Anything else that changed (listeners, the data folder, [limits], [mqtt]...) needs a restart:
+said in one line, the rest applied. A config that does not load (a syntax error, a wrong key, a
+certificate file that cannot be read, a bridge whose source exchange is missing) changes
+nothing: the broker goes on with the config it runs, and the answer says why in one line.
+"""
+
+import asyncio
+
+from . import config, options
+from .bridge_setup import bridge_tls_files, make_bridges
+from .runtime import StartError
+
+DRAIN_MS = 5000  # at most this long for a stopping bridge's messages in flight to be confirmed
+APPLIED = (
+    "bridges",
+    "users",
+    "user_origins",
+    "definitions",
+    "listeners",
+)  # what a reload applies (listeners: TLS files only)
+
+
+class Reloader:
+    def __init__(self, runtime, args, opts):
+        self.runtime = runtime
+        self.args = args
+        self.opts = opts
+        self.lock = asyncio.Lock()
+
+    async def reload(self):
+        """(True, [what changed, one line each]) or (False, [why nothing did])."""
+        async with self.lock:
+            try:
+                new = options.settings(self.args)
+                for bridge in new["bridges"]:
+                    bridge_tls_files(bridge)
+                self._check_bridges(new["bridges"])
+            except (config.ConfigError, StartError) as e:
+                line = "reload refused, the running config is kept: %s" % e.args[0]
+                self.runtime.log("error", line)
+                return False, [line]
+            said = []
+            for listener in self.runtime.listeners:
+                if listener.tls is not None:
+                    listener.tls.reload()
+            self._users(new, said)
+            await self._bridges(new["bridges"], said)
+            restart = [
+                key for key in sorted(new) if key not in APPLIED and _value(new[key]) != _value(self.opts.get(key))
+            ]
+            if _listening(new) != _listening(self.opts):
+                restart.append("listeners")
+            if restart:
+                said.append("changed, applied at the next start: %s" % ", ".join(restart))
+            self.opts = dict(new, args=self.opts.get("args"))
+            if not said:
+                said.append("nothing changed")
+            for line in said:
+                self.runtime.log("info", "reload: %s" % line)
+            return True, said
+
+    def _check_bridges(self, bridges):
+        """StartError if a new or changed bridge cannot be set up here (what Bridge() would
+        refuse once the old one is stopped)."""
+        from ..core.bridge.machine import BridgeError
+        from .bridge import fits
+
+        running = {bridge.machine.name: bridge.machine.settings for bridge in self.runtime.bridges}
+        for settings in bridges:
+            if running.get(settings["name"]) != settings:
+                try:
+                    fits(self.runtime.broker, settings)
+                except BridgeError as e:
+                    raise StartError(str(e), 2)
+
+    def _users(self, new, said):
+        broker = self.runtime.broker
+        old = broker.users
+        users = new["users"]
+        from .host import add_imported_users
+
+        add_imported_users(self.runtime.status.folder, users, lambda *a: None)  # (said at start)
+        if (users.hashes, users.tags, users.permissions, getattr(users, "anonymous", None)) == (
+            old.hashes,
+            old.tags,
+            old.permissions,
+            getattr(old, "anonymous", None),
+        ):
+            return
+        broker.users = users
+        self.runtime.status.controller.config_users = new["user_origins"]  # (what hutch ctl may not change)
+        added = sorted(set(users.hashes) - set(old.hashes))
+        removed = sorted(set(old.hashes) - set(users.hashes))
+        said.append(
+            "users: %d (%s)"
+            % (
+                len(users.hashes),
+                ", ".join(
+                    ["added " + ", ".join(added)] * bool(added)
+                    + ["removed " + ", ".join(removed)] * bool(removed)
+                    + ["permissions or passwords changed"] * (not added and not removed)
+                ),
+            )
+        )
+
+    async def _bridges(self, wanted, said):
+        runtime = self.runtime
+        running = {bridge.machine.name: bridge for bridge in runtime.bridges}
+        by_name = {settings["name"]: settings for settings in wanted}
+        stopped, started, changed = [], [], []
+        going = [bridge for name, bridge in running.items() if by_name.get(name) != bridge.machine.settings]
+        await asyncio.gather(*(bridge.stop(DRAIN_MS) for bridge in going))  # (each drains at once)
+        for bridge in going:
+            name = bridge.machine.name
+            runtime.broker.bridges.remove(bridge.machine)
+            runtime.bridges.remove(bridge)
+            (changed if name in by_name else stopped).append(name)
+        fresh = [settings for settings in wanted if settings["name"] not in running or settings["name"] in changed]
+        if fresh:
+            for bridge in make_bridges(fresh, runtime, self.opts["data"]):
+                runtime.bridges.append(bridge)
+                bridge.start()
+                if bridge.machine.name not in changed:
+                    started.append(bridge.machine.name)
+        for verb, names in (("stopped", stopped), ("started", started), ("restarted with its new table", changed)):
+            for name in names:
+                said.append("bridge %s %s" % (name, verb))
+
+
+def _value(setting):
+    """A setting as compared between two reads of the config (Limits and the like by their fields)."""
+    return vars(setting) if hasattr(setting, "__dict__") else setting
+
+
+def _listening(opts):
+    """What of the listeners a reload cannot change (their TLS files it re-reads)."""
+    return [(one["bind"], one["port"], one.get("protocol"), one.get("tls") is not None) for one in opts["listeners"]]

@@ -1,0 +1,154 @@
+"""Reading the config again in a running broker (server/reload.py): `hutch ctl reload` and SIGHUP
+change its bridges (upstream, credentials), users and permissions while messages flow; a config
+that does not load changes nothing and says why in one line."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pika
+import pytest
+from brokers import BIN, RunningBroker, wait_until
+from test_bridge import consume_every, publish_confirmed, toml, upstream_queue
+
+pytestmark = [pytest.mark.timeout(180)]
+
+# hutch passwd --password greenhouse / --password second
+GREENHOUSE = "3yPudymwzH7quov3AvyvH2fdr5gddkKIOXfQzjjaM2n2kg6k"
+
+
+def passwd(password):
+    done = subprocess.run(
+        [os.path.join(BIN, "hutch"), "passwd", "--password", password], capture_output=True, text=True
+    )
+    return done.stdout.strip().split()[-1]
+
+
+def write_config(path, bridges, users):
+    lines = []
+    for name, (password_hash, permissions) in users.items():
+        lines.append("[users.%s]\npassword_hash = %s\n" % (name, toml(password_hash)))
+        if permissions is not None:
+            lines.append("permissions = %s\n" % toml(permissions))
+    for bridge in bridges:
+        lines.append("[[bridge]]\n" + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items()))
+    path.write_text("".join(lines))
+
+
+def ctl(edge, *args):
+    return subprocess.run(
+        [os.path.join(BIN, "hutch"), "ctl", *args, "--data", edge.data], capture_output=True, text=True, timeout=60
+    )
+
+
+def login(edge, user, password):
+    try:
+        pika.BlockingConnection(pika.URLParameters("amqp://%s:%s@127.0.0.1:%d/" % (user, password, edge.port))).close()
+        return True
+    except pika.exceptions.ProbableAuthenticationError:
+        return False
+
+
+def test_a_reload_moves_a_bridge_to_a_new_upstream_and_changes_users_while_messages_flow(tmp_path):
+    """Bridge `out` forwards to upstream A; the config is changed to send it to upstream B with
+    another user and password, to add a bridge and a user and drop one: `hutch ctl reload`
+    applies it while a publisher goes on. Every message reaches A or B once: those confirmed by
+    A before the reload at A, the rest at B; none twice, none lost."""
+    ups = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = folder / "hutch.toml"
+        write_config(config, [], {"edge-%s" % name: (passwd("secret-" + name), None)})
+        ups.append(RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start())
+    a, b = ups
+    for up, user in ((a, "edge-a"), (b, "edge-b")):
+        url = "amqp://%s:secret-%s@127.0.0.1:%d/" % (user, user[-1], up.port)
+        upstream_queue(url, "central")
+        up.user_url = url
+    folder = tmp_path / "edge"
+    folder.mkdir()
+    config = folder / "hutch.toml"
+
+    def bridge(up, user, name="out", queue="edge-out"):
+        return {"name": name, "uri": "amqp://%s:secret-%s@127.0.0.1:%d/?heartbeat=2" % (user, user[-1], up.port),
+                "queue": queue, "routing_key": "central", "reconnect_delay": 0.1, "max_reconnect_delay": 0.5}  # fmt: skip
+
+    admin = {"guest": (passwd("guest"), None), "sensor": (GREENHOUSE, None)}
+    write_config(config, [bridge(a, "edge-a")], admin)
+    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start()
+    try:
+        wait_until(lambda: "bridge out: running" in edge.log(), 30, what=edge.log)
+        assert login(edge, "sensor", "greenhouse")
+        published = []
+        stop = threading.Event()
+
+        def publish():
+            n = 0
+            while not stop.is_set() and n < 20000:
+                chunk = [b"m%06d" % i for i in range(n, n + 200)]
+                publish_confirmed(edge, "edge-out", chunk)
+                published.extend(chunk)
+                n += 200
+
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        time.sleep(1.5)
+        users = {
+            "guest": admin["guest"],
+            "ops": (passwd("ops-secret"), {"configure": "^$", "write": "^$", "read": ".*"}),
+        }
+        write_config(config, [bridge(b, "edge-b"), bridge(b, "edge-b", "more", "more-out")], users)
+        done = ctl(edge, "reload")
+        assert done.returncode == 0, done.stderr
+        time.sleep(1.5)
+        stop.set()
+        publisher.join(60)
+        at_a = [body for body, _h, _m in consume_every(a.user_url, "central", [], timeout=3)]
+        at_b = [body for body, _h, _m in consume_every(b.user_url, "central", published[len(at_a) :])]
+        assert login(edge, "ops", "ops-secret") and not login(edge, "sensor", "greenhouse")
+        assert not edge.errors(), edge.log()[-3000:]
+    finally:
+        edge.stop()
+        for up in ups:
+            up.stop()
+    print(done.stdout)
+    print("%d published: %d at upstream a before the reload, %d at b after it" % (len(published), len(at_a), len(at_b)))
+    lines = done.stdout.splitlines()
+    assert "bridge out restarted with its new table" in lines and "bridge more started" in lines, lines
+    assert any(line.startswith("users: 2 (added ops, removed sensor)") for line in lines), lines
+    assert at_a and at_b, "the reload came before or after every message: the test proved nothing"
+    assert at_a + at_b == published, "lost, twice or out of order"
+
+
+def test_a_config_that_does_not_load_keeps_the_running_one_and_says_why(tmp_path):
+    folder = tmp_path / "edge"
+    folder.mkdir()
+    config = folder / "hutch.toml"
+    running = '[users.guest]\npassword_hash = "%s"\n' % passwd("guest")
+    config.write_text(running)
+    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start()
+    try:
+        for text, words in (
+            ("[[bridge]\n", "config"),
+            ('[[bridge]]\nname = "x"\nuri = "amqp://h/"\nqueue = "q"\nack = 1\n', "unknown key 'ack'"),
+            (
+                '[[bridge]]\nname = "x"\nuri = "amqps://h/"\nqueue = "q"\nca_file = "/no/such.pem"\n',
+                "cannot read ca_file",
+            ),
+            ('[[bridge]]\nname = "x"\nuri = "amqp://h/"\nsource_exchange = "nowhere"\n', "no exchange 'nowhere'"),
+        ):
+            config.write_text(text)
+            done = ctl(edge, "reload")
+            lines = done.stderr.strip().splitlines()
+            assert done.returncode == 1 and len(lines) == 1, (done.returncode, done.stderr)
+            assert "reload refused, the running config is kept" in lines[0] and words in lines[0], lines
+        assert login(edge, "guest", "guest")  # (the running users)
+        assert ctl(edge, "ping").returncode == 0
+        config.write_text(running)
+        edge.proc.send_signal(signal.SIGHUP)  # systemctl reload: the same, logged
+        wait_until(lambda: "reload: nothing changed" in edge.log(), 30, what=edge.log)
+    finally:
+        edge.stop()
