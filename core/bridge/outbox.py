@@ -68,6 +68,9 @@ class Outbox:
         self.stuck = None  # why the head of the queue cannot go upstream (see the module's docstring)
         self.up = False
         self.waiting = []  # entries delivered to the bridge, not sent upstream yet, in order
+        # ... and before them, entries not yet durable here: [journal seq, entry], in order
+        # (flush_confirms moves them to waiting once the journal is synced that far)
+        self.held = []
         self.in_flight = []  # [seq, entry] sent upstream, awaiting a confirm, in order
         self.seq = 0  # the last sequence number given on this link
         self.forwarded = 0  # confirmed by upstream, since start
@@ -81,18 +84,49 @@ class Outbox:
         return self.up
 
     def deliver(self, consumer, queue, entry):
-        if entry[MESSAGE].journal_id:  # a restart brings it back redelivered
-            self.broker.delivered(queue, entry, False)
+        broker = self.broker
         consumer.unacked += 1
+        held = self.held
+        if entry[MESSAGE].journal_id:  # a restart brings it back redelivered
+            broker.delivered(queue, entry, False)
+            journal = broker.journal
+            if held or journal.synced < journal.seq:
+                # Not forwarded before it is durable here: a crash would take it back, and the
+                # publisher (a sensor) would send it again, to be numbered anew: upstream would
+                # have it twice. (As a stream's records: durable before visible.)
+                held.append([journal.seq, entry])
+                broker.wait_for_journal(self)
+                return
+        elif held:  # (behind what is held: in order)
+            held.append([held[-1][0], entry])
+            return
         self.waiting.append(entry)
         if self.wake is not None:
             self.wake()
+
+    closed = False  # (for Broker.journal_synced, as a connection waiting for the journal)
+
+    def flush_confirms(self):
+        """(Broker.journal_synced) What is durable now goes to waiting, in order."""
+        held = self.held
+        synced = self.broker.journal.synced
+        n = 0
+        while n < len(held) and held[n][0] <= synced:
+            self.waiting.append(held[n][1])
+            n += 1
+        if n:
+            del held[:n]
+            if self.wake is not None:
+                self.wake()
+        if held:
+            self.broker.wait_for_journal(self)
 
     def server_cancel(self, consumer):
         """The source queue was deleted: nothing more comes; the port says so in its status."""
         self.up = False
         self.broker.cancel(consumer)
         self.waiting = []
+        self.held = []
         self.in_flight = []
         self.consumer = None
 
@@ -248,14 +282,15 @@ class Outbox:
         """The link is gone: what was in flight or waiting goes back to the queue, in order."""
         self.up = False
         self.returned = []
-        entries = [pair[1] for pair in self.in_flight] + self.waiting
+        entries = [pair[1] for pair in self.in_flight] + self.waiting + [pair[1] for pair in self.held]
         self.in_flight = []
         self.waiting = []
+        self.held = []
         self._settle(entries, REQUEUE)
 
     def backlog(self):
         """Messages waiting in the source queue and not yet forwarded."""
-        return self.queue.message_count() + len(self.waiting) + len(self.in_flight)
+        return self.queue.message_count() + len(self.waiting) + len(self.held) + len(self.in_flight)
 
     def _settled(self, seq, multiple):
         in_flight = self.in_flight

@@ -585,3 +585,29 @@ def test_a_class_sends_nothing_while_a_higher_one_has_messages_and_its_link_up_o
     assert alarms.sendable(5000) == 2 and alarms.forward(sent, 2) == 2
     alarms.accepted(2, True)
     assert sent.bodies() == [b"alarms-0", b"alarms-1"] and telemetry.sendable(5000) == 3
+
+
+def test_a_persistent_message_is_forwarded_only_once_durable_here():
+    """A crash before the journal has it would take it back, and its publisher, never
+    confirmed, would send it again (a new message, numbered anew): upstream would have it twice."""
+    from test_streams import Node
+
+    folder = scratch_folder("bridge")
+    try:
+        node = Node(folder)
+        client = node.client()
+        client.declare_queue(1, b"src", durable=True)
+        node.sync()
+        config = settings()
+        machine = UpMachine(node.broker, config, Log(), bits(MIDDLE), source_queue(node.broker, config))
+        run_link(machine)
+        machine.running()
+        client.publish(1, b"", b"src", b"persistent", {"delivery-mode": 2})
+        client.publish(1, b"", b"src", b"transient")  # (behind it: waits with it, in order)
+        assert machine.sendable(0) == 0 and machine.outbox.backlog() == 2
+        node.sync()  # the journal's group commit
+        sink = Sink()
+        assert machine.sendable(0) == 2 and machine.forward(sink, 2) == 2
+        assert sink.bodies() == [b"persistent", b"transient"]
+    finally:
+        remove_tree(folder)
