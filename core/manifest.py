@@ -54,6 +54,7 @@ package(
     "hutch/core/bridge",
     files=(
         "__init__.py",
+        "alarms.py",
         "down.py",
         "inbox.py",
         "machine.py",

@@ -196,6 +196,7 @@ def _bridge(bridge, states, ages):
         "backlog": counts[2],
         "oldest_age_s": ages.get(queue) if up else None,
         "last_error": bridge.last_error,
+        "alarm": bridge.alarm,  # (core/bridge/alarms.py) what crossed its thresholds, or None
     }
     stream = bridge.stream if up else None  # (a stream source)
     if stream is not None:

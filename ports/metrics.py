@@ -262,6 +262,16 @@ def _bridges(out, bridges):
         out.family(series, kind, help_text)
         for bridge in bridges:
             out.sample(series, bridge[key], '{bridge="%s"}' % escape(bridge["name"]))
+    out.family(
+        "hutch_bridge_oldest_age_seconds", "gauge", "Age of the oldest message waiting to be forwarded (NaN: none)"
+    )
+    for bridge in bridges:
+        out.sample("hutch_bridge_oldest_age_seconds", bridge["oldest_age_s"], '{bridge="%s"}' % escape(bridge["name"]))
+    out.family(
+        "hutch_bridge_alarm", "gauge", "1 while a bridge's backlog, oldest age or bytes are past its alarm thresholds"
+    )
+    for bridge in bridges:
+        out.sample("hutch_bridge_alarm", bridge.get("alarm") is not None, '{bridge="%s"}' % escape(bridge["name"]))
 
 
 PROCESS = (

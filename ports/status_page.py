@@ -113,7 +113,7 @@ function draw(data) {
     ["channels", "channels"]], b.connections);
   drawMqtt(b);
   table("bridges", [["name", "name"], ["state", "state"], ["upstream", "upstream"], ["forwarded", "forwarded"],
-    ["in flight", "in_flight"], ["backlog", "backlog"], ["last error", "last_error"]], b.bridges);
+    ["in flight", "in_flight"], ["backlog", "backlog"], ["alarm", "alarm"], ["last error", "last_error"]], b.bridges);
   table("streams", [["name", "name"], ["first", "first"], ["last", "last"], ["bytes", "bytes"], ["consumers", "consumers"]], b.streams);
   var storage = document.getElementById("storage"); storage.textContent = "";
   if (b.journal) {

@@ -39,6 +39,7 @@ from ..ports.tcp import close_writer
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
 TICK_MS = 500
+ALARM_CHECK_MS = 1000
 SLICE = 100  # messages forwarded per write to the socket, at most (see _Link.send)
 
 
@@ -99,6 +100,22 @@ class Bridge:
 
     def start(self):
         self.task = self._task(self.run())
+        if self.up:
+            from ..core.bridge.alarms import has_thresholds  # (its check loaded only with a threshold)
+
+            if has_thresholds(self.machine.settings):
+                self.watch = self._task(self._watch())
+
+    watch = None  # the task that checks the alarms' thresholds
+
+    async def _watch(self):
+        """Every second, link or no link: the alarms' thresholds (core/bridge/alarms.py)."""
+        from ..core.bridge.alarms import check
+
+        broker = self.broker
+        while not self.stopping:
+            check(self.machine, broker.now + broker.wall_offset)
+            await sleep_ms(ALARM_CHECK_MS)
 
     async def stop(self, drain_ms=0):
         """End the link (what was in flight goes back to the queue) and the retry loop. drain_ms:
@@ -111,6 +128,8 @@ class Bridge:
             while machine.outbox.in_flight and self.clock.now_ms() < until:
                 await sleep_ms(20)
         self.stopping = True
+        if self.watch is not None:
+            self.watch.cancel()
         if self.task is not None:
             self.task.cancel()
             try:

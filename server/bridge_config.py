@@ -85,6 +85,9 @@ KEYS = (
     "mqtt_version",
     "session_expiry",
     "classes",
+    "alarm_backlog",
+    "alarm_age",
+    "alarm_bytes",
 )
 PROTOCOLS = ("0-9-1", "1.0")
 SCHEMES = {
@@ -256,6 +259,9 @@ def _bridge(table, path, number):
         "max_rate": _number(table, "max_rate", 0, where, "messages per second"),
         "max_byte_rate": _number(table, "max_byte_rate", 0, where, "bytes per second"),
         "tls": tls,
+        "alarm_backlog": _whole(table, "alarm_backlog", 0, where, 0, 1 << 50) or None,
+        "alarm_age": _number(table, "alarm_age", 0, where) or None,
+        "alarm_bytes": _whole(table, "alarm_bytes", 0, where, 0, 1 << 50) or None,
         "declare": _declare(table, where),
         "protocol": protocol,
     }

@@ -86,6 +86,7 @@ class Machine:
         self.upstream = None  # the URI in use (without its password)
         self.uri = None  # its settings
         self.last_error = None
+        self.alarm = None  # what crossed its thresholds (core/bridge/alarms.py), or None
         self.tried = 0  # URIs of this round tried
         self.delay = settings["reconnect_delay"]  # the next backoff (s), before its jitter
         self.wait_ms = 0  # the backoff connect_to() asked for

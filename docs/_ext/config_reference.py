@@ -154,6 +154,11 @@ DESCRIPTIONS.update(
         "broker's receive maximum bounds what is in flight).",
         "bridge.session_expiry": "MQTT 5 only: seconds the broker keeps the bridge's session (its "
         "subscriptions and what they queue) after the link drops. 3.1.1 sessions are kept until cleaned.",
+        "bridge.alarm_backlog": "Up: raise the bridge's alarm (`hutch_bridge_alarm`, a warning line, the status page) "
+        "while this many messages or more wait to be forwarded. None: no such alarm. A class takes its bridge's.",
+        "bridge.alarm_age": "Up: ... while the oldest waiting message is this many seconds old or more.",
+        "bridge.alarm_bytes": "Up: ... while the bytes waiting in its queue reach this (set it below a class's "
+        "`max_bytes`: before anything is dropped or refused).",
         "bridge.classes": "Up, with `source_exchange`: classes of messages, each a table of the keys below "
         "and a bridge of its own, `NAME.CLASS` (its queue `hutch.bridge.NAME.CLASS`), to the same upstream. "
         "None: one class, the bridge itself.",

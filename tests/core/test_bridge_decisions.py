@@ -611,3 +611,22 @@ def test_a_persistent_message_is_forwarded_only_once_durable_here():
         assert sink.bodies() == [b"persistent", b"transient"]
     finally:
         remove_tree(folder)
+
+
+def test_an_alarm_is_said_once_when_crossed_and_once_when_cleared():
+    from hutch.core.bridge.alarms import check
+
+    client, machine, log = up_bridge(3, alarm_backlog=3, alarm_age=None, alarm_bytes=None)
+    wall = client.broker.now + client.broker.wall_offset
+    for _ in range(2):
+        assert check(machine, wall) == "backlog 3 messages (alarm_backlog 3)"
+    run_link(machine)
+    machine.running()
+    sink = Sink()
+    machine.forward(sink, machine.sendable(0))
+    machine.accepted(3, True)
+    for _ in range(2):
+        assert check(machine, wall) is None
+    said = [text for text in log.texts() if "alarm" in text]
+    assert said == ["bridge b: alarm: backlog 3 messages (alarm_backlog 3)", "bridge b: alarm cleared"], said
+    assert snapshot(client.broker)["bridges"][0]["alarm"] is None

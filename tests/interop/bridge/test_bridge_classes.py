@@ -94,3 +94,53 @@ def test_after_an_outage_alarms_go_first_stale_and_over_budget_messages_are_drop
     assert shown["cloud.telemetry"]["bytes"] == 10000 and shown["cloud.telemetry"]["max_bytes"] == 10000
     assert got == alarms[:40] + telemetry[200:], "not every alarm first, then the telemetry that fit, in order"
     assert "priority 9; ttl none; 0 bytes waiting of 2,000; dropped 0 (expired or over its budget), refused 10" in text
+
+
+def test_an_alarm_is_raised_and_cleared_once_each_and_shown_on_metrics(tmp_path):
+    """alarm_backlog and alarm_age (core/bridge/alarms.py): crossed while upstream is away, one
+    warning line and hutch_bridge_alarm 1; cleared once upstream took the backlog, one line and 0."""
+    import urllib.request
+
+    from brokers import free_port
+    from test_bridge import toml
+
+    up_folder = tmp_path / "up"
+    up_folder.mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], up_folder).start()
+    upstream_queue(upstream.url, "central")
+    upstream.stop()  # away
+    folder = tmp_path / "edge"
+    folder.mkdir()
+    bridge = {"name": "cloud", "uri": "amqp://guest:guest@127.0.0.1:%d/?connection_timeout=1000" % upstream.port,
+              "queue": "out", "routing_key": "central", "reconnect_delay": 0.2, "max_reconnect_delay": 0.5,
+              "alarm_backlog": 50, "alarm_age": 2}  # fmt: skip
+    config = folder / "hutch.toml"
+    config.write_text("[[bridge]]\n" + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items()))
+    port = free_port()
+    command = [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--metrics-port", str(port)]
+    edge = RunningBroker(command, folder).start()
+
+    def alarm():
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+        return [line for line in text.splitlines() if line.startswith('hutch_bridge_alarm{bridge="cloud"}')]
+
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(edge.url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for i in range(60):
+            channel.basic_publish("", "out", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        wait_until(lambda: "bridge cloud: alarm:" in edge.log(), 30, what=edge.log)
+        assert alarm() == ['hutch_bridge_alarm{bridge="cloud"} 1'], alarm()
+        shown = bridges(edge)["cloud"]["alarm"]
+        upstream.start()
+        wait_until(lambda: "bridge cloud: alarm cleared" in edge.log(), 30, what=edge.log)
+        assert alarm() == ['hutch_bridge_alarm{bridge="cloud"} 0'], alarm()
+        log = edge.log()
+    finally:
+        edge.stop()
+        upstream.stop()
+    assert shown.startswith("backlog 60 messages (alarm_backlog 50)"), shown
+    raised = [line for line in log.splitlines() if "bridge cloud: alarm" in line]
+    assert len(raised) == 2, raised  # once raised (its reasons may grow: not said again), once cleared
