@@ -135,12 +135,17 @@ class Reloader:
             runtime.bridges.remove(bridge)
             (changed if name in by_name else stopped).append(name)
         fresh = [settings for settings in wanted if settings["name"] not in running or settings["name"] in changed]
-        if fresh:
-            for bridge in make_bridges(fresh, runtime, self.opts["data"]):
-                runtime.bridges.append(bridge)
-                bridge.start()
-                if bridge.machine.name not in changed:
-                    started.append(bridge.machine.name)
+        for settings in fresh:  # (one at a time: one that cannot start leaves the others running)
+            try:
+                bridge = make_bridges([settings], runtime, self.opts["data"])[0]
+            except StartError as e:  # (what _check_bridges could not foresee)
+                said.append("bridge %s not started: %s" % (settings["name"], e.args[0]))
+                runtime.log("error", "reload: bridge %s not started: %s" % (settings["name"], e.args[0]))
+                continue
+            runtime.bridges.append(bridge)
+            bridge.start()
+            if bridge.machine.name not in changed:
+                started.append(bridge.machine.name)
         for verb, names in (("stopped", stopped), ("started", started), ("restarted with its new table", changed)):
             for name in names:
                 said.append("bridge %s %s" % (name, verb))
