@@ -295,7 +295,7 @@ class Protocol(ReadBuffer):
         if self.level == V5:
             pos = packets.read_properties(buf, pos, end)[1]
         codes = bytes(buf[pos:end])
-        for topic_filter, code in zip(self.filters, codes):
+        for topic_filter, code in zip(self.filters or (), codes):
             if code >= 0x80:
                 self._end("upstream refused the subscription to '%s': 0x%02x" % (_text(topic_filter), code))
                 return

@@ -122,10 +122,10 @@ class Bridge:
         first, sending nothing new, wait at most that long for what is in flight to be confirmed
         (a reload: server/reload.py)."""
         machine = self.machine
-        if drain_ms and self.up and machine.outbox.in_flight:
+        if drain_ms and machine.unsettled():
             machine.draining = True
             until = self.clock.now_ms() + drain_ms
-            while machine.outbox.in_flight and self.clock.now_ms() < until:
+            while machine.unsettled() and self.clock.now_ms() < until:
                 await sleep_ms(20)
         self.stopping = True
         if self.watch is not None:

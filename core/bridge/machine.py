@@ -74,6 +74,9 @@ class Machine:
     check: "Callable[[], str | None]"  # why the link must end now
     link_down: "Callable[[], None]"
     close: "Callable[[], None]"
+    unsettled: "Callable[[], int]"  # messages sent upstream and not yet settled (a stop waits for them)
+
+    draining = False  # (up) stopping, for a reload: nothing new is sent
 
     def __init__(self, broker, settings, log, random_bits):
         """settings: server/bridge_config.py's checked [[bridge]]; log(level, text); random_bits:

@@ -64,7 +64,6 @@ class UpMachine(Machine):
         self.refusal = ""  # why, the last time
         self.refusal_delay = settings["reconnect_delay"]  # the next pause after a refusal (s)
         self.hold_until = -1  # (ms) no sending until then: the pause after a refusal
-        self.draining = False  # stopping (a reload): nothing new is sent
 
     # ------------------------------------------------------------ a link's start
 
@@ -252,6 +251,9 @@ class UpMachine(Machine):
 
     def link_down(self):
         self.outbox.down()  # what was in flight goes back, in order
+
+    def unsettled(self):
+        return len(self.outbox.in_flight)
 
     def close(self):
         self.outbox.close()
