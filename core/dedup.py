@@ -204,7 +204,7 @@ def numbered(broker, message, sensor):
     """Broker.publish's question for a message that carries a bridge's number (sensor False) or
     a sensor's: True if it is a repeat (counted), else (its Dedup, origin, number) to mark once a
     queue took it (took()), or None (no usable identity)."""
-    dedup = _dedup_of(broker, sensor)
+    dedup = dedup_of(broker, sensor)
     key = dedup.sensor_key(message) if sensor else dedup.key(message)
     if key is None:
         return None
@@ -214,14 +214,16 @@ def numbered(broker, message, sensor):
     return dedup, key[0], key[1]
 
 
-def _dedup_of(broker, sensor):
-    """The broker's Dedup of sensors (sensor True) or of bridges: made here, with the first."""
-    dedup = broker.sensors if sensor else broker.dedup
+def dedup_of(holder, sensor):
+    """holder's Dedup of sensors (sensor True) or of bridges, made here with the first: holder
+    is the broker, or the replay of its journal (core/replay.py); each has dedup, sensors and
+    limits."""
+    dedup = holder.sensors if sensor else holder.dedup
     if dedup is None:
         if sensor:
-            dedup = broker.sensors = for_sensors(broker.limits)
+            dedup = holder.sensors = for_sensors(holder.limits)
         else:
-            dedup = broker.dedup = Dedup()
+            dedup = holder.dedup = Dedup()
     return dedup
 
 
@@ -239,7 +241,7 @@ def retake(broker, messages):
             sensor = True
         else:
             continue
-        dedup = _dedup_of(broker, sensor)
+        dedup = dedup_of(broker, sensor)
         key = dedup.sensor_key(message) if sensor else dedup.key(message)
         if key is not None and not dedup.seen(*key):
             dedup.take(*key)

@@ -241,14 +241,9 @@ class Replay:
         sensor = kind == SENSOR or kind == SENSOR_TAKEN
         if sensor and self.limits is not None and not self.limits.max_sensors:
             return  # deduplication turned off since: nothing kept
-        dedup = self.sensors if sensor else self.dedup
-        if dedup is None:
-            from .dedup import Dedup, for_sensors  # only a journal a bridge or a numbered reading wrote to loads it
+        from .dedup import dedup_of  # only a journal a bridge or a numbered reading wrote to loads it
 
-            if sensor:
-                dedup = self.sensors = for_sensors(self.limits)
-            else:
-                dedup = self.dedup = Dedup()
+        dedup = dedup_of(self, sensor)
         if kind == DEDUP or kind == SENSOR:
             dedup.restore(p)
         else:
