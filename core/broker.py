@@ -106,6 +106,9 @@ class Broker:
     # The journal id each start numbered from (server/bridge.py run_starts): set by the first up
     # bridge; what its outbox names the start a persistent message was numbered in by.
     bridge_runs = None
+    # The config's [uplink] (core/bridge/uplink.py): a byte budget all up bridges share, and the
+    # windows they connect in; None without one.
+    uplink = None
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch"):
         self.limits = limits or Limits()

@@ -62,5 +62,6 @@ package(
         "rate.py",
         "streamout.py",
         "up.py",
+        "uplink.py",
     ),
 )

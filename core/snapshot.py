@@ -198,6 +198,8 @@ def _bridge(bridge, states, ages):
         "last_error": bridge.last_error,
         "alarm": bridge.alarm,  # (core/bridge/alarms.py) what crossed its thresholds, or None
     }
+    if bridge.window is not None:  # (an [uplink] schedule: when its window opens or closes)
+        out["window"] = bridge.window
     stream = bridge.stream if up else None  # (a stream source)
     if stream is not None:
         out["confirmed_offset"] = stream.next_offset() - 1

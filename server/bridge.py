@@ -28,6 +28,7 @@ import os
 import random
 import struct
 import sys
+import time
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
 from ..codec import spec
@@ -161,11 +162,13 @@ class Bridge:
 
     async def run(self):
         machine = self.machine
+        broker = self.broker
         while not self.stopping:
-            uri = machine.connect_to()
-            if uri is None:  # backoff (or stopped)
+            uplink = broker.uplink
+            uri = machine.connect_to(self.clock.now_ms(), day_seconds() if uplink is not None else None)
+            if uri is None:  # backoff, waiting for a window (a reload may open it), or stopped
                 waited = 0
-                while waited < machine.wait_ms and not self.stopping:
+                while waited < machine.wait_ms and not self.stopping and broker.uplink is uplink:
                     await sleep_ms(100)
                     waited += 100
                 continue
@@ -497,6 +500,15 @@ def write_offset(path, offset, lane, stream_name):
         sync_file(f)
     os.rename(path + ".new", path)
     sync_dir(path.rsplit("/", 1)[0])
+
+
+def day_seconds():
+    """The local time of day in seconds, with its fraction where the port has one (a board's:
+    its RTC's, which NTP sets as UTC): what the [uplink]'s windows count in."""
+    now = time.time()
+    whole = int(now)
+    t = time.localtime(whole)
+    return t[3] * 3600 + t[4] * 60 + t[5] + (now - whole)
 
 
 def _text(value):

@@ -17,6 +17,8 @@
     declare = { exchange_type = "topic", queue = "readings", binding_key = "#" }  # set up upstream
     max_rate = 100                    # messages per second at most (default: no limit)
     max_byte_rate = 20000             # body bytes per second at most (a metered link)
+    priority = 5                      # 0-9: with an [uplink] budget, a higher one sends first
+    always_connected = false          # true: connects outside the [uplink]'s windows too
     # amqps:// only: the CA that signs upstream's certificate (default: the system's), a client
     # certificate and its key, whether to check upstream's certificate and name, and the
     # name to send and check (SNI; default: the URI's host)
@@ -88,6 +90,8 @@ KEYS = (
     "alarm_backlog",
     "alarm_age",
     "alarm_bytes",
+    "priority",
+    "always_connected",
 )
 PROTOCOLS = ("0-9-1", "1.0")
 SCHEMES = {
@@ -126,7 +130,7 @@ def bridges_from(data, path="config"):
     return bridges
 
 
-CLASS_KEYS = ("name", "binding_key", "priority", "ttl", "max_bytes", "when_full")
+CLASS_KEYS = ("name", "binding_key", "priority", "ttl", "max_bytes", "when_full", "always_connected")
 WHEN_FULL = {"refuse": b"reject-publish", "drop-oldest": b"drop-head"}
 
 
@@ -139,7 +143,7 @@ def _classes(table, bridge, where):
     budget (max_bytes) with what happens when it is full: refuse new messages (a publisher's
     nack, an MQTT 5 PUBACK error) or drop the oldest. Without classes: the bridge itself."""
     classes = table.get("classes")
-    bridge.update(group=None, priority=0, ttl=None, max_bytes=None, when_full=None)
+    bridge.update(group=None, ttl=None, max_bytes=None, when_full=None)
     if classes is None:
         return [bridge]
     if bridge["direction"] != "up" or bridge["source_exchange"] is None:
@@ -175,6 +179,7 @@ def _classes(table, bridge, where):
             binding_key=key,
             group=bridge["name"],
             priority=_whole(one, "priority", 0, where, 0, 9),
+            always_connected=_flag(one, "always_connected", bridge["always_connected"], where),
             ttl=_number(one, "ttl", 0, where) or None,
             max_bytes=_whole(one, "max_bytes", 0, where, 0, 1 << 50) or None,
             when_full=WHEN_FULL[when_full],
@@ -264,6 +269,8 @@ def _bridge(table, path, number):
         "alarm_bytes": _whole(table, "alarm_bytes", 0, where, 0, 1 << 50) or None,
         "declare": _declare(table, where),
         "protocol": protocol,
+        "priority": _whole(table, "priority", 0, where, 0, 9),
+        "always_connected": _flag(table, "always_connected", False, where),
     }
     bridge.update(amqp10)
     bridge.update(mqtt)
@@ -355,9 +362,7 @@ def _amqp10(table, uris, protocol, direction, where):
     for name in ("token_lifetime", "cbs"):
         if name in table and key is None:
             raise ConfigError("%s: %s needs sas_key (the key its tokens are made from)" % (where, name))
-    cbs = table.get("cbs", False)
-    if not isinstance(cbs, bool):
-        raise ConfigError("%s: cbs must be true or false, not %r" % (where, cbs))
+    cbs = _flag(table, "cbs", False, where)
     out.update(
         address=address,
         device_id=device,
@@ -443,10 +448,7 @@ def _declare(table, where):
 def _tls(table, where):
     """The TLS settings of an amqps:// bridge (its files are read when the broker starts:
     server/startup.py bridge_tls_files)."""
-    verify = table.get("verify", True)
-    if not isinstance(verify, bool):
-        raise ConfigError("%s: verify must be true or false, not %r" % (where, verify))
-    tls = {"verify": verify, "server_name": _optional_text(table, "server_name", where)}
+    tls = {"verify": _flag(table, "verify", True, where), "server_name": _optional_text(table, "server_name", where)}
     for key in ("ca_file", "cert_file", "key_file"):
         tls[key] = _optional_text(table, key, where)
     if tls["key_file"] and not tls["cert_file"]:
@@ -559,6 +561,13 @@ def _optional_text(table, key, where):
     value = table.get(key)
     if value is not None and not isinstance(value, str):
         raise ConfigError("%s: %s must be a string, not %r" % (where, key, value))
+    return value
+
+
+def _flag(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError("%s: %s must be true or false, not %r" % (where, key, value))
     return value
 
 

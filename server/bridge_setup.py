@@ -1,6 +1,7 @@
-"""The config's [[bridge]]s made into running bridges (server/bridge.py): at start (server/startup.py)
-and at a reload (server/reload.py). Their certificate files are checked first: a link that
-could never connect is said in one line, not retried forever."""
+"""The config's [[bridge]]s made into running bridges (server/bridge.py), and its [uplink] (their
+shared budget and windows) set on the broker: at start (server/startup.py) and at a reload
+(server/reload.py). Their certificate files are checked first: a link that could never connect
+is said in one line, not retried forever."""
 
 from .runtime import StartError
 
@@ -35,3 +36,14 @@ def make_bridges(settings, runtime, data_folder):
         ]
     except BridgeError as e:
         raise StartError(str(e), 2)
+
+
+def set_uplink(runtime, settings):
+    """The config's [uplink] (server/options.py's checked table, or None) on the broker, where each
+    bridge reads it (core/bridge/uplink.py: loaded only with one)."""
+    if settings is None:
+        runtime.broker.uplink = None
+        return
+    from ..core.bridge.uplink import Uplink
+
+    runtime.broker.uplink = Uplink(settings, runtime.clock.now_ms())

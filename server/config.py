@@ -55,6 +55,7 @@ SECTIONS = {
     "listener": schema.keys_of("listener"),  # [[listener]]: a list of tables, each with these keys
     "metrics": schema.keys_of("metrics"),  # the metrics port: Prometheus and the status page
     "mqtt": schema.keys_of("mqtt"),  # the MQTT front end's settings (mqtt/connection.py Serving)
+    "uplink": schema.keys_of("uplink"),  # the bridges' shared budget and windows (core/bridge/uplink.py)
 }
 
 # The keys of a [[listener]]'s tls table, checked by server/options.py.

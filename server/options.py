@@ -139,6 +139,7 @@ def settings(args):
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
+        "uplink": _uplink(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
         "metrics": _metrics(args, data, path),
@@ -389,6 +390,26 @@ def tls_settings(given, where):
         )
     tls["login_from"] = login_from
     return tls
+
+
+def _uplink(data, path):
+    """The [uplink] table, checked (core/bridge/uplink.py takes it), or None without one."""
+    table = data.get("uplink")
+    if not table:
+        return None
+    found = {}
+    for key in schema.keys_of("uplink"):
+        found[key] = _checked(None, table, path, key, None, "uplink")
+    if found["hours"] is not None:
+        found["hours"] = tuple(schema.window_of(text) for text in found["hours"])
+    every, open_for = found["every"], found["open_for"]
+    if (every is None) != (open_for is None):
+        raise config.ConfigError("%s: [uplink] every and open_for go together (every N seconds, for M)" % path)
+    if every is not None and not 0 < open_for < every:
+        raise config.ConfigError(
+            "%s: [uplink] open_for must be more than 0 and less than every (%d), not %r" % (path, every, open_for)
+        )
+    return found
 
 
 def _bridges(data, path):

@@ -15,6 +15,8 @@ What takes effect:
 - users, their tags and permissions ([users], [permissions], a definitions file's users, and
   those `hutch ctl add-user` kept): connections already open keep the permissions they logged
   in with, as after `hutch ctl set-permissions`;
+- the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
+  window asks again at once);
 - the TLS listeners' certificate files (ports/tls.py ServerTLS.reload).
 
 Anything else that changed (listeners, the data folder, [limits], [mqtt]...) needs a restart:
@@ -26,12 +28,13 @@ nothing: the broker goes on with the config it runs, and the answer says why in 
 import asyncio
 
 from . import config, options
-from .bridge_setup import bridge_tls_files, make_bridges
+from .bridge_setup import bridge_tls_files, make_bridges, set_uplink
 from .runtime import StartError
 
 DRAIN_MS = 5000  # at most this long for a stopping bridge's messages in flight to be confirmed
 APPLIED = (
     "bridges",
+    "uplink",
     "users",
     "user_origins",
     "definitions",
@@ -63,6 +66,9 @@ class Reloader:
                 if listener.tls is not None:
                     listener.tls.reload()
             self._users(new, said)
+            if new["uplink"] != self.opts.get("uplink"):  # (each bridge reads it as it goes)
+                set_uplink(self.runtime, new["uplink"])
+                said.append("uplink: budget and windows %s" % ("applied" if new["uplink"] else "removed"))
             await self._bridges(new["bridges"], said)
             restart = [
                 key for key in sorted(new) if key not in APPLIED and _value(new[key]) != _value(self.opts.get(key))

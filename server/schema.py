@@ -40,6 +40,7 @@ KINDS = {
     "protocol": "a protocol",
     "table": "a table",
     "text": "a string",
+    "hours": 'a list of windows "HH:MM-HH:MM" (local time)',
 }
 INTEGERS = ("port", "seconds", "bytes", "positive")  # (their command-line options are numbers)
 LEVELS = ("debug", "info", "warning", "error")
@@ -175,6 +176,23 @@ KEYS = (
     ("mqtt", "sensor_seq_field", "text", "x-sensor-seq", None, None,
      "The field of a JSON payload that numbers the sensor's reading (a whole number that only "
      "grows, or its digits as a string): see `sensor_id_field`."),
+    # [uplink]: the gateway's one link upstream, shared by its bridges (core/bridge/uplink.py)
+    ("uplink", "max_byte_rate", "positive", None, None, None,
+     "Body bytes per second all up bridges together send at most: a cellular link's budget, "
+     "shared by priority (a bridge's or class's `priority`: while a higher one has messages "
+     "waiting and its link is up, a lower one sends nothing). Each bridge's own `max_rate` and "
+     "`max_byte_rate` hold too. Default: no budget."),
+    ("uplink", "hours", "hours", None, None, None,
+     "Bridges connect only within these windows of the day, local time, e.g. `[\"01:00-05:00\", "
+     "\"22:30-23:00\"]` (a window may run past midnight); outside them what waits stays on disk. "
+     "A window that closes lets what is in flight be confirmed, then ends the link. A bridge or "
+     "class with `always_connected = true` connects at any time."),
+    ("uplink", "every", "seconds", None, None, None,
+     "Bridges connect every this many seconds (counted from midnight), for `open_for` seconds: "
+     "`every = 1800` and `open_for = 300` connect from :00 to :05 and from :30 to :35. With "
+     "`hours`, only the slots within them."),
+    ("uplink", "open_for", "seconds", None, None, None,
+     "How long each slot of `every` stays open, in seconds (less than `every`)."),
     # the command line only
     (None, "config", "file", None, "--config", "config file (TOML): users, limits, server", None),
     (None, "tls_port", "port", None, "--tls-port", "also listen for AMQP over TLS on this port (5671)", None),
@@ -186,6 +204,25 @@ SECTION, KEY, KIND, DEFAULT, FLAG, HELP, DESCRIPTION = range(7)
 class ConfigError(Exception):
     """A config file or option that is wrong: one readable line, naming where (`hutch serve`
     prints it instead of a traceback). server/config.py's, for its readers."""
+
+
+def window_of(text):
+    """A window of the day "HH:MM-HH:MM" as (start, end) seconds of the day; None if it is not one
+    (or starts where it ends)."""
+    if not isinstance(text, str) or text.count("-") != 1:
+        return None
+    ends = []
+    for part in text.split("-"):
+        pieces = part.strip().split(":")
+        if len(pieces) != 2 or not all(piece.isdigit() and len(piece) == 2 for piece in pieces):
+            return None
+        hour, minute = int(pieces[0]), int(pieces[1])
+        if hour > 24 or minute > 59 or (hour == 24 and minute):
+            return None
+        ends.append(hour * 3600 + minute * 60)
+    if ends[0] == ends[1]:
+        return None
+    return ends[0] % 86400, ends[1] % 86400
 
 
 def keys_of(section):
@@ -232,6 +269,8 @@ def check(kind, value, where, choices=None):
         ok = isinstance(value, str) and (choices is None or value in choices)
     elif kind == "table":
         ok = isinstance(value, dict)
+    elif kind == "hours":
+        ok = isinstance(value, list) and all(window_of(item) is not None for item in value)
     else:  # address, user, text
         ok = isinstance(value, str)
     if ok:

@@ -163,8 +163,9 @@ async def start(opts, log, stop_event):
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     if opts["bridges"]:  # before clients come
-        from .bridge_setup import make_bridges
+        from .bridge_setup import make_bridges, set_uplink
 
+        set_uplink(runtime, opts["uplink"])
         runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
     runtime.status = await host_services(
         opts["data"], runtime, opts["user_origins"]

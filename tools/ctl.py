@@ -374,6 +374,8 @@ def bridges_command(args):
                 "; confirmed up to offset %d" % b["confirmed_offset"] if "confirmed_offset" in b else "",
             )
         )
+        if b.get("window"):  # (an [uplink] schedule)
+            print("    window: %s" % b["window"])
         if b.get("alarm"):
             print("    ALARM: %s" % b["alarm"])
         if "priority" in b or b.get("dropped") or b.get("refused"):

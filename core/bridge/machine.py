@@ -6,13 +6,17 @@ answers are values the driver acts on.
     starting -> connecting (each URI in turn; then the handshake) -> setting up -> running
     running <-> blocked (connection.blocked, channel.flow)
     a link lost, or a round of URIs that all failed -> backoff -> connecting ...
+    (an [uplink] schedule) outside its windows -> waiting -> connecting ...; a window that
+    closes ends the link once what is in flight is settled
     stop() -> stopped
 
 The driver's calls, in the order a link meets them:
 
-    connect_to()             the URI (its settings) to open now; None: first wait wait_ms
+    connect_to(now, day_s)   the URI (its settings) to open now; None: first wait wait_ms
                              (backoff: reconnect_delay doubled up to max_reconnect_delay after
-                             each failed round, with jitter from the random source given)
+                             each failed round, with jitter from the random source given;
+                             waiting: until the [uplink]'s next window, day_s being the
+                             local time of day in seconds)
     opened(now)              the socket is open: the handshake begins (connection_timeout)
     next_step()              once upstream's channel is open and no reply is awaited: the
                              next set-up method (method_id, args) to call, or None: running
@@ -51,7 +55,11 @@ RUNNING = 3
 BLOCKED = 4
 BACKOFF = 5
 STOPPED = 6
-NAMES = ("starting", "connecting", "connecting", "running", "blocked", "backoff", "stopped")
+WAITING = 7  # for the [uplink]'s next window (core/bridge/uplink.py)
+NAMES = ("starting", "connecting", "connecting", "running", "blocked", "backoff", "stopped", "waiting")
+WINDOW_CLOSED = "its window closed"  # (lost's reason: logged as news, not as an error)
+WINDOW_POLL_MS = 10000  # waiting for a window, the time of day is read again this often (a clock set)
+WINDOW_DRAIN_MS = 5000  # a closing window waits at most this long for what is in flight
 
 DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
 
@@ -76,11 +84,14 @@ class Machine:
     close: "Callable[[], None]"
     unsettled: "Callable[[], int]"  # messages sent upstream and not yet settled (a stop waits for them)
 
-    draining = False  # (up) stopping, for a reload: nothing new is sent
+    draining = False  # (up) stopping, for a reload or a closing window: nothing new is sent
+    window = None  # (an [uplink] schedule) when its window opens or closes, as `hutch ctl bridges` says it
+    window_end = None  # (ms) when this link's window closes
 
     def __init__(self, broker, settings, log, random_bits):
         """settings: server/bridge_config.py's checked [[bridge]]; log(level, text); random_bits:
         n -> an int of n random bits (random.getrandbits), the jitter's source."""
+        self.broker = broker
         self.settings = settings
         self.name = settings["name"]
         self.log = log
@@ -114,12 +125,31 @@ class Machine:
 
     # ------------------------------------------------------------ between links
 
-    def connect_to(self):
+    def connect_to(self, now=0, day_s=None):
         """The URI to connect to now (its settings), each in turn; None when the round is over
-        (then wait wait_ms: the state is backoff) or the bridge stopped."""
+        (then wait wait_ms: the state is backoff), the [uplink]'s window is closed (waiting)
+        or the bridge stopped. day_s: the local time of day (s), for the windows."""
         if self.state == STOPPED:
             return None
         settings = self.settings
+        self.window_end = None
+        uplink = self.broker.uplink
+        if uplink is not None and uplink.scheduled and day_s is not None and not settings.get("always_connected"):
+            from .uplink import time_of_day
+
+            wait = uplink.opens_in(day_s)
+            if wait != 0:
+                self.tried = 0
+                self.window = "opens at %s" % time_of_day(day_s + wait) if wait is not None else "never opens"
+                self.wait_ms = WINDOW_POLL_MS if wait is None else min(WINDOW_POLL_MS, max(100, int(wait * 1000)))
+                self.set_state(WAITING, " for its window (%s)" % self.window)
+                return None
+            closes = uplink.closes_in(day_s)
+            if closes is not None:
+                self.window_end = now + int(closes * 1000)
+                self.window = "open, closes at %s" % time_of_day(day_s + closes)
+        else:
+            self.window = None
         uris = settings["uris"]
         if self.tried < len(uris):
             uri = self.uri = uris[self.tried]
@@ -142,6 +172,7 @@ class Machine:
     def opened(self, now):
         """The socket is open (TLS too): the handshake starts, and connection_timeout with it."""
         self.opened_at = now
+        self.draining = False
         self.ran = False
         self.upstream_blocked = False
         self.steps = self.set_up_steps()
@@ -172,6 +203,11 @@ class Machine:
         """Why the link must end at now, or None. silent: heartbeats were missed (the protocol's
         tick said so). A black-holed route accepts the connection and then says nothing,
         before heartbeats are agreed: the handshake has connection_timeout ms."""
+        end = self.window_end
+        if end is not None and now >= end:  # its window closed: nothing new; what is in flight settles
+            self.draining = True
+            if not self.unsettled() or now - end > WINDOW_DRAIN_MS:
+                return WINDOW_CLOSED
         if silent:
             return "missed heartbeats: upstream is silent"
         timeout = self.uri["connection_timeout"]
@@ -186,7 +222,9 @@ class Machine:
         if self.ran:
             self.progressed = True
         self.ran = False
-        if reason is not None:
+        if reason == WINDOW_CLOSED:
+            self.log("info", "bridge %s: %s" % (self.name, reason))
+        elif reason is not None:
             self.last_error = "%s: %s" % (self.upstream, reason)
             if self.state != STOPPED:
                 self.log("warning", "bridge %s: %s" % (self.name, self.last_error))

@@ -1,8 +1,9 @@
-"""An up bridge's max_rate (messages/s) and max_byte_rate (body bytes/s), as token buckets that
-hold a tenth of a second's worth: over any second a metered link gets at most 1.1 times its
+"""An up bridge's max_rate (messages/s) and max_byte_rate (body bytes/s), and the gateway's
+[uplink] max_byte_rate all its up bridges share (uplink.py), as token buckets that hold a tenth
+of a second's worth: over any second a metered link gets at most 1.1 times its
 limits (and a message larger than that tenth still goes, once the bucket is full).
 
-Sans-IO (the time is given) and MicroPython-clean; loaded only by a bridge that sets a rate.
+Sans-IO (the time is given) and MicroPython-clean; loaded only by a bridge that sets a rate, or an [uplink] budget.
 """
 
 from ..session import MESSAGE
@@ -23,19 +24,29 @@ class Rate:
             if limit:
                 self.tokens[i] = min(self.caps[i], self.tokens[i] + limit * elapsed / 1000)
 
-    def allowed(self, waiting, now):
-        """How many of the waiting entries may go at now (ms; the tokens they take are spent)."""
+    def allowed(self, waiting, now, most=None, spend=True):
+        """How many of the waiting entries may go at now (ms), at most `most`; the tokens they
+        take are spent unless spend is False (a second Rate may allow fewer: spend() then)."""
         self._refill(now)
         messages, byte_count = self.limits
+        tokens = list(self.tokens) if not spend else self.tokens
         n = 0
         for entry in waiting:
-            size = entry[MESSAGE].body_size
-            if (messages and self.tokens[0] < 1) or (byte_count and self.tokens[1] < min(size, self.caps[1])):
+            if most is not None and n >= most:
                 break
-            self.tokens[0] -= 1
-            self.tokens[1] -= size
+            size = entry[MESSAGE].body_size
+            if (messages and tokens[0] < 1) or (byte_count and tokens[1] < min(size, self.caps[1])):
+                break
+            tokens[0] -= 1
+            tokens[1] -= size
             n += 1
         return n
+
+    def spend(self, waiting, n):
+        """The tokens of the first n waiting entries, spent (allowed with spend False said they may go)."""
+        for i in range(n):
+            self.tokens[0] -= 1
+            self.tokens[1] -= waiting[i][MESSAGE].body_size
 
     def wait_ms(self):
         """How long until the next message may go."""

@@ -33,7 +33,7 @@ from ...codec import spec
 from ...codec.errors import Refused
 from ..session import MESSAGE
 from ..topology import add_binding, declare_queue
-from .machine import BACKOFF, BLOCKED, RUNNING, STOPPED, BridgeError, Machine
+from .machine import BACKOFF, BLOCKED, RUNNING, STOPPED, WAITING, BridgeError, Machine
 from .outbox import Outbox
 
 OUTRANKED_POLL_MS = 100  # (a class) how often one outranked by another asks again
@@ -160,33 +160,45 @@ class UpMachine(Machine):
                 self.wake_ms = self.hold_until - now
                 return 0
             self.hold_until = -1
+        if self.window_end is not None and now >= self.window_end:
+            self.draining = True  # (its window closed: the tick ends the link once all is settled)
         if not outbox.up or self.upstream_blocked or self.flow_stopped or self.draining:
             return 0
-        if self.settings.get("group") is not None and self._outranked(now):
+        uplink = self.broker.uplink
+        shared = uplink.rate if uplink is not None else None  # the gateway's budget
+        if (shared is not None or self.settings.get("group") is not None) and self._outranked(now, shared):
             self.wake_ms = OUTRANKED_POLL_MS
             return 0
         waiting = outbox.waiting
-        if self.rate is None:
-            return len(waiting)
-        n = self.rate.allowed(waiting, now)
+        n = len(waiting)
+        if shared is not None:
+            n = shared.allowed(waiting, now, n, False)
+        if self.rate is not None:
+            n = self.rate.allowed(waiting, now, n)
+        if shared is not None:
+            shared.spend(waiting, n)
         if n < len(waiting):
-            self.wake_ms = self.rate.wait_ms()
+            self.wake_ms = (self.rate or shared).wait_ms()
         return n
 
-    def _outranked(self, now):
-        """(A class) Whether a class of the same bridge with a higher priority has messages to
-        send and its link up or coming up: this one waits. One that backs off (its upstream
-        refuses it) holds this one back for OUTRANK_GRACE_MS after this link came up at most:
-        the classes share their upstream, so it is only a moment behind."""
-        mine = self.settings["priority"]
-        group = self.settings["group"]
-        for other in self.outbox.broker.bridges:
+    def _outranked(self, now, shared):
+        """Whether a bridge with a higher priority has messages to send and its link up or
+        coming up: this one waits. Those it yields to are the classes of its own bridge, and
+        with a gateway budget (shared: [uplink] max_byte_rate) every up bridge, as all share
+        one pipe. One that backs off or waits for a window holds this one back for
+        OUTRANK_GRACE_MS after this link came up at most: it is only a moment behind, or its
+        upstream is away."""
+        mine = self.settings.get("priority", 0)
+        group = self.settings.get("group")
+        for other in self.broker.bridges:
             settings = other.settings
-            if other is self or settings.get("group") != group or settings["priority"] <= mine:
+            if other is self or settings["direction"] != "up" or settings.get("priority", 0) <= mine:
+                continue
+            if shared is None and settings.get("group") != group:
                 continue
             if other.state == STOPPED or not other.outbox.backlog():
                 continue
-            if other.state != BACKOFF or now - self.opened_at < OUTRANK_GRACE_MS:
+            if (other.state != BACKOFF and other.state != WAITING) or now - self.opened_at < OUTRANK_GRACE_MS:
                 return True
         return False
 

@@ -159,6 +159,10 @@ DESCRIPTIONS.update(
         "bridge.alarm_age": "Up: ... while the oldest waiting message is this many seconds old or more.",
         "bridge.alarm_bytes": "Up: ... while the bytes waiting in its queue reach this (set it below a class's "
         "`max_bytes`: before anything is dropped or refused).",
+        "bridge.priority": "0 to 9 (default 0): with an `[uplink]` budget, while an up bridge of a higher "
+        "priority has messages waiting and its link is up or coming up, this one sends nothing.",
+        "bridge.always_connected": "`true`: the bridge connects at any time, outside the `[uplink]`'s "
+        "`hours` and `every` windows too (alarms that must not wait for a window). Default `false`.",
         "bridge.classes": "Up, with `source_exchange`: classes of messages, each a table of the keys below "
         "and a bridge of its own, `NAME.CLASS` (its queue `hutch.bridge.NAME.CLASS`), to the same upstream. "
         "None: one class, the bridge itself.",
@@ -172,6 +176,8 @@ DESCRIPTIONS.update(
         "budget only.",
         "bridge.classes.when_full": "Past `max_bytes`: `refuse` new messages (a publisher's nack, an MQTT 5 "
         "PUBACK error), or `drop-oldest` (counted).",
+        "bridge.classes.always_connected": "As the bridge's `always_connected`, for this class (default: "
+        "the bridge's).",
         "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
         "or `headers` (needs `exchange`).",
         "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",

@@ -630,3 +630,66 @@ def test_an_alarm_is_said_once_when_crossed_and_once_when_cleared():
     said = [text for text in log.texts() if "alarm" in text]
     assert said == ["bridge b: alarm: backlog 3 messages (alarm_backlog 3)", "bridge b: alarm cleared"], said
     assert snapshot(client.broker)["bridges"][0]["alarm"] is None
+
+
+# ---------------------------------------------------------------- the [uplink]
+
+
+def _uplink(client, hours=None, every=None, open_for=None, max_byte_rate=None):
+    from hutch.core.bridge.uplink import Uplink
+
+    client.broker.uplink = Uplink(
+        {"max_byte_rate": max_byte_rate, "hours": hours, "every": every, "open_for": open_for}, 0
+    )
+
+
+def test_outside_its_window_a_bridge_waits_and_a_closing_window_ends_the_link_once_all_is_settled():
+    client, machine, log = up_bridge(3)
+    _uplink(client, every=60, open_for=10)
+    assert machine.connect_to(0, 25) is None and machine.state == 7  # WAITING
+    assert machine.wait_ms == 10000 and machine.window == "opens at 00:01:00"
+    assert machine.connect_to(0, 59) is None and machine.wait_ms == 1000
+    assert machine.connect_to(1000, 60)["host"] == "up" and machine.window == "open, closes at 00:01:10"
+    machine.opened(1000)
+    while machine.next_step() is not None:
+        pass
+    machine.running()
+    sink = Sink()
+    assert machine.forward(sink, machine.sendable(1000)) == 3
+    assert machine.tick(10999, False) is None
+    assert machine.sendable(11000) == 0 and machine.tick(11000, False) is None, "3 in flight: they settle first"
+    machine.accepted(3, True)
+    assert machine.tick(11500, False) == "its window closed"
+    machine.lost("its window closed")
+    assert ("info", "bridge b: its window closed") in log.lines and machine.last_error is None
+    assert machine.connect_to(11500, 71) is None and machine.state == 7
+    always = up_bridge(always_connected=True)[1]
+    always.broker.uplink = client.broker.uplink
+    assert always.connect_to(0, 25) is not None, "always_connected: its windows do not hold it"
+
+
+def test_the_gateway_budget_is_shared_and_a_higher_priority_goes_first():
+    """[uplink] max_byte_rate: one token bucket for every up bridge; a lower priority waits while a
+    higher one has messages and its link up."""
+    client = opened()
+    log = Log()
+    _uplink(client, max_byte_rate=1000)
+    machines = {}
+    for name, priority in (("telemetry", 1), ("alarms", 9)):
+        config = settings(name=name, queue=name, priority=priority, prefetch=100)
+        machines[name] = UpMachine(client.broker, config, log, bits(MIDDLE), source_queue(client.broker, config))
+    telemetry, alarms = machines["telemetry"], machines["alarms"]
+    for queue in (b"telemetry", b"alarms"):
+        for _ in range(3):
+            client.publish(1, b"", queue, b"x" * 40)
+    for machine in (telemetry, alarms):
+        run_link(machine, 0)
+        machine.running()
+    assert telemetry.sendable(0) == 0, "the alarms have messages and a link: they go first"
+    assert alarms.sendable(0) == 2 and alarms.wake_ms == 100, "the bucket holds a tenth of 1000 bytes/s"
+    alarms.forward(Sink(), 2)
+    assert alarms.sendable(40) == 1, "40 bytes more after 40 ms"
+    alarms.forward(Sink(), 1)
+    alarms.accepted(3, True)
+    assert telemetry.sendable(40) == 0, "the budget is spent: telemetry waits for it too"
+    assert telemetry.sendable(120) == 2

@@ -114,6 +114,14 @@ def test_limits_from_config_reach_the_client(tmp_path):
         ('[server]\nboard = "esp33"\n', "[server] board: unknown board 'esp33'"),
         ('[users.sensor]\npassword_hash = "..."\n', "[users.sensor] password_hash is not a password hash"),
         ("[nonsense]\n", "unknown section [nonsense]"),
+        ('[uplink]\nhours = ["25:00-01:00"]\n', '[uplink] hours must be a list of windows "HH:MM-HH:MM"'),
+        ("[uplink]\nevery = 600\n", "[uplink] every and open_for go together"),
+        ("[uplink]\nevery = 600\nopen_for = 600\n", "[uplink] open_for must be more than 0 and less than every"),
+        ("[uplink]\nmax_byte_rate = -1\n", "[uplink] max_byte_rate must be a positive number, not -1"),
+        (
+            '[[bridge]]\nname = "b"\nuri = "amqp://h/"\nqueue = "q"\npriority = 10\n',
+            "bridge 'b': priority must be a whole number from 0 to 9, not 10",
+        ),
         ("this is not toml", "is not valid"),
     ],
 )
