@@ -4,7 +4,8 @@
 #   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
 #   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
 #                 Node's amqplib, rhea and MicroPython's WebAssembly port (tests/node, npm),
-#                 Debian's rabbitmq-server, mosquitto, chromium and prometheus (apt) when missing
+#                 Debian's rabbitmq-server, mosquitto, chromium, prometheus, systemd-container
+#                 and debootstrap (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
@@ -28,6 +29,10 @@ CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 # systemd's systemd-analyze: the tests check the unit hutch install-service writes with it
 SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
+# systemd-nspawn and debootstrap: the service test boots a real systemd in a Debian tree of its
+# own (tests/interop/system/test_systemd.py makes the tree, once, in /var/tmp/hutch-nspawn)
+NSPAWN := /usr/bin/systemd-nspawn
+DEBOOTSTRAP := /usr/sbin/debootstrap
 # Debian's mosquitto and its clients (mosquitto_pub, mosquitto_sub): the MQTT tests compare with it
 MOSQUITTO := /usr/sbin/mosquitto
 # MicroPython's MQTT clients (micropython-lib's umqtt.simple and umqtt.robust, from PyPI): the
@@ -49,7 +54,7 @@ serve: $(SERVE_INSTALLED)
 # compileall writes them (Python reads them either way), again only for a changed file.
 BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|build)/' .
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO) $(UMQTT) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) lint
 	$(BYTECODE)
 	$(BIN)/python -m pytest $(ARGS)
 
@@ -73,7 +78,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(MOSQUITTO) $(UMQTT)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +118,12 @@ $(PROMTOOL):
 
 $(SYSTEMD_ANALYZE):
 	$(APT_INSTALL) systemd || ($(SUDO) apt-get update -q && $(APT_INSTALL) systemd)
+
+$(NSPAWN):
+	$(APT_INSTALL) systemd-container || ($(SUDO) apt-get update -q && $(APT_INSTALL) systemd-container)
+
+$(DEBOOTSTRAP):
+	$(APT_INSTALL) debootstrap || ($(SUDO) apt-get update -q && $(APT_INSTALL) debootstrap)
 
 clean:
 	rm -rf $(VENV) tests/node/node_modules hutch-data site

@@ -42,7 +42,8 @@ Wants=network-online.target
 Type=notify
 NotifyAccess=main
 ExecStart={hutch} serve{board} --config /etc/hutch/hutch.toml --data /var/lib/hutch
-ExecReload=/bin/kill -HUP $MAINPID
+# a config that does not load keeps the running one, and `systemctl reload` fails saying why
+ExecReload={hutch} ctl reload --data /var/lib/hutch
 User=hutch
 Group=hutch
 SupplementaryGroups=dialout

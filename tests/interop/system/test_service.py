@@ -60,7 +60,7 @@ def test_install_service_installs_hutch_where_its_user_can_run_it():
         # systemd's own check, of the unit with its program where it lies under the root
         checked = os.path.join(root, "hutch.service")
         with open(checked, "w") as f:
-            f.write(text.replace("ExecStart=/opt/", "ExecStart=%s/opt/" % root))
+            f.write(text.replace("=/opt/hutch/", "=%s/opt/hutch/" % root))
         verify = subprocess.run([SYSTEMD_ANALYZE, "verify", checked], capture_output=True, text=True, timeout=60)
         assert verify.returncode == 0 and verify.stdout + verify.stderr == "", verify.stdout + verify.stderr
         security = subprocess.run(
