@@ -10,6 +10,11 @@ started here on a free port, no persistence), side by side in one run.
     and the rows with many connections of bench/mqtt_load.py: fan-in of 1,000 sensors (p99
     latency, broker CPU per message), fan-out to 100 subscribers, two QoS 1 publishers ahead
     of one subscriber (what was PUBACKed and delivered), 10,000 idle connections (RSS each)
+    uplink      (with --start-mosquitto) a gateway's bridge to an MQTT cloud: the qos1 row's
+                publisher into the gateway, whose bridge forwards at QoS 1 to an upstream
+                mosquitto, where the subscriber is: hutch's bridge (an up bridge from amq.topic,
+                each message on disk at the gateway until upstream's PUBACK) against mosquitto's
+                own bridge (`topic # out 1`, in RAM), to the same upstream mosquitto
 
 The load is MQTT packets written and read with hutch's own codec (mqtt/packets.py) over plain
 sockets, one thread each for the publisher and the subscriber: the same client for both
@@ -91,10 +96,12 @@ def _subscriber(host, port, qos, count, done):
     client.close()
 
 
-def throughput(host, port, qos, count):
-    """Messages a second, one publisher to one subscriber at this QoS."""
+def throughput(host, port, qos, count, subscribe_at=None):
+    """Messages a second, one publisher to one subscriber at this QoS; subscribe_at: (host, port)
+    of another broker the subscriber is on (the uplink row's upstream)."""
     done = {"ready": threading.Event()}
-    sub = threading.Thread(target=_subscriber, args=(host, port, qos, count, done), daemon=True)
+    sub_host, sub_port = subscribe_at or (host, port)
+    sub = threading.Thread(target=_subscriber, args=(sub_host, sub_port, qos, count, done), daemon=True)
     sub.start()
     if not done["ready"].wait(30):
         raise BenchError("the subscriber did not subscribe")
@@ -125,11 +132,19 @@ def throughput(host, port, qos, count):
 
 
 class Mosquitto:
-    def __init__(self, workdir):
+    def __init__(self, workdir, bridge_to=None, unbounded=False):
+        """bridge_to: an upstream's port, to which this one bridges what is published here (QoS 1);
+        unbounded (and with bridge_to): no message dropped for a client that lags
+        (max_queued_messages 0), as the uplink row must count every one."""
         self.host, self.port = "127.0.0.1", free_port()
-        conf = os.path.join(workdir, "mosquitto.conf")
+        conf = os.path.join(workdir, "mosquitto-%d.conf" % self.port)
         with open(conf, "w") as f:
             f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_connections -1\n" % self.port)
+            if unbounded or bridge_to is not None:
+                f.write("max_queued_messages 0\n")
+            if bridge_to is not None:
+                f.write("connection uplink\naddress 127.0.0.1:%d\n" % bridge_to)
+                f.write("topic bench/# out 1\ncleansession false\n")
         if not os.path.exists(MOSQUITTO):
             raise BenchError("no %s: apt install mosquitto (make test installs it)" % MOSQUITTO)
         self.proc = subprocess.Popen([MOSQUITTO, "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -173,7 +188,31 @@ def rows(size):
         ("overload", "QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered", "%"),
         ("idle", "RSS per idle MQTT connection (%d)" % size["idle"], "KB"),
         ("idle-held", "... all %d still answering PINGREQ" % size["idle"], "yes=1"),
+        ("uplink", "uplink: QoS 1 -> gateway -> its bridge -> mosquitto", "msg/s"),
     )
+
+
+def uplink(key, workdir, count):
+    """The uplink row of one gateway (hutch or mosquitto) bridging to a mosquitto started here."""
+    upstream = Mosquitto(workdir, unbounded=True).start()
+    try:
+        if key == "hutch":
+            config = os.path.join(workdir, "uplink.toml")
+            with open(config, "w") as f:
+                f.write('[[bridge]]\nname = "cloud"\nuri = "mqtt://127.0.0.1:%d"\n' % upstream.port)
+                f.write('source_exchange = "amq.topic"\nbinding_key = "bench.#"\ntopic = "{routing_key}"\n')
+            gateway = Hutch("c", workdir, config=config, mqtt=True).start()
+            port = gateway.mqtt_port
+        else:
+            gateway = Mosquitto(workdir, bridge_to=upstream.port).start()
+            port = gateway.port
+        try:
+            time.sleep(1)  # (the bridge's link up)
+            return throughput(gateway.host, port, 1, count, (upstream.host, upstream.port))
+        finally:
+            gateway.stop()
+    finally:
+        upstream.stop()
 
 
 def measure(host, port, pid, count, size):
@@ -212,12 +251,14 @@ def run(args):
             results[key] = measure(broker.host, port, broker.pid, args.count, size)
         finally:
             broker.stop()
+        results[key]["uplink"] = uplink(key, workdir, max(1000, args.count // 4)) if args.start_mosquitto else None
+    shown = rows(size) if args.start_mosquitto else rows(size)[:-1]  # (the uplink's upstream is a mosquitto)
     keys = [key for key, _ in plan]
     print(
         "%-52s %-6s %s" % ("scenario", "unit", "  ".join("%12s" % k for k in keys))
         + ("  hutch/mosquitto" if len(keys) > 1 else "")
     )
-    for row, title, unit in rows(size):
+    for row, title, unit in shown:
         figures = [results[k][row] for k in keys]
         line = "%-52s %-6s %s" % (
             title,
