@@ -21,6 +21,9 @@ RabbitMQ queue (emptied before each):
    the backlog from the edge's disk is timed, from the moment the bridge's connection came
    until RabbitMQ's queue holds N, memory still sampled. The drain rate, over direct's.
 
+With --uplink-budget BYTES the offline phase's edge has an [uplink] max_byte_rate of BYTES: the
+drain is paced by the gateway's budget, and its rows say how near to it (body bytes a second).
+
 RabbitMQ's queue is a classic queue in lazy mode, in every phase (as --backlog uses: with a
 million messages in the default mode RabbitMQ 3.10 takes gigabytes). The edge runs with its
 defaults but for the bridge's retry delay, at most a second, so that the drain starts
@@ -71,6 +74,8 @@ ROWS = (
     ("drain", "drain: the backlog from the edge's disk to RabbitMQ", "msg/s", ""),
     ("drain/pika", "  drain / pika", "x", ">= 0.90"),
     ("drain/direct", "  drain / raw client", "x", ""),
+    ("drain-bytes", "drain under --uplink-budget: body bytes", "B/s", ""),
+    ("drain/budget", "  drain / the budget", "x", "<= 1.10"),
 )
 
 
@@ -107,10 +112,10 @@ class Samples:
         return picked
 
 
-def edge_config(folder, n, uri):
+def edge_config(folder, n, uri, uplink_budget=None):
     """The edge's config (JSON, as `hutch serve --config` reads it): the bridge, and budgets
     raised where n needs more than the defaults (what is measured is forwarding, not a
-    refusal)."""
+    refusal); uplink_budget: the gateway's [uplink] max_byte_rate, or None."""
     needed = n + WINDOW * PUBLISHERS
     server, limits = {}, {}
     if unix.STORAGE["max_bytes"] < needed * JOURNAL_PER_MESSAGE:
@@ -131,9 +136,12 @@ def edge_config(folder, n, uri):
         "reconnect_delay": 0.2,
         "max_reconnect_delay": 1.0,
     }
+    config = {"server": server, "limits": limits, "bridge": [bridge]}
+    if uplink_budget:
+        config["uplink"] = {"max_byte_rate": uplink_budget}
     path = os.path.join(folder, "edge.json")
     with open(path, "w") as f:
-        json.dump({"server": server, "limits": limits, "bridge": [bridge]}, f)
+        json.dump(config, f)
     return path
 
 
@@ -285,14 +293,15 @@ def live(upstream, n, workdir, figures, edges, log):
     return held("live", n)
 
 
-def offline(upstream, n, workdir, figures, edges, log):
+def offline(upstream, n, workdir, figures, edges, log, uplink_budget=None):
     log("offline: %s messages queued at an edge hutch while upstream is away, then drained" % "{:,}".format(n))
     upstream.reset()
     folder = tempfile.mkdtemp(prefix="edge-offline-", dir=workdir)
     broker = upstream.broker
     gate = Gate((broker.host, broker.port))
     try:
-        edge = Hutch("c", None, folder, config=edge_config(folder, n, amqp_uri("127.0.0.1", gate.port)))
+        config = edge_config(folder, n, amqp_uri("127.0.0.1", gate.port), uplink_budget)
+        edge = Hutch("c", None, folder, config=config)
         edges.append(("edge offline", edge))
         edge.start()
         samples = Samples(edge.pid, log)
@@ -321,6 +330,9 @@ def offline(upstream, n, workdir, figures, edges, log):
         samples.take("drain", 0)
         figures["reconnect"] = round(gate.accepted_at - opened, 2)
         figures["drain"] = round(n / (arrived - gate.accepted_at))
+        if uplink_budget:
+            figures["drain-bytes"] = round(n * SIZE / (arrived - gate.accepted_at))
+            figures["drain/budget"] = round(figures["drain-bytes"] / uplink_budget, 2)
         figures["max-rss"] = max(row[3] for row in samples.rows)
         figures["max/idle"] = round(figures["max-rss"] / figures["idle-rss"], 2)
         edge.stop()
@@ -378,7 +390,7 @@ def run(args, log):
         notes.append(pika_direct(upstream, n, figures, log))
         notes.append(direct(upstream, n, figures, log))
         notes.append(live(upstream, n, workdir, figures, edges, log))
-        samples, note = offline(upstream, n, workdir, figures, edges, log)
+        samples, note = offline(upstream, n, workdir, figures, edges, log, args.uplink_budget)
         notes.append(note)
     except (BenchError, loadgen.LoadError, OSError) as e:
         print("hutch bench: %s" % e, file=sys.stderr, flush=True)

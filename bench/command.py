@@ -363,6 +363,13 @@ def add_options(parser):
         help="instead of the scenarios: an up bridge forwarding N persistent messages to RabbitMQ (needs "
         "--start-rabbitmq or --rabbitmq), live and after an outage; e.g. 100000, or 1000000",
     )
+    bridge.add_argument(
+        "--uplink-budget",
+        type=int,
+        metavar="BYTES",
+        default=None,
+        help="the drain after the outage under an [uplink] max_byte_rate of BYTES body bytes a second",
+    )
 
     mqtt = parser.add_argument_group("MQTT (--mqtt: only these, see bench/mqtt.py)")
     mqtt.add_argument(

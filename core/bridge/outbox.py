@@ -5,8 +5,10 @@ It is a consumer session as core/queue.py's Consumer describes one (as a 0-9-1 c
 with no socket: the bridge's decisions (core/bridge/up.py) drive it, and server/bridge.py
 drives them. A stream's is core/bridge/streamout.py.
 
-- While the link is up (`up`), the queue delivers to it, at most `window` messages at a time
-  (the bridge's prefetch). Each is journalled as delivered, as for any consumer, so a restart
+- While the link is up (`up`), the queue delivers to it: at most `window` messages (the
+  bridge's prefetch) waiting to be sent or in flight, and as many again held, until the
+  journal has them or the link's window has room (`held`): a link's window is not spent
+  waiting for the edge's group commit. Each is journalled as delivered, as for any consumer, so a restart
   brings it back marked redelivered.
 - The port takes them in queue order (`take`), sends them upstream and numbers them 1, 2, ...
   as the upstream channel's publisher confirms do (a new count per connection).
@@ -46,6 +48,7 @@ MAX_RETURNS = 5
 
 
 class Outbox:
+    HELD_WINDOWS = 2  # the consumer's window: the link's and what is held (a stream's reads: 1)
     # A consumer session's fields that bound deliveries across its consumers (basic.qos
     # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.
     prefetch_global = 0
@@ -67,15 +70,19 @@ class Outbox:
         self.returned = []  # in-flight entries upstream returned, their confirm still to come
         self.stuck = None  # why the head of the queue cannot go upstream (see the module's docstring)
         self.up = False
+        self.window = window
         self.waiting = []  # entries delivered to the bridge, not sent upstream yet, in order
-        # ... and before them, entries not yet durable here: [journal seq, entry], in order
-        # (flush_confirms moves them to waiting once the journal is synced that far)
+        # ... and before them, entries not yet durable here or not yet in the link's window:
+        # [journal seq, entry], in order (_release moves them to waiting once the journal is
+        # synced that far and the window has room)
         self.held = []
         self.in_flight = []  # [seq, entry] sent upstream, awaiting a confirm, in order
         self.seq = 0  # the last sequence number given on this link
         self.forwarded = 0  # confirmed by upstream, since start
         self.wake = wake  # called when messages arrive for the port to send
-        self.consumer = Consumer(self, b"hutch.bridge." + name.encode(), queue, False, False, window)
+        self.consumer = Consumer(
+            self, b"hutch.bridge." + name.encode(), queue, False, False, window * self.HELD_WINDOWS
+        )
         broker.consume(None, queue, self.consumer, 0, arguments)  # (a stream's: where it reads from)
 
     # ------------------------------------------------------------ the queue's side
@@ -100,6 +107,9 @@ class Outbox:
         elif held:  # (behind what is held: in order)
             held.append([held[-1][0], entry])
             return
+        if len(self.waiting) + len(self.in_flight) >= self.window:  # (its turn comes with a confirm)
+            held.append([0, entry])
+            return
         self.waiting.append(entry)
         if self.wake is not None:
             self.wake()
@@ -107,19 +117,28 @@ class Outbox:
     closed = False  # (for Broker.journal_synced, as a connection waiting for the journal)
 
     def flush_confirms(self):
-        """(Broker.journal_synced) What is durable now goes to waiting, in order."""
+        """(Broker.journal_synced) What is durable now goes to waiting, in order, as far as the
+        link's window has room (the rest as confirms make room: _settle)."""
+        self._release()
+        if self.held:
+            self.broker.wait_for_journal(self)
+
+    def _release(self):
+        """The held entries the journal has, into waiting while the link's window has room."""
         held = self.held
-        synced = self.broker.journal.synced
+        if not held:
+            return
+        journal = self.broker.journal
+        synced = journal.synced if journal is not None else held[-1][0]
+        room = self.window - len(self.waiting) - len(self.in_flight)
         n = 0
-        while n < len(held) and held[n][0] <= synced:
+        while n < len(held) and n < room and held[n][0] <= synced:
             self.waiting.append(held[n][1])
             n += 1
         if n:
             del held[:n]
             if self.wake is not None:
                 self.wake()
-        if held:
-            self.broker.wait_for_journal(self)
 
     def server_cancel(self, consumer):
         """The source queue was deleted: nothing more comes; the port says so in its status."""
@@ -267,7 +286,8 @@ class Outbox:
                 % (self.name, len(dead), MAX_RETURNS, self.last_return),
             )
         self._settle(dead, REJECT)
-        self._settle(again, REQUEUE)
+        if again:
+            self._settle(again + self._behind(), REQUEUE)
 
     def return_key(self, message):
         """What upstream's returns of a message are counted by: the message (a queue gives the
@@ -275,17 +295,25 @@ class Outbox:
         return message
 
     def nacked(self, seq, multiple):
-        """Upstream refused seq (and the ones before it, if multiple): back to the queue's head."""
-        self._settle(self._settled(seq, multiple), REQUEUE)
+        """Upstream refused seq (and the ones before it, if multiple): back to the queue's head,
+        what waits to be sent behind them (in order: they go first again)."""
+        entries = self._settled(seq, multiple)
+        if entries:
+            self._settle(entries + self._behind(), REQUEUE)
+
+    def _behind(self):
+        """What waits to be sent (waiting, then held), taken back to be requeued."""
+        entries = self.waiting + [pair[1] for pair in self.held]
+        self.waiting = []
+        self.held = []
+        return entries
 
     def down(self):
         """The link is gone: what was in flight or waiting goes back to the queue, in order."""
         self.up = False
         self.returned = []
-        entries = [pair[1] for pair in self.in_flight] + self.waiting + [pair[1] for pair in self.held]
+        entries = [pair[1] for pair in self.in_flight] + self._behind()
         self.in_flight = []
-        self.waiting = []
-        self.held = []
         self._settle(entries, REQUEUE)
 
     def backlog(self):
@@ -315,6 +343,7 @@ class Outbox:
         self.consumer.unacked -= len(entries)
         self.broker.settle(self.queue, entries, outcome)
         if self.up:
+            self._release()
             self.queue.dispatch()
         return len(entries)
 

@@ -34,6 +34,8 @@ LANE = b"lane-"
 
 
 class StreamOutbox(Outbox):
+    HELD_WINDOWS = 1  # (its records are durable before they are read: none is held)
+
     def __init__(self, broker, stream, name, window, wake=None, node=b"hutch", saved=None):
         start = None
         lane = None

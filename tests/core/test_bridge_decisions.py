@@ -216,8 +216,8 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     assert machine.sendable(999) == 0
     machine.forward(sink, machine.sendable(1000))
     # m4 and m5 came when the ack made room; the nacked one goes back to its place in the
-    # queue and comes after them (a nacked or returned message may overtake no one)
-    assert sink.bodies()[4:] == [b"m4", b"m5", b"m2"]
+    # queue with them behind it: the queue's order, kept
+    assert sink.bodies()[4:] == [b"m2", b"m4", b"m5"]
     machine.accepted(7, True)
     assert machine.outbox.forwarded == 6 and machine.outbox.backlog() == 0
 
@@ -609,6 +609,19 @@ def test_a_persistent_message_is_forwarded_only_once_durable_here():
         sink = Sink()
         assert machine.sendable(0) == 2 and machine.forward(sink, 2) == 2
         assert sink.bodies() == [b"persistent", b"transient"]
+        # what waits for the journal has a window of its own: the link's (prefetch 4) is not spent on it
+        for i in range(10):
+            client.publish(1, b"", b"src", b"p%d" % i, {"delivery-mode": 2})
+        outbox = machine.outbox
+        assert (len(outbox.held), len(outbox.in_flight)) == (6, 2), "held: the link's window and 4 more"
+        node.sync()
+        assert (len(outbox.waiting), len(outbox.held)) == (2, 4), "2 into the link's window, durable or not"
+        machine.accepted(2, True)  # room: 2 more go, 2 more are held
+        assert (len(outbox.waiting), len(outbox.held), len(outbox.in_flight)) == (4, 4, 0)
+        node.sync()
+        assert sink.bodies() == [b"persistent", b"transient"] and outbox.consumer.unacked == 8
+        machine.lost("cut")  # what was held and waiting goes back
+        assert outbox.consumer.unacked == 0 and outbox.backlog() == 10
     finally:
         remove_tree(folder)
 

@@ -29,6 +29,8 @@ ROWS = [
     "drain: the backlog from the edge's disk to RabbitMQ",
     "  drain / pika",
     "  drain / raw client",
+    "drain under --uplink-budget: body bytes",
+    "  drain / the budget",
 ]
 
 
@@ -40,7 +42,16 @@ def bench(*args):
 
 def test_bridge_rows_against_the_runs_rabbitmq(tmp_path, rabbitmq):
     out = tmp_path / "bridge.json"
-    done = bench("--bridge", str(N), "--rabbitmq", "%s:%d" % (rabbitmq.host, rabbitmq.port), "--json", str(out))
+    done = bench(
+        "--bridge",
+        str(N),
+        "--rabbitmq",
+        "%s:%d" % (rabbitmq.host, rabbitmq.port),
+        "--json",
+        str(out),
+        "--uplink-budget",
+        "50000",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     for row in ROWS:
@@ -52,8 +63,9 @@ def test_bridge_rows_against_the_runs_rabbitmq(tmp_path, rabbitmq):
     assert "edge RSS while 2,000 messages wait for upstream, then drain to it:" in done.stdout
     result = json.loads(out.read_text())
     figures = result["figures"]
-    for key in ("pika", "direct", "live", "drain", "full-rss", "idle-rss"):
+    for key in ("pika", "direct", "live", "drain", "full-rss", "idle-rss", "drain-bytes"):
         assert figures[key] > 0, figures
+    assert figures["drain/budget"] <= 1.1, "the drain went past the [uplink] budget: %r" % figures
     queued = [row[2] for row in result["samples"]]
     assert max(queued) == N and queued[-1] == 0, "the samples go from the whole backlog to none"
     # the benchmark's queue was deleted from a RabbitMQ it did not start
