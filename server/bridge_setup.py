@@ -3,22 +3,14 @@ shared budget and windows) set on the broker: at start (server/startup.py) and a
 (server/reload.py). Their certificate files are checked first: a link that could never connect
 is said in one line, not retried forever."""
 
+from .readable import check_readable
 from .runtime import StartError
 
 
 def bridge_tls_files(bridge):
     """StartError (exit 2) in one line if an amqps:// bridge's ca_file, cert_file or key_file
     cannot be read: a link that could never connect is said at start, not retried forever."""
-    tls = bridge["tls"]
-    for key in ("ca_file", "cert_file", "key_file"):
-        path = tls[key]
-        try:
-            if path is not None:
-                open(path, "rb").close()
-        except OSError as e:
-            raise StartError(
-                "bridge '%s': cannot read %s %s: %s" % (bridge["name"], key, path, getattr(e, "strerror", None) or e), 2
-            )
+    check_readable("bridge '%s'" % bridge["name"], bridge["tls"], ("ca_file", "cert_file", "key_file"))
 
 
 def make_bridges(settings, runtime, data_folder):

@@ -15,6 +15,7 @@ package(
         "frontends.py",
         "monitoring.py",
         "options.py",
+        "readable.py",
         "runtime.py",
         "schema.py",
         "serve.py",

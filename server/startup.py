@@ -279,14 +279,10 @@ def server_tls(listener, log):
     settings = listener.get("tls")
     if settings is None:
         return None
+    from .readable import check_readable
+
     where = "TLS listener %s:%d" % (listener["bind"], listener["port"])
-    for key in ("certfile", "keyfile", "cacertfile"):
-        path = settings[key]
-        try:
-            if path is not None:
-                open(path, "rb").close()
-        except OSError as e:
-            raise StartError("%s: cannot read %s %s: %s" % (where, key, path, getattr(e, "strerror", None) or e), 2)
+    check_readable(where, settings, ("certfile", "keyfile", "cacertfile"))
     from ..ports.tls import ServerTLS
 
     try:

@@ -204,16 +204,22 @@ class Machine:
         tick said so). A black-holed route accepts the connection and then says nothing,
         before heartbeats are agreed: the handshake has connection_timeout ms."""
         end = self.window_end
-        if end is not None and now >= end:  # its window closed: nothing new; what is in flight settles
-            self.draining = True
-            if not self.unsettled() or now - end > WINDOW_DRAIN_MS:
-                return WINDOW_CLOSED
+        if end is not None and now >= end and (not self.unsettled() or now - end > WINDOW_DRAIN_MS):
+            return WINDOW_CLOSED  # (once what was in flight settled: draining_at holds back the rest)
         if silent:
             return "missed heartbeats: upstream is silent"
         timeout = self.uri["connection_timeout"]
         if not self.ran and now - self.opened_at > timeout:
             return "no answer to the handshake within %d ms" % timeout
         return self.stalled(now)
+
+    def draining_at(self, now):
+        """Whether this link sends nothing new at now: it drains, for a reload (server/bridge.py
+        stop) or because its [uplink] window has closed."""
+        end = self.window_end
+        if end is not None and now >= end:
+            self.draining = True
+        return self.draining
 
     def lost(self, reason):
         """The link ended: why (logged, and kept as the last error), or None when the bridge

@@ -24,26 +24,24 @@ class Rate:
             if limit:
                 self.tokens[i] = min(self.caps[i], self.tokens[i] + limit * elapsed / 1000)
 
-    def allowed(self, waiting, now, most=None, spend=True):
-        """How many of the waiting entries may go at now (ms), at most `most`; the tokens they
-        take are spent unless spend is False (a second Rate may allow fewer: spend() then)."""
+    def allowed(self, waiting, now, most):
+        """How many of the first `most` waiting entries may go at now (ms). Nothing is spent: the
+        caller spends what goes (spend), which another Rate may hold to fewer."""
         self._refill(now)
         messages, byte_count = self.limits
-        tokens = list(self.tokens) if not spend else self.tokens
+        tokens, byte_tokens = self.tokens
         n = 0
-        for entry in waiting:
-            if most is not None and n >= most:
+        while n < most:
+            size = waiting[n][MESSAGE].body_size
+            if (messages and tokens < 1) or (byte_count and byte_tokens < min(size, self.caps[1])):
                 break
-            size = entry[MESSAGE].body_size
-            if (messages and tokens[0] < 1) or (byte_count and tokens[1] < min(size, self.caps[1])):
-                break
-            tokens[0] -= 1
-            tokens[1] -= size
+            tokens -= 1
+            byte_tokens -= size
             n += 1
         return n
 
     def spend(self, waiting, n):
-        """The tokens of the first n waiting entries, spent (allowed with spend False said they may go)."""
+        """The tokens of the first n waiting entries, spent."""
         for i in range(n):
             self.tokens[0] -= 1
             self.tokens[1] -= waiting[i][MESSAGE].body_size

@@ -160,9 +160,7 @@ class UpMachine(Machine):
                 self.wake_ms = self.hold_until - now
                 return 0
             self.hold_until = -1
-        if self.window_end is not None and now >= self.window_end:
-            self.draining = True  # (its window closed: the tick ends the link once all is settled)
-        if not outbox.up or self.upstream_blocked or self.flow_stopped or self.draining:
+        if not outbox.up or self.upstream_blocked or self.flow_stopped or self.draining_at(now):
             return 0
         uplink = self.broker.uplink
         shared = uplink.rate if uplink is not None else None  # the gateway's budget
@@ -171,12 +169,12 @@ class UpMachine(Machine):
             return 0
         waiting = outbox.waiting
         n = len(waiting)
-        if shared is not None:
-            n = shared.allowed(waiting, now, n, False)
-        if self.rate is not None:
-            n = self.rate.allowed(waiting, now, n)
-        if shared is not None:
-            shared.spend(waiting, n)
+        for rate in (shared, self.rate):  # (each holds to what the ones before allowed)
+            if rate is not None:
+                n = rate.allowed(waiting, now, n)
+        for rate in (shared, self.rate):
+            if rate is not None:
+                rate.spend(waiting, n)
         if n < len(waiting):
             self.wake_ms = (self.rate or shared).wait_ms()
         return n
