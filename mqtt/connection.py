@@ -22,6 +22,7 @@ from ..core.auth import Login
 from ..core.connections import PortConnection
 from . import packets
 from .packets import (
+    ADMINISTRATIVE_ACTION,
     BAD_USER_NAME_OR_PASSWORD,
     CLIENT_IDENTIFIER_NOT_VALID,
     CONNECT,
@@ -372,9 +373,10 @@ class Connection(PortConnection):
         self.finish()
 
     def close(self, reason="broker shutdown"):
-        """From the broker's side (a shutdown, an operator)."""
+        """From the broker's side: its shutdown (Server shutting down), or an operator's
+        `hutch ctl` (Administrative action, as Mosquitto says when it kicks a client)."""
         if self.state == OPEN:
-            self.refuse(SERVER_SHUTTING_DOWN, reason)
+            self.refuse(SERVER_SHUTTING_DOWN if reason == "broker shutdown" else ADMINISTRATIVE_ACTION, reason)
         else:
             self.finish()
 

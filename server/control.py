@@ -17,6 +17,7 @@ import json
 import os
 
 from . import definitions
+from .open_logins import apply_users
 
 USERS_FILE = "users.json"
 
@@ -156,13 +157,14 @@ class Control:
             return {"error": refused or "no user '%s'" % name}
         for table in (users.hashes, users.tags, users.permissions or {}):
             table.pop(name, None)
+        closed = apply_users(self.broker)  # its connections: 320 "user '...' is deleted"
         try:
             forget_user(self.folder, name)
         except (OSError, ValueError) as e:
             return {
                 "error": "user '%s' deleted until the broker stops, not in %s: %s" % (name, users_path(self.folder), e)
             }
-        return {"deleted": name}
+        return {"deleted": name, "closed": closed}
 
     def _config_user(self, name, change):
         """Why a user the operator's files define is not changed here (change: add, permissions,
@@ -203,6 +205,7 @@ class Control:
                 data["permissions"].append(dict(user=name, vhost="/", configure=p[0], write=p[1], read=p[2]))
         users = definitions.parse(data).users(self.broker.users.loopback_users)
         self.broker.users.merge(users)
+        apply_users(self.broker)  # the user's open connections: its new permissions
         try:
             save_users(self.folder, users)
         except (OSError, ValueError) as e:
@@ -230,6 +233,7 @@ class Control:
         users = self.broker.users
         imported = parsed.users(users.loopback_users)
         users.merge(imported)
+        apply_users(self.broker)
         parsed.apply(self.broker, lambda level, text: errors.append(text))
         if imported.hashes:
             try:

@@ -13,8 +13,8 @@ What takes effect:
   twice unless upstream confirms too slowly (then a hutch upstream drops the copies by their
   numbers, which the new link keeps: same name, same origin);
 - users, their tags and permissions ([users], [permissions], a definitions file's users, and
-  those `hutch ctl add-user` kept): connections already open keep the permissions they logged
-  in with, as after `hutch ctl set-permissions`;
+  those `hutch ctl add-user` kept): connections already open get their user's new permissions,
+  and those of a removed user are closed (server/open_logins.py);
 - the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
   window asks again at once);
 - the TLS listeners' certificate files (ports/tls.py ServerTLS.reload).
@@ -29,6 +29,7 @@ import asyncio
 
 from . import config, options
 from .bridge_setup import bridge_tls_files, make_bridges, set_uplink
+from .open_logins import apply_users
 from .runtime import StartError
 
 DRAIN_MS = 5000  # at most this long for a stopping bridge's messages in flight to be confirmed
@@ -114,6 +115,7 @@ class Reloader:
             return
         broker.users = users
         self.runtime.status.controller.config_users = new["user_origins"]  # (what hutch ctl may not change)
+        closed = apply_users(broker)
         added = sorted(set(users.hashes) - set(old.hashes))
         removed = sorted(set(old.hashes) - set(users.hashes))
         said.append(
@@ -124,6 +126,7 @@ class Reloader:
                     ["added " + ", ".join(added)] * bool(added)
                     + ["removed " + ", ".join(removed)] * bool(removed)
                     + ["permissions or passwords changed"] * (not added and not removed)
+                    + ["%d connection%s of removed users closed" % (closed, "s" * (closed != 1))] * bool(closed)
                 ),
             )
         )

@@ -209,10 +209,14 @@ def change_command(args):
         "close-connection": lambda: "closed connection %s" % args.connection,
         "add-user": lambda: "added user '%s'" % args.user,
         "set-permissions": lambda: "set permissions of user '%s'" % args.user,
-        "delete-user": lambda: "deleted user '%s'" % args.user,
+        "delete-user": lambda: "deleted user '%s'%s" % (args.user, _connections_closed(answer.get("closed", 0))),
     }
     print(done[args.control]())
     return 0
+
+
+def _connections_closed(count):
+    return "; closed its %d connection%s" % (count, "s" * (count != 1)) if count else ""
 
 
 def reload_command(args):

@@ -11,7 +11,7 @@ import subprocess
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, delete_users
+from brokers import BIN, RunningBroker, delete_users, wait_until
 from differential import MARKS, fresh, same_on_both
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
 
@@ -361,3 +361,75 @@ def test_hutch_ctl_import_names_what_is_wrong(tmp_path):
         broker.stop()
     stopped = hutch_ctl(broker, "export")
     assert stopped.returncode == 1 and "no broker runs there" in stopped.stderr, stopped.stderr
+
+
+def test_changed_and_deleted_users_reach_the_connections_already_open(rabbitmq, tmp_path):
+    """A user's connections stay open while its permissions change, and each change applies to
+    their next operation; deleting the user closes them (320), and another user's stay open.
+    hutch's users come from `hutch ctl add-user` (those of its config file are changed in the
+    file), RabbitMQ's from rabbitmqctl: the same steps, the same answers."""
+    prefix = fresh("open") + "-"
+    alice, bob = prefix + "alice", prefix + "bob"
+    password = PASSWORDS["alice"]
+    hutch = RunningBroker([HUTCH, "serve"], tmp_path).start()
+    hutch_said = []  # what hutch ctl printed for delete-user
+
+    def change(target, command, *args):
+        if target is rabbitmq:
+            rabbitmqctl(rabbitmq, command.replace("-", "_"), *args)
+            return
+        done = hutch_ctl(hutch, command, *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        if command == "delete-user":
+            hutch_said.append(done.stdout.strip())
+
+    def scenario(target):
+        for user in (alice, bob):
+            change(target, "add-user", user, password)
+            change(target, "set-permissions", user, ".*", ".*", ".*")
+        connections = {user: pika.BlockingConnection(url(target, user, password)) for user in (alice, bob)}
+        seen = []
+
+        def declare(user, queue):
+            try:
+                connections[user].channel().queue_declare(queue, auto_delete=True)
+                seen.append((user, queue, "ok"))
+            except ChannelClosedByBroker as e:
+                seen.append((user, queue) + outcome(e))
+
+        declare(alice, alice + "-1")
+        change(target, "set-permissions", alice, "^%s-x" % re.escape(alice), ".*", ".*")
+        declare(alice, alice + "-2")  # refused now
+        declare(alice, alice + "-x2")  # allowed by the new pattern
+        change(target, "set-permissions", alice, "", "", "")  # nothing: "" is "^$"
+        declare(alice, alice + "-x3")
+        change(target, "delete-user", alice)
+        try:
+            wait_until(
+                lambda: connections[alice].process_data_events(0.05) or not connections[alice].is_open,
+                15,
+                what="the deleted user's connection closed",
+            )
+        except ConnectionClosedByBroker as e:
+            seen.append((alice, "closed") + outcome(e))
+        declare(bob, bob + "-1")  # another user's connection goes on
+        for connection in connections.values():
+            if connection.is_open:
+                connection.close()
+        return seen
+
+    try:
+        rows = same_on_both(scenario, hutch, rabbitmq)
+    finally:
+        hutch.stop()
+        delete_users(rabbitmq, [bob])
+    refused = "ACCESS_REFUSED - access to queue '%s' in vhost '/' refused for user '%s'"
+    assert rows == [
+        (alice, alice + "-1", "ok"),
+        (alice, alice + "-2", 403, refused % (alice + "-2", alice)),
+        (alice, alice + "-x2", "ok"),
+        (alice, alice + "-x3", 403, refused % (alice + "-x3", alice)),
+        (alice, "closed", 320, "CONNECTION_FORCED - user '%s' is deleted" % alice),
+        (bob, bob + "-1", "ok"),
+    ], rows
+    assert hutch_said == ["deleted user '%s'; closed its 1 connection" % alice], hutch_said

@@ -2,10 +2,14 @@
 wills with Eclipse Paho, against hutch and against Debian's mosquitto (the oracle), compared as
 the clients see them."""
 
+import json
+import os
 import queue
 import socket
+import subprocess
 import time
 
+from brokers import BIN
 from mqtt_brokers import Paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -98,3 +102,50 @@ def test_a_delayed_will_waits_and_a_client_back_in_time_has_none(mqtt_broker):
     assert nothing_within(watcher, 2.5), mqtt_broker.kind
     back.stop()
     watcher.stop()
+
+
+def test_an_operator_s_close_and_a_deleted_user_disconnect_with_administrative_action(hutch_mqtt):
+    """`hutch ctl close-connection` and `hutch ctl delete-user` end an MQTT 5 client's connection
+    with a DISCONNECT of reason 0x98 Administrative action and the operator's words (as Mosquitto
+    kicks a client); the broker's own shutdown says 0x8B Server shutting down."""
+
+    def ctl(*args):
+        done = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", *args, "--data", hutch_mqtt.running.data],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout.strip()
+
+    def client(client_id, user, password):
+        paho_client = Paho(hutch_mqtt, client_id, "5")
+        paho_client.client.username_pw_set(user, password)
+        ended = queue.Queue()
+        paho_client.client.on_disconnect = lambda c, u, flags, code, props: ended.put(
+            (code.value, getattr(props, "ReasonString", None))
+        )
+        return paho_client.connect(), ended
+
+    ctl("add-user", "meter", "meter-pw")
+    ctl("set-permissions", "meter", ".*", ".*", ".*")
+    meter, meter_ended = client("meter-1", "meter", "meter-pw")
+    guest, guest_ended = client("guest-1", "guest", "guest")
+    acked = queue.Queue()
+    meter.client.on_publish = lambda c, u, mid, code, props: acked.put(code.value)
+    meter.publish("meters/1", b"1", 1)
+    ctl("set-permissions", "meter", ".*", "^$", ".*")  # applies to the client already connected
+    meter.publish("meters/1", b"2", 1)
+    assert [acked.get(timeout=10), acked.get(timeout=10)] == [0x10, 0x87]  # No matching subscribers; Not authorized
+    assert ctl("delete-user", "meter") == "deleted user 'meter'; closed its 1 connection"
+    assert meter_ended.get(timeout=10) == (0x98, "user 'meter' is deleted")
+    rows = json.loads(ctl("list", "connections", "name", "user", "--json"))
+    (name,) = [row["name"] for row in rows if row["user"] == "guest"]
+    assert ctl("close-connection", name, "firmware update") == "closed connection %s" % name
+    assert guest_ended.get(timeout=10) == (0x98, "firmware update")
+    last, last_ended = client("last-1", "guest", "guest")
+    hutch_mqtt.running.stop()  # SIGTERM: the broker's shutdown
+    assert last_ended.get(timeout=10) == (0x8B, "broker shutdown")
+    for paho_client in (meter, guest, last):
+        paho_client.client.loop_stop()
