@@ -207,8 +207,8 @@ def _bridge(bridge, states, ages):
         source = bridge.outbox.queue
         out["dropped"] = source.dropped
         out["refused"] = source.refused
+        out["priority"] = settings.get("priority", 0)  # (its share of an [uplink] budget, or its class's)
         if settings.get("group") is not None:  # a class (server/bridge_config.py classes)
-            out["priority"] = settings["priority"]
             out["ttl_s"] = settings["ttl"]
             out["bytes"] = source.ready_bytes + source.paged_bytes
             out["max_bytes"] = settings["max_bytes"]

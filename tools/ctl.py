@@ -329,10 +329,12 @@ def _last_error(bridge):
 
 
 def _class_line(b):
-    """A class's priority, time-to-live and disk use, and what it dropped and refused."""
+    """A class's priority, time-to-live and disk use, a plain bridge's priority (when not 0),
+    and what it dropped and refused."""
     parts = []
-    if "priority" in b:
+    if "ttl_s" in b or b.get("priority"):
         parts.append("priority %d" % b["priority"])
+    if "ttl_s" in b:
         parts.append("ttl %s" % (_duration(b["ttl_s"]) if b["ttl_s"] else "none"))
         budget = " of %s" % _n(b["max_bytes"]) if b["max_bytes"] else ""
         parts.append("%s bytes waiting%s" % (_n(b["bytes"]), budget))
@@ -378,6 +380,6 @@ def bridges_command(args):
             print("    window: %s" % b["window"])
         if b.get("alarm"):
             print("    ALARM: %s" % b["alarm"])
-        if "priority" in b or b.get("dropped") or b.get("refused"):
+        if "ttl_s" in b or b.get("priority") or b.get("dropped") or b.get("refused"):
             print("    %s" % _class_line(b))
     return 0

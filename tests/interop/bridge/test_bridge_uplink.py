@@ -95,6 +95,7 @@ def test_after_an_outage_the_budget_paces_the_drain_and_the_higher_priority_goes
         alarms = [b"a%03d" % i + b"." * 496 for i in range(30)]
         publish_confirmed(edge, "telemetry-out", telemetry)
         publish_confirmed(edge, "alarms-out", alarms)
+        shown = ctl(edge, "bridges").stdout  # each bridge's share: its priority
         up.start()
         got = consume_timed(up.url, len(telemetry) + len(alarms))
         assert not edge.errors(), edge.log()[-3000:]
@@ -102,6 +103,9 @@ def test_after_an_outage_the_budget_paces_the_drain_and_the_higher_priority_goes
         edge.stop()
         up.stop()
     bodies = [body for _t, body in got]
+    for name, priority in (("alarms", 9), ("telemetry", 1)):
+        assert "  %s (up, queue %s-out)" % (name, name) in shown, shown
+        assert "    priority %d; dropped 0 (expired or over its budget), refused 0" % priority in shown, shown
     assert bodies == alarms + telemetry, "lost, out of order, or telemetry before an alarm"
     took = got[-1][0] - got[0][0]
     sent = sum(len(body) for body in bodies)
