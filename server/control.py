@@ -16,6 +16,7 @@ them, as it keeps a client's declarations.
 import json
 import os
 
+from ..codec.wire import text
 from . import definitions
 from .open_logins import apply_users
 
@@ -37,6 +38,8 @@ class Control:
             "delete": self.delete,
             "close-connection": self.close_connection,
             "add-user": self.add_user,
+            "change-password": self.change_password,
+            "clear-permissions": self.clear_permissions,
             "set-permissions": self.set_permissions,
             "delete-user": self.delete_user,
             "ping": self.ping,
@@ -134,27 +137,40 @@ class Control:
         refused = self._config_user(name, "add")
         if refused or name in self.broker.users.hashes:
             return {"error": refused or "user '%s' already exists" % name}
-        return self._keep_user(name, hash_password(request["password"], os.urandom(4)), request.get("tags") or [], None)
+        password_hash = hash_password(request["password"], os.urandom(4))
+        return self._keep_user(name, None, password_hash, request.get("tags") or [])
 
     def set_permissions(self, request):
         name = request["name"]
-        users = self.broker.users
-        refused = self._config_user(name, "permissions")
-        if refused or name not in users.hashes:
-            return {"error": refused or "no user '%s'" % name}
+        refused = self._unchangeable(name, "permissions")
+        if refused:
+            return refused
         patterns = (request["configure"], request["write"], request["read"])
         for pattern in patterns:
             error = _bad_pattern(pattern)
             if error:
                 return {"error": error}
-        return self._keep_user(name, users.hashes[name], users.tags.get(name, []), patterns)
+        return self._keep_user(name, patterns)
+
+    def change_password(self, request):
+        from ..core.auth import hash_password
+
+        name = request["name"]
+        refused = self._unchangeable(name, "password")
+        return refused or self._keep_user(name, None, hash_password(request["password"], os.urandom(4)))
+
+    def clear_permissions(self, request):
+        """As rabbitmqctl clear_permissions: the user may no longer open "/" (530), and its
+        connections already open are refused every operation (403)."""
+        name = request["name"]
+        return self._unchangeable(name, "permissions") or self._keep_user(name, ())
 
     def delete_user(self, request):
         name = request["name"]
         users = self.broker.users
-        refused = self._config_user(name, "delete")
-        if refused or name not in users.hashes:
-            return {"error": refused or "no user '%s'" % name}
+        refused = self._unchangeable(name, "delete")
+        if refused:
+            return refused
         for table in (users.hashes, users.tags, users.permissions or {}):
             table.pop(name, None)
         closed = apply_users(self.broker)  # its connections: 320 "user '...' is deleted"
@@ -166,9 +182,17 @@ class Control:
             }
         return {"deleted": name, "closed": closed}
 
+    def _unchangeable(self, name, change):
+        """{"error": why} when this user cannot be changed here (see _config_user), or is not
+        there; None when it can."""
+        refused = self._config_user(name, change)
+        if refused or name not in self.broker.users.hashes:
+            return {"error": refused or "no user '%s'" % name}
+        return None
+
     def _config_user(self, name, change):
-        """Why a user the operator's files define is not changed here (change: add, permissions,
-        delete), naming the file and what to change in it; None for any other user."""
+        """Why a user the operator's files define is not changed here (change: add, password,
+        permissions, delete), naming the file and what to change in it; None for any other user."""
         if name not in self.config_users:
             return None
         kind, path = self.config_users[name]
@@ -178,10 +202,16 @@ class Control:
                 "a [users] table with the users it needs, or add a user of your own with hutch ctl add-user" % name
             )
         if kind == "definitions":
-            what = {"add": "its entry in users", "permissions": "its entry in permissions", "delete": "its entries"}
+            what = {
+                "add": "its entry in users",
+                "password": "its password_hash in users",
+                "permissions": "its entry in permissions",
+                "delete": "its entries",
+            }
             return "user '%s' is defined in the definitions file %s: change %s there" % (name, path, what[change])
         what = {
             "add": "change password_hash or tags in [users.%s]",
+            "password": "change password_hash in [users.%s]",
             "permissions": "change permissions (and topic_permissions) in [users.%s]",
             "delete": "remove [users.%s]",
         }
@@ -191,23 +221,35 @@ class Control:
             what[change] % name,
         )
 
-    def _keep_user(self, name, password_hash, tags, patterns):
-        """A user added or changed at run time: in use at once, and kept in DATA/users.json."""
+    def _keep_user(self, name, patterns, password_hash=None, tags=None):
+        """A user added or changed at run time: in use at once, and kept in DATA/users.json.
+        patterns: its (configure, write, read) on "/", its topic permissions kept (as
+        rabbitmqctl set_permissions leaves them); None: those it has (a new user: none, until
+        set-permissions); (): none at all. password_hash, tags: None for those it has."""
+        users = self.broker.users
+        if password_hash is None:
+            password_hash = users.hashes[name]
+        if tags is None:
+            tags = users.tags.get(name, [])
         entry = {"name": name, "password_hash": password_hash, "hashing_algorithm": definitions.SHA256, "tags": tags}
-        data = {"users": [entry], "permissions": []}
-        if patterns is not None:
+        data = {"users": [entry], "permissions": [], "topic_permissions": []}
+        allowed, granted = users.access(name) if name in users.hashes else (False, None)
+        if patterns is None and allowed:
+            patterns = granted.patterns if granted is not None else (".*", ".*", ".*")
+        if patterns:
             configure, write, read = patterns
             data["permissions"].append(dict(user=name, vhost="/", configure=configure, write=write, read=read))
-        else:
-            allowed, granted = self.broker.users.access(name)
-            if name in self.broker.users.hashes and allowed:  # its permissions stay as they were
-                p = granted.patterns if granted is not None else (".*", ".*", ".*")
-                data["permissions"].append(dict(user=name, vhost="/", configure=p[0], write=p[1], read=p[2]))
-        users = definitions.parse(data).users(self.broker.users.loopback_users)
-        self.broker.users.merge(users)
+            for exchange, (topic_write, topic_read) in (granted.topic_patterns if granted is not None else {}).items():
+                data["topic_permissions"].append(
+                    dict(user=name, vhost="/", exchange=text(exchange), write=topic_write, read=topic_read)
+                )
+        kept = definitions.parse(data).users(users.loopback_users)
+        users.merge(kept)
+        if not patterns:  # none on "/" (merge keeps what it had)
+            users.permissions.pop(name, None)
         apply_users(self.broker)  # the user's open connections: its new permissions
         try:
-            save_users(self.folder, users)
+            save_users(self.folder, kept)
         except (OSError, ValueError) as e:
             return {
                 "error": "user '%s' in use until the broker stops, not kept in %s: %s"

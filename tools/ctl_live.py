@@ -7,7 +7,7 @@ folder (ports/control_socket.py, answered by server/control.py):
                                                 topic_permissions
     hutch ctl purge QUEUE | delete queue|exchange NAME | close-connection NAME REASON
     hutch ctl add-user NAME PASSWORD [--tags T,...] | set-permissions NAME CONF WRITE READ
-    hutch ctl delete-user NAME
+    hutch ctl clear-permissions NAME | change-password NAME PASSWORD | delete-user NAME
     hutch ctl reload                            the config file read again (as SIGHUP)
     hutch ctl ping | check-running | check-port-connectivity   (rabbitmq-diagnostics' checks)
     hutch ctl export [FILE] [--data DIR]   the broker's definitions, RabbitMQ's JSON
@@ -60,7 +60,24 @@ def add_options(commands, data_option):
             ("user", "configure", "write", "read"),
             lambda a: {"name": a.user, "configure": a.configure, "write": a.write, "read": a.read},
         ),
-        ("delete-user", "delete a user added with hutch ctl", ("user",), lambda a: {"name": a.user}),
+        (
+            "clear-permissions",
+            "take a user's permissions on / away (its connections are refused every operation)",
+            ("user",),
+            lambda a: {"name": a.user},
+        ),
+        (
+            "change-password",
+            "change a user's password (its connections stay open)",
+            ("user", "password"),
+            lambda a: {"name": a.user, "password": a.password},
+        ),
+        (
+            "delete-user",
+            "delete a user added with hutch ctl (its connections are closed)",
+            ("user",),
+            lambda a: {"name": a.user},
+        ),
     ):
         command = commands.add_parser(name, help=help_text)
         for argument in arguments:
@@ -209,6 +226,8 @@ def change_command(args):
         "close-connection": lambda: "closed connection %s" % args.connection,
         "add-user": lambda: "added user '%s'" % args.user,
         "set-permissions": lambda: "set permissions of user '%s'" % args.user,
+        "clear-permissions": lambda: "cleared permissions of user '%s'" % args.user,
+        "change-password": lambda: "changed the password of user '%s'" % args.user,
         "delete-user": lambda: "deleted user '%s'%s" % (args.user, _connections_closed(answer.get("closed", 0))),
     }
     print(done[args.control]())

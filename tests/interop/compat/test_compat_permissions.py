@@ -13,7 +13,12 @@ import pika
 import pytest
 from brokers import BIN, RunningBroker, delete_users, wait_until
 from differential import MARKS, fresh, same_on_both
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
+from pika.exceptions import (
+    ChannelClosedByBroker,
+    ConnectionClosedByBroker,
+    ProbableAccessDeniedError,
+    ProbableAuthenticationError,
+)
 
 pytestmark = MARKS
 
@@ -363,9 +368,21 @@ def test_hutch_ctl_import_names_what_is_wrong(tmp_path):
     assert stopped.returncode == 1 and "no broker runs there" in stopped.stderr, stopped.stderr
 
 
+def login(target, user, password):
+    """("ok",), ("wrong password",), or ("no access", what pika says of the refused vhost)."""
+    try:
+        pika.BlockingConnection(url(target, user, password)).close()
+        return ("ok",)
+    except ProbableAccessDeniedError as e:
+        return ("no access", str(e))
+    except ProbableAuthenticationError:
+        return ("wrong password",)
+
+
 def test_changed_and_deleted_users_reach_the_connections_already_open(rabbitmq, tmp_path):
-    """A user's connections stay open while its permissions change, and each change applies to
-    their next operation; deleting the user closes them (320), and another user's stay open.
+    """A user's connections stay open while its permissions change (set, cleared) and its
+    password changes, and each change applies to their next operation and login; deleting the
+    user closes them (320), and another user's stay open.
     hutch's users come from `hutch ctl add-user` (those of its config file are changed in the
     file), RabbitMQ's from rabbitmqctl: the same steps, the same answers."""
     prefix = fresh("open") + "-"
@@ -384,9 +401,16 @@ def test_changed_and_deleted_users_reach_the_connections_already_open(rabbitmq, 
             hutch_said.append(done.stdout.strip())
 
     def scenario(target):
-        for user in (alice, bob):
-            change(target, "add-user", user, password)
-            change(target, "set-permissions", user, ".*", ".*", ".*")
+        if target is rabbitmq:  # (one rabbitmqctl call: each starts an Erlang node, 2 s of CPU)
+            users = [dict(name=user, password=password, tags=[]) for user in (alice, bob)]
+            every = [dict(user=user, vhost="/", configure=".*", write=".*", read=".*") for user in (alice, bob)]
+            path = tmp_path / "users.json"
+            path.write_text(json.dumps({"users": users, "permissions": every}))
+            rabbitmqctl(rabbitmq, "import_definitions", path)
+        else:
+            for user in (alice, bob):
+                change(target, "add-user", user, password)
+                change(target, "set-permissions", user, ".*", ".*", ".*")
         connections = {user: pika.BlockingConnection(url(target, user, password)) for user in (alice, bob)}
         seen = []
 
@@ -401,8 +425,13 @@ def test_changed_and_deleted_users_reach_the_connections_already_open(rabbitmq, 
         change(target, "set-permissions", alice, "^%s-x" % re.escape(alice), ".*", ".*")
         declare(alice, alice + "-2")  # refused now
         declare(alice, alice + "-x2")  # allowed by the new pattern
-        change(target, "set-permissions", alice, "", "", "")  # nothing: "" is "^$"
+        change(target, "clear-permissions", alice)
         declare(alice, alice + "-x3")
+        seen.append((alice, "logs in") + login(target, alice, password))
+        change(target, "change-password", bob, "new-" + password)
+        declare(bob, bob + "-0")  # its connection stays open
+        seen.append((bob, "logs in with the old password") + login(target, bob, password))
+        seen.append((bob, "logs in with the new one") + login(target, bob, "new-" + password))
         change(target, "delete-user", alice)
         try:
             wait_until(
@@ -429,7 +458,12 @@ def test_changed_and_deleted_users_reach_the_connections_already_open(rabbitmq, 
         (alice, alice + "-2", 403, refused % (alice + "-2", alice)),
         (alice, alice + "-x2", "ok"),
         (alice, alice + "-x3", 403, refused % (alice + "-x3", alice)),
+        (alice, "logs in", "no access", rows[4][3]),
+        (bob, bob + "-0", "ok"),
+        (bob, "logs in with the old password", "wrong password"),
+        (bob, "logs in with the new one", "ok"),
         (alice, "closed", 320, "CONNECTION_FORCED - user '%s' is deleted" % alice),
         (bob, bob + "-1", "ok"),
     ], rows
+    assert "(530) \"NOT_ALLOWED - access to vhost '/' refused for user '%s'\"" % alice in rows[4][3], rows[4]
     assert hutch_said == ["deleted user '%s'; closed its 1 connection" % alice], hutch_said

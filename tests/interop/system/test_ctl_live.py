@@ -127,6 +127,18 @@ def test_list_permissions_shows_what_rabbitmqctl_shows(broker, rabbitmq, tmp_pat
         assert [list(row) for row in ours] == [["vhost", "configure", "write", "read"]]
         topics = [row for row in hutch_list(broker, "topic_permissions") if row["user"] == user]
         assert topics == [{"user": user, "exchange": "amq.topic", "write": "^site\\.7\\.", "read": ".*"}]
+        # a new password and new patterns on "/" leave the topic permissions as they are
+        for args in (("change-password", user, "pw2"), ("set-permissions", user, "^x$", ".*", ".*")):
+            assert ctl(broker, *args).returncode == 0
+            rabbitmqctl = subprocess.run(
+                [rabbitmq.CTL, args[0].replace("-", "_"), *args[1:]], env=rabbitmq.env, capture_output=True, timeout=120
+            )
+            assert rabbitmqctl.returncode == 0, rabbitmqctl.stderr
+        ours = [row for row in hutch_list(broker, "topic_permissions") if row["user"] == user]
+        theirs = [row for row in rabbitmq_list(rabbitmq, "topic_permissions") if row["user"] == user]
+        assert ours == theirs == topics, (ours, theirs)
+        ours = [row for row in hutch_list(broker, "permissions") if row["user"] == user]
+        assert ours == [{"user": user, "configure": "^x$", "write": ".*", "read": ".*"}], ours
         done = ctl(broker, "list", "user_permissions", "nobody-" + user)
         assert done.returncode == 1 and done.stderr == "hutch ctl list: no user 'nobody-%s'\n" % user, done.stderr
         done = ctl(broker, "list", "user_permissions")
@@ -185,6 +197,8 @@ def test_changes_a_client_sees_and_users_that_stay(tmp_path):
                 "user 'guest' is the broker's built-in user (its config has no [users] table)",
             ),
             (("set-permissions", "nobody", ".*", ".*", ".*"), "hutch ctl set-permissions: no user 'nobody'"),
+            (("clear-permissions", "nobody"), "hutch ctl clear-permissions: no user 'nobody'"),
+            (("change-password", "nobody", "x"), "hutch ctl change-password: no user 'nobody'"),
             (("list", "queues", "bogus"), "hutch ctl list: no such column for queues: bogus"),
         ):
             done = ctl(broker, *args)
@@ -216,6 +230,16 @@ def test_a_user_of_the_config_file_is_changed_there_and_the_refusal_names_the_ke
                 ("add-user", "sensor", "x"),
                 "user 'sensor' is defined in the config file %s: change password_hash or tags in [users.sensor] "
                 "there, then restart the broker" % config,
+            ),
+            (
+                ("change-password", "sensor", "x"),
+                "user 'sensor' is defined in the config file %s: change password_hash in [users.sensor] there, "
+                "then restart the broker" % config,
+            ),
+            (
+                ("clear-permissions", "sensor"),
+                "user 'sensor' is defined in the config file %s: change permissions (and topic_permissions) "
+                "in [users.sensor] there, then restart the broker" % config,
             ),
             (
                 ("delete-user", "sensor"),
