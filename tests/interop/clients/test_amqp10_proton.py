@@ -214,6 +214,31 @@ def test_wrong_credentials_are_refused(broker):
     assert "AMQP 1.0 PLAIN login refused" in broker.log()
 
 
+def test_a_deleted_user_s_connection_is_closed_as_forced(broker):
+    """`hutch ctl delete-user` ends the user's 1.0 connection: close with amqp:connection:forced
+    and the reason (a 0-9-1 client gets 320 CONNECTION_FORCED with the same words)."""
+    from proton import ConnectionException
+
+    def ctl(*args):
+        done = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", *args, "--data", broker.data], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    user = "reader-" + uuid.uuid4().hex[:8]
+    ctl("add-user", user, "pw")
+    ctl("set-permissions", user, ".*", ".*", ".*")
+    declare(broker, user + "-q")
+    connection = proton(broker, user, "pw")
+    receiver = connection.create_receiver("/queues/%s-q" % user)
+    assert ctl("delete-user", user) == "deleted user '%s'; closed its 1 connection" % user
+    with pytest.raises(ConnectionException) as closed:
+        receiver.receive(TIMEOUT)
+    assert "amqp:connection:forced" in str(closed.value), closed.value
+    assert "user '%s' is deleted" % user in str(closed.value), closed.value
+
+
 def test_1_0_and_0_9_1_meet_in_one_queue_with_the_table_s_properties(broker):
     declare(broker, "meet")
     conn = proton(broker)
