@@ -93,26 +93,30 @@ class Container:
             raise
 
     def _leader(self):
-        """The container's PID 1 (its systemd), nspawn's child, as the machine numbers it."""
-        deadline = time.monotonic() + 30
+        """The container's PID 1 (its systemd), nspawn's child, as the machine numbers it. nspawn
+        first forks a child that makes the namespaces and the container's PID 1, then exits (nspawn
+        reaps what it leaves): only a child that runs systemd is the one."""
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError("systemd-nspawn exited with %s:\n%s" % (self.proc.returncode, self.output()))
             for pid in _pids():
-                if _parent(pid) == self.proc.pid:
+                if _parent(pid) == self.proc.pid and _command(pid) == "systemd":
                     return pid
             time.sleep(0.1)
         raise AssertionError("systemd-nspawn started no container:\n" + self.output())
 
     def _until_running(self):
         deadline = time.monotonic() + 120
-        state = ""
+        asked = None
         while time.monotonic() < deadline:
-            state = self.run("systemctl", "is-system-running").stdout.strip()
-            if state in ("running", "degraded"):
+            asked = self.run("systemctl", "is-system-running")
+            if asked.stdout.strip() in ("running", "degraded"):
                 return
             time.sleep(0.3)
-        raise AssertionError("the container's systemd is %r after 120 s:\n%s" % (state, self.output()))
+        raise AssertionError(
+            "the container's systemd is %r after 120 s (%s):\n%s" % (asked.stdout.strip(), asked.stderr, self.output())
+        )
 
     def run(self, *command, timeout=90):
         """A command in the container (its namespaces, root and working folder), as root."""
@@ -157,6 +161,15 @@ class Container:
 
 def _pids():
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _command(pid):
+    """The name the process runs as (its comm), or None once it is gone."""
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def _parent(pid):
