@@ -45,7 +45,8 @@ and, to be told when the journal has made its confirms durable (Broker.wait_for_
 it (broker.connections, core/flow.py, core/snapshot.py):
 
     conn.tick(now), conn.name, conn.client, conn.counted
-    conn.close(reason)                     from the broker's side (a shutdown, an operator)
+    conn.close(reason)                     from the broker's side: its shutdown (no reason) or an
+                                           operator's (hutch ctl: the reason)
     conn.channels                          its sessions, by number (counted in the snapshot)
     conn.notify_blocked(reason), conn.notify_unblocked(), conn.resume_reading()
     conn.unsettled()                       (queue, entry) of what its sessions hold unsettled

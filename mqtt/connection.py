@@ -372,11 +372,14 @@ class Connection(PortConnection):
         self.out = []
         self.finish()
 
-    def close(self, reason="broker shutdown"):
-        """From the broker's side: its shutdown (Server shutting down), or an operator's
-        `hutch ctl` (Administrative action, as Mosquitto says when it kicks a client)."""
+    def close(self, reason=None):
+        """From the broker's side: its shutdown (no reason: Server shutting down), or an
+        operator's `hutch ctl` (Administrative action, as Mosquitto says when it kicks a client)."""
         if self.state == OPEN:
-            self.refuse(SERVER_SHUTTING_DOWN if reason == "broker shutdown" else ADMINISTRATIVE_ACTION, reason)
+            if reason is None:
+                self.refuse(SERVER_SHUTTING_DOWN, "broker shutdown")
+            else:
+                self.refuse(ADMINISTRATIVE_ACTION, reason)
         else:
             self.finish()
 

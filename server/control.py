@@ -131,14 +131,11 @@ class Control:
         return {"error": "no connection '%s' (hutch ctl list connections name)" % request["name"]}
 
     def add_user(self, request):
-        from ..core.auth import hash_password
-
         name = request["name"]
         refused = self._config_user(name, "add")
         if refused or name in self.broker.users.hashes:
             return {"error": refused or "user '%s' already exists" % name}
-        password_hash = hash_password(request["password"], os.urandom(4))
-        return self._keep_user(name, None, password_hash, request.get("tags") or [])
+        return self._keep_user(name, None, _hashed(request["password"]), request.get("tags") or [])
 
     def set_permissions(self, request):
         name = request["name"]
@@ -153,11 +150,8 @@ class Control:
         return self._keep_user(name, patterns)
 
     def change_password(self, request):
-        from ..core.auth import hash_password
-
         name = request["name"]
-        refused = self._unchangeable(name, "password")
-        return refused or self._keep_user(name, None, hash_password(request["password"], os.urandom(4)))
+        return self._unchangeable(name, "password") or self._keep_user(name, None, _hashed(request["password"]))
 
     def clear_permissions(self, request):
         """As rabbitmqctl clear_permissions: the user may no longer open "/" (530), and its
@@ -321,6 +315,13 @@ def _drop_user(parsed, name):
 
 def users_path(folder):
     return os.path.join(folder, USERS_FILE)
+
+
+def _hashed(password):
+    """A password as RabbitMQ stores it (salted SHA-256), with a fresh salt."""
+    from ..core.auth import hash_password
+
+    return hash_password(password, os.urandom(4))
 
 
 def save_users(folder, users):

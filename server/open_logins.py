@@ -19,6 +19,7 @@ def apply_users(broker):
     those whose user is gone. Returns how many connections were closed."""
     users = broker.users
     closed = 0
+    nothing = None  # (made once, for every connection left without permissions)
     for conn in list(broker.connections):
         login = conn.client
         if login is None or conn.closed:  # (not logged in yet: its login reads broker.users)
@@ -29,12 +30,9 @@ def apply_users(broker):
             closed += 1
             continue
         allowed, granted = users.access(name)
-        login.permissions = granted if allowed else _nothing()
+        if not allowed and nothing is None:
+            from ..core.access import Permissions
+
+            nothing = Permissions("", "", "")  # allows no name: "" is RabbitMQ's "^$"
+        login.permissions = granted if allowed else nothing
     return closed
-
-
-def _nothing():
-    """Permissions that allow no name: "" is RabbitMQ's "^$" (core/access.py)."""
-    from ..core.access import Permissions
-
-    return Permissions("", "", "")
