@@ -154,7 +154,7 @@ class Side:
         self.writer.files.close()
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(
     alike_run,
     st.lists(pieces, max_size=12),

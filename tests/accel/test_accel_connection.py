@@ -88,7 +88,7 @@ pieces = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     st.sampled_from([4096, 131072]),
     st.lists(pieces, max_size=25),
@@ -117,7 +117,7 @@ def test_same_behaviour_whatever_the_scanner(frame_max, body, chunk, queue_max, 
         assert results[2] == results[0], "C scanner differs from the connection's own loop"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.binary(max_size=600), st.integers(1, 64))
 def test_same_behaviour_on_random_bytes(raw, chunk):
     sides = [Side(how, Limits()) for how in ("inline", "python", "c")]

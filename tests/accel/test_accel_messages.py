@@ -83,7 +83,7 @@ def joined(records):
     return b"".join(record for _id, record in records)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(segments, st.integers(0, 64), bitmaps, wants)
 def test_sound_segments(records, first_id, bitmap, want):
     data = joined(records)
@@ -126,7 +126,7 @@ dense_runs = st.builds(
 )
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(dense_runs, st.integers(-2, 2), wants, st.lists(st.tuples(st.integers(0, 40), messages), max_size=3))
 def test_dense_runs(records, shift, want, strays):
     """A dense run's ids one after the other (other records between them), from first_id near
@@ -145,7 +145,7 @@ def test_dense_runs(records, shift, want, strays):
     assert found_ids(calls) == (expected if want else [])  # (sound records: each call goes on)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(segments, bitmaps, wants, st.data())
 def test_cut_segments(records, bitmap, want, data):
     whole = joined(records)
@@ -154,7 +154,7 @@ def test_cut_segments(records, bitmap, want, data):
     assert calls[-1][2] in (CLEAN, INCOMPLETE, TORN)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(segments, bitmaps, wants, st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4))
 def test_flipped_segments(records, bitmap, want, flips):
     data = bytearray(joined(records))
@@ -164,13 +164,13 @@ def test_flipped_segments(records, bitmap, want, flips):
     both(bytes(data), 0, 0, bitmap, want)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(segments, bitmaps, wants, st.integers(1, 300))
 def test_zeroed_tails(records, bitmap, want, zeros):
     both(joined(records) + bytes(zeros), 0, 0, bitmap, want)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(st.lists(st.binary(max_size=60), max_size=10), st.binary(min_size=1, max_size=4), wants)
 def test_messages_whose_fields_do_not_fit(payloads, bitmap, want):
     """MESSAGE records that pass their CRC but whose fields run past their end (a bug, or a
@@ -179,7 +179,7 @@ def test_messages_whose_fields_do_not_fit(payloads, bitmap, want):
     both(data, 0, 0, bitmap, want)
 
 
-@settings(max_examples=EXAMPLES * 2, deadline=None)
+@settings(max_examples=EXAMPLES * 2)
 @given(st.binary(max_size=2000), st.integers(0, 2005), st.integers(0, 2**64 - 1), bitmaps, wants)
 def test_random_bytes(raw, pos, first_id, bitmap, want):
     both(raw, pos, first_id, bitmap, want)

@@ -227,7 +227,7 @@ class Side:
         self.writer.files.close()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     st.lists(pieces, min_size=1, max_size=12),
     st.lists(SETTLES, min_size=1, max_size=12),

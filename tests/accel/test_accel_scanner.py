@@ -120,7 +120,7 @@ buffer_kinds = st.sampled_from(["bytes", "bytearray", "memoryview", "slice"])
 max_payloads = st.sampled_from([0, 1, 7, 100, 299, 300, 4088, 131064, 2**32 - 9, 2**32 - 1]) | st.integers(0, 400)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(frame_lists, st.binary(max_size=20), capacities, buffer_kinds)
 def test_valid_streams(frames, prefix, capacity, kind):
     data = prefix + b"".join(frame(*f) for f in frames)
@@ -130,7 +130,7 @@ def test_valid_streams(frames, prefix, capacity, kind):
     assert frames_in(data, calls) == frames
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(frame_lists, capacities, st.data())
 def test_truncated_streams(frames, capacity, data):
     stream = b"".join(frame(*f) for f in frames)
@@ -146,7 +146,7 @@ def test_truncated_streams(frames, capacity, data):
     assert len(frames_in(stream, calls)) == whole and calls[-1][1] == end
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(frame_lists.filter(bool), capacities, max_payloads, st.data())
 def test_oversize_frame(frames, capacity, max_payload, data):
     """A size above max_payload stops the scan at that frame, payload arrived or not."""
@@ -162,7 +162,7 @@ def test_oversize_frame(frames, capacity, max_payload, data):
         assert len(frames_in(bytes(stream), calls)) == bad
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(frame_lists.filter(bool), capacities, st.integers(0, 255).filter(lambda b: b != 0xCE), st.data())
 def test_bad_frame_end(frames, capacity, octet, data):
     stream = bytearray(b"".join(frame(*f) for f in frames))
@@ -174,7 +174,7 @@ def test_bad_frame_end(frames, capacity, octet, data):
     assert len(frames_in(bytes(stream), calls)) == bad
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(frame_lists, capacities, st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=5))
 def test_corrupted_streams(frames, capacity, flips):
     stream = bytearray(b"".join(frame(*f) for f in frames))
@@ -184,13 +184,13 @@ def test_corrupted_streams(frames, capacity, flips):
     both(bytes(stream), 0, 300, capacity)
 
 
-@settings(max_examples=EXAMPLES * 2, deadline=None)
+@settings(max_examples=EXAMPLES * 2)
 @given(st.binary(max_size=3000), st.integers(0, 3005), max_payloads, capacities, buffer_kinds)
 def test_random_bytes(raw, pos, max_payload, capacity, kind):
     both(as_buffer(raw, kind), pos, max_payload, capacity)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(
     st.lists(st.sampled_from([b"\x01\x00\x01", b"\x03\x00\x01", b"\x08\x00\x00"]), max_size=50),
     st.lists(st.integers(0, 8), max_size=50),

@@ -147,7 +147,7 @@ arguments = st.tuples(
 )
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(record_lists, arguments)
 def test_sound_records(specs, args):
     data = records(specs)
@@ -186,7 +186,7 @@ def _deliveries(frames, number, max_payload):
     return [tuple(d) for d in out]
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(record_lists, arguments, st.data())
 def test_records_cut_short(specs, args, data):
     raw = records(specs)
@@ -195,7 +195,7 @@ def test_records_cut_short(specs, args, data):
     assert calls[-1][0][4] in (WANT, DONE)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(record_lists, arguments, st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4))
 def test_flipped_bytes(specs, args, flips):
     raw = bytearray(records(specs))
@@ -204,7 +204,7 @@ def test_flipped_bytes(specs, args, flips):
     both(raw, 0, *args)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(st.lists(st.tuples(st.integers(0, 12), st.binary(max_size=60)), max_size=6), arguments)
 def test_records_that_check_out_but_do_not_hold_together(pieces, args):
     """A sound envelope and CRC around a payload that is not a stream's (lengths pointing out
@@ -219,7 +219,7 @@ def test_records_that_check_out_but_do_not_hold_together(pieces, args):
     both(bytearray(raw), 0, *args)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(st.binary(max_size=600), st.integers(0, 600), arguments)
 def test_random_bytes(raw, pos, args):
     both(bytearray(raw), min(pos, len(raw)), *args)

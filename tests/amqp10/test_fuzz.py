@@ -25,7 +25,7 @@ from hutch.amqp10.types import (
 )
 from hutch.core import topology
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FUZZ

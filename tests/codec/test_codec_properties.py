@@ -151,7 +151,7 @@ def valid_methods(draw):
     return frames
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@settings(max_examples=FUZZ_EXAMPLES)
 @given(st.lists(valid_methods(), max_size=25))
 def test_random_methods_on_open_channels_never_crash(frames):
     broker = Broker()

@@ -105,7 +105,7 @@ def test_cobs_decode_never_crashes(data):
     assert decoded is None or isinstance(decoded, bytearray)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(
     plan_ab=st.lists(damage, max_size=60),
     plan_ba=st.lists(damage, max_size=60),
@@ -121,7 +121,7 @@ def test_damaged_line_delivers_exact_stream(plan_ab, plan_ba, to_b, to_a, window
     assert run(a, b, Wire(plan_ab), Wire(plan_ba), to_b, to_a, 120000)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(st.lists(st.binary(max_size=300), max_size=30))
 def test_random_bytes_are_never_delivered(chunks):
     a = Link(0, b"AAAA")
@@ -136,7 +136,7 @@ def test_random_bytes_are_never_delivered(chunks):
     assert not b.peer_restarted
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(st.binary(min_size=1, max_size=2000), st.lists(st.integers(1, 50), min_size=1, max_size=20))
 def test_any_chunking_of_the_stream_is_the_same(data, sizes):
     a = Link(0, b"AAAA")
@@ -165,7 +165,7 @@ def test_any_chunking_of_the_stream_is_the_same(data, sizes):
     assert a.stats["retransmits"] == 0
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES)
 @given(
     restart_at=st.integers(0, 60),
     plan=st.lists(damage, max_size=30),

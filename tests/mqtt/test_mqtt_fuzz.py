@@ -63,7 +63,7 @@ def still_serves(broker):
     good.conn.lost()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(
     level=st.sampled_from([V311, V5]),
     edits=EDITS,
@@ -90,7 +90,7 @@ def test_mutated_sessions_cost_one_connection(level, edits, which, cuts):
     still_serves(broker)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.binary(max_size=400))
 def test_random_octets_after_connect(noise):
     broker = Broker(Limits())
@@ -104,7 +104,7 @@ def test_random_octets_after_connect(noise):
     still_serves(broker)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.binary(max_size=64))
 def test_the_packet_readers_raise_only_malformed(body):
     for level in (V311, V5):
