@@ -55,8 +55,10 @@ package(
     files=(
         "__init__.py",
         "alarms.py",
+        "classes.py",
         "down.py",
         "inbox.py",
+        "leftovers.py",
         "machine.py",
         "outbox.py",
         "rate.py",

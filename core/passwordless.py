@@ -31,9 +31,13 @@ def mechanisms(users, tls):
     return offered
 
 
-def login(users, mechanism, tls, loopback):
-    """(the user, None if it may log in, else the reason, for the log)."""
-    user = getattr(users, "anonymous", None) if mechanism == b"ANONYMOUS" else tls["login"]
+def login(users, mechanism, tls, loopback, anonymous=None):
+    """(the user, None if it may log in, else the reason, for the log). anonymous: the user
+    ANONYMOUS logs in as where the config names none (MQTT's: guest, as RabbitMQ 4's default)."""
+    if mechanism == b"ANONYMOUS":
+        user = getattr(users, "anonymous", None) or anonymous
+    else:
+        user = tls["login"]
     if user is None:
         return "?", NO_CERTIFICATE
     if user not in users.hashes:

@@ -73,11 +73,12 @@ def snapshot(broker):
     if broker.bridges:
         from .bridge.machine import NAMES as STATES  # (a broker with bridges has it loaded)
 
-        ages = {}
-        for queue in queues:
-            ages[queue["name"]] = queue["oldest_age_s"]
         for bridge in broker.bridges:
-            bridges.append(_bridge(bridge, STATES, ages))
+            if bridge.settings["direction"] == "up":
+                for one in bridge.classes:
+                    bridges.append(_up(bridge, one, STATES, now))
+            else:
+                bridges.append(_down(bridge, STATES))
     counters = _named(broker.stats)
     # the counters of a front end that keeps its own (mqtt/connection.py Serving.stats), by its name
     by_protocol = {}
@@ -104,7 +105,23 @@ def snapshot(broker):
         "held": {"messages": broker.flow.held_messages, "bytes": broker.flow.held_bytes},
         "blocked": broker.flow.reason if broker.flow.blocked else None,
         "bridges": bridges,
+        "left_behind": _left_behind(broker),
     }
+
+
+def _left_behind(broker):
+    """Queues named as a bridge's own (hutch.bridge.NAME...) that no bridge forwards: what a bridge
+    removed or made into classes left (core/bridge/leftovers.py took in what it could)."""
+    owned = set()
+    for bridge in broker.bridges:
+        if bridge.settings["direction"] == "up":
+            for one in bridge.classes:
+                owned.add(one.outbox.queue.name)
+    out = []
+    for name, queue in broker.queues.items():
+        if name.startswith(b"hutch.bridge.") and name not in owned and not queue.is_stream:
+            out.append({"queue": text(name), "messages": queue.message_count()})
+    return out
 
 
 def _sensors(sensors):
@@ -169,49 +186,73 @@ def _stream(stream, unacked):
     }
 
 
-def _bridge(bridge, states, ages):
-    """A bridge (core/bridge/machine.py) as `hutch ctl bridges` shows it. Up: forwarded is what
-    upstream confirmed, backlog what waits here; down: what was taken here, and what waited
-    upstream when the link came up. A stream source also shows the last offset every record
-    up to which upstream confirmed (what its offset file says, once written)."""
+def _up(bridge, one, states, wall):
+    """An up bridge's class (core/bridge/classes.py; a bridge without classes is one) as `hutch
+    ctl bridges` shows it: forwarded is what upstream confirmed, backlog what waits here, the
+    oldest age that of the oldest message not yet confirmed. A class that may not send in the
+    [uplink]'s closed window, on a link that others keep open, is waiting. A stream source also
+    shows the last offset every record up to which upstream confirmed (what its offset file
+    says, once written)."""
+    settings = bridge.settings
+    outbox = one.outbox
+    source = outbox.queue
+    oldest = outbox.oldest_arrival()
+    state = states[bridge.state]
+    if not bridge.may_send(one) and bridge.state != 6:  # (6: STOPPED)
+        state = "waiting"
+    out = {
+        "name": one.name,
+        "direction": "up",
+        "state": state,
+        "upstream": bridge.upstream,
+        "queue": text(source.name),
+        "forwarded": outbox.forwarded,
+        "in_flight": len(outbox.in_flight),
+        "backlog": outbox.backlog(),
+        "oldest_age_s": None if not oldest else max(0, wall - oldest) / 1000,
+        "last_error": bridge.last_error,
+        "alarm": one.alarm or bridge.budget_held,  # (core/bridge/alarms.py, up.py) or None
+        "priority": one.priority,  # (its share of an [uplink] budget, its order among the classes)
+    }
+    if bridge.window is not None:  # (an [uplink] schedule: when its window opens or closes)
+        out["window"] = bridge.window
+    if bridge.budget_held is not None:
+        out["budget"] = bridge.budget_held
+    if bridge.stream is not None:
+        out["confirmed_offset"] = bridge.stream.next_offset() - 1
+        return out
+    out["dropped"] = source.dropped  # what left the queue without going upstream, or was refused
+    out["refused"] = source.refused
+    if settings.get("classes"):
+        out["ttl_s"] = one.settings["ttl"]
+        out["bytes"] = source.ready_bytes + source.paged_bytes
+        out["max_bytes"] = one.settings["max_bytes"]
+    return out
+
+
+def _down(bridge, states):
+    """A down bridge as `hutch ctl bridges` shows it: what was taken here, and what waited
+    upstream when the link came up."""
     settings = bridge.settings
     queue = settings["queue"]
     if queue is None:  # (down from MQTT: the topic filters it subscribes to)
         queue = " ".join(settings["filters"])
-    up = settings["direction"] == "up"
-    if up:
-        outbox = bridge.outbox
-        counts = (outbox.forwarded, len(outbox.in_flight), outbox.backlog())
-    else:
-        inbox = bridge.inbox
-        counts = (inbox.received, len(inbox.pending), bridge.upstream_backlog)
+    inbox = bridge.inbox
     out = {
         "name": bridge.name,
-        "direction": settings["direction"],
+        "direction": "down",
         "state": states[bridge.state],
         "upstream": bridge.upstream,
         "queue": queue,
-        "forwarded": counts[0],
-        "in_flight": counts[1],
-        "backlog": counts[2],
-        "oldest_age_s": ages.get(queue) if up else None,
+        "forwarded": inbox.received,
+        "in_flight": len(inbox.pending),
+        "backlog": bridge.upstream_backlog,
+        "oldest_age_s": None,
         "last_error": bridge.last_error,
-        "alarm": bridge.alarm,  # (core/bridge/alarms.py) what crossed its thresholds, or None
+        "alarm": None,
     }
-    if bridge.window is not None:  # (an [uplink] schedule: when its window opens or closes)
+    if bridge.window is not None:
         out["window"] = bridge.window
-    stream = bridge.stream if up else None  # (a stream source)
-    if stream is not None:
-        out["confirmed_offset"] = stream.next_offset() - 1
-    if up and stream is None:  # what left the queue without going upstream, or was refused
-        source = bridge.outbox.queue
-        out["dropped"] = source.dropped
-        out["refused"] = source.refused
-        out["priority"] = settings.get("priority", 0)  # (its share of an [uplink] budget, or its class's)
-        if settings.get("group") is not None:  # a class (server/bridge_config.py classes)
-            out["ttl_s"] = settings["ttl"]
-            out["bytes"] = source.ready_bytes + source.paged_bytes
-            out["max_bytes"] = settings["max_bytes"]
     return out
 
 

@@ -260,7 +260,7 @@ class Connection(PortConnection):
                 self.dropped_quietly()
                 return
             broker.guard.say(self.source, "%s: MQTT login refused: %s" % (self.name, reason))
-            self.refuse_connect(NOT_AUTHORIZED if c.user is None else BAD_USER_NAME_OR_PASSWORD, reason)
+            self.refuse_connect(NOT_AUTHORIZED if not c.user else BAD_USER_NAME_OR_PASSWORD, reason, said=True)
             return
         allowed, permissions = broker.users.access(user)
         if not allowed:
@@ -318,7 +318,7 @@ class Connection(PortConnection):
         """(user, None) for a client that may log in, (user, the reason) for one that may not."""
         users = self.broker.users
         self.serving.count(self.broker, counters.AUTH_ATTEMPTS)
-        if c.user is not None:
+        if c.user:  # (an empty user name and password: anonymous, as Mosquitto takes it)
             user = c.user.decode()
             try:
                 password = (c.password or b"").decode()
@@ -330,12 +330,17 @@ class Connection(PortConnection):
         tls = getattr(self, "tls", None)
         if tls is not None and tls.get("login") is not None:
             return login(users, b"EXTERNAL", tls, self.loopback)
-        if getattr(users, "anonymous", None) is not None:
-            return login(users, b"ANONYMOUS", tls, self.loopback)
+        if c.password:
+            return "?", "a password without a user name"
+        # [auth] anonymous_login_user, else guest (RabbitMQ 4's default; from loopback only)
+        if getattr(users, "anonymous", None) is not None or "guest" in users.hashes:
+            return login(users, b"ANONYMOUS", tls, self.loopback, "guest")
         return "?", "no user name, and no anonymous user ([auth] anonymous_login_user)"
 
-    def refuse_connect(self, code, reason):
-        self.broker.log("warning", "%s: MQTT connection refused: %s" % (self.name, reason))
+    def refuse_connect(self, code, reason, said=False):
+        """A CONNACK that refuses, with its reason (version 5), logged unless said already."""
+        if not said:
+            self.broker.log("warning", "%s: MQTT connection refused: %s" % (self.name, reason))
         self.send(
             packets.connack(self.level, False, code, {packets.REASON_STRING: reason} if self.level == V5 else None)
         )

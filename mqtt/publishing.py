@@ -130,7 +130,8 @@ class Publishing:
     def _route(self, topic):
         """(routing key, route octets) of a topic not published lately, checked."""
         if not valid_topic(topic):
-            raise Malformed(TOPIC_NAME_INVALID, "topic name '%s'" % text(topic))
+            why = "is empty" if not topic else "holds a wildcard (+ or #): a PUBLISH names one topic"
+            raise Malformed(TOPIC_NAME_INVALID, "topic name '%s' %s" % (text(topic), why))
         key = routing_key(topic)
         if len(key) > 255:
             raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")

@@ -221,7 +221,7 @@ def _journal(out, journal, counters):
     out.one("hutch_journal_segments", "gauge", "Journal segment files", journal["segments"])
 
 
-BRIDGE_STATES = ("starting", "connecting", "running", "blocked", "backoff", "stopped")
+BRIDGE_STATES = ("starting", "connecting", "running", "blocked", "backoff", "waiting", "stopped")
 
 
 def _dedup(out, snap):

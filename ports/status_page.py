@@ -50,7 +50,7 @@ function table(id, heads, rows) {
   if (!rows.length) { tr = el("tr"); var td = el("td", "none"); td.colSpan = heads.length; tr.appendChild(td); t.appendChild(tr); }
   rows.forEach(function (row) {
     tr = el("tr");
-    heads.forEach(function (h) { tr.appendChild(el("td", row[h[1]] === null ? "-" : row[h[1]], id + "." + row.name + "." + h[1])); });
+    heads.forEach(function (h) { tr.appendChild(el("td", row[h[1]] == null ? "-" : row[h[1]], id + "." + row.name + "." + h[1])); });
     t.appendChild(tr);
   });
 }
@@ -112,8 +112,9 @@ function draw(data) {
   table("connections", [["name", "name"], ["protocol", "protocol"], ["user", "user"], ["TLS", "tls"],
     ["channels", "channels"]], b.connections);
   drawMqtt(b);
-  table("bridges", [["name", "name"], ["state", "state"], ["upstream", "upstream"], ["forwarded", "forwarded"],
-    ["in flight", "in_flight"], ["backlog", "backlog"], ["alarm", "alarm"], ["last error", "last_error"]], b.bridges);
+  table("bridges", [["name", "name"], ["state", "state"], ["window", "window"], ["upstream", "upstream"],
+    ["forwarded", "forwarded"], ["in flight", "in_flight"], ["backlog", "backlog"], ["oldest (s)", "oldest_age_s"],
+    ["alarm", "alarm"], ["last error", "last_error"]], b.bridges);
   table("streams", [["name", "name"], ["first", "first"], ["last", "last"], ["bytes", "bytes"], ["consumers", "consumers"]], b.streams);
   var storage = document.getElementById("storage"); storage.textContent = "";
   if (b.journal) {

@@ -80,17 +80,20 @@ class Bridge:
         self.offsets = None  # a stream source's offset file
         self.stream_source = None  # and its machine
         if self.up:  # (each direction's decisions are loaded only by a bridge of that direction)
-            from ..core.bridge.up import UpMachine, source_queue
+            from ..core.bridge.up import UpMachine, source_queues
 
-            queue = source_queue(self.broker, settings)
+            queues = source_queues(self.broker, settings)
             if data_folder is not None and broker.journal is not None and broker.bridge_runs is None:
                 broker.bridge_runs = run_starts(data_folder, broker.journal.next_id)  # once per start
             saved = None
-            if queue.is_stream and data_folder is not None:
+            if queues[0].is_stream and data_folder is not None:
                 self.offsets = offset_path(data_folder, settings["name"])
                 saved = read_offset(self.offsets)
-            machine = UpMachine(broker, settings, log, random.getrandbits, queue, node, self.output.set, saved)
+            machine = UpMachine(broker, settings, log, random.getrandbits, queues, node, self.output.set, saved)
             self.machine = machine
+            thresholds = settings["alarm_backlog"] or settings["alarm_age"] or settings["alarm_bytes"]
+            if thresholds or any(one.drops() for one in machine.classes):
+                self.watched = (machine, bool(thresholds))
             if self.offsets is not None:
                 self.stream_source = machine
                 self.save_offset(True)  # a new lane is on disk before anything is forwarded in it
@@ -101,21 +104,22 @@ class Bridge:
 
     def start(self):
         self.task = self._task(self.run())
-        if self.up:
-            from ..core.bridge.alarms import has_thresholds  # (its check loaded only with a threshold)
+        if self.watched is not None:
+            self.watch = self._task(self._watch(*self.watched))
 
-            if has_thresholds(self.machine.settings):
-                self.watch = self._task(self._watch())
+    watched = None  # (an up machine, whether it has alarm thresholds): what _watch watches, if anything
+    watch = None  # the task that checks the alarms' thresholds and says the classes' drops
 
-    watch = None  # the task that checks the alarms' thresholds
-
-    async def _watch(self):
-        """Every second, link or no link: the alarms' thresholds (core/bridge/alarms.py)."""
-        from ..core.bridge.alarms import check
+    async def _watch(self, machine, thresholds):
+        """Every second, link or no link: the alarms' thresholds, and what the classes dropped by
+        their policies (core/bridge/alarms.py, loaded only with either)."""
+        from ..core.bridge.alarms import check, say_drops
 
         broker = self.broker
         while not self.stopping:
-            check(self.machine, broker.now + broker.wall_offset)
+            if thresholds:
+                check(machine, broker.now + broker.wall_offset)
+            say_drops(machine)
             await sleep_ms(ALARM_CHECK_MS)
 
     async def stop(self, drain_ms=0):
@@ -449,7 +453,8 @@ class _Link:
         while True:
             await sleep_ms(TICK_MS)
             now = bridge.clock.now_ms()
-            self.silent = self.machine.tick(now, self.protocol.tick(now) < 0)
+            day_s = day_seconds() if bridge.broker.uplink is not None else None
+            self.silent = self.machine.tick(now, self.protocol.tick(now) < 0, day_s)
             bridge.save_offset()
             if self.login is not None and not self.silent:
                 self.silent = self.login.renew(self, now)

@@ -121,12 +121,14 @@ def bridges_from(data, path="config"):
         if not isinstance(table, dict):
             raise ConfigError("%s: [[bridge]] #%d must be a table" % (path, i + 1))
         bridge = _bridge(table, path, i + 1)
-        for one in _classes(table, bridge, "%s: bridge '%s'" % (path, bridge["name"])):
-            where = "%s: bridge '%s'" % (path, one["name"])
-            if one["name"] in names:
-                raise ConfigError("%s: a second bridge named '%s'" % (where, one["name"]))
-            names.add(one["name"])
-            bridges.append(one)
+        bridge["classes"] = _classes(table, bridge, "%s: bridge '%s'" % (path, bridge["name"]))
+        if bridge["classes"] is not None:
+            bridge["queue"] = None  # (each class has its own)
+        for name in [bridge["name"]] + [one["name"] for one in bridge["classes"] or ()]:
+            if name in names:
+                raise ConfigError("%s: bridge '%s': a second bridge named '%s'" % (path, name, name))
+            names.add(name)
+        bridges.append(bridge)
     return bridges
 
 
@@ -135,17 +137,16 @@ WHEN_FULL = {"refuse": b"reject-publish", "drop-oldest": b"drop-head"}
 
 
 def _classes(table, bridge, where):
-    """An up bridge's `classes`, each a bridge of its own named NAME.CLASS (its queue
-    hutch.bridge.NAME.CLASS, bound to `source_exchange` with the class's binding key) that
-    forwards to the same upstream with its priority: while a class of a higher priority has
-    messages waiting and its link is up (or coming up), a lower one sends nothing. A class may
-    have a time-to-live (seconds: older messages are dropped, not forwarded stale) and a disk
-    budget (max_bytes) with what happens when it is full: refuse new messages (a publisher's
-    nack, an MQTT 5 PUBACK error) or drop the oldest. Without classes: the bridge itself."""
+    """An up bridge's `classes` (None without): each a queue of its own, hutch.bridge.NAME.CLASS,
+    bound to `source_exchange` with the class's binding key, and shown as the bridge NAME.CLASS.
+    The bridge's one link sends from them by priority (core/bridge/up.py): while a class of a
+    higher priority has messages to send, a lower one sends nothing. A class may have a
+    time-to-live (seconds: older messages are dropped, not forwarded stale) and a disk budget
+    (max_bytes) with what happens when it is full: refuse new messages (a publisher's nack, an
+    MQTT 5 PUBACK error) or drop the oldest."""
     classes = table.get("classes")
-    bridge.update(group=None, ttl=None, max_bytes=None, when_full=None)
     if classes is None:
-        return [bridge]
+        return None
     if bridge["direction"] != "up" or bridge["source_exchange"] is None:
         raise ConfigError('%s: classes need an up bridge with source_exchange = "..." (what they bind to)' % where)
     if not isinstance(classes, list) or not classes or not all(isinstance(one, dict) for one in classes):
@@ -172,21 +173,18 @@ def _classes(table, bridge, where):
             raise ConfigError(
                 '%s: class %s: when_full must be "refuse" or "drop-oldest", not %r' % (where, name, when_full)
             )
-        settings = dict(
-            bridge,
-            name="%s.%s" % (bridge["name"], name),
-            queue="hutch.bridge.%s.%s" % (bridge["name"], name),
-            binding_key=key,
-            group=bridge["name"],
-            priority=_whole(one, "priority", 0, where, 0, 9),
-            always_connected=_flag(one, "always_connected", bridge["always_connected"], where),
-            ttl=_number(one, "ttl", 0, where) or None,
-            max_bytes=_whole(one, "max_bytes", 0, where, 0, 1 << 50) or None,
-            when_full=WHEN_FULL[when_full],
+        out.append(
+            {
+                "name": "%s.%s" % (bridge["name"], name),
+                "queue": "hutch.bridge.%s.%s" % (bridge["name"], name),
+                "binding_key": key,
+                "priority": _whole(one, "priority", 0, where, 0, 9),
+                "always_connected": _flag(one, "always_connected", bridge["always_connected"], where),
+                "ttl": _number(one, "ttl", 0, where) or None,
+                "max_bytes": _whole(one, "max_bytes", 0, where, 0, 1 << 50) or None,
+                "when_full": WHEN_FULL[when_full],
+            }
         )
-        if bridge["client_id"] is not None:  # (one MQTT connection per class: ids apart)
-            settings["client_id"] = "%s-%s" % (bridge["client_id"], name)
-        out.append(settings)
     return out
 
 

@@ -30,6 +30,24 @@ def make_bridges(settings, runtime, data_folder):
         raise StartError(str(e), 2)
 
 
+def take_in_left_behind(runtime, bridges):
+    """The queues bridges left behind (core/bridge/leftovers.py, loaded only when there is one):
+    their messages to the bridge that inherits them, the rest unbound. What was done, one line
+    each, also logged."""
+    broker = runtime.broker
+    from ..core.bridge.classes import classes_of
+
+    owned = {one["queue"] for settings in bridges if settings["direction"] == "up" for one in classes_of(settings)}
+    if not any(name.startswith(b"hutch.bridge.") and name.decode() not in owned for name in broker.queues):
+        return []
+    from ..core.bridge.leftovers import take_in
+
+    said = take_in(broker, bridges)
+    for line in said:
+        runtime.log("warning" if "left" in line else "info", "bridges: " + line)
+    return said
+
+
 def set_uplink(runtime, settings):
     """The config's [uplink] (server/options.py's checked table, or None) on the broker, where each
     bridge reads it (core/bridge/uplink.py: loaded only with one)."""

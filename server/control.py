@@ -209,7 +209,7 @@ class Control:
             "permissions": "change permissions (and topic_permissions) in [users.%s]",
             "delete": "remove [users.%s]",
         }
-        return "user '%s' is defined in the config file %s: %s there, then restart the broker" % (
+        return "user '%s' is defined in the config file %s: %s there, then hutch ctl reload" % (
             name,
             path,
             what[change] % name,

@@ -88,6 +88,8 @@ def _connections(broker):
                 "state": "running" if client is not None else "starting",
                 "auth_mechanism": text(getattr(conn, "auth_mechanism", b"") or b""),
                 "protocol": conn.protocol,
+                # an MQTT client's id (rabbitmqctl list_mqtt_connections's column); other protocols: ""
+                "client_id": text(getattr(conn, "client_id", b"") or b""),
             }
         )
     return out
@@ -228,7 +230,18 @@ COLUMNS = {
                "messages_unacknowledged", "messages", "consumers"),
     "exchanges": ("name", "type", "durable", "auto_delete", "internal", "arguments"),
     "bindings": DEFAULT["bindings"],
-    "connections": ("name", "user", "peer_host", "peer_port", "ssl", "channels", "state", "auth_mechanism", "protocol"),
+    "connections": (
+        "name",
+        "user",
+        "peer_host",
+        "peer_port",
+        "ssl",
+        "channels",
+        "state",
+        "auth_mechanism",
+        "protocol",
+        "client_id",
+    ),
     "channels": ("name", "connection", "number", "user", "consumer_count", "messages_unacknowledged",
                  "prefetch_count", "global_prefetch_count", "confirm", "transactional"),
     "consumers": ("queue_name", "channel_pid", "consumer_tag", "ack_required", "exclusive", "prefetch_count",

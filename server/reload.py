@@ -28,7 +28,7 @@ nothing: the broker goes on with the config it runs, and the answer says why in 
 import asyncio
 
 from . import config, options
-from .bridge_setup import bridge_tls_files, make_bridges, set_uplink
+from .bridge_setup import bridge_tls_files, make_bridges, set_uplink, take_in_left_behind
 from .open_logins import apply_users
 from .runtime import StartError
 
@@ -71,6 +71,7 @@ class Reloader:
                 set_uplink(self.runtime, new["uplink"])
                 said.append("uplink: budget and windows %s" % ("applied" if new["uplink"] else "removed"))
             await self._bridges(new["bridges"], said)
+            said += take_in_left_behind(self.runtime, new["bridges"])
             restart = [
                 key for key in sorted(new) if key not in APPLIED and _value(new[key]) != _value(self.opts.get(key))
             ]
@@ -106,12 +107,7 @@ class Reloader:
         from .host import add_imported_users
 
         add_imported_users(self.runtime.status.folder, users, lambda *a: None)  # (said at start)
-        if (users.hashes, users.tags, users.permissions, getattr(users, "anonymous", None)) == (
-            old.hashes,
-            old.tags,
-            old.permissions,
-            getattr(old, "anonymous", None),
-        ):
+        if _users_key(users) == _users_key(old):
             return
         broker.users = users
         self.runtime.status.controller.config_users = new["user_origins"]  # (what hutch ctl may not change)
@@ -155,9 +151,30 @@ class Reloader:
             bridge.start()
             if bridge.machine.name not in changed:
                 started.append(bridge.machine.name)
-        for verb, names in (("stopped", stopped), ("started", started), ("restarted with its new table", changed)):
+        for verb, names in (("stopped", stopped), ("started", started)):
             for name in names:
                 said.append("bridge %s %s" % (name, verb))
+        for name in changed:
+            was = running[name].machine.settings
+            keys = sorted(key for key in set(was) | set(by_name[name]) if was.get(key) != by_name[name].get(key))
+            said.append("bridge %s restarted with its new table (%s changed)" % (name, ", ".join(_shown(keys))))
+
+
+def _users_key(users):
+    """What a reload compares of two reads of the users: names, hashes, tags, the permissions as
+    written (their compiled patterns are new objects each read), the anonymous login."""
+    permissions = users.permissions
+    if permissions is not None:
+        permissions = {
+            name: None if one is None else (one.patterns, sorted(one.topic_patterns.items()))
+            for name, one in permissions.items()
+        }
+    return (users.hashes, users.tags, permissions, getattr(users, "anonymous", None))
+
+
+def _shown(keys):
+    """A bridge's changed settings by the config's names (uris: uri; tls: its files' keys)."""
+    return ["uri" if key == "uris" else "certificates" if key == "tls" else key for key in keys]
 
 
 def _value(setting):

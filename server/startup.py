@@ -162,11 +162,12 @@ async def start(opts, log, stop_event):
             log("warning", "definitions: left out, hutch has no counterpart: %s" % line)
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
-    if opts["bridges"]:  # before clients come
-        from .bridge_setup import make_bridges, set_uplink
+    if opts["bridges"] or any(name.startswith(b"hutch.bridge.") for name in broker.queues):  # before clients come
+        from .bridge_setup import make_bridges, set_uplink, take_in_left_behind
 
         set_uplink(runtime, opts["uplink"])
         runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
+        take_in_left_behind(runtime, opts["bridges"])  # (queues a config's change left behind)
     runtime.status = await host_services(
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)

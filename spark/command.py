@@ -248,6 +248,7 @@ def watch(query, out, stop, job=None):
     from pyspark.errors import StreamingQueryException
 
     printed = -1
+    closed = False  # whether a batch has written a window's row yet
     while True:
         try:
             finished = query.awaitTermination(POLL_SECONDS)
@@ -259,7 +260,8 @@ def watch(query, out, stop, job=None):
             if report["batchId"] > printed:
                 printed = report["batchId"]
                 out.write(progress.line(report) + "\n")
-                why = progress.waiting(report, job.window_s, job.watermark_s) if job is not None else None
+                why = progress.waiting(report, job.window_s, job.watermark_s, closed) if job is not None else None
+                closed = closed or bool(progress.rows_out(report))
                 if why is not None:
                     out.write("hutch pipeline: %s\n" % why)
                 out.flush()

@@ -52,7 +52,7 @@ def rows_out(progress):
         return count
     operators = _aggregations(progress)
     if not operators:
-        return None
+        return 0 if not progress.get("numInputRows") else None  # (an empty batch runs no operator)
     return sum(op.get("numRowsRemoved") or 0 for op in operators)
 
 
@@ -105,11 +105,12 @@ def _known(value):
     return "?" if value is None else str(value)
 
 
-def waiting(progress, window_s, watermark_s):
+def waiting(progress, window_s, watermark_s, closed_before=False):
     """When a batch read rows and wrote none, a line that says why: every window it touched is
     still open, and the first of them closes once a reading stamped past its end plus the
     watermark's delay arrives (a window's row is written when the watermark passes its end).
-    None for any other batch."""
+    closed_before: an earlier batch wrote a window's row (then the line does not say that
+    none has closed). None for any other batch."""
     if not progress.get("numInputRows") or rows_out(progress) != 0:
         return None
     first = _instant((progress.get("eventTime") or {}).get("min"))
@@ -119,6 +120,15 @@ def waiting(progress, window_s, watermark_s):
     stamp = first.timestamp()
     end = datetime.datetime.fromtimestamp(stamp - stamp % window_s + window_s, datetime.timezone.utc)
     closes = end + datetime.timedelta(seconds=watermark_s)
+    if closed_before:
+        return (
+            "this batch's windows are still open (%d aggregate rows): the first, ending %s, is written once a reading stamped after %s arrives (its end + --watermark)"
+            % (
+                open_rows,
+                _iso(end),
+                _iso(closes),
+            )
+        )
     return (
         "no window has closed yet (%d aggregate rows open): the first, ending %s, is written once a reading stamped after %s arrives (its end + --watermark)"
         % (

@@ -312,6 +312,7 @@ def bridges(data):
         return broker
     out = broker.get("bridges", [])
     info = {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
+    info["left_behind"] = broker.get("left_behind", [])
     if broker.get("asked"):
         info["asked"] = True
     return info
@@ -380,6 +381,13 @@ def bridges_command(args):
             print("    window: %s" % b["window"])
         if b.get("alarm"):
             print("    ALARM: %s" % b["alarm"])
+        if b.get("budget"):
+            print("    budget: %s" % b["budget"])
         if "ttl_s" in b or b.get("priority") or b.get("dropped") or b.get("refused"):
             print("    %s" % _class_line(b))
+    for left in info["left_behind"]:  # (core/bridge/leftovers.py)
+        print(
+            "  left behind: queue %s, %s messages: no bridge forwards it (hutch ctl delete queue %s drops them)"
+            % (left["queue"], _n(left["messages"]), left["queue"])
+        )
     return 0

@@ -12,9 +12,12 @@ and prints what to run next (systemd-sysusers, systemctl daemon-reload, systemct
 The service runs as user hutch, with its data in /var/lib/hutch (StateDirectory: systemd makes
 it, owned by hutch). User hutch must be able to run what the unit starts: a checkout in a home
 folder is not (Debian 12 and Raspberry Pi OS make homes 0700), nor one under /tmp (the unit's
-PrivateTmp hides it). So hutch is installed from this installation's checkout into a
-virtualenv of its own, /opt/hutch, made with the system's Python (--python; on Debian it needs
-the python3-venv package), which the unit starts as `/opt/hutch/bin/python -m hutch.tools.cli`.
+PrivateTmp hides it). So hutch is installed into a virtualenv of its own, /opt/hutch, made with
+the system's Python (--python; on Debian it needs the python3-venv package), which the unit
+starts as `/opt/hutch/bin/python -m hutch.tools.cli`: from this installation's checkout (`pip
+install -e .`, `make serve`), or, after a plain `pip install .` or a wheel, from a wheel made of
+the installed files (tools/wheel_of.py). Under --root the virtualenv's scripts name /opt/hutch,
+where it will be once the tree is copied to /.
 --hutch PATH runs a hutch command installed elsewhere instead (a system-wide `pip install .`).
 Either way, every folder on the way to what the unit starts, and its interpreter's, is checked
 for what the service user may open; what it could not start is refused in one line, before
@@ -187,21 +190,19 @@ def _service_command(args, root):
         hutch = os.path.abspath(args.hutch)
         check_runnable(hutch, root)
         return hutch
-    source = _checkout()
-    if source is None:  # installed from a wheel: its hutch command, where the service may run it
-        hutch = os.path.join(os.path.dirname(sys.executable), "hutch")
-        check_runnable(hutch, "/")
-        return hutch
     python = args.python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys._base_executable)
     check_runnable(python, "/")  # (the virtualenv's python is a link to it)
-    _install(source, python, _under(root, VENV))
+    _install(_checkout(), python, _under(root, VENV))
+    if root not in ("/", ""):
+        _final_paths(_under(root, VENV), VENV)
     command = os.path.join(VENV, "bin", "python")
     check_runnable(command, root)
     return command + " -m hutch.tools.cli"
 
 
 def _checkout():
-    """The checkout this hutch runs from (a `pip install -e .`, or `make serve`'s), or None."""
+    """The checkout this hutch runs from (a `pip install -e .`, or `make serve`'s), or None (it
+    was installed: `pip install .`, or from a wheel)."""
     folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tools/.. : the checkout
     try:
         with open(os.path.join(folder, "pyproject.toml")) as f:
@@ -211,12 +212,14 @@ def _checkout():
 
 
 def _install(source, python, venv):
-    """hutch from the checkout at source, installed into a virtualenv at venv made by python."""
+    """hutch installed into a virtualenv at venv made by python: from the checkout at source, or
+    (source None) from a wheel made of the hutch this command runs (its installed files, as
+    `pip install .` or a wheel put them; pip brings what it depends on)."""
     import shutil
     import subprocess
     import tempfile
 
-    print("installing hutch from %s into %s (a virtualenv of %s)" % (source, venv, python))
+    print("installing hutch from %s into %s (a virtualenv of %s)" % (source or "this installation", venv, python))
     # what is made must be readable by the service's user, whatever root's umask (077 on some
     # hardened systems): the virtualenv and what pip writes in it
     os.umask(0o022)
@@ -227,14 +230,36 @@ def _install(source, python, venv):
             % (venv, python, (made.stderr.strip().splitlines() or ["exit %d" % made.returncode])[-1])
         )
     with tempfile.TemporaryDirectory(prefix="hutch-install-") as scratch:
-        copy = os.path.join(scratch, "hutch")
-        shutil.copytree(source, copy, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+        if source is not None:
+            copy = os.path.join(scratch, "hutch")
+            shutil.copytree(source, copy, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+        else:
+            from .wheel_of import wheel_of_installed
+
+            try:
+                copy = wheel_of_installed("hutch", scratch)
+            except ValueError as e:
+                raise Refused("cannot install the hutch this command runs from: %s" % e)
         pip = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         done = subprocess.run(pip + [copy], capture_output=True, text=True)
     if done.returncode != 0:
         raise Refused(
             "pip could not install hutch into %s: %s" % (venv, (done.stderr.strip().splitlines() or ["?"])[-1])
         )
+
+
+def _final_paths(made, final):
+    """A virtualenv made at made (under --root) for where it will be, final: its scripts' first
+    lines and its activate scripts name final, so that they run once the tree is copied to /."""
+    folder = os.path.join(made, "bin")
+    for path in [os.path.join(folder, name) for name in os.listdir(folder)] + [os.path.join(made, "pyvenv.cfg")]:
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        if made.encode() in data and b"\0" not in data[:1024]:  # (a text file: a script)
+            with open(path, "wb") as f:
+                f.write(data.replace(made.encode(), final.encode()))
 
 
 def _under(root, path):

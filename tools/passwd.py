@@ -10,7 +10,7 @@ With --config, as `mosquitto_passwd -b` does for its password file: the user's t
 new hash (made if missing, the file too), the rest of the file is kept as it was, and the
 file is read back (as a config, with that user's new hash) before it replaces the old one. A file with the user
 in a form this does not edit (an inline table) is left alone, with the hash printed for the
-user to paste. The broker reads the file at its start: restart it after.
+user to paste. The broker reads the file at its start and at `hutch ctl reload`.
 """
 
 import json
@@ -49,7 +49,9 @@ def run(args):
     except (config.ConfigError, ValueError) as e:
         print("hutch passwd: %s" % e, file=sys.stderr)
         return 1
-    print("wrote the password of user '%s' into %s: restart the broker to use it" % (args.user, args.config))
+    print(
+        "wrote the password of user '%s' into %s: hutch ctl reload (or a restart) applies it" % (args.user, args.config)
+    )
     return 0
 
 

@@ -39,7 +39,7 @@ class DownMachine(Machine):
         queue = self.settings["queue"]
         return [
             (spec.QUEUE_DECLARE, (0, queue, True, False, False, False, False, None)),
-            (spec.BASIC_QOS, (0, self.settings["prefetch"], False)),
+            (spec.BASIC_QOS, (0, self.prefetch, False)),
             (spec.BASIC_CONSUME, (0, queue, "hutch.bridge." + self.name, False, False, False, False, None)),
         ]
 

@@ -84,15 +84,18 @@ class Machine:
     close: "Callable[[], None]"
     unsettled: "Callable[[], int]"  # messages sent upstream and not yet settled (a stop waits for them)
 
-    draining = False  # (up) stopping, for a reload or a closing window: nothing new is sent
+    draining = False  # (up) stopping, for a reload: nothing new is sent
     window = None  # (an [uplink] schedule) when its window opens or closes, as `hutch ctl bridges` says it
-    window_end = None  # (ms) when this link's window closes
+    in_window = True  # whether the [uplink]'s window is open (or it has none), as last seen
+    window_left = None  # (s) how long the open window stays open, as last seen (None: no end)
+    closed_at = None  # (ms) when the window was seen closed while this link was up
+    always_connected = False  # whether (a class of) the bridge sends outside the windows too
 
     def __init__(self, broker, settings, log, random_bits):
         """settings: server/bridge_config.py's checked [[bridge]]; log(level, text); random_bits:
         n -> an int of n random bits (random.getrandbits), the jitter's source."""
         self.broker = broker
-        self.settings = settings
+        self.settings = settings  # (never changed: a reload compares it with the config's)
         self.name = settings["name"]
         self.log = log
         self.random_bits = random_bits
@@ -100,7 +103,6 @@ class Machine:
         self.upstream = None  # the URI in use (without its password)
         self.uri = None  # its settings
         self.last_error = None
-        self.alarm = None  # what crossed its thresholds (core/bridge/alarms.py), or None
         self.tried = 0  # URIs of this round tried
         self.delay = settings["reconnect_delay"]  # the next backoff (s), before its jitter
         self.wait_ms = 0  # the backoff connect_to() asked for
@@ -109,10 +111,10 @@ class Machine:
         self.opened_at = 0
         self.steps = []  # the set-up methods still to call on this link
         self.upstream_blocked = False  # connection.blocked, until connection.unblocked
-        if settings["prefetch"] is None:
-            # in flight, messages are in memory and count in the broker's budget: a board's
-            # (esp32: 48 messages) must keep room for the publishers and the queues' windows
-            settings["prefetch"] = max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
+        self.always_connected = settings.get("always_connected", False)
+        # in flight, messages are in memory and count in the broker's budget: a board's (esp32:
+        # 48 messages) must keep room for the publishers and the queues' windows
+        self.prefetch = settings["prefetch"] or max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
         if not broker.bridges:  # the first: the broker's own list (a class-level () until then)
             broker.bridges = []
         broker.bridges.append(self)
@@ -132,24 +134,12 @@ class Machine:
         if self.state == STOPPED:
             return None
         settings = self.settings
-        self.window_end = None
-        uplink = self.broker.uplink
-        if uplink is not None and uplink.scheduled and day_s is not None and not settings.get("always_connected"):
-            from .uplink import time_of_day
-
-            wait = uplink.opens_in(day_s)
-            if wait != 0:
-                self.tried = 0
-                self.window = "opens at %s" % time_of_day(day_s + wait) if wait is not None else "never opens"
-                self.wait_ms = WINDOW_POLL_MS if wait is None else min(WINDOW_POLL_MS, max(100, int(wait * 1000)))
-                self.set_state(WAITING, " for its window (%s)" % self.window)
-                return None
-            closes = uplink.closes_in(day_s)
-            if closes is not None:
-                self.window_end = now + int(closes * 1000)
-                self.window = "open, closes at %s" % time_of_day(day_s + closes)
-        else:
-            self.window = None
+        wait = self.see_window(day_s)
+        if wait and not self.always_connected:
+            self.tried = 0
+            self.wait_ms = WINDOW_POLL_MS if wait < 0 else min(WINDOW_POLL_MS, max(100, int(wait * 1000)))
+            self.set_state(WAITING, " for its window (%s)" % self.window)
+            return None
         uris = settings["uris"]
         if self.tried < len(uris):
             uri = self.uri = uris[self.tried]
@@ -161,11 +151,28 @@ class Machine:
         if self.progressed:  # it worked for a while: retry soon
             self.delay = settings["reconnect_delay"]
             self.progressed = False
-        wait = self.delay * (0.5 + self.random_bits(16) / 65536)  # jitter: many gateways do not retry in step
+        # jitter (many gateways do not retry in step) within the delay, which is within the most
+        wait = self.delay * (1 - self.random_bits(16) / 131072)
         self.wait_ms = int(wait * 1000)
         self.delay = min(self.delay * 2, settings["max_reconnect_delay"])
         self.set_state(BACKOFF, " for %.1f s (%s)" % (wait, self.last_error))
         return None
+
+    def see_window(self, day_s):
+        """Where the [uplink]'s windows are at day_s (the local time of day in seconds; None: not
+        read), as the broker has them now (a reload may have changed them): in_window, window
+        (its text), window_left. The seconds until a window opens (-1: none ever does), or 0
+        while one is open (or there is none)."""
+        uplink = self.broker.uplink
+        if uplink is None or not uplink.scheduled:
+            self.in_window = True
+            self.window = self.window_left = None
+            return 0
+        if day_s is None:
+            return 0 if self.in_window else -1
+        wait, self.window, self.window_left = uplink.window_at(day_s)
+        self.in_window = wait == 0
+        return wait
 
     # ------------------------------------------------------------ one link
 
@@ -173,6 +180,7 @@ class Machine:
         """The socket is open (TLS too): the handshake starts, and connection_timeout with it."""
         self.opened_at = now
         self.draining = False
+        self.closed_at = None
         self.ran = False
         self.upstream_blocked = False
         self.steps = self.set_up_steps()
@@ -199,27 +207,26 @@ class Machine:
         self.upstream_blocked = False
         self.set_state(RUNNING, " (upstream %s)" % self.upstream)
 
-    def tick(self, now, silent):
+    def tick(self, now, silent, day_s=None):
         """Why the link must end at now, or None. silent: heartbeats were missed (the protocol's
         tick said so). A black-holed route accepts the connection and then says nothing,
-        before heartbeats are agreed: the handshake has connection_timeout ms."""
-        end = self.window_end
-        if end is not None and now >= end and (not self.unsettled() or now - end > WINDOW_DRAIN_MS):
-            return WINDOW_CLOSED  # (once what was in flight settled: draining_at holds back the rest)
+        before heartbeats are agreed: the handshake has connection_timeout ms. day_s: the local
+        time of day, where the [uplink] has windows: once its window closes, a link that sends
+        only inside it ends, when what it has in flight is settled (WINDOW_DRAIN_MS at most;
+        meanwhile it sends nothing new)."""
+        self.see_window(day_s)
+        if self.in_window or self.always_connected:
+            self.closed_at = None
+        elif self.closed_at is None:
+            self.closed_at = now
+        if self.closed_at is not None and (not self.unsettled() or now - self.closed_at > WINDOW_DRAIN_MS):
+            return WINDOW_CLOSED
         if silent:
             return "missed heartbeats: upstream is silent"
         timeout = self.uri["connection_timeout"]
         if not self.ran and now - self.opened_at > timeout:
             return "no answer to the handshake within %d ms" % timeout
         return self.stalled(now)
-
-    def draining_at(self, now):
-        """Whether this link sends nothing new at now: it drains, for a reload (server/bridge.py
-        stop) or because its [uplink] window has closed."""
-        end = self.window_end
-        if end is not None and now >= end:
-            self.draining = True
-        return self.draining
 
     def lost(self, reason):
         """The link ended: why (logged, and kept as the last error), or None when the bridge

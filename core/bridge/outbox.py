@@ -157,9 +157,12 @@ class Outbox:
         self.seq = 0
         self.queue.dispatch()
 
-    def take(self, limit=None):
+    def take(self, limit=None, after=None):
         """The messages to send now (at most limit), in order, each numbered as upstream will
-        confirm it."""
+        confirm it: after the link's last number (after; else this outbox's own, seq), and seq
+        is the last given. (A bridge's classes share one link, so one count.)"""
+        if after is not None:
+            self.seq = after
         waiting = self.waiting
         if limit is not None and limit < len(waiting):
             self.waiting = waiting[limit:]
@@ -320,6 +323,20 @@ class Outbox:
         """Messages waiting in the source queue and not yet forwarded."""
         return self.queue.message_count() + len(self.waiting) + len(self.held) + len(self.in_flight)
 
+    def oldest_arrival(self):
+        """When the oldest message not yet confirmed upstream arrived (wall-clock ms), or None:
+        in flight, held, waiting to go, or still in the queue (the age `hutch ctl bridges`,
+        /metrics and the alarms show)."""
+        for pairs in (self.in_flight, self.held):
+            if pairs:
+                return pairs[0][1][MESSAGE].arrived
+        if self.waiting:
+            return self.waiting[0][MESSAGE].arrived
+        queue = self.queue
+        if not queue.is_stream and queue.messages.length:
+            return queue.messages.peek()[MESSAGE].arrived
+        return None
+
     def _settled(self, seq, multiple):
         in_flight = self.in_flight
         if multiple:
@@ -329,6 +346,8 @@ class Outbox:
             entries = [pair[1] for pair in in_flight[:i]]
             del in_flight[:i]
             return entries
+        if not in_flight or not in_flight[0][0] <= seq <= in_flight[-1][0]:
+            return []  # (another class's, on a link the classes share)
         for i in range(len(in_flight)):
             if in_flight[i][0] == seq:
                 return [in_flight.pop(i)[1]]

@@ -33,37 +33,47 @@ from ...codec import spec
 from ...codec.errors import Refused
 from ..session import MESSAGE
 from ..topology import add_binding, declare_queue
-from .machine import BACKOFF, BLOCKED, RUNNING, STOPPED, WAITING, BridgeError, Machine
+from .classes import MessageClass, classes_of, sending_order, set_policy
+from .machine import BLOCKED, RUNNING, BridgeError, Machine
 from .outbox import Outbox
 
-OUTRANKED_POLL_MS = 100  # (a class) how often one outranked by another asks again
-OUTRANK_GRACE_MS = 3000  # ... and how long one whose link is up waits for a higher one backing off
+OUTRANK_POLL_MS = 100  # how often one outranked by another bridge asks again (uplink.py outranking)
 SAVE_EVERY_MS = 1000  # a stream source's offset file is written at most this often while it forwards
 
 
 class UpMachine(Machine):
-    def __init__(self, broker, settings, log, random_bits, queue, node=b"hutch", wake=None, saved=None):
-        """queue: the source (source_queue()); wake: called when messages arrive for the driver
-        to send; saved: a stream source's offset file as read at start (streamout.py), or None."""
+    def __init__(self, broker, settings, log, random_bits, queues, node=b"hutch", wake=None, saved=None):
+        """queues: the source queue of each class (source_queues()); wake: called when messages
+        arrive for the driver to send; saved: a stream source's offset file as read at start
+        (streamout.py), or None."""
         Machine.__init__(self, broker, settings, log, random_bits)
-        window = settings["prefetch"]
-        self.stream = None  # a stream source's outbox (the same as outbox): it keeps an offset
-        if queue.is_stream:
-            from .streamout import StreamOutbox  # (loaded with the first stream source)
+        window = self.prefetch
+        self.stream = None  # a stream source's outbox (the one class's): it keeps an offset
+        self.classes = []  # MessageClass, highest priority first (classes.py)
+        for one, queue in zip(classes_of(settings), queues):
+            if queue.is_stream:
+                from .streamout import StreamOutbox  # (loaded with the first stream source)
 
-            self.outbox = self.stream = StreamOutbox(broker, queue, self.name, window, wake, node, saved)
-        else:
-            self.outbox = Outbox(broker, queue, self.name, window, wake, node)
+                outbox = self.stream = StreamOutbox(broker, queue, one["name"], window, wake, node, saved)
+            else:
+                outbox = Outbox(broker, queue, one["name"], window, wake, node)
+            self.classes.append(MessageClass(one, outbox))
+        self.classes.sort(key=_by_priority)  # (stable: the config's order within a priority)
+        self.outbox = self.classes[0].outbox  # (a bridge without classes: its one outbox)
+        self.always_connected = any(one.always_connected for one in self.classes)
+        self.seq = 0  # the last number given on this link (the upstream's confirms count them)
+        self.floor = -1  # the lowest priority that may send, as sendable() last found (_outranking)
         self.rate = None
         self.flow_stopped = False  # upstream sent channel.flow active=false
         self.progress_at = 0  # when the watchdog last saw progress
-        self.progress_mark = 0  # outbox.forwarded then
+        self.progress_mark = 0  # what had been forwarded then
         self.wake_ms = 0  # (a rate) ask sendable() again in this many ms
         self.saved_at = 0  # when offset_to_save last gave an offset
         self.refused = 0  # messages upstream refused (basic.nack) since sendable() last looked
         self.refusal = ""  # why, the last time
         self.refusal_delay = settings["reconnect_delay"]  # the next pause after a refusal (s)
         self.hold_until = -1  # (ms) no sending until then: the pause after a refusal
+        self.budget_held = None  # why a budget holds the link back for long (said once), or None
 
     # ------------------------------------------------------------ a link's start
 
@@ -95,31 +105,37 @@ class UpMachine(Machine):
         return steps
 
     def link_opened(self, now):
-        self.outbox.stuck = None  # found again if upstream still returns the head of the queue
+        for one in self.classes:
+            one.outbox.stuck = None  # found again if upstream still returns the head of the queue
         self.flow_stopped = False
         self.progress_at = now
-        self.progress_mark = self.outbox.forwarded
+        self.progress_mark = self.forwarded()
         settings = self.settings
-        if settings["max_rate"] or settings["max_byte_rate"]:
+        if self.rate is None and (settings["max_rate"] or settings["max_byte_rate"]):
             from .rate import Rate  # (loaded only by a bridge with a rate)
 
-            self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], now)  # full at each link
+            # made once, kept from link to link: what a large message overdrew is paid on the next
+            self.rate = Rate(settings["max_rate"], settings["max_byte_rate"], now)
 
     def running(self):
-        self.outbox.link_up()
+        self.seq = 0
+        for one in self.classes:
+            one.outbox.link_up()
 
     # ------------------------------------------------------------ what upstream says
 
     def accepted(self, seq, multiple):
         """Upstream took the message numbered seq (and with multiple, every one before it)."""
-        self.outbox.confirmed(seq, multiple)
+        for one in self.classes:
+            one.outbox.confirmed(seq, multiple)
         if self.hold_until < 0 and not self.refused:  # accepted since the last pause: no backoff
             self.refusal_delay = self.settings["reconnect_delay"]
 
     def rejected(self, seq, multiple, why):
         """Upstream refused it (0-9-1's basic.nack; 1.0's rejected): it goes again, after a
         pause that grows while upstream keeps refusing."""
-        self.outbox.nacked(seq, multiple)
+        for one in self.classes:
+            one.outbox.nacked(seq, multiple)
         self.refused += 1
         self.refusal = why
 
@@ -142,16 +158,18 @@ class UpMachine(Machine):
         origin = headers.get("x-hutch-origin")
         if isinstance(origin, str):
             origin = origin.encode()
-        if not self.outbox.returned_by(origin, headers.get("x-hutch-seq"), "%d %s" % (code, text)):
-            self.log("warning", "bridge %s: upstream returned a message it was not sent" % self.name)
+        for one in self.classes:
+            if one.outbox.returned_by(origin, headers.get("x-hutch-seq"), "%d %s" % (code, text)):
+                return
+        self.log("warning", "bridge %s: upstream returned a message it was not sent" % self.name)
 
     # ------------------------------------------------------------ what goes upstream
 
     def sendable(self, now):
-        """How many of the waiting messages may go at now: none until the link runs, nor while
-        upstream blocks it; with a rate, what its buckets allow (their tokens are spent), and
-        wake_ms is then when to ask again if some must wait (0: none must)."""
-        outbox = self.outbox
+        """How many messages may go at now, from the classes in their order (forward takes them
+        so): none until the link runs, nor while upstream blocks it; with a rate, what its
+        buckets allow (their tokens are spent), and wake_ms is then when to ask again if some
+        must wait (0: none must)."""
         self.wake_ms = 0
         if self.refused:
             self._pause(now)
@@ -160,14 +178,22 @@ class UpMachine(Machine):
                 self.wake_ms = self.hold_until - now
                 return 0
             self.hold_until = -1
-        if not outbox.up or self.upstream_blocked or self.flow_stopped or self.draining_at(now):
+        if not self.outbox.up or self.upstream_blocked or self.flow_stopped or self.draining:
             return 0
         uplink = self.broker.uplink
         shared = uplink.rate if uplink is not None else None  # the gateway's budget
-        if (shared is not None or self.settings.get("group") is not None) and self._outranked(now, shared):
-            self.wake_ms = OUTRANKED_POLL_MS
+        floor = self.floor = uplink.outranking(self, now) if shared is not None else -1
+        order = sending_order(self.classes, self.may_send, floor)
+        if not order:
+            if floor >= 0:
+                self.wake_ms = OUTRANK_POLL_MS
             return 0
-        waiting = outbox.waiting
+        if len(order) == 1:
+            waiting = order[0].outbox.waiting
+        else:
+            waiting = []
+            for one in order:
+                waiting = waiting + one.outbox.waiting
         n = len(waiting)
         for rate in (shared, self.rate):  # (each holds to what the ones before allowed)
             if rate is not None:
@@ -177,28 +203,19 @@ class UpMachine(Machine):
                 rate.spend(waiting, n)
         if n < len(waiting):
             self.wake_ms = (self.rate or shared).wait_ms()
+            if n == 0:
+                held_by = (
+                    shared if self.rate is None or (shared and shared.wait_s() > self.rate.wait_s()) else self.rate
+                )
+                held_by.say_held(self, held_by is shared)
+        elif n and self.budget_held is not None:
+            self.log("info", "bridge %s: the budget lets it send again" % self.name)
+            self.budget_held = None
         return n
 
-    def _outranked(self, now, shared):
-        """Whether a bridge with a higher priority has messages to send and its link up or
-        coming up: this one waits. Those it yields to are the classes of its own bridge, and
-        with a gateway budget (shared: [uplink] max_byte_rate) every up bridge, as all share
-        one pipe. One that backs off or waits for a window holds this one back for
-        OUTRANK_GRACE_MS after this link came up at most: it is only a moment behind, or its
-        upstream is away."""
-        mine = self.settings.get("priority", 0)
-        group = self.settings.get("group")
-        for other in self.broker.bridges:
-            settings = other.settings
-            if other is self or settings["direction"] != "up" or settings.get("priority", 0) <= mine:
-                continue
-            if shared is None and settings.get("group") != group:
-                continue
-            if other.state == STOPPED or not other.outbox.backlog():
-                continue
-            if (other.state != BACKOFF and other.state != WAITING) or now - self.opened_at < OUTRANK_GRACE_MS:
-                return True
-        return False
+    def may_send(self, one):
+        """Whether a class may send on this link now: inside the [uplink]'s window, or always."""
+        return self.in_window or one.always_connected
 
     def _pause(self, now):
         """Upstream refused messages (they are back at the head of the queue): sending pauses,
@@ -214,29 +231,43 @@ class UpMachine(Machine):
         self.refused = 0
 
     def forward(self, publish, count):
-        """Forward the next count waiting messages, in order, through publish(exchange,
-        routing_key, header_tail, body_tail, mandatory) (the driver's protocol.forward): to
-        `exchange` and with `routing_key` if set, else the message's own; persistent, with the
-        bridge's headers; mandatory, so what upstream cannot route comes back. How many went."""
-        outbox = self.outbox
-        entries = outbox.take(count)
+        """Forward the next count messages sendable() allowed, in its order (classes.py), through
+        publish(exchange, routing_key, header_tail, body_tail, mandatory) (the driver's
+        protocol.forward): to `exchange` and with `routing_key` if set, else the message's own;
+        persistent, with the bridge's headers; mandatory, so what upstream cannot route comes
+        back. Each is numbered as upstream will confirm it (one count for every class). How
+        many went."""
         settings = self.settings
         exchange = settings["exchange"]
         routing_key = settings["routing_key"]
-        header_for = outbox.header_for
-        for entry in entries:
-            message = entry[MESSAGE]
-            publish(
-                exchange if exchange is not None else message.exchange,
-                routing_key if routing_key is not None else message.routing_key,
-                header_for(message),
-                message.body_tail,
-                True,
-            )
-        if entries and settings["ack_mode"] != "on-confirm":
-            # on-publish / no-ack: settled once written (the data is in the socket's hands)
-            outbox.confirmed(outbox.seq, True)
-        return len(entries)
+        sent = 0
+        for one in sending_order(self.classes, self.may_send, self.floor):
+            if sent >= count:
+                break
+            outbox = one.outbox
+            entries = outbox.take(count - sent, self.seq)
+            self.seq = outbox.seq
+            header_for = outbox.header_for
+            for entry in entries:
+                message = entry[MESSAGE]
+                publish(
+                    exchange if exchange is not None else message.exchange,
+                    routing_key if routing_key is not None else message.routing_key,
+                    header_for(message),
+                    message.body_tail,
+                    True,
+                )
+            sent += len(entries)
+        if sent and settings["ack_mode"] != "on-confirm":
+            self.accepted(self.seq, True)  # on-publish / no-ack: settled once written (the socket has it)
+        return sent
+
+    def forwarded(self):
+        """Messages upstream confirmed, since start, of every class."""
+        total = 0
+        for one in self.classes:
+            total += one.outbox.forwarded
+        return total
 
     # ------------------------------------------------------------ a link's end
 
@@ -244,29 +275,38 @@ class UpMachine(Machine):
         """The watchdog: a link that is up but confirms nothing for `watchdog` seconds while
         messages wait is torn down (heartbeats alone miss an upstream that answers them but
         is stuck)."""
-        outbox = self.outbox
-        if outbox.forwarded != self.progress_mark or not outbox.in_flight:
-            self.progress_mark = outbox.forwarded
+        forwarded = self.forwarded()
+        in_flight = self.unsettled()
+        if forwarded != self.progress_mark or not in_flight:
+            self.progress_mark = forwarded
             self.progress_at = now
         watchdog_ms = self.settings["watchdog"] * 1000
         if watchdog_ms and now - self.progress_at > watchdog_ms:
             return "watchdog: no confirm for %.1f s while %d messages wait" % (
                 (now - self.progress_at) / 1000,
-                len(outbox.in_flight),
+                in_flight,
             )
         return None
 
     def check(self):
-        return self.outbox.stuck
+        for one in self.classes:
+            if one.outbox.stuck:
+                return one.outbox.stuck
+        return None
 
     def link_down(self):
-        self.outbox.down()  # what was in flight goes back, in order
+        for one in self.classes:
+            one.outbox.down()  # what was in flight goes back, in order
 
     def unsettled(self):
-        return len(self.outbox.in_flight)
+        total = 0
+        for one in self.classes:
+            total += len(one.outbox.in_flight)
+        return total
 
     def close(self):
-        self.outbox.close()
+        for one in self.classes:
+            one.outbox.close()
 
     # ------------------------------------------------------------ a stream source's offset
 
@@ -288,42 +328,36 @@ class UpMachine(Machine):
         return (offset, stream.lane, stream.queue.name)
 
 
-def source_queue(broker, settings):
-    """The local queue (or stream) an up bridge forwards: `queue`, declared durable if it does
-    not exist; or, for `source_exchange` + `binding_key`, its own durable queue
-    (hutch.bridge.NAME) bound there. BridgeError if it cannot be."""
+def source_queues(broker, settings):
+    """The local queue (or stream) of each class of an up bridge (classes.py classes_of), in
+    that order: `queue`, declared durable if it does not exist; or, for `source_exchange`, its
+    own durable queue (hutch.bridge.NAME, a class's hutch.bridge.NAME.CLASS) bound there with
+    its binding key, a class's with its policy. BridgeError if one cannot be."""
     exchange = settings["source_exchange"]
-    name = settings["queue"] if exchange is None else "hutch.bridge." + settings["name"]
     check_source(broker, settings)
-    queue = broker.queues.get(name.encode())
-    try:
-        if queue is None:
-            queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
-        if exchange is not None:
-            add_binding(broker, broker.exchange(exchange.encode()), queue, settings["binding_key"].encode(), {}, 0)
-    except Refused as e:
-        raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
-    if settings.get("group") is not None:
-        class_policy(broker, queue, settings)
-    return queue
+    queues = []
+    for one in classes_of(settings):
+        name = one["queue"]
+        queue = broker.queues.get(name.encode())
+        try:
+            if queue is None:
+                queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
+            if exchange is not None:
+                add_binding(broker, broker.exchange(exchange.encode()), queue, one["binding_key"].encode(), {}, 0)
+        except Refused as e:
+            raise BridgeError("bridge %s: cannot set up its queue '%s': %s" % (settings["name"], name, e.text))
+        if settings.get("classes"):
+            set_policy(broker, queue, one)
+        queues.append(queue)
+    return queues
 
 
-def class_policy(broker, queue, settings):
-    """A class's time-to-live and disk budget (server/bridge_config.py classes), set on its queue
-    at each start and reload as a policy would: whatever the queue was declared with, expired
-    messages are dropped (not forwarded stale) and, past max_bytes, new ones refused
-    (reject-publish: a publisher's nack) or the oldest dropped (drop-head); both counted
-    (Queue.dropped, Queue.refused: `hutch ctl bridges`)."""
-    ttl = settings["ttl"]
-    queue.message_ttl = int(ttl * 1000) if ttl else None
-    if ttl and queue not in broker.expiring:
-        broker.expiring.append(queue)
-    queue.max_length_bytes = settings["max_bytes"]
-    queue.overflow = settings["when_full"] or b"drop-head"
+def _by_priority(one):
+    return -one.priority
 
 
 def check_source(broker, settings):
-    """BridgeError if an up bridge's source exchange is missing (source_queue; a reload asks
+    """BridgeError if an up bridge's source exchange is missing (source_queues; a reload asks
     before it stops the bridge it replaces)."""
     exchange = settings["source_exchange"]
     if exchange is not None and broker.exchange(exchange.encode()) is None:

@@ -13,15 +13,17 @@ A window is open when the time of day is inside one of `hours` (HH:MM-HH:MM pair
 of the day; one may run past midnight) and, with `every`, within `open_for` seconds of a
 multiple of `every` counted from midnight (every 1800 for 300: from :00 to :05 and from :30
 to :35 each hour). Either alone is a schedule too. What a bridge does with it is
-core/bridge/machine.py's (connect_to, tick); the budget's rule between bridges is up.py's
-(_outranked).
+core/bridge/machine.py's (connect_to, see_window, tick); the budget's rule between bridges is
+`outranking`.
 
 Sans-IO (the times are given) and MicroPython-clean; loaded only with an [uplink] section.
 """
 
+from .machine import BACKOFF, STOPPED, WAITING
 from .rate import Rate
 
 DAY = 86400
+OUTRANK_GRACE_MS = 3000  # how long a link that is up waits for a higher bridge backing off
 
 
 class Uplink:
@@ -83,6 +85,44 @@ class Uplink:
             slot_end = now - now % self.every + self.open_for
             ends.append(day + (slot_end if slot_end > now else slot_end + self.every))
         return min(ends)
+
+    def window_at(self, t):
+        """Where the windows are at t: (the seconds until one opens: 0 while one is open, -1 if
+        none ever does; that as `hutch ctl bridges` says it; while one is open, the seconds
+        until it closes, or None)."""
+        wait = self.opens_in(t)
+        if wait is None:
+            return -1, "never opens", None
+        if wait:
+            return wait, "opens at %s" % time_of_day(t + wait), None
+        closes = self.closes_in(t)
+        return 0, "open" if closes is None else "open, closes at %s" % time_of_day(t + closes), closes
+
+    def outranking(self, machine, now):
+        """The highest priority of another up bridge that holds machine back (-1: none): all
+        share this budget, so one with messages of a higher priority to send and its link up
+        or coming up goes first. One that backs off or waits for a window holds it back for
+        OUTRANK_GRACE_MS after machine's link came up at most: it is only a moment behind, or
+        its upstream is away."""
+        floor = -1
+        for other in machine.broker.bridges:
+            if other is machine or other.settings["direction"] != "up" or other.state == STOPPED:
+                continue
+            top = _top_priority(other)
+            if top is None or top <= floor:
+                continue
+            if (other.state != BACKOFF and other.state != WAITING) or now - machine.opened_at < OUTRANK_GRACE_MS:
+                floor = top
+        return floor
+
+
+def _top_priority(machine):
+    """The highest priority of an up machine's classes that have messages to send and may send
+    (None: none has)."""
+    for one in machine.classes:
+        if machine.may_send(one) and one.unsent():
+            return one.priority
+    return None
 
 
 def _in_hours(hours, t):

@@ -10,7 +10,7 @@ from hutch.codec import spec
 from hutch.codec.wire import decode_properties
 from hutch.core.bridge.down import DownMachine
 from hutch.core.bridge.outbox import MAX_RETURNS
-from hutch.core.bridge.up import SAVE_EVERY_MS, UpMachine, source_queue
+from hutch.core.bridge.up import SAVE_EVERY_MS, UpMachine, source_queues
 from hutch.core.snapshot import snapshot
 
 
@@ -50,22 +50,28 @@ def settings(**over):
         "tls": {"verify": True, "server_name": None, "ca_file": None, "cert_file": None, "key_file": None},
         "declare": None,
         "protocol": "0-9-1",
+        "priority": 0,
+        "always_connected": False,
+        "classes": None,
+        "alarm_backlog": None,
+        "alarm_age": None,
+        "alarm_bytes": None,
     }
     for key in over:
         out[key] = over[key]
     return out
 
 
-MIDDLE = 32768  # 16 random bits that make the jitter's factor exactly 1
+EXACT = 0  # 16 random bits that make the jitter's factor exactly 1
 
 
 def bits(*values):
     """A random source (random.getrandbits's shape) that gives these values, in turn, then
-    MIDDLE."""
+    EXACT."""
     values = list(values)
 
     def take(n):
-        return values.pop(0) if values else MIDDLE
+        return values.pop(0) if values else EXACT
 
     return take
 
@@ -102,10 +108,10 @@ def up_bridge(count=0, random_bits=None, **over):
     client = opened()
     log = Log()
     config = settings(**over)
-    queue = source_queue(client.broker, config)
+    queues = source_queues(client.broker, config)
     for i in range(count):
         client.publish(1, b"", b"src", b"m%d" % i)
-    machine = UpMachine(client.broker, config, log, random_bits or bits(MIDDLE), queue)
+    machine = UpMachine(client.broker, config, log, random_bits or bits(EXACT), queues)
     return client, machine, log
 
 
@@ -128,9 +134,10 @@ def run_link(machine, now=0):
 
 def test_the_uris_in_turn_then_a_backoff_that_doubles_up_to_the_most_with_jitter():
     uris = [_uri("a"), _uri("b")]
-    # jitter factors 1, 0.5 and (almost) 1.5: the doubling goes on underneath them
+    # jitter factors 1, (almost) 0.5 and 0.75: the doubling goes on underneath them, and the
+    # wait never passes max_reconnect_delay
     client, machine, log = up_bridge(
-        random_bits=bits(MIDDLE, 0, 65535, MIDDLE, MIDDLE), uris=uris, reconnect_delay=1.0, max_reconnect_delay=5.0
+        random_bits=bits(EXACT, 65535, 32768, EXACT, EXACT), uris=uris, reconnect_delay=1.0, max_reconnect_delay=5.0
     )
     waits = []
     for _round in range(5):
@@ -140,14 +147,14 @@ def test_the_uris_in_turn_then_a_backoff_that_doubles_up_to_the_most_with_jitter
         machine.lost("connection refused")
         assert machine.connect_to() is None and machine.state == 5  # BACKOFF
         waits.append(machine.wait_ms)
-    assert waits == [1000, 1000, 5999, 5000, 5000], waits  # 1, 2 * 0.5, 4 * 1.5, then the most
+    assert waits == [1000, 1000, 3000, 5000, 5000], waits  # 1, 2 * 0.5, 4 * 0.75, then the most
     assert machine.last_error == "amqp://guest:***@b:5672/: connection refused"
     assert log.texts().count("bridge b: connecting to amqp://guest:***@a:5672/") == 5
     assert "bridge b: backoff for 1.0 s (amqp://guest:***@b:5672/: connection refused)" in log.texts()
 
 
 def test_a_link_that_ran_brings_the_backoff_back_to_its_start():
-    client, machine, log = up_bridge(random_bits=bits(*[MIDDLE] * 4))
+    client, machine, log = up_bridge(random_bits=bits(*[EXACT] * 4))
     for _round in range(3):
         machine.connect_to()
         machine.lost("connection refused")
@@ -352,7 +359,7 @@ def down_bridge(**over):
     client.declare_queue(1, b"cmd")
     log = Log()
     config = settings(direction="down", queue="upstream-cmds", routing_key="cmd", **over)
-    return client, DownMachine(client.broker, config, log, bits(MIDDLE)), log
+    return client, DownMachine(client.broker, config, log, bits(EXACT)), log
 
 
 BARE_HEADER = b"\x00\x00\x00\x0e\x00\x3c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\xce"  # a 2-byte body
@@ -415,9 +422,9 @@ def _records(node, client, start, stop):
 
 def stream_bridge(node, saved=None, **over):
     config = settings(**over)
-    queue = source_queue(node.broker, config)
-    assert queue.is_stream
-    return UpMachine(node.broker, config, Log(), bits(MIDDLE), queue, b"n", None, saved)
+    queues = source_queues(node.broker, config)
+    assert queues[0].is_stream
+    return UpMachine(node.broker, config, Log(), bits(EXACT), queues, b"n", None, saved)
 
 
 def test_a_stream_source_forwards_its_records_in_order_numbered_by_offset():
@@ -555,36 +562,74 @@ def test_a_stream_source_whose_stream_is_deleted_starts_a_new_lane_at_0_and_a_st
 # ---------------------------------------------------------------- classes
 
 
-def test_a_class_sends_nothing_while_a_higher_one_has_messages_and_its_link_up_or_coming():
-    """server/bridge_config.py classes: each its own machine in a group, with a priority."""
+def classes_bridge(prefetch=4, **over):
+    """(client, machine, log): an up bridge from amq.topic with two classes on its one link,
+    telemetry (sensors.#, priority 1) and alarms (alarms.#, priority 9)."""
+    classes = [
+        {"name": "cloud.telemetry", "queue": "hutch.bridge.cloud.telemetry", "binding_key": "sensors.#", "priority": 1,
+         "always_connected": False, "ttl": None, "max_bytes": None, "when_full": None},
+        {"name": "cloud.alarms", "queue": "hutch.bridge.cloud.alarms", "binding_key": "alarms.#", "priority": 9,
+         "always_connected": over.pop("alarms_always", False), "ttl": None, "max_bytes": None, "when_full": None},
+    ]  # fmt: skip
     client = opened()
     log = Log()
-    machines = {}
-    for name, priority in (("telemetry", 1), ("alarms", 9)):
-        config = settings(name="cloud." + name, queue=name, group="cloud", priority=priority, ttl=None,
-                          max_bytes=None, when_full=None)  # fmt: skip
-        queue = source_queue(client.broker, config)
-        machines[name] = UpMachine(client.broker, config, log, bits(MIDDLE), queue)
-    telemetry, alarms = machines["telemetry"], machines["alarms"]
-    for queue, count in ((b"telemetry", 3), (b"alarms", 2)):
-        for i in range(count):
-            client.publish(1, b"", queue, b"%s-%d" % (queue, i))
-    run_link(telemetry, 1000)
-    telemetry.running()
-    assert alarms.state == 0  # (starting: its link is coming)
-    assert telemetry.sendable(1000) == 0 and telemetry.wake_ms > 0, "the alarms go first"
-    alarms.connect_to()
-    alarms.lost("connection refused")  # backing off: waited for a moment ...
-    alarms.connect_to()
-    assert alarms.state == 5 and telemetry.sendable(3999) == 0
-    assert telemetry.sendable(1000 + 3000) == 3, "... not for ever (its upstream refuses it)"
-    run_link(alarms, 5000)
-    alarms.running()
-    assert telemetry.sendable(5000) == 0
-    sent = Sink()
-    assert alarms.sendable(5000) == 2 and alarms.forward(sent, 2) == 2
-    alarms.accepted(2, True)
-    assert sent.bodies() == [b"alarms-0", b"alarms-1"] and telemetry.sendable(5000) == 3
+    config = settings(name="cloud", queue=None, source_exchange="amq.topic", classes=classes, prefetch=prefetch, **over)
+    machine = UpMachine(client.broker, config, log, bits(EXACT), source_queues(client.broker, config))
+    return client, machine, log
+
+
+def test_classes_share_one_link_and_the_highest_priority_with_messages_goes_first():
+    """server/bridge_config.py classes: one link, one count of numbers; the alarms go before any
+    telemetry, and a class whose messages are not all ready (its window full) holds back those
+    below it."""
+    client, machine, log = classes_bridge(prefetch=2)
+    for key, body in (("sensors.t", b"t0"), ("alarms.a", b"a0"), ("sensors.t", b"t1"), ("alarms.a", b"a1")):
+        client.publish(1, b"amq.topic", key.encode(), body)
+    client.publish(1, b"amq.topic", b"alarms.a", b"a2")
+    client.publish(1, b"amq.topic", b"sensors.t", b"t2")
+    run_link(machine)
+    machine.running()
+    sink = Sink()
+    assert machine.sendable(0) == 2 and machine.forward(sink, 2) == 2
+    assert sink.bodies() == [b"a0", b"a1"]
+    assert machine.sendable(0) == 0, "a2 waits for room in the alarms' window: the telemetry waits for it"
+    machine.accepted(1, False)  # room: a2 is ready, and so every alarm is: the telemetry follows
+    assert machine.sendable(0) == 3 and machine.forward(sink, 3) == 3
+    assert sink.bodies() == [b"a0", b"a1", b"a2", b"t0", b"t1"]
+    assert [bytes(sink.headers(i)["x-hutch-origin"]).split(b"/")[1] for i in (0, 3)] == [
+        b"cloud.alarms",
+        b"cloud.telemetry",
+    ]
+    client.publish(1, b"amq.topic", b"alarms.a", b"a3")  # an alarm while telemetry is in flight: next
+    assert machine.sendable(0) == 0, "the alarms' window is full (a1, a2): a3 waits, and the telemetry"
+    machine.accepted(4, True)  # (a1, a2 and t0: a3 and t2 get their room)
+    assert machine.sendable(0) == 2 and machine.forward(sink, 2) == 2
+    assert sink.bodies()[5:] == [b"a3", b"t2"]
+    machine.accepted(7, True)
+    shown = {b["name"]: b for b in snapshot(client.broker)["bridges"]}
+    assert sorted(shown) == ["cloud.alarms", "cloud.telemetry"]
+    assert (shown["cloud.alarms"]["forwarded"], shown["cloud.telemetry"]["forwarded"]) == (4, 3)
+    assert shown["cloud.alarms"]["queue"] == "hutch.bridge.cloud.alarms" and shown["cloud.alarms"]["priority"] == 9
+
+
+def test_a_nack_puts_back_only_its_class_and_a_lost_link_all_in_order():
+    client, machine, log = classes_bridge()
+    for key, body in (("sensors.t", b"t0"), ("alarms.a", b"a0"), ("sensors.t", b"t1")):
+        client.publish(1, b"amq.topic", key.encode(), body)
+    run_link(machine)
+    machine.running()
+    sink = Sink()
+    machine.forward(sink, machine.sendable(0))
+    assert sink.bodies() == [b"a0", b"t0", b"t1"]
+    machine.rejected(2, False, "basic.nack")  # t0
+    assert machine.sendable(0) == 0, "a pause after a refusal"
+    assert (machine.classes[0].outbox.backlog(), machine.classes[1].outbox.backlog()) == (1, 2)
+    machine.accepted(1, False)
+    machine.lost("connection reset")
+    run_link(machine)
+    machine.running()
+    machine.forward(sink, machine.sendable(10000))
+    assert sink.bodies()[3:] == [b"t0", b"t1"], "the queue's order, kept"
 
 
 def test_a_persistent_message_is_forwarded_only_once_durable_here():
@@ -599,7 +644,7 @@ def test_a_persistent_message_is_forwarded_only_once_durable_here():
         client.declare_queue(1, b"src", durable=True)
         node.sync()
         config = settings()
-        machine = UpMachine(node.broker, config, Log(), bits(MIDDLE), source_queue(node.broker, config))
+        machine = UpMachine(node.broker, config, Log(), bits(EXACT), source_queues(node.broker, config))
         run_link(machine)
         machine.running()
         client.publish(1, b"", b"src", b"persistent", {"delivery-mode": 2})
@@ -669,16 +714,46 @@ def test_outside_its_window_a_bridge_waits_and_a_closing_window_ends_the_link_on
     machine.running()
     sink = Sink()
     assert machine.forward(sink, machine.sendable(1000)) == 3
-    assert machine.tick(10999, False) is None
-    assert machine.sendable(11000) == 0 and machine.tick(11000, False) is None, "3 in flight: they settle first"
+    assert machine.tick(10999, False, 69.999) is None
+    assert machine.tick(11000, False, 70) is None and machine.sendable(11000) == 0, "3 in flight: they settle first"
     machine.accepted(3, True)
-    assert machine.tick(11500, False) == "its window closed"
+    assert machine.tick(11500, False, 70.5) == "its window closed"
     machine.lost("its window closed")
     assert ("info", "bridge b: its window closed") in log.lines and machine.last_error is None
     assert machine.connect_to(11500, 71) is None and machine.state == 7
-    always = up_bridge(always_connected=True)[1]
-    always.broker.uplink = client.broker.uplink
-    assert always.connect_to(0, 25) is not None, "always_connected: its windows do not hold it"
+
+
+def test_a_schedule_given_while_a_link_runs_applies_at_its_next_tick():
+    """A reload that adds [uplink] windows (server/reload.py sets broker.uplink): a running link
+    outside them sends nothing new and ends, as a closing window ends it."""
+    client, machine, log = up_bridge(2)
+    run_link(machine)
+    machine.running()
+    assert machine.tick(1000, False, 25) is None
+    _uplink(client, every=60, open_for=10)
+    assert machine.tick(1500, False, 25.5) == "its window closed", "nothing in flight: at once"
+    assert machine.sendable(1500) == 0 and machine.outbox.backlog() == 2
+
+
+def test_a_class_always_connected_keeps_the_link_and_the_others_wait_for_their_window():
+    client, machine, log = classes_bridge(alarms_always=True)
+    _uplink(client, every=60, open_for=10)
+    for key, body in (("sensors.t", b"t0"), ("alarms.a", b"a0")):
+        client.publish(1, b"amq.topic", key.encode(), body)
+    assert machine.connect_to(0, 25) is not None, "a class is always connected: so is the link"
+    machine.opened(0)
+    while machine.next_step() is not None:
+        pass
+    machine.running()
+    assert machine.tick(500, False, 25.5) is None, "the link stays"
+    sink = Sink()
+    machine.forward(sink, machine.sendable(500))
+    assert sink.bodies() == [b"a0"], "the telemetry waits for its window"
+    shown = {b["name"]: b["state"] for b in snapshot(client.broker)["bridges"]}
+    assert shown == {"cloud.alarms": "running", "cloud.telemetry": "waiting"}, shown
+    assert machine.tick(35000, False, 60) is None
+    machine.forward(sink, machine.sendable(35000))
+    assert sink.bodies() == [b"a0", b"t0"]
 
 
 def test_the_gateway_budget_is_shared_and_a_higher_priority_goes_first():
@@ -690,7 +765,7 @@ def test_the_gateway_budget_is_shared_and_a_higher_priority_goes_first():
     machines = {}
     for name, priority in (("telemetry", 1), ("alarms", 9)):
         config = settings(name=name, queue=name, priority=priority, prefetch=100)
-        machines[name] = UpMachine(client.broker, config, log, bits(MIDDLE), source_queue(client.broker, config))
+        machines[name] = UpMachine(client.broker, config, log, bits(EXACT), source_queues(client.broker, config))
     telemetry, alarms = machines["telemetry"], machines["alarms"]
     for queue in (b"telemetry", b"alarms"):
         for _ in range(3):
@@ -706,3 +781,30 @@ def test_the_gateway_budget_is_shared_and_a_higher_priority_goes_first():
     alarms.accepted(3, True)
     assert telemetry.sendable(40) == 0, "the budget is spent: telemetry waits for it too"
     assert telemetry.sendable(120) == 2
+
+
+def test_a_message_larger_than_the_budget_goes_alone_and_what_it_overdrew_is_said_and_shown():
+    """The [uplink]'s 1,000 bytes/s: a 100,000-byte message goes once the bucket is full, and the
+    100 s it overdrew hold back what follows: said once (and once when it lets go), shown as the
+    bridge's budget and alarm, the oldest waiting message's age shown."""
+    client, machine, log = up_bridge(0, prefetch=100)
+    _uplink(client, max_byte_rate=1000)
+    client.publish(1, b"", b"src", b"x" * 100000)
+    client.publish(1, b"", b"src", b"small")
+    run_link(machine)
+    machine.running()
+    sink = Sink()
+    assert machine.sendable(0) == 1 and machine.forward(sink, 1) == 1
+    machine.accepted(1, False)
+    for now in (0, 50000):
+        assert machine.sendable(now) == 0
+    said = [text for text in log.texts() if "budget" in text]
+    assert said == [
+        "bridge b: waiting 100 s for budget: a 100,000-byte message went over the [uplink]'s 1,000 bytes/s"
+    ], said
+    shown = snapshot(client.broker)["bridges"][0]
+    assert shown["budget"].startswith("waiting 50 s for budget: a 100,000-byte message") and shown["alarm"]
+    assert shown["backlog"] == 1
+    assert machine.sendable(100100) == 1
+    assert log.texts()[-1] == "bridge b: the budget lets it send again"
+    assert snapshot(client.broker)["bridges"][0]["alarm"] is None

@@ -43,9 +43,22 @@ def test_a_wrong_password_and_no_user_are_refused_in_connack():
     c = Client()
     out = c.connect(password=b"nope")
     assert [(p.name, p.body) for p in out] == [("CONNACK", b"\x00\x04")] and c.conn.closed
-    c = Client()
+    afar = {"address": "10.1.2.3", "port": 40000, "transport": "tcp"}
+    c = Client(peer=afar)
     out = c.send(packets.connect(b"s"))
     assert [(p.name, p.body) for p in out] == [("CONNACK", b"\x00\x05")] and c.conn.closed
+    c = Client(Broker(Limits(), users=Users({"sensor": hash_password("x", b"salt")}, loopback_users=())))
+    out = c.send(packets.connect(b"s"))
+    assert [(p.name, p.body) for p in out] == [("CONNACK", b"\x00\x05")] and c.conn.closed, "no guest: no anonymous"
+
+
+def test_no_user_name_from_the_gateway_itself_logs_in_as_guest_as_rabbitmq_4_does():
+    """RabbitMQ 4's anonymous_login_user is guest, which logs in from loopback only (Mosquitto's
+    local-only mode takes such a client too); an empty user name and password is the same."""
+    for connect in (packets.connect(b"s"), packets.connect(b"s", user=b"", password=b"")):
+        c = Client()
+        assert [(p.name, p.body) for p in c.send(connect)] == [("CONNACK", b"\x00\x00")]
+        assert c.conn.client.user == b"guest"
 
 
 def test_anonymous_only_when_the_config_names_its_user():

@@ -437,11 +437,22 @@ def test_a_batch_that_wrote_nothing_says_when_the_first_window_closes():
         "no window has closed yet (36 aggregate rows open): the first, ending 2024-05-01T06:05:00Z, "
         "is written once a reading stamped after 2024-05-01T06:10:00Z arrives (its end + --watermark)"
     )
+    assert waiting(report, 300, 300, closed_before=True) == (
+        "this batch's windows are still open (36 aggregate rows): the first, ending 2024-05-01T06:05:00Z, "
+        "is written once a reading stamped after 2024-05-01T06:10:00Z arrives (its end + --watermark)"
+    ), "after a batch that closed a window, it does not say none has"
     report["stateOperators"][0]["numRowsRemoved"] = 3  # it wrote some: nothing to explain
     assert waiting(report, 300, 300) is None
     report["stateOperators"][0]["numRowsRemoved"] = 0
     report["numInputRows"] = 0  # nothing read: nothing to explain either
     assert waiting(report, 300, 300) is None
+
+
+def test_an_empty_batch_wrote_0_rows():
+    from hutch.spark.progress import line
+
+    report = {"batchId": 4, "numInputRows": 0, "sink": {"numOutputRows": -1}, "batchDuration": 20}
+    assert line(report).startswith("batch 4: 0 rows in, 0 rows out, 0.02 s"), line(report)
 
 
 def test_a_failure_of_the_source_is_its_message_not_the_line_that_raised_it():

@@ -224,27 +224,27 @@ def test_a_user_of_the_config_file_is_changed_there_and_the_refusal_names_the_ke
             (
                 ("set-permissions", "sensor", "^$", ".*", ".*"),
                 "user 'sensor' is defined in the config file %s: change permissions (and topic_permissions) "
-                "in [users.sensor] there, then restart the broker" % config,
+                "in [users.sensor] there, then hutch ctl reload" % config,
             ),
             (
                 ("add-user", "sensor", "x"),
                 "user 'sensor' is defined in the config file %s: change password_hash or tags in [users.sensor] "
-                "there, then restart the broker" % config,
+                "there, then hutch ctl reload" % config,
             ),
             (
                 ("change-password", "sensor", "x"),
                 "user 'sensor' is defined in the config file %s: change password_hash in [users.sensor] there, "
-                "then restart the broker" % config,
+                "then hutch ctl reload" % config,
             ),
             (
                 ("clear-permissions", "sensor"),
                 "user 'sensor' is defined in the config file %s: change permissions (and topic_permissions) "
-                "in [users.sensor] there, then restart the broker" % config,
+                "in [users.sensor] there, then hutch ctl reload" % config,
             ),
             (
                 ("delete-user", "sensor"),
-                "user 'sensor' is defined in the config file %s: remove [users.sensor] there, then restart the "
-                "broker" % config,
+                "user 'sensor' is defined in the config file %s: remove [users.sensor] there, then hutch ctl "
+                "reload" % config,
             ),
         ):
             done = ctl(broker, *args)

@@ -58,7 +58,10 @@ def test_passwd_writes_the_user_into_a_config_file(tmp_path):
     for user, password in (("sensor-1", "greenhouse"), ("admin", "edge-secret")):
         done = hutch("passwd", "--config", str(config), "--user", user, "--password", password)
         assert done.returncode == 0, done.stderr
-        assert done.stdout == "wrote the password of user '%s' into %s: restart the broker to use it\n" % (user, config)
+        assert (
+            done.stdout
+            == "wrote the password of user '%s' into %s: hutch ctl reload (or a restart) applies it\n" % (user, config)
+        )
     text = config.read_text()
     assert text.startswith('[server]\nlog_level = "info"   # kept\n\n[users.admin]\npassword_hash = "')
     assert 'tags = ["administrator"]\n\n[users.sensor-1]\npassword_hash = "' in text, text
