@@ -155,9 +155,8 @@ class Reloader:
             for name in names:
                 said.append("bridge %s %s" % (name, verb))
         for name in changed:
-            was = running[name].machine.settings
-            keys = sorted(key for key in set(was) | set(by_name[name]) if was.get(key) != by_name[name].get(key))
-            said.append("bridge %s restarted with its new table (%s changed)" % (name, ", ".join(_shown(keys))))
+            keys = _changed(running[name].machine.settings, by_name[name])
+            said.append("bridge %s restarted with its new table (%s changed)" % (name, ", ".join(keys)))
 
 
 def _users_key(users):
@@ -172,8 +171,13 @@ def _users_key(users):
     return (users.hashes, users.tags, permissions, getattr(users, "anonymous", None))
 
 
-def _shown(keys):
-    """A bridge's changed settings by the config's names (uris: uri; tls: its files' keys)."""
+def _changed(was, now):
+    """The keys of a bridge's table that changed, by the config's names (uris: uri; tls: its
+    certificates), but for its queue where it is the bridge's own (from a source exchange: its
+    name follows from the bridge's and its classes)."""
+    keys = sorted(key for key in set(was) | set(now) if was.get(key) != now.get(key))
+    if was.get("source_exchange") is not None and now.get("source_exchange") is not None and "queue" in keys:
+        keys.remove("queue")
     return ["uri" if key == "uris" else "certificates" if key == "tls" else key for key in keys]
 
 

@@ -379,10 +379,10 @@ def bridges_command(args):
         )
         if b.get("window"):  # (an [uplink] schedule)
             print("    window: %s" % b["window"])
-        if b.get("alarm"):
-            print("    ALARM: %s" % b["alarm"])
-        if b.get("budget"):
+        if b.get("budget"):  # (an [uplink] or the bridge's own byte rate holds it back for long)
             print("    budget: %s" % b["budget"])
+        if b.get("alarm") and b["alarm"] != b.get("budget"):
+            print("    ALARM: %s" % b["alarm"])
         if "ttl_s" in b or b.get("priority") or b.get("dropped") or b.get("refused"):
             print("    %s" % _class_line(b))
     for left in info["left_behind"]:  # (core/bridge/leftovers.py)

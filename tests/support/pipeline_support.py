@@ -13,6 +13,7 @@ import random
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
 
@@ -294,3 +295,87 @@ def batch_lines(lines):
         batch, rows_in, rows_out, late, _, lag, mark = match.groups()
         found.append((int(batch), int(rows_in), int(rows_out), int(late or 0), int(lag), mark))
     return found
+
+
+# ---------------------------------------------------------------- a pipeline beside a live gateway
+# (test_sensor_to_parquet.py, test_field_day.py)
+
+
+class Pipeline:
+    """`hutch pipeline` over upstream's stream (upstream.url, upstream.stream) in a process group
+    of its own, its output kept: 1-minute windows, a watermark no reading is ever behind, the
+    readings' dedup unless dedup is false."""
+
+    def __init__(self, upstream, output, checkpoint, dedup=True):
+        self.args = [
+            "--uri", upstream.url, "--streams", upstream.stream, "--output", output, "--checkpoint", checkpoint,
+            "--window", "1 minute", "--watermark", "1000 days",  # no reading is ever late
+            "--dedup", "sensor" if dedup else "none",
+        ]  # fmt: skip
+        self.checkpoint = checkpoint
+        self.lines = []
+        self.proc = None
+
+    def start(self, *more):
+        self.committed = self.commits()  # (what the runs before this one committed)
+        self.proc = subprocess.Popen(
+            [HUTCH, "pipeline", *self.args, *more],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        return self
+
+    def _read(self, proc):
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def commits(self):
+        try:
+            return len([n for n in os.listdir(os.path.join(self.checkpoint, "commits")) if not n.startswith(".")])
+        except OSError:
+            return 0
+
+    def went_on(self):
+        """Whether this run committed a batch (or ended by itself)."""
+        return self.commits() > self.committed or self.proc.poll() is not None
+
+    def kill(self):
+        """SIGKILL to its group (unless it ended by itself: a run that lost its broker fails)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        assert_group_ends(self.proc.pid)
+
+    def finish(self, timeout=600):
+        code = self.proc.wait(timeout)
+        assert_group_ends(self.proc.pid)
+        return code
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+def logged(logs):
+    """{(sensor, seq): (ts, value)} of every reading the sensors logged; a number logged twice
+    fails (a sensor's numbers only grow)."""
+    found = {}
+    for path in logs:
+        with open(path) as f:
+            for line in f:
+                sensor, seq, ts, value = line.split()
+                key = (sensor, int(seq))
+                assert key not in found, "a sensor logged one number twice: %r" % (key,)
+                found[key] = (int(ts), float(value))
+    return found
+
+
+def expected_windows(readings):
+    """{(window start, sensor): (count, min, max)} of the logged readings."""
+    windows = {}
+    for (sensor, _seq), (ts, value) in readings.items():
+        windows.setdefault((ts // 60 * 60, sensor), []).append(value)
+    return {key: (len(values), min(values), max(values)) for key, values in windows.items()}

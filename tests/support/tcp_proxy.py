@@ -5,8 +5,12 @@ what the peers send piles up in their send buffers) or mutes the target's replie
 (what it was sent arrives; its answers, confirms among them, are lost).
 
     proxy = TcpProxy(target_port).start()   # clients connect to proxy.port
-    proxy.cut() / proxy.reset() / proxy.black_hole(); proxy.heal()
+    proxy.cut() / proxy.reset() / proxy.black_hole() / proxy.down(); proxy.heal()
+    proxy.byte_rate = 16000                  # each direction paced to at most this many bytes/s
     proxy.stop()
+
+down() is the target gone (a broker stopped, a route refused): every link reset, and each new
+one reset as it comes, until heal().
 
 A test may trap chosen links: proxy.on_accept = f, and each link whose f(client socket) is
 true is black-holed from its first byte (f runs in the accepting thread before anything is
@@ -32,6 +36,8 @@ class TcpProxy:
         self.stopped = False
         self.accepted = 0
         self.on_accept = None  # on_accept(client socket) true: that link is black-holed from the start
+        self.refusing = False  # down(): new links are reset at once
+        self.byte_rate = 0  # bytes/s each direction of a link forwards at most (0: no cap)
 
     def start(self):
         threading.Thread(target=self._accept, daemon=True).start()
@@ -43,6 +49,10 @@ class TcpProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if self.refusing:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()  # (RST: as a port nothing listens on answers)
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
@@ -75,6 +85,8 @@ class TcpProxy:
                 sink.sendall(data)
             except OSError:
                 break
+            if self.byte_rate:
+                time.sleep(len(data) / self.byte_rate)  # (the next read waits: the link's pace)
         self._close(pair)
 
     def _close(self, pair, rst=False):
@@ -124,6 +136,11 @@ class TcpProxy:
             time.sleep(chooser.uniform(2.5, 3.5))
             self.heal()
 
+    def down(self):
+        """The target gone: every link reset, and each new one too until heal()."""
+        self.refusing = True
+        self.reset()
+
     def mute_replies(self):
         """Swallow only what the target sends back: it gets everything and answers, and the
         client hears nothing (its publishes arrive, their confirms never do)."""
@@ -133,7 +150,7 @@ class TcpProxy:
         """After black_hole or mute_replies: new links forward again, and the dead ones are
         dropped (as a timeout would), or with drop=False left dead for good (a route that
         died, and new links take another): the peers must give them up themselves."""
-        self.holes = self.muted = False
+        self.holes = self.muted = self.refusing = False
         if drop:
             self.cut()
 

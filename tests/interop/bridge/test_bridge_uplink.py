@@ -187,3 +187,63 @@ def test_outside_its_hours_a_bridge_waits_and_a_reload_that_opens_them_sends_wha
     assert "out (up, queue out): waiting" in shown and "window: opens at %02d:00:00" % ((hour + 2) % 24) in shown
     assert done.returncode == 0 and "uplink: budget and windows applied" in done.stdout, done.stdout
     assert [body for _t, body in got] == bodies
+
+
+def test_a_message_larger_than_the_budget_goes_alone_and_what_waits_behind_it_is_said_and_shown(tmp_path):
+    """[uplink] max_byte_rate = 1000 and a 100 KB message: it goes once the bucket is full, and
+    the 100 s it overdrew hold back what follows; the log says so once, `hutch ctl bridges`
+    shows the wait and the oldest message's age as /metrics does, with the bridge's alarm. A
+    class (its upstream away) whose disk budget the same message passes drops it, and says so
+    once."""
+    import urllib.request
+
+    from brokers import free_port
+
+    up = upstream(tmp_path)
+    metrics = free_port()
+    folder = tmp_path / "edge"
+    folder.mkdir()
+    config = folder / "hutch.toml"
+    cloud = dict(bridge(up, "cloud", None), source_exchange="amq.topic", uri="amqp://127.0.0.1:%d/" % free_port())
+    del cloud["queue"]  # (its upstream away: what its class takes waits in its queue)
+    write_config(config, {"max_byte_rate": 1000}, [bridge(up, "to-up", "out"), cloud])
+    config.write_text(
+        config.read_text()
+        + 'classes = [{ name = "telemetry", binding_key = "sensors.#", max_bytes = 20000, when_full = "drop-oldest" }]\n'
+    )
+    edge = RunningBroker(
+        [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--metrics-port", str(metrics)], folder
+    ).start()
+    try:
+        publish_confirmed(edge, "out", [b"x" * 100000, b"small"])
+        connection = pika.BlockingConnection(pika.URLParameters(edge.url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("amq.topic", "sensors.big", b"y" * 100000, pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        got = consume_timed(up.url, 1, timeout=30)
+        wait_until(
+            lambda: "budget: waiting" in ctl(edge, "bridges").stdout, 30, what=lambda: repr(ctl(edge, "bridges"))
+        )
+        wait_until(lambda: "bridge cloud.telemetry: dropped 1 messages" in edge.log(), 30, what=edge.log)
+        shown = ctl(edge, "bridges").stdout
+        scraped = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics, timeout=10).read().decode()
+        log = edge.log()
+        assert not edge.errors(), log[-3000:]
+    finally:
+        edge.stop()
+        up.stop()
+    print(shown)
+    assert [len(body) for _t, body in got] == [100000], "the large message went first, alone"
+    said = [line for line in log.splitlines() if "bridge to-up: waiting" in line]
+    assert len(said) == 1 and said[0].endswith(
+        " s for budget: a 100,000-byte message went over the [uplink]'s 1,000 bytes/s"
+    ), said
+    assert "    budget: waiting " in shown, shown
+    assert 'hutch_bridge_alarm{bridge="to-up"} 1' in scraped
+    age = [line for line in scraped.splitlines() if line.startswith('hutch_bridge_oldest_age_seconds{bridge="to-up"}')]
+    assert age and float(age[0].split()[1]) > 0, age
+    line = [one for one in shown.splitlines() if one.startswith("  to-up ")][0]
+    assert "oldest waiting -" not in line, line
+    assert "dropped 1 (expired or over its budget)" in shown
+    assert "bridge cloud.telemetry: dropped 1 messages (the oldest over its max_bytes of 20,000)" in log

@@ -40,7 +40,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -49,7 +48,7 @@ import pytest
 from brokers import BIN, RunningBroker, free_port, pika_connection, sigkill, wait_until
 from micropython_env import micropython
 from paths import ROOT
-from pipeline_support import HUTCH, assert_group_ends, committed_files, repeats, written_aggregates
+from pipeline_support import Pipeline, committed_files, expected_windows, logged, repeats, written_aggregates
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -163,62 +162,6 @@ class Upstream:
             assert code == 0
 
 
-class Pipeline:
-    """`hutch pipeline` in a process group of its own, its output kept."""
-
-    def __init__(self, upstream, output, checkpoint):
-        self.args = [
-            "--uri", upstream.url, "--streams", upstream.stream, "--output", output, "--checkpoint", checkpoint,
-            "--window", "1 minute", "--watermark", "1000 days",  # no reading is ever late
-            "--dedup", "sensor" if DEDUP else "none",
-        ]  # fmt: skip
-        self.checkpoint = checkpoint
-        self.lines = []
-        self.proc = None
-
-    def start(self, *more):
-        self.committed = self.commits()  # (what the runs before this one committed)
-        self.proc = subprocess.Popen(
-            [HUTCH, "pipeline", *self.args, *more],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
-        return self
-
-    def _read(self, proc):
-        for line in proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def commits(self):
-        try:
-            return len([n for n in os.listdir(os.path.join(self.checkpoint, "commits")) if not n.startswith(".")])
-        except OSError:
-            return 0
-
-    def went_on(self):
-        """Whether this run committed a batch (or ended by itself)."""
-        return self.commits() > self.committed or self.proc.poll() is not None
-
-    def kill(self):
-        """SIGKILL to its group (unless it ended by itself: a run that lost its broker fails)."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        assert_group_ends(self.proc.pid)
-
-    def finish(self, timeout=600):
-        code = self.proc.wait(timeout)
-        assert_group_ends(self.proc.pid)
-        return code
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
-
-
 def run_sensors(tmp_path, edge, amqp_proxy, mqtt_proxy, stop):
     """The two sensor processes, started (they stop once the file stop exists): (their Popens,
     the log files)."""
@@ -268,28 +211,6 @@ def stream_repeats(upstream):
     return records, again
 
 
-def logged(logs):
-    """{(sensor, seq): (ts, value)} of every reading the sensors logged; a number logged twice
-    fails (a sensor's numbers only grow)."""
-    found = {}
-    for path in logs:
-        with open(path) as f:
-            for line in f:
-                sensor, seq, ts, value = line.split()
-                key = (sensor, int(seq))
-                assert key not in found, "a sensor logged one number twice: %r" % (key,)
-                found[key] = (int(ts), float(value))
-    return found
-
-
-def expected_windows(readings):
-    """{(window start, sensor): (count, min, max)} of the logged readings."""
-    windows = {}
-    for (sensor, _seq), (ts, value) in readings.items():
-        windows.setdefault((ts // 60 * 60, sensor), []).append(value)
-    return {key: (len(values), min(values), max(values)) for key, values in windows.items()}
-
-
 def mute_and_cut(proxies):
     """The sensors' publishes arrive; their confirms and PUBACKs are lost; then the links are cut."""
     for proxy in proxies:
@@ -313,7 +234,7 @@ def sensor_to_parquet(tmp_path, upstream):
         mqtt_proxy = TcpProxy(edge.mqtt_port).start()
         sensor_proxies = (amqp_proxy, mqtt_proxy)
         output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
-        pipeline = Pipeline(upstream, output, checkpoint).start("--trigger", "processing=2s")
+        pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "processing=2s")
         runs = [pipeline]
         wait_until(lambda: any("Spark started" in line for line in pipeline.lines), 120, what="Spark")
         stop = str(tmp_path / "stop")
@@ -335,7 +256,7 @@ def sensor_to_parquet(tmp_path, upstream):
             fault("edge SIGKILLed", lambda: (sigkill(edge.broker), edge.broker.start()))
             wait_until(pipeline.went_on, 120, what="a batch committed by this run of the pipeline")
             fault("pipeline SIGKILLed", pipeline.kill)
-            pipeline = Pipeline(upstream, output, checkpoint).start("--trigger", "processing=2s")
+            pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "processing=2s")
             runs.append(pipeline)
             fault("upstream SIGKILLed", upstream.kill_and_start)
             fault("sensor links muted, then cut, again", lambda: mute_and_cut(sensor_proxies))
@@ -363,7 +284,7 @@ def sensor_to_parquet(tmp_path, upstream):
         )  # fmt: skip
         connection.close()
         pipeline.stop()  # (the one started after the kill: it may have failed with the upstream's restart)
-        pipeline = Pipeline(upstream, output, checkpoint).start("--trigger", "available-now")
+        pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "available-now")
         runs.append(pipeline)
         assert pipeline.finish() == 0, "\n".join(pipeline.lines[-30:])
         records, repeated = stream_repeats(upstream)
