@@ -322,7 +322,6 @@ def test_a_day_in_the_field(tmp_path, rabbitmq):
         assert pipeline.finish() == 0, "\n".join(pipeline.lines[-30:])
         done.set()
         reader.join(10)
-        log = edge.log()
         clients = mosquitto.log()
     finally:
         done.set()
