@@ -18,9 +18,9 @@ import os
 
 FILE = "hutch-pipeline.json"
 # option (as the command spells it): what a run with another value would get wrong
-COMPARED = ("--streams", "--output", "--window", "--watermark", "--schema", "--format", "--dedup")
+COMPARED = ("--streams", "--output", "--window", "--watermark", "--schema", "--fields", "--format", "--dedup")
 # what a checkpoint written before an option existed was made with (its query had no such step)
-BEFORE = {"--dedup": "none"}
+BEFORE = {"--dedup": "none", "--fields": ""}
 
 
 class CheckpointMismatch(Exception):
@@ -35,6 +35,7 @@ def options_of(job):
         "--window": job.window,
         "--watermark": job.watermark,
         "--schema": job.schema,
+        "--fields": job.fields_text,
         "--format": job.format,
         "--dedup": job.dedup,
     }

@@ -72,6 +72,12 @@ def make_parser():
     p.add_argument("--max-offsets-per-trigger", type=_positive, metavar="N", help="at most N records per batch")
     p.add_argument("--schema", help="the readings' JSON fields as Spark DDL (default %r)" % settings.DEFAULT_SCHEMA)
     p.add_argument("--schema-file", metavar="FILE", help="the same, read from a file")
+    p.add_argument(
+        "--fields",
+        metavar="sensor=WHERE,ts=WHERE,value=WHERE",
+        help="where each field is, when the JSON is not flat (instead of --schema): a JSON path "
+        "(SHT3X.Temperature), routing_key[N] (the routing key's Nth word) or header:NAME",
+    )
     p.add_argument("--window", default="1 minute", help='the windows\' length (default "1 minute")')
     p.add_argument("--watermark", default="10 minutes", help='how late a reading may come (default "10 minutes")')
     p.add_argument(
@@ -118,7 +124,13 @@ class Job:
         self.watermark_s = settings.seconds(self.watermark)
         self.trigger = settings.trigger(args.trigger)
         self.dedup = args.dedup
-        self.schema = settings.check_schema(_schema_text(args))
+        if args.fields is not None and (args.schema is not None or args.schema_file is not None):
+            raise settings.SettingError("give --fields or --schema, not both")
+        self.fields = settings.fields(args.fields) if args.fields is not None else None
+        self.fields_text = (
+            ",".join("%s=%s" % (name, _spelled(self.fields[name])) for name in settings.FIELDS) if self.fields else ""
+        )
+        self.schema = settings.check_schema(_schema_text(args)) if self.fields is None else ""
         self.source_options = {
             "uri": args.uri,
             "streams": args.streams,
@@ -130,6 +142,12 @@ class Job:
             self.streams = Options(self.source_options).streams
         except ValueError as e:
             raise settings.SettingError(_cli_words(str(e)))
+
+
+def _spelled(field):
+    """A --fields place as the command line spells it (what the checkpoint keeps)."""
+    kind, where = field
+    return where[2:] if kind == "json" else "routing_key[%d]" % where if kind == "routing_key" else "header:" + where
 
 
 def _schema_text(args):
@@ -215,12 +233,16 @@ def run(job, out, err):
         spark = pipeline.start_session(job.master, delta=job.format == "delta")
         out.write("hutch pipeline: Spark started in %.0f s\n" % (time.monotonic() - started))
         out.flush()
-        try:
-            schema = pipeline.reading_schema(job.schema)
-        except Exception as e:
-            return _fail(terminal, EXIT_USAGE, "--schema: %s" % first_line(e))
         dedup = job.dedup == "sensor"
-        readings = pipeline.readings(pipeline.records(spark, job.source_options), schema, dedup)
+        records = pipeline.records(spark, job.source_options)
+        if job.fields is not None:
+            readings = pipeline.readings_at(records, job.fields, dedup)
+        else:
+            try:
+                schema = pipeline.reading_schema(job.schema)
+            except Exception as e:
+                return _fail(terminal, EXIT_USAGE, "--schema: %s" % first_line(e))
+            readings = pipeline.readings(records, schema, dedup)
         query = pipeline.start_query(
             pipeline.aggregates(readings, job.window, job.watermark, dedup),
             job.output,

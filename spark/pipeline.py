@@ -104,7 +104,32 @@ def readings(records, schema, dedup=True):
     columns = [body.alias("r")]
     if dedup:
         columns += reading_id()
-    parsed = records.select(*columns).select("r.*", *(READING_ID if dedup else ()))
+    return _stamped(records.select(*columns).select("r.*", *(READING_ID if dedup else ())))
+
+
+def readings_at(records, fields, dedup=True):
+    """The readings of records whose sensor, ts and value are where --fields says (settings.fields:
+    a JSON path into the body, a word of the routing key, a header), as readings() gives them:
+    sensor a string, ts a timestamp, value a double; a record without one of them is left out."""
+    body = F.col("body").cast("string")
+    columns = []
+    for name in ("sensor", "ts", "value"):
+        kind, where = fields[name]
+        if kind == "json":
+            column = F.get_json_object(body, where)
+        elif kind == "routing_key":
+            column = F.get(F.split(F.col("routing_key"), "[.]"), where)  # (null past the last word)
+        else:
+            column = F.col("headers")[where]
+        columns.append((column.try_cast("double") if name == "value" else column).alias(name))
+    if dedup:
+        columns += reading_id()
+    return _stamped(records.select(*columns))
+
+
+def _stamped(parsed):
+    """Readings with ts (the JSON's text) as a timestamp, ISO-8601 or epoch seconds, and only
+    those with a sensor, a ts that parses and a value."""
     ts_text = F.trim(F.col("ts"))
     ts = F.when(ts_text.rlike(EPOCH_SECONDS), F.timestamp_seconds(ts_text.try_cast("decimal(24,6)"))).otherwise(
         F.try_to_timestamp(ts_text)

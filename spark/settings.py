@@ -98,6 +98,46 @@ def check_schema(ddl):
     return ddl.strip()
 
 
+FIELDS = ("sensor", "ts", "value")
+_JSON_PATH = re.compile(r"^[A-Za-z_$@][\w$@-]*(\[\d+\])*(\.[A-Za-z_$@][\w$@-]*(\[\d+\])*)*$")
+_ROUTING_WORD = re.compile(r"^routing_key\[(\d+)\]$")
+
+
+def fields(text):
+    """--fields "sensor=WHERE,ts=WHERE,value=WHERE": where each field of a reading is, for a body
+    whose JSON is not flat (Tasmota's {"Time": ..., "SHT3X": {"Temperature": ...}}) or that does
+    not name its sensor. WHERE is a path into the JSON body (levels joined by dots, [N] for an
+    array's item: SHT3X.Temperature), routing_key[N] (the Nth word of the routing key, from 0:
+    tele.greenhouse-1.SENSOR's 1 is greenhouse-1) or header:NAME (a header's value). The
+    three, as {name: (kind, where)}: kind "json" (a JSON path, $.SHT3X.Temperature),
+    "routing_key" (N) or "header" (NAME)."""
+    found = {}
+    for part in (text or "").split(","):
+        name, sep, where = (piece.strip() for piece in part.partition("="))
+        if not sep or not where:
+            raise SettingError('--fields takes NAME=WHERE pairs such as "sensor=routing_key[1],ts=Time", not %r' % part)
+        if name not in FIELDS:
+            raise SettingError("--fields names %r: the fields are %s" % (name, ", ".join(FIELDS)))
+        if name in found:
+            raise SettingError("--fields names %s twice" % name)
+        word = _ROUTING_WORD.match(where)
+        if word:
+            found[name] = ("routing_key", int(word.group(1)))
+        elif where.startswith("header:") and len(where) > 7:
+            found[name] = ("header", where[7:])
+        elif _JSON_PATH.match(where):
+            found[name] = ("json", "$." + where)
+        else:
+            raise SettingError(
+                "--fields: %s=%s is not a JSON path (such as SHT3X.Temperature), routing_key[N] or header:NAME"
+                % (name, where)
+            )
+    missing = [name for name in FIELDS if name not in found]
+    if missing:
+        raise SettingError("--fields says nothing of %s: the pipeline needs sensor, ts and value" % ", ".join(missing))
+    return found
+
+
 def _top_level(text):
     """text split at the commas that are not inside <...> or (...)."""
     parts, depth, start = [], 0, 0

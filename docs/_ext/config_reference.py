@@ -121,7 +121,8 @@ DESCRIPTIONS.update(
         "when that is less (esp32: 24).",
         "bridge.reconnect_delay": "Seconds before the first retry after a failed connection; doubled after each "
         "failed round.",
-        "bridge.max_reconnect_delay": "The longest retry delay in seconds (with jitter).",
+        "bridge.max_reconnect_delay": "The longest retry delay in seconds: each wait is between half of the "
+        "delay and the delay (jitter), never past this.",
         "bridge.watchdog": "A link that confirms nothing for this many seconds while messages wait is torn down "
         "and replaced. 0: off.",
         "bridge.declare": "Up only: what to set up upstream at each connect (durable): a table of the keys below.",
@@ -164,12 +165,12 @@ DESCRIPTIONS.update(
         "bridge.always_connected": "`true`: the bridge connects at any time, outside the `[uplink]`'s "
         "`hours` and `every` windows too (alarms that must not wait for a window). Default `false`.",
         "bridge.classes": "Up, with `source_exchange`: classes of messages, each a table of the keys below "
-        "and a bridge of its own, `NAME.CLASS` (its queue `hutch.bridge.NAME.CLASS`), to the same upstream. "
-        "None: one class, the bridge itself.",
+        "with a queue of its own (`hutch.bridge.NAME.CLASS`, shown as `NAME.CLASS`), all sent by the "
+        "bridge's one link, by priority. None: one class, the bridge itself.",
         "bridge.classes.name": "The class's name (required; no `/`).",
         "bridge.classes.binding_key": "What of `source_exchange` it takes (required).",
-        "bridge.classes.priority": "0 to 9: while a class of a higher priority has messages waiting and its link "
-        "is up or coming up, this one sends nothing (after an outage, alarms go before telemetry).",
+        "bridge.classes.priority": "0 to 9: while a class of a higher priority has messages to send, this one "
+        "sends nothing (after an outage, alarms go before telemetry).",
         "bridge.classes.ttl": "Seconds a message may wait: older ones are dropped, not forwarded stale, and "
         "counted. None: no limit.",
         "bridge.classes.max_bytes": "The class's budget, in bytes of messages waiting. None: the broker's disk "
@@ -177,7 +178,7 @@ DESCRIPTIONS.update(
         "bridge.classes.when_full": "Past `max_bytes`: `refuse` new messages (a publisher's nack, an MQTT 5 "
         "PUBACK error), or `drop-oldest` (counted).",
         "bridge.classes.always_connected": "As the bridge's `always_connected`, for this class (default: "
-        "the bridge's).",
+        "the bridge's): the link stays up for it outside the windows, the other classes waiting for theirs.",
         "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
         "or `headers` (needs `exchange`).",
         "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",

@@ -284,6 +284,17 @@ def test_malformed_packets_end_the_connection_with_a_reason_in_version_5():
     assert c.send(bytes((0xC0, 0))) == [] and c.conn.closed  # PINGREQ before CONNECT
 
 
+def test_a_wildcard_in_a_publish_s_topic_is_named_as_why():
+    c = Client(level=V5)
+    c.connect()
+    out = c.publish(b"sensors/+/temp", b"21.5", qos=1, packet_id=1)
+    assert names(out) == ["DISCONNECT"] and out[0].body[0] == packets.TOPIC_NAME_INVALID
+    props, _ = packets.read_properties(out[0].body, 1, len(out[0].body))
+    assert props[packets.REASON_STRING] == (
+        b"topic name 'sensors/+/temp' holds a wildcard (+ or #): a PUBLISH names one topic"
+    ), props
+
+
 def test_nothing_large_before_connect():
     c = Client()
     c.send(bytes((0x10,)) + packets.remaining_length(1 << 20))

@@ -2,8 +2,12 @@
 clients did (0-9-1's label keeping the rest), clean for `promtool check metrics`, and the status
 page's MQTT part, as headless Chromium shows it."""
 
+import json
+import os
+import subprocess
+
 import pika
-from brokers import free_port, wait_until
+from brokers import BIN, free_port, wait_until
 from mqtt_brokers import Paho, start_hutch, stop
 from scrapes import dom_figures, get, promtool, series
 
@@ -64,6 +68,13 @@ def test_mqtt_counters_carry_their_protocol_and_the_status_page_shows_the_sessio
         assert figures["mqtt-sessions.away.queued"] == str(QOS1 + QOS0 + 1)  # (QoS 0 ones too: queued as it was away)
         assert figures["mqtt-sessions.dashboard.connected"] == "yes"
         assert figures["mqtt-sessions.greenhouse-3.queued"] == "0"
+        listed = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "list", "connections", "protocol", "client_id", "--json",
+             "--data", broker.running.data],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        rows = json.loads(listed.stdout)
+        assert sorted(row["client_id"] for row in rows if row["protocol"] == "MQTT") == ["dashboard", "greenhouse-3"]
         sub.stop()
         pub.stop()
     finally:

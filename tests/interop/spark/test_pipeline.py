@@ -250,6 +250,19 @@ MISTAKES = [
     ),
     (lambda h: _args(h, "s", "--schema", "sensor STRING,, value DOUBLE"), None, 2, "has an empty field"),
     (lambda h: _args(h, "s", "--schema-file", "/nonexistent/schema.ddl"), None, 2, "--schema-file: [Errno 2]"),
+    (lambda h: _args(h, "s", "--fields", "sensor=routing_key[1],ts=Time"), None, 2, "--fields says nothing of value"),
+    (
+        lambda h: _args(h, "s", "--fields", "sensor=a b,ts=T,value=V"),
+        None,
+        2,
+        "--fields: sensor=a b is not a JSON path",
+    ),
+    (
+        lambda h: _args(h, "s", "--fields", "sensor=s,ts=t,value=v", "--schema", "sensor STRING"),
+        None,
+        2,
+        "give --fields or --schema, not both",
+    ),
     (lambda h: _args(h, "s", "--format", "csv"), None, 2, "argument --format: invalid choice: 'csv'"),
     (lambda h: _args(h, "s", "--dedup", "maybe"), None, 2, "argument --dedup: invalid choice: 'maybe'"),
     (
@@ -285,10 +298,11 @@ def test_a_checkpoint_made_before_dedup_existed_is_refused_unless_run_with_dedup
 
     job = SimpleNamespace(
         checkpoint=str(tmp_path), streams=["s"], output="/o", window="1 minute", watermark="10 minutes",
-        schema="sensor STRING, ts TIMESTAMP, value DOUBLE", format="parquet", dedup="sensor",
+        schema="sensor STRING, ts TIMESTAMP, value DOUBLE", format="parquet", dedup="sensor", fields_text="",
     )  # fmt: skip
     made_with = checkpoint.options_of(job)
     del made_with["--dedup"]
+    del made_with["--fields"]  # (nor --fields: a checkpoint of then is one without)
     with open(os.path.join(str(tmp_path), checkpoint.FILE), "w") as f:
         json.dump(made_with, f)
     os.makedirs(os.path.join(str(tmp_path), "commits"))

@@ -470,3 +470,34 @@ def test_hutch_client_reads_the_servers_name(hutch, rabbitmq):
         names.append(client.protocol.server_product)
         client.close()
     assert names == ["hutch", "RabbitMQ"]
+
+
+def test_readings_whose_json_is_not_flat_are_found_where_fields_says(spark):
+    """hutch pipeline --fields: Tasmota's telemetry (tele/DEVICE/SENSOR, its values nested under
+    the sensor's name, the device named only by the topic) read as readings: the sensor from the
+    routing key's second word, ts and value by JSON paths; a record without them left out."""
+    from hutch.spark.pipeline import readings_at
+    from hutch.spark.records import SCHEMA
+    from hutch.spark.settings import fields
+
+    tasmota = b'{"Time": "2024-05-01T06:00:10", "SHT3X": {"Temperature": 23.4, "Humidity": 51.2}, "TempUnit": "C"}'
+    rows = [
+        ("s", 0, None, "tele.greenhouse-1.SENSOR", "amq.topic", {}, {}, tasmota),
+        (
+            "s",
+            1,
+            None,
+            "tele.greenhouse-1.STATE",
+            "amq.topic",
+            {},
+            {},
+            b'{"Time": "2024-05-01T06:00:10", "Uptime": "1T"}',
+        ),
+        ("s", 2, None, "tele", "amq.topic", {}, {}, tasmota),  # (no second word: no sensor)
+    ]
+    records = spark.createDataFrame(rows, SCHEMA)
+    found = readings_at(records, fields("sensor=routing_key[1], ts=Time, value=SHT3X.Temperature"), dedup=False)
+    got = [(r["sensor"], r["ts"].isoformat(), r["value"]) for r in found.collect()]
+    assert got == [("greenhouse-1", "2024-05-01T06:00:10", 23.4)], got
+    by_header = readings_at(records, fields("sensor=header:device,ts=Time,value=SHT3X.Humidity"), dedup=False)
+    assert by_header.count() == 0, "no device header: no sensor"
