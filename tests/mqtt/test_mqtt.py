@@ -40,9 +40,11 @@ def test_connect_subscribe_publish_and_puback():
 
 
 def test_a_wrong_password_and_no_user_are_refused_in_connack():
-    c = Client()
+    said = []
+    c = Client(Broker(Limits(), log=lambda level, text, exc=None: said.append(text)))
     out = c.connect(password=b"nope")
     assert [(p.name, p.body) for p in out] == [("CONNACK", b"\x00\x04")] and c.conn.closed
+    assert len([line for line in said if "refused" in line]) == 1, said  # (once: not again as the CONNACK goes)
     afar = {"address": "10.1.2.3", "port": 40000, "transport": "tcp"}
     c = Client(peer=afar)
     out = c.send(packets.connect(b"s"))

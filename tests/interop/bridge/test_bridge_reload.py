@@ -108,6 +108,7 @@ def test_a_reload_moves_a_bridge_to_a_new_upstream_and_changes_users_while_messa
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match="user 'sensor' is deleted"):
             wait_until(lambda: held.process_data_events(0.05) or not held.is_open, 10, what="sensor's connection")
         time.sleep(1.5)
+        again = ctl(edge, "reload")  # the same file: its users with permissions, bridges without prefetch
         stop.set()
         publisher.join(60)
         at_a = [body for body, _h, _m in consume_every(a.user_url, "central", [], timeout=3)]
@@ -123,6 +124,7 @@ def test_a_reload_moves_a_bridge_to_a_new_upstream_and_changes_users_while_messa
     lines = done.stdout.splitlines()
     assert "bridge out restarted with its new table (uri changed)" in lines and "bridge more started" in lines, lines
     assert "users: 2 (added ops, removed sensor, 1 connection of removed users closed)" in lines, lines
+    assert again.stdout == "nothing changed\n", "a reload of the same file restarted or changed: %r" % again.stdout
     assert at_a and at_b, "the reload came before or after every message: the test proved nothing"
     assert at_a + at_b == published, "lost, twice or out of order"
 
