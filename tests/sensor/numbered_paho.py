@@ -13,7 +13,6 @@ import json
 import os
 import random
 import sys
-import threading
 import time
 
 import paho.mqtt.client as mqtt
@@ -81,36 +80,9 @@ def run(port, sensor_id, readings, log, lock, folder, stop, t0, pause):
 
 
 def main(port, prefix, sensors, readings, log_path, folder, stop, t0="1714604400", pause="0.5"):
-    log = open(log_path, "a")
-    lock = threading.Lock()
-    errors = []
-    threads = [
-        threading.Thread(
-            target=sensor,
-            args=(
-                int(port),
-                "%s%02d" % (prefix, i),
-                int(readings),
-                log,
-                lock,
-                folder,
-                stop,
-                int(t0),
-                float(pause),
-                errors,
-            ),
-        )
-        for i in range(int(sensors))
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    log.close()
-    if errors:
-        print("\n".join(errors))
-        sys.exit(1)
-    print("done")
+    from numbered_sensors import run_all  # (beside this file)
+
+    run_all(sensor, port, prefix, sensors, readings, log_path, folder, stop, t0, pause)
 
 
 if __name__ == "__main__":

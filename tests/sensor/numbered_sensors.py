@@ -68,6 +68,13 @@ def sensor(port, sensor_id, readings, log, lock, folder, stop, t0, pause, errors
 
 
 def main(port, prefix, sensors, readings, log_path, folder, stop, t0="1714604400", pause="0.02"):
+    run_all(sensor, port, prefix, sensors, readings, log_path, folder, stop, t0, pause)
+
+
+def run_all(sensor, port, prefix, sensors, readings, log_path, folder, stop, t0, pause):
+    """sensor(port, id, readings, log, lock, folder, stop, t0, pause, errors) in a thread for
+    each of the sensors PREFIX00, PREFIX01, ...; exit 1 saying what failed, if anything did
+    (numbered_paho.py's sensors run here too)."""
     port, sensors, readings, t0, pause = int(port), int(sensors), int(readings), int(t0), float(pause)
     errors = []
     lock = threading.Lock()
