@@ -20,7 +20,6 @@ from amqp091/batch.py that scans a buffer's frames in one call (amqp091/batch.py
 Channel 0's methods (the handshake) are amqp091/handshake.py's; channels are amqp091/channel.py.
 """
 
-import gc
 import struct
 
 from ..codec import spec
@@ -155,43 +154,32 @@ class Connection(PortConnection):
 
     # ------------------------------------------------------------ bytes in
 
-    def feed(self, data):
-        """Process every complete frame in data (bytes, or a memoryview of the port's read
-        buffer: whatever the broker keeps is copied out before feed returns)."""
-        if self.closed:
-            return
-        self.last_recv = self.broker.now
-        if self.pending:
-            data = self.pending + data
-            self.pending = b""
-        if self.state == AUTH_FAILED:  # refused: what it sends meanwhile is not kept
-            return
-        if self.paused:
-            self.pending = bytes(data)
-            return
+    def parse(self, data):
+        """(PortConnection.feed) The protocol header, then every whole frame: where the rest begins."""
         pos = 0
-        try:
-            if self.state == AWAIT_HEADER:
-                pos = read_header(self, data)
-                if pos < 0:
-                    return
-            pos = self.read_frames(self, data, pos)
-        except Refused as e:
-            self.close_with(e)
-            pos = len(data)
-        except DecodeError as e:
-            self.close_with(Refused(FRAME_ERROR if e.code == spec.FRAME_ERROR else SYNTAX_ERROR, str(e)))
-            pos = len(data)
-        except MemoryError:
-            self.out_of_memory()
-            pos = len(data)
-        except Exception as e:  # a bug must cost one connection, never the broker
-            self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
-            self._close_or_drop(Refused(INTERNAL_ERROR, "%r" % (e,)))
-            pos = len(data)
-        if pos < len(data) and not self.closed:
-            self.pending = bytes(data[pos:])
-        self.flush_confirms()
+        if self.state == AWAIT_HEADER:
+            pos = read_header(self, data)
+            if pos < 0:
+                return pos
+        return self.read_frames(self, data, pos)
+
+    protocol_errors = (Refused, DecodeError)
+
+    def close_for(self, e):
+        """(PortConnection) connection.close with the code that says e: a refusal's, a frame that
+        does not decode (501, 502), out of memory (506), an internal error (541; a frame that
+        cannot even be made for want of memory: hung up on)."""
+        if isinstance(e, DecodeError):
+            e = Refused(FRAME_ERROR if e.code == spec.FRAME_ERROR else SYNTAX_ERROR, str(e))
+        elif isinstance(e, MemoryError):
+            e = Refused(RESOURCE_ERROR, "broker out of memory")
+        elif not isinstance(e, Refused):
+            try:
+                self.close_with(Refused(INTERNAL_ERROR, "%r" % (e,)))
+            except Exception:
+                self.dropped()
+            return
+        self.close_with(e)
 
     def read_wanted(self):
         """How many more octets complete the frame whose start is pending (0: none is): the
@@ -202,18 +190,6 @@ class Connection(PortConnection):
             return 0
         return (pending[3] << 24 | pending[4] << 16 | pending[5] << 8 | pending[6]) + 8 - len(pending)
 
-    def out_of_memory(self):
-        """The heap ran out while serving this client (in the core or in its port): say so in
-        AMQP terms (506) and give back everything the connection holds."""
-        self.broker.log("warning", "%s: out of memory, closing the connection" % self.name)
-        self._close_or_drop(Refused(RESOURCE_ERROR, "broker out of memory"))
-
-    def _close_or_drop(self, e):
-        try:
-            self.close_with(e)
-        except Exception:  # cannot even say why (no memory to build the frame): hang up
-            self.dropped()
-
     def unsettled(self):
         """(queue, entry) of every delivery its channels still wait to settle (compaction
         looks for the messages an old segment holds)."""
@@ -222,24 +198,6 @@ class Connection(PortConnection):
             for queue, entry, _consumer in channel.unacked.values():
                 out.append((queue, entry))
         return out
-
-    def dropped(self):
-        """Hang up without a word: not even the frame that would say why fits in memory."""
-        self.finish()
-        self.out = []
-        try:
-            self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
-        except MemoryError:
-            gc.collect()  # what finish() gave back is garbage now: room for the line
-            try:
-                self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
-            except MemoryError:
-                pass
-
-    def dropped_quietly(self):
-        """Hang up without a word (core/connections.py: a source over its budget before login)."""
-        self.finish()
-        self.out = []
 
     def eof(self):
         """The peer closed its sending side."""
@@ -258,7 +216,7 @@ class Connection(PortConnection):
     def frame_error(self, text):
         # The byte stream cannot be trusted past a framing error: say why, then hang up.
         self.close_with(Refused(FRAME_ERROR, text))
-        self.finish()
+        self.end()
 
     def method_frame(self, number, buf, pos, end):
         if end - pos < 4:
@@ -301,10 +259,10 @@ class Connection(PortConnection):
             return
         method_id = struct.unpack_from(">I", buf, start + 7)[0]
         if method_id == spec.CONNECTION_CLOSE_OK:
-            self.finish()
+            self.end()
         elif method_id == spec.CONNECTION_CLOSE:
             self.send_method(0, spec.CONNECTION_CLOSE_OK)
-            self.finish()
+            self.end()
 
     def _open_channel(self, number, buf, pos, end):
         decode_args("s", buf, pos, end)
@@ -354,7 +312,7 @@ class Connection(PortConnection):
 
         arguments = closing_arguments(e)
         self.broker.log("warning", "%s: closing connection: %s" % (self.name, arguments[1]))
-        self._release()
+        self.give_back()  # (now: what it holds goes back before its close-ok comes)
         self.send_method(0, spec.CONNECTION_CLOSE, arguments)
         self.state = CLOSING
         self.deadline = self.broker.now + self.broker.limits.close_timeout_ms
@@ -364,33 +322,19 @@ class Connection(PortConnection):
         if self.state == OPEN:
             self.close_with(Refused(CONNECTION_FORCED, reason))
         else:
-            self.finish()
-
-    def finish(self):
-        self.broker.guard.settled(self, self.source)  # (if it was still in its handshake)
-        self.state = CLOSED
-        self.closed = True
-        self.pending = b""
-        try:
-            self._release()
-        finally:  # even if giving back failed (MemoryError), the port must learn we are closed
-            try:
-                self.broker.forget(self)
-            except MemoryError:
-                gc.collect()  # what was given back is garbage now: room to forget it
-                self.broker.forget(self)
-            if self.wake is not None:
-                self.wake()
+            self.end()
 
     def lost(self):
         """The transport is gone; nothing more can be sent."""
         if not self.closed and self.state == OPEN:
             self.broker.log("warning", "%s: client closed the socket without connection.close" % self.name)
-        self.finish()
+        self.end()
         self.out = []
 
-    def _release(self):
-        """Give back everything the connection holds: channels, consumers, exclusive queues."""
+    def give_back(self):
+        """(PortConnection.end, and a close's start) Everything the connection holds, given
+        back: channels, consumers, exclusive queues; its state closed (a close then says
+        closing)."""
         channels = self.channels
         self.channels = {}
         self.confirm_channels = []
@@ -398,6 +342,7 @@ class Connection(PortConnection):
         for number in channels:
             channels[number].cleanup()
         self.broker.connection_gone(self)
+        self.state = CLOSED
 
     # ------------------------------------------------------------ time
 
@@ -410,18 +355,18 @@ class Connection(PortConnection):
             if state == AWAIT_HEADER:
                 refuse_header(self, self.pending)  # a short header still learns what we speak
             else:
-                self.finish()
+                self.end()
         elif state == AUTH_FAILED and now >= self.deadline:
             refuse_login(self)
         elif state == CLOSING and now >= self.deadline:
-            self.finish()
+            self.end()
         elif self.heartbeat_ms and state >= AWAIT_OPEN:
             if not self.paused and now - self.last_recv > 2 * self.heartbeat_ms:
                 self.broker.log(
                     "warning",
                     "%s: missed heartbeats from client, timeout: %ds" % (self.name, self.heartbeat_ms // 1000),
                 )
-                self.finish()
+                self.end()
                 return
             if now - self.last_send >= self.heartbeat_ms // 2 and not self.out:
                 self.out.append(HEARTBEAT_FRAME)
@@ -458,6 +403,8 @@ class Connection(PortConnection):
             self.confirm_channels = waiting or []
             if waiting:
                 self.broker.wait_for_journal(self)
+
+    fed = flush_confirms  # (PortConnection.feed: after each feed)
 
     def after_publish(self):
         if self.broker.flow.blocked:

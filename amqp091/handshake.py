@@ -85,7 +85,7 @@ def refuse_header(conn, header):
         "warning", "%s: unsupported protocol header %r, answered with AMQP 0-9-1" % (conn.name, bytes(header))
     )
     conn.out.append(PROTOCOL_HEADER)
-    conn.finish()
+    conn.end()
 
 
 def connection_method(conn, method_id, buf, pos, end):
@@ -103,7 +103,7 @@ def connection_method(conn, method_id, buf, pos, end):
         elif conn.client is not None:
             conn.broker.log("info", "%s: connection closed (user '%s')" % (conn.name, text(conn.client.user)))
         conn.send_method(0, spec.CONNECTION_CLOSE_OK)
-        conn.finish()
+        conn.end()
         return
     if method_id == spec.CONNECTION_UPDATE_SECRET and conn.state == OPEN:
         from .secret import update_secret  # loaded with the first: most clients never refresh a secret
@@ -177,6 +177,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
         # Hold the answer back a moment: a guessing client gets few tries (requirements R147).
         broker.log("warning", "%s: %s login refused: %s" % (conn.name, text(mechanism), reason))
         conn.state = AUTH_FAILED
+        conn.deaf = True  # (what it sends meanwhile is dropped unread)
         conn.deadline = broker.now + broker.limits.auth_failure_delay_ms
         return
     conn.client = Login(user.encode(), conn.name)
@@ -187,6 +188,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
 
 def refuse_login(conn):
     """The delay after a refused login is over: say so (403) to a client that asked, else hang up."""
+    conn.deaf = False  # (its close-ok is read)
     if conn.wants & WANTS_AUTH_CLOSE:
         conn.close_with(
             Refused(
@@ -197,7 +199,7 @@ def refuse_login(conn):
             )
         )
     else:
-        conn.finish()  # older clients expect the socket to close (as RabbitMQ does)
+        conn.end()  # older clients expect the socket to close (as RabbitMQ does)
 
 
 def _tune_ok(conn, channel_max, frame_max, heartbeat):

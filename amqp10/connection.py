@@ -68,7 +68,6 @@ class Connection(PortConnection):
         PortConnection.__init__(self, broker, peer)
         limits = broker.limits
         self.state = SASL_WAIT
-        self.refused = False  # its login failed: what it sends is not read, and it is hung up on at its deadline
         self.max_frame = MIN_MAX_FRAME  # until open: the smallest every peer takes
         self.our_max_frame = max(MIN_MAX_FRAME, limits.frame_max)
         self.idle_ms = limits.heartbeat * 1000 // 2  # what we ask of the client (RabbitMQ 4: half the heartbeat)
@@ -90,31 +89,34 @@ class Connection(PortConnection):
     def want_read(self):
         return not self.closed
 
-    def feed(self, data):
-        if self.closed or self.refused:
-            return
-        self.last_recv = self.broker.now
-        data = self.pending + bytes(data) if self.pending else bytes(data)
-        self.pending = b""
-        try:
-            pos = self._headers(data)
-            while pos >= 0 and not self.closed:
-                found, pos_after = split(data, pos, self.our_max_frame if self.state >= OPEN else MIN_MAX_FRAME)
-                if found is None:
-                    break
-                pos = pos_after
-                self._frame(found)
-            if pos >= 0 and not self.closed:
-                self.pending = data[pos:]
-        except DecodeError as e:
+    def parse(self, data):
+        """(PortConnection.feed) The protocol headers, then every whole frame: where the rest begins."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        pos = self._headers(data)
+        while pos >= 0 and not self.closed:
+            found, pos_after = split(data, pos, self.our_max_frame if self.state >= OPEN else MIN_MAX_FRAME)
+            if found is None:
+                break
+            pos = pos_after
+            self._frame(found)
+        return pos
+
+    protocol_errors = (DecodeError, ConnectionError_)
+
+    def close_for(self, e):
+        """(PortConnection) A close with the condition that says e: a frame that does not decode,
+        an error of the connection, out of memory, an internal error."""
+        if isinstance(e, DecodeError):
             self._close(error("amqp:decode-error", str(e)))
-        except ConnectionError_ as e:
+        elif isinstance(e, ConnectionError_):
             self._close(error(e.args[0], e.args[1]))
-        except MemoryError:
-            self.out_of_memory()
-        except Exception as e:  # a bug must cost one connection, never the broker
-            self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
+        elif isinstance(e, MemoryError):
+            self._close(error("amqp:resource-limit-exceeded", "broker out of memory"))
+        else:
             self._close(error("amqp:internal-error", repr(e)))
+
+    def fed(self):
         self.flush_confirms()
         if not self.closed:
             for session in self.sessions.values():
@@ -126,20 +128,6 @@ class Connection(PortConnection):
             for session in list(self.sessions.values()):  # the client caught up: deliver again
                 session.redispatch()
 
-    def out_of_memory(self):
-        """The heap ran out while serving this client (in the port): said as a close, and
-        everything the connection holds given back."""
-        self.broker.log("warning", "%s: out of memory, closing the AMQP 1.0 connection" % self.name)
-        try:
-            self._close(error("amqp:resource-limit-exceeded", "broker out of memory"))
-        except MemoryError:
-            self.dropped()
-
-    def dropped(self):
-        """Hang up without a word: not even the frame that would say why fits in memory."""
-        self.out = []
-        self.lost()
-
     def read_wanted(self):
         """How many more octets complete the frame whose start is pending (0: none is)."""
         pending = self.pending
@@ -150,7 +138,7 @@ class Connection(PortConnection):
     def tick(self, now):
         if self.closed:
             return
-        if self.refused:
+        if self.deaf:
             if now > self.deadline:
                 self.lost()
         elif self.state < OPEN and now > self.deadline:
@@ -166,26 +154,16 @@ class Connection(PortConnection):
         self.lost()
 
     def lost(self):
-        """The transport is gone (or we hung up): every session lets go of what it holds."""
-        if self.closed:
-            return
+        """The transport is gone (or we hung up)."""
+        self.end()
+
+    def give_back(self):
+        """(PortConnection.end) Every session lets go of what it holds; the state closed."""
         for session in self.sessions.values():
             session.release_all()
-        stats = self.broker.stats
-        stats[counters.CHANNELS_CLOSED] += len(self.sessions)
+        self.broker.stats[counters.CHANNELS_CLOSED] += len(self.sessions)
         self.sessions.clear()
-        self.closed = True
         self.state = CLOSED
-        self.broker.guard.settled(self, self.source)
-        self.broker.connection_gone(self)
-        self.broker.forget(self)
-        if self.wake is not None:
-            self.wake()
-
-    def dropped_quietly(self):
-        """Hang up without a word (core/connections.py: a source over its budget before login)."""
-        self.out = []
-        self.lost()
 
     def close(self, reason="broker shutdown"):
         """From the broker's side (a shutdown, an operator)."""
@@ -281,7 +259,7 @@ class Connection(PortConnection):
             # code 1 (auth); the client closes, or the refusal's deadline hangs up on it
             broker.guard.say(self.source, "%s: AMQP 1.0 %s login refused: %s" % (self.name, name, reason))
             self.send(_frame_sasl(spec.SASL_OUTCOME, [SASL_AUTH]))
-            self.refused = True
+            self.deaf = True  # (what it sends is not read; hung up on at its deadline)
             self.deadline = min(self.deadline, broker.now + broker.limits.auth_failure_delay_ms)
             return
         self.auth_mechanism = name.encode()

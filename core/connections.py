@@ -27,6 +27,26 @@ connection is a PortConnection. The broker's side of the same object is core/ses
     conn.name                    # "address:port", for the port's log lines
     conn.tls                     # (only a TLS listener's clients) what the port knows of it
 
+**A connection's life, once for every protocol.** PortConnection.feed is the port's way in:
+what a frame's start left pending comes first, a held-back client's octets are kept whole, and
+the rest goes to the front end's parse(data), which says how far it read. Whatever parse
+raises ends this connection only, in the front end's words (close_for): its own protocol errors
+(protocol_errors) as its protocol says them, the heap running out as out of memory (else
+dropped: a hang-up with one line in the log), anything else (a bug) logged, and said as an
+internal error. A connection ends once, in end(): out of the pre-login guard, the front end's give_back (channels,
+sessions, a will), out of the broker's count and list (forget retried after collecting garbage:
+a board out of memory must still get rid of it), and the port woken to close the transport.
+dropped_quietly is end() with nothing more sent (the guard's budget). Each front end gives only
+its own words and parts:
+
+    parse(data) -> pos           how far it read (-1: nothing more to keep: it kept what it needs)
+    protocol_errors              the exceptions that are its protocol's errors (a tuple)
+    close_for(e)                 end (or close) the connection for e, in its words: its protocol
+                                 error, MemoryError (out of memory: may raise MemoryError again),
+                                 or a bug's exception (an internal error)
+    give_back()                  what the connection holds, given back, and its state closed
+    fed()                        after each feed (its confirms that waited for the journal, ...)
+
 A front end's connection adds want_read (False while the broker holds the client back, or
 once closed), read_wanted() (it knows its frames' sizes) and caught_up() (the client took what
 held it past the high-water mark: its sessions deliver again): each front end's own, as a base
@@ -58,6 +78,8 @@ end (arrived, login_failed, settled); the guard says what to drop. Bounded itsel
 at most MAX_SOURCES sources' counts.
 """
 
+import gc
+
 from .auth import is_loopback
 
 GUARD_WINDOW_MS = 10000
@@ -74,9 +96,13 @@ class PortConnection:
 
     # Each front end's own (annotations alone: nothing at run time)
     want_read: bool
-    feed: "Callable[[bytes], None]"
     read_wanted: "Callable[[], int]"
     caught_up: "Callable[[], None]"
+    parse: "Callable[[bytes], int]"
+    protocol_errors: tuple
+    close_for: "Callable[[BaseException], None]"
+    give_back: "Callable[[], None]"
+    fed: "Callable[[], None]"
 
     protocol = "?"  # what hutch ctl list connections says it speaks ("AMQP 0-9-1")
     metrics_label = "?"  # its protocol label on /metrics ("amqp091")
@@ -84,6 +110,7 @@ class PortConnection:
     client = None  # who it logged in as (core/auth.py Login), once it has
     closed = False
     paused = False  # held back (pause): not read until resume_reading
+    deaf = False  # its login refused: what it sends is dropped unread until the answer goes
 
     def __init__(self, broker, peer):
         address = peer.get("address", "?")
@@ -109,6 +136,32 @@ class PortConnection:
         return self.name.rpartition(":")[0]
 
     # ------------------------------------------------------------ reading
+
+    def feed(self, data):
+        """The port's octets (bytes, or a memoryview of its read buffer: whatever is kept is
+        copied out before feed returns), read as the module's docstring says."""
+        if self.closed or self.deaf:
+            return
+        self.last_recv = self.broker.now
+        if self.pending:
+            data = self.pending + data
+            self.pending = b""
+        if self.paused:
+            self.pending = bytes(data)
+            return
+        try:
+            pos = self.parse(data)
+        except MemoryError:
+            self.out_of_memory()
+            pos = len(data)
+        except Exception as e:  # a protocol error, or a bug: it must cost one connection, never the broker
+            if not isinstance(e, self.protocol_errors):
+                self.broker.log("error", "%s: internal error: %r" % (self.name, e), e)
+            self.close_for(e)
+            pos = len(data)
+        if 0 <= pos < len(data) and not self.closed:
+            self.pending = bytes(data[pos:])
+        self.fed()
 
     def reading(self):
         """The read rule: read while the broker wants this client's octets and the client keeps
@@ -171,6 +224,53 @@ class PortConnection:
         if was_saturated and not self.closed:
             self.caught_up()  # (the front end's: deliver to it again)
         return parts
+
+    # ------------------------------------------------------------ the end
+
+    def end(self):
+        """The connection's end, once (the module's docstring): also after a close the client
+        answered, or its transport's loss."""
+        if self.closed:
+            return
+        self.closed = True
+        self.pending = b""
+        broker = self.broker
+        broker.guard.settled(self, self.source)  # (if it was still in its handshake)
+        try:
+            self.give_back()
+        finally:  # even if giving back failed (MemoryError), the port must learn it is closed
+            broker.connection_gone(self)
+            try:
+                broker.forget(self)
+            except MemoryError:
+                gc.collect()  # what was given back is garbage now: room to forget it
+                broker.forget(self)
+            if self.wake is not None:
+                self.wake()
+
+    def dropped_quietly(self):
+        """Hang up without a word (the guard: a source over its budget before login)."""
+        self.out = []
+        self.end()
+
+    def out_of_memory(self):
+        """The heap ran out while serving this client (in the core, or in its port's writing):
+        said in the front end's words if they fit, else dropped."""
+        self.broker.log("warning", "%s: out of memory, closing the %s connection" % (self.name, self.protocol))
+        try:
+            self.close_for(MemoryError())
+        except MemoryError:
+            self.dropped()
+
+    def dropped(self):
+        """Hang up without a word: not even the frame that would say why fits in memory."""
+        self.dropped_quietly()
+        for _ in range(2):  # (what the end gave back is garbage now: room for the line, once collected)
+            try:
+                self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
+                return
+            except MemoryError:
+                gc.collect()
 
 
 class Guard:

@@ -159,46 +159,37 @@ class Connection(PortConnection):
         if self.session is not None:
             self.session.redispatch()
 
-    def feed(self, data):
-        if self.closed:
-            return
-        self.last_recv = self.broker.now
-        if self.pending:
-            data = self.pending + bytes(data)
-            self.pending = b""
-        if self.paused:
-            self.pending = bytes(data)
-            return
+    def parse(self, data):
+        """(PortConnection.feed) Every whole packet: where the rest begins."""
         pos = 0
         n = len(data)
-        try:
-            while pos < n and not self.closed:
-                if self.paused:
-                    break
-                found = packets.split(data, pos, self.most_in)
-                if found is None:
-                    break
-                first, start, end = found
-                self.packet(first, data, start, end)
-                pos = end
-        except Malformed as e:
+        while pos < n and not self.closed and not self.paused:
+            found = packets.split(data, pos, self.most_in)
+            if found is None:
+                break
+            first, start, end = found
+            self.packet(first, data, start, end)
+            pos = end
+        return pos
+
+    protocol_errors = (Malformed,)
+
+    def close_for(self, e):
+        """(PortConnection) Refused with the reason code that says e (a version 5 client is told):
+        a malformed packet's, out of memory (quota exceeded), an internal error."""
+        if isinstance(e, Malformed):
             self.refuse(e.args[0], e.args[1])
-            pos = n
-        except MemoryError:
-            self.out_of_memory()
-            pos = n
-        except Exception as e:  # a bug must cost one connection, never the broker
-            self.broker.log("error", "%s: MQTT internal error: %r" % (self.name, e), e)
+        elif isinstance(e, MemoryError):
+            self.refuse(QUOTA_EXCEEDED, "broker out of memory")
+        else:
             self.refuse(UNSPECIFIED_ERROR, "internal error")
-            pos = n
-        if pos < n and not self.closed:
-            self.pending = bytes(data[pos:])
-        self.flush_confirms()
 
     def flush_confirms(self):
         """Acknowledgements that waited for the journal, now that it synced (Broker.journal_synced)."""
         if self.session is not None and not self.closed:
             self.session.publishing.flush_acks()
+
+    fed = flush_confirms  # (PortConnection.feed: after each feed)
 
     def packet(self, first, buf, start, end):
         kind = first >> 4
@@ -344,7 +335,7 @@ class Connection(PortConnection):
         self.send(
             packets.connack(self.level, False, code, {packets.REASON_STRING: reason} if self.level == V5 else None)
         )
-        self.finish()
+        self.end()
 
     # ------------------------------------------------------------ ending
 
@@ -364,19 +355,6 @@ class Connection(PortConnection):
         its will published."""
         self.refuse(SESSION_TAKEN_OVER, "another connection took the session over")
 
-    def out_of_memory(self):
-        self.broker.log("warning", "%s: out of memory, closing the MQTT connection" % self.name)
-        try:
-            self.refuse(QUOTA_EXCEEDED, "broker out of memory")
-        except MemoryError:
-            self.out = []
-            self.lost()
-
-    def dropped_quietly(self):
-        """Hang up without a word (core/connections.py: a source over its budget before login)."""
-        self.out = []
-        self.finish()
-
     def close(self, reason=None):
         """From the broker's side: its shutdown (no reason: Server shutting down), or an
         operator's `hutch ctl` (Administrative action, as Mosquitto says when it kicks a client)."""
@@ -386,16 +364,19 @@ class Connection(PortConnection):
             else:
                 self.refuse(ADMINISTRATIVE_ACTION, reason)
         else:
-            self.finish()
+            self.end()
 
     def eof(self):
         self.lost()
 
     def lost(self):
-        """The connection is gone (or we hung up): its will goes out unless it disconnected, its
-        session lets go of what it holds, and a clean session ends."""
-        if self.closed:
-            return
+        """The connection is gone (or we hung up)."""
+        self.end()
+
+    def give_back(self):
+        """(PortConnection.end) Its will goes out unless it disconnected, its session lets go of
+        what it holds (a clean session ends), its client id is free; the state closed."""
+        self.state = CLOSED
         session = self.session
         if session is not None:
             will, self.will = self.will, None
@@ -410,22 +391,8 @@ class Connection(PortConnection):
             session.end()
         if self.serving.clients.get(self.client_id) is self:
             del self.serving.clients[self.client_id]
-        self.finish()
-
-    def finish(self):
-        if self.closed:
-            return
-        self.closed = True
-        self.state = CLOSED
-        self.pending = b""
-        broker = self.broker
-        broker.guard.settled(self, self.source)
         if self.counted:
             self.serving.stats[counters.CONNECTIONS_CLOSED] += 1  # (and broker.stats, by connection_gone)
-        broker.connection_gone(self)  # (which lets a held-back connection go too)
-        broker.forget(self)
-        if self.wake is not None:
-            self.wake()
 
     def tick(self, now):
         if self.closed:
@@ -433,7 +400,7 @@ class Connection(PortConnection):
         if self.state == CONNECT_WAIT:
             if now > self.deadline:
                 self.broker.log("warning", "%s: no MQTT CONNECT in time" % self.name)
-                self.finish()
+                self.end()
         elif self.keep_alive_ms and not self.paused and now - self.last_recv > self.keep_alive_ms * 3 // 2:
             self.refuse(KEEP_ALIVE_TIMEOUT, "nothing from the client in 1.5 times its keep alive")
         elif self.session is not None:

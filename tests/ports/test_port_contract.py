@@ -1,0 +1,178 @@
+"""The port contract (core/connections.py), kept alike by every front end's connection: a port sees
+the same wake, read rule, output, idle clock and end whichever protocol its client speaks, and
+the MicroPython port (ports/tcp.py) may end any of them when the heap runs out."""
+
+import asyncio
+
+import pytest
+
+from hutch.amqp091.connection import Connection as Connection091
+from hutch.amqp10.connection import SASL_HEADER
+from hutch.amqp10.connection import Connection as Connection10
+from hutch.core.broker import Broker
+from hutch.core.connections import PortConnection
+from hutch.core.limits import Limits
+from hutch.core.snapshot import snapshot
+from hutch.mqtt import packets
+from hutch.mqtt.connection import Connection as ConnectionMQTT
+from hutch.ports.metrics import render
+
+PEER = {"address": "127.0.0.1", "port": 40000, "transport": "tcp"}
+# what each front end's client sends first: a protocol header, or MQTT's CONNECT
+HEADERS = {
+    Connection091: b"AMQP\x00\x00\x09\x01",
+    Connection10: SASL_HEADER,
+    ConnectionMQTT: packets.connect(b"sensor-1", user=b"guest", password=b"guest"),
+}
+FRONT_ENDS = list(HEADERS)  # (server/frontends.py: 0-9-1's by default, 1.0's by its headers, MQTT's by its listeners)
+
+
+def send(conn, data):
+    """What a front end does to send: append, then count (the port is woken once a take)."""
+    conn.out.append(data)
+    conn.output_added(len(data))
+
+
+def opened(kind, **limits):
+    broker = Broker(Limits(**limits))
+    conn = kind(broker, PEER)
+    wakes = []
+    conn.wake = lambda: wakes.append(broker.now)
+    return broker, conn, wakes
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_each_front_end_is_a_port_connection_with_its_labels(kind):
+    broker, conn, _wakes = opened(kind)
+    assert isinstance(conn, PortConnection)
+    assert (conn.protocol, conn.metrics_label) == {
+        Connection091: ("AMQP 0-9-1", "amqp091"),
+        Connection10: ("AMQP 1.0", "amqp10"),
+        ConnectionMQTT: ("MQTT", "mqtt"),
+    }[kind]
+    assert conn in broker.connections and conn.name == "127.0.0.1:40000" and conn.loopback
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_the_port_is_woken_once_a_take(kind):
+    broker, conn, wakes = opened(kind)
+    send(conn, b"one")
+    send(conn, b"two")
+    assert len(wakes) == 1 and conn.out_bytes == 6
+    assert conn.take_output() == b"onetwo" and conn.out_bytes == 0
+    send(conn, b"three")
+    assert len(wakes) == 2
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_a_client_past_the_high_water_mark_is_not_read_until_it_takes_its_output(kind):
+    broker, conn, _wakes = opened(kind, output_high_water=10)
+    assert conn.reading()
+    send(conn, b"x" * 10)
+    assert conn.saturated() and not conn.reading()
+    assert conn.take_parts() == [b"x" * 10]
+    assert conn.take_parts() is None and conn.reading()
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_one_idle_clock_what_was_fed_and_what_the_port_took(kind):
+    broker, conn, _wakes = opened(kind)
+    broker.now += 500
+    conn.feed(HEADERS[kind])  # (its answer waits in the output)
+    assert conn.last_recv == broker.now and conn.last_send == broker.now - 500
+    broker.now += 200
+    assert conn.take_output()
+    assert conn.last_send == broker.now
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_a_closed_connection_is_not_read_and_wakes_its_port(kind):
+    broker, conn, wakes = opened(kind)
+    conn.lost()
+    assert conn.closed and not conn.reading() and wakes
+    assert conn not in broker.connections
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_a_client_out_of_memory_is_told_in_its_protocol_or_dropped_and_forgotten(kind):
+    """out_of_memory: said in the front end's words (0-9-1's 506, 1.0's resource-limit-exceeded,
+    MQTT's 0x97 to a version 5 client) where they fit; dropped(): hung up with one line in the
+    log. Either way the connection is gone from the broker, and its port woken to close."""
+    said = []
+    broker = Broker(Limits(), log=lambda level, text, exc=None: said.append(text))
+    conn = kind(broker, PEER)
+    wakes = []
+    conn.wake = lambda: wakes.append(1)
+    conn.feed(HEADERS[kind])
+    conn.dropped()
+    assert conn.closed and conn not in broker.connections and wakes and conn.out == []
+    assert said[-1] == "127.0.0.1:40000: out of memory, connection dropped", said
+    again = kind(broker, PEER)
+    again.feed(HEADERS[kind])
+    again.out_of_memory()
+    assert "127.0.0.1:40000: out of memory, closing the %s connection" % kind.protocol in said
+    assert again.out or again.closed, "told in its protocol's words, or ended"
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_the_micropython_port_s_writer_out_of_memory_drops_its_client(kind):
+    """ports/tcp.py (the MicroPython port, which runs on CPython's asyncio too): a client's
+    writer whose socket cannot take the output for want of heap (MemoryError in its write)
+    ends that client, whatever its protocol, and the task ends cleanly."""
+    from hutch.ports.tcp import _Client
+
+    class OutOfHeap:
+        """A stream writer whose socket has no heap left to buffer what it is given."""
+
+        closed = False
+
+        def write(self, data):
+            raise MemoryError
+
+        async def drain(self):
+            pass
+
+        def close(self):
+            self.closed = True
+
+        def get_extra_info(self, name):
+            return ("127.0.0.1", 40000)
+
+    said = []
+    broker = Broker(Limits(), log=lambda level, text, exc=None: said.append(text))
+
+    class Runtime:
+        log = staticmethod(lambda level, text, exc=None: said.append(text))
+
+    class Front:
+        def open(self, peer):
+            return kind(broker, peer)
+
+    class Listener:
+        runtime = Runtime()
+        front = Front()
+        tls = None
+        log = Runtime.log
+
+    async def run():
+        writer = OutOfHeap()
+        client = _Client(Listener(), None, writer, "127.0.0.1", 40000)
+        client.conn.feed(HEADERS[kind])  # (its answer to write)
+        await asyncio.wait_for(client.write_loop(), 5)
+        return client, writer
+
+    client, writer = asyncio.run(run())
+    assert client.conn.closed and client.conn not in broker.connections and writer.closed
+    assert "127.0.0.1:40000: out of memory, connection dropped" in said, said
+
+
+def test_the_snapshot_and_metrics_say_each_connections_protocol():
+    broker = Broker(Limits())
+    Connection091(broker, PEER)
+    Connection10(broker, PEER)
+    Connection10(broker, dict(PEER, port=40001))
+    snap = snapshot(broker)
+    assert sorted(conn["protocol"] for conn in snap["connections"]) == ["amqp091", "amqp10", "amqp10"]
+    text = render(snap, {})
+    assert 'hutch_connections{protocol="amqp091"} 1\n' in text
+    assert 'hutch_connections{protocol="amqp10"} 2\n' in text
