@@ -404,8 +404,6 @@ class Connection(PortConnection):
             if waiting:
                 self.broker.wait_for_journal(self)
 
-    fed = flush_confirms  # (PortConnection.feed: after each feed)
-
     def after_publish(self):
         if self.broker.flow.blocked:
             self.pause()

@@ -172,7 +172,7 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
                 "%s: %s login refused: %s; too many from %s: dropped"
                 % (conn.name, text(mechanism), reason, conn.source),
             )
-            conn.dropped_quietly()
+            conn.end(True)  # (without a word)
             return
         # Hold the answer back a moment: a guessing client gets few tries (requirements R147).
         broker.log("warning", "%s: %s login refused: %s" % (conn.name, text(mechanism), reason))

@@ -100,6 +100,10 @@ class Connection(PortConnection):
                 break
             pos = pos_after
             self._frame(found)
+        if not self.closed:  # what was read, answered: each session's window, its outcomes
+            for session in self.sessions.values():
+                session.reopen()
+                session.send_outcomes()
         return pos
 
     protocol_errors = (DecodeError, ConnectionError_)
@@ -115,13 +119,6 @@ class Connection(PortConnection):
             self._close(error("amqp:resource-limit-exceeded", "broker out of memory"))
         else:
             self._close(error("amqp:internal-error", repr(e)))
-
-    def fed(self):
-        self.flush_confirms()
-        if not self.closed:
-            for session in self.sessions.values():
-                session.reopen()
-                session.send_outcomes()
 
     def caught_up(self):
         if self.state == OPEN:
@@ -152,10 +149,6 @@ class Connection(PortConnection):
 
     def eof(self):
         self.lost()
-
-    def lost(self):
-        """The transport is gone (or we hung up)."""
-        self.end()
 
     def give_back(self):
         """(PortConnection.end) Every session lets go of what it holds; the state closed."""
@@ -254,7 +247,7 @@ class Connection(PortConnection):
         if reason is not None:
             broker.stats[counters.AUTH_ATTEMPTS_FAILED] += 1
             if broker.guard.login_failed(self.source):
-                self.dropped_quietly()
+                self.end(True)  # (without a word)
                 return
             # code 1 (auth); the client closes, or the refusal's deadline hangs up on it
             broker.guard.say(self.source, "%s: AMQP 1.0 %s login refused: %s" % (self.name, name, reason))

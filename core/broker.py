@@ -358,7 +358,7 @@ class Broker:
 
     # ------------------------------------------------------------ routing
 
-    def publish(self, exchange, message, publisher=None, exclude=None, to=None):
+    def publish(self, exchange, message, publisher=None, exclude=None):
         """Route message from exchange, journal it (persistent, to a durable queue) and enqueue
         it: the one way into queues. Returns ROUTED, REFUSED and JOURNALLED bits.
 
@@ -368,10 +368,8 @@ class Broker:
         has room. None is the broker itself (dead-lettering): never held back; a queue that
         refuses it drops it, or dead-letters it again if it is x-overflow reject-publish-dlx
         (as RabbitMQ does: its cycle check keeps that finite). exclude: names of queues the
-        message must not go to (dead-lettering's cycle check). to: the queues it goes to, rather
-        than those the exchange routes it to (a bridge's queue left behind, taken in:
-        core/bridge/leftovers.py)."""
-        queues = self.route(exchange, message) if to is None else to
+        message must not go to (dead-lettering's cycle check)."""
+        queues = self.route(exchange, message)
         if publisher is not None:  # a client's (the broker's own publishes count where they are made)
             stats = self.stats
             stats[counters.RECEIVED] += 1

@@ -36,8 +36,8 @@ dropped: a hang-up with one line in the log), anything else (a bug) logged, and 
 internal error. A connection ends once, in end(): out of the pre-login guard, the front end's give_back (channels,
 sessions, a will), out of the broker's count and list (forget retried after collecting garbage:
 a board out of memory must still get rid of it), and the port woken to close the transport.
-dropped_quietly is end() with nothing more sent (the guard's budget). Each front end gives only
-its own words and parts:
+end(unsaid=True) hangs up without a word (the guard's budget: nothing more is sent). Each front
+end gives only its own words and parts:
 
     parse(data) -> pos           how far it read (-1: nothing more to keep: it kept what it needs)
     protocol_errors              the exceptions that are its protocol's errors (a tuple)
@@ -45,7 +45,7 @@ its own words and parts:
                                  error, MemoryError (out of memory: may raise MemoryError again),
                                  or a bug's exception (an internal error)
     give_back()                  what the connection holds, given back, and its state closed
-    fed()                        after each feed (its confirms that waited for the journal, ...)
+    flush_confirms()             after each feed: its answers that waited for the journal
 
 A front end's connection adds want_read (False while the broker holds the client back, or
 once closed), read_wanted() (it knows its frames' sizes) and caught_up() (the client took what
@@ -102,7 +102,7 @@ class PortConnection:
     protocol_errors: tuple
     close_for: "Callable[[BaseException], None]"
     give_back: "Callable[[], None]"
-    fed: "Callable[[], None]"
+    flush_confirms: "Callable[[], None]"
 
     protocol = "?"  # what hutch ctl list connections says it speaks ("AMQP 0-9-1")
     metrics_label = "?"  # its protocol label on /metrics ("amqp091")
@@ -161,7 +161,7 @@ class PortConnection:
             pos = len(data)
         if 0 <= pos < len(data) and not self.closed:
             self.pending = bytes(data[pos:])
-        self.fed()
+        self.flush_confirms()
 
     def reading(self):
         """The read rule: read while the broker wants this client's octets and the client keeps
@@ -227,9 +227,12 @@ class PortConnection:
 
     # ------------------------------------------------------------ the end
 
-    def end(self):
+    def end(self, unsaid=False):
         """The connection's end, once (the module's docstring): also after a close the client
-        answered, or its transport's loss."""
+        answered, or its transport's loss. unsaid: hung up without a word, what waited to be
+        sent dropped."""
+        if unsaid:
+            self.out = []
         if self.closed:
             return
         self.closed = True
@@ -248,10 +251,7 @@ class PortConnection:
             if self.wake is not None:
                 self.wake()
 
-    def dropped_quietly(self):
-        """Hang up without a word (the guard: a source over its budget before login)."""
-        self.out = []
-        self.end()
+    lost = end  # the transport went away: the end (0-9-1 says first what its client did not)
 
     def out_of_memory(self):
         """The heap ran out while serving this client (in the core, or in its port's writing):
@@ -264,7 +264,7 @@ class PortConnection:
 
     def dropped(self):
         """Hang up without a word: not even the frame that would say why fits in memory."""
-        self.dropped_quietly()
+        self.end(True)
         for _ in range(2):  # (what the end gave back is garbage now: room for the line, once collected)
             try:
                 self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)
@@ -293,7 +293,7 @@ class Guard:
                 source,
                 "%s: too many connections from %s still in their handshake: the oldest dropped" % (oldest.name, source),
             )
-            oldest.dropped_quietly()
+            oldest.end(True)  # (without a word)
 
     def settled(self, conn, source):
         """The connection is no longer in its handshake (it opened, or it ended)."""

@@ -189,8 +189,6 @@ class Connection(PortConnection):
         if self.session is not None and not self.closed:
             self.session.publishing.flush_acks()
 
-    fed = flush_confirms  # (PortConnection.feed: after each feed)
-
     def packet(self, first, buf, start, end):
         kind = first >> 4
         flags = first & 0x0F
@@ -248,7 +246,7 @@ class Connection(PortConnection):
         if reason is not None:
             self.serving.count(broker, counters.AUTH_ATTEMPTS_FAILED)
             if broker.guard.login_failed(self.source):
-                self.dropped_quietly()
+                self.end(True)  # (without a word)
                 return
             broker.guard.say(self.source, "%s: MQTT login refused: %s" % (self.name, reason))
             self.refuse_connect(NOT_AUTHORIZED if not c.user else BAD_USER_NAME_OR_PASSWORD, reason, said=True)
@@ -368,10 +366,6 @@ class Connection(PortConnection):
 
     def eof(self):
         self.lost()
-
-    def lost(self):
-        """The connection is gone (or we hung up)."""
-        self.end()
 
     def give_back(self):
         """(PortConnection.end) Its will goes out unless it disconnected, its session lets go of

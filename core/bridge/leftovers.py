@@ -98,12 +98,15 @@ def _move(broker, queue, heir):
         if entry is None:
             break
         message = entry[MESSAGE]
-        targets = []
+        others = []  # the queues the exchange routes it to that are not the heir's
+        taken = False
         if exchange is not None:
             for target in broker.route(exchange, message):
                 if target in mine:
-                    targets.append(target)
-        if not targets:
+                    taken = True
+                else:
+                    others.append(target.name)
+        if not taken:
             kept.append(entry)
             continue
         copy = Message(
@@ -115,7 +118,7 @@ def _move(broker, queue, heir):
             message.body_size,
         )
         copy.cc = message.cc
-        broker.publish(exchange, copy, None, None, targets)  # (before it leaves the old queue)
+        broker.publish(exchange, copy, None, others)  # (to the heir's queues alone; before it leaves the old one)
         queue.forget(message)
         moved += 1
     if kept:

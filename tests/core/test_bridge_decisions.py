@@ -808,3 +808,42 @@ def test_a_message_larger_than_the_budget_goes_alone_and_what_it_overdrew_is_sai
     assert machine.sendable(100100) == 1
     assert log.texts()[-1] == "bridge b: the budget lets it send again"
     assert snapshot(client.broker)["bridges"][0]["alarm"] is None
+
+
+def test_a_queue_a_bridge_left_behind_goes_to_the_classes_that_take_it_or_stays_unbound():
+    """core/bridge/leftovers.py: hutch.bridge.cloud (the bridge before it had classes) holds
+    readings and alarms and a debug line; its heir, cloud with classes, takes the first two by
+    their keys into its classes' queues, in order, and the queue is deleted once empty; a queue
+    whose bridge is gone is unbound (it grows no more) and said."""
+    from hutch.core.bridge.leftovers import take_in
+
+    client = opened()
+    broker = client.broker
+    old = source_queues(broker, settings(name="cloud", queue="hutch.bridge.cloud", source_exchange="amq.topic",
+                                         binding_key="#"))[0]  # fmt: skip
+    gone = source_queues(broker, settings(name="gone", queue="hutch.bridge.gone", source_exchange="amq.topic",
+                                          binding_key="sensors.#"))[0]  # fmt: skip
+    for key, body in (("sensors.t", b"t0"), ("alarms.a", b"a0"), ("sensors.t", b"t1")):
+        client.publish(1, b"amq.topic", key.encode(), body)
+    classes = [
+        {"name": "cloud.telemetry", "queue": "hutch.bridge.cloud.telemetry", "binding_key": "sensors.#", "priority": 1,
+         "always_connected": False, "ttl": None, "max_bytes": None, "when_full": None},
+        {"name": "cloud.alarms", "queue": "hutch.bridge.cloud.alarms", "binding_key": "alarms.#", "priority": 9,
+         "always_connected": False, "ttl": None, "max_bytes": None, "when_full": None},
+    ]  # fmt: skip
+    heir = settings(name="cloud", queue=None, source_exchange="amq.topic", classes=classes)
+    source_queues(broker, heir)  # (the bridge with classes starts: its queues, bound)
+    assert old.message_count() == 3 and gone.message_count() == 2
+    said = take_in(broker, [heir])
+    assert said == [
+        "queue hutch.bridge.cloud: its 3 messages went to bridge cloud, and it was deleted",
+        "queue hutch.bridge.gone: 2 messages left (no bridge forwards it); it is unbound: `hutch ctl delete queue "
+        "hutch.bridge.gone` drops them",
+    ], said
+    assert b"hutch.bridge.cloud" not in broker.queues, "emptied: deleted"
+    telemetry, alarms = broker.queues[b"hutch.bridge.cloud.telemetry"], broker.queues[b"hutch.bridge.cloud.alarms"]
+    assert [bytes(telemetry.take()[0].body()) for _ in range(telemetry.message_count())] == [b"t0", b"t1"]
+    assert bytes(alarms.take()[0].body()) == b"a0"
+    assert not gone.inbound and gone.message_count() == 2
+    client.publish(1, b"amq.topic", b"sensors.t", b"t2")
+    assert gone.message_count() == 2, "unbound: it grows no more"
