@@ -18,7 +18,17 @@ from ..core.topology import (
 
 def exchange_declare(ch, args):
     _ticket, name, kind, passive, durable, auto_delete, internal, nowait, arguments = args
-    declare_exchange(ch.broker, ch.client, name, kind, passive, durable, auto_delete, internal, arguments)
+    declare_exchange(
+        ch.broker,
+        ch.client,
+        name,
+        kind,
+        passive=passive,
+        durable=durable,
+        auto_delete=auto_delete,
+        internal=internal,
+        arguments=arguments,
+    )
     if not nowait:
         ch.reply(spec.EXCHANGE_DECLARE_OK)
 
@@ -32,14 +42,14 @@ def exchange_delete(ch, args):
 
 def exchange_bind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    bind(ch.broker, ch.client, source, False, destination, key, arguments, spec.EXCHANGE_BIND)
+    bind(ch.broker, ch.client, source, destination, key, arguments, spec.EXCHANGE_BIND, to_queue=False)
     if not nowait:
         ch.reply(spec.EXCHANGE_BIND_OK)
 
 
 def exchange_unbind(ch, args):
     _ticket, destination, source, key, nowait, arguments = args
-    unbind(ch.broker, ch.client, source, False, destination, key, arguments, spec.EXCHANGE_UNBIND)
+    unbind(ch.broker, ch.client, source, destination, key, arguments, spec.EXCHANGE_UNBIND, to_queue=False)
     if not nowait:
         ch.reply(spec.EXCHANGE_UNBIND_OK)
 
@@ -51,7 +61,16 @@ def queue_declare(ch, args):
 
         declare(ch, name, nowait)
         return
-    queue = declare_queue(ch.broker, ch.client, name, passive, durable, exclusive, auto_delete, arguments)
+    queue = declare_queue(
+        ch.broker,
+        ch.client,
+        name,
+        passive=passive,
+        durable=durable,
+        exclusive=exclusive,
+        auto_delete=auto_delete,
+        arguments=arguments,
+    )
     ch.last_queue = queue.name
     if not nowait:
         ch.reply(spec.QUEUE_DECLARE_OK, (queue.name, queue.message_count(), len(queue.consumers)))
@@ -60,7 +79,7 @@ def queue_declare(ch, args):
 def queue_bind(ch, args):
     _ticket, name, exchange, key, nowait, arguments = args
     name = ch.queue_name(name, spec.QUEUE_BIND)  # (the empty name's last queue: its 404 comes first)
-    bind(ch.broker, ch.client, exchange, True, name, key, arguments, spec.QUEUE_BIND)
+    bind(ch.broker, ch.client, exchange, name, key, arguments, spec.QUEUE_BIND, to_queue=True)
     if not nowait:
         ch.reply(spec.QUEUE_BIND_OK)
 
@@ -68,7 +87,7 @@ def queue_bind(ch, args):
 def queue_unbind(ch, args):
     _ticket, name, exchange, key, arguments = args
     name = ch.queue_name(name, spec.QUEUE_UNBIND)
-    unbind(ch.broker, ch.client, exchange, True, name, key, arguments, spec.QUEUE_UNBIND)
+    unbind(ch.broker, ch.client, exchange, name, key, arguments, spec.QUEUE_UNBIND, to_queue=True)
     ch.reply(spec.QUEUE_UNBIND_OK)
 
 

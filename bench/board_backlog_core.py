@@ -54,7 +54,7 @@ def main(argv):
     broker = Broker(opts["limits"], opts["users"], lambda level, text, exc=None: None)
     writer = startup.recover_journal(opts, broker, broker.log)
     gc.threshold(max(4096, (gc.mem_free() + gc.mem_alloc()) // 16))  # as ports/heap.py sets it
-    declare_queue(broker, None, QUEUE, False, True, False, False, {})
+    declare_queue(broker, None, QUEUE, durable=True)
     writer.commit()
     clock = [0]
 

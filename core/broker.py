@@ -7,8 +7,9 @@ one way messages go in and out of queues, whatever front end carries them.
     broker.delivered(queue, entry, settled)                 # a queue's entry went to a consumer
     broker.settle(queue, entries, ACCEPT or REQUEUE or REJECT)
 
-A 0-9-1 channel (amqp091/channel.py), dead-lettering (core/deadletter.py), and the bridge
-or an AMQP 1.0 link to come, all call these; routing, the journal, budgets and flow
+A 0-9-1 channel (amqp091/channel.py), an AMQP 1.0 link (amqp10/links.py), an MQTT session
+(mqtt/session.py, mqtt/publishing.py), the bridges' local sides (core/bridge/) and
+dead-lettering (core/deadletter.py) all call these; routing, the journal, budgets and flow
 control live behind them once. Declaring and deleting exchanges, queues and bindings is
 core/topology.py's; budgets and alarms are core/flow.py's. A stream (core/streams/stream.py)
 stands where a queue stands; a message routed to one becomes a record of its log.
@@ -20,7 +21,7 @@ from ..codec.wire import text
 from . import counters
 from .access import WRITE
 from .auth import Users
-from .exchange import Exchange
+from .exchange import ROUTERS, Exchange
 from .flow import Flow
 from .limits import Limits
 from .message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID
@@ -158,6 +159,11 @@ class Broker:
                 if queue.owner is client:
                     delete_queue(self, queue)  # exclusive queues end with their connection
 
+    # Each exchange type's router class, for the exchanges it makes (a class default: the plain
+    # ones of core/exchange.py; a broker on CPython is handed core/route_cache.py's, whose topic
+    # router remembers each routing key's queues: server/startup.py).
+    routers = ROUTERS
+
     # What else wants the clock besides connections, as a tuple (a front end's timers: MQTT's
     # delayed wills); each has tick(now). (A class default: most brokers have none.)
     tickers = ()
@@ -245,7 +251,7 @@ class Broker:
         if exchange is None:
             for predeclared, kind in PREDECLARED:
                 if name == predeclared:
-                    exchange = self.exchanges[name] = Exchange(name, kind)
+                    exchange = self.exchanges[name] = Exchange(name, kind, routers=self.routers)
         return exchange
 
     # ------------------------------------------------------------ the one publish path

@@ -4,7 +4,7 @@ board every module loaded costs heap, and every front end's connection uses both
 
 **The port contract.** A port (ports/tcp.py and ports/tcp_cpython.py for TCP and TLS, ports/serial.py for a UART,
 emulator/board_in_memory.py in the tests) moves octets between a transport and a connection
-made by a front end (amqp091/connection.py, amqp10/connection.py). It never knows which
+made by a front end (amqp091/connection.py, amqp10/connection.py, mqtt/connection.py). It never knows which
 protocol it carries: it calls only what PortConnection below describes, and the front end's
 connection is a PortConnection. The broker's side of the same object is core/session.py's
 "A connection".

@@ -213,14 +213,15 @@ ROUTERS = {
 class Exchange:
     is_queue = False
 
-    def __init__(self, name, kind, durable=True, auto_delete=False, internal=False, arguments=None):
+    def __init__(self, name, kind, durable=True, auto_delete=False, internal=False, arguments=None, routers=ROUTERS):
+        """routers: each type's router class (the broker's: Broker.routers)."""
         self.name = name
         self.kind = kind
         self.durable = durable
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or {}
-        self.router = ROUTERS[kind]()
+        self.router = routers[kind]()
         self.bindings = {}  # identity -> Binding, where this exchange is the source
         self.inbound = []  # Bindings where this exchange is the destination
         self.routes_to_exchanges = 0

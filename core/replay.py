@@ -367,12 +367,12 @@ class Replay:
         afterwards, so nothing here is written again."""
         for name in self.exchanges:
             kind, auto_delete, internal, arguments = self.exchanges[name]
-            args = (broker, None, name, kind, False, True, auto_delete, internal, arguments)
-            _quietly(log, "exchange", name, topology.declare_exchange, *args)
+            _quietly(log, "exchange", name, topology.declare_exchange, broker, None, name, kind, durable=True,
+                     auto_delete=auto_delete, internal=internal, arguments=arguments)  # fmt: skip
         for name in self.queues:
             recovered = self.queues[name]
-            args = (broker, None, name, False, True, False, recovered.auto_delete, recovered.arguments)
-            _quietly(log, "queue", name, topology.declare_queue, *args)
+            _quietly(log, "queue", name, topology.declare_queue, broker, None, name, durable=True,
+                     auto_delete=recovered.auto_delete, arguments=recovered.arguments)  # fmt: skip
         for identity in self.bindings:
             source, to_queue, destination_name, key = identity[:4]
             destination = broker.queues.get(destination_name) if to_queue else broker.exchange(destination_name)
@@ -549,10 +549,10 @@ def _shortstr(p, pos):
     return bytes(p[pos + 1 : pos + 1 + n]), pos + 1 + n
 
 
-def _quietly(log, what, name, operation, *args):
+def _quietly(log, what, name, operation, *args, **keywords):
     """Recreate one definition; one that the broker now refuses (a limit lowered since) is
     reported and left out, never a reason not to boot."""
     try:
-        operation(*args)
+        operation(*args, **keywords)
     except Refused as e:
         log("error", "journal: %s '%s' not restored: %s" % (what, text(name), e.text))

@@ -1,7 +1,7 @@
 """A topic exchange that remembers each routing key's queues, for a broker on CPython
-(server/startup.py installs it before the broker is made; a board keeps the plain walk of
-core/exchange.py's trie: its heap is worth more than the walk, and this module is not in its
-bundle).
+(server/startup.py hands `routers()` to the broker before it makes an exchange; a board keeps
+the plain walk of core/exchange.py's trie: its heap is worth more than the walk, and this module
+is not in its bundle).
 
 Sensors publish to a few topics each, again and again: a look-up costs less than a walk of the
 trie, a third of an MQTT publish's routing. What a routing key found is forgotten with any
@@ -38,6 +38,9 @@ class RememberingTopicRouter(exchange.TopicRouter):
         out.extend(found)
 
 
-def install():
-    """Topic exchanges made from now on remember their routes."""
-    exchange.ROUTERS[b"topic"] = RememberingTopicRouter
+def routers():
+    """Each exchange type's router class, the topic exchanges' remembering their routes: for
+    Broker.routers."""
+    out = dict(exchange.ROUTERS)
+    out[b"topic"] = RememberingTopicRouter
+    return out

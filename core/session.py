@@ -1,7 +1,8 @@
 """The contracts between the broker and its front ends, written down once.
 
-A front end (the 0-9-1 connection and its channels, amqp091/; the bridge's local sides,
-core/bridge/; an AMQP 1.0 link) speaks its protocol to its peer and these to the broker.
+A front end (the 0-9-1 connection and its channels, amqp091/; an AMQP 1.0 connection, its
+sessions and links, amqp10/; an MQTT connection and its session, mqtt/; the bridge's local
+sides, core/bridge/) speaks its protocol to its peer and these to the broker.
 Nothing here is a class to inherit: each is the set of attributes and methods the broker
 calls, and core/broker.py, core/queue.py and core/streams/stream.py call no others.
 

@@ -38,10 +38,14 @@ def permit_topic(who, permission, exchange, key, method):
 # ------------------------------------------------------------ exchanges
 
 
-def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, internal, arguments):
+def declare_exchange(
+    broker, who, name, kind, *, passive=False, durable=False, auto_delete=False, internal=False, arguments=None
+):
     """RabbitMQ's order: the type (active only), the default exchange (403, passive too), then
     an existing exchange (amq.* among them) must be equivalent, and a new name must not take
     the reserved prefix."""
+    if arguments is None:
+        arguments = {}
     method = spec.EXCHANGE_DECLARE
     if not passive and kind not in ROUTERS:
         raise Refused(PRECONDITION_FAILED, "invalid exchange type '%s'" % text(kind), method)
@@ -85,7 +89,7 @@ def declare_exchange(broker, who, name, kind, passive, durable, auto_delete, int
             "cannot declare exchange '%s': exchange limit (%d) is reached" % (text(name), limit),
             method,
         )
-    exchange = Exchange(name, kind, durable, auto_delete, internal, arguments)
+    exchange = Exchange(name, kind, durable, auto_delete, internal, arguments, broker.routers)
     broker.exchanges[name] = exchange
     if durable and broker.journal is not None:
         broker.journal.exchange_declared(exchange)
@@ -166,7 +170,7 @@ def _binding_checks(broker, who, source_name, to_queue, destination_name, key, m
     return source
 
 
-def bind(broker, who, source_name, to_queue, destination_name, key, arguments, method):
+def bind(broker, who, source_name, destination_name, key, arguments, method, *, to_queue):
     """queue.bind (to_queue) or exchange.bind, by names: after _binding_checks, a missing source,
     then a missing destination is 404, another client's exclusive queue 405."""
     source = _binding_checks(broker, who, source_name, to_queue, destination_name, key, method)
@@ -195,7 +199,7 @@ def add_binding(broker, source, destination, key, arguments, method):
             broker.journal.bound(binding)
 
 
-def unbind(broker, who, source_name, to_queue, destination_name, key, arguments, method):
+def unbind(broker, who, source_name, destination_name, key, arguments, method, *, to_queue):
     """Remove a binding, as RabbitMQ 3.10 answers: after _binding_checks (the default exchange
     is refused, 403), a missing source, a missing destination or a missing binding is no error
     (an auto-delete exchange may be gone with its last binding: clients unbind from it at
@@ -227,8 +231,12 @@ def remove_binding(broker, binding):
 # ------------------------------------------------------------ queues
 
 
-def declare_queue(broker, who, name, passive, durable, exclusive, auto_delete, arguments):
+def declare_queue(
+    broker, who, name, *, passive=False, durable=False, exclusive=False, auto_delete=False, arguments=None
+):
     """who: the client declaring it (core/auth.py Login: an exclusive queue's owner), or None."""
+    if arguments is None:
+        arguments = {}
     method = spec.QUEUE_DECLARE
     if passive:
         queue = broker.queues.get(name)

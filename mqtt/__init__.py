@@ -13,7 +13,7 @@ see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscr
     shared.py       shared subscriptions ($share/group/filter): a queue per group and filter
     retained.py     retained messages, each kept in a durable queue of its own
     qos2.py         a session's QoS 2 packet ids between PUBREC and PUBREL, kept on disk
-    kept.py         the broker's own durable queues these two keep things in
+    own_queues.py   the broker's own durable queues these two keep things in
 
 new_connection   the factory a listener with protocol "mqtt" makes its clients' connections with,
              (broker, peer) -> a Connection, importing the front end with the first client

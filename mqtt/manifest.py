@@ -10,7 +10,7 @@ package(
         "client.py",
         "connection.py",
         "identity.py",
-        "kept.py",
+        "own_queues.py",
         "options.py",
         "packets.py",
         "publishing.py",

@@ -29,7 +29,7 @@ from ..core import counters
 from ..core.broker import REFUSED, ROUTED
 from ..core.content import body_tail, header_tail, tails
 from ..core.message import Message
-from . import kept, packets, retained
+from . import own_queues, packets, retained
 from .packets import (
     CONTENT_TYPE,
     CORRELATION_DATA,
@@ -102,8 +102,8 @@ class Publishing:
             topic = self._aliased(topic, props)
             if SUBSCRIPTION_IDENTIFIER in props:
                 raise Malformed(packets.PROTOCOL_ERROR, "a PUBLISH from a client with a subscription identifier")
-        released = self.session.released
-        if qos == 2 and packet_id in released:
+        awaiting = self.session.awaiting_release
+        if qos == 2 and packet_id in awaiting:
             conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
             return
         key, route = self.routes.get(topic) or self._route(topic)
@@ -122,7 +122,7 @@ class Publishing:
             self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
             if code < 0x80:  # (held, on disk with the message, until the PUBREL)
-                seq = max(seq, released.hold(packet_id))
+                seq = max(seq, awaiting.hold(packet_id))
             self._acknowledge(seq, packets.ack(PUBREC, packet_id, code, level))
         if self.broker.flow.blocked:
             conn.pause()
@@ -192,7 +192,7 @@ class Publishing:
         stats[counters.ROUTED if result & (ROUTED | REFUSED) else counters.UNROUTABLE] += 1
         if qos:
             serving.count(broker, counters.RECEIVED_CONFIRM)  # (its publisher is not Broker.publish's confirming)
-        seq = kept.waits_for(broker, result)
+        seq = own_queues.waits_for(broker, result)
         if result & REFUSED and qos:
             return self._full(key), seq
         if not result & ROUTED:
@@ -250,7 +250,7 @@ class Publishing:
         """PUBREL: the QoS 2 exchange for packet_id is over. The PUBCOMP waits until the id's
         release is on disk: after it the client may use the id again, and a broker that came
         back from a crash still holding it would take the new message for a repeat."""
-        code = SUCCESS if self.session.released.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
+        code = SUCCESS if self.session.awaiting_release.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
         journal = self.broker.journal
         seq = journal.seq + 1 if code == SUCCESS and journal is not None else 0  # (written with the next group commit)
         self._acknowledge(seq, packets.ack(PUBCOMP, packet_id, code, self.conn.level))

@@ -13,12 +13,12 @@ is given them again.
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE
-from . import kept
+from . import own_queues
 
 PREFIX = b"mqtt-qos2-"
 
 
-class Released:
+class AwaitingRelease:
     """The session's held QoS 2 packet ids (core/session.py: the session of the queue's consumer)."""
 
     prefetch_global = 0
@@ -54,10 +54,10 @@ class Released:
         """A QoS 2 PUBLISH was taken: hold its id. Returns the journal sequence number its PUBREC
         waits for (0: none)."""
         expiry = self.session.expiry  # (kept as long as the session: its x-expires)
-        queue = kept.queue(self.broker, self.name, {"x-expires": expiry * 1000} if expiry else None)
+        queue = own_queues.queue(self.broker, self.name, {"x-expires": expiry * 1000} if expiry else None)
         if self.consumer is None:
             self._consume(queue)
-        return kept.put(self.broker, self.name, {}, bytes(((packet_id >> 8) & 0xFF, packet_id & 0xFF)))
+        return own_queues.put(self.broker, self.name, {}, bytes(((packet_id >> 8) & 0xFF, packet_id & 0xFF)))
 
     def release(self, packet_id):
         """PUBREL: True if the id was held (now let go)."""
@@ -80,7 +80,7 @@ class Released:
             broker.settle(found[0], [found[1]], ACCEPT if forget else REQUEUE)
         self.held = {}
         if forget:
-            kept.drop(broker, (self.name,))
+            own_queues.drop(broker, (self.name,))
 
     # ------------------------------------------------------------ the queue's consumer's session
 

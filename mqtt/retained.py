@@ -10,7 +10,7 @@ and not kept). The queues are the broker's own (no user's permission is asked fo
 `hutch ctl list queues` shows them.
 """
 
-from . import kept
+from . import own_queues
 from .topics import matches, topic_of
 
 PREFIX = b"mqtt-retained."
@@ -31,10 +31,10 @@ def retain(broker, key, properties, payload):
     if name is None:
         return None
     if not payload:
-        kept.drop(broker, (name,))
+        own_queues.drop(broker, (name,))
         return 0
-    kept.queue(broker, name, {"x-max-length": 1, "x-overflow": "drop-head"})
-    return kept.put(broker, name, properties, payload)  # (persistent: kept through a restart, whatever its QoS)
+    own_queues.queue(broker, name, {"x-max-length": 1, "x-overflow": "drop-head"})
+    return own_queues.put(broker, name, properties, payload)  # (persistent: kept through a restart, whatever its QoS)
 
 
 def matching(broker, topic_filter):

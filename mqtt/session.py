@@ -26,7 +26,7 @@ from ..core import counters, topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
-from . import kept, options, packets, retained, shared
+from . import options, own_queues, packets, retained, shared
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
     NOT_AUTHORIZED,
@@ -39,13 +39,13 @@ from .packets import (
     V5,
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
-from .qos2 import Released
+from .qos2 import AwaitingRelease
 from .topics import binding_key, remember, share_of, topic_of, valid_filter
 
 QUEUE_PREFIX = b"mqtt-subscription-"
 PUBLISH_FIRST = packets.PUBLISH << 4
 RETAINED = (None, None, None)  # what a retained message delivered at QoS 1 is held as until its PUBACK
-SUBSCRIBE_METHOD = 0x0032000A  # (0-9-1's queue.bind: the method a refusal names)
+NO_METHOD = 0  # the request a core refusal names: none (MQTT answers with reason codes, not 0-9-1 method ids)
 
 
 class Session:
@@ -69,7 +69,7 @@ class Session:
         self.expiry = 0  # s the session outlives its connection
         self.window = self.serving.prefetch
         self.publishing = Publishing(self)
-        self.released = Released(self)  # its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)
+        self.awaiting_release = AwaitingRelease(self)  # its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)
         self.optioned = options.Optioned()  # its version 5 subscription options (mqtt/options.py)
         self.shared = {}  # queue name -> its consumer: the shared subscriptions it is a member of (mqtt/shared.py)
 
@@ -115,12 +115,15 @@ class Session:
             self.expiry = serving.max_session_expiry
         queues = self.broker.queues
         if clean:  # (what a session of this client id left ends: its queues and its group memberships)
-            kept.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.released.name))
+            own_queues.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.awaiting_release.name))
             for queue, _granted in shared.memberships(self.broker, serving.exchange, self.client_id):
-                shared.leave(self, queue, SUBSCRIBE_METHOD)
+                shared.leave(self, queue, NO_METHOD)
             return False
         # its state: its queues, QoS 2 packet ids it holds (mqtt/qos2.py), shared subscriptions
-        if any(queues.get(name) is not None for name in (self.queue_name(0), self.queue_name(1), self.released.name)):
+        if any(
+            queues.get(name) is not None
+            for name in (self.queue_name(0), self.queue_name(1), self.awaiting_release.name)
+        ):
             return True
         return bool(shared.memberships(self.broker, serving.exchange, self.client_id))
 
@@ -140,7 +143,7 @@ class Session:
     def start(self):
         """A session that was there goes on: its queues (and its shared subscriptions') are
         consumed again."""
-        self.released.start()
+        self.awaiting_release.start()
         for qos in (0, 1):
             queue = self.broker.queues.get(self.queue_name(qos))
             if queue is not None:
@@ -171,11 +174,11 @@ class Session:
             consumer.unacked -= 1
             self.serving.stats[counters.REQUEUED] += 1  # (and broker.stats, by settle)
             broker.settle(queue, [entry], REQUEUE)
-        self.released.end(not self.expiry)
+        self.awaiting_release.end(not self.expiry)
         if not self.expiry:
-            kept.drop(broker, (self.queue_name(0), self.queue_name(1)))
+            own_queues.drop(broker, (self.queue_name(0), self.queue_name(1)))
             for queue, _granted in shared.memberships(broker, self.serving.exchange, self.client_id):
-                shared.leave(self, queue, SUBSCRIBE_METHOD)
+                shared.leave(self, queue, NO_METHOD)
 
     # ------------------------------------------------------------ SUBSCRIBE, UNSUBSCRIBE
 
@@ -243,9 +246,16 @@ class Session:
                     existed = True
                     if qos != granted or old.arguments != arguments:
                         topology.unbind(
-                            broker, who, exchange, True, old.destination.name, key, old.arguments, SUBSCRIBE_METHOD
+                            broker,
+                            who,
+                            exchange,
+                            old.destination.name,
+                            key,
+                            old.arguments,
+                            NO_METHOD,
+                            to_queue=True,
                         )
-            topology.bind(broker, who, exchange, True, queue.name, key, arguments, SUBSCRIBE_METHOD)
+            topology.bind(broker, who, exchange, queue.name, key, arguments, NO_METHOD, to_queue=True)
             if self.consumers_by_qos[granted] is None:
                 self._consume(queue, granted)
         except Refused as e:
@@ -264,7 +274,7 @@ class Session:
             raise packets.Malformed(packets.PROTOCOL_ERROR, "no local on a shared subscription")
         try:
             extra = options.arguments(opts, sub_id)
-            queue, _was = shared.join(self, group, topic_filter, key, granted, extra, SUBSCRIBE_METHOD)
+            queue, _was = shared.join(self, group, topic_filter, key, granted, extra, NO_METHOD)
             consumer = self.shared.get(queue.name)
             if consumer is not None and consumer.no_ack != (not granted):
                 del self.shared[queue.name]
@@ -305,13 +315,13 @@ class Session:
         who = self.conn.client
         if self.expiry:
             arguments = {"x-expires": self.expiry * 1000}
-            return topology.declare_queue(self.broker, who, name, False, True, False, False, arguments)
-        return topology.declare_queue(self.broker, who, name, False, False, True, False, {})
+            return topology.declare_queue(self.broker, who, name, durable=True, arguments=arguments)
+        return topology.declare_queue(self.broker, who, name, exclusive=True)
 
     def _consume(self, queue, qos, in_group=False):
         tag = (b"mqtt-shared-qos%d" if in_group else b"mqtt-qos%d") % qos
         consumer = Consumer(self, tag, queue, not qos, False, self.window if qos else 0)
-        self.broker.consume(self.conn.client, queue, consumer, SUBSCRIBE_METHOD)
+        self.broker.consume(self.conn.client, queue, consumer, NO_METHOD)
         if in_group:
             self.shared[queue.name] = consumer
         else:
@@ -332,8 +342,7 @@ class Session:
                 for binding in self._bindings(qos, key) if exchange is not None else ():
                     try:
                         topology.unbind(
-                            broker, self.conn.client, exchange.name, True, binding.destination.name, key,
-                            binding.arguments, SUBSCRIBE_METHOD,
+                            broker, self.conn.client, exchange.name, binding.destination.name, key, binding.arguments, NO_METHOD, to_queue=True,
                         )  # fmt: skip
                         code = SUCCESS
                     except Refused as e:
@@ -351,7 +360,7 @@ class Session:
         if queue is None:
             return NO_SUBSCRIPTION_EXISTED
         try:
-            was = shared.leave(self, queue, SUBSCRIBE_METHOD)  # (first: the queue may end with its consumer)
+            was = shared.leave(self, queue, NO_METHOD)  # (first: the queue may end with its consumer)
         except Refused as e:
             self.broker.log(
                 "warning", "%s: MQTT unsubscribe from '%s' refused: %s" % (self.conn.name, text(topic_filter), e.text)

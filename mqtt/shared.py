@@ -64,9 +64,9 @@ def join(session, group, topic_filter, key, granted, extra, method):
     if queue is None:
         if session.expiry:
             arguments = {"x-expires": session.serving.max_session_expiry * 1000}
-            queue = topology.declare_queue(broker, who, name, False, True, False, False, arguments)
+            queue = topology.declare_queue(broker, who, name, durable=True, arguments=arguments)
         else:
-            queue = topology.declare_queue(broker, who, name, False, False, False, True, {})
+            queue = topology.declare_queue(broker, who, name, auto_delete=True)
     arguments = member_arguments(session.client_id, granted)
     arguments.update(extra)
     existed = False
@@ -75,8 +75,8 @@ def join(session, group, topic_filter, key, granted, extra, method):
             existed = True
             if binding.arguments == arguments:
                 return queue, True
-            topology.unbind(broker, who, exchange, True, name, binding.key, binding.arguments, method)
-    topology.bind(broker, who, exchange, True, name, key, arguments, method)
+            topology.unbind(broker, who, exchange, name, binding.key, binding.arguments, method, to_queue=True)
+    topology.bind(broker, who, exchange, name, key, arguments, method, to_queue=True)
     return queue, existed
 
 
@@ -90,7 +90,7 @@ def leave(session, queue, method):
         if binding.source.name == exchange and is_member(binding, session.client_id):
             was = True
             topology.unbind(
-                broker, session.conn.client, exchange, True, queue.name, binding.key, binding.arguments, method
+                broker, session.conn.client, exchange, queue.name, binding.key, binding.arguments, method, to_queue=True
             )
     if not queue.inbound and not queue.deleted:
         topology.delete_queue(broker, queue)

@@ -63,17 +63,28 @@ class Definitions:
 
         for name, kind, durable, auto_delete, internal, arguments in self.exchanges:
             try:
-                topology.declare_exchange(broker, None, name, kind, False, durable, auto_delete, internal, arguments)
+                topology.declare_exchange(
+                    broker,
+                    None,
+                    name,
+                    kind,
+                    durable=durable,
+                    auto_delete=auto_delete,
+                    internal=internal,
+                    arguments=arguments,
+                )
             except Refused as e:
                 log("error", "definitions: exchange '%s' not declared: %s" % (name.decode(), e.text))
         for name, durable, auto_delete, arguments in self.queues:
             try:
-                topology.declare_queue(broker, None, name, False, durable, False, auto_delete, arguments)
+                topology.declare_queue(
+                    broker, None, name, durable=durable, auto_delete=auto_delete, arguments=arguments
+                )
             except Refused as e:
                 log("error", "definitions: queue '%s' not declared: %s" % (name.decode(), e.text))
         for source, to_queue, destination, key, arguments in self.bindings:
             try:
-                topology.bind(broker, None, source, to_queue, destination, key, arguments, QUEUE_BIND)
+                topology.bind(broker, None, source, destination, key, arguments, QUEUE_BIND, to_queue=to_queue)
             except Refused as e:
                 log("error", "definitions: binding from '%s' not made: %s" % (source.decode(), e.text))
 

@@ -141,11 +141,11 @@ async def start(opts, log, stop_event):
     if line is not None:
         log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
-    if sys.implementation.name != "micropython":  # (before the broker makes amq.topic)
-        from ..core.route_cache import install as remember_routes  # pyright: ignore[reportMissingImports] (host only)
-
-        remember_routes()
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
+    if sys.implementation.name != "micropython":  # (before its first exchange: amq.* are made when named)
+        from ..core.route_cache import routers  # pyright: ignore[reportMissingImports] (host only)
+
+        broker.routers = routers()
     finder = None
     if frame_reader is not None:  # CPython, c_accel built: its maker of stream deliveries and
         from ..amqp091.batch import install  # pyright: ignore[reportMissingImports] (host only)

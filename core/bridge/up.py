@@ -341,7 +341,7 @@ def source_queues(broker, settings):
         queue = broker.queues.get(name.encode())
         try:
             if queue is None:
-                queue = declare_queue(broker, None, name.encode(), False, True, False, False, {})
+                queue = declare_queue(broker, None, name.encode(), durable=True)
             if exchange is not None:
                 add_binding(broker, broker.exchange(exchange.encode()), queue, one["binding_key"].encode(), {}, 0)
         except Refused as e:

@@ -50,7 +50,7 @@ class Upstream:
 def test_forwarding_to_hutch_s_own_front_end_lands_every_message_whole_and_confirmed():
     upstream = Upstream()
     broker = upstream.broker
-    declare_queue(broker, None, b"central", False, True, False, False, {})
+    declare_queue(broker, None, b"central", durable=True)
     client = Protocol(max_frame=512)
     client.connect(0, "guest", "guest", "127.0.0.1", v2_address("", "central"))
     assert upstream.pump(client) == [] and client.channel_open and client.room() > 0
@@ -71,7 +71,7 @@ def test_forwarding_to_hutch_s_own_front_end_lands_every_message_whole_and_confi
 def test_hutch_s_front_end_routes_a_null_target_s_to_and_ends_the_link_to_a_missing_queue():
     upstream = Upstream()
     broker = upstream.broker
-    declare_queue(broker, None, b"bound", False, False, False, False, {})
+    declare_queue(broker, None, b"bound")
     add_binding(broker, broker.exchange(b"amq.direct"), broker.queues[b"bound"], b"k 1", {}, 0)
     client = Protocol()
     client.connect(0, "guest", "guest", "127.0.0.1", None)
@@ -99,7 +99,7 @@ def test_many_messages_in_parts_keep_flowing_through_hutch_s_session_window():
     """Each part of a message is a transfer of the session's window (400 frames at hutch):
     a client that honours the window goes on only as hutch widens it again."""
     upstream = Upstream()
-    declare_queue(upstream.broker, None, b"central", False, False, False, False, {})
+    declare_queue(upstream.broker, None, b"central")
     queue = upstream.broker.queues[b"central"]
     client = Protocol(max_frame=512)
     client.connect(0, "guest", "guest", "127.0.0.1", "/queues/central")

@@ -14,7 +14,7 @@ from hutch.core.limits import Limits
 
 
 def declare(broker, name, arguments=None, durable=False):
-    topology.declare_queue(broker, None, name.encode(), False, durable, False, False, arguments or {})
+    topology.declare_queue(broker, None, name.encode(), durable=durable, arguments=arguments or {})
     return broker.queues[name.encode()]
 
 

@@ -117,7 +117,7 @@ def ready_client():
     """Logged in, a session, a sending link to a queue and a receiving one from it, a message
     waiting for the receiver."""
     client = Client10()
-    topology.declare_queue(client.broker, None, b"q", False, False, False, False, {})
+    topology.declare_queue(client.broker, None, b"q")
     client.login()
     client.begin()
     client.attach_sender("/queues/q", handle=0)

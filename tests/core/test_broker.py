@@ -69,7 +69,7 @@ def consume(broker, queue, no_ack=False, prefetch=0):
 
 def test_publish_routes_and_a_session_consumes_and_settles():
     broker = Broker(Limits())
-    queue = declare_queue(broker, None, b"q", False, False, False, False, {})
+    queue = declare_queue(broker, None, b"q")
     publisher = Publisher(confirming=True)
     for i in range(3):
         assert broker.publish(broker.default_exchange, message(b"q", b"m%d" % i), publisher) == ROUTED
@@ -83,10 +83,10 @@ def test_publish_routes_and_a_session_consumes_and_settles():
 
 def test_requeue_puts_back_at_the_head_redelivered_and_reject_dead_letters():
     broker = Broker(Limits())
-    dead = declare_queue(broker, None, b"dead", False, False, False, False, {})
-    declare_exchange(broker, None, b"dlx", b"fanout", False, False, False, False, {})
-    bind(broker, None, b"dlx", True, b"dead", b"", {}, spec.QUEUE_BIND)
-    queue = declare_queue(broker, None, b"q", False, False, False, False, {"x-dead-letter-exchange": "dlx"})
+    dead = declare_queue(broker, None, b"dead")
+    declare_exchange(broker, None, b"dlx", b"fanout")
+    bind(broker, None, b"dlx", b"dead", b"", {}, spec.QUEUE_BIND, to_queue=True)
+    queue = declare_queue(broker, None, b"q", arguments={"x-dead-letter-exchange": "dlx"})
     for i in range(2):
         broker.publish(broker.default_exchange, message(b"q", b"m%d" % i), Publisher(False))
     session, consumer = consume(broker, queue)
@@ -106,10 +106,8 @@ def test_requeue_puts_back_at_the_head_redelivered_and_reject_dead_letters():
 
 def test_flow_control_asks_the_publisher():
     broker = Broker(Limits(queue_max_messages=1))
-    declare_queue(broker, None, b"q", False, False, False, False, {})
-    declare_queue(
-        broker, None, b"capped", False, False, False, False, {"x-max-length": 1, "x-overflow": "reject-publish"}
-    )
+    declare_queue(broker, None, b"q")
+    declare_queue(broker, None, b"capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
     confirming, plain = Publisher(True), Publisher(False)
     assert broker.publish(broker.default_exchange, message(b"q", b"1"), plain) == ROUTED
     assert broker.publish(broker.default_exchange, message(b"q", b"2"), plain) == ROUTED  # taken, then held back
@@ -118,7 +116,7 @@ def test_flow_control_asks_the_publisher():
     assert broker.publish(broker.default_exchange, message(b"capped", b"1"), confirming) == ROUTED
     assert broker.publish(broker.default_exchange, message(b"capped", b"2"), confirming) == ROUTED | REFUSED
     broker.flow.set_alarm("memory", "low on memory: test")
-    declare_queue(broker, None, b"other", False, False, False, False, {})
+    declare_queue(broker, None, b"other")
     assert broker.publish(broker.default_exchange, message(b"other", b"x"), confirming) == ROUTED | REFUSED
     assert not broker.publish(broker.default_exchange, message(b"other", b"x"), confirming) & JOURNALLED
 
@@ -140,7 +138,7 @@ def test_a_message_published_by_another_front_end_reaches_a_0_9_1_consumer():
 
 def test_deleting_a_queue_cancels_its_consumers_through_their_session():
     broker = Broker(Limits())
-    queue = declare_queue(broker, None, b"q", False, False, False, False, {})
+    queue = declare_queue(broker, None, b"q")
     consume(broker, queue)
     session = queue.consumers[0].session
     delete_queue(broker, queue)

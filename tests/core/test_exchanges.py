@@ -250,19 +250,17 @@ def test_a_topic_exchange_s_routes_follow_its_bindings_as_they_change():
     """With the trie's walk, and with core/route_cache.py's router that remembers each routing
     key's queues (a broker on CPython): a binding made or removed, or a queue deleted, is seen
     by the next publish."""
-    from hutch.core import exchange, route_cache
+    from hutch.core import route_cache
 
     _routes_follow_bindings()
-    plain = exchange.ROUTERS[b"topic"]
-    route_cache.install()
-    try:
-        _routes_follow_bindings()
-    finally:
-        exchange.ROUTERS[b"topic"] = plain
+    remembering = _routes_follow_bindings(route_cache.routers())
+    assert isinstance(remembering.exchange(b"amq.topic").router, route_cache.RememberingTopicRouter)
 
 
-def _routes_follow_bindings():
+def _routes_follow_bindings(routers=None):
     client = opened()
+    if routers is not None:
+        client.broker.routers = routers
     client.queue(1, b"a")
     client.bind(1, b"a", b"amq.topic", b"sensors.#")
     assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a"]) == [b"a"]
@@ -273,6 +271,7 @@ def _routes_follow_bindings():
     assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a", b"b"]) == [b"b"]
     client.call(1, spec.QUEUE_DELETE, (0, b"b", False, False, False))
     assert _routes(client, b"amq.topic", b"sensors.1.temp", [b"a"]) == []
+    return client.broker
 
 
 def test_topic_unbind_prunes():

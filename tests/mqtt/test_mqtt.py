@@ -107,8 +107,8 @@ def test_rabbitmq_s_mapping_to_amq_topic_and_headers():
     c = Client()
     c.connect()
     broker = c.broker
-    topology.declare_queue(broker, None, b"amqp-side", False, False, False, False, {})
-    topology.bind(broker, None, b"amq.topic", True, b"amqp-side", b"sensors.*.temp", {}, 0)
+    topology.declare_queue(broker, None, b"amqp-side")
+    topology.bind(broker, None, b"amq.topic", b"amqp-side", b"sensors.*.temp", {}, 0, to_queue=True)
     c.publish(b"sensors/g3/temp", b"1", qos=1, packet_id=1)
     c.publish(b"sensors/g3/temp", b"0", qos=0)
     queue = broker.queues[b"amqp-side"]
@@ -212,8 +212,8 @@ def test_keep_alive_expiry_closes_after_one_and_a_half_times_and_publishes_the_w
 def test_qos_2_is_taken_once_when_the_publish_is_repeated_before_pubrel():
     c = Client()
     c.connect()
-    topology.declare_queue(c.broker, None, b"q", False, False, False, False, {})
-    topology.bind(c.broker, None, b"amq.topic", True, b"q", b"m", {}, 0)
+    topology.declare_queue(c.broker, None, b"q")
+    topology.bind(c.broker, None, b"amq.topic", b"q", b"m", {}, 0, to_queue=True)
     first = c.send(packets.publish(b"m", b"x", 2, packet_id=5))
     again = c.send(packets.publish(b"m", b"x", 2, dup=True, packet_id=5))
     assert [(p.name, p.body) for p in first + again] == [("PUBREC", b"\x00\x05")] * 2

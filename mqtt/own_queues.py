@@ -22,7 +22,7 @@ def queue(broker, name, arguments=None):
     is asked)."""
     found = broker.queues.get(name)
     if found is None:
-        found = topology.declare_queue(broker, None, name, False, True, False, False, arguments or {})
+        found = topology.declare_queue(broker, None, name, durable=True, arguments=arguments or {})
     return found
 
 
