@@ -90,6 +90,7 @@ class Channel:
         None  # what it owes its publisher (amqp091/confirms.py), from confirm.select or tx.commit
     )
     tx = None  # the open transaction (amqp091/tx.py), from tx.select
+    stats = None  # its counters (core/counters.py): 0-9-1's are the broker's own list
 
     def __init__(self, conn, number):
         self.conn = conn
@@ -367,7 +368,7 @@ class Channel:
                 self.consumer_unacked -= 1
             add_to_group(groups, queue, entry)
         self._advance_lowest()
-        self.broker.settle_groups(groups, ACCEPT if ack else REQUEUE if requeue else REJECT)
+        self.broker.settle_groups(groups, ACCEPT if ack else REQUEUE if requeue else REJECT, None)
         self.redispatch([group[0] for group in groups])
 
     def _advance_lowest(self):

@@ -67,6 +67,7 @@ class Connection(PortConnection):
     def __init__(self, broker, peer):
         PortConnection.__init__(self, broker, peer)
         limits = broker.limits
+        self.stats = counters.of(broker, self.metrics_label)  # (its own: core/counters.py)
         self.state = SASL_WAIT
         self.max_frame = MIN_MAX_FRAME  # until open: the smallest every peer takes
         self.our_max_frame = max(MIN_MAX_FRAME, limits.frame_max)
@@ -154,7 +155,7 @@ class Connection(PortConnection):
         """(PortConnection.end) Every session lets go of what it holds; the state closed."""
         for session in self.sessions.values():
             session.release_all()
-        self.broker.stats[counters.CHANNELS_CLOSED] += len(self.sessions)
+        self.stats[counters.CHANNELS_CLOSED] += len(self.sessions)
         self.sessions.clear()
         self.state = CLOSED
 
@@ -231,7 +232,7 @@ class Connection(PortConnection):
         name = mechanism.value if type(mechanism) is Symbol else None
         broker = self.broker
         users = broker.users
-        broker.stats[counters.AUTH_ATTEMPTS] += 1
+        self.stats[counters.AUTH_ATTEMPTS] += 1
         user, reason = None, "mechanism %r is not offered" % (name,)
         if Symbol(name or "") in self._mechanisms():
             if name == "PLAIN":
@@ -245,7 +246,7 @@ class Connection(PortConnection):
 
                 user, reason = login(users, name.encode(), getattr(self, "tls", None), self.loopback)
         if reason is not None:
-            broker.stats[counters.AUTH_ATTEMPTS_FAILED] += 1
+            self.stats[counters.AUTH_ATTEMPTS_FAILED] += 1
             if broker.guard.login_failed(self.source):
                 self.end(True)  # (without a word)
                 return
@@ -312,7 +313,7 @@ class Connection(PortConnection):
                 "amqp:resource-limit-exceeded", "connection limit (%d) is reached" % limits.max_connections
             )
         broker.open_connections += 1
-        broker.stats[counters.CONNECTIONS_OPENED] += 1
+        self.stats[counters.CONNECTIONS_OPENED] += 1
         broker.guard.settled(self, self.source)
         self.counted = True
         self.max_frame = min(self.our_max_frame, max_frame)
@@ -337,7 +338,7 @@ class Connection(PortConnection):
         if handle_max is not None:
             session.handle_max = min(session.handle_max, handle_max.value)
         self.sessions[channel] = session
-        self.broker.stats[counters.CHANNELS_OPENED] += 1
+        self.stats[counters.CHANNELS_OPENED] += 1
         self.send(
             begin_frame(
                 channel, channel, session.next_outgoing_id, session.incoming_window, session.outgoing_window,
@@ -360,7 +361,7 @@ class Connection(PortConnection):
     def _forget_session(self, session):
         session.release_all()
         del self.sessions[session.channel]
-        self.broker.stats[counters.CHANNELS_CLOSED] += 1
+        self.stats[counters.CHANNELS_CLOSED] += 1
         self.waiting = [entry for entry in self.waiting if entry[1] is not session]
 
     def _close_in(self, f):
@@ -411,9 +412,9 @@ class Connection(PortConnection):
 
     def _settled(self, session, delivery_id, outcome):
         if outcome.descriptor.value == spec.ACCEPTED:
-            self.broker.stats[counters.CONFIRMED] += 1
+            self.stats[counters.CONFIRMED] += 1
         elif outcome.descriptor.value == spec.RELEASED:
-            self.broker.stats[counters.RETURNED] += 1
+            self.stats[counters.RETURNED] += 1
         session.settle(delivery_id, outcome)
 
     # ------------------------------------------------------------ publishing (core/session.py)

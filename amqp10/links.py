@@ -155,6 +155,7 @@ class OutgoingLink:
 
     def __init__(self, session, handle, name, queue, settled):
         self.conn = session.conn
+        self.stats = session.stats  # (as its consumer's session: core/counters.py)
         self.session = session
         self.handle = handle
         self.name = name

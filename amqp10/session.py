@@ -93,6 +93,7 @@ class Session:
     def __init__(self, conn, channel, remote_channel, next_incoming_id, remote_incoming_window, remote_outgoing_window):
         limits = conn.broker.limits
         self.conn = conn
+        self.stats = conn.stats  # (as a publisher: core/counters.py)
         self.channel = channel
         self.remote_channel = remote_channel
         self.window = limits.amqp10_session_window  # what we open the client's sending to
@@ -478,7 +479,7 @@ class Session:
             link.consumer.unacked -= 1
             link.consumer_unacked -= 1
             add_to_group(groups, queue, entry)
-        self.conn.broker.settle_groups(groups, outcome)
+        self.conn.broker.settle_groups(groups, outcome, self.stats)
         for queue, _entries in groups:
             queue.dispatch()
 
@@ -519,7 +520,7 @@ class Session:
         back = [delivery_id for delivery_id, held in self.unsettled.items() if held[0] is link]
         for delivery_id in back:
             _link, held_queue, entry = self.unsettled.pop(delivery_id)
-            broker.settle(held_queue, [entry], REQUEUE)
+            broker.settle(held_queue, [entry], REQUEUE, self.stats)
         if back or queue.consumers:
             queue.dispatch()
 

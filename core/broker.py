@@ -5,7 +5,7 @@ one way messages go in and out of queues, whatever front end carries them.
     broker.consume(who, queue, consumer, method) ... broker.cancel(consumer)
     entry = broker.get(who, queue, no_ack, method)
     broker.delivered(queue, entry, settled)                 # a queue's entry went to a consumer
-    broker.settle(queue, entries, ACCEPT or REQUEUE or REJECT)
+    broker.settle(queue, entries, ACCEPT or REQUEUE or REJECT, stats)   # stats: the settler's counters
 
 A 0-9-1 channel (amqp091/channel.py), an AMQP 1.0 link (amqp10/links.py), an MQTT session
 (mqtt/session.py, mqtt/publishing.py), the bridges' local sides (core/bridge/) and
@@ -130,7 +130,9 @@ class Broker:
         self.consumer_count = 0
         self.binding_count = 0
         self.flow = Flow(self)  # budgets and alarms: whether publishers may go on (core/flow.py)
-        self.stats = [0] * counters.COUNT  # what it has done since it started, by core/counters.py's constants
+        # what it has done since it started, by core/counters.py's constants: 0-9-1's and its own
+        # (another front end's: stats_by, counters.of)
+        self.stats = [0] * counters.COUNT
         self.expiring = []  # queues that may hold entries with a TTL
         self.expirable = []  # queues with x-expires: deleted after that long unused
         self.journal = None  # core/journal.Journal, attached by the storage port after replay
@@ -151,13 +153,15 @@ class Broker:
         if conn.counted:
             conn.counted = False
             self.open_connections -= 1
-            self.stats[counters.CONNECTIONS_CLOSED] += 1
+            (conn.stats or self.stats)[counters.CONNECTIONS_CLOSED] += 1
         self.flow.let_go(conn)
         client = conn.client
         if client is not None:
             for queue in list(self.queues.values()):
                 if queue.owner is client:
                     delete_queue(self, queue)  # exclusive queues end with their connection
+
+    stats_by = None  # a front end's label -> its counters (core/counters.py of), but 0-9-1's
 
     # Each exchange type's router class, for the exchanges it makes (a class default: the plain
     # ones of core/exchange.py; a broker on CPython is handed core/route_cache.py's, whose topic
@@ -355,7 +359,7 @@ class Broker:
         )
         if taken:
             stream.append_records([made], taken, len(made), now_ms)
-            stats = self.stats
+            stats = publisher.stats or self.stats
             stats[counters.RECEIVED] += taken
             stats[counters.ROUTED] += taken
             if publisher.confirming:
@@ -377,7 +381,7 @@ class Broker:
         message must not go to (dead-lettering's cycle check)."""
         queues = self.route(exchange, message)
         if publisher is not None:  # a client's (the broker's own publishes count where they are made)
-            stats = self.stats
+            stats = publisher.stats or self.stats  # (its front end's counters: core/counters.py)
             stats[counters.RECEIVED] += 1
             if publisher.confirming:
                 stats[counters.RECEIVED_CONFIRM] += 1
@@ -524,10 +528,11 @@ class Broker:
         elif message.journal_id and not entry[REDELIVERED] and queue.journalled:
             self.journal.delivered(queue, message)
 
-    def settle(self, queue, entries, outcome):
+    def settle(self, queue, entries, outcome, stats):
         """Delivered entries of queue, settled: ACCEPT, REQUEUE (back at their places in the
-        queue, redelivered) or REJECT."""
-        stats = self.stats
+        queue, redelivered) or REJECT; counted in stats, its settler's counters (None: the
+        broker's, core/counters.py)."""
+        stats = stats or self.stats
         if outcome == ACCEPT:
             stats[counters.ACKNOWLEDGED] += len(entries)
             queue.acknowledged += len(entries)
@@ -540,12 +545,12 @@ class Broker:
             for entry in entries:
                 queue.drop(entry, b"rejected")
 
-    def settle_groups(self, groups, outcome):
+    def settle_groups(self, groups, outcome, stats):
         """settle() each queue's entries of groups ([queue, entries], grouped by add_to_group),
         in the order the queues first appeared: what a front end does with a settlement that
         names many deliveries (a 0-9-1 ack with multiple, a 1.0 disposition's range)."""
         for queue, entries in groups:
-            self.settle(queue, entries, outcome)
+            self.settle(queue, entries, outcome, stats)
 
     def route(self, exchange, message):
         """The queues a message goes to, each once: by its routing key and by each key of its CC

@@ -106,6 +106,7 @@ class PortConnection:
 
     protocol = "?"  # what hutch ctl list connections says it speaks ("AMQP 0-9-1")
     metrics_label = "?"  # its protocol label on /metrics ("amqp091")
+    stats = None  # its front end's counters (core/counters.py of); None: Broker.stats, 0-9-1's
     counted = False  # it is open: counted in broker.open_connections
     client = None  # who it logged in as (core/auth.py Login), once it has
     closed = False

@@ -1,14 +1,19 @@
-"""What the broker has done, counted where it happens.
+"""What the broker has done, counted where it happens, once, by protocol.
 
-The counters are plain integers in one list, Broker.stats, bumped at the broker's dispatch
-points the same for every front end: a publish routed or not (Broker.publish), a message
-delivered to a consumer or taken by a get (core/queue.py, core/streams/stream.py,
-Broker.get), a delivery settled (Broker.settle); the front ends count what only they see: a
-confirm sent, a message returned, connections and channels opened and closed. They only
-grow: a reader takes differences for rates. Names follow RabbitMQ's where it has one (its
-rabbitmq_global_messages_*_total series).
+The counters are plain integers in a list per protocol: Broker.stats is AMQP 0-9-1's and the
+broker's own (dead-lettering, the journal, the bridges' local sides), and each other front end
+has its own (`of(broker, "mqtt")`, kept in Broker.stats_by). Whoever acts carries its list as
+`stats`: a connection, and its channels, sessions and publishers. The core bumps them at its
+dispatch points the same for every front end, in the list of whoever the message came from or
+goes to: a publish routed or not (Broker.publish: the publisher's), a message delivered to a
+consumer or taken by a get (core/queue.py, core/streams/stream.py, Broker.get: the consumer's
+session's), a delivery settled (Broker.settle: the settler's); the front ends count what only
+they see: a confirm sent, a message returned, connections and channels opened and closed. The
+broker's totals are the lists' sums (core/snapshot.py). They only grow: a reader takes
+differences for rates. Names follow RabbitMQ's where it has one (its
+rabbitmq_global_messages_*_total series, by protocol).
 
-    broker.stats[counters.RECEIVED] += 1
+    publisher.stats[counters.RECEIVED] += 1
 
 A list indexed by these constants, not an object with named fields: the firmware build folds
 the constants into numbers, so on a board the counters cost their list and no name. Their
@@ -41,3 +46,17 @@ AUTH_ATTEMPTS_FAILED = 22  # ... refused
 DEAD_LETTERED_EXPIRED = 23  # dead letters whose TTL ran out (the rest of DEAD_LETTERED were rejected)
 DEAD_LETTERED_MAXLEN = 24  # ... dropped from the head of a full queue
 COUNT = 25  # how many there are: Broker.stats = [0] * COUNT
+
+
+def of(broker, label):
+    """The counters of the front end whose metrics label this is: 0-9-1's are Broker.stats (a
+    board serving only 0-9-1 keeps one list), another's a list of its own, made with its
+    first connection."""
+    if label == "amqp091":
+        return broker.stats
+    if broker.stats_by is None:
+        broker.stats_by = {}
+    found = broker.stats_by.get(label)
+    if found is None:
+        found = broker.stats_by[label] = [0] * COUNT
+    return found

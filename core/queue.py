@@ -315,7 +315,7 @@ class Queue:
 
     def _hand(self, consumer, entry):
         """One delivery to consumer's session, counted (core/counters.py)."""
-        stats = self.broker.stats
+        stats = consumer.session.stats or self.broker.stats  # (the consumer's front end's: core/counters.py)
         if consumer.no_ack:
             stats[counters.DELIVERED_CONSUME_AUTO_ACK] += 1
         else:

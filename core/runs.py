@@ -52,7 +52,7 @@ def publish_to_queues(broker, publisher, queues, message, run):
                 if conn in sessions:
                     return 0, 0  # one by one, its deliveries would interleave with another queue's
                 sessions.append(conn)
-    stats = broker.stats
+    stats = publisher.stats or broker.stats  # (the publisher's front end's: core/counters.py)
     stats[counters.RECEIVED] += taken
     stats[counters.ROUTED] += taken
     if publisher.confirming:
@@ -71,10 +71,11 @@ def publish_to_queues(broker, publisher, queues, message, run):
                     queue.next_consumer = 1  # (as _next_ready_consumer leaves it)
                     queue.published += given  # (queue.publish counts the rest)
                     queue.delivered += given
+                    delivered = consumer.session.stats or broker.stats  # (the consumer's)
                     if consumer.no_ack:  # (held and settled at once: the budget does not move)
-                        stats[counters.DELIVERED_CONSUME_AUTO_ACK] += given
+                        delivered[counters.DELIVERED_CONSUME_AUTO_ACK] += given
                     else:
-                        stats[counters.DELIVERED_CONSUME_MANUAL_ACK] += given
+                        delivered[counters.DELIVERED_CONSUME_MANUAL_ACK] += given
                         messages = run.messages(arrived, order)
                         held = 0
                         for i in range(given):

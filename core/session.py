@@ -16,6 +16,7 @@ core/topology.py check_exclusive.
 **A publisher** (what Broker.admit, publish and publish_run are given):
 
     publisher.client               who publishes (its user is checked against user-id)
+    publisher.stats                its front end's counters (core/counters.py; None: the broker's)
     publisher.confirming           it can be told no (a nack): a full queue or blocked
                                    publishers refuse its message rather than hold it back
     publisher.hold_for(queue)      (no confirms) stop taking its publishes until queue has
@@ -31,6 +32,7 @@ and, to be told when the journal has made its confirms durable (Broker.wait_for_
 **A session** (where a Consumer's deliveries go: consumer.session; core/queue.py Consumer):
 
     session.can_deliver()                  it may be given a message now
+    session.stats                          its front end's counters (core/counters.py; None: the broker's)
     session.prefetch_global                a bound on what all its consumers hold (0: none)
     session.consumer_unacked               what they hold together
     session.deliver(consumer, queue, entry)           one message; the session calls

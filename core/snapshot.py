@@ -79,13 +79,15 @@ def snapshot(broker):
                     bridges.append(_up(bridge, one, STATES, now))
             else:
                 bridges.append(_down(bridge, STATES))
-    counters = _named(broker.stats)
-    # the counters of a front end that keeps its own (mqtt/connection.py Serving.stats), by its name
-    by_protocol = {}
-    for name, serving in broker.front_ends.items():
-        stats = getattr(serving, "stats", None)
-        if stats is not None:
-            by_protocol[name] = _named(stats)
+    # the broker's totals, and each protocol's counters (core/counters.py): 0-9-1's list is the
+    # broker's own too (the bridges' local sides, dead-lettering, the journal)
+    totals = list(broker.stats)
+    by_protocol = {"amqp091": _named(broker.stats)}
+    for label, stats in (broker.stats_by or {}).items():
+        by_protocol[label] = _named(stats)
+        for i in range(len(stats)):
+            totals[i] += stats[i]
+    counters = _named(totals)
     journal = broker.journal
     return {
         "counters": counters,

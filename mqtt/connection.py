@@ -66,6 +66,8 @@ class Serving:
     settings, and the connection of each client id (a second CONNECT with the same id takes the
     session over)."""
 
+    stats = None  # MQTT's counters (core/counters.py), from the first connection (serving_of)
+
     def __init__(
         self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400, max_keep_alive=0, sensor_fields=None
     ):
@@ -83,16 +85,6 @@ class Serving:
         self.origins = False  # whether a publish says who sent it (once a subscription asks for no local)
         self.routes = {}  # topic published -> (routing key, route octets) (mqtt/topics.py remember)
         self.topics = {}  # routing key delivered -> its topic, encoded as a PUBLISH holds it
-        # What MQTT's clients did, by core/counters.py's constants: /metrics's protocol="mqtt"
-        # (the rest of broker.stats is 0-9-1's). Each is counted where broker.stats is: by the
-        # broker (a publish, a delivery, a settlement) and then here by the front end, or by the
-        # front end in both (count()).
-        self.stats = [0] * counters.COUNT
-
-    def count(self, broker, which, n=1):
-        """A counter the front end keeps (core/counters.py), in broker.stats and MQTT's own."""
-        broker.stats[which] += n
-        self.stats[which] += n
 
     def delay_will(self, broker, client_id, publishing, will, when):
         """A version 5 will with a Will Delay Interval: published at `when` (ms), unless the
@@ -119,6 +111,8 @@ def serving_of(broker):
     serving = broker.front_ends.get("mqtt")
     if serving is None:
         serving = broker.front_ends["mqtt"] = Serving()
+    if serving.stats is None:
+        serving.stats = counters.of(broker, "mqtt")
     return serving
 
 
@@ -133,6 +127,11 @@ class Connection(PortConnection):
     will = None  # (topic, payload, qos, retain, properties) to publish if it goes without a DISCONNECT
     keep_alive_ms = 0
     client_id = b""
+
+    @property
+    def stats(self):
+        """MQTT's counters (core/counters.py), kept once for every MQTT connection and session."""
+        return self.serving.stats
 
     def __init__(self, broker, peer):
         PortConnection.__init__(self, broker, peer)
@@ -244,7 +243,7 @@ class Connection(PortConnection):
             client_id = assigned = broker.new_name(b"hutch-mqtt-").replace(b".", b"-")
         user, reason = self.login(c)
         if reason is not None:
-            self.serving.count(broker, counters.AUTH_ATTEMPTS_FAILED)
+            self.stats[counters.AUTH_ATTEMPTS_FAILED] += 1
             if broker.guard.login_failed(self.source):
                 self.end(True)  # (without a word)
                 return
@@ -272,7 +271,7 @@ class Connection(PortConnection):
         self.client = Login(user.encode() if isinstance(user, str) else user, self.name)
         self.client.permissions = permissions
         broker.open_connections += 1
-        serving.count(broker, counters.CONNECTIONS_OPENED)
+        self.stats[counters.CONNECTIONS_OPENED] += 1
         broker.guard.settled(self, self.source)
         self.counted = True
         self.state = OPEN
@@ -306,7 +305,7 @@ class Connection(PortConnection):
     def login(self, c):
         """(user, None) for a client that may log in, (user, the reason) for one that may not."""
         users = self.broker.users
-        self.serving.count(self.broker, counters.AUTH_ATTEMPTS)
+        self.stats[counters.AUTH_ATTEMPTS] += 1
         if c.user:  # (an empty user name and password: anonymous, as Mosquitto takes it)
             user = c.user.decode()
             try:
@@ -385,8 +384,6 @@ class Connection(PortConnection):
             session.end()
         if self.serving.clients.get(self.client_id) is self:
             del self.serving.clients[self.client_id]
-        if self.counted:
-            self.serving.stats[counters.CONNECTIONS_CLOSED] += 1  # (and broker.stats, by connection_gone)
 
     def tick(self, now):
         if self.closed:

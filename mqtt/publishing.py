@@ -64,6 +64,12 @@ class Publishing:
     resume, direct_reply_to)."""
 
     confirming = False  # held back while a queue is full or publishers are blocked (MQTT has no nack)
+
+    @property
+    def stats(self):
+        """(As a publisher) MQTT's counters (core/counters.py)."""
+        return self.session.serving.stats
+
     zero_said = False  # a 3.1.1 client's packet id 0 was logged
     alias_most = ALIASES_MOST
 
@@ -117,7 +123,7 @@ class Publishing:
             elif kept > seq:
                 seq = kept
         if qos:
-            self.session.serving.count(self.broker, counters.CONFIRMED)
+            self.stats[counters.CONFIRMED] += 1
         if qos == 1:
             self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
@@ -186,12 +192,8 @@ class Publishing:
         except Refused as e:
             return self._refused(e, key), 0
         result = broker.publish(target, message, self)
-        serving = self.session.serving
-        stats = serving.stats  # (as Broker.publish counted it: routed when a queue matched)
-        stats[counters.RECEIVED] += 1
-        stats[counters.ROUTED if result & (ROUTED | REFUSED) else counters.UNROUTABLE] += 1
-        if qos:
-            serving.count(broker, counters.RECEIVED_CONFIRM)  # (its publisher is not Broker.publish's confirming)
+        if qos:  # (Broker.publish counts a confirming publisher's; this one is held back instead)
+            self.stats[counters.RECEIVED_CONFIRM] += 1
         seq = own_queues.waits_for(broker, result)
         if result & REFUSED and qos:
             return self._full(key), seq

@@ -23,6 +23,7 @@ class AwaitingRelease:
 
     prefetch_global = 0
     consumer_unacked = 0
+    stats = None  # (its bookkeeping counts as the broker's own: core/counters.py)
     number = 0  # (as hutch ctl lists its consumer: on its connection's one channel)
 
     @property
@@ -66,7 +67,7 @@ class AwaitingRelease:
             return False
         queue, entry = found
         self.consumer.unacked -= 1
-        self.broker.settle(queue, [entry], ACCEPT)
+        self.broker.settle(queue, [entry], ACCEPT, None)
         return True
 
     def end(self, forget):
@@ -77,7 +78,7 @@ class AwaitingRelease:
             broker.cancel(self.consumer)
             self.consumer = None
         for found in self.held.values():
-            broker.settle(found[0], [found[1]], ACCEPT if forget else REQUEUE)
+            broker.settle(found[0], [found[1]], ACCEPT if forget else REQUEUE, None)
         self.held = {}
         if forget:
             own_queues.drop(broker, (self.name,))

@@ -22,7 +22,7 @@ QoS 1 publish, an AMQP publish) at 1, as RabbitMQ does.
 
 from ..codec.errors import Refused
 from ..codec.wire import text
-from ..core import counters, topology
+from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import MESSAGE, REDELIVERED
@@ -56,6 +56,11 @@ class Session:
     ended = False
     most_out = 0  # a version 5 client's Maximum Packet Size (0: none said)
     too_large_said = False
+
+    @property
+    def stats(self):
+        """(As its consumers' session) MQTT's counters (core/counters.py)."""
+        return self.serving.stats
 
     def __init__(self, conn, connect):
         self.conn = conn
@@ -172,8 +177,7 @@ class Session:
                 continue
             queue, entry, consumer = held
             consumer.unacked -= 1
-            self.serving.stats[counters.REQUEUED] += 1  # (and broker.stats, by settle)
-            broker.settle(queue, [entry], REQUEUE)
+            broker.settle(queue, [entry], REQUEUE, self.stats)
         self.awaiting_release.end(not self.expiry)
         if not self.expiry:
             own_queues.drop(broker, (self.queue_name(0), self.queue_name(1)))
@@ -380,10 +384,6 @@ class Session:
     def deliver(self, consumer, queue, entry):
         message = entry[MESSAGE]
         broker = self.broker
-        stats = self.serving.stats  # (as the queue counted it: core/queue.py _hand)
-        stats[counters.DELIVERED_CONSUME_AUTO_ACK if consumer.no_ack else counters.DELIVERED_CONSUME_MANUAL_ACK] += 1
-        if entry[REDELIVERED]:
-            stats[counters.REDELIVERIES] += 1
         retain = False
         ids = None
         if self.optioned.by_queue:  # (a session with version 5 subscription options)
@@ -453,8 +453,7 @@ class Session:
             return
         queue, entry, consumer = held
         consumer.unacked -= 1
-        self.serving.stats[counters.ACKNOWLEDGED] += 1  # (and broker.stats, by settle)
-        self.broker.settle(queue, [entry], ACCEPT)
+        self.broker.settle(queue, [entry], ACCEPT, self.stats)
         queue.dispatch()
 
     def deliver_records(self, consumer, stream, cursor, room):

@@ -156,15 +156,10 @@ QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages publishe
 
 
 def _protocols(snap):
-    """[(protocol label, its counters)]: each front end's that counts its own (MQTT's), and
-    0-9-1's, which is the rest (AMQP 1.0's clients counted with it)."""
-    counters = snap["counters"]
-    others = snap.get("counters_by_protocol") or {}
-    rest = dict(counters)
-    for theirs in others.values():
-        for name in theirs:
-            rest[name] -= theirs[name]
-    return [("amqp091", rest)] + sorted(others.items())
+    """[(protocol label, its counters)], 0-9-1's first (core/counters.py: each protocol counts
+    its own; together they are the broker's totals)."""
+    counted = snap["counters_by_protocol"]
+    return [("amqp091", counted["amqp091"])] + sorted((k, v) for k, v in counted.items() if k != "amqp091")
 
 
 def _connections_by_protocol(out, connections):

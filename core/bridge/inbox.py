@@ -25,6 +25,7 @@ class Inbox:
     closed = False
     # As a publisher (Broker.publish): it can be told no, and it is never held back by waiting.
     confirming = True
+    stats = None  # its counters: the broker's own (core/counters.py)
 
     def __init__(self, broker, exchange, routing_key, wake=None):
         self.broker = broker

@@ -53,6 +53,7 @@ class Outbox:
     # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.
     prefetch_global = 0
     consumer_unacked = 0
+    stats = None  # its counters: the broker's own (core/counters.py)
     last_return = ""  # the code and text of upstream's last basic.return
 
     def __init__(self, broker, queue, name, window, wake=None, node=b"hutch", arguments=None):
@@ -360,7 +361,7 @@ class Outbox:
             for entry in entries:
                 self.returns.pop(self.return_key(entry[MESSAGE]), None)
         self.consumer.unacked -= len(entries)
-        self.broker.settle(self.queue, entries, outcome)
+        self.broker.settle(self.queue, entries, outcome, None)  # (counted as the broker's own)
         if self.up:
             self._release()
             self.queue.dispatch()

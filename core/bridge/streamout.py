@@ -101,7 +101,7 @@ class StreamOutbox(Outbox):
         the broker's budget get their room back."""
         self.consumer.unacked -= count
         stream = self.queue
-        self.broker.settle(stream, [stream.entry] * count, outcome)
+        self.broker.settle(stream, [stream.entry] * count, outcome, None)
         if self.up:
             stream.dispatch()
 

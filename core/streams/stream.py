@@ -459,7 +459,7 @@ class Stream:
                     broker = self.broker
                     broker.flow.hold(HELD, given)
                     self.delivered += given
-                    broker.stats[
+                    (session.stats or broker.stats)[
                         counters.DELIVERED_CONSUME_AUTO_ACK
                         if consumer.no_ack
                         else counters.DELIVERED_CONSUME_MANUAL_ACK

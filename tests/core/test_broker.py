@@ -26,6 +26,7 @@ class Session:
 
     prefetch_global = 0
     consumer_unacked = 0
+    stats = None  # (its counters: the broker's own)
 
     def __init__(self, broker):
         self.broker = broker
@@ -47,6 +48,8 @@ class Session:
 
 
 class Publisher:
+    stats = None  # (its counters: the broker's own)
+
     def __init__(self, confirming):
         self.confirming = confirming
         self.held_for = []
@@ -77,7 +80,7 @@ def test_publish_routes_and_a_session_consumes_and_settles():
     assert broker.flow.held_messages == 3
     session, consumer = consume(broker, queue)
     assert bodies(session) == [b"m0", b"m1", b"m2"]
-    broker.settle(queue, [entry for _, entry in session.delivered], ACCEPT)
+    broker.settle(queue, [entry for _, entry in session.delivered], ACCEPT, None)
     assert broker.flow.held_messages == 0 and queue.message_count() == 0
 
 
@@ -92,13 +95,13 @@ def test_requeue_puts_back_at_the_head_redelivered_and_reject_dead_letters():
     session, consumer = consume(broker, queue)
     first, second = [entry for _, entry in session.delivered]
     session.open = False  # as a link that has no credit: nothing is delivered meanwhile
-    broker.settle(queue, [first, second], REQUEUE)
+    broker.settle(queue, [first, second], REQUEUE, None)
     assert queue.message_count() == 2
     session.open = True
     session.delivered = []
     queue.dispatch()
     assert bodies(session) == [b"m0", b"m1"] and [entry[1] for _, entry in session.delivered] == [True, True]
-    broker.settle(queue, [session.delivered[0][1]], REJECT)
+    broker.settle(queue, [session.delivered[0][1]], REJECT, None)
     assert dead.message_count() == 1
     death = dead.messages.peek()[0].properties()["headers"]["x-death"][0]
     assert death["reason"] == b"rejected" and death["queue"] == b"q"
