@@ -66,7 +66,7 @@ class Serving:
     settings, and the connection of each client id (a second CONNECT with the same id takes the
     session over)."""
 
-    stats = None  # MQTT's counters (core/counters.py), from the first connection (serving_of)
+    stats: "list | None" = None  # MQTT's counters (core/counters.py), from the first connection (serving_of)
 
     def __init__(
         self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400, max_keep_alive=0, sensor_fields=None
