@@ -7,6 +7,8 @@
 #                 Debian's rabbitmq-server, mosquitto, chromium, prometheus, systemd-container
 #                 and debootstrap (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
+#   make soak     the bridge's soaks at full length: 100 faults toward hutch and toward RabbitMQ
+#                 (make test runs 20 of each)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
 
@@ -41,7 +43,7 @@ UMQTT := build/umqtt/umqtt/robust.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: serve test check docs screenshot lint setup clean
+.PHONY: serve test check soak docs screenshot lint setup clean
 
 serve: $(SERVE_INSTALLED)
 	@echo "make serve: hutch is installed in $(BIN)/. To run the hutch command yourself: . $(BIN)/activate"
@@ -65,6 +67,9 @@ IN_PROCESS_TESTS := tests/core tests/codec tests/amqp10 tests/mqtt tests/ports t
 check: lint
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q -n 2 $(IN_PROCESS_TESTS) $(ARGS)
+
+soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER)
+	HUTCH_SOAK_FAULTS=20 $(BIN)/python -m pytest -n 2 tests/interop/bridge/test_bridge_soak.py $(ARGS)
 
 docs: $(DOCS_INSTALLED)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs site

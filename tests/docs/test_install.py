@@ -6,14 +6,17 @@ build requirements).
 """
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 import zipfile
 
 import pika
 import pytest
+from service_tree import assert_scripts_name_opt_hutch
 from test_getting_started import clone
 
 from hutch.bench.brokers import free_port
@@ -81,7 +84,10 @@ def installed(bin_dir):
     return {line.split("==")[0].lower().replace("_", "-") for line in proc.stdout.split()}
 
 
-def test_pip_install_dot_from_a_checkout(tmp_path):
+def test_pip_install_dot_from_a_checkout_and_its_service(tmp_path):
+    """`pip install .`, then, from that installation (not editable, its checkout not needed),
+    `hutch install-service --root R`: the same hutch installed into R/opt/hutch (a wheel made of
+    the installed files), which runs, its scripts naming /opt/hutch (docs/operations.md)."""
     checkout = clone(tmp_path)
     bin_dir = fresh_venv(str(tmp_path / "venv"))
     pip(bin_dir, ".", cwd=checkout)
@@ -89,6 +95,25 @@ def test_pip_install_dot_from_a_checkout(tmp_path):
     assert installed(bin_dir) - {"pip", "setuptools"} == {"hutch", "pyserial", "cffi", "pycparser"}
     log = hutch_works(bin_dir, tmp_path)
     assert "frame scanner: C accelerator (cffi)" in log  # compiled at install time
+    root = tempfile.mkdtemp(prefix="hutch-service-", dir="/tmp")  # (open to others, as / is)
+    os.chmod(root, 0o755)
+    try:
+        done = subprocess.run(
+            [os.path.join(bin_dir, "hutch"), "install-service", "--board", "rpi", "--root", root],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith("installing hutch from this installation into %s/opt/hutch" % root), done.stdout
+        with open(os.path.join(root, "etc/systemd/system/hutch.service")) as f:
+            assert "ExecStart=/opt/hutch/bin/python -m hutch.tools.cli serve --board rpi --config" in f.read()
+        ran = subprocess.run(
+            [os.path.join(root, "opt/hutch/bin/python"), "-m", "hutch.tools.cli", "--version"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert ran.returncode == 0 and ran.stdout == "hutch 0.1.0\n", ran.stdout + ran.stderr
+        assert_scripts_name_opt_hutch(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_pip_install_with_an_extra_from_a_git_url(tmp_path):

@@ -16,6 +16,7 @@ import pika
 import pytest
 from brokers import BIN, free_port
 from paths import ROOT
+from service_tree import assert_scripts_name_opt_hutch
 
 HUTCH = os.path.join(BIN, "hutch")
 SYSTEMD_ANALYZE = "/usr/bin/systemd-analyze"
@@ -57,7 +58,7 @@ def test_install_service_installs_hutch_where_its_user_can_run_it():
             timeout=60,
         )
         assert ran.returncode == 0 and "--metrics-port" in ran.stdout, ran.stdout + ran.stderr
-        _assert_scripts_name_opt_hutch(root)
+        assert_scripts_name_opt_hutch(root)
         # systemd's own check, of the unit with its program where it lies under the root
         checked = os.path.join(root, "hutch.service")
         with open(checked, "w") as f:
@@ -112,56 +113,6 @@ def test_install_service_installs_hutch_where_its_user_can_run_it():
         assert unwritable.returncode == 1 and "cannot write %s/etc" % root in unwritable.stderr, unwritable.stderr
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _assert_scripts_name_opt_hutch(root):
-    """Every script of ROOT/opt/hutch/bin starts with /opt/hutch's python, as it will be once the
-    tree is copied to / (`sudo /opt/hutch/bin/hutch ctl status`), and names the root nowhere."""
-    folder = os.path.join(root, "opt/hutch/bin")
-    with open(os.path.join(folder, "hutch")) as f:
-        assert f.readline() == "#!/opt/hutch/bin/python\n"
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path) and not os.path.islink(path):
-            with open(path, "rb") as f:
-                assert root.encode() not in f.read(), "%s names %s" % (name, root)
-
-
-@pytest.mark.xdist_group("install")
-def test_install_service_after_a_plain_pip_install_installs_into_opt_hutch(tmp_path):
-    """hutch installed with `pip install .` (not editable) into a virtualenv under /tmp, as a user
-    tries it: install-service --root installs the same hutch into ROOT/opt/hutch (a wheel made
-    of the installed files), which runs, its scripts naming /opt/hutch."""
-    venv = tempfile.mkdtemp(prefix="hutch-plain-", dir="/tmp")
-    root = tempfile.mkdtemp(prefix="hutch-service-", dir="/tmp")
-    os.chmod(root, 0o755)
-    try:
-        subprocess.run(["/usr/bin/python3", "-m", "venv", venv], check=True, timeout=120)
-        pip = [os.path.join(venv, "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        done = subprocess.run(pip + [ROOT], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        installed = os.path.join(venv, "bin/hutch")
-        done = subprocess.run(
-            [installed, "install-service", "--board", "rpi", "--root", root],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.startswith("installing hutch from this installation into %s/opt/hutch" % root), done.stdout
-        with open(os.path.join(root, "etc/systemd/system/hutch.service")) as f:
-            assert "ExecStart=/opt/hutch/bin/python -m hutch.tools.cli serve --board rpi --config" in f.read()
-        ran = subprocess.run(
-            [os.path.join(root, "opt/hutch/bin/python"), "-m", "hutch.tools.cli", "--version"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert ran.returncode == 0 and ran.stdout.startswith("hutch "), ran.stdout + ran.stderr
-        _assert_scripts_name_opt_hutch(root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(venv, ignore_errors=True)
 
 
 def test_ready_only_once_it_accepts_then_the_watchdog_then_stopping(tmp_path):
