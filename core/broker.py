@@ -191,7 +191,10 @@ class Broker:
             if offset - self.wall_offset > 2000 or self.wall_offset - offset > 2000:
                 self.wall_offset = offset  # the first tick, or the wall clock was set
         for conn in list(self.connections):
-            conn.tick(now)
+            try:
+                conn.tick(now)
+            except MemoryError:  # (a heartbeat, a close: what ran out ends this connection, not the ticks)
+                conn.out_of_memory()
         for ticker in self.tickers:
             ticker.tick(now)
         if self.expiring:

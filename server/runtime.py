@@ -71,6 +71,11 @@ class Runtime:
                 await sleep_ms(TICK_MS)
             except KeyboardInterrupt:
                 interrupted(self.interrupt)
+            except MemoryError:  # the heap out for a moment (a stats line, a timer): the next tick tries again
+                await sleep_ms(TICK_MS)
+            except Exception as e:  # (a bug: said, and the ticks go on)
+                self.log("error", "tick failed: %r" % (e,), e)
+                await sleep_ms(TICK_MS)
 
     async def shutdown(self):
         self.log("info", "shutting down")
