@@ -22,12 +22,12 @@ def write_config(path, uplink, bridges):
     path.write_text("".join(lines))
 
 
-def edge_with(tmp_path, uplink, bridges):
+def edge_with(tmp_path, uplink, bridges, *more):
     folder = tmp_path / "edge"
     folder.mkdir()
     config = folder / "hutch.toml"
     write_config(config, uplink, bridges)
-    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start()
+    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config), *more], folder).start()
     edge.config = config
     return edge
 
@@ -165,16 +165,22 @@ def _utc_offset(t):
 
 
 def test_outside_its_hours_a_bridge_waits_and_a_reload_that_opens_them_sends_what_waited(tmp_path):
+    import urllib.request
+
+    from brokers import free_port
+
     up = upstream(tmp_path)
     hour = time.localtime().tm_hour
     closed = ["%02d:00-%02d:00" % ((hour + 2) % 24, (hour + 3) % 24)]
-    edge = edge_with(tmp_path, {"hours": closed}, [bridge(up, "out", "out")])
+    metrics = free_port()
+    edge = edge_with(tmp_path, {"hours": closed}, [bridge(up, "out", "out")], "--metrics-port", str(metrics))
     try:
         wait_until(lambda: "bridge out: waiting for its window" in edge.log(), 30, what=edge.log)
         bodies = [b"w%03d" % i for i in range(50)]
         publish_confirmed(edge, "out", bodies)
         time.sleep(1.5)
         shown = ctl(edge, "bridges").stdout
+        scraped = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics, timeout=10).read().decode()
         assert consume_timed(up.url, 1, timeout=1) == [], "sent outside its hours"
         write_config(edge.config, {"hours": ["%02d:00-%02d:00" % (hour, (hour + 1) % 24)]}, [bridge(up, "out", "out")])
         done = ctl(edge, "reload")
@@ -185,6 +191,7 @@ def test_outside_its_hours_a_bridge_waits_and_a_reload_that_opens_them_sends_wha
         up.stop()
     print(shown)
     assert "out (up, queue out): waiting" in shown and "window: opens at %02d:00:00" % ((hour + 2) % 24) in shown
+    assert 'hutch_bridge_state{bridge="out",state="waiting"} 1' in scraped
     assert done.returncode == 0 and "uplink: budget and windows applied" in done.stdout, done.stdout
     assert [body for _t, body in got] == bodies
 
