@@ -38,7 +38,8 @@ MicroPython-clean: a board's bridge to a 1.0 cloud runs it (imported only by suc
 
 import struct
 
-from ..codec.readbuffer import ReadBuffer, joined
+from ..codec.upstream import NO_LIMIT, Ended, Upstream
+from ..codec.wire import text
 from ..core.message import Message
 from . import spec
 from .delivery import from_message
@@ -51,7 +52,6 @@ EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"
 MASK = 0xFFFFFFFF  # sequence numbers (transfer and delivery ids, delivery counts) are mod 2**32
 WINDOW = 0x7FFFFFFF  # our session's windows: our link credit is what bounds what comes in
 CBS_CREDIT = 4  # put-token replies we take at once
-NO_LIMIT = 1 << 29  # tick(): no time-out to wait for (a small int on every port)
 
 # The handshake, in order
 (SASL_WAIT, MECHANISMS, OUTCOME, AMQP_WAIT, OPENING, BEGINNING, ATTACHING, RUNNING, CLOSED) = range(9)
@@ -77,16 +77,12 @@ def v2_address(exchange, routing_key=None):
     """RabbitMQ 4's (v2) target address of an exchange and routing key: /exchanges/X/RK, or
     /exchanges/X without a key; the default exchange ("") is /queues/RK, the queue of that name
     (RabbitMQ 4 refuses amq.default by name)."""
-    exchange = _text(exchange)
+    exchange = text(exchange)
     if not exchange:
-        return "/queues/" + quote(_text(routing_key or ""))
+        return "/queues/" + quote(text(routing_key or ""))
     if routing_key is None:
         return "/exchanges/" + quote(exchange)
-    return "/exchanges/%s/%s" % (quote(exchange), quote(_text(routing_key)))
-
-
-def _text(value):
-    return value.decode() if isinstance(value, (bytes, bytearray)) else value
+    return "/exchanges/%s/%s" % (quote(exchange), quote(text(routing_key)))
 
 
 def _error_text(error):
@@ -98,18 +94,6 @@ def _error_text(error):
     if len(error.value) > 1 and error.value[1]:
         text += ": " + str(error.value[1])
     return text
-
-
-class Ended:
-    """An event: the link, session or connection ended, or the login was refused (reason: a
-    line for the log; condition: the peer's error condition, or None)."""
-
-    def __init__(self, reason, condition=None):
-        self.reason = reason
-        self.condition = condition
-
-    def __repr__(self):
-        return "Ended(%r)" % self.reason
 
 
 class _Link:
@@ -125,9 +109,9 @@ class _Link:
         self.partial = None  # (a receiver) a message's parts while it comes in frames
 
 
-class Protocol(ReadBuffer):
+class Protocol(Upstream):
     def __init__(self, max_frame=65536):
-        self.max_frame = max(512, max_frame)  # ours: the largest frame we take (and send)
+        self.max_frame = self._most = max(512, max_frame)  # ours: the largest frame we take (and send)
         self._rx = bytearray(self.max_frame)
         self._rxm = memoryview(self._rx)
         self._pos = self._n = 0
@@ -184,32 +168,21 @@ class Protocol(ReadBuffer):
 
     # -- output ---------------------------------------------------------------------------
 
-    def _send(self, data):
-        self._out.append(data)
-
     def data_to_send(self):
-        """The next bytes to write, or None."""
+        """The next bytes to write (codec/readbuffer.py Upstream), the transfer frames that
+        waited for the session's window among them as it opens, or None."""
         held = self._held
         while held and self.remote_window > 0:
             self._out.append(held.pop(0))
             self.remote_window -= 1
             self.next_transfer_id = (self.next_transfer_id + 1) & MASK
-        out = self._out
-        if not out:
-            return None
-        self._spoke = True
-        return joined(out, self.max_frame)  # (up to our max frame size)
+        return Upstream.data_to_send(self)
 
     def tick(self, now):
         """An empty frame when we sent nothing for half the peer's idle time-out. How long (ms)
         the caller may wait before calling again; -1 when nothing came from the peer for twice
         ours (it is gone)."""
-        if self._spoke:
-            self._spoke = False
-            self._sent_at = now
-        if self._heard:
-            self._heard = False
-            self._heard_at = now
+        self._clock(now)
         wait = NO_LIMIT
         peer = self.peer_idle_ms
         if peer and self.state >= BEGINNING and self.state != CLOSED:
@@ -312,16 +285,11 @@ class Protocol(ReadBuffer):
 
     # -- input ----------------------------------------------------------------------------
 
-    def next_event(self):
-        """The next event in what was received, or None until more comes in."""
-        events = self._events
-        while not events:
-            if self.state == CLOSED or not self._step():
-                break
-        return events.pop(0) if events else None
-
     def _step(self):
-        """Read one protocol header or frame: False when it has not all arrived."""
+        """Read one protocol header or frame (codec/readbuffer.py Upstream): False when it has
+        not all arrived."""
+        if self.state == CLOSED:
+            return False
         try:
             if self.state == SASL_WAIT or self.state == AMQP_WAIT:
                 return self._header()

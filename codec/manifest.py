@@ -10,6 +10,7 @@ package(
         "property_types.py",
         "readbuffer.py",
         "spec.py",
+        "upstream.py",
         "wire.py",
     ),
 )

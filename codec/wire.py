@@ -76,7 +76,9 @@ class Decimal:
 
 
 def text(raw):
-    """Readable text for logs and reply texts, whatever bytes a peer sent."""
+    """Readable text for logs and reply texts, whatever bytes a peer sent (a str as it is)."""
+    if isinstance(raw, str):
+        return raw
     try:
         return raw.decode()
     except (UnicodeError, AttributeError):

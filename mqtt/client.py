@@ -37,7 +37,8 @@ Events, in the bridge's words (server/bridge.py tell):
 MicroPython-clean: a board's bridge to an MQTT cloud runs it (imported only by such a bridge).
 """
 
-from ..codec.readbuffer import ReadBuffer, joined
+from ..codec.upstream import NO_LIMIT, Ended, Upstream
+from ..codec.wire import text
 from ..core.content import tails
 from ..core.message import Message
 from . import packets
@@ -59,7 +60,6 @@ from .publishing import properties_091, properties_5
 from .topics import routing_key, topic_of
 
 MAX_IN_FLIGHT = 65535  # packet ids: what may be unacknowledged at once
-NO_LIMIT = 1 << 29  # tick(): no time-out to wait for (a small int on every port)
 PINGREQ_PACKET = bytes((PINGREQ << 4, 0))
 LOCAL_EXCHANGE = b"amq.topic"  # where a delivery goes unless the bridge names another
 CONNACK_CODES = {1: "unacceptable protocol version", 2: "client identifier rejected", 3: "server unavailable",
@@ -67,20 +67,9 @@ CONNACK_CODES = {1: "unacceptable protocol version", 2: "client identifier rejec
 (CLOSED, CONNECTING, RUNNING) = range(3)
 
 
-class Ended:
-    """An event: the login was refused, the broker disconnected, or what came was not MQTT
-    (reason: a line for the log)."""
-
-    def __init__(self, reason):
-        self.reason = reason
-
-    def __repr__(self):
-        return "Ended(%r)" % self.reason
-
-
-class Protocol(ReadBuffer):
+class Protocol(Upstream):
     def __init__(self, max_packet=65536, level=packets.V311):
-        self.max_packet = max(512, max_packet)  # the largest packet we take
+        self.max_packet = self._most = max(512, max_packet)  # the largest packet we take (and send)
         self._rx = bytearray(self.max_packet)
         self._rxm = memoryview(self._rx)
         self._pos = self._n = 0
@@ -131,26 +120,10 @@ class Protocol(ReadBuffer):
 
     # -- output ---------------------------------------------------------------------------
 
-    def _send(self, data):
-        self._out.append(data)
-
-    def data_to_send(self):
-        """The next bytes to write (packets joined up to max_packet), or None."""
-        out = self._out
-        if not out:
-            return None
-        self._spoke = True
-        return joined(out, self.max_packet)
-
     def tick(self, now):
         """A PINGREQ when we sent nothing for half the keep-alive. How long (ms) the caller may
         wait before calling again; -1 when nothing came for one and a half keep-alives."""
-        if self._spoke:
-            self._spoke = False
-            self._sent_at = now
-        if self._heard:
-            self._heard = False
-            self._heard_at = now
+        self._clock(now)
         period = self.keep_alive_ms
         if not period or self.state == CLOSED:
             return NO_LIMIT
@@ -221,16 +194,10 @@ class Protocol(ReadBuffer):
 
     # -- input ----------------------------------------------------------------------------
 
-    def next_event(self):
-        """The next event in what was received, or None until more comes in."""
-        events = self._events
-        while not events:
-            if self.state == CLOSED or not self._step():
-                break
-        return events.pop(0) if events else None
-
     def _step(self):
-        """Read one packet: False when it has not all arrived."""
+        """Read one packet (codec/readbuffer.py Upstream): False when it has not all arrived."""
+        if self.state == CLOSED:
+            return False
         buf = self._rxm[: self._n]
         try:
             found = packets.split(buf, self._pos, self.max_packet)
@@ -265,7 +232,7 @@ class Protocol(ReadBuffer):
         elif kind == DISCONNECT:
             code, props = packets.read_disconnect(buf, pos, end, level)
             reason = props.get(REASON_STRING)
-            self._end("upstream disconnected: 0x%02x%s" % (code, ": " + _text(reason) if reason else ""))
+            self._end("upstream disconnected: 0x%02x%s" % (code, ": " + text(reason) if reason else ""))
         elif kind != PINGRESP:
             raise Malformed(packets.PROTOCOL_ERROR, "a %s packet from a server" % packets.NAMES[kind])
 
@@ -278,7 +245,7 @@ class Protocol(ReadBuffer):
             self.receive_max = min(MAX_IN_FLIGHT, props.get(RECEIVE_MAXIMUM, MAX_IN_FLIGHT))
             if code >= 0x80:
                 reason = props.get(REASON_STRING)
-                self._end("login refused: CONNACK 0x%02x%s" % (code, ": " + _text(reason) if reason else ""))
+                self._end("login refused: CONNACK 0x%02x%s" % (code, ": " + text(reason) if reason else ""))
                 return
         elif code:
             self._end("login refused: CONNACK %d (%s)" % (code, CONNACK_CODES.get(code, "refused")))
@@ -297,7 +264,7 @@ class Protocol(ReadBuffer):
         codes = bytes(buf[pos:end])
         for topic_filter, code in zip(self.filters or (), codes):
             if code >= 0x80:
-                self._end("upstream refused the subscription to '%s': 0x%02x" % (_text(topic_filter), code))
+                self._end("upstream refused the subscription to '%s': 0x%02x" % (text(topic_filter), code))
                 return
         self.awaiting = 0
         self.channel_open = True
@@ -324,13 +291,9 @@ def _reason(buf, pos, end):
     if end - pos > 3:
         reason = packets.read_properties(buf, pos + 3, end)[0].get(REASON_STRING)
         if reason:
-            return ": " + _text(reason)
+            return ": " + text(reason)
     return ""
 
 
 def _bytes(value):
     return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def _text(value):
-    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
