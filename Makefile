@@ -62,7 +62,7 @@ test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMT
 
 # The tests that need no process but pytest's: the core (also run under micropython by make
 # test), the codec, the sensor client's protocol, the C accelerator against its reference
-IN_PROCESS_TESTS := tests/core tests/codec tests/amqp10 tests/mqtt tests/ports tests/client tests/accel
+IN_PROCESS_TESTS := tests/portable tests/codec tests/amqp10 tests/mqtt tests/ports tests/client tests/accel
 
 check: lint
 	$(BYTECODE)

@@ -4,7 +4,7 @@ host, the metrics and the status page). It reads the broker's state and counters
 Loaded when something asks for one: an idle board does not hold it.
 """
 
-# The counters' names, in the order of core/counters.py's constants (tests/core/test_stats.py
+# The counters' names, in the order of core/counters.py's constants (tests/portable/test_stats.py
 # checks that each NAMES[CONSTANT] is the constant's name).
 NAMES = (
     "received",

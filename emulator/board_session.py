@@ -5,7 +5,7 @@ Session moves the octets: each round, every client with something to send gives 
 read's worth (the board's read buffer: 1 KiB on the esp32 profile), the board takes them in
 one request (a turn of its loop each, one millisecond of its clock apart) and what it sent
 back goes to each client. Every frame is built and read with codec/wire.py, the codec the
-broker speaks, as the core's tests build theirs (tests/core/harness.py).
+broker speaks, as the core's tests build theirs (tests/portable/harness.py).
 
 Clients are written as generators over a FrameClient, which yield until what they wait for
 has come (`yield from client.call(...)`), so a scenario reads in order while the session runs

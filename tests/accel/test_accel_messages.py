@@ -13,7 +13,7 @@ import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paths import CORE_TESTS
+from paths import PORTABLE_TESTS
 
 from hutch.c_accel import messages as c_messages
 from hutch.core.message import Message
@@ -213,10 +213,10 @@ def test_a_content_header_without_its_property_flags_does_not_fit():
 
 
 def test_every_paging_scenario_with_the_c_finder(monkeypatch):
-    """tests/core/test_paging.py's tests with the C finder in read_run's place, as a served
+    """tests/portable/test_paging.py's tests with the C finder in read_run's place, as a served
     broker pages on CPython: runs dense and with bitmaps, across segments, cut under a running
     broker, replayed, and every queue feature with a window of one message."""
-    monkeypatch.syspath_prepend(CORE_TESTS)
+    monkeypatch.syspath_prepend(PORTABLE_TESTS)
     import test_paging
 
     monkeypatch.setattr(paging, "find_messages", c_messages.find_messages)

@@ -15,7 +15,7 @@ from binascii import crc32
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paths import CORE_TESTS
+from paths import PORTABLE_TESTS
 
 from hutch.amqp091 import output
 from hutch.amqp091.batch import install
@@ -276,7 +276,7 @@ def test_statuses():
 def _core_stream_tests():
     import sys
 
-    core = CORE_TESTS
+    core = PORTABLE_TESTS
     if core not in sys.path:
         sys.path.insert(0, core)  # (where they and their harness are imported from)
     import test_streams
@@ -286,7 +286,7 @@ def _core_stream_tests():
 
 @pytest.mark.parametrize("name", _core_stream_tests()[1])
 def test_the_cores_stream_tests_pass_with_the_c_maker(name, monkeypatch):
-    """tests/core/test_streams.py again, each of its brokers making deliveries as `hutch serve`
+    """tests/portable/test_streams.py again, each of its brokers making deliveries as `hutch serve`
     has it make them on CPython (amqp091/batch.py install: the C twin): damage, gaps,
     prefetch, budgets and every offset form through the C code."""
     module, _ = _core_stream_tests()

@@ -89,7 +89,7 @@ def test_a_wrong_password_is_refused_at_sasl():
 
 def test_guest_logs_in_from_any_loopback_address_as_over_0_9_1():
     """127.0.0.0/8 and IPv4-mapped 127.* are this machine too (core/auth.py is_loopback, which
-    the 0-9-1 front end asks: tests/core/test_handshake.py); another address is not."""
+    the 0-9-1 front end asks: tests/portable/test_handshake.py); another address is not."""
     for address, code in (("127.0.0.2", 0), ("::ffff:127.0.0.1", 0), ("::1", 0), ("192.0.2.7", 1)):
         client = Client10(peer={"address": address, "port": 40000, "transport": "tcp"})
         client.send(SASL_HEADER)
@@ -159,7 +159,7 @@ def test_a_missing_queue_ends_the_link_and_the_session_goes_on():
 def test_the_broker_s_refusals_in_1_0_s_words():
     """What the core refuses (core/session.py Refused) goes as a 1.0 condition, its text the
     description as RabbitMQ 4 words it (0-9-1 says "NOT_FOUND - no queue 'nope' in vhost '/'":
-    tests/core/test_queues.py)."""
+    tests/portable/test_queues.py)."""
     client, _ = opened()
     declare(client.broker, "mine").owner = object()  # another connection's exclusive queue
     client.begin()

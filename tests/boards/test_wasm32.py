@@ -16,7 +16,7 @@ code's (bench/board_wasm32.py, which `hutch bench --board wasm32` prints).
   (board_in_memory.frozen_ram); the port's own frozen modules (asyncio, binascii, collections,
   io, os, time) show what it is worth.
 - test_the_board_answers_as_cpython_does: the same client octets through the core's in-process
-  harness on CPython (tests/core/harness.py) and through the board give the same replies.
+  harness on CPython (tests/portable/harness.py) and through the board give the same replies.
 """
 
 import contextlib
@@ -25,7 +25,7 @@ import struct
 import sys
 
 import pytest
-from paths import CORE_TESTS
+from paths import PORTABLE_TESTS
 
 from hutch.bench import board_wasm32
 from hutch.codec import spec, wire
@@ -38,8 +38,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("wasm32")]
 
 HEAP_BOUND = 96 * 1024
 
-if CORE_TESTS not in sys.path:
-    sys.path.insert(0, CORE_TESTS)  # the core's in-process harness, as its tests import it
+if PORTABLE_TESTS not in sys.path:
+    sys.path.insert(0, PORTABLE_TESTS)  # the core's in-process harness, as its tests import it
 from harness import Client, content, method  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Property tests (hypothesis) of the codec and of the connection's frame reader.
 
 CPython only (hypothesis does not run on MicroPython); the plain codec tests in
-tests/core run on both.
+tests/portable run on both.
 """
 
 import os

@@ -1,6 +1,6 @@
 """Property tests (hypothesis) of the serial link layer (codec/link.py).
 
-CPython only; tests/core/test_link.py has the plain tests that also run on
+CPython only; tests/portable/test_link.py has the plain tests that also run on
 MicroPython. Whatever the line does to the bytes (drop, damage, garbage,
 replays, any chunking), the receiving side sees a prefix of what was sent —
 never a byte that was not — and once the line is clean again, all of it.

@@ -29,17 +29,17 @@ def node_root(folder, extra=()):
 
 
 def run_suite(root, modules, heap, test_dirs, least, timeout=600):
-    """In-process test modules run under the `micropython` command (tests/core/run_micropython.py:
+    """In-process test modules run under the `micropython` command (tests/portable/run_micropython.py:
     every test_* function of each module; none of pytest), hutch from root (package_root),
     imported from test_dirs and tests/support, with -X heapsize=heap (None: the default). Fails
     unless every test passed and at least `least` ran; the summary line."""
     import re
     import subprocess
 
-    from paths import CORE_TESTS, SUPPORT
+    from paths import PORTABLE_TESTS, SUPPORT
 
     command = [micropython()] + (["-X", "heapsize=" + heap] if heap else [])
-    command += [os.path.join(CORE_TESTS, "run_micropython.py"), root] + list(modules)
+    command += [os.path.join(PORTABLE_TESTS, "run_micropython.py"), root] + list(modules)
     env = dict(os.environ, MICROPYPATH=":".join(list(test_dirs) + [SUPPORT, ".frozen"]))
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     output = result.stdout + result.stderr

@@ -6,5 +6,5 @@ import os
 SUPPORT = os.path.dirname(os.path.abspath(__file__))  # tests/support: the helpers
 TESTS = os.path.dirname(SUPPORT)
 ROOT = os.path.dirname(TESTS)  # the checkout
-CORE_TESTS = os.path.join(TESTS, "core")  # the in-process suite, run under micropython too
+PORTABLE_TESTS = os.path.join(TESTS, "portable")  # the in-process suite, run under micropython too
 NODE_DIR = os.path.join(TESTS, "node")  # the Node clients and their node_modules

@@ -459,7 +459,7 @@ def test_delete_ok_before_the_consumers_cancel(broker, rabbitmq):
     dispatches frames in the order they come, so each list is the order on the wire. A consumer
     on another channel or connection gets its cancel too, but there RabbitMQ's order is a race
     between its processes (seen either way on one connection's two channels): only that both
-    come is compared. hutch sends delete-ok first everywhere (tests/core/test_queues.py)."""
+    come is compared. hutch sends delete-ok first everywhere (tests/portable/test_queues.py)."""
 
     def one(target, where, **declare):
         seen = []

@@ -1,9 +1,9 @@
 """Run the core test modules under MicroPython (no pytest there).
 
-    micropython tests/core/run_micropython.py PACKAGE_ROOT [module ...]
+    micropython tests/portable/run_micropython.py PACKAGE_ROOT [module ...]
 
 PACKAGE_ROOT holds hutch/core (tests/micropython/test_micropython.py lays it out). Every
-function named test_* in tests/core/test_*.py is called; an exception fails it.
+function named test_* in tests/portable/test_*.py is called; an exception fails it.
 Prints one line per failure and a summary "N passed, M failed".
 """
 
