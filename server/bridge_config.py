@@ -52,47 +52,173 @@ mistake is one ConfigError naming the bridge and the key, so `hutch serve` says 
 line and exits with 2 rather than running a bridge that does nothing.
 """
 
+from . import schema
 from .config import ConfigError, did_you_mean
 
-KEYS = (
-    "name",
-    "direction",
-    "uri",
-    "queue",
-    "source_exchange",
-    "binding_key",
-    "exchange",
-    "routing_key",
-    "ack_mode",
-    "prefetch",
-    "reconnect_delay",
-    "max_reconnect_delay",
-    "watchdog",
-    "declare",
-    "max_rate",
-    "max_byte_rate",
-    "ca_file",
-    "cert_file",
-    "key_file",
-    "verify",
-    "server_name",
-    "protocol",
-    "address",
-    "device_id",
-    "sas_key",
-    "token_lifetime",
-    "cbs",
-    "topic",
-    "client_id",
-    "mqtt_version",
-    "session_expiry",
-    "classes",
-    "alarm_backlog",
-    "alarm_age",
-    "alarm_bytes",
-    "priority",
-    "always_connected",
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Any  # noqa: F401 (_setting's type comment)
+
+# One row per key, as server/schema.py's rows: (section, key, kind, default, flag, help,
+# description), flag and help None (no command-line option sets a bridge). section: "bridge"
+# (a [[bridge]] table), "bridge.classes" (each of its classes), "bridge.declare" (its declare
+# table), "bridge.uri" (its URI's query options). kind: server/schema.py KINDS, or "number" (at
+# least 0, a fraction allowed, in its unit: UNITS) and "whole" (within its bounds: RANGES);
+# "uris" and "tables" are checked by the code below. Each value is checked by its row
+# (_setting), and in code what goes with what (a down bridge's queue, TLS with amqps://, ...);
+# docs/_ext/config_reference.py makes the reference's tables from the rows.
+# fmt: off
+ROWS = (
+    # [[bridge]]
+    ("bridge", "name", "text", None, None, None,
+     "The bridge's name, unique in the file: logs, `hutch ctl bridges`, the `x-hutch-origin` "
+     "header, and the queue `hutch.bridge.NAME` of a `source_exchange` bridge. Required."),
+    ("bridge", "direction", "text", "up", None, None,
+     "`up`: a local queue forwarded to upstream. `down`: an upstream queue consumed and published "
+     "here."),
+    ("bridge", "uri", "uris", None, None, None,
+     "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a list "
+     "of them, tried in order; over AMQP 1.0 `amqp10://user:password@host:port` (`amqps10://` for "
+     "TLS); to an MQTT broker `mqtt://user:password@host:1883` (`mqtts://`, port 8883, for TLS). "
+     "Query options below. Required."),
+    ("bridge", "queue", "text", None, None, None,
+     "Up: the local queue to forward (declared durable if missing). Down: the upstream queue to "
+     "consume (it must exist; from MQTT, `topic` instead). Required, unless `source_exchange` is "
+     "given."),
+    ("bridge", "source_exchange", "text", None, None, None,
+     "Up only, instead of `queue`: a local exchange; the bridge forwards what a durable queue of "
+     "its own, `hutch.bridge.NAME`, bound to it takes."),
+    ("bridge", "binding_key", "text", "", None, None,
+     "The binding key of that queue to `source_exchange`."),
+    ("bridge", "exchange", "text", None, None, None,
+     "Where messages are published (upstream for an up bridge, here for a down one). None: each "
+     "message's own exchange (from MQTT: `amq.topic`). Over AMQP 1.0, with `routing_key`, the "
+     "link's target (`/exchanges/X/RK`, `/queues/RK` for the default exchange)."),
+    ("bridge", "routing_key", "text", None, None, None,
+     "The routing key they are published with. None: each message's own."),
+    ("bridge", "ack_mode", "text", "on-confirm", None, None,
+     "`on-confirm`: a message leaves the source queue once the destination confirmed it. `on-"
+     "publish` and `no-ack`: once it is written to the socket (faster, loses what is in flight)."),
+    ("bridge", "prefetch", "whole", None, None, None,
+     "Messages in flight at most. None: 1000, or a quarter of `total_max_messages` when that is "
+     "less (esp32: 24)."),
+    ("bridge", "reconnect_delay", "number", 1.0, None, None,
+     "Seconds before the first retry after a failed connection; doubled after each failed round."),
+    ("bridge", "max_reconnect_delay", "number", 30.0, None, None,
+     "The longest retry delay in seconds: each wait is between half of the delay and the delay "
+     "(jitter), never past this."),
+    ("bridge", "watchdog", "number", 60.0, None, None,
+     "A link that confirms nothing for this many seconds while messages wait is torn down and "
+     "replaced. 0: off."),
+    ("bridge", "declare", "table", None, None, None,
+     "Up only: what to set up upstream at each connect (durable): a table of the keys below."),
+    ("bridge", "max_rate", "number", 0, None, None,
+     "Messages per second at most; 0: no limit."),
+    ("bridge", "max_byte_rate", "number", 0, None, None,
+     "Body bytes per second at most (a metered link); 0: no limit."),
+    ("bridge", "ca_file", "text", None, None, None,
+     "`amqps://` (and `amqps10://`, `mqtts://`): the CA certificate (PEM) upstream's certificate "
+     "is checked against. None: the system's CAs (a board needs one)."),
+    ("bridge", "cert_file", "text", None, None, None,
+     "`amqps://`: a client certificate (PEM) to present."),
+    ("bridge", "key_file", "text", None, None, None,
+     "`amqps://`: its private key (needs `cert_file`)."),
+    ("bridge", "verify", "bool", True, None, None,
+     "`amqps://`: check upstream's certificate and name."),
+    ("bridge", "server_name", "text", None, None, None,
+     "`amqps://`: the name sent (SNI) and checked. None: the URI's host. Over AMQP 1.0 also the "
+     "`open`'s hostname, and an IoT Hub's host name in its user and tokens."),
+    ("bridge", "protocol", "text", None, None, None,
+     "`0-9-1`, or `1.0`: `amqp://` and `amqps://` URIs speak AMQP 1.0 (as `amqp10://` and "
+     "`amqps10://` do). One protocol per bridge; up bridges only."),
+    ("bridge", "address", "text", None, None, None,
+     "AMQP 1.0: the target address, as upstream names it (`/exchange/X/RK` or `/amq/queue/Q` for "
+     "RabbitMQ 3.x). None: RabbitMQ 4's address of `exchange` and `routing_key`, or each message's"
+     " own (a null target); with `device_id`, `/devices/DEVICE/messages/events`."),
+    ("bridge", "device_id", "text", None, None, None,
+     "AMQP 1.0, Azure IoT Hub: the device the bridge logs in as (`DEVICE@sas.HUB`), with "
+     "`sas_key`."),
+    ("bridge", "sas_key", "text", None, None, None,
+     "AMQP 1.0, Azure IoT Hub: the device's key (base64, as the portal shows it); the bridge makes"
+     " its SAS tokens from it. Needs `amqps10://`."),
+    ("bridge", "token_lifetime", "whole", 3600, None, None,
+     "Seconds each SAS token is valid (10 at least); renewed at half of it."),
+    ("bridge", "cbs", "bool", False, None, None,
+     "Put the SAS tokens on `$cbs` (SASL ANONYMOUS, renewed on the same connection) rather than "
+     "log in with them (SASL PLAIN, renewed by logging in again)."),
+    ("bridge", "topic", "text", None, None, None,
+     "MQTT only. Up: the topic each message is published to, a template: `{routing_key}` (the "
+     "message's routing key, or `routing_key`, as a topic: `.` becomes `/`), `{exchange}`, "
+     "`{client_id}`. Down: the topic filter subscribed to (QoS 1), or a list of them (required)."),
+    ("bridge", "client_id", "text", None, None, None,
+     "MQTT only: the client id (AWS IoT Core: the thing's name). None: the node's name and the "
+     "bridge's, `NODE-NAME`."),
+    ("bridge", "mqtt_version", "text", "3.1.1", None, None,
+     "MQTT only: `3.1.1`, or `5` (headers travel as user properties; the broker's receive maximum "
+     "bounds what is in flight)."),
+    ("bridge", "session_expiry", "whole", 86400, None, None,
+     "MQTT 5 only: seconds the broker keeps the bridge's session (its subscriptions and what they "
+     "queue) after the link drops. 3.1.1 sessions are kept until cleaned."),
+    ("bridge", "classes", "tables", None, None, None,
+     "Up, with `source_exchange`: classes of messages, each a table of the keys below with a queue"
+     " of its own (`hutch.bridge.NAME.CLASS`, shown as `NAME.CLASS`), all sent by the bridge's one"
+     " link, by priority. None: one class, the bridge itself."),
+    ("bridge", "alarm_backlog", "whole", 0, None, None,
+     "Up: raise the bridge's alarm (`hutch_bridge_alarm`, a warning line, the status page) while "
+     "this many messages or more wait to be forwarded. None: no such alarm. A class takes its "
+     "bridge's."),
+    ("bridge", "alarm_age", "number", 0, None, None,
+     "Up: ... while the oldest waiting message is this many seconds old or more."),
+    ("bridge", "alarm_bytes", "whole", 0, None, None,
+     "Up: ... while the bytes waiting in its queue reach this (set it below a class's `max_bytes`:"
+     " before anything is dropped or refused)."),
+    ("bridge", "priority", "whole", 0, None, None,
+     "0 to 9 (default 0): with an `[uplink]` budget, while an up bridge of a higher priority has "
+     "messages waiting and its link is up or coming up, this one sends nothing."),
+    ("bridge", "always_connected", "bool", False, None, None,
+     "`true`: the bridge connects at any time, outside the `[uplink]`'s `hours` and `every` "
+     "windows too (alarms that must not wait for a window). Default `false`."),
+    # a bridge's classes = [{...}]
+    ("bridge.classes", "name", "text", None, None, None,
+     "The class's name (required; no `/`)."),
+    ("bridge.classes", "binding_key", "text", None, None, None,
+     "What of `source_exchange` it takes (required)."),
+    ("bridge.classes", "priority", "whole", 0, None, None,
+     "0 to 9: while a class of a higher priority has messages to send, this one sends nothing "
+     "(after an outage, alarms go before telemetry)."),
+    ("bridge.classes", "ttl", "number", 0, None, None,
+     "Seconds a message may wait: older ones are dropped, not forwarded stale, and counted. None: "
+     "no limit."),
+    ("bridge.classes", "max_bytes", "whole", 0, None, None,
+     "The class's budget, in bytes of messages waiting. None: the broker's disk budget only."),
+    ("bridge.classes", "when_full", "text", "refuse", None, None,
+     "Past `max_bytes`: `refuse` new messages (a publisher's nack, an MQTT 5 PUBACK error), or "
+     "`drop-oldest` (counted)."),
+    ("bridge.classes", "always_connected", "bool", None, None, None,
+     "As the bridge's `always_connected`, for this class (default: the bridge's): the link stays "
+     "up for it outside the windows, the other classes waiting for theirs."),
+    # a bridge's declare = {...}
+    ("bridge.declare", "exchange_type", "text", None, None, None,
+     "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` or `headers` (needs "
+     "`exchange`)."),
+    ("bridge.declare", "queue", "text", None, None, None,
+     "A queue to declare upstream and bind to `exchange`."),
+    ("bridge.declare", "binding_key", "text", None, None, None,
+     "Its binding key. None: `routing_key`, else `#`."),
+    # the query options of a bridge's uri ("?heartbeat=30")
+    ("bridge.uri", "heartbeat", "seconds", 60, None, None,
+     "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`); over AMQP 1.0 the idle "
+     "time-out."),
+    ("bridge.uri", "frame_max", "seconds", 0, None, None,
+     "The largest frame for the link; 0: this broker's `frame_max`."),
+    ("bridge.uri", "connection_timeout", "seconds", 30000, None, None,
+     "Milliseconds to wait for upstream's handshake before trying the next URI."),
+    ("bridge.uri", "auth_mechanism", "text", "plain", None, None,
+     "`plain` (the URI's user and password) or `external`: over `amqps://` with `cert_file`, "
+     "upstream takes the user from the client certificate; over AMQP 1.0 also `anonymous`."),
 )
+# fmt: on
+KEYS = schema.keys_of("bridge", ROWS)  # each key's kind, default, description
 PROTOCOLS = ("0-9-1", "1.0")
 SCHEMES = {
     "amqp": (False, None),
@@ -104,7 +230,7 @@ SCHEMES = {
 }
 DEFAULT_PORTS = {None: (5672, 5671), "1.0": (5672, 5671), "mqtt": (1883, 8883)}
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
-URI_OPTIONS = ("heartbeat", "frame_max", "connection_timeout", "auth_mechanism")
+URI_OPTIONS = schema.keys_of("bridge.uri", ROWS)
 AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL", "anonymous": "ANONYMOUS"}  # RabbitMQ's URI values
 
 
@@ -132,7 +258,7 @@ def bridges_from(data, path="config"):
     return bridges
 
 
-CLASS_KEYS = ("name", "binding_key", "priority", "ttl", "max_bytes", "when_full", "always_connected")
+CLASS_KEYS = schema.keys_of("bridge.classes", ROWS)
 WHEN_FULL = {"refuse": b"reject-publish", "drop-oldest": b"drop-head"}
 
 
@@ -162,13 +288,13 @@ def _classes(table, bridge, where):
         name = one.get("name")
         if not isinstance(name, str) or not name or "/" in name:
             raise ConfigError('%s: each class needs name = "..." (no "/")' % where)
-        key = _optional_text(one, "binding_key", where)
+        key = _setting(one, "binding_key", where, "bridge.classes")
         if key is None:
             raise ConfigError(
                 '%s: class %s needs binding_key = "..." (what of %s it takes)'
                 % (where, name, bridge["source_exchange"])
             )
-        when_full = one.get("when_full", "refuse")
+        when_full = one.get("when_full", _default("when_full", "bridge.classes"))
         if when_full not in WHEN_FULL:
             raise ConfigError(
                 '%s: class %s: when_full must be "refuse" or "drop-oldest", not %r' % (where, name, when_full)
@@ -178,10 +304,12 @@ def _classes(table, bridge, where):
                 "name": "%s.%s" % (bridge["name"], name),
                 "queue": "hutch.bridge.%s.%s" % (bridge["name"], name),
                 "binding_key": key,
-                "priority": _whole(one, "priority", 0, where, 0, 9),
-                "always_connected": _flag(one, "always_connected", bridge["always_connected"], where),
-                "ttl": _number(one, "ttl", 0, where) or None,
-                "max_bytes": _whole(one, "max_bytes", 0, where, 0, 1 << 50) or None,
+                "priority": _setting(one, "priority", where, "bridge.classes"),
+                "always_connected": _setting(
+                    one, "always_connected", where, "bridge.classes", bridge["always_connected"]
+                ),
+                "ttl": _setting(one, "ttl", where, "bridge.classes") or None,
+                "max_bytes": _setting(one, "max_bytes", where, "bridge.classes") or None,
                 "when_full": WHEN_FULL[when_full],
             }
         )
@@ -199,7 +327,7 @@ def _bridge(table, path, number):
     if not isinstance(name, str) or not name:
         raise ConfigError('%s needs name = "..."' % where)
     where = "%s: bridge '%s'" % (path, name)
-    direction = table.get("direction", "up")
+    direction = table.get("direction", _default("direction"))
     if direction not in ("up", "down"):
         raise ConfigError('%s: direction must be "up" or "down", not %r' % (where, direction))
     uris = table.get("uri")
@@ -208,7 +336,7 @@ def _bridge(table, path, number):
     if not isinstance(uris, list) or not uris:
         raise ConfigError('%s needs uri = "amqp://user:password@host:port/vhost" (or a list of them)' % where)
     queue = table.get("queue")
-    source_exchange = _optional_text(table, "source_exchange", where)
+    source_exchange = _setting(table, "source_exchange", where)
     mqtt_down = direction == "down" and _names_mqtt(uris)
     if (
         direction == "down"
@@ -228,10 +356,10 @@ def _bridge(table, path, number):
         queue = "hutch.bridge." + name
     elif not isinstance(queue, str) or not queue:
         raise ConfigError('%s needs queue = "..." (the local queue it forwards) or source_exchange = "..."' % where)
-    ack_mode = table.get("ack_mode", "on-confirm")
+    ack_mode = table.get("ack_mode", _default("ack_mode"))
     if ack_mode not in ACK_MODES:
         raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
-    delay = _number(table, "reconnect_delay", 1.0, where)
+    delay = _setting(table, "reconnect_delay", where)
     uris = [parse_uri(uri, where) for uri in uris]
     tls = _tls(table, where)
     protocol = _protocol(table, uris, where)
@@ -251,24 +379,24 @@ def _bridge(table, path, number):
         "uris": uris,
         "queue": queue,
         "source_exchange": source_exchange,
-        "binding_key": _optional_text(table, "binding_key", where) or "",
-        "exchange": _optional_text(table, "exchange", where),
-        "routing_key": _optional_text(table, "routing_key", where),
+        "binding_key": _setting(table, "binding_key", where),
+        "exchange": _setting(table, "exchange", where),
+        "routing_key": _setting(table, "routing_key", where),
         "ack_mode": ack_mode,
-        "prefetch": _whole(table, "prefetch", None, where, 1, 65535) if "prefetch" in table else None,
+        "prefetch": _setting(table, "prefetch", where),
         "reconnect_delay": delay,
-        "max_reconnect_delay": max(delay, _number(table, "max_reconnect_delay", 30.0, where)),
-        "watchdog": _number(table, "watchdog", 60.0, where),
-        "max_rate": _number(table, "max_rate", 0, where, "messages per second"),
-        "max_byte_rate": _number(table, "max_byte_rate", 0, where, "bytes per second"),
+        "max_reconnect_delay": max(delay, _setting(table, "max_reconnect_delay", where)),
+        "watchdog": _setting(table, "watchdog", where),
+        "max_rate": _setting(table, "max_rate", where),
+        "max_byte_rate": _setting(table, "max_byte_rate", where),
         "tls": tls,
-        "alarm_backlog": _whole(table, "alarm_backlog", 0, where, 0, 1 << 50) or None,
-        "alarm_age": _number(table, "alarm_age", 0, where) or None,
-        "alarm_bytes": _whole(table, "alarm_bytes", 0, where, 0, 1 << 50) or None,
+        "alarm_backlog": _setting(table, "alarm_backlog", where) or None,
+        "alarm_age": _setting(table, "alarm_age", where) or None,
+        "alarm_bytes": _setting(table, "alarm_bytes", where) or None,
         "declare": _declare(table, where),
         "protocol": protocol,
-        "priority": _whole(table, "priority", 0, where, 0, 9),
-        "always_connected": _flag(table, "always_connected", False, where),
+        "priority": _setting(table, "priority", where),
+        "always_connected": _setting(table, "always_connected", where),
     }
     bridge.update(amqp10)
     bridge.update(mqtt)
@@ -331,13 +459,13 @@ def _amqp10(table, uris, protocol, direction, where):
         raise ConfigError(
             "%s: declare is AMQP 0-9-1's: over AMQP 1.0 the target must exist upstream (set it up there)" % where
         )
-    address = _optional_text(table, "address", where)
+    address = _setting(table, "address", where)
     if address is not None and (table.get("exchange") is not None or table.get("routing_key") is not None):
         raise ConfigError("%s: address or exchange/routing_key, not both (address is the whole target)" % where)
     if address == "":
         raise ConfigError('%s: address must name a target ("/queues/NAME", "/exchange/X/KEY", ...)' % where)
-    device = _optional_text(table, "device_id", where)
-    key = _optional_text(table, "sas_key", where)
+    device = _setting(table, "device_id", where)
+    key = _setting(table, "sas_key", where)
     if (device is None) != (key is None) or device == "":
         raise ConfigError("%s: device_id and sas_key go together (an IoT Hub device and its key)" % where)
     if key is not None:
@@ -360,12 +488,12 @@ def _amqp10(table, uris, protocol, direction, where):
     for name in ("token_lifetime", "cbs"):
         if name in table and key is None:
             raise ConfigError("%s: %s needs sas_key (the key its tokens are made from)" % (where, name))
-    cbs = _flag(table, "cbs", False, where)
+    cbs = _setting(table, "cbs", where)
     out.update(
         address=address,
         device_id=device,
         sas_key=key,
-        token_lifetime=_whole(table, "token_lifetime", 3600, where, 10, 365 * 86400),
+        token_lifetime=_setting(table, "token_lifetime", where),
         cbs=cbs,
     )
     return out
@@ -403,12 +531,12 @@ def _mqtt(table, protocol, direction, where):
         out["topic"] = topic or "{routing_key}"
         if "+" in out["topic"] or "#" in out["topic"]:
             raise ConfigError("%s: topic '%s' holds a wildcard: a message goes to one topic" % (where, topic))
-    out["client_id"] = _optional_text(table, "client_id", where)
-    version = table.get("mqtt_version", "3.1.1")
+    out["client_id"] = _setting(table, "client_id", where)
+    version = table.get("mqtt_version", _default("mqtt_version"))
     if version not in MQTT_VERSIONS:
         raise ConfigError('%s: mqtt_version must be "3.1.1" or "5", not %r' % (where, version))
     out["mqtt_version"] = MQTT_VERSIONS[version]
-    out["session_expiry"] = _whole(table, "session_expiry", 86400, where, 0, 0xFFFFFFFF)
+    out["session_expiry"] = _setting(table, "session_expiry", where)
     if "session_expiry" in table and out["mqtt_version"] != "5":
         raise ConfigError(
             '%s: session_expiry is MQTT 5\'s (mqtt_version = "5"): 3.1.1 keeps a session until it is cleaned' % where
@@ -416,7 +544,7 @@ def _mqtt(table, protocol, direction, where):
     return out
 
 
-DECLARE_KEYS = ("exchange_type", "queue", "binding_key")
+DECLARE_KEYS = schema.keys_of("bridge.declare", ROWS)
 
 
 def _declare(table, where):
@@ -433,7 +561,7 @@ def _declare(table, where):
                 "%s: unknown key '%s' in declare%s (known: %s)"
                 % (where, key, did_you_mean(key, DECLARE_KEYS), ", ".join(DECLARE_KEYS))
             )
-    out = {key: _optional_text(declare, key, where) for key in DECLARE_KEYS}
+    out = {key: _setting(declare, key, where, "bridge.declare") for key in DECLARE_KEYS}
     if out["exchange_type"] not in (None, "direct", "fanout", "topic", "headers"):
         raise ConfigError("%s: declare.exchange_type must be direct, fanout, topic or headers" % where)
     if out["exchange_type"] and not table.get("exchange"):
@@ -446,9 +574,9 @@ def _declare(table, where):
 def _tls(table, where):
     """The TLS settings of an amqps:// bridge (its files are read when the broker starts:
     server/startup.py bridge_tls_files)."""
-    tls = {"verify": _flag(table, "verify", True, where), "server_name": _optional_text(table, "server_name", where)}
+    tls = {"verify": _setting(table, "verify", where), "server_name": _setting(table, "server_name", where)}
     for key in ("ca_file", "cert_file", "key_file"):
-        tls[key] = _optional_text(table, key, where)
+        tls[key] = _setting(table, key, where)
     if tls["key_file"] and not tls["cert_file"]:
         raise ConfigError("%s: key_file needs cert_file (the client certificate it belongs to)" % where)
     return tls
@@ -481,8 +609,8 @@ def parse_uri(uri, where="uri"):
         port = _port(text, uri, where)
     if not host:
         raise ConfigError("%s: '%s' names no host" % (where, _hide_password(uri)))
-    options = {"heartbeat": 60, "frame_max": 0, "connection_timeout": 30000}  # frame_max 0: the broker's
-    mechanism = "PLAIN"
+    options = {name: _default(name, "bridge.uri") for name in URI_OPTIONS}  # frame_max 0: the broker's
+    mechanism = AUTH_MECHANISMS[options.pop("auth_mechanism")]
     for pair in query.split("&") if query else ():
         key, _, value = pair.partition("=")
         if key not in URI_OPTIONS:
@@ -555,29 +683,42 @@ def _hide_password(uri):
     return scheme + sep + credentials + at + hostport + slash + tail
 
 
-def _optional_text(table, key, where):
+def _default(key, section="bridge"):
+    # type: (str, str) -> Any
+    return schema.row_of(section, key, ROWS)[schema.DEFAULT]
+
+
+# The numbers of [[bridge]] tables (ROWS: kind "number", at least 0 and a fraction allowed, in
+# its unit; kind "whole", within its bounds), by key: names a board holds already, where kinds
+# of their own would add theirs to its heap.
+UNITS = {"max_rate": "messages per second", "max_byte_rate": "bytes per second"}  # else seconds
+RANGES = {
+    "prefetch": (1, 65535),
+    "priority": (0, 9),
+    "token_lifetime": (10, 365 * 86400),
+    "session_expiry": (0, 0xFFFFFFFF),
+}  # fmt: skip  (else a count: 0 to 2 ** 50)
+
+
+def _setting(table, key, where, section="bridge", default=None):
+    # type: (dict, str, str, str, object) -> Any
+    """A key of a [[bridge]] table (or of its classes or declare: section), checked by its row of
+    ROWS (its kind, bounds); absent, the row's default (or default, when the row's
+    is None: a class's always_connected is its bridge's)."""
+    row = schema.row_of(section, key, ROWS)
+    kind = row[schema.KIND]
     value = table.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ConfigError("%s: %s must be a string, not %r" % (where, key, value))
-    return value
-
-
-def _flag(table, key, default, where):
-    value = table.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError("%s: %s must be true or false, not %r" % (where, key, value))
-    return value
-
-
-def _whole(table, key, default, where, low, high):
-    value = table.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ConfigError("%s: %s must be a whole number from %d to %d, not %r" % (where, key, low, high, value))
-    return value
-
-
-def _number(table, key, default, where, unit="a number of seconds"):
-    value = table.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ConfigError("%s: %s must be %s, not %r" % (where, key, unit, value))
-    return float(value)
+    if value is None:
+        value = row[schema.DEFAULT]
+        if value is None:
+            return default
+    elif kind == "whole":
+        low, high = RANGES.get(key, (0, 1 << 50))
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise ConfigError("%s: %s must be a whole number from %d to %d, not %r" % (where, key, low, high, value))
+    elif kind == "number":
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ConfigError("%s: %s must be %s, not %r" % (where, key, UNITS.get(key, "a number of seconds"), value))
+    else:
+        schema.check(kind, value, lambda: "%s: %s" % (where, key))
+    return float(value) if kind == "number" else value

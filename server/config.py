@@ -44,7 +44,8 @@ from . import schema
 from .schema import ConfigError  # noqa: F401 (config.ConfigError: what every reader of the config raises)
 
 # Each section's keys (server/schema.py); None: a section whose keys are checked where it is read
-# ([limits]: core/limits.py, [users.NAME]: USER_KEYS, [[bridge]]: server/bridge_config.py).
+# ([limits]: core/limits.py, [users.NAME]: USER_KEYS, [[bridge]]: server/bridge_config.py, by its
+# rows of server/schema.py).
 SECTIONS = {
     "wifi": schema.keys_of("wifi"),  # used by firmware/main.py on boards with a network module
     "server": schema.keys_of("server"),

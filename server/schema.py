@@ -15,9 +15,10 @@ server/config.py takes its SECTIONS from here (an unknown key is refused), serve
 argparse options, its Options and its checks, and the docs their reference. Adding a key is one
 row here, the line of settings() that uses it, and its test.
 
-The [limits] keys are core/limits.py's Limits (each a field with its default and bounds), the
-[[bridge]] keys server/bridge_config.py's KEYS: each is checked there, and described in
-docs/_ext/config_reference.py.
+The [limits] keys are core/limits.py's Limits (each a field with its default and bounds). The
+[[bridge]] tables' rows, in this format, are server/bridge_config.py's ROWS: a board loads this
+module at every start, that one only with bridges to check (the names in the rows stay in a
+board's heap once loaded).
 
 Loaded only to start: a board forgets it with server/options.py (server/serve.py).
 """
@@ -225,13 +226,13 @@ def window_of(text):
     return ends[0] % 86400, ends[1] % 86400
 
 
-def keys_of(section):
-    """The keys of a section, in the schema's order."""
-    return tuple(str(row[KEY]) for row in KEYS if row[SECTION] == section)
+def keys_of(section, rows=KEYS):
+    """The keys of a section, in the schema's order (rows: this module's, or bridge_config's)."""
+    return tuple(str(row[KEY]) for row in rows if row[SECTION] == section)
 
 
-def row_of(section, key):
-    for row in KEYS:
+def row_of(section, key, rows=KEYS):
+    for row in rows:
         if row[SECTION] == section and row[KEY] == key:
             return row
     raise KeyError("%s.%s" % (section, key))

@@ -1,14 +1,13 @@
 """The configuration reference (docs/configuration.md), generated from the code that reads the file.
 
 Every key comes from the schema the broker checks a config file against: the sections and
-their keys, with their descriptions, from server/schema.py (`SECTIONS` in server/config.py),
-the limits from `Limits` (core/limits.py), the bridge keys from `KEYS`, `DECLARE_KEYS` and
-`URI_OPTIONS` (server/bridge_config.py). Every default comes from the code too: `settings()`
-(server/options.py) run on an empty config, `Limits()`, each board profile (boards/),
-`bridges_from()` on a minimal bridge. What the limits', users' and bridges' keys are for is
-written here, in DESCRIPTIONS: a key of the schema without a description, or a description
-of a key the schema no longer has, fails the docs build (ConfigReferenceError), so a new key
-cannot ship undocumented.
+their keys, with their descriptions, from server/schema.py (`SECTIONS` in server/config.py)
+and server/bridge_config.py's ROWS, the limits from `Limits` (core/limits.py). Every default
+comes from the code: `settings()` (server/options.py) run on an empty config, `Limits()`, each
+board profile (boards/), `bridges_from()` on a minimal bridge, the schema's rows. What the
+limits' and users' keys are for is written here, in DESCRIPTIONS: a key of the schema without
+a description, or a description of a key the schema no longer has, fails the docs build
+(ConfigReferenceError), so a new key cannot ship undocumented.
 
 docs/configuration.md holds each table NAME of TABLES (below) in a region
 `<!-- generated: config-reference NAME -->`, written by `python docs/_ext/generated.py`
@@ -24,12 +23,11 @@ class ConfigReferenceError(Exception):
     pass
 
 
-# What each key is for, by "section.key" ("bridge.declare.queue", "bridge.uri?heartbeat" for a
-# URI option): those of server/schema.py's rows, and below the limits', the users' and the
-# bridges' keys. Present tense, for users; defaults come from the code, not from here.
+# What each key is for, by "section.key" ("bridge.declare.queue", "bridge.uri.heartbeat" for a
+# URI option): those of server/schema.py's rows, and below the limits' and the users' keys. Present tense, for users; defaults come from the code, not from here.
 DESCRIPTIONS = {
     "%s.%s" % (row[schema.SECTION], row[schema.KEY]): row[schema.DESCRIPTION]
-    for row in schema.KEYS
+    for row in schema.KEYS + bridge_config.ROWS
     if row[schema.SECTION] is not None
 }
 DESCRIPTIONS.update(
@@ -97,98 +95,6 @@ DESCRIPTIONS.update(
         "RabbitMQ's permissions on the virtual host `/`. A pattern not given is `.*`.",
         "users.topic_permissions": '`{"amq.topic" = {write = "...", read = "..."}}`: per topic exchange, the '
         "routing keys the user may publish with (write) and bind with (read).",
-        # [[bridge]]: server/bridge_config.py
-        "bridge.name": "The bridge's name, unique in the file: logs, `hutch ctl bridges`, the `x-hutch-origin` "
-        "header, and the queue `hutch.bridge.NAME` of a `source_exchange` bridge. Required.",
-        "bridge.direction": "`up`: a local queue forwarded to upstream. `down`: an upstream queue consumed and "
-        "published here.",
-        "bridge.uri": "The upstream broker: `amqp://user:password@host:port/vhost` (`amqps://` for TLS), or a "
-        "list of them, tried in order; over AMQP 1.0 `amqp10://user:password@host:port` (`amqps10://` for "
-        "TLS); to an MQTT broker `mqtt://user:password@host:1883` (`mqtts://`, port 8883, for TLS). Query "
-        "options below. Required.",
-        "bridge.queue": "Up: the local queue to forward (declared durable if missing). Down: the upstream queue "
-        "to consume (it must exist; from MQTT, `topic` instead). Required, unless `source_exchange` is given.",
-        "bridge.source_exchange": "Up only, instead of `queue`: a local exchange; the bridge forwards what a "
-        "durable queue of its own, `hutch.bridge.NAME`, bound to it takes.",
-        "bridge.binding_key": "The binding key of that queue to `source_exchange`.",
-        "bridge.exchange": "Where messages are published (upstream for an up bridge, here for a down one). "
-        "None: each message's own exchange (from MQTT: `amq.topic`). Over AMQP 1.0, with `routing_key`, the link's target "
-        "(`/exchanges/X/RK`, `/queues/RK` for the default exchange).",
-        "bridge.routing_key": "The routing key they are published with. None: each message's own.",
-        "bridge.ack_mode": "`on-confirm`: a message leaves the source queue once the destination confirmed it. "
-        "`on-publish` and `no-ack`: once it is written to the socket (faster, loses what is in flight).",
-        "bridge.prefetch": "Messages in flight at most. None: 1000, or a quarter of `total_max_messages` "
-        "when that is less (esp32: 24).",
-        "bridge.reconnect_delay": "Seconds before the first retry after a failed connection; doubled after each "
-        "failed round.",
-        "bridge.max_reconnect_delay": "The longest retry delay in seconds: each wait is between half of the "
-        "delay and the delay (jitter), never past this.",
-        "bridge.watchdog": "A link that confirms nothing for this many seconds while messages wait is torn down "
-        "and replaced. 0: off.",
-        "bridge.declare": "Up only: what to set up upstream at each connect (durable): a table of the keys below.",
-        "bridge.max_rate": "Messages per second at most; 0: no limit.",
-        "bridge.max_byte_rate": "Body bytes per second at most (a metered link); 0: no limit.",
-        "bridge.ca_file": "`amqps://` (and `amqps10://`, `mqtts://`): the CA certificate (PEM) upstream's certificate is checked against. "
-        "None: the system's CAs (a board needs one).",
-        "bridge.cert_file": "`amqps://`: a client certificate (PEM) to present.",
-        "bridge.key_file": "`amqps://`: its private key (needs `cert_file`).",
-        "bridge.verify": "`amqps://`: check upstream's certificate and name.",
-        "bridge.server_name": "`amqps://`: the name sent (SNI) and checked. None: the URI's host. Over AMQP 1.0 "
-        "also the `open`'s hostname, and an IoT Hub's host name in its user and tokens.",
-        "bridge.protocol": "`0-9-1`, or `1.0`: `amqp://` and `amqps://` URIs speak AMQP 1.0 (as "
-        "`amqp10://` and `amqps10://` do). One protocol per bridge; up bridges only.",
-        "bridge.address": "AMQP 1.0: the target address, as upstream names it (`/exchange/X/RK` or "
-        "`/amq/queue/Q` for RabbitMQ 3.x). None: RabbitMQ 4's address of `exchange` and `routing_key`, "
-        "or each message's own (a null target); with `device_id`, `/devices/DEVICE/messages/events`.",
-        "bridge.device_id": "AMQP 1.0, Azure IoT Hub: the device the bridge logs in as (`DEVICE@sas.HUB`), with `sas_key`.",
-        "bridge.sas_key": "AMQP 1.0, Azure IoT Hub: the device's key (base64, as the portal shows it); the "
-        "bridge makes its SAS tokens from it. Needs `amqps10://`.",
-        "bridge.token_lifetime": "Seconds each SAS token is valid (10 at least); renewed at half of it.",
-        "bridge.cbs": "Put the SAS tokens on `$cbs` (SASL ANONYMOUS, renewed on the same connection) "
-        "rather than log in with them (SASL PLAIN, renewed by logging in again).",
-        "bridge.topic": "MQTT only. Up: the topic each message is published to, a template: `{routing_key}` "
-        "(the message's routing key, or `routing_key`, as a topic: `.` becomes `/`), `{exchange}`, "
-        "`{client_id}`. Down: the topic filter subscribed to (QoS 1), or a list of them (required).",
-        "bridge.client_id": "MQTT only: the client id (AWS IoT Core: the thing's name). None: the node's "
-        "name and the bridge's, `NODE-NAME`.",
-        "bridge.mqtt_version": "MQTT only: `3.1.1`, or `5` (headers travel as user properties; the "
-        "broker's receive maximum bounds what is in flight).",
-        "bridge.session_expiry": "MQTT 5 only: seconds the broker keeps the bridge's session (its "
-        "subscriptions and what they queue) after the link drops. 3.1.1 sessions are kept until cleaned.",
-        "bridge.alarm_backlog": "Up: raise the bridge's alarm (`hutch_bridge_alarm`, a warning line, the status page) "
-        "while this many messages or more wait to be forwarded. None: no such alarm. A class takes its bridge's.",
-        "bridge.alarm_age": "Up: ... while the oldest waiting message is this many seconds old or more.",
-        "bridge.alarm_bytes": "Up: ... while the bytes waiting in its queue reach this (set it below a class's "
-        "`max_bytes`: before anything is dropped or refused).",
-        "bridge.priority": "0 to 9 (default 0): with an `[uplink]` budget, while an up bridge of a higher "
-        "priority has messages waiting and its link is up or coming up, this one sends nothing.",
-        "bridge.always_connected": "`true`: the bridge connects at any time, outside the `[uplink]`'s "
-        "`hours` and `every` windows too (alarms that must not wait for a window). Default `false`.",
-        "bridge.classes": "Up, with `source_exchange`: classes of messages, each a table of the keys below "
-        "with a queue of its own (`hutch.bridge.NAME.CLASS`, shown as `NAME.CLASS`), all sent by the "
-        "bridge's one link, by priority. None: one class, the bridge itself.",
-        "bridge.classes.name": "The class's name (required; no `/`).",
-        "bridge.classes.binding_key": "What of `source_exchange` it takes (required).",
-        "bridge.classes.priority": "0 to 9: while a class of a higher priority has messages to send, this one "
-        "sends nothing (after an outage, alarms go before telemetry).",
-        "bridge.classes.ttl": "Seconds a message may wait: older ones are dropped, not forwarded stale, and "
-        "counted. None: no limit.",
-        "bridge.classes.max_bytes": "The class's budget, in bytes of messages waiting. None: the broker's disk "
-        "budget only.",
-        "bridge.classes.when_full": "Past `max_bytes`: `refuse` new messages (a publisher's nack, an MQTT 5 "
-        "PUBACK error), or `drop-oldest` (counted).",
-        "bridge.classes.always_connected": "As the bridge's `always_connected`, for this class (default: "
-        "the bridge's): the link stays up for it outside the windows, the other classes waiting for theirs.",
-        "bridge.declare.exchange_type": "The type of `exchange` to declare upstream: `direct`, `fanout`, `topic` "
-        "or `headers` (needs `exchange`).",
-        "bridge.declare.queue": "A queue to declare upstream and bind to `exchange`.",
-        "bridge.declare.binding_key": "Its binding key. None: `routing_key`, else `#`.",
-        "bridge.uri?heartbeat": "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`); over "
-        "AMQP 1.0 the idle time-out.",
-        "bridge.uri?frame_max": "The largest frame for the link; 0: this broker's `frame_max`.",
-        "bridge.uri?connection_timeout": "Milliseconds to wait for upstream's handshake before trying the next URI.",
-        "bridge.uri?auth_mechanism": "`plain` (the URI's user and password) or `external`: over `amqps://` with "
-        "`cert_file`, upstream takes the user from the client certificate; over AMQP 1.0 also `anonymous`.",
     }
 )
 
@@ -217,7 +123,7 @@ def schema_keys():
     keys.extend("listener.tls.%s" % name for name in config.TLS_KEYS)
     keys.extend("bridge.declare.%s" % name for name in bridge_config.DECLARE_KEYS)
     keys.extend("bridge.classes.%s" % name for name in bridge_config.CLASS_KEYS)
-    keys.extend("bridge.uri?%s" % name for name in bridge_config.URI_OPTIONS)
+    keys.extend("bridge.uri.%s" % name for name in bridge_config.URI_OPTIONS)
     return keys
 
 
@@ -289,7 +195,7 @@ def bridge_defaults():
     out["binding_key"] = bridge["binding_key"] or None
     uri = bridge_config.parse_uri("amqp://upstream")
     for name in bridge_config.URI_OPTIONS:
-        out["uri?" + name] = uri[name]
+        out["uri." + name] = uri[name]
     return out
 
 
@@ -313,9 +219,17 @@ def table_server():
     return key_table("server", config.SECTIONS["server"], server_defaults())
 
 
+def section_defaults(section):
+    """The defaults of a section's rows in server/schema.py."""
+    return {
+        row[schema.KEY]: row[schema.DEFAULT]
+        for row in schema.KEYS + bridge_config.ROWS
+        if row[schema.SECTION] == section
+    }
+
+
 def table_listener():
-    defaults = {row[schema.KEY]: row[schema.DEFAULT] for row in schema.KEYS if row[schema.SECTION] == "listener"}
-    return key_table("listener", config.SECTIONS["listener"], defaults)
+    return key_table("listener", config.SECTIONS["listener"], section_defaults("listener"))
 
 
 def table_listener_tls():
@@ -377,15 +291,15 @@ def table_bridge_declare():
 
 
 def table_bridge_classes():
-    defaults = {"name": "required", "binding_key": "required", "priority": 0, "ttl": None, "max_bytes": None,
-                "when_full": "refuse"}  # fmt: skip
+    defaults = section_defaults("bridge.classes")
+    defaults.update(name="required", binding_key="required", ttl=None, max_bytes=None)  # (0: none)
     return key_table("bridge.classes", bridge_config.CLASS_KEYS, defaults)
 
 
 def table_bridge_uri():
     defaults = bridge_defaults()
     return key_table("bridge.uri", (), {}) + [
-        row("`%s`" % name, shown(defaults["uri?" + name], name), DESCRIPTIONS["bridge.uri?" + name])
+        row("`%s`" % name, shown(defaults["uri." + name], name), DESCRIPTIONS["bridge.uri." + name])
         for name in bridge_config.URI_OPTIONS
     ]
 

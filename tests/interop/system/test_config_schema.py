@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from brokers import BIN
 
-from hutch.server import config, options, schema
+from hutch.server import bridge_config, config, options, schema
 
 SERVE_HELP = subprocess.run([BIN + "/hutch", "serve", "--help"], capture_output=True, text=True).stdout
 
@@ -27,6 +27,42 @@ def test_the_file_s_sections_are_the_schema_s():
         assert config.SECTIONS[section] == schema.keys_of(section)
     assert config.TLS_KEYS == schema.keys_of("listener.tls")
     assert all(row[schema.DESCRIPTION] for row in schema.KEYS if row[schema.SECTION] is not None)
+
+
+# what a bridge needs for a key to apply
+NEEDED = {
+    "token_lifetime": {"uri": "amqps10://hub.example", "device_id": "gateway-7", "sas_key": "a2V5"},
+    "session_expiry": {"uri": "mqtt://up", "mqtt_version": "5"},
+}
+
+
+def test_each_bridge_key_is_one_row_checked_by_its_kind():
+    """[[bridge]]'s rows (server/bridge_config.py ROWS): each key once, described, of a kind the
+    checks know; its default is what a bridge that does not set it gets; a wrong value of each
+    number says what it must be, with its bounds."""
+    names = [(row[schema.SECTION], row[schema.KEY]) for row in bridge_config.ROWS]
+    assert len(names) == len(set(names)) and all(row[schema.DESCRIPTION] for row in bridge_config.ROWS)
+    kinds = set(schema.KINDS) | {"number", "whole", "uris", "tables"}
+    assert {row[schema.KIND] for row in bridge_config.ROWS} <= kinds
+    bridge = bridge_config.bridges_from({"bridge": [{"name": "b", "uri": "amqp://up", "queue": "q"}]})[0]
+    for row in bridge_config.ROWS:
+        key, default = row[schema.KEY], row[schema.DEFAULT]
+        if row[schema.SECTION] == "bridge" and default not in (None, 0) and key in bridge:
+            assert bridge[key] == default, key
+    checked = 0
+    for row in bridge_config.ROWS:
+        if row[schema.SECTION] != "bridge" or row[schema.KIND] not in ("number", "whole"):
+            continue
+        table = {"name": "b", "uri": "amqp://up", "queue": "q", row[schema.KEY]: -1}
+        table.update(NEEDED.get(row[schema.KEY], {}))
+        with pytest.raises(config.ConfigError) as refused:
+            bridge_config.bridges_from({"bridge": [table]}, "hutch.toml")
+        low, high = bridge_config.RANGES.get(row[schema.KEY], (0, 1 << 50))
+        must = "a whole number from %d to %d" % (low, high) if row[schema.KIND] == "whole" else "a number of seconds"
+        must = bridge_config.UNITS.get(row[schema.KEY], must)
+        assert str(refused.value).endswith("%s must be %s, not -1" % (row[schema.KEY], must)), str(refused.value)
+        checked += 1
+    assert checked == 12  # 6 numbers, 6 whole numbers
 
 
 def test_options_refuses_a_name_that_is_not_an_option():
