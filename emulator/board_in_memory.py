@@ -192,7 +192,7 @@ class Board:
             return bridge.machine.wait_ms
         protocol, login = bridge.start_protocol(uri, self.clock.now)
         self.uplink = _Uplink()
-        self.link = _Link(bridge, protocol, None, self.uplink, login, uri["protocol"] == "1.0")
+        self.link = _Link(bridge, protocol, None, self.uplink, login, bridge.machine.settings["credit"])
         self.link.flush()  # the protocol header
         return 0
 

@@ -210,19 +210,20 @@ class Bridge:
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         frame_max = uri["frame_max"] or self.broker.limits.frame_max
-        login = None
-        if uri["protocol"] == "1.0":
+        protocol, login = uri["protocol"], None  # (server/upstreams.py: the protocols a bridge speaks)
+        settings = self.machine.settings
+        name = self.machine.name
+        if protocol == "1.0":
             from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
 
             protocol, login = bridge10.connect(self.machine, uri, frame_max, now)
-        elif uri["protocol"] == "mqtt":
+        elif protocol == "mqtt":
             from ..mqtt.client import Protocol as MQTTProtocol  # (loaded only by a bridge over MQTT)
 
-            settings = self.machine.settings
             protocol = MQTTProtocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)
             protocol.connect(
                 now,
-                settings["client_id"] or "%s-%s" % (_text(self.node), self.machine.name),
+                settings["client_id"] or "%s-%s" % (_text(self.node), name),
                 uri["user"] if uri["login"] else None,
                 uri["password"],
                 uri["heartbeat"],
@@ -239,7 +240,7 @@ class Bridge:
                 uri["password"],
                 uri["vhost"],
                 uri["heartbeat"],
-                "hutch bridge " + self.machine.name,
+                "hutch bridge " + name,
                 mechanism=uri["auth_mechanism"],
             )
         self.machine.opened(now)
@@ -259,7 +260,7 @@ class Bridge:
             opening = asyncio.open_connection(uri["host"], uri["port"])
         reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
         protocol, login = self.start_protocol(uri, self.clock.now_ms())
-        link = _Link(self, protocol, reader, writer, login, uri["protocol"] != "0-9-1")
+        link = _Link(self, protocol, reader, writer, login, self.machine.settings["credit"])
         writing = self._task(link.write_loop())
         try:
             await link.read_loop()
@@ -516,10 +517,6 @@ def day_seconds():
     return t[3] * 3600 + t[4] * 60 + t[5] + (now - whole)
 
 
-def _text(value):
-    return value.decode() if isinstance(value, (bytes, bytearray)) else value
-
-
 def _bytes(text):
     return text.encode() if isinstance(text, str) else text
 
@@ -606,3 +603,7 @@ def _os_reason(e):
     if kind.startswith("SSL"):
         return "TLS: %s" % e
     return getattr(e, "strerror", None) or str(e) or kind
+
+
+def _text(value):
+    return value.decode() if isinstance(value, (bytes, bytearray)) else value

@@ -52,7 +52,7 @@ mistake is one ConfigError naming the bridge and the key, so `hutch serve` says 
 line and exits with 2 rather than running a bridge that does nothing.
 """
 
-from . import schema
+from . import schema, upstreams
 from .config import ConfigError, did_you_mean
 
 TYPE_CHECKING = False
@@ -219,16 +219,7 @@ ROWS = (
 )
 # fmt: on
 KEYS = schema.keys_of("bridge", ROWS)  # each key's kind, default, description
-PROTOCOLS = ("0-9-1", "1.0")
-SCHEMES = {
-    "amqp": (False, None),
-    "amqps": (True, None),
-    "amqp10": (False, "1.0"),
-    "amqps10": (True, "1.0"),
-    "mqtt": (False, "mqtt"),
-    "mqtts": (True, "mqtt"),
-}
-DEFAULT_PORTS = {None: (5672, 5671), "1.0": (5672, 5671), "mqtt": (1883, 8883)}
+PROTOCOLS = ("0-9-1", "1.0")  # what protocol = "..." may say (MQTT: by its URIs only)
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 URI_OPTIONS = schema.keys_of("bridge.uri", ROWS)
 AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL", "anonymous": "ANONYMOUS"}  # RabbitMQ's URI values
@@ -400,6 +391,8 @@ def _bridge(table, path, number):
     }
     bridge.update(amqp10)
     bridge.update(mqtt)
+    bridge["credit"] = protocol in upstreams.CREDIT  # (what the driver and the machine read)
+    bridge["set_up"] = protocol in upstreams.SET_UP
     return bridge
 
 
@@ -435,7 +428,7 @@ def _protocol(table, uris, where):
 
 
 def _spoken(protocol):
-    return "MQTT (mqtt:// or mqtts://)" if protocol == "mqtt" else "AMQP 1.0 (amqp10:// or amqps10://)"
+    return upstreams.SPOKEN[protocol]
 
 
 AMQP10_KEYS = ("address", "device_id", "sas_key", "token_lifetime", "cbs")
@@ -505,7 +498,8 @@ MQTT_VERSIONS = {"3.1.1": "3.1.1", "5": "5", "5.0": "5"}
 
 def _names_mqtt(uris):
     """Whether the (unparsed) uri setting names MQTT brokers (mqtt:// or mqtts://)."""
-    return any(isinstance(uri, str) and uri.partition("://")[0] in ("mqtt", "mqtts") for uri in uris)
+    schemes = upstreams.SCHEMES["mqtt"]
+    return any(isinstance(uri, str) and uri.partition("://")[0] in schemes for uri in uris)
 
 
 def _mqtt(table, protocol, direction, where):
@@ -588,17 +582,18 @@ def parse_uri(uri, where="uri"):
     if not isinstance(uri, str):
         raise ConfigError("%s: a uri must be a string, not %r" % (where, uri))
     scheme, sep, rest = uri.partition("://")
-    if not sep or scheme not in SCHEMES:
+    spoken = upstreams.scheme(scheme) if sep else None
+    if spoken is None:
         raise ConfigError(
             "%s: '%s' is not an amqp://, amqps://, amqp10://, amqps10://, mqtt:// or mqtts:// URI"
             % (where, _hide_password(uri))
         )
-    tls, protocol = SCHEMES[scheme]
+    protocol, tls = spoken
     rest, _, query = rest.partition("?")
     authority, slash, vhost = rest.partition("/")
     credentials, at, hostport = authority.rpartition("@")
     user, _, password = credentials.partition(":") if at else ("guest", "", "guest")
-    host, port = hostport, DEFAULT_PORTS[protocol][1 if tls else 0]
+    host, port = hostport, upstreams.PORTS[protocol or "0-9-1"][1 if tls else 0]
     if hostport.startswith("["):  # [ipv6]:port
         end = hostport.find("]")
         host, tail = hostport[1:end], hostport[end + 1 :]

@@ -1,7 +1,8 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
 # the broker's entry point that firmware/main.py starts; all but control.py, host.py, listing.py
 # and reload.py, what serves `hutch ctl` and SIGHUP (CPython: a board has neither). monitoring.py: the
-# metrics port, loaded only when the config has one; bridge10.py, only by a bridge over AMQP 1.0.
+# metrics port, loaded only when the config has one; bridge10.py, only by a bridge over AMQP 1.0;
+# upstreams.py, to check a config with bridges.
 package(
     "hutch/server",
     files=(
@@ -10,6 +11,7 @@ package(
         "bridge10.py",
         "bridge_config.py",
         "bridge_setup.py",
+        "upstreams.py",
         "config.py",
         "definitions.py",
         "frontends.py",

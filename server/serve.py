@@ -61,7 +61,12 @@ def forget_settings():
     Limits now)."""
     profiles = [name for name in sys.modules if name.startswith("hutch.boards.")]
     forget(
-        "hutch.server.options", "hutch.server.config", "hutch.server.schema", "hutch.server.bridge_config", *profiles
+        "hutch.server.options",
+        "hutch.server.config",
+        "hutch.server.schema",
+        "hutch.server.bridge_config",
+        "hutch.server.upstreams",
+        *profiles,
     )
     forget("hutch.boards")
 

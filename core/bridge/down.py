@@ -34,7 +34,7 @@ class DownMachine(Machine):
         self.refused = None  # why a delivery was sent back: the link then ends, to back off
 
     def set_up_steps(self):
-        if self.settings["protocol"] == "mqtt":
+        if not self.settings["set_up"]:
             return []  # (the MQTT client subscribes once connected)
         queue = self.settings["queue"]
         return [

@@ -78,7 +78,7 @@ class UpMachine(Machine):
     # ------------------------------------------------------------ a link's start
 
     def set_up_steps(self):
-        if self.settings["protocol"] != "0-9-1":
+        if not self.settings["set_up"]:
             return []  # (the 1.0 client attaches its link, MQTT's connects: each says what it took)
         steps = self._declarations()
         if self.settings["ack_mode"] == "on-confirm":

@@ -50,6 +50,8 @@ def settings(**over):
         "tls": {"verify": True, "server_name": None, "ca_file": None, "cert_file": None, "key_file": None},
         "declare": None,
         "protocol": "0-9-1",
+        "credit": False,
+        "set_up": True,
         "priority": 0,
         "always_connected": False,
         "classes": None,
@@ -233,7 +235,9 @@ def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
     """An AMQP 1.0 upstream's rejected, released or modified (amqp10/client.py says them as a
     basic.nack with why): the message goes back to the head of the queue and sending pauses,
     reconnect_delay doubled up to max_reconnect_delay while nothing is accepted in between."""
-    client, machine, log = up_bridge(3, prefetch=1, reconnect_delay=0.5, max_reconnect_delay=1.5, protocol="1.0")
+    client, machine, log = up_bridge(
+        3, prefetch=1, reconnect_delay=0.5, max_reconnect_delay=1.5, protocol="1.0", set_up=False, credit=True
+    )
     assert run_link(machine) == [], "over 1.0 the client's attach is the whole set-up"
     sink = Sink()
     now = 0

@@ -1,0 +1,39 @@
+"""The protocols a bridge speaks upstream: the one place that tells them apart, a column each
+(typed by column, as a board's type check reads them), keyed by the protocol's name.
+
+    SCHEMES  its URI schemes, plain and over TLS (amqp:// and amqps:// speak AMQP 1.0 too, with
+             protocol = "1.0": server/bridge_config.py)
+    PORTS    the default ports, plain and over TLS
+    SPOKEN   how a config error names it
+    CREDIT   the protocols whose links forward no more than the client's room(): AMQP 1.0's
+             link credit, MQTT's window of unacknowledged publishes (0-9-1's is the machine's
+             prefetch)
+    SET_UP   the protocols whose links the machine sets up with 0-9-1 methods (core/bridge/up.py
+             and down.py: declares, qos, consume, confirm.select); the others' clients attach
+             or subscribe by themselves once connected
+
+server/bridge_config.py checks URIs with these and copies credit and set_up into each bridge's
+settings, so the machine and the driver read a flag rather than a protocol's name; how each
+connects is server/bridge.py start_protocol's. Loaded only to check a config: a board forgets
+it with the config's checks (server/serve.py), where a module kept for the run would hold the
+table and its texts in its heap.
+"""
+
+SCHEMES = {"0-9-1": ("amqp", "amqps"), "1.0": ("amqp10", "amqps10"), "mqtt": ("mqtt", "mqtts")}
+PORTS = {"0-9-1": (5672, 5671), "1.0": (5672, 5671), "mqtt": (1883, 8883)}
+SPOKEN = {
+    "0-9-1": "AMQP 0-9-1 (amqp:// or amqps://)",
+    "1.0": "AMQP 1.0 (amqp10:// or amqps10://)",
+    "mqtt": "MQTT (mqtt:// or mqtts://)",
+}
+CREDIT = ("1.0", "mqtt")
+SET_UP = ("0-9-1",)
+
+
+def scheme(name):
+    """(the protocol of a URI scheme, or None where protocol = "..." decides: amqp://, amqps://;
+    whether it is over TLS), or None for a scheme no protocol has."""
+    for protocol, schemes in SCHEMES.items():
+        if name in schemes:
+            return (None if protocol == "0-9-1" else protocol), name == schemes[1]
+    return None
