@@ -219,7 +219,10 @@ class Connection(PortConnection):
         elif kind == PINGREQ:
             self.send(PINGRESP_PACKET)
         elif kind == DISCONNECT:
-            code, _props = packets.read_disconnect(buf, start, end, self.level)
+            code, props = packets.read_disconnect(buf, start, end, self.level)
+            expiry = props.get(packets.SESSION_EXPIRY_INTERVAL)
+            if expiry is not None:
+                session.expire_in(expiry)
             if code != DISCONNECT_WITH_WILL:
                 self.will = None  # a DISCONNECT discards the will (3.14.4)
             self.broker.log("info", "%s: MQTT client disconnected" % self.name)

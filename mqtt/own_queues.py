@@ -31,6 +31,9 @@ def put(broker, name, properties, body):
     journal sequence number it is on disk at (waits_for)."""
     route = bytes((0, len(name))) + name  # (the default exchange's and the queue's shortstrs)
     message = Message(b"", name, route, *tails(dict(properties, **PERSISTENT), body))
+    expiration = properties.get("expiration")
+    if expiration is not None:  # (as a publisher's is read: core/broker.py; a retained message's expiry)
+        message.ttl = int(expiration)
     return waits_for(broker, broker.publish(broker.exchange(b""), message))
 
 

@@ -13,7 +13,8 @@ routing key (mqtt/topics.py), as RabbitMQ maps it:
     5.0 content type                    content-type
     5.0 response topic                  reply-to (as a routing key)
     5.0 correlation data                correlation-id
-    5.0 message expiry interval (s)     expiration (ms)
+    5.0 message expiry interval (s)     expiration (ms); to a subscriber, what is left of it
+    5.0 payload format indicator        header x-mqtt-payload-format (1: UTF-8 text)
 
 and back (properties_5) for a version 5 subscriber. A QoS 1 PUBLISH is answered with PUBACK
 once every durable queue that took it has it on disk (the journal's sync), as a publisher
@@ -37,6 +38,7 @@ from .packets import (
     NO_MATCHING_SUBSCRIBERS,
     NOT_AUTHORIZED,
     PACKET_IDENTIFIER_NOT_FOUND,
+    PAYLOAD_FORMAT_INDICATOR,
     PUBACK,
     PUBCOMP,
     PUBREC,
@@ -55,7 +57,8 @@ from .topics import remember, routing_key, topic_of, valid_topic
 
 QOS_HEADER = b"\x12x-mqtt-publish-qos"  # (as a shortstr: Message.has_header looks for it so)
 ALIASES_MOST = 16  # topic aliases a version 5 client may set (its Topic Alias Maximum)
-KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup")
+FORMAT_HEADER = "x-mqtt-payload-format"
+KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup", FORMAT_HEADER)
 PLAIN = {}  # (QoS, DUP) -> the encoded properties of a publish without version 5 properties  # not user properties to a version 5 subscriber
 
 
@@ -320,11 +323,15 @@ def properties_091(qos, dup, props, identity=None):
         expiry = props.get(MESSAGE_EXPIRY_INTERVAL)
         if expiry is not None:
             found["expiration"] = b"%d" % (expiry * 1000)
+        if props.get(PAYLOAD_FORMAT_INDICATOR):
+            headers[FORMAT_HEADER] = 1
     return found
 
 
-def properties_5(message):
-    """A version 5 PUBLISH's properties for a message of the broker's (the table, read back)."""
+def properties_5(message, left_ms=None):
+    """A version 5 PUBLISH's properties for a message of the broker's (the table, read back).
+    left_ms: how long its entry has left before it expires (core/session.py EXPIRES_AT - now),
+    which a Message Expiry Interval says rather than the one published (MQTT 3.3.2.3.3)."""
     if not message.flags() & 0xA700:  # none of content-type, headers, correlation-id, reply-to, expiration
         return None
     props = {}
@@ -341,12 +348,15 @@ def properties_5(message):
     value = found.get("expiration")
     if value is not None:
         try:
-            props[MESSAGE_EXPIRY_INTERVAL] = (int(value) + 999) // 1000
+            left = int(value) if left_ms is None else min(int(value), max(0, left_ms))
+            props[MESSAGE_EXPIRY_INTERVAL] = (left + 999) // 1000
         except ValueError:
             pass
     user = []
     for name, value in (found.get("headers") or {}).items():
         if name in KEPT_HEADERS:
+            if name == FORMAT_HEADER and value:
+                props[PAYLOAD_FORMAT_INDICATOR] = 1
             continue
         if isinstance(value, (bytes, bytearray)):
             user.append((name, bytes(value)))

@@ -38,8 +38,11 @@ def retain(broker, key, properties, payload):
 
 
 def matching(broker, topic_filter):
-    """(topic, message) of each retained message whose topic the filter matches."""
+    """(topic, message, when it expires or None) of each retained message whose topic the filter
+    matches: as live routing
+    matches it (the filter's levels split at its dots too, as its binding key is)."""
     found = []
+    topic_filter = topic_of(topic_filter)
     for name, queue in broker.queues.items():
         if not name.startswith(PREFIX):
             continue
@@ -49,5 +52,6 @@ def matching(broker, topic_filter):
         if not queue.messages.length and queue.paged:
             queue.page_in()  # (just after a restart its message may still be on disk)
         if queue.messages.length:
-            found.append((topic, queue.messages.peek()[0]))
+            entry = queue.messages.peek()  # (message, redelivered, expires_at)
+            found.append((topic, entry[0], entry[2]))
     return found

@@ -25,7 +25,7 @@ from ..codec.wire import text
 from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
-from ..core.session import MESSAGE, REDELIVERED
+from ..core.session import EXPIRES_AT, MESSAGE, REDELIVERED
 from . import options, own_queues, packets, retained, shared
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
@@ -40,7 +40,7 @@ from .packets import (
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
 from .qos2 import AwaitingRelease
-from .topics import binding_key, remember, share_of, topic_of, valid_filter
+from .topics import binding_key, dollar_wanted, remember, share_of, topic_of, valid_filter
 
 QUEUE_PREFIX = b"mqtt-subscription-"
 PUBLISH_FIRST = packets.PUBLISH << 4
@@ -158,6 +158,22 @@ class Session:
         self._options_changed()
         self.redispatch()
 
+    def expire_in(self, seconds):
+        """A version 5 DISCONNECT's Session Expiry Interval, which replaces its CONNECT's
+        (3.14.2.2.2): 0 ends the session with its connection, another keeps its queues that long
+        (held to `[mqtt] max_session_expiry`). A session that was to end with its connection
+        cannot be kept after all: a Protocol Error [MQTT-3.14.2-2]."""
+        if seconds and not self.expiry:
+            raise packets.Malformed(
+                packets.PROTOCOL_ERROR, "a Session Expiry Interval at DISCONNECT for a session that had none"
+            )
+        self.expiry = min(seconds, self.serving.max_session_expiry)
+        if self.expiry:  # (its queues' x-expires, as they were declared with; a restart reads the declaration's)
+            for name in (self.queue_name(0), self.queue_name(1), self.awaiting_release.name):
+                queue = self.broker.queues.get(name)
+                if queue is not None and queue.expires:
+                    queue.expires = queue.arguments["x-expires"] = self.expiry * 1000
+
     def end(self):
         """The connection is gone: what was in flight goes back to its queue (delivered again,
         with DUP, to the session's next connection), and a session without an expiry ends."""
@@ -207,13 +223,13 @@ class Session:
         self._options_changed()
         self.conn.send(packets.suback(packet_id, codes, self.level))
         for topic_filter, granted in kept:  # (after the SUBACK: the retained messages, then the queues')
-            for topic, message in retained.matching(self.broker, topic_filter):
-                self._deliver_retained(topic, message, granted, sub_id)
+            for topic, message, expires_at in retained.matching(self.broker, topic_filter):
+                self._deliver_retained(topic, message, granted, sub_id, expires_at)
         for queue in started:
             if queue is not None:
                 queue.dispatch()
 
-    def _deliver_retained(self, topic, message, granted, sub_id):
+    def _deliver_retained(self, topic, message, granted, sub_id, expires_at):
         """A retained message, with RETAIN set, at the lower of the subscription's QoS and its
         own; a QoS 1 one is held by packet id until its PUBACK like any delivery (its queue
         keeps it: nothing to settle)."""
@@ -223,7 +239,7 @@ class Session:
         if qos:
             packet_id = self._packet_id()
             self.inflight[packet_id] = RETAINED
-        props = self._properties(message, sub_id)
+        props = self._properties(message, sub_id, expires_at)
         self.conn.send(packets.publish(topic, bytes(message.body()), qos, True, False, packet_id, props, self.level))
 
     def _subscribe(self, topic_filter, opts, sub_id):
@@ -391,6 +407,10 @@ class Session:
             if not wanted:  # no local: its own publish
                 broker.delivered(queue, entry, True)
                 return
+        key = message.routing_key
+        if key[:1] == b"$" and not dollar_wanted(queue, self.serving.exchange, key):
+            broker.delivered(queue, entry, True)  # (a `$` topic its wildcard filter must not match)
+            return
         qos = 0 if consumer.no_ack else 1
         if qos and not message.persistent() and message.has_header(QOS_HEADER):
             qos = 0  # an MQTT QoS 0 publish (x-mqtt-publish-qos 0): delivered at most once
@@ -403,8 +423,7 @@ class Session:
                 broker.delivered(queue, entry, False)
         else:
             broker.delivered(queue, entry, True)
-        props = self._properties(message, ids)
-        key = message.routing_key
+        props = self._properties(message, ids, entry[EXPIRES_AT])
         topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
         first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos else 0) | (1 if retain else 0)
         packet = packets.publish_parts(first, topic, packet_id, props, self.level, message.body())
@@ -413,12 +432,13 @@ class Session:
             return
         self.conn.send(packet)
 
-    def _properties(self, message, ids):
-        """A version 5 delivery's properties: the message's, and its subscription identifiers
+    def _properties(self, message, ids, expires_at=None):
+        """A version 5 delivery's properties: the message's (a Message Expiry Interval less the
+        time it waited: expires_at, the broker's ms clock), and its subscription identifiers
         (one, or a list; None: none). None for an older client."""
         if self.level != V5:
             return None
-        props = properties_5(message)
+        props = properties_5(message, None if expires_at is None else expires_at - self.broker.now)
         if ids is not None:
             props = dict(props or ())
             props[SUBSCRIPTION_IDENTIFIER] = ids

@@ -40,6 +40,22 @@ def topic_of(key):
     return key.replace(b".", b"/")
 
 
+def filter_of(key):
+    """The MQTT filter of a subscription's binding key (binding_key's inverse)."""
+    return key.replace(b".", b"/").replace(b"*", b"+")
+
+
+def dollar_wanted(queue, exchange, key):
+    """Whether a message routed with `key`, a `$` topic, reached the queue through one of its
+    bindings from the MQTT exchange whose filter matches it by MQTT's rules: a filter that
+    starts with a wildcard matches no `$` topic (MQTT 4.7.2), though its binding key routes it."""
+    topic = topic_of(key)
+    for binding in queue.inbound:
+        if binding.source.name == exchange and matches(filter_of(binding.key), topic):
+            return True
+    return False
+
+
 def valid_topic(topic):
     """A topic a client may publish to: not empty, no wildcard (MQTT 4.7.3, 4.7.1)."""
     return len(topic) > 0 and b"+" not in topic and b"#" not in topic

@@ -313,7 +313,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.server.clients.remove(self)
         self._watch_hang_up(False)
         if not conn.closed:
-            conn.lost()
+            self.server.front.lost(conn)
 
     def pause_writing(self):
         self.writing_paused = True

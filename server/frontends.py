@@ -61,7 +61,17 @@ class FrontEnds:
         elif data:
             client.conn.feed(data)
             return
-        client.conn.eof()
+        self.lost(client.conn, True)
+
+    def lost(self, conn, eof=False):
+        """A client's stream ended (eof: with an EOF; else a reset, or the port gave up on it):
+        the connection is told, the broker's clock read first, so what counts from the end (a
+        version 5 will's delay) counts from now, not from the last tick."""
+        self.broker.now = self.clock.now_ms()
+        if eof:
+            conn.eof()
+        else:
+            conn.lost()
 
     def open(self, peer):
         """The connection a client starts with (peer: its "address", "port" and "transport").

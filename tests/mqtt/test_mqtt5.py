@@ -103,6 +103,19 @@ def test_subscription_identifiers_come_back_with_each_delivery_and_stay_with_the
     assert delivered(c.read()) == [(b"site/b/temp", b"19", False, [7, 300])]
 
 
+def test_a_session_expiry_at_disconnect_for_a_session_that_had_none_is_a_protocol_error():
+    """[MQTT-3.14.2-2]: CONNECT said 0 (the session ends with the connection): a DISCONNECT that
+    asks to keep it is answered with a DISCONNECT 0x82, and its will goes out."""
+    broker = Broker(Limits())
+    watcher = v5(broker, b"watcher")
+    watcher.subscribe(1, b"wills/#")
+    c = Client(broker, level=V5)
+    c.connect(b"no-expiry", will=(b"wills/no-expiry", b"gone", 0, False, {}))
+    out = c.send(packets.disconnect(0, props={packets.SESSION_EXPIRY_INTERVAL: 5}))
+    assert [(p.name, p.body[0]) for p in out] == [("DISCONNECT", packets.PROTOCOL_ERROR)] and c.conn.closed
+    assert [(p.name, published(p, V5)[:2]) for p in watcher.read()] == [("PUBLISH", (b"wills/no-expiry", b"gone"))]
+
+
 def test_subscription_identifier_0_and_one_from_a_publisher_are_protocol_errors():
     broker = Broker(Limits())
     c = v5(broker, b"zero")

@@ -1,0 +1,149 @@
+"""Where the MQTT specification says what a server does, run against hutch and against Debian's
+mosquitto alike (the `mqtt_broker` fixture): `$` topics and wildcards, retained messages under
+dotted filters, a DISCONNECT's Session Expiry Interval, what is left of a Message Expiry
+Interval, the Payload Format Indicator, and a delayed will's delay."""
+
+import queue
+import socket
+import time
+
+from mqtt_brokers import Paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+
+def nothing_within(client, seconds):
+    try:
+        got = client.got.get(timeout=seconds)
+    except queue.Empty:
+        return True
+    raise AssertionError("delivered: %r" % (got,))
+
+
+def publish_props(**values):
+    props = Properties(PacketTypes.PUBLISH)
+    for name, value in values.items():
+        setattr(props, name, value)
+    return props
+
+
+def test_a_filter_that_starts_with_a_wildcard_matches_no_dollar_topic(mqtt_broker):
+    """[MQTT-4.7.2-1]: `+/B` and `#` do not match `$TopicA/B`; `$TopicA/#` does."""
+    plus = Paho(mqtt_broker, "dollar-plus").connect()
+    plus.subscribe("+/B", 1)
+    hash_ = Paho(mqtt_broker, "dollar-hash").connect()
+    hash_.subscribe("#", 1)
+    named = Paho(mqtt_broker, "dollar-named").connect()
+    named.subscribe("$TopicA/#", 1)
+    publisher = Paho(mqtt_broker, "dollar-publisher").connect()
+    publisher.publish("$TopicA/B", b"dollar", 1)
+    publisher.publish("plain/B", b"plain", 1)
+    assert [(t, m) for t, m, *_ in named.take(1)] == [("$TopicA/B", b"dollar")], mqtt_broker.kind
+    assert [(t, m) for t, m, *_ in plus.take(1)] == [("plain/B", b"plain")], mqtt_broker.kind
+    assert [(t, m) for t, m, *_ in hash_.take(1)] == [("plain/B", b"plain")], mqtt_broker.kind
+    assert nothing_within(plus, 0.3) and nothing_within(hash_, 0.2)
+    for client in (plus, hash_, named, publisher):
+        client.stop()
+
+
+def test_a_retained_message_reaches_a_filter_with_a_dot(mqtt_broker):
+    """[MQTT-3.3.1-6]: a new subscription whose filter matches a retained message's topic gets
+    it, a filter holding a `.` (a version number) as any other."""
+    publisher = Paho(mqtt_broker, "dotted-publisher").connect()
+    publisher.client.publish("fw/v1.2/state", b"kept", 1, retain=True).wait_for_publish(10)
+    for topic_filter in ("fw/v1.2/state", "fw/v1.2/+", "fw/#"):
+        client = Paho(mqtt_broker, "dotted-sub").connect()
+        client.subscribe(topic_filter, 1)
+        got = client.take(1)
+        assert [(m, r) for _t, m, _q, r, _p in got] == [(b"kept", True)], (topic_filter, mqtt_broker.kind)
+        client.stop()
+    publisher.client.publish("fw/v1.2/state", b"", 1, retain=True).wait_for_publish(10)
+    publisher.stop()
+
+
+def _session(mqtt_broker, connect_expiry, disconnect_expiry):
+    """A version 5 session with a subscription, its DISCONNECT saying disconnect_expiry."""
+    client = Paho(mqtt_broker, "expiring", "5", clean=False)
+    client.connect(session_expiry=connect_expiry)
+    client.subscribe("expiring/#", 1)
+    props = Properties(PacketTypes.DISCONNECT)
+    props.SessionExpiryInterval = disconnect_expiry
+    client.client.disconnect(properties=props)
+    client.client.loop_stop()
+
+
+def _present(mqtt_broker):
+    back = Paho(mqtt_broker, "expiring", "5", clean=False).connect(session_expiry=0)
+    present = back.flags.session_present
+    back.stop()
+    return present
+
+
+def test_the_session_expiry_of_a_disconnect_replaces_the_connect_s(mqtt_broker):
+    """3.14.2.2.2: 1 s at CONNECT and 5 at DISCONNECT keeps the session past 3 s; 5 and then 0
+    ends it with the connection."""
+    _session(mqtt_broker, 1, 5)
+    time.sleep(3)
+    assert _present(mqtt_broker) is True, mqtt_broker.kind
+    _session(mqtt_broker, 5, 0)
+    time.sleep(0.5)
+    assert _present(mqtt_broker) is False, mqtt_broker.kind
+
+
+def test_a_message_expiry_interval_says_what_is_left_of_it(mqtt_broker):
+    """[MQTT-3.3.2-6]: a message that waited 3 s of its 6 is delivered with 3 left (2 where
+    the seconds turn over), queued for a session or retained."""
+    sub = Paho(mqtt_broker, "expiry-sub", "5", clean=False).connect(session_expiry=60)
+    sub.subscribe("expiry/#", 1)
+    sub.client.disconnect()
+    sub.client.loop_stop()
+    publisher = Paho(mqtt_broker, "expiry-publisher", "5").connect()
+    publisher.publish("expiry/queued", b"q", 1, publish_props(MessageExpiryInterval=6))
+    publisher.client.publish(
+        "expiry/kept", b"r", 1, retain=True, properties=publish_props(MessageExpiryInterval=6)
+    ).wait_for_publish(10)
+    time.sleep(3)
+    back = Paho(mqtt_broker, "expiry-sub", "5", clean=False).connect(session_expiry=0)
+    queued = back.take(2)  # (the queued message, and the retained one as published live)
+    late = Paho(mqtt_broker, "expiry-late", "5").connect()
+    late.subscribe("expiry/kept", 1)
+    retained = late.take(1)
+    for topic, _m, _q, _r, props in queued + retained:
+        assert props.MessageExpiryInterval in (2, 3), (topic, props.MessageExpiryInterval, mqtt_broker.kind)
+    for client in (back, late, publisher):
+        client.stop()
+
+
+def test_the_payload_format_indicator_reaches_the_subscriber(mqtt_broker):
+    """[MQTT-3.3.2-4]: the Payload Format Indicator goes to the subscriber unaltered."""
+    sub = Paho(mqtt_broker, "format-sub", "5").connect()
+    sub.subscribe("format/#", 1)
+    publisher = Paho(mqtt_broker, "format-publisher", "5").connect()
+    publisher.publish("format/text", "grüße".encode(), 1, publish_props(PayloadFormatIndicator=1))
+    publisher.publish("format/bytes", b"\xff", 1)
+    got = {t: getattr(p, "PayloadFormatIndicator", None) for t, _m, _q, _r, p in sub.take(2)}
+    assert got == {"format/text": 1, "format/bytes": None}, mqtt_broker.kind
+    sub.stop()
+    publisher.stop()
+
+
+def test_a_delayed_will_never_goes_out_before_its_delay(mqtt_broker):
+    """[MQTT-3.1.3-9]: a will with a Will Delay Interval of 1 s goes out no sooner than 1 s after
+    the connection ends, each of four times."""
+    watcher = Paho(mqtt_broker, "delay-watcher", "5").connect()
+    watcher.subscribe("delay/#", 1)
+    waited = []
+    for n in range(4):
+        node = Paho(mqtt_broker, "delay-node-%d" % n, "5", clean=False)
+        props = Properties(PacketTypes.WILLMESSAGE)
+        props.WillDelayInterval = 1
+        node.client.will_set("delay/node", b"offline", 1, False, props)
+        node.connect(session_expiry=60)
+        time.sleep(0.05 + 0.05 * n)  # (the cut falls at another moment of the broker's clock each time)
+        node.client.loop_stop()
+        cut = time.monotonic()
+        node.client.socket().shutdown(socket.SHUT_RDWR)
+        assert watcher.take(1)[0][:2] == ("delay/node", b"offline")
+        waited.append(time.monotonic() - cut)
+    assert min(waited) >= 1.0, (waited, mqtt_broker.kind)
+    watcher.stop()
