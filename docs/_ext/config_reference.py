@@ -39,7 +39,10 @@ DESCRIPTIONS.update(
         "the connection with 530; any channel number from 1 to 65535 opens.",
         "limits.heartbeat": "The heartbeat interval in seconds offered in `connection.tune` (the client may "
         "choose less, or 0 for none). A client silent for two intervals is disconnected.",
-        "limits.max_connections": "Connections at once; `connection.open` beyond it is refused with 530.",
+        "limits.max_connections": "Connections at once (AMQP and MQTT together); `connection.open` beyond it is "
+        "refused with 530, an MQTT CONNECT with CONNACK 0x89, Server busy (3.1.1: 3). Without a board profile, on CPython, "
+        "the default is what the process's file descriptors allow, when that is more: `hutch serve` raises its "
+        "soft limit (`ulimit -n`) to the hard one and keeps 100 for its own files.",
         "limits.max_queues": "Queues at once; a declare beyond it closes the channel with 406.",
         "limits.max_exchanges": "Exchanges at once (the predeclared ones included); beyond it: 406.",
         "limits.max_bindings": "Bindings at once; beyond it: 406.",
