@@ -88,9 +88,16 @@ def cpu_seconds(pid):
     --rabbitmq broker given without --rabbitmq-pid)."""
     if pid is None:
         return None
+    user, system = cpu_times(pid)
+    return user + system
+
+
+def cpu_times(pid):
+    """(user, system) CPU seconds process pid has used so far."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def rss_kb(pid):

@@ -125,7 +125,9 @@ def micropython_bytes_per_sensor(workdir):
 
 
 def measure(broker, count, sensors, seconds):
-    p99, cpu, _ = mqtt_load.fan_in(broker.host, broker.mqtt_port, broker.pid, sensors, RATE, seconds, numbered=True)
+    p99, cpu, _, _split = mqtt_load.fan_in(
+        broker.host, broker.mqtt_port, broker.pid, sensors, RATE, seconds, numbered=True
+    )
     return {"confirms": confirms(broker.host, broker.port, count), "fan-in-p99": p99, "fan-in-cpu": cpu}
 
 

@@ -184,6 +184,8 @@ def rows(size):
         ("qos1", "MQTT QoS 1, 16 B, window %d, subscriber acks" % WINDOW, "msg/s"),
         ("fan-in-p99", "fan-in: %d sensors x %d msg/s, QoS 1: p99 latency" % (size["sensors"], RATE), "ms"),
         ("fan-in-cpu", "... broker CPU per message", "µs"),
+        ("fan-in-user", "... of it user (the broker's own code)", "µs"),
+        ("fan-in-system", "... of it system (the kernel: sockets, disk)", "µs"),
         ("fan-out", "fan-out: 1 -> %d subscribers, QoS 0: deliveries" % FANOUT, "msg/s"),
         ("overload", "QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered", "%"),
         ("idle", "RSS per idle MQTT connection (%d)" % size["idle"], "KB"),
@@ -217,7 +219,7 @@ def uplink(key, workdir, count):
 
 def measure(host, port, pid, count, size):
     """{row: figure} of one broker."""
-    p99, cpu, _ = mqtt_load.fan_in(host, port, pid, size["sensors"], RATE, size["seconds"])
+    p99, cpu, _, (user, system) = mqtt_load.fan_in(host, port, pid, size["sensors"], RATE, size["seconds"])
     pubacked, delivered = mqtt_load.overload(host, port, size["overload"], WINDOW)
     per_conn, held = mqtt_load.idle(host, port, pid, size["idle"])
     return {
@@ -225,6 +227,8 @@ def measure(host, port, pid, count, size):
         "qos1": throughput(host, port, 1, max(1000, count // 4)),
         "fan-in-p99": p99,
         "fan-in-cpu": cpu,
+        "fan-in-user": user,
+        "fan-in-system": system,
         "fan-out": mqtt_load.fan_out(host, port, FANOUT, size["fanout"]),
         "overload": 100.0 * delivered / pubacked,
         "idle": per_conn,

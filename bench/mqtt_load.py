@@ -25,7 +25,7 @@ import threading
 import time
 
 from ..mqtt import packets
-from .brokers import BenchError, cpu_seconds, rss_kb
+from .brokers import BenchError, cpu_times, rss_kb
 
 STAMP = struct.Struct(">Q")  # a reading's payload starts with its publish time, in ns
 SUBSCRIBER_RATE = 2000  # messages a second the overload row's subscriber takes at most
@@ -131,7 +131,8 @@ def percentile(values, p):
 
 
 def fan_in(host, port, pid, sensors, rate, seconds, numbered=False):
-    """(p99 latency in ms, broker CPU per message in µs, messages delivered) of SENSORS at RATE.
+    """(p99 latency in ms, broker CPU per message in µs, messages delivered, (its user and its
+    system CPU per message in µs)) of SENSORS at RATE.
     numbered: each reading a JSON object that names it (x-sensor-id, x-sensor-seq: what the
     broker deduplicates by) and carries its publish time, instead of the time alone."""
     subscriber = Conn(host, port, b"fan-in-collector")
@@ -153,7 +154,7 @@ def fan_in(host, port, pid, sensors, rate, seconds, numbered=False):
     pad = b"x" * 8
     interval = 1.0 / rate
     start = time.perf_counter()
-    cpu_before = cpu_seconds(pid)
+    user_before, system_before = cpu_times(pid)
     due = [start + (i / sensors) * interval for i in range(sensors)]  # each sensor's first reading, spread
     sent = [0] * sensors
     deadline = start + seconds + 60
@@ -173,10 +174,11 @@ def fan_in(host, port, pid, sensors, rate, seconds, numbered=False):
                 conn.send(packets.publish(b"sensors/%d/temp" % i, payload, 1, packet_id=sent[i] % 65535 + 1))
         received(selector.select(timeout=0.002), on_packet, "fan-in")
         subscriber.flush()
-    cpu = cpu_seconds(pid) - cpu_before
+    user, system = cpu_times(pid)
+    user, system = (user - user_before) / total * 1e6, (system - system_before) / total * 1e6
     for conn in conns + [subscriber]:
         conn.close()
-    return percentile(latencies, 99) / 1e6, cpu / total * 1e6, len(latencies)
+    return percentile(latencies, 99) / 1e6, user + system, len(latencies), (user, system)
 
 
 def fan_out(host, port, subscribers, count):

@@ -320,7 +320,7 @@ def test_mqtt_rows_against_hutch_and_mosquitto(tmp_path):
     lines = done.stdout.splitlines()
     assert "hutch/mosquitto" in lines[0]
     for title in ("MQTT QoS 0, 16 B", "MQTT QoS 1, 16 B", "fan-in: 50 sensors", "... broker CPU per message",
-                  "fan-out: 1 -> 100", "RSS per idle MQTT connection (500)",
+                  "... of it user", "... of it system", "fan-out: 1 -> 100", "RSS per idle MQTT connection (500)",
                   "uplink: QoS 1 -> gateway -> its bridge -> mosquitto"):  # fmt: skip
         row = [line for line in lines if line.startswith(title)]
         assert row, done.stdout
