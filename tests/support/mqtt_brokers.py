@@ -141,3 +141,12 @@ class Paho:
     def stop(self):
         self.client.disconnect()
         self.client.loop_stop()
+
+
+def nothing_within(client, seconds):
+    """True when nothing is delivered to a Paho client within seconds; else what came fails."""
+    try:
+        got = client.got.get(timeout=seconds)
+    except queue.Empty:
+        return True
+    raise AssertionError("delivered: %r" % (got,))

@@ -3,21 +3,12 @@ mosquitto alike (the `mqtt_broker` fixture): `$` topics and wildcards, retained 
 dotted filters, a DISCONNECT's Session Expiry Interval, what is left of a Message Expiry
 Interval, the Payload Format Indicator, and a delayed will's delay."""
 
-import queue
 import socket
 import time
 
-from mqtt_brokers import Paho
+from mqtt_brokers import Paho, nothing_within
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-
-
-def nothing_within(client, seconds):
-    try:
-        got = client.got.get(timeout=seconds)
-    except queue.Empty:
-        return True
-    raise AssertionError("delivered: %r" % (got,))
 
 
 def publish_props(**values):

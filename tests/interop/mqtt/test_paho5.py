@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from brokers import BIN
-from mqtt_brokers import Paho
+from mqtt_brokers import Paho, nothing_within
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -20,14 +20,6 @@ def subscription_id(n):
     props = Properties(PacketTypes.SUBSCRIBE)
     props.SubscriptionIdentifier = n
     return props
-
-
-def nothing_within(client, seconds):
-    try:
-        got = client.got.get(timeout=seconds)
-    except queue.Empty:
-        return True
-    raise AssertionError("delivered: %r" % (got,))
 
 
 def test_no_local_retain_as_published_and_subscription_identifiers(mqtt_broker):
