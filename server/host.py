@@ -1,4 +1,5 @@
-"""What a broker on CPython runs beside its listeners: DATA/status.json every two seconds
+"""What a broker on CPython runs beside its listeners: `max_connections` as its file descriptors
+allow where nothing set it (ports/descriptors.py), DATA/status.json every two seconds
 (ports/status_file.py), the control socket (ports/control_socket.py, answered by
 server/control.py), the users an earlier `hutch ctl import` kept (DATA/users.json), and what
 systemd is told (ports/systemd.py: READY=1 once every listener accepts, the watchdog). A board
@@ -11,6 +12,7 @@ runs none of it (server/startup.py host_services), and its bundle leaves this mo
 import asyncio
 
 from ..ports.control_socket import ControlSocket
+from ..ports.descriptors import fit_connections
 from ..ports.status_file import StatusWriter
 from ..ports.systemd import Notifier
 from .control import Control, load_users
@@ -28,6 +30,7 @@ class HostServices:
         self.ready_task = None
 
     async def start(self):
+        fit_connections(self.runtime.broker.limits)  # (before the listeners open)
         add_imported_users(self.folder, self.runtime.broker.users, self.runtime.log)
         self.status.start()
         control = ControlSocket(self.folder, self.controller.handle, self.runtime.log)

@@ -103,10 +103,6 @@ def settings(args):
     else:
         profile = boards.load("unix")
         limits = config.limits_from(data, path)
-        if "max_connections" not in data.get("limits", {}) and sys.implementation.name != "micropython":
-            from ..ports.descriptors import connection_budget  # pyright: ignore[reportMissingImports] (CPython only)
-
-            limits.max_connections = max(limits.max_connections, connection_budget())
     explicit_baud = _checked(args, server, path, "baud")
     baud = explicit_baud or 115200  # (serial links whose profile entry sets none)
     stats = _checked(args, server, path, "stats_interval", 60 if sys.implementation.name == "micropython" else 0)

@@ -27,6 +27,7 @@ nothing: the broker goes on with the config it runs, and the answer says why in 
 
 import asyncio
 
+from ..ports.descriptors import fit_connections
 from . import config, options
 from .bridge_setup import bridge_tls_files, make_bridges, set_uplink, take_in_left_behind
 from .open_logins import apply_users
@@ -55,6 +56,7 @@ class Reloader:
         async with self.lock:
             try:
                 new = options.settings(self.args)
+                fit_connections(new["limits"])  # (as the start did: server/host.py)
                 for bridge in new["bridges"]:
                     bridge_tls_files(bridge)
                 self._check_bridges(new["bridges"])
