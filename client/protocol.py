@@ -209,6 +209,15 @@ class Protocol(ReadBuffer):
         if method_id == spec.CONNECTION_CLOSE:
             self.state = "closing"  # deliveries that arrive now are dropped (the broker requeues them)
 
+    def ack(self, tag, multiple=False):
+        """basic.ack: the delivery of tag (and every one before it, multiple) is done with."""
+        self.send(spec.BASIC_ACK, (tag, multiple))
+
+    def nack(self, tag, requeue=True, multiple=False):
+        """basic.nack: the delivery of tag (and every one before it, multiple) refused, back to
+        its queue (requeue) or to its dead-letter exchange, if any."""
+        self.send(spec.BASIC_NACK, (tag, multiple, requeue))
+
     def send(self, method_id, args=()):
         """Send a method frame (connection methods on channel 0). OSError ENOTCONN if the
         connection, or the channel, is not open."""

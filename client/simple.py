@@ -273,11 +273,11 @@ class Client:
         return self._call(spec.BASIC_GET, (0, queue, no_ack))
 
     def ack(self, tag, multiple=False):
-        self.protocol.send(spec.BASIC_ACK, (tag, multiple))
+        self.protocol.ack(tag, multiple)
         self._flush()
 
     def nack(self, tag, requeue=True, multiple=False):
-        self.protocol.send(spec.BASIC_NACK, (tag, multiple, requeue))
+        self.protocol.nack(tag, requeue, multiple)
         self._flush()
 
     def check_msg(self):

@@ -176,20 +176,24 @@ class Protocol(Upstream):
 
     # -- down: deliveries acked ------------------------------------------------------------
 
-    def send(self, method, args):
-        """The down machine's answer for deliveries (0-9-1's words, server/bridge.py): basic.ack
-        (tag, multiple) PUBACKs every delivery up to tag, in order; basic.nack without requeue
-        (no local queue takes it) PUBACKs it too (5.0: "no matching subscribers"); with requeue
-        nothing is sent: the link ends and the broker sends it again on the next one."""
-        tag, requeue = args[0], len(args) > 2 and args[2]
-        if requeue:
-            return
-        code = packets.SUCCESS if len(args) == 2 else packets.NO_MATCHING_SUBSCRIBERS
+    def ack(self, tag, multiple=False):
+        """Deliveries held here as promised (the down machine's to_ack, server/bridge.py): the
+        PUBACK of tag, or of every delivery up to it, in order."""
+        self._puback(tag, multiple, packets.SUCCESS)
+
+    def nack(self, tag, requeue):
+        """A delivery refused here: without requeue (no local queue takes it) PUBACKed too (5.0:
+        "no matching subscribers"); with requeue nothing is sent: the link ends and the broker
+        sends it again on the next one."""
+        if not requeue:
+            self._puback(tag, False, packets.NO_MATCHING_SUBSCRIBERS)
+
+    def _puback(self, tag, multiple, code):
         ids = self._ids
         for held in sorted(ids):
             if held > tag:
                 break
-            if held == tag or len(args) == 2 and args[1]:
+            if held == tag or multiple:
                 self._send(packets.ack(PUBACK, ids.pop(held), code, self.level))
 
     # -- input ----------------------------------------------------------------------------

@@ -359,9 +359,9 @@ class _Link:
             elif isinstance(event, Message):
                 self.message(event)
             elif isinstance(event, list):  # (MQTT) a delivery, as the down machine takes it
-                action = machine.delivered(*event)
-                if action is not None:
-                    protocol.send(action[0], action[1])
+                refused = machine.delivered(*event)
+                if refused is not None:
+                    protocol.nack(refused[0], refused[1])
             elif isinstance(event, ConnectionClosed):
                 raise LinkError(_closed_reason(event, protocol))
             elif isinstance(event, ChannelClosed):
@@ -384,7 +384,7 @@ class _Link:
         if isinstance(raw, dict) or raw is None:  # no properties (or already decoded): a bare header
             raw = struct.pack(">HHQH", 60, 0, len(message.body), 0)
         body = message.body
-        action = machine.delivered(
+        refused = machine.delivered(
             message.delivery_tag,
             _bytes(message.exchange),
             _bytes(message.routing_key),
@@ -392,8 +392,8 @@ class _Link:
             struct.pack(">I", len(body)) + bytes(body) + b"\xce" if body else None,
             len(body),
         )
-        if action is not None:
-            self.protocol.send(action[0], action[1])
+        if refused is not None:
+            self.protocol.nack(refused[0], refused[1])
 
     def send(self):
         """What the machine says goes upstream now: up, the messages that may go, a slice at a
@@ -402,9 +402,9 @@ class _Link:
         encoded, and upstream confirmed it whole, the two taking turns); down, the ack."""
         machine = self.machine
         if not self.bridge.up:
-            action = machine.to_ack()
-            if action is not None:
-                self.protocol.send(action[0], action[1])
+            tag = machine.to_ack()
+            if tag:
+                self.protocol.ack(tag, True)
             return
         left = machine.sendable(self.bridge.clock.now_ms())
         if machine.wake_ms:  # a rate holds the rest back: ask again then

@@ -3,8 +3,9 @@
 Its local side is core/bridge/inbox.py; the state, URIs and backoff are core/bridge/machine.py's.
 Per link, after the handshake: set-up (a passive declare of the upstream queue, whose message
 count is the backlog shown; basic.qos with prefetch; basic.consume), then each delivery is
-published here (`delivered`: what to answer upstream at once, if anything) and acked upstream
-once held here as promised (`to_ack`). A message that no local queue takes is refused
+published here (`delivered`: a refusal to send upstream at once, if any) and acked upstream
+once held here as promised (`to_ack`), in neutral words each client says in its protocol's
+(ack and nack: client/protocol.py, mqtt/client.py). A message that no local queue takes is refused
 upstream (nack without requeue: its dead-letter exchange there, if any); one this broker
 refuses for now (memory, disk, a full queue) goes back (nack, requeue) and the link ends, to
 back off.
@@ -52,8 +53,9 @@ class DownMachine(Machine):
             self.upstream_backlog = args[1]
 
     def delivered(self, tag, exchange, routing_key, header_tail, body_tail, body_size):
-        """A delivery from upstream, published here: None (acked once held: to_ack), or the
-        method to send upstream now, (method_id, args)."""
+        """A delivery from upstream, published here: None (acked once held: to_ack), or
+        (tag, requeue): refuse it upstream now (the client's nack), back to its queue there or
+        not."""
         outcome = self.inbox.receive(tag, exchange, routing_key, header_tail, body_tail, body_size)
         if outcome == DROP:
             self.log(
@@ -61,20 +63,20 @@ class DownMachine(Machine):
                 "bridge %s: no local queue takes a message routed '%s': refused to upstream (its dead-letter exchange, if any)"
                 % (self.name, routing_key.decode() if isinstance(routing_key, bytes) else routing_key),
             )
-            return (spec.BASIC_NACK, (tag, False, False))
+            return (tag, False)
         if outcome == REQUEUE:
             self.refused = "this broker refused a message (memory, disk or a full queue): back to upstream"
-            return (spec.BASIC_NACK, (tag, False, True))
+            return (tag, True)
         return None
 
     def to_ack(self):
-        """The ack to send upstream now, (method_id, args), or None: every delivery up to the
-        tag is held here as promised."""
+        """The tag to ack upstream now with every delivery before it (the client's ack, multiple),
+        all held here as promised; 0: none."""
         tag = self.inbox.ackable()
         if tag > self.acked:
             self.acked = tag
-            return (spec.BASIC_ACK, (tag, True))
-        return None
+            return tag
+        return 0
 
     def running(self):
         pass

@@ -5,7 +5,6 @@ tests/micropython runs these under MicroPython too."""
 
 from harness_mqtt import Client, published
 
-from hutch.codec import spec
 from hutch.core.broker import Broker
 from hutch.core.content import tails
 from hutch.core.limits import Limits
@@ -106,7 +105,7 @@ def test_a_downlink_subscribes_and_pubacks_what_the_bridge_acked():
     tag, _exchange, _key, header_tail, body_tail, size = deliveries[1]
     assert body_tail[4:-1] == b"open 1" and size == 6
     assert b"\x01n" in header_tail  # (the user property, a header of the stored form)
-    client.send(spec.BASIC_ACK, (2, True))  # the first two held here: PUBACKed, in order
+    client.ack(2, True)  # the first two held here: PUBACKed, in order
     out = client.data_to_send()
     assert packets.split(out, 0, 100) is not None and out[0] >> 4 == packets.PUBACK
     assert sorted(client._ids) == [3]
