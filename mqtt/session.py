@@ -408,7 +408,7 @@ class Session:
                 broker.delivered(queue, entry, True)
                 return
         key = message.routing_key
-        if key[:1] == b"$" and not dollar_wanted(queue, self.serving.exchange, key):
+        if key.startswith(b"$") and not dollar_wanted(queue, self.serving.exchange, key):
             broker.delivered(queue, entry, True)  # (a `$` topic its wildcard filter must not match)
             return
         qos = 0 if consumer.no_ack else 1

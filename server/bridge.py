@@ -32,6 +32,7 @@ import time
 
 from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
 from ..codec import spec
+from ..codec.wire import text
 from ..core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
 from ..ports.clock import Clock, sleep_ms
 from ..ports.interrupt import guarded
@@ -210,20 +211,21 @@ class Bridge:
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         frame_max = uri["frame_max"] or self.broker.limits.frame_max
-        protocol, login = uri["protocol"], None  # (server/upstreams.py: the protocols a bridge speaks)
+        login = None
         settings = self.machine.settings
         name = self.machine.name
-        if protocol == "1.0":
+        speaks = uri["protocol"]  # (server/upstreams.py: the protocols a bridge speaks)
+        if speaks == "1.0":
             from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
 
             protocol, login = bridge10.connect(self.machine, uri, frame_max, now)
-        elif protocol == "mqtt":
+        elif speaks == "mqtt":
             from ..mqtt.client import Protocol as MQTTProtocol  # (loaded only by a bridge over MQTT)
 
             protocol = MQTTProtocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)
             protocol.connect(
                 now,
-                settings["client_id"] or "%s-%s" % (_text(self.node), name),
+                settings["client_id"] or "%s-%s" % (text(self.node), name),
                 uri["user"] if uri["login"] else None,
                 uri["password"],
                 uri["heartbeat"],
@@ -603,7 +605,3 @@ def _os_reason(e):
     if kind.startswith("SSL"):
         return "TLS: %s" % e
     return getattr(e, "strerror", None) or str(e) or kind
-
-
-def _text(value):
-    return value.decode() if isinstance(value, (bytes, bytearray)) else value
