@@ -24,21 +24,22 @@ attached once the token is taken, and put_token() renews it on the same links.
 Each message goes as an unsettled transfer (or pre-settled, `settled=True`), numbered from 1
 on each connection as the bridge's outbox numbers what it sends, in as many frames as the
 smaller of the two max-frame-sizes needs. What a bridge needs of the outcomes comes out in
-the outcomes' own words, which the bridge's machine takes from either protocol
-(core/bridge/machine.py; server/bridge.py tell):
+the bridge's words (codec/upstream.py), which its machine takes from every protocol
+(core/bridge/machine.py, through server/bridge.py):
 
-- ("accepted", (seq, multiple));
-- ("rejected", (seq, multiple, why)), ("released", (seq, multiple, why)): `rejected`, or
+- (ACCEPTED, seq, multiple);
+- (REJECTED, seq, multiple, why) for `rejected`, (RELEASED, seq, multiple, why) for
   `released` or `modified` (why: the outcome and its error), which the bridge sends again;
-- Ended: the link, the session or the connection ended (ended.reason says how and why, with
-  the peer's condition: amqp:link:detach-forced, amqp:not-found...), or the login was refused.
+- (ENDED, reason, condition): the link, the session or the connection ended (the reason says
+  how and why, with the peer's condition: amqp:link:detach-forced, amqp:not-found...), or the
+  login was refused.
 
 MicroPython-clean: a board's bridge to a 1.0 cloud runs it (imported only by such a bridge).
 """
 
 import struct
 
-from ..codec.upstream import NO_LIMIT, Ended, Upstream
+from ..codec.upstream import NO_LIMIT, Upstream
 from ..codec.wire import text
 from ..core.message import Message
 from . import spec
@@ -161,7 +162,7 @@ class Protocol(Upstream):
         self._token_due = cbs is not None  # a token to put on $cbs once its links can take it
 
     def close(self, why=None):
-        """Close the connection (the peer answers with its close: an Ended event)."""
+        """Close the connection (the peer answers with its close: an ENDED event)."""
         if self.state >= OPENING and self.state != CLOSED:
             self._send(frame(0, spec.CLOSE, [why] if why is not None else []))
         self.channel_open = False
@@ -317,7 +318,7 @@ class Protocol(Upstream):
         return True
 
     def _end(self, reason, condition=None):
-        self._events.append(Ended(reason, condition))
+        self._events.append(("ended", reason, condition))
         self.state = CLOSED
         self.channel_open = False
 
@@ -501,11 +502,11 @@ class Protocol(Upstream):
             in_flight = self.in_flight
             if in_flight[: len(settled)] == settled:  # the oldest ones: one event for them all
                 del in_flight[: len(settled)]
-                self._events.append(("accepted", (settled[-1], True)))
+                self._events.append(("accepted", settled[-1], True))
                 return
             for seq in settled:
                 in_flight.remove(seq)
-                self._events.append(("accepted", (seq, False)))
+                self._events.append(("accepted", seq, False))
             return
         why = OUTCOMES.get(code or 0, "settled without an outcome")
         if code == spec.REJECTED and state.value:
@@ -515,7 +516,7 @@ class Protocol(Upstream):
         said = "rejected" if code == spec.REJECTED else "released"
         for seq in settled:
             self.in_flight.remove(seq)
-            self._events.append((said, (seq, False, why)))
+            self._events.append((said, seq, False, why))
 
     def _settled(self, first, last):
         """The seqs of our messages with delivery ids first to last, in order, forgotten (a

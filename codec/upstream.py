@@ -1,6 +1,6 @@
 """What the bridge's clients for AMQP 1.0 and MQTT (amqp10/client.py, mqtt/client.py) share
 around their protocol, beside the read buffer they both are (codec/readbuffer.py): the output
-they queue, the events they read, their idle clocks, and the event that says a link ended.
+they queue, the events they read (in codec/events.py's words) and their idle clocks.
 (The 0-9-1 client, client/protocol.py, keeps its own: a sensor node's, with a send buffer of its
 own; a board loads this only with a bridge over 1.0 or MQTT.)
 """
@@ -12,18 +12,6 @@ NO_LIMIT = 1 << 29  # tick(): no time-out to wait for (a small int on every port
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
     from typing import Callable
-
-
-class Ended:
-    """An event: the connection (over AMQP 1.0: a link or session) ended, or the login was
-    refused. reason: a line for the log; condition: the peer's error condition, where it says one."""
-
-    def __init__(self, reason, condition=None):
-        self.reason = reason
-        self.condition = condition
-
-    def __repr__(self):
-        return "Ended(%r)" % self.reason
 
 
 class Upstream(ReadBuffer):

@@ -26,13 +26,9 @@ import binascii
 import errno
 import os
 import random
-import struct
 import sys
 import time
 
-from ..client.protocol import ChannelClosed, ConnectionClosed, Message, Protocol
-from ..codec import spec
-from ..codec.wire import text
 from ..core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
 from ..ports.clock import Clock, sleep_ms
 from ..ports.interrupt import guarded
@@ -88,8 +84,10 @@ class Bridge:
                 broker.bridge_runs = run_starts(data_folder, broker.journal.next_id)  # once per start
             saved = None
             if queues[0].is_stream and data_folder is not None:
-                self.offsets = offset_path(data_folder, settings["name"])
-                saved = read_offset(self.offsets)
+                from . import bridge_offsets  # (loaded only by a stream source)
+
+                self.offsets = bridge_offsets.offset_path(data_folder, settings["name"])
+                saved = bridge_offsets.read_offset(self.offsets)
             machine = UpMachine(broker, settings, log, random.getrandbits, queues, node, self.output.set, saved)
             self.machine = machine
             thresholds = settings["alarm_backlog"] or settings["alarm_age"] or settings["alarm_bytes"]
@@ -158,6 +156,8 @@ class Bridge:
         saving = machine.offset_to_save(self.clock.now_ms(), force)
         if saving is None:
             return
+        from .bridge_offsets import write_offset  # (a stream source's: loaded with it)
+
         try:
             write_offset(self.offsets, saving[0], saving[1], saving[2])
         except OSError as e:  # said, and written again at the next move: a lag only resends
@@ -207,44 +207,19 @@ class Bridge:
 
     def start_protocol(self, uri, now):
         """(the client protocol of a link just opened to uri, its handshake queued; an IoT Hub
-        login to renew, or None), and the machine told (its connection_timeout counts from now)."""
+        login to renew, or None), and the machine told (its connection_timeout counts from now).
+        Each protocol's driver is loaded only by a bridge that speaks it."""
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         frame_max = uri["frame_max"] or self.broker.limits.frame_max
-        login = None
-        settings = self.machine.settings
-        name = self.machine.name
         speaks = uri["protocol"]  # (server/upstreams.py: the protocols a bridge speaks)
         if speaks == "1.0":
-            from . import bridge10  # (loaded only by a bridge over AMQP 1.0)
-
-            protocol, login = bridge10.connect(self.machine, uri, frame_max, now)
+            from . import bridge10 as driver
         elif speaks == "mqtt":
-            from ..mqtt.client import Protocol as MQTTProtocol  # (loaded only by a bridge over MQTT)
-
-            protocol = MQTTProtocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)
-            protocol.connect(
-                now,
-                settings["client_id"] or "%s-%s" % (text(self.node), name),
-                uri["user"] if uri["login"] else None,
-                uri["password"],
-                uri["heartbeat"],
-                settings["session_expiry"],
-                settings["topic"],
-                settings["filters"],
-                settings["exchange"],
-            )
+            from . import bridgemqtt as driver
         else:
-            protocol = Protocol(frame_max=frame_max)
-            protocol.connect(
-                now,
-                uri["user"],
-                uri["password"],
-                uri["vhost"],
-                uri["heartbeat"],
-                "hutch bridge " + name,
-                mechanism=uri["auth_mechanism"],
-            )
+            from . import bridge091 as driver
+        protocol, login = driver.connect(self, uri, frame_max, now)
         self.machine.opened(now)
         return protocol, login
 
@@ -350,52 +325,39 @@ class _Link:
         return size
 
     def _events(self):
+        """Each event the protocol has, in the bridge's words (codec/upstream.py), told to the
+        machine; the link's end raised."""
         protocol = self.protocol
         machine = self.machine
         while True:
             event = protocol.next_event()
             if event is None:
                 return
-            if isinstance(event, tuple):
-                tell(machine, event[0], event[1])
-            elif isinstance(event, Message):
-                self.message(event)
-            elif isinstance(event, list):  # (MQTT) a delivery, as the down machine takes it
-                refused = machine.delivered(*event)
+            kind = event[0]
+            if kind == "accepted":
+                machine.accepted(event[1], event[2])
+            elif kind == "delivery":
+                refused = machine.delivered(event[1], event[2], event[3], event[4], event[5], event[6])
                 if refused is not None:
                     protocol.nack(refused[0], refused[1])
-            elif isinstance(event, ConnectionClosed):
-                raise LinkError(_closed_reason(event, protocol))
-            elif isinstance(event, ChannelClosed):
-                raise LinkError("upstream closed the channel: %d %s" % (event.code, event.text))
-            elif self.closed_at:  # (AMQP 1.0: the answer to the close of a renewal)
+            elif kind == "rejected":
+                machine.rejected(event[1], event[2], event[3])
+            elif kind == "released":
+                machine.released(event[1], event[2], event[3])
+            elif kind == "reply":
+                machine.replied(event[1], event[2])
+            elif kind == "returned":
+                machine.returned(event[1], event[2], event[3])
+            elif kind == "flow":
+                machine.flow(event[1])
+            elif kind == "blocked":
+                machine.blocked(event[1])
+            elif kind == "unblocked":
+                machine.unblocked()
+            elif self.closed_at:  # ("ended",) the answer to the close of a renewal (server/bridge10.py)
                 raise Renewed()
-            else:  # AMQP 1.0: the link, session or connection ended (amqp10/client.py Ended)
-                raise LinkError(event.reason)
-
-    def message(self, message):
-        """A message from upstream: up, a basic.return (mandatory: its confirm follows); down,
-        a delivery, published here."""
-        machine = self.machine
-        if self.bridge.up:
-            machine.returned(message.properties.get("headers") or {}, message.reply_code, message.reply_text)
-            return
-        if message.kind != spec.BASIC_DELIVER:
-            return
-        raw = message._raw
-        if isinstance(raw, dict) or raw is None:  # no properties (or already decoded): a bare header
-            raw = struct.pack(">HHQH", 60, 0, len(message.body), 0)
-        body = message.body
-        refused = machine.delivered(
-            message.delivery_tag,
-            _bytes(message.exchange),
-            _bytes(message.routing_key),
-            struct.pack(">I", len(raw)) + raw + b"\xce",
-            struct.pack(">I", len(body)) + bytes(body) + b"\xce" if body else None,
-            len(body),
-        )
-        if refused is not None:
-            self.protocol.nack(refused[0], refused[1])
+            else:  # ("ended", reason, condition)
+                raise LinkError(event[1])
 
     def send(self):
         """What the machine says goes upstream now: up, the messages that may go, a slice at a
@@ -477,39 +439,6 @@ class _Link:
             bridge.output.set()
 
 
-# ---------------------------------------------------------------- a stream source's offset file
-
-
-def offset_path(folder, name):
-    """DATA/bridge-NAME.offset (the name as hex: any name makes a file name)."""
-    return "%s/bridge-%s.offset" % (folder, binascii.hexlify(name.encode()).decode())
-
-
-def read_offset(path):
-    """(offset, lane, stream name) from a bridge's offset file: one line, "OFFSET LANE
-    STREAM-NAME-AS-HEX"; None if there is none, or it cannot be read (the machine then starts
-    a new lane from the stream's first record: records go again, none is skipped)."""
-    try:
-        with open(path, "rb") as f:
-            parts = f.read().split()
-        return int(parts[0]), parts[1], binascii.unhexlify(parts[2])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def write_offset(path, offset, lane, stream_name):
-    """The offset file replaced whole: a new file, synced, renamed over the old one, so a crash
-    leaves the old file or the new one, never half of one."""
-    from ..ports.streams import sync_dir, sync_file  # (a stream source: loaded with its stream)
-
-    line = "%d %s %s\n" % (offset, lane.decode(), binascii.hexlify(stream_name).decode())
-    with open(path + ".new", "wb") as f:
-        f.write(line.encode())
-        sync_file(f)
-    os.rename(path + ".new", path)
-    sync_dir(path.rsplit("/", 1)[0])
-
-
 def day_seconds():
     """The local time of day in seconds, with its fraction where the port has one (a board's:
     its RTC's, which NTP sets as UTC): what the [uplink]'s windows count in."""
@@ -517,10 +446,6 @@ def day_seconds():
     whole = int(now)
     t = time.localtime(whole)
     return t[3] * 3600 + t[4] * 60 + t[5] + (now - whole)
-
-
-def _bytes(text):
-    return text.encode() if isinstance(text, str) else text
 
 
 def run_starts(data_folder, first_id):
@@ -562,34 +487,6 @@ def node_id(data_folder):
     with open(path, "w") as f:
         f.write(name + "\n")
     return name.encode()
-
-
-def tell(machine, said, args):
-    """What upstream said (a 0-9-1 method from client/protocol.py, or an AMQP 1.0 outcome from
-    amqp10/client.py: "accepted", "rejected", "released") in the machine's words
-    (core/bridge/machine.py): the one place that knows both protocols' names for them."""
-    if said == spec.BASIC_ACK or said == "accepted":
-        machine.accepted(args[0], args[1])
-    elif said == spec.BASIC_NACK:
-        machine.rejected(args[0], args[1], args[3] if len(args) > 3 else "basic.nack")
-    elif said == "rejected":
-        machine.rejected(args[0], args[1], args[2])
-    elif said == "released":
-        machine.released(args[0], args[1], args[2])
-    elif said == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
-        machine.flow(args[0])
-    elif said == spec.CONNECTION_BLOCKED:
-        machine.blocked(args[0] if args else "")
-    elif said == spec.CONNECTION_UNBLOCKED:
-        machine.unblocked()
-    else:
-        machine.replied(said, args)
-
-
-def _closed_reason(event, protocol):
-    if event.code == spec.ACCESS_REFUSED or (protocol.state != "open" and event.code == 530):
-        return "login refused: %d %s" % (event.code, event.text)
-    return "upstream closed the connection: %d %s" % (event.code, event.text)
 
 
 def _os_reason(e):

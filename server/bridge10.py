@@ -1,7 +1,7 @@
 """What a bridge over AMQP 1.0 adds to its driver (server/bridge.py), loaded only by a bridge
 whose URIs speak 1.0, so a board whose bridges speak 0-9-1 holds none of it:
 
-    connect(machine, uri, frame_max, now) -> (protocol, login)
+    connect(bridge, uri, frame_max, now) -> (protocol, login)
 
 the 1.0 client (amqp10/client.py) connecting, to its target: `address`, else RabbitMQ 4's
 address of `exchange` and `routing_key` when both are set, else none (a null target: each
@@ -17,8 +17,9 @@ RENEW_GRACE_MS = 10000  # at most this long for what is in flight to settle befo
 CLOSE_ANSWER_MS = 5000  # and for upstream to answer the close
 
 
-def connect(machine, uri, frame_max, now):
+def connect(bridge, uri, frame_max, now):
     """(the 1.0 client protocol, connecting; the IoT Hub login or None)."""
+    machine = bridge.machine
     settings = machine.settings
     hostname = settings["tls"]["server_name"] or uri["host"]
     address = settings["address"]

@@ -1,15 +1,19 @@
 # What of hutch.server goes onto a board (MicroPython's manifest syntax; see core/manifest.py):
 # the broker's entry point that firmware/main.py starts; all but control.py, host.py, listing.py
-# and reload.py, what serves `hutch ctl` and SIGHUP (CPython: a board has neither). monitoring.py: the
-# metrics port, loaded only when the config has one; bridge10.py, only by a bridge over AMQP 1.0;
-# upstreams.py, to check a config with bridges.
+# and reload.py, what serves `hutch ctl` and SIGHUP (CPython: a board has neither). monitoring.py:
+# the metrics port, loaded only when the config has one; bridge091.py, bridge10.py and
+# bridgemqtt.py, each only by a bridge over its protocol; bridge_offsets.py, only by a stream
+# source; upstreams.py, to check a config with bridges.
 package(
     "hutch/server",
     files=(
         "__init__.py",
         "bridge.py",
+        "bridge091.py",
         "bridge10.py",
+        "bridgemqtt.py",
         "bridge_config.py",
+        "bridge_offsets.py",
         "bridge_setup.py",
         "upstreams.py",
         "config.py",

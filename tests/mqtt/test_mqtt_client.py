@@ -9,7 +9,7 @@ from hutch.core.broker import Broker
 from hutch.core.content import tails
 from hutch.core.limits import Limits
 from hutch.mqtt import packets
-from hutch.mqtt.client import Ended, Protocol
+from hutch.mqtt.client import Protocol
 from hutch.mqtt.connection import Connection
 from hutch.mqtt.packets import V5, V311
 
@@ -70,7 +70,7 @@ def test_an_uplink_publishes_at_qos_1_and_each_puback_accepts_its_message():
             client.forward(b"amq.topic", b"sensors.t1", header_tail, body_tail, True)
         assert client.in_flight == [1, 2, 3]
         _pump(client, conn)
-        assert _events(client) == [("accepted", (n, False)) for n in (1, 2, 3)]
+        assert _events(client) == [("accepted", n, False) for n in (1, 2, 3)]
         assert client.in_flight == []
         got = [published(p, V5) for p in sink.read() if p.name == "PUBLISH"]
         assert [(topic, payload, qos) for topic, payload, qos, *_ in got] == [(b"dt/gw-1/sensors/t1", b"21.5", 0)] * 3
@@ -85,8 +85,8 @@ def test_a_refused_login_ends_the_link_with_the_brokers_reason():
     for level in (V311, V5):
         _broker, _sink, client, _conn = _linked(level, password=b"wrong")
         events = client.said
-        assert len(events) == 1 and isinstance(events[0], Ended), events
-        assert events[0].reason.startswith("login refused: CONNACK"), events[0].reason
+        assert len(events) == 1 and events[0][0] == "ended", events
+        assert events[0][1].startswith("login refused: CONNACK"), events[0]
         assert not client.channel_open
 
 
@@ -101,8 +101,8 @@ def test_a_downlink_subscribes_and_pubacks_what_the_bridge_acked():
         )
     _pump(client, conn)
     deliveries = _events(client)
-    assert [d[:3] for d in deliveries] == [[n + 1, b"amq.topic", b"cmd.gw-1.valve"] for n in range(3)]
-    tag, _exchange, _key, header_tail, body_tail, size = deliveries[1]
+    assert [d[:4] for d in deliveries] == [("delivery", n + 1, b"amq.topic", b"cmd.gw-1.valve") for n in range(3)]
+    _kind, tag, _exchange, _key, header_tail, body_tail, size = deliveries[1]
     assert body_tail[4:-1] == b"open 1" and size == 6
     assert b"\x01n" in header_tail  # (the user property, a header of the stored form)
     client.ack(2, True)  # the first two held here: PUBACKed, in order

@@ -1,0 +1,36 @@
+"""A stream source's offset file (DATA/bridge-NAME.offset): where a bridge that forwards from a
+stream queue stands in it, written as it moves and read at start, so a restart goes on from
+there (server/bridge.py; loaded only by such a bridge)."""
+
+import binascii
+import os
+
+
+def offset_path(folder, name):
+    """DATA/bridge-NAME.offset (the name as hex: any name makes a file name)."""
+    return "%s/bridge-%s.offset" % (folder, binascii.hexlify(name.encode()).decode())
+
+
+def read_offset(path):
+    """(offset, lane, stream name) from a bridge's offset file: one line, "OFFSET LANE
+    STREAM-NAME-AS-HEX"; None if there is none, or it cannot be read (the machine then starts
+    a new lane from the stream's first record: records go again, none is skipped)."""
+    try:
+        with open(path, "rb") as f:
+            parts = f.read().split()
+        return int(parts[0]), parts[1], binascii.unhexlify(parts[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_offset(path, offset, lane, stream_name):
+    """The offset file replaced whole: a new file, synced, renamed over the old one, so a crash
+    leaves the old file or the new one, never half of one."""
+    from ..ports.streams import sync_dir, sync_file  # (a stream source: loaded with its stream)
+
+    line = "%d %s %s\n" % (offset, lane.decode(), binascii.hexlify(stream_name).decode())
+    with open(path + ".new", "wb") as f:
+        f.write(line.encode())
+        sync_file(f)
+    os.rename(path + ".new", path)
+    sync_dir(path.rsplit("/", 1)[0])

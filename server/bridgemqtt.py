@@ -1,0 +1,31 @@
+"""What a bridge over MQTT adds to its driver (server/bridge.py), loaded only by a bridge whose
+URIs speak MQTT:
+
+    connect(bridge, uri, frame_max, now) -> (protocol, None)
+
+the MQTT client (mqtt/client.py) connecting with the bridge's client id (`client_id`, else
+NODE-NAME: one per broker and bridge, so that two gateways' bridges to one cloud never take
+each other's session), its session expiry, and what it publishes to (`topic`, up) or
+subscribes to (`filters`, down, delivered to `exchange`).
+"""
+
+from ..codec.wire import text
+from ..mqtt.client import Protocol
+
+
+def connect(bridge, uri, frame_max, now):
+    """(the MQTT client protocol, connecting; no login to renew)."""
+    settings = bridge.machine.settings
+    protocol = Protocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)
+    protocol.connect(
+        now,
+        settings["client_id"] or "%s-%s" % (text(bridge.node), bridge.machine.name),
+        uri["user"] if uri["login"] else None,
+        uri["password"],
+        uri["heartbeat"],
+        settings["session_expiry"],
+        settings["topic"],
+        settings["filters"],
+        settings["exchange"],
+    )
+    return protocol, None
