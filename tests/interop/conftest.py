@@ -79,9 +79,11 @@ def rabbitmq(tmp_path_factory):
     free ports on 127.0.0.1), stopped at the end. Its plugins: rabbitmq_amqp1_0, AMQP 1.0 on the
     same port, for the bridges that forward over 1.0 (it adds no measurable start time: 4.2-4.6 s
     with it and without it, load average 5-7), and rabbitmq_mqtt on mqtt_port, for the MQTT
-    tests' AMQP side. The tests that use it carry
-    xdist_group("rabbitmq"), so one worker runs them all and it starts once; the benchmark
-    tests, which start RabbitMQs of their own and count beam processes, are in that group too."""
+    tests' AMQP side. One per pytest-xdist worker, started by the worker's first test that
+    needs one: the tests against RabbitMQ are spread over the workers like any other (one
+    worker running them all, one after another, was the run's longest chain: 175 tests, 20
+    minutes). Each worker's tests run one at a time, so no two tests meet in its RabbitMQ;
+    a start costs about 5 s of CPU."""
     from hutch.bench.brokers import RabbitMQ
 
     mqtt_port = free_port()
@@ -103,12 +105,12 @@ def rabbitmq(tmp_path_factory):
 
 # ---------------------------------------------------------------- the Spark session of a run
 #
-# Two xdist groups hold what is slow, each run by one worker, one test after another, while
-# the other workers take the rest: "rabbitmq" (the run's RabbitMQ, and the Spark session below,
-# since some of its tests compare the two) and "spark" (the tests that start Spark jobs of
-# their own: `hutch pipeline`, the exactly-once kills, the standalone cluster, `hutch bench
-# --spark`). A Spark job keeps both cores busy; several at once on a 2-core machine took five
-# times as long each (one CI run), so they go one at a time, beside the RabbitMQ group.
+# Two xdist groups hold what Spark starts, each run by one worker, one test after another,
+# while the other workers take the rest: "spark-session" (the tests that use the Spark session
+# below, which then starts once) and "spark" (the tests that start Spark jobs of their own:
+# `hutch pipeline`, the exactly-once kills, the standalone cluster, `hutch bench --spark`). A
+# Spark job keeps both cores busy; several at once on a 2-core machine took five times as
+# long each (one CI run), so they go one at a time.
 
 
 @pytest.fixture(autouse=True)
@@ -145,8 +147,8 @@ def spark_jvm(tmp_path_factory):
 def spark(tmp_path_factory):
     """One local Spark session for the whole run (starting one takes 10 s and more): two cores,
     quiet, on 127.0.0.1 only, its Python workers running this virtualenv's Python. The tests
-    that use it carry xdist_group("rabbitmq") so that one worker runs them all (some compare
-    with the run's RabbitMQ), and the session starts once. At the end the session stops, and
+    that use it carry xdist_group("spark-session") so that one worker runs them all, and the
+    session starts once. At the end the session stops, and
     the JVM that PySpark launched for it is stopped by its PID."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-# Every differential test talks to the run's one RabbitMQ: one pytest-xdist worker runs them all.
-MARKS = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(120)]
+# Every differential test talks to its worker's RabbitMQ (tests/interop/conftest.py rabbitmq).
+MARKS = [pytest.mark.timeout(120)]
 
 
 def fresh(prefix="compat"):

@@ -10,10 +10,9 @@ import subprocess
 import pytest
 from brokers import BIN
 
-# One worker runs these one after another (pytest-xdist), with the other tests that use a
-# RabbitMQ (conftest.py's rabbitmq fixture): a RabbitMQ started or stopped by another worker
-# would upset the count of beam processes, and the benchmarks' brokers do not compete.
-pytestmark = pytest.mark.xdist_group("rabbitmq")
+# One worker runs these one after another (pytest-xdist): the benchmarks' brokers do not
+# compete with each other. (The beam processes a test counts are those of its own folder.)
+pytestmark = pytest.mark.xdist_group("bench")
 
 HUTCH = os.path.join(BIN, "hutch")
 SCENARIO_ROWS = [

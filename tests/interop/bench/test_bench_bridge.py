@@ -10,7 +10,7 @@ import pytest
 from brokers import BIN
 
 # with the other tests that use the run's RabbitMQ (conftest.py's rabbitmq fixture)
-pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.xdist_group("bench"), pytest.mark.timeout(180)]
 
 N = 2000
 ROWS = [

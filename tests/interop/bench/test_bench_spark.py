@@ -1,8 +1,7 @@
 """`hutch bench --spark N` as a user runs it: a small N, the printed table and the JSON.
 
-Not in the RabbitMQ group of test_bench.py (it starts no RabbitMQ and counts no beam
-processes) but in the group of the run's Spark jobs (conftest.py): it runs beside the RabbitMQ
-group's worker rather than after it, which keeps CI's longest worker shorter."""
+In the group of the run's Spark jobs (conftest.py), not in the benchmarks' group of
+test_bench.py (it starts no RabbitMQ): it runs beside that group rather than after it."""
 
 import json
 import subprocess

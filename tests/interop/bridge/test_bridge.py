@@ -121,7 +121,6 @@ def rabbitmq_url(rabbitmq):
     return "amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_an_up_bridge_forwards_every_confirmed_message_to_rabbitmq_in_order(tmp_path, rabbitmq):
     upstream = rabbitmq_url(rabbitmq)
     upstream_queue(upstream, "bridged-readings")
@@ -148,7 +147,6 @@ def test_an_up_bridge_forwards_every_confirmed_message_to_rabbitmq_in_order(tmp_
     assert not edge.errors(), edge.log()[-3000:]
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_messages_wait_at_the_edge_while_upstream_is_unreachable_then_go_in_order(tmp_path, rabbitmq):
     """The first URI refuses connections (nothing listens there): the bridge logs why, backs
     off, and fails over to the second; meanwhile the backlog waits in the local queue."""
@@ -177,7 +175,6 @@ def test_messages_wait_at_the_edge_while_upstream_is_unreachable_then_go_in_orde
         edge.stop()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_a_refused_login_is_logged_with_its_reason_and_retried(tmp_path, rabbitmq):
     bad = "amqp://guest:wrong@127.0.0.1:%d/" % rabbitmq.port
     edge = edge_with_bridge(tmp_path, {"name": "badlogin", "uri": bad, "queue": "q", "reconnect_delay": 0.2})
@@ -289,7 +286,6 @@ def test_bridge_config_reads_rabbitmq_uris():
     assert (parse_uri("mqtt://cloud")["port"], parse_uri("mqtts://cloud")["port"]) == (1883, 8883)
 
 
-@pytest.mark.xdist_group("rabbitmq")
 @pytest.mark.parametrize("tls", [False, True], ids=["amqp", "amqps"])
 def test_a_micropython_broker_forwards_to_rabbitmq(tmp_path, rabbitmq, tls):
     """The same bridge on the unix port of MicroPython (the esp32 profile: a board's limits),
@@ -350,7 +346,6 @@ def _heap_live(log):
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
-@pytest.mark.xdist_group("rabbitmq")
 @pytest.mark.timeout(240)  # about 30 s alone; a loaded machine's RabbitMQ is slow to take links back
 def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, rabbitmq):
     """A TCP proxy between the bridge and RabbitMQ cuts (FIN), resets (RST) and black-holes
@@ -419,7 +414,6 @@ def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, r
     assert duplicates <= 200 * 12, "more duplicates than the window per fault"
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_what_upstream_cannot_route_is_retried_then_dead_lettered_at_the_edge(tmp_path, rabbitmq):
     """mandatory: RabbitMQ returns a message no queue takes (RabbitMQ's own shovel would have it
     confirmed and lost). After 5 returns it is dead-lettered from the source queue; the
@@ -476,7 +470,6 @@ def upstream_binding(url, queue, exchange, key):
     connection.close()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_without_a_dead_letter_exchange_an_unroutable_message_waits_at_the_edge(tmp_path, rabbitmq):
     """No dead-letter exchange on the source queue: the bridge says it is stuck, backs off and
     tries again; the message stays at the edge until upstream can take it."""
@@ -570,7 +563,6 @@ def test_ctl_bridges_shows_state_backlog_oldest_age_and_last_error(tmp_path):
     assert not after["live"] and after["bridges"][0]["state"] == "stopped"
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_the_watchdog_replaces_a_link_that_stopped_confirming(tmp_path, rabbitmq):
     """Heartbeats off (heartbeat=0): only the watchdog can tell that the black-holed link
     makes no progress."""
@@ -776,7 +768,6 @@ def _status(broker):
         return {}
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_amqps_checks_upstreams_certificate_and_forwards_over_tls(tmp_path, rabbitmq):
     """Upstream behind TLS (a terminator in front of the run's RabbitMQ), its certificate
     self-signed: trusted through ca_file it forwards; with the system's CAs only it is refused
@@ -815,7 +806,6 @@ def test_amqps_checks_upstreams_certificate_and_forwards_over_tls(tmp_path, rabb
     assert not trusted.errors(), trusted.log()[-3000:]
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_an_exchange_source_forwards_what_its_binding_key_matches_at_most_max_rate(tmp_path, rabbitmq):
     """source_exchange + binding_key: the bridge's own durable queue (hutch.bridge.NAME) bound to
     a local exchange; messages keep their exchange and routing key upstream. max_rate = 20 (in
@@ -860,7 +850,6 @@ def edge_then_bridge(tmp_path, prepare, bridge, name="edge"):
     return edge.start()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_a_down_bridge_brings_commands_from_rabbitmq_to_a_local_queue_in_order(tmp_path, rabbitmq):
     """direction = "down": an upstream queue consumed, each message published here (to the
     default exchange with routing_key) and acked upstream only once held here; one no local
@@ -907,7 +896,6 @@ def test_a_down_bridge_brings_commands_from_rabbitmq_to_a_local_queue_in_order(t
     assert not edge.errors(), edge.log()[-3000:]
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_declare_sets_up_the_destination_upstream(tmp_path, rabbitmq):
     """declare: the destination exchange (its type) and a queue bound to it, made upstream by
     the bridge at each connect: nothing has to be set up there by hand."""
@@ -932,7 +920,7 @@ def test_declare_sets_up_the_destination_upstream(tmp_path, rabbitmq):
         edge.stop()
 
 
-@pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.long  # tests/conftest.py: started early
 @pytest.mark.timeout(300)  # 35 s alone; a RabbitMQ restart takes 20 s and more on a loaded 2-core CI
 def test_rabbitmq_restarted_while_the_bridge_forwards_loses_nothing(tmp_path, rabbitmq):
     """The run's RabbitMQ is stopped and started again (the same node and data) three times while

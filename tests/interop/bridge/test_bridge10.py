@@ -59,7 +59,6 @@ def inject_faults(proxy, chooser, faults, kinds):
 # ---------------------------------------------------------------- RabbitMQ 3.10.8's plugin
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_a_1_0_bridge_forwards_to_rabbitmq_3_10_through_its_v1_addresses(tmp_path, rabbitmq):
     """The plugin takes RabbitMQ 3.x's v1 addresses (`address`); properties arrive as its
     conversion makes them (the body as it was, persistent, the content type)."""
@@ -101,7 +100,6 @@ def _backlog_empty(edge):
     return bridge["backlog"] == 0 and bridge["in_flight"] == 0
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_a_v2_address_refused_by_rabbitmq_3_10_is_logged_and_retried_with_nothing_lost(tmp_path, rabbitmq):
     """RabbitMQ 3.10 knows no v2 address: it ends the session (invalid-field), the bridge says
     so and backs off; the messages wait at the edge."""
@@ -128,7 +126,6 @@ def test_a_v2_address_refused_by_rabbitmq_3_10_is_logged_and_retried_with_nothin
         edge.stop()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_rabbitmq_3_10_accepts_over_1_0_what_it_cannot_route(tmp_path, rabbitmq):
     """What docs/bridges.md warns of: RabbitMQ 3.10's plugin says `accepted` for a message its
     exchange routes nowhere (RabbitMQ 4 and hutch say `released`, and the bridge keeps it), so
@@ -155,7 +152,6 @@ def test_rabbitmq_3_10_accepts_over_1_0_what_it_cannot_route(tmp_path, rabbitmq)
         edge.stop()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_a_1_0_login_refused_by_rabbitmq_is_logged_and_retried(tmp_path, rabbitmq):
     edge = edge_with_bridge(
         tmp_path,
@@ -176,7 +172,6 @@ def test_a_1_0_login_refused_by_rabbitmq_is_logged_and_retried(tmp_path, rabbitm
         edge.stop()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_cut_reset_and_black_holed_1_0_links_to_rabbitmq_lose_nothing_and_keep_order(tmp_path, rabbitmq):
     """The TCP proxy cuts, resets and black-holes the 1.0 link to RabbitMQ 3.10 again and again
     while pika publishes at the edge: a message leaves the edge only once RabbitMQ said

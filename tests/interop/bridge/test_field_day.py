@@ -233,7 +233,7 @@ def drained(edge):
     return all(b["backlog"] == 0 and b["in_flight"] == 0 for b in shown["bridges"])
 
 
-@pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.long  # tests/conftest.py: started early
 def test_a_day_in_the_field(tmp_path, rabbitmq):
     stream = "field-%s" % uuid.uuid4().hex[:8]
     connection = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port))

@@ -165,7 +165,6 @@ def test_gateway_toml_forwards_the_sensors_readings_to_an_upstream_hutch(broker,
     ]
 
 
-@pytest.mark.xdist_group("rabbitmq")  # conftest.py: the run's RabbitMQ
 def test_rabbitmq_upstream_toml_forwards_to_a_rabbitmq_stream(rabbitmq, tmp_path):
     """The run's RabbitMQ gets the user and permissions the file's comments give (the same
     rabbitmqctl commands) and the stream (declared with pika: this RabbitMQ runs without the

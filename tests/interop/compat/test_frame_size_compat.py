@@ -11,7 +11,7 @@ from hutch.bench import loadgen
 from hutch.client.protocol import ConnectionClosed, Message
 from hutch.codec import spec, wire
 
-pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 FRAME_MAX = 4096
 

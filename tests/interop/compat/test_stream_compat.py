@@ -18,7 +18,7 @@ from brokers import pika_connection, pump_until, wait_until
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 # Each test here talks to the run's RabbitMQ: one worker runs them (conftest.py).
-pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 STREAM = {"x-queue-type": "stream"}
 

@@ -15,7 +15,7 @@ import aiormq
 import pytest
 from aio_pika import Message
 
-pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 STREAM = {"x-queue-type": "stream"}
 

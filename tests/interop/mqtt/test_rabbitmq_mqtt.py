@@ -3,10 +3,7 @@ Paho publishes and subscriptions, and a pika client on each broker sees the same
 headers, delivery modes and session queues, and reaches the MQTT subscribers the same way."""
 
 import pika
-import pytest
 from mqtt_brokers import MqttBroker, Paho, start_hutch, stop
-
-pytestmark = pytest.mark.xdist_group("rabbitmq")
 
 
 def amqp_side(mqtt, amqp_port):

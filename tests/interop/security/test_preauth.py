@@ -182,8 +182,7 @@ def abuse(target, pid):
     return figures
 
 
-@pytest.mark.long  # tests/conftest.py: its group is started early
-@pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.long  # tests/conftest.py: started early
 def test_pre_auth_abuse_costs_hutch_little(rabbitmq, tmp_path):
     hutch = RunningBroker([HUTCH, "serve"], tmp_path).start()
     try:

@@ -38,9 +38,8 @@ from hutch.core.auth import hash_password
 HUTCH = os.path.join(BIN, "hutch")
 
 # The tests that share the module's broker run on one worker (pytest-xdist), which starts it
-# once; those against a RabbitMQ run in the group of the run's other RabbitMQ tests.
+# once; those against a RabbitMQ use their worker's (tests/interop/conftest.py rabbitmq).
 shared_broker = pytest.mark.xdist_group("tls")
-with_rabbitmq = pytest.mark.xdist_group("rabbitmq")
 
 # The users: guest logs in with its password from anywhere; the devices by certificate (their
 # passwords are never used: EXTERNAL takes none).
@@ -817,7 +816,6 @@ def rabbitmq_tls(tmp_path_factory):
     server.stop()
 
 
-@with_rabbitmq
 def test_uplink_tls_and_external_against_rabbitmq(rabbitmq_tls):
     """The same client context and login against RabbitMQ 3.10 with TLS: what an amqps:// bridge
     with a client certificate and EXTERNAL does upstream."""
@@ -832,7 +830,6 @@ def test_uplink_tls_and_external_against_rabbitmq(rabbitmq_tls):
         uplink_round_trip(rabbitmq_tls.tls_port, client_context(certs.ca), "EXTERNAL")
 
 
-@with_rabbitmq
 def test_bridge_forwards_over_tls_with_external_to_rabbitmq(rabbitmq_tls, tmp_path):
     """A hutch [[bridge]] whose uplink is amqps:// with ?auth_mechanism=external: it checks
     RabbitMQ's certificate against ca_file, presents hutch-edge's and logs in as its CN; what
@@ -886,7 +883,6 @@ def test_bridge_forwards_over_tls_with_external_to_rabbitmq(rabbitmq_tls, tmp_pa
     assert not edge.errors(), edge.log()[-3000:]
 
 
-@with_rabbitmq
 def test_bench_tls_rows_against_hutch_and_rabbitmq(tmp_path):
     """`hutch bench --tls --start-rabbitmq`: throughput and latency over TLS beside the plain
     rows, for hutch and for RabbitMQ with TLS in the same run, and what TLS costs each."""

@@ -335,7 +335,6 @@ def test_a_mistake_is_one_line_and_its_exit_code_before_spark_starts(hutch, make
     assert err[0].startswith("hutch pipeline: ") and message in err[0], err
 
 
-@pytest.mark.xdist_group("rabbitmq")
 @pytest.mark.parametrize("kind", ["hutch", "rabbitmq"])
 def test_the_preflight_takes_only_stream_queues_and_leaves_them_as_they_were(request, kind):
     """Any queue that is not a stream is refused, whatever it differs in (type, durability, an

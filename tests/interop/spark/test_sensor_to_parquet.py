@@ -340,6 +340,6 @@ def test_every_reading_counted_once_through_faults_toward_hutch(tmp_path):
         upstream.stop()
 
 
-@pytest.mark.xdist_group("rabbitmq")
+@pytest.mark.long  # tests/conftest.py: started early
 def test_every_reading_counted_once_through_faults_toward_rabbitmq(tmp_path, rabbitmq):
     sensor_to_parquet(tmp_path, Upstream("rabbitmq", tmp_path, rabbitmq))

@@ -19,7 +19,7 @@ import pytest
 from brokers import hutch_serve
 from snippets import snippets, with_port
 
-pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("spark-session"), pytest.mark.timeout(300)]
 PAGE = "docs/spark.md"
 
 

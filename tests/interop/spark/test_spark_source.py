@@ -27,7 +27,7 @@ from hutch.spark.reading import OffsetRange, read_range
 from hutch.spark.source import HutchStreamReader
 
 # One Spark session per run, on the worker that runs the RabbitMQ tests (conftest.py).
-pytestmark = [pytest.mark.xdist_group("rabbitmq"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("spark-session"), pytest.mark.timeout(300)]
 
 STREAM = {"x-queue-type": "stream"}
 

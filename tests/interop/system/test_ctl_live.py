@@ -61,7 +61,6 @@ def topology(target, prefix):
     return connection
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_list_shows_what_rabbitmqctl_shows(broker, rabbitmq):
     prefix = fresh("ctl") + "-"
     connections = [topology(target, prefix) for target in (broker, rabbitmq)]
@@ -90,7 +89,6 @@ def test_list_shows_what_rabbitmqctl_shows(broker, rabbitmq):
             connection.close()
 
 
-@pytest.mark.xdist_group("rabbitmq")
 def test_list_permissions_shows_what_rabbitmqctl_shows(broker, rabbitmq, tmp_path):
     """The same definitions imported into both; `list permissions` and `list user_permissions
     USER` print rabbitmqctl's rows for them (list_permissions, list_user_permissions)."""
