@@ -232,8 +232,8 @@ def wait_for(condition, what):
 # ---------------------------------------------------------------- the scenarios
 
 
-def scenario_clients(board):
-    """{phase: samples}: idle, idle connections, the load, after it."""
+def scenario_clients(board, total=TOTAL):
+    """{phase: samples}: idle, idle connections, the load (total messages), after it."""
     out = {"idle": [board.started]}
     session = Session(board)
     phase = Phase(board)
@@ -243,10 +243,11 @@ def scenario_clients(board):
     session.run([closing(c) for c in idle])
     phase.take()
     clients = [session.client() for _ in range(CLIENTS)]
-    results = session.run([load_worker(c, i, TOTAL // CLIENTS) for i, c in enumerate(clients)])
+    results = session.run([load_worker(c, i, total // CLIENTS) for i, c in enumerate(clients)])
     if results != [True] * CLIENTS:
         raise Stuck("four clients: messages lost or out of order: %r" % results)
     out["load"] = phase.take()
+    out["each"] = total // CLIENTS
     # What a queued message holds: QUEUED of them published with confirms and left in a queue
     # (the profile's budgets bound how many a board keeps in memory)
     holder = session.client()
@@ -450,7 +451,7 @@ def rows_of(results, census):
         conns = f.last(r["connections"])
         row("idle broker after start", idle)
         row("per idle connection (4, a channel each)", apart(conns, idle, CLIENTS))
-        row("peak: 4 clients x 2,500 messages of 256 B, confirms, acks", f.peak(r["load"]))
+        row("peak: 4 clients x {:,} messages of 256 B, confirms, acks".format(r["each"]), f.peak(r["load"]))
         before = f.last(r["before queued"])
         queued = f.last(r["queued"])
         row("per message of 256 B queued (%d in a queue)" % QUEUED, apart(queued, before, QUEUED))

@@ -7,10 +7,12 @@ memory (emulator/board_session.py) and a code census that tells the broker's hea
 code's (bench/board_wasm32.py, which `hutch bench --board wasm32` prints).
 
 - test_the_esp32_scenarios_fit_a_96_kib_heap: the scenarios of `hutch bench --board wasm32`
-  (four clients, 10,000 messages; an up bridge's 20,000-message backlog held on flash while its
-  uplink is down, then forwarded; a stream) each keep what a board with hutch frozen into its
-  firmware would hold under 96 KiB at every turn of its loop. This port grows its heap rather
-  than fail, so the bound is on the peak it measures.
+  (four clients; an up bridge's 20,000-message backlog held on flash while its uplink is down,
+  then forwarded; a stream; MQTT) each keep what a board with hutch frozen into its firmware
+  would hold under 96 KiB at every turn of its loop. This port grows its heap rather than
+  fail, so the bound is on the peak it measures. The four clients send 2,500 messages here,
+  not the benchmark's 10,000: their load's peak is that of their windows, reached within the
+  first hundred (the benchmark prints the same peak for both).
 - test_the_estimate_of_frozen_code_holds_for_frozen_modules: the "on a board" figures add an
   estimate of what hutch's code takes in a board's heap when frozen into its firmware
   (board_in_memory.frozen_ram); the port's own frozen modules (asyncio, binascii, collections,
@@ -52,7 +54,12 @@ def bundle(tmp_path_factory):
 
 
 def test_the_esp32_scenarios_fit_a_96_kib_heap(tmp_path, bundle):
-    results, census, seconds = board_wasm32.run_scenarios(str(tmp_path), log=lambda line: None, bundle=bundle)
+    runs = dict(
+        board_wasm32.RUNS, clients=(board_wasm32.board_config, lambda board: board_wasm32.scenario_clients(board, 2500))
+    )
+    results, census, seconds = board_wasm32.run_scenarios(
+        str(tmp_path), log=lambda line: None, runs=runs, bundle=bundle
+    )
     rows = board_wasm32.rows_of(results, census)
     print("\n" + board_wasm32.table(rows))
     print("seconds: %s" % ", ".join("%s %.1f" % item for item in seconds.items()))

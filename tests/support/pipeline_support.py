@@ -324,9 +324,22 @@ class Pipeline:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            env=self.quick_env(),
         )
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         return self
+
+    def quick_env(self):
+        """Outside the "spark" group (whose drivers start from its class archive: conftest.py
+        spark_jvm), the same quick JIT and compiled PySpark for this test's drivers and Python
+        workers (tests/support/spark_jvm.py): about a third of a driver's start, each run."""
+        if "SPARK_SUBMIT_OPTS" in os.environ:
+            return None
+        from spark_jvm import compiled_pyspark_python, quick_jvm  # (it imports this module)
+
+        scratch = os.path.join(os.path.dirname(self.checkpoint), "spark-tmp")
+        os.makedirs(scratch, exist_ok=True)
+        return dict(os.environ, SPARK_SUBMIT_OPTS=quick_jvm(scratch), PYSPARK_PYTHON=compiled_pyspark_python(scratch))
 
     def _read(self, proc):
         for line in proc.stdout:

@@ -38,8 +38,13 @@ from hutch.core.auth import hash_password
 HUTCH = os.path.join(BIN, "hutch")
 
 # The tests that share the module's broker run on one worker (pytest-xdist), which starts it
-# once; those against a RabbitMQ use their worker's (tests/interop/conftest.py rabbitmq).
+# once; the refusals (24: every case with every client) in a group of their own beside them,
+# with a broker of their own where they run elsewhere. Those against the run's RabbitMQ use
+# their worker's (tests/interop/conftest.py rabbitmq); those against the RabbitMQ with TLS
+# made here run on one worker, which starts it once.
 shared_broker = pytest.mark.xdist_group("tls")
+refusals = pytest.mark.xdist_group("tls-refusals")
+with_rabbitmq_tls = pytest.mark.xdist_group("rabbitmq-tls")
 
 # The users: guest logs in with its password from anywhere; the devices by certificate (their
 # passwords are never used: EXTERNAL takes none).
@@ -390,7 +395,7 @@ REFUSALS = {
 }
 
 
-@shared_broker
+@refusals
 @pytest.mark.parametrize("case", list(REFUSALS))
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_refused(tls_broker, case, client):
@@ -816,6 +821,7 @@ def rabbitmq_tls(tmp_path_factory):
     server.stop()
 
 
+@with_rabbitmq_tls
 def test_uplink_tls_and_external_against_rabbitmq(rabbitmq_tls):
     """The same client context and login against RabbitMQ 3.10 with TLS: what an amqps:// bridge
     with a client certificate and EXTERNAL does upstream."""
@@ -830,6 +836,7 @@ def test_uplink_tls_and_external_against_rabbitmq(rabbitmq_tls):
         uplink_round_trip(rabbitmq_tls.tls_port, client_context(certs.ca), "EXTERNAL")
 
 
+@with_rabbitmq_tls
 def test_bridge_forwards_over_tls_with_external_to_rabbitmq(rabbitmq_tls, tmp_path):
     """A hutch [[bridge]] whose uplink is amqps:// with ?auth_mechanism=external: it checks
     RabbitMQ's certificate against ca_file, presents hutch-edge's and logs in as its CN; what
@@ -883,6 +890,7 @@ def test_bridge_forwards_over_tls_with_external_to_rabbitmq(rabbitmq_tls, tmp_pa
     assert not edge.errors(), edge.log()[-3000:]
 
 
+@pytest.mark.xdist_group("bench")  # (tests/interop/bench/test_bench.py: the benchmarks, one at a time)
 def test_bench_tls_rows_against_hutch_and_rabbitmq(tmp_path):
     """`hutch bench --tls --start-rabbitmq`: throughput and latency over TLS beside the plain
     rows, for hutch and for RabbitMQ with TLS in the same run, and what TLS costs each."""

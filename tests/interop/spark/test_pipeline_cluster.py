@@ -2,8 +2,8 @@
 worker started here from the installed pyspark (`spark-class ...deploy.master.Master` and
 `...deploy.worker.Worker`, on 127.0.0.1), against a real `hutch serve`.
 
-The same readings are aggregated once on the cluster and once on the command's own
-local[*] Spark: both outputs equal each other and the aggregates computed in Python. That
+The readings aggregated on the cluster equal the aggregates computed in Python (what the
+command's own local[*] Spark writes for them is test_pipeline.py's: the same comparison). That
 the streams were read on the worker's executor, not in the driver, is shown by the cluster
 itself: the master lists the application as finished, the worker lists its executor, and the
 executor's log in the worker's work dir has the Python tasks it ran (the source's reads are
@@ -126,7 +126,7 @@ def cluster(tmp_path):
 
 @pytest.mark.xdist_group("spark")  # conftest.py: the Spark jobs of a run, one after another
 @pytest.mark.timeout(600)
-def test_the_pipeline_on_a_standalone_cluster_writes_what_local_spark_writes(cluster, tmp_path):
+def test_the_pipeline_on_a_standalone_cluster_writes_the_aggregates_python_computes(cluster, tmp_path):
     (tmp_path / "hutch").mkdir()
     hutch = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path / "hutch").start()
     try:
@@ -148,10 +148,7 @@ def test_the_pipeline_on_a_standalone_cluster_writes_what_local_spark_writes(clu
             assert rows_in == [len(readings["a"]) + len(readings["b"]), 0], rows_in
             return written_aggregates(str(tmp_path / where / "out"))[0]
 
-        on_cluster = pipeline("cluster", "--master", cluster.url)
-        local = pipeline("local")  # local[*]: the command's default
-        assert_same(on_cluster, local)
-        assert_same(on_cluster, expected)
+        assert_same(pipeline("cluster", "--master", cluster.url), expected)
     finally:
         code = hutch.stop()
     assert code == 0 and not hutch.errors(), hutch.log()[-3000:]
