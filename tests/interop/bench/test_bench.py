@@ -324,8 +324,9 @@ def test_mqtt_rows_against_hutch_and_mosquitto(tmp_path):
         row = [line for line in lines if line.startswith(title)]
         assert row, done.stdout
         figures = [float(f.replace(",", "")) for f in re.findall(r"[\d,]+\.?\d*", row[0].split("  ", 1)[1])]
-        # (hutch's figure; mosquitto's RSS may not move for 500 connections, its CPU in 300 messages)
-        assert figures[-3] > 0, row
+        # hutch's figure, the first (mosquitto's RSS may not move for 500 connections, nor its
+        # CPU in 300 messages by the clock's 10 ms ticks: a 0 there has no ratio after it)
+        assert figures and figures[0] > 0, row
     # every message hutch PUBACKed was delivered, and every idle connection held
     assert re.search(
         r"^QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered +% +100\.0 ", done.stdout, re.M
