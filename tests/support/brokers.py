@@ -85,6 +85,20 @@ def terminate(proc, timeout, what, log):
     return proc.returncode
 
 
+def stop_all(*running):
+    """Each of running stopped (.stop()), in order, even when one before it fails to stop: the
+    first failure is raised once all were tried. (A broker left running by a failed test holds
+    its port and CPU for the rest of the run.)"""
+    failure = None
+    for one in running:
+        try:
+            one.stop()
+        except Exception as e:  # noqa: BLE001 (raised below, after the others)
+            failure = failure or e
+    if failure is not None:
+        raise failure
+
+
 def delete_users(rabbitmq, names):
     """Users deleted from a RabbitMQ in one rabbitmqctl call: each call starts an Erlang node of
     its own (about 2 s of CPU), and the permission tests made dozens of them."""

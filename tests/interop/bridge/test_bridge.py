@@ -9,7 +9,7 @@ import subprocess
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, free_port, interrupt_between_collections, wait_until
+from brokers import BIN, RunningBroker, free_port, interrupt_between_collections, stop_all, wait_until
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -677,9 +677,7 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
         injector.join(60)
         got = consume_every(upstream.url, "central", bodies)
     finally:
-        edge.stop()
-        proxy.stop()
-        upstream.stop()
+        stop_all(edge, proxy, upstream)
     received = [body for body, _h, _m in got]
     print(
         "seed %d: faults %s, links %d, %d sent, %d received"
@@ -728,9 +726,7 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
             dropped.append(_fresh_status(upstream)["duplicates_dropped"])
         got = consume_all(upstream.url, "central", 10**9, timeout=3)
     finally:
-        edge.stop()
-        proxy.stop()
-        upstream.stop()
+        stop_all(edge, proxy, upstream)
     received = [body for body, _h, _m in got]
     print(
         "upstream SIGKILLed 3 times: %d sent, %d received, dropped after each restart %s"
@@ -1004,9 +1000,7 @@ def test_a_black_holed_link_is_given_up_with_more_unsent_than_its_socket_holds(t
         got = consume_all(upstream.url, "central", len(bodies))
         assert [body for body, _h, _m in got] == bodies
     finally:
-        edge.stop()
-        proxy.stop()
-        upstream.stop()
+        stop_all(edge, proxy, upstream)
     assert not edge.errors(), edge.log()[-3000:]
 
 
@@ -1082,9 +1076,7 @@ def test_a_stream_source_forwards_every_record_once_in_order_through_restarts_an
         wait_until(lambda: upstream_count(upstream.url, "central") == 3000, timeout=60, what="all 3000 upstream")
         got = consume_all(upstream.url, "central", 10**9, timeout=3)
     finally:
-        edge.stop()
-        proxy.stop()
-        upstream.stop()
+        stop_all(edge, proxy, upstream)
     received = [body for body, _h, _m in got]
     assert len(received) == len(set(received)), "duplicates upstream"
     assert received == bodies, "lost or out of order"
