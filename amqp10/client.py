@@ -27,10 +27,10 @@ smaller of the two max-frame-sizes needs. What a bridge needs of the outcomes co
 the bridge's words (codec/upstream.py), which its machine takes from every protocol
 (core/bridge/machine.py, through server/bridge.py):
 
-- (ACCEPTED, seq, multiple);
-- (REJECTED, seq, multiple, why) for `rejected`, (RELEASED, seq, multiple, why) for
+- ("accepted", seq, multiple);
+- ("rejected", seq, multiple, why) for `rejected`, ("released", seq, multiple, why) for
   `released` or `modified` (why: the outcome and its error), which the bridge sends again;
-- (ENDED, reason, condition): the link, the session or the connection ended (the reason says
+- ("ended", reason, condition): the link, the session or the connection ended (the reason says
   how and why, with the peer's condition: amqp:link:detach-forced, amqp:not-found...), or the
   login was refused.
 
@@ -162,7 +162,7 @@ class Protocol(Upstream):
         self._token_due = cbs is not None  # a token to put on $cbs once its links can take it
 
     def close(self, why=None):
-        """Close the connection (the peer answers with its close: an ENDED event)."""
+        """Close the connection (the peer answers with its close: an "ended" event)."""
         if self.state >= OPENING and self.state != CLOSED:
             self._send(frame(0, spec.CLOSE, [why] if why is not None else []))
         self.channel_open = False

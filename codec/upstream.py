@@ -1,6 +1,6 @@
 """What the bridge's clients for AMQP 1.0 and MQTT (amqp10/client.py, mqtt/client.py) share
 around their protocol, beside the read buffer they both are (codec/readbuffer.py): the output
-they queue, the events they read (in codec/events.py's words) and their idle clocks.
+they queue, the events they read (in the words below) and their idle clocks.
 (The 0-9-1 client, client/protocol.py, keeps its own: a sensor node's, with a send buffer of its
 own; a board loads this only with a bridge over 1.0 or MQTT.)
 """
