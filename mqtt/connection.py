@@ -208,10 +208,10 @@ class Connection(PortConnection):
             session.acked(packets.read_ack(buf, start, end, self.level)[0])
         elif kind == PUBREL:
             session.publishing.released(packets.read_ack(buf, start, end, self.level)[0])
-        elif kind == PUBREC or kind == PUBCOMP:
-            raise Malformed(
-                PROTOCOL_ERROR, "%s for a QoS 2 delivery, which the server does not send" % packets.NAMES[kind]
-            )
+        elif kind == PUBREC:
+            session.qos2_deliveries().pubrec(*packets.read_ack(buf, start, end, self.level))
+        elif kind == PUBCOMP:
+            session.qos2_deliveries().pubcomp(packets.read_ack(buf, start, end, self.level)[0])
         elif kind == SUBSCRIBE:
             session.subscribe(*packets.read_subscribe(buf, start, end, self.level))
         elif kind == UNSUBSCRIBE:

@@ -1,5 +1,5 @@
 """What the MQTT front end keeps in the broker's own durable queues (retained messages,
-mqtt/retained.py; a session's QoS 2 packet ids, mqtt/qos2.py), and the journal sequence number
+mqtt/retained.py; a session's QoS 2 packet ids, mqtt/qos2.py and mqtt/qos2_out.py), and the journal sequence number
 an acknowledgement waits for: one place for each, for every MQTT module that keeps something."""
 
 from ..core import topology
@@ -8,6 +8,9 @@ from ..core.content import tails
 from ..core.message import Message
 
 PERSISTENT = {"delivery-mode": 2}
+# a session's QoS 2 deliveries between PUBLISH and PUBCOMP (mqtt/qos2_out.py): named here, so
+# that a session finds them without loading that module
+OUTBOUND_PREFIX = b"mqtt-outbound-qos2-"
 
 
 def waits_for(broker, result):

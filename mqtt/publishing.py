@@ -4,7 +4,7 @@ A PUBLISH goes to the MQTT exchange (`[mqtt] exchange`, amq.topic) with its topi
 routing key (mqtt/topics.py), as RabbitMQ maps it:
 
     MQTT                                AMQP 0-9-1 (the stored form, core/message.py)
-    QoS                                 header x-mqtt-publish-qos (2 as 1); QoS 1 and 2
+    QoS                                 header x-mqtt-publish-qos; QoS 1 and 2
                                         persistent (delivery-mode 2), QoS 0 not
     DUP                                 header x-mqtt-dup
     5.0 user properties                 headers (name: value; x-sensor-seq as an integer)
@@ -128,11 +128,11 @@ class Publishing:
         if qos:
             self.stats[counters.CONFIRMED] += 1
         if qos == 1:
-            self._acknowledge(seq, packets.ack(PUBACK, packet_id, code, level))
+            self.after_sync(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
             if code < 0x80:  # (held, on disk with the message, until the PUBREL)
                 seq = max(seq, awaiting.hold(packet_id))
-            self._acknowledge(seq, packets.ack(PUBREC, packet_id, code, level))
+            self.after_sync(seq, packets.ack(PUBREC, packet_id, code, level))
         if self.broker.flow.blocked:
             conn.pause()
 
@@ -225,9 +225,10 @@ class Publishing:
             return NOT_AUTHORIZED
         raise Malformed(NOT_AUTHORIZED, why)
 
-    def _acknowledge(self, seq, ack):
-        """ack sent once the journal has synced up to seq (0: now), after those due before it
-        (MQTT 4.6: in the order of what they answer)."""
+    def after_sync(self, seq, ack):
+        """ack (or a QoS 2 delivery's PUBLISH or PUBREL: mqtt/session.py) sent once the journal
+        has synced up to seq (0: now), after those due before it (MQTT 4.6: in the order of what
+        they answer)."""
         journal = self.broker.journal
         if self.waiting:
             seq = max(seq, self.waiting[-1][0])
@@ -258,15 +259,15 @@ class Publishing:
         code = SUCCESS if self.session.awaiting_release.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
         journal = self.broker.journal
         seq = journal.seq + 1 if code == SUCCESS and journal is not None else 0  # (written with the next group commit)
-        self._acknowledge(seq, packets.ack(PUBCOMP, packet_id, code, self.conn.level))
+        self.after_sync(seq, packets.ack(PUBCOMP, packet_id, code, self.conn.level))
 
     def publish_will(self, will):
         topic, payload, qos, retain, props = will
         try:
             key = routing_key(topic)
-            code, _seq = self.send(key, payload, min(qos, 1), False, props, retain)
+            code, _seq = self.send(key, payload, qos, False, props, retain)
             if retain and code < 0x80:
-                retained.retain(self.broker, key, properties_091(min(qos, 1), False, props), payload)
+                retained.retain(self.broker, key, properties_091(qos, False, props), payload)
         except Malformed as e:
             self.broker.log("warning", "%s: MQTT will not published: %s" % (self.conn.name, e.args[1]))
 
@@ -297,9 +298,10 @@ def _identified(props):
 
 def properties_091(qos, dup, props, identity=None):
     """The stored form's properties of an MQTT publish (the module's docstring has the table). A
-    QoS 2 publish says QoS 1, as RabbitMQ's does (it is delivered at QoS 1 at most). identity:
-    the headers a JSON payload named its reading with (mqtt/identity.py)."""
-    headers = {"x-mqtt-publish-qos": min(qos, 1), "x-mqtt-dup": dup}
+    QoS 2 publish says QoS 2, where RabbitMQ, which delivers no QoS 2, says 1: a QoS 2
+    subscriber is given it at QoS 2 (mqtt/session.py). identity: the headers a JSON payload
+    named its reading with (mqtt/identity.py)."""
+    headers = {"x-mqtt-publish-qos": qos, "x-mqtt-dup": dup}
     found = {"headers": headers, "delivery-mode": 2 if qos else 1}
     if identity:
         headers.update(identity)

@@ -1,8 +1,8 @@
 """An MQTT session: what a client subscribes to, and what it is delivered (RabbitMQ's model).
 
 A session's subscriptions are bindings of its queues to the MQTT exchange (amq.topic): one queue
-per QoS, `mqtt-subscription-{client id}qos0` and `...qos1`, each filter bound by its binding key
-(mqtt/topics.py) to the queue of the QoS it was granted (QoS 2 is granted as 1). So a session
+per QoS, `mqtt-subscription-{client id}qos0`, `...qos1` and `...qos2`, each filter bound by its
+binding key (mqtt/topics.py) to the queue of the QoS it was granted. So a session
 that outlives its connection is its queues: durable, kept for the session expiry interval
 (x-expires; 3.1.1's clean session 0 keeps them for the longest, `[mqtt] max_session_expiry`),
 with their bindings and their messages, through a restart. A session that ends with its
@@ -16,8 +16,9 @@ Deliveries: the session is its consumers' session (core/session.py): QoS 1 ones 
 by packet id and held until the client's PUBACK, at most `[mqtt] prefetch` at a time (or the
 version 5 client's Receive Maximum, if less); what was in flight when the connection went is
 delivered again, with DUP, to the next connection of the session. A message is delivered at
-the lower of its subscription's QoS and its own: an MQTT QoS 0 publish at 0, any other (a
-QoS 1 publish, an AMQP publish) at 1, as RabbitMQ does.
+the lower of its subscription's QoS and its own: an MQTT QoS 0 publish at 0, a QoS 2 publish
+at 2, any other (a QoS 1 publish, an AMQP publish) at 1. A QoS 2 delivery leaves its queue for
+one of the session's own, on disk from its PUBLISH to the client's PUBCOMP (mqtt/qos2_out.py).
 """
 
 from ..codec.errors import Refused
@@ -44,7 +45,11 @@ from .topics import binding_key, dollar_wanted, remember, share_of, topic_of, va
 
 QUEUE_PREFIX = b"mqtt-subscription-"
 PUBLISH_FIRST = packets.PUBLISH << 4
-RETAINED = (None, None, None)  # what a retained message delivered at QoS 1 is held as until its PUBACK
+QOSES = (0, 1, 2)
+# What a packet id in flight holds besides (queue, entry, consumer), its first item None: a
+# retained message delivered at QoS 1 until its PUBACK; a QoS 2 delivery until its PUBCOMP
+# (mqtt/qos2_out.py UNFINISHED)
+RETAINED = (None, None, "retained")
 NO_METHOD = 0  # the request a core refusal names: none (MQTT answers with reason codes, not 0-9-1 method ids)
 
 
@@ -56,6 +61,9 @@ class Session:
     ended = False
     most_out = 0  # a version 5 client's Maximum Packet Size (0: none said)
     too_large_said = False
+    # its QoS 2 deliveries (mqtt/qos2_out.py), once there is one. (A class default: on a board an
+    # attribute every session sets in __init__ costs each connection's heap.)
+    unfinished = None
 
     @property
     def stats(self):
@@ -68,8 +76,8 @@ class Session:
         self.serving = conn.serving
         self.level = conn.level
         self.client_id = conn.client_id
-        self.consumers_by_qos = [None, None]  # type: list  # the consumer of the qos0 and the qos1 queue, once there is one
-        self.inflight = {}  # packet id -> (queue, entry, consumer): QoS 1 deliveries awaiting PUBACK
+        self.consumers_by_qos = [None, None, None]  # type: list  # the consumer of each QoS's queue, once there is one
+        self.inflight = {}  # packet id -> (queue, entry, consumer): QoS 1 deliveries awaiting PUBACK; QoS 2's
         self.next_id = 1
         self.expiry = 0  # s the session outlives its connection
         self.window = self.serving.prefetch
@@ -100,7 +108,22 @@ class Session:
         return self.inflight
 
     def queue_name(self, qos):
-        return QUEUE_PREFIX + self.client_id + (b"qos1" if qos else b"qos0")
+        return QUEUE_PREFIX + self.client_id + (b"qos0" if not qos else b"qos1" if qos == 1 else b"qos2")
+
+    def _own_queue_names(self):
+        """Its subscriptions' queues and those its QoS 2 packet ids are kept in."""
+        names = [self.queue_name(qos) for qos in QOSES]
+        names.append(self.awaiting_release.name)
+        names.append(own_queues.OUTBOUND_PREFIX + self.client_id)
+        return names
+
+    def qos2_deliveries(self):
+        """Its QoS 2 deliveries (mqtt/qos2_out.py: its PUBREC and PUBCOMP go there)."""
+        if self.unfinished is None:
+            from .qos2_out import Unfinished  # (loaded with a session's first QoS 2 delivery)
+
+            self.unfinished = Unfinished(self)
+        return self.unfinished
 
     # ------------------------------------------------------------ beginning and ending
 
@@ -120,21 +143,18 @@ class Session:
             self.expiry = serving.max_session_expiry
         queues = self.broker.queues
         if clean:  # (what a session of this client id left ends: its queues and its group memberships)
-            own_queues.drop(self.broker, (self.queue_name(0), self.queue_name(1), self.awaiting_release.name))
+            own_queues.drop(self.broker, self._own_queue_names())
             for queue, _granted in shared.memberships(self.broker, serving.exchange, self.client_id):
                 shared.leave(self, queue, NO_METHOD)
             return False
         # its state: its queues, QoS 2 packet ids it holds (mqtt/qos2.py), shared subscriptions
-        if any(
-            queues.get(name) is not None
-            for name in (self.queue_name(0), self.queue_name(1), self.awaiting_release.name)
-        ):
+        if any(queues.get(name) is not None for name in self._own_queue_names()):
             return True
         return bool(shared.memberships(self.broker, serving.exchange, self.client_id))
 
     def connack_properties(self, assigned):
         """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms.
-        (No Maximum QoS: a QoS 2 PUBLISH is taken; subscriptions are granted QoS 1 at most.)"""
+        (No Maximum QoS: QoS 2 is taken and delivered.)"""
         props = {
             packets.TOPIC_ALIAS_MAXIMUM: self.publishing.alias_most,
             packets.RECEIVE_MAXIMUM: 65535,
@@ -149,7 +169,9 @@ class Session:
         """A session that was there goes on: its queues (and its shared subscriptions') are
         consumed again."""
         self.awaiting_release.start()
-        for qos in (0, 1):
+        if self.broker.queues.get(own_queues.OUTBOUND_PREFIX + self.client_id) is not None:
+            self.qos2_deliveries().start()  # (first: what was under way goes on before anything new)
+        for qos in QOSES:
             queue = self.broker.queues.get(self.queue_name(qos))
             if queue is not None:
                 self._consume(queue, qos)
@@ -169,7 +191,7 @@ class Session:
             )
         self.expiry = min(seconds, self.serving.max_session_expiry)
         if self.expiry:  # (its queues' x-expires, as they were declared with; a restart reads the declaration's)
-            for name in (self.queue_name(0), self.queue_name(1), self.awaiting_release.name):
+            for name in self._own_queue_names():
                 queue = self.broker.queues.get(name)
                 if queue is not None and queue.expires:
                     queue.expires = queue.arguments["x-expires"] = self.expiry * 1000
@@ -179,7 +201,7 @@ class Session:
         with DUP, to the session's next connection), and a session without an expiry ends."""
         broker = self.broker
         self.ended = True  # (nothing more is delivered to it: the requeued go to the next connection)
-        for qos in (0, 1):
+        for qos in QOSES:
             consumer = self.consumers_by_qos[qos]
             if consumer is not None:
                 self.consumers_by_qos[qos] = None
@@ -189,14 +211,16 @@ class Session:
             broker.cancel(consumer)
         for pid in list(self.inflight):
             held = self.inflight.pop(pid)
-            if held is RETAINED:
+            if held[0] is None:  # (RETAINED, a QoS 2 delivery's: nothing of a subscription's queue)
                 continue
             queue, entry, consumer = held
             consumer.unacked -= 1
             broker.settle(queue, [entry], REQUEUE, self.stats)
         self.awaiting_release.end(not self.expiry)
+        if self.unfinished is not None:
+            self.unfinished.end(not self.expiry)
         if not self.expiry:
-            own_queues.drop(broker, (self.queue_name(0), self.queue_name(1)))
+            own_queues.drop(broker, [self.queue_name(qos) for qos in QOSES])
             for queue, _granted in shared.memberships(broker, self.serving.exchange, self.client_id):
                 shared.leave(self, queue, NO_METHOD)
 
@@ -232,15 +256,19 @@ class Session:
     def _deliver_retained(self, topic, message, granted, sub_id, expires_at):
         """A retained message, with RETAIN set, at the lower of the subscription's QoS and its
         own; a QoS 1 one is held by packet id until its PUBACK like any delivery (its queue
-        keeps it: nothing to settle)."""
-        own = (message.properties().get("headers") or {}).get("x-mqtt-publish-qos", 1)
-        qos = min(granted, own)
+        keeps it: nothing to settle), a QoS 2 one as any QoS 2 delivery."""
+        qos = min(granted, (message.properties().get("headers") or {}).get("x-mqtt-publish-qos", 1))
         packet_id = 0
         if qos:
             packet_id = self._packet_id()
+        if qos == 1:
             self.inflight[packet_id] = RETAINED
         props = self._properties(message, sub_id, expires_at)
-        self.conn.send(packets.publish(topic, bytes(message.body()), qos, True, False, packet_id, props, self.level))
+        packet = packets.publish(topic, bytes(message.body()), qos, True, False, packet_id, props, self.level)
+        if qos == 2:
+            self.qos2_deliveries().send(packet_id, message, topic, packet)
+        else:
+            self.conn.send(packet)
 
     def _subscribe(self, topic_filter, opts, sub_id):
         """(the granted QoS, or the reason code the subscription is refused with; whether the
@@ -248,12 +276,12 @@ class Session:
         group, found = share_of(topic_filter)
         if not valid_filter(found):
             return TOPIC_FILTER_INVALID if self.level == V5 else 0x80, False
-        granted = 1 if opts & 3 else 0
+        granted = opts & 3
         key = binding_key(found)
         if len(key) > 255:
             return TOPIC_FILTER_INVALID if self.level == V5 else 0x80, False
-        if group is not None:
-            return self._share(group, found, key, opts, granted, sub_id)
+        if group is not None:  # (QoS 1 at most: a group's queue has one consumer per member)
+            return self._share(group, found, key, opts, min(granted, 1), sub_id)
         broker = self.broker
         who = self.conn.client
         exchange = self.serving.exchange
@@ -261,7 +289,7 @@ class Session:
         existed = False
         try:
             queue = self._queue(granted)
-            for qos in (0, 1):  # a filter lives in one binding: the latest's QoS and options
+            for qos in QOSES:  # a filter lives in one binding: the latest's QoS and options
                 for old in self._bindings(qos, key):
                     existed = True
                     if qos != granted or old.arguments != arguments:
@@ -319,7 +347,7 @@ class Session:
         return [b for b in queue.inbound if b.key == key and b.source.name == exchange]
 
     def _options_changed(self):
-        queues = [self.broker.queues.get(self.queue_name(q)) for q in (0, 1)]
+        queues = [self.broker.queues.get(self.queue_name(q)) for q in QOSES]
         queues.extend(consumer.queue for consumer in self.shared.values())
         self.optioned.remake(self.serving.exchange, queues, self.client_id)
         if any(table and table.get("no-local") for found in self.optioned.by_queue.values() for _, table in found):
@@ -358,7 +386,7 @@ class Session:
                 continue
             key = binding_key(topic_filter)
             code = NO_SUBSCRIPTION_EXISTED
-            for qos in (0, 1):
+            for qos in QOSES:
                 for binding in self._bindings(qos, key) if exchange is not None else ():
                     try:
                         topology.unbind(
@@ -414,21 +442,31 @@ class Session:
         qos = 0 if consumer.no_ack else 1
         if qos and not message.persistent() and message.has_header(QOS_HEADER):
             qos = 0  # an MQTT QoS 0 publish (x-mqtt-publish-qos 0): delivered at most once
+        elif qos and consumer is self.consumers_by_qos[2]:
+            qos = self.qos2_deliveries().qos_of(message)
         packet_id = 0
-        if qos:
+        if qos == 1:
             packet_id = self._packet_id()
             self.inflight[packet_id] = (queue, entry, consumer)
             consumer.unacked += 1
             if message.journal_id:
                 broker.delivered(queue, entry, False)
-        else:
+        elif qos == 0:
             broker.delivered(queue, entry, True)
+        else:  # (a QoS 2 delivery takes its packet id with it: mqtt/qos2_out.py)
+            packet_id = self._packet_id()
         props = self._properties(message, ids, entry[EXPIRES_AT])
         topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
-        first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos else 0) | (1 if retain else 0)
+        first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos == 1 else 0) | (1 if retain else 0)
         packet = packets.publish_parts(first, topic, packet_id, props, self.level, message.body())
         if self.most_out and len(packet) > self.most_out:
+            if qos == 2:
+                broker.delivered(queue, entry, True)
+                packet_id = 0
             self._too_large(queue, packet_id, len(packet))
+            return
+        if qos == 2:
+            self.qos2_deliveries().send(packet_id, message, topic_of(key), packet, queue, entry)
             return
         self.conn.send(packet)
 
@@ -468,9 +506,12 @@ class Session:
 
     def acked(self, packet_id):
         """The client's PUBACK: the delivery is settled (one it does not hold is let be)."""
-        held = self.inflight.pop(packet_id, None)
-        if held is None or held is RETAINED:
+        held = self.inflight.get(packet_id)
+        if held is None or held[0] is None:  # (a QoS 2 delivery's id: PUBACK is not its answer)
+            if held is RETAINED:
+                del self.inflight[packet_id]
             return
+        del self.inflight[packet_id]
         queue, entry, consumer = held
         consumer.unacked -= 1
         self.broker.settle(queue, [entry], ACCEPT, self.stats)
@@ -481,7 +522,7 @@ class Session:
 
     def server_cancel(self, consumer):
         """Its queue was deleted (by an operator, or its expiry): the session cannot go on."""
-        for qos in (0, 1):
+        for qos in QOSES:
             if self.consumers_by_qos[qos] is consumer:
                 self.consumers_by_qos[qos] = None
         if self.shared.get(consumer.queue.name) is consumer:
@@ -497,7 +538,7 @@ class Session:
             consumer.queue.dispatch()
 
     def unsettled(self):
-        return [(held[0], held[1]) for held in self.inflight.values() if held is not RETAINED]
+        return [(held[0], held[1]) for held in self.inflight.values() if held[0] is not None]
 
     def tick(self, now):
         pass

@@ -223,6 +223,59 @@ def test_qos_2_is_taken_once_when_the_publish_is_repeated_before_pubrel():
     assert c.broker.queues[b"q"].message_count() == 2
 
 
+def test_a_qos_2_subscription_is_delivered_qos_2_and_its_steps_go_on_after_a_reconnect():
+    broker = Broker(Limits())
+    sub = Client(broker)
+    sub.connect(b"dash", clean=False)
+    assert [p.body for p in sub.subscribe(1, b"alarm/#", qos=2)] == [b"\x00\x01\x02"]  # granted 2
+    pub = Client(broker)
+    pub.connect(b"pub")
+    pub.publish(b"alarm/a", b"one", qos=2, packet_id=1)
+    pub.publish(b"alarm/b", b"two", qos=1, packet_id=2)  # (its own QoS, 1: delivered at 1)
+    got = [published(p) for p in sub.read()]
+    assert [(t, m, q, dup) for t, m, q, dup, _, _ in got] == [
+        (b"alarm/a", b"one", 2, False),
+        (b"alarm/b", b"two", 1, False),
+    ]
+    one, two = got[0][4], got[1][4]
+    assert broker.queues[b"mqtt-subscription-dashqos2"].message_count() == 0  # (moved to the session's own queue)
+    sub.send(packets.ack(packets.PUBACK, two))
+    sub.conn.lost()  # before its PUBREC: the next connection is sent it again, same id, DUP
+    sub = Client(broker)
+    out = sub.connect(b"dash", clean=False)
+    assert [published(p)[1:5] for p in out[1:]] == [(b"one", 2, True, one)]
+    assert [(p.name, p.body) for p in sub.send(packets.ack(packets.PUBREC, one))] == [
+        ("PUBREL", struct.pack(">H", one))
+    ]
+    sub.conn.lost()  # after its PUBREC: never the message again, its PUBREL
+    sub = Client(broker)
+    out = sub.connect(b"dash", clean=False)
+    assert [(p.name, p.body) for p in out[1:]] == [("PUBREL", struct.pack(">H", one))]
+    assert sub.send(packets.ack(packets.PUBCOMP, one)) == []
+    sub.conn.lost()
+    sub = Client(broker)
+    assert [p.name for p in sub.connect(b"dash", clean=False)] == ["CONNACK"]  # nothing left under way
+    assert broker.queues[b"mqtt-outbound-qos2-dash"].message_count() == 0
+
+
+def test_a_pubrec_for_no_delivery_is_answered_and_a_refused_one_ends_the_delivery():
+    broker = Broker(Limits())
+    sub = Client(broker, level=V5)
+    sub.connect(b"dash")
+    sub.subscribe(1, b"alarm/#", qos=2)
+    assert [(p.name, p.body) for p in sub.send(packets.ack(packets.PUBREC, 9, level=V5))] == [
+        ("PUBREL", b"\x00\x09\x92")
+    ]
+    pub = Client(broker)
+    pub.connect(b"pub")
+    pub.publish(b"alarm/a", b"one", qos=2, packet_id=1)
+    (delivery,) = [published(p, V5) for p in sub.read()]
+    assert sub.send(packets.ack(packets.PUBREC, delivery[4], 0x80, level=V5)) == []  # (no PUBREL: it said no)
+    assert broker.queues[b"mqtt-outbound-qos2-dash"].message_count() == 0
+    pub.publish(b"alarm/a", b"two", qos=2, packet_id=2)
+    assert [published(p, V5)[1] for p in sub.read()] == [b"two"]  # (its window is free again)
+
+
 # ---------------------------------------------------------------- version 5
 
 
