@@ -135,7 +135,7 @@ class Journal:
         self.next_id = 1
         self.marks = {}  # (kind, queue name, segment) -> [ids, bytes], written at the next take
         self.delivering = None  # (queue, segment, its DELIVERED ids in marks) of the last delivery
-        # What the current segment's summary will say (see _seal)
+        # What the current segment's summary will say (see _summary)
         self.first_id = 0  # where the segment's bitmaps start: its first id, down to a multiple of 8
         # queue name -> [its first id here, count, body bytes, bitmap from first_id or None] (persistent
         # only): no bitmap while the queue's ids here follow one another (one queue published to)
@@ -156,10 +156,18 @@ class Journal:
         self._put(self._snapshot([]), False)
 
     def _roll(self):
+        """Seal this segment and begin the next. A board whose heap has no room left in one
+        piece for the summary (a list of its records' parts) keeps writing to this segment,
+        past segment_bytes, and tries again at the next record: the summary is built before
+        anything changes, so the journal is as it was."""
         # the numbers taken with this segment's messages, in their chunk (one write: a kill
         # between two writes cannot leave messages whose numbers are nowhere)
         self.write_taken(False)
-        self._seal()
+        try:
+            summary = self._summary()
+        except MemoryError:
+            return
+        self._put(summary, True)
         self.segment += 1
         self.sizes[self.segment] = 0
         self.first_id = self.next_id & ~7
@@ -168,9 +176,10 @@ class Journal:
         self.copies = []
         self._put(self._snapshot([]), False)
 
-    def _seal(self):
-        """The current segment's summary, as records at its end (the port closes it with a
-        trailer): what a restart needs of the segment without reading its messages."""
+    def _summary(self):
+        """The current segment's summary, as records (a list of parts) for its end (the port
+        closes it with a trailer): what a restart needs of the segment without reading its
+        messages."""
         out = self._snapshot(record_parts(SUMMARY, ()))
         for name in self.members:
             start, count, size, bitmap = self.members[name]
@@ -186,7 +195,7 @@ class Journal:
             out.extend(record_parts(MEMBERS, members_payload(name, MOVED, first, len(ids), 0, bitmap)))
         for kind, payload in self.copies:
             out.extend(record_parts(kind, (payload,)))
-        self._put(out, True)
+        return out
 
     def _snapshot(self, out):
         """Every durable definition, as records added to out (a list of parts), returned: at
