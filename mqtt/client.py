@@ -58,7 +58,7 @@ from .packets import (
     Malformed,
 )
 from .publishing import properties_091, properties_5
-from .topics import routing_key, topic_of
+from .topics import carried_topic, routing_key, topic_of
 
 MAX_IN_FLIGHT = 65535  # packet ids: what may be unacknowledged at once
 PINGREQ_PACKET = bytes((PINGREQ << 4, 0))
@@ -151,14 +151,16 @@ class Protocol(Upstream):
         properties). Its number (seq)."""
         size = len(body_tail) - 5 if body_tail is not None else 0
         payload = body_tail[4:-1] if body_tail is not None else b""
+        message = Message(_bytes(exchange), _bytes(routing_key), None, header_tail, body_tail, size)
+        exact = carried_topic(message)  # (an MQTT publish's topic holding a dot: mqtt/topics.py)
         topic = (
-            self.template.replace(b"{routing_key}", topic_of(_bytes(routing_key)))
-            .replace(b"{exchange}", _bytes(exchange))
+            self.template.replace(b"{routing_key}", exact or topic_of(message.routing_key))
+            .replace(b"{exchange}", message.exchange)
             .replace(b"{client_id}", self.client_id)
         )
         props = None
         if self.level == V5:
-            props = properties_5(Message(_bytes(exchange), _bytes(routing_key), None, header_tail, body_tail, size))
+            props = properties_5(message)
         packet_id = self._packet_id()
         self.seq += 1
         self._ids[packet_id] = self.seq
@@ -282,7 +284,8 @@ class Protocol(Upstream):
         tag = self.delivered
         if qos:
             self._ids[tag] = packet_id
-        header_tail, body_tail, size = tails(properties_091(qos, bool(first & 8), props), payload)
+        exact = topic if b"." in topic else None  # (carried: mqtt/topics.py)
+        header_tail, body_tail, size = tails(properties_091(qos, bool(first & 8), props, None, exact), payload)
         self._events.append(("delivery", tag, self.exchange, routing_key(topic), header_tail, body_tail, size))
 
     def _end(self, reason):

@@ -20,7 +20,7 @@ message read back after a restart counts as another client's, published without 
 """
 
 from .shared import MEMBER
-from .topics import matches, topic_of
+from .topics import exact_filter, matches
 
 ARGUMENT = "x-mqtt-subscription-opts"
 
@@ -50,11 +50,6 @@ def mine(binding, client_id):
     return member is None or bytes(member) == client_id
 
 
-def filter_of(key):
-    """The MQTT filter of a binding key (mqtt/topics.py binding_key, read back)."""
-    return topic_of(key).replace(b"*", b"+")
-
-
 class Optioned:
     """The subscriptions of one session's queues, to look at per delivery once any of them has
     options: queue name -> [(MQTT filter, options table or None)], remade when its
@@ -71,7 +66,7 @@ class Optioned:
             if queue is None:
                 continue
             found = [
-                (filter_of(binding.key), of(binding))
+                (exact_filter(binding), of(binding))
                 for binding in queue.inbound
                 if binding.source.name == exchange_name and mine(binding, client_id)
             ]
@@ -79,13 +74,12 @@ class Optioned:
                 by_queue[queue.name] = found
         self.by_queue = by_queue
 
-    def delivery(self, queue, message, client_id):
+    def delivery(self, queue, message, topic, client_id):
         """(deliver it?, RETAIN as published?, [subscription identifiers] or None) for a message
-        of the session's queue."""
+        of the session's queue, of that topic."""
         found = self.by_queue.get(queue.name) if self.by_queue else None
         if found is None:
             return True, False, None
-        topic = topic_of(message.routing_key)
         all_no_local = True
         keep_retain = False
         ids = []

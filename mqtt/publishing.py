@@ -11,7 +11,9 @@ routing key (mqtt/topics.py), as RabbitMQ maps it:
     JSON payload fields [mqtt]          headers x-sensor-id, x-sensor-seq (mqtt/identity.py)
       sensor_id_field, sensor_seq_field
     5.0 content type                    content-type
-    5.0 response topic                  reply-to (as a routing key)
+    a topic holding a dot               header x-mqtt-topic: the topic (mqtt/topics.py)
+    5.0 response topic                  reply-to (as a routing key); one holding a dot, also
+                                        header x-mqtt-response-topic
     5.0 correlation data                correlation-id
     5.0 message expiry interval (s)     expiration (ms); to a subscriber, what is left of it
     5.0 payload format indicator        header x-mqtt-payload-format (1: UTF-8 text)
@@ -53,12 +55,13 @@ from .packets import (
     V5,
     Malformed,
 )
-from .topics import remember, routing_key, topic_of, valid_topic
+from .topics import TOPIC_HEADER, remember, routing_key, topic_of, valid_topic
 
 QOS_HEADER = b"\x12x-mqtt-publish-qos"  # (as a shortstr: Message.has_header looks for it so)
 ALIASES_MOST = 16  # topic aliases a version 5 client may set (its Topic Alias Maximum)
 FORMAT_HEADER = "x-mqtt-payload-format"
-KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup", FORMAT_HEADER)
+RESPONSE_HEADER = "x-mqtt-response-topic"
+KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup", FORMAT_HEADER, TOPIC_HEADER, RESPONSE_HEADER)
 PLAIN = {}  # (QoS, DUP) -> the encoded properties of a publish without version 5 properties  # not user properties to a version 5 subscriber
 
 
@@ -115,10 +118,10 @@ class Publishing:
         if qos == 2 and packet_id in awaiting:
             conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
             return
-        key, route = self.routes.get(topic) or self._route(topic)
-        code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1, route)
+        key, route, exact = self.routes.get(topic) or self._route(topic)
+        code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1, route, exact)
         if first & 1 and code < 0x80:  # RETAIN: kept for the subscriptions to come (mqtt/retained.py)
-            kept = retained.retain(self.broker, key, properties_091(qos, False, props), payload)
+            kept = retained.retain(self.broker, topic, properties_091(qos, False, props), payload)
             if kept is None:
                 self.broker.log(
                     "warning", "%s: MQTT retained message to '%s' not kept: topic too long" % (conn.name, text(topic))
@@ -137,14 +140,16 @@ class Publishing:
             conn.pause()
 
     def _route(self, topic):
-        """(routing key, route octets) of a topic not published lately, checked."""
+        """(routing key, route octets, the topic if the key cannot say it, else None) of a topic
+        not published lately, checked."""
         if not valid_topic(topic):
             why = "is empty" if not topic else "holds a wildcard (+ or #): a PUBLISH names one topic"
             raise Malformed(TOPIC_NAME_INVALID, "topic name '%s' %s" % (text(topic), why))
         key = routing_key(topic)
         if len(key) > 255:
             raise Malformed(TOPIC_NAME_INVALID, "topic name longer than 255 octets as a routing key")
-        return remember(self.routes, topic, (key, self.route_start + bytes((len(key),)) + key))
+        exact = topic if b"." in topic else None  # (x-mqtt-topic: mqtt/topics.py)
+        return remember(self.routes, topic, (key, self.route_start + bytes((len(key),)) + key, exact))
 
     def _aliased(self, topic, props):
         """The topic of a version 5 PUBLISH that sets or uses a topic alias (3.3.2.3.4)."""
@@ -161,9 +166,9 @@ class Publishing:
             raise Malformed(packets.PROTOCOL_ERROR, "topic alias %d was never set" % alias)
         return found
 
-    def send(self, key, payload, qos, dup, props, retain=False, route=None):
+    def send(self, key, payload, qos, dup, props, retain=False, route=None, exact=None):
         """One publish through the broker: (reason code, the journal sequence its acknowledgement
-        waits for, or 0)."""
+        waits for, or 0). exact: the topic, where its routing key cannot say it."""
         broker = self.broker
         exchange = self.exchange
         if route is None:
@@ -174,8 +179,8 @@ class Publishing:
             from .identity import from_json  # (loaded with the first reading that says who sent it)
 
             identity = from_json(payload, fields)
-        if props:
-            parts = tails(properties_091(qos, dup, props, identity), payload)
+        if props or exact:
+            parts = tails(properties_091(qos, dup, props, identity, exact), payload)
         else:  # (most publishes: their properties, encoded once for each QoS and DUP)
             encoded = PLAIN.get((qos, dup))
             if encoded is None:
@@ -264,10 +269,10 @@ class Publishing:
     def publish_will(self, will):
         topic, payload, qos, retain, props = will
         try:
-            key = routing_key(topic)
-            code, _seq = self.send(key, payload, qos, False, props, retain)
+            exact = topic if b"." in topic else None
+            code, _seq = self.send(routing_key(topic), payload, qos, False, props, retain, None, exact)
             if retain and code < 0x80:
-                retained.retain(self.broker, key, properties_091(qos, False, props), payload)
+                retained.retain(self.broker, topic, properties_091(qos, False, props), payload)
         except Malformed as e:
             self.broker.log("warning", "%s: MQTT will not published: %s" % (self.conn.name, e.args[1]))
 
@@ -296,12 +301,15 @@ def _identified(props):
     return False
 
 
-def properties_091(qos, dup, props, identity=None):
+def properties_091(qos, dup, props, identity=None, topic=None):
     """The stored form's properties of an MQTT publish (the module's docstring has the table). A
     QoS 2 publish says QoS 2, where RabbitMQ, which delivers no QoS 2, says 1: a QoS 2
     subscriber is given it at QoS 2 (mqtt/session.py). identity: the headers a JSON payload
-    named its reading with (mqtt/identity.py)."""
+    named its reading with (mqtt/identity.py). topic: the topic, where the routing key cannot
+    say it (mqtt/topics.py)."""
     headers = {"x-mqtt-publish-qos": qos, "x-mqtt-dup": dup}
+    if topic is not None:
+        headers[TOPIC_HEADER] = topic
     found = {"headers": headers, "delivery-mode": 2 if qos else 1}
     if identity:
         headers.update(identity)
@@ -315,7 +323,10 @@ def properties_091(qos, dup, props, identity=None):
         if CONTENT_TYPE in props:
             found["content-type"] = props[CONTENT_TYPE]
         if RESPONSE_TOPIC in props:
-            found["reply-to"] = routing_key(props[RESPONSE_TOPIC])
+            response = props[RESPONSE_TOPIC]
+            found["reply-to"] = routing_key(response)
+            if b"." in response:
+                headers[RESPONSE_HEADER] = response
         data = props.get(CORRELATION_DATA)
         if data is not None:
             if len(data) <= 255:
@@ -343,7 +354,8 @@ def properties_5(message, left_ms=None):
         props[CONTENT_TYPE] = value
     value = found.get("reply-to")
     if value is not None:
-        props[RESPONSE_TOPIC] = topic_of(value)
+        exact = (found.get("headers") or {}).get(RESPONSE_HEADER)
+        props[RESPONSE_TOPIC] = bytes(exact) if exact is not None else topic_of(value)
     value = found.get("correlation-id")
     if value is not None:
         props[CORRELATION_DATA] = value

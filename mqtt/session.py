@@ -41,7 +41,18 @@ from .packets import (
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
 from .qos2 import AwaitingRelease
-from .topics import binding_key, dollar_wanted, remember, share_of, topic_of, valid_filter
+from .topics import (
+    FILTER_ARGUMENT,
+    binding_key,
+    carried_topic,
+    exact_filter,
+    remember,
+    share_of,
+    topic_of,
+    valid_filter,
+    wanted,
+    with_filter,
+)
 
 QUEUE_PREFIX = b"mqtt-subscription-"
 PUBLISH_FIRST = packets.PUBLISH << 4
@@ -61,6 +72,7 @@ class Session:
     ended = False
     most_out = 0  # a version 5 client's Maximum Packet Size (0: none said)
     too_large_said = False
+    dotted = False  # whether a filter of its subscriptions holds a dot (mqtt/topics.py)
     # its QoS 2 deliveries (mqtt/qos2_out.py), once there is one. (A class default: on a board an
     # attribute every session sets in __init__ costs each connection's heap.)
     unfinished = None
@@ -285,12 +297,12 @@ class Session:
         broker = self.broker
         who = self.conn.client
         exchange = self.serving.exchange
-        arguments = options.arguments(opts, sub_id)
+        arguments = with_filter(options.arguments(opts, sub_id), found)
         existed = False
         try:
             queue = self._queue(granted)
             for qos in QOSES:  # a filter lives in one binding: the latest's QoS and options
-                for old in self._bindings(qos, key):
+                for old in self._bindings(qos, key, found):
                     existed = True
                     if qos != granted or old.arguments != arguments:
                         topology.unbind(
@@ -321,7 +333,7 @@ class Session:
         if opts & 4:
             raise packets.Malformed(packets.PROTOCOL_ERROR, "no local on a shared subscription")
         try:
-            extra = options.arguments(opts, sub_id)
+            extra = with_filter(options.arguments(opts, sub_id), topic_filter)
             queue, _was = shared.join(self, group, topic_filter, key, granted, extra, NO_METHOD)
             consumer = self.shared.get(queue.name)
             if consumer is not None and consumer.no_ack != (not granted):
@@ -338,18 +350,29 @@ class Session:
             return NOT_AUTHORIZED if self.level == V5 else 0x80, True
         return granted, True
 
-    def _bindings(self, qos, key):
-        """The bindings of the session's queue of that QoS to the MQTT exchange with this key."""
+    def _bindings(self, qos, key, topic_filter):
+        """The bindings of the session's queue of that QoS to the MQTT exchange with this key,
+        of this filter (`v1.2/x` and `v1/2/x` have one key)."""
         queue = self.broker.queues.get(self.queue_name(qos))
         if queue is None:
             return []
         exchange = self.serving.exchange
-        return [b for b in queue.inbound if b.key == key and b.source.name == exchange]
+        return [
+            b for b in queue.inbound if b.key == key and b.source.name == exchange and exact_filter(b) == topic_filter
+        ]
 
     def _options_changed(self):
         queues = [self.broker.queues.get(self.queue_name(q)) for q in QOSES]
         queues.extend(consumer.queue for consumer in self.shared.values())
         self.optioned.remake(self.serving.exchange, queues, self.client_id)
+        dotted = any(
+            binding.arguments and FILTER_ARGUMENT in binding.arguments
+            for queue in queues
+            if queue is not None
+            for binding in queue.inbound
+        )
+        if dotted != self.dotted:
+            self.dotted = dotted
         if any(table and table.get("no-local") for found in self.optioned.by_queue.values() for _, table in found):
             self.serving.origins = True
 
@@ -387,7 +410,7 @@ class Session:
             key = binding_key(topic_filter)
             code = NO_SUBSCRIPTION_EXISTED
             for qos in QOSES:
-                for binding in self._bindings(qos, key) if exchange is not None else ():
+                for binding in self._bindings(qos, key, topic_filter) if exchange is not None else ():
                     try:
                         topology.unbind(
                             broker, self.conn.client, exchange.name, binding.destination.name, key, binding.arguments, NO_METHOD, to_queue=True,
@@ -430,15 +453,18 @@ class Session:
         broker = self.broker
         retain = False
         ids = None
-        if self.optioned.by_queue:  # (a session with version 5 subscription options)
-            wanted, retain, ids = self.optioned.delivery(queue, message, self.client_id)
-            if not wanted:  # no local: its own publish
+        key = message.routing_key
+        exact = carried_topic(message)  # (None: the routing key says the topic)
+        if exact is not None or self.dotted or key.startswith(b"$"):
+            # a binding key may have routed what no filter of the queue matches (mqtt/topics.py)
+            if not wanted(queue, self.serving.exchange, exact or topic_of(key)):
                 broker.delivered(queue, entry, True)
                 return
-        key = message.routing_key
-        if key.startswith(b"$") and not dollar_wanted(queue, self.serving.exchange, key):
-            broker.delivered(queue, entry, True)  # (a `$` topic its wildcard filter must not match)
-            return
+        if self.optioned.by_queue:  # (a session with version 5 subscription options)
+            deliver, retain, ids = self.optioned.delivery(queue, message, exact or topic_of(key), self.client_id)
+            if not deliver:  # no local: its own publish
+                broker.delivered(queue, entry, True)
+                return
         qos = 0 if consumer.no_ack else 1
         if qos and not message.persistent() and message.has_header(QOS_HEADER):
             qos = 0  # an MQTT QoS 0 publish (x-mqtt-publish-qos 0): delivered at most once
@@ -456,7 +482,10 @@ class Session:
         else:  # (a QoS 2 delivery takes its packet id with it: mqtt/qos2_out.py)
             packet_id = self._packet_id()
         props = self._properties(message, ids, entry[EXPIRES_AT])
-        topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
+        if exact is not None:
+            topic = packets.binary(exact)
+        else:
+            topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
         first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos == 1 else 0) | (1 if retain else 0)
         packet = packets.publish_parts(first, topic, packet_id, props, self.level, message.body())
         if self.most_out and len(packet) > self.most_out:
@@ -466,7 +495,7 @@ class Session:
             self._too_large(queue, packet_id, len(packet))
             return
         if qos == 2:
-            self.qos2_deliveries().send(packet_id, message, topic_of(key), packet, queue, entry)
+            self.qos2_deliveries().send(packet_id, message, exact or topic_of(key), packet, queue, entry)
             return
         self.conn.send(packet)
 

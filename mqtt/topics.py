@@ -2,10 +2,20 @@
 level separator `/` is the routing key's `.`, the single-level wildcard `+` is `*`, and the
 multi-level `#` stays `#`. So the MQTT publish to `sensors/greenhouse-3/temp` reaches an AMQP
 queue bound to `amq.topic` with `sensors.greenhouse-3.*`, and an AMQP publish with routing
-key `sensors.greenhouse-3.temp` reaches the MQTT subscriber of `sensors/+/temp`. (A topic
-level holding a dot is split in two by the mapping, as in RabbitMQ.)
+key `sensors.greenhouse-3.temp` reaches the MQTT subscriber of `sensors/+/temp`.
 
-Topics and filters stay bytes, as the codec reads them.
+A topic level holding a dot (`linux_3.11/x`, `v1.2/x`) is split in two by the mapping, as in
+RabbitMQ, so the routing key says less than the topic; an MQTT subscriber still gets the topic
+exactly and only what its filter matches by MQTT's rules:
+
+- an MQTT publish to such a topic carries it in the header `x-mqtt-topic` (TOPIC_HEADER), and
+  a subscription to such a filter keeps it in its binding's arguments (`x-mqtt-filter`);
+- a delivery to an MQTT subscriber is checked against the filters that route there (wanted)
+  when its topic, or one of those filters, holds a dot or the topic starts with `$`: a key
+  that matched a binding key the filter does not match is not delivered.
+
+AMQP consumers see RabbitMQ's routing keys, as before. Topics and filters stay bytes, as the
+codec reads them.
 """
 
 import sys
@@ -23,6 +33,11 @@ def remember(table, key, value):
             table.clear()
         table[key] = value
     return value
+
+
+TOPIC_HEADER = "x-mqtt-topic"
+TOPIC_HEADER_KEY = b"\x0cx-mqtt-topic"  # (as a shortstr: Message.has_header looks for it so)
+FILTER_ARGUMENT = "x-mqtt-filter"
 
 
 def routing_key(topic):
@@ -45,13 +60,36 @@ def filter_of(key):
     return key.replace(b".", b"/").replace(b"*", b"+")
 
 
-def dollar_wanted(queue, exchange, key):
-    """Whether a message routed with `key`, a `$` topic, reached the queue through one of its
-    bindings from the MQTT exchange whose filter matches it by MQTT's rules: a filter that
-    starts with a wildcard matches no `$` topic (MQTT 4.7.2), though its binding key routes it."""
-    topic = topic_of(key)
+def carried_topic(message):
+    """The MQTT topic a message carries in its x-mqtt-topic header; None where its routing key
+    says it (the look at the header's bytes first costs a delivery little)."""
+    if message.has_header(TOPIC_HEADER_KEY):
+        found = (message.properties().get("headers") or {}).get(TOPIC_HEADER)
+        if found is not None:
+            return bytes(found)
+    return None
+
+
+def with_filter(arguments, topic_filter):
+    """A subscription's binding arguments, with its filter where the binding key cannot say it."""
+    if b"." in topic_filter:
+        arguments[FILTER_ARGUMENT] = topic_filter
+    return arguments
+
+
+def exact_filter(binding):
+    """The MQTT filter of a subscription's binding."""
+    found = binding.arguments.get(FILTER_ARGUMENT) if binding.arguments else None
+    return bytes(found) if found is not None else filter_of(binding.key)
+
+
+def wanted(queue, exchange, topic):
+    """Whether a message of that topic reached the queue through one of its bindings from the
+    MQTT exchange whose filter matches the topic by MQTT's rules: a binding key can route what
+    its filter does not match (a `$` topic to a filter starting with a wildcard, MQTT 4.7.2; a
+    topic or filter holding a dot, which the mapping splits)."""
     for binding in queue.inbound:
-        if binding.source.name == exchange and matches(filter_of(binding.key), topic):
+        if binding.source.name == exchange and matches(exact_filter(binding), topic):
             return True
     return False
 

@@ -1,7 +1,7 @@
 """Where the MQTT specification says what a server does, run against hutch and against Debian's
 mosquitto alike (the `mqtt_broker` fixture): `$` topics and wildcards, retained messages under
-dotted filters, a DISCONNECT's Session Expiry Interval, what is left of a Message Expiry
-Interval, the Payload Format Indicator, and a delayed will's delay."""
+dotted filters, topics holding dots as published, a DISCONNECT's Session Expiry Interval, what
+is left of a Message Expiry Interval, the Payload Format Indicator, and a delayed will's delay."""
 
 import socket
 import time
@@ -50,6 +50,41 @@ def test_a_retained_message_reaches_a_filter_with_a_dot(mqtt_broker):
         client.stop()
     publisher.client.publish("fw/v1.2/state", b"", 1, retain=True).wait_for_publish(10)
     publisher.stop()
+
+
+def test_a_topic_holding_a_dot_arrives_as_published_and_only_where_its_filter_matches(mqtt_broker):
+    """[MQTT-4.7.3], [MQTT-3.3.2-3]: `linux_3.11/x` arrives as `linux_3.11/x`; `v1/2/x` gets
+    nothing of `v1.2/x` nor `v1.2/x` of `v1/2/x`; a retained message of each is kept apart; a
+    version 5 response topic holding a dot arrives whole."""
+    exact = Paho(mqtt_broker, "dots-exact").connect()
+    exact.subscribe("v1.2/x", 1)
+    split = Paho(mqtt_broker, "dots-split").connect()
+    split.subscribe("v1/2/x", 1)
+    wild = Paho(mqtt_broker, "dots-wild", "5").connect()
+    wild.subscribe("linux_3.11/#", 1)
+    publisher = Paho(mqtt_broker, "dots-publisher", "5").connect()
+    publisher.publish("v1.2/x", b"dotted", 1)
+    publisher.publish("v1/2/x", b"split", 1)
+    response = Properties(PacketTypes.PUBLISH)
+    response.ResponseTopic = "replies/1795738437.7/gw"
+    publisher.client.publish("linux_3.11/x", b"kernel", 1, properties=response).wait_for_publish(10)
+    assert [(t, m) for t, m, *_ in exact.take(1)] == [("v1.2/x", b"dotted")], mqtt_broker.kind
+    assert [(t, m) for t, m, *_ in split.take(1)] == [("v1/2/x", b"split")], mqtt_broker.kind
+    ((topic, payload, _qos, _retain, props),) = wild.take(1)
+    assert (topic, payload, props.ResponseTopic) == ("linux_3.11/x", b"kernel", "replies/1795738437.7/gw")
+    assert nothing_within(exact, 0.3) and nothing_within(split, 0.2)
+    publisher.client.publish("v1.2/x", b"kept dotted", 1, retain=True).wait_for_publish(10)
+    publisher.client.publish("v1/2/x", b"kept split", 1, retain=True).wait_for_publish(10)
+    for topic_filter, kept in (("v1.2/x", [b"kept dotted"]), ("v1/2/x", [b"kept split"]), ("v1/#", [b"kept split"])):
+        client = Paho(mqtt_broker, "dots-later").connect()
+        client.subscribe(topic_filter, 1)
+        assert [m for _t, m, *_ in client.take(len(kept))] == kept, (topic_filter, mqtt_broker.kind)
+        assert nothing_within(client, 0.2), (topic_filter, mqtt_broker.kind)
+        client.stop()
+    for topic in ("v1.2/x", "v1/2/x"):
+        publisher.client.publish(topic, b"", 1, retain=True).wait_for_publish(10)
+    for client in (exact, split, wild, publisher):
+        client.stop()
 
 
 def _session(mqtt_broker, connect_expiry, disconnect_expiry):
