@@ -62,7 +62,7 @@ ALIASES_MOST = 16  # topic aliases a version 5 client may set (its Topic Alias M
 FORMAT_HEADER = "x-mqtt-payload-format"
 RESPONSE_HEADER = "x-mqtt-response-topic"
 KEPT_HEADERS = ("x-mqtt-publish-qos", "x-mqtt-dup", FORMAT_HEADER, TOPIC_HEADER, RESPONSE_HEADER)
-PLAIN = {}  # (QoS, DUP) -> the encoded properties of a publish without version 5 properties  # not user properties to a version 5 subscriber
+PLAIN = {}  # (QoS, DUP, carried topic or None) -> the encoded properties of a publish without version 5 properties  # not user properties to a version 5 subscriber
 
 
 class Publishing:
@@ -179,12 +179,16 @@ class Publishing:
             from .identity import from_json  # (loaded with the first reading that says who sent it)
 
             identity = from_json(payload, fields)
-        if props or exact:
+        if props:
             parts = tails(properties_091(qos, dup, props, identity, exact), payload)
-        else:  # (most publishes: their properties, encoded once for each QoS and DUP)
-            encoded = PLAIN.get((qos, dup))
+        else:  # (most publishes: their properties, encoded once for each QoS, DUP and carried topic)
+            encoded = PLAIN.get((qos, dup, exact))
             if encoded is None:
-                encoded = PLAIN[qos, dup] = encode_properties(properties_091(qos, dup, None))
+                encoded = encode_properties(properties_091(qos, dup, None, None, exact))
+                if exact is None:
+                    PLAIN[qos, dup, None] = encoded
+                else:  # (one per topic holding a dot, as many as remember keeps)
+                    remember(PLAIN, (qos, dup, exact), encoded)
             if identity:
                 from .identity import with_identity
 
