@@ -77,6 +77,7 @@ class Publishing:
         return self.session.serving.stats
 
     zero_said = False  # a 3.1.1 client's packet id 0 was logged
+    aliases = None  # a version 5 client's topic aliases, once it sets one: number -> topic
     alias_most = ALIASES_MOST
 
     def __init__(self, session):
@@ -87,7 +88,6 @@ class Publishing:
         self.exchange = exchange = session.serving.exchange
         self.route_start = bytes((len(exchange),)) + exchange  # (a message's route: exchange and key as shortstrs)
         self.routes = session.serving.routes
-        self.aliases = {}  # a version 5 client's topic aliases: number -> topic
         self.waiting = []  # [journal seq, acknowledgement packet]: sent once the journal has synced
         self.held_by = None
 
@@ -114,8 +114,8 @@ class Publishing:
             topic = self._aliased(topic, props)
             if SUBSCRIPTION_IDENTIFIER in props:
                 raise Malformed(packets.PROTOCOL_ERROR, "a PUBLISH from a client with a subscription identifier")
-        awaiting = self.session.awaiting_release
-        if qos == 2 and packet_id in awaiting:
+        awaiting = self.session.awaiting() if qos == 2 else None
+        if awaiting is not None and packet_id in awaiting:
             conn.send(packets.ack(PUBREC, packet_id, SUCCESS, level))  # a repeat: taken once already
             return
         key, route, exact = self.routes.get(topic) or self._route(topic)
@@ -159,9 +159,11 @@ class Publishing:
         if not 0 < alias <= ALIASES_MOST:
             raise Malformed(TOPIC_ALIAS_INVALID, "topic alias %d (at most %d)" % (alias, ALIASES_MOST))
         if topic:
+            if self.aliases is None:
+                self.aliases = {}
             self.aliases[alias] = topic
             return topic
-        found = self.aliases.get(alias)
+        found = self.aliases.get(alias) if self.aliases is not None else None
         if found is None:
             raise Malformed(packets.PROTOCOL_ERROR, "topic alias %d was never set" % alias)
         return found
@@ -265,7 +267,8 @@ class Publishing:
         """PUBREL: the QoS 2 exchange for packet_id is over. The PUBCOMP waits until the id's
         release is on disk: after it the client may use the id again, and a broker that came
         back from a crash still holding it would take the new message for a repeat."""
-        code = SUCCESS if self.session.awaiting_release.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
+        awaiting = self.session.awaiting_release
+        code = SUCCESS if awaiting is not None and awaiting.release(packet_id) else PACKET_IDENTIFIER_NOT_FOUND
         journal = self.broker.journal
         seq = journal.seq + 1 if code == SUCCESS and journal is not None else 0  # (written with the next group commit)
         self.after_sync(seq, packets.ack(PUBCOMP, packet_id, code, self.conn.level))

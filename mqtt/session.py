@@ -27,7 +27,7 @@ from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import EXPIRES_AT, MESSAGE, REDELIVERED
-from . import options, own_queues, packets, retained, shared
+from . import options, own_queues, packets, qos2, retained, shared
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
     NOT_AUTHORIZED,
@@ -40,7 +40,6 @@ from .packets import (
     V5,
 )
 from .publishing import QOS_HEADER, Publishing, properties_5
-from .qos2 import AwaitingRelease
 from .topics import (
     FILTER_ARGUMENT,
     binding_key,
@@ -61,6 +60,7 @@ QOSES = (0, 1, 2)
 # retained message delivered at QoS 1 until its PUBACK; a QoS 2 delivery until its PUBCOMP
 # (mqtt/qos2_out.py UNFINISHED)
 RETAINED = (None, None, "retained")
+NO_SHARED = {}
 NO_METHOD = 0  # the request a core refusal names: none (MQTT answers with reason codes, not 0-9-1 method ids)
 
 
@@ -73,6 +73,14 @@ class Session:
     most_out = 0  # a version 5 client's Maximum Packet Size (0: none said)
     too_large_said = False
     dotted = False  # whether a filter of its subscriptions holds a dot (mqtt/topics.py)
+    # Made when first needed (class defaults: a sensor that only publishes at QoS 0 or 1 holds
+    # neither, which saves a few hundred bytes a connection): its QoS 2 packet ids between
+    # PUBREC and PUBREL (mqtt/qos2.py), and its version 5 subscription options (mqtt/options.py)
+    awaiting_release = None
+    optioned = None  # (only while one of its subscriptions has options)
+    # queue name -> its consumer: the shared subscriptions it is a member of (mqtt/shared.py);
+    # NO_SHARED, never written to, until it is a member of one
+    shared = NO_SHARED
     # its QoS 2 deliveries (mqtt/qos2_out.py), once there is one. (A class default: on a board an
     # attribute every session sets in __init__ costs each connection's heap.)
     unfinished = None
@@ -94,9 +102,6 @@ class Session:
         self.expiry = 0  # s the session outlives its connection
         self.window = self.serving.prefetch
         self.publishing = Publishing(self)
-        self.awaiting_release = AwaitingRelease(self)  # its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)
-        self.optioned = options.Optioned()  # its version 5 subscription options (mqtt/options.py)
-        self.shared = {}  # queue name -> its consumer: the shared subscriptions it is a member of (mqtt/shared.py)
 
     # ------------------------------------------------------------ as hutch ctl lists a channel
 
@@ -125,9 +130,15 @@ class Session:
     def _own_queue_names(self):
         """Its subscriptions' queues and those its QoS 2 packet ids are kept in."""
         names = [self.queue_name(qos) for qos in QOSES]
-        names.append(self.awaiting_release.name)
+        names.append(qos2.PREFIX + self.client_id)
         names.append(own_queues.OUTBOUND_PREFIX + self.client_id)
         return names
+
+    def awaiting(self):
+        """Its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)."""
+        if self.awaiting_release is None:
+            self.awaiting_release = qos2.AwaitingRelease(self)
+        return self.awaiting_release
 
     def qos2_deliveries(self):
         """Its QoS 2 deliveries (mqtt/qos2_out.py: its PUBREC and PUBCOMP go there)."""
@@ -180,7 +191,8 @@ class Session:
     def start(self):
         """A session that was there goes on: its queues (and its shared subscriptions') are
         consumed again."""
-        self.awaiting_release.start()
+        if self.broker.queues.get(qos2.PREFIX + self.client_id) is not None:
+            self.awaiting().start()
         if self.broker.queues.get(own_queues.OUTBOUND_PREFIX + self.client_id) is not None:
             self.qos2_deliveries().start()  # (first: what was under way goes on before anything new)
         for qos in QOSES:
@@ -218,7 +230,9 @@ class Session:
             if consumer is not None:
                 self.consumers_by_qos[qos] = None
                 broker.cancel(consumer)
-        consumers, self.shared = self.shared, {}
+        consumers = self.shared
+        if consumers is not NO_SHARED:
+            self.shared = {}
         for consumer in consumers.values():
             broker.cancel(consumer)
         for pid in list(self.inflight):
@@ -228,7 +242,8 @@ class Session:
             queue, entry, consumer = held
             consumer.unacked -= 1
             broker.settle(queue, [entry], REQUEUE, self.stats)
-        self.awaiting_release.end(not self.expiry)
+        if self.awaiting_release is not None:
+            self.awaiting_release.end(not self.expiry)
         if self.unfinished is not None:
             self.unfinished.end(not self.expiry)
         if not self.expiry:
@@ -364,7 +379,10 @@ class Session:
     def _options_changed(self):
         queues = [self.broker.queues.get(self.queue_name(q)) for q in QOSES]
         queues.extend(consumer.queue for consumer in self.shared.values())
-        self.optioned.remake(self.serving.exchange, queues, self.client_id)
+        optioned = self.optioned or options.Optioned()
+        optioned.remake(self.serving.exchange, queues, self.client_id)
+        if optioned.by_queue or self.optioned is not None:
+            self.optioned = optioned if optioned.by_queue else None
         dotted = any(
             binding.arguments and FILTER_ARGUMENT in binding.arguments
             for queue in queues
@@ -373,7 +391,7 @@ class Session:
         )
         if dotted != self.dotted:
             self.dotted = dotted
-        if any(table and table.get("no-local") for found in self.optioned.by_queue.values() for _, table in found):
+        if any(table and table.get("no-local") for found in optioned.by_queue.values() for _, table in found):
             self.serving.origins = True
 
     def _queue(self, qos):
@@ -394,6 +412,8 @@ class Session:
         consumer = Consumer(self, tag, queue, not qos, False, self.window if qos else 0)
         self.broker.consume(self.conn.client, queue, consumer, NO_METHOD)
         if in_group:
+            if self.shared is NO_SHARED:
+                self.shared = {}
             self.shared[queue.name] = consumer
         else:
             self.consumers_by_qos[qos] = consumer
@@ -460,7 +480,7 @@ class Session:
             if not wanted(queue, self.serving.exchange, exact or topic_of(key)):
                 broker.delivered(queue, entry, True)
                 return
-        if self.optioned.by_queue:  # (a session with version 5 subscription options)
+        if self.optioned is not None and self.optioned.by_queue:  # (a session with version 5 subscription options)
             deliver, retain, ids = self.optioned.delivery(queue, message, exact or topic_of(key), self.client_id)
             if not deliver:  # no local: its own publish
                 broker.delivered(queue, entry, True)
