@@ -15,6 +15,7 @@ package(
         "packets.py",
         "publishing.py",
         "qos2.py",
+        "qos2_out.py",
         "retained.py",
         "session.py",
         "shared.py",
