@@ -67,6 +67,7 @@ class Serving:
     session over)."""
 
     stats: "list | None" = None  # MQTT's counters (core/counters.py), from the first connection (serving_of)
+    sys_latest = None  # the $SYS topics' latest messages, where they are published (mqtt/sys_topics.py)
 
     def __init__(
         self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400, max_keep_alive=0, sensor_fields=None

@@ -52,4 +52,10 @@ def matching(broker, topic_filter):
         if queue.messages.length:
             entry = queue.messages.peek()  # (message, redelivered, expires_at)
             found.append((topic, entry[0], entry[2]))
+    serving = broker.front_ends.get("mqtt")
+    latest = serving.sys_latest if serving is not None else None
+    if latest and topic_filter.startswith(b"$"):  # (the $SYS topics', kept in memory: mqtt/sys_topics.py)
+        for topic, message in latest.items():
+            if matches(topic_filter, topic):
+                found.append((topic, message, None))
     return found

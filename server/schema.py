@@ -168,6 +168,10 @@ KEYS = (
      "or none (0, as `umqtt.simple` does), is held to this one, and a version 5 client is told so "
      "in its CONNACK (Server Keep Alive); a client silent for 1.5 times that is disconnected and "
      "its will published. 0: each client's own keep alive, none included."),
+    ("mqtt", "sys_interval", "seconds", 10, None, None,
+     "Seconds between two publications of the `$SYS/broker/...` topics (the broker's figures "
+     "under Mosquitto's names, retained, for dashboards); 0: none. On CPython: a board "
+     "publishes none."),
     ("mqtt", "sensor_id_field", "text", "x-sensor-id", None, None,
      "The field of a JSON payload that names the sensor, for a client that cannot set user "
      "properties (MQTT 3.1.1, `umqtt`): a publish whose JSON object has it and `sensor_seq_field` "

@@ -213,13 +213,17 @@ def serve_mqtt(broker, mqtt):
             "(hutch flash does, for a config that serves MQTT)",
             2,
         )
-    broker.front_ends["mqtt"] = Serving(
+    serving = broker.front_ends["mqtt"] = Serving(
         mqtt["exchange"].encode(),
         mqtt["prefetch"],
         mqtt["max_session_expiry"],
         mqtt["max_keep_alive"],
         (mqtt["sensor_id_field"], mqtt["sensor_seq_field"]),
     )
+    if mqtt["sys_interval"] and sys.implementation.name != "micropython":
+        from ..mqtt.sys_topics import SysTopics  # pyright: ignore[reportMissingImports] (host only)
+
+        broker.tickers = tuple(broker.tickers) + (SysTopics(broker, serving, mqtt["sys_interval"]),)
 
 
 async def start_listeners(runtime, listeners, read_size, tls=None):

@@ -1,0 +1,73 @@
+"""`$SYS/broker/...` as Mosquitto publishes it, against hutch and Debian's mosquitto alike, both
+publishing every second (`[mqtt] sys_interval = 1`, mosquitto's `sys_interval 1`): a dashboard's
+subscription to `$SYS/broker/#` gets the same topics from both, numbers where mosquitto has
+numbers, and the publishes it made counted."""
+
+import queue
+import re
+import time
+
+import pytest
+from mqtt_brokers import Paho, start_hutch, start_mosquitto, stop
+
+LOADS = ["load/%s/%s" % (name, span) for name in ("messages/received", "messages/sent", "publish/dropped", "connections")
+         for span in ("1min", "5min", "15min")]  # fmt: skip
+NUMBERS = [
+    "clients/connected",
+    "clients/disconnected",
+    "clients/total",
+    "clients/maximum",
+    "messages/received",
+    "messages/sent",
+    "publish/messages/received",
+    "publish/messages/sent",
+    "publish/messages/dropped",
+    "subscriptions/count",
+    "retained messages/count",
+] + LOADS
+
+
+def start(kind, tmp_path):
+    if kind == "mosquitto":
+        return start_mosquitto(tmp_path, "sys_interval 1\n")
+    config = tmp_path / "hutch.toml"
+    config.write_text("[mqtt]\nsys_interval = 1\n")
+    return start_hutch(tmp_path, ("--config", str(config)))
+
+
+@pytest.mark.parametrize("kind", ["hutch", "mosquitto"])
+def test_a_dashboard_reads_the_sys_topics_as_mosquitto_publishes_them(kind, tmp_path):
+    broker = start(kind, tmp_path)
+    try:
+        sensor = Paho(broker, "sys-sensor").connect()
+        for i in range(5):
+            sensor.publish("sys/readings", b"%d" % i, 1)
+        dashboard = Paho(broker, "sys-dashboard").connect()
+        dashboard.subscribe("$SYS/broker/#", 0)
+        latest = {}
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if int(latest.get("publish/messages/received", 0)) >= 5 and int(latest.get("clients/connected", 0)) >= 2:
+                break
+            try:
+                topic, payload, *_ = dashboard.got.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            latest[topic[len("$SYS/broker/") :]] = payload.decode()
+        missing = sorted(set(NUMBERS + ["version", "uptime"]) - set(latest))
+        assert not missing, (kind, missing)
+        assert re.fullmatch(r"\d+ seconds", latest["uptime"]), latest["uptime"]
+        assert latest["version"].startswith(kind + " version "), latest["version"]
+        for name in NUMBERS:
+            assert re.fullmatch(r"\d+(\.\d\d)?", latest[name]), (kind, name, latest[name])
+        assert int(latest["publish/messages/received"]) >= 5 and int(latest["clients/connected"]) >= 2, latest
+        everything = Paho(broker, "sys-everything").connect()  # (a filter starting with # gets none)
+        everything.subscribe("#", 0)
+        sensor.publish("sys/readings", b"last", 1)
+        assert [(t, m) for t, m, *_ in everything.take(1)] == [("sys/readings", b"last")]
+        time.sleep(1.5)  # (a publication of $SYS goes by meanwhile)
+        assert everything.got.empty(), everything.got.get()
+        for client in (sensor, dashboard, everything):
+            client.stop()
+    finally:
+        stop(broker)
