@@ -1,8 +1,9 @@
 """`$SYS/broker/...`: the broker's figures under Mosquitto's topic names, for the dashboards that
 read them (MQTT Explorer, Node-RED's), every `[mqtt] sys_interval` seconds (10; 0: none).
 
-Each is published through the MQTT exchange as the broker's own message (QoS 0, not counted as
-a client's publish) and kept as that topic's retained message in memory only, not in the
+Each is published through the MQTT exchange to the MQTT subscribers' queues it matches (not to
+an AMQP queue bound with `#`: a bridge's, a stream's) as the broker's own message (QoS 0, not
+counted as a client's publish), and kept as that topic's retained message in memory only, not in the
 journal: fifty topics every ten seconds would wear a gateway's SD card for figures that are
 stale after a restart anyway. A subscription made later gets the latest at once
 (mqtt/retained.py matching asks `latest`). A filter that starts with `+` or `#` matches none of
@@ -135,7 +136,10 @@ class SysTopics:
         route = bytes((len(exchange.name),)) + exchange.name + bytes((len(key),)) + key
         message = Message(exchange.name, key, route, *tails(properties_091(0, False, None), value))
         self.serving.sys_latest[topic] = message
-        broker.publish(exchange, message)
+        # MQTT subscribers' queues only: an AMQP queue bound with `#` (a bridge's, a stream the
+        # pipeline reads) is not given the broker's figures
+        others = [queue.name for queue in broker.route(exchange, message) if not _of_mqtt(queue.name)]
+        broker.publish(exchange, message, None, others)
 
 
 def _totals(broker):
@@ -144,6 +148,10 @@ def _totals(broker):
         for i in range(len(stats)):
             totals[i] += stats[i]
     return totals
+
+
+def _of_mqtt(name):
+    return name.startswith(QUEUE_PREFIX) or name.startswith(shared.QUEUE_PREFIX)
 
 
 def _sessions(broker):
@@ -158,7 +166,7 @@ def _sessions(broker):
 def _subscriptions(broker, exchange):
     count = 0
     for name, queue in broker.queues.items():
-        if name.startswith(QUEUE_PREFIX) or name.startswith(shared.QUEUE_PREFIX):
+        if _of_mqtt(name):
             count += sum(1 for binding in queue.inbound if binding.source.name == exchange)
     return count
 

@@ -7,6 +7,7 @@ import queue
 import re
 import time
 
+import pika
 import pytest
 from mqtt_brokers import Paho, start_hutch, start_mosquitto, stop
 
@@ -39,6 +40,11 @@ def start(kind, tmp_path):
 def test_a_dashboard_reads_the_sys_topics_as_mosquitto_publishes_them(kind, tmp_path):
     broker = start(kind, tmp_path)
     try:
+        if kind == "hutch":  # an AMQP queue bound with # gets the clients' messages, not the broker's figures
+            amqp = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.running.port))
+            channel = amqp.channel()
+            channel.queue_declare("everything", exclusive=True)
+            channel.queue_bind("everything", "amq.topic", "#")
         sensor = Paho(broker, "sys-sensor").connect()
         for i in range(5):
             sensor.publish("sys/readings", b"%d" % i, 1)
@@ -67,6 +73,9 @@ def test_a_dashboard_reads_the_sys_topics_as_mosquitto_publishes_them(kind, tmp_
         assert [(t, m) for t, m, *_ in everything.take(1)] == [("sys/readings", b"last")]
         time.sleep(1.5)  # (a publication of $SYS goes by meanwhile)
         assert everything.got.empty(), everything.got.get()
+        if kind == "hutch":
+            assert channel.queue_declare("everything", passive=True).method.message_count == 6
+            amqp.close()
         for client in (sensor, dashboard, everything):
             client.stop()
     finally:
