@@ -1,7 +1,8 @@
 """`$SYS/broker/...` as Mosquitto publishes it, against hutch and Debian's mosquitto alike, both
 publishing every second (`[mqtt] sys_interval = 1`, mosquitto's `sys_interval 1`): a dashboard's
 subscription to `$SYS/broker/#` gets the same topics from both, numbers where mosquitto has
-numbers, and the publishes it made counted."""
+numbers, and the publishes it made counted. At hutch, a user whose topic permissions do not let
+it read `$SYS` keys is refused the subscription, as any other."""
 
 import queue
 import re
@@ -10,6 +11,8 @@ import time
 import pika
 import pytest
 from mqtt_brokers import Paho, start_hutch, start_mosquitto, stop
+
+from hutch.core.auth import hash_password
 
 LOADS = ["load/%s/%s" % (name, span) for name in ("messages/received", "messages/sent", "publish/dropped", "connections")
          for span in ("1min", "5min", "15min")]  # fmt: skip
@@ -78,5 +81,32 @@ def test_a_dashboard_reads_the_sys_topics_as_mosquitto_publishes_them(kind, tmp_
             amqp.close()
         for client in (sensor, dashboard, everything):
             client.stop()
+    finally:
+        stop(broker)
+
+
+def test_a_user_whose_topic_permissions_leave_sys_out_is_refused_it(tmp_path):
+    config = tmp_path / "hutch.toml"
+    config.write_text(
+        "[mqtt]\nsys_interval = 1\n"
+        '[users.guest]\npassword_hash = "%s"\n'
+        '[users.dash]\npassword_hash = "%s"\n'
+        "topic_permissions = {\"amq.topic\" = {read = '^sensors\\.'}}\n"
+        % (hash_password("guest", b"salt"), hash_password("dash", b"salt"))
+    )
+    broker = start_hutch(tmp_path, ("--config", str(config)))
+    try:
+        dash = Paho(broker, "sys-dash")
+        dash.client.username_pw_set("dash", "dash")
+        dash.connect()
+        assert [code.value for code in dash.subscribe("$SYS/broker/#", 0)] == [0x80]
+        assert [code.value for code in dash.subscribe("sensors/#", 0)] == [0]
+        ops = Paho(broker, "sys-ops").connect()  # (guest: no topic permissions, every key)
+        assert [code.value for code in ops.subscribe("$SYS/broker/#", 0)] == [0]
+        assert ops.take(1)[0][0].startswith("$SYS/broker/")
+        time.sleep(1.5)
+        assert dash.got.empty(), dash.got.get()
+        dash.stop()
+        ops.stop()
     finally:
         stop(broker)
