@@ -111,6 +111,9 @@ class PortConnection:
     client = None  # who it logged in as (core/auth.py Login), once it has
     closed = False
     paused = False  # held back (pause): not read until resume_reading
+    # what carries its octets inside the transport's, where something does (a WebSocket's
+    # frames: ports/websocket.py, given by a listener with `websocket = true`)
+    framing = None
     deaf = False  # its login refused: what it sends is dropped unread until the answer goes
 
     def __init__(self, broker, peer):
@@ -141,6 +144,15 @@ class PortConnection:
     def feed(self, data):
         """The port's octets (bytes, or a memoryview of its read buffer: whatever is kept is
         copied out before feed returns), read as the module's docstring says."""
+        if self.framing is not None:
+            data = self.framing.unwrap(data)
+            if not data:
+                return
+        self.take_in(data)
+
+    def take_in(self, data):
+        """(feed) The front end's octets: after a frame's start left pending, or kept while
+        the client is held back."""
         if self.closed or self.deaf:
             return
         self.last_recv = self.broker.now
@@ -188,7 +200,7 @@ class PortConnection:
         pending = self.pending
         self.pending = b""
         if pending:
-            self.feed(pending)
+            self.take_in(pending)
         if self.wake is not None:
             self.wake()
 
@@ -214,6 +226,12 @@ class PortConnection:
         """Everything to send, as the list of buffers it was built from (None if nothing): a
         port on a small heap writes them one by one rather than joining them into one large
         (fragmenting) buffer."""
+        framing = self.framing
+        if framing is not None:
+            return framing.wrap(self._take())
+        return self._take()
+
+    def _take(self):
         if not self.out:
             return None
         parts = self.out

@@ -153,7 +153,7 @@ class Connection(PortConnection):
 
     def read_wanted(self):
         """How many more octets complete the packet whose start is pending (0: none is)."""
-        return 0 if self.paused else packets.wanted(self.pending)
+        return 0 if self.paused or self.framing is not None else packets.wanted(self.pending)
 
     def caught_up(self):
         if self.session is not None:

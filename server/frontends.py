@@ -33,7 +33,7 @@ class FrontEnds:
     connection, and every later read goes to it directly. (A claiming front end's connection
     is made once its header is whole, and times its own handshake from then.)"""
 
-    def __init__(self, runtime, protocol="amqp"):
+    def __init__(self, runtime, protocol="amqp", websocket=None):
         self.broker = runtime.broker
         self.clock = runtime.clock
         self.default = Connection
@@ -43,6 +43,11 @@ class FrontEnds:
             from .. import mqtt  # pyright: ignore[reportMissingImports] (loaded where MQTT is served: server/startup.py)
 
             self.default = mqtt.new_connection  # (MQTT has no protocol header to sniff: CONNECT says)
+            if websocket is not None:  # ({"path", "origins"}: ports/websocket.py, CPython only)
+                from ..ports.websocket import WebSocketFraming  # pyright: ignore[reportMissingImports] (host only)
+
+                self.default = _framed(mqtt.new_connection, WebSocketFraming, websocket)
+                self.title += " over WebSocket"
         elif protocol == "amqp" and runtime.amqp10:
             from .. import amqp10  # (its connection module is loaded with the first 1.0 client)
 
@@ -120,3 +125,14 @@ class FrontEnds:
             client.attach(conn)
         if data:
             client.conn.feed(data)
+
+
+def _framed(make, framing, settings):
+    """A connection factory like make, whose connections carry their octets in framing's."""
+
+    def framed(broker, peer):
+        conn = make(broker, peer)
+        conn.framing = framing(conn, settings.get("path"), settings.get("origins"))
+        return conn
+
+    return framed

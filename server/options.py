@@ -268,6 +268,10 @@ def _listeners(args, server, data, path):
     if mqtt_port is not None or _checked(args, server, path, "mqtt", False):  # MQTT beside AMQP
         mqtt = {"protocol": "mqtt", "bind": _server(args, server, "bind", "0.0.0.0"), "port": mqtt_port or 1883}
         listeners = _checked_listeners([mqtt], path, listeners, named=lambda key: _named(args, path, "mqtt_port"))
+    ws_port = _checked(args, server, path, "mqtt_ws_port")
+    if ws_port is not None:  # MQTT over WebSocket beside them
+        ws = {"protocol": "mqtt", "websocket": True, "bind": _server(args, server, "bind", "0.0.0.0"), "port": ws_port}
+        listeners = _checked_listeners([ws], path, listeners, named=lambda key: _named(args, path, "mqtt_ws_port"))
     return listeners
 
 
@@ -310,7 +314,7 @@ def _tls_options(args, server):
 
 
 # A listener's port when its table names none: (plain, with TLS), as RabbitMQ's are.
-DEFAULT_PORTS = {"amqp": (5672, 5671), "mqtt": (1883, 8883)}
+DEFAULT_PORTS = {"amqp": (5672, 5671), "mqtt": (1883, 8883), "mqtt over websocket": (8083, 8084)}
 
 
 def _checked_listeners(tables, path, checked=(), named=None):
@@ -322,16 +326,42 @@ def _checked_listeners(tables, path, checked=(), named=None):
         bind = schema.check("address", table.get("bind", "0.0.0.0"), _listener_where(named, table, path, n, "bind"))
         tls = table.get("tls")
         protocol = table.get("protocol", "amqp")
-        port = table.get("port", DEFAULT_PORTS[protocol][0 if tls is None else 1])
+        websocket = _websocket(table, protocol, path, n)
+        ports = DEFAULT_PORTS["mqtt over websocket" if websocket is not None else protocol]
+        port = table.get("port", ports[0 if tls is None else 1])
         schema.check("port", port, _listener_where(named, table, path, n, "port"))
         for other in listeners:
             if port and other["port"] == port and other["bind"] == bind:  # (port 0: each its own)
                 raise config.ConfigError("%s: two [[listener]]s on %s:%d" % (path, bind, port))
         listener = {"protocol": protocol, "bind": bind, "port": port}
+        if websocket is not None:
+            listener["websocket"] = websocket
         if tls is not None:  # (a plain listener's entry has no "tls")
             listener["tls"] = tls_settings(tls, table.get("where") or "%s: [[listener]] on port %d:" % (path, port))
         listeners.append(listener)
     return listeners
+
+
+def _websocket(table, protocol, path, n):
+    """A listener's WebSocket settings ({"path", "origins"}), checked, or None: it serves MQTT
+    over WebSocket where `websocket = true` (ports/websocket.py)."""
+    where = "%s: [[listener]] #%d" % (path, n)
+    if not schema.check("bool", table.get("websocket", False), lambda: where + " websocket"):
+        for key in ("path", "allowed_origins"):
+            if key in table:
+                raise config.ConfigError("%s %s: a key of a listener with websocket = true" % (where, key))
+        return None
+    if protocol != "mqtt":
+        raise config.ConfigError('%s websocket: MQTT is served over WebSocket (protocol = "mqtt")' % where)
+    if sys.implementation.name == "micropython":
+        raise config.ConfigError("%s websocket: WebSocket is not in this board's firmware" % where)
+    served = table.get("path")
+    if served is not None and (not isinstance(served, str) or not served.startswith("/")):
+        raise config.ConfigError('%s path: a path that starts with "/" ("/mqtt"), got %r' % (where, served))
+    origins = table.get("allowed_origins")
+    if origins is not None and (not isinstance(origins, list) or not all(isinstance(o, str) for o in origins)):
+        raise config.ConfigError('%s allowed_origins: a list of origins (["https://dash.example"])' % where)
+    return {"path": served, "origins": origins}
 
 
 def _listener_where(named, table, path, n, key):

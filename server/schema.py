@@ -101,6 +101,10 @@ KEYS = (
     ("server", "mqtt_port", "port", None, "--mqtt-port", "also serve MQTT on this TCP port (1883 is MQTT's)",
      "The TCP port MQTT is served on (`--mqtt-port`, which serves MQTT without `mqtt = true`). "
      "Default 1883."),
+    ("server", "mqtt_ws_port", "port", None, "--mqtt-ws-port",
+     "also serve MQTT over WebSocket on this TCP port (8083 is the custom)",
+     "The TCP port MQTT over WebSocket is served on (`--mqtt-ws-port`), any path: what a "
+     "`[[listener]]` with `protocol = \"mqtt\"` and `websocket = true` serves."),
     # [[listener]]: server/options.py _listeners
     ("listener", "protocol", "protocol", "amqp", None, None,
      "`\"amqp\"`: AMQP 0-9-1 (RabbitMQ's name for its AMQP listener; a client's protocol header is "
@@ -111,6 +115,15 @@ KEYS = (
     ("listener", "port", "port", 5672, None, None,
      "The TCP port. Two listeners on one address and port are refused. Default 5671 for a listener"
      " with `tls`; for MQTT, 1883, and 8883 with `tls`."),
+    ("listener", "websocket", "bool", False, None, None,
+     "With `protocol = \"mqtt\"`: serve MQTT over WebSocket (RFC 6455, subprotocols `mqtt` and "
+     "`mqttv3.1`), for browsers and Node-RED; default port 8083, and 8084 with `tls`. CPython only."),
+    ("listener", "path", "text", None, None, None,
+     "With `websocket`: the one path served (`\"/mqtt\"`, `\"/ws\"`); another is answered 404. "
+     "Default: any path, so that every client's default works."),
+    ("listener", "allowed_origins", "table", None, None, None,
+     "With `websocket`: the `Origin` headers a browser's upgrade may carry "
+     "(`[\"https://dash.example\"]`); another is answered 403. Default: any."),
     ("listener", "tls", "table", None, None, None,
      "A table that makes this listener speak AMQP over TLS (amqps): its keys below. TLS 1.2 and "
      "1.3 only; see [Security](security.md)."),

@@ -239,7 +239,7 @@ async def start_listeners(runtime, listeners, read_size, tls=None):
     for i, entry in enumerate(listeners):
         protocol, bind, port = entry["protocol"], entry["bind"], entry["port"]
         context = tls[i] if tls else None
-        front = FrontEnds(runtime, protocol)
+        front = FrontEnds(runtime, protocol, entry.get("websocket"))
         listener = Listener(runtime, front, bind, port, read_size, read_buffer, context)
         read_buffer = listener.read_buffer  # one for every listener's clients
         try:

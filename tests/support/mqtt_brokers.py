@@ -83,10 +83,15 @@ VERSIONS = {"3.1.1": paho.MQTTv311, "5": paho.MQTTv5}
 class Paho:
     """A paho client that records what it is delivered (topic, payload, qos, retain, properties)."""
 
-    def __init__(self, broker, client_id, version="3.1.1", clean=True, will=None):
+    def __init__(self, broker, client_id, version="3.1.1", clean=True, will=None, websocket=None):
+        """websocket: over WebSocket, to this path ("/mqtt"), rather than TCP."""
         protocol = VERSIONS[version]
         kw = {"clean_session": clean} if protocol != paho.MQTTv5 else {}
+        if websocket is not None:
+            kw["transport"] = "websockets"
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **kw)
+        if websocket is not None:
+            self.client.ws_set_options(path=websocket)
         self.client.username_pw_set("guest", "guest")
         if will is not None:
             self.client.will_set(*will)

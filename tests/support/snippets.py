@@ -26,10 +26,12 @@ def page_name(path):
     return os.path.relpath(path, ROOT)
 
 
-def with_port(code, port, mqtt_port=None):
-    """A snippet against a test broker: the ports the pages write, 5672 (and MQTT's 1883), made
-    the broker's."""
+def with_port(code, port, mqtt_port=None, ws_port=None):
+    """A snippet against a test broker: the ports the pages write, 5672 (and MQTT's 1883, MQTT
+    over WebSocket's 8083), made the broker's."""
     code = code.replace("5672", str(port))
     if mqtt_port is not None:
         code = code.replace("1883", str(mqtt_port))
+    if ws_port is not None:
+        code = code.replace("8083", str(ws_port))
     return code

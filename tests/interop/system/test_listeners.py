@@ -140,7 +140,7 @@ def _serve_config(tmp_path, text, *args):
         ('[[listener]]\n[[listener]]\nbind = "0.0.0.0"\n', "two [[listener]]s on 0.0.0.0:5672"),
         (
             "[[listener]]\nport = 5999\nprot = 6000\n",
-            "unknown key 'prot' in [[listener]] (did you mean 'port'?) (known: protocol, bind, port, tls)",
+            "unknown key 'prot' in [[listener]] (did you mean 'port'?) (known: protocol, bind, port, websocket, path, allowed_origins, tls)",
         ),
         ("[[listener]]\nport = 5999\ntls = true\n", "tls must be a table"),
         ('[[listener]]\nprotocol = "stomp"\n', "unknown protocol 'stomp' in [[listener]] (known: amqp, mqtt)"),
@@ -148,6 +148,14 @@ def _serve_config(tmp_path, text, *args):
         ("[[listener]]\nport = 70000\n", "[[listener]] #1 port must be a number from 0 to 65535, not 70000"),
         ("[server]\nport = 5999\n\n[[listener]]\nport = 6000\n", "[server] bind/port and [[listener]] both say"),
         ("listener = 5\n", "listener must be one or more [[listener]] tables"),
+        ("[[listener]]\nwebsocket = true\n", 'websocket: MQTT is served over WebSocket (protocol = "mqtt")'),
+        ('[[listener]]\nprotocol = "mqtt"\npath = "/mqtt"\n', "path: a key of a listener with websocket = true"),
+        ('[[listener]]\nprotocol = "mqtt"\nwebsocket = true\npath = "mqtt"\n', 'path: a path that starts with "/"'),
+        (
+            '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nallowed_origins = "https://a"\n',
+            "allowed_origins: a list of origins",
+        ),
+        ('[[listener]]\nprotocol = "mqtt"\nwebsocket = "yes"\n', "[[listener]] #1 websocket must be true or false"),
     ],
 )
 def test_listener_config_errors_are_one_line(tmp_path, text, message):

@@ -1,0 +1,150 @@
+"""MQTT over WebSocket (RFC 6455), on CPython: the framing between a listener's transport and a
+front end's connection, with wsproto (sans-IO, as hutch's front ends are: it reads octets and
+says what they were, it never touches a socket).
+
+A listener with `websocket = true` makes each client's connection as usual and gives it a
+WebSocketFraming (PortConnection.framing): what the port reads goes through unwrap() before
+the connection parses it, and what the connection sends through wrap() before the port writes
+it. So MQTT over WebSocket is MQTT over TCP on the same sessions, limits and deadlines: the
+handshake deadline and the pre-login limits count from the TCP accept, and the upgrade is part
+of the handshake.
+
+- The upgrade: any path unless the listener names one (`path`), the subprotocol `mqtt` or
+  `mqttv3.1` chosen where the client offers one, an `Origin` checked against
+  `allowed_origins` where the listener has them. A request that is not an upgrade is answered
+  400, one to another path 404, from an origin not allowed 403, and the connection ends.
+- MQTT packets may be split across frames and frames may hold several: the connection parses
+  the octets whatever frames brought them. Pings are answered; a close is answered and ends
+  the connection; a text frame, or a frame the protocol does not allow (unmasked, a bad
+  opcode, fragments out of order), ends the connection with the close code that says why.
+
+A board's firmware has no wsproto: server/options.py says so in one line.
+"""
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Message,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+SUBPROTOCOLS = ("mqtt", "mqttv3.1")  # what an MQTT client offers (MQTT 5 6.0), in our order
+UNSUPPORTED_DATA = 1003  # a text frame: MQTT is carried in binary frames (MQTT 5 6.0)
+
+
+class WebSocketFraming:
+    """One client's WebSocket, between its port and conn (a PortConnection)."""
+
+    def __init__(self, conn, path=None, origins=None):
+        self.conn = conn
+        self.path = path  # the one path served (None: any)
+        self.origins = origins  # the Origin headers allowed (None: any)
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.raw = []  # the WebSocket's own octets to send before the connection's next output
+        self.opened = False
+        self.ended = False
+
+    def unwrap(self, data):
+        """The connection's octets in what the transport read (b"": none yet); what the
+        WebSocket answers itself (the upgrade, a pong, a close) goes to raw."""
+        try:
+            self.ws.receive_data(bytes(data) if data else None)
+            found = []
+            for event in self.ws.events():
+                if isinstance(event, BytesMessage):
+                    found.append(event.data)
+                elif isinstance(event, Request):
+                    self._upgrade(event)
+                elif isinstance(event, Ping):
+                    self._say(event.response())
+                elif isinstance(event, CloseConnection):
+                    self._closed_by_client(event)
+                elif isinstance(event, TextMessage):
+                    self.close(UNSUPPORTED_DATA, "MQTT is carried in binary frames")
+            return b"".join(found)
+        except RemoteProtocolError as e:  # not a WebSocket upgrade: answered as HTTP, then closed
+            if e.event_hint is not None and not self.opened:
+                self._say(e.event_hint)
+            self._end("WebSocket handshake refused: %s" % e)
+            return b""
+
+    def wrap(self, parts):
+        """The connection's output parts (None: none), as the port writes them: the WebSocket's
+        own octets first, then the connection's in one binary frame; the close frame once the
+        connection has closed."""
+        out = self.raw
+        self.raw = []
+        if parts and self.opened and not self.ended:
+            out.append(self.ws.send(Message(data=b"".join(parts))))
+        if self.conn.closed and self.opened and not self.ended:
+            self.ended = True
+            try:
+                out.append(self.ws.send(CloseConnection(code=1000)))
+            except LocalProtocolError:
+                pass  # (the client closed first: answered already)
+        return out or None
+
+    def waiting(self):
+        return bool(self.raw)
+
+    def close(self, code, reason):
+        """End the WebSocket with a close frame (code, reason), and the connection with it."""
+        if self.opened and not self.ended:
+            self.ended = True
+            try:
+                self._say(CloseConnection(code=code, reason=reason))
+            except LocalProtocolError:
+                pass
+        self._end("WebSocket closed: %s" % reason)
+
+    # ------------------------------------------------------------ the upgrade and the end
+
+    def _upgrade(self, request):
+        if self.path is not None and request.target.split("?", 1)[0] != self.path:
+            self._refuse(404, "the path %r is not served (%s is)" % (request.target, self.path))
+            return
+        if self.origins is not None:
+            origin = dict(request.extra_headers).get(b"origin", b"").decode("latin-1")
+            if origin not in self.origins:
+                self._refuse(403, "the origin %r is not allowed" % origin)
+                return
+        chosen = None
+        for name in SUBPROTOCOLS:
+            if name in request.subprotocols:
+                chosen = name
+                break
+        self._say(AcceptConnection(subprotocol=chosen))
+        self.opened = True
+
+    def _refuse(self, status, why):
+        self._say(RejectConnection(status_code=status, headers=[(b"content-length", b"0")], has_body=False))
+        self._end("WebSocket upgrade refused (%d): %s" % (status, why))
+
+    def _closed_by_client(self, event):
+        if not self.ended:
+            self.ended = True
+            try:
+                self._say(event.response())
+            except LocalProtocolError:
+                pass
+        code = event.code
+        if code not in (1000, 1001, 1005):  # (a frame the protocol does not allow: wsproto's close)
+            self._end("WebSocket closed with code %d: %s" % (code, event.reason or "no reason"))
+        else:
+            self.conn.eof()
+
+    def _say(self, event):
+        self.raw.append(self.ws.send(event))
+        self.conn.output_added(0)  # (the port is woken: there is something to write)
+
+    def _end(self, why):
+        conn = self.conn
+        if not conn.closed:
+            conn.broker.log("warning", "%s: %s" % (conn.name, why))
+            conn.end()

@@ -1,0 +1,147 @@
+"""MQTT over WebSocket (ports/websocket.py), with Paho's websockets transport and raw frames:
+the same sessions as over TCP (QoS 0, 1 and 2 in order, retained messages, a will on a cut
+link, a persistent session, TCP and WebSocket clients mixed), the upgrade's refusals (not an
+upgrade: 400; another path: 404; an origin not allowed: 403), and frames the protocol does not
+allow each closing that connection only, with the close code that says why, while a client
+beside them goes on."""
+
+import base64
+import contextlib
+import os
+import socket
+import struct
+import subprocess
+
+from brokers import BIN, free_port, wait_until
+from mqtt_brokers import MqttBroker, Paho, nothing_within, start_hutch, stop
+
+
+def start_with_websocket(tmp_path):
+    """hutch with MQTT on TCP (the broker's port) and over WebSocket (--mqtt-ws-port: any path)."""
+    ws_port = free_port()
+    broker = start_hutch(tmp_path, ("--mqtt-ws-port", str(ws_port)))
+    wait_until(lambda: "listening for MQTT over WebSocket on 127.0.0.1:%d" % ws_port in broker.running.log(), 30)
+    return broker, MqttBroker("hutch", ws_port, running=broker.running)
+
+
+@contextlib.contextmanager
+def served_from_config(tmp_path, listeners):
+    """`hutch serve --config` with these [[listener]] tables (TOML text) beside an AMQP one, as a
+    user starts it (RunningBroker would give it --port, which opens no [[listener]]): its log."""
+    amqp = free_port()
+    config = tmp_path / "hutch.toml"
+    config.write_text('[[listener]]\nprotocol = "amqp"\nbind = "127.0.0.1"\nport = %d\n%s' % (amqp, listeners))
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--data", str(tmp_path / "data")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "MQTT over WebSocket on" in log_path.read_text(), 30, what=log_path.read_text)
+        yield log_path
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, log_path.read_text()
+
+
+def upgrade(port, path=b"/mqtt", origin=None, extra=b""):
+    """A raw socket that asked for the upgrade: (socket, the answer's first line)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=15)
+    key = base64.b64encode(os.urandom(16))
+    request = b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" % path
+    request += b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n" % key
+    if origin is not None:
+        request += b"Origin: %s\r\n" % origin
+    sock.sendall(request + extra + b"\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        data = sock.recv(4096)
+        if not data:
+            break
+        answer += data
+    return sock, answer.split(b"\r\n", 1)[0]
+
+
+def close_code(sock):
+    """The close frame's code the broker sends, once the socket closes."""
+    data = b""
+    while True:
+        got = sock.recv(4096)
+        if not got:
+            break
+        data += got
+    assert data[:1] == b"\x88", data
+    return struct.unpack(">H", data[2:4])[0]
+
+
+def test_mqtt_over_websocket_is_mqtt_over_tcp(tmp_path):
+    tcp, ws = start_with_websocket(tmp_path)
+    try:
+        sub = Paho(ws, "ws-sub", websocket="/mqtt").connect()
+        sub.subscribe("sensors/#", 2)
+        pub = Paho(ws, "ws-pub", websocket="/ws").connect()  # (any path is served by default)
+        for i in range(30):
+            pub.publish("sensors/t%d" % (i % 3), b"%d" % i, i % 3)
+        got = sub.take(30)
+        assert sorted((t, m, q) for t, m, q, _r, _p in got) == sorted(
+            ("sensors/t%d" % (i % 3), b"%d" % i, i % 3) for i in range(30)
+        )
+        assert [m for _t, m, q, _r, _p in got if q < 2] == [b"%d" % i for i in range(30) if i % 3 < 2]
+        over_tcp = Paho(tcp, "tcp-pub").connect()  # TCP and WebSocket clients on one broker
+        over_tcp.client.publish("status/gw", b"online", 1, retain=True).wait_for_publish(10)
+        later = Paho(ws, "ws-later", websocket="/mqtt").connect()
+        later.subscribe("status/#", 1)
+        assert [(t, m, r) for t, m, _q, r, _p in later.take(1)] == [("status/gw", b"online", True)]
+        doomed = Paho(ws, "ws-doomed", websocket="/mqtt", will=("status/doomed", b"gone", 1, False)).connect()
+        doomed.client.socket()._socket.shutdown(socket.SHUT_RDWR)  # (a cut link: no DISCONNECT)
+        assert [(t, m) for t, m, *_ in later.take(1)] == [("status/doomed", b"gone")]
+        away = Paho(ws, "ws-away", clean=False, websocket="/mqtt").connect()
+        away.subscribe("cmd/#", 1)
+        away.stop()
+        over_tcp.publish("cmd/gw", b"while away", 1)
+        back = Paho(ws, "ws-away", clean=False, websocket="/mqtt").connect()
+        assert back.flags.session_present and [m for _t, m, *_ in back.take(1)] == [b"while away"]
+        for client in (sub, pub, over_tcp, later, back):
+            client.stop()
+    finally:
+        stop(tcp)
+
+
+def test_the_upgrade_s_refusals_and_bad_frames_close_that_connection_only(tmp_path):
+    ws_port, tcp_port = free_port(), free_port()
+    listeners = (
+        '[[listener]]\nprotocol = "mqtt"\nbind = "127.0.0.1"\nport = %d\n'
+        '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\npath = "/mqtt"\n'
+        'allowed_origins = ["https://dash.example"]\n' % (tcp_port, ws_port)
+    )
+    with served_from_config(tmp_path, listeners) as log_path:
+        tcp, ws = MqttBroker("hutch", tcp_port), MqttBroker("hutch", ws_port)
+        watcher = Paho(ws, "ws-watcher", websocket="/mqtt")
+        watcher.client.ws_set_options(path="/mqtt", headers={"Origin": "https://dash.example"})
+        watcher.connect()
+        watcher.subscribe("alive/#", 1)
+        plain = socket.create_connection(("127.0.0.1", ws_port), timeout=15)
+        plain.sendall(b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert plain.recv(100).startswith(b"HTTP/1.1 400")
+        assert upgrade(ws_port, b"/ws", b"https://dash.example")[1].startswith(b"HTTP/1.1 404")
+        assert upgrade(ws_port, b"/mqtt", b"https://evil.example")[1].startswith(b"HTTP/1.1 403")
+        bad_frames = [
+            (bytes((0x82, 4)) + b"\x10\x02\x00\x00", 1002),  # a client frame without a mask
+            (bytes((0x83, 0x80)) + b"mask", 1002),  # opcode 3 (reserved)
+            (bytes((0x00, 0x80)) + b"mask", 1002),  # a continuation with nothing to continue
+            (bytes((0x81, 0x82)) + b"\x00\x00\x00\x00hi", 1003),  # a text frame: MQTT is binary
+        ]
+        for n, (frame, code) in enumerate(bad_frames):
+            sock, line = upgrade(ws_port, b"/mqtt", b"https://dash.example")
+            assert line == b"HTTP/1.1 101 Switching Protocols"
+            sock.sendall(frame)
+            assert close_code(sock) == code, frame
+            pub = Paho(tcp, "tcp-alive-%d" % n).connect()  # the broker serves throughout
+            pub.publish("alive/%d" % n, b"yes", 1)
+            assert [t for t, *_ in watcher.take(1)] == ["alive/%d" % n]
+            pub.stop()
+        assert nothing_within(watcher, 0.2)
+        watcher.stop()
+        log = log_path.read_text()
+        assert "Traceback" not in log and "internal error" not in log, log
