@@ -141,18 +141,15 @@ class PortConnection:
 
     # ------------------------------------------------------------ reading
 
-    def feed(self, data):
+    def feed(self, data, framed=True):
         """The port's octets (bytes, or a memoryview of its read buffer: whatever is kept is
-        copied out before feed returns), read as the module's docstring says."""
-        if self.framing is not None:
+        copied out before feed returns), read as the module's docstring says. framed: still
+        in their framing's frames, where the connection has one (what resume_reading feeds
+        again is not)."""
+        if framed and self.framing is not None:
             data = self.framing.unwrap(data)
             if not data:
                 return
-        self.take_in(data)
-
-    def take_in(self, data):
-        """(feed) The front end's octets: after a frame's start left pending, or kept while
-        the client is held back."""
         if self.closed or self.deaf:
             return
         self.last_recv = self.broker.now
@@ -200,7 +197,7 @@ class PortConnection:
         pending = self.pending
         self.pending = b""
         if pending:
-            self.take_in(pending)
+            self.feed(pending, False)
         if self.wake is not None:
             self.wake()
 
@@ -227,13 +224,8 @@ class PortConnection:
         port on a small heap writes them one by one rather than joining them into one large
         (fragmenting) buffer."""
         framing = self.framing
-        if framing is not None:
-            return framing.wrap(self._take())
-        return self._take()
-
-    def _take(self):
         if not self.out:
-            return None
+            return None if framing is None else framing.wrap(None)  # (what the framing says itself)
         parts = self.out
         self.out = []
         was_saturated = self.out_bytes >= self.high_water
@@ -242,7 +234,7 @@ class PortConnection:
         self.last_send = self.broker.now
         if was_saturated and not self.closed:
             self.caught_up()  # (the front end's: deliver to it again)
-        return parts
+        return parts if framing is None else framing.wrap(parts)
 
     # ------------------------------------------------------------ the end
 
