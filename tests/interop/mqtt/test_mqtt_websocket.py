@@ -14,6 +14,7 @@ import subprocess
 
 from brokers import BIN, free_port, wait_until
 from mqtt_brokers import MqttBroker, Paho, nothing_within, start_hutch, stop
+from tls_certs import Certificates
 
 
 def start_with_websocket(tmp_path):
@@ -38,7 +39,7 @@ def served_from_config(tmp_path, listeners):
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        wait_until(lambda: "MQTT over WebSocket on" in log_path.read_text(), 30, what=log_path.read_text)
+        wait_until(lambda: "listening for MQTT over WebSocket" in log_path.read_text(), 30, what=log_path.read_text)
         yield log_path
     finally:
         proc.terminate()
@@ -145,3 +146,25 @@ def test_the_upgrade_s_refusals_and_bad_frames_close_that_connection_only(tmp_pa
         watcher.stop()
         log = log_path.read_text()
         assert "Traceback" not in log and "internal error" not in log, log
+
+
+def test_mqtt_over_secure_websocket(tmp_path):
+    """wss://: a listener with websocket and tls (certificates the test makes), Paho verifying
+    the broker's certificate."""
+    certs = Certificates(tmp_path / "certs")
+    wss_port = free_port()
+    listeners = '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\n' % wss_port
+    listeners += 'tls = {certfile = "%s", keyfile = "%s"}\n' % (certs.server.cert, certs.server.key)
+    with served_from_config(tmp_path, listeners):
+        wss = MqttBroker("hutch", wss_port)
+        clients = []
+        for name in ("wss-sub", "wss-pub"):
+            client = Paho(wss, name, websocket="/mqtt")
+            client.client.tls_set(ca_certs=str(certs.ca))
+            clients.append(client.connect())
+        sub, pub = clients
+        sub.subscribe("secure/#", 2)
+        pub.publish("secure/reading", b"21.5", 2)
+        assert [(t, m, q) for t, m, q, _r, _p in sub.take(1)] == [("secure/reading", b"21.5", 2)]
+        for client in clients:
+            client.stop()
