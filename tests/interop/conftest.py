@@ -79,20 +79,26 @@ def rabbitmq(tmp_path_factory):
     free ports on 127.0.0.1), stopped at the end. Its plugins: rabbitmq_amqp1_0, AMQP 1.0 on the
     same port, for the bridges that forward over 1.0 (it adds no measurable start time: 4.2-4.6 s
     with it and without it, load average 5-7), and rabbitmq_mqtt on mqtt_port, for the MQTT
-    tests' AMQP side. One per pytest-xdist worker, started by the worker's first test that
+    tests' AMQP side, and rabbitmq_web_mqtt on web_mqtt_port (path /ws) for MQTT over WebSocket's.
+    One per pytest-xdist worker, started by the worker's first test that
     needs one: the tests against RabbitMQ are spread over the workers like any other (one
     worker running them all, one after another, was the run's longest chain: 175 tests, 20
     minutes). Each worker's tests run one at a time, so no two tests meet in its RabbitMQ;
     a start costs about 5 s of CPU."""
     from hutch.bench.brokers import RabbitMQ
 
-    mqtt_port = free_port()
+    mqtt_port, web_mqtt_port = free_port(), free_port()
     server = RabbitMQ(
         str(tmp_path_factory.mktemp("rabbitmq")),
-        conf=("mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_port,),
-        plugins=("rabbitmq_amqp1_0", "rabbitmq_mqtt"),
+        conf=(
+            "mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_port,
+            "web_mqtt.tcp.ip = 127.0.0.1",
+            "web_mqtt.tcp.port = %d" % web_mqtt_port,
+        ),
+        plugins=("rabbitmq_amqp1_0", "rabbitmq_mqtt", "rabbitmq_web_mqtt"),
     )
     server.mqtt_port = mqtt_port
+    server.web_mqtt_port = web_mqtt_port  # (MQTT over WebSocket, path /ws: the oracle of ports/websocket.py)
     try:
         server.start()
     except BaseException:

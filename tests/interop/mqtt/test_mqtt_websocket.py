@@ -168,3 +168,48 @@ def test_mqtt_over_secure_websocket(tmp_path):
         assert [(t, m, q) for t, m, q, _r, _p in sub.take(1)] == [("secure/reading", b"21.5", 2)]
         for client in clients:
             client.stop()
+
+
+def websocket_scenario(ws):
+    """What Paho clients see over WebSocket (path /ws, RabbitMQ's): QoS 0 and 1 in order, a
+    retained message to a later subscription, a will on a cut link, a persistent session."""
+    sub = Paho(ws, "wsd-sub", websocket="/ws").connect()
+    sub.subscribe("wsd/sensors/#", 1)
+    pub = Paho(ws, "wsd-pub", websocket="/ws").connect()
+    for i in range(20):
+        pub.publish("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2)
+    got = [(t, m, q) for t, m, q, _r, _p in sub.take(20)]
+    pub.client.publish("wsd/status/gw", b"online", 1, retain=True).wait_for_publish(10)
+    later = Paho(ws, "wsd-later", websocket="/ws").connect()
+    later.subscribe("wsd/status/gw", 1)  # (RabbitMQ 3.10 gives a retained message to its exact topic only)
+    kept = [(t, m, r) for t, m, _q, r, _p in later.take(1)]
+    later.subscribe("wsd/status/doomed", 1)
+    doomed = Paho(ws, "wsd-doomed", websocket="/ws", will=("wsd/status/doomed", b"gone", 1, False)).connect()
+    doomed.client.socket()._socket.shutdown(socket.SHUT_RDWR)  # (a cut link: no DISCONNECT)
+    wills = [(t, m) for t, m, *_ in later.take(1)]
+    away = Paho(ws, "wsd-away", clean=False, websocket="/ws").connect()
+    away.subscribe("wsd/cmd/#", 1)
+    away.stop()
+    pub.publish("wsd/cmd/gw", b"while away", 1)
+    back = Paho(ws, "wsd-away", clean=False, websocket="/ws").connect()
+    session = (bool(back.flags.session_present), [m for _t, m, *_ in back.take(1)])
+    back.stop()
+    Paho(ws, "wsd-away", websocket="/ws").connect().stop()  # (a clean session: its queues go)
+    pub.client.publish("wsd/status/gw", b"", 1, retain=True).wait_for_publish(10)
+    for client in (sub, pub, later):
+        client.stop()
+    return got, kept, wills, session
+
+
+def test_mqtt_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabbitmq):
+    tcp, ws = start_with_websocket(tmp_path)
+    try:
+        ours = websocket_scenario(ws)
+    finally:
+        stop(tcp)
+    theirs = websocket_scenario(MqttBroker("rabbitmq", rabbitmq.web_mqtt_port))
+    assert ours == theirs
+    got, kept, wills, session = ours
+    assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
+    assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
+    assert session == (True, [b"while away"])
