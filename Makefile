@@ -3,7 +3,8 @@
 #
 #   make serve    the broker on port 5672, data in ./hutch-data: hutch alone, no extras
 #   make test     the whole test suite (what .ci/run calls): hutch with the test extra,
-#                 Node's amqplib, rhea and MicroPython's WebAssembly port (tests/node, npm),
+#                 Node's amqplib, rhea, MQTT.js, Node-RED and MicroPython's WebAssembly port
+#                 (tests/node, npm),
 #                 Debian's rabbitmq-server, mosquitto, chromium, prometheus, systemd-container
 #                 and debootstrap (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
