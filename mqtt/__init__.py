@@ -13,6 +13,8 @@ see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscr
     shared.py       shared subscriptions ($share/group/filter): a queue per group and filter
     retained.py     retained messages, each kept in a durable queue of its own
     qos2.py         a session's QoS 2 packet ids between PUBREC and PUBREL, kept on disk
+    qos2_out.py     a session's QoS 2 deliveries, on disk from PUBLISH to PUBCOMP
+    sys_topics.py   the $SYS/broker/... topics (CPython only)
     own_queues.py   the broker's own durable queues these two keep things in
 
 new_connection   the factory a listener with protocol "mqtt" makes its clients' connections with,
