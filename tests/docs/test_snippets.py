@@ -44,7 +44,7 @@ PRINTS = {
     ("docs/streams.md", 0): "offset 0: b'21.5'\n",
     ("docs/mqtt.md", 0): "[('sensors/greenhouse-3/temp', b'21.5')]\n",
     ("docs/mqtt.md", 1): "sensors.greenhouse-4.temp b'19.0' {'x-mqtt-publish-qos': 1, 'x-mqtt-dup': False}\n",
-    ("docs/mqtt.md", 2): "",
+    ("docs/mqtt.md", 2): "sensors/greenhouse-5/temp b'20.5'\n",
     ("docs/mqtt.md", 3): "[(b'hello from bob', [42])]\n",
 }
 
