@@ -249,7 +249,10 @@ class PortConnection:
         self.closed = True
         self.pending = b""
         broker = self.broker
-        broker.guard.settled(self, self.source)  # (if it was still in its handshake)
+        try:
+            broker.guard.settled(self, self.source)  # (if it was still in its handshake)
+        except MemoryError:  # (a board's heap full: its entry goes when the source's next handshake drops it)
+            gc.collect()
         try:
             self.give_back()
         finally:  # even if giving back failed (MemoryError), the port must learn it is closed

@@ -20,6 +20,7 @@ from another client's publish), which wakes both tasks.
 """
 
 import asyncio
+import gc
 import sys
 
 from .interrupt import interrupted
@@ -187,7 +188,10 @@ class _Client:
         except asyncio.CancelledError:
             raise
         except MemoryError:
-            self.conn.out_of_memory()
+            try:
+                self.conn.out_of_memory()
+            except MemoryError:  # not even its end fitted: it is closed (end marks it first)
+                gc.collect()
         except Exception as e:  # a reset socket, or a bug: either way this client is done
             conn = self.conn
             if isinstance(e, OSError) and self.greeting is not None and self.listener.tls is not None:
