@@ -12,6 +12,7 @@ see MQTT data as they would from RabbitMQ, and AMQP publishers reach MQTT subscr
     options.py      version 5 subscription options and identifiers, kept in the bindings
     shared.py       shared subscriptions ($share/group/filter): a queue per group and filter
     retained.py     retained messages, each kept in a durable queue of its own
+    held.py         a session's own queue whose messages it holds while connected (the next two's base)
     qos2.py         a session's QoS 2 packet ids between PUBREC and PUBREL, kept on disk
     qos2_out.py     a session's QoS 2 deliveries, on disk from PUBLISH to PUBCOMP
     sys_topics.py   the $SYS/broker/... topics (CPython only)

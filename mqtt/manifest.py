@@ -9,6 +9,7 @@ package(
         "__init__.py",
         "client.py",
         "connection.py",
+        "held.py",
         "identity.py",
         "own_queues.py",
         "options.py",

@@ -8,8 +8,10 @@ from ..core.content import tails
 from ..core.message import Message
 
 PERSISTENT = {"delivery-mode": 2}
-# a session's QoS 2 deliveries between PUBLISH and PUBCOMP (mqtt/qos2_out.py): named here, so
-# that a session finds them without loading that module
+# a session's QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py), and its QoS 2 deliveries
+# between PUBLISH and PUBCOMP (mqtt/qos2_out.py): named here, so that a session finds them
+# without loading those modules (a sensor that never uses QoS 2 holds neither)
+INBOUND_PREFIX = b"mqtt-qos2-"
 OUTBOUND_PREFIX = b"mqtt-outbound-qos2-"
 
 

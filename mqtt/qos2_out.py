@@ -24,10 +24,10 @@ Loaded with a session's first QoS 2 delivery or with a session that has such ste
 
 import struct
 
-from ..core.broker import ACCEPT, REQUEUE
-from ..core.queue import Consumer
+from ..core.broker import ACCEPT
 from ..core.session import MESSAGE
 from . import own_queues, packets
+from .held import Held
 from .publishing import QOS_HEADER, properties_5
 
 SENT = 0x50  # "P": a copy of the message, its PUBLISH sent or to be sent
@@ -35,39 +35,18 @@ RELEASED = 0x52  # "R": its PUBREC came, the PUBREL sent or to be sent
 UNFINISHED = (None, None, "qos 2")  # what the session's inflight holds for a packet id of ours (mqtt/session.py)
 
 
-class Unfinished:
+class Unfinished(Held):
     """The session's QoS 2 deliveries between PUBLISH and PUBCOMP: what mqtt/session.py hands
     over to send, and the client's PUBREC and PUBCOMP. Also its queue's consumer's session
     (core/session.py). held: packet id -> [step, queue, entry], the entry None until the queue
     has handed the step's message over; the session's inflight holds UNFINISHED for each."""
 
-    prefetch_global = 0
-    consumer_unacked = 0
-    stats = None  # (its bookkeeping counts as the broker's own: core/counters.py)
-    number = 0  # (as hutch ctl lists its consumer: on its connection's one channel)
-
-    @property
-    def conn(self):
-        return self.session.conn
-
     def __init__(self, session):
-        self.session = session
-        self.broker = session.broker
-        self.name = own_queues.OUTBOUND_PREFIX + session.client_id
-        self.held = {}
+        Held.__init__(self, session, own_queues.OUTBOUND_PREFIX, b"mqtt-qos2-out")
         self.settle_on_arrival = []  # (packet id, step) of steps settled before the queue handed them over
-        self.consumer = None
 
-    def start(self):
-        """The session begins: the steps its last connection left (or a restart), sent again."""
-        queue = self.broker.queues.get(self.name)
-        if queue is not None:
-            self._consume(queue)
-
-    def _consume(self, queue):
-        self.consumer = Consumer(self, b"mqtt-qos2-out", queue, False, False, 0)
-        self.broker.consume(None, queue, self.consumer, 0)
-        queue.dispatch()
+    def held_entries(self):
+        return [(queue, entry) for _step, queue, entry in self.held.values() if entry is not None]
 
     def send(self, packet_id, message, topic, packet, queue=None, entry=None):
         """A QoS 2 delivery of message (of topic) under packet_id, packet its PUBLISH: a copy is
@@ -75,15 +54,11 @@ class Unfinished:
         goes out once the copy is on disk."""
         session = self.session
         session.inflight[packet_id] = UNFINISHED
-        expiry = session.expiry  # (kept as long as the session: its x-expires)
-        own = own_queues.queue(self.broker, self.name, {"x-expires": expiry * 1000} if expiry else None)
-        if self.consumer is None:
-            self._consume(own)
         properties = dict(message.properties())
         properties.pop("expiration", None)  # (an exchange under way ends, whatever the message's expiry)
         self.held[packet_id] = [SENT, None, None]  # (first: the queue may hand it over at once)
         body = struct.pack(">HBH", packet_id, SENT, len(topic)) + topic + bytes(message.body())
-        seq = own_queues.put(self.broker, self.name, properties, body)
+        seq = self.keep(properties, body)
         if queue is not None:
             session.consumers_by_qos[2].unacked += 1  # (its window counts deliveries until their PUBCOMP)
             self.broker.delivered(queue, entry, True)  # (after its copy: the journal writes that first)
@@ -112,7 +87,7 @@ class Unfinished:
             pass
         elif code < 0x80:
             self.held[packet_id] = [RELEASED, None, None]  # (first: the queue may hand it over at once)
-            seq = own_queues.put(self.broker, self.name, {}, struct.pack(">HB", packet_id, RELEASED))
+            seq = self.keep({}, struct.pack(">HB", packet_id, RELEASED))
             self._settle(packet_id, found)  # (after the RELEASED step: the journal writes it first)
         else:
             del self.held[packet_id]
@@ -147,24 +122,8 @@ class Unfinished:
         self.broker.settle(queue, [entry], ACCEPT, None)
 
     def end(self, forget):
-        """The connection goes: the steps go back to their queue (forget: the session ends, and
-        the queue with them)."""
-        broker = self.broker
-        if self.consumer is not None:
-            broker.cancel(self.consumer)
-            self.consumer = None
-        for _step, queue, entry in self.held.values():
-            if entry is not None:
-                broker.settle(queue, [entry], ACCEPT if forget else REQUEUE, None)
-        self.held = {}
+        Held.end(self, forget)
         self.settle_on_arrival = []
-        if forget:
-            own_queues.drop(broker, (self.name,))
-
-    # ------------------------------------------------------------ the queue's consumer's session
-
-    def can_deliver(self):
-        return True
 
     def deliver(self, consumer, queue, entry):
         message = entry[MESSAGE]
@@ -192,10 +151,3 @@ class Unfinished:
             session.conn.send(packets.publish(topic, payload, 2, False, True, packet_id, props, session.level))
         else:
             session.conn.send(packets.ack(packets.PUBREL, packet_id, packets.SUCCESS, session.level))
-
-    def deliver_records(self, consumer, stream, cursor, room):
-        return 0, None
-
-    def server_cancel(self, consumer):
-        self.consumer = None  # (its queue was deleted: the deliveries it held are forgotten)
-        self.held = {}

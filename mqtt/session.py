@@ -27,7 +27,7 @@ from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
 from ..core.queue import Consumer
 from ..core.session import EXPIRES_AT, MESSAGE, REDELIVERED
-from . import options, own_queues, packets, qos2, retained, shared
+from . import options, own_queues, packets, retained, shared
 from .packets import (
     NO_SUBSCRIPTION_EXISTED,
     NOT_AUTHORIZED,
@@ -130,14 +130,16 @@ class Session:
     def _own_queue_names(self):
         """Its subscriptions' queues and those its QoS 2 packet ids are kept in."""
         names = [self.queue_name(qos) for qos in QOSES]
-        names.append(qos2.PREFIX + self.client_id)
+        names.append(own_queues.INBOUND_PREFIX + self.client_id)
         names.append(own_queues.OUTBOUND_PREFIX + self.client_id)
         return names
 
     def awaiting(self):
         """Its QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py)."""
         if self.awaiting_release is None:
-            self.awaiting_release = qos2.AwaitingRelease(self)
+            from .qos2 import AwaitingRelease  # (loaded with a session's first QoS 2 publish)
+
+            self.awaiting_release = AwaitingRelease(self)
         return self.awaiting_release
 
     def qos2_deliveries(self):
@@ -191,7 +193,7 @@ class Session:
     def start(self):
         """A session that was there goes on: its queues (and its shared subscriptions') are
         consumed again."""
-        if self.broker.queues.get(qos2.PREFIX + self.client_id) is not None:
+        if self.broker.queues.get(own_queues.INBOUND_PREFIX + self.client_id) is not None:
             self.awaiting().start()
         if self.broker.queues.get(own_queues.OUTBOUND_PREFIX + self.client_id) is not None:
             self.qos2_deliveries().start()  # (first: what was under way goes on before anything new)
