@@ -111,30 +111,35 @@ def rabbitmq(tmp_path_factory):
 
 # ---------------------------------------------------------------- the Spark session of a run
 #
-# Two xdist groups hold what Spark starts, each run by one worker, one test after another,
+# Three xdist groups hold what Spark starts, each run by one worker, one test after another,
 # while the other workers take the rest: "spark-session" (the tests that use the Spark session
-# below, which then starts once) and "spark" (the tests that start Spark jobs of their own:
-# `hutch pipeline`, the exactly-once kills, the standalone cluster, `hutch bench --spark`). A
-# Spark job keeps both cores busy; several at once on a 2-core machine took five times as
-# long each (one CI run), so they go one at a time.
+# below, which then starts once), "spark" (the tests that start Spark jobs of their own:
+# `hutch pipeline`, the standalone cluster, `hutch bench --spark`) and "spark-kills" (the
+# exactly-once kills of test_pipeline_exactly_once.py). A Spark job keeps both cores busy, so
+# one chain of them would do as well as two on this 2-core machine, were it not the run's
+# longest: alone, "spark" and "spark-kills" were 680 s of a 980 s run.
+SPARK_JOB_GROUPS = ("spark", "spark-kills")
 
 
 @pytest.fixture(autouse=True)
-def spark_group_starts_quickly(request):
-    """Every test of the "spark" group has spark_jvm, wherever it is (one place for the rule)."""
-    if any(mark.args[:1] == ("spark",) for mark in request.node.iter_markers("xdist_group")):
+def spark_groups_start_quickly(request):
+    """Every test of SPARK_JOB_GROUPS has spark_jvm, wherever it is (one place for the rule)."""
+    if any(
+        mark.args[:1] in [(name,) for name in SPARK_JOB_GROUPS] for mark in request.node.iter_markers("xdist_group")
+    ):
         request.getfixturevalue("spark_jvm")
 
 
 @pytest.fixture(scope="session")
 def spark_jvm(tmp_path_factory):
-    """The "spark" group's Spark jobs start from a class-data-sharing archive made once by the
-    group's worker (tests/support/spark_jvm.py: about half the CPU of each start): every
-    driver started after this fixture, by any test of the group, gets it through
-    SPARK_SUBMIT_OPTS, and the standalone cluster's master and worker the quicker JIT."""
-    from spark_jvm import compiled_pyspark_python, make_class_archive, quick_jvm, quick_start_options
+    """The Spark jobs of the tests that ask for this start from a class-data-sharing archive
+    made once per run (tests/support/spark_jvm.py: about half the CPU of each start), by the
+    first worker that needs it while any other waits: every driver started after this fixture,
+    by any test of the worker, gets it through SPARK_SUBMIT_OPTS, and the standalone cluster's
+    master and worker the quicker JIT."""
+    from spark_jvm import compiled_pyspark_python, quick_jvm, quick_start_options, shared_class_archive
 
-    archive = make_class_archive(str(tmp_path_factory.mktemp("spark-jvm")))
+    archive = shared_class_archive(run_folder(tmp_path_factory))
     scratch = str(tmp_path_factory.mktemp("spark-jvm-tmp"))
     names = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "PYSPARK_PYTHON")
     saved = {name: os.environ.get(name) for name in names}
@@ -147,6 +152,13 @@ def spark_jvm(tmp_path_factory):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def run_folder(tmp_path_factory):
+    """The run's temporary folder, shared by its pytest-xdist workers (each has a folder of its
+    own in it); without xdist, the process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return str(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""Quicker Spark starts for the tests that run Spark jobs of their own (the "spark" xdist group:
-`hutch pipeline`, the exactly-once kills, the standalone cluster, `hutch bench --spark`).
+"""Quicker Spark starts for the tests that run Spark jobs of their own (the "spark" and
+"spark-kills" xdist groups: `hutch pipeline`, the exactly-once kills, the standalone cluster,
+`hutch bench --spark`; and the end-to-end tests that run `hutch pipeline` beside their faults).
 
 Each of those jobs starts a JVM that loads some 12,000 classes from pyspark's jars and
 compiles them as it goes; on this 2-core machine that start, not the job, was most of a test's
@@ -8,8 +9,8 @@ spark-submit adds to the driver's java command line), take it from about 35 to 1
 
 - a class-data-sharing archive (JDK 13 and later: -XX:ArchiveClassesAtExit writes the classes
   one job loaded, -XX:SharedArchiveFile maps them into the next JVM already parsed and
-  verified), made once per run by a small `hutch pipeline` job against a `hutch serve` of its
-  own, so it holds the classes the pipeline's jobs load;
+  verified), made once per run (by the first worker that needs it) by a small `hutch pipeline`
+  job against a `hutch serve` of its own, so it holds the classes the pipeline's jobs load;
 - the client compiler only (-XX:TieredStopAtLevel=1) and the serial collector: jobs of a few
   hundred readings never pay back the server compiler's threads.
 
@@ -22,10 +23,12 @@ same PySpark, compiled, is installed in this virtualenv: the workers' Python
 (`compiled_pyspark_python`) leaves the zip out and imports that one.
 """
 
+import fcntl
 import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 from brokers import RunningBroker
 from pipeline_support import HUTCH, bodies, declare, first_run_readings, publish
@@ -100,6 +103,19 @@ def make_class_archive(folder):
     finally:
         broker.stop()
     assert done.returncode == 0 and os.path.exists(archive), (done.returncode, done.stdout[-800:], done.stderr[-800:])
+    return archive
+
+
+def shared_class_archive(run_folder):
+    """The run's class archive (make_class_archive), in run_folder: made by the first of the
+    run's workers to ask, under a lock the others wait on; its path."""
+    folder = os.path.join(run_folder, "spark-jvm")
+    with open(folder + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        archive = os.path.join(folder, "spark-classes.jsa")
+        if not os.path.exists(archive):  # (a worker whose attempt failed leaves it to the next)
+            os.makedirs(folder, exist_ok=True)
+            os.rename(make_class_archive(tempfile.mkdtemp(prefix="attempt-", dir=folder)), archive)
     return archive
 
 

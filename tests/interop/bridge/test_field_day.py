@@ -234,7 +234,7 @@ def drained(edge):
 
 
 @pytest.mark.long  # tests/conftest.py: started early
-def test_a_day_in_the_field(tmp_path, rabbitmq):
+def test_a_day_in_the_field(tmp_path, rabbitmq, request):
     stream = "field-%s" % uuid.uuid4().hex[:8]
     connection = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port))
     connection.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
@@ -330,6 +330,7 @@ def test_a_day_in_the_field(tmp_path, rabbitmq):
         connection.close()
         upstream_of = types.SimpleNamespace(url="amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port, stream=stream)
         output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
+        request.getfixturevalue("spark_jvm")  # (conftest.py: the run's class archive, once made)
         pipeline = Pipeline(upstream_of, output, checkpoint).start("--trigger", "available-now")
         assert pipeline.finish() == 0, "\n".join(pipeline.lines[-30:])
         done.set()

@@ -75,9 +75,9 @@ from pipeline_support import (
 )
 from tcp_proxy import TcpProxy
 
-# conftest.py: the Spark jobs of a run, one after another. The time bound is wide: under CI's
+# conftest.py: the kills' Spark jobs, one after another, beside the other Spark jobs' group. The time bound is wide: under CI's
 # load a run of the pipeline (Spark's start included) has taken minutes.
-pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.xdist_group("spark-kills"), pytest.mark.timeout(900)]
 
 BATCH = 20  # --max-offsets-per-trigger: many batches (10 of each stream)
 T0 = calendar.timegm((2024, 5, 1, 23, 56, 0))

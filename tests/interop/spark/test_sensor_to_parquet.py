@@ -224,7 +224,7 @@ def running(procs):
     return all(proc.poll() is None for proc in procs)
 
 
-def sensor_to_parquet(tmp_path, upstream):
+def sensor_to_parquet(tmp_path, upstream, request):
     edge = bridge_proxy = amqp_proxy = mqtt_proxy = pipeline = None
     procs = []
     try:
@@ -234,6 +234,7 @@ def sensor_to_parquet(tmp_path, upstream):
         mqtt_proxy = TcpProxy(edge.mqtt_port).start()
         sensor_proxies = (amqp_proxy, mqtt_proxy)
         output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
+        request.getfixturevalue("spark_jvm")  # (conftest.py: the run's class archive, once made)
         pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "processing=2s")
         runs = [pipeline]
         wait_until(lambda: any("Spark started" in line for line in pipeline.lines), 120, what="Spark")
@@ -332,14 +333,14 @@ def sensor_to_parquet(tmp_path, upstream):
 
 
 @pytest.mark.xdist_group("spark")
-def test_every_reading_counted_once_through_faults_toward_hutch(tmp_path):
+def test_every_reading_counted_once_through_faults_toward_hutch(tmp_path, request):
     upstream = Upstream("hutch", tmp_path)
     try:
-        sensor_to_parquet(tmp_path, upstream)
+        sensor_to_parquet(tmp_path, upstream, request)
     finally:
         upstream.stop()
 
 
 @pytest.mark.long  # tests/conftest.py: started early
-def test_every_reading_counted_once_through_faults_toward_rabbitmq(tmp_path, rabbitmq):
-    sensor_to_parquet(tmp_path, Upstream("rabbitmq", tmp_path, rabbitmq))
+def test_every_reading_counted_once_through_faults_toward_rabbitmq(tmp_path, rabbitmq, request):
+    sensor_to_parquet(tmp_path, Upstream("rabbitmq", tmp_path, rabbitmq), request)
