@@ -83,6 +83,19 @@ def wait_for_amqp(host, port, proc, what, timeout):
     raise BenchError("%s did not accept AMQP connections on %s:%d within %ds" % (what, host, port, timeout))
 
 
+def wait_for_port(host, port, proc, what, timeout):
+    """Until a TCP connection to port succeeds (a listener that is not AMQP's: MQTT, WebSocket)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
+                raise BenchError("%s did not listen on %s:%d" % (what, host, port))
+            time.sleep(0.05)
+
+
 def cpu_seconds(pid):
     """CPU time (user and system) process pid has used so far, or None without a pid (an
     --rabbitmq broker given without --rabbitmq-pid)."""
@@ -146,11 +159,12 @@ class Hutch:
     tls_port = None  # a TLS listener's port (the TLS rows), or None
 
     mqtt_port = None  # its MQTT listener's port (hutch bench --mqtt), or None
+    mqtt_ws_port = None  # its MQTT over WebSocket listener's port (beside the MQTT one), or None
 
     def __init__(self, kind, workdir, folder=None, config=None, tls=None, mqtt=False):
         """folder: a previous run's (its data folder is used again: a restart); config: a config
         file; tls: (certificate, key) files for a TLS listener beside the plain one; mqtt: an
-        MQTT listener too."""
+        MQTT listener too, and one of MQTT over WebSocket."""
         self.kind = kind
         self.host, self.port = "127.0.0.1", free_port()
         folder = folder or tempfile.mkdtemp(prefix="hutch-bench-%s-" % kind, dir=workdir)
@@ -163,8 +177,8 @@ class Hutch:
         if config is not None:
             common += ["--config", config]
         if mqtt:
-            self.mqtt_port = free_port()
-            common += ["--mqtt-port", str(self.mqtt_port)]
+            self.mqtt_port, self.mqtt_ws_port = free_port(), free_port()
+            common += ["--mqtt-port", str(self.mqtt_port), "--mqtt-ws-port", str(self.mqtt_ws_port)]
         if tls is not None:
             self.tls_port = free_port()
             common += ["--tls-port", str(self.tls_port), "--certfile", tls[0], "--keyfile", tls[1]]
@@ -186,19 +200,12 @@ class Hutch:
         self.pid = self.proc.pid
 
     def start(self, timeout=30):
-        """Until it accepts AMQP connections (and MQTT ones, with an MQTT listener: it comes up
+        """Until it accepts AMQP connections (and MQTT ones, with MQTT listeners: they come up
         after the AMQP one); timeout: seconds (a restart with a backlog needs more)."""
         wait_for_amqp(self.host, self.port, self.proc, "hutch (%s)" % self.kind, timeout)
-        if self.mqtt_port is not None:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    socket.create_connection((self.host, self.mqtt_port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise BenchError("hutch (%s) did not listen for MQTT on %d" % (self.kind, self.mqtt_port))
-                    time.sleep(0.05)
+        for port in (self.mqtt_port, self.mqtt_ws_port):
+            if port is not None:
+                wait_for_port(self.host, port, self.proc, "hutch (%s)" % self.kind, timeout)
         return self
 
     def scanner(self):

@@ -10,15 +10,21 @@ started here on a free port, no persistence), side by side in one run.
     and the rows with many connections of bench/mqtt_load.py: fan-in of 1,000 sensors (p99
     latency, broker CPU per message), fan-out to 100 subscribers, two QoS 1 publishers ahead
     of one subscriber (what was PUBACKed and delivered), 10,000 idle connections (RSS each)
+    qos1-ws     the qos1 row over WebSocket (ws://, subprotocol mqtt): hutch's --mqtt-ws-port
+                and (with --start-rabbitmq) RabbitMQ's rabbitmq_web_mqtt; mosquitto's Debian
+                build opens no websockets listener
     uplink      (with --start-mosquitto) a gateway's bridge to an MQTT cloud: the qos1 row's
                 publisher into the gateway, whose bridge forwards at QoS 1 to an upstream
                 mosquitto, where the subscriber is: hutch's bridge (an up bridge from amq.topic,
                 each message on disk at the gateway until upstream's PUBACK) against mosquitto's
                 own bridge (`topic # out 1`, in RAM), to the same upstream mosquitto
 
+With --start-rabbitmq, RabbitMQ (its rabbitmq_mqtt and rabbitmq_web_mqtt plugins) gets the
+qos0, qos1 and qos1-ws rows too.
+
 The load is MQTT packets written and read with hutch's own codec (mqtt/packets.py) over plain
-sockets, one thread each for the publisher and the subscriber: the same client for both
-brokers.
+sockets (or WebSocket frames, wsproto's), one thread each for the publisher and the
+subscriber: the same client for every broker.
 """
 
 import os
@@ -31,7 +37,7 @@ import time
 
 from ..mqtt import packets
 from . import mqtt_load
-from .brokers import BenchError, Hutch, free_port
+from .brokers import BenchError, Hutch, RabbitMQ, free_port, wait_for_port
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 SIZE = 16
@@ -40,12 +46,63 @@ RATE = 2  # each fan-in sensor's readings a second
 FANOUT = 100
 
 
-class Client:
-    """One MQTT connection: packets out, whole packets in."""
+class WebSocketStream:
+    """A client's WebSocket (wsproto) over a connected socket, with a socket's sendall and recv:
+    each sendall one binary message, recv the bytes of the messages that came."""
 
-    def __init__(self, host, port, client_id, clean=True):
+    def __init__(self, sock, host, path):
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, Request
+
+        self.sock = sock
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        sock.sendall(self.ws.send(Request(host=host, target=path, subprotocols=["mqtt"])))
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise BenchError("the broker closed the WebSocket handshake")
+            self.ws.receive_data(data)
+            for event in self.ws.events():
+                if isinstance(event, AcceptConnection):
+                    return
+                raise BenchError("the WebSocket upgrade was refused: %r" % (event,))
+
+    def sendall(self, data):
+        from wsproto.events import BytesMessage
+
+        self.sock.sendall(self.ws.send(BytesMessage(data=data)))
+
+    def recv(self, size):
+        from wsproto.events import BytesMessage, CloseConnection, Ping
+
+        while True:
+            data = self.sock.recv(size)
+            if not data:
+                return b""
+            self.ws.receive_data(data)
+            got = []
+            for event in self.ws.events():
+                if isinstance(event, BytesMessage):
+                    got.append(bytes(event.data))
+                elif isinstance(event, Ping):
+                    self.sock.sendall(self.ws.send(event.response()))
+                elif isinstance(event, CloseConnection):
+                    return b""
+            if got:
+                return b"".join(got)
+
+    def close(self):
+        self.sock.close()
+
+
+class Client:
+    """One MQTT connection: packets out, whole packets in; ws_path: over WebSocket, to that path."""
+
+    def __init__(self, host, port, client_id, clean=True, ws_path=None):
         self.sock = socket.create_connection((host, port), timeout=60)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ws_path is not None:
+            self.sock = WebSocketStream(self.sock, "%s:%d" % (host, port), ws_path)
         self.buf = b""
         self.sock.sendall(packets.connect(client_id, clean=clean, keep_alive=0, user=b"guest", password=b"guest"))
         first, body = self.packet()
@@ -79,8 +136,8 @@ class Client:
         self.sock.close()
 
 
-def _subscriber(host, port, qos, count, done):
-    client = Client(host, port, b"bench-sub-%d" % qos, clean=False)
+def _subscriber(host, port, qos, count, done, ws_path):
+    client = Client(host, port, b"bench-sub-%d" % qos, clean=False, ws_path=ws_path)
     client.subscribe(b"bench/%d/#" % qos, qos)
     done["ready"].set()
     got = 0
@@ -96,16 +153,17 @@ def _subscriber(host, port, qos, count, done):
     client.close()
 
 
-def throughput(host, port, qos, count, subscribe_at=None):
+def throughput(host, port, qos, count, subscribe_at=None, ws_path=None):
     """Messages a second, one publisher to one subscriber at this QoS; subscribe_at: (host, port)
-    of another broker the subscriber is on (the uplink row's upstream)."""
+    of another broker the subscriber is on (the uplink row's upstream); ws_path: both over
+    WebSocket, to that path."""
     done = {"ready": threading.Event()}
     sub_host, sub_port = subscribe_at or (host, port)
-    sub = threading.Thread(target=_subscriber, args=(sub_host, sub_port, qos, count, done), daemon=True)
+    sub = threading.Thread(target=_subscriber, args=(sub_host, sub_port, qos, count, done, ws_path), daemon=True)
     sub.start()
     if not done["ready"].wait(30):
         raise BenchError("the subscriber did not subscribe")
-    pub = Client(host, port, b"bench-pub-%d" % qos)
+    pub = Client(host, port, b"bench-pub-%d" % qos, ws_path=ws_path)
     topic = b"bench/%d/readings" % qos
     payload = b"x" * SIZE
     start = time.perf_counter()
@@ -151,14 +209,8 @@ class Mosquitto:
         self.pid = self.proc.pid
 
     def start(self):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise BenchError("mosquitto did not listen on %d" % self.port)
+        wait_for_port(self.host, self.port, self.proc, "mosquitto", 30)
+        return self
 
     def stop(self):
         self.proc.terminate()
@@ -182,6 +234,7 @@ def rows(size):
     return (
         ("qos0", "MQTT QoS 0, 16 B, 1 publisher -> 1 subscriber", "msg/s"),
         ("qos1", "MQTT QoS 1, 16 B, window %d, subscriber acks" % WINDOW, "msg/s"),
+        ("qos1-ws", "... the same over WebSocket (ws://)", "msg/s"),
         ("fan-in-p99", "fan-in: %d sensors x %d msg/s, QoS 1: p99 latency" % (size["sensors"], RATE), "ms"),
         ("fan-in-cpu", "... broker CPU per message", "µs"),
         ("fan-in-user", "... of it user (the broker's own code)", "µs"),
@@ -192,6 +245,12 @@ def rows(size):
         ("idle-held", "... all %d still answering PINGREQ" % size["idle"], "yes=1"),
         ("uplink", "uplink: QoS 1 -> gateway -> its bridge -> mosquitto", "msg/s"),
     )
+
+
+def _shown(figure, unit):
+    if figure is None:
+        return "-"
+    return "{:,.0f}".format(figure) if unit == "msg/s" else "{:,.1f}".format(figure)
 
 
 def uplink(key, workdir, count):
@@ -217,14 +276,15 @@ def uplink(key, workdir, count):
         upstream.stop()
 
 
-def measure(host, port, pid, count, size):
-    """{row: figure} of one broker."""
+def measure(host, port, pid, count, size, ws_port=None):
+    """{row: figure} of one broker; ws_port: its MQTT over WebSocket listener's (path /mqtt)."""
     p99, cpu, _, (user, system) = mqtt_load.fan_in(host, port, pid, size["sensors"], RATE, size["seconds"])
     pubacked, delivered = mqtt_load.overload(host, port, size["overload"], WINDOW)
     per_conn, held = mqtt_load.idle(host, port, pid, size["idle"])
     return {
         "qos0": throughput(host, port, 0, count),
         "qos1": throughput(host, port, 1, max(1000, count // 4)),
+        "qos1-ws": throughput(host, ws_port, 1, max(1000, count // 4), ws_path="/mqtt") if ws_port else None,
         "fan-in-p99": p99,
         "fan-in-cpu": cpu,
         "fan-in-user": user,
@@ -236,8 +296,30 @@ def measure(host, port, pid, count, size):
     }
 
 
+def rabbitmq_figures(workdir, count):
+    """The qos0, qos1 and qos1-ws rows of a RabbitMQ started here with its MQTT plugins
+    (rabbitmq_web_mqtt's path: /ws)."""
+    mqtt_port, ws_port = free_port(), free_port()
+    conf = ("mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_port, "web_mqtt.tcp.ip = 127.0.0.1",
+            "web_mqtt.tcp.port = %d" % ws_port)  # fmt: skip
+    broker = RabbitMQ(workdir, conf=conf, plugins=("rabbitmq_mqtt", "rabbitmq_web_mqtt"))
+    try:
+        broker.start()
+        for port in (mqtt_port, ws_port):
+            wait_for_port(broker.host, port, broker.proc, "rabbitmq-server", 60)
+        print("rabbitmq: MQTT on %s:%d, over WebSocket on %d" % (broker.host, mqtt_port, ws_port), file=sys.stderr)
+        return {
+            "qos0": throughput(broker.host, mqtt_port, 0, count),
+            "qos1": throughput(broker.host, mqtt_port, 1, max(1000, count // 4)),
+            "qos1-ws": throughput(broker.host, ws_port, 1, max(1000, count // 4), ws_path="/ws"),
+        }
+    finally:
+        broker.stop()
+
+
 def run(args):
-    """The rows, for hutch and (--start-mosquitto) mosquitto; prints the table. Exit code."""
+    """The rows, for hutch, (--start-mosquitto) mosquitto and (--start-rabbitmq) RabbitMQ's
+    MQTT plugins; prints the table. Exit code."""
     workdir = tempfile.mkdtemp(prefix="hutch-bench-mqtt-")
     size = sizes(args.count)
     # (no config: the idle connections and the rest fit the max_connections the descriptors allow)
@@ -250,26 +332,29 @@ def run(args):
         try:
             port = broker.mqtt_port if key == "hutch" else broker.port
             print("%s: MQTT on %s:%d" % (key, broker.host, port), file=sys.stderr, flush=True)
-            results[key] = measure(broker.host, port, broker.pid, args.count, size)
+            ws_port = broker.mqtt_ws_port if key == "hutch" else None
+            results[key] = measure(broker.host, port, broker.pid, args.count, size, ws_port)
         finally:
             broker.stop()
         results[key]["uplink"] = uplink(key, workdir, max(1000, args.count // 4)) if args.start_mosquitto else None
-    shown = rows(size) if args.start_mosquitto else rows(size)[:-1]  # (the uplink's upstream is a mosquitto)
     keys = [key for key, _ in plan]
+    if args.start_rabbitmq:
+        results["rabbitmq"] = rabbitmq_figures(workdir, args.count)
+        keys.append("rabbitmq")
+    shown = rows(size) if args.start_mosquitto else rows(size)[:-1]  # (the uplink's upstream is a mosquitto)
+    ratios = keys[1:]
     print(
         "%-52s %-6s %s" % ("scenario", "unit", "  ".join("%12s" % k for k in keys))
-        + ("  hutch/mosquitto" if len(keys) > 1 else "")
+        + "".join("  %15s" % ("hutch/" + key) for key in ratios)
     )
     for row, title, unit in shown:
-        figures = [results[k][row] for k in keys]
-        line = "%-52s %-6s %s" % (
-            title,
-            unit,
-            "  ".join("%12s" % ("{:,.0f}".format(f) if unit == "msg/s" else "{:,.1f}".format(f)) for f in figures),
-        )
-        if len(keys) > 1 and figures[1]:
-            line += "  %14.2f" % (figures[0] / figures[1])
+        figures = [results[k].get(row) for k in keys]
+        line = "%-52s %-6s %s" % (title, unit, "  ".join("%12s" % _shown(f, unit) for f in figures))
+        for i, _key in enumerate(ratios, 1):
+            line += "  %15s" % ("%.2f" % (figures[0] / figures[i]) if figures[0] is not None and figures[i] else "-")
         print(line)
+    ws, tcp = results["hutch"]["qos1-ws"], results["hutch"]["qos1"]
+    print("hutch's QoS 1 over WebSocket / over TCP: %.2f" % (ws / tcp))
     print(
         "hutch PUBACKs a QoS 1 message once its durable queue has it on disk; mosquitto keeps it in RAM "
         "(and drops what is past its max_queued_messages, 1,000 by default). Broker CPU: its process's "

@@ -313,11 +313,17 @@ def test_backlog_refuses_what_it_cannot_do_in_one_line(tmp_path):
         assert done.returncode == 0 and plot.read_bytes().startswith(b"\x89PNG"), done.stderr
 
 
-def test_mqtt_rows_against_hutch_and_mosquitto(tmp_path):
-    done = bench("--mqtt", "--start-mosquitto", "--count", "4000", env=dict(os.environ, TMPDIR=str(tmp_path)))
+def test_mqtt_rows_against_hutch_mosquitto_and_rabbitmq(tmp_path):
+    done = bench(
+        "--mqtt", "--start-mosquitto", "--start-rabbitmq", "--count", "4000", env=dict(os.environ, TMPDIR=str(tmp_path))
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "hutch/mosquitto" in lines[0]
+    assert lines[0].split()[-5:] == ["hutch", "mosquitto", "rabbitmq", "hutch/mosquitto", "hutch/rabbitmq"], lines[0]
+    # over WebSocket: hutch and RabbitMQ's web-mqtt (Debian's mosquitto has no websockets listener)
+    ws = [line for line in lines if line.startswith("... the same over WebSocket (ws://)")]
+    assert ws and re.match(r"^\S.* msg/s +[\d,]+ +- +[\d,]+ +- +\d+\.\d\d$", ws[0]), done.stdout
+    assert re.search(r"^hutch's QoS 1 over WebSocket / over TCP: \d+\.\d\d$", done.stdout, re.M), done.stdout
     for title in ("MQTT QoS 0, 16 B", "MQTT QoS 1, 16 B", "fan-in: 50 sensors", "... broker CPU per message",
                   "... of it user", "... of it system", "fan-out: 1 -> 100", "RSS per idle MQTT connection (500)",
                   "uplink: QoS 1 -> gateway -> its bridge -> mosquitto"):  # fmt: skip
