@@ -23,7 +23,7 @@ With --start-rabbitmq, RabbitMQ (its rabbitmq_mqtt and rabbitmq_web_mqtt plugins
 qos0, qos1 and qos1-ws rows too.
 
 The load is MQTT packets written and read with hutch's own codec (mqtt/packets.py) over plain
-sockets (or WebSocket frames, wsproto's), one thread each for the publisher and the
+sockets (or in WebSocket frames), one thread each for the publisher and the
 subscriber: the same client for every broker.
 """
 
@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 
+from ..codec import websocket
 from ..mqtt import packets
 from . import mqtt_load
 from .brokers import BenchError, Hutch, RabbitMQ, free_port, wait_for_port
@@ -47,46 +48,43 @@ FANOUT = 100
 
 
 class WebSocketStream:
-    """A client's WebSocket (wsproto) over a connected socket, with a socket's sendall and recv:
-    each sendall one binary message, recv the bytes of the messages that came."""
+    """A client's WebSocket over a connected socket, with a socket's sendall and recv: each
+    sendall one binary frame (masked, as a client's are), recv the octets of the frames that
+    came. The upgrade is wsproto's, the frames codec/websocket.py's (hutch's listener's own)."""
 
     def __init__(self, sock, host, path):
         from wsproto import ConnectionType, WSConnection
         from wsproto.events import AcceptConnection, Request
 
         self.sock = sock
-        self.ws = WSConnection(ConnectionType.CLIENT)
-        sock.sendall(self.ws.send(Request(host=host, target=path, subprotocols=["mqtt"])))
+        upgrade = WSConnection(ConnectionType.CLIENT)
+        sock.sendall(upgrade.send(Request(host=host, target=path, subprotocols=["mqtt"])))
         while True:
             data = sock.recv(1 << 16)
             if not data:
                 raise BenchError("the broker closed the WebSocket handshake")
-            self.ws.receive_data(data)
-            for event in self.ws.events():
+            upgrade.receive_data(data)
+            for event in upgrade.events():
                 if isinstance(event, AcceptConnection):
+                    self.reader = websocket.FrameReader(masked=False)
                     return
                 raise BenchError("the WebSocket upgrade was refused: %r" % (event,))
 
     def sendall(self, data):
-        from wsproto.events import BytesMessage
-
-        self.sock.sendall(self.ws.send(BytesMessage(data=data)))
+        self.sock.sendall(websocket.frame(websocket.BINARY, data, os.urandom(4)))
 
     def recv(self, size):
-        from wsproto.events import BytesMessage, CloseConnection, Ping
-
         while True:
             data = self.sock.recv(size)
             if not data:
                 return b""
-            self.ws.receive_data(data)
             got = []
-            for event in self.ws.events():
-                if isinstance(event, BytesMessage):
-                    got.append(bytes(event.data))
-                elif isinstance(event, Ping):
-                    self.sock.sendall(self.ws.send(event.response()))
-                elif isinstance(event, CloseConnection):
+            for opcode, payload in self.reader.feed(data):
+                if opcode == websocket.BINARY:
+                    got.append(payload)
+                elif opcode == websocket.PING:
+                    self.sock.sendall(websocket.frame(websocket.PONG, payload, os.urandom(4)))
+                elif opcode == websocket.CLOSE:
                     return b""
             if got:
                 return b"".join(got)

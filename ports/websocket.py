@@ -1,6 +1,7 @@
 """MQTT over WebSocket (RFC 6455), on CPython: the framing between a listener's transport and a
-front end's connection, with wsproto (sans-IO, as hutch's front ends are: it reads octets and
-says what they were, it never touches a socket).
+front end's connection: the HTTP upgrade with wsproto (sans-IO, as hutch's front ends are: it
+reads octets and says what they were, it never touches a socket), the frames after it with
+codec/websocket.py (sans-IO too, and several times quicker for MQTT's small frames).
 
 A listener with `websocket = true` makes each client's connection as usual and gives it a
 WebSocketFraming (PortConnection.framing): what the port reads goes through unwrap() before
@@ -22,57 +23,50 @@ A board's firmware has no wsproto: server/options.py says so in one line.
 """
 
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import (
-    AcceptConnection,
-    BytesMessage,
-    CloseConnection,
-    Message,
-    Ping,
-    RejectConnection,
-    Request,
-    TextMessage,
-)
-from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+from wsproto.events import AcceptConnection, RejectConnection, Request
+from wsproto.utilities import RemoteProtocolError
+
+from ..codec import websocket as frames
 
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")  # what an MQTT client offers (MQTT 5 6.0), in our order
-UNSUPPORTED_DATA = 1003  # a text frame: MQTT is carried in binary frames (MQTT 5 6.0)
 
 
 class WebSocketFraming:
-    """One client's WebSocket, between its port and conn (a PortConnection)."""
+    """One client's WebSocket, between its port and conn (a PortConnection): the upgrade with
+    wsproto, then the frames with codec/websocket.py."""
 
     def __init__(self, conn, path=None, origins=None):
         self.conn = conn
         self.path = path  # the one path served (None: any)
         self.origins = origins  # the Origin headers allowed (None: any)
-        self.ws = WSConnection(ConnectionType.SERVER)
+        self.handshake = WSConnection(ConnectionType.SERVER)
+        self.reader = None  # the client's frames, once the upgrade is done (codec/websocket.py)
         self.raw = []  # the WebSocket's own octets to send before the connection's next output
-        self.opened = False
-        self.ended = False
+        self.ended = False  # a close frame was sent (nothing more is)
 
     def unwrap(self, data):
         """The connection's octets in what the transport read (b"": none yet); what the
         WebSocket answers itself (the upgrade, a pong, a close) goes to raw."""
+        if self.reader is None:
+            return self._upgrading(data)
         try:
-            self.ws.receive_data(bytes(data) if data else None)
-            found = []
-            for event in self.ws.events():
-                if isinstance(event, BytesMessage):
-                    found.append(event.data)
-                elif isinstance(event, Request):
-                    self._upgrade(event)
-                elif isinstance(event, Ping):
-                    self._say(event.response())
-                elif isinstance(event, CloseConnection):
-                    self._closed_by_client(event)
-                elif isinstance(event, TextMessage):
-                    self.close(UNSUPPORTED_DATA, "MQTT is carried in binary frames")
-            return b"".join(found)
-        except RemoteProtocolError as e:  # not a WebSocket upgrade: answered as HTTP, then closed
-            if e.event_hint is not None and not self.opened:
-                self._say(e.event_hint)
-            self._end("WebSocket handshake refused: %s" % e)
+            found = self.reader.feed(bytes(data) if data else b"")
+        except frames.FrameError as e:
+            self.close(e.code, e.reason)
             return b""
+        octets = []
+        for opcode, payload in found:
+            if opcode == frames.BINARY:
+                octets.append(payload)
+            elif opcode == frames.PING:
+                self._say(frames.frame(frames.PONG, payload))
+            elif opcode == frames.CLOSE:
+                self._closed_by_client(payload)
+                break
+            elif opcode == frames.TEXT:
+                self.close(frames.UNSUPPORTED_DATA, "MQTT is carried in binary frames")
+                break
+        return b"".join(octets)
 
     def wrap(self, parts):
         """The connection's output parts (None: none), as the port writes them: the WebSocket's
@@ -80,14 +74,11 @@ class WebSocketFraming:
         connection has closed."""
         out = self.raw
         self.raw = []
-        if parts and self.opened and not self.ended:
-            out.append(self.ws.send(Message(data=b"".join(parts))))
-        if self.conn.closed and self.opened and not self.ended:
+        if parts and self.reader is not None and not self.ended:
+            out.append(frames.frame(frames.BINARY, b"".join(parts)))
+        if self.conn.closed and self.reader is not None and not self.ended:
             self.ended = True
-            try:
-                out.append(self.ws.send(CloseConnection(code=1000)))
-            except LocalProtocolError:
-                pass  # (the client closed first: answered already)
+            out.append(frames.frame(frames.CLOSE, frames.close_payload(frames.NORMAL)))
         return out or None
 
     def waiting(self):
@@ -95,15 +86,24 @@ class WebSocketFraming:
 
     def close(self, code, reason):
         """End the WebSocket with a close frame (code, reason), and the connection with it."""
-        if self.opened and not self.ended:
+        if self.reader is not None and not self.ended:
             self.ended = True
-            try:
-                self._say(CloseConnection(code=code, reason=reason))
-            except LocalProtocolError:
-                pass
+            self._say(frames.frame(frames.CLOSE, frames.close_payload(code, reason)))
         self._end("WebSocket closed: %s" % reason)
 
     # ------------------------------------------------------------ the upgrade and the end
+
+    def _upgrading(self, data):
+        try:
+            self.handshake.receive_data(bytes(data) if data else None)
+            for event in self.handshake.events():
+                if isinstance(event, Request):
+                    self._upgrade(event)
+        except RemoteProtocolError as e:  # not a WebSocket upgrade: answered as HTTP, then closed
+            if e.event_hint is not None:
+                self._say(self.handshake.send(e.event_hint))
+            self._end("WebSocket handshake refused: %s" % e)
+        return b""  # (a client sends its first frame once it has the answer)
 
     def _upgrade(self, request):
         if self.path is not None and request.target.split("?", 1)[0] != self.path:
@@ -119,28 +119,29 @@ class WebSocketFraming:
             if name in request.subprotocols:
                 chosen = name
                 break
-        self._say(AcceptConnection(subprotocol=chosen))
-        self.opened = True
+        self._say(self.handshake.send(AcceptConnection(subprotocol=chosen)))
+        self.reader = frames.FrameReader(masked=True)
 
     def _refuse(self, status, why):
-        self._say(RejectConnection(status_code=status, headers=[(b"content-length", b"0")], has_body=False))
+        self._say(
+            self.handshake.send(
+                RejectConnection(status_code=status, headers=[(b"content-length", b"0")], has_body=False)
+            )
+        )
         self._end("WebSocket upgrade refused (%d): %s" % (status, why))
 
-    def _closed_by_client(self, event):
-        if not self.ended:
+    def _closed_by_client(self, payload):
+        code, reason = frames.close_code(payload)
+        if not self.ended:  # the client's close answered with its code (RFC 6455 5.5.1)
             self.ended = True
-            try:
-                self._say(event.response())
-            except LocalProtocolError:
-                pass
-        code = event.code
-        if code not in (1000, 1001, 1005):  # (a frame the protocol does not allow: wsproto's close)
-            self._end("WebSocket closed with code %d: %s" % (code, event.reason or "no reason"))
+            self._say(frames.frame(frames.CLOSE, payload[:2]))
+        if code not in (1000, 1001, 1005):
+            self._end("WebSocket closed with code %d: %s" % (code, reason or "no reason"))
         else:
             self.conn.eof()
 
-    def _say(self, event):
-        self.raw.append(self.ws.send(event))
+    def _say(self, octets):
+        self.raw.append(octets)
         self.conn.output_added(0)  # (the port is woken: there is something to write)
 
     def _end(self, why):

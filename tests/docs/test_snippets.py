@@ -4,8 +4,14 @@ Each page's ```python and ```js blocks are taken in order and run, each as a scr
 own (the test run's Python, which has pika, Qpid Proton, paho-mqtt and hutch; Node with
 tests/node's packages for rhea), against one `hutch serve` started for the page with no config
 and an empty data folder, as `make serve` starts it (with `--mqtt-port` and `--mqtt-ws-port`
-for a page whose snippets use MQTT's ports). One thing is changed: the ports, 5672 (and 1883,
-8083) as the pages write them, become the test broker's (tests run in parallel). What each snippet prints
+for a page whose snippets use MQTT's ports). An ```html block is a page that uses MQTT.js's
+browser bundle: saved beside the bundle and opened in headless Chromium, what it prints is its
+list items (tests/support/mqtt_pages.py: an image the page gets holds its DOM until its client
+has connected). A ```json block with an `mqtt-broker` node is a Node-RED flow: started as
+`node-red flows.json` in the snippet's folder, what it prints is what its file nodes wrote,
+once its broker node has connected and they have stopped growing (lines sorted, as retained
+messages come in no set order). One thing is changed: the ports, 5672 (and 1883, 8083) as the
+pages write them, become the test broker's (tests run in parallel). What each snippet prints
 is compared with what the page says it prints.
 
 A block that needs hardware says so in a comment before it (`<!-- not run: ... -->`): it is
@@ -14,6 +20,7 @@ page's blocks need a Spark session: tests/interop/spark/test_spark_snippets.py r
 """
 
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -21,6 +28,7 @@ import sys
 
 import pytest
 from brokers import hutch_serve
+from mqtt_pages import BUNDLE, flow_output, page_dom
 from paths import NODE_DIR, ROOT
 from snippets import PAGES, page_name, snippets, with_port
 
@@ -45,7 +53,10 @@ PRINTS = {
     ("docs/mqtt.md", 0): "[('sensors/greenhouse-3/temp', b'21.5')]\n",
     ("docs/mqtt.md", 1): "sensors.greenhouse-4.temp b'19.0' {'x-mqtt-publish-qos': 1, 'x-mqtt-dup': False}\n",
     ("docs/mqtt.md", 2): "sensors/greenhouse-5/temp b'20.5'\n",
-    ("docs/mqtt.md", 3): "[(b'hello from bob', [42])]\n",
+    ("docs/mqtt.md", 3): "",
+    ("docs/mqtt.md", 4): "sensors/greenhouse-1/rh = 40\nsensors/greenhouse-1/temp = 21.5\n",
+    ("docs/mqtt.md", 5): "21.5\n40\n",
+    ("docs/mqtt.md", 6): "[(b'hello from bob', [42])]\n",
 }
 
 
@@ -53,9 +64,19 @@ def pages_to_run():
     return [page_name(p) for p in PAGES if snippets(p) and page_name(p) not in RUN_ELSEWHERE]
 
 
-def run(language, code, port, folder, mqtt_port=None, ws_port=None):
+def run(language, code, broker, folder, mqtt_port=None, ws_port=None):
     """Run one snippet (its ports made the test broker's); its CompletedProcess."""
-    code = with_port(code, port, mqtt_port, ws_port)
+    code = with_port(code, broker.port, mqtt_port, ws_port)
+    if language == "html":
+        shutil.copy(BUNDLE, os.path.join(folder, "mqtt.min.js"))
+        page = pathlib.Path(folder) / "dashboard.html"
+        page.write_text(code)
+        items = re.findall(r"<li>([^<]*)</li>", page_dom(page, broker.log))
+        return subprocess.CompletedProcess(page, 0, "".join(item + "\n" for item in sorted(items)), "")
+    if language == "node-red":
+        written = flow_output(code, folder, broker.log)
+        lines = sorted(line for text in written.values() for line in text.splitlines())
+        return subprocess.CompletedProcess("node-red", 0, "".join(line + "\n" for line in lines), "")
     if language == "js":
         script = os.path.join(folder, "snippet.js")
         command = [NODE, script]
@@ -97,7 +118,7 @@ def test_the_snippets_of_a_page_run_as_written_against_a_fresh_broker(page, tmp_
             if why:
                 check_without_running(code, where)
                 continue
-            done = run(language, code, broker.port, str(tmp_path), mqtt_port, ws_port)
+            done = run(language, code, broker, str(tmp_path), mqtt_port, ws_port)
             assert done.returncode == 0, "%s failed:\n%s\n%s%s" % (where, code, done.stdout, done.stderr)
             assert (page, i) in PRINTS, "%s printed %r: add it to PRINTS" % (where, done.stdout)
             assert done.stdout == PRINTS[page, i], where

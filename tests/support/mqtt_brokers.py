@@ -3,6 +3,7 @@
 stopped by its PID), each as an MqttBroker; Paho, an Eclipse Paho client that records what it
 is delivered."""
 
+import json
 import os
 import queue
 import subprocess
@@ -13,6 +14,7 @@ from brokers import BIN, RunningBroker, terminate, wait_for_port, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paths import NODE_DIR
 
 from hutch.bench.brokers import free_port
 
@@ -155,3 +157,17 @@ def nothing_within(client, seconds):
     except queue.Empty:
         return True
     raise AssertionError("delivered: %r" % (got,))
+
+
+def run_mqtt_js(broker, version, url=None, env=None):
+    """tests/node/mqtt_js.js's scenario (MQTT.js, this MQTT version) against broker, or url:
+    what its clients saw, as it prints it. env: more of Node's environment (NODE_EXTRA_CA_CERTS)."""
+    url = url or "mqtt://guest:guest@%s:%d" % (broker.host, broker.port)
+    done = subprocess.run(
+        ["node", os.path.join(NODE_DIR, "mqtt_js.js"), url, str(version)],
+        cwd=NODE_DIR, env=dict(os.environ, NODE_SCRIPT_TIMEOUT_MS="20000", **(env or {})),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert done.returncode == 0 and len(lines) == 1, done.stdout + done.stderr
+    return json.loads(lines[0])

@@ -3,28 +3,9 @@ and 5: tests/node/mqtt_js.js runs the scenario (QoS 0, 1 and 2 in order, a retai
 later wildcard subscription, a will on a cut link, a persistent session) and prints what the
 clients saw; the two brokers must look alike to them."""
 
-import json
-import os
-import subprocess
-
 import pytest
 from brokers import free_port, wait_until
-from mqtt_brokers import start_hutch, stop
-from paths import ROOT
-
-NODE_DIR = os.path.join(ROOT, "tests", "node")
-
-
-def run_mqtt_js(broker, version, url=None):
-    url = url or "mqtt://guest:guest@%s:%d" % (broker.host, broker.port)
-    done = subprocess.run(
-        ["node", os.path.join(NODE_DIR, "mqtt_js.js"), url, str(version)],
-        cwd=NODE_DIR, env=dict(os.environ, NODE_SCRIPT_TIMEOUT_MS="20000"),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert done.returncode == 0 and len(lines) == 1, done.stdout + done.stderr
-    return json.loads(lines[0])
+from mqtt_brokers import run_mqtt_js, start_hutch, stop
 
 
 @pytest.mark.parametrize("version", [4, 5])

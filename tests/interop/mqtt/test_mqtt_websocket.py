@@ -13,7 +13,7 @@ import struct
 import subprocess
 
 from brokers import BIN, free_port, wait_until
-from mqtt_brokers import MqttBroker, Paho, nothing_within, start_hutch, stop
+from mqtt_brokers import MqttBroker, Paho, nothing_within, run_mqtt_js, start_hutch, stop
 from tls_certs import Certificates
 
 
@@ -149,8 +149,8 @@ def test_the_upgrade_s_refusals_and_bad_frames_close_that_connection_only(tmp_pa
 
 
 def test_mqtt_over_secure_websocket(tmp_path):
-    """wss://: a listener with websocket and tls (certificates the test makes), Paho verifying
-    the broker's certificate."""
+    """wss://: a listener with websocket and tls (certificates the test makes), Paho and MQTT.js
+    verifying the broker's certificate."""
     certs = Certificates(tmp_path / "certs")
     wss_port = free_port()
     listeners = '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\n' % wss_port
@@ -168,6 +168,16 @@ def test_mqtt_over_secure_websocket(tmp_path):
         assert [(t, m, q) for t, m, q, _r, _p in sub.take(1)] == [("secure/reading", b"21.5", 2)]
         for client in clients:
             client.stop()
+        # MQTT.js's scenario over wss:// (test_mqtt_js.py's), Node trusting the test's CA
+        seen = run_mqtt_js(
+            wss, 5, "wss://guest:guest@127.0.0.1:%d/mqtt" % wss_port, {"NODE_EXTRA_CA_CERTS": str(certs.ca)}
+        )
+    assert seen["granted"] == [2] and seen["user"] == {"unit": "celsius"}
+    sent = [["js/sensors/t%d" % (i % 3), str(i), i % 3] for i in range(30)]
+    assert sorted(seen["got"]) == sorted(sent)
+    assert seen["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
+    assert seen["wills"] == [{"topic": "js/will/doomed", "payload": "gone"}]
+    assert seen["sessionPresent"] is True and seen["later"] == ["while away"]
 
 
 def websocket_scenario(ws):
