@@ -1,13 +1,15 @@
 'use strict';
 // MQTT.js (npm mqtt) against an MQTT broker: node mqtt_js.js mqtt://user:pass@host:port VERSION
-// (4: MQTT 3.1.1, 5: MQTT 5). A subscriber with a persistent session; a publisher at QoS 0, 1
-// and 2; a retained message reaching a later wildcard subscription; a will on a cut link; user
+// [FILTER] (4: MQTT 3.1.1, 5: MQTT 5). A subscriber with a persistent session; a publisher at
+// QoS 0, 1 and 2; a retained message reaching a later subscription (to FILTER, js/status/# by
+// default: RabbitMQ 3.10 gives one to its exact topic only); a will on a cut link; user
 // properties (version 5). Prints what the clients observed, as common.js says.
 const mqtt = require('mqtt');
 const { run, until } = require('./common');
 
 const N = 30;
 const version = Number(process.argv[3] || 4);
+const retainedFilter = process.argv[4] || 'js/status/#';
 
 // onMessage is attached before the CONNACK: a session's messages may follow it in the same read
 function connect(url, clientId, extra, onMessage) {
@@ -46,7 +48,7 @@ run('mqtt_js', async (url, step, event) => {
   const [late] = await connect(url, 'js-late-' + version);
   const retained = [];
   late.on('message', (topic, payload, packet) => retained.push({ topic, payload: payload.toString(), retain: packet.retain }));
-  await subscribe(late, 'js/status/#', 1);
+  await subscribe(late, retainedFilter, 1);
   await until('the retained message', 10000, () => retained.length >= 1);
   const retainedSeen = retained.slice(); // (the clearing publish below reaches `late` too)
   await pub.publishAsync('js/status/node-1', '', { qos: 1, retain: true }); // cleared for the next run

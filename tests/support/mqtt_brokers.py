@@ -159,12 +159,13 @@ def nothing_within(client, seconds):
     raise AssertionError("delivered: %r" % (got,))
 
 
-def run_mqtt_js(broker, version, url=None, env=None):
+def run_mqtt_js(broker, version, url=None, env=None, retained_filter=None):
     """tests/node/mqtt_js.js's scenario (MQTT.js, this MQTT version) against broker, or url:
-    what its clients saw, as it prints it. env: more of Node's environment (NODE_EXTRA_CA_CERTS)."""
+    what its clients saw, as it prints it. env: more of Node's environment (NODE_EXTRA_CA_CERTS);
+    retained_filter: the later subscription's (the script's default: js/status/#)."""
     url = url or "mqtt://guest:guest@%s:%d" % (broker.host, broker.port)
     done = subprocess.run(
-        ["node", os.path.join(NODE_DIR, "mqtt_js.js"), url, str(version)],
+        ["node", os.path.join(NODE_DIR, "mqtt_js.js"), url, str(version)] + ([retained_filter] if retained_filter else []),
         cwd=NODE_DIR, env=dict(os.environ, NODE_SCRIPT_TIMEOUT_MS="20000", **(env or {})),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -223,3 +223,22 @@ def test_mqtt_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabbitm
     assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
     assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
     assert session == (True, [b"while away"])
+
+
+def test_mqtt_js_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabbitmq):
+    """MQTT.js's scenario (3.1.1, the retained message to its exact topic) over ws:// against
+    hutch and RabbitMQ's web-mqtt: the same, but for QoS 2, which RabbitMQ 3.10 grants and
+    delivers as 1 (hutch delivers it at 2: docs/mqtt.md)."""
+    tcp, ws = start_with_websocket(tmp_path)
+    try:
+        ours = run_mqtt_js(ws, 4, "ws://guest:guest@127.0.0.1:%d/mqtt" % ws.port, retained_filter="js/status/node-1")
+    finally:
+        stop(tcp)
+    url = "ws://guest:guest@127.0.0.1:%d/ws" % rabbitmq.web_mqtt_port
+    theirs = run_mqtt_js(None, 4, url, retained_filter="js/status/node-1")
+    assert (ours.pop("granted"), theirs.pop("granted")) == ([2], [1])
+    sent = [["js/sensors/t%d" % (i % 3), str(i), i % 3] for i in range(30)]
+    assert sorted(ours.pop("got")) == sorted(sent)
+    assert sorted(theirs.pop("got")) == sorted([t, m, min(1, q)] for t, m, q in sent)
+    assert ours == theirs
+    assert ours["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
