@@ -8,6 +8,7 @@ beside them goes on."""
 import base64
 import contextlib
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -132,6 +133,9 @@ def test_the_upgrade_s_refusals_and_bad_frames_close_that_connection_only(tmp_pa
             (bytes((0x83, 0x80)) + b"mask", 1002),  # opcode 3 (reserved)
             (bytes((0x00, 0x80)) + b"mask", 1002),  # a continuation with nothing to continue
             (bytes((0x81, 0x82)) + b"\x00\x00\x00\x00hi", 1003),  # a text frame: MQTT is binary
+            (bytes((0x82, 0xFF)) + b"\xff" * 8 + b"mask", 1002),  # a length past 2**63
+            (bytes((0x02, 0x80)) + b"mask" + bytes((0x82, 0x80)) + b"mask", 1002),  # a message before the last ended
+            (bytes((0x89, 0xFE, 0, 200)) + b"mask" + b"x" * 200, 1002),  # a ping over 125 octets
         ]
         for n, (frame, code) in enumerate(bad_frames):
             sock, line = upgrade(ws_port, b"/mqtt", b"https://dash.example")
@@ -142,6 +146,20 @@ def test_the_upgrade_s_refusals_and_bad_frames_close_that_connection_only(tmp_pa
             pub.publish("alive/%d" % n, b"yes", 1)
             assert [t for t, *_ in watcher.take(1)] == ["alive/%d" % n]
             pub.stop()
+        # random octets after the upgrade, and random frames: each ends its own connection at most
+        rng = random.Random(55)
+        for n in range(40):
+            sock, line = upgrade(ws_port, b"/mqtt", b"https://dash.example")
+            assert line == b"HTTP/1.1 101 Switching Protocols"
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300)))
+            if n % 2:  # a frame's head that looks right, with a random opcode and length
+                junk = bytes((0x80 | rng.choice((0, 1, 2, 3, 8, 9, 10, 15)), 0x80 | rng.randrange(128))) + junk
+            sock.sendall(junk)
+            sock.close()
+        pub = Paho(tcp, "tcp-alive-fuzz").connect()
+        pub.publish("alive/fuzz", b"yes", 1)
+        assert [t for t, *_ in watcher.take(1)] == ["alive/fuzz"]
+        pub.stop()
         assert nothing_within(watcher, 0.2)
         watcher.stop()
         log = log_path.read_text()
