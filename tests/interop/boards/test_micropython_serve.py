@@ -160,3 +160,20 @@ def test_persistent_messages_survive_a_restart_on_micropython(mp_broker):
     connection.close()
     assert "journal: recovered 200 messages in 1 queues" in mp_broker.log(), mp_broker.log()[-3000:]
     assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
+
+
+def test_a_websocket_listener_is_refused_in_one_line(tmp_path):
+    """A board's firmware has no WebSocket (server/options.py): a config with an MQTT listener
+    over WebSocket stops `hutch serve` under MicroPython at start, with one line that says so."""
+    import json
+    import subprocess
+
+    from hutch.emulator.micropython_host import micropython, serve_env
+
+    config = tmp_path / "hutch.json"
+    config.write_text(json.dumps({"listener": [{"protocol": "mqtt", "websocket": True, "port": 18083}]}))
+    command = [micropython(), "-m", "hutch.server.serve", "--config", str(config), "--data", str(tmp_path / "d")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=serve_env(tmp_path))
+    said = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and len(said) == 1, done.stdout + done.stderr
+    assert said[0].endswith("websocket: WebSocket is not in this board's firmware"), said
