@@ -12,6 +12,7 @@ import random
 import socket
 import struct
 import subprocess
+import time
 
 from brokers import BIN, free_port, wait_until
 from mqtt_brokers import MqttBroker, Paho, nothing_within, run_mqtt_js, start_hutch, stop
@@ -260,3 +261,33 @@ def test_mqtt_js_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabb
     assert sorted(theirs.pop("got")) == sorted([t, m, min(1, q)] for t, m, q in sent)
     assert ours == theirs
     assert ours["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
+
+
+def test_an_upgrade_that_never_ends_is_closed_at_the_handshake_deadline(tmp_path):
+    """The handshake deadline runs from the TCP accept, as for MQTT over TCP: an upgrade request
+    sent a line every 0.5 s and never finished is closed at `handshake_timeout_ms` (1.5 s here),
+    and so is a finished upgrade that sends no CONNECT."""
+    ws_port = free_port()
+    config = tmp_path / "hutch.toml"
+    config.write_text("[limits]\nhandshake_timeout_ms = 1500\n")
+    broker = start_hutch(tmp_path, ("--mqtt-ws-port", str(ws_port), "--config", str(config)))
+    try:
+        wait_until(lambda: "MQTT over WebSocket on 127.0.0.1:%d" % ws_port in broker.running.log(), 30)
+        with socket.create_connection(("127.0.0.1", ws_port), timeout=10) as sock:
+            accepted = time.monotonic()
+            for line in (b"GET /mqtt HTTP/1.1\r\n", b"Host: 127.0.0.1\r\n", b"Upgrade: websocket\r\n"):
+                sock.sendall(line)
+                time.sleep(0.5)
+            while sock.recv(4096):
+                pass
+            slow = time.monotonic() - accepted
+        sock, line = upgrade(ws_port)
+        with sock:
+            assert line == b"HTTP/1.1 101 Switching Protocols"
+            accepted = time.monotonic()
+            while sock.recv(4096):
+                pass
+            silent = time.monotonic() - accepted
+    finally:
+        stop(broker)
+    assert 1.4 <= slow < 2.6 and silent < 2.6, (slow, silent)  # the deadline, a tick (0.2 s) and some load
