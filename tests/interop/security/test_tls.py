@@ -785,12 +785,13 @@ def test_uplink_tls_and_external_against_hutch(tls_broker):
 @pytest.fixture(scope="module")
 def rabbitmq_tls(tmp_path_factory):
     """Debian's RabbitMQ with a mutual-TLS listener and EXTERNAL (rabbitmq_auth_mechanism_ssl,
-    the user from the certificate's CN), and the user hutch-edge; its certificates from the
-    test's CA."""
+    the user from the certificate's CN), and the user hutch-edge; MQTT over secure WebSocket
+    (rabbitmq_web_mqtt, web_mqtts_port); its certificates from the test's CA."""
     from hutch.bench.brokers import RabbitMQ
 
     certs = Certificates(tmp_path_factory.mktemp("rabbitmq-certs"))
     certs.edge = certs.client("hutch-edge")
+    web_mqtts_port = free_port()
     conf = (
         "ssl_options.cacertfile = %s" % certs.ca,
         "ssl_options.verify = verify_peer",
@@ -799,13 +800,24 @@ def rabbitmq_tls(tmp_path_factory):
         "auth_mechanisms.2 = AMQPLAIN",
         "auth_mechanisms.3 = EXTERNAL",
         "ssl_cert_login_from = common_name",
+        # MQTT over secure WebSocket (rabbitmq_web_mqtt, path /ws), without client certificates;
+        # its plain listeners on free ports of 127.0.0.1 (1883 and 15675 are not this run's)
+        "web_mqtt.ssl.ip = 127.0.0.1",
+        "web_mqtt.ssl.port = %d" % web_mqtts_port,
+        "web_mqtt.ssl.certfile = %s" % certs.server.cert,
+        "web_mqtt.ssl.keyfile = %s" % certs.server.key,
+        "web_mqtt.ssl.cacertfile = %s" % certs.ca,
+        "web_mqtt.tcp.ip = 127.0.0.1",
+        "web_mqtt.tcp.port = %d" % free_port(),
+        "mqtt.listeners.tcp.1 = 127.0.0.1:%d" % free_port(),
     )
     server = RabbitMQ(
         str(tmp_path_factory.mktemp("rabbitmq-tls")),
         tls=(certs.server.cert, certs.server.key),
         conf=conf,
-        plugins=("rabbitmq_auth_mechanism_ssl",),
+        plugins=("rabbitmq_auth_mechanism_ssl", "rabbitmq_mqtt", "rabbitmq_web_mqtt"),
     )
+    server.web_mqtts_port = web_mqtts_port
     try:
         server.start()
         for command in (
@@ -834,6 +846,44 @@ def test_uplink_tls_and_external_against_rabbitmq(rabbitmq_tls):
     # when Erlang has closed the socket first, its end)
     with pytest.raises((ssl.SSLError, ConnectionError), match="CERTIFICATE_REQUIRED|EOF|closed"):
         uplink_round_trip(rabbitmq_tls.tls_port, client_context(certs.ca), "EXTERNAL")
+
+
+@with_rabbitmq_tls
+def test_mqtt_over_secure_websocket_as_rabbitmq_s_web_mqtt_answers_it(rabbitmq_tls, tmp_path):
+    """wss:// with Paho and MQTT.js checking the broker's certificate, on hutch (a listener with
+    websocket and tls) and on RabbitMQ's web-mqtt over TLS: Paho's scenario gives the same (QoS 0
+    and 1 in order, a retained message, a will, a persistent session), MQTT.js's alike."""
+    from mqtt_brokers import MqttBroker, assert_mqtt_js_sees_rabbitmq_alike, run_mqtt_js, websocket_scenario
+
+    certs = rabbitmq_tls.certs
+    node_ca = {"NODE_EXTRA_CA_CERTS": str(certs.ca)}  # (MQTT.js, under Node, trusting the test's CA)
+    wss_port = free_port()
+    config = tmp_path / "hutch.toml"
+    config.write_text(
+        '[[listener]]\nprotocol = "amqp"\nbind = "127.0.0.1"\nport = %d\n' % free_port()
+        + '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\n' % wss_port
+        + 'tls = {certfile = "%s", keyfile = "%s"}\n' % (certs.server.cert, certs.server.key)
+    )
+    with open(tmp_path / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--data", str(tmp_path / "data")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "MQTT over WebSocket" in (tmp_path / "serve.log").read_text(), 30)
+        ours = websocket_scenario(MqttBroker("hutch", wss_port), ca=str(certs.ca))
+        ours_js = run_mqtt_js(None, 4, "wss://guest:guest@127.0.0.1:%d/mqtt" % wss_port, node_ca, "js/status/node-1")
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
+    theirs = websocket_scenario(MqttBroker("rabbitmq", rabbitmq_tls.web_mqtts_port), ca=str(certs.ca))
+    url = "wss://guest:guest@127.0.0.1:%d/ws" % rabbitmq_tls.web_mqtts_port
+    assert_mqtt_js_sees_rabbitmq_alike(ours_js, run_mqtt_js(None, 4, url, node_ca, "js/status/node-1"))
+    assert ours == theirs
+    got, kept, wills, session = ours
+    assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
+    assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
+    assert session == (True, [b"while away"])
 
 
 @with_rabbitmq_tls
