@@ -333,8 +333,9 @@ def seeded():
 
 
 def restart_rabbitmq(rabbitmq, crash):
-    """A RabbitMQ, the same node and data, stopped and started again: by rabbitmqctl
-    stop, or (crash) by SIGKILL of its beam.smp, which also leaves its queues to be recovered."""
+    """A RabbitMQ, the same node and data, stopped and started again: gracefully (SIGTERM to its
+    node, as RabbitMQ.stop does), or (crash) by SIGKILL of its beam.smp, which also leaves its
+    queues to be recovered."""
     if not crash:
         rabbitmq.restart()
         return
