@@ -3,6 +3,7 @@
 stopped by its PID), each as an MqttBroker; Paho, an Eclipse Paho client that records what it
 is delivered."""
 
+import contextlib
 import json
 import os
 import queue
@@ -221,3 +222,55 @@ def assert_mqtt_js_sees_rabbitmq_alike(ours, theirs):
     assert sorted(theirs.pop("got")) == sorted([t, m, min(1, q)] for t, m, q in sent)
     assert ours == theirs
     assert ours["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
+
+
+def assert_mqtt_js_scenario(seen, version):
+    """What MQTT.js's scenario (run_mqtt_js, this MQTT version) must have seen on hutch or
+    mosquitto, over TCP or WebSocket: QoS 2 granted, every message, in order but where MQTT.js
+    hands a QoS 2 delivery over only at its PUBREL, the user property (version 5), the retained
+    message, the will, the persistent session."""
+    assert seen["granted"] == [2]
+    sent = [["js/sensors/t%d" % (i % 3), str(i), i % 3] for i in range(30)]
+    assert sorted(seen["got"]) == sorted(sent)
+    assert [m for m in seen["got"] if m[2] < 2] == [m for m in sent if m[2] < 2]
+    assert seen["user"] == ({"unit": "celsius"} if version == 5 else None)
+    assert seen["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
+    assert seen["wills"] == [{"topic": "js/will/doomed", "payload": "gone"}]
+    assert seen["sessionPresent"] is True and seen["later"] == ["while away"]
+
+
+def assert_websocket_scenarios_alike(ours, theirs):
+    """websocket_scenario's results on hutch and on RabbitMQ's web-mqtt: the same, and right."""
+    assert ours == theirs
+    got, kept, wills, session = ours
+    assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
+    assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
+    assert session == (True, [b"while away"])
+
+
+def wss_listener(port, certs):
+    """A [[listener]] table (TOML) of MQTT over secure WebSocket on port, with certs.server's
+    certificate (tests/support/tls_certs.py)."""
+    listener = '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\n' % port
+    return listener + 'tls = {certfile = "%s", keyfile = "%s"}\n' % (certs.server.cert, certs.server.key)
+
+
+@contextlib.contextmanager
+def served_from_config(tmp_path, listeners):
+    """`hutch serve --config` with these [[listener]] tables (TOML text) beside an AMQP one, as a
+    user starts it (RunningBroker would give it --port, which opens no [[listener]]), until it
+    listens for MQTT over WebSocket: its log's path."""
+    config = tmp_path / "hutch.toml"
+    config.write_text('[[listener]]\nprotocol = "amqp"\nbind = "127.0.0.1"\nport = %d\n%s' % (free_port(), listeners))
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--data", str(tmp_path / "data")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "listening for MQTT over WebSocket" in log_path.read_text(), 30, what=log_path.read_text)
+        yield log_path
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, log_path.read_text()

@@ -6,24 +6,26 @@ allow each closing that connection only, with the close code that says why, whil
 beside them goes on."""
 
 import base64
-import contextlib
 import os
 import random
 import socket
 import struct
-import subprocess
 import time
 
-from brokers import BIN, free_port, wait_until
+from brokers import free_port, wait_until
 from mqtt_brokers import (
     MqttBroker,
     Paho,
+    assert_mqtt_js_scenario,
     assert_mqtt_js_sees_rabbitmq_alike,
+    assert_websocket_scenarios_alike,
     nothing_within,
     run_mqtt_js,
+    served_from_config,
     start_hutch,
     stop,
     websocket_scenario,
+    wss_listener,
 )
 from tls_certs import Certificates
 
@@ -34,27 +36,6 @@ def start_with_websocket(tmp_path):
     broker = start_hutch(tmp_path, ("--mqtt-ws-port", str(ws_port)))
     wait_until(lambda: "listening for MQTT over WebSocket on 127.0.0.1:%d" % ws_port in broker.running.log(), 30)
     return broker, MqttBroker("hutch", ws_port, running=broker.running)
-
-
-@contextlib.contextmanager
-def served_from_config(tmp_path, listeners):
-    """`hutch serve --config` with these [[listener]] tables (TOML text) beside an AMQP one, as a
-    user starts it (RunningBroker would give it --port, which opens no [[listener]]): its log."""
-    amqp = free_port()
-    config = tmp_path / "hutch.toml"
-    config.write_text('[[listener]]\nprotocol = "amqp"\nbind = "127.0.0.1"\nport = %d\n%s' % (amqp, listeners))
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--data", str(tmp_path / "data")],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        wait_until(lambda: "listening for MQTT over WebSocket" in log_path.read_text(), 30, what=log_path.read_text)
-        yield log_path
-    finally:
-        proc.terminate()
-        assert proc.wait(30) == 0, log_path.read_text()
 
 
 def upgrade(port, path=b"/mqtt", origin=None, extra=b""):
@@ -181,31 +162,19 @@ def test_mqtt_over_secure_websocket(tmp_path):
     verifying the broker's certificate."""
     certs = Certificates(tmp_path / "certs")
     wss_port = free_port()
-    listeners = '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\n' % wss_port
-    listeners += 'tls = {certfile = "%s", keyfile = "%s"}\n' % (certs.server.cert, certs.server.key)
-    with served_from_config(tmp_path, listeners):
+    with served_from_config(tmp_path, wss_listener(wss_port, certs)):
         wss = MqttBroker("hutch", wss_port)
-        clients = []
-        for name in ("wss-sub", "wss-pub"):
-            client = Paho(wss, name, websocket="/mqtt")
-            client.client.tls_set(ca_certs=str(certs.ca))
-            clients.append(client.connect())
-        sub, pub = clients
+        sub, pub = (Paho(wss, name, websocket="/mqtt", ca=str(certs.ca)).connect() for name in ("wss-sub", "wss-pub"))
         sub.subscribe("secure/#", 2)
         pub.publish("secure/reading", b"21.5", 2)
         assert [(t, m, q) for t, m, q, _r, _p in sub.take(1)] == [("secure/reading", b"21.5", 2)]
-        for client in clients:
+        for client in (sub, pub):
             client.stop()
         # MQTT.js's scenario over wss:// (test_mqtt_js.py's), Node trusting the test's CA
         seen = run_mqtt_js(
             wss, 5, "wss://guest:guest@127.0.0.1:%d/mqtt" % wss_port, {"NODE_EXTRA_CA_CERTS": str(certs.ca)}
         )
-    assert seen["granted"] == [2] and seen["user"] == {"unit": "celsius"}
-    sent = [["js/sensors/t%d" % (i % 3), str(i), i % 3] for i in range(30)]
-    assert sorted(seen["got"]) == sorted(sent)
-    assert seen["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
-    assert seen["wills"] == [{"topic": "js/will/doomed", "payload": "gone"}]
-    assert seen["sessionPresent"] is True and seen["later"] == ["while away"]
+    assert_mqtt_js_scenario(seen, 5)
 
 
 def test_mqtt_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabbitmq):
@@ -214,12 +183,7 @@ def test_mqtt_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabbitm
         ours = websocket_scenario(ws)
     finally:
         stop(tcp)
-    theirs = websocket_scenario(MqttBroker("rabbitmq", rabbitmq.web_mqtt_port))
-    assert ours == theirs
-    got, kept, wills, session = ours
-    assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
-    assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
-    assert session == (True, [b"while away"])
+    assert_websocket_scenarios_alike(ours, websocket_scenario(MqttBroker("rabbitmq", rabbitmq.web_mqtt_port)))
 
 
 def test_mqtt_js_over_websocket_as_rabbitmq_s_web_mqtt_answers_it(tmp_path, rabbitmq):

@@ -853,37 +853,26 @@ def test_mqtt_over_secure_websocket_as_rabbitmq_s_web_mqtt_answers_it(rabbitmq_t
     """wss:// with Paho and MQTT.js checking the broker's certificate, on hutch (a listener with
     websocket and tls) and on RabbitMQ's web-mqtt over TLS: Paho's scenario gives the same (QoS 0
     and 1 in order, a retained message, a will, a persistent session), MQTT.js's alike."""
-    from mqtt_brokers import MqttBroker, assert_mqtt_js_sees_rabbitmq_alike, run_mqtt_js, websocket_scenario
+    from mqtt_brokers import (
+        MqttBroker,
+        assert_mqtt_js_sees_rabbitmq_alike,
+        assert_websocket_scenarios_alike,
+        run_mqtt_js,
+        served_from_config,
+        websocket_scenario,
+        wss_listener,
+    )
 
     certs = rabbitmq_tls.certs
     node_ca = {"NODE_EXTRA_CA_CERTS": str(certs.ca)}  # (MQTT.js, under Node, trusting the test's CA)
     wss_port = free_port()
-    config = tmp_path / "hutch.toml"
-    config.write_text(
-        '[[listener]]\nprotocol = "amqp"\nbind = "127.0.0.1"\nport = %d\n' % free_port()
-        + '[[listener]]\nprotocol = "mqtt"\nwebsocket = true\nbind = "127.0.0.1"\nport = %d\n' % wss_port
-        + 'tls = {certfile = "%s", keyfile = "%s"}\n' % (certs.server.cert, certs.server.key)
-    )
-    with open(tmp_path / "serve.log", "w") as log:
-        proc = subprocess.Popen(
-            [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--data", str(tmp_path / "data")],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        wait_until(lambda: "MQTT over WebSocket" in (tmp_path / "serve.log").read_text(), 30)
+    with served_from_config(tmp_path, wss_listener(wss_port, certs)):
         ours = websocket_scenario(MqttBroker("hutch", wss_port), ca=str(certs.ca))
         ours_js = run_mqtt_js(None, 4, "wss://guest:guest@127.0.0.1:%d/mqtt" % wss_port, node_ca, "js/status/node-1")
-    finally:
-        proc.terminate()
-        assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
     theirs = websocket_scenario(MqttBroker("rabbitmq", rabbitmq_tls.web_mqtts_port), ca=str(certs.ca))
     url = "wss://guest:guest@127.0.0.1:%d/ws" % rabbitmq_tls.web_mqtts_port
     assert_mqtt_js_sees_rabbitmq_alike(ours_js, run_mqtt_js(None, 4, url, node_ca, "js/status/node-1"))
-    assert ours == theirs
-    got, kept, wills, session = ours
-    assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
-    assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
-    assert session == (True, [b"while away"])
+    assert_websocket_scenarios_alike(ours, theirs)
 
 
 @with_rabbitmq_tls
