@@ -20,7 +20,6 @@ page's blocks need a Spark session: tests/interop/spark/test_spark_snippets.py r
 """
 
 import os
-import pathlib
 import re
 import shutil
 import subprocess
@@ -28,7 +27,7 @@ import sys
 
 import pytest
 from brokers import hutch_serve
-from mqtt_pages import BUNDLE, flow_output, page_dom
+from mqtt_pages import flow_output, page_beside_bundle, page_dom
 from paths import NODE_DIR, ROOT
 from snippets import PAGES, page_name, snippets, with_port
 
@@ -68,9 +67,7 @@ def run(language, code, broker, folder, mqtt_port=None, ws_port=None):
     """Run one snippet (its ports made the test broker's); its CompletedProcess."""
     code = with_port(code, broker.port, mqtt_port, ws_port)
     if language == "html":
-        shutil.copy(BUNDLE, os.path.join(folder, "mqtt.min.js"))
-        page = pathlib.Path(folder) / "dashboard.html"
-        page.write_text(code)
+        page = page_beside_bundle(code, folder)
         items = re.findall(r"<li>([^<]*)</li>", page_dom(page, broker.log))
         return subprocess.CompletedProcess(page, 0, "".join(item + "\n" for item in sorted(items)), "")
     if language == "node-red":

@@ -5,6 +5,8 @@ test_node_red.py, and the docs' snippets: tests/docs/test_snippets.py)."""
 import http.server
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import threading
@@ -39,6 +41,15 @@ def hold_server(log):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hold)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def page_beside_bundle(html, folder):
+    """A page (its text) written to folder as dashboard.html, beside MQTT.js's bundle as
+    mqtt.min.js, where docs/mqtt.md's page loads it from: the page's path."""
+    shutil.copy(BUNDLE, os.path.join(str(folder), "mqtt.min.js"))
+    page = pathlib.Path(str(folder)) / "dashboard.html"
+    page.write_text(html)
+    return page
 
 
 def page_dom(page, log):

@@ -6,12 +6,11 @@ subscribes). The test reads the readings back from the page's DOM and keeps its 
 
 import os
 import re
-import shutil
 import subprocess
 
 from brokers import free_port, wait_until
 from mqtt_brokers import start_hutch, stop
-from mqtt_pages import BUNDLE, page_dom, screenshot
+from mqtt_pages import page_beside_bundle, page_dom, screenshot
 from snippets import snippets, with_port
 
 
@@ -19,10 +18,7 @@ def docs_page(ws_port, folder):
     """docs/mqtt.md's dashboard page (its html snippet) in folder, beside MQTT.js's bundle, on
     this broker's WebSocket port."""
     (html,) = [code for language, code, _ in snippets("docs/mqtt.md") if language == "html"]
-    shutil.copy(BUNDLE, str(folder / "mqtt.min.js"))
-    page = folder / "dashboard.html"
-    page.write_text(with_port(html, None, ws_port=ws_port))
-    return page
+    return page_beside_bundle(with_port(html, None, ws_port=ws_port), folder)
 
 
 READINGS = {"sensors/greenhouse-1/temp": "21.5", "sensors/greenhouse-1/rh": "40", "sensors/greenhouse-2/temp": "19.0"}
