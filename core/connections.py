@@ -246,7 +246,11 @@ class PortConnection:
             self.out = []
         if self.closed:
             return
-        self.closed = True
+        try:
+            self.closed = True
+        except MemoryError:  # (a board: the first write of an attribute can grow the instance's table)
+            gc.collect()
+            self.closed = True
         self.pending = b""
         broker = self.broker
         try:

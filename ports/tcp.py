@@ -116,7 +116,11 @@ class TcpListener:
             reader_task.cancel()
             self.clients.remove(client)
             if not client.conn.closed:
-                client.conn.lost()
+                try:
+                    client.conn.lost()
+                except MemoryError:  # (its end, or the line saying why: what was freed is room to drop it)
+                    gc.collect()
+                    client.conn.dropped()
 
     def close(self):
         """Accept no more clients (the runtime's shutdown: then the grace, then abort())."""

@@ -115,6 +115,28 @@ def test_a_client_out_of_memory_is_told_in_its_protocol_or_dropped_and_forgotten
 
 
 @pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_a_connection_ends_even_when_the_heap_refuses_its_first_allocation(kind):
+    """On a board, the end's first write of `closed` can be what a full heap refuses
+    (MicroPython grows an instance's attribute table on its first write): the end collects
+    garbage and goes on, and the connection is gone from the broker all the same."""
+
+    class Tight(kind):
+        refusals = 1
+
+        def __setattr__(self, name, value):
+            if name == "closed" and self.refusals:
+                object.__setattr__(self, "refusals", 0)
+                raise MemoryError("memory allocation failed, allocating 464 bytes")
+            super().__setattr__(name, value)
+
+    broker = Broker(Limits())
+    conn = Tight(broker, PEER)
+    conn.feed(HEADERS[kind])
+    conn.lost()
+    assert conn.closed and conn.refusals == 0 and conn not in broker.connections
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
 def test_the_micropython_port_s_writer_out_of_memory_drops_its_client(kind):
     """ports/tcp.py (the MicroPython port, which runs on CPython's asyncio too): a client's
     writer whose socket cannot take the output for want of heap (MemoryError in its write)
