@@ -41,6 +41,8 @@ MOSQUITTO := /usr/sbin/mosquitto
 # MicroPython's MQTT clients (micropython-lib's umqtt.simple and umqtt.robust, from PyPI): the
 # MQTT tests run them under the micropython command, as a sensor runs them
 UMQTT := build/umqtt/umqtt/robust.py
+# Debian's socat: the Modbus tests' RS-485 line is a pty pair it makes (tests/interop/devices)
+SOCAT := /usr/bin/socat
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -61,7 +63,7 @@ BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|bu
 # 8 s of CPU apiece. Collected once here with writing allowed, they are read by every worker.
 TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -o addopts= -p no:cacheprovider >/dev/null
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) lint
 	$(BYTECODE)
 	$(TEST_BYTECODE)
 	$(BIN)/python -m pytest $(ARGS)
@@ -89,7 +91,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +119,9 @@ $(RABBITMQ_SERVER):
 
 $(UMQTT): tests/support/fetch_umqtt.py | $(BIN)/python
 	$(BIN)/python tests/support/fetch_umqtt.py build/umqtt
+
+$(SOCAT):
+	$(APT_INSTALL) socat || ($(SUDO) apt-get update -q && $(APT_INSTALL) socat)
 
 $(MOSQUITTO):
 	$(APT_INSTALL) mosquitto mosquitto-clients || ($(SUDO) apt-get update -q && $(APT_INSTALL) mosquitto mosquitto-clients)

@@ -698,22 +698,6 @@ RANGES = {
 def _setting(table, key, where, section="bridge", default=None):
     # type: (dict, str, str, str, object) -> Any
     """A key of a [[bridge]] table (or of its classes or declare: section), checked by its row of
-    ROWS (its kind, bounds); absent, the row's default (or default, when the row's
-    is None: a class's always_connected is its bridge's)."""
-    row = schema.row_of(section, key, ROWS)
-    kind = row[schema.KIND]
-    value = table.get(key)
-    if value is None:
-        value = row[schema.DEFAULT]
-        if value is None:
-            return default
-    elif kind == "whole":
-        low, high = RANGES.get(key, (0, 1 << 50))
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise ConfigError("%s: %s must be a whole number from %d to %d, not %r" % (where, key, low, high, value))
-    elif kind == "number":
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise ConfigError("%s: %s must be %s, not %r" % (where, key, UNITS.get(key, "a number of seconds"), value))
-    else:
-        schema.check(kind, value, lambda: "%s: %s" % (where, key))
-    return float(value) if kind == "number" else value
+    ROWS (schema.table_setting); absent, the row's default (or default, when the row's is None:
+    a class's always_connected is its bridge's)."""
+    return schema.table_setting(ROWS, table, key, where, section, RANGES, UNITS, default)

@@ -79,6 +79,9 @@ class Runtime:
 
     async def shutdown(self):
         self.log("info", "shutting down")
+        devices = getattr(self, "devices", None)  # (set by server/startup.py with [[device]]s: a board has none)
+        if devices is not None:  # no more readings: what they published is in the journal's next commit
+            await devices.stop()
         for bridge in self.bridges:  # first: what they had in flight goes back to its queue
             await bridge.stop()
         for serial in self.serials:  # while the broker still ticks: their peers get 320 and a moment

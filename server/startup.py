@@ -168,6 +168,10 @@ async def start(opts, log, stop_event):
         set_uplink(runtime, opts["uplink"])
         runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
         take_in_left_behind(runtime, opts["bridges"])  # (queues a config's change left behind)
+    if opts.get("devices"):  # (a broker without [[device]]s loads none of their code)
+        from .devices import Devices  # pyright: ignore[reportMissingImports] (host only)
+
+        runtime.devices = Devices(runtime, opts["devices"], opts["data"])  # (pymodbus missing: said before listening)
     runtime.status = await host_services(
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)
@@ -196,6 +200,8 @@ async def start(opts, log, stop_event):
             await runtime.serials[-1].start()
     for bridge in runtime.bridges:
         bridge.start()
+    if opts.get("devices"):
+        runtime.devices.start()
     runtime.monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))

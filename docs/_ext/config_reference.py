@@ -16,7 +16,7 @@ docs/configuration.md holds each table NAME of TABLES (below) in a region
 
 from hutch import boards
 from hutch.core.limits import Limits
-from hutch.server import bridge_config, config, options, schema
+from hutch.server import bridge_config, config, device_config, options, schema
 
 
 class ConfigReferenceError(Exception):
@@ -27,7 +27,7 @@ class ConfigReferenceError(Exception):
 # URI option): those of server/schema.py's rows, and below the limits' and the users' keys. Present tense, for users; defaults come from the code, not from here.
 DESCRIPTIONS = {
     "%s.%s" % (row[schema.SECTION], row[schema.KEY]): row[schema.DESCRIPTION]
-    for row in schema.KEYS + bridge_config.ROWS
+    for row in schema.KEYS + bridge_config.ROWS + device_config.ROWS
     if row[schema.SECTION] is not None
 }
 DESCRIPTIONS.update(
@@ -106,6 +106,7 @@ FREE_FORM = {
     "limits": lambda: sorted(Limits().as_dict()),
     "users": lambda: list(config.USER_KEYS),
     "bridge": lambda: list(bridge_config.KEYS),
+    "device": lambda: list(device_config.KEYS),
 }
 
 PROFILE_COLUMNS = ("rpi", "esp32", "esp32s3-psram", "rp2-pico-w")
@@ -127,6 +128,8 @@ def schema_keys():
     keys.extend("bridge.declare.%s" % name for name in bridge_config.DECLARE_KEYS)
     keys.extend("bridge.classes.%s" % name for name in bridge_config.CLASS_KEYS)
     keys.extend("bridge.uri.%s" % name for name in bridge_config.URI_OPTIONS)
+    keys.extend("device.registers.%s" % name for name in device_config.REGISTER_KEYS)
+    keys.extend("device.uri.%s" % name for name in device_config.URI_OPTIONS)
     return keys
 
 
@@ -226,7 +229,7 @@ def section_defaults(section):
     """The defaults of a section's rows in server/schema.py."""
     return {
         row[schema.KEY]: row[schema.DEFAULT]
-        for row in schema.KEYS + bridge_config.ROWS
+        for row in schema.KEYS + bridge_config.ROWS + device_config.ROWS
         if row[schema.SECTION] == section
     }
 
@@ -307,9 +310,25 @@ def table_bridge_uri():
     ]
 
 
+def table_device():
+    defaults = section_defaults("device")
+    defaults.update(name="required", uri="required", registers="required")
+    return key_table("device", device_config.KEYS, defaults)
+
+
+def table_device_registers():
+    defaults = section_defaults("device.registers")
+    defaults.update(name="required", address="required", type="uint16")
+    return key_table("device.registers", device_config.REGISTER_KEYS, defaults)
+
+
+def table_device_uri():
+    return key_table("device.uri", device_config.URI_OPTIONS, section_defaults("device.uri"))
+
+
 # The sections with a table of their own above; every other section of SECTIONS is shown by
 # table_other_sections, so a section added to the schema appears in the reference at once.
-OWN_TABLES = ("server", "listener", "limits", "users", "auth", "wifi", "bridge")
+OWN_TABLES = ("server", "listener", "limits", "users", "auth", "wifi", "bridge", "device")
 
 
 def table_other_sections():
@@ -341,4 +360,7 @@ TABLES = {
     "bridge-declare": table_bridge_declare,
     "bridge-classes": table_bridge_classes,
     "bridge-uri": table_bridge_uri,
+    "device": table_device,
+    "device-registers": table_device_registers,
+    "device-uri": table_device_uri,
 }

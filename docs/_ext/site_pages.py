@@ -31,6 +31,7 @@ NAVIGATION = (
             "security",
             "amqp10",
             "mqtt",
+            "modbus",
             "compatibility",
             "performance",
             "troubleshooting",

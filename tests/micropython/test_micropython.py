@@ -12,5 +12,5 @@ from paths import PORTABLE_TESTS
 
 @pytest.mark.parametrize("heap", [None, "2m"])
 def test_core_suite_under_micropython(tmp_path, heap):
-    root = package_root(tmp_path, ("codec", "core", "amqp091", "ports"))
+    root = package_root(tmp_path, ("codec", "core", "amqp091", "ports", "devices"))
     print(run_suite(root, [], heap, [PORTABLE_TESTS], 30))

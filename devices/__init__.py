@@ -1,0 +1,12 @@
+"""Field devices polled into the broker: the south side of a gateway.
+
+A `[[device]]` of the config (server/device_config.py) is a Modbus device, over TCP or on an
+RS-485 line, polled every `interval` seconds; each poll's values are published into the broker
+as readings, numbered so that the sensor dedup, the bridge and `hutch pipeline` take each once.
+
+- registers.py: which reads fetch a device's registers, and what their words say (sans-IO).
+- device.py: one device's state, numbering and readings: what a poll publishes, when the
+  device is up or down, what is counted (sans-IO).
+
+server/devices.py drives them on CPython, through pymodbus (the modbus extra).
+"""

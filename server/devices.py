@@ -1,0 +1,266 @@
+"""The config's [[device]]s polled on CPython, through pymodbus (the modbus extra).
+
+Devices whose URIs name one TCP address or one serial line share a Line: one pymodbus client,
+one request on it at a time (an RS-485 bus is half duplex; pymodbus's RTU framer keeps the
+silent intervals between frames). Each device polls in a task of its own, at its interval; a
+poll takes the line for its reads and lets go, so a device that does not answer costs the
+others only its timeouts, and while it is down it is polled after a backoff
+(devices/device.py).
+
+What a poll publishes (devices/device.py) goes into the broker through Broker.publish, as a
+client's publish does, persistent: the sensor dedup and the journal treat it as any sensor's
+reading. A poll's number is kept from one run to the next in DATA/devices/NAME.poll
+(devices/device.py PollNumbers).
+"""
+
+import asyncio
+import binascii
+import logging
+import os
+import time
+
+from ..codec.wire import shortstr
+from ..core.broker import REFUSED, ROUTED
+from ..core.content import tails
+from ..core.message import Message
+from ..devices.device import Device, PollNumbers
+from ..devices.registers import BITS
+from .runtime import StartError
+
+PERSISTENT = 2
+JSON = b"application/json"
+
+
+def _pymodbus():
+    """pymodbus's client module, or StartError naming the extra that installs it."""
+    try:
+        from pymodbus import client, exceptions
+    except ImportError:
+        raise StartError(
+            "[[device]] needs pymodbus: install the modbus extra (pip install '.[modbus]' in hutch's checkout)", 2
+        )
+    # pymodbus logs each failed connect and retry itself ("Failed to connect", "Repeating...."):
+    # a device's troubles are said by hutch, once per change of state (devices/device.py)
+    logging.getLogger("pymodbus").setLevel(logging.CRITICAL + 1)
+    return client, exceptions
+
+
+class Failed(Exception):
+    """A poll that failed: Failed(result, why), result one of devices/device.py RESULTS."""
+
+
+class Line:
+    """One TCP address or serial line, its pymodbus client made at the first poll and made again
+    after the connection is lost; one request at a time."""
+
+    def __init__(self, line, timeout, retries):
+        self.line = line
+        self.timeout = timeout
+        self.retries = retries
+        self.client = None
+        self.turn = asyncio.Lock()
+
+    def _make(self):
+        client_module, _ = _pymodbus()
+        line = self.line
+        # reconnect_delay 0: pymodbus does not reconnect by itself; a poll connects when it
+        # finds the line down, and the device's backoff spaces those tries.
+        common = {"timeout": self.timeout, "retries": self.retries, "reconnect_delay": 0}
+        if line["transport"] == "tcp":
+            return client_module.AsyncModbusTcpClient(line["host"], port=line["port"], **common)
+        return client_module.AsyncModbusSerialClient(
+            line["port"],
+            baudrate=line["baudrate"],
+            parity=line["parity"],
+            stopbits=line["stopbits"],
+            bytesize=line["bytesize"],
+            **common,
+        )
+
+    async def poll(self, device):
+        """Each of the device's reads: their words or bits, in plan order; or Failed."""
+        _, exceptions = _pymodbus()
+        async with self.turn:
+            if self.client is None:
+                self.client = self._make()
+            client = self.client
+            if not client.connected:
+                try:
+                    connected = await client.connect()
+                except OSError as e:
+                    raise Failed("gone", "cannot connect: %s" % e)
+                if not connected:
+                    raise Failed("gone", "cannot connect to %s" % device.settings["uri"])
+            answers = []
+            unit = device.settings["unit"]
+            for kind, start, count, _members in device.reads:
+                read = {
+                    "holding": client.read_holding_registers,
+                    "input": client.read_input_registers,
+                    "coil": client.read_coils,
+                    "discrete": client.read_discrete_inputs,
+                }[kind]
+                try:
+                    answer = await read(start, count=count, device_id=unit)
+                except exceptions.ConnectionException as e:
+                    self.close()
+                    raise Failed("gone", "connection lost: %s" % e)
+                except exceptions.ModbusIOException as e:
+                    raise Failed("timeout", "no answer to a read of %d %s at %d (%s)" % (count, kind, start, e))
+                except exceptions.ModbusException as e:
+                    raise Failed("error", "a read of %d %s at %d: %s" % (count, kind, start, e))
+                if answer.isError():
+                    code = getattr(answer, "exception_code", None)
+                    raise Failed("exception", "exception code %s to a read of %d %s at %d" % (code, count, kind, start))
+                answers.append(answer.bits[:count] if kind in BITS else answer.registers)
+            return answers
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+def line_key(line):
+    """What makes two devices' lines one: the TCP address, or the serial device."""
+    return ("tcp", line["host"], line["port"]) if line["transport"] == "tcp" else ("rtu", line["port"])
+
+
+def numbers_path(folder, name):
+    """DATA/devices/NAME.poll (the name as hex: any name makes a file name)."""
+    return "%s/devices/%s.poll" % (folder, binascii.hexlify(name.encode()).decode())
+
+
+def read_number(path):
+    """The first poll number a run may give (1 for a device never polled; None if the file
+    cannot be read: the caller then starts past any number an earlier run gave)."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[0])
+    except FileNotFoundError:
+        return 1
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_number(path, number):
+    """The file replaced whole (a new file, synced, renamed over the old one): a crash leaves
+    the old number or the new one."""
+    from ..ports.streams import sync_dir, sync_file
+
+    with open(path + ".new", "wb") as f:
+        f.write(b"%d\n" % number)
+        sync_file(f)
+    os.rename(path + ".new", path)
+    sync_dir(path.rsplit("/", 1)[0])
+
+
+class Devices:
+    """Every [[device]] of the config, polled; as a publisher (Broker.publish) it can be told no."""
+
+    confirming = True
+    stats = None  # its counters: the broker's own
+    closed = False  # (what the journal's waiters have: the readings' publishes wait for nothing)
+
+    def __init__(self, runtime, settings, folder):
+        _pymodbus()  # (said at start, in one line, if pymodbus is missing)
+        self.runtime = runtime
+        self.broker = runtime.broker
+        self.log = runtime.log
+        self.folder = folder
+        self.lines = {}
+        self.devices = []
+        self.tasks = []
+        os.makedirs("%s/devices" % folder, exist_ok=True)
+        for one in settings:
+            key = line_key(one["line"])
+            if key not in self.lines:
+                self.lines[key] = Line(one["line"], one["timeout"], one["retries"])
+            path = numbers_path(folder, one["name"])
+            first = read_number(path)
+            if first is None:
+                first = int(time.time() * 1000)  # past every number given so far, at polls far below 1,000 a second
+                self.log(
+                    "warning",
+                    "device %s: %s cannot be read: its polls are numbered from %d" % (one["name"], path, first),
+                )
+            device = Device(one, PollNumbers(first, lambda number, path=path: write_number(path, number)))
+            device.line = self.lines[key]
+            self.devices.append(device)
+
+    def start(self):
+        for device in self.devices:
+            self.tasks.append(asyncio.create_task(self._run(device)))
+
+    async def stop(self):
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self.tasks = []
+        for line in self.lines.values():
+            line.close()
+
+    def flush_confirms(self):
+        """(Broker.journal_synced) Nothing waits: a reading is not answered to anyone."""
+
+    def hold_for(self, queue):
+        """(Broker.publish: never called, this publisher confirms)"""
+
+    async def _run(self, device):
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            try:
+                await self._poll(device, loop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bug: it costs this poll, never the device's polling or the broker
+                self.log("error", "device %s: internal error: %r" % (device.name, e), e)
+            if device.state == "down":
+                due = loop.time() + device.delay()
+            else:  # on time: a late poll does not make the next ones late
+                due = max(due + device.delay(), loop.time())
+
+    async def _poll(self, device, loop):
+        started = loop.time()
+        try:
+            answers = await device.line.poll(device)
+        except Failed as e:
+            status, line = device.failed(e.args[0], e.args[1], time.time())
+            if line is not None:
+                self.log("warning", line)
+            if status is not None:
+                self.publish(device, [status])
+            return
+        messages, line = device.answered(answers, time.time(), loop.time() - started)
+        if line is not None:
+            self.log("info", line)
+        self.publish(device, messages)
+
+    def publish(self, device, messages):
+        """Each (routing key, headers, body) into the broker, persistent, from the device's exchange."""
+        broker = self.broker
+        exchange = device.settings["exchange"].encode()
+        target = broker.exchange(exchange)
+        if target is None:
+            self.log(
+                "warning", "device %s: no exchange '%s': its readings go nowhere" % (device.name, exchange.decode())
+            )
+            return
+        for routing_key, headers, body in messages:
+            key = routing_key.encode()
+            props = {"content-type": JSON, "delivery-mode": PERSISTENT, "timestamp": int(time.time())}
+            if headers:
+                props["headers"] = headers
+            message = Message(exchange, key, shortstr(exchange) + shortstr(key), *tails(props, body))
+            result = broker.publish(target, message, self)
+            if result & ROUTED and result & REFUSED:
+                device.refused += 1
+
+    def snapshot(self):
+        return [device.snapshot() for device in self.devices]

@@ -1,0 +1,263 @@
+"""[[device]]s polled from real Modbus devices: pymodbus's server (tests/support/modbus_device.py)
+answers each read with values that say which read of its device it is, so a reading shows
+which poll it came from and the two registers of one poll agree.
+
+- Two devices behind one Modbus TCP address (two units: one line, one request at a time) are
+  polled; hutch is SIGKILLed mid-run and started again: every reading is there once, each
+  device's polls numbered without a repeat through the restart, each poll's two values its
+  own read's, and each device's status said up.
+- A device that stops answering: its status message and one warning, the other device polled
+  on time meanwhile, then its status back up once it answers again.
+- Two devices on one RS-485 line (Modbus RTU over a pty pair Debian's socat makes) are both
+  polled, one request at a time, each poll its own read's.
+- A config mistake is one line naming the device and the key, and exit code 2.
+"""
+
+import collections
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+from brokers import BIN, free_port, hutch_serve, sigkill, wait_until
+from paths import ROOT
+
+DEVICE_SCRIPT = os.path.join(ROOT, "tests", "support", "modbus_device.py")
+INTERVAL = 0.2  # seconds between a device's polls
+
+
+class ModbusDevices:
+    """tests/support/modbus_device.py serving units on a TCP port (or, line: on that serial
+    device at 19,200 baud), stopped by its PID."""
+
+    def __init__(self, port, units, line=None):
+        self.port = port
+        where = ["tcp", str(port)] if line is None else ["rtu", line, "19200"]
+        self.proc = subprocess.Popen(
+            [sys.executable, DEVICE_SCRIPT] + where + [str(u) for u in units],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", line + self.proc.stdout.read()
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+def device_table(name, port, unit, uri=None):
+    """A [[device]]: holding register 0 (n * 10 on the n-th read: scaled to n) and the float32 at
+    input registers 0-1 (20 + n / 2)."""
+    return """
+[[device]]
+name = "%s"
+uri = "%s"
+unit = %d
+interval = %s
+timeout = 0.3
+retries = 0
+registers = [
+  { name = "moisture", address = 0, kind = "holding", type = "uint16", scale = 0.1, unit = "%%" },
+  { name = "temp", address = 0, kind = "input", type = "float32", unit = "°C" },
+]
+""" % (name, uri or "modbus+tcp://127.0.0.1:%d" % port, unit, INTERVAL)
+
+
+def bound_queue(broker, name="readings"):
+    """A durable queue taking every reading and status message (declared before the polls
+    matter: what no queue takes goes nowhere)."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    channel = conn.channel()
+    channel.queue_declare(name, durable=True)
+    channel.queue_bind(name, "amq.topic", "sensors.#")
+    channel.queue_bind(name, "amq.topic", "status.#")
+    conn.close()
+
+
+def drain(broker, name="readings"):
+    """[(routing key, headers, body as JSON)] of everything in the queue, taken."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    channel = conn.channel()
+    out = []
+    while True:
+        method, props, body = channel.basic_get(name, auto_ack=True)
+        if method is None:
+            break
+        out.append((method.routing_key, props.headers, json.loads(body)))
+    conn.close()
+    return out
+
+
+def polls_by_device(messages):
+    """{device: {poll number: {register: reading}}} of the readings, and the status messages."""
+    polls = collections.defaultdict(dict)
+    statuses = []
+    for key, headers, body in messages:
+        if key.startswith("status."):
+            statuses.append(body)
+            continue
+        assert headers == {"x-sensor-id": body["sensor"], "x-sensor-seq": body["poll"]}, (headers, body)
+        assert key == "sensors.%s" % body["device"] and body["sensor"] == "%s.%s" % (body["device"], body["register"])
+        registers = polls[body["device"]].setdefault(body["poll"], {})
+        assert body["register"] not in registers, "poll %s of %s twice: %s" % (body["poll"], body["device"], body)
+        registers[body["register"]] = body
+    return polls, statuses
+
+
+def check_polls(polls):
+    """Each poll's two values from one read of its device (temp = 20 + n / 2 where moisture = n),
+    and the reads in the order of the polls' numbers."""
+    for device, numbered in polls.items():
+        reads = []
+        for number in sorted(numbered):
+            poll = numbered[number]
+            assert set(poll) == {"moisture", "temp"}, (device, number, poll)
+            n = round(poll["moisture"]["value"], 6)
+            assert poll["temp"]["value"] == 20 + n / 2, (device, number, poll)
+            assert poll["moisture"]["unit"] == "%" and poll["temp"]["unit"] == "°C"
+            reads.append(n)
+        assert reads == sorted(reads) and len(set(reads)) == len(reads), (device, reads)
+
+
+def epoch(ts):
+    """Epoch seconds of a reading's ts ("2026-11-27T18:00:00.123Z")."""
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def test_polled_readings_arrive_once_each_numbered_through_a_sigkill(tmp_path):
+    port = free_port()
+    devices = ModbusDevices(port, [1, 2])
+    broker = hutch_serve(tmp_path, device_table("probe-1", port, 1) + device_table("probe-2", port, 2))
+    try:
+        broker.start()
+        bound_queue(broker)
+        wait_until(lambda: broker.log().count(": up (modbus+tcp") == 2, 10, what="both devices up")
+        time.sleep(10 * INTERVAL)
+        sigkill(broker)  # (a power cut: what the journal had not synced is lost, never repeated)
+        broker.start()
+        time.sleep(10 * INTERVAL)
+        broker.stop()
+        assert not broker.errors(), broker.errors()
+        polls, statuses = polls_by_device(drain(broker.start()))
+    finally:
+        broker.stop()
+        devices.stop()
+    check_polls(polls)
+    for device in ("probe-1", "probe-2"):
+        numbers = sorted(polls[device])
+        assert len(numbers) >= 10, (device, numbers)
+        # the second run's numbers start past the first's: none given twice
+        assert numbers == sorted(set(numbers)), numbers
+        assert max(numbers) > 1000, "the restart numbered on past the first run's reserved block: %s" % numbers
+    ups = collections.Counter(s["device"] for s in statuses if s["state"] == "up")
+    assert ups["probe-1"] >= 2 and ups["probe-2"] >= 2, statuses  # (each start: up at its first poll)
+
+
+def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time(tmp_path):
+    port_1, port_2 = free_port(), free_port()
+    device_1, device_2 = ModbusDevices(port_1, [1]), ModbusDevices(port_2, [1])
+    broker = hutch_serve(tmp_path, device_table("probe-1", port_1, 1) + device_table("probe-2", port_2, 1))
+    try:
+        broker.start()
+        bound_queue(broker)
+        wait_until(lambda: broker.log().count(": up (modbus+tcp") == 2, 10, what="both devices up")
+        drain(broker)
+        device_2.stop()
+        wait_until(lambda: "device probe-2: down" in broker.log(), 10, what="probe-2 down")
+        down_at = time.time()
+        time.sleep(3.0)
+        during = drain(broker)
+        device_2 = ModbusDevices(port_2, [1])
+        wait_until(lambda: "device probe-2: back up" in broker.log(), 10, what="probe-2 back up")
+        time.sleep(2 * INTERVAL)
+        after = drain(broker)
+        log = broker.log()
+    finally:
+        broker.stop()
+        device_1.stop()
+        device_2.stop()
+    polls, statuses = polls_by_device(during)
+    check_polls(polls)
+    # probe-1 went on at its interval (3 s at 0.2 s: 15 polls; a loaded machine may lose a few)
+    assert len(polls["probe-1"]) >= 10, sorted(polls["probe-1"])
+    assert not [n for n in polls["probe-2"] if epoch(polls["probe-2"][n]["moisture"]["ts"]) > down_at], polls["probe-2"]
+    down = [s for s in statuses if s["device"] == "probe-2"]
+    assert [s["state"] for s in down] == ["down"] and down[0]["reason"].startswith(("gone: ", "timeout: ")), down
+    assert log.count("device probe-2: down") == 1, log  # said once, however often it is polled meanwhile
+    after_polls, after_statuses = polls_by_device(after)
+    assert [s["state"] for s in after_statuses if s["device"] == "probe-2"] == ["up"], after_statuses
+    assert after_polls["probe-2"], "probe-2 polled again once it answers"
+    assert "reason" not in after_statuses[-1] and after_statuses[-1]["ts"].endswith("Z")
+    assert log.count("Failed to connect") == 0 and log.count("Repeating") == 0, "pymodbus's own lines: %s" % log
+
+
+class PtyPair:
+    """Two ptys joined by socat, as the two ends of an RS-485 line; stopped by its PID."""
+
+    def __init__(self, folder):
+        self.ends = str(folder / "device"), str(folder / "gateway")
+        self.proc = subprocess.Popen(
+            ["socat", "pty,raw,echo=0,link=%s" % self.ends[0], "pty,raw,echo=0,link=%s" % self.ends[1]],
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: all(os.path.exists(end) for end in self.ends), 10, what="socat's ptys")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_two_devices_on_one_rs485_line_are_each_polled(tmp_path):
+    line = PtyPair(tmp_path)
+    devices = ModbusDevices(None, [1, 2], line=line.ends[0])
+    uri = "modbus+rtu://%s?baudrate=19200" % line.ends[1]
+    broker = hutch_serve(tmp_path, device_table("soil-1", None, 1, uri) + device_table("soil-2", None, 2, uri))
+    try:
+        broker.start()
+        bound_queue(broker)
+        wait_until(lambda: broker.log().count(": up (modbus+rtu") == 2, 10, what="both devices up")
+        time.sleep(10 * INTERVAL)
+        polls, _ = polls_by_device(drain(broker))
+        assert not broker.errors(), broker.errors()
+    finally:
+        broker.stop()
+        devices.stop()
+        line.stop()
+    check_polls(polls)
+    # 2 s at 0.2 s each; a poll is two requests of about 10 ms at 19,200 baud, one at a time on the line
+    assert len(polls["soil-1"]) >= 6 and len(polls["soil-2"]) >= 6, {d: sorted(p) for d, p in polls.items()}
+
+
+@pytest.mark.parametrize(
+    "table, said",
+    [
+        ('name = "p"\nuri = "modbus://10.0.0.5"\nregisters = [{ name = "a", address = 0 }]', "the scheme must be"),
+        ('name = "p"\nuri = "modbus+tcp://h"\nregister = []', "unknown key 'register' (did you mean 'registers'?)"),
+        ('name = "p"\nuri = "modbus+tcp://h"\nregisters = [{ name = "a", address = 0, kind = "coil", type = "int16" }]',
+         'a coil is one bit: its type is "bool"'),
+        ('name = "p"\nuri = "modbus+rtu:///dev/ttyS9?baud=9600"\nregisters = [{ name = "a", address = 0 }]',
+         "unknown option 'baud'"),
+        ('name = "p"\nuri = "modbus+tcp://h"\ninterval = 0\nregisters = [{ name = "a", address = 0 }]',
+         "interval must be more than 0 seconds"),
+        ('name = "p"\nuri = "modbus+tcp://h"\nregisters = [{ name = "a", address = 65535, type = "float32" }]',
+         "runs past address 65535"),
+    ],
+)  # fmt: skip
+def test_a_device_config_mistake_is_one_line_and_exit_2(tmp_path, table, said):
+    path = tmp_path / "hutch.toml"
+    path.write_text("[[device]]\n" + table + "\n")
+    proc = subprocess.run(
+        [os.path.join(BIN, "hutch"), "serve", "--config", str(path), "--data",
+         str(tmp_path / "data"), "--port", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and said in lines[0], (proc.returncode, proc.stderr)
+    assert "device 'p'" in lines[0] or "[[device]]" in lines[0], lines

@@ -1,0 +1,137 @@
+"""A polled device's sans-IO parts (devices/): the reads its registers need, what their words
+say, its poll numbers through restarts, and what a poll publishes as the device comes and goes."""
+
+import json
+import struct
+
+from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, PollNumbers, iso
+from hutch.devices.registers import decode, plan
+
+
+def register(name, address, kind="holding", type_="uint16", **more):
+    one = {"name": name, "address": address, "kind": kind, "type": type_, "word_order": "big", "byte_order": "big"}
+    one["scale"], one["offset"], one["unit"] = 1, 0, None
+    one.update(more)
+    return one
+
+
+def words(fmt, value, word_order="big", byte_order="big"):
+    octets = struct.pack(">" + fmt, value)
+    out = []
+    for i in range(0, len(octets), 2):
+        pair = octets[i : i + 2] if byte_order == "big" else octets[i + 1 : i + 2] + octets[i : i + 1]
+        out.append(struct.unpack(">H", pair)[0])
+    return out if word_order == "big" else list(reversed(out))
+
+
+def test_registers_that_touch_are_read_together_and_a_hole_starts_another_read():
+    registers = [
+        register("a", 0),
+        register("b", 1, type_="float32"),  # 1-2
+        register("c", 3),
+        register("d", 10),  # a hole at 4-9: another read
+        register("e", 0, "input"),
+        register("f", 5, "coil", "bool"),
+        register("g", 6, "coil", "bool"),
+    ]
+    reads = [(kind, start, count, [r["name"] for r, _ in members]) for kind, start, count, members in plan(registers)]
+    assert reads == [
+        ("coil", 5, 2, ["f", "g"]),
+        ("holding", 0, 4, ["a", "b", "c"]),
+        ("holding", 10, 1, ["d"]),
+        ("input", 0, 1, ["e"]),
+    ], reads
+
+
+def test_a_read_asks_for_125_registers_at_most():
+    registers = [register("r%d" % i, i * 2, type_="uint32") for i in range(100)]  # 200 touching registers
+    reads = plan(registers)
+    assert [(start, count) for _, start, count, _ in reads] == [(0, 124), (124, 76)], reads
+
+
+def test_each_type_and_order_decodes_as_written():
+    cases = [
+        ("int16", "h", -2),
+        ("uint16", "H", 65000),
+        ("int32", "i", -70000),
+        ("uint32", "I", 4000000000),
+        ("float32", "f", 21.5),
+        ("float64", "d", -1234.0625),
+    ]
+    for type_, fmt, value in cases:
+        for word_order in ("big", "little"):
+            for byte_order in ("big", "little"):
+                one = register("x", 0, type_=type_, word_order=word_order, byte_order=byte_order)
+                read = plan([one])[0]
+                got = decode(read, words(fmt, value, word_order, byte_order))["x"]
+                assert got == value, (type_, word_order, byte_order, got)
+
+
+def test_scale_and_offset_and_bits():
+    registers = [register("m", 0, scale=0.1), register("t", 1, type_="int16", scale=0.5, offset=-40), register("w", 2)]
+    read = plan(registers)[0]
+    values = decode(read, [417, (-20) & 0xFFFF, 7])
+    assert abs(values["m"] - 41.7) < 1e-9 and values["t"] == -50.0 and values["w"] == 7, values
+    assert isinstance(values["w"], int)
+    bits = plan([register("on", 3, "coil", "bool"), register("off", 4, "coil", "bool")])[0]
+    assert decode(bits, [True, False]) == {"on": True, "off": False}
+
+
+def test_poll_numbers_are_reserved_in_blocks_and_a_restart_begins_past_them():
+    saved = []
+    numbers = PollNumbers(1, saved.append)
+    taken = [numbers.take() for _ in range(BLOCK + 1)]
+    assert taken == list(range(1, BLOCK + 2)) and saved == [1 + BLOCK, 1 + 2 * BLOCK], saved
+    again = PollNumbers(saved[-1], saved.append)  # what the file held when the run ended
+    assert again.take() == 1 + 2 * BLOCK  # past everything the first run gave
+
+
+def settings(**more):
+    one = {
+        "name": "probe-1",
+        "uri": "modbus+tcp://10.0.0.5:502",
+        "unit": 1,
+        "interval": 2.0,
+        "routing_key": "sensors.{device}",
+        "registers": [register("moisture", 0, scale=0.1, unit="%"), register("temp", 0, "input", "int16")],
+    }
+    one.update(more)
+    return one
+
+
+def test_a_poll_publishes_a_flat_reading_per_register_numbered_by_the_poll():
+    device = Device(settings(), PollNumbers(41, lambda number: None))
+    out, line = device.answered([[417], [(-3) & 0xFFFF]], 1795800000.25, 0.01)
+    assert line == "device probe-1: up (modbus+tcp://10.0.0.5:502)", line
+    readings, status = out[:2], out[2]
+    key, headers, body = readings[0]
+    assert key == "sensors.probe-1" and headers == {"x-sensor-id": "probe-1.moisture", "x-sensor-seq": 41}
+    body = json.loads(body)
+    assert body["sensor"] == "probe-1.moisture" and body["poll"] == 41 and body["unit"] == "%"
+    assert abs(body["value"] - 41.7) < 1e-9 and body["ts"] == iso(1795800000.25) == "2026-11-27T17:20:00.250Z"
+    assert json.loads(readings[1][2])["value"] == -3 and "unit" not in json.loads(readings[1][2])
+    assert status[0] == "status.probe-1" and json.loads(status[2])["state"] == "up"
+    out, line = device.answered([[418], [0]], 1795800002.25)
+    assert line is None and len(out) == 2 and out[0][1]["x-sensor-seq"] == 42  # up already: no status
+
+
+def test_a_device_that_fails_is_said_down_once_backs_off_and_is_said_back_up():
+    device = Device(settings(), PollNumbers(1, lambda number: None))
+    device.answered([[1], [1]], 100.0)
+    status, line = device.failed("timeout", "no answer", 102.0)
+    assert line == "device probe-1: down (timeout: no answer); polled again after a backoff", line
+    assert json.loads(status[2]) == {
+        "device": "probe-1",
+        "state": "down",
+        "reason": "timeout: no answer",
+        "ts": iso(102.0),
+    }
+    delays = []
+    for at in range(10):
+        assert device.failed("gone", "cannot connect", 104.0 + at) == (None, None)  # said once
+        delays.append(device.delay())
+    assert delays[:3] == [4.0, 8.0, 16.0] and delays[-1] == MAX_BACKOFF, delays
+    assert device.counts == {"ok": 1, "timeout": 1, "exception": 0, "error": 0, "gone": 10}
+    out, line = device.answered([[2], [2]], 200.0)
+    assert line == "device probe-1: back up after 98 s down (timeout: no answer)", line
+    assert json.loads(out[-1][2])["state"] == "up" and device.delay() == 2.0

@@ -1,0 +1,73 @@
+"""Scripted Modbus devices for the tests: pymodbus's server (its SimDevice, pinned in the test
+extra), each unit's values changing with every read.
+
+    python modbus_device.py tcp PORT UNIT [UNIT ...]
+    python modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...]
+
+A unit's n-th read of a kind of register (its holding registers, its input registers: counted
+apart) answers with what script() says of n: holding register A holds n * 10 + A (uint16), the
+input registers from 0 hold float32s, 20.0 + n / 2 at 0-1, -n at 2-3, ... So a reading says which
+read of its device it came from, and one poll's readings (one read of each kind) agree.
+
+Prints "ready" once it serves; runs until killed.
+"""
+
+import asyncio
+import functools
+import struct
+import sys
+
+from pymodbus.server import ModbusSerialServer, ModbusTcpServer
+from pymodbus.simulator import DataType, SimData, SimDevice
+
+SIZE = 64  # registers (and bits) of each kind a unit has
+HOLDING, INPUT = 3, 4
+
+
+def script(fc, n, address):
+    """What the n-th read (from 1) of function fc answers at address (a whole register)."""
+    if fc == HOLDING:
+        return (n * 10 + address) & 0xFFFF
+    pair, half = divmod(address, 2)
+    value = 20.0 + n / 2 if pair == 0 else -float(n) * pair
+    return struct.unpack(">HH", struct.pack(">f", value))[half]
+
+
+async def act(reads, function_code, start_address, address, count, current_registers, set_values):
+    if set_values is not None:
+        return None
+    if function_code not in (HOLDING, INPUT):
+        return None
+    reads[function_code] = n = reads.get(function_code, 0) + 1
+    for i in range(count):
+        current_registers[address - start_address + i] = script(function_code, n, address + i)
+    return None
+
+
+def device(unit):
+    blocks = (
+        [SimData(0, count=SIZE, values=False, datatype=DataType.BITS)],
+        [SimData(0, count=SIZE, values=True, datatype=DataType.BITS)],
+        [SimData(0, count=SIZE, values=0, datatype=DataType.REGISTERS)],
+        [SimData(0, count=SIZE, values=0, datatype=DataType.REGISTERS)],
+    )
+    return SimDevice(id=unit, simdata=blocks, action=functools.partial(act, {}))
+
+
+async def main(argv):
+    if argv[0] == "tcp":
+        units = [int(u) for u in argv[2:]]
+        server = ModbusTcpServer([device(u) for u in units], address=("127.0.0.1", int(argv[1])))
+    else:
+        units = [int(u) for u in argv[3:]]
+        server = ModbusSerialServer(
+            [device(u) for u in units], port=argv[1], baudrate=int(argv[2]), allow_multiple_devices=True
+        )
+    task = asyncio.create_task(server.serve_forever())
+    await asyncio.sleep(0.3)
+    print("ready", flush=True)
+    await task
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))
