@@ -108,6 +108,8 @@ def snapshot(broker):
         "blocked": broker.flow.reason if broker.flow.blocked else None,
         "bridges": bridges,
         "left_behind": _left_behind(broker),
+        # [[device]]s polled into the broker (devices/device.py; set by server/devices.py: a board has none)
+        "devices": [device.snapshot() for device in getattr(broker, "devices", ())],
     }
 
 

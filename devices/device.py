@@ -164,5 +164,6 @@ class Device:
             "last_poll": self.last_poll,
             "last_poll_number": self.last_poll_number,
             "polls": dict(self.counts),
+            "poll_seconds": self.latency_total,
             "refused": self.refused,
         }

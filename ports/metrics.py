@@ -138,6 +138,7 @@ def render(snap, process, per_object=False):
     _streams(out, snap["streams"], per_object)
     _journal(out, snap["journal"], counters)
     _bridges(out, snap["bridges"])
+    _devices(out, snap.get("devices"))
     _dedup(out, snap)
     _process(out, process)
     return out.text()
@@ -239,6 +240,29 @@ def _dedup(out, snap):
         "Messages a bridge sent again that were taken already, dropped",
         snap["duplicates_dropped"],
     )
+
+
+def _devices(out, devices):
+    """The [[device]]s polled (devices/device.py snapshot)."""
+    if not devices:
+        return
+    out.family("hutch_device_polls_total", "counter", "Polls of each device, by how they ended")
+    for device in devices:
+        for result, count in device["polls"].items():
+            out.sample(
+                "hutch_device_polls_total", count, '{device="%s",result="%s"}' % (escape(device["name"]), result)
+            )
+    out.family("hutch_device_up", "gauge", "1 while a device answers its polls, 0 while it is down")
+    for device in devices:
+        out.sample("hutch_device_up", device["state"] == "up", '{device="%s"}' % escape(device["name"]))
+    out.family("hutch_device_poll_seconds", "summary", "How long the polls that answered took")
+    for device in devices:
+        labels = '{device="%s"}' % escape(device["name"])
+        out.sample("hutch_device_poll_seconds_sum", device["poll_seconds"], labels)
+        out.sample("hutch_device_poll_seconds_count", device["polls"]["ok"], labels)
+    out.family("hutch_device_readings_refused_total", "counter", "Readings the broker refused (a full queue, an alarm)")
+    for device in devices:
+        out.sample("hutch_device_readings_refused_total", device["refused"], '{device="%s"}' % escape(device["name"]))
 
 
 def _bridges(out, bridges):

@@ -189,6 +189,7 @@ class Devices:
             self.devices.append(device)
 
     def start(self):
+        self.broker.devices = self.devices  # (what core/snapshot.py shows: hutch ctl devices, /metrics)
         for device in self.devices:
             self.tasks.append(asyncio.create_task(self._run(device)))
 

@@ -2,6 +2,7 @@
 
     hutch ctl status [--data DIR] [--json]
     hutch ctl bridges [--data DIR] [--json]
+    hutch ctl devices [--data DIR] [--json]
     hutch ctl export [FILE] [--data DIR], hutch ctl import FILE [--data DIR]   (tools/ctl_live.py)
 
 prints what the journal holds (segments and bytes), what the last start recovered and
@@ -16,7 +17,9 @@ disk, unacked, consumers and the oldest ready message's age.
 (connecting, running, blocked, backoff, stopped), the upstream in use, messages forwarded
 since the start and in flight, the backlog waiting in its source queue, the oldest waiting
 message's age, the last error and, for a stream source, the offset up to which upstream
-confirmed every record. --json prints the same as one JSON object.
+confirmed every record. `devices` prints each [[device]] polled (devices/device.py): up or
+down and since when (and why), its last poll's number and time, and its polls by how they
+ended. --json prints the same as one JSON object.
 """
 
 import json
@@ -56,6 +59,10 @@ def add_options(parser):
     data_option(bridges)
     bridges.add_argument("--json", action="store_true", help="print it as one JSON object")
     bridges.set_defaults(run=bridges_command)
+    devices = commands.add_parser("devices", help="each Modbus device: up or down, last poll, polls by result")
+    data_option(devices)
+    devices.add_argument("--json", action="store_true", help="print it as one JSON object")
+    devices.set_defaults(run=devices_command)
     from . import ctl_live  # (its commands ask the running broker)
 
     ctl_live.add_options(commands, data_option)
@@ -390,4 +397,40 @@ def bridges_command(args):
             "  left behind: queue %s, %s messages: no bridge forwards it (hutch ctl delete queue %s drops them)"
             % (left["queue"], _n(left["messages"]), left["queue"])
         )
+    return 0
+
+
+def devices_command(args):
+    data = args.data
+    if _no_folder(data):
+        return 2
+    broker = broker_status(data)
+    info = broker
+    if broker is not None and "error" not in broker:
+        info = {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid")}
+        info["devices"] = broker.get("devices", [])
+        if broker.get("asked"):
+            info["asked"] = True
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    if info is None:
+        print("devices: not known (no %s: the broker has not run on this folder since it writes one)" % STATUS_FILE)
+        return 0
+    if "error" in info:
+        print("devices: not known (%s)" % info["error"])
+        return 0
+    print("devices: %s (%s)" % (len(info["devices"]) or "none", _when(info)))
+    now = time.time()
+    for d in info["devices"]:
+        since = "" if d["since"] is None else " for %s" % _duration(now - d["since"])
+        why = " (%s)" % d["reason"] if d["reason"] else ""
+        last = "none"
+        if d["last_poll"] is not None:
+            last = "#%d, %s ago" % (d["last_poll_number"], _duration(now - d["last_poll"]))
+        polls = ", ".join("%s %s" % (result, _n(count)) for result, count in d["polls"].items())
+        print(
+            "  %s (%s, unit %d): %s%s%s; last poll %s" % (d["name"], d["uri"], d["unit"], d["state"], since, why, last)
+        )
+        print("    polls: %s; readings refused %s" % (polls, _n(d["refused"])))
     return 0

@@ -17,9 +17,11 @@ import collections
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pika
 import pytest
@@ -161,9 +163,10 @@ def test_polled_readings_arrive_once_each_numbered_through_a_sigkill(tmp_path):
 
 
 def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time(tmp_path):
-    port_1, port_2 = free_port(), free_port()
+    port_1, port_2, metrics_port = free_port(), free_port(), free_port()
     device_1, device_2 = ModbusDevices(port_1, [1]), ModbusDevices(port_2, [1])
-    broker = hutch_serve(tmp_path, device_table("probe-1", port_1, 1) + device_table("probe-2", port_2, 1))
+    config = device_table("probe-1", port_1, 1) + device_table("probe-2", port_2, 1)
+    broker = hutch_serve(tmp_path, config + "\n[metrics]\nport = %d\n" % metrics_port)
     try:
         broker.start()
         bound_queue(broker)
@@ -174,6 +177,11 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
         down_at = time.time()
         time.sleep(3.0)
         during = drain(broker)
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=10).read().decode()
+        ctl = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "devices", "--data", broker.data],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
         device_2 = ModbusDevices(port_2, [1])
         wait_until(lambda: "device probe-2: back up" in broker.log(), 10, what="probe-2 back up")
         time.sleep(2 * INTERVAL)
@@ -195,6 +203,17 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
     assert [s["state"] for s in after_statuses if s["device"] == "probe-2"] == ["up"], after_statuses
     assert after_polls["probe-2"], "probe-2 polled again once it answers"
     assert "reason" not in after_statuses[-1] and after_statuses[-1]["ts"].endswith("Z")
+    # what is counted: on /metrics, and as `hutch ctl devices` shows it
+    assert 'hutch_device_up{device="probe-2"} 0' in metrics and 'hutch_device_up{device="probe-1"} 1' in metrics
+    gone = re.search(r'hutch_device_polls_total\{device="probe-2",result="gone"\} (\d+)', metrics)
+    ok = re.search(r'hutch_device_polls_total\{device="probe-1",result="ok"\} (\d+)', metrics)
+    assert gone and int(gone.group(1)) >= 2 and ok and int(ok.group(1)) >= 15, metrics
+    assert re.search(r'hutch_device_poll_seconds_count\{device="probe-1"\} \d+', metrics), metrics
+    assert ctl.returncode == 0 and "devices: 2" in ctl.stdout, ctl.stdout + ctl.stderr
+    assert re.search(r"probe-2 \(modbus\+tcp://127\.0\.0\.1:\d+, unit 1\): down for [\d.]+ s \(gone: ", ctl.stdout), (
+        ctl.stdout
+    )
+    assert re.search(r"probe-1 \(.*\): up for .*; last poll #\d+, [\d.]+ s ago", ctl.stdout), ctl.stdout
     assert log.count("Failed to connect") == 0 and log.count("Repeating") == 0, "pymodbus's own lines: %s" % log
 
 
