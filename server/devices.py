@@ -156,54 +156,96 @@ def write_number(path, number):
 
 
 class Devices:
-    """Every [[device]] of the config, polled; as a publisher (Broker.publish) it can be told no."""
+    """Every [[device]] of the config, polled, each in a task of its own; as a publisher
+    (Broker.publish) it can be told no. apply() makes a reload's devices the running ones."""
 
     confirming = True
     stats = None  # its counters: the broker's own
     closed = False  # (what the journal's waiters have: the readings' publishes wait for nothing)
 
-    def __init__(self, runtime, settings, folder):
+    def __init__(self, runtime, folder):
         _pymodbus()  # (said at start, in one line, if pymodbus is missing)
         self.runtime = runtime
         self.broker = runtime.broker
         self.log = runtime.log
         self.folder = folder
         self.lines = {}
-        self.devices = []
-        self.tasks = []
+        self.devices = []  # (the list core/snapshot.py shows: hutch ctl devices, /metrics)
+        self.tasks = {}  # device name -> its polling task
         os.makedirs("%s/devices" % folder, exist_ok=True)
-        for one in settings:
-            key = line_key(one["line"])
-            if key not in self.lines:
-                self.lines[key] = Line(one["line"], one["timeout"], one["retries"])
-            path = numbers_path(folder, one["name"])
+        runtime.broker.devices = self.devices
+
+    def add(self, settings, numbers=None):
+        """A device polled from now on (its first poll at once); numbers: its PollNumbers, when
+        it was polled until now with another table (a reload), else read from the data folder."""
+        key = line_key(settings["line"])
+        if key not in self.lines:
+            self.lines[key] = Line(settings["line"], settings["timeout"], settings["retries"])
+        if numbers is None:
+            path = numbers_path(self.folder, settings["name"])
             first = read_number(path)
             if first is None:
                 first = int(time.time() * 1000)  # past every number given so far, at polls far below 1,000 a second
                 self.log(
                     "warning",
-                    "device %s: %s cannot be read: its polls are numbered from %d" % (one["name"], path, first),
+                    "device %s: %s cannot be read: its polls are numbered from %d" % (settings["name"], path, first),
                 )
-            device = Device(one, PollNumbers(first, lambda number, path=path: write_number(path, number)))
-            device.line = self.lines[key]
-            self.devices.append(device)
+            numbers = PollNumbers(first, lambda number: write_number(path, number))
+        device = Device(settings, numbers)
+        device.line = self.lines[key]
+        device.polling = True  # (False once removed: see remove)
+        self.devices.append(device)
+        self.tasks[device.name] = asyncio.create_task(self._run(device))
 
-    def start(self):
-        self.broker.devices = self.devices  # (what core/snapshot.py shows: hutch ctl devices, /metrics)
-        for device in self.devices:
-            self.tasks.append(asyncio.create_task(self._run(device)))
+    async def remove(self, name):
+        """The device no longer polled (a poll under way is cancelled; its line closed if no
+        other device uses it): returned."""
+        task = self.tasks.pop(name)
+        device = [one for one in self.devices if one.name == name][0]
+        # pymodbus turns a cancelled request into its own error (ModbusIOException, "Request
+        # cancelled outside library"): the task also looks at polling, and ends at its next turn
+        device.polling = False
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        self.devices.remove(device)
+        if not any(one.line is device.line for one in self.devices):
+            device.line.close()
+            self.lines = {key: line for key, line in self.lines.items() if line is not device.line}
+        return device
+
+    async def apply(self, wanted):
+        """A reload's [[device]]s made the running ones, by name: one the file no longer has is
+        no longer polled, a new one is, one whose table changed starts again with the new
+        table (its poll numbers go on). [what changed, one line each]."""
+        running = {device.name: device.settings for device in self.devices}
+        by_name = {settings["name"]: settings for settings in wanted}
+        said = []
+        numbers = {}  # a changed device's poll numbers, which go on
+        for name, settings in running.items():
+            if by_name.get(name) != settings:
+                numbers[name] = (await self.remove(name)).numbers
+                if name not in by_name:
+                    said.append("device %s removed" % name)
+        for settings in wanted:
+            was = running.get(settings["name"])
+            if was == settings:
+                continue
+            self.add(settings, numbers.get(settings["name"]))
+            if was is None:
+                said.append("device %s added" % settings["name"])
+            else:
+                keys = sorted(
+                    key for key in set(was) | set(settings) if key != "line" and was.get(key) != settings.get(key)
+                )
+                said.append("device %s restarted with its new table (%s changed)" % (settings["name"], ", ".join(keys)))
+        return said
 
     async def stop(self):
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-        self.tasks = []
-        for line in self.lines.values():
-            line.close()
+        for name in list(self.tasks):
+            await self.remove(name)
 
     def flush_confirms(self):
         """(Broker.journal_synced) Nothing waits: a reading is not answered to anyone."""
@@ -214,7 +256,7 @@ class Devices:
     async def _run(self, device):
         loop = asyncio.get_running_loop()
         due = loop.time()
-        while True:
+        while device.polling:
             await asyncio.sleep(max(0.0, due - loop.time()))
             try:
                 await self._poll(device, loop)
@@ -232,6 +274,8 @@ class Devices:
         try:
             answers = await device.line.poll(device)
         except Failed as e:
+            if not device.polling:
+                return  # (removed while its poll waited: not a failure of the device)
             status, line = device.failed(e.args[0], e.args[1], time.time())
             if line is not None:
                 self.log("warning", line)

@@ -15,6 +15,9 @@ What takes effect:
 - users, their tags and permissions ([users], [permissions], a definitions file's users, and
   those `hutch ctl add-user` kept): connections already open get their user's new permissions,
   and those of a removed user are closed (server/open_logins.py);
+- [[device]]s, by name: one the file no longer has is no longer polled; a new one is; one
+  whose table changed starts again with the new table (server/devices.py; its poll numbers go
+  on);
 - the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
   window asks again at once);
 - the TLS listeners' certificate files (ports/tls.py ServerTLS.reload).
@@ -36,6 +39,7 @@ from .runtime import StartError
 DRAIN_MS = 5000  # at most this long for a stopping bridge's messages in flight to be confirmed
 APPLIED = (
     "bridges",
+    "devices",
     "uplink",
     "users",
     "user_origins",
@@ -60,6 +64,10 @@ class Reloader:
                 for bridge in new["bridges"]:
                     bridge_tls_files(bridge)
                 self._check_bridges(new["bridges"])
+                if new["devices"] and getattr(self.runtime, "devices", None) is None:
+                    from .devices import Devices  # (pymodbus missing: StartError, nothing changed)
+
+                    self.runtime.devices = Devices(self.runtime, self.opts["data"])
             except (config.ConfigError, StartError) as e:
                 line = "reload refused, the running config is kept: %s" % e.args[0]
                 self.runtime.log("error", line)
@@ -74,6 +82,9 @@ class Reloader:
                 said.append("uplink: budget and windows %s" % ("applied" if new["uplink"] else "removed"))
             await self._bridges(new["bridges"], said)
             said += take_in_left_behind(self.runtime, new["bridges"])
+            devices = getattr(self.runtime, "devices", None)  # (None: no device ever configured)
+            if devices is not None:
+                said += await devices.apply(new["devices"])
             restart = [
                 key for key in sorted(new) if key not in APPLIED and _value(new[key]) != _value(self.opts.get(key))
             ]

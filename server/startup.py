@@ -171,7 +171,7 @@ async def start(opts, log, stop_event):
     if opts.get("devices"):  # (a broker without [[device]]s loads none of their code)
         from .devices import Devices  # pyright: ignore[reportMissingImports] (host only)
 
-        runtime.devices = Devices(runtime, opts["devices"], opts["data"])  # (pymodbus missing: said before listening)
+        runtime.devices = Devices(runtime, opts["data"])  # (pymodbus missing: said before listening)
     runtime.status = await host_services(
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)
@@ -200,8 +200,8 @@ async def start(opts, log, stop_event):
             await runtime.serials[-1].start()
     for bridge in runtime.bridges:
         bridge.start()
-    if opts.get("devices"):
-        runtime.devices.start()
+    for device in opts.get("devices") or ():
+        runtime.devices.add(device)
     runtime.monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
     log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))

@@ -10,6 +10,8 @@ which poll it came from and the two registers of one poll agree.
   on time meanwhile, then its status back up once it answers again.
 - Two devices on one RS-485 line (Modbus RTU over a pty pair Debian's socat makes) are both
   polled, one request at a time, each poll its own read's.
+- `hutch ctl reload` adds, removes and changes devices: the removed one is no longer polled, the
+  added one is, the changed one goes on with its new interval and its poll numbers.
 - A config mistake is one line naming the device and the key, and exit code 2.
 """
 
@@ -114,18 +116,23 @@ def polls_by_device(messages):
 
 
 def check_polls(polls):
-    """Each poll's two values from one read of its device (temp = 20 + n / 2 where moisture = n),
-    and the reads in the order of the polls' numbers."""
+    """Each poll's values its device's reads (moisture = n on the n-th read of the holding
+    registers, temp = 20 + n / 2 on the n-th of the input registers), the reads in the order of
+    the polls' numbers, none twice. A poll reads the holding registers first: one cut short
+    after that read (a SIGKILL, a timeout) leaves the next polls one holding read ahead."""
     for device, numbered in polls.items():
-        reads = []
+        holding, inputs = [], []
         for number in sorted(numbered):
             poll = numbered[number]
             assert set(poll) == {"moisture", "temp"}, (device, number, poll)
             n = round(poll["moisture"]["value"], 6)
-            assert poll["temp"]["value"] == 20 + n / 2, (device, number, poll)
+            m = (poll["temp"]["value"] - 20) * 2
+            assert n == int(n) and m == int(m) and 0 <= n - m <= 3, (device, number, poll)
             assert poll["moisture"]["unit"] == "%" and poll["temp"]["unit"] == "°C"
-            reads.append(n)
-        assert reads == sorted(reads) and len(set(reads)) == len(reads), (device, reads)
+            holding.append(n)
+            inputs.append(m)
+        for reads in (holding, inputs):
+            assert reads == sorted(reads) and len(set(reads)) == len(reads), (device, reads)
 
 
 def epoch(ts):
@@ -210,9 +217,9 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
     assert gone and int(gone.group(1)) >= 2 and ok and int(ok.group(1)) >= 15, metrics
     assert re.search(r'hutch_device_poll_seconds_count\{device="probe-1"\} \d+', metrics), metrics
     assert ctl.returncode == 0 and "devices: 2" in ctl.stdout, ctl.stdout + ctl.stderr
-    assert re.search(r"probe-2 \(modbus\+tcp://127\.0\.0\.1:\d+, unit 1\): down for [\d.]+ s \(gone: ", ctl.stdout), (
-        ctl.stdout
-    )
+    assert re.search(
+        r"probe-2 \(modbus\+tcp://127\.0\.0\.1:\d+, unit 1\): down for [\d.]+ s \((gone|timeout): ", ctl.stdout
+    ), ctl.stdout
     assert re.search(r"probe-1 \(.*\): up for .*; last poll #\d+, [\d.]+ s ago", ctl.stdout), ctl.stdout
     assert log.count("Failed to connect") == 0 and log.count("Repeating") == 0, "pymodbus's own lines: %s" % log
 
@@ -252,6 +259,44 @@ def test_two_devices_on_one_rs485_line_are_each_polled(tmp_path):
     check_polls(polls)
     # 2 s at 0.2 s each; a poll is two requests of about 10 ms at 19,200 baud, one at a time on the line
     assert len(polls["soil-1"]) >= 6 and len(polls["soil-2"]) >= 6, {d: sorted(p) for d, p in polls.items()}
+
+
+def test_a_reload_adds_removes_and_changes_devices(tmp_path):
+    port = free_port()
+    devices = ModbusDevices(port, [1, 2])
+    broker = hutch_serve(tmp_path, device_table("probe-1", port, 1) + device_table("probe-2", port, 2))
+    try:
+        broker.start()
+        bound_queue(broker)
+        wait_until(lambda: broker.log().count(": up (modbus+tcp") == 2, 10, what="both devices up")
+        time.sleep(5 * INTERVAL)
+        before, _ = polls_by_device(drain(broker))
+        changed = device_table("probe-1", port, 1).replace("interval = %s" % INTERVAL, "interval = 0.4")
+        (tmp_path / "hutch.toml").write_text(changed + device_table("probe-3", port, 2))
+        reload = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "reload", "--data", broker.data],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        reloaded_at = time.time()
+        time.sleep(10 * INTERVAL)
+        after, statuses = polls_by_device(drain(broker))
+        assert not broker.errors(), broker.errors()
+    finally:
+        broker.stop()
+        devices.stop()
+    assert reload.returncode == 0, reload.stdout + reload.stderr
+    said = reload.stdout.splitlines()
+    assert "device probe-2 removed" in said and "device probe-3 added" in said, said
+    assert "device probe-1 restarted with its new table (interval changed)" in said, said
+    late = [n for n, poll in after.get("probe-2", {}).items() if epoch(poll["moisture"]["ts"]) > reloaded_at]
+    assert not late, "probe-2 polled after its removal: %s" % late
+    assert after["probe-3"] and [s["state"] for s in statuses if s["device"] == "probe-3"] == ["up"], statuses
+    # probe-1 numbered on from where it was, at its new interval: 2 s at 0.4 s
+    numbers = sorted(before["probe-1"]) + sorted(after["probe-1"])
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
+    since = [n for n, poll in after["probe-1"].items() if epoch(poll["moisture"]["ts"]) > reloaded_at]
+    assert 3 <= len(since) <= 7, sorted(since)
+    check_polls(after)
 
 
 @pytest.mark.parametrize(
