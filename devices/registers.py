@@ -11,6 +11,7 @@ A register of the config (server/device_config.py) is a dict:
     scale        the value is raw * scale + offset (1 and 0: the raw value as it is)
     offset
     unit         what the value is measured in, said with it ("%", "°C"); may be None
+    writable     (holding registers and coils) a command may set it (encode())
 
 plan() groups them into reads: registers of one kind whose addresses touch or overlap are read
 together, up to what one request may ask for (125 registers, 2,000 bits); a hole between two
@@ -102,3 +103,40 @@ def scaled(register, value):
     if isinstance(value, bool) or (scale == 1 and offset == 0):
         return value
     return value * scale + offset
+
+
+FLOAT32_MOST = 3.4028234663852886e38
+
+
+def encode(register, value):
+    """What writes value to a register: a list of words (a holding register), or a bool (a
+    coil); the inverse of decode(), its scale and offset undone. ValueError, naming the register
+    and its type, for a value its type cannot hold."""
+    name = register["name"]
+    if register["kind"] == "coil" or register["type"] == "bool":
+        if not isinstance(value, bool):
+            raise ValueError("%s is a bool: it takes true or false, not %r" % (name, value))
+        return value if register["kind"] == "coil" else [1 if value else 0]
+    kind = register["type"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("%s is %s: it takes a number, not %r" % (name, kind, value))
+    raw = (value - register.get("offset", 0)) / register.get("scale", 1)
+    fmt = TYPES[kind][1]
+    if fmt in ("f", "d"):
+        if fmt == "f" and abs(raw) > FLOAT32_MOST:
+            raise ValueError("%s is float32: %r does not fit" % (name, value))
+    else:
+        whole = int(round(raw))
+        if abs(whole - raw) > 1e-6:
+            raise ValueError("%s is %s: %r is not a whole number of its steps" % (name, kind, value))
+        bits = 16 * TYPES[kind][0]
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if fmt in ("h", "i") else (0, (1 << bits) - 1)
+        if not low <= whole <= high:
+            raise ValueError("%s is %s: %r is out of its range" % (name, kind, value))
+        raw = whole
+    octets = struct.pack(">" + fmt, raw)
+    word = ">H" if register.get("byte_order", "big") == "big" else "<H"
+    words = [struct.unpack(word, octets[i : i + 2])[0] for i in range(0, len(octets), 2)]
+    if register.get("word_order", "big") == "little":
+        words.reverse()
+    return words

@@ -67,6 +67,9 @@ ROWS = (
      "Added to the scaled value."),
     ("device.registers", "unit", "text", None, None, None,
      "What the value is measured in, carried in each reading (`%`, `°C`, `kWh`)."),
+    ("device.registers", "writable", "bool", False, None, None,
+     "`true`: a command published to `cmd.DEVICE.REGISTER` sets it (holding registers and coils "
+     "only); the publisher's permissions apply, and the answer goes to its `reply_to`."),
     # a modbus+rtu:// URI's query options
     ("device.uri", "baudrate", "whole", 9600, None, None,
      "The serial line's speed in bits per second."),
@@ -192,7 +195,13 @@ def _registers(table, where):
             "scale": _setting(one, "scale", at, "device.registers"),
             "offset": _setting(one, "offset", at, "device.registers"),
             "unit": _setting(one, "unit", at, "device.registers"),
+            "writable": _setting(one, "writable", at, "device.registers"),
         }
+        if register["writable"] and kind not in ("holding", "coil"):
+            raise ConfigError(
+                "%s: writable: Modbus writes holding registers and coils, not %s"
+                % (at, "input registers" if kind == "input" else "discrete inputs")
+            )
         if register["scale"] == 1 and register["offset"] == 0:
             register["scale"], register["offset"] = 1, 0  # (whole raw values stay whole)
         if address + width(register) > 65536:

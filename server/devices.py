@@ -77,20 +77,61 @@ class Line:
             **common,
         )
 
+    async def _connected(self, device):
+        """The line's client, connected (made at the first use, connected again after a loss);
+        or Failed("gone")."""
+        if self.client is None:
+            self.client = self._make()
+        client = self.client
+        if not client.connected:
+            try:
+                connected = await client.connect()
+            except OSError as e:
+                raise Failed("gone", "cannot connect: %s" % e)
+            if not connected:
+                raise Failed("gone", "cannot connect to %s" % device.settings["uri"])
+        return client
+
+    async def _asked(self, request, what):
+        """The device's answer to one request (a coroutine of the client's), or Failed."""
+        _, exceptions = _pymodbus()
+        try:
+            answer = await request
+        except exceptions.ConnectionException as e:
+            self.close()
+            raise Failed("gone", "connection lost: %s" % e)
+        except exceptions.ModbusIOException as e:
+            raise Failed("timeout", "no answer to %s (%s)" % (what, e))
+        except exceptions.ModbusException as e:
+            raise Failed("error", "%s: %s" % (what, e))
+        if answer.isError():
+            raise Failed("exception", "exception code %s to %s" % (getattr(answer, "exception_code", None), what))
+        return answer
+
+    async def write(self, device, register, value):
+        """value (encode()'s: words, or a coil's bool) written to the register: None once the
+        device confirmed it, else why not."""
+        address = register["address"]
+        unit = device.settings["unit"]
+        what = "a write of %s at %d" % (register["name"], address)
+        async with self.turn:
+            try:
+                client = await self._connected(device)
+                if register["kind"] == "coil":
+                    request = client.write_coil(address, value, device_id=unit)
+                elif len(value) == 1:
+                    request = client.write_register(address, value[0], device_id=unit)
+                else:
+                    request = client.write_registers(address, value, device_id=unit)
+                await self._asked(request, what)
+            except Failed as e:
+                return "%s: %s" % e.args
+        return None
+
     async def poll(self, device):
         """Each of the device's reads: their words or bits, in plan order; or Failed."""
-        _, exceptions = _pymodbus()
         async with self.turn:
-            if self.client is None:
-                self.client = self._make()
-            client = self.client
-            if not client.connected:
-                try:
-                    connected = await client.connect()
-                except OSError as e:
-                    raise Failed("gone", "cannot connect: %s" % e)
-                if not connected:
-                    raise Failed("gone", "cannot connect to %s" % device.settings["uri"])
+            client = await self._connected(device)
             answers = []
             unit = device.settings["unit"]
             for kind, start, count, _members in device.reads:
@@ -100,18 +141,8 @@ class Line:
                     "coil": client.read_coils,
                     "discrete": client.read_discrete_inputs,
                 }[kind]
-                try:
-                    answer = await read(start, count=count, device_id=unit)
-                except exceptions.ConnectionException as e:
-                    self.close()
-                    raise Failed("gone", "connection lost: %s" % e)
-                except exceptions.ModbusIOException as e:
-                    raise Failed("timeout", "no answer to a read of %d %s at %d (%s)" % (count, kind, start, e))
-                except exceptions.ModbusException as e:
-                    raise Failed("error", "a read of %d %s at %d: %s" % (count, kind, start, e))
-                if answer.isError():
-                    code = getattr(answer, "exception_code", None)
-                    raise Failed("exception", "exception code %s to a read of %d %s at %d" % (code, count, kind, start))
+                what = "a read of %d %s at %d" % (count, kind, start)
+                answer = await self._asked(read(start, count=count, device_id=unit), what)
                 answers.append(answer.bits[:count] if kind in BITS else answer.registers)
             return answers
 
@@ -172,6 +203,7 @@ class Devices:
         self.lines = {}
         self.devices = []  # (the list core/snapshot.py shows: hutch ctl devices, /metrics)
         self.tasks = {}  # device name -> its polling task
+        self.commands = None  # server/device_commands.py Commands, with a writable register
         os.makedirs("%s/devices" % folder, exist_ok=True)
         runtime.broker.devices = self.devices
 
@@ -195,6 +227,12 @@ class Devices:
         device.line = self.lines[key]
         device.polling = True  # (False once removed: see remove)
         self.devices.append(device)
+        if any(register["writable"] for register in settings["registers"]):
+            if self.commands is None:
+                from .device_commands import Commands  # (loaded with the first writable register)
+
+                self.commands = Commands(self)
+            self.commands.bind(device)
         self.tasks[device.name] = asyncio.create_task(self._run(device))
 
     async def remove(self, name):
@@ -205,6 +243,8 @@ class Devices:
         # pymodbus turns a cancelled request into its own error (ModbusIOException, "Request
         # cancelled outside library"): the task also looks at polling, and ends at its next turn
         device.polling = False
+        if self.commands is not None:
+            self.commands.unbind(device)
         task.cancel()
         try:
             await task

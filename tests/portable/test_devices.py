@@ -5,7 +5,7 @@ import json
 import struct
 
 from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, PollNumbers, iso
-from hutch.devices.registers import decode, plan
+from hutch.devices.registers import decode, encode, plan
 
 
 def register(name, address, kind="holding", type_="uint16", **more):
@@ -135,3 +135,37 @@ def test_a_device_that_fails_is_said_down_once_backs_off_and_is_said_back_up():
     out, line = device.answered([[2], [2]], 200.0)
     assert line == "device probe-1: back up after 98 s down (timeout: no answer)", line
     assert json.loads(out[-1][2])["state"] == "up" and device.delay() == 2.0
+
+
+def test_a_value_written_reads_back_the_same_and_one_its_type_cannot_hold_is_refused():
+    cases = [
+        ("int16", -2),
+        ("uint16", 65000),
+        ("int32", -70000),
+        ("uint32", 4000000000),
+        ("float32", 21.5),
+        ("float64", -0.125),
+    ]
+    for type_, value in cases:
+        for word_order in ("big", "little"):
+            for byte_order in ("big", "little"):
+                one = register("x", 0, type_=type_, word_order=word_order, byte_order=byte_order)
+                assert decode(plan([one])[0], encode(one, value))["x"] == value, (type_, word_order, byte_order)
+    scaled = register("level", 0, type_="int16", scale=0.5, offset=10)
+    assert encode(scaled, 8.5) == [(-3) & 0xFFFF] and decode(plan([scaled])[0], [(-3) & 0xFFFF])["level"] == 8.5
+    assert encode(register("pump", 3, "coil", "bool"), True) is True
+    for one, value, said in (
+        (register("u", 0), 65536, "u is uint16: 65536 is out of its range"),
+        (register("u", 0), -1, "u is uint16: -1 is out of its range"),
+        (register("u", 0), 1.5, "u is uint16: 1.5 is not a whole number of its steps"),
+        (register("u", 0), "7", "u is uint16: it takes a number, not '7'"),
+        (register("u", 0), True, "u is uint16: it takes a number, not True"),
+        (register("f", 0, type_="float32"), 1e39, "f is float32: 1e+39 does not fit"),
+        (register("pump", 3, "coil", "bool"), 1, "pump is a bool: it takes true or false, not 1"),
+    ):
+        try:
+            encode(one, value)
+        except ValueError as e:
+            assert str(e) == said, (str(e), said)
+            continue
+        raise AssertionError("%r taken for %s" % (value, one["name"]))

@@ -8,6 +8,9 @@ A unit's n-th read of a kind of register (its holding registers, its input regis
 apart) answers with what script() says of n: holding register A holds n * 10 + A (uint16), the
 input registers from 0 hold float32s, 20.0 + n / 2 at 0-1, -n at 2-3, ... So a reading says which
 read of its device it came from, and one poll's readings (one read of each kind) agree.
+Holding registers from SETTABLE on are not scripted: they hold what was written to them (a
+setpoint), but for the last one, LOCKED, which answers a write with ILLEGAL DATA ADDRESS.
+Coils hold what was written.
 
 Prints "ready" once it serves; runs until killed.
 """
@@ -17,11 +20,14 @@ import functools
 import struct
 import sys
 
+from pymodbus.constants import ExcCodes
 from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
 SIZE = 64  # registers (and bits) of each kind a unit has
 HOLDING, INPUT = 3, 4
+SETTABLE = 32  # holding registers from here on keep what is written
+LOCKED = SIZE - 1  # ... but this one, which refuses writes
 
 
 def script(fc, n, address):
@@ -34,13 +40,14 @@ def script(fc, n, address):
 
 
 async def act(reads, function_code, start_address, address, count, current_registers, set_values):
-    if set_values is not None:
-        return None
+    if set_values is not None:  # a write: taken as it is, but at LOCKED
+        return ExcCodes.ILLEGAL_ADDRESS if function_code in (6, 16) and address <= LOCKED < address + count else None
     if function_code not in (HOLDING, INPUT):
         return None
     reads[function_code] = n = reads.get(function_code, 0) + 1
     for i in range(count):
-        current_registers[address - start_address + i] = script(function_code, n, address + i)
+        if function_code == INPUT or address + i < SETTABLE:
+            current_registers[address - start_address + i] = script(function_code, n, address + i)
     return None
 
 

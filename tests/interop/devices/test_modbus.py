@@ -12,6 +12,9 @@ which poll it came from and the two registers of one poll agree.
   polled, one request at a time, each poll its own read's.
 - `hutch ctl reload` adds, removes and changes devices: the removed one is no longer polled, the
   added one is, the changed one goes on with its new interval and its poll numbers.
+- A command to a writable register (cmd.DEVICE.REGISTER) sets it and is answered on its
+  reply_to; a value its type cannot hold, a write the device refuses and an unknown register
+  are answered with why; a user whose topic permissions do not allow cmd.* cannot send one.
 - A config mistake is one line naming the device and the key, and exit code 2.
 """
 
@@ -299,6 +302,113 @@ def test_a_reload_adds_removes_and_changes_devices(tmp_path):
     check_polls(after)
 
 
+COMMANDED = """
+[users.admin]
+password_hash = "qATcBy2MZRgLPdclaT6GOoHfrsf0Tj2cISm8IrktPZ43E1MW"
+
+[users.sensor]
+password_hash = "3yPudymwzH7quov3AvyvH2fdr5gddkKIOXfQzjjaM2n2kg6k"
+topic_permissions = { "amq.topic" = { write = '^sensors\\.', read = '.*' } }
+
+[[device]]
+name = "boiler"
+uri = "modbus+tcp://127.0.0.1:%d"
+interval = 0.2
+registers = [
+  { name = "setpoint", address = 40, type = "float32", writable = true },
+  { name = "level", address = 50, type = "int16", scale = 0.5, writable = true },
+  { name = "locked", address = 63, writable = true },
+  { name = "pump", address = 3, kind = "coil", writable = true },
+]
+"""
+
+
+def command(broker, user, password, key, body):
+    """Publish a command with a reply queue; its answer as JSON (or the channel's refusal)."""
+    credentials = pika.PlainCredentials(user, password)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port, credentials=credentials))
+    try:
+        channel = conn.channel()
+        reply = channel.queue_declare("", exclusive=True).method.queue
+        props = pika.BasicProperties(reply_to=reply, correlation_id="c-%s" % key)
+        channel.basic_publish("amq.topic", key, body, props)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            method, got, answer = channel.basic_get(reply, auto_ack=True)
+            if method is not None:
+                assert got.correlation_id == "c-%s" % key and got.content_type == "application/json", got
+                return json.loads(answer)
+            time.sleep(0.05)
+        raise AssertionError("no answer to %s" % key)
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_a_command_sets_a_writable_register_and_is_answered(tmp_path):
+    port = free_port()
+    devices = ModbusDevices(port, [1])
+    broker = hutch_serve(tmp_path, COMMANDED % port)
+    try:
+        broker.start()
+        wait_until(lambda: "device boiler: up" in broker.log(), 10, what="the device up")
+        said = {
+            "setpoint": command(broker, "admin", "edge-secret", "cmd.boiler.setpoint", b"42.5"),
+            "level": command(broker, "admin", "edge-secret", "cmd.boiler.level", b'{"value": -3.5}'),
+            "pump": command(broker, "admin", "edge-secret", "cmd.boiler.pump", b"true"),
+            "not a number": command(broker, "admin", "edge-secret", "cmd.boiler.setpoint", b'"hot"'),
+            "too big": command(broker, "admin", "edge-secret", "cmd.boiler.level", b"40000"),
+            "half a step": command(broker, "admin", "edge-secret", "cmd.boiler.level", b"0.25"),
+            "refused": command(broker, "admin", "edge-secret", "cmd.boiler.locked", b"1"),
+        }
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            command(broker, "sensor", "greenhouse", "cmd.boiler.setpoint", b"99")
+        bound_queue_as(broker, "admin", "edge-secret")
+        time.sleep(4 * INTERVAL)
+        readings = drain_as(broker, "admin", "edge-secret")
+        log = broker.log()
+    finally:
+        broker.stop()
+        devices.stop()
+    assert said["setpoint"] == {"device": "boiler", "register": "setpoint", "value": 42.5, "result": "ok"}, said
+    assert said["level"]["result"] == "ok" and said["pump"]["result"] == "ok", said
+    assert said["not a number"]["error"] == "setpoint is float32: it takes a number, not 'hot'", said
+    assert said["too big"]["error"] == "level is int16: 40000 is out of its range", said
+    assert said["half a step"]["error"] == "level is int16: 0.25 is not a whole number of its steps", said
+    assert said["refused"]["error"].startswith("exception: exception code 2 to a write of locked at 63"), said
+    assert refused.value.args[0] == 403 and "cmd.boiler.setpoint" in refused.value.args[1], refused.value.args
+    # what the device holds now, as the polls read it
+    last = {}
+    for _key, _headers, body in readings:
+        if "register" in body:
+            last[body["register"]] = body["value"]
+    assert last["setpoint"] == 42.5 and last["level"] == -3.5 and last["pump"] is True, last
+    assert "device boiler: setpoint set to 42.5" in log, log
+
+
+def bound_queue_as(broker, user, password):
+    credentials = pika.PlainCredentials(user, password)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port, credentials=credentials))
+    channel = conn.channel()
+    channel.queue_declare("readings", durable=True)
+    channel.queue_bind("readings", "amq.topic", "sensors.#")
+    conn.close()
+
+
+def drain_as(broker, user, password):
+    credentials = pika.PlainCredentials(user, password)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port, credentials=credentials))
+    channel = conn.channel()
+    out = []
+    while True:
+        method, props, body = channel.basic_get("readings", auto_ack=True)
+        if method is None:
+            break
+        out.append((method.routing_key, props.headers, json.loads(body)))
+    conn.close()
+    return out
+
+
 @pytest.mark.parametrize(
     "table, said",
     [
@@ -312,6 +422,8 @@ def test_a_reload_adds_removes_and_changes_devices(tmp_path):
          "interval must be more than 0 seconds"),
         ('name = "p"\nuri = "modbus+tcp://h"\nregisters = [{ name = "a", address = 65535, type = "float32" }]',
          "runs past address 65535"),
+        ('name = "p"\nuri = "modbus+tcp://h"\nregisters = [{ name = "a", address = 0, kind = "input", writable = true }]',
+         "writable: Modbus writes holding registers and coils, not input registers"),
     ],
 )  # fmt: skip
 def test_a_device_config_mistake_is_one_line_and_exit_2(tmp_path, table, said):
