@@ -457,7 +457,11 @@ def _bridges(data, path):
 def _devices(data, path):
     if "device" not in data:
         return []
-    from .device_config import devices_from  # only a config with devices loads their checks
+    if sys.implementation.name == "micropython":
+        raise config.ConfigError(
+            "%s: [[device]]: a board's firmware polls no Modbus devices (hutch on CPython does: docs/modbus.md)" % path
+        )
+    from .device_config import devices_from  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
 
     return devices_from(data, path)
 

@@ -33,6 +33,7 @@ class Runtime:
     # run (an annotation alone costs nothing at run time).
     journal: "Any"
     status: "Any"
+    devices: "Any"  # (CPython, with [[device]]s) server/devices.py's Devices
 
     def __init__(self, broker, log, stats_interval_ms=0, stop_event=None):
         self.broker = broker

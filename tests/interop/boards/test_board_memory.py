@@ -202,6 +202,14 @@ def test_four_clients_10000_messages(romfs, tmp_path):
     )
 
 
+# What the broker logs when it hangs up on a client without an AMQP word
+HUNG_UP_LINES = (
+    "out of memory, connection dropped",
+    "handshake timed out",
+    "still in their handshake: the oldest dropped",
+)
+
+
 def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
     """110k on this 64-bit port with the code in ROMFS leaves ~16 KiB once the broker runs
     (see the module docstring): not enough for four pika clients. (It was 96k before the
@@ -227,9 +235,12 @@ def test_too_small_a_heap_refuses_in_protocol_terms(romfs, tmp_path):
                 assert result[1:3] == (TOTAL // CLIENTS, True), result
         # Hanging up is the one answer that is not AMQP: only for a client that arrived when
         # not even its connection's state fitted, before the broker could say 530, or whose
-        # handshake the deadline ended; each is logged.
-        hung_up = board.log().count("out of memory, connection dropped") + board.log().count("handshake timed out")
-        assert outcomes.count("dropped") <= hung_up, results
+        # handshake the deadline ended, or (a slow machine: several clients in their handshake
+        # at once) the pre-login guard's oldest; each is logged.
+        log = board.log()
+        hung_up = sum(log.count(line) for line in HUNG_UP_LINES)
+        warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line]
+        assert outcomes.count("dropped") <= hung_up, (results, warnings[-20:])
         # Still alive, and still answering as it did the clients (one may or may not fit now:
         # the queues the clients declared stay, with ~9 KiB free around them): in AMQP terms,
         # or, if not even its connection's state fits, with a hang-up it logs.

@@ -162,18 +162,33 @@ def test_persistent_messages_survive_a_restart_on_micropython(mp_broker):
     assert not mp_broker.errors(), "broker logged errors:\n" + mp_broker.log()[-5000:]
 
 
-def test_a_websocket_listener_is_refused_in_one_line(tmp_path):
-    """A board's firmware has no WebSocket (server/options.py): a config with an MQTT listener
-    over WebSocket stops `hutch serve` under MicroPython at start, with one line that says so."""
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        (
+            {"listener": [{"protocol": "mqtt", "websocket": True, "port": 18083}]},
+            "websocket: WebSocket is not in this board's firmware",
+        ),
+        (
+            {"device": [{"name": "p", "uri": "modbus+rtu:///dev/ttyS1", "registers": [{"name": "a", "address": 0}]}]},
+            "[[device]]: a board's firmware polls no Modbus devices (hutch on CPython does: docs/modbus.md)",
+        ),
+    ],
+    ids=["websocket", "modbus"],
+)
+def test_what_a_board_s_firmware_has_not_is_refused_in_one_line(tmp_path, config, said):
+    """A board's firmware has no WebSocket and no Modbus master (server/options.py): a config
+    with an MQTT listener over WebSocket or a [[device]] stops `hutch serve` under MicroPython
+    at start, with one line that says so."""
     import json
     import subprocess
 
     from hutch.emulator.micropython_host import micropython, serve_env
 
-    config = tmp_path / "hutch.json"
-    config.write_text(json.dumps({"listener": [{"protocol": "mqtt", "websocket": True, "port": 18083}]}))
-    command = [micropython(), "-m", "hutch.server.serve", "--config", str(config), "--data", str(tmp_path / "d")]
+    path = tmp_path / "hutch.json"
+    path.write_text(json.dumps(config))
+    command = [micropython(), "-m", "hutch.server.serve", "--config", str(path), "--data", str(tmp_path / "d")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=serve_env(tmp_path))
-    said = (done.stdout + done.stderr).strip().splitlines()
-    assert done.returncode == 2 and len(said) == 1, done.stdout + done.stderr
-    assert said[0].endswith("websocket: WebSocket is not in this board's firmware"), said
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
+    assert lines[0].endswith(said), lines
