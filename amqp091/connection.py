@@ -327,7 +327,10 @@ class Connection(PortConnection):
     def lost(self):
         """The transport is gone; nothing more can be sent."""
         if not self.closed and self.state == OPEN:
-            self.broker.log("warning", "%s: client closed the socket without connection.close" % self.name)
+            try:
+                self.broker.log("warning", "%s: client closed the socket without connection.close" % self.name)
+            except MemoryError:  # (a board's heap full: the end matters, the line does not)
+                pass
         self.end()
         self.out = []
 

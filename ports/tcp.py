@@ -116,11 +116,7 @@ class TcpListener:
             reader_task.cancel()
             self.clients.remove(client)
             if not client.conn.closed:
-                try:
-                    client.conn.lost()
-                except MemoryError:  # (its end, or the line saying why: what was freed is room to drop it)
-                    gc.collect()
-                    client.conn.dropped()
+                client.conn.lost()
 
     def close(self):
         """Accept no more clients (the runtime's shutdown: then the grace, then abort())."""

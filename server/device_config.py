@@ -16,12 +16,12 @@ serve` says it in one line and exits with 2 rather than polling a device that ca
 """
 
 from ..devices.registers import width
-from . import schema
-from .config import ConfigError, did_you_mean
+from . import schema, table_checks
+from .config import ConfigError, did_you_mean, read
 
 # One row per key, as server/schema.py's rows (section, key, kind, default, flag, help,
 # description): "device" (a [[device]] table), "device.registers" (each of its registers),
-# "device.uri" (a modbus+rtu:// URI's query options). Kinds: schema.table_setting's.
+# "device.uri" (a modbus+rtu:// URI's query options). Kinds: server/table_checks.py setting()'s.
 # docs/_ext/config_reference.py makes the reference's tables from the rows.
 # fmt: off
 ROWS = (
@@ -98,6 +98,14 @@ ORDERS = ("big", "little")
 PARITIES = ("N", "E", "O")
 
 
+def devices_of(args):
+    """The checked [[device]]s of the config file args.config names (read again: server/options.py,
+    which a board loads, knows nothing of devices), or ConfigError. CPython only: `hutch serve`
+    (tools/cli.py) and a reload (server/reload.py) put them in the settings as "devices"."""
+    data = read(args.config)
+    return devices_from(data, args.config or "config") if "device" in data else []
+
+
 def devices_from(data, path="config"):
     """The checked devices of a config file's data (config.read): a list of dicts."""
     tables = data.get("device", [])
@@ -119,7 +127,7 @@ def devices_from(data, path="config"):
 
 
 def _setting(table, key, where, section="device"):
-    return schema.table_setting(ROWS, table, key, where, section, RANGES)
+    return table_checks.setting(ROWS, table, key, where, section, RANGES)
 
 
 def _unknown(table, known, where, what):

@@ -139,7 +139,6 @@ def settings(args):
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
-        "devices": _devices(data, path),
         "uplink": _uplink(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
@@ -452,18 +451,6 @@ def _bridges(data, path):
     from .bridge_config import bridges_from  # only a config with bridges loads their checks
 
     return bridges_from(data, path)
-
-
-def _devices(data, path):
-    if "device" not in data:
-        return []
-    if sys.implementation.name == "micropython":
-        raise config.ConfigError(
-            "%s: [[device]]: a board's firmware polls no Modbus devices (hutch on CPython does: docs/modbus.md)" % path
-        )
-    from .device_config import devices_from  # pyright: ignore[reportMissingImports] (host only: not in a board bundle)
-
-    return devices_from(data, path)
 
 
 MAX_SCALED_SEGMENT = 8 * 1024 * 1024  # (Linux's own segment size)

@@ -171,7 +171,7 @@ def test_persistent_messages_survive_a_restart_on_micropython(mp_broker):
         ),
         (
             {"device": [{"name": "p", "uri": "modbus+rtu:///dev/ttyS1", "registers": [{"name": "a", "address": 0}]}]},
-            "[[device]]: a board's firmware polls no Modbus devices (hutch on CPython does: docs/modbus.md)",
+            "[[device]]: a board's firmware polls no Modbus devices (docs/modbus.md)",
         ),
     ],
     ids=["websocket", "modbus"],
