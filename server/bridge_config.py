@@ -52,7 +52,7 @@ mistake is one ConfigError naming the bridge and the key, so `hutch serve` says 
 line and exits with 2 rather than running a bridge that does nothing.
 """
 
-from . import schema, table_checks, upstreams
+from . import schema, upstreams
 from .config import ConfigError, did_you_mean
 
 TYPE_CHECKING = False
@@ -698,6 +698,6 @@ RANGES = {
 def _setting(table, key, where, section="bridge", default=None):
     # type: (dict, str, str, str, object) -> Any
     """A key of a [[bridge]] table (or of its classes or declare: section), checked by its row of
-    ROWS (table_checks.setting); absent, the row's default (or default, when the row's is None:
+    ROWS (schema.table_setting); absent, the row's default (or default, when the row's is None:
     a class's always_connected is its bridge's)."""
-    return table_checks.setting(ROWS, table, key, where, section, RANGES, UNITS, default)
+    return schema.table_setting(ROWS, table, key, where, section, RANGES, UNITS, default)

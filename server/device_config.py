@@ -16,12 +16,12 @@ serve` says it in one line and exits with 2 rather than polling a device that ca
 """
 
 from ..devices.registers import width
-from . import schema, table_checks
+from . import schema
 from .config import ConfigError, did_you_mean, read
 
 # One row per key, as server/schema.py's rows (section, key, kind, default, flag, help,
 # description): "device" (a [[device]] table), "device.registers" (each of its registers),
-# "device.uri" (a modbus+rtu:// URI's query options). Kinds: server/table_checks.py setting()'s.
+# "device.uri" (a modbus+rtu:// URI's query options). Kinds: schema.table_setting's.
 # docs/_ext/config_reference.py makes the reference's tables from the rows.
 # fmt: off
 ROWS = (
@@ -127,7 +127,7 @@ def devices_from(data, path="config"):
 
 
 def _setting(table, key, where, section="device"):
-    return table_checks.setting(ROWS, table, key, where, section, RANGES)
+    return schema.table_setting(ROWS, table, key, where, section, RANGES)
 
 
 def _unknown(table, known, where, what):

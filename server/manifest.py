@@ -3,7 +3,7 @@
 # and reload.py, what serves `hutch ctl` and SIGHUP (CPython: a board has neither). monitoring.py:
 # the metrics port, loaded only when the config has one; bridge091.py, bridge10.py and
 # bridgemqtt.py, each only by a bridge over its protocol; bridge_offsets.py, only by a stream
-# source; upstreams.py and table_checks.py, to check a config with bridges. Not devices.py,
+# source; upstreams.py, to check a config with bridges. Not devices.py,
 # device_config.py, device_commands.py: a board polls no Modbus devices (server/options.py says so).
 package(
     "hutch/server",
@@ -27,7 +27,6 @@ package(
         "schema.py",
         "serve.py",
         "startup.py",
-        "table_checks.py",
     ),
 )
 # a bridge's upstream side is the sensor client's protocol (imported only with a [[bridge]])
