@@ -315,14 +315,36 @@ def bridges(data):
     each with the age of the oldest message waiting in its source queue): a dict with `live`
     and `bridges`, or None when no broker answers and there is no status.json."""
     broker = broker_status(data)
+    info = _part(broker, "bridges")
+    if info is not None and "error" not in info:
+        info["left_behind"] = broker.get("left_behind", [])
+    return info
+
+
+def _part(broker, key):
+    """broker_status()'s answer cut to its `key` (a list) and how fresh it is; None or the error
+    as they are."""
     if broker is None or "error" in broker:
         return broker
-    out = broker.get("bridges", [])
-    info = {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), "bridges": out}
-    info["left_behind"] = broker.get("left_behind", [])
+    info = {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid"), key: broker.get(key, [])}
     if broker.get("asked"):
         info["asked"] = True
     return info
+
+
+def _said_whole_or_unknown(args, kind, info):
+    """True once info is said: whole as JSON (--json), or in one line when it is not known (no
+    status.json, or one that cannot be read)."""
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return True
+    if info is None:
+        print("%s: not known (no %s: the broker has not run on this folder since it writes one)" % (kind, STATUS_FILE))
+        return True
+    if "error" in info:
+        print("%s: not known (%s)" % (kind, info["error"]))
+        return True
+    return False
 
 
 def _last_error(bridge):
@@ -355,14 +377,7 @@ def bridges_command(args):
     if _no_folder(data):
         return 2
     info = bridges(data)
-    if args.json:
-        print(json.dumps(info, indent=1))
-        return 0
-    if info is None:
-        print("bridges: not known (no %s: the broker has not run on this folder since it writes one)" % STATUS_FILE)
-        return 0
-    if "error" in info:
-        print("bridges: not known (%s)" % info["error"])
+    if _said_whole_or_unknown(args, "bridges", info):
         return 0
     print("bridges: %s (%s)" % (len(info["bridges"]) or "none", _when(info)))
     for b in info["bridges"]:
@@ -404,21 +419,8 @@ def devices_command(args):
     data = args.data
     if _no_folder(data):
         return 2
-    broker = broker_status(data)
-    info = broker
-    if broker is not None and "error" not in broker:
-        info = {"live": broker["live"], "age_s": broker["age_s"], "pid": broker.get("pid")}
-        info["devices"] = broker.get("devices", [])
-        if broker.get("asked"):
-            info["asked"] = True
-    if args.json:
-        print(json.dumps(info, indent=1))
-        return 0
-    if info is None:
-        print("devices: not known (no %s: the broker has not run on this folder since it writes one)" % STATUS_FILE)
-        return 0
-    if "error" in info:
-        print("devices: not known (%s)" % info["error"])
+    info = _part(broker_status(data), "devices")
+    if _said_whole_or_unknown(args, "devices", info):
         return 0
     print("devices: %s (%s)" % (len(info["devices"]) or "none", _when(info)))
     now = time.time()

@@ -143,7 +143,9 @@ def epoch(ts):
     return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def test_polled_readings_arrive_once_each_numbered_through_a_sigkill(tmp_path):
+def two_devices_polled(tmp_path):
+    """probe-1 and probe-2, units 1 and 2 behind one Modbus TCP address, polled by a broker with
+    a queue for what they publish: (the devices, the broker, the port), both devices up."""
     port = free_port()
     devices = ModbusDevices(port, [1, 2])
     broker = hutch_serve(tmp_path, device_table("probe-1", port, 1) + device_table("probe-2", port, 2))
@@ -151,6 +153,17 @@ def test_polled_readings_arrive_once_each_numbered_through_a_sigkill(tmp_path):
         broker.start()
         bound_queue(broker)
         wait_until(lambda: broker.log().count(": up (modbus+tcp") == 2, 10, what="both devices up")
+    except BaseException:
+        if broker.proc is not None:
+            broker.stop()
+        devices.stop()
+        raise
+    return devices, broker, port
+
+
+def test_polled_readings_arrive_once_each_numbered_through_a_sigkill(tmp_path):
+    devices, broker, _port = two_devices_polled(tmp_path)
+    try:
         time.sleep(10 * INTERVAL)
         sigkill(broker)  # (a power cut: what the journal had not synced is lost, never repeated)
         broker.start()
@@ -265,13 +278,8 @@ def test_two_devices_on_one_rs485_line_are_each_polled(tmp_path):
 
 
 def test_a_reload_adds_removes_and_changes_devices(tmp_path):
-    port = free_port()
-    devices = ModbusDevices(port, [1, 2])
-    broker = hutch_serve(tmp_path, device_table("probe-1", port, 1) + device_table("probe-2", port, 2))
+    devices, broker, port = two_devices_polled(tmp_path)
     try:
-        broker.start()
-        bound_queue(broker)
-        wait_until(lambda: broker.log().count(": up (modbus+tcp") == 2, 10, what="both devices up")
         time.sleep(5 * INTERVAL)
         before, _ = polls_by_device(drain(broker))
         changed = device_table("probe-1", port, 1).replace("interval = %s" % INTERVAL, "interval = 0.4")
