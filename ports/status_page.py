@@ -2,7 +2,7 @@
 its style and script inline (no external asset: it works on a gateway with no internet), which
 reads /api/overview every second and draws what RabbitMQ's management overview shows —
 the node (host, version, uptime), totals, message rates with small charts, queues with their
-own rates, connections, MQTT's sessions, bridges, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
+own rates, connections, MQTT's sessions, bridges, Modbus devices, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
 shows, so a test (and a script) can read it.
 """
 
@@ -26,6 +26,7 @@ th{background:#eee}td:first-child,th:first-child{text-align:left}
 <div id="mqtt-part" hidden><h2>MQTT</h2><div class="totals" id="mqtt"></div>
 <h2>MQTT sessions</h2><table id="mqtt-sessions"></table></div>
 <h2>Bridges</h2><table id="bridges"></table>
+<div id="devices-part" hidden><h2>Devices</h2><table id="devices"></table></div>
 <h2>Streams</h2><table id="streams"></table>
 <h2>Journal and memory</h2><div class="totals" id="storage"></div>
 <script>
@@ -115,6 +116,7 @@ function draw(data) {
   table("bridges", [["name", "name"], ["state", "state"], ["window", "window"], ["upstream", "upstream"],
     ["forwarded", "forwarded"], ["in flight", "in_flight"], ["backlog", "backlog"], ["oldest (s)", "oldest_age_s"],
     ["alarm", "alarm"], ["last error", "last_error"]], b.bridges);
+  drawDevices(b.devices || [], now);
   table("streams", [["name", "name"], ["first", "first"], ["last", "last"], ["bytes", "bytes"], ["consumers", "consumers"]], b.streams);
   var storage = document.getElementById("storage"); storage.textContent = "";
   if (b.journal) {
@@ -137,6 +139,17 @@ function draw(data) {
 // MQTT's part, where a listener serves it: its clients' counters, and its sessions as RabbitMQ
 // keeps them, a queue per session and QoS (mqtt-subscription-<client id>qos0|qos1), retained
 // messages (mqtt-retained.<key>) and shared subscriptions (mqtt-shared/<group>/<filter>)
+// the [[device]]s polled (devices/device.py snapshot): its state, since when, its polls by result
+function drawDevices(devices, now) {
+  document.getElementById("devices-part").hidden = !devices.length;
+  table("devices", [["name", "name"], ["state", "state"], ["for", "for"], ["last poll", "last"], ["polls", "ok"],
+    ["failed", "failed"], ["why down", "reason"]], devices.map(function (d) {
+    var failed = 0;
+    for (var result in d.polls) if (result !== "ok") failed += d.polls[result];
+    return {name: d.name, state: d.state, for: d.since == null ? null : duration(now - d.since),
+      last: d.last_poll_number == null ? null : "#" + d.last_poll_number, ok: d.polls.ok, failed: failed, reason: d.reason};
+  }));
+}
 function drawMqtt(b) {
   var m = (b.counters_by_protocol || {}).mqtt;
   document.getElementById("mqtt-part").hidden = !m;

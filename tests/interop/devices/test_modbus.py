@@ -32,6 +32,7 @@ import pika
 import pytest
 from brokers import BIN, free_port, hutch_serve, sigkill, wait_until
 from paths import ROOT
+from scrapes import dom_figures
 
 DEVICE_SCRIPT = os.path.join(ROOT, "tests", "support", "modbus_device.py")
 INTERVAL = 0.2  # seconds between a device's polls
@@ -205,6 +206,7 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
             [os.path.join(BIN, "hutch"), "ctl", "devices", "--data", broker.data],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
+        page = dom_figures("http://127.0.0.1:%d/" % metrics_port, str(tmp_path / "chromium"))
         device_2 = ModbusDevices(port_2, [1])
         wait_until(lambda: "device probe-2: back up" in broker.log(), 10, what="probe-2 back up")
         time.sleep(2 * INTERVAL)
@@ -237,6 +239,11 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
         r"probe-2 \(modbus\+tcp://127\.0\.0\.1:\d+, unit 1\): down for [\d.]+ s \((gone|timeout): ", ctl.stdout
     ), ctl.stdout
     assert re.search(r"probe-1 \(.*\): up for .*; last poll #\d+, [\d.]+ s ago", ctl.stdout), ctl.stdout
+    # ... and on the status page, in headless Chromium
+    assert page["devices.probe-2.state"] == "down" and page["devices.probe-1.state"] == "up", page
+    assert page["devices.probe-2.reason"].startswith(("gone: ", "timeout: ")) and page["devices.probe-1.reason"] == "-"
+    assert int(page["devices.probe-2.failed"]) >= 2 and int(page["devices.probe-1.ok"]) >= 15, page
+    assert page["devices.probe-1.last"].startswith("#"), page
     assert log.count("Failed to connect") == 0 and log.count("Repeating") == 0, "pymodbus's own lines: %s" % log
 
 
