@@ -59,13 +59,14 @@ class Line:
         self.retries = retries
         self.client = None
         self.turn = asyncio.Lock()
+        self.heard = 0  # octets received since the request under way was sent (_asked)
 
     def _make(self):
         client_module, _ = _pymodbus()
         line = self.line
         # reconnect_delay 0: pymodbus does not reconnect by itself; a poll connects when it
         # finds the line down, and the device's backoff spaces those tries.
-        common = {"timeout": self.timeout, "retries": self.retries, "reconnect_delay": 0}
+        common = {"timeout": self.timeout, "retries": self.retries, "reconnect_delay": 0, "trace_packet": self._heard}
         if line["transport"] == "tcp":
             return client_module.AsyncModbusTcpClient(line["host"], port=line["port"], **common)
         return client_module.AsyncModbusSerialClient(
@@ -92,15 +93,28 @@ class Line:
                 raise Failed("gone", "cannot connect to %s" % device.settings["uri"])
         return client
 
+    def _heard(self, sending, data):
+        """(pymodbus's trace_packet) Counts what the line brought: octets heard during a request
+        that got no answer were no answer of Modbus's (a bad CRC, noise, a frame cut short)."""
+        if not sending:
+            self.heard += len(data)
+        return data
+
     async def _asked(self, request, what):
         """The device's answer to one request (a coroutine of the client's), or Failed."""
         _, exceptions = _pymodbus()
+        self.heard = 0
         try:
             answer = await request
         except exceptions.ConnectionException as e:
             self.close()
             raise Failed("gone", "connection lost: %s" % e)
         except exceptions.ModbusIOException as e:
+            if self.heard:
+                raise Failed(
+                    "error",
+                    "%d octets to %s that were no answer (a bad CRC, or noise on the line)" % (self.heard, what),
+                )
             raise Failed("timeout", "no answer to %s (%s)" % (what, e))
         except exceptions.ModbusException as e:
             raise Failed("error", "%s: %s" % (what, e))

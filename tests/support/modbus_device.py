@@ -2,7 +2,7 @@
 extra), each unit's values changing with every read.
 
     python modbus_device.py tcp PORT UNIT [UNIT ...]
-    python modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...]
+    python modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...] [garbled=UNIT]
 
 A unit's n-th read of a kind of register (its holding registers, its input registers: counted
 apart) answers with what script() says of n: holding register A holds n * 10 + A (uint16), the
@@ -10,7 +10,8 @@ input registers from 0 hold float32s, 20.0 + n / 2 at 0-1, -n at 2-3, ... So a r
 read of its device it came from, and one poll's readings (one read of each kind) agree.
 Holding registers from SETTABLE on are not scripted: they hold what was written to them (a
 setpoint), but for the last one, LOCKED, which answers a write with ILLEGAL DATA ADDRESS.
-Coils hold what was written.
+Coils hold what was written. On an RTU line, garbled=UNIT makes that unit's answers arrive with
+their last octet flipped (a bad CRC, as noise on the line makes it).
 
 Prints "ready" once it serves; runs until killed.
 """
@@ -66,9 +67,20 @@ async def main(argv):
         units = [int(u) for u in argv[2:]]
         server = ModbusTcpServer([device(u) for u in units], address=("127.0.0.1", int(argv[1])))
     else:
-        units = [int(u) for u in argv[3:]]
+        garbled = [int(a.split("=")[1]) for a in argv[3:] if a.startswith("garbled=")]
+        units = [int(u) for u in argv[3:] if not u.startswith("garbled=")]
+
+        def noise(sending, packet):
+            if sending and packet and packet[0] in garbled:
+                return packet[:-1] + bytes((packet[-1] ^ 0xFF,))
+            return packet
+
         server = ModbusSerialServer(
-            [device(u) for u in units], port=argv[1], baudrate=int(argv[2]), allow_multiple_devices=True
+            [device(u) for u in units + garbled],
+            port=argv[1],
+            baudrate=int(argv[2]),
+            allow_multiple_devices=True,
+            trace_packet=noise,
         )
     task = asyncio.create_task(server.serve_forever())
     await asyncio.sleep(0.3)

@@ -9,7 +9,8 @@ which poll it came from and the two registers of one poll agree.
 - A device that stops answering: its status message and one warning, the other device polled
   on time meanwhile, then its status back up once it answers again.
 - Two devices on one RS-485 line (Modbus RTU over a pty pair Debian's socat makes) are both
-  polled, one request at a time, each poll its own read's.
+  polled, one request at a time, each poll its own read's; a third, whose answers come with a
+  bad CRC, is down for an error (counted as one) and costs them nothing.
 - `hutch ctl reload` adds, removes and changes devices: the removed one is no longer polled, the
   added one is, the changed one goes on with its new interval and its poll numbers.
 - A command to a writable register (cmd.DEVICE.REGISTER) sets it and is answered on its
@@ -44,7 +45,7 @@ class ModbusDevices:
 
     def __init__(self, port, units, line=None):
         self.port = port
-        where = ["tcp", str(port)] if line is None else ["rtu", line, "19200"]
+        where = ["tcp", str(port)] if line is None else ["rtu", line, "19200"]  # (units: ints, or "garbled=N")
         self.proc = subprocess.Popen(
             [sys.executable, DEVICE_SCRIPT] + where + [str(u) for u in units],
             stdout=subprocess.PIPE,
@@ -263,25 +264,40 @@ class PtyPair:
         self.proc.wait()
 
 
-def test_two_devices_on_one_rs485_line_are_each_polled(tmp_path):
+def test_two_devices_on_one_rs485_line_are_each_polled_and_a_garbled_one_is_counted(tmp_path):
+    """Units 1 and 2 answer; unit 3's answers come with a bad CRC (noise): it is down for an
+    error, counted as such, while the others are polled on time, and nothing raises."""
     line = PtyPair(tmp_path)
-    devices = ModbusDevices(None, [1, 2], line=line.ends[0])
+    devices = ModbusDevices(None, [1, 2, "garbled=3"], line=line.ends[0])
     uri = "modbus+rtu://%s?baudrate=19200" % line.ends[1]
-    broker = hutch_serve(tmp_path, device_table("soil-1", None, 1, uri) + device_table("soil-2", None, 2, uri))
+    tables = [device_table(name, None, unit, uri) for name, unit in (("soil-1", 1), ("soil-2", 2), ("noisy", 3))]
+    broker = hutch_serve(tmp_path, "".join(tables))
     try:
         broker.start()
         bound_queue(broker)
         wait_until(lambda: broker.log().count(": up (modbus+rtu") == 2, 10, what="both devices up")
+        wait_until(lambda: "device noisy: down" in broker.log(), 10, what="the noisy device down")
         time.sleep(10 * INTERVAL)
-        polls, _ = polls_by_device(drain(broker))
+        polls, statuses = polls_by_device(drain(broker))
+        ctl = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "devices", "--data", broker.data, "--json"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
         assert not broker.errors(), broker.errors()
     finally:
         broker.stop()
         devices.stop()
         line.stop()
-    check_polls(polls)
+    check_polls({name: polls[name] for name in ("soil-1", "soil-2")})
     # 2 s at 0.2 s each; a poll is two requests of about 10 ms at 19,200 baud, one at a time on the line
     assert len(polls["soil-1"]) >= 6 and len(polls["soil-2"]) >= 6, {d: sorted(p) for d, p in polls.items()}
+    assert "noisy" not in polls
+    noisy = [s for s in statuses if s["device"] == "noisy"]
+    assert [s["state"] for s in noisy] == ["down"] and noisy[0]["reason"].startswith("error: "), noisy
+    assert "that were no answer (a bad CRC, or noise on the line)" in noisy[0]["reason"], noisy
+    counted = {d["name"]: d["polls"] for d in json.loads(ctl.stdout)["devices"]}
+    assert counted["noisy"]["error"] >= 1 and counted["noisy"]["ok"] == 0, counted
+    assert counted["soil-1"]["error"] == counted["soil-2"]["error"] == 0, counted
 
 
 def test_a_reload_adds_removes_and_changes_devices(tmp_path):
