@@ -4,7 +4,8 @@ Each page's ```python and ```js blocks are taken in order and run, each as a scr
 own (the test run's Python, which has pika, Qpid Proton, paho-mqtt and hutch; Node with
 tests/node's packages for rhea), against one `hutch serve` started for the page with no config
 and an empty data folder, as `make serve` starts it (with `--mqtt-port` and `--mqtt-ws-port`
-for a page whose snippets use MQTT's ports). An ```html block is a page that uses MQTT.js's
+for a page whose snippets use MQTT's ports; with the page's [[device]] table, its device a
+scripted one, for a page that commands a Modbus device). An ```html block is a page that uses MQTT.js's
 browser bundle: saved beside the bundle and opened in headless Chromium, what it prints is its
 list items (tests/support/mqtt_pages.py: an image the page gets holds its DOM until its client
 has connected). A ```json block with an `mqtt-broker` node is a Node-RED flow: started as
@@ -29,7 +30,7 @@ import pytest
 from brokers import hutch_serve
 from mqtt_pages import flow_output, page_beside_bundle, page_dom
 from paths import NODE_DIR, ROOT
-from snippets import PAGES, page_name, snippets, with_port
+from snippets import PAGES, devices_config, page_name, snippets, with_port
 
 from hutch.bench.brokers import free_port
 
@@ -56,6 +57,7 @@ PRINTS = {
     ("docs/mqtt.md", 4): "sensors/greenhouse-1/rh = 40\nsensors/greenhouse-1/temp = 21.5\n",
     ("docs/mqtt.md", 5): "21.5\n40\n",
     ("docs/mqtt.md", 6): "[(b'hello from bob', [42])]\n",
+    ("docs/modbus.md", 0): "setpoint-1 {'device': 'boiler', 'register': 'setpoint', 'value': 42.5, 'result': 'ok'}\n",
 }
 
 
@@ -95,9 +97,27 @@ def check_without_running(code, where):
         exec(line, {})
 
 
+def with_device(page, tmp_path):
+    """For a page whose snippets command a Modbus device (docs/modbus.md): (the broker, made
+    with the page's [[device]] table, its address made a scripted device's here; that device,
+    tests/support/modbus_device.py); else (the broker, None)."""
+    config = devices_config(page)
+    if config is None:
+        return hutch_serve(tmp_path), None
+    port = free_port()
+    config = re.sub(r'uri = "modbus\+tcp://[^"]*"', 'uri = "modbus+tcp://127.0.0.1:%d"' % port, config)
+    device = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "tests", "support", "modbus_device.py"), "tcp", str(port), "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert device.stdout.readline().strip() == "ready"
+    return hutch_serve(tmp_path, config), device
+
+
 @pytest.mark.parametrize("page", pages_to_run())
 def test_the_snippets_of_a_page_run_as_written_against_a_fresh_broker(page, tmp_path):
-    broker = hutch_serve(tmp_path)
+    broker, device = with_device(page, tmp_path)
     mqtt_port = None
     if any("1883" in code for _, code, _ in snippets(page)):  # a page of MQTT clients: MQTT served too
         mqtt_port = free_port()
@@ -121,6 +141,10 @@ def test_the_snippets_of_a_page_run_as_written_against_a_fresh_broker(page, tmp_
             assert done.stdout == PRINTS[page, i], where
     finally:
         broker.stop()
+        if device is not None:
+            device.kill()
+            device.wait()
+            device.stdout.close()
     assert not broker.errors(), broker.log()
 
 

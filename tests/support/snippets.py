@@ -47,3 +47,15 @@ def with_port(code, port, mqtt_port=None, ws_port=None):
     if ws_port is not None:
         code = code.replace("8083", str(ws_port))
     return code
+
+
+TOML_BLOCK = re.compile(r"```toml\n(.*?)```", re.S)
+
+
+def devices_config(page):
+    """The page's ```toml block with a [[device]] whose registers are writable (the device its
+    command snippet talks to), or None."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        text = GENERATED.sub("", f.read())
+    found = [code for code in TOML_BLOCK.findall(text) if "[[device]]" in code and "writable = true" in code]
+    return found[0] if found else None
