@@ -140,11 +140,13 @@ def test_the_snippets_of_a_page_run_as_written_against_a_fresh_broker(page, tmp_
             assert (page, i) in PRINTS, "%s printed %r: add it to PRINTS" % (where, done.stdout)
             assert done.stdout == PRINTS[page, i], where
     finally:
-        broker.stop()
-        if device is not None:
-            device.kill()
-            device.wait()
-            device.stdout.close()
+        try:
+            broker.stop()
+        finally:
+            if device is not None:  # (stopped by its PID, whatever the broker did)
+                device.kill()
+                device.wait()
+                device.stdout.close()
     assert not broker.errors(), broker.log()
 
 

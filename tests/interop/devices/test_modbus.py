@@ -31,7 +31,7 @@ import urllib.request
 
 import pika
 import pytest
-from brokers import BIN, free_port, hutch_serve, sigkill, wait_until
+from brokers import BIN, free_port, hutch_serve, sigkill, stop_all, wait_until
 from paths import ROOT
 from scrapes import dom_figures
 
@@ -156,9 +156,7 @@ def two_devices_polled(tmp_path):
         bound_queue(broker)
         wait_until(lambda: broker.log().count(": up (modbus+tcp") == 2, 10, what="both devices up")
     except BaseException:
-        if broker.proc is not None:
-            broker.stop()
-        devices.stop()
+        stop_all(*([broker] if broker.proc is not None else []), devices)
         raise
     return devices, broker, port
 
@@ -174,8 +172,7 @@ def test_polled_readings_arrive_once_each_numbered_through_a_sigkill(tmp_path):
         assert not broker.errors(), broker.errors()
         polls, statuses = polls_by_device(drain(broker.start()))
     finally:
-        broker.stop()
-        devices.stop()
+        stop_all(broker, devices)
     check_polls(polls)
     for device in ("probe-1", "probe-2"):
         numbers = sorted(polls[device])
@@ -214,9 +211,7 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
         after = drain(broker)
         log = broker.log()
     finally:
-        broker.stop()
-        device_1.stop()
-        device_2.stop()
+        stop_all(broker, device_1, device_2)
     polls, statuses = polls_by_device(during)
     check_polls(polls)
     # probe-1 went on at its interval (3 s at 0.2 s: 15 polls; a loaded machine may lose a few)
@@ -285,9 +280,7 @@ def test_two_devices_on_one_rs485_line_are_each_polled_and_a_garbled_one_is_coun
         )  # fmt: skip
         assert not broker.errors(), broker.errors()
     finally:
-        broker.stop()
-        devices.stop()
-        line.stop()
+        stop_all(broker, devices, line)
     check_polls({name: polls[name] for name in ("soil-1", "soil-2")})
     # 2 s at 0.2 s each; a poll is two requests of about 10 ms at 19,200 baud, one at a time on the line
     assert len(polls["soil-1"]) >= 6 and len(polls["soil-2"]) >= 6, {d: sorted(p) for d, p in polls.items()}
@@ -316,8 +309,7 @@ def test_a_reload_adds_removes_and_changes_devices(tmp_path):
         after, statuses = polls_by_device(drain(broker))
         assert not broker.errors(), broker.errors()
     finally:
-        broker.stop()
-        devices.stop()
+        stop_all(broker, devices)
     assert reload.returncode == 0, reload.stdout + reload.stderr
     said = reload.stdout.splitlines()
     assert "device probe-2 removed" in said and "device probe-3 added" in said, said
@@ -399,8 +391,7 @@ def test_a_command_sets_a_writable_register_and_is_answered(tmp_path):
         readings = drain_as(broker, "admin", "edge-secret")
         log = broker.log()
     finally:
-        broker.stop()
-        devices.stop()
+        stop_all(broker, devices)
     assert said["setpoint"] == {"device": "boiler", "register": "setpoint", "value": 42.5, "result": "ok"}, said
     assert said["level"]["result"] == "ok" and said["pump"]["result"] == "ok", said
     assert said["not a number"]["error"] == "setpoint is float32: it takes a number, not 'hot'", said
