@@ -220,7 +220,7 @@ def assert_mqtt_js_sees_rabbitmq_alike(ours, theirs):
     sent = [["js/sensors/t%d" % (i % 3), str(i), i % 3] for i in range(30)]
     assert sorted(ours.pop("got")) == sorted(sent)
     assert sorted(theirs.pop("got")) == sorted([t, m, min(1, q)] for t, m, q in sent)
-    assert ours == theirs
+    assert ours == theirs, (ours, theirs)
     assert ours["retained"] == [{"topic": "js/status/node-1", "payload": "online", "retain": True}]
 
 
@@ -241,7 +241,7 @@ def assert_mqtt_js_scenario(seen, version):
 
 def assert_websocket_scenarios_alike(ours, theirs):
     """websocket_scenario's results on hutch and on RabbitMQ's web-mqtt: the same, and right."""
-    assert ours == theirs
+    assert ours == theirs, (ours, theirs)
     got, kept, wills, session = ours
     assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
     assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
