@@ -101,6 +101,16 @@ def sync_file(f):
         os.fsync(f.fileno())
 
 
+def replace_file(path, octets):
+    """The file at path replaced whole, durably: a new file, synced, renamed over the old one,
+    its folder synced. A crash leaves the old file or the new one, never half of one."""
+    with open(path + ".new", "wb") as f:
+        f.write(octets)
+        sync_file(f)
+    os.rename(path + ".new", path)
+    sync_dir(path.rsplit("/", 1)[0])
+
+
 class StreamStore:
     """DATA/streams/: opens each stream's folder, and at the end of a start removes the folders
     of streams that are gone."""
@@ -318,12 +328,7 @@ class StreamLog:
 
     def write_reserved(self, offset):
         """reserved = offset, durably: a new file, synced, renamed over the old one."""
-        path = self.dir + "/reserved"
-        with open(path + ".new", "wb") as f:
-            f.write(encode_record(RESERVED, struct.pack(">Q", offset)))
-            sync_file(f)
-        os.rename(path + ".new", path)
-        sync_dir(self.dir)
+        replace_file(self.dir + "/reserved", encode_record(RESERVED, struct.pack(">Q", offset)))
         self.reserved = offset
 
     # ------------------------------------------------------------ the core's calls

@@ -3,7 +3,6 @@ stream queue stands in it, written as it moves and read at start, so a restart g
 there (server/bridge.py; loaded only by such a bridge)."""
 
 import binascii
-import os
 
 
 def offset_path(folder, name):
@@ -26,11 +25,7 @@ def read_offset(path):
 def write_offset(path, offset, lane, stream_name):
     """The offset file replaced whole: a new file, synced, renamed over the old one, so a crash
     leaves the old file or the new one, never half of one."""
-    from ..ports.streams import sync_dir, sync_file  # (a stream source: loaded with its stream)
+    from ..ports.streams import replace_file  # (a stream source: loaded with its stream)
 
     line = "%d %s %s\n" % (offset, lane.decode(), binascii.hexlify(stream_name).decode())
-    with open(path + ".new", "wb") as f:
-        f.write(line.encode())
-        sync_file(f)
-    os.rename(path + ".new", path)
-    sync_dir(path.rsplit("/", 1)[0])
+    replace_file(path, line.encode())

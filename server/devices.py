@@ -25,9 +25,17 @@ from ..core.content import tails
 from ..core.message import Message
 from ..devices.device import Device, PollNumbers
 from ..devices.registers import BITS
+from ..ports.streams import replace_file
 from .runtime import StartError
 
 PERSISTENT = 2
+# a register kind -> the pymodbus client's method that reads it
+READS = {
+    "holding": "read_holding_registers",
+    "input": "read_input_registers",
+    "coil": "read_coils",
+    "discrete": "read_discrete_inputs",
+}
 JSON = b"application/json"
 
 
@@ -149,12 +157,7 @@ class Line:
             answers = []
             unit = device.settings["unit"]
             for kind, start, count, _members in device.reads:
-                read = {
-                    "holding": client.read_holding_registers,
-                    "input": client.read_input_registers,
-                    "coil": client.read_coils,
-                    "discrete": client.read_discrete_inputs,
-                }[kind]
+                read = getattr(client, READS[kind])
                 what = "a read of %d %s at %d" % (count, kind, start)
                 answer = await self._asked(read(start, count=count, device_id=unit), what)
                 answers.append(answer.bits[:count] if kind in BITS else answer.registers)
@@ -186,18 +189,6 @@ def read_number(path):
         return 1
     except (OSError, ValueError, IndexError):
         return None
-
-
-def write_number(path, number):
-    """The file replaced whole (a new file, synced, renamed over the old one): a crash leaves
-    the old number or the new one."""
-    from ..ports.streams import sync_dir, sync_file
-
-    with open(path + ".new", "wb") as f:
-        f.write(b"%d\n" % number)
-        sync_file(f)
-    os.rename(path + ".new", path)
-    sync_dir(path.rsplit("/", 1)[0])
 
 
 class Devices:
@@ -236,7 +227,7 @@ class Devices:
                     "warning",
                     "device %s: %s cannot be read: its polls are numbered from %d" % (settings["name"], path, first),
                 )
-            numbers = PollNumbers(first, lambda number: write_number(path, number))
+            numbers = PollNumbers(first, lambda number: replace_file(path, b"%d\n" % number))
         device = Device(settings, numbers)
         device.line = self.lines[key]
         device.polling = True  # (False once removed: see remove)
