@@ -34,9 +34,22 @@ import time
 
 from .registers import decode, plan
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Any
+
 RESULTS = ("ok", "timeout", "exception", "error", "gone")
 MAX_BACKOFF = 60.0  # seconds between the polls of a device that is down, at most
 BLOCK = 1000  # poll numbers reserved at a time (one write of the data folder per BLOCK polls)
+
+
+class Failed(Exception):
+    """A poll or write that failed: Failed(result, why), result one of RESULTS but "ok"."""
+
+
+def garbled(heard, what):
+    """The failure of a request whose answer was octets that were no Modbus answer."""
+    return Failed("error", "%d octets to %s that were no answer (a bad CRC, or noise on the line)" % (heard, what))
 
 
 def iso(wall):
@@ -66,6 +79,11 @@ class PollNumbers:
 
 
 class Device:
+    # set by the driver (server/devices.py): the line it is polled on, and whether it still is
+    # (an annotation alone costs nothing at run time)
+    line: "Any"
+    polling: bool
+
     def __init__(self, settings, numbers):
         self.settings = settings
         self.name = settings["name"]
@@ -150,7 +168,7 @@ class Device:
         body = {"device": self.name, "state": self.state, "ts": iso(wall)}
         if self.reason is not None:
             body["reason"] = self.reason
-        return "status.%s" % self.name, None, json.dumps(body).encode()
+        return "status.%s" % self.name, {}, json.dumps(body).encode()
 
     def snapshot(self):
         """What `hutch ctl devices` and the status page show of it."""

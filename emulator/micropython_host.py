@@ -20,7 +20,9 @@ def micropython():
     return path
 
 
-def package_root(folder, packages=("codec", "core", "amqp091", "amqp10", "ports", "server", "boards", "client")):
+def package_root(
+    folder, packages=("codec", "core", "amqp091", "amqp10", "ports", "server", "boards", "client", "devices")
+):
     """A folder holding hutch/<package> links, the layout the firmware bundle uses on a board."""
     root = os.path.join(str(folder), "pkg")
     os.makedirs(os.path.join(root, "hutch"))

@@ -1,8 +1,8 @@
 """Build a firmware bundle: hutch compiled to .mpy, as a file tree and as a ROMFS image.
 
-    python -m hutch.firmware.build [--node | [--amqp10] [--mqtt]] [--out build/firmware]
+    python -m hutch.firmware.build [--node | [--amqp10] [--mqtt] [--modbus]] [--out build/firmware]
 
-Two bundles, each an allow-list: the files that the manifests of its packages name
+Bundles, each an allow-list: the files that the manifests of its packages name
 (core/manifest.py, ports/manifest.py, ... in MicroPython's manifest syntax, as
 micropython-lib keeps them), and nothing else, so a module someone adds ships to a
 board only once its package's manifest lists it.
@@ -11,7 +11,8 @@ board only once its package's manifest lists it.
   which start the broker from hutch.json at every reset (and the AMQP 1.0 client a bridge to
   a 1.0 cloud speaks with);
 - the broker serving AMQP 1.0 too (--amqp10): the same and the 1.0 front end; serving MQTT
-  (--mqtt): the same and the MQTT front end (either, or both);
+  (--mqtt): the same and the MQTT front end; polling Modbus devices on a UART (--modbus): the
+  same and hutch.devices with the board's RTU master (any of them together);
 - a sensor node (--node): hutch.client and the parts of the core it speaks through.
 
 What is built, in --out (default build/firmware, or build/node):
@@ -41,24 +42,36 @@ from mpremote.romfs import make_romfs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The manifests that make up each bundle: a package's manifest.py, or PACKAGE:NAME for its
-# manifest_NAME.py (amqp10:serving, the AMQP 1.0 front end, only in the bundle that asks for it;
-# so mqtt, the MQTT front end).
+# manifest_NAME.py. The broker's bundle holds 0-9-1; each feature a board's config may ask for
+# adds its manifests (amqp10:serving, the AMQP 1.0 front end; mqtt, the MQTT front end; modbus,
+# the devices polled over a UART), and the bundle is named for them: broker-amqp10-mqtt.
 BROKER = ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards")
-BUNDLES = {
-    "broker": BROKER,
-    "broker-amqp10": BROKER + ("amqp10:serving",),
-    "broker-mqtt": BROKER + ("mqtt",),
-    "broker-amqp10-mqtt": BROKER + ("amqp10:serving", "mqtt"),
-    "node": ("client",),
-}
-DEFAULT_OUT = dict(
-    {name: os.path.join(ROOT, "build", "firmware") for name in BUNDLES}, node=os.path.join(ROOT, "build", "node")
+FEATURES = (
+    ("amqp10", ("amqp10:serving",)),
+    ("mqtt", ("mqtt",)),
+    ("modbus", ("devices", "server:devices")),
 )
 
 
-def broker_bundle(amqp10=False, mqtt=False):
-    """The name of the broker's bundle with the front ends a board serves besides 0-9-1."""
-    return "broker" + ("-amqp10" if amqp10 else "") + ("-mqtt" if mqtt else "")
+def broker_bundle(amqp10=False, mqtt=False, modbus=False):
+    """The name of the broker's bundle with the features a board serves besides 0-9-1."""
+    wanted = {"amqp10": amqp10, "mqtt": mqtt, "modbus": modbus}
+    return "-".join(["broker"] + [name for name, _ in FEATURES if wanted[name]])
+
+
+def _bundles():
+    bundles = {"node": ("client",)}
+    for mask in range(1 << len(FEATURES)):
+        chosen = [FEATURES[i] for i in range(len(FEATURES)) if mask >> i & 1]
+        name = "-".join(["broker"] + [feature for feature, _ in chosen])
+        bundles[name] = BROKER + tuple(manifest for _, manifests in chosen for manifest in manifests)
+    return bundles
+
+
+BUNDLES = _bundles()
+DEFAULT_OUT = dict(
+    {name: os.path.join(ROOT, "build", "firmware") for name in BUNDLES}, node=os.path.join(ROOT, "build", "node")
+)
 
 
 BOARD_SCRIPTS = ("boot.py", "main.py")  # firmware/ entry points of the broker, copied as source to the board's root
@@ -315,13 +328,18 @@ def main(argv=None):
     parser.add_argument(
         "--mqtt", action="store_true", help="the broker's bundle with the MQTT front end ([server] mqtt = true)"
     )
+    parser.add_argument(
+        "--modbus", action="store_true", help="the broker's bundle that polls Modbus devices on a UART ([[device]])"
+    )
     parser.add_argument("--out", default=None, help="output folder (default build/firmware, or build/node)")
     args = parser.parse_args(argv)
-    if args.node and (args.amqp10 or args.mqtt):
-        print("hutch: --node is the sensor client's bundle: it takes no --amqp10 or --mqtt", file=sys.stderr)
+    if args.node and (args.amqp10 or args.mqtt or args.modbus):
+        print("hutch: --node is the sensor client's bundle: it takes no --amqp10, --mqtt or --modbus", file=sys.stderr)
         return 2
     try:
-        result = build(args.out, bundle_name="node" if args.node else broker_bundle(args.amqp10, args.mqtt))
+        result = build(
+            args.out, bundle_name="node" if args.node else broker_bundle(args.amqp10, args.mqtt, args.modbus)
+        )
     except RuntimeError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ package(
     files=(
         "__init__.py",
         "clock.py",
+        "files.py",
         "heap.py",
         "http.py",
         "interrupt.py",

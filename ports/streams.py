@@ -35,6 +35,7 @@ from ..codec.wire import decode_table, shortstr
 from ..core.store.records import CORRUPT, HEADER_SIZE, TORN, encode_record, scan_records
 from ..core.streams.streamlog import PREFIX, offset_and_time, scan
 from .clock import Clock
+from .files import replace_file, sync_dir, sync_file
 from .segments import MICROPYTHON, SEGMENT_SUFFIX, exists, make_dir
 
 META = 1  # stream.meta's record: name shortstr, arguments table
@@ -81,34 +82,6 @@ def remove_tree(path):
         os.rmdir(path)
     else:
         os.remove(path)
-
-
-def sync_dir(path):
-    """A new or renamed entry is durable once its directory is (CPython; a board's flush() of
-    the file is all its filesystem offers)."""
-    read_only = getattr(os, "O_RDONLY", None)
-    if hasattr(os, "fsync") and read_only is not None:
-        fd = os.open(path, read_only)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def sync_file(f):
-    f.flush()
-    if hasattr(os, "fsync"):
-        os.fsync(f.fileno())
-
-
-def replace_file(path, octets):
-    """The file at path replaced whole, durably: a new file, synced, renamed over the old one,
-    its folder synced. A crash leaves the old file or the new one, never half of one."""
-    with open(path + ".new", "wb") as f:
-        f.write(octets)
-        sync_file(f)
-    os.rename(path + ".new", path)
-    sync_dir(path.rsplit("/", 1)[0])
 
 
 class StreamStore:

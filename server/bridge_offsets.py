@@ -25,7 +25,7 @@ def read_offset(path):
 def write_offset(path, offset, lane, stream_name):
     """The offset file replaced whole: a new file, synced, renamed over the old one, so a crash
     leaves the old file or the new one, never half of one."""
-    from ..ports.streams import replace_file  # (a stream source: loaded with its stream)
+    from ..ports.files import replace_file
 
     line = "%d %s %s\n" % (offset, lane.decode(), binascii.hexlify(stream_name).decode())
     replace_file(path, line.encode())

@@ -37,7 +37,6 @@ try:
 except ImportError:  # MicroPython: no TOML parser in the firmware
     tomllib = None
 import json
-import sys
 
 from ..core.auth import Users, decode_hash
 from ..core.limits import Limits
@@ -92,8 +91,6 @@ def read(path):
     for section in data:
         if section not in SECTIONS:
             raise ConfigError("%s: unknown section [%s] (known: %s)" % (path, section, ", ".join(sorted(SECTIONS))))
-        if section == "device" and sys.implementation.name == "micropython":
-            raise ConfigError("%s: [[device]]: a board's firmware polls no Modbus devices (docs/modbus.md)" % path)
         if section in ("bridge", "device"):  # (checked where they are read: server/bridge_config.py, device_config.py)
             continue
         if section == "listener":

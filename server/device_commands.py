@@ -49,7 +49,8 @@ class Commands:
         self.devices = devices
         self.broker = devices.broker
         self.log = devices.log
-        self.tasks = set()
+        self.tasks = {}  # a command's number -> the task carrying it out
+        self.commands = 0
         queue = declare_queue(self.broker, None, QUEUE)
         self.consumer = Consumer(self, b"hutch.devices", queue, True, False, 0)
         self.broker.consume(None, queue, self.consumer, spec.BASIC_CONSUME)
@@ -74,15 +75,22 @@ class Commands:
 
     def deliver(self, consumer, queue, entry):
         self.broker.delivered(queue, entry, True)  # (no ack: the answer says what became of it)
-        task = asyncio.ensure_future(self._carry_out(entry[MESSAGE]))
-        self.tasks.add(task)  # (held until it ends: a task nobody holds may be collected)
-        task.add_done_callback(self.tasks.discard)
+        self.commands += 1
+        # held until it ends (a task nobody holds may be collected): it forgets itself, as
+        # MicroPython's tasks take no done callback
+        self.tasks[self.commands] = asyncio.create_task(self._held(self.commands, entry[MESSAGE]))
 
     def server_cancel(self, consumer):
         """(its queue deleted by an operator: commands no longer reach the devices)"""
         self.log("warning", "devices: the queue %s was deleted: commands no longer reach the devices" % QUEUE.decode())
 
     # ------------------------------------------------------------ a command
+
+    async def _held(self, number, message):
+        try:
+            await self._carry_out(message)
+        finally:
+            self.tasks.pop(number, None)
 
     async def _carry_out(self, message):
         props = message.properties()

@@ -15,9 +15,11 @@ request at a time). Every mistake is one ConfigError naming the device and the k
 serve` says it in one line and exits with 2 rather than polling a device that cannot answer.
 """
 
+import sys
+
 from ..devices.registers import width
 from . import schema
-from .config import ConfigError, did_you_mean, read
+from .config import ConfigError, did_you_mean
 
 # One row per key, as server/schema.py's rows (section, key, kind, default, flag, help,
 # description): "device" (a [[device]] table), "device.registers" (each of its registers),
@@ -79,6 +81,10 @@ ROWS = (
      "1 or 2."),
     ("device.uri", "bytesize", "whole", 8, None, None,
      "Data bits per character: 7 or 8."),
+    ("device.uri", "tx", "whole", None, None, None,
+     "A board's UART (`modbus+rtu://uart2`): the pin it sends on, if not the UART's own."),
+    ("device.uri", "rx", "whole", None, None, None,
+     "A board's UART: the pin it receives on, if not the UART's own."),
 )
 # fmt: on
 KEYS = schema.keys_of("device", ROWS)
@@ -91,19 +97,13 @@ RANGES = {
     "baudrate": (300, 4000000),
     "stopbits": (1, 2),
     "bytesize": (7, 8),
+    "tx": (0, 255),
+    "rx": (0, 255),
 }
 KINDS = ("holding", "input", "coil", "discrete")
 TYPES = ("int16", "uint16", "int32", "uint32", "float32", "float64", "bool")
 ORDERS = ("big", "little")
 PARITIES = ("N", "E", "O")
-
-
-def devices_of(args):
-    """The checked [[device]]s of the config file args.config names (read again: server/options.py,
-    which a board loads, knows nothing of devices), or ConfigError. CPython only: `hutch serve`
-    (tools/cli.py) and a reload (server/reload.py) put them in the settings as "devices"."""
-    data = read(args.config)
-    return devices_from(data, args.config or "config") if "device" in data else []
 
 
 def devices_from(data, path="config"):
@@ -235,6 +235,11 @@ def parse_uri(uri, where):
             "%s: uri %r: the scheme must be modbus+tcp:// or modbus+rtu:// (%s)"
             % (where, uri, "modbus+tcp://host:502, modbus+rtu:///dev/ttyUSB0?baudrate=9600")
         )
+    if scheme == "modbus+tcp" and sys.implementation.name == "micropython":
+        raise ConfigError(
+            "%s: uri %r: a board polls Modbus RTU devices on its serial lines (modbus+rtu://uart2), "
+            "not Modbus TCP" % (where, uri)
+        )
     if scheme == "modbus+tcp":
         hostport = rest.split("/", 1)[0]
         if hostport.startswith("["):  # an IPv6 address: [::1]:502
@@ -247,10 +252,13 @@ def parse_uri(uri, where):
             raise ConfigError("%s: uri %r: expected modbus+tcp://host:port (port 502 if left out)" % (where, uri))
         return {"transport": "tcp", "host": host, "port": int(port)}
     path, _, query = rest.partition("?")
-    if not path.startswith("/"):
+    if not path.startswith("/") and not (path.startswith("uart") and path[4:].isdigit()):
         raise ConfigError(
-            "%s: uri %r: expected modbus+rtu:///dev/ttyUSB0 (three slashes: the serial device's path)" % (where, uri)
+            "%s: uri %r: expected modbus+rtu:///dev/ttyUSB0 (three slashes: the serial device's path), "
+            "or a board's UART, modbus+rtu://uart2" % (where, uri)
         )
+    if not path.startswith("/") and sys.implementation.name != "micropython":
+        raise ConfigError("%s: uri %r: %s is a board's UART; here, name the serial device's path" % (where, uri, path))
     options = {}
     for pair in query.split("&") if query else ():
         key, eq, value = pair.partition("=")
@@ -267,6 +275,10 @@ def parse_uri(uri, where):
     line = {"transport": "rtu", "port": path}
     for key in URI_OPTIONS:
         line[key] = _setting(options, key, "%s: uri %r" % (where, uri), "device.uri")
+    if path.startswith("/") and (line["tx"] is not None or line["rx"] is not None):
+        raise ConfigError(
+            "%s: uri %r: tx and rx are a board UART's pins (modbus+rtu://uart2?tx=17&rx=16)" % (where, uri)
+        )
     if line["parity"] not in PARITIES:
         raise ConfigError("%s: uri %r: parity must be N, E or O, not %r" % (where, uri, line["parity"]))
     return line

@@ -1,8 +1,8 @@
-"""The config's [[device]]s polled on CPython, through pymodbus (the modbus extra).
+"""The config's [[device]]s polled: on CPython through pymodbus (server/modbus_lines.py, the
+modbus extra), on a board over its UART (server/rtu_master.py, Modbus RTU).
 
-Devices whose URIs name one TCP address or one serial line share a Line: one pymodbus client,
-one request on it at a time (an RS-485 bus is half duplex; pymodbus's RTU framer keeps the
-silent intervals between frames). Each device polls in a task of its own, at its interval; a
+Devices whose URIs name one TCP address or one serial line share a line: one request on it at a
+time (an RS-485 bus is half duplex). Each device polls in a task of its own, at its interval; a
 poll takes the line for its reads and lets go, so a device that does not answer costs the
 others only its timeouts, and while it is down it is polled after a backoff
 (devices/device.py).
@@ -15,158 +15,35 @@ reading. A poll's number is kept from one run to the next in DATA/devices/NAME.p
 
 import asyncio
 import binascii
-import logging
-import os
+import sys
 import time
 
 from ..codec.wire import shortstr
 from ..core.broker import REFUSED, ROUTED
 from ..core.content import tails
 from ..core.message import Message
-from ..devices.device import Device, PollNumbers
-from ..devices.registers import BITS
-from ..ports.streams import replace_file
-from .runtime import StartError
+from ..devices.device import Device, Failed, PollNumbers
+from ..ports.clock import sleep_ms
+from ..ports.files import replace_file
+from ..ports.segments import make_dir
 
 PERSISTENT = 2
-# a register kind -> the pymodbus client's method that reads it
-READS = {
-    "holding": "read_holding_registers",
-    "input": "read_input_registers",
-    "coil": "read_coils",
-    "discrete": "read_discrete_inputs",
-}
 JSON = b"application/json"
+MICROPYTHON = sys.implementation.name == "micropython"
+NO_SUCH_FILE = 2  # ENOENT
 
 
-def _pymodbus():
-    """pymodbus's client module, or StartError naming the extra that installs it."""
-    try:
-        from pymodbus import client, exceptions
-    except ImportError:
-        raise StartError(
-            "[[device]] needs pymodbus: install the modbus extra (pip install '.[modbus]' in hutch's checkout)", 2
-        )
-    # pymodbus logs each failed connect and retry itself ("Failed to connect", "Repeating...."):
-    # a device's troubles are said by hutch, once per change of state (devices/device.py)
-    logging.getLogger("pymodbus").setLevel(logging.CRITICAL + 1)
-    return client, exceptions
+def line_class():
+    """The class of a device's line on this Python: pymodbus's on CPython (StartError naming the
+    extra if it is missing), a board's own RTU master on MicroPython."""
+    if MICROPYTHON:
+        from .rtu_master import RtuLine
 
+        return RtuLine
+    from .modbus_lines import Line, pymodbus  # pyright: ignore[reportMissingImports] (CPython only)
 
-class Failed(Exception):
-    """A poll that failed: Failed(result, why), result one of devices/device.py RESULTS."""
-
-
-class Line:
-    """One TCP address or serial line, its pymodbus client made at the first poll and made again
-    after the connection is lost; one request at a time."""
-
-    def __init__(self, line, timeout, retries):
-        self.line = line
-        self.timeout = timeout
-        self.retries = retries
-        self.client = None
-        self.turn = asyncio.Lock()
-        self.heard = 0  # octets received since the request under way was sent (_asked)
-
-    def _make(self):
-        client_module, _ = _pymodbus()
-        line = self.line
-        # reconnect_delay 0: pymodbus does not reconnect by itself; a poll connects when it
-        # finds the line down, and the device's backoff spaces those tries.
-        common = {"timeout": self.timeout, "retries": self.retries, "reconnect_delay": 0, "trace_packet": self._heard}
-        if line["transport"] == "tcp":
-            return client_module.AsyncModbusTcpClient(line["host"], port=line["port"], **common)
-        return client_module.AsyncModbusSerialClient(
-            line["port"],
-            baudrate=line["baudrate"],
-            parity=line["parity"],
-            stopbits=line["stopbits"],
-            bytesize=line["bytesize"],
-            **common,
-        )
-
-    async def _connected(self, device):
-        """The line's client, connected (made at the first use, connected again after a loss);
-        or Failed("gone")."""
-        if self.client is None:
-            self.client = self._make()
-        client = self.client
-        if not client.connected:
-            try:
-                connected = await client.connect()
-            except OSError as e:
-                raise Failed("gone", "cannot connect: %s" % e)
-            if not connected:
-                raise Failed("gone", "cannot connect to %s" % device.settings["uri"])
-        return client
-
-    def _heard(self, sending, data):
-        """(pymodbus's trace_packet) Counts what the line brought: octets heard during a request
-        that got no answer were no answer of Modbus's (a bad CRC, noise, a frame cut short)."""
-        if not sending:
-            self.heard += len(data)
-        return data
-
-    async def _asked(self, request, what):
-        """The device's answer to one request (a coroutine of the client's), or Failed."""
-        _, exceptions = _pymodbus()
-        self.heard = 0
-        try:
-            answer = await request
-        except exceptions.ConnectionException as e:
-            self.close()
-            raise Failed("gone", "connection lost: %s" % e)
-        except exceptions.ModbusIOException as e:
-            if self.heard:
-                raise Failed(
-                    "error",
-                    "%d octets to %s that were no answer (a bad CRC, or noise on the line)" % (self.heard, what),
-                )
-            raise Failed("timeout", "no answer to %s (%s)" % (what, e))
-        except exceptions.ModbusException as e:
-            raise Failed("error", "%s: %s" % (what, e))
-        if answer.isError():
-            raise Failed("exception", "exception code %s to %s" % (getattr(answer, "exception_code", None), what))
-        return answer
-
-    async def write(self, device, register, value):
-        """value (encode()'s: words, or a coil's bool) written to the register: None once the
-        device confirmed it, else why not."""
-        address = register["address"]
-        unit = device.settings["unit"]
-        what = "a write of %s at %d" % (register["name"], address)
-        async with self.turn:
-            try:
-                client = await self._connected(device)
-                if register["kind"] == "coil":
-                    request = client.write_coil(address, value, device_id=unit)
-                elif len(value) == 1:
-                    request = client.write_register(address, value[0], device_id=unit)
-                else:
-                    request = client.write_registers(address, value, device_id=unit)
-                await self._asked(request, what)
-            except Failed as e:
-                return "%s: %s" % e.args
-        return None
-
-    async def poll(self, device):
-        """Each of the device's reads: their words or bits, in plan order; or Failed."""
-        async with self.turn:
-            client = await self._connected(device)
-            answers = []
-            unit = device.settings["unit"]
-            for kind, start, count, _members in device.reads:
-                read = getattr(client, READS[kind])
-                what = "a read of %d %s at %d" % (count, kind, start)
-                answer = await self._asked(read(start, count=count, device_id=unit), what)
-                answers.append(answer.bits[:count] if kind in BITS else answer.registers)
-            return answers
-
-    def close(self):
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+    pymodbus()
+    return Line
 
 
 def line_key(line):
@@ -185,9 +62,9 @@ def read_number(path):
     try:
         with open(path, "rb") as f:
             return int(f.read().split()[0])
-    except FileNotFoundError:
-        return 1
-    except (OSError, ValueError, IndexError):
+    except OSError as e:  # (MicroPython has no FileNotFoundError: its errno says it)
+        return 1 if e.args and e.args[0] == NO_SUCH_FILE else None
+    except (ValueError, IndexError):
         return None
 
 
@@ -200,7 +77,7 @@ class Devices:
     closed = False  # (what the journal's waiters have: the readings' publishes wait for nothing)
 
     def __init__(self, runtime, folder):
-        _pymodbus()  # (said at start, in one line, if pymodbus is missing)
+        self.line_class = line_class()  # (said at start, in one line, if pymodbus is missing)
         self.runtime = runtime
         self.broker = runtime.broker
         self.log = runtime.log
@@ -209,7 +86,7 @@ class Devices:
         self.devices = []  # (the list core/snapshot.py shows: hutch ctl devices, /metrics)
         self.tasks = {}  # device name -> its polling task
         self.commands = None  # server/device_commands.py Commands, with a writable register
-        os.makedirs("%s/devices" % folder, exist_ok=True)
+        make_dir("%s/devices" % folder)
         runtime.broker.devices = self.devices
 
     def add(self, settings, numbers=None):
@@ -217,7 +94,7 @@ class Devices:
         it was polled until now with another table (a reload), else read from the data folder."""
         key = line_key(settings["line"])
         if key not in self.lines:
-            self.lines[key] = Line(settings["line"], settings["timeout"], settings["retries"])
+            self.lines[key] = self.line_class(settings["line"], settings["timeout"], settings["retries"])
         if numbers is None:
             path = numbers_path(self.folder, settings["name"])
             first = read_number(path)
@@ -299,23 +176,23 @@ class Devices:
         """(Broker.publish: never called, this publisher confirms)"""
 
     async def _run(self, device):
-        loop = asyncio.get_running_loop()
-        due = loop.time()
+        now_ms = self.runtime.clock.now_ms
+        due = now_ms()
         while device.polling:
-            await asyncio.sleep(max(0.0, due - loop.time()))
+            await sleep_ms(max(0, due - now_ms()))
             try:
-                await self._poll(device, loop)
+                await self._poll(device, now_ms)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a bug: it costs this poll, never the device's polling or the broker
                 self.log("error", "device %s: internal error: %r" % (device.name, e), e)
             if device.state == "down":
-                due = loop.time() + device.delay()
+                due = now_ms() + int(device.delay() * 1000)
             else:  # on time: a late poll does not make the next ones late
-                due = max(due + device.delay(), loop.time())
+                due = max(due + int(device.delay() * 1000), now_ms())
 
-    async def _poll(self, device, loop):
-        started = loop.time()
+    async def _poll(self, device, now_ms):
+        started = now_ms()
         try:
             answers = await device.line.poll(device)
         except Failed as e:
@@ -327,7 +204,7 @@ class Devices:
             if status is not None:
                 self.publish(device, [status])
             return
-        messages, line = device.answered(answers, time.time(), loop.time() - started)
+        messages, line = device.answered(answers, time.time(), (now_ms() - started) / 1000)
         if line is not None:
             self.log("info", line)
         self.publish(device, messages)

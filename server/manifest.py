@@ -3,8 +3,8 @@
 # and reload.py, what serves `hutch ctl` and SIGHUP (CPython: a board has neither). monitoring.py:
 # the metrics port, loaded only when the config has one; bridge091.py, bridge10.py and
 # bridgemqtt.py, each only by a bridge over its protocol; bridge_offsets.py, only by a stream
-# source; upstreams.py, to check a config with bridges. Not devices.py,
-# device_config.py, device_commands.py: a board polls no Modbus devices (server/options.py says so).
+# source; upstreams.py, to check a config with bridges. The [[device]]s' modules are in
+# manifest_devices.py, in the bundle of a board that polls Modbus devices.
 package(
     "hutch/server",
     files=(

@@ -139,6 +139,7 @@ def settings(args):
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
+        "devices": _devices(data, path),
         "uplink": _uplink(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
@@ -170,7 +171,7 @@ def _amqp10(server, profile, path):
 
 def needs_tls(opts):
     """Whether these settings load Python's ssl module: a TLS listener, an amqps:// bridge
-    uplink, or [[device]]s (pymodbus imports it, for its own TLS client). (Without it the
+    uplink, or [[device]]s (pymodbus imports it, for its own TLS client, on CPython). (Without it the
     CPython broker runs without OpenSSL: tools/cli.py.)"""
     return (
         any("tls" in listener for listener in opts["listeners"])
@@ -451,6 +452,19 @@ def _bridges(data, path):
     from .bridge_config import bridges_from  # only a config with bridges loads their checks
 
     return bridges_from(data, path)
+
+
+def _devices(data, path):
+    if "device" not in data:
+        return []
+    try:
+        from .device_config import devices_from  # only a config with devices loads their checks
+    except ImportError:  # a board's firmware built without them
+        raise config.ConfigError(
+            "%s: [[device]]: this board's firmware polls no Modbus devices (build it with --modbus; "
+            "hutch flash does for a config with a [[device]])" % path
+        )
+    return devices_from(data, path)
 
 
 MAX_SCALED_SEGMENT = 8 * 1024 * 1024  # (Linux's own segment size)

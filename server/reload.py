@@ -33,7 +33,6 @@ import asyncio
 from ..ports.descriptors import fit_connections
 from . import config, options
 from .bridge_setup import bridge_tls_files, make_bridges, set_uplink, take_in_left_behind
-from .device_config import devices_of
 from .open_logins import apply_users
 from .runtime import StartError
 
@@ -61,7 +60,6 @@ class Reloader:
         async with self.lock:
             try:
                 new = options.settings(self.args)
-                new["devices"] = devices_of(self.args)  # (as tools/cli.py reads them at start)
                 fit_connections(new["limits"])  # (as the start did: server/host.py)
                 for bridge in new["bridges"]:
                     bridge_tls_files(bridge)

@@ -57,17 +57,10 @@ def main(argv=None):
 
 def forget_settings():
     """Once the settings are made, a board drops what made them: the config reader, the option
-    checks (the bridges' too) and the board profiles (their figures are in the settings and the
-    Limits now)."""
-    profiles = [name for name in sys.modules if name.startswith("hutch.boards.")]
-    forget(
-        "hutch.server.options",
-        "hutch.server.config",
-        "hutch.server.schema",
-        "hutch.server.bridge_config",
-        "hutch.server.upstreams",
-        *profiles,
-    )
+    checks (the bridges' and the devices' too: server/*config.py) and the board profiles (their
+    figures are in the settings and the Limits now)."""
+    made = [name for name in sys.modules if name.startswith("hutch.boards.") or name.endswith("config")]
+    forget("hutch.server.options", "hutch.server.schema", "hutch.server.upstreams", *made)
     forget("hutch.boards")
 
 

@@ -81,11 +81,9 @@ COMMANDS = {
 
 def cmd_serve(args):
     from ..server import config, options
-    from ..server.device_config import devices_of
 
     try:
         opts = options.settings(args)
-        opts["devices"] = devices_of(args)  # (the [[device]]s: CPython's, so read here)
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2

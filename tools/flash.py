@@ -94,16 +94,16 @@ def _speaks_mqtt(bridge):
 
 
 def served_front_ends(settings):
-    """(AMQP 1.0?, MQTT?): the front ends beside 0-9-1 a board's config (board_config's JSON
-    text, or None) serves, whose code its bundle must hold (MQTT's also for a bridge to an MQTT
-    broker: its client is mqtt/client.py, on the same packets)."""
+    """(AMQP 1.0?, MQTT?, Modbus?): what beside 0-9-1 a board's config (board_config's JSON text,
+    or None) serves, whose code its bundle must hold (MQTT's also for a bridge to an MQTT
+    broker: its client is mqtt/client.py, on the same packets; Modbus's for a [[device]])."""
     data = json.loads(settings) if settings is not None else {}
     server = data.get("server") or {}
     listeners = data.get("listener") or []
     mqtt = server.get("mqtt") is True or server.get("mqtt_port") is not None
     mqtt = mqtt or any(isinstance(one, dict) and one.get("protocol") == "mqtt" for one in listeners)
     mqtt = mqtt or any(_speaks_mqtt(bridge) for bridge in data.get("bridge") or [] if isinstance(bridge, dict))
-    return server.get("amqp10") is True, mqtt
+    return server.get("amqp10") is True, mqtt, bool(data.get("device"))
 
 
 def board_config(path, board):

@@ -1,10 +1,12 @@
 """A polled device's sans-IO parts (devices/): the reads its registers need, what their words
-say, its poll numbers through restarts, and what a poll publishes as the device comes and goes."""
+say, its poll numbers through restarts, what a poll publishes as the device comes and goes, and
+the Modbus RTU frames a board's own master sends and reads."""
 
 import json
 import struct
 
-from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, PollNumbers, iso
+from hutch.devices import rtu
+from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, Failed, PollNumbers, iso
 from hutch.devices.registers import decode, encode, plan
 
 
@@ -169,3 +171,56 @@ def test_a_value_written_reads_back_the_same_and_one_its_type_cannot_hold_is_ref
             assert str(e) == said, (str(e), said)
             continue
         raise AssertionError("%r taken for %s" % (value, one["name"]))
+
+
+def refused(call):
+    """The Failed a call raised: (result, why)."""
+    try:
+        call()
+    except Failed as e:
+        return e.args
+    raise AssertionError("not refused")
+
+
+def test_rtu_frames_carry_modbus_s_crc_and_requests_fix_their_answer_s_length():
+    # a read of 10 holding registers from 0 at unit 1: the CRC of Modbus's own example, C5 CD
+    request = rtu.read_request(1, "holding", 0, 10)
+    assert request == bytes((1, 3, 0, 0, 0, 10, 0xC5, 0xCD))
+    assert rtu.answer_size(request) == 25
+    assert rtu.answer_size(rtu.read_request(1, "coil", 0, 9)) == 7  # 9 bits: 2 octets
+    assert rtu.answer_size(rtu.write_request(1, "holding", 4, [7])) == 8
+    assert rtu.write_request(1, "coil", 3, True)[:6] == bytes((1, 5, 0, 3, 0xFF, 0))
+    several = rtu.write_request(2, "holding", 40, [0x4229, 0])  # float32 42.25: function 16
+    assert several[:7] == bytes((2, 16, 0, 40, 0, 2, 4)) and several[7:11] == bytes((0x42, 0x29, 0, 0))
+    assert rtu.crc16(several[:-2]) == struct.unpack("<H", several[-2:])[0]
+
+
+def test_an_rtu_answer_gives_words_or_bits_and_anything_else_is_an_exception_or_noise():
+    read = rtu.read_request(3, "holding", 0, 2)
+    answer = rtu.framed(bytes((3, 3, 4, 0, 170, 0x41, 0xA0)))
+    assert rtu.complete(read, answer[:-1]) is False and rtu.complete(read, answer) is True
+    assert rtu.answer(read, answer, "a read") == [170, 0x41A0]
+    bits = rtu.read_request(3, "coil", 0, 10)
+    assert rtu.answer(bits, rtu.framed(bytes((3, 1, 2, 0b00000101, 0b10))), "a read") == [
+        True, False, True, False, False, False, False, False, False, True,
+    ]  # fmt: skip
+    exception = rtu.framed(bytes((3, 0x83, 2)))  # ILLEGAL DATA ADDRESS
+    assert rtu.complete(read, exception) is True
+    assert refused(lambda: rtu.answer(read, exception, "a read of 2 holding at 0")) == (
+        "exception", "exception code 2 to a read of 2 holding at 0",
+    )  # fmt: skip
+    flipped = answer[:-1] + bytes((answer[-1] ^ 0xFF,))
+    result, why = refused(lambda: rtu.answer(read, flipped, "a read"))
+    assert result == "error" and why.startswith("9 octets to a read that were no answer"), why
+    another_unit = rtu.framed(bytes((4,)) + answer[1:-2])
+    assert refused(lambda: rtu.answer(read, another_unit, "a read"))[0] == "error"
+    write = rtu.write_request(3, "holding", 4, [7])
+    assert rtu.answer(write, write, "a write") is None  # (a single write's answer echoes it)
+    assert refused(lambda: rtu.answer(write, rtu.write_request(3, "holding", 4, [8]), "a write"))[0] == "error"
+
+
+def test_the_line_s_own_limit_counts_eleven_bits_a_character_and_the_silences():
+    # one read of 2 holding registers: 8 octets out, 9 back, 3.5 characters of quiet after each
+    at_9600 = rtu.line_limit(9600, [("holding", 2)])
+    assert abs(1 / at_9600 - (17 * 11 / 9600 + 2 * 38.5 / 9600)) < 1e-9
+    assert rtu.silence(115200) == 0.00175  # the spec's fixed silence above 19,200 baud

@@ -38,6 +38,7 @@ class TcpProxy:
         self.on_accept = None  # on_accept(client socket) true: that link is black-holed from the start
         self.refusing = False  # down(): new links are reset at once
         self.byte_rate = 0  # bytes/s each direction of a link forwards at most (0: no cap)
+        self.forwarded = 0  # bytes the clients' side sent that reached the target
 
     def start(self):
         threading.Thread(target=self._accept, daemon=True).start()
@@ -85,6 +86,8 @@ class TcpProxy:
                 sink.sendall(data)
             except OSError:
                 break
+            if not replies:
+                self.forwarded += len(data)
             if self.byte_rate:
                 time.sleep(len(data) / self.byte_rate)  # (the next read waits: the link's pace)
         self._close(pair)

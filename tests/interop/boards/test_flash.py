@@ -333,7 +333,8 @@ def test_the_unix_board_takes_ctrl_c_and_resets_like_a_board(tmp_path):
 
 def test_the_bundle_holds_the_front_ends_the_config_serves():
     """hutch flash builds the bundle with AMQP 1.0's and MQTT's front ends only for a config that
-    serves them (firmware/build.py: broker, broker-amqp10, broker-mqtt, broker-amqp10-mqtt)."""
+        serves them, and the board's Modbus master only for one with a [[device]] (firmware/build.py:
+    broker, broker-amqp10, broker-mqtt, broker-modbus, broker-amqp10-mqtt, ...)."""
     from hutch.firmware.build import broker_bundle
     from hutch.tools.flash import served_front_ends
 
@@ -345,3 +346,4 @@ def test_the_bundle_holds_the_front_ends_the_config_serves():
     assert bundle({"server": {"mqtt": True}}) == bundle({"server": {"mqtt_port": 1884}}) == "broker-mqtt"
     assert bundle({"listener": [{"port": 1883, "protocol": "mqtt"}]}) == "broker-mqtt"
     assert bundle({"server": {"amqp10": True, "mqtt": True}}) == "broker-amqp10-mqtt"
+    assert bundle({"device": [{"name": "probe", "uri": "modbus+rtu://uart2"}]}) == "broker-modbus"

@@ -170,16 +170,16 @@ def test_persistent_messages_survive_a_restart_on_micropython(mp_broker):
             "websocket: WebSocket is not in this board's firmware",
         ),
         (
-            {"device": [{"name": "p", "uri": "modbus+rtu:///dev/ttyS1", "registers": [{"name": "a", "address": 0}]}]},
-            "[[device]]: a board's firmware polls no Modbus devices (docs/modbus.md)",
+            {"device": [{"name": "p", "uri": "modbus+tcp://10.0.0.5", "registers": [{"name": "a", "address": 0}]}]},
+            "a board polls Modbus RTU devices on its serial lines (modbus+rtu://uart2), not Modbus TCP",
         ),
     ],
-    ids=["websocket", "modbus"],
+    ids=["websocket", "modbus-tcp"],
 )
 def test_what_a_board_s_firmware_has_not_is_refused_in_one_line(tmp_path, config, said):
-    """A board's firmware has no WebSocket and no Modbus master (server/options.py): a config
-    with an MQTT listener over WebSocket or a [[device]] stops `hutch serve` under MicroPython
-    at start, with one line that says so."""
+    """A board's firmware has no WebSocket and polls no Modbus TCP devices (its Modbus master is
+    RTU, on its UARTs): a config with an MQTT listener over WebSocket or a modbus+tcp:// device
+    stops `hutch serve` under MicroPython at start, with one line that says so."""
     import json
     import subprocess
 

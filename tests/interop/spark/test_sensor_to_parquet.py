@@ -220,6 +220,21 @@ def mute_and_cut(proxies):
         proxy.heal()  # (drops the muted links: FIN)
 
 
+def mute_while_publishing_and_cut(proxy):
+    """The bridge's publishes arrive upstream while their confirms are lost, then the link is
+    cut: what was in flight is sent again. Muted only once the bridge's link carries readings
+    (it may still be coming back from the fault before), and cut only once more of them went
+    through the muted link, so that there is always something in flight to send again."""
+
+    def publishing(since):
+        return lambda: proxy.forwarded > since + 2000  # (a few publishes, not heartbeats)
+
+    wait_until(publishing(proxy.forwarded), 30, what="the bridge's link to carry readings")
+    proxy.mute_replies()
+    wait_until(publishing(proxy.forwarded), 30, what="readings through the muted link")
+    proxy.heal()  # (drops the muted link: FIN)
+
+
 def running(procs):
     return all(proc.poll() is None for proc in procs)
 
@@ -253,7 +268,7 @@ def sensor_to_parquet(tmp_path, upstream, request):
         while True:  # a round of faults (again and again for HUTCH_E2E_SECONDS)
             fault("sensor links muted, then cut", lambda: mute_and_cut(sensor_proxies))
             fault("bridge link cut", bridge_proxy.cut)
-            fault("bridge link's confirms lost, then cut", lambda: mute_and_cut([bridge_proxy]))
+            fault("bridge link's confirms lost, then cut", lambda: mute_while_publishing_and_cut(bridge_proxy))
             fault("edge SIGKILLed", lambda: (sigkill(edge.broker), edge.broker.start()))
             wait_until(pipeline.went_on, 120, what="a batch committed by this run of the pipeline")
             fault("pipeline SIGKILLed", pipeline.kill)
