@@ -10,6 +10,7 @@
     hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (bench/bridges.py)
     hutch bench --spark [N]                      instead: Spark reading a hutch stream (bench/pipeline.py)
     hutch bench --board wasm32                   instead: the esp32 profile's heap on a 32-bit MicroPython (bench/board_wasm32.py)
+    hutch bench --modbus                         instead: polling a Modbus RTU device against the line's limit (bench/modbus.py)
 
 Every broker runs the same scenarios (bench/loadgen.py): all of them are started, their
 memory is measured while they are fresh, then each scenario runs in rounds, one broker
@@ -387,6 +388,15 @@ def add_options(parser):
         "per sensor (bench/dedup.py)",
     )
 
+    modbus = parser.add_argument_group("Modbus (--modbus: only these, see bench/modbus.py)")
+    modbus.add_argument(
+        "--modbus",
+        action="store_true",
+        help="instead of the scenarios: polls a second of a simulated Modbus RTU device at 9,600 and 115,200 "
+        "baud beside the line's own limit, and CPU per poll (--micropython: the board's RTU master too)",
+    )
+    modbus.add_argument("--modbus-seconds", type=float, default=10.0, help="how long each row polls (default 10)")
+
     board = parser.add_argument_group("boards (--board wasm32: only these, see bench/board_wasm32.py)")
     board.add_argument(
         "--board",
@@ -432,8 +442,12 @@ def brokers_to_run(args, workdir, tls=None, plugins=()):
 
 
 def run(args):
-    if sum(1 for mode in (args.backlog, args.bridge, args.spark, args.board, args.mqtt, args.dedup) if mode) > 1:
-        print("hutch bench: --backlog, --bridge, --spark, --board, --mqtt and --dedup: pick one", file=sys.stderr)
+    modes = (args.backlog, args.bridge, args.spark, args.board, args.mqtt, args.dedup, args.modbus)
+    if sum(1 for mode in modes if mode) > 1:
+        print(
+            "hutch bench: --backlog, --bridge, --spark, --board, --mqtt, --dedup and --modbus: pick one",
+            file=sys.stderr,
+        )
         return 2
     if args.start_mosquitto and not args.mqtt:
         print("hutch bench: --start-mosquitto is an option of --mqtt", file=sys.stderr)
@@ -454,6 +468,10 @@ def run(args):
         except (BenchError, loadgen.LoadError) as e:
             print("hutch bench: %s" % e, file=sys.stderr)
             return 1
+    if args.modbus:
+        from . import modbus  # (these rows only: pymodbus)
+
+        return modbus.run(args)
     if args.board:
         return _board(args)
     if args.spark:

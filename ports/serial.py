@@ -40,13 +40,121 @@ except ImportError:  # pragma: no cover - every supported Python has it
 from ..codec.link import Link
 from .clock import sleep_ms
 from .interrupt import guarded
-from .uart import byte_stream, device_name, open_serial
+from .uart import device_name, open_serial
 
 MICROPYTHON = sys.implementation.name == "micropython"
+READ_SIZE = 256 if MICROPYTHON else 4096
 TICK_MS = 50  # link timers (retransmission after 200 ms, HELLO retries)
 IDLE_TICK_MS = 250  # when nothing is in flight
 RETRY_MS = 2000  # reopening a port that is missing or failed
 STOP_GRACE_MS = 1000  # waiting for the peer's close-ok when the broker stops
+
+
+class _FdStream:
+    """CPython: a pyserial port whose non-blocking file descriptor the event loop watches."""
+
+    def __init__(self, port):
+        self.port = port
+        self.fd = port.fileno()
+        # MicroPython's asyncio has no get_running_loop(), and the board's type check reads this
+        # file against it: looked up by name, as only CPython builds an _FdStream (see _stream).
+        self.loop = getattr(asyncio, "get_running_loop")()
+        self._waiting = {}  # "read"/"write": the future a task waits on
+        self.closed = False
+
+    async def _ready(self, kind):
+        if self.closed:
+            raise OSError("closed")
+        future = self.loop.create_future()
+        self._waiting[kind] = future
+
+        def ready():
+            if not future.done():
+                future.set_result(None)
+
+        if kind == "read":
+            self.loop.add_reader(self.fd, ready)
+        else:
+            self.loop.add_writer(self.fd, ready)
+        try:
+            await future
+        finally:
+            self._waiting.pop(kind, None)
+            if not self.closed:  # close() has unregistered it: the number may be another file's now
+                if kind == "read":
+                    self.loop.remove_reader(self.fd)
+                else:
+                    self.loop.remove_writer(self.fd)
+
+    async def read(self):
+        """Bytes that arrived (waits for some); OSError when the device went away."""
+        woken = False
+        while True:
+            try:
+                data = os.read(self.fd, READ_SIZE)
+            except BlockingIOError:
+                data = None
+            if data:
+                return data
+            # pyserial sets VMIN=0: an empty read is "nothing yet", unless the loop just said the
+            # device was readable, which is how a tty that hung up (an unplugged adapter) reads.
+            if data == b"" and woken:
+                raise OSError("the device hung up")
+            await self._ready("read")
+            woken = True
+
+    async def write(self, data):
+        view = memoryview(data)
+        while len(view):
+            try:
+                n = os.write(self.fd, view)
+            except BlockingIOError:
+                n = 0
+            view = view[n:]
+            if len(view):
+                await self._ready("write")
+
+    def close(self):
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        for future in list(self._waiting.values()):
+            if not future.done():
+                future.set_exception(OSError("closed"))
+        self.port.close()
+
+
+class _PollStream:
+    """MicroPython: a machine.UART or a tty file, through asyncio's stream classes."""
+
+    def __init__(self, port):
+        self.port = port
+        self.reader = asyncio.StreamReader(port)
+        self.writer = asyncio.StreamWriter(port, {})
+
+    async def read(self):
+        while True:
+            data = await self.reader.read(READ_SIZE)
+            if data:
+                return data
+            # A UART with timeout=0 answers None, a tty with min 0 answers b"": nothing yet.
+            await sleep_ms(5)
+
+    async def write(self, data):
+        self.writer.write(data)
+        await self.writer.drain()
+
+    def close(self):
+        try:
+            self.port.close()
+        except (AttributeError, OSError):
+            pass  # machine.UART has deinit() rather than close() on some ports
+        if hasattr(self.port, "deinit"):
+            self.port.deinit()
+
+
+def _stream(port):
+    return _PollStream(port) if MICROPYTHON else _FdStream(port)
 
 
 class SerialServer:
@@ -128,7 +236,7 @@ class SerialServer:
                 )
                 self._open_failed = True
             return False
-        self.stream = byte_stream(port)
+        self.stream = _stream(port)
         self._open_failed = False
         self.log("info", "AMQP 0-9-1 over serial on %s at %d baud" % (self.name, self.baudrate))
         return True

@@ -2,14 +2,13 @@
 
 The broker's serial port (ports/serial.py) opens its lines with it, and so can a
 sensor node that drives the link layer itself (the README, "Serial link layer"):
-this module needs nothing of the broker, and loads asyncio only for byte_stream().
+this module needs nothing of the broker.
 """
 
 import os
 import sys
 
 MICROPYTHON = sys.implementation.name == "micropython"
-READ_SIZE = 256 if MICROPYTHON else 4096
 
 
 def device_name(device):
@@ -90,119 +89,3 @@ def _open_uart(profile, baudrate):
     except (TypeError, ValueError):
         settings.pop("rxbuf", None)  # not every port takes rxbuf
         return machine.UART(uart, **settings)
-
-
-class FdStream:
-    """CPython: a pyserial port whose non-blocking file descriptor the event loop watches."""
-
-    def __init__(self, port):
-        import asyncio
-
-        self.port = port
-        self.fd = port.fileno()
-        # MicroPython's asyncio has no get_running_loop(), and the board's type check reads this
-        # file against it: looked up by name, as only CPython builds an FdStream (see byte_stream).
-        self.loop = getattr(asyncio, "get_running_loop")()
-        self._waiting = {}  # "read"/"write": the future a task waits on
-        self.closed = False
-
-    async def _ready(self, kind):
-        if self.closed:
-            raise OSError("closed")
-        future = self.loop.create_future()
-        self._waiting[kind] = future
-
-        def ready():
-            if not future.done():
-                future.set_result(None)
-
-        if kind == "read":
-            self.loop.add_reader(self.fd, ready)
-        else:
-            self.loop.add_writer(self.fd, ready)
-        try:
-            await future
-        finally:
-            self._waiting.pop(kind, None)
-            if not self.closed:  # close() has unregistered it: the number may be another file's now
-                if kind == "read":
-                    self.loop.remove_reader(self.fd)
-                else:
-                    self.loop.remove_writer(self.fd)
-
-    async def read(self):
-        """Bytes that arrived (waits for some); OSError when the device went away."""
-        woken = False
-        while True:
-            try:
-                data = os.read(self.fd, READ_SIZE)
-            except BlockingIOError:
-                data = None
-            if data:
-                return data
-            # pyserial sets VMIN=0: an empty read is "nothing yet", unless the loop just said the
-            # device was readable, which is how a tty that hung up (an unplugged adapter) reads.
-            if data == b"" and woken:
-                raise OSError("the device hung up")
-            await self._ready("read")
-            woken = True
-
-    async def write(self, data):
-        view = memoryview(data)
-        while len(view):
-            try:
-                n = os.write(self.fd, view)
-            except BlockingIOError:
-                n = 0
-            view = view[n:]
-            if len(view):
-                await self._ready("write")
-
-    def close(self):
-        self.closed = True
-        self.loop.remove_reader(self.fd)
-        self.loop.remove_writer(self.fd)
-        for future in list(self._waiting.values()):
-            if not future.done():
-                future.set_exception(OSError("closed"))
-        self.port.close()
-
-
-class PollStream:
-    """MicroPython: a machine.UART or a tty file, through asyncio's stream classes."""
-
-    def __init__(self, port):
-        import asyncio
-
-        from .clock import sleep_ms
-
-        self.port = port
-        self.reader = asyncio.StreamReader(port)
-        self.writer = asyncio.StreamWriter(port, {})
-        self.pause = sleep_ms
-
-    async def read(self):
-        while True:
-            data = await self.reader.read(READ_SIZE)
-            if data:
-                return data
-            # A UART with timeout=0 answers None, a tty with min 0 answers b"": nothing yet.
-            await self.pause(5)
-
-    async def write(self, data):
-        self.writer.write(data)
-        await self.writer.drain()
-
-    def close(self):
-        try:
-            self.port.close()
-        except (AttributeError, OSError):
-            pass  # machine.UART has deinit() rather than close() on some ports
-        if hasattr(self.port, "deinit"):
-            self.port.deinit()
-
-
-def byte_stream(port):
-    """open_serial()'s port as a stream: await read() (what arrived, at least one octet), await
-    write(data), close()."""
-    return PollStream(port) if MICROPYTHON else FdStream(port)

@@ -6,7 +6,11 @@ close() as server/modbus_lines.py's Line does on CPython.
 A request goes out once the line has been quiet for 3.5 characters, after what arrived
 between requests (a late answer, noise) is dropped. Its answer is read until it is whole (the
 request fixes its length; an exception's is 5 octets) or until the device's timeout; a request
-that got no answer is sent again, `retries` times.
+that got no answer is sent again, `retries` times. The port is read without waiting (a UART
+opened with timeout=0, a tty in raw mode with min 0), from the moment a whole answer could be
+back (the characters of the request and the answer at the line's speed) every millisecond for
+ten, then every five until the timeout: an answer is seen within a millisecond or so of its last
+octet, and an idle line costs nothing.
 """
 
 import asyncio
@@ -14,7 +18,7 @@ import asyncio
 from ..devices import rtu
 from ..devices.device import Failed, garbled
 from ..ports.clock import Clock, sleep_ms
-from ..ports.uart import byte_stream, open_serial, uart_id
+from ..ports.uart import open_serial, uart_id
 
 PARITY = {"N": None, "E": 0, "O": 1}  # machine.UART's parity argument
 
@@ -25,7 +29,6 @@ class RtuLine:
         self.timeout_ms = int(timeout * 1000)
         self.retries = retries
         self.port = None
-        self.stream = None
         self.turn = asyncio.Lock()
         self.clock = Clock()
         self.quiet_ms = max(2, int(rtu.silence(line["baudrate"]) * 1000 + 0.999))
@@ -45,44 +48,44 @@ class RtuLine:
         return serial
 
     def _opened(self):
-        """The line's stream, opened at the first request and again after a failure; or Failed."""
-        if self.stream is None:
+        """The line's port, opened at the first request and again after a failure; or Failed."""
+        if self.port is None:
             try:
                 self.port = open_serial(self._serial(), self.line["baudrate"])
             except (OSError, ValueError) as e:
                 raise Failed("gone", "cannot open %s: %s" % (self.line["port"], e))
-            self.stream = byte_stream(self.port)
-        return self.stream
+        return self.port
 
-    def _flush(self):
-        """Drops what arrived since the last answer (the port reads without waiting)."""
-        while self.port.read(64):
-            pass
-
-    async def _answer(self, stream, request):
-        """The octets of a whole answer, or (None, octets heard) at the timeout."""
+    async def _answer(self, port, request):
+        """(the octets of a whole answer, or None at the timeout; the octets heard)."""
         got = b""
-        deadline = self.clock.now_ms() + self.timeout_ms
+        now = self.clock.now_ms()
+        deadline = now + self.timeout_ms
+        # the soonest a whole answer can be back: the request's and the answer's characters
+        due = now + (len(request) + rtu.answer_size(request)) * 11000 // self.line["baudrate"]
         while not rtu.complete(request, got):
-            left = deadline - self.clock.now_ms()
-            if left <= 0:
+            now = self.clock.now_ms()
+            if now >= deadline:
                 return None, len(got)
-            try:
-                got += await asyncio.wait_for(stream.read(), left / 1000)
-            except asyncio.TimeoutError:
-                return None, len(got)
+            # nothing to look at before it is due; then every millisecond for the first ten,
+            # every five after that (a device slow to answer, or none)
+            await sleep_ms(max(1, due - now) if now < due else 1 if now < due + 10 else 5)
+            more = port.read(256)  # (None or b"": nothing yet)
+            if more:
+                got += more
         return got, len(got)
 
     async def _asked(self, request, what):
         """What the device answered to one request (devices/rtu.py answer()), or Failed."""
         heard = 0
         for _ in range(self.retries + 1):
-            stream = self._opened()
+            port = self._opened()
             try:
-                self._flush()
+                while port.read(256):  # (what arrived since the last answer: dropped)
+                    pass
                 await sleep_ms(self.quiet_ms)  # (the silence that marks a new frame)
-                await stream.write(request)
-                got, heard = await self._answer(stream, request)
+                port.write(request)
+                got, heard = await self._answer(port, request)
             except OSError as e:
                 self.close()
                 raise Failed("gone", "%s failed: %s" % (self.line["port"], e))
@@ -114,6 +117,12 @@ class RtuLine:
         return None
 
     def close(self):
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = self.port = None
+        port, self.port = self.port, None
+        if port is not None:
+            # (a tty's file closes; a machine.UART deinit()s on the ports that have no close())
+            shut = getattr(port, "close", None) or getattr(port, "deinit", None)
+            try:
+                if shut is not None:
+                    shut()
+            except OSError:
+                pass

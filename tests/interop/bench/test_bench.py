@@ -343,3 +343,22 @@ def test_mqtt_rows_against_hutch_mosquitto_and_rabbitmq(tmp_path):
 def test_start_mosquitto_is_an_option_of_mqtt():
     done = bench("--start-mosquitto")
     assert done.returncode == 2 and done.stderr.strip() == "hutch bench: --start-mosquitto is an option of --mqtt"
+
+
+def test_modbus_rows_against_the_line_s_limit():
+    """hutch bench --modbus polls its simulated RTU device at 9,600 and 115,200 baud and prints
+    each row with the line's limit, the polls hutch made, their ratio and the CPU per poll. Only
+    the form is checked (figures are the performance page's): every cell a figure, the limits
+    those devices/rtu.py counts, and polls made at each speed."""
+    done = bench("--modbus", "--modbus-seconds", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [
+        line.split()
+        for line in done.stdout.splitlines()
+        if line.split()[:2] in (["9600", "CPython"], ["115200", "CPython"])
+    ]
+    assert [row[0] for row in rows] == ["9600", "115200"], done.stdout
+    for row in rows:
+        limit, polls, ratio = float(row[2].rstrip("/s")), float(row[3].rstrip("/s")), float(row[4])
+        assert polls > 0 and ratio == pytest.approx(polls / limit, abs=0.01) and float(row[5]) > 0, row
+    assert [row[2] for row in rows] == ["24.2/s", "159.5/s"], rows

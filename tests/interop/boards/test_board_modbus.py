@@ -66,6 +66,8 @@ def test_an_esp32_board_polls_two_probes_on_its_rs485_line_and_counts_a_garbled_
         time.sleep(12 * INTERVAL)
         polls, statuses = polls_by_device(drain(board))
         _, peak = heap_figures(board)
+        devices.stop()  # (the probes go down: polled after a backoff, the board mostly idle for its Ctrl-C)
+        wait_until(lambda: board.log().count(": down (timeout") == 2, 15, what="both probes down")
         stop_board(board)
     finally:
         stop_all(*([board] if board.proc is not None and board.proc.poll() is None else []), devices, line)
@@ -93,7 +95,9 @@ def test_a_board_whose_firmware_has_no_modbus_master_says_so_in_one_line(tmp_pat
     command = [sys.executable, "-m", "hutch.emulator.unixboard", "--romfs", romfs, "-X", "heapsize=" + HEAP]
     command += ["-m", "hutch.server.serve", "--board", "esp32", "--config", str(path), "--data", str(tmp_path / "d")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if line and not line.startswith(("|", "\\", "/"))]
+    lines = [
+        line for line in (done.stdout + done.stderr).splitlines() if line and not line.startswith(("|", "\\", "/"))
+    ]
     assert done.returncode == 2, done.stdout + done.stderr
     assert lines[-1].endswith(
         "[[device]]: this board's firmware polls no Modbus devices (build it with --modbus; "
