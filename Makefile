@@ -8,8 +8,9 @@
 #                 Debian's rabbitmq-server, mosquitto, chromium, prometheus, systemd-container
 #                 and debootstrap (apt) when missing
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
-#   make soak     the bridge's soaks at full length: 100 faults toward hutch and toward RabbitMQ
-#                 (make test runs 20 of each)
+#   make soak     the long runs at full length: the bridge's soaks, 100 faults toward hutch and
+#                 toward RabbitMQ (make test runs 20 of each); Modbus devices to Parquet for 10
+#                 minutes with the uplink cut for one (make test: 40 s, cut for 10)
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
 
@@ -76,8 +77,9 @@ check: lint
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q -n 2 $(IN_PROCESS_TESTS) $(ARGS)
 
-soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER)
+soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT)
 	HUTCH_SOAK_FAULTS=20 $(BIN)/python -m pytest -n 2 tests/interop/bridge/test_bridge_soak.py $(ARGS)
+	HUTCH_MODBUS_SECONDS=600 HUTCH_MODBUS_CUT=60 $(BIN)/python -m pytest -n 1 tests/interop/devices/test_modbus_to_parquet.py $(ARGS)
 
 docs: $(DOCS_INSTALLED)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs site

@@ -58,6 +58,7 @@ PRINTS = {
     ("docs/mqtt.md", 5): "21.5\n40\n",
     ("docs/mqtt.md", 6): "[(b'hello from bob', [42])]\n",
     ("docs/modbus.md", 0): "setpoint-1 {'device': 'boiler', 'register': 'setpoint', 'value': 42.5, 'result': 'ok'}\n",
+    ("docs/modbus.md", 1): "",
 }
 
 

@@ -72,6 +72,9 @@ BRIDGE = {
 }
 URI_OPTIONS = "?heartbeat=1&connection_timeout=2000"
 DEDUP = os.environ.get("HUTCH_E2E_DEDUP", "on") != "off"
+# the pipeline's micro-batches while the faults happen: each costs Spark about a CPU-second, and
+# the kill needs only one committed batch before it
+TRIGGER = "processing=5s"
 
 
 def toml(value):
@@ -250,7 +253,7 @@ def sensor_to_parquet(tmp_path, upstream, request):
         sensor_proxies = (amqp_proxy, mqtt_proxy)
         output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
         request.getfixturevalue("spark_jvm")  # (conftest.py: the run's class archive, once made)
-        pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "processing=2s")
+        pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", TRIGGER)
         runs = [pipeline]
         wait_until(lambda: any("Spark started" in line for line in pipeline.lines), 120, what="Spark")
         stop = str(tmp_path / "stop")
@@ -272,7 +275,7 @@ def sensor_to_parquet(tmp_path, upstream, request):
             fault("edge SIGKILLed", lambda: (sigkill(edge.broker), edge.broker.start()))
             wait_until(pipeline.went_on, 120, what="a batch committed by this run of the pipeline")
             fault("pipeline SIGKILLed", pipeline.kill)
-            pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "processing=2s")
+            pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", TRIGGER)
             runs.append(pipeline)
             fault("upstream SIGKILLed", upstream.kill_and_start)
             fault("sensor links muted, then cut, again", lambda: mute_and_cut(sensor_proxies))
