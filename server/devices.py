@@ -86,6 +86,7 @@ class Devices:
         self.devices = []  # (the list core/snapshot.py shows: hutch ctl devices, /metrics)
         self.tasks = {}  # device name -> its polling task
         self.commands = None  # server/device_commands.py Commands, with a writable register
+        self.short = set()  # the devices whose last poll found no heap (a board's)
         make_dir("%s/devices" % folder)
         runtime.broker.devices = self.devices
 
@@ -182,8 +183,15 @@ class Devices:
             await sleep_ms(max(0, due - now_ms()))
             try:
                 await self._poll(device, now_ms)
+                self.short.discard(device.name)
             except asyncio.CancelledError:
                 raise
+            except MemoryError:  # a board's heap full: said once, until a poll fits again
+                if device.name not in self.short:
+                    self.short.add(device.name)
+                    self.log(
+                        "warning", "device %s: no heap left for its poll: polled again at its next turn" % device.name
+                    )
             except Exception as e:  # a bug: it costs this poll, never the device's polling or the broker
                 self.log("error", "device %s: internal error: %r" % (device.name, e), e)
             if device.state == "down":

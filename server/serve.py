@@ -21,7 +21,10 @@ async def serve(opts, log, stop_event):
 
     lock, made = startup.claim_data_folder(opts["data"])
     try:
-        runtime = await startup.start(opts, log, stop_event)
+        try:
+            runtime = await startup.start(opts, log, stop_event)
+        except MemoryError:  # a board whose heap cannot hold what its config asks for
+            raise startup.heap_too_small()
     except BaseException:
         if lock is not None:
             lock.release()

@@ -208,6 +208,20 @@ async def start(opts, log, stop_event):
     return runtime
 
 
+def heap_too_small():
+    """The StartError of a start that ran out of heap: what the board has, in one line."""
+    import gc
+
+    gc.collect()
+    free = getattr(gc, "mem_free", lambda: 0)()
+    total = free + getattr(gc, "mem_alloc", lambda: 0)()
+    return StartError(
+        "the heap ran out while starting: this board's %d bytes (%d free now) do not hold what the config "
+        "asks for (its listeners, bridges and devices): ask for less, or use a board with more memory" % (total, free),
+        1,
+    )
+
+
 def serve_mqtt(broker, mqtt):
     """The MQTT front end set up from its [mqtt] settings (mqtt/connection.py Serving), or a
     StartError where the firmware holds none of it."""

@@ -2,7 +2,7 @@
 extra), each unit's values changing with every read.
 
     python modbus_device.py tcp PORT UNIT [UNIT ...]
-    python modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...] [garbled=UNIT]
+    python modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...] [garbled=UNIT] [noise=UNIT]
 
 A unit's n-th read of a kind of register (its holding registers, its input registers: counted
 apart) answers with what script() says of n: holding register A holds n * 10 + A (uint16), the
@@ -11,13 +11,15 @@ read of its device it came from, and one poll's readings (one read of each kind)
 Holding registers from SETTABLE on are not scripted: they hold what was written to them (a
 setpoint), but for the last one, LOCKED, which answers a write with ILLEGAL DATA ADDRESS.
 Coils hold what was written. On an RTU line, garbled=UNIT makes that unit's answers arrive with
-their last octet flipped (a bad CRC, as noise on the line makes it).
+their last octet flipped (a bad CRC, as noise on the line makes it), and noise=UNIT makes them
+1 to 24 random octets (garbage: no frame at all).
 
 Prints "ready" once it serves; runs until killed.
 """
 
 import asyncio
 import functools
+import os
 import struct
 import sys
 
@@ -68,15 +70,18 @@ async def main(argv):
         server = ModbusTcpServer([device(u) for u in units], address=("127.0.0.1", int(argv[1])))
     else:
         garbled = [int(a.split("=")[1]) for a in argv[3:] if a.startswith("garbled=")]
-        units = [int(u) for u in argv[3:] if not u.startswith("garbled=")]
+        noisy = [int(a.split("=")[1]) for a in argv[3:] if a.startswith("noise=")]
+        units = [int(u) for u in argv[3:] if "=" not in u]
 
         def noise(sending, packet):
             if sending and packet and packet[0] in garbled:
                 return packet[:-1] + bytes((packet[-1] ^ 0xFF,))
+            if sending and packet and packet[0] in noisy:
+                return os.urandom(1 + os.urandom(1)[0] % 24)
             return packet
 
         server = ModbusSerialServer(
-            [device(u) for u in units + garbled],
+            [device(u) for u in units + garbled + noisy],
             port=argv[1],
             baudrate=int(argv[2]),
             allow_multiple_devices=True,

@@ -3,6 +3,7 @@ tests/interop/boards/test_board_modbus.py): the scripted devices (modbus_device.
 stopped, a socat pty pair as an RS-485 line, and what the readings in a queue say."""
 
 import collections
+import datetime
 import json
 import os
 import subprocess
@@ -112,3 +113,26 @@ class PtyPair:
     def stop(self):
         self.proc.kill()
         self.proc.wait()
+
+
+def device_table(name, uri, unit, interval):
+    """A [[device]]: holding register 0 (n * 10 on the n-th read: scaled to n) and the float32 at
+    input registers 0-1 (20 + n / 2), polled every interval seconds."""
+    return """
+[[device]]
+name = "%s"
+uri = "%s"
+unit = %d
+interval = %s
+timeout = 0.3
+retries = 0
+registers = [
+  { name = "moisture", address = 0, kind = "holding", type = "uint16", scale = 0.1, unit = "%%" },
+  { name = "temp", address = 0, kind = "input", type = "float32", unit = "°C" },
+]
+""" % (name, uri, unit, interval)
+
+
+def epoch(ts):
+    """Epoch seconds of a reading's ts ("2026-11-27T18:00:00.123Z")."""
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()

@@ -103,3 +103,23 @@ def test_a_board_whose_firmware_has_no_modbus_master_says_so_in_one_line(tmp_pat
         "[[device]]: this board's firmware polls no Modbus devices (build it with --modbus; "
         "hutch flash does for a config with a [[device]])"
     ), lines
+
+
+def test_a_heap_too_small_for_the_devices_says_so_in_one_line(tmp_path):
+    """At 140 KiB of the unix port's heap the broker loads, but not with three devices besides
+    (tests/interop/boards/test_board_memory.py: the idle broker takes about 117 KiB): the start
+    stops with one line saying what the board has, and exit code 1."""
+    romfs = build.build(str(tmp_path / "firmware"), bundle_name="broker-modbus")["romfs"]
+    line = PtyPair(tmp_path)
+    path = tmp_path / "hutch.json"
+    path.write_text(json.dumps({"device": [device("probe-%d" % unit, line.ends[1], unit) for unit in (1, 2, 3)]}))
+    command = [sys.executable, "-m", "hutch.emulator.unixboard", "--romfs", romfs, "-X", "heapsize=140k"]
+    command += ["-m", "hutch.server.serve", "--board", "esp32", "--config", str(path), "--data", str(tmp_path / "d")]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    finally:
+        line.stop()
+    said = [line for line in done.stderr.splitlines() if line.startswith("hutch: ")]
+    assert done.returncode == 1 and len(said) == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert said[0].startswith("hutch: the heap ran out while starting: this board's "), said
+    assert said[0].endswith("ask for less, or use a board with more memory"), said

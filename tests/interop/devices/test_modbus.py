@@ -20,7 +20,6 @@ which poll it came from and the two registers of one poll agree.
 """
 
 import collections
-import datetime
 import json
 import os
 import re
@@ -31,33 +30,16 @@ import urllib.request
 import pika
 import pytest
 from brokers import BIN, free_port, hutch_serve, sigkill, stop_all, wait_until
-from modbus_support import ModbusDevices, PtyPair, bound_queue, check_polls, drain, polls_by_device
+from modbus_support import ModbusDevices, PtyPair, bound_queue, check_polls, drain, epoch, polls_by_device
+from modbus_support import device_table as modbus_table
 from scrapes import dom_figures
 
 INTERVAL = 0.2  # seconds between a device's polls
 
 
 def device_table(name, port, unit, uri=None):
-    """A [[device]]: holding register 0 (n * 10 on the n-th read: scaled to n) and the float32 at
-    input registers 0-1 (20 + n / 2)."""
-    return """
-[[device]]
-name = "%s"
-uri = "%s"
-unit = %d
-interval = %s
-timeout = 0.3
-retries = 0
-registers = [
-  { name = "moisture", address = 0, kind = "holding", type = "uint16", scale = 0.1, unit = "%%" },
-  { name = "temp", address = 0, kind = "input", type = "float32", unit = "°C" },
-]
-""" % (name, uri or "modbus+tcp://127.0.0.1:%d" % port, unit, INTERVAL)
-
-
-def epoch(ts):
-    """Epoch seconds of a reading's ts ("2026-11-27T18:00:00.123Z")."""
-    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+    """A [[device]] of modbus_support's, polled every INTERVAL, behind the TCP port unless uri."""
+    return modbus_table(name, uri or "modbus+tcp://127.0.0.1:%d" % port, unit, INTERVAL)
 
 
 def two_devices_polled(tmp_path):

@@ -2,7 +2,8 @@
 
 An edge hutch polls three devices (tests/support/modbus_device.py: each read's values say
 which read of its device it is): an energy meter over Modbus TCP, and two soil probes on one
-RS-485 line (a socat pty pair), where a third unit answers with a bad CRC. The edge's up
+RS-485 line (a socat pty pair), where a third unit answers with a bad CRC and a fourth with
+random octets (garbage, no frame at all). The edge's up
 bridge forwards the readings through a TCP proxy to an upstream hutch's stream queue.
 
 For HUTCH_MODBUS_SECONDS (40 in `make test`, 600 in `make soak`) while they are polled:
@@ -23,10 +24,10 @@ trigger available-now) reads the stream into per-minute Parquet rows. Checked:
 - the meter's outage: its status messages down then up, `hutch_device_polls_total
   {device="meter",result="gone"}` on /metrics while it was down, and the probes polled on
   time meanwhile;
-- the garbled unit: down for an error, counted, and nothing in the edge's log at error level.
+- the garbled unit and the one that answers garbage: down, each failed poll counted, the probes
+  on the same line polled all the same, and nothing in the edge's log at error level.
 """
 
-import datetime
 import json
 import os
 import subprocess
@@ -36,7 +37,7 @@ import urllib.request
 import pika
 import pytest
 from brokers import BIN, RunningBroker, free_port, hutch_serve, sigkill, stop_all, wait_until
-from modbus_support import ModbusDevices, PtyPair, check_polls, drain, polls_by_device
+from modbus_support import ModbusDevices, PtyPair, check_polls, device_table, drain, epoch, polls_by_device
 from pipeline_support import Pipeline, written_aggregates
 from tcp_proxy import TcpProxy
 
@@ -48,30 +49,15 @@ INTERVAL = 0.5  # seconds between a device's polls
 END_TS = "2099-01-01T00:00:00.000Z"  # the reading that closes every window
 
 
-def device(name, uri, unit):
-    return """
-[[device]]
-name = "%s"
-uri = "%s"
-unit = %d
-interval = %s
-timeout = 0.3
-retries = 0
-registers = [
-  { name = "moisture", address = 0, kind = "holding", type = "uint16", scale = 0.1, unit = "%%" },
-  { name = "temp", address = 0, kind = "input", type = "float32", unit = "°C" },
-]
-""" % (name, uri, unit, INTERVAL)
-
-
 def edge_config(metrics_port, meter_port, line, uplink_port, stream):
     rtu = "modbus+rtu://%s?baudrate=19200" % line
     return (
         "[metrics]\nport = %d\n" % metrics_port
-        + device("meter", "modbus+tcp://127.0.0.1:%d" % meter_port, 1)
-        + device("soil-1", rtu, 1)
-        + device("soil-2", rtu, 2)
-        + device("noisy", rtu, 3)
+        + device_table("meter", "modbus+tcp://127.0.0.1:%d" % meter_port, 1, INTERVAL)
+        + device_table("soil-1", rtu, 1, INTERVAL)
+        + device_table("soil-2", rtu, 2, INTERVAL)
+        + device_table("noisy", rtu, 3, INTERVAL)
+        + device_table("static", rtu, 4, INTERVAL)
         + """
 [[bridge]]
 name = "up"
@@ -136,10 +122,6 @@ def stream_records(upstream, stream):
     return records
 
 
-def epoch(ts):
-    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
-
-
 @pytest.mark.long  # tests/conftest.py: started early
 def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_a_device_gone(tmp_path, request):
     (tmp_path / "upstream").mkdir()
@@ -149,7 +131,7 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
     line = PtyPair(tmp_path)
     meter_port = free_port()
     meter = ModbusDevices(meter_port, [1])
-    probes = ModbusDevices(None, [1, 2, "garbled=3"], line=line.ends[0])
+    probes = ModbusDevices(None, [1, 2, "garbled=3", "noise=4"], line=line.ends[0])
     uplink = TcpProxy(upstream.port).start()
     metrics_port = free_port()
     edge = hutch_serve(tmp_path / "edge", edge_config(metrics_port, meter_port, line.ends[1], uplink.port, stream))
@@ -234,6 +216,8 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
     assert "down" in meter_states and meter_states[meter_states.index("down") + 1 :][:1] == ["up"], meter_states
     counted = {d["name"]: d["polls"] for d in ctl["devices"]}
     assert counted["noisy"]["error"] >= 1 and counted["noisy"]["ok"] == 0, counted
+    static = counted["static"]
+    assert static["ok"] == 0 and static["error"] + static["timeout"] >= 1, counted
 
     written, _ = written_aggregates(output)
     expected = {}
@@ -245,9 +229,9 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
     }
     print(
         "%d s: %d readings of %d polls (meter %d, soil-1 %d, soil-2 %d) in %d Parquet window rows, none missing or "
-        "twice; noisy: %d errors"
+        "twice; noisy: %d errors; static: %d errors, %d timeouts"
         % (
             SECONDS, len(readings), sum(len(p) for p in polls.values()), len(polls["meter"]), len(polls["soil-1"]),
-            len(polls["soil-2"]), len(got), counted["noisy"]["error"],
+            len(polls["soil-2"]), len(got), counted["noisy"]["error"], static["error"], static["timeout"],
         )
     )  # fmt: skip
