@@ -216,10 +216,11 @@ def test_the_wasm32_board_refuses_in_one_line():
     done = bench("--board", "wasm32", "--backlog", "10", timeout=60)
     assert (
         done.returncode == 2
-        and done.stderr == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt and --dedup: pick one\n"
+        and done.stderr
+        == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt, --dedup and --modbus: pick one\n"
     )
     done = bench("--dedup", "--mqtt", timeout=60)
-    assert done.returncode == 2 and done.stderr.endswith("--mqtt and --dedup: pick one\n"), done
+    assert done.returncode == 2 and done.stderr.endswith("--dedup and --modbus: pick one\n"), done
     missing = dict(os.environ, HUTCH_WASM32_PACKAGE="/nonexistent/micropython.mjs")
     done = bench("--board", "wasm32", timeout=120, env=missing)
     assert done.returncode == 2 and done.stdout == "", done

@@ -56,5 +56,6 @@ def test_spark_and_another_mode_is_refused():
     done = bench("--spark", "1000", "--backlog", "1000", timeout=60)
     assert (
         done.returncode == 2
-        and done.stderr == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt and --dedup: pick one\n"
+        and done.stderr
+        == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt, --dedup and --modbus: pick one\n"
     )
