@@ -239,9 +239,20 @@ def assert_mqtt_js_scenario(seen, version):
     assert seen["sessionPresent"] is True and seen["later"] == ["while away"]
 
 
+def per_topic(messages):
+    """{(topic, QoS): the payloads in the order they came}: what MQTT orders ([MQTT-4.6.0-6]: by
+    topic and QoS; a QoS 0 message may pass a QoS 1 one of another topic, as RabbitMQ's web-mqtt
+    lets it now and then)."""
+    found = {}
+    for topic, payload, qos in messages:
+        found.setdefault((topic, qos), []).append(payload)
+    return found
+
+
 def assert_websocket_scenarios_alike(ours, theirs):
-    """websocket_scenario's results on hutch and on RabbitMQ's web-mqtt: the same, and right."""
-    assert ours == theirs, (ours, theirs)
+    """websocket_scenario's results on hutch and on RabbitMQ's web-mqtt: the same, and right
+    (hutch's in the order they were published)."""
+    assert (per_topic(ours[0]),) + tuple(ours[1:]) == (per_topic(theirs[0]),) + tuple(theirs[1:]), (ours, theirs)
     got, kept, wills, session = ours
     assert got == [("wsd/sensors/t%d" % (i % 2), b"%d" % i, i % 2) for i in range(20)]
     assert kept == [("wsd/status/gw", b"online", True)] and wills == [("wsd/status/doomed", b"gone")]
