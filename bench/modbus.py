@@ -107,15 +107,17 @@ def measure(kind, workdir, baud, seconds, say):
     """(polls a second, CPU seconds per poll) of a hutch of this kind polling the device at baud."""
     wire = Wire()
     device = broker = None
+    said = open(os.path.join(workdir, "modbus-device-%d.log" % baud), "w+")  # (pymodbus's own lines)
     try:
         device = subprocess.Popen(
             [sys.executable, "-m", "hutch.bench.modbus_device", wire.a, str(baud)],
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=said,
             text=True,
         )
         if device.stdout.readline().strip() != "ready":
-            raise BenchError("the simulated Modbus device did not start: %s" % device.stdout.read()[-2000:])
+            said.seek(0)
+            raise BenchError("the simulated Modbus device did not start: %s" % said.read()[-2000:])
         broker = Hutch(kind, workdir, config=config_file(workdir, wire.b, baud)).start()
         readings(broker)  # (the queue, bound)
         time.sleep(1.0)  # (warm-up: the first poll opens the line)
@@ -133,6 +135,9 @@ def measure(kind, workdir, baud, seconds, say):
                 stop_process(proc)
         if broker is not None:
             broker.log.close()
+        if device is not None:
+            device.stdout.close()
+        said.close()
         wire.stop()
 
 
