@@ -7,6 +7,8 @@ as readings, numbered so that the sensor dedup, the bridge and `hutch pipeline` 
 - registers.py: which reads fetch a device's registers, and what their words say (sans-IO).
 - device.py: one device's state, numbering and readings: what a poll publishes, when the
   device is up or down, what is counted (sans-IO).
+- rtu.py: Modbus RTU frames, a request's octets and what an answer's say (sans-IO).
 
-server/devices.py drives them on CPython, through pymodbus (the modbus extra).
+server/devices.py drives them: on CPython through pymodbus (the modbus extra), on a board
+through its own RTU master (server/rtu_master.py, with rtu.py's frames).
 """
