@@ -203,7 +203,8 @@ def _service_command(args, root):
 def _checkout():
     """The checkout this hutch runs from (a `pip install -e .`, or `make serve`'s), or None (it
     was installed: `pip install .`, or from a wheel)."""
-    folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tools/.. : the checkout
+    # tools/.. : the checkout, by its own path (a link to it, as make's test venv has, named too)
+    folder = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     try:
         with open(os.path.join(folder, "pyproject.toml")) as f:
             return folder if 'name = "hutch"' in f.read() else None
