@@ -126,11 +126,14 @@ class Bridge:
         first, sending nothing new, wait at most that long for what is in flight to be confirmed
         (a reload: server/reload.py)."""
         machine = self.machine
-        if drain_ms and machine.unsettled():
-            machine.draining = True
+        # Nothing new is sent from here on, drained or not: a message sent while the link's task
+        # ends would reach upstream and, unconfirmed, go back to the queue for the next link.
+        machine.draining = True
+        if drain_ms:
             until = self.clock.now_ms() + drain_ms
             while machine.unsettled() and self.clock.now_ms() < until:
                 await sleep_ms(20)
+                machine.draining = True  # (a link opened again meanwhile starts undrained)
         self.stopping = True
         if self.watch is not None:
             self.watch.cancel()
