@@ -394,14 +394,17 @@ class Broker:
             stats[counters.ROUTED] += 1
         elif not queues:
             return 0
-        numbered = None  # a bridge's message or a sensor's reading (core/dedup.py numbered)
+        numbered = dedup = None  # a bridge's message or a sensor's reading (core/dedup.py Dedup.numbered)
         # (what the broker publishes itself, a dead letter, came in once already)
         if publisher is not None:
             bridged = message.has_header(BRIDGE_SEQ)
             if bridged or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors):
-                from .dedup import numbered as identify  # (loaded with the first numbered message)
+                dedup = self.dedup if bridged else self.sensors
+                if dedup is None:
+                    from .dedup import dedup_of  # (loaded with the first numbered message)
 
-                numbered = identify(self, message, not bridged)
+                    dedup = dedup_of(self, not bridged)
+                numbered = dedup.numbered(message)
             if numbered is True:  # a repeat: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart
@@ -448,9 +451,7 @@ class Broker:
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
         if numbered is not None and (targets or result & JOURNALLED):
-            from .dedup import took  # (loaded already: it made numbered)
-
-            took(self, numbered, result & JOURNALLED)
+            dedup.took(self, numbered, result & JOURNALLED)
         return result
 
     def consume(self, who, queue, consumer, method, arguments=None):

@@ -57,9 +57,10 @@ MAX_ID = 255  # octets of a sensor id
 
 
 class Dedup:
-    def __init__(self, window=WINDOW, most=MAX_ORIGINS):
+    def __init__(self, window=WINDOW, most=MAX_ORIGINS, sensors=False):
         self.window = max(8, (window + 7) & ~7)  # bits, whole octets
         self.most = most
+        self.sensors = sensors  # sensors' readings (x-sensor-id), else bridged messages (x-hutch-origin)
         self.origins = {}  # origin -> [highest number taken, bitmap of the window's numbers up to it]
         self.order = []  # origins, first heard from first (what goes when there are too many)
         self.dropped = 0  # repeats dropped since the start
@@ -94,6 +95,43 @@ class Dedup:
         if not 0 < len(sensor) <= MAX_ID:
             return None
         return bytes(sensor), seq
+
+    def numbered(self, message):
+        """Broker.publish's question for a message that carries a number: True if it is a repeat
+        (counted), else its (origin, number) to mark once a queue took it (took()), or None (no
+        usable identity). Asked of every numbered message: seen() and behind() in one look."""
+        key = self.sensor_key(message) if self.sensors else self.key(message)
+        if key is None:
+            return None
+        state = self.origins.get(key[0])
+        if state is None or key[1] > state[0]:
+            return key
+        seq = key[1]
+        window = self.window
+        if seq <= state[0] - window:  # too far behind to tell
+            if self.sensors:
+                return key  # a sensor's count that started over: new (took() says so)
+        elif not state[1][(seq % window) >> 3] & (1 << (seq & 7)):
+            return key
+        self.dropped += 1
+        return True
+
+    def took(self, broker, key, journalled):
+        """A numbered message some queue took (key: numbered()'s): its number marked, and
+        journalled with it (journalled: the message is in the journal). A sensor's number further
+        behind than its window: its count started over (said once a sensor)."""
+        origin, seq = key
+        if self.sensors and self.behind(origin, seq):
+            high = self.origins[origin][0]
+            if self.started_over(origin):
+                broker.log(
+                    "warning",
+                    "sensor '%s' numbered a reading %d after %d: taken as a count that started over "
+                    "(its readings are deduplicated from there)" % (text(origin), seq, high),
+                )
+        self.take(origin, seq)
+        if journalled and broker.journal is not None:  # kept through a restart: so is its number
+            broker.journal.dedup_taken(taken_payload(origin, seq), self.sensors)
 
     def seen(self, origin, seq):
         """True if the message numbered seq from origin was taken before."""
@@ -200,20 +238,6 @@ class Dedup:
             self.take(origin, seq)
 
 
-def numbered(broker, message, sensor):
-    """Broker.publish's question for a message that carries a bridge's number (sensor False) or
-    a sensor's: True if it is a repeat (counted), else (its Dedup, origin, number) to mark once a
-    queue took it (took()), or None (no usable identity)."""
-    dedup = dedup_of(broker, sensor)
-    key = dedup.sensor_key(message) if sensor else dedup.key(message)
-    if key is None:
-        return None
-    if dedup.seen(*key) and not (sensor and dedup.behind(*key)):
-        dedup.dropped += 1
-        return True
-    return dedup, key[0], key[1]
-
-
 def dedup_of(holder, sensor):
     """holder's Dedup of sensors (sensor True) or of bridges, made here with the first: holder
     is the broker, or the replay of its journal (core/replay.py); each has dedup, sensors and
@@ -253,26 +277,7 @@ def for_sensors(limits):
         from .limits import Limits
 
         limits = Limits()
-    return Dedup(limits.sensor_window, limits.max_sensors)
-
-
-def took(broker, numbered, journalled):
-    """A numbered message some queue took (numbered: numbered()'s): its number marked, and
-    journalled with it (journalled: the message is in the journal). A sensor's number further
-    behind than its window: its count started over (said once a sensor)."""
-    dedup, origin, seq = numbered
-    sensor = dedup is broker.sensors
-    if sensor and dedup.behind(origin, seq):
-        high = dedup.origins[origin][0]
-        if dedup.started_over(origin):
-            broker.log(
-                "warning",
-                "sensor '%s' numbered a reading %d after %d: taken as a count that started over "
-                "(its readings are deduplicated from there)" % (text(origin), seq, high),
-            )
-    dedup.take(origin, seq)
-    if journalled and broker.journal is not None:  # kept through a restart: so is its number
-        broker.journal.dedup_taken(taken_payload(origin, seq), sensor)
+    return Dedup(limits.sensor_window, limits.max_sensors, True)
 
 
 def header_value(message, key, key_shortstr):
