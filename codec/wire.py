@@ -423,18 +423,14 @@ def decode_table(buf, pos, end, text=False):
         except UnicodeError:
             raise DecodeError("field table key is not UTF-8", 502)
         pos += n
-        value, pos = _decode_value(buf, pos, stop, text)
+        value, pos = decode_value(buf, pos, stop, text)
         if key not in table:  # duplicate keys: the first one wins (requirements §4 row 9)
             table[key] = value
     return table, stop
 
 
-def decode_value(buf, pos, end, text=False):
+def decode_value(buf, pos, end, as_text=False):
     """One field value (its type octet, then the value) at pos: (value, where it ends)."""
-    return _decode_value(buf, pos, end, text)
-
-
-def _decode_value(buf, pos, end, as_text):
     _need(end, pos, 1)
     tag = buf[pos]
     pos += 1
@@ -491,7 +487,7 @@ def _decode_value(buf, pos, end, as_text):
             raise DecodeError("field array length %d runs past the frame" % n)
         items = []
         while pos < stop:
-            value, pos = _decode_value(buf, pos, stop, as_text)
+            value, pos = decode_value(buf, pos, stop, as_text)
             items.append(value)
         return items, stop
     if tag == 0x56:  # 'V'

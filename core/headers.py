@@ -11,7 +11,7 @@ Sans-IO and MicroPython-clean.
 
 import struct
 
-from ..codec.wire import _decode_value
+from ..codec.wire import decode_value
 
 FLAG_HEADERS = 0x2000
 FLAG_DELIVERY_MODE = 0x1000
@@ -77,7 +77,7 @@ def without(table, key):
     end = len(table)
     while pos < end:
         value_at = pos + 1 + table[pos]
-        stop = _decode_value(table, value_at, end, False)[1]
+        stop = decode_value(table, value_at, end, False)[1]
         if table[pos + 1 : value_at] != key:
             kept.append(table[pos:stop])
         pos = stop
@@ -108,14 +108,14 @@ def routes(header_tail, key):
     end = len(table)
     while pos < end:
         value_at = pos + 1 + table[pos]
-        stop = _decode_value(table, value_at, end, False)[1]
+        stop = decode_value(table, value_at, end, False)[1]
         if table[pos + 1 : value_at] == key:
             tag = table[value_at]
             keys = []
             if tag == 0x41:  # 'A'
                 item = value_at + 5
                 while item < stop:
-                    after = _decode_value(table, item, stop, False)[1]
+                    after = decode_value(table, item, stop, False)[1]
                     if table[item] == 0x53:  # 'S'
                         keys.append(bytes(table[item + 5 : after]))
                     item = after
