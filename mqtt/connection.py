@@ -398,8 +398,6 @@ class Connection(PortConnection):
                 self.end()
         elif self.keep_alive_ms and not self.paused and now - self.last_recv > self.keep_alive_ms * 3 // 2:
             self.refuse(KEEP_ALIVE_TIMEOUT, "nothing from the client in 1.5 times its keep alive")
-        elif self.session is not None:
-            self.session.tick(now)
 
     # ------------------------------------------------------------ the broker's calls (core/session.py)
 

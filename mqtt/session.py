@@ -590,6 +590,3 @@ class Session:
 
     def unsettled(self):
         return [(held[0], held[1]) for held in self.inflight.values() if held[0] is not None]
-
-    def tick(self, now):
-        pass
