@@ -84,51 +84,38 @@ class Dedup:
     def sensor_key(self, message):
         """(sensor id, number) of a sensor's reading, or None (no identity, or one that is not
         a string and a whole number >= 0: such a reading is routed as it is)."""
-        seq = header_value(message, SENSOR_SEQ, SENSOR_SEQ_KEY)
-        if type(seq) is not int or seq < 0 or seq > MAX_SEQ:  # (most are: a bool or digits are not)
-            seq = sequence(seq)
-            if seq is None:
-                return None
+        seq = sequence(header_value(message, SENSOR_SEQ, SENSOR_SEQ_KEY))
+        if seq is None:
+            return None
         sensor = header_value(message, SENSOR_ID, SENSOR_ID_KEY)
-        if type(sensor) is not bytes:
-            if isinstance(sensor, str):
-                sensor = sensor.encode()
-            elif isinstance(sensor, bytearray):
-                sensor = bytes(sensor)
-            else:
-                return None
+        if not isinstance(sensor, (bytes, bytearray, str)):
+            return None
+        if isinstance(sensor, str):
+            sensor = sensor.encode()
         if not 0 < len(sensor) <= MAX_ID:
             return None
-        return sensor, seq
+        return bytes(sensor), seq
 
     def numbered(self, message):
         """Broker.publish's question for a message that carries a number: True if it is a repeat
         (counted), else its (origin, number) to mark once a queue took it (took()), or None (no
-        usable identity). Asked of every numbered message: seen() and behind() in one look."""
+        usable identity). A sensor's number further behind than the window is new: its count
+        started over."""
         key = self.sensor_key(message) if self.sensors else self.key(message)
         if key is None:
             return None
-        state = self.origins.get(key[0])
-        if state is None or key[1] > state[0]:
-            return key
-        seq = key[1]
-        window = self.window
-        if seq <= state[0] - window:  # too far behind to tell
-            if self.sensors:
-                return key  # a sensor's count that started over: new (took() says so)
-        elif not state[1][(seq % window) >> 3] & (1 << (seq & 7)):
-            return key
-        self.dropped += 1
-        return True
+        if self.seen(*key) and not (self.sensors and self.behind(*key)):
+            self.dropped += 1
+            return True
+        return key
 
     def took(self, broker, key, journalled):
         """A numbered message some queue took (key: numbered()'s): its number marked, and
         journalled with it (journalled: the message is in the journal). A sensor's number further
         behind than its window: its count started over (said once a sensor)."""
         origin, seq = key
-        state = self.origins.get(origin)
-        if self.sensors and state is not None and seq <= state[0] - self.window:  # (behind())
-            high = state[0]
+        if self.sensors and self.behind(origin, seq):
+            high = self.origins[origin][0]
             if self.started_over(origin):
                 broker.log(
                     "warning",
@@ -179,10 +166,6 @@ class Dedup:
         """Mark the message numbered seq from origin as taken."""
         window = self.window
         state = self.origins.get(origin)
-        if state is not None and seq == state[0] + 1:  # (the next one: most are)
-            state[0] = seq
-            state[1][(seq % window) >> 3] |= 1 << (seq & 7)
-            return
         if state is None:
             if len(self.order) >= self.most:
                 del self.origins[self.order.pop(0)]
@@ -327,8 +310,8 @@ def sequence(value):
 
 
 def taken_payload(origin, seq):
-    """A taken record's payload: origin (bytes: its length, 2 octets, then them) and number."""
-    return struct.pack(">H", len(origin)) + origin + struct.pack(">Q", seq)
+    """A taken record's payload: origin (length, 2 bytes, then its bytes) and number."""
+    return _origin_bytes(origin) + struct.pack(">Q", seq)
 
 
 def _state_payload(origin, state, window):
