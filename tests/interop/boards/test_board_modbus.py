@@ -35,7 +35,10 @@ def device(name, line, unit):
         "uri": "modbus+rtu://%s?baudrate=%d" % (line, BAUD),
         "unit": unit,
         "interval": INTERVAL,
-        "timeout": 0.3,
+        # (the default second: pymodbus's simulated probes on a run's loaded machine answered
+        # after 0.3 s now and then, and a probe that did was down for a timeout; the garbled
+        # unit is down for its bad CRC, whatever the timeout)
+        "timeout": 1.0,
         "retries": 0,
         "registers": [
             {"name": "moisture", "address": 0, "kind": "holding", "type": "uint16", "scale": 0.1, "unit": "%"},
