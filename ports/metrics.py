@@ -125,8 +125,9 @@ def render(snap, process, per_object=False):
         out.family(series, "counter", help_text)
         for label, theirs in protocols:
             out.sample(series, value(theirs), '{protocol="%s"}' % label)
-    out.one("rabbitmq_connections", "gauge", "Open connections", len(snap["connections"]))
-    _connections_by_protocol(out, snap["connections"])
+    open_by_protocol = snap["connections_by_protocol"]
+    out.one("rabbitmq_connections", "gauge", "Open connections", sum(open_by_protocol.values()))
+    _connections_by_protocol(out, open_by_protocol)
     out.one("rabbitmq_channels", "gauge", "Open channels", snap["channels"])
     out.one("rabbitmq_consumers", "gauge", "Consumers", snap["consumers"])
     out.one("rabbitmq_queues", "gauge", "Queues (streams included)", len(snap["queues"]) + len(snap["streams"]))
@@ -163,11 +164,9 @@ def _protocols(snap):
     return [("amqp091", counted["amqp091"])] + sorted((k, v) for k, v in counted.items() if k != "amqp091")
 
 
-def _connections_by_protocol(out, connections):
-    """Open connections per protocol: 0-9-1's always, another once one of its clients came."""
-    counts = {"amqp091": 0}
-    for conn in connections:
-        counts[conn["protocol"]] = counts.get(conn["protocol"], 0) + 1
+def _connections_by_protocol(out, counts):
+    """Open connections per protocol (core/snapshot.py: 0-9-1's always, another while one of its
+    clients is here)."""
     out.family("hutch_connections", "gauge", "Open connections by protocol")
     for protocol in sorted(counts):
         out.sample("hutch_connections", counts[protocol], '{protocol="%s"}' % protocol)

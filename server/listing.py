@@ -179,13 +179,13 @@ def _topic_permissions(broker):
 def _streams(broker):
     from ..core.snapshot import snapshot
 
-    return snapshot(broker)["streams"]
+    return snapshot(broker, each_connection=False)["streams"]
 
 
 def _bridges(broker):
     from ..core.snapshot import snapshot
 
-    return snapshot(broker)["bridges"]
+    return snapshot(broker, each_connection=False)["bridges"]
 
 
 def _arguments(arguments):

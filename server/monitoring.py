@@ -46,7 +46,8 @@ class Monitoring:
             from ..ports.status_page import PAGE
 
             return 200, "text/html; charset=utf-8", PAGE, ()
-        snap = broker_snapshot.snapshot(self.broker)
+        # (each connection's record for the page's table; /metrics counts them only)
+        snap = broker_snapshot.snapshot(self.broker, each_connection=path == "/api/overview")
         if path == "/metrics" or path == "/metrics/per-object":
             body = metrics.render(snap, process_figures(), per_object=path.endswith("per-object"))
             return 200, TEXT, body.encode(), ()

@@ -198,3 +198,25 @@ def test_the_snapshot_and_metrics_say_each_connections_protocol():
     text = render(snap, {})
     assert 'hutch_connections{protocol="amqp091"} 1\n' in text
     assert 'hutch_connections{protocol="amqp10"} 2\n' in text
+
+
+def test_status_json_counts_the_connections_of_each_protocol_without_listing_them(tmp_path):
+    """status.json (written every two seconds) counts the connections per protocol; the list of
+    them is for the status page, and /metrics counts them the same way."""
+    import json
+
+    from hutch.ports import status_file
+
+    broker = Broker(Limits())
+    Connection091(broker, PEER)
+    for port in (40001, 40002):
+        Connection10(broker, dict(PEER, port=port))
+    ConnectionMQTT(broker, dict(PEER, port=40003))
+    status_file.write(str(tmp_path), broker)
+    with open(tmp_path / status_file.STATUS_FILE) as f:
+        written = json.load(f)
+    assert written["connections_by_protocol"] == {"amqp091": 1, "amqp10": 2, "mqtt": 1}
+    assert "connections" not in written
+    assert len(snapshot(broker)["connections"]) == 4  # (each one, for the status page)
+    text = render(snapshot(broker, each_connection=False), {})
+    assert "rabbitmq_connections 4\n" in text and 'hutch_connections{protocol="mqtt"} 1\n' in text
