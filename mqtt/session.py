@@ -503,13 +503,27 @@ class Session:
             broker.delivered(queue, entry, True)
         else:  # (a QoS 2 delivery takes its packet id with it: mqtt/qos2_out.py)
             packet_id = self._packet_id()
-        props = self._properties(message, ids, entry[EXPIRES_AT])
-        if exact is not None:
-            topic = packets.binary(exact)
+        serving = self.serving
+        level = self.level
+        # A QoS 0 delivery to a client below version 5 (3.1 or 3.1.1: no packet id, no
+        # properties) is the same octets for every such subscriber of the message: made once,
+        # for the first of them, and shared by the rest, as Mosquitto shares one stored message.
+        # The Serving keeps the last one made, (message, PUBLISH), from the first such delivery
+        # on (a board that makes none holds no attribute for it).
+        plain = not qos and not retain and level != V5
+        last = getattr(serving, "last_plain", None)
+        if plain and last is not None and last[0] is message:
+            packet = last[1]
         else:
-            topic = self.serving.topics.get(key) or remember(self.serving.topics, key, packets.binary(topic_of(key)))
-        first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos == 1 else 0) | (1 if retain else 0)
-        packet = packets.publish_parts(first, topic, packet_id, props, self.level, message.body())
+            props = self._properties(message, ids, entry[EXPIRES_AT])
+            if exact is not None:
+                topic = packets.binary(exact)
+            else:
+                topic = serving.topics.get(key) or remember(serving.topics, key, packets.binary(topic_of(key)))
+            first = PUBLISH_FIRST | qos << 1 | (8 if entry[REDELIVERED] and qos == 1 else 0) | (1 if retain else 0)
+            packet = packets.publish_parts(first, topic, packet_id, props, level, message.body())
+            if plain:
+                serving.last_plain = (message, packet)
         if self.most_out and len(packet) > self.most_out:
             if qos == 2:
                 broker.delivered(queue, entry, True)

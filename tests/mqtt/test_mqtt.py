@@ -119,6 +119,39 @@ def test_rabbitmq_s_mapping_to_amq_topic_and_headers():
     assert first[0].persistent() and not second[0].persistent()
 
 
+def test_one_publish_reaches_subscribers_of_every_level_and_qos_each_as_its_own():
+    """The QoS 0 PUBLISH a 3.1.1 subscriber gets is made once per message and shared by the
+    others below version 5 (mqtt/session.py deliver): a 3.1 one gets the same, a QoS 1 one its own
+    packet id, a version 5 one its own properties; and the next message is not the last again."""
+    broker = Broker(Limits())
+    subscribers = []
+    for client_id, level, qos in ((b"a", packets.V311, 0), (b"b", packets.V311, 0), (b"c", packets.V31, 0),
+                                  (b"d", packets.V311, 1), (b"e", V5, 0)):  # fmt: skip
+        c = Client(broker, level=level)
+        c.connect(client_id)
+        c.subscribe(1, b"greenhouse/#", qos=qos)
+        subscribers.append((c, level, qos))
+    sensor = Client(broker)
+    sensor.connect(b"sensor")
+    for i, payload in enumerate((b"21.5", b"21.7")):
+        sensor.publish(b"greenhouse/3/temp", payload, qos=1, packet_id=i + 1)
+        for c, level, qos in subscribers:
+            out = c.read()
+            assert names(out) == ["PUBLISH"], (c.conn.client_id, out)
+            topic, got, got_qos, dup, packet_id, _props = published(out[0], level)
+            assert (topic, got, got_qos, dup) == (b"greenhouse/3/temp", payload, qos, False), c.conn.client_id
+            assert bool(packet_id) == bool(qos)
+            if qos:
+                c.send(packets.ack(packets.PUBACK, packet_id))
+    v5 = Client(broker, level=V5)
+    v5.connect(b"f")
+    v5.subscribe(1, b"expiring/#", qos=0)
+    publisher = Client(broker, level=V5)
+    publisher.connect(b"g")
+    publisher.publish(b"expiring/x", b"1", props={packets.MESSAGE_EXPIRY_INTERVAL: 60})
+    assert published(v5.read()[0], V5)[5] == {packets.MESSAGE_EXPIRY_INTERVAL: 60}
+
+
 def test_an_amqp_publish_reaches_an_mqtt_subscriber_at_qos_1_and_qos_0_stays_0():
     c = Client()
     c.connect()
