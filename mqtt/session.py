@@ -511,8 +511,8 @@ class Session:
         # The Serving keeps the last one made, (message, PUBLISH), from the first such delivery
         # on (a board that makes none holds no attribute for it).
         plain = not qos and not retain and level != V5
-        last = getattr(serving, "last_plain", None)
-        if plain and last is not None and last[0] is message:
+        last = getattr(serving, "last_plain", None) if plain else None
+        if last is not None and last[0] is message:
             packet = last[1]
         else:
             props = self._properties(message, ids, entry[EXPIRES_AT])

@@ -20,9 +20,8 @@ STATUS_EVERY_MS = 2000
 def snapshot(broker, running=True):
     """The broker's snapshot (core/snapshot.py: its bridges too), with this process's: its PID,
     whether it still runs and when it was written. Its connections are counted per protocol, not
-    listed one by one: `hutch ctl list connections` asks the running broker for those, and a
-    broker that has stopped has none (the list would cost a broker with 10,000 sensors 1.2 MB of
-    writes to its data folder every two seconds)."""
+    listed (core/snapshot.py says what the list would cost): `hutch ctl list connections` asks
+    the running broker for those, and a broker that has stopped has none."""
     out = broker_snapshot.snapshot(broker, each_connection=False)
     out["pid"] = os.getpid()
     out["running"] = running
@@ -33,8 +32,7 @@ def snapshot(broker, running=True):
 def write(folder, broker, running=True):
     """status.json in folder, replaced whole."""
     path = os.path.join(folder, STATUS_FILE)
-    # (json.dumps, not json.dump: dump encodes in Python, piece by piece; dumps in C, whole.
-    # With 10,000 MQTT sensors connected, dump kept an idle broker 6 % busy)
+    # (json.dumps, not json.dump: dump encodes in Python, piece by piece; dumps in C, whole)
     text = json.dumps(snapshot(broker, running))
     with open(path + ".tmp", "w") as f:
         f.write(text)
