@@ -118,22 +118,23 @@ class PtyPair:
         self.proc.wait()
 
 
-def device_table(name, uri, unit, interval):
+def device_table(name, uri, unit, interval, timeout=0.3):
     """A [[device]]: holding register 0 (n * 10 on the n-th read: scaled to n) and the float32 at
-    input registers 0-1 (20 + n / 2), polled every interval seconds."""
+    input registers 0-1 (20 + n / 2), polled every interval seconds, each read given timeout
+    seconds."""
     return """
 [[device]]
 name = "%s"
 uri = "%s"
 unit = %d
 interval = %s
-timeout = 0.3
+timeout = %s
 retries = 0
 registers = [
   { name = "moisture", address = 0, kind = "holding", type = "uint16", scale = 0.1, unit = "%%" },
   { name = "temp", address = 0, kind = "input", type = "float32", unit = "°C" },
 ]
-""" % (name, uri, unit, interval)
+""" % (name, uri, unit, interval, timeout)
 
 
 def epoch(ts):

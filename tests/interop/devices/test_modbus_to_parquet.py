@@ -53,7 +53,9 @@ def edge_config(metrics_port, meter_port, line, uplink_port, stream):
     rtu = "modbus+rtu://%s?baudrate=19200" % line
     return (
         "[metrics]\nport = %d\n" % metrics_port
-        + device_table("meter", "modbus+tcp://127.0.0.1:%d" % meter_port, 1, INTERVAL)
+        # (the meter's reads get 2 s: on a loaded machine a few 0.3 s timeouts in a row would
+        # put it in a backoff of seconds before it is stopped, and its outage would show late)
+        + device_table("meter", "modbus+tcp://127.0.0.1:%d" % meter_port, 1, INTERVAL, timeout=2.0)
         + device_table("soil-1", rtu, 1, INTERVAL)
         + device_table("soil-2", rtu, 2, INTERVAL)
         + device_table("noisy", rtu, 3, INTERVAL)
@@ -158,7 +160,7 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
         meter.stop()
         outage = time.time()
         wait_until(lambda: (metric(metrics_port, "hutch_device_polls_total", {"device": "meter", "result": "gone"}) or 0) > 0,
-                   10, what="the meter's failed polls on /metrics")  # fmt: skip
+                   30, what="the meter's failed polls on /metrics")  # fmt: skip
         at(0.6)
         back = time.time()
         meter = ModbusDevices(meter_port, [1])
