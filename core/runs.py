@@ -110,14 +110,25 @@ def takes_run(queue, message, count, size):
     """Whether count messages alike (message the first; size: their bodies and header tails)
     may go into queue as one run with the effect publishing them one by one has: an ordinary
     queue (not a priority queue's lanes) with no TTL, length limit or journal to act on each
-    message, and room in the board's budget for them all."""
+    message, and room in the board's budget for them all. A durable queue's journal acts on
+    a persistent message, and on a transient one once the queue pages (Queue.pages: its
+    window in memory full); a run of transient ones that keeps within the window has none
+    to act on."""
     return (
         queue.__class__ is Queue
         and queue.message_ttl is None
         and message.ttl is None
         and queue.max_length is None
         and queue.max_length_bytes is None
-        and not (queue.journalled and queue.broker.journal is not None)
+        and not (
+            queue.journalled
+            and queue.broker.journal is not None
+            and (
+                message.persistent()
+                or queue.messages.length + count >= queue.window_messages
+                or queue.ready_bytes + size >= queue.window_bytes
+            )
+        )
         and not queue.paged
         and not (queue.hard_max_messages and queue.messages.length + count >= queue.hard_max_messages)
         and not (queue.hard_max_bytes and queue.ready_bytes + size >= queue.hard_max_bytes)

@@ -64,7 +64,8 @@ class Serving:
     """What the MQTT front end keeps once per broker, in broker.front_ends["mqtt"] (made by
     serving_of with the first client, or set up from the config by server/startup.py): its
     settings, and the connection of each client id (a second CONNECT with the same id takes the
-    session over)."""
+    session over). On CPython server/startup.py gives it `parse`, mqtt/runs.py's, which reads for
+    every Connection.parse (a board's has none: its attribute would cost heap)."""
 
     stats: "list | None" = None  # MQTT's counters (core/counters.py), from the first connection (serving_of)
     sys_latest = None  # the $SYS topics' latest messages, where they are published (mqtt/sys_topics.py)
@@ -160,7 +161,11 @@ class Connection(PortConnection):
             self.session.redispatch()
 
     def parse(self, data):
-        """(PortConnection.feed) Every whole packet: where the rest begins."""
+        """(PortConnection.feed) Every whole packet: where the rest begins. (On CPython, runs.py
+        parse reads instead, set as Serving.parse: the same, with runs of QoS 0 PUBLISHes.)"""
+        runs = getattr(self.serving, "parse", None)
+        if runs:
+            return runs(self, data)
         pos = 0
         n = len(data)
         while pos < n and not self.closed and not self.paused:

@@ -183,14 +183,8 @@ class Publishing:
             identity = from_json(payload, fields)
         if props:
             parts = tails(properties_091(qos, dup, props, identity, exact), payload)
-        else:  # (most publishes: their properties, encoded once for each QoS, DUP and carried topic)
-            encoded = PLAIN.get((qos, dup, exact))
-            if encoded is None:
-                encoded = encode_properties(properties_091(qos, dup, None, None, exact))
-                if exact is None:
-                    PLAIN[qos, dup, None] = encoded
-                else:  # (one per topic holding a dot, as many as remember keeps)
-                    remember(PLAIN, (qos, dup, exact), encoded)
+        else:
+            encoded = PLAIN.get((qos, dup, exact)) or plain_properties(qos, dup, exact)
             if identity:
                 from .identity import with_identity
 
@@ -297,6 +291,20 @@ class Publishing:
         from ..codec.errors import PRECONDITION_FAILED
 
         raise Refused(PRECONDITION_FAILED, "direct reply-to is not served to MQTT clients")
+
+
+def plain_properties(qos, dup, exact):
+    """The encoded properties of a publish without version 5 properties (most publishes), made
+    once for each QoS, DUP and carried topic (exact: the topic, where its routing key cannot
+    say it) and kept in PLAIN."""
+    encoded = PLAIN.get((qos, dup, exact))
+    if encoded is None:
+        encoded = encode_properties(properties_091(qos, dup, None, None, exact))
+        if exact is None:
+            PLAIN[qos, dup, None] = encoded
+        else:  # (one per topic holding a dot, as many as remember keeps)
+            remember(PLAIN, (qos, dup, exact), encoded)
+    return encoded
 
 
 def _identified(props):

@@ -240,6 +240,11 @@ def serve_mqtt(broker, mqtt):
         mqtt["max_keep_alive"],
         (mqtt["sensor_id_field"], mqtt["sensor_seq_field"]),
     )
+    if sys.implementation.name != "micropython":
+        from ..mqtt.runs import parse  # pyright: ignore[reportMissingImports] (host only)
+
+        # (Connection.parse reads with it: runs of QoS 0 PUBLISHes; a board's Serving has no such attribute)
+        serving.parse = parse  # pyright: ignore[reportAttributeAccessIssue]
     if mqtt["sys_interval"] and sys.implementation.name != "micropython":
         from ..mqtt.sys_topics import SysTopics  # pyright: ignore[reportMissingImports] (host only)
 

@@ -1,0 +1,207 @@
+"""Runs of alike QoS 0 PUBLISHes (CPython only): a read's PUBLISHes to one topic taken in one go.
+
+A sensor streaming readings at QoS 0 sends PUBLISH after PUBLISH to one topic, and a read of its
+socket holds hundreds of them. Taken one by one, each is read, admitted, routed, made a Message,
+enqueued and delivered on its own. Here (parse, which reads for Connection.parse) the PUBLISHes
+of a 3.1 or 3.1.1 client that follow a QoS 0 one alike (QoS 0, neither DUP nor RETAIN, the same
+topic) go through the broker's run path (Broker.publish_run, core/runs.py):
+the gates and the routing once, for the first, then the whole run into its queues. A QoS 0
+subscriber of a 3.1 or 3.1.1 client that can take them gets each PUBLISH as it came, the same
+octets (MqttRun.deliver): no Message is made for what is delivered at once.
+
+The one-by-one path is the reference: a run is taken only where the effect is the same as
+publishing its messages one after the other (tests/mqtt/test_mqtt_runs.py feeds the same
+octets to both and compares what every client gets, the queues and the counters), and the
+broker's run path says where that is (core/runs.py takes_run). A run stops before a
+PUBLISH that says who sent it (a sensor's JSON id fields: mqtt/identity.py), before one
+larger than the broker takes, and where another packet comes.
+
+server/startup.py hands parse to the MQTT front end on CPython (Serving.parse); a board never
+loads this module.
+"""
+
+from ..core.content import body_tail, header_tail
+from ..core.message import Message
+from . import packets
+from .publishing import plain_properties
+from .session import Session
+
+PLAIN_QOS0 = 0x30  # a PUBLISH's first octet at QoS 0, neither DUP nor RETAIN
+
+
+def parse(conn, data):
+    """(Connection.parse, where Serving.parse is this) Every whole packet of data: where the rest
+    begins. The same as Connection.parse's own loop, but that a QoS 0 PUBLISH of a 3.1 or 3.1.1
+    client with more after it may start a run (publish_run)."""
+    pos = 0
+    n = len(data)
+    runs = conn.level != packets.V5 and conn.session is not None
+    solo = 0  # PUBLISHes to take one by one without trying a run again (one was refused)
+    while pos < n and not conn.closed and not conn.paused:
+        found = packets.split(data, pos, conn.most_in)
+        if found is None:
+            break
+        first, start, end = found
+        if first == PLAIN_QOS0 and runs and end < n:
+            if solo:
+                solo -= 1
+            else:
+                taken, after = publish_run(conn, data, pos, start, end)
+                if taken > 0:
+                    pos = after
+                    continue
+                solo = max(0, -taken - 1)
+        conn.packet(first, data, start, end)
+        pos = end
+    return pos
+
+
+def publish_run(conn, data, pos, start, end):
+    """The QoS 0 PUBLISH at data[pos:end] (its variable header from start on) and the alike
+    PUBLISHes right after it in data, through the broker as one run. (taken, where the packet
+    after them starts); taken is 0 when the first must go the one-by-one way, -n when the n
+    alike PUBLISHes from it must (a run of them was refused: trying again at each would only
+    cost more)."""
+    topic_size = (data[start] << 8) | data[start + 1]
+    head = start + 2 + topic_size  # (the payload's start: no packet id at QoS 0, no properties)
+    if head > end:
+        return 0, 0  # malformed: the one-by-one path says so
+    topic = bytes(data[start + 2 : head])
+    publishing = conn.session.publishing
+    found = publishing.routes.get(topic)
+    if found is None or conn.serving.origins:
+        return 0, 0  # a topic not checked yet (one by one first), or a publish that says who sent it
+    key, route, exact = found
+    spans = alike(data, end, topic, conn.most_in)
+    if not spans:
+        return 0, 0  # (a run of one would only cost more)
+    spans.insert(0, (pos, head, end))
+    run = MqttRun(publishing, data, spans, key, route, exact)
+    broker = conn.broker
+    first = run.first = run.message(0)
+    if first is None:
+        return 0, 0
+    taken, after, _result = broker.publish_run(publishing, publishing.exchange, first, run)
+    if not taken:
+        return -run.take(len(spans))[0], 0
+    if broker.flow.blocked:
+        conn.pause()
+    return taken, after
+
+
+def alike(data, pos, topic, limit):
+    """[(packet start, payload start, end)] of the PUBLISHes from data[pos] on like the one before
+    (PLAIN_QOS0, to topic), up to the first packet that is not, or not whole."""
+    spans = []
+    n = len(data)
+    prefix = bytes((len(topic) >> 8, len(topic) & 0xFF)) + topic
+    while pos < n and data[pos] == PLAIN_QOS0:
+        found = packets.split(data, pos, limit)
+        if found is None:
+            break
+        _first, start, end = found
+        if data[start : start + len(prefix)] != prefix:
+            break
+        spans.append((pos, start + len(prefix), end))
+        pos = end
+    return spans
+
+
+class MqttRun:
+    """A run of alike QoS 0 PUBLISHes as Broker.publish_run takes one (core/runs.py): how many go
+    together, their Messages, their deliveries. `first` is the first as a Message (the gates and
+    routing look at it)."""
+
+    def __init__(self, publishing, data, spans, key, route, exact):
+        self.publishing = publishing
+        self.data = data
+        self.spans = spans  # [(packet start, payload start, end)]
+        self.key = key
+        self.route = route
+        self.exact = exact  # the topic, where the routing key cannot say it (mqtt/topics.py)
+        self.encoded = plain_properties(0, False, exact)
+        self.first = None
+        self.taken = 0
+        self.made = None  # the taken PUBLISHes as Messages, once asked for (messages())
+
+    def message(self, i):
+        """The i-th PUBLISH as Publishing.send makes it; None when it says who sent it (a sensor's
+        JSON id fields: Publishing.send reads them, and that one goes its way)."""
+        _pos, head, end = self.spans[i]
+        payload = bytes(self.data[head:end])
+        fields = self.publishing.session.serving.sensor_fields
+        if fields is not None and fields[2] in payload:
+            return None
+        return Message(
+            self.publishing.exchange,
+            self.key,
+            self.route,
+            header_tail(self.encoded, len(payload)),
+            body_tail(payload),
+            len(payload),
+        )
+
+    def take(self, most, max_body=-1):
+        """(taken, where the packet after them starts, content bytes): how many of the PUBLISHes go
+        together, at most `most`, each payload at most max_body and none saying who sent it;
+        their payloads and header tails added up (what their Messages cost beyond
+        MESSAGE_OVERHEAD each)."""
+        spans = self.spans
+        data = self.data
+        fields = self.publishing.session.serving.sensor_fields
+        marker = fields[2] if fields is not None else None
+        tail = len(header_tail(self.encoded, 0))
+        taken = size = 0
+        for _pos, head, end in spans[: min(most, len(spans))]:
+            body = end - head
+            if (max_body >= 0 and body > max_body) or (marker is not None and marker in bytes(data[head:end])):
+                break
+            taken += 1
+            size += body + tail
+        self.taken = taken
+        return taken, spans[taken - 1][2] if taken else 0, size
+
+    def messages(self, arrived, order):
+        """The taken PUBLISHes as Messages (made once), numbered from order on, arrived at
+        `arrived` (Broker.publish sets both of each)."""
+        made = self.made
+        if made is None:
+            made = self.made = []
+            for i in range(self.taken):
+                message = self.first if i == 0 else self.message(i)
+                message.arrived = arrived
+                message.order = order + i
+                made.append(message)
+        return made
+
+    def deliver(self, consumer, queue, count, arrived, order):
+        """(core/runs.py) Up to count deliveries of the taken PUBLISHes to consumer, a QoS 0
+        subscription of a 3.1 or 3.1.1 client whose deliveries of them are the PUBLISHes as they
+        came (else 0: the queue hands them one by one, through Session.deliver): as many as
+        its connection takes before its output reaches the high-water mark, as
+        Session.can_deliver lets one by one. How many."""
+        session = consumer.session
+        if (
+            session.__class__ is not Session
+            or not consumer.no_ack
+            or session.level == packets.V5
+            or session.ended
+            or self.exact is not None
+            or session.dotted
+            or self.key.startswith(b"$")
+            or (session.optioned is not None and session.optioned.by_queue)
+        ):
+            return 0
+        conn = session.conn
+        data = self.data
+        spans = self.spans
+        given = 0
+        while given < count and conn.out_bytes < conn.high_water:
+            pos, _head, end = spans[given]
+            conn.send(data[pos:end] if type(data) is bytes else bytes(data[pos:end]))
+            given += 1
+        return given
+
+    def stream_records(self, stream, template, now_ms, max_body):
+        """A stream takes MQTT publishes one by one: (0 taken, 0, None)."""
+        return 0, 0, None

@@ -1,0 +1,278 @@
+"""Runs of alike QoS 0 PUBLISHes taken in one go (mqtt/runs.py through Broker.publish_run and
+core/runs.py) against the one-by-one path (each PUBLISH through Publishing.publish,
+Broker.publish, its queues and Session.deliver).
+
+Differential: two brokers on their own data folders read the same bytes in the same chunks from
+one publisher, one broker with the run path and one without. Their subscribers are of every
+kind a run meets: QoS 0 and QoS 1 subscriptions of 3.1.1, 3.1 and version 5 clients, a session
+that outlives its connection (a durable queue), a filter holding a dot, one that takes `$`
+topics, a shared subscription, and the publisher subscribed too. The PUBLISHes are runs to one
+topic and to others, with a dot, unrouted, JSON readings that say who sent them, retained and
+QoS 1 ones between them, payloads from empty to larger than the broker takes. After every read
+every connection must have been sent the same octets (a QoS 1 delivery is acknowledged at once,
+alike on both), and at the end both brokers count the same, hold the same budget and keep the
+same messages in the same order. CPython only.
+"""
+
+import os
+import shutil
+import tempfile
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hutch.core.broker import Broker
+from hutch.core.limits import Limits
+from hutch.core.session import MESSAGE, REDELIVERED
+from hutch.mqtt import packets
+from hutch.mqtt.connection import Connection, serving_of
+from hutch.mqtt.runs import parse
+from hutch.ports.recovery import recover
+
+WALL = 1700000000  # the wall clock's seconds at the start
+# (client id, version, clean, [(filter, QoS)])
+SUBSCRIBERS = [
+    (b"plain", packets.V311, True, [(b"s/#", 0)]),
+    (b"kept", packets.V311, False, [(b"s/a", 0)]),  # a durable queue
+    (b"acking", packets.V311, True, [(b"s/a", 1), (b"s/b", 0)]),
+    (b"old", packets.V31, True, [(b"s/+", 0)]),
+    (b"five", packets.V5, True, [(b"s/#", 0)]),
+    (b"dotted", packets.V311, True, [(b"s/x.y", 0), (b"s/a", 0)]),
+    (b"dollar", packets.V311, True, [(b"$d/#", 0)]),
+    (b"shared-1", packets.V311, True, [(b"$share/g/s/a", 0)]),
+    (b"shared-2", packets.V311, True, [(b"$share/g/s/a", 0)]),
+]
+
+
+def publish(topic, payload, first=0x30, packet_id=0):
+    """A PUBLISH as a 3.1.1 client sends it; first: its first octet (QoS, DUP, RETAIN)."""
+    head = packets.binary(topic) + (bytes((packet_id >> 8, packet_id & 0xFF)) if first & 6 else b"")
+    return bytes((first,)) + packets.remaining_length(len(head) + len(payload)) + head + payload
+
+
+TOPIC_NAMES = [b"s/a", b"s/b", b"s/x.y", b"s/x/y", b"$d/x", b"nowhere/n"]
+TOPICS = st.sampled_from(TOPIC_NAMES)
+PAYLOADS = st.one_of(
+    st.binary(max_size=40),
+    st.sampled_from([b"", b'{"x-sensor-id": "t1", "x-sensor-seq": 7, "v": 1}', b"z" * 3000, b"w" * 9000]),
+)
+alike_run = st.builds(
+    lambda topic, payloads: b"".join(publish(topic, p) for p in payloads),
+    TOPICS,
+    st.lists(PAYLOADS, min_size=2, max_size=80),
+)
+pieces = st.one_of(
+    alike_run,
+    alike_run,
+    alike_run,
+    st.builds(lambda t, p: publish(t, p, 0x31), TOPICS, PAYLOADS),  # retained
+    st.builds(lambda t, p, i: publish(t, p, 0x32, i), TOPICS, PAYLOADS, st.integers(1, 9)),  # QoS 1
+    st.builds(lambda t, p: publish(t, p, 0x38), TOPICS, PAYLOADS),  # DUP at QoS 0: malformed
+    st.just(b"\xc0\x00"),  # PINGREQ
+)
+LIMITS = st.sampled_from(
+    [
+        Limits(),
+        Limits(output_high_water=600),
+        Limits(total_max_messages=80),
+        Limits(max_message_bytes=5000),
+        Limits(queue_window_messages=20, output_high_water=600),  # (a durable queue that pages)
+    ]
+)
+
+
+class Side:
+    """A broker on its own data folder with the publisher and the subscribers, with or without
+    the run path."""
+
+    def __init__(self, folder, runs, limits, publisher_subscribes):
+        self.broker = Broker(limits, log=lambda level, message, exc=None: None)
+        self.writer = recover(folder, self.broker, 1 << 20, 1 << 30, self.broker.log)
+        self.broker.tick(0, WALL)
+        if runs:
+            serving_of(self.broker).parse = parse
+        self.conns = []
+        self.publisher = self.client(b"pub", packets.V311, True)
+        if publisher_subscribes:
+            self.feed(self.publisher, packets.subscribe(1, [(b"s/b", 0)], packets.V311))
+        for client_id, level, clean, filters in SUBSCRIBERS:
+            conn = self.client(client_id, level, clean)
+            self.feed(conn, packets.subscribe(1, filters, level))
+        # a topic's first PUBLISH goes one by one (it is checked then): each is known before the runs
+        self.feed(self.publisher, b"".join(publish(topic, b"") for topic in TOPIC_NAMES))
+        for conn in self.conns:
+            conn.take_output()
+
+    def client(self, client_id, level, clean):
+        conn = Connection(self.broker, {"address": "127.0.0.1", "port": 40000 + len(self.conns), "transport": "tcp"})
+        self.conns.append(conn)
+        self.feed(conn, packets.connect(client_id, level=level, clean=clean, user=b"guest", password=b"guest"))
+        return conn
+
+    def feed(self, conn, data):
+        if not conn.closed:
+            conn.feed(data)
+        self.writer.commit()  # a group commit: the acknowledgements it holds are sent
+
+    def step(self, data, seconds):
+        self.broker.tick(seconds * 1000, WALL + seconds)
+        self.feed(self.publisher, data)
+        # (before the subscribers take their output: what the queues hold, in memory and on disk)
+        outputs = [[(name, q.messages.length, q.paged) for name, q in self.broker.queues.items()]]
+        for conn in self.conns:
+            out = conn.take_output()
+            outputs.append(out)
+            acks = b"".join(packets.ack(packets.PUBACK, pid) for pid in qos1_ids(out, conn.level))
+            if acks:
+                self.feed(conn, acks)
+        outputs += [conn.take_output() for conn in self.conns]
+        return outputs, [(conn.closed, conn.paused) for conn in self.conns]
+
+    def state(self):
+        broker = self.broker
+        queues = {}
+        for name, queue in broker.queues.items():
+            queues[name] = (
+                queue.published,
+                queue.delivered,
+                queue.ready_bytes,
+                [
+                    (entry[MESSAGE].header_tail, entry[MESSAGE].body_tail, entry[REDELIVERED], entry[MESSAGE].order)
+                    for entry in queue.messages
+                ],
+            )
+        serving = serving_of(broker)
+        return (
+            list(broker.stats),
+            list(serving.stats or ()),
+            broker.published,
+            broker.flow.held_messages,
+            broker.flow.held_bytes,
+            queues,
+        )
+
+    def close(self):
+        self.writer.commit()
+        self.writer.files.close()
+
+
+def qos1_ids(out, level):
+    """The packet ids of the QoS 1 PUBLISHes in a client's output."""
+    ids = []
+    pos = 0
+    while True:
+        found = packets.split(out, pos, 1 << 30)
+        if found is None:
+            return ids
+        first, start, end = found
+        if first >> 4 == packets.PUBLISH and (first >> 1) & 3 == 1:
+            ids.append(packets.read_publish(first, out, start, end, level)[1])
+        pos = end
+
+
+def sides(top, limits, publisher_subscribes):
+    return [
+        Side(os.path.join(top, name), runs, limits, publisher_subscribes)
+        for name, runs in (("one", False), ("runs", True))
+    ]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(pieces, min_size=1, max_size=12),
+    st.sampled_from([1, 50, 700, 5000, 1 << 20, 1 << 20]),  # (the reads: a run is what one read holds)
+    LIMITS,
+    st.booleans(),
+)
+def test_runs_send_and_keep_what_the_one_by_one_path_does(pieces_, chunk, limits, publisher_subscribes):
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        both = sides(top, limits, publisher_subscribes)
+        data = b"".join(pieces_)
+        chunk = max(chunk, len(data) // 100)
+        for n, i in enumerate(range(0, len(data), chunk)):
+            one, runs = (side.step(data[i : i + chunk], n) for side in both)
+            assert runs == one
+        assert both[1].state() == both[0].state()
+        for side in both:
+            side.close()
+    finally:
+        shutil.rmtree(top)
+
+
+def counted(broker):
+    """A list that grows by one at each call of broker.publish (the one-by-one way in)."""
+    calls = []
+    publish_one = broker.publish
+
+    def publish(*args, **kwargs):
+        calls.append(1)
+        return publish_one(*args, **kwargs)
+
+    broker.publish = publish
+    return calls
+
+
+def test_a_run_reaches_a_subscriber_as_the_publishes_came():
+    """The run path is taken: 30 alike PUBLISHes in one read go through the broker as one run
+    (Broker.publish, the one-by-one way in, is not called for them) and reach the subscriber as
+    the same octets."""
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        data = b"".join(publish(b"s/b", b"%d" % i) for i in range(30))
+        outputs = []
+        for side in sides(top, Limits(), False):
+            broker = side.broker
+            one_by_one = counted(broker)
+            published = broker.published
+            side.feed(side.publisher, data)
+            outputs.append((broker.published - published, len(one_by_one), side.conns[1].take_output()))
+            side.close()
+        assert outputs == [(30, 30, data), (30, 0, data)]
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_run_stops_where_the_subscribers_connection_has_no_more_room():
+    """A subscriber's connection takes deliveries while what it holds is below its high-water
+    mark: of twelve 107-octet PUBLISHes, 8 at 800 octets (the eighth passes it), the rest
+    queued until it has room, in the run as one by one."""
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        seen = []
+        both = sides(top, Limits(output_high_water=800), False)
+        for side in both:
+            plain = side.conns[1]
+            queue = side.broker.queues[b"mqtt-subscription-plainqos0"]
+            delivered = queue.delivered
+            side.feed(side.publisher, b"".join(publish(b"s/b", b"x" * 100) for _ in range(12)))
+            seen.append((queue.delivered - delivered, plain.out_bytes, queue.message_count()))
+            seen.append([conn.take_output() for conn in side.conns])  # (then the other four go out)
+            seen.append(side.state())
+        assert seen[0] == (8, 856, 4)
+        assert seen[3:] == seen[:3]
+        for side in both:
+            side.close()
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_run_of_transient_messages_pages_a_durable_queue_as_one_by_one():
+    """A session's durable queue keeps a window of messages in memory, the rest on disk (paged),
+    transient ones too. 80 PUBLISHes of 47 octets to a subscriber whose connection takes
+    about 13 of them: the other 67 pass the window of 20, and are paged in the run as one by
+    one (the run path takes none of them there)."""
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        seen = []
+        for side in sides(top, Limits(queue_window_messages=20, output_high_water=600), False):
+            queue = side.broker.queues[b"mqtt-subscription-keptqos0"]
+            side.feed(side.publisher, b"".join(publish(b"s/a", b"%40d" % i) for i in range(80)))
+            seen.append((queue.messages.length, queue.paged, side.conns[2].out_bytes))
+            seen.append([conn.take_output() for conn in side.conns])
+            seen.append(side.state())
+            side.close()
+        assert seen[0] == (20, 47, 611)
+        assert seen[3:] == seen[:3]
+    finally:
+        shutil.rmtree(top)
