@@ -19,6 +19,7 @@ import shutil
 import struct
 import tempfile
 
+from broker_state import broker_state
 from c_path import WALL, journaled_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,6 @@ from hutch.amqp091.connection import Connection
 from hutch.codec import spec
 from hutch.codec.wire import encode_properties, frame
 from hutch.core.limits import Limits
-from hutch.core.session import MESSAGE, REDELIVERED
 
 QUEUES = [
     (b"q", {}),
@@ -208,19 +208,7 @@ class Side:
         return outputs, [(conn.state, conn.closed, conn.paused) for conn in self.conns]
 
     def state(self):
-        broker = self.broker
-        queues = {}
-        for name, queue in broker.queues.items():
-            queues[name] = (
-                queue.published,
-                queue.delivered,
-                queue.ready_bytes,
-                [
-                    (entry[MESSAGE].header_tail, entry[MESSAGE].body_tail, entry[REDELIVERED], entry[MESSAGE].order)
-                    for entry in queue.messages
-                ],
-            )
-        return list(broker.stats), broker.published, broker.flow.held_messages, broker.flow.held_bytes, queues
+        return broker_state(self.broker)
 
     def close(self):
         self.writer.commit()

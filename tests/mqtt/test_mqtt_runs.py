@@ -18,12 +18,12 @@ import os
 import shutil
 import tempfile
 
+from broker_state import broker_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hutch.core.broker import Broker
 from hutch.core.limits import Limits
-from hutch.core.session import MESSAGE, REDELIVERED
 from hutch.mqtt import packets
 from hutch.mqtt.connection import Connection, serving_of
 from hutch.mqtt.runs import parse
@@ -129,27 +129,7 @@ class Side:
         return outputs, [(conn.closed, conn.paused) for conn in self.conns]
 
     def state(self):
-        broker = self.broker
-        queues = {}
-        for name, queue in broker.queues.items():
-            queues[name] = (
-                queue.published,
-                queue.delivered,
-                queue.ready_bytes,
-                [
-                    (entry[MESSAGE].header_tail, entry[MESSAGE].body_tail, entry[REDELIVERED], entry[MESSAGE].order)
-                    for entry in queue.messages
-                ],
-            )
-        serving = serving_of(broker)
-        return (
-            list(broker.stats),
-            list(serving.stats or ()),
-            broker.published,
-            broker.flow.held_messages,
-            broker.flow.held_bytes,
-            queues,
-        )
+        return broker_state(self.broker), list(serving_of(self.broker).stats or ())
 
     def close(self):
         self.writer.commit()

@@ -1,0 +1,21 @@
+"""What the differential tests of the run paths (tests/accel/test_accel_runs.py,
+tests/mqtt/test_mqtt_runs.py) compare of two brokers once the same bytes were fed to both."""
+
+from hutch.core.session import MESSAGE, REDELIVERED
+
+
+def broker_state(broker):
+    """(counters, messages published, the budget held, {queue: (published, delivered, ready
+    bytes, [its messages: header, body, redelivered, order])})."""
+    queues = {}
+    for name, queue in broker.queues.items():
+        queues[name] = (
+            queue.published,
+            queue.delivered,
+            queue.ready_bytes,
+            [
+                (entry[MESSAGE].header_tail, entry[MESSAGE].body_tail, entry[REDELIVERED], entry[MESSAGE].order)
+                for entry in queue.messages
+            ],
+        )
+    return list(broker.stats), broker.published, (broker.flow.held_messages, broker.flow.held_bytes), queues
