@@ -62,10 +62,12 @@ def publish_run(conn, data, pos, start, end):
     after them starts); taken is 0 when the first must go the one-by-one way, -n when the n
     alike PUBLISHes from it must (a run of them was refused: trying again at each would only
     cost more)."""
+    if end - start < 2:
+        return 0, 0  # malformed: the one-by-one path says so
     topic_size = (data[start] << 8) | data[start + 1]
     head = start + 2 + topic_size  # (the payload's start: no packet id at QoS 0, no properties)
     if head > end:
-        return 0, 0  # malformed: the one-by-one path says so
+        return 0, 0
     topic = bytes(data[start + 2 : head])
     publishing = conn.session.publishing
     found = publishing.routes.get(topic)
@@ -96,7 +98,10 @@ def alike(data, pos, topic, limit):
     n = len(data)
     prefix = bytes((len(topic) >> 8, len(topic) & 0xFF)) + topic
     while pos < n and data[pos] == PLAIN_QOS0:
-        found = packets.split(data, pos, limit)
+        try:
+            found = packets.split(data, pos, limit)
+        except packets.Malformed:
+            break  # (the PUBLISHes before it go first, as one by one: then it ends the connection)
         if found is None:
             break
         _first, start, end = found
@@ -152,9 +157,12 @@ class MqttRun:
         marker = fields[2] if fields is not None else None
         tail = len(header_tail(self.encoded, 0))
         taken = size = 0
+        whole = type(data) is bytes  # (else a memoryview of a large read, which has no find)
         for _pos, head, end in spans[: min(most, len(spans))]:
             body = end - head
-            if (max_body >= 0 and body > max_body) or (marker is not None and marker in bytes(data[head:end])):
+            if max_body >= 0 and body > max_body:
+                break
+            if marker is not None and (data.find(marker, head, end) >= 0 if whole else marker in bytes(data[head:end])):
                 break
             taken += 1
             size += body + tail

@@ -54,7 +54,9 @@ TOPIC_NAMES = [b"s/a", b"s/b", b"s/x.y", b"s/x/y", b"$d/x", b"nowhere/n"]
 TOPICS = st.sampled_from(TOPIC_NAMES)
 PAYLOADS = st.one_of(
     st.binary(max_size=40),
-    st.sampled_from([b"", b'{"x-sensor-id": "t1", "x-sensor-seq": 7, "v": 1}', b"z" * 3000, b"w" * 9000]),
+    st.sampled_from(
+        [b"", b'{"x-sensor-id": "t1", "x-sensor-seq": 7, "v": 1}', b"z" * 3000, b"w" * 9000, b"q" * 80000]
+    ),  # (80,000: a packet larger than a broker of max_message_bytes 5,000 reads: malformed)
 )
 alike_run = st.builds(
     lambda topic, payloads: b"".join(publish(topic, p) for p in payloads),
@@ -69,6 +71,7 @@ pieces = st.one_of(
     st.builds(lambda t, p, i: publish(t, p, 0x32, i), TOPICS, PAYLOADS, st.integers(1, 9)),  # QoS 1
     st.builds(lambda t, p: publish(t, p, 0x38), TOPICS, PAYLOADS),  # DUP at QoS 0: malformed
     st.just(b"\xc0\x00"),  # PINGREQ
+    st.sampled_from([b"\x30\x00", b"\x30\x01\x00", b"\x30\x03\x00\x05s"]),  # PUBLISHes cut short: malformed
 )
 LIMITS = st.sampled_from(
     [
@@ -86,7 +89,8 @@ class Side:
     the run path."""
 
     def __init__(self, folder, runs, limits, publisher_subscribes):
-        self.broker = Broker(limits, log=lambda level, message, exc=None: None)
+        self.said = []  # the broker's log lines
+        self.broker = Broker(limits, log=lambda level, message, exc=None: self.said.append((level, message)))
         self.writer = recover(folder, self.broker, 1 << 20, 1 << 30, self.broker.log)
         self.broker.tick(0, WALL)
         if runs:
@@ -102,6 +106,7 @@ class Side:
         self.feed(self.publisher, b"".join(publish(topic, b"") for topic in TOPIC_NAMES))
         for conn in self.conns:
             conn.take_output()
+        del self.said[:]  # (what the start said names the side's own folder)
 
     def client(self, client_id, level, clean):
         conn = Connection(self.broker, {"address": "127.0.0.1", "port": 40000 + len(self.conns), "transport": "tcp"})
@@ -129,7 +134,7 @@ class Side:
         return outputs, [(conn.closed, conn.paused) for conn in self.conns]
 
     def state(self):
-        return broker_state(self.broker), list(serving_of(self.broker).stats or ())
+        return broker_state(self.broker), list(serving_of(self.broker).stats or ()), self.said
 
     def close(self):
         self.writer.commit()
@@ -256,3 +261,21 @@ def test_a_run_of_transient_messages_pages_a_durable_queue_as_one_by_one():
         assert seen[3:] == seen[:3]
     finally:
         shutil.rmtree(top)
+
+
+def test_a_publish_cut_short_or_too_large_after_a_run_ends_the_connection_as_one_by_one():
+    """A run's PUBLISHes before a malformed packet go through, then the packet ends the
+    connection with the reason the one-by-one path gives: a PUBLISH with no room for its
+    topic's length, with one octet after it, and one larger than the broker reads."""
+    for bad in (b"\x30\x00\xc0", publish(b"s/b", b"q" * 80000)):
+        top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+        try:
+            seen = []
+            for side in sides(top, Limits(max_message_bytes=5000), False):
+                outputs = side.step(b"".join(publish(b"s/b", b"%d" % i) for i in range(5)) + bad, 1)
+                seen.append((outputs, side.publisher.closed, side.state()))
+                side.close()
+            assert seen[0][1] and seen[0][2][2][-1][1].startswith("127.0.0.1:40000: "), seen[0][2][2]
+            assert seen[1] == seen[0]
+        finally:
+            shutil.rmtree(top)
