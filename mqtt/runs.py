@@ -3,11 +3,12 @@
 A sensor streaming readings at QoS 0 sends PUBLISH after PUBLISH to one topic, and a read of its
 socket holds hundreds of them. Taken one by one, each is read, admitted, routed, made a Message,
 enqueued and delivered on its own. Here (parse, which reads for Connection.parse) the PUBLISHes
-of a 3.1 or 3.1.1 client that follow a QoS 0 one alike (QoS 0, neither DUP nor RETAIN, the same
-topic) go through the broker's run path (Broker.publish_run, core/runs.py):
-the gates and the routing once, for the first, then the whole run into its queues. A QoS 0
-subscriber of a 3.1 or 3.1.1 client that can take them gets each PUBLISH as it came, the same
-octets (MqttRun.deliver): no Message is made for what is delivered at once.
+that follow a QoS 0 one alike (QoS 0, neither DUP nor RETAIN, the same topic, no version 5
+properties) go through the broker's run path (Broker.publish_run, core/runs.py): the gates and
+the routing once, for the first, then the whole run into its queues. A QoS 0 subscriber that
+can take them gets each PUBLISH as it came (MqttRun.deliver: the same octets, or with the
+version 5 properties' length, 0, put in or taken out): no Message is made for what is
+delivered at once.
 
 The one-by-one path is the reference: a run is taken only where the effect is the same as
 publishing its messages one after the other (tests/mqtt/test_mqtt_runs.py feeds the same
@@ -25,17 +26,18 @@ from ..core.message import Message
 from . import packets
 from .publishing import plain_properties
 from .session import Session
+from .topics import topic_of
 
 PLAIN_QOS0 = 0x30  # a PUBLISH's first octet at QoS 0, neither DUP nor RETAIN
 
 
 def parse(conn, data):
     """(Connection.parse, where Serving.parse is this) Every whole packet of data: where the rest
-    begins. The same as Connection.parse's own loop, but that a QoS 0 PUBLISH of a 3.1 or 3.1.1
-    client with more after it may start a run (publish_run)."""
+    begins. The same as Connection.parse's own loop, but that a QoS 0 PUBLISH with more after it
+    may start a run (publish_run)."""
     pos = 0
     n = len(data)
-    runs = conn.level != packets.V5 and conn.session is not None
+    runs = conn.session is not None
     solo = 0  # PUBLISHes to take one by one without trying a run again (one was refused)
     while pos < n and not conn.closed and not conn.paused:
         found = packets.split(data, pos, conn.most_in)
@@ -65,20 +67,25 @@ def publish_run(conn, data, pos, start, end):
     if end - start < 2:
         return 0, 0  # malformed: the one-by-one path says so
     topic_size = (data[start] << 8) | data[start + 1]
-    head = start + 2 + topic_size  # (the payload's start: no packet id at QoS 0, no properties)
+    head = start + 2 + topic_size  # (the payload's start: no packet id at QoS 0...)
+    topic = bytes(data[start + 2 : head])
+    five = conn.level == packets.V5
+    if five:  # (... and a version 5 client's properties: none, their length 0, or one by one)
+        if head >= end or data[head]:
+            return 0, 0
+        head += 1
     if head > end:
         return 0, 0
-    topic = bytes(data[start + 2 : head])
     publishing = conn.session.publishing
     found = publishing.routes.get(topic)
     if found is None or conn.serving.origins:
         return 0, 0  # a topic not checked yet (one by one first), or a publish that says who sent it
     key, route, exact = found
-    spans = alike(data, end, topic, conn.most_in)
+    spans = alike(data, end, topic, five, conn.most_in)
     if not spans:
         return 0, 0  # (a run of one would only cost more)
     spans.insert(0, (pos, head, end))
-    run = MqttRun(publishing, data, spans, key, route, exact)
+    run = MqttRun(publishing, data, spans, key, route, exact, five)
     broker = conn.broker
     first = run.first = run.message(0)
     if first is None:
@@ -91,12 +98,13 @@ def publish_run(conn, data, pos, start, end):
     return taken, after
 
 
-def alike(data, pos, topic, limit):
+def alike(data, pos, topic, five, limit):
     """[(packet start, payload start, end)] of the PUBLISHes from data[pos] on like the one before
-    (PLAIN_QOS0, to topic), up to the first packet that is not, or not whole."""
+    (PLAIN_QOS0, to topic; five: with no version 5 properties), up to the first packet that is
+    not, or not whole."""
     spans = []
     n = len(data)
-    prefix = bytes((len(topic) >> 8, len(topic) & 0xFF)) + topic
+    prefix = bytes((len(topic) >> 8, len(topic) & 0xFF)) + topic + (b"\x00" if five else b"")
     while pos < n and data[pos] == PLAIN_QOS0:
         try:
             found = packets.split(data, pos, limit)
@@ -117,13 +125,14 @@ class MqttRun:
     together, their Messages, their deliveries. `first` is the first as a Message (the gates and
     routing look at it)."""
 
-    def __init__(self, publishing, data, spans, key, route, exact):
+    def __init__(self, publishing, data, spans, key, route, exact, five):
         self.publishing = publishing
         self.data = data
         self.spans = spans  # [(packet start, payload start, end)]
         self.key = key
         self.route = route
         self.exact = exact  # the topic, where the routing key cannot say it (mqtt/topics.py)
+        self.five = five  # whether the PUBLISHes are version 5's (a properties length, 0, before the payload)
         self.encoded = plain_properties(0, False, exact)
         self.first = None
         self.taken = 0
@@ -184,15 +193,16 @@ class MqttRun:
 
     def deliver(self, consumer, queue, count, arrived, order):
         """(core/runs.py) Up to count deliveries of the taken PUBLISHes to consumer, a QoS 0
-        subscription of a 3.1 or 3.1.1 client whose deliveries of them are the PUBLISHes as they
-        came (else 0: the queue hands them one by one, through Session.deliver): as many as
-        its connection takes before its output reaches the high-water mark, as
+        subscription whose deliveries of them are the PUBLISHes as they came, or those with a
+        version 5 properties length (0) put in or taken out, as Session.deliver makes them (else
+        0: the queue hands them one by one, through Session.deliver): as many as its
+        connection takes before its output reaches the high-water mark, as
         Session.can_deliver lets one by one. How many."""
         session = consumer.session
         if (
             session.__class__ is not Session
             or not consumer.no_ack
-            or session.level == packets.V5
+            or session.most_out  # (a version 5 client's Maximum Packet Size)
             or session.ended
             or self.exact is not None
             or session.dotted
@@ -204,9 +214,19 @@ class MqttRun:
         data = self.data
         spans = self.spans
         given = 0
+        if (session.level == packets.V5) == self.five:
+            while given < count and conn.out_bytes < conn.high_water:
+                pos, _head, end = spans[given]
+                conn.send(data[pos:end] if type(data) is bytes else bytes(data[pos:end]))
+                given += 1
+            return given
+        topic = packets.binary(topic_of(self.key))
+        if session.level == packets.V5:
+            topic += b"\x00"  # (no properties: the message has none a version 5 PUBLISH says)
         while given < count and conn.out_bytes < conn.high_water:
-            pos, _head, end = spans[given]
-            conn.send(data[pos:end] if type(data) is bytes else bytes(data[pos:end]))
+            _pos, head, end = spans[given]
+            size = len(topic) + end - head
+            conn.send(b"".join((b"\x30", packets.remaining_length(size), topic, data[head:end])))
             given += 1
         return given
 

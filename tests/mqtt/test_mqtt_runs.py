@@ -44,9 +44,12 @@ SUBSCRIBERS = [
 ]
 
 
-def publish(topic, payload, first=0x30, packet_id=0):
-    """A PUBLISH as a 3.1.1 client sends it; first: its first octet (QoS, DUP, RETAIN)."""
+def publish(topic, payload, first=0x30, packet_id=0, level=packets.V311, props=b""):
+    """A PUBLISH as a client of this level sends it; first: its first octet (QoS, DUP, RETAIN);
+    props: a version 5 client's properties, encoded."""
     head = packets.binary(topic) + (bytes((packet_id >> 8, packet_id & 0xFF)) if first & 6 else b"")
+    if level == packets.V5:
+        head += packets.remaining_length(len(props)) + props
     return bytes((first,)) + packets.remaining_length(len(head) + len(payload)) + head + payload
 
 
@@ -58,21 +61,24 @@ PAYLOADS = st.one_of(
         [b"", b'{"x-sensor-id": "t1", "x-sensor-seq": 7, "v": 1}', b"z" * 3000, b"w" * 9000, b"q" * 80000]
     ),  # (80,000: a packet larger than a broker of max_message_bytes 5,000 reads: malformed)
 )
+# Each piece is what the publisher sends, as a function of its protocol level.
 alike_run = st.builds(
-    lambda topic, payloads: b"".join(publish(topic, p) for p in payloads),
+    lambda topic, payloads: lambda level: b"".join(publish(topic, p, level=level) for p in payloads),
     TOPICS,
     st.lists(PAYLOADS, min_size=2, max_size=80),
 )
+CONTENT_TYPE = b"\x03\x00\x04text"  # (a version 5 property: not alike, one by one)
 pieces = st.one_of(
     alike_run,
     alike_run,
     alike_run,
-    st.builds(lambda t, p: publish(t, p, 0x31), TOPICS, PAYLOADS),  # retained
-    st.builds(lambda t, p, i: publish(t, p, 0x32, i), TOPICS, PAYLOADS, st.integers(1, 9)),  # QoS 1
-    st.builds(lambda t, p: publish(t, p, 0x38), TOPICS, PAYLOADS),  # DUP at QoS 0: malformed
-    st.just(b"\xc0\x00"),  # PINGREQ
-    st.sampled_from([b"\x30\x00", b"\x30\x01\x00", b"\x30\x03\x00\x05s"]),  # PUBLISHes cut short: malformed
-)
+    st.builds(lambda t, p: lambda level: publish(t, p, level=level, props=CONTENT_TYPE), TOPICS, PAYLOADS),
+    st.builds(lambda t, p: lambda level: publish(t, p, 0x31, level=level), TOPICS, PAYLOADS),  # retained
+    st.builds(lambda t, p, i: lambda level: publish(t, p, 0x32, i, level), TOPICS, PAYLOADS, st.integers(1, 9)),
+    st.builds(lambda t, p: lambda level: publish(t, p, 0x38, level=level), TOPICS, PAYLOADS),  # DUP at QoS 0
+    st.just(lambda level: b"\xc0\x00"),  # PINGREQ
+    st.sampled_from([b"\x30\x00", b"\x30\x01\x00", b"\x30\x03\x00\x05s"]).map(lambda cut: lambda level: cut),
+)  # (the last: PUBLISHes cut short, malformed)
 LIMITS = st.sampled_from(
     [
         Limits(),
@@ -88,7 +94,7 @@ class Side:
     """A broker on its own data folder with the publisher and the subscribers, with or without
     the run path."""
 
-    def __init__(self, folder, runs, limits, publisher_subscribes):
+    def __init__(self, folder, runs, limits, publisher_subscribes, publisher_level=packets.V311):
         self.said = []  # the broker's log lines
         self.broker = Broker(limits, log=lambda level, message, exc=None: self.said.append((level, message)))
         self.writer = recover(folder, self.broker, 1 << 20, 1 << 30, self.broker.log)
@@ -96,14 +102,14 @@ class Side:
         if runs:
             serving_of(self.broker).parse = parse
         self.conns = []
-        self.publisher = self.client(b"pub", packets.V311, True)
+        self.publisher = self.client(b"pub", publisher_level, True)
         if publisher_subscribes:
-            self.feed(self.publisher, packets.subscribe(1, [(b"s/b", 0)], packets.V311))
+            self.feed(self.publisher, packets.subscribe(1, [(b"s/b", 0)], publisher_level))
         for client_id, level, clean, filters in SUBSCRIBERS:
             conn = self.client(client_id, level, clean)
             self.feed(conn, packets.subscribe(1, filters, level))
         # a topic's first PUBLISH goes one by one (it is checked then): each is known before the runs
-        self.feed(self.publisher, b"".join(publish(topic, b"") for topic in TOPIC_NAMES))
+        self.feed(self.publisher, b"".join(publish(topic, b"", level=publisher_level) for topic in TOPIC_NAMES))
         for conn in self.conns:
             conn.take_output()
         del self.said[:]  # (what the start said names the side's own folder)
@@ -155,25 +161,26 @@ def qos1_ids(out, level):
         pos = end
 
 
-def sides(top, limits, publisher_subscribes):
+def sides(top, limits, publisher_subscribes, publisher_level=packets.V311):
     return [
-        Side(os.path.join(top, name), runs, limits, publisher_subscribes)
+        Side(os.path.join(top, name), runs, limits, publisher_subscribes, publisher_level)
         for name, runs in (("one", False), ("runs", True))
     ]
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(pieces, min_size=1, max_size=12),
     st.sampled_from([1, 50, 700, 5000, 1 << 20, 1 << 20]),  # (the reads: a run is what one read holds)
     LIMITS,
     st.booleans(),
+    st.sampled_from([packets.V311, packets.V5]),
 )
-def test_runs_send_and_keep_what_the_one_by_one_path_does(pieces_, chunk, limits, publisher_subscribes):
+def test_runs_send_and_keep_what_the_one_by_one_path_does(pieces_, chunk, limits, publisher_subscribes, level):
     top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
     try:
-        both = sides(top, limits, publisher_subscribes)
-        data = b"".join(pieces_)
+        both = sides(top, limits, publisher_subscribes, level)
+        data = b"".join(piece(level) for piece in pieces_)
         chunk = max(chunk, len(data) // 100)
         for n, i in enumerate(range(0, len(data), chunk)):
             one, runs = (side.step(data[i : i + chunk], n) for side in both)
@@ -279,3 +286,30 @@ def test_a_publish_cut_short_or_too_large_after_a_run_ends_the_connection_as_one
             assert seen[1] == seen[0]
         finally:
             shutil.rmtree(top)
+
+
+def test_a_version_5_publish_with_properties_goes_one_by_one_and_the_rest_as_a_run():
+    """A version 5 client's PUBLISH with a property (its content type) then five without: the
+    first goes its way, with its property to the version 5 subscriber; the five go as a run,
+    to the 3.1.1 subscriber without the version 5 properties' length, to the version 5 one as
+    they came."""
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        seen = []
+        data = publish(b"s/b", b"typed", level=packets.V5, props=CONTENT_TYPE) + b"".join(
+            publish(b"s/b", b"%d" % i, level=packets.V5) for i in range(5)
+        )
+        for side in sides(top, Limits(), False, packets.V5):
+            one_by_one = counted(side.broker)
+            outputs = side.step(data, 1)
+            seen.append((len(one_by_one), outputs, side.state()))
+            side.close()
+        plain, five = (SUBSCRIBERS.index(s) + 2 for s in SUBSCRIBERS if s[0] in (b"plain", b"five"))
+        assert seen[0][1][0][plain] == publish(b"s/b", b"typed") + b"".join(
+            publish(b"s/b", b"%d" % i) for i in range(5)
+        )
+        assert seen[0][1][0][five] == data
+        assert (seen[0][0], seen[1][0]) == (6, 1)
+        assert seen[1][1:] == seen[0][1:]
+    finally:
+        shutil.rmtree(top)
