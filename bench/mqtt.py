@@ -7,7 +7,8 @@ started here on a free port, no persistence), side by side in one run.
     qos1        the same at QoS 1, the publisher keeping WINDOW PUBLISHes unacknowledged, the
                 subscriber acknowledging each delivery: hutch answers PUBACK once the message
                 is on disk (its subscription queue is durable), mosquitto once it has it in RAM
-    and the rows with many connections of bench/mqtt_load.py: fan-in of 1,000 sensors (p99
+    Each with the broker's user and system CPU per message over the row (its process's).
+    And the rows with many connections of bench/mqtt_load.py: fan-in of 1,000 sensors (p99
     latency, broker CPU per message), fan-out to 100 subscribers, two QoS 1 publishers ahead
     of one subscriber (what was PUBACKed and delivered), 10,000 idle connections (RSS each)
     qos1-ws     the qos1 row over WebSocket (ws://, subprotocol mqtt): hutch's --mqtt-ws-port
@@ -38,7 +39,7 @@ import time
 from ..codec import websocket
 from ..mqtt import packets
 from . import mqtt_load
-from .brokers import BenchError, Hutch, RabbitMQ, free_port, wait_for_port
+from .brokers import BenchError, Hutch, RabbitMQ, cpu_times, free_port, wait_for_port
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 SIZE = 16
@@ -248,13 +249,19 @@ def rows(size):
     """(key, title, unit) of each row, in order."""
     return (
         ("qos0", "MQTT QoS 0, 16 B, 1 publisher -> 1 subscriber", "msg/s"),
+        ("qos0-user", "... the broker's CPU per message: user", "µs"),
+        ("qos0-system", "... the broker's CPU per message: system", "µs"),
         ("qos1", "MQTT QoS 1, 16 B, window %d, subscriber acks" % WINDOW, "msg/s"),
+        ("qos1-user", "... the broker's CPU per message: user", "µs"),
+        ("qos1-system", "... the broker's CPU per message: system", "µs"),
         ("qos1-ws", "... the same over WebSocket (ws://)", "msg/s"),
         ("fan-in-p99", "fan-in: %d sensors x %d msg/s, QoS 1: p99 latency" % (size["sensors"], RATE), "ms"),
         ("fan-in-cpu", "... broker CPU per message", "µs"),
         ("fan-in-user", "... of it user (the broker's own code)", "µs"),
         ("fan-in-system", "... of it system (the kernel: sockets, disk)", "µs"),
         ("fan-out", "fan-out: 1 -> %d subscribers, QoS 0: deliveries" % FANOUT, "msg/s"),
+        ("fan-out-user", "... the broker's CPU per delivery: user", "µs"),
+        ("fan-out-system", "... the broker's CPU per delivery: system", "µs"),
         ("overload", "QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered", "%"),
         ("idle", "RSS per idle MQTT connection (%d)" % size["idle"], "KB"),
         ("idle-held", "... all %d still answering PINGREQ" % size["idle"], "yes=1"),
@@ -299,20 +306,33 @@ def measure(host, port, pid, count, size, ws_port=None, lossy=False):
     pubacked, delivered = mqtt_load.overload(host, port, size["overload"], WINDOW)
     per_conn, held = mqtt_load.idle(host, port, pid, size["idle"])
     dropped = [] if lossy else None
-    return {
-        "qos0": throughput(host, port, 0, count, dropped=dropped),
-        "qos1": throughput(host, port, 1, max(1000, count // 4), dropped=dropped),
-        "qos1-ws": throughput(host, ws_port, 1, max(1000, count // 4), ws_path="/mqtt") if ws_port else None,
-        "dropped": sum(dropped) if dropped else 0,
+    figures = {
         "fan-in-p99": p99,
         "fan-in-cpu": cpu,
         "fan-in-user": user,
         "fan-in-system": system,
-        "fan-out": mqtt_load.fan_out(host, port, FANOUT, size["fanout"]),
         "overload": 100.0 * delivered / pubacked,
         "idle": per_conn,
         "idle-held": 1.0 if held else 0.0,
     }
+    with_cpu(figures, "qos0", pid, count, lambda: throughput(host, port, 0, count, dropped=dropped))
+    n = max(1000, count // 4)
+    with_cpu(figures, "qos1", pid, n, lambda: throughput(host, port, 1, n, dropped=dropped))
+    figures["qos1-ws"] = throughput(host, ws_port, 1, n, ws_path="/mqtt") if ws_port else None
+    fanned = FANOUT * size["fanout"]
+    with_cpu(figures, "fan-out", pid, fanned, lambda: mqtt_load.fan_out(host, port, FANOUT, size["fanout"]))
+    figures["dropped"] = sum(dropped) if dropped else 0
+    return figures
+
+
+def with_cpu(figures, row, pid, messages, measured):
+    """figures[row] = measured(), and the broker's user and system CPU per message over it (its
+    process's, as the fan-in counts them: the messages published, or the deliveries)."""
+    user, system = cpu_times(pid)
+    figures[row] = measured()
+    after = cpu_times(pid)
+    figures[row + "-user"] = 1e6 * (after[0] - user) / messages
+    figures[row + "-system"] = 1e6 * (after[1] - system) / messages
 
 
 def rabbitmq_figures(workdir, count):
@@ -383,6 +403,6 @@ def run(args):
     print(
         "hutch PUBACKs a QoS 1 message once its durable queue has it on disk; mosquitto keeps it in RAM "
         "(and drops what is past its max_queued_messages, 1,000 by default). Broker CPU: its process's "
-        "user and system time over the messages delivered."
+        "user and system time over the messages published (the fan-out: over the deliveries)."
     )
     return 0

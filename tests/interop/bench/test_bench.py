@@ -334,6 +334,11 @@ def test_mqtt_rows_against_hutch_mosquitto_and_rabbitmq(tmp_path):
         # hutch's figure, the first (mosquitto's RSS may not move for 500 connections, nor its
         # CPU in 300 messages by the clock's 10 ms ticks: a 0 there has no ratio after it)
         assert figures and figures[0] > 0, row
+    # the QoS 0, QoS 1 and fan-out rows each with the user and system CPU of both brokers per
+    # message (a figure each, 0 allowed: a few thousand messages may take less than a clock tick)
+    for kind, count in (("message: user", 2), ("message: system", 2), ("delivery: user", 1), ("delivery: system", 1)):
+        row = [line for line in lines if line.startswith("... the broker's CPU per " + kind)]
+        assert len(row) == count and all(re.search(r"µs +\d+\.\d +\d+\.\d ", r) for r in row), done.stdout
     # every message hutch PUBACKed was delivered, and every idle connection held
     assert re.search(
         r"^QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered +% +100\.0 ", done.stdout, re.M
