@@ -86,10 +86,10 @@ def publish_run(conn, data, pos, start, end):
         return 0, 0  # (a run of one would only cost more)
     spans.insert(0, (pos, head, end))
     run = MqttRun(publishing, data, spans, key, route, exact, five)
+    if run.names_sensor(0):
+        return 0, 0  # (Publishing.send reads who sent it: that one goes its way)
     broker = conn.broker
     first = run.first = run.message(0)
-    if first is None:
-        return 0, 0
     taken, after, _result = broker.publish_run(publishing, publishing.exchange, first, run)
     if not taken:
         return -run.take(len(spans))[0], 0
@@ -138,14 +138,22 @@ class MqttRun:
         self.taken = 0
         self.made = None  # the taken PUBLISHes as Messages, once asked for (messages())
 
+    def names_sensor(self, i):
+        """Whether the i-th PUBLISH's payload says who sent it (a sensor's JSON id fields, which
+        Publishing.send reads: mqtt/identity.py), looked for as Publishing.send looks."""
+        fields = self.publishing.session.serving.sensor_fields
+        if fields is None:
+            return False
+        _pos, head, end = self.spans[i]
+        data = self.data
+        if type(data) is bytes:
+            return data.find(fields[2], head, end) >= 0
+        return fields[2] in bytes(data[head:end])  # (a memoryview of a large read has no find)
+
     def message(self, i):
-        """The i-th PUBLISH as Publishing.send makes it; None when it says who sent it (a sensor's
-        JSON id fields: Publishing.send reads them, and that one goes its way)."""
+        """The i-th PUBLISH as Publishing.send makes it (one that does not name its sensor)."""
         _pos, head, end = self.spans[i]
         payload = bytes(self.data[head:end])
-        fields = self.publishing.session.serving.sensor_fields
-        if fields is not None and fields[2] in payload:
-            return None
         return Message(
             self.publishing.exchange,
             self.key,
@@ -161,17 +169,11 @@ class MqttRun:
         their payloads and header tails added up (what their Messages cost beyond
         MESSAGE_OVERHEAD each)."""
         spans = self.spans
-        data = self.data
-        fields = self.publishing.session.serving.sensor_fields
-        marker = fields[2] if fields is not None else None
         tail = len(header_tail(self.encoded, 0))
         taken = size = 0
-        whole = type(data) is bytes  # (else a memoryview of a large read, which has no find)
         for _pos, head, end in spans[: min(most, len(spans))]:
             body = end - head
-            if max_body >= 0 and body > max_body:
-                break
-            if marker is not None and (data.find(marker, head, end) >= 0 if whole else marker in bytes(data[head:end])):
+            if (max_body >= 0 and body > max_body) or self.names_sensor(taken):
                 break
             taken += 1
             size += body + tail

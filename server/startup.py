@@ -240,15 +240,15 @@ def serve_mqtt(broker, mqtt):
         mqtt["max_keep_alive"],
         (mqtt["sensor_id_field"], mqtt["sensor_seq_field"]),
     )
-    if sys.implementation.name != "micropython":
-        from ..mqtt.runs import parse  # pyright: ignore[reportMissingImports] (host only)
+    if sys.implementation.name != "micropython":  # (host only: a board loads neither)
+        from ..mqtt.runs import parse  # pyright: ignore[reportMissingImports]
 
         # (Connection.parse reads with it: runs of QoS 0 PUBLISHes; a board's Serving has no such attribute)
         serving.parse = parse  # pyright: ignore[reportAttributeAccessIssue]
-    if mqtt["sys_interval"] and sys.implementation.name != "micropython":
-        from ..mqtt.sys_topics import SysTopics  # pyright: ignore[reportMissingImports] (host only)
+        if mqtt["sys_interval"]:
+            from ..mqtt.sys_topics import SysTopics  # pyright: ignore[reportMissingImports]
 
-        broker.tickers = tuple(broker.tickers) + (SysTopics(broker, serving, mqtt["sys_interval"]),)
+            broker.tickers = tuple(broker.tickers) + (SysTopics(broker, serving, mqtt["sys_interval"]),)
 
 
 async def start_listeners(runtime, listeners, read_size, tls=None):
