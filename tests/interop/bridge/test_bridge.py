@@ -10,6 +10,7 @@ import subprocess
 import pika
 import pytest
 from brokers import BIN, RunningBroker, free_port, interrupt_between_collections, stop_all, wait_until
+from windowed import publish_windowed
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -35,13 +36,11 @@ def toml(value):
     return repr(value)
 
 
-def publish_confirmed(broker, queue, bodies):
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    channel = connection.channel()
-    channel.confirm_delivery()
-    for body in bodies:
-        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, headers={"n": len(body)}))
-    connection.close()
+def publish_confirmed(broker, queue, bodies, rate=None):
+    """bodies, persistent, each with its length in a header, all confirmed (windowed.py: a
+    window of them unconfirmed; rate: at most that many a second)."""
+    messages = [(queue, body, pika.BasicProperties(delivery_mode=2, headers={"n": len(body)})) for body in bodies]
+    publish_windowed(broker.url, messages, rate=rate)
 
 
 def consume_all(url, queue, count, timeout=30):
@@ -88,15 +87,18 @@ def consume_every(url, queue, bodies, timeout=90):
     return got
 
 
-def publish_during(edge, queue, prefix, thread, most):
-    """Confirmed publishes to queue at the edge, 500 to a connection, for as long as thread (the
-    fault injector) runs and at most `most`: the faults fall on a busy bridge however fast the
-    machine is. The bodies published, in order."""
+def publish_during(edge, queue, thread, body, rate, at_least=0, most=100000, batch=500, after=None):
+    """Confirmed publishes to queue at the edge (publish_confirmed), rate a second in batches of
+    `batch`: at_least of them, and on for as long as thread (the fault injector) runs, up to
+    most, so that the faults fall on a busy bridge however long they take. body(i): the i-th
+    one's body; after(n): called after the n-th batch. The bodies published, in order."""
     bodies = []
-    while thread.is_alive() and len(bodies) < most:
-        chunk = [b"%s%06d" % (prefix, i) for i in range(len(bodies), len(bodies) + 500)]
-        publish_confirmed(edge, queue, chunk)
-        bodies += chunk
+    while len(bodies) < at_least or (thread.is_alive() and len(bodies) < most):
+        more = [body(i) for i in range(len(bodies), len(bodies) + batch)]
+        publish_confirmed(edge, queue, more, rate=rate)
+        if after is not None:
+            after(len(bodies) // batch)
+        bodies += more
     return bodies
 
 
@@ -391,7 +393,7 @@ def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, r
     injector = threading.Thread(target=inject, daemon=True)
     try:
         injector.start()
-        bodies = publish_during(edge, "faulty-out", b"f", injector, 20000)
+        bodies = publish_during(edge, "faulty-out", injector, lambda i: b"f%06d" % i, 1000, most=20000)
         injector.join(60)
         got = consume_every(upstream, "bridged-faults", bodies)
     finally:
@@ -662,18 +664,22 @@ def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tm
             proxy.fault(kind, chooser)
             faults[kind] += 1
 
+    def sigkill(batch):
+        if batch % 2 == 1 and faults["sigkill"] < 4:
+            time.sleep(chooser.uniform(0.0, 0.05))  # the bridge is mid-flight
+            edge.proc.kill()
+            edge.proc.wait()
+            faults["sigkill"] += 1
+            edge.start()
+
     injector = threading.Thread(target=inject, daemon=True)
-    bodies = [b"x%06d" % i for i in range(16000)]
     try:
         injector.start()
-        for batch in range(8):
-            publish_confirmed(edge, "edge-out", bodies[batch * 2000 : (batch + 1) * 2000])
-            if batch % 2 == 1:
-                time.sleep(chooser.uniform(0.0, 0.05))  # the bridge is mid-flight
-                edge.proc.kill()
-                edge.proc.wait()
-                faults["sigkill"] += 1
-                edge.start()
+        # 16,000 messages at least, 1,000 a second (the faults take about 15 s), the edge
+        # SIGKILLed after batches 2, 4, 6 and 8
+        bodies = publish_during(
+            edge, "edge-out", injector, lambda i: b"x%06d" % i, 1000, at_least=16000, batch=2000, after=sigkill
+        )
         injector.join(60)
         got = consume_every(upstream.url, "central", bodies)
     finally:
@@ -951,12 +957,13 @@ def test_rabbitmq_restarted_while_the_bridge_forwards_loses_nothing(tmp_path, ra
                 lambda seen=running: edge.log().count("bridge restarts: running") > seen, 60, what="the bridge back"
             )
 
-    bodies = [b"r%06d" % i for i in range(12000)]
     restarter = threading.Thread(target=restart_twice, daemon=True)
     try:
         restarter.start()
-        for start in range(0, len(bodies), 1000):
-            publish_confirmed(edge, "restarts-out", bodies[start : start + 1000])
+        # 12,000 messages at least, 500 a second, and on until both restarts are over
+        bodies = publish_during(
+            edge, "restarts-out", restarter, lambda i: b"r%06d" % i, 500, at_least=12000, batch=1000
+        )
         restarter.join(300)
         got = consume_every(upstream, "bridged-restarts", bodies)
     finally:

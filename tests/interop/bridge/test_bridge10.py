@@ -202,7 +202,7 @@ def test_cut_reset_and_black_holed_1_0_links_to_rabbitmq_lose_nothing_and_keep_o
     try:
         wait_until(lambda: "bridge faulty10: running" in edge.log(), timeout=30, what="the bridge running")
         injector = inject_faults(proxy, chooser, faults, kinds)
-        bodies = publish_during(edge, "faulty10-out", b"f", injector, 20000)
+        bodies = publish_during(edge, "faulty10-out", injector, lambda i: b"f%06d" % i, 1000, most=20000)
         injector.join(60)
         got = consume_every(upstream, "bridged10-faults", bodies)
     finally:
@@ -261,7 +261,7 @@ def test_hutch_to_hutch_over_1_0_is_exactly_once_through_link_faults(tmp_path):
     faults = {"cut": 0, "reset": 0, "black-hole": 0, "mute": 0}
     kinds = ["cut", "reset", "black-hole"] * 3
     chooser.shuffle(kinds)
-    bodies = [b"x%06d-" % i + b"b" * chooser.choice((0, 10, 500, 5000, 13000)) for i in range(6000)]
+    sizes = [chooser.choice((0, 10, 500, 5000, 13000)) for _ in range(100 * 1000)]  # (publish_during's most)
     try:
         wait_until(lambda: "bridge h2h10: running" in edge.log(), timeout=30, what="the bridge running")
 
@@ -280,8 +280,10 @@ def test_hutch_to_hutch_over_1_0_is_exactly_once_through_link_faults(tmp_path):
 
         injector = threading.Thread(target=inject, daemon=True)
         injector.start()
-        for batch in range(6):
-            publish_confirmed(edge, "edge-out", bodies[batch * 1000 : (batch + 1) * 1000])
+        # 6,000 messages at least, 400 a second, and on while the faults go on (about 15 s)
+        bodies = publish_during(
+            edge, "edge-out", injector, lambda i: b"x%06d-" % i + b"b" * sizes[i], 400, at_least=6000, batch=1000
+        )
         injector.join(60)
         got = consume_every(upstream.url, "central", bodies)
     finally:

@@ -13,21 +13,18 @@ from brokers import free_port, wait_until
 from mqtt_brokers import Paho, start_mosquitto, stop
 from tcp_proxy import TcpProxy
 from test_bridge import edge_with_bridge
+from windowed import PERSISTENT, publish_windowed
 
 pytestmark = [pytest.mark.timeout(300)]
 
 TOPICS = 4
 
 
-def publish_readings(edge, bodies, first=0):
-    """bodies published at the edge to amq.topic, confirmed, round the keys sensors.t0..t3."""
-    connection = pika.BlockingConnection(pika.URLParameters(edge.url))
-    channel = connection.channel()
-    channel.confirm_delivery()
-    for i, body in enumerate(bodies):
-        key = "sensors.t%d" % ((first + i) % TOPICS)
-        channel.basic_publish("amq.topic", key, body, pika.BasicProperties(delivery_mode=2))
-    connection.close()
+def publish_readings(edge, bodies, first=0, rate=None):
+    """bodies published at the edge to amq.topic, confirmed (windowed.py; rate: at most that
+    many a second), round the keys sensors.t0..t3."""
+    keys = ["sensors.t%d" % ((first + i) % TOPICS) for i in range(len(bodies))]
+    publish_windowed(edge.url, [(key, body, PERSISTENT) for key, body in zip(keys, bodies)], "amq.topic", rate=rate)
 
 
 def collect(subscriber, wanted, timeout=120):
@@ -99,7 +96,8 @@ def test_an_mqtt_uplink_loses_nothing_through_link_faults_and_10_edge_sigkills(t
     try:
         injector.start()
         for batch in range(20):
-            publish_readings(edge, bodies[batch * 400 : (batch + 1) * 400], batch * 400)
+            # 1,000 a second: the messages flow while the faults go on
+            publish_readings(edge, bodies[batch * 400 : (batch + 1) * 400], batch * 400, rate=1000)
             if batch % 2 == 1:
                 time.sleep(chooser.uniform(0.0, 0.1))  # the bridge is mid-flight
                 edge.proc.kill()
