@@ -170,7 +170,7 @@ def spark(tmp_path_factory):
     the JVM that PySpark launched for it is stopped by its PID."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
-    from spark_jvm import compiled_pyspark_python, quick_jvm
+    from spark_jvm import compiled_pyspark_python, quick_driver
 
     scratch = tmp_path_factory.mktemp("spark")
     # the executors' Python workers: this virtualenv's, where hutch is installed (spark_jvm)
@@ -186,9 +186,9 @@ def spark(tmp_path_factory):
         .config("spark.local.dir", str(scratch))
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
         .config("spark.sql.session.timeZone", "UTC")
-        # the client compiler and the serial collector, as the "spark" group's jobs, and its
-        # temporary files in scratch (spark_jvm)
-        .config("spark.driver.extraJavaOptions", quick_jvm(scratch))
+        # the client compiler, the serial collector and interpreted SQL, as the "spark" group's
+        # jobs, and its temporary files in scratch (spark_jvm)
+        .config("spark.driver.extraJavaOptions", quick_driver(scratch))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -335,11 +335,13 @@ class Pipeline:
         workers (tests/support/spark_jvm.py): about a third of a driver's start, each run."""
         if "SPARK_SUBMIT_OPTS" in os.environ:
             return None
-        from spark_jvm import compiled_pyspark_python, quick_jvm  # (it imports this module)
+        from spark_jvm import compiled_pyspark_python, quick_driver  # (it imports this module)
 
         scratch = os.path.join(os.path.dirname(self.checkpoint), "spark-tmp")
         os.makedirs(scratch, exist_ok=True)
-        return dict(os.environ, SPARK_SUBMIT_OPTS=quick_jvm(scratch), PYSPARK_PYTHON=compiled_pyspark_python(scratch))
+        return dict(
+            os.environ, SPARK_SUBMIT_OPTS=quick_driver(scratch), PYSPARK_PYTHON=compiled_pyspark_python(scratch)
+        )
 
     def _read(self, proc):
         for line in proc.stdout:
