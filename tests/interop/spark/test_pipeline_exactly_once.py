@@ -131,8 +131,10 @@ def log_entries(folder):
 
 
 def latest_batch(checkpoint):
+    """The newest batch planned: its entry's name in offsets/ (Spark writes an entry whole, then
+    renames it). Names only, not contents: the kills poll this every 2 ms."""
     offsets = os.path.join(checkpoint, "offsets")
-    batches = log_entries(offsets) if os.path.isdir(offsets) else {}
+    batches = [int(name) for name in os.listdir(offsets) if name.isdigit()] if os.path.isdir(offsets) else []
     return max(batches) if batches else None
 
 
