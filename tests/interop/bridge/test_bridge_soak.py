@@ -1,13 +1,13 @@
 """The bridge fault soak: at least 20 faults of each kind in one run, at random moments.
 
 An edge hutch forwards a queue upstream through a TCP proxy on 127.0.0.1 (tcp_proxy.py) while
-pika publishes into it with confirms, without a pause. One fault at a time, in a shuffled
-order, each once the bridge runs again after the one before and a random moment later:
-the proxy cuts the link (FIN), resets it (RST), black-holes it (reads and forwards nothing;
-once the edge noticed, new links go through and the dead one stays dead) or mutes
-upstream's replies only (until the edge noticed); upstream RabbitMQ is restarted (SIGKILL
-of its beam.smp, or rabbitmqctl stop); the edge is SIGKILLed and started again on the same
-data folder.
+pika publishes into it with confirms (a window of them), without a pause. One fault at a time,
+in a shuffled order, each once the bridge runs again after the one before and a random moment
+later: the proxy cuts the link (FIN), resets it (RST), black-holes it (reads and forwards
+nothing; once the edge noticed, new links go through and the dead one stays dead) or mutes
+upstream's replies only (until the edge noticed); upstream RabbitMQ is restarted (SIGKILL of
+its beam.smp, or rabbitmqctl stop); the edge is SIGKILLed and started again on the same data
+folder.
 
 Upstream's queue is read between faults and at the end, so the list of what came there is in
 the order it came; where each fault began in that list is noted, so each duplicate is put
@@ -48,6 +48,8 @@ FAULTS_PER_KIND = int(os.environ.get("HUTCH_SOAK_FAULTS", "4"))
 pytestmark = [pytest.mark.timeout(150 + 40 * FAULTS_PER_KIND)]
 PREFETCH = 200  # the bridge's in-flight window
 PUBLISH_RATE = 300  # messages per second at most: a backlog after each fault fills the window; CPU left for the rest
+WINDOW = 200  # the publisher's unconfirmed publishes at most
+PACE = 0.05  # seconds between the publisher's sends
 BRIDGE = {
     "name": "soak",
     "queue": "soak-out",
@@ -90,9 +92,11 @@ def connection_parameters(url):
 
 class Publisher(threading.Thread):
     """pika, with confirms, into the edge's source queue: message n's body is n (8 digits),
-    n = 0, 1, 2... in publishing order. `confirmed` lists those the edge confirmed. When the
-    edge is SIGKILLed it connects again and goes on with the next number; the one it was
-    publishing may or may not have been taken, and is not asked for upstream."""
+    n = 0, 1, 2... in publishing order, PUBLISH_RATE a second at most, up to WINDOW of them
+    unconfirmed (a SelectConnection: windowed.py says why not one confirm per round trip).
+    `confirmed` lists those the edge confirmed. When the edge is SIGKILLed it connects again
+    and goes on with the next number; those it had not heard about may or may not have been
+    taken, and are not asked for upstream."""
 
     def __init__(self, edge, queue):
         super().__init__(daemon=True)
@@ -103,42 +107,72 @@ class Publisher(threading.Thread):
         self.reconnects = 0
         self.stopping = threading.Event()
         self.error = None
+        self.started = None  # the rate's clock, across connections
 
     def run(self):
         try:
-            self.publish()
+            self.started = time.monotonic()
+            while not self.stopping.is_set():
+                if not self.connection():
+                    # the edge is starting again; the polling interval
+                    time.sleep(0.05)
         except Exception as e:  # fails the test (check), not just this thread
             self.error = e
 
-    def publish(self):
-        started = time.monotonic()
+    def connection(self):
+        """Publish over one connection until the edge is gone or stopping is set; whether it
+        opened."""
+        unconfirmed = {}  # delivery tag: n
+        state = {"opened": False, "tag": 0}
         persistent = pika.BasicProperties(delivery_mode=2)
-        while not self.stopping.is_set():
-            try:
-                connection = pika.BlockingConnection(connection_parameters(self.edge.url))
-            except (pika.exceptions.AMQPError, OSError, ValueError):
-                # the edge is starting again (ValueError: pika's "Expected connected socket",
-                # when it was killed just as the connection opened); the polling interval
-                time.sleep(0.05)
-                continue
-            try:
-                channel = connection.channel()
-                channel.confirm_delivery()
-                while not self.stopping.is_set():
-                    ahead = self.next - PUBLISH_RATE * (time.monotonic() - started)
-                    if ahead > 0:
-                        time.sleep(ahead / PUBLISH_RATE)  # at most PUBLISH_RATE per second
-                    elif ahead < -PUBLISH_RATE:
-                        started -= (ahead + PUBLISH_RATE) / PUBLISH_RATE  # a second behind at most: no long bursts
-                    n = self.next
-                    self.next += 1
-                    channel.basic_publish("", self.queue, b"%08d" % n, persistent)
-                    self.confirmed.append(n)  # basic_publish returns once confirmed
-                connection.close()
-            except (pika.exceptions.AMQPError, OSError):
-                self.reconnects += 1  # the edge was killed under it (or refused a message)
+
+        def publish():
+            if self.stopping.is_set() or not channel[0].is_open:
+                # (a channel the edge closed as it went: the connection's end is on its way, or
+                # this one makes it)
                 if connection.is_open:
                     connection.close()
+                return
+            behind = PUBLISH_RATE * (time.monotonic() - self.started) - self.next
+            if behind > PUBLISH_RATE:
+                self.started += (behind - PUBLISH_RATE) / PUBLISH_RATE  # a second behind at most: no long bursts
+                behind = PUBLISH_RATE
+            for _ in range(min(int(behind), WINDOW - len(unconfirmed))):
+                state["tag"] += 1
+                unconfirmed[state["tag"]] = self.next
+                channel[0].basic_publish("", self.queue, b"%08d" % self.next, persistent)
+                self.next += 1
+            connection.ioloop.call_later(PACE, publish)
+
+        def on_confirm(frame):
+            method = frame.method
+            tags = (
+                sorted(t for t in unconfirmed if t <= method.delivery_tag) if method.multiple else [method.delivery_tag]
+            )
+            for tag in tags:
+                n = unconfirmed.pop(tag, None)
+                if n is not None and isinstance(method, pika.spec.Basic.Ack):
+                    self.confirmed.append(n)
+
+        def on_open(opened):
+            state["opened"] = True
+            opened.channel(on_open_callback=on_channel)
+
+        def on_channel(opened):
+            channel.append(opened)
+            opened.confirm_delivery(on_confirm, callback=lambda _frame: publish())
+
+        def on_closed(_connection, _reason):
+            if state["opened"] and not self.stopping.is_set():
+                self.reconnects += 1  # the edge was killed under it (or refused a message)
+            connection.ioloop.stop()
+
+        channel = []
+        connection = pika.SelectConnection(connection_parameters(self.edge.url), on_open_callback=on_open)
+        connection.add_on_open_error_callback(on_closed)
+        connection.add_on_close_callback(on_closed)
+        connection.ioloop.start()
+        return state["opened"]
 
     def check(self):
         assert self.error is None, "the publisher failed: %r" % self.error
