@@ -27,8 +27,7 @@ def publish_windowed(url, messages, exchange="", window=200, rate=None, timeout=
     flight for as long as they last. NotConfirmed if the broker nacks one, closes the
     connection, or the last confirm has not come within timeout seconds."""
     messages = list(messages)
-    state = {"sent": 0, "confirmed": 0, "nacked": 0, "done": not messages, "closed": None}
-    state.update(started=None, paced=False)
+    state = dict(sent=0, confirmed=0, nacked=0, done=not messages, closed=None, started=None, paced=False)
     channel = []
 
     def publish():

@@ -40,6 +40,7 @@ import pytest
 from brokers import BIN, RunningBroker, wait_until
 from tcp_proxy import TcpProxy
 from test_bridge import edge_with_bridge, rabbitmq_url, upstream_queue
+from windowed import PACE
 
 FAULTS_PER_KIND = int(os.environ.get("HUTCH_SOAK_FAULTS", "4"))
 # On a shared 2-core machine 20 faults of each kind take the soak toward hutch 2.5 minutes,
@@ -49,7 +50,6 @@ pytestmark = [pytest.mark.timeout(150 + 40 * FAULTS_PER_KIND)]
 PREFETCH = 200  # the bridge's in-flight window
 PUBLISH_RATE = 300  # messages per second at most: a backlog after each fault fills the window; CPU left for the rest
 WINDOW = 200  # the publisher's unconfirmed publishes at most
-PACE = 0.05  # seconds between the publisher's sends
 BRIDGE = {
     "name": "soak",
     "queue": "soak-out",
