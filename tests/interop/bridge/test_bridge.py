@@ -36,11 +36,11 @@ def toml(value):
     return repr(value)
 
 
-def publish_confirmed(broker, queue, bodies, rate=None):
-    """bodies, persistent, each with its length in a header, all confirmed (windowed.py: a
-    window of them unconfirmed; rate: at most that many a second)."""
+def publish_confirmed(broker, queue, bodies, rate=None, window=200):
+    """bodies, persistent, each with its length in a header, all confirmed (windowed.py: at
+    most `window` of them unconfirmed; rate: at most that many a second)."""
     messages = [(queue, body, pika.BasicProperties(delivery_mode=2, headers={"n": len(body)})) for body in bodies]
-    publish_windowed(broker.url, messages, rate=rate)
+    publish_windowed(broker.url, messages, window=window, rate=rate)
 
 
 def consume_all(url, queue, count, timeout=30):
