@@ -198,7 +198,7 @@ class Connection(PortConnection):
     def flush_confirms(self):
         """Acknowledgements that waited for the journal, now that it synced (Broker.journal_synced)."""
         if self.session is not None and not self.closed:
-            self.session.publishing.flush_acks()
+            self.session.flush_acks()
 
     def packet(self, first, buf, start, end):
         kind = first >> 4

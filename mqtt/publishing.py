@@ -78,7 +78,6 @@ class Publishing:
 
     zero_said = False  # a 3.1.1 client's packet id 0 was logged
     aliases = None  # a version 5 client's topic aliases, once it sets one: number -> topic
-    alias_most = ALIASES_MOST
 
     def __init__(self, session):
         self.session = session

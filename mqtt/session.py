@@ -39,7 +39,7 @@ from .packets import (
     UNSPECIFIED_ERROR,
     V5,
 )
-from .publishing import QOS_HEADER, Publishing, properties_5
+from .publishing import ALIASES_MOST, QOS_HEADER, Publishing, properties_5
 from .topics import (
     FILTER_ARGUMENT,
     binding_key,
@@ -101,7 +101,22 @@ class Session:
         self.next_id = 1
         self.expiry = 0  # s the session outlives its connection
         self.window = self.serving.prefetch
-        self.publishing = Publishing(self)
+
+    _publishing = None
+
+    @property
+    def publishing(self):
+        """Its publisher (mqtt/publishing.py), made at its first PUBLISH or will: a subscriber or
+        an idle sensor holds none."""
+        publishing = self._publishing
+        if publishing is None:
+            publishing = self._publishing = Publishing(self)
+        return publishing
+
+    def flush_acks(self):
+        """Acknowledgements that waited for the journal's sync, if it published (Publishing.flush_acks)."""
+        if self._publishing is not None:
+            self._publishing.flush_acks()
 
     # ------------------------------------------------------------ as hutch ctl lists a channel
 
@@ -181,7 +196,7 @@ class Session:
         """What a version 5 CONNACK says (3.2.2.3): what hutch does not do, and the session's terms.
         (No Maximum QoS: QoS 2 is taken and delivered.)"""
         props = {
-            packets.TOPIC_ALIAS_MAXIMUM: self.publishing.alias_most,
+            packets.TOPIC_ALIAS_MAXIMUM: ALIASES_MOST,
             packets.RECEIVE_MAXIMUM: 65535,
             packets.MAXIMUM_PACKET_SIZE: self.conn.most_in,
             SESSION_EXPIRY_INTERVAL: self.expiry,
