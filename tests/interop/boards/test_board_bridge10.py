@@ -54,7 +54,7 @@ def test_an_esp32_board_bridges_to_hutch_over_each_protocol(romfs, tmp_path, pro
         idle, _ = heap_figures(board)
         bodies = [b"board-%04d" % i + b"y" * (i % 200) for i in range(1000)]
         # One unconfirmed at a time, as a board's sensor publishes: a window of 200 in flight
-        # holds some 40 KB more of the board's heap, and the figures below are a board's.
+        # holds some 20 KB more of the board's heap at its peak, and the figures below are a board's.
         publish_confirmed(board, "board-out", bodies, window=1)
         got = consume_all(upstream.url, "from-board", len(bodies))
         assert [body for body, _h, _m in got] == bodies, bridge_lines(board)
