@@ -27,7 +27,7 @@ def publish_windowed(url, messages, exchange="", window=200, rate=None, timeout=
     flight for as long as they last. NotConfirmed if the broker nacks one, closes the
     connection, or the last confirm has not come within timeout seconds."""
     messages = list(messages)
-    state = dict(sent=0, confirmed=0, nacked=0, done=not messages, closed=None, started=None, paced=False)
+    state = dict(sent=0, confirmed=0, nacked=0, done=not messages, started=None, paced=False)
     channel = []
 
     def publish():
@@ -60,23 +60,38 @@ def publish_windowed(url, messages, exchange="", window=200, rate=None, timeout=
         else:
             publish()
 
-    def on_channel(opened):
+    def on_ready(opened):
         channel.append(opened)
-        opened.confirm_delivery(on_confirm, callback=lambda _frame: publish() if messages else connection.close())
+        if messages:
+            publish()
+        else:
+            connection.close()
 
-    def on_closed(_connection, reason):
-        state["closed"] = reason
-        connection.ioloop.stop()
-
-    connection = pika.SelectConnection(
-        pika.URLParameters(url), on_open_callback=lambda c: c.channel(on_open_callback=on_channel)
-    )
-    connection.add_on_open_error_callback(on_closed)
-    connection.add_on_close_callback(on_closed)
+    connection, ended = confirming_connection(pika.URLParameters(url), on_confirm, on_ready)
     connection.ioloop.call_later(timeout, connection.close)
     connection.ioloop.start()
     if not state["done"] or state["nacked"]:
         raise NotConfirmed(
             "%d of %d publishes to %r confirmed, %d nacked (%s)"
-            % (state["confirmed"], len(messages), exchange, state["nacked"], state["closed"])
+            % (state["confirmed"], len(messages), exchange, state["nacked"], ended[0] if ended else None)
         )
+
+
+def confirming_connection(parameters, on_confirm, on_ready):
+    """(connection, ended): a pika SelectConnection whose one channel is put in confirm mode,
+    on_confirm(frame) called for each confirm and on_ready(channel) once confirms are on. Its
+    ioloop (not yet started) stops when the connection closes or cannot open; ended then holds
+    the reason."""
+    ended = []
+
+    def on_channel(channel):
+        channel.confirm_delivery(on_confirm, callback=lambda _frame: on_ready(channel))
+
+    def on_closed(_connection, reason):
+        ended.append(reason)
+        connection.ioloop.stop()
+
+    connection = pika.SelectConnection(parameters, on_open_callback=lambda c: c.channel(on_open_callback=on_channel))
+    connection.add_on_open_error_callback(on_closed)
+    connection.add_on_close_callback(on_closed)
+    return connection, ended

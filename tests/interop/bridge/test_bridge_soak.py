@@ -40,7 +40,7 @@ import pytest
 from brokers import BIN, RunningBroker, wait_until
 from tcp_proxy import TcpProxy
 from test_bridge import edge_with_bridge, rabbitmq_url, upstream_queue
-from windowed import PACE
+from windowed import PACE, confirming_connection
 
 FAULTS_PER_KIND = int(os.environ.get("HUTCH_SOAK_FAULTS", "4"))
 # On a shared 2-core machine 20 faults of each kind take the soak toward hutch 2.5 minutes,
@@ -104,7 +104,6 @@ class Publisher(threading.Thread):
         self.queue = queue
         self.next = 0
         self.confirmed = []
-        self.reconnects = 0
         self.stopping = threading.Event()
         self.error = None
         self.started = None  # the rate's clock, across connections
@@ -120,8 +119,8 @@ class Publisher(threading.Thread):
             self.error = e
 
     def connection(self):
-        """Publish over one connection until the edge is gone or stopping is set; whether it
-        opened."""
+        """Publish over one connection until the edge is gone or stopping is set; whether its
+        channel came to publish."""
         unconfirmed = {}  # delivery tag: n
         state = {"opened": False, "tag": 0}
         persistent = pika.BasicProperties(delivery_mode=2)
@@ -154,23 +153,13 @@ class Publisher(threading.Thread):
                 if n is not None and isinstance(method, pika.spec.Basic.Ack):
                     self.confirmed.append(n)
 
-        def on_open(opened):
+        def on_ready(opened):
             state["opened"] = True
-            opened.channel(on_open_callback=on_channel)
-
-        def on_channel(opened):
             channel.append(opened)
-            opened.confirm_delivery(on_confirm, callback=lambda _frame: publish())
-
-        def on_closed(_connection, _reason):
-            if state["opened"] and not self.stopping.is_set():
-                self.reconnects += 1  # the edge was killed under it (or refused a message)
-            connection.ioloop.stop()
+            publish()
 
         channel = []
-        connection = pika.SelectConnection(connection_parameters(self.edge.url), on_open_callback=on_open)
-        connection.add_on_open_error_callback(on_closed)
-        connection.add_on_close_callback(on_closed)
+        connection, _ended = confirming_connection(connection_parameters(self.edge.url), on_confirm, on_ready)
         connection.ioloop.start()
         return state["opened"]
 
