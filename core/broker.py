@@ -45,6 +45,7 @@ PREDECLARED = (
 )
 
 BRIDGE_SEQ = b"\x0bx-hutch-seq"  # (shortstr) the header a bridge numbers its messages with (core/dedup.py)
+SENSOR_SEQ = b"\x0cx-sensor-seq"  # ... and a sensor its readings, counted while limits.max_sensors
 CC = b"\x02CC"
 BCC = b"\x03BCC"
 
@@ -323,12 +324,17 @@ class Broker:
         enqueues them and delivers what a consumer can take (CPython: loaded with the first).
         (taken, end, result as publish() says of each); taken is 0 when they must go one by
         one instead: something of a publish would differ between them (a direct reply-to, a
-        bridge's number, CC or BCC), or a gate refuses it (the one-by-one path says so), or
-        publishers are blocked, or what the one-by-one path does per message would differ
-        (core/runs.py says when), or nothing is routed."""
+        bridge's number or a counted sensor's, CC or BCC), or a gate refuses it (the one-by-one
+        path says so), or publishers are blocked, or what the one-by-one path does per message
+        would differ (core/runs.py says when), or nothing is routed."""
         if self.flow.blocked or (
             message.flags() & FLAG_HEADERS
-            and (message.has_header(BRIDGE_SEQ) or message.has_header(CC) or message.has_header(BCC))
+            and (
+                message.has_header(BRIDGE_SEQ)
+                or (message.has_header(SENSOR_SEQ) and self.limits.max_sensors)
+                or message.has_header(CC)
+                or message.has_header(BCC)
+            )
         ):
             return 0, 0, 0
         # Where it would go first (no effect: when they must go one by one, they leave here
@@ -398,7 +404,7 @@ class Broker:
         # (what the broker publishes itself, a dead letter, came in once already)
         if publisher is not None:
             bridged = message.has_header(BRIDGE_SEQ)
-            if bridged or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors):
+            if bridged or (message.has_header(SENSOR_SEQ) and self.limits.max_sensors):
                 dedup = self.dedup if bridged else self.sensors
                 if dedup is None:
                     from .dedup import dedup_of  # (loaded with the first numbered message)

@@ -102,6 +102,7 @@ PROPERTIES = st.sampled_from(
         {"user-id": b"mallory"},  # refused: 406 closes the channel
         {"headers": {"CC": [b"q2"]}},  # sender-selected: routed by that key too
         {"reply-to": b"amq.rabbitmq.reply-to"},  # no reply consumer here: 406
+        {"headers": {"x-sensor-id": b"t1", "x-sensor-seq": 7}},  # one reading sent again and again: taken once
     ]
 )
 PER_MESSAGE = st.sampled_from(
@@ -110,6 +111,7 @@ PER_MESSAGE = st.sampled_from(
         lambda i: {"timestamp": 1700000000 + i, "message-id": b"reading-%d" % (i * 7)},
         lambda i: {"headers": {"n": i}},  # inside the headers table: not alike
         lambda i: {"content-type": b"text/plain", "correlation-id": b"c" * (i % 5)},
+        lambda i: {"headers": {"x-sensor-id": b"t2", "x-sensor-seq": i // 2}},  # each reading twice
     ]
 )
 BODIES = st.one_of(st.binary(max_size=40), st.builds(lambda n: b"y" * n, st.sampled_from([0, 3000, 70000])))
@@ -263,6 +265,23 @@ def test_a_run_into_a_queue_is_taken_in_one_call():
             assert side.conns[1].out_bytes == sum(len(b"%d" % i) + 64 for i in range(30))
             side.close()
         assert parts == [30 * 8, 1]
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_sensor_s_reading_sent_again_in_the_same_read_is_taken_once():
+    """A sensor's readings (x-sensor-id, x-sensor-seq), each sent twice in one read: the copies
+    alike enough to make a run still pass the sensor dedup (core/dedup.py) one by one."""
+    top = tempfile.mkdtemp(prefix="hutch-runs-")
+    try:
+        taken = []
+        for name, runs in (("one", False), ("runs", True)):
+            side = Side(os.path.join(top, name), runs, Limits(), "apart", (100, False), 131072, False)
+            reading = [{"headers": {"x-sensor-id": b"s1", "x-sensor-seq": seq}} for seq in (1, 1, 2, 2, 3, 3)]
+            side.conns[0].feed(b"".join(publish(b"x", properties=p) for p in reading))
+            taken.append(side.broker.queues[b"q"].published)
+            side.close()
+        assert taken == [3, 3]
     finally:
         shutil.rmtree(top)
 
