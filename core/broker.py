@@ -359,8 +359,8 @@ class Broker:
         if stream is None:
             from .runs import publish_to_queues  # pyright: ignore[reportMissingImports] (host only: the C run path)
 
-            taken, end = publish_to_queues(self, publisher, queues, message, run)
-            return taken, end, ROUTED
+            taken, end, journalled = publish_to_queues(self, publisher, queues, message, run)
+            return taken, end, ROUTED | journalled
         stream.reserve()
         now_ms = self.wall_seconds * 1000
         taken, end, made = run.stream_records(
@@ -443,6 +443,16 @@ class Broker:
                     continue
                 publisher.hold_for(queue)  # no confirms to say no with: slow the publisher down instead
             targets.append(queue)
+        result |= self.store(message, targets)
+        if numbered is not None and (targets or result & JOURNALLED):
+            dedup.took(self, numbered, result & JOURNALLED)
+        return result
+
+    def store(self, message, targets):
+        """Journal message (persistent, to a durable queue; or to one that pages) and enqueue it
+        into targets, the queues that take it: publish()'s last step, and each message's of a
+        run that the journal acts on (core/runs.py). JOURNALLED if the journal took it, else 0."""
+        result = 0
         journal = self.journal
         if journal is not None:
             journalled = paging = False
@@ -453,11 +463,9 @@ class Broker:
                         paging = True
             # into the journal before any queue has it: a consumer may take (and ack) it at once
             if journalled and journal.add_message(message, targets, paging):
-                result |= JOURNALLED
+                result = JOURNALLED
         for queue in targets:
             queue.publish(message, self.expiry(queue, message))
-        if numbered is not None and (targets or result & JOURNALLED):
-            dedup.took(self, numbered, result & JOURNALLED)
         return result
 
     def consume(self, who, queue, consumer, method, arguments=None):

@@ -29,11 +29,12 @@ MOST = 1 << 16
 
 
 def publish_to_queues(broker, publisher, queues, message, run):
-    """(taken, where the frame after them starts) of the run whose first publish is message,
-    routed to queues (ordinary queues, each once), admitted; 0 taken: one by one instead."""
+    """(taken, where the frame after them starts, JOURNALLED or 0: whether the journal took
+    them) of the run whose first publish is message, routed to queues (ordinary queues, each
+    once), admitted; 0 taken: one by one instead."""
     taken, end, size = run.take(MOST, broker.limits.max_message_bytes)
     if not taken:
-        return 0, 0
+        return 0, 0, 0
     cost = size + taken * MESSAGE_OVERHEAD  # what their Messages cost the budget, each queue's
     flow = broker.flow
     limits = broker.limits
@@ -41,16 +42,16 @@ def publish_to_queues(broker, publisher, queues, message, run):
         flow.held_bytes + cost * len(queues) > limits.total_max_bytes
         or flow.held_messages + taken * len(queues) > limits.total_max_messages
     ):
-        return 0, 0  # the budget's alarm would be raised part way: one by one
+        return 0, 0, 0  # the budget's alarm would be raised part way: one by one
     sessions = []
     for queue in queues:
         if not takes_run(queue, message, taken, size):
-            return 0, 0
+            return 0, 0, 0
         if len(queues) > 1:
             for consumer in queue.consumers:
                 conn = getattr(consumer.session, "conn", consumer.session)
                 if conn in sessions:
-                    return 0, 0  # one by one, its deliveries would interleave with another queue's
+                    return 0, 0, 0  # one by one, its deliveries would interleave with another queue's
                 sessions.append(conn)
     stats = publisher.stats or broker.stats  # (the publisher's front end's: core/counters.py)
     stats[counters.RECEIVED] += taken
@@ -60,6 +61,14 @@ def publish_to_queues(broker, publisher, queues, message, run):
     arrived = broker.now + broker.wall_offset
     order = broker.published + 1
     broker.published += taken
+    if journalled(broker, queues, message):
+        # each into the journal and then its queues, as Broker.publish stores one: what the
+        # run spares is each publish's parsing, gates and routing
+        result = 0
+        store = broker.store
+        for made in run.messages(arrived, order):
+            result |= store(made, queues)
+        return taken, end, result
     for queue in queues:
         given = 0
         consumers = queue.consumers
@@ -88,7 +97,19 @@ def publish_to_queues(broker, publisher, queues, message, run):
                     queue.publish(messages[i], None)
             else:
                 enqueue(queue, messages, given, taken)
-    return taken, end
+    return taken, end, 0
+
+
+def journalled(broker, queues, message):
+    """Whether the journal takes each message of a run (persistent, to a durable queue): they
+    are then stored one after another (Broker.store). A run of transient messages never is
+    (takes_run: not where a queue would page)."""
+    if broker.journal is None or not message.persistent():
+        return False
+    for queue in queues:
+        if queue.journalled:
+            return True
+    return False
 
 
 def enqueue(queue, messages, first, end):
@@ -109,27 +130,30 @@ def enqueue(queue, messages, first, end):
 def takes_run(queue, message, count, size):
     """Whether count messages alike (message the first; size: their bodies and header tails)
     may go into queue as one run with the effect publishing them one by one has: an ordinary
-    queue (not a priority queue's lanes) with no TTL, length limit or journal to act on each
-    message, and room in the board's budget for them all. A durable queue's journal acts on
-    a persistent message, and on a transient one once the queue pages (Queue.pages: its
-    window in memory full); a run of transient ones that keeps within the window has none
-    to act on."""
-    return (
+    queue (not a priority queue's lanes) with no TTL or length limit to act on each message,
+    and room in the board's budget for them all. A durable queue's journal takes a
+    persistent message (the run then stores them one after another: journalled()), and a
+    transient one once the queue pages (Queue.pages: its window in memory full): a run of
+    transient ones is taken only where it keeps within the window."""
+    if not (
         queue.__class__ is Queue
         and queue.message_ttl is None
         and message.ttl is None
         and queue.max_length is None
         and queue.max_length_bytes is None
-        and not (
+        and not (queue.hard_max_messages and queue.messages.length + count >= queue.hard_max_messages)
+        and not (queue.hard_max_bytes and queue.ready_bytes + size >= queue.hard_max_bytes)
+    ):
+        return False
+    if queue.journalled and queue.broker.journal is not None and message.persistent():
+        return True
+    return not (
+        queue.paged
+        or (
             queue.journalled
             and queue.broker.journal is not None
             and (
-                message.persistent()
-                or queue.messages.length + count >= queue.window_messages
-                or queue.ready_bytes + size >= queue.window_bytes
+                queue.messages.length + count >= queue.window_messages or queue.ready_bytes + size >= queue.window_bytes
             )
         )
-        and not queue.paged
-        and not (queue.hard_max_messages and queue.messages.length + count >= queue.hard_max_messages)
-        and not (queue.hard_max_bytes and queue.ready_bytes + size >= queue.hard_max_bytes)
     )

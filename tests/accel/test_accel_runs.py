@@ -7,9 +7,10 @@ Differential: two brokers on their own data folders read the same bytes in the s
 with the C frame scanner, one with the run path and one without: a publisher, and consumers
 (no-ack, or acking with a prefetch; on their own connections or sharing one; with a small
 frame_max, so that large bodies are cut into frames) of plain queues, a fanout to two of them,
-a priority queue, queues with a TTL or a length limit and a durable one. After every chunk
-every connection must have been sent the same bytes, and at the end the brokers must count
-the same, hold the same budget and keep the same messages in the same order, whatever the
+a priority queue, queues with a TTL or a length limit and a durable one (persistent
+messages, its window in memory small or not). After every chunk every connection must have
+been sent the same bytes, and at the end the brokers must count the same, hold the same
+budget, keep the same messages in the same order and have written the same journal, whatever the
 publishes (alike or not, properties that differ per message or that the broker checks, bodies
 empty or large) and however the reads cut them. CPython only.
 """
@@ -137,6 +138,14 @@ broken_run = st.builds(
     st.sampled_from([b"", b"\x00\x00", b"\x05ab", b"\x00\x00\x00\x09xy"]),
     st.lists(BODIES, min_size=1, max_size=20),
 )
+# persistent into the durable queue: each into the journal, its backlog on disk once it pages
+persistent_run = st.builds(
+    lambda bodies, props: b"".join(
+        publish(b, key=b"d", properties=dict(props, **{"delivery-mode": 2})) for b in bodies
+    ),
+    st.lists(BODIES, min_size=1, max_size=60),
+    st.sampled_from([{}, {"content-type": b"application/json"}, {"expiration": b"60000"}]),
+)
 fanout_run = st.builds(
     lambda bodies: b"".join(publish(b, exchange=b"both") for b in bodies), st.lists(BODIES, max_size=40)
 )
@@ -144,6 +153,7 @@ pieces = st.one_of(
     alike_run,
     alike_run,
     varying_run,
+    persistent_run,
     broken_run,
     fanout_run,
     st.builds(lambda b: publish(b, key=b"nowhere", bits=1), BODIES),  # mandatory, unroutable: returned
@@ -226,11 +236,41 @@ class Side:
     st.sampled_from([4096, 131072]),
     st.booleans(),
     st.sampled_from([1, 50, 700, 5000, 1 << 20]),
-    st.sampled_from([Limits(), Limits(output_high_water=3000), Limits(total_max_messages=80)]),
+    st.sampled_from(
+        [
+            Limits(),
+            Limits(output_high_water=3000),
+            Limits(total_max_messages=80),
+            Limits(queue_window_messages=20),  # the durable queue pages: its backlog on disk
+        ]
+    ),
 )
 def test_runs_into_queues_send_and_keep_what_the_one_by_one_path_does(
     pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limits
 ):
+    compare(pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limits)
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(persistent_run, min_size=1, max_size=8),
+    st.lists(SETTLES, min_size=1, max_size=12),
+    st.sampled_from([(1, False), (7, False)]),
+    st.booleans(),
+    st.sampled_from([50, 700, 5000, 1 << 20]),
+)
+def test_persistent_runs_into_a_queue_that_pages_write_what_one_by_one_writes(
+    pieces_, settles, prefetch, confirms, chunk
+):
+    """The durable queue's consumer lags (a prefetch of 1 or 7), and its window in memory holds
+    20 messages: a run's messages go to its backlog on disk part way, and come back as acks
+    make room."""
+    compare(pieces_, settles, "apart", prefetch, 131072, confirms, chunk, Limits(queue_window_messages=20))
+
+
+def compare(pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limits):
+    """The same reads into a broker with the run path and one without (Side): the same bytes to
+    every connection after each, and at the end the same state and the same journal."""
     top = tempfile.mkdtemp(prefix="hutch-runs-")
     try:
         sides = [
@@ -247,8 +287,22 @@ def test_runs_into_queues_send_and_keep_what_the_one_by_one_path_does(
         assert sides[1].state() == sides[0].state()
         for side in sides:
             side.close()
+        assert journal_files(sides[1].folder) == journal_files(sides[0].folder)
     finally:
         shutil.rmtree(top)
+
+
+def journal_files(folder):
+    """{name: content} of the journal's files (not the recovery's report, which says how long it
+    took): a run's records are those of its publishes."""
+    files = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            if name == "recovery.txt":
+                continue
+            with open(os.path.join(parent, name), "rb") as f:
+                files[os.path.relpath(os.path.join(parent, name), folder)] = f.read()
+    return files
 
 
 def test_a_run_into_a_queue_is_taken_in_one_call():
