@@ -20,6 +20,7 @@ from ..codec import spec
 from ..codec.errors import UNEXPECTED_FRAME, Refused
 from ..core import headers
 from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from ..core.runs import publish_run as broker_publish_run
 from . import output
 from .channel import IDLE, publish_arguments
 from .channel import OPEN as CHANNEL_OPEN
@@ -126,11 +127,12 @@ def read_batch(conn, data, pos, scan, records, runs=None):
 def publish_run(conn, number, data, records, slot, count, runs):
     """The publishes recorded from slot on (count records) that are alike (same channel,
     exchange, routing key, flags and properties, only the body differs, and the properties
-    after the headers table when no gate reads them: fixed_length), handed to the channel as
-    one run (Channel.publish_run: the broker's one publish path, Broker.publish_run, decides
-    whether they may go together, into one stream or into queues). (taken, where the frame
-    after them starts); taken is 0 or less when the first publish must go the one-by-one way,
-    which also gives any error it has the usual way: -taken of them then go one by one."""
+    after the headers table when no gate reads them: fixed_length), as one run of the
+    channel's: the broker's run path (core/runs.py publish_run) decides whether they may go
+    together, into one stream or into queues, and the channel confirms them together.
+    (taken, where the frame after them starts); taken is 0 or less when the first publish
+    must go the one-by-one way, which also gives any error it has the usual way: -taken of
+    them then go one by one."""
     channel = _idle_channel(conn, number)
     if channel is None:
         return 0, 0
@@ -152,9 +154,14 @@ def publish_run(conn, number, data, records, slot, count, runs):
         body_tail = bytes(body_tail)
     first = Message(name, routing_key, route, header_tail, body_tail, len(body_tail) - 5 if body_tail else 0)
     run.first = first
-    taken, after = channel.publish_run(name, first, run)
-    if taken:
-        return taken, after
+    if channel.tx is None:  # (a transaction holds each publish: one by one)
+        taken, after, result = broker_publish_run(channel.broker, channel, name, first, run)
+        if taken:
+            if channel.confirming:
+                channel.confirms.published(result, taken)
+            else:
+                channel.conn.after_publish()
+            return taken, after
     return -run.take(count)[0], 0
 
 
@@ -196,8 +203,9 @@ class PublishRun:
         self.made = None  # the taken publishes as Messages, once asked for (messages())
 
     def stream_records(self, stream, template, now_ms, max_body):
-        """(taken, next, records): the publishes' records for stream in one call (Broker.publish_run
-        for a stream), from its next offset on, within its reserved offsets and its segment."""
+        """(taken, next, records): the publishes' records for stream in one call (core/runs.py
+        publish_run for a stream), from its next offset on, within its reserved offsets and its
+        segment."""
         return self.runs.stream_appends(self, stream, template, now_ms, max_body)
 
     def take(self, most, max_body=-1):

@@ -233,21 +233,6 @@ class Channel:
             return
         self.publish_now(exchange, message, mandatory)
 
-    def publish_run(self, exchange_name, message, run):
-        """(amqp091/batch.py) A run of publishes alike but for their bodies, the first being
-        message, as one: Broker.publish_run decides whether they may go together and makes
-        them from run (batch.py PublishRun). (taken, where the frame after them starts); 0
-        taken: they go one by one (a transaction holds each publish)."""
-        if self.tx is not None:
-            return 0, 0
-        taken, end, result = self.broker.publish_run(self, exchange_name, message, run)
-        if taken:
-            if self.confirming:
-                self.confirms.published(result, taken)
-            else:
-                self.conn.after_publish()
-        return taken, end
-
     def publish_now(self, exchange, message, mandatory):
         """Into the broker; then what 0-9-1 says of it: basic.return, and the confirm."""
         broker = self.broker

@@ -45,7 +45,6 @@ PREDECLARED = (
 )
 
 BRIDGE_SEQ = b"\x0bx-hutch-seq"  # (shortstr) the header a bridge numbers its messages with (core/dedup.py)
-SENSOR_SEQ = b"\x0cx-sensor-seq"  # ... and a sensor its readings, counted while limits.max_sensors
 CC = b"\x02CC"
 BCC = b"\x03BCC"
 
@@ -273,8 +272,8 @@ class Broker:
         goes, or refuses it); user-id is the user the publisher logged in as (406); expiration
         is a whole number of milliseconds (406: the message's TTL); the keys of CC and BCC
         headers route too. Returns (exchange, message to publish); raises Refused.
-        Every front end's publish goes admit() then publish() (or publish_run()), and no
-        gate is anywhere else."""
+        Every front end's publish goes admit() then publish() (or core/runs.py publish_run),
+        and no gate is anywhere else."""
         who = publisher.client
         checked = who is not None and who.permissions is not None  # (every permission: nothing to check)
         if checked:
@@ -314,67 +313,6 @@ class Broker:
         transaction's publishes again at its commit: the exchange may be gone by then)."""
         return exchange_for_publish(self, name)
 
-    def publish_run(self, publisher, exchange_name, message, run):
-        """A run of publishes alike but for their bodies (same exchange, routing key and
-        properties, the first of them as message; the front end's run: amqp091/batch.py
-        PublishRun) into one stream or into queues, taken in one go. They pass the gates of
-        admit() as the first one does (they are alike), and are routed once. Into a stream,
-        run.stream_records(stream, record template, now ms, max body) makes their records from
-        the front end's bytes and they take their offsets in order; into queues, core/runs.py
-        enqueues them and delivers what a consumer can take (CPython: loaded with the first).
-        (taken, end, result as publish() says of each); taken is 0 when they must go one by
-        one instead: something of a publish would differ between them (a direct reply-to, a
-        bridge's number or a counted sensor's, CC or BCC), or a gate refuses it (the one-by-one
-        path says so), or publishers are blocked, or what the one-by-one path does per message
-        would differ (core/runs.py says when), or nothing is routed."""
-        if self.flow.blocked or (
-            message.flags() & FLAG_HEADERS
-            and (
-                message.has_header(BRIDGE_SEQ)
-                or (message.has_header(SENSOR_SEQ) and self.limits.max_sensors)
-                or message.has_header(CC)
-                or message.has_header(BCC)
-            )
-        ):
-            return 0, 0, 0
-        # Where it would go first (no effect: when they must go one by one, they leave here
-        # before the gates, which the one-by-one path then passes them through)
-        exchange = self.exchange(exchange_name) if exchange_name else self.default_exchange
-        if exchange is None:
-            return 0, 0, 0
-        queues = self.route(exchange, message)
-        if not queues:
-            return 0, 0, 0
-        stream = queues[0] if len(queues) == 1 and queues[0].is_stream else None
-        if stream is None:
-            for queue in queues:
-                if queue.is_stream:
-                    return 0, 0, 0
-        try:
-            exchange, admitted = self.admit(publisher, exchange_name, message)
-        except Refused:
-            return 0, 0, 0
-        if admitted is not message:
-            return 0, 0, 0
-        if stream is None:
-            from .runs import publish_to_queues  # pyright: ignore[reportMissingImports] (host only: the C run path)
-
-            taken, end, journalled = publish_to_queues(self, publisher, queues, message, run)
-            return taken, end, ROUTED | journalled
-        stream.reserve()
-        now_ms = self.wall_seconds * 1000
-        taken, end, made = run.stream_records(
-            stream, stream.run_template_for(message), now_ms, self.limits.max_message_bytes
-        )
-        if taken:
-            stream.append_records([made], taken, len(made), now_ms)
-            stats = publisher.stats or self.stats
-            stats[counters.RECEIVED] += taken
-            stats[counters.ROUTED] += taken
-            if publisher.confirming:
-                stats[counters.RECEIVED_CONFIRM] += taken
-        return taken, end, ROUTED | JOURNALLED
-
     # ------------------------------------------------------------ routing
 
     def publish(self, exchange, message, publisher=None, exclude=None):
@@ -404,7 +342,7 @@ class Broker:
         # (what the broker publishes itself, a dead letter, came in once already)
         if publisher is not None:
             bridged = message.has_header(BRIDGE_SEQ)
-            if bridged or (message.has_header(SENSOR_SEQ) and self.limits.max_sensors):
+            if bridged or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors):
                 dedup = self.dedup if bridged else self.sensors
                 if dedup is None:
                     from .dedup import dedup_of  # (loaded with the first numbered message)

@@ -1,31 +1,96 @@
-"""A run of alike publishes into ordinary queues in one go: Broker.publish_run's queue side.
+"""A run of alike publishes taken in one go: the broker's run path (publish_run).
 
-A front end with the C accelerator (amqp091/batch.py PublishRun, on CPython) finds run after
-run of publishes alike but for their bodies (a sensor's readings). Broker.publish_run passes
-the first through the gates of admit() and routes it once; here the whole run goes into
-its queues, and a queue's consumer that can take them gets their deliveries made in one
-call by the front end's run (run.deliver: a 0-9-1 channel's frames straight from the
-publisher's bytes, amqp091/output.py deliver_run; another front end's consumer is handed
-them one by one). A no-ack consumer's deliveries need no
-Message at all; the rest of the run is made into Messages once and enqueued as
-Broker.publish would enqueue each.
+A front end with the C accelerator (amqp091/batch.py PublishRun, on CPython; mqtt/runs.py's
+QoS 0 runs) finds run after run of publishes alike but for their bodies (a sensor's
+readings). publish_run passes the first through the gates of Broker.admit and routes it
+once; then the whole run goes into its stream (its records made from the front end's bytes)
+or into its queues (publish_to_queues), and a queue's consumer that can take them gets their
+deliveries made in one call by the front end's run (run.deliver: a 0-9-1 channel's frames
+straight from the publisher's bytes, amqp091/output.py deliver_run; another front end's
+consumer is handed them one by one). A no-ack consumer's deliveries need no Message at all;
+the rest of the run is made into Messages once and enqueued as Broker.publish would enqueue
+each. Persistent messages into durable queues are each journalled and enqueued as one
+publish is (Broker.store): the run spares their parsing, gates and routing.
 
 The one-by-one path (Broker.publish) is the reference: a run is taken only when the effect
 is the same, byte for byte, as publishing its messages one after the other
-(tests/accel/test_accel_runs.py), and otherwise goes that way. So a run is not taken into a
-queue that treats messages one by one (a TTL, a length limit, priorities, the journal and
-its paging, a budget the run would reach), nor where the order of deliveries between
-queues could differ (two of its queues' consumers on one connection).
+(tests/accel/test_accel_runs.py, the journal's files included), and otherwise goes that way.
+So a run is not taken where a publish is numbered (a bridge's, a counted sensor's: the dedup
+takes them one by one), into a queue that treats messages one by one (a TTL, a length limit,
+priorities, a budget the run would reach), nor where the order of deliveries between queues
+could differ (two of its queues' consumers on one connection).
 
-Never on a board: only the C run path imports it.
+Never on a board: only the C run paths import it.
 """
 
+from ..codec.errors import Refused
 from . import counters
-from .message import MESSAGE_OVERHEAD
+from .broker import BCC, BRIDGE_SEQ, CC, JOURNALLED, ROUTED
+from .dedup import SENSOR_SEQ_KEY
+from .message import FLAG_HEADERS, MESSAGE_OVERHEAD
 from .queue import Queue
 
 # The most publishes one run takes: the frame scanner's batch is smaller anyway.
 MOST = 1 << 16
+
+
+def publish_run(broker, publisher, exchange_name, message, run):
+    """A run of publishes alike but for their bodies (same exchange, routing key and
+    properties, the first of them as message; the front end's run: amqp091/batch.py
+    PublishRun, mqtt/runs.py MqttRun) into one stream or into queues, taken in one go. They
+    pass the gates of Broker.admit as the first one does (they are alike), and are routed
+    once. Into a stream, run.stream_records(stream, record template, now ms, max body) makes
+    their records from the front end's bytes and they take their offsets in order; into
+    queues, publish_to_queues. (taken, end, result as Broker.publish says of each); taken is
+    0 when they must go one by one instead: something of a publish would differ between them
+    (a direct reply-to, a bridge's number or a counted sensor's, CC or BCC), or a gate refuses
+    it (the one-by-one path says so), or publishers are blocked, or what the one-by-one path
+    does per message would differ (takes_run says when), or nothing is routed."""
+    if broker.flow.blocked or (
+        message.flags() & FLAG_HEADERS
+        and (
+            message.has_header(BRIDGE_SEQ)
+            or (message.has_header(SENSOR_SEQ_KEY) and broker.limits.max_sensors)
+            or message.has_header(CC)
+            or message.has_header(BCC)
+        )
+    ):
+        return 0, 0, 0
+    # Where it would go first (no effect: when they must go one by one, they leave here
+    # before the gates, which the one-by-one path then passes them through)
+    exchange = broker.exchange(exchange_name) if exchange_name else broker.default_exchange
+    if exchange is None:
+        return 0, 0, 0
+    queues = broker.route(exchange, message)
+    if not queues:
+        return 0, 0, 0
+    stream = queues[0] if len(queues) == 1 and queues[0].is_stream else None
+    if stream is None:
+        for queue in queues:
+            if queue.is_stream:
+                return 0, 0, 0
+    try:
+        exchange, admitted = broker.admit(publisher, exchange_name, message)
+    except Refused:
+        return 0, 0, 0
+    if admitted is not message:
+        return 0, 0, 0
+    if stream is None:
+        taken, end, journalled = publish_to_queues(broker, publisher, queues, message, run)
+        return taken, end, ROUTED | journalled
+    stream.reserve()
+    now_ms = broker.wall_seconds * 1000
+    taken, end, made = run.stream_records(
+        stream, stream.run_template_for(message), now_ms, broker.limits.max_message_bytes
+    )
+    if taken:
+        stream.append_records([made], taken, len(made), now_ms)
+        stats = publisher.stats or broker.stats
+        stats[counters.RECEIVED] += taken
+        stats[counters.ROUTED] += taken
+        if publisher.confirming:
+            stats[counters.RECEIVED_CONFIRM] += taken
+    return taken, end, ROUTED | JOURNALLED
 
 
 def publish_to_queues(broker, publisher, queues, message, run):

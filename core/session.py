@@ -13,7 +13,7 @@ publisher), Broker.consume and Broker.get, and core/topology.py's declare, delet
 unbind. It owns the exclusive queues it declares. The one check made of it today is
 core/topology.py check_exclusive.
 
-**A publisher** (what Broker.admit, publish and publish_run are given):
+**A publisher** (what Broker.admit and publish, and core/runs.py publish_run, are given):
 
     publisher.client               who publishes (its user is checked against user-id)
     publisher.stats                its front end's counters (core/counters.py; None: the broker's)

@@ -4,7 +4,7 @@ A sensor streaming readings at QoS 0 sends PUBLISH after PUBLISH to one topic, a
 socket holds hundreds of them. Taken one by one, each is read, admitted, routed, made a Message,
 enqueued and delivered on its own. Here (parse, which reads for Connection.parse) the PUBLISHes
 that follow a QoS 0 one alike (QoS 0, neither DUP nor RETAIN, the same topic, no version 5
-properties) go through the broker's run path (Broker.publish_run, core/runs.py): the gates and
+properties) go through the broker's run path (core/runs.py publish_run): the gates and
 the routing once, for the first, then the whole run into its queues. A QoS 0 subscriber that
 can take them gets each PUBLISH as it came (MqttRun.deliver: the same octets, or with the
 version 5 properties' length, 0, put in or taken out): no Message is made for what is
@@ -23,6 +23,7 @@ loads this module.
 
 from ..core.content import body_tail, header_tail
 from ..core.message import Message
+from ..core.runs import publish_run as broker_publish_run
 from . import packets
 from .publishing import plain_properties
 from .session import Session
@@ -90,7 +91,7 @@ def publish_run(conn, data, pos, start, end):
         return 0, 0  # (Publishing.send reads who sent it: that one goes its way)
     broker = conn.broker
     first = run.first = run.message(0)
-    taken, after, _result = broker.publish_run(publishing, publishing.exchange, first, run)
+    taken, after, _result = broker_publish_run(broker, publishing, publishing.exchange, first, run)
     if not taken:
         return -run.take(len(spans))[0], 0
     if broker.flow.blocked:
@@ -121,7 +122,7 @@ def alike(data, pos, topic, five, limit):
 
 
 class MqttRun:
-    """A run of alike QoS 0 PUBLISHes as Broker.publish_run takes one (core/runs.py): how many go
+    """A run of alike QoS 0 PUBLISHes as the broker's run path takes one (core/runs.py): how many go
     together, their Messages, their deliveries. `first` is the first as a Message (the gates and
     routing look at it)."""
 

@@ -249,7 +249,7 @@ class Stream:
 
     def run_template_for(self, message):
         """The record template (core/streams/streamlog.py record_template) of a run of messages
-        like message (Broker.publish_run): made once, kept while the runs are alike."""
+        like message (core/runs.py publish_run): made once, kept while the runs are alike."""
         template = self.run_template
         if template is None or template[0] != message.route or template[1] != message.header_tail:
             template = self.run_template = (
@@ -262,7 +262,7 @@ class Stream:
     def append_records(self, parts, count, size, now_ms):
         """count records (parts: their bytes, size of them in all) for the offsets from
         self.next on, stamped now_ms, into the newest segment: append()'s, or a run of them
-        made at once (Broker.publish_run, within reserve() and room())."""
+        made at once (core/runs.py publish_run, within reserve() and room())."""
         self.published += count
         self.next += count
         self.segments[-1][SIZE] += size

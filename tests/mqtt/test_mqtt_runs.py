@@ -1,4 +1,4 @@
-"""Runs of alike QoS 0 PUBLISHes taken in one go (mqtt/runs.py through Broker.publish_run and
+"""Runs of alike QoS 0 PUBLISHes taken in one go (mqtt/runs.py through the broker's run path,
 core/runs.py) against the one-by-one path (each PUBLISH through Publishing.publish,
 Broker.publish, its queues and Session.deliver).
 
