@@ -1,14 +1,17 @@
-"""Runs of alike QoS 0 PUBLISHes (CPython only): a read's PUBLISHes to one topic taken in one go.
+"""Runs of alike QoS 0 or QoS 1 PUBLISHes (CPython only): a read's PUBLISHes to one topic taken
+in one go.
 
-A sensor streaming readings at QoS 0 sends PUBLISH after PUBLISH to one topic, and a read of its
-socket holds hundreds of them. Taken one by one, each is read, admitted, routed, made a Message,
-enqueued and delivered on its own. Here (parse, which reads for Connection.parse) the PUBLISHes
-that follow a QoS 0 one alike (QoS 0, neither DUP nor RETAIN, the same topic, no version 5
-properties) go through the broker's run path (core/runs.py publish_run): the gates and
-the routing once, for the first, then the whole run into its queues. A QoS 0 subscriber that
-can take them gets each PUBLISH as it came (MqttRun.deliver: the same octets, or with the
-version 5 properties' length, 0, put in or taken out): no Message is made for what is
-delivered at once.
+A sensor streaming readings sends PUBLISH after PUBLISH to one topic, and a read of its socket
+holds many of them (hundreds at QoS 0; at QoS 1 as many as it keeps unacknowledged). Taken one
+by one, each is read, admitted, routed, made a Message, enqueued and delivered on its own. Here
+(parse, which reads for Connection.parse) the PUBLISHes that follow one alike (the same QoS, 0
+or 1, neither DUP nor RETAIN, the same topic, no version 5 properties) go through the broker's
+run path (core/runs.py publish_run): the gates and the routing once, for the first, then the
+whole run into its queues (persistent ones each into the journal first). At QoS 1 their
+PUBACKs go together, once the journal has what they promise. A QoS 0 subscriber that can take
+a QoS 0 run gets each PUBLISH as it came (MqttRun.deliver: the same octets, or with the version
+5 properties' length, 0, put in or taken out): no Message is made for what is delivered at
+once; other deliveries are made one by one.
 
 The one-by-one path is the reference: a run is taken only where the effect is the same as
 publishing its messages one after the other (tests/mqtt/test_mqtt_runs.py feeds the same
@@ -21,21 +24,23 @@ server/startup.py hands parse to the MQTT front end on CPython (Serving.parse); 
 loads this module.
 """
 
+from ..core import counters
 from ..core.content import body_tail, header_tail
 from ..core.message import Message
 from ..core.runs import publish_run as broker_publish_run
-from . import packets
+from . import own_queues, packets
 from .publishing import plain_properties
 from .session import Session
 from .topics import topic_of
 
 PLAIN_QOS0 = 0x30  # a PUBLISH's first octet at QoS 0, neither DUP nor RETAIN
+PLAIN_QOS1 = 0x32  # ... at QoS 1
 
 
 def parse(conn, data):
     """(Connection.parse, where Serving.parse is this) Every whole packet of data: where the rest
-    begins. The same as Connection.parse's own loop, but that a QoS 0 PUBLISH with more after it
-    may start a run (publish_run)."""
+    begins. The same as Connection.parse's own loop, but that a QoS 0 or QoS 1 PUBLISH with more
+    after it may start a run (publish_run)."""
     pos = 0
     n = len(data)
     runs = conn.session is not None
@@ -45,7 +50,7 @@ def parse(conn, data):
         if found is None:
             break
         first, start, end = found
-        if first == PLAIN_QOS0 and runs and end < n:
+        if (first == PLAIN_QOS0 or first == PLAIN_QOS1) and runs and end < n:
             if solo:
                 solo -= 1
             else:
@@ -60,53 +65,85 @@ def parse(conn, data):
 
 
 def publish_run(conn, data, pos, start, end):
-    """The QoS 0 PUBLISH at data[pos:end] (its variable header from start on) and the alike
-    PUBLISHes right after it in data, through the broker as one run. (taken, where the packet
-    after them starts); taken is 0 when the first must go the one-by-one way, -n when the n
-    alike PUBLISHes from it must (a run of them was refused: trying again at each would only
-    cost more)."""
+    """The QoS 0 or QoS 1 PUBLISH at data[pos:end] (its variable header from start on) and the
+    alike PUBLISHes right after it in data, through the broker as one run. (taken, where the
+    packet after them starts); taken is 0 when the first must go the one-by-one way, -n when
+    the n alike PUBLISHes from it must (a run of them was refused: trying again at each would
+    only cost more)."""
     if end - start < 2:
         return 0, 0  # malformed: the one-by-one path says so
+    first_octet = data[pos]
     topic_size = (data[start] << 8) | data[start + 1]
-    head = start + 2 + topic_size  # (the payload's start: no packet id at QoS 0...)
+    head = start + 2 + topic_size
     topic = bytes(data[start + 2 : head])
     five = conn.level == packets.V5
-    if five:  # (... and a version 5 client's properties: none, their length 0, or one by one)
-        if head >= end or data[head]:
-            return 0, 0
-        head += 1
-    if head > end:
+    packet_id, head = packet_id_at(data, head, end, first_octet, five)
+    if head is None:
         return 0, 0
     publishing = conn.session.publishing
     found = publishing.routes.get(topic)
     if found is None or conn.serving.origins:
         return 0, 0  # a topic not checked yet (one by one first), or a publish that says who sent it
     key, route, exact = found
-    spans = alike(data, end, topic, five, conn.most_in)
+    spans = alike(data, end, topic, five, conn.most_in, first_octet)
     if not spans:
         return 0, 0  # (a run of one would only cost more)
-    spans.insert(0, (pos, head, end))
-    run = MqttRun(publishing, data, spans, key, route, exact, five)
+    spans.insert(0, (pos, head, end, packet_id))
+    qos = (first_octet >> 1) & 3
+    if qos and conn.session.consumers:
+        # one by one, a PUBACK not waiting for the journal goes out between the publisher's own
+        # deliveries: in a run, after all of them
+        return -len(spans), 0
+    run = MqttRun(publishing, data, spans, key, route, exact, five, qos)
     if run.names_sensor(0):
         return 0, 0  # (Publishing.send reads who sent it: that one goes its way)
     broker = conn.broker
     first = run.first = run.message(0)
-    taken, after, _result = broker_publish_run(broker, publishing, publishing.exchange, first, run)
+    taken, after, result = broker_publish_run(broker, publishing, publishing.exchange, first, run)
     if not taken:
         return -run.take(len(spans))[0], 0
+    if qos:  # their PUBACKs, as Publishing.publish answers each, together
+        stats = publishing.stats
+        stats[counters.RECEIVED_CONFIRM] += taken
+        stats[counters.CONFIRMED] += taken
+        level = conn.level
+        acks = b"".join(packets.ack(packets.PUBACK, spans[i][3], packets.SUCCESS, level) for i in range(taken))
+        publishing.after_sync(own_queues.waits_for(broker, result), acks)
     if broker.flow.blocked:
         conn.pause()
     return taken, after
 
 
-def alike(data, pos, topic, five, limit):
-    """[(packet start, payload start, end)] of the PUBLISHes from data[pos] on like the one before
-    (PLAIN_QOS0, to topic; five: with no version 5 properties), up to the first packet that is
-    not, or not whole."""
+def packet_id_at(data, head, end, first_octet, five):
+    """(packet id, payload start) of a PUBLISH whose variable header goes on at head, after its
+    topic: a QoS 1 one's packet id (not 0: umqtt's wrap goes one by one, which says so), then a
+    version 5 client's properties (none: their length 0, or one by one); (0, None) where it
+    must go one by one."""
+    packet_id = 0
+    if first_octet == PLAIN_QOS1:
+        if head + 2 > end:
+            return 0, None
+        packet_id = (data[head] << 8) | data[head + 1]
+        if not packet_id:
+            return 0, None
+        head += 2
+    if five:
+        if head >= end or data[head]:
+            return 0, None
+        head += 1
+    if head > end:
+        return 0, None
+    return packet_id, head
+
+
+def alike(data, pos, topic, five, limit, first_octet):
+    """[(packet start, payload start, end, packet id)] of the PUBLISHes from data[pos] on like the
+    one before (first_octet: PLAIN_QOS0 or PLAIN_QOS1; to topic; five: with no version 5
+    properties), up to the first packet that is not, or not whole."""
     spans = []
     n = len(data)
-    prefix = bytes((len(topic) >> 8, len(topic) & 0xFF)) + topic + (b"\x00" if five else b"")
-    while pos < n and data[pos] == PLAIN_QOS0:
+    prefix = bytes((len(topic) >> 8, len(topic) & 0xFF)) + topic
+    while pos < n and data[pos] == first_octet:
         try:
             found = packets.split(data, pos, limit)
         except packets.Malformed:
@@ -116,25 +153,29 @@ def alike(data, pos, topic, five, limit):
         _first, start, end = found
         if data[start : start + len(prefix)] != prefix:
             break
-        spans.append((pos, start + len(prefix), end))
+        packet_id, head = packet_id_at(data, start + len(prefix), end, first_octet, five)
+        if head is None:
+            break
+        spans.append((pos, head, end, packet_id))
         pos = end
     return spans
 
 
 class MqttRun:
-    """A run of alike QoS 0 PUBLISHes as the broker's run path takes one (core/runs.py): how many go
-    together, their Messages, their deliveries. `first` is the first as a Message (the gates and
-    routing look at it)."""
+    """A run of alike QoS 0 or QoS 1 PUBLISHes as the broker's run path takes one (core/runs.py):
+    how many go together, their Messages, their deliveries. `first` is the first as a Message
+    (the gates and routing look at it)."""
 
-    def __init__(self, publishing, data, spans, key, route, exact, five):
+    def __init__(self, publishing, data, spans, key, route, exact, five, qos):
         self.publishing = publishing
         self.data = data
-        self.spans = spans  # [(packet start, payload start, end)]
+        self.spans = spans  # [(packet start, payload start, end, packet id)]
         self.key = key
         self.route = route
         self.exact = exact  # the topic, where the routing key cannot say it (mqtt/topics.py)
         self.five = five  # whether the PUBLISHes are version 5's (a properties length, 0, before the payload)
-        self.encoded = plain_properties(0, False, exact)
+        self.qos = qos
+        self.encoded = plain_properties(qos, False, exact)
         self.first = None
         self.taken = 0
         self.made = None  # the taken PUBLISHes as Messages, once asked for (messages())
@@ -145,7 +186,7 @@ class MqttRun:
         fields = self.publishing.session.serving.sensor_fields
         if fields is None:
             return False
-        _pos, head, end = self.spans[i]
+        _pos, head, end, _id = self.spans[i]
         data = self.data
         if type(data) is bytes:
             return data.find(fields[2], head, end) >= 0
@@ -153,7 +194,7 @@ class MqttRun:
 
     def message(self, i):
         """The i-th PUBLISH as Publishing.send makes it (one that does not name its sensor)."""
-        _pos, head, end = self.spans[i]
+        _pos, head, end, _id = self.spans[i]
         payload = bytes(self.data[head:end])
         return Message(
             self.publishing.exchange,
@@ -172,7 +213,7 @@ class MqttRun:
         spans = self.spans
         tail = len(header_tail(self.encoded, 0))
         taken = size = 0
-        for _pos, head, end in spans[: min(most, len(spans))]:
+        for _pos, head, end, _id in spans[: min(most, len(spans))]:
             body = end - head
             if (max_body >= 0 and body > max_body) or self.names_sensor(taken):
                 break
@@ -195,15 +236,16 @@ class MqttRun:
         return made
 
     def deliver(self, consumer, queue, count, arrived, order):
-        """(core/runs.py) Up to count deliveries of the taken PUBLISHes to consumer, a QoS 0
-        subscription whose deliveries of them are the PUBLISHes as they came, or those with a
-        version 5 properties length (0) put in or taken out, as Session.deliver makes them (else
-        0: the queue hands them one by one, through Session.deliver): as many as its
-        connection takes before its output reaches the high-water mark, as
+        """(core/runs.py) Up to count deliveries of the taken PUBLISHes, a QoS 0 run's, to
+        consumer, a QoS 0 subscription whose deliveries of them are the PUBLISHes as they came,
+        or those with a version 5 properties length (0) put in or taken out, as Session.deliver
+        makes them (else 0: the queue hands them one by one, through Session.deliver): as many
+        as its connection takes before its output reaches the high-water mark, as
         Session.can_deliver lets one by one. How many."""
         session = consumer.session
         if (
-            session.__class__ is not Session
+            self.qos
+            or session.__class__ is not Session
             or not consumer.no_ack
             or session.most_out  # (a version 5 client's Maximum Packet Size)
             or session.ended
@@ -219,7 +261,7 @@ class MqttRun:
         given = 0
         if (session.level == packets.V5) == self.five:
             while given < count and conn.out_bytes < conn.high_water:
-                pos, _head, end = spans[given]
+                pos, _head, end, _id = spans[given]
                 conn.send(data[pos:end] if type(data) is bytes else bytes(data[pos:end]))
                 given += 1
             return given
@@ -227,7 +269,7 @@ class MqttRun:
         if session.level == packets.V5:
             topic += b"\x00"  # (no properties: the message has none a version 5 PUBLISH says)
         while given < count and conn.out_bytes < conn.high_water:
-            _pos, head, end = spans[given]
+            _pos, head, end, _id = spans[given]
             size = len(topic) + end - head
             conn.send(b"".join((b"\x30", packets.remaining_length(size), topic, data[head:end])))
             given += 1
