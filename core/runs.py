@@ -1,7 +1,7 @@
 """A run of alike publishes taken in one go: the broker's run path (publish_run).
 
 A front end with the C accelerator (amqp091/batch.py PublishRun, on CPython; mqtt/runs.py's
-QoS 0 runs) finds run after run of publishes alike but for their bodies (a sensor's
+QoS 0 and QoS 1 runs) finds run after run of publishes alike but for their bodies (a sensor's
 readings). publish_run passes the first through the gates of Broker.admit and routes it
 once; then the whole run goes into its stream (its records made from the front end's bytes)
 or into its queues (publish_to_queues), and a queue's consumer that can take them gets their
