@@ -108,9 +108,10 @@ def publish_to_queues(broker, publisher, queues, message, run):
         or flow.held_messages + taken * len(queues) > limits.total_max_messages
     ):
         return 0, 0, 0  # the budget's alarm would be raised part way: one by one
+    stored = journalled(broker, queues, message)
     sessions = []
     for queue in queues:
-        if not takes_run(queue, message, taken, size):
+        if not takes_run(queue, message, taken, size, stored):
             return 0, 0, 0
         if len(queues) > 1:
             for consumer in queue.consumers:
@@ -126,7 +127,7 @@ def publish_to_queues(broker, publisher, queues, message, run):
     arrived = broker.now + broker.wall_offset
     order = broker.published + 1
     broker.published += taken
-    if journalled(broker, queues, message):
+    if stored:
         # each into the journal and then its queues, as Broker.publish stores one: what the
         # run spares is each publish's parsing, gates and routing
         result = 0
@@ -192,14 +193,15 @@ def enqueue(queue, messages, first, end):
     queue.broker.flow.hold_many(end - first, cost)
 
 
-def takes_run(queue, message, count, size):
+def takes_run(queue, message, count, size, stored):
     """Whether count messages alike (message the first; size: their bodies and header tails)
     may go into queue as one run with the effect publishing them one by one has: an ordinary
     queue (not a priority queue's lanes) with no TTL or length limit to act on each message,
-    and room in the board's budget for them all. A durable queue's journal takes a
-    persistent message (the run then stores them one after another: journalled()), and a
-    transient one once the queue pages (Queue.pages: its window in memory full): a run of
-    transient ones is taken only where it keeps within the window."""
+    and room in the board's budget for them all. stored: the journal takes each (journalled():
+    the run stores them one after another, and a queue pages each as one by one). A durable
+    queue's journal also takes a transient message once the queue pages (Queue.pages: its
+    window in memory full): a run of transient ones is taken only where it keeps within the
+    window."""
     if not (
         queue.__class__ is Queue
         and queue.message_ttl is None
@@ -210,7 +212,7 @@ def takes_run(queue, message, count, size):
         and not (queue.hard_max_bytes and queue.ready_bytes + size >= queue.hard_max_bytes)
     ):
         return False
-    if queue.journalled and queue.broker.journal is not None and message.persistent():
+    if stored:
         return True
     return not (
         queue.paged

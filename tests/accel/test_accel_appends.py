@@ -16,6 +16,7 @@ import shutil
 import struct
 import tempfile
 
+from broker_state import written_files
 from c_path import WALL, journaled_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -139,13 +140,8 @@ class Side:
 
     def segments(self):
         """{file name: bytes} of every stream segment written."""
-        out = {}
-        for top, _, files in os.walk(os.path.join(self.folder, "streams")):
-            for name in files:
-                if name.endswith(".seg"):
-                    with open(os.path.join(top, name), "rb") as f:
-                        out[os.path.relpath(os.path.join(top, name), self.folder)] = f.read()
-        return out
+        segments = written_files(os.path.join(self.folder, "streams"), lambda name: name.endswith(".seg"))
+        return {os.path.join("streams", path): content for path, content in segments.items()}
 
     def close(self):
         self.writer.commit()

@@ -20,7 +20,7 @@ import shutil
 import struct
 import tempfile
 
-from broker_state import broker_state
+from broker_state import broker_state, written_files
 from c_path import WALL, journaled_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -295,14 +295,7 @@ def compare(pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limi
 def journal_files(folder):
     """{name: content} of the journal's files (not the recovery's report, which says how long it
     took): a run's records are those of its publishes."""
-    files = {}
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            if name == "recovery.txt":
-                continue
-            with open(os.path.join(parent, name), "rb") as f:
-                files[os.path.relpath(os.path.join(parent, name), folder)] = f.read()
-    return files
+    return written_files(folder, lambda name: name != "recovery.txt")
 
 
 def test_a_run_into_a_queue_is_taken_in_one_call():
