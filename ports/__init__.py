@@ -1,5 +1,5 @@
 """Transports and platform glue that drive the sans-IO core: TCP and TLS on asyncio (tcp.py; on
-CPython tcp_cpython.py and tls_cpython.py, and websocket.py, MQTT's WebSocket framing), serial
+CPython tcp_cpython.py, its sockets on Linux epoll_sockets.py, and tls_cpython.py, and websocket.py, MQTT's WebSocket framing), serial
 links (serial.py), the journal's and the
 streams' files (storage.py, streams.py), the metrics and status page, the clock, logging.
 

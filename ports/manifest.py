@@ -1,6 +1,6 @@
 # What of hutch.ports goes onto a board (MicroPython's manifest syntax; see core/manifest.py).
 # Left out: tcp_cpython.py, the TCP port on CPython's asyncio protocols (a board's asyncio has
-# only streams: tcp.py); verify.py, the CRC check of sealed segments once the broker serves (a
+# only streams: tcp.py), and epoll_sockets.py, its sockets on Linux; verify.py, the CRC check of sealed segments once the broker serves (a
 # board checks them before); status_file.py, the status for `hutch ctl status` (no one reads it on a
 # board); folder_lock.py, one broker per data folder (flock: one process owns a board's
 # filesystem, and MicroPython has no fcntl); tls_cpython.py, TLS on tcp_cpython.py's sockets;

@@ -18,12 +18,9 @@ sees it (conn.reading, core/connections.py) and stops delivering to it.
 A TLS listener's sockets speak TLS through ports/tls_cpython.py: its TLSLayer does the
 handshake, then is the client protocol's transport.
 
-A socket that is not read cannot show the end of its stream. A publisher held back by a
-full queue whose link was cut stayed open here until a heartbeat failed to go out, a
-minute or more later (never, without heartbeats), and a robust client reconnecting meanwhile
-found its exclusive queue still locked (405); RabbitMQ, which does not stop reading for a
-full queue, sees the FIN at once. So the sockets not read are watched for that alone
-(_HangUps, Linux's EPOLLRDHUP): a hang-up ends the connection as if its end had been read.
+On Linux the clients' sockets are served by ports/epoll_sockets.py (one epoll set per listener,
+a small transport per socket, which also ends a held-back client whose peer hung up); elsewhere
+by asyncio's own transports.
 """
 
 import asyncio
@@ -32,49 +29,8 @@ import select
 
 from .tcp import TcpListener, peer_address
 
-EPOLLRDHUP = getattr(select, "EPOLLRDHUP", None)  # Linux: elsewhere a hang-up shows once read
-
-
-class _HangUps:
-    """The sockets of the clients not being read, watched for one event only: the peer hanging
-    up (FIN or reset). An epoll set that asks for EPOLLRDHUP and not EPOLLIN, so the unread
-    bytes waiting in them do not wake it; the event loop watches the set itself."""
-
-    def __init__(self, loop):
-        self.loop = loop
-        self.epoll = select.epoll()
-        self.watched = {}  # fd -> the client protocol
-        loop.add_reader(self.epoll.fileno(), self._woken)
-
-    def watch(self, client):
-        sock = client.transport.get_extra_info("socket")
-        fd = sock.fileno() if sock is not None else -1
-        if fd < 0 or fd in self.watched:
-            return
-        self.epoll.register(fd, EPOLLRDHUP)
-        self.watched[fd] = client
-        client.watched_fd = fd
-
-    def unwatch(self, client):
-        fd = client.watched_fd
-        client.watched_fd = -1
-        if self.watched.get(fd) is client:  # (a closed socket's number may be another's by now)
-            del self.watched[fd]
-            try:
-                self.epoll.unregister(fd)
-            except OSError:
-                pass  # closed already: epoll dropped it then
-
-    def _woken(self):
-        for fd, _events in self.epoll.poll(0):
-            client = self.watched.get(fd)
-            if client is not None:
-                self.unwatch(client)
-                client.eof_received()
-
-    def close(self):
-        self.loop.remove_reader(self.epoll.fileno())
-        self.epoll.close()
+# Linux: the sockets on an epoll set of the listener's own (ports/epoll_sockets.py)
+EPOLL = hasattr(select, "epoll") and hasattr(select, "EPOLLRDHUP")
 
 
 class ProtocolListener(TcpListener):
@@ -84,7 +40,6 @@ class ProtocolListener(TcpListener):
         super().__init__(*args, **kwargs)
         self.feeding = False  # inside a client's data_received
         self.woken = []  # clients given output meanwhile: flushed before it returns
-        self.hang_ups = None  # _HangUps, on Linux, once started
         self.handshaking = set()  # a TLS listener's sockets whose handshake is under way
         # What every client's read fills (get_buffer), one for them all: each read is copied out
         # (buffer_updated) before the event loop reads another socket, so an idle client holds
@@ -107,29 +62,24 @@ class ProtocolListener(TcpListener):
 
     async def start(self):
         loop = asyncio.get_running_loop()
-        if EPOLLRDHUP is not None:
-            self.hang_ups = _HangUps(loop)
         if self.tls is None:
             factory = lambda: _ClientProtocol(self, loop)  # noqa: E731
         else:
             from .tls_cpython import TLSLayer  # (ssl is loaded only for a TLS listener)
 
             factory = lambda: TLSLayer(self, loop, lambda: _ClientProtocol(self, loop))  # noqa: E731
-        try:
+        if EPOLL:
+            from .epoll_sockets import EpollSockets
+
+            self.server = EpollSockets(loop, self.log)  # (close and wait_closed, as asyncio's server)
+            await self.server.listen(self.host, self.port, factory)
+        else:
             self.server = await loop.create_server(factory, self.host, self.port)
-        except OSError:
-            if self.hang_ups is not None:
-                self.hang_ups.close()
-                self.hang_ups = None
-            raise
 
     async def abort(self):
         for layer in list(self.handshaking):
             layer.abort()
         await super().abort()
-        if self.hang_ups is not None:
-            self.hang_ups.close()
-            self.hang_ups = None
 
 
 # The most one read takes from a client before the event loop moves on (asyncio's own takes up
@@ -196,6 +146,21 @@ def _after(parts, written):
 
 
 class _ClientProtocol(asyncio.BufferedProtocol):
+    # (an object per client, idle ones included: slots keep it small)
+    __slots__ = (
+        "server",
+        "loop",
+        "conn",
+        "transport",
+        "fd",
+        "large",
+        "large_start",
+        "flush_scheduled",
+        "writing_paused",
+        "reading_paused",
+        "greeting",
+    )
+
     def __init__(self, server, loop):
         self.server = server
         self.loop = loop
@@ -207,13 +172,13 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.flush_scheduled = False
         self.writing_paused = False  # the socket's send buffer is above its high-water mark
         self.reading_paused = False
-        self.watched_fd = -1  # its socket's number while the server's _HangUps watches it
         self.greeting = None  # (peer, octets kept) until the protocol header is known
 
     def connection_made(self, transport):
         self.transport = transport
         if self.server.tls is None and IOV_MAX:  # (a TLS listener's transport: ports/tls_cpython.py TLSLayer)
-            self.fd = transport.get_extra_info("socket").fileno()
+            # (ports/epoll_sockets.py's transport knows it: one int object fewer per client)
+            self.fd = getattr(transport, "fd", None) or transport.get_extra_info("socket").fileno()
         # asyncio pauses writing above 64 KiB in the socket's send buffer: one 64 KiB delivery
         # would fill it, and the next wait for the client to read all of it. The broker's own
         # bound on what waits for a client is the connection's (limits.output_high_water).
@@ -311,7 +276,6 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.server.log("debug", "%s: socket error: %r" % (conn.name, exc))
         if self in self.server.clients:
             self.server.clients.remove(self)
-        self._watch_hang_up(False)
         if not conn.closed:
             self.server.front.lost(conn)
 
@@ -361,16 +325,6 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 transport.resume_reading()
             else:
                 transport.pause_reading()
-            self._watch_hang_up(not read)
-
-    def _watch_hang_up(self, watch):
-        """While its socket is not read, watch it for the peer's hang-up (see _HangUps)."""
-        hang_ups = self.server.hang_ups
-        if hang_ups is not None:
-            if watch:
-                hang_ups.watch(self)
-            elif self.watched_fd >= 0:
-                hang_ups.unwatch(self)
 
     async def abort(self):
         """Hang up without waiting for the client (the end of a shutdown's grace time)."""

@@ -396,7 +396,7 @@ def test_held_back_publisher_cut_then_redeclared(tmp_path, rabbitmq):
     board's budget; here queue_max_messages = 20) is not read from, so hutch did not see its
     link cut, and without heartbeats never let it go: the robust client's re-declare of its
     exclusive queue got 405 RESOURCE_LOCKED at every reconnect. RabbitMQ has no such budget and
-    reads on. Now the port watches an unread socket for the peer's hang-up (ports/tcp_cpython.py).
+    reads on. Now the port watches an unread socket for the peer's hang-up (ports/epoll_sockets.py).
     Both brokers: the client (no heartbeats) reconnects once and the queue is its own again."""
     config = tmp_path / "hutch.toml"
     config.write_text("[limits]\nqueue_max_messages = 20\n")
