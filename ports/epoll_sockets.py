@@ -198,21 +198,24 @@ class SocketTransport:
         try:
             if self.buffered:
                 buffer = protocol.get_buffer(-1)
-                count = self.sock.recv_into(buffer)
-                if count:
-                    protocol.buffer_updated(count)
-                    return
+                data = self.sock.recv_into(buffer)  # (a count)
             else:
                 data = self.sock.recv(READ_SIZE)
-                if data:
-                    protocol.data_received(data)
-                    return
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:  # reset: the connection is gone
             self._lost(e)
             return
-        self._eof()
+        if not data:
+            self._eof()
+            return
+        try:
+            if self.buffered:
+                protocol.buffer_updated(data)
+            else:
+                protocol.data_received(data)
+        except Exception as e:
+            self._failed(e)
 
     def write_ready(self):
         out = self.out
@@ -233,7 +236,10 @@ class SocketTransport:
         low = self.low_water if self.low_water is not None else self.high_water // 4
         if self.writing_paused and len(out) <= low:
             self.writing_paused = False
-            self.protocol.resume_writing()
+            try:
+                self.protocol.resume_writing()
+            except Exception as e:
+                self._failed(e)
 
     # ------------------------------------------------------------ the transport's API
 
@@ -316,8 +322,19 @@ class SocketTransport:
             return
         self.reading = False
         self._set_mask(self.mask & ~(EPOLLIN | EPOLLRDHUP))
-        if not self.protocol.eof_received():
+        try:
+            keep_open = self.protocol.eof_received()
+        except Exception as e:
+            self._failed(e)
+            return
+        if not keep_open:
             self.close()
+
+    def _failed(self, e):
+        """Its protocol raised (a bug): as asyncio's transports do, this connection is ended and
+        the error logged; the listener and the other clients go on."""
+        self.sockets.log("error", "%s: port error: %r" % (self.name(), e), e)
+        self._lost(e)
 
     def _lost(self, exc):
         """The socket failed (exc), or is aborted (None): what waits is dropped."""

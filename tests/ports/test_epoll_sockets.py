@@ -241,3 +241,34 @@ def test_a_port_taken_is_an_os_error_and_leaves_nothing_listening():
         return left
 
     assert asyncio.run(main()) == []
+
+
+class Failing(Recorder):
+    """A protocol with a bug: what it is sent raises."""
+
+    def data_received(self, data):
+        if data == b"boom":
+            raise ValueError("a bug")
+        super().data_received(data)
+
+
+def test_a_protocol_that_raises_costs_its_own_connection_only():
+    async def main():
+        sockets, port, made, logged = await listening(Failing)
+        loop = asyncio.get_running_loop()
+        failing = await connect(port, made)
+        other = await connect(port, made, 2)
+        await loop.sock_sendall(failing, b"boom")
+        lost = await asyncio.wait_for(made[0].lost, 5)
+        end = await asyncio.wait_for(loop.sock_recv(failing, 10), 5)
+        await loop.sock_sendall(other, b"still served")
+        await until(lambda: bytes(made[1].received) == b"still served")
+        client_port = failing.getsockname()[1]
+        failing.close()
+        other.close()
+        await sockets.wait_closed()
+        return lost, end, logged, client_port
+
+    lost, end, logged, client_port = asyncio.run(main())
+    assert isinstance(lost, ValueError) and end == b""
+    assert [line[:2] for line in logged] == [("error", "127.0.0.1:%d: port error: ValueError('a bug')" % client_port)]
