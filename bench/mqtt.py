@@ -302,9 +302,11 @@ def measure(host, port, pid, count, size, ws_port=None, lossy=False):
     """{row: figure} of one broker; ws_port: its MQTT over WebSocket listener's (path /mqtt);
     lossy: a broker that may drop what a lagging subscriber has not taken (mosquitto): its
     throughput rows count what came, and "dropped" says how much did not."""
+    # The idle connections first: after the other rows, what their connections and messages
+    # freed would hold the idle ones, and the broker's memory would not grow by what each costs.
+    per_conn, held = mqtt_load.idle(host, port, pid, size["idle"])
     p99, cpu, _, (user, system) = mqtt_load.fan_in(host, port, pid, size["sensors"], RATE, size["seconds"])
     pubacked, delivered = mqtt_load.overload(host, port, size["overload"], WINDOW)
-    per_conn, held = mqtt_load.idle(host, port, pid, size["idle"])
     dropped = [] if lossy else None
     figures = {
         "fan-in-p99": p99,
