@@ -69,7 +69,7 @@ class ProtocolListener(TcpListener):
 
             factory = lambda: TLSLayer(self, loop, lambda: _ClientProtocol(self, loop))  # noqa: E731
         if EPOLL:
-            from .epoll_sockets import EpollSockets
+            from .epoll_sockets import EpollSockets  # (Linux only: it names epoll's constants at import)
 
             self.server = EpollSockets(loop, self.log)  # (close and wait_closed, as asyncio's server)
             await self.server.listen(self.host, self.port, factory)
