@@ -342,6 +342,8 @@ class Broker:
         # (what the broker publishes itself, a dead letter, came in once already)
         if publisher is not None:
             bridged = message.has_header(BRIDGE_SEQ)
+            # (x-sensor-seq as a literal, core/dedup.py's SENSOR_SEQ_KEY: a module constant here
+            # costs a board's idle heap 96 B, and dedup.py is loaded with the first reading only)
             if bridged or (message.has_header(b"\x0cx-sensor-seq") and self.limits.max_sensors):
                 dedup = self.dedup if bridged else self.sensors
                 if dedup is None:
