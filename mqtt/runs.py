@@ -1,5 +1,5 @@
-"""Runs of alike QoS 0 or QoS 1 PUBLISHes (CPython only): a read's PUBLISHes to one topic taken
-in one go.
+"""Runs of alike QoS 0 or QoS 1 PUBLISHes, and of PUBACKs (CPython only): a read's PUBLISHes to
+one topic, and its PUBACKs, taken in one go.
 
 A sensor streaming readings sends PUBLISH after PUBLISH to one topic, and a read of its socket
 holds many of them (hundreds at QoS 0; at QoS 1 as many as it keeps unacknowledged). Taken one
@@ -13,6 +13,13 @@ a QoS 0 run gets each PUBLISH as it came (MqttRun.deliver: the same octets, or w
 5 properties' length, 0, put in or taken out): no Message is made for what is delivered at
 once; other deliveries are made one by one.
 
+A QoS 1 subscriber acknowledges what it was sent, and a read of its socket holds its PUBACKs for
+a whole prefetch window (10 by default). Those are settled together (acked_run): one settle per
+queue, and each queue dispatched once after all of them, where one by one a queue is dispatched
+after each PUBACK. A subscriber whose PUBACKs free deliveries of two of its queues in one read
+gets the next of the first queue's before the second's; one by one they alternate as the
+PUBACKs did. MQTT orders messages within one subscription, not across two.
+
 The one-by-one path is the reference: a run is taken only where the effect is the same as
 publishing its messages one after the other (tests/mqtt/test_mqtt_runs.py feeds the same
 octets to both and compares what every client gets, the queues and the counters), and the
@@ -25,6 +32,7 @@ loads this module.
 """
 
 from ..core import counters
+from ..core.broker import ACCEPT, add_to_group
 from ..core.content import body_tail, header_tail
 from ..core.message import Message
 from ..core.runs import publish_run as broker_publish_run
@@ -35,12 +43,14 @@ from .topics import topic_of
 
 PLAIN_QOS0 = 0x30  # a PUBLISH's first octet at QoS 0, neither DUP nor RETAIN
 PLAIN_QOS1 = 0x32  # ... at QoS 1
+PLAIN_PUBACK = 0x40  # a PUBACK's first octet (it has no flags)
 
 
 def parse(conn, data):
     """(Connection.parse, where Serving.parse is this) Every whole packet of data: where the rest
     begins. The same as Connection.parse's own loop, but that a QoS 0 or QoS 1 PUBLISH with more
-    after it may start a run (publish_run)."""
+    after it may start a run (publish_run), and a PUBACK with more after it a run of them
+    (acked_run)."""
     pos = 0
     n = len(data)
     runs = conn.session is not None
@@ -50,6 +60,11 @@ def parse(conn, data):
         if found is None:
             break
         first, start, end = found
+        if first == PLAIN_PUBACK and runs and end < n and data[end] == PLAIN_PUBACK:
+            after = acked_run(conn, data, pos)
+            if after > pos:
+                pos = after
+                continue
         if (first == PLAIN_QOS0 or first == PLAIN_QOS1) and runs and end < n:
             if solo:
                 solo -= 1
@@ -61,6 +76,37 @@ def parse(conn, data):
                 solo = max(0, -taken - 1)
         conn.packet(first, data, start, end)
         pos = end
+    return pos
+
+
+def acked_run(conn, data, pos):
+    """The PUBACKs from data[pos] on, up to the first packet that is not one or is not whole,
+    settled together (Session.let_go, as Session.acked settles each): each queue they leave
+    dispatched once, after all of them, where one by one it is dispatched after each. Where the
+    packet after them starts (pos: none taken, the one-by-one path reads it)."""
+    session = conn.session
+    groups = []
+    n = len(data)
+    limit = conn.most_in
+    while pos < n and data[pos] == PLAIN_PUBACK:
+        try:
+            found = packets.split(data, pos, limit)
+        except packets.Malformed:
+            break  # (the PUBACKs before it go first, as one by one: then it ends the connection)
+        if found is None:
+            break
+        _first, start, end = found
+        if end - start < 2:
+            break  # (no packet id: malformed, as the one-by-one path says)
+        held = session.let_go((data[start] << 8) | data[start + 1])
+        if held is not None:
+            add_to_group(groups, held[0], held[1])
+        pos = end
+    broker = conn.broker
+    for queue, entries in groups:
+        broker.settle(queue, entries, ACCEPT, session.stats)
+    for queue, _entries in groups:
+        queue.dispatch()
     return pos
 
 

@@ -586,16 +586,23 @@ class Session:
 
     def acked(self, packet_id):
         """The client's PUBACK: the delivery is settled (one it does not hold is let be)."""
+        held = self.let_go(packet_id)
+        if held is not None:
+            queue = held[0]
+            self.broker.settle(queue, [held[1]], ACCEPT, self.stats)
+            queue.dispatch()
+
+    def let_go(self, packet_id):
+        """(acked, and mqtt/runs.py for a read's PUBACKs) The QoS 1 delivery a PUBACK of packet_id
+        settles, out of flight: (queue, entry, consumer), or None where there is none."""
         held = self.inflight.get(packet_id)
         if held is None or held[0] is None:  # (a QoS 2 delivery's id: PUBACK is not its answer)
             if held is RETAINED:
                 del self.inflight[packet_id]
-            return
+            return None
         del self.inflight[packet_id]
-        queue, entry, consumer = held
-        consumer.unacked -= 1
-        self.broker.settle(queue, [entry], ACCEPT, self.stats)
-        queue.dispatch()
+        held[2].unacked -= 1
+        return held
 
     def deliver_records(self, consumer, stream, cursor, room):
         return 0, None  # (a session's queues are never streams)

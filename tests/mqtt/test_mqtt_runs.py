@@ -78,6 +78,12 @@ qos1_run = st.builds(
     st.lists(PAYLOADS, min_size=2, max_size=40),
     st.sampled_from([1, 100, 65530]),
 )
+# QoS 1 to s/a, more than the QoS 1 subscriber's prefetch (10): it acknowledges each window of
+# deliveries in one read, a run of PUBACKs
+window_run = st.builds(
+    lambda payloads: lambda level: b"".join(publish(b"s/a", p, 0x32, 1 + i, level) for i, p in enumerate(payloads)),
+    st.lists(st.binary(max_size=20), min_size=11, max_size=40),
+)
 CONTENT_TYPE = b"\x03\x00\x04text"  # (a version 5 property: not alike, one by one)
 pieces = st.one_of(
     alike_run,
@@ -85,6 +91,7 @@ pieces = st.one_of(
     alike_run,
     qos1_run,
     qos1_run,
+    window_run,
     st.builds(lambda t, p: lambda level: publish(t, p, level=level, props=CONTENT_TYPE), TOPICS, PAYLOADS),
     st.builds(lambda t, p: lambda level: publish(t, p, 0x31, level=level), TOPICS, PAYLOADS),  # retained
     st.builds(lambda t, p, i: lambda level: publish(t, p, 0x32, i, level), TOPICS, PAYLOADS, st.integers(1, 9)),
@@ -218,6 +225,19 @@ def counted(broker):
     return calls
 
 
+def settled(broker):
+    """A list that grows by how many entries each call of broker.settle settles."""
+    sizes = []
+    settle = broker.settle
+
+    def counting(queue, entries, *rest):
+        sizes.append(len(entries))
+        return settle(queue, entries, *rest)
+
+    broker.settle = counting
+    return sizes
+
+
 def test_a_run_reaches_a_subscriber_as_the_publishes_came():
     """The run path is taken: 30 alike PUBLISHes in one read go through the broker as one run
     (Broker.publish, the one-by-one way in, is not called for them) and reach the subscriber as
@@ -259,6 +279,31 @@ def test_a_qos_1_run_goes_as_one_and_its_pubacks_come_in_order_once_on_disk():
             seen.append((len(one_by_one), before_sync, side.publisher.take_output(), kept.published - published))
             side.close()
         assert seen == [(30, b"", pubacks, 30), (0, b"", pubacks, 30)]
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_read_of_pubacks_is_settled_as_one_and_brings_what_one_by_one_brings():
+    """A QoS 1 subscriber holding its prefetch's 10 deliveries acknowledges them in one read:
+    the 10 are settled together (one settle of its queue, where one by one settles each), and
+    it is sent the next 10, the same octets as one by one sends."""
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        data = b"".join(publish(b"s/a", b"%d" % i, 0x32, 1 + i) for i in range(30))
+        seen = []
+        for side in sides(top, Limits(), False):
+            acking = side.conns[3]
+            side.feed(side.publisher, data)
+            first = acking.take_output()
+            settles = settled(side.broker)
+            side.feed(acking, b"".join(packets.ack(packets.PUBACK, i) for i in qos1_ids(first, packets.V311)))
+            seen.append((len(qos1_ids(first, packets.V311)), settles, acking.take_output()))
+            side.close()
+        (one, one_settles, one_next), (runs, run_settles, run_next) = seen
+        assert (one, runs) == (10, 10)
+        assert (one_settles, run_settles) == ([1] * 10, [10])
+        assert len(qos1_ids(run_next, packets.V311)) == 10
+        assert run_next == one_next
     finally:
         shutil.rmtree(top)
 
