@@ -88,6 +88,8 @@ def acked_run(conn, data, pos):
     groups = []
     n = len(data)
     limit = conn.most_in
+    # (the loop is alike's, written out: as one generator for both it cost a QoS 0 run's
+    # PUBLISH 0.2 µs more, a tenth of what the broker spends on it)
     while pos < n and data[pos] == PLAIN_PUBACK:
         try:
             found = packets.split(data, pos, limit)
