@@ -315,7 +315,7 @@ class Broker:
 
     # ------------------------------------------------------------ routing
 
-    def publish(self, exchange, message, publisher=None, exclude=None):
+    def publish(self, exchange, message, publisher=None, exclude=None, identity=None):
         """Route message from exchange, journal it (persistent, to a durable queue) and enqueue
         it: the one way into queues. Returns ROUTED, REFUSED and JOURNALLED bits.
 
@@ -325,7 +325,9 @@ class Broker:
         has room. None is the broker itself (dead-lettering): never held back; a queue that
         refuses it drops it, or dead-letters it again if it is x-overflow reject-publish-dlx
         (as RabbitMQ does: its cycle check keeps that finite). exclude: names of queues the
-        message must not go to (dead-lettering's cycle check)."""
+        message must not go to (dead-lettering's cycle check). identity: a sensor's reading's
+        headers x-sensor-id and x-sensor-seq, where its publisher read them already
+        (mqtt/identity.py): the dedup takes them from there (core/dedup.py Dedup.numbered)."""
         queues = self.route(exchange, message)
         if publisher is not None:  # a client's (the broker's own publishes count where they are made)
             stats = publisher.stats or self.stats  # (its front end's counters: core/counters.py)
@@ -350,7 +352,7 @@ class Broker:
                     from .dedup import dedup_of  # (loaded with the first numbered message)
 
                     dedup = dedup_of(self, not bridged)
-                numbered = dedup.numbered(message)
+                numbered = dedup.numbered(message, None if bridged else identity)
             if numbered is True:  # a repeat: confirmed once what was taken before it is on disk
                 return ROUTED | JOURNALLED if self.journal is not None else ROUTED
         message.arrived = self.now + self.wall_offset  # wall clock ms (tick): its age, and TTL after a restart

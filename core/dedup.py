@@ -82,26 +82,22 @@ class Dedup:
         return origin, seq
 
     def sensor_key(self, message):
-        """(sensor id, number) of a sensor's reading, or None (no identity, or one that is not
-        a string and a whole number >= 0: such a reading is routed as it is)."""
+        """(sensor id, number) of a sensor's reading, from its headers (reading_key's), or None."""
         seq = sequence(header_value(message, SENSOR_SEQ, SENSOR_SEQ_KEY))
         if seq is None:
             return None
-        sensor = header_value(message, SENSOR_ID, SENSOR_ID_KEY)
-        if not isinstance(sensor, (bytes, bytearray, str)):
-            return None
-        if isinstance(sensor, str):
-            sensor = sensor.encode()
-        if not 0 < len(sensor) <= MAX_ID:
-            return None
-        return bytes(sensor), seq
+        return reading_key(header_value(message, SENSOR_ID, SENSOR_ID_KEY), seq)
 
-    def numbered(self, message):
+    def numbered(self, message, identity=None):
         """Broker.publish's question for a message that carries a number: True if it is a repeat
         (counted), else its (origin, number) to mark once a queue took it (took()), or None (no
         usable identity). A sensor's number further behind than the window is new: its count
-        started over."""
-        key = self.sensor_key(message) if self.sensors else self.key(message)
+        started over. identity: a sensor reading's headers {x-sensor-id, x-sensor-seq} as its
+        publisher read them (mqtt/identity.py from_json), instead of from the message's headers."""
+        if identity is not None:
+            key = reading_key(identity[SENSOR_ID], identity[SENSOR_SEQ])
+        else:
+            key = self.sensor_key(message) if self.sensors else self.key(message)
         if key is None:
             return None
         if self.seen(*key) and not (self.sensors and self.behind(*key)):
@@ -289,6 +285,19 @@ def header_value(message, key, key_shortstr):
         except DecodeError:
             pass
     return (message.properties().get("headers") or {}).get(key)
+
+
+def reading_key(sensor, seq):
+    """(sensor id, number) of a sensor's reading whose id is sensor and whose number is seq
+    (sequence()'s), or None: no number, or an id that is not a string of 1 to MAX_ID octets
+    (such a reading is routed as it is)."""
+    if seq is None or not isinstance(sensor, (bytes, bytearray, str)):
+        return None
+    if isinstance(sensor, str):
+        sensor = sensor.encode()
+    if not 0 < len(sensor) <= MAX_ID:
+        return None
+    return bytes(sensor), seq
 
 
 def sequence(value):

@@ -198,7 +198,7 @@ class Publishing:
             target, message = broker.admit(self, exchange, message)
         except Refused as e:
             return self._refused(e, key), 0
-        result = broker.publish(target, message, self)
+        result = broker.publish(target, message, self, None, identity)  # (the dedup reads it here)
         if qos:  # (Broker.publish counts a confirming publisher's; this one is held back instead)
             self.stats[counters.RECEIVED_CONFIRM] += 1
         seq = own_queues.waits_for(broker, result)

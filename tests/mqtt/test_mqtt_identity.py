@@ -6,10 +6,15 @@ runs them under MicroPython too."""
 from harness_mqtt import Client, published
 
 from hutch.core.broker import Broker
+from hutch.core.content import body_tail, header_tail
+from hutch.core.dedup import for_sensors
 from hutch.core.limits import Limits
+from hutch.core.message import Message
 from hutch.mqtt import packets
 from hutch.mqtt.connection import Serving
+from hutch.mqtt.identity import from_json, with_identity
 from hutch.mqtt.packets import V5, V311
+from hutch.mqtt.publishing import plain_properties
 
 
 def _clients(serving=None, level=V311):
@@ -59,6 +64,31 @@ def test_a_json_reading_sent_again_under_a_new_packet_id_is_taken_once():
     assert broker.sensors.dropped == 2
 
 
+def test_the_dedup_takes_a_json_reading_by_the_key_its_headers_say():
+    """Broker.publish hands the dedup a JSON reading's id and number as mqtt/identity.py read them
+    (not read again from the headers they became): the key is the one the headers give, for an
+    id that is a number, one that is not ASCII, a number written as digits, and an id too long
+    to count by (no key: the reading is routed as it is)."""
+    fields = Serving().sensor_fields
+    payloads = [
+        b'{"x-sensor-id": "t1", "x-sensor-seq": 5}',
+        b'{"x-sensor-id": 7, "x-sensor-seq": 3}',
+        b'{"x-sensor-id": "capteur-\\u00e9t\\u00e9", "x-sensor-seq": "12"}',
+        b'{"x-sensor-id": "' + b"a" * 256 + b'", "x-sensor-seq": 1}',
+    ]
+    keys = []
+    for payload in payloads:
+        identity = from_json(payload, fields)
+        encoded = with_identity(plain_properties(1, False, None), identity)
+        message = Message(
+            b"amq.topic", b"sensors.t", b"", header_tail(encoded, len(payload)), body_tail(payload), len(payload)
+        )
+        from_headers = for_sensors(None).numbered(message)
+        keys.append(from_headers)
+        assert for_sensors(None).numbered(message, identity) == from_headers
+    assert keys == [(b"t1", 5), (b"7", 3), ("capteur-\u00e9t\u00e9".encode(), 12), None]
+
+
 def test_user_properties_name_a_version_5_reading_and_come_first():
     broker, sensor, sink = _clients(level=V5)
     props = {packets.USER_PROPERTY: [(b"x-sensor-id", b"h1"), (b"x-sensor-seq", b"41")]}
@@ -79,9 +109,9 @@ def test_the_stored_sequence_is_an_integer_header():
     seen = []  # the headers of each message the front end hands the broker
     original = broker.publish
 
-    def publish(exchange, message, publisher=None, exclude=None):
+    def publish(exchange, message, *rest):
         seen.append(message.properties()["headers"])
-        return original(exchange, message, publisher, exclude)
+        return original(exchange, message, *rest)
 
     broker.publish = publish
     props = {packets.USER_PROPERTY: [(b"x-sensor-id", b"h1"), (b"x-sensor-seq", b"0041")]}
