@@ -1,4 +1,5 @@
-"""`hutch ctl`'s way into a running broker: a Unix socket in its data folder.
+"""`hutch ctl`'s way into a running broker: a Unix socket in its data folder, the broker's side
+(ports/control_request.py is hutch ctl's).
 
 CPython only. DATA/control.sock, readable and writable by the broker's user alone (no network:
 whoever may use it may already read the data folder). One request per connection: a client
@@ -16,12 +17,9 @@ import asyncio
 import json
 import os
 
-SOCKET_FILE = "control.sock"
+from .control_request import socket_path
+
 MAX_REQUEST = 64 * 1024 * 1024  # a definitions file to import, as one line of JSON
-
-
-def socket_path(folder):
-    return os.path.join(folder, SOCKET_FILE)
 
 
 class ControlSocket:
@@ -70,25 +68,3 @@ class ControlSocket:
             os.unlink(self.path)
         except OSError:
             pass
-
-
-def request(folder, command, timeout=30, **arguments):
-    """Send one request to the broker running on folder; its answer (a dict). OSError when no
-    broker answers there (no socket: none runs; refused: a killed one's)."""
-    import socket
-
-    message = dict(arguments, command=command)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(socket_path(folder))
-        sock.sendall(json.dumps(message).encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    data = b"".join(chunks)
-    if not data.endswith(b"\n"):
-        raise ConnectionError("the broker closed the control socket without an answer")
-    return json.loads(data)

@@ -5,7 +5,8 @@
 # board); folder_lock.py, one broker per data folder (flock: one process owns a board's
 # filesystem, and MicroPython has no fcntl); tls_cpython.py, TLS on tcp_cpython.py's sockets;
 # certname.py, the user a client certificate names (a board's TLS socket shows no certificate);
-# control_socket.py, `hutch ctl`'s way into a running broker (a Unix socket: no hutch ctl on a board);
+# control_socket.py and control_request.py, `hutch ctl`'s way into a running broker (a Unix socket:
+# no hutch ctl on a board);
 # descriptors.py, the default max_connections from the file-descriptor limit (a board's profile sets its own).
 package(
     "hutch/ports",

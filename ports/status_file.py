@@ -6,7 +6,6 @@ counters, connections, queues, streams, journal and bridges) as one JSON object,
 temporary file and renamed over the last one, so a reader never sees half of one.
 """
 
-import asyncio
 import json
 import os
 import time
@@ -48,12 +47,16 @@ class StatusWriter:
         self.failed = False
 
     def start(self):
-        self.task = asyncio.get_running_loop().create_task(self._run())
+        # (asyncio imported here: `hutch ctl status` reads this module's names, and importing
+        # asyncio is most of what a hutch ctl command would cost to start)
+        import asyncio
 
-    async def _run(self):
+        self.task = asyncio.get_running_loop().create_task(self._run(asyncio.sleep))
+
+    async def _run(self, sleep):
         while True:
             self._write(True)
-            await asyncio.sleep(STATUS_EVERY_MS / 1000)
+            await sleep(STATUS_EVERY_MS / 1000)
 
     def _write(self, running):
         try:

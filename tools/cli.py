@@ -148,6 +148,21 @@ def _stop_on_signals(stop, notify):
         loop.add_signal_handler(sig, stopping)
 
 
+class _Version(argparse.Action):
+    """--version: hutch's version, printed as argparse's version action prints it; core/broker.py,
+    which holds it, is loaded only then (of the commands only serve needs it: the others start
+    faster without)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show hutch's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..core.broker import VERSION
+
+        print("hutch %s" % VERSION)
+        parser.exit()
+
+
 def cmd_version(args):
     from ..core.broker import VERSION
 
@@ -201,10 +216,8 @@ def main(argv=None):
         return cmd_pipeline(argv[1:])
     if argv[:1] == ["plot"]:
         return cmd_plot(argv[1:])
-    from ..core.broker import VERSION
-
     parser = argparse.ArgumentParser(prog="hutch", description="an AMQP 0-9-1 and 1.0 broker for edge and IoT hardware")
-    parser.add_argument("--version", action="version", version="hutch %s" % VERSION)
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     subparsers = {name: _add_command(commands, name, argv) for name in COMMANDS}

@@ -29,7 +29,7 @@ import time
 
 from ..core.snapshot import text as as_text
 from ..core.streams.streamlog import scan
-from ..ports.control_socket import request
+from ..ports.control_request import request
 from ..ports.segments import SEGMENT_SUFFIX
 from ..ports.status_file import STATUS_EVERY_MS, STATUS_FILE
 from ..ports.streams import GONE, read_meta

@@ -1,5 +1,5 @@
 """The `hutch ctl` commands that ask the running broker, over its control socket in the data
-folder (ports/control_socket.py, answered by server/control.py):
+folder (ports/control_request.py, answered by server/control.py):
 
     hutch ctl list KIND [COLUMN ...] [--json]   queues, exchanges, bindings, connections,
                                                 channels, consumers, streams, bridges, users,
@@ -26,7 +26,7 @@ import json
 import os
 import sys
 
-from ..ports.control_socket import request
+from ..ports.control_request import request
 
 PARTIAL = 3  # the exit status of an import that left something out
 

@@ -1,0 +1,36 @@
+"""`hutch ctl`'s side of the control socket (ports/control_socket.py is the broker's): one JSON
+request on one line to DATA/control.sock, one JSON answer on one line back.
+
+CPython only. Plain sockets, not asyncio: importing asyncio is most of what a `hutch ctl`
+command would cost to start.
+"""
+
+import json
+import os
+import socket
+
+SOCKET_FILE = "control.sock"
+
+
+def socket_path(folder):
+    return os.path.join(folder, SOCKET_FILE)
+
+
+def request(folder, command, timeout=30, **arguments):
+    """Send one request to the broker running on folder; its answer (a dict). OSError when no
+    broker answers there (no socket: none runs; refused: a killed one's)."""
+    message = dict(arguments, command=command)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(socket_path(folder))
+        sock.sendall(json.dumps(message).encode() + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    data = b"".join(chunks)
+    if not data.endswith(b"\n"):
+        raise ConnectionError("the broker closed the control socket without an answer")
+    return json.loads(data)
