@@ -384,8 +384,8 @@ def add_options(parser):
         "--dedup",
         action="store_true",
         help="instead of the scenarios: what deduplicating sensors' readings costs, on and off in one run "
-        "(confirms of --count numbered readings, an MQTT fan-in of 1,000 numbered sensors) and its memory "
-        "per sensor (bench/dedup.py)",
+        "(confirms of --count numbered readings, an MQTT fan-in of 1,000 numbered sensors; --repeat rounds, "
+        "the medians) and its memory per sensor (bench/dedup.py)",
     )
 
     modbus = parser.add_argument_group("Modbus (--modbus: only these, see bench/modbus.py)")

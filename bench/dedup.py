@@ -1,6 +1,7 @@
 """`hutch bench --dedup`: what deduplicating sensors' readings (core/dedup.py) costs the edge,
 with it on and off in one run (two `hutch serve`, the second with `[limits] max_sensors = 0`),
-and what a sensor's identity costs in memory.
+and what a sensor's identity costs in memory. --repeat rounds of both (each round the other
+first); the table shows each row's median.
 
     confirms        one publisher in confirm mode (window 1,000) of persistent readings to a
                     durable queue, each numbered (x-sensor-id of 1,000 sensors in turn,
@@ -18,6 +19,7 @@ Each sensor's state is as big with one reading as with many: the window is a fix
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -141,15 +143,23 @@ def run(args):
         f.write("[limits]\nmax_sensors = 0\nmax_connections = %d\n" % (sensors + 100))
     with open(on, "w") as f:
         f.write("[limits]\nmax_connections = %d\n" % (sensors + 100))
-    results = {}
+    rounds = max(1, args.repeat)
+    measured = {"on": [], "off": []}
     try:
-        for key, config in (("on", on), ("off", off)):
-            print("hutch bench: dedup %s" % key, file=sys.stderr, flush=True)
-            broker = Hutch("c", workdir, config=config, mqtt=True).start()
-            try:
-                results[key] = measure(broker, args.count, sensors, seconds)
-            finally:
-                broker.stop()
+        for round_number in range(rounds):
+            # each round the other goes first: what the machine does meanwhile falls on both alike
+            order = (("on", on), ("off", off)) if round_number % 2 == 0 else (("off", off), ("on", on))
+            for key, config in order:
+                print(
+                    "hutch bench: dedup %s, round %d of %d" % (key, round_number + 1, rounds),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                broker = Hutch("c", workdir, config=config, mqtt=True).start()
+                try:
+                    measured[key].append(measure(broker, args.count, sensors, seconds))
+                finally:
+                    broker.stop()
         per_cpython = cpython_bytes_per_sensor()
         per_esp32 = micropython_bytes_per_sensor(workdir)
     finally:
@@ -160,6 +170,7 @@ def run(args):
         ("fan-in-p99", "MQTT fan-in: %d sensors x %d readings/s, QoS 1, numbered: p99" % (sensors, RATE), "ms", "%.1f"),
         ("fan-in-cpu", "... broker CPU per reading", "µs", "%.1f"),
     )  # fmt: skip
+    results = {key: {row: statistics.median(m[row] for m in runs) for row in runs[0]} for key, runs in measured.items()}
     lines = [("row", "unit", "dedup on", "dedup off", "on/off")]
     for key, title, unit, form in rows:
         a, b = results["on"][key], results["off"][key]

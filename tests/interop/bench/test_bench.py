@@ -314,6 +314,31 @@ def test_backlog_refuses_what_it_cannot_do_in_one_line(tmp_path):
         assert done.returncode == 0 and plot.read_bytes().startswith(b"\x89PNG"), done.stderr
 
 
+def test_dedup_rows_are_the_medians_of_rounds_that_take_turns(tmp_path):
+    """--dedup: each round measures both brokers, the other one first each time; the table has
+    each row's figure on and off and their ratio, then each memory figure."""
+    done = bench("--dedup", "--count", "2000", "--repeat", "2", timeout=300, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("hutch bench: dedup ")]
+    assert said == [
+        "hutch bench: dedup on, round 1 of 2",
+        "hutch bench: dedup off, round 1 of 2",
+        "hutch bench: dedup off, round 2 of 2",
+        "hutch bench: dedup on, round 2 of 2",
+    ], done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["row", "unit", "dedup", "on", "dedup", "off", "on/off"], lines[0]
+    figures = [line.split()[-3:] for line in lines[1:4]]
+    assert [line.split("  ")[0] for line in lines[1:4]] == [
+        "confirms: 2000 persistent readings of 1000 sensors, window 1000",
+        "MQTT fan-in: 50 sensors x 2 readings/s, QoS 1, numbered: p99",
+        "... broker CPU per reading",
+    ], lines
+    for on, off, ratio in figures:  # (the ratio of the unrounded figures: p99 is printed to 0.1 ms)
+        assert float(on) > 0 and float(off) > 0 and abs(float(ratio) / (float(on) / float(off)) - 1) < 0.1, lines
+    assert lines[4].startswith("memory per sensor: ") and lines[5].startswith("memory per sensor: "), lines
+
+
 def test_mqtt_rows_against_hutch_mosquitto_and_rabbitmq(tmp_path):
     done = bench(
         "--mqtt", "--start-mosquitto", "--start-rabbitmq", "--count", "4000", env=dict(os.environ, TMPDIR=str(tmp_path))
