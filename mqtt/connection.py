@@ -71,7 +71,7 @@ class Serving:
     sys_latest = None  # the $SYS topics' latest messages, where they are published (mqtt/sys_topics.py)
 
     def __init__(
-        self, exchange=b"amq.topic", prefetch=10, max_session_expiry=86400, max_keep_alive=0, sensor_fields=None
+        self, exchange=b"amq.topic", prefetch=20, max_session_expiry=86400, max_keep_alive=0, sensor_fields=None
     ):
         self.exchange = exchange  # where publishes go and subscriptions bind ([mqtt] exchange)
         # The fields of a JSON payload that identify a sensor's reading ([mqtt] sensor_id_field,
@@ -79,7 +79,7 @@ class Serving:
         # payload has it, quoted: looked for before any parsing), or None
         id_field, seq_field = sensor_fields or ("x-sensor-id", "x-sensor-seq")
         self.sensor_fields = (id_field, seq_field, b'"%s"' % seq_field.encode()) if id_field and seq_field else None
-        self.prefetch = prefetch  # QoS 1 deliveries in flight per session (RabbitMQ's mqtt.prefetch)
+        self.prefetch = prefetch  # QoS 1 deliveries in flight per session ([mqtt] prefetch)
         self.max_session_expiry = max_session_expiry  # s a session outlives its connection, at most
         self.max_keep_alive = max_keep_alive  # s a client may stay silent, at most (0: as it asks)
         self.clients = {}  # client id -> its Connection

@@ -14,7 +14,7 @@ a QoS 0 run gets each PUBLISH as it came (MqttRun.deliver: the same octets, or w
 once; other deliveries are made one by one.
 
 A QoS 1 subscriber acknowledges what it was sent, and a read of its socket holds its PUBACKs for
-a whole prefetch window (10 by default). Those are settled together (acked_run): one settle per
+a whole prefetch window (20 by default). Those are settled together (acked_run): one settle per
 queue, and each queue dispatched once after all of them, where one by one a queue is dispatched
 after each PUBACK. A subscriber whose PUBACKs free deliveries of two of its queues in one read
 gets the next of the first queue's before the second's; one by one they alternate as the

@@ -169,9 +169,10 @@ KEYS = (
     ("mqtt", "exchange", "text", "amq.topic", None, None,
      "The topic exchange MQTT publishes go to, and subscriptions bind to (RabbitMQ's "
      "`mqtt.exchange`)."),
-    ("mqtt", "prefetch", "positive", 10, None, None,
+    ("mqtt", "prefetch", "positive", 20, None, None,
      "QoS 1 deliveries a session has in flight (unacknowledged) at most (RabbitMQ's `mqtt.prefetch`; "
-     "a version 5 client's Receive Maximum may lower it)."),
+     "20 as in Mosquitto, whose `max_inflight_messages` it is; a version 5 client's Receive Maximum "
+     "may lower it)."),
     ("mqtt", "max_session_expiry", "seconds", 86400, None, None,
      "The longest a session outlives its connection, in seconds: a version 5 client's Session "
      "Expiry Interval is held to it, and a 3.1.1 client's persistent session (clean session 0) "

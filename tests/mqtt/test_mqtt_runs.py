@@ -78,11 +78,11 @@ qos1_run = st.builds(
     st.lists(PAYLOADS, min_size=2, max_size=40),
     st.sampled_from([1, 100, 65530]),
 )
-# QoS 1 to s/a, more than the QoS 1 subscriber's prefetch (10): it acknowledges each window of
+# QoS 1 to s/a, more than the QoS 1 subscriber's prefetch (20): it acknowledges each window of
 # deliveries in one read, a run of PUBACKs
 window_run = st.builds(
     lambda payloads: lambda level: b"".join(publish(b"s/a", p, 0x32, 1 + i, level) for i, p in enumerate(payloads)),
-    st.lists(st.binary(max_size=20), min_size=11, max_size=40),
+    st.lists(st.binary(max_size=20), min_size=21, max_size=60),
 )
 CONTENT_TYPE = b"\x03\x00\x04text"  # (a version 5 property: not alike, one by one)
 pieces = st.one_of(
@@ -284,12 +284,12 @@ def test_a_qos_1_run_goes_as_one_and_its_pubacks_come_in_order_once_on_disk():
 
 
 def test_a_read_of_pubacks_is_settled_as_one_and_brings_what_one_by_one_brings():
-    """A QoS 1 subscriber holding its prefetch's 10 deliveries acknowledges them in one read:
-    the 10 are settled together (one settle of its queue, where one by one settles each), and
-    it is sent the next 10, the same octets as one by one sends."""
+    """A QoS 1 subscriber holding its prefetch's 20 deliveries acknowledges them in one read:
+    the 20 are settled together (one settle of its queue, where one by one settles each), and
+    it is sent the next 20, the same octets as one by one sends."""
     top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
     try:
-        data = b"".join(publish(b"s/a", b"%d" % i, 0x32, 1 + i) for i in range(30))
+        data = b"".join(publish(b"s/a", b"%d" % i, 0x32, 1 + i) for i in range(50))
         seen = []
         for side in sides(top, Limits(), False):
             acking = side.conns[3]
@@ -300,9 +300,9 @@ def test_a_read_of_pubacks_is_settled_as_one_and_brings_what_one_by_one_brings()
             seen.append((len(qos1_ids(first, packets.V311)), settles, acking.take_output()))
             side.close()
         (one, one_settles, one_next), (runs, run_settles, run_next) = seen
-        assert (one, runs) == (10, 10)
-        assert (one_settles, run_settles) == ([1] * 10, [10])
-        assert len(qos1_ids(run_next, packets.V311)) == 10
+        assert (one, runs) == (20, 20)
+        assert (one_settles, run_settles) == ([1] * 20, [20])
+        assert len(qos1_ids(run_next, packets.V311)) == 20
         assert run_next == one_next
     finally:
         shutil.rmtree(top)

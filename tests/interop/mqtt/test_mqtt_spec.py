@@ -1,7 +1,9 @@
 """Where the MQTT specification says what a server does, run against hutch and against Debian's
 mosquitto alike (the `mqtt_broker` fixture): `$` topics and wildcards, retained messages under
 dotted filters, topics holding dots as published, a DISCONNECT's Session Expiry Interval, what
-is left of a Message Expiry Interval, the Payload Format Indicator, and a delayed will's delay."""
+is left of a Message Expiry Interval, the Payload Format Indicator, and a delayed will's delay;
+and what the specification leaves to the server where a Mosquitto user counts on Mosquitto's
+choice: how many QoS 1 deliveries a subscriber has in flight."""
 
 import socket
 import time
@@ -9,6 +11,8 @@ import time
 from mqtt_brokers import Paho, nothing_within
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from hutch.mqtt import packets
 
 
 def publish_props(**values):
@@ -173,3 +177,58 @@ def test_a_delayed_will_never_goes_out_before_its_delay(mqtt_broker):
         waited.append(time.monotonic() - cut)
     assert min(waited) >= 1.0, (waited, mqtt_broker.kind)
     watcher.stop()
+
+
+def raw_subscriber(broker, client_id, topic_filter):
+    """A version 3.1.1 client on a plain socket, subscribed at QoS 1 to topic_filter, that
+    acknowledges nothing unless told to: (socket, what it has read so far)."""
+    sock = socket.create_connection((broker.host, broker.port), timeout=10)
+    sock.sendall(packets.connect(client_id, user=b"guest", password=b"guest"))
+    sock.sendall(packets.subscribe(1, [(topic_filter, 1)]))
+    return sock, bytearray()
+
+
+def qos1_ids_within(sock, data, seconds):
+    """The packet ids of the QoS 1 PUBLISHes that arrive on sock within seconds (the CONNACK and
+    the SUBACK are passed over)."""
+    ids = []
+    sock.settimeout(0.1)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            break
+        data.extend(chunk)
+        while True:
+            found = packets.split(data, 0, 1 << 20)
+            if found is None:
+                break
+            first, start, end_ = found
+            if first & 0xF0 == 0x30:
+                topic_length = (data[start] << 8) | data[start + 1]
+                ids.append((data[start + 2 + topic_length] << 8) | data[start + 3 + topic_length])
+            del data[:end_]
+    return ids
+
+
+def test_a_qos_1_subscriber_has_20_deliveries_in_flight_as_with_mosquitto(mqtt_broker):
+    """A subscriber that acknowledges nothing is sent 20 of 30 QoS 1 messages (Mosquitto's
+    max_inflight_messages and hutch's [mqtt] prefetch, 20 by default); once it acknowledges
+    them, the other 10."""
+    sock, data = raw_subscriber(mqtt_broker, b"inflight-sub", b"inflight/#")
+    try:
+        time.sleep(0.3)  # (the SUBACK: the subscription is in place)
+        publisher = Paho(mqtt_broker, "inflight-pub").connect()
+        for i in range(30):
+            publisher.client.publish("inflight/x", b"%d" % i, 1)
+        held = qos1_ids_within(sock, data, 1.5)
+        assert len(held) == 20, (len(held), mqtt_broker.kind)
+        sock.sendall(b"".join(packets.ack(packets.PUBACK, packet_id) for packet_id in held))
+        rest = qos1_ids_within(sock, data, 1.5)
+        assert len(rest) == 10, (len(rest), mqtt_broker.kind)
+        publisher.stop()
+    finally:
+        sock.close()

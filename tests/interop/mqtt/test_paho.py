@@ -158,7 +158,7 @@ def test_hutch_ctl_and_metrics_show_mqtt_clients(tmp_path):
         assert [(c["user"], c["channels"], c["state"]) for c in connections] == [("guest", 1, "running")]
         consumers = listed("consumers", "queue_name", "ack_required", "prefetch_count")
         assert [(c["queue_name"], c["ack_required"], c["prefetch_count"]) for c in consumers] == [
-            ("mqtt-subscription-dashboardqos1", True, 10)
+            ("mqtt-subscription-dashboardqos1", True, 20)
         ]
         channels = listed("channels", "consumer_count")
         assert [c["consumer_count"] for c in channels] == [1]
