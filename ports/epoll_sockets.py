@@ -52,6 +52,20 @@ ACCEPT_GONE = (errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN, errno.EWOULDBLOCK
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
+# What an unbuffered protocol's read (the TLS layer's) is read into, one for every socket, and
+# copied out of at the size read: sock.recv(READ_SIZE) would have malloc map READ_SIZE afresh for
+# each read, shrink it and unmap it (three system calls a read, each TLS record's). Made at the
+# first such read: a broker without TLS does not hold it.
+_unbuffered = None  # (a memoryview of it)
+
+
+def unbuffered_buffer():
+    global _unbuffered
+    if _unbuffered is None:
+        _unbuffered = memoryview(bytearray(READ_SIZE))
+    return _unbuffered
+
+
 class EpollSockets:
     """One listener's listening sockets and its clients' sockets (see the module's docstring)."""
 
@@ -200,7 +214,10 @@ class SocketTransport:
                 buffer = protocol.get_buffer(-1)
                 data = self.sock.recv_into(buffer)  # (a count)
             else:
-                data = self.sock.recv(READ_SIZE)
+                buffer = unbuffered_buffer()
+                data = self.sock.recv_into(buffer)
+                if data:
+                    data = bytes(buffer[:data])
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:  # reset: the connection is gone

@@ -115,6 +115,45 @@ def test_what_a_client_sends_reaches_its_protocol_in_order_and_its_end_is_an_eof
     assert protocol.events == ["made", "eof", "lost"]
 
 
+class Keeper(Recorder):
+    """Keeps each read as it was given, without copying it."""
+
+    def __init__(self, made):
+        super().__init__(made)
+        self.reads = []
+
+    def data_received(self, data):
+        self.reads.append(data)
+        self.received += data
+
+
+def test_what_an_unbuffered_protocol_is_given_stays_as_it_was_read():
+    """The reads of protocols without get_buffer (the TLS layer) share one buffer in the port:
+    each read is handed over as bytes of its own, so what a protocol keeps of an earlier read is
+    not overwritten by the next read, of its own socket or another's."""
+
+    async def main():
+        sockets, port, made, _ = await listening(Keeper)
+        first = await connect(port, made)
+        second = await connect(port, made, 2)
+        loop = asyncio.get_running_loop()
+        for i in range(20):
+            for n, client in enumerate((first, second)):
+                await loop.sock_sendall(client, bytes([n * 100 + i]) * (100 + i))
+                sent = sum(100 + j for j in range(i + 1))
+                await until(lambda keeper=made[n], sent=sent: sum(map(len, keeper.reads)) == sent)
+        for client in (first, second):
+            client.close()
+        await asyncio.wait_for(asyncio.gather(made[0].lost, made[1].lost), 5)
+        await sockets.wait_closed()
+        return made
+
+    made = asyncio.run(main())
+    for n in range(2):
+        assert all(type(read) is bytes for read in made[n].reads)
+        assert b"".join(made[n].reads) == b"".join(bytes([n * 100 + i]) * (100 + i) for i in range(20))
+
+
 def test_output_a_client_does_not_read_waits_whole_pausing_the_writer_until_it_drains():
     async def main():
         sockets, port, made, _ = await listening()
