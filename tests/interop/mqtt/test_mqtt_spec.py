@@ -221,43 +221,35 @@ def qos1_ids(sock, data, expected):
     return ids
 
 
+def in_flight(broker, name, first, then, level=packets.V311, props=None):
+    """(how many of 30 QoS 1 messages a subscriber is sent while it acknowledges nothing, how many
+    more once it has acknowledged those): a raw_subscriber to `name`/#, which waits for `first`
+    deliveries and then for `then` more (qos1_ids)."""
+    sock, data = raw_subscriber(broker, b"%s-sub" % name.encode(), b"%s/#" % name.encode(), level, props)
+    try:
+        time.sleep(0.3)  # (the SUBACK: the subscription is in place)
+        publisher = Paho(broker, name + "-pub").connect()
+        for i in range(30):
+            publisher.client.publish(name + "/x", b"%d" % i, 1)
+        held = qos1_ids(sock, data, first)
+        sock.sendall(b"".join(packets.ack(packets.PUBACK, packet_id, level=level) for packet_id in held))
+        more = qos1_ids(sock, data, then)
+        publisher.stop()
+        return len(held), len(more)
+    finally:
+        sock.close()
+
+
 def test_a_qos_1_subscriber_has_20_deliveries_in_flight_as_with_mosquitto(mqtt_broker):
     """A subscriber that acknowledges nothing is sent 20 of 30 QoS 1 messages (Mosquitto's
     max_inflight_messages and hutch's [mqtt] prefetch, 20 by default); once it acknowledges
     them, the other 10."""
-    sock, data = raw_subscriber(mqtt_broker, b"inflight-sub", b"inflight/#")
-    try:
-        time.sleep(0.3)  # (the SUBACK: the subscription is in place)
-        publisher = Paho(mqtt_broker, "inflight-pub").connect()
-        for i in range(30):
-            publisher.client.publish("inflight/x", b"%d" % i, 1)
-        held = qos1_ids(sock, data, 20)
-        assert len(held) == 20, (len(held), mqtt_broker.kind)
-        sock.sendall(b"".join(packets.ack(packets.PUBACK, packet_id) for packet_id in held))
-        rest = qos1_ids(sock, data, 10)
-        assert len(rest) == 10, (len(rest), mqtt_broker.kind)
-        publisher.stop()
-    finally:
-        sock.close()
+    assert in_flight(mqtt_broker, "inflight", 20, 10) == (20, 10), mqtt_broker.kind
 
 
 def test_a_version_5_subscriber_s_receive_maximum_bounds_what_it_has_in_flight(hutch_mqtt):
     """[MQTT-3.3.4-9]: a version 5 subscriber whose CONNECT says Receive Maximum 5 is sent 5 of
     30 QoS 1 messages while it acknowledges none, then 5 more for the 5 PUBACKs it sends. Against
     hutch only: Debian's mosquitto 2.0.11 sends the first 5, then all 25 others at once."""
-    sock, data = raw_subscriber(
-        hutch_mqtt, b"receive-max-sub", b"receive-max/#", packets.V5, {packets.RECEIVE_MAXIMUM: 5}
-    )
-    try:
-        time.sleep(0.3)  # (the SUBACK: the subscription is in place)
-        publisher = Paho(hutch_mqtt, "receive-max-pub").connect()
-        for i in range(30):
-            publisher.client.publish("receive-max/x", b"%d" % i, 1)
-        held = qos1_ids(sock, data, 5)
-        assert len(held) == 5, (len(held), hutch_mqtt.kind)
-        sock.sendall(b"".join(packets.ack(packets.PUBACK, packet_id, level=packets.V5) for packet_id in held))
-        more = qos1_ids(sock, data, 5)
-        assert len(more) == 5, (len(more), hutch_mqtt.kind)
-        publisher.stop()
-    finally:
-        sock.close()
+    limited = {packets.RECEIVE_MAXIMUM: 5}
+    assert in_flight(hutch_mqtt, "receive-max", 5, 5, packets.V5, limited) == (5, 5)
