@@ -149,7 +149,7 @@ def _stop_on_signals(stop, notify):
 
 
 class _Version(argparse.Action):
-    """--version: hutch's version, printed as argparse's version action prints it; core/broker.py,
+    """--version: hutch's version, as `hutch version` prints it (cmd_version); core/broker.py,
     which holds it, is loaded only then (of the commands only serve needs it: the others start
     faster without)."""
 
@@ -157,10 +157,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show hutch's version and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from ..core.broker import VERSION
-
-        print("hutch %s" % VERSION)
-        parser.exit()
+        parser.exit(cmd_version(namespace))
 
 
 def cmd_version(args):
