@@ -90,33 +90,46 @@ class TcpListener:
         else:  # (MicroPython 1.22 and later: each accepted socket goes through tls.wrap_socket)
             self.server = await asyncio.start_server(self._client, self.host, self.port, ssl=self.tls)
 
+    # A client's two tasks end by themselves, whatever happens: an exception that left one would
+    # be printed by asyncio (a board's console) instead of the broker's log, and its socket
+    # left open. So a MemoryError anywhere in them hangs up (hang_up), and a bug is logged.
+
     async def _client(self, reader, writer):
-        host, port = peer_address(writer.get_extra_info("peername"))
         if MICROPYTHON:
             _no_delay(writer)
-        if self.runtime.monitor.measures:
-            self.runtime.monitor.watch()  # fresh figures, so a client that does not fit is refused with 530
-        client = None
+        client = reader_task = None
+        host, port = "?", 0
         try:
+            host, port = peer_address(writer.get_extra_info("peername"))
+            if self.runtime.monitor.measures:
+                self.runtime.monitor.watch()  # fresh figures, so a client that does not fit is refused with 530
             client = _Client(self, reader, writer, host, port)
             reader_task = asyncio.create_task(client.read_loop())
+            self.clients.append(client)
+            self.log("debug", "%s: accepted" % client.conn.name)
         except MemoryError:
             # Not even room for this client's state, so no AMQP to speak yet: hang up. (Once
             # it runs, a lack of memory closes a connection with 506: see _Client.read_loop.)
-            self.log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
+            if reader_task is not None:
+                reader_task.cancel()
             if client is not None:
-                client.conn.lost()
+                if client in self.clients:
+                    self.clients.remove(client)
+                hang_up(client.conn)  # (it says so in the log)
+            else:
+                say_dropped(self.log, "%s:%s" % (host, port))
             await close_writer(writer)
             return
-        self.clients.append(client)
-        self.log("debug", "%s: accepted" % client.conn.name)
         try:
             await client.write_loop()  # returns once the connection is closed and flushed
         finally:
             reader_task.cancel()
             self.clients.remove(client)
             if not client.conn.closed:
-                client.conn.lost()
+                try:
+                    client.conn.lost()
+                except MemoryError:  # (closed all the same: see hang_up)
+                    gc.collect()
 
     def close(self):
         """Accept no more clients (the runtime's shutdown: then the grace, then abort())."""
@@ -193,16 +206,29 @@ class _Client:
             except MemoryError:  # not even its end fitted: it is closed (end marks it first)
                 gc.collect()
         except Exception as e:  # a reset socket, or a bug: either way this client is done
-            conn = self.conn
-            if isinstance(e, OSError) and self.greeting is not None and self.listener.tls is not None:
-                # nothing read yet: its TLS handshake failed (a certificate refused, not TLS...)
-                self.listener.log("warning", "%s: TLS handshake failed: %r" % (conn.name, e))
-            elif isinstance(e, OSError):
-                self.listener.log("debug", "%s: socket error while reading: %r" % (conn.name, e))
-            else:
-                self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)
-            conn.lost()
+            try:
+                self._failed(e, "reading")
+            except MemoryError:
+                hang_up(self.conn)
         self.output.set()
+
+    def _failed(self, e, doing):
+        """The end of a client whose reading or writing raised e: a socket's error (a reset, a
+        TLS handshake refused) said at debug or warning, a bug at error."""
+        conn = self.conn
+        if (
+            isinstance(e, OSError)
+            and doing == "reading"
+            and self.greeting is not None
+            and self.listener.tls is not None
+        ):
+            # nothing read yet: its TLS handshake failed (a certificate refused, not TLS...)
+            self.listener.log("warning", "%s: TLS handshake failed: %r" % (conn.name, e))
+        elif isinstance(e, OSError):
+            self.listener.log("debug", "%s: socket error while %s: %r" % (conn.name, doing, e))
+        else:
+            self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)
+        conn.lost()
 
     async def _read_some(self, monitor):
         """Wait for and feed one read; False at the end of the stream."""
@@ -247,11 +273,13 @@ class _Client:
                 self.ready.set()
                 if self.conn.closed:
                     break
-        except OSError as e:
-            self.listener.log("debug", "%s: socket error while writing: %r" % (self.conn.name, e))
-            self.conn.lost()
         except MemoryError:
-            self.conn.dropped()  # not even room to say why; the client sees the socket close
+            hang_up(self.conn)  # not even room to say why; the client sees the socket close
+        except Exception as e:  # a reset socket, or a bug
+            try:
+                self._failed(e, "writing")
+            except MemoryError:
+                hang_up(self.conn)
         finally:
             self.ready.set()
             await close_writer(self.writer)
@@ -275,14 +303,37 @@ class _Client:
             await writer.drain()
 
 
-async def close_writer(writer):
+def hang_up(conn):
+    """End conn without a word, for want of memory (PortConnection.dropped, which logs it). Should
+    even its end run out of heap, the connection is closed all the same (end marks it first and
+    takes it out of the broker) and what it held is garbage for the next collection."""
     try:
-        writer.close()
-        if MICROPYTHON:
-            # MicroPython's StreamWriter.close() does nothing: the socket is closed by
-            # wait_closed() (at once, without waiting). CPython's close() closes the
-            # transport once its buffer is flushed; waiting for that could hang on a
-            # client that does not read, so it is not awaited there.
-            await writer.wait_closed()
-    except OSError:
-        pass
+        conn.dropped()
+    except MemoryError:
+        gc.collect()
+        say_dropped(conn.broker.log, conn.name)
+
+
+def say_dropped(log, name):
+    """The line of a client hung up on for want of memory, if even that fits."""
+    try:
+        log("warning", "%s: out of memory, connection dropped" % name)
+    except MemoryError:
+        gc.collect()
+
+
+async def close_writer(writer):
+    for _ in range(2):  # (a second time after a collection, if the first ran out of heap)
+        try:
+            writer.close()
+            if MICROPYTHON:
+                # MicroPython's StreamWriter.close() does nothing: the socket is closed by
+                # wait_closed() (at once, without waiting). CPython's close() closes the
+                # transport once its buffer is flushed; waiting for that could hang on a
+                # client that does not read, so it is not awaited there.
+                await writer.wait_closed()
+            return
+        except OSError:
+            return
+        except MemoryError:  # (calling wait_closed makes its generator: that can be what fails)
+            gc.collect()

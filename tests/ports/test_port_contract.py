@@ -136,56 +136,100 @@ def test_a_connection_ends_even_when_the_heap_refuses_its_first_allocation(kind)
     assert conn.closed and conn.refusals == 0 and conn not in broker.connections
 
 
+class OutOfHeap:
+    """A MicroPython stream writer whose socket has no heap left to buffer what it is given."""
+
+    closed = False
+
+    def write(self, data):
+        raise MemoryError
+
+    async def drain(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 40000)
+
+
+def serve_on_the_micropython_port(conn_kind, header, writer, said):
+    """(client, the write task's outcome) of one client of conn_kind on ports/tcp.py that sent
+    header and whose answer goes to writer; said: the log."""
+    from hutch.ports.tcp import _Client
+
+    broker = Broker(Limits(), log=lambda level, text, exc=None: said.append((level, text)))
+
+    class Listener:
+        log = staticmethod(broker.log)
+        tls = None
+
+        class runtime:
+            log = staticmethod(broker.log)
+
+        class front:
+            open = staticmethod(lambda peer: conn_kind(broker, peer))
+
+    async def run():
+        client = _Client(Listener(), None, writer, "127.0.0.1", 40000)
+        client.conn.feed(header)  # (its answer to write)
+        try:
+            await asyncio.wait_for(client.write_loop(), 5)
+            return client, "ended"
+        except Exception as e:
+            return client, e
+
+    return asyncio.run(run())
+
+
 @pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
 def test_the_micropython_port_s_writer_out_of_memory_drops_its_client(kind):
     """ports/tcp.py (the MicroPython port, which runs on CPython's asyncio too): a client's
     writer whose socket cannot take the output for want of heap (MemoryError in its write)
     ends that client, whatever its protocol, and the task ends cleanly."""
-    from hutch.ports.tcp import _Client
+    said = []
+    writer = OutOfHeap()
+    client, outcome = serve_on_the_micropython_port(kind, HEADERS[kind], writer, said)
+    assert outcome == "ended"
+    assert client.conn.closed and client.conn not in client.conn.broker.connections and writer.closed
+    assert ("warning", "127.0.0.1:40000: out of memory, connection dropped") in said, said
 
-    class OutOfHeap:
-        """A stream writer whose socket has no heap left to buffer what it is given."""
 
-        closed = False
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_the_micropython_port_s_writer_ends_by_itself_when_not_even_the_end_fits(kind):
+    """The writer's MemoryError hangs up, and the end that hang-up is (give_back) runs out of heap
+    too: the task still ends by itself, with the socket closed and the connection gone from the
+    broker. (An exception out of a client's task would be printed by asyncio to a board's
+    console, not logged, and leave its socket open.)"""
 
-        def write(self, data):
-            raise MemoryError
-
-        async def drain(self):
-            pass
-
-        def close(self):
-            self.closed = True
-
-        def get_extra_info(self, name):
-            return ("127.0.0.1", 40000)
+    class Tight(kind):
+        def give_back(self):
+            raise MemoryError("memory allocation failed, allocating 64 bytes")
 
     said = []
-    broker = Broker(Limits(), log=lambda level, text, exc=None: said.append(text))
+    writer = OutOfHeap()
+    client, outcome = serve_on_the_micropython_port(Tight, HEADERS[kind], writer, said)
+    assert outcome == "ended"
+    assert client.conn.closed and client.conn not in client.conn.broker.connections and writer.closed
+    assert ("warning", "127.0.0.1:40000: out of memory, connection dropped") in said, said
 
-    class Runtime:
-        log = staticmethod(lambda level, text, exc=None: said.append(text))
 
-    class Front:
-        def open(self, peer):
-            return kind(broker, peer)
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_a_bug_in_the_micropython_port_s_writing_is_logged_and_ends_only_its_client(kind):
+    """Anything else a write raises (here a bug: a TypeError) is logged as the port's error, as a
+    read's is, and ends that one client by itself."""
 
-    class Listener:
-        runtime = Runtime()
-        front = Front()
-        tls = None
-        log = Runtime.log
+    class Buggy(OutOfHeap):
+        def write(self, data):
+            raise TypeError("a bug")
 
-    async def run():
-        writer = OutOfHeap()
-        client = _Client(Listener(), None, writer, "127.0.0.1", 40000)
-        client.conn.feed(HEADERS[kind])  # (its answer to write)
-        await asyncio.wait_for(client.write_loop(), 5)
-        return client, writer
-
-    client, writer = asyncio.run(run())
-    assert client.conn.closed and client.conn not in broker.connections and writer.closed
-    assert "127.0.0.1:40000: out of memory, connection dropped" in said, said
+    said = []
+    writer = Buggy()
+    client, outcome = serve_on_the_micropython_port(kind, HEADERS[kind], writer, said)
+    assert outcome == "ended"
+    assert client.conn.closed and client.conn not in client.conn.broker.connections and writer.closed
+    assert ("error", "127.0.0.1:40000: port error: TypeError('a bug')") in said, said
 
 
 def test_the_snapshot_and_metrics_say_each_connections_protocol():

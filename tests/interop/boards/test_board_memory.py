@@ -95,8 +95,16 @@ def stop_board(board):
         interrupt_between_collections(board)  # Ctrl-C: MicroPython has no signal module
     finally:
         board.stop()
-    assert not board.errors(), "broker logged errors:\n" + board.log()[-5000:]
+    assert not board.errors(), "broker logged errors:\n" + around_first_error(board.log())
     assert "MemoryError" not in board.log(), board.log()[-5000:]
+
+
+def around_first_error(log):
+    """The log from a few lines before its first error or traceback (the stats lines a small
+    heap writes every second would push it out of a plain tail)."""
+    lines = log.splitlines()
+    first = next(i for i, line in enumerate(lines) if " ERROR " in line or "Traceback" in line)
+    return "\n".join(lines[max(0, first - 10) : first + 40])
 
 
 def stats_lines(board):
