@@ -90,9 +90,9 @@ class TcpListener:
         else:  # (MicroPython 1.22 and later: each accepted socket goes through tls.wrap_socket)
             self.server = await asyncio.start_server(self._client, self.host, self.port, ssl=self.tls)
 
-    # A client's two tasks end by themselves, whatever happens: an exception that left one would
-    # be printed by asyncio (a board's console) instead of the broker's log, and its socket
-    # left open. So a MemoryError anywhere in them hangs up (hang_up), and a bug is logged.
+    # A client's two tasks end by themselves whatever runs out of heap: a MemoryError that left
+    # one would be printed by asyncio (a board's console) instead of the broker's log, and could
+    # leave its socket open. So a MemoryError anywhere in them hangs up (hang_up).
 
     async def _client(self, reader, writer):
         if MICROPYTHON:
@@ -206,29 +206,31 @@ class _Client:
             except MemoryError:  # not even its end fitted: it is closed (end marks it first)
                 gc.collect()
         except Exception as e:  # a reset socket, or a bug: either way this client is done
-            try:
-                self._failed(e, "reading")
-            except MemoryError:
-                hang_up(self.conn)
+            self._failed(e, "reading")
         self.output.set()
 
     def _failed(self, e, doing):
         """The end of a client whose reading or writing raised e: a socket's error (a reset, a
-        TLS handshake refused) said at debug or warning, a bug at error."""
+        TLS handshake refused) said at debug or warning, a bug at error. (Its own MemoryError is
+        caught here, not in the loops: a level of try nested in a loop's handler took 32 B more of
+        every client's heap on a board, its frame living as long as the client.)"""
         conn = self.conn
-        if (
-            isinstance(e, OSError)
-            and doing == "reading"
-            and self.greeting is not None
-            and self.listener.tls is not None
-        ):
-            # nothing read yet: its TLS handshake failed (a certificate refused, not TLS...)
-            self.listener.log("warning", "%s: TLS handshake failed: %r" % (conn.name, e))
-        elif isinstance(e, OSError):
-            self.listener.log("debug", "%s: socket error while %s: %r" % (conn.name, doing, e))
-        else:
-            self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)
-        conn.lost()
+        try:
+            if (
+                isinstance(e, OSError)
+                and doing == "reading"
+                and self.greeting is not None
+                and self.listener.tls is not None
+            ):
+                # nothing read yet: its TLS handshake failed (a certificate refused, not TLS...)
+                self.listener.log("warning", "%s: TLS handshake failed: %r" % (conn.name, e))
+            elif isinstance(e, OSError):
+                self.listener.log("debug", "%s: socket error while %s: %r" % (conn.name, doing, e))
+            else:
+                self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)
+            conn.lost()
+        except MemoryError:
+            hang_up(conn)
 
     async def _read_some(self, monitor):
         """Wait for and feed one read; False at the end of the stream."""
@@ -276,10 +278,7 @@ class _Client:
         except MemoryError:
             hang_up(self.conn)  # not even room to say why; the client sees the socket close
         except Exception as e:  # a reset socket, or a bug
-            try:
-                self._failed(e, "writing")
-            except MemoryError:
-                hang_up(self.conn)
+            self._failed(e, "writing")
         finally:
             self.ready.set()
             await close_writer(self.writer)
