@@ -154,11 +154,13 @@ class OutOfHeap:
         return ("127.0.0.1", 40000)
 
 
-def serve_on_the_micropython_port(conn_kind, header, writer, said):
-    """(client, the write task's outcome) of one client of conn_kind on ports/tcp.py that sent
-    header and whose answer goes to writer; said: the log."""
+def served_on_the_micropython_port(conn_kind, header, writer):
+    """What was logged, as (level, line), about one client of conn_kind on ports/tcp.py that
+    sent header and whose answer went to writer, once its write task ended by itself (no
+    exception left it) with its socket closed and its connection gone from the broker."""
     from hutch.ports.tcp import _Client
 
+    said = []
     broker = Broker(Limits(), log=lambda level, text, exc=None: said.append((level, text)))
 
     class Listener:
@@ -180,38 +182,28 @@ def serve_on_the_micropython_port(conn_kind, header, writer, said):
         except Exception as e:
             return client, e
 
-    return asyncio.run(run())
+    client, outcome = asyncio.run(run())
+    assert outcome == "ended"
+    assert client.conn.closed and client.conn not in broker.connections and writer.closed
+    return said
 
 
+@pytest.mark.parametrize("end_fits", [True, False], ids=["its end fits", "its end out of heap too"])
 @pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
-def test_the_micropython_port_s_writer_out_of_memory_drops_its_client(kind):
+def test_the_micropython_port_s_writer_out_of_memory_drops_its_client(kind, end_fits):
     """ports/tcp.py (the MicroPython port, which runs on CPython's asyncio too): a client's
     writer whose socket cannot take the output for want of heap (MemoryError in its write)
-    ends that client, whatever its protocol, and the task ends cleanly."""
-    said = []
-    writer = OutOfHeap()
-    client, outcome = serve_on_the_micropython_port(kind, HEADERS[kind], writer, said)
-    assert outcome == "ended"
-    assert client.conn.closed and client.conn not in client.conn.broker.connections and writer.closed
-    assert ("warning", "127.0.0.1:40000: out of memory, connection dropped") in said, said
-
-
-@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
-def test_the_micropython_port_s_writer_ends_by_itself_when_not_even_the_end_fits(kind):
-    """The writer's MemoryError hangs up, and the end that hang-up is (give_back) runs out of heap
-    too: the task still ends by itself, with the socket closed and the connection gone from the
-    broker. (An exception out of a client's task would be printed by asyncio to a board's
-    console, not logged, and leave its socket open.)"""
+    ends that client, whatever its protocol, and the task ends by itself; so it does when the end
+    that hang-up is (give_back) runs out of heap too. (An exception out of a client's task would
+    be printed by asyncio to a board's console, not logged, and could leave its socket open.)"""
 
     class Tight(kind):
         def give_back(self):
+            if end_fits:
+                return super().give_back()
             raise MemoryError("memory allocation failed, allocating 64 bytes")
 
-    said = []
-    writer = OutOfHeap()
-    client, outcome = serve_on_the_micropython_port(Tight, HEADERS[kind], writer, said)
-    assert outcome == "ended"
-    assert client.conn.closed and client.conn not in client.conn.broker.connections and writer.closed
+    said = served_on_the_micropython_port(Tight, HEADERS[kind], OutOfHeap())
     assert ("warning", "127.0.0.1:40000: out of memory, connection dropped") in said, said
 
 
@@ -224,11 +216,7 @@ def test_a_bug_in_the_micropython_port_s_writing_is_logged_and_ends_only_its_cli
         def write(self, data):
             raise TypeError("a bug")
 
-    said = []
-    writer = Buggy()
-    client, outcome = serve_on_the_micropython_port(kind, HEADERS[kind], writer, said)
-    assert outcome == "ended"
-    assert client.conn.closed and client.conn not in client.conn.broker.connections and writer.closed
+    said = served_on_the_micropython_port(kind, HEADERS[kind], Buggy())
     assert ("error", "127.0.0.1:40000: port error: TypeError('a bug')") in said, said
 
 
