@@ -18,7 +18,8 @@ a whole prefetch window (20 by default). Those are settled together (acked_run):
 queue, and each queue dispatched once after all of them, where one by one a queue is dispatched
 after each PUBACK. A subscriber whose PUBACKs free deliveries of two of its queues in one read
 gets the next of the first queue's before the second's; one by one they alternate as the
-PUBACKs did. MQTT orders messages within one subscription, not across two.
+PUBACKs did. MQTT orders messages within one subscription, not across two. While publishers
+are blocked, PUBACKs go one by one (acked_run says why).
 
 The one-by-one path is the reference: a run is taken only where the effect is the same as
 publishing its messages one after the other (tests/mqtt/test_mqtt_runs.py feeds the same
@@ -83,7 +84,12 @@ def acked_run(conn, data, pos):
     """The PUBACKs from data[pos] on, up to the first packet that is not one or is not whole,
     settled together (Session.let_go, as Session.acked settles each): each queue they leave
     dispatched once, after all of them, where one by one it is dispatched after each. Where the
-    packet after them starts (pos: none taken, the one-by-one path reads it)."""
+    packet after them starts (pos: none taken, the one-by-one path reads it). While publishers
+    are blocked they go one by one: the settle that unblocks them resumes the publishers held back
+    there and then (core/flow.py), before the next PUBACK's, and settled together they would find
+    more room."""
+    if conn.broker.flow.blocked:
+        return pos
     session = conn.session
     groups = []
     n = len(data)

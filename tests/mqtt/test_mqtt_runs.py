@@ -308,6 +308,26 @@ def test_a_read_of_pubacks_is_settled_as_one_and_brings_what_one_by_one_brings()
         shutil.rmtree(top)
 
 
+def test_pubacks_while_publishers_are_blocked_go_one_by_one_and_let_the_publisher_on_as_one_by_one():
+    """The queued messages' budget (40) blocks the publisher part way through its 60 QoS 1
+    PUBLISHes to s/a. The QoS 1 subscriber's PUBACK that takes the budget back under its low
+    water unblocks the publisher there and then, before the next PUBACK: settled together, the
+    publisher would find the room of all of them and be PUBACKed more, so they go one by one,
+    and every client is sent what one by one sends it."""
+    top = tempfile.mkdtemp(prefix="hutch-mqtt-runs-")
+    try:
+        data = b"".join(publish(b"s/a", b"%d" % i, 0x32, 1 + i) for i in range(60))
+        both = sides(top, Limits(total_max_messages=40), False)
+        one, runs = (side.step(data, 0) for side in both)
+        assert runs == one
+        assert [side.publisher.paused for side in both] == [True, True]  # (blocked again at the end)
+        assert both[1].state() == both[0].state()
+        for side in both:
+            side.close()
+    finally:
+        shutil.rmtree(top)
+
+
 def test_a_run_stops_where_the_subscribers_connection_has_no_more_room():
     """A subscriber's connection takes deliveries while what it holds is below its high-water
     mark: of twelve 107-octet PUBLISHes, 8 at 800 octets (the eighth passes it), the rest
