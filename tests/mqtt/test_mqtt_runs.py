@@ -27,7 +27,7 @@ from hutch.core.broker import Broker
 from hutch.core.limits import Limits
 from hutch.mqtt import packets
 from hutch.mqtt.connection import Connection, serving_of
-from hutch.mqtt.runs import parse
+from hutch.mqtt.runs import parse, pubacks
 from hutch.ports.recovery import recover
 
 WALL = 1700000000  # the wall clock's seconds at the start
@@ -326,6 +326,13 @@ def test_pubacks_while_publishers_are_blocked_go_one_by_one_and_let_the_publishe
             side.close()
     finally:
         shutil.rmtree(top)
+
+
+def test_a_run_s_pubacks_are_the_octets_ack_makes_in_every_version():
+    ids = [1, 2, 255, 256, 4660, 65535]
+    for level in (packets.V31, packets.V311, packets.V5):
+        assert pubacks(ids) == b"".join(packets.ack(packets.PUBACK, i, packets.SUCCESS, level) for i in ids)
+    assert pubacks([]) == b""
 
 
 def test_a_run_stops_where_the_subscribers_connection_has_no_more_room():
