@@ -160,7 +160,15 @@ class Publisher(threading.Thread):
 
         channel = []
         connection, _ended = confirming_connection(connection_parameters(self.edge.url), on_confirm, on_ready)
-        connection.ioloop.start()
+        try:
+            connection.ioloop.start()
+        except ValueError as e:
+            # pika raises this out of its loop when the socket it connected is reset before it
+            # checks it (getpeername): the edge SIGKILLed just after the kernel took the
+            # connection. Like any failed connect: try again.
+            if "getpeername() failed" not in str(e):
+                raise
+            connection.ioloop.close()
         return state["opened"]
 
     def check(self):
