@@ -117,7 +117,7 @@ class TcpListener:
                     self.clients.remove(client)
                 hang_up(client.conn)  # (it says so in the log)
             else:
-                say_dropped(self.log, "%s:%s" % (host, port))
+                say_dropped(self.log, host, port)
             await close_writer(writer)
             return
         try:
@@ -313,9 +313,12 @@ def hang_up(conn):
         say_dropped(conn.broker.log, conn.name)
 
 
-def say_dropped(log, name):
-    """The line of a client hung up on for want of memory, if even that fits."""
+def say_dropped(log, name, port=None):
+    """The line of a client hung up on for want of memory (its connection's name, or its peer's
+    host and port), if even that fits."""
     try:
+        if port is not None:
+            name = "%s:%s" % (name, port)
         log("warning", "%s: out of memory, connection dropped" % name)
     except MemoryError:
         gc.collect()
