@@ -281,8 +281,14 @@ class PortConnection:
             self.dropped()
 
     def dropped(self):
-        """Hang up without a word: not even the frame that would say why fits in memory."""
-        self.end(True)
+        """Hang up without a word: not even the frame that would say why fits in memory. Should
+        even the end run out of heap, the connection is closed all the same (end marks it first
+        and takes it out of the broker whatever happens) and what it held is garbage for the
+        next collection."""
+        try:
+            self.end(True)
+        except MemoryError:
+            gc.collect()
         for _ in range(2):  # (what the end gave back is garbage now: room for the line, once collected)
             try:
                 self.broker.log("warning", "%s: out of memory, connection dropped" % self.name)

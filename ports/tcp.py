@@ -92,7 +92,7 @@ class TcpListener:
 
     # A client's two tasks end by themselves whatever runs out of heap: a MemoryError that left
     # one would be printed by asyncio (a board's console) instead of the broker's log, and could
-    # leave its socket open. So a MemoryError anywhere in them hangs up (hang_up).
+    # leave its socket open. So a MemoryError anywhere in them hangs up (PortConnection.dropped).
 
     async def _client(self, reader, writer):
         if MICROPYTHON:
@@ -115,7 +115,7 @@ class TcpListener:
             if client is not None:
                 if client in self.clients:
                     self.clients.remove(client)
-                hang_up(client.conn)  # (it says so in the log)
+                client.conn.dropped()  # (it says so in the log)
             else:
                 say_dropped(self.log, host, port)
             await close_writer(writer)
@@ -128,7 +128,7 @@ class TcpListener:
             if not client.conn.closed:
                 try:
                     client.conn.lost()
-                except MemoryError:  # (closed all the same: see hang_up)
+                except MemoryError:  # (closed all the same, as PortConnection.dropped says)
                     gc.collect()
 
     def close(self):
@@ -230,7 +230,7 @@ class _Client:
                 self.listener.log("error", "%s: port error: %r" % (conn.name, e), e)
             conn.lost()
         except MemoryError:
-            hang_up(conn)
+            conn.dropped()
 
     async def _read_some(self, monitor):
         """Wait for and feed one read; False at the end of the stream."""
@@ -276,7 +276,7 @@ class _Client:
                 if self.conn.closed:
                     break
         except MemoryError:
-            hang_up(self.conn)  # not even room to say why; the client sees the socket close
+            self.conn.dropped()  # not even room to say why; the client sees the socket close
         except Exception as e:  # a reset socket, or a bug
             self._failed(e, "writing")
         finally:
@@ -302,24 +302,11 @@ class _Client:
             await writer.drain()
 
 
-def hang_up(conn):
-    """End conn without a word, for want of memory (PortConnection.dropped, which logs it). Should
-    even its end run out of heap, the connection is closed all the same (end marks it first and
-    takes it out of the broker) and what it held is garbage for the next collection."""
+def say_dropped(log, host, port):
+    """The line of a client hung up on for want of memory before its connection was made (the
+    line PortConnection.dropped writes for one that was), if even that fits."""
     try:
-        conn.dropped()
-    except MemoryError:
-        gc.collect()
-        say_dropped(conn.broker.log, conn.name)
-
-
-def say_dropped(log, name, port=None):
-    """The line of a client hung up on for want of memory (its connection's name, or its peer's
-    host and port), if even that fits."""
-    try:
-        if port is not None:
-            name = "%s:%s" % (name, port)
-        log("warning", "%s: out of memory, connection dropped" % name)
+        log("warning", "%s:%s: out of memory, connection dropped" % (host, port))
     except MemoryError:
         gc.collect()
 
