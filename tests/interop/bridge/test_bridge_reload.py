@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 
 import pika
 import pytest
@@ -87,17 +86,20 @@ def test_a_reload_moves_a_bridge_to_a_new_upstream_and_changes_users_while_messa
         published = []
         stop = threading.Event()
 
-        def publish():
+        def publish():  # (paced, so that the reloads come while it goes on, on any machine)
             n = 0
             while not stop.is_set() and n < 20000:
                 chunk = [b"m%06d" % i for i in range(n, n + 200)]
-                publish_confirmed(edge, "edge-out", chunk)
+                publish_confirmed(edge, "edge-out", chunk, rate=4000)
                 published.extend(chunk)
                 n += 200
 
+        def flowed(since):  # until 1,000 more than `since` are confirmed by the edge
+            wait_until(lambda: len(published) >= since + 1000, 30, what="messages confirmed by the edge")
+
         publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
-        time.sleep(1.5)
+        flowed(0)
         users = {
             "guest": admin["guest"],
             "ops": (passwd("ops-secret"), {"configure": "^$", "write": "^$", "read": ".*"}),
@@ -105,9 +107,10 @@ def test_a_reload_moves_a_bridge_to_a_new_upstream_and_changes_users_while_messa
         write_config(config, [bridge(b, "edge-b"), bridge(b, "edge-b", "more", "more-out")], users)
         done = ctl(edge, "reload")
         assert done.returncode == 0, done.stderr
+        reloaded_at = len(published)
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match="user 'sensor' is deleted"):
             wait_until(lambda: held.process_data_events(0.05) or not held.is_open, 10, what="sensor's connection")
-        time.sleep(1.5)
+        flowed(reloaded_at)
         again = ctl(edge, "reload")  # the same file: its users with permissions, bridges without prefetch
         stop.set()
         publisher.join(60)
