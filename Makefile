@@ -60,7 +60,7 @@ serve: $(SERVE_INSTALLED)
 # compileall writes them (Python reads them either way), again only for a changed file.
 BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|build)/' .
 # pytest rewrites each test module's asserts as it imports it, and keeps the result only where
-# Python may write bytecode: else each of the run's four workers rewrites all of them again,
+# Python may write bytecode: else each of the run's six workers rewrites all of them again,
 # 8 s of CPU apiece. Collected once here with writing allowed, they are read by every worker.
 TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -o addopts= -p no:cacheprovider >/dev/null
 
