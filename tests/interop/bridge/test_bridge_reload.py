@@ -88,7 +88,7 @@ def test_a_reload_moves_a_bridge_to_a_new_upstream_and_changes_users_while_messa
 
         def publish():  # (paced, so that the reloads come while it goes on, on any machine)
             n = 0
-            while not stop.is_set() and n < 20000:
+            while not stop.is_set() and n < 40000:  # (10 s at its pace: stopped long before)
                 chunk = [b"m%06d" % i for i in range(n, n + 200)]
                 publish_confirmed(edge, "edge-out", chunk, rate=4000)
                 published.extend(chunk)
