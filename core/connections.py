@@ -273,9 +273,10 @@ class PortConnection:
 
     def out_of_memory(self):
         """The heap ran out while serving this client (in the core, or in its port's writing):
-        said in the front end's words if they fit, else dropped."""
-        self.broker.log("warning", "%s: out of memory, closing the %s connection" % (self.name, self.protocol))
+        said in the front end's words if they fit, else dropped (and so if not even its log line
+        fits): it never raises MemoryError itself, so a port or tick calls it unguarded."""
         try:
+            self.broker.log("warning", "%s: out of memory, closing the %s connection" % (self.name, self.protocol))
             self.close_for(MemoryError())
         except MemoryError:
             self.dropped()

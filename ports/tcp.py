@@ -201,10 +201,7 @@ class _Client:
         except asyncio.CancelledError:
             raise
         except MemoryError:
-            try:
-                self.conn.out_of_memory()
-            except MemoryError:  # not even its end fitted: it is closed (end marks it first)
-                gc.collect()
+            self.conn.out_of_memory()  # (closed whatever else runs out: PortConnection.dropped)
         except Exception as e:  # a reset socket, or a bug: either way this client is done
             self._failed(e, "reading")
         self.output.set()

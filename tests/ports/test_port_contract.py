@@ -115,6 +115,25 @@ def test_a_client_out_of_memory_is_told_in_its_protocol_or_dropped_and_forgotten
 
 
 @pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
+def test_out_of_memory_ends_the_connection_when_not_even_its_log_line_fits(kind):
+    """A port calls out_of_memory unguarded: should its first line not fit, the connection is
+    dropped all the same (and said so once the end has given its heap back), never left open."""
+    said = []
+
+    def log(level, text, exc=None):
+        if "closing the" in text:
+            raise MemoryError
+        said.append(text)
+
+    broker = Broker(Limits(), log=log)
+    conn = kind(broker, PEER)
+    conn.feed(HEADERS[kind])
+    conn.out_of_memory()
+    assert conn.closed and conn not in broker.connections
+    assert said[-1] == "127.0.0.1:40000: out of memory, connection dropped", said
+
+
+@pytest.mark.parametrize("kind", FRONT_ENDS, ids=lambda kind: kind.metrics_label)
 def test_a_connection_ends_even_when_the_heap_refuses_its_first_allocation(kind):
     """On a board, the end's first write of `closed` can be what a full heap refuses
     (MicroPython grows an instance's attribute table on its first write): the end collects
