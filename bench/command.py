@@ -502,6 +502,7 @@ def run(args):
     scanners = {}
     brokers = []
     workdir = tempfile.mkdtemp(prefix="hutch-bench-")
+    doing = None  # the run under way, named by a failure (none while the brokers start)
     try:
         tls = tls_certificate(workdir) if any(n in TLS_SCENARIOS for n in names) else None
         client = tls_client(tls[0]) if tls is not None else None
@@ -516,6 +517,7 @@ def run(args):
             log("%s on %s:%d" % (key, brokers[-1][1].host, brokers[-1][1].port))
             brokers[-1][1].start()
         for key, broker in brokers:
+            doing = "%s idle connections" % key
             # (the micropython command hosts the unix port in a CPython process: its RSS says nothing)
             results[key] = memory(broker, names, args.idle_connections, log) if key != "micropython" else {}
             if isinstance(broker, Hutch):
@@ -528,7 +530,8 @@ def run(args):
                 for key, broker in brokers:
                     if key == "micropython" and name not in MICROPYTHON_SCENARIOS:  # (1.0: not on a board)
                         continue
-                    log("  %s %s, round %d" % (key, name, round_number + 1))
+                    doing = "%s %s, round %d" % (key, name, round_number + 1)
+                    log("  " + doing)
                     count = args.count // 10 if key == "micropython" else args.count  # ~20x slower
                     for figure, value in load(broker, name, count, client, args).items():
                         samples.setdefault(key, {}).setdefault(figure, []).append(value)
@@ -536,9 +539,10 @@ def run(args):
             for figure, values in samples[key].items():
                 results[key][figure] = median(values)
     except (BenchError, loadgen.LoadError) as e:
-        print("hutch bench: %s" % e, file=sys.stderr)
         for line in broker_trouble(brokers):
             print("  " + line, file=sys.stderr)
+        # (last: what went wrong, where a terminal or a folded CI log shows it)
+        print("hutch bench: %s%s" % (doing + ": " if doing else "", e), file=sys.stderr)
         return 2
     finally:
         for _, broker in brokers:

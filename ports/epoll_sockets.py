@@ -33,6 +33,7 @@ import socket
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
 EPOLLRDHUP = select.EPOLLRDHUP
+HANG_UP = EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR  # (the last two: reported whatever the mask)
 READ_MASK = EPOLLIN | EPOLLRDHUP  # (one int object for every socket's mask: each one made costs 32 B)
 # asyncio's limit on what one read gives a protocol that is not buffered (the TLS layer)
 READ_SIZE = 256 * 1024
@@ -161,7 +162,7 @@ class EpollSockets:
             if events & EPOLLOUT:
                 transport.write_ready()
             if events & ~EPOLLOUT and transport.watching:  # (write_ready may have ended it)
-                transport.read_ready()
+                transport.read_ready(events)
 
 
 class SocketTransport:
@@ -204,9 +205,14 @@ class SocketTransport:
 
     # ------------------------------------------------------------ what the set calls
 
-    def read_ready(self):
-        if not self.reading:  # held back: a hang-up is what woke it (the only event asked for)
-            self._eof()
+    def read_ready(self, events):
+        if not self.reading:
+            # Held back: only a hang-up is asked for. An EPOLLIN is one the poll reported before
+            # the socket was held back (by an earlier socket's read in the same pass): its octets
+            # wait in the socket, read once it is resumed. Taken for a hang-up, it ended a busy
+            # consumer, and the client found its connection reset.
+            if events & HANG_UP:
+                self._eof()
             return
         protocol = self.protocol
         try:

@@ -311,3 +311,46 @@ def test_a_protocol_that_raises_costs_its_own_connection_only():
     lost, end, logged, client_port = asyncio.run(main())
     assert isinstance(lost, ValueError) and end == b""
     assert [line[:2] for line in logged] == [("error", "127.0.0.1:%d: port error: ValueError('a bug')" % client_port)]
+
+
+class Holder(Recorder):
+    """The first read of any of them holds back every other socket (as a publisher's read that
+    fills a consumer's output holds the consumer back)."""
+
+    def data_received(self, data):
+        super().data_received(data)
+        if not any(p.held for p in self.others):
+            for other in self.others:
+                if other is not self:
+                    other.transport.pause_reading()
+                    other.held = True
+
+
+def test_a_socket_held_back_in_the_pass_that_found_it_readable_is_read_once_resumed():
+    """Two clients' octets found by one poll; the first read holds the other back. The other's
+    readable event, reported before it was held, is no hang-up: it stays, and its octets are
+    read once it is resumed."""
+
+    async def main():
+        sockets, port, made, _ = await listening(Holder)
+        first = await connect(port, made)
+        second = await connect(port, made, 2)
+        for protocol in made:
+            protocol.others = made
+            protocol.held = False
+        first.send(b"one")  # (both before the loop polls again: one pass finds them both)
+        second.send(b"two")
+        await until(lambda: any(p.received for p in made))
+        await asyncio.sleep(0.1)
+        held = [p for p in made if p.held]
+        assert len(held) == 1 and held[0].events == ["made"] and not held[0].received
+        held[0].transport.resume_reading()
+        await until(lambda: all(p.received for p in made))
+        assert sorted(bytes(p.received) for p in made) == [b"one", b"two"]
+        assert [p.events for p in made] == [["made"], ["made"]]
+        first.close()
+        second.close()
+        await asyncio.gather(*(asyncio.wait_for(p.lost, 5) for p in made))
+        await sockets.wait_closed()
+
+    asyncio.run(main())
