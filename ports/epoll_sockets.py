@@ -70,9 +70,12 @@ def unbuffered_buffer():
 class EpollSockets:
     """One listener's listening sockets and its clients' sockets (see the module's docstring)."""
 
-    def __init__(self, loop, log):
+    def __init__(self, loop, log, passes=None):
+        """passes: told begin_pass() before a pass over the ready sockets and end_pass() after it
+        (ports/tcp_cpython.py's listener writes each client's output of the whole pass once)."""
         self.loop = loop
         self.log = log
+        self.passes = passes
         self.epoll = select.epoll()
         self.transports = {}  # fd -> SocketTransport
         self.listening = []  # the listening sockets
@@ -155,14 +158,21 @@ class EpollSockets:
 
     def _ready(self):
         transports = self.transports
-        for fd, events in self.epoll.poll(0, EVENTS_PER_PASS):
-            transport = transports.get(fd)
-            if transport is None:
-                continue
-            if events & EPOLLOUT:
-                transport.write_ready()
-            if events & ~EPOLLOUT and transport.watching:  # (write_ready may have ended it)
-                transport.read_ready(events)
+        passes = self.passes
+        if passes is not None:
+            passes.begin_pass()
+        try:
+            for fd, events in self.epoll.poll(0, EVENTS_PER_PASS):
+                transport = transports.get(fd)
+                if transport is None:
+                    continue
+                if events & EPOLLOUT:
+                    transport.write_ready()
+                if events & ~EPOLLOUT and transport.watching:  # (write_ready may have ended it)
+                    transport.read_ready(events)
+        finally:
+            if passes is not None:
+                passes.end_pass()
 
 
 class SocketTransport:

@@ -58,11 +58,11 @@ class Buffered(Recorder, asyncio.BufferedProtocol):
         self.received += self.buffer[:nbytes]
 
 
-async def listening(kind=Recorder):
+async def listening(kind=Recorder, passes=None):
     loop = asyncio.get_running_loop()
     made = []
     logged = []
-    sockets = epoll_sockets.EpollSockets(loop, lambda *line: logged.append(line))
+    sockets = epoll_sockets.EpollSockets(loop, lambda *line: logged.append(line), passes)
     await sockets.listen("127.0.0.1", 0, lambda: kind(made))
     port = sockets.listening[0].getsockname()[1]
     return sockets, port, made, logged
@@ -354,3 +354,46 @@ def test_a_socket_held_back_in_the_pass_that_found_it_readable_is_read_once_resu
         await sockets.wait_closed()
 
     asyncio.run(main())
+
+
+class Passes:
+    """Records the passes over the ready sockets and the reads inside them, in order."""
+
+    def __init__(self):
+        self.events = []
+
+    def begin_pass(self):
+        self.events.append("begin")
+
+    def end_pass(self):
+        self.events.append("end")
+
+
+class PassReader(Recorder):
+    def data_received(self, data):
+        super().data_received(data)
+        self.passes.events.append(bytes(data))
+
+
+def test_the_reads_one_poll_finds_are_one_pass_told_before_and_after():
+    """What the TCP listener writes once per pass (ports/tcp_cpython.py end_pass): the reads
+    one poll found come between one begin_pass and its end_pass."""
+
+    async def main():
+        passes = Passes()
+        sockets, port, made, _ = await listening(PassReader, passes)
+        first = await connect(port, made)
+        second = await connect(port, made, 2)
+        for protocol in made:
+            protocol.passes = passes
+        passes.events.clear()
+        first.send(b"one")  # (both before the loop polls again: one pass finds them both)
+        second.send(b"two")
+        await until(lambda: passes.events.count("end") >= 1 and all(p.received for p in made))
+        first.close()
+        second.close()
+        await sockets.wait_closed()
+        return passes.events
+
+    events = asyncio.run(main())
+    assert events[0] == "begin" and sorted(events[1:3]) == [b"one", b"two"] and events[3] == "end", events
