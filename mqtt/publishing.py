@@ -177,17 +177,13 @@ class Publishing:
         identity = None
         fields = self.session.serving.sensor_fields
         if fields is not None and fields[2] in payload and not _identified(props):
-            from .identity import from_json  # (loaded with the first reading that says who sent it)
-
-            identity = from_json(payload, fields)
+            identity = (_identity or _load_identity()).from_json(payload, fields)
         if props:
             parts = tails(properties_091(qos, dup, props, identity, exact), payload)
         else:
             encoded = PLAIN.get((qos, dup, exact)) or plain_properties(qos, dup, exact)
             if identity:
-                from .identity import with_identity
-
-                encoded = with_identity(encoded, identity)
+                encoded = _identity.with_identity(encoded, identity)
             parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
         message = Message(exchange, key, route, *parts)
         if self.session.serving.origins:
@@ -304,6 +300,20 @@ def plain_properties(qos, dup, exact):
         else:  # (one per topic holding a dot, as many as remember keeps)
             remember(PLAIN, (qos, dup, exact), encoded)
     return encoded
+
+
+# mqtt/identity.py, once the first reading that says who sent it has loaded it (a board whose
+# sensors send no identity never does): kept here, as an import statement in send() cost
+# every such reading about 1 µs of the import system's lookups.
+_identity = None
+
+
+def _load_identity():
+    global _identity
+    from . import identity
+
+    _identity = identity
+    return identity
 
 
 def _identified(props):
