@@ -170,6 +170,7 @@ class Publishing:
     def send(self, key, payload, qos, dup, props, retain=False, route=None, exact=None):
         """One publish through the broker: (reason code, the journal sequence its acknowledgement
         waits for, or 0). exact: the topic, where its routing key cannot say it."""
+        global _identity
         broker = self.broker
         exchange = self.exchange
         if route is None:
@@ -177,7 +178,9 @@ class Publishing:
         identity = None
         fields = self.session.serving.sensor_fields
         if fields is not None and fields[2] in payload and not _identified(props):
-            identity = (_identity or _load_identity()).from_json(payload, fields)
+            if _identity is None:
+                from . import identity as _identity
+            identity = _identity.from_json(payload, fields)
         if props:
             parts = tails(properties_091(qos, dup, props, identity, exact), payload)
         else:
@@ -303,17 +306,9 @@ def plain_properties(qos, dup, exact):
 
 
 # mqtt/identity.py, once the first reading that says who sent it has loaded it (a board whose
-# sensors send no identity never does): kept here, as an import statement in send() cost
-# every such reading about 1 µs of the import system's lookups.
+# sensors send no identity never does): kept here, as an import statement at each such reading
+# cost it about 1 µs of the import system's lookups.
 _identity = None
-
-
-def _load_identity():
-    global _identity
-    from . import identity
-
-    _identity = identity
-    return identity
 
 
 def _identified(props):
@@ -331,6 +326,7 @@ def properties_091(qos, dup, props, identity=None, topic=None):
     subscriber is given it at QoS 2 (mqtt/session.py). identity: the headers a JSON payload
     named its reading with (mqtt/identity.py). topic: the topic, where the routing key cannot
     say it (mqtt/topics.py)."""
+    global _identity
     headers = {"x-mqtt-publish-qos": qos, "x-mqtt-dup": dup}
     if topic is not None:
         headers[TOPIC_HEADER] = topic
@@ -340,9 +336,9 @@ def properties_091(qos, dup, props, identity=None, topic=None):
     if props:
         for name, value in props.get(USER_PROPERTY, ()):
             if name == b"x-sensor-seq":
-                from .identity import user_sequence
-
-                value = user_sequence(value)
+                if _identity is None:
+                    from . import identity as _identity
+                value = _identity.user_sequence(value)
             headers[name.decode()] = value
         if CONTENT_TYPE in props:
             found["content-type"] = props[CONTENT_TYPE]
