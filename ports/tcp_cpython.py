@@ -42,7 +42,7 @@ class ProtocolListener(TcpListener):
         super().__init__(*args, **kwargs)
         self.feeding = False  # inside a client's data_received
         self.passing = False  # inside a pass over the ready sockets (ports/epoll_sockets.py)
-        self.woken = []  # clients given output meanwhile: flushed before it returns
+        self.woken = []  # clients given output meanwhile: flushed once the read (or the pass) ends
         self.handshaking = set()  # a TLS listener's sockets whose handshake is under way
         # What every client's read fills (get_buffer), one for them all: each read is copied out
         # (buffer_updated) before the event loop reads another socket, so an idle client holds
@@ -65,7 +65,7 @@ class ProtocolListener(TcpListener):
 
     # (ports/epoll_sockets.py, around each pass over its ready sockets) A pass that reads many
     # sensors' readings writes them to their subscriber in one send, not one each: at the
-    # fan-in of 1,000 sensors, 12-15 % less broker CPU per reading (docs/performance.md).
+    # fan-in of 1,000 sensors (hutch bench --mqtt), 12-15 % less broker CPU per reading.
     def begin_pass(self):
         self.passing = True
 
