@@ -307,7 +307,8 @@ def plain_properties(qos, dup, exact):
 
 # mqtt/identity.py, once the first reading that says who sent it has loaded it (a board whose
 # sensors send no identity never does): kept here, as an import statement at each such reading
-# cost it about 1 µs of the import system's lookups.
+# cost it about 1 µs of the import system's lookups. Its two readers bind it themselves: a
+# loader function of its own cost the board's first MQTT connection 48 B.
 _identity = None
 
 
