@@ -9,8 +9,9 @@ deliveries made in one call by the front end's run (run.deliver: a 0-9-1 channel
 straight from the publisher's bytes, amqp091/output.py deliver_run; another front end's
 consumer is handed them one by one). A no-ack consumer's deliveries need no Message at all;
 the rest of the run is made into Messages once and enqueued as Broker.publish would enqueue
-each. Persistent messages into durable queues are each journalled and enqueued as one
-publish is (Broker.store): the run spares their parsing, gates and routing.
+each. Persistent messages into durable queues are journalled together, their records those
+Broker.store makes one by one (core/store/journal_runs.py), then enqueued together where the
+queue's window in memory holds them all (else each as one publish is, part of them to disk).
 
 The one-by-one path (Broker.publish) is the reference: a run is taken only when the effect
 is the same, byte for byte, as publishing its messages one after the other
@@ -29,6 +30,7 @@ from .broker import BCC, BRIDGE_SEQ, CC, JOURNALLED, ROUTED
 from .dedup import SENSOR_SEQ_KEY
 from .message import FLAG_HEADERS, MESSAGE_OVERHEAD
 from .queue import Queue
+from .store.journal_runs import add_run
 
 # The most publishes one run takes: the frame scanner's batch is smaller anyway.
 MOST = 1 << 16
@@ -128,13 +130,23 @@ def publish_to_queues(broker, publisher, queues, message, run):
     order = broker.published + 1
     broker.published += taken
     if stored:
-        # each into the journal and then its queues, as Broker.publish stores one: what the
-        # run spares is each publish's parsing, gates and routing
-        result = 0
-        store = broker.store
-        for made in run.messages(arrived, order):
-            result |= store(made, queues)
-        return taken, end, result
+        made = run.messages(arrived, order)
+        if not add_run(broker.journal, made, queues):
+            # each into the journal and then its queues, as Broker.publish stores one: what the
+            # run spares is each publish's parsing, gates and routing
+            result = 0
+            store = broker.store
+            for one in made:
+                result |= store(one, queues)
+            return taken, end, result
+        # the journal has them all, as Broker.store would have each: now their queues
+        for queue in queues:
+            if queue.journalled and not takes_run(queue, message, taken, size, False):
+                for one in made:  # (its window fills part way: the rest to disk, as Broker.store)
+                    queue.publish(one, None)
+            else:
+                hand_or_enqueue(queue, made, 0, taken)
+        return taken, end, JOURNALLED
     for queue in queues:
         given = 0
         consumers = queue.consumers
@@ -157,12 +169,7 @@ def publish_to_queues(broker, publisher, queues, message, run):
                             held += messages[i].cost
                         flow.hold_many(given, held)
         if given < taken:
-            messages = run.messages(arrived, order)
-            if consumers and not queue.messages.length:
-                for i in range(given, taken):  # (one may be handed to a consumer: Queue.publish decides)
-                    queue.publish(messages[i], None)
-            else:
-                enqueue(queue, messages, given, taken)
+            hand_or_enqueue(queue, run.messages(arrived, order), given, taken)
     return taken, end, 0
 
 
@@ -176,6 +183,17 @@ def journalled(broker, queues, message):
         if queue.journalled:
             return True
     return False
+
+
+def hand_or_enqueue(queue, messages, first, end):
+    """messages[first:end] into queue as Queue.publish puts each there: one by one where a
+    consumer may be handed one (the queue holds none and has consumers: Queue.publish decides),
+    else behind what it holds, in one go."""
+    if queue.consumers and not queue.messages.length:
+        for i in range(first, end):
+            queue.publish(messages[i], None)
+    else:
+        enqueue(queue, messages, first, end)
 
 
 def enqueue(queue, messages, first, end):

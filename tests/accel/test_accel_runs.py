@@ -50,6 +50,7 @@ def publisher_setup(confirms):
         + (method(1, spec.CONFIRM_SELECT, "b", [False]) if confirms else b"")
         + b"".join(declare(name, arguments) for name, arguments in QUEUES)
         + declare(b"d", {}, durable=True)
+        + declare(b"d2", {}, durable=True)
         + method(1, spec.EXCHANGE_DECLARE, "hssbbbbbt", [0, b"both", b"fanout", False, False, False, False, False, {}])
         + method(1, spec.QUEUE_BIND, "hsssbt", [0, b"q", b"both", b"", False, {}])
         + method(1, spec.QUEUE_BIND, "hsssbt", [0, b"q2", b"both", b"", False, {}])
@@ -178,9 +179,9 @@ class Side:
     """A broker on its own data folder with a publisher and consumers, reading with the C
     scanner, with or without the run path."""
 
-    def __init__(self, folder, runs, limits, layout, prefetch, frame_max, confirms):
+    def __init__(self, folder, runs, limits, layout, prefetch, frame_max, confirms, segment_bytes=1 << 20):
         self.folder = folder
-        self.broker, self.writer = journaled_broker(folder, limits, runs)
+        self.broker, self.writer = journaled_broker(folder, limits, runs, segment_bytes)
         publisher = Connection(self.broker, {"address": "127.0.0.1", "port": 1})
         self.conns = [publisher]
         self.feed(publisher, publisher_setup(confirms))
@@ -268,13 +269,33 @@ def test_persistent_runs_into_a_queue_that_pages_write_what_one_by_one_writes(
     compare(pieces_, settles, "apart", prefetch, 131072, confirms, chunk, Limits(queue_window_messages=20))
 
 
-def compare(pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limits):
+@settings(max_examples=40)
+@given(
+    st.lists(
+        st.builds(
+            lambda key, bodies: b"".join(publish(b, key=key, properties={"delivery-mode": 2}) for b in bodies),
+            st.sampled_from([b"d", b"d2"]),
+            st.lists(st.builds(lambda n: b"z" * n, st.integers(0, 3000)), min_size=1, max_size=30),
+        ),
+        min_size=2,
+        max_size=10,
+    ),
+    st.sampled_from([50, 700, 5000, 1 << 20]),
+)
+def test_persistent_runs_across_segments_and_two_durable_queues_write_what_one_by_one_writes(pieces_, chunk):
+    """Segments of 8 KiB roll over inside runs, and runs into two durable queues take turns (a
+    queue's ids in a segment then skip, and its members become a bitmap): the journal's files
+    are those the one-by-one path writes."""
+    compare(pieces_, [b""], "apart", (7, False), 131072, True, chunk, Limits(), segment_bytes=8192)
+
+
+def compare(pieces_, settles, layout, prefetch, frame_max, confirms, chunk, limits, segment_bytes=1 << 20):
     """The same reads into a broker with the run path and one without (Side): the same bytes to
     every connection after each, and at the end the same state and the same journal."""
     top = tempfile.mkdtemp(prefix="hutch-runs-")
     try:
         sides = [
-            Side(os.path.join(top, name), runs, limits, layout, prefetch, frame_max, confirms)
+            Side(os.path.join(top, name), runs, limits, layout, prefetch, frame_max, confirms, segment_bytes)
             for name, runs in (("one", False), ("runs", True))
         ]
         data = b"".join(pieces_)

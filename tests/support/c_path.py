@@ -13,12 +13,13 @@ from hutch.ports.recovery import recover
 WALL = 1700000000  # the wall clock's seconds at the start
 
 
-def journaled_broker(folder, limits, runs):
-    """(broker, journal writer): a broker on folder, ticked to time 0."""
+def journaled_broker(folder, limits, runs, segment_bytes=1 << 20):
+    """(broker, journal writer): a broker on folder (its journal's segments of segment_bytes),
+    ticked to time 0."""
     broker = install(
         Broker(limits, log=lambda level, message, exc=None: None),
         batch.reader_factory(scanner.scan_frames, scanner.new_records, run_code if runs else None),
     )
-    writer = recover(folder, broker, 1 << 20, 1 << 30, broker.log)
+    writer = recover(folder, broker, segment_bytes, 1 << 30, broker.log)
     broker.tick(0, WALL)
     return broker, writer
