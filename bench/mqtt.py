@@ -7,6 +7,8 @@ started here on a free port, no persistence), side by side in one run.
     qos1        the same at QoS 1, the publisher keeping WINDOW PUBLISHes unacknowledged, the
                 subscriber acknowledging each delivery: hutch answers PUBACK once the message
                 is on disk (its subscription queue is durable), mosquitto once it has it in RAM
+    qos1-memory the qos1 row to a clean session's subscriber: its queue is in memory, so
+                neither broker keeps the messages on disk
     Each with the broker's user and system CPU per message over the row (its process's).
     And the rows with many connections of bench/mqtt_load.py: fan-in of 1,000 sensors (p99
     latency, broker CPU per message), fan-out to 100 subscribers, two QoS 1 publishers ahead
@@ -136,11 +138,12 @@ class Client:
         self.sock.close()
 
 
-def _subscriber(host, port, qos, count, done, ws_path):
+def _subscriber(host, port, qos, count, done, ws_path, clean):
     """Takes the row's messages; done["got"] and done["end"]: how many came, and when the last
     did. Ends when all came, or when the publisher is through and QUIET s pass with none (a
-    broker that dropped some: mosquitto past its max_queued_messages)."""
-    client = Client(host, port, b"bench-sub-%d" % qos, clean=False, ws_path=ws_path)
+    broker that dropped some: mosquitto past its max_queued_messages). clean: a clean session
+    (else a persistent one, whose queue is durable at hutch)."""
+    client = Client(host, port, b"bench-sub-%d" % qos, clean=clean, ws_path=ws_path)
     client.subscribe(b"bench/%d/#" % qos, qos)
     getattr(client.sock, "sock", client.sock).settimeout(QUIET)  # (a WebSocketStream's socket)
     done["ready"].set()
@@ -163,15 +166,17 @@ def _subscriber(host, port, qos, count, done, ws_path):
     client.close()
 
 
-def throughput(host, port, qos, count, subscribe_at=None, ws_path=None, dropped=None):
+def throughput(host, port, qos, count, subscribe_at=None, ws_path=None, dropped=None, clean=False):
     """Messages a second, one publisher to one subscriber at this QoS; subscribe_at: (host, port)
     of another broker the subscriber is on (the uplink row's upstream); ws_path: both over
     WebSocket, to that path. dropped: None, or a list a broker that may drop messages (the
     comparison's) has the count of those that did not come appended to; the figure is then
-    those that came a second. hutch dropping one is an error."""
+    those that came a second. hutch dropping one is an error. clean: the subscriber's session
+    is clean (its queue in memory), else persistent."""
     done = {"ready": threading.Event()}
     sub_host, sub_port = subscribe_at or (host, port)
-    sub = threading.Thread(target=_subscriber, args=(sub_host, sub_port, qos, count, done, ws_path), daemon=True)
+    args = (sub_host, sub_port, qos, count, done, ws_path, clean)
+    sub = threading.Thread(target=_subscriber, args=args, daemon=True)
     sub.start()
     if not done["ready"].wait(30):
         raise BenchError("the subscriber did not subscribe")
@@ -255,6 +260,9 @@ def rows(size):
         ("qos1-user", "... the broker's CPU per message: user", "µs"),
         ("qos1-system", "... the broker's CPU per message: system", "µs"),
         ("qos1-ws", "... the same over WebSocket (ws://)", "msg/s"),
+        ("qos1-memory", "... to a clean session (its queue in memory)", "msg/s"),
+        ("qos1-memory-user", "... the broker's CPU per message: user", "µs"),
+        ("qos1-memory-system", "... the broker's CPU per message: system", "µs"),
         ("fan-in-p99", "fan-in: %d sensors x %d msg/s, QoS 1: p99 latency" % (size["sensors"], RATE), "ms"),
         ("fan-in-cpu", "... broker CPU per message", "µs"),
         ("fan-in-user", "... of it user (the broker's own code)", "µs"),
@@ -321,6 +329,7 @@ def measure(host, port, pid, count, size, ws_port=None, lossy=False):
     n = max(1000, count // 4)
     with_cpu(figures, "qos1", pid, n, lambda: throughput(host, port, 1, n, dropped=dropped))
     figures["qos1-ws"] = throughput(host, ws_port, 1, n, ws_path="/mqtt") if ws_port else None
+    with_cpu(figures, "qos1-memory", pid, n, lambda: throughput(host, port, 1, n, dropped=dropped, clean=True))
     fanned = FANOUT * size["fanout"]
     with_cpu(figures, "fan-out", pid, fanned, lambda: mqtt_load.fan_out(host, port, FANOUT, size["fanout"]))
     figures["dropped"] = sum(dropped) if dropped else 0
