@@ -16,6 +16,8 @@ started here on a free port, no persistence), side by side in one run.
     qos1-ws     the qos1 row over WebSocket (ws://, subprotocol mqtt): hutch's --mqtt-ws-port
                 and (with --start-rabbitmq) RabbitMQ's rabbitmq_web_mqtt; mosquitto's Debian
                 build opens no websockets listener
+    floor       (a line under the table) the fan-in against bench/mqtt_floor.py, the least a
+                Python process does per reading: what any Python broker pays before its own work
     uplink      (with --start-mosquitto) a gateway's bridge to an MQTT cloud: the qos1 row's
                 publisher into the gateway, whose bridge forwards at QoS 1 to an upstream
                 mosquitto, where the subscriber is: hutch's bridge (an up bridge from amq.topic,
@@ -346,6 +348,25 @@ def with_cpu(figures, row, pid, messages, measured):
     figures[row + "-system"] = 1e6 * (after[1] - system) / messages
 
 
+def floor(size):
+    """(p99 in ms, user and system CPU per reading in µs) of the fan-in against bench/mqtt_floor.py,
+    started here on a free port and stopped by its PID."""
+    port = free_port()
+    lifetime = size["seconds"] + 120  # (it ends by itself, should the bench die first)
+    command = [sys.executable, "-m", "hutch.bench.mqtt_floor", str(port), str(lifetime)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            raise BenchError("bench/mqtt_floor.py did not start (exit code %s)" % proc.poll())
+        p99, _, _, (user, system) = mqtt_load.fan_in(
+            "127.0.0.1", port, proc.pid, size["sensors"], RATE, size["seconds"]
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    return p99, user, system
+
+
 def rabbitmq_figures(workdir, count):
     """The qos0, qos1 and qos1-ws rows of a RabbitMQ started here with its MQTT plugins
     (rabbitmq_web_mqtt's path: /ws)."""
@@ -405,6 +426,12 @@ def run(args):
         print(line)
     ws, tcp = results["hutch"]["qos1-ws"], results["hutch"]["qos1"]
     print("hutch's QoS 1 over WebSocket / over TCP: %.2f" % (ws / tcp))
+    p99, user, system = floor(size)
+    print(
+        "the same fan-in against the least a Python process does (bench/mqtt_floor.py: one epoll loop that "
+        "PUBACKs and forwards each reading, nothing kept): CPU per reading %.1f µs (user %.1f, system %.1f), "
+        "p99 %.1f ms" % (user + system, user, system, p99)
+    )
     for key in keys:
         if results[key].get("dropped"):
             print(

@@ -379,6 +379,10 @@ def test_mqtt_rows_against_hutch_mosquitto_and_rabbitmq(tmp_path):
         r"^QoS 1, 2 publishers > a 2,000 msg/s subscriber: PUBACKed delivered +% +100\.0 ", done.stdout, re.M
     ), done.stdout
     assert re.search(r"^\.\.\. all 500 still answering PINGREQ +yes=1 +1\.0 +1\.0", done.stdout, re.M), done.stdout
+    # the fan-in against bench/mqtt_floor.py, the least a Python process does per reading
+    floor = r"^the same fan-in against the least a Python process does .*: CPU per reading (\d+\.\d) µs \(user (\d+\.\d), system (\d+\.\d)\), p99 \d+\.\d ms$"
+    found = re.search(floor, done.stdout, re.M)
+    assert found and abs(float(found[1]) - float(found[2]) - float(found[3])) <= 0.2, done.stdout
 
 
 def test_start_mosquitto_is_an_option_of_mqtt():
