@@ -1,11 +1,11 @@
 """Journal.add_message for a whole run (core/runs.py): persistent messages alike but for their
-bodies (one route, one content header, one arrival), journalled for the same queues.
+bodies (one route, the same properties), journalled for the same queues.
 
 The records are those add_message makes for each message in turn, byte for byte, and so is the
 bookkeeping: ids in order, the segment's live and written counts, each queue's members. What a
-run spares is the work that is the same for every message: the record's middle (route, queue
-names, content header) is joined once, so each record is made from three parts instead of eight,
-and the counts move once for the run.
+run spares is the work that is the same for every message: the route and the queue names are
+joined once, so each record is made from five parts instead of seven or more, and the records
+go into the journal's chunk, and the counts move, once for the run.
 
 A run that would roll the segment over, or whose queue's members in this segment are not one
 range of ids that it continues, goes message by message (add_message): those cases are rare
