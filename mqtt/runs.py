@@ -242,6 +242,8 @@ class MqttRun:
         self.first = None
         self.taken = 0
         self.made = None  # the taken PUBLISHes as Messages, once asked for (messages())
+        self.tail = None  # (payload size, the content header tail of a payload that size): a
+        # sensor's readings are mostly one size, so the tail is made once, not once a message
 
     def names_sensor(self, i):
         """Whether the i-th PUBLISH's payload says who sent it (a sensor's JSON id fields, which
@@ -258,15 +260,12 @@ class MqttRun:
     def message(self, i):
         """The i-th PUBLISH as Publishing.send makes it (one that does not name its sensor)."""
         _pos, head, end, _id = self.spans[i]
-        payload = bytes(self.data[head:end])
-        return Message(
-            self.publishing.exchange,
-            self.key,
-            self.route,
-            header_tail(self.encoded, len(payload)),
-            body_tail(payload),
-            len(payload),
-        )
+        size = end - head
+        tail = self.tail
+        if tail is None or tail[0] != size:
+            tail = self.tail = (size, header_tail(self.encoded, size))
+        # (body_tail copies the payload out of the read once: CPython joins a memoryview)
+        return Message(self.publishing.exchange, self.key, self.route, tail[1], body_tail(self.data[head:end]), size)
 
     def take(self, most, max_body=-1):
         """(taken, where the packet after them starts, content bytes): how many of the PUBLISHes go
