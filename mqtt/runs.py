@@ -264,7 +264,7 @@ class MqttRun:
         tail = self.tail
         if tail is None or tail[0] != size:
             tail = self.tail = (size, header_tail(self.encoded, size))
-        # (body_tail copies the payload out of the read once: CPython joins a memoryview)
+        # (body_tail's join copies the payload out of the read: a memoryview's slice is not copied first)
         return Message(self.publishing.exchange, self.key, self.route, tail[1], body_tail(self.data[head:end]), size)
 
     def take(self, most, max_body=-1):
