@@ -70,38 +70,64 @@ class SegmentFiles:
         out.sort()
         return out
 
-    def append(self, segment, parts):
+    def append(self, segment, parts, tail):
+        """parts (then tail, unless None) written at the end of segment's file as one whole. If the
+        disk refuses any of it (full, failing), size and crc stay as they were, and the retry
+        (storage.py writes the same parts again) writes from there on, over whatever part of
+        this write reached the file: no record is in the file twice or torn in its middle."""
+        f = self.file
         if segment != self.file_segment:
-            self.file = open(self.path(segment), "ab")
+            f = self.file = open(self.path(segment), "ab")
             self.file_segment = segment
             self.new_file = True
             self.size = 0
             self.crc = 0
-        f = self.file
+        elif f is None:  # the last write failed (below): on from the end of the last whole one
+            f = self.file = open(self.path(segment), "r+b")
+            f.seek(self.size)
         if f not in self.unsynced:
             self.unsynced.append(f)
         crc = self.crc
-        if MICROPYTHON:
-            for part in parts:  # no join: one large buffer would fragment a board's heap
-                f.write(part)
-                crc = crc32(part, crc)
-                self.size += len(part)
-        else:
-            data = b"".join(parts)
-            f.write(data)
-            f.flush()  # to the operating system now: a killed process loses nothing
-            crc = crc32(data, crc)
-            self.size += len(data)
+        n = 0
+        try:
+            if MICROPYTHON:
+                for part in parts:  # no join: one large buffer would fragment a board's heap
+                    f.write(part)
+                    crc = crc32(part, crc)
+                    n += len(part)
+                if tail is not None:
+                    f.write(tail)
+                    crc = crc32(tail, crc)
+                    n += len(tail)
+            else:
+                data = b"".join(parts)
+                if tail is not None:
+                    data += tail
+                f.write(data)
+                f.flush()  # to the operating system now: a killed process loses nothing
+                crc = crc32(data, crc)
+                n = len(data)
+        except OSError:
+            # The file object goes: in append mode the retry would follow this write's torn
+            # bytes, and CPython's buffered file still holds what it could not write (closing
+            # it writes that or drops it: either way the retry writes over it). The file's
+            # data is synced through the object the retry opens.
+            self.file = None
+            self.unsynced.remove(f)
+            try:
+                f.close()
+            except OSError:
+                pass
+            raise
+        self.size += n
         self.crc = crc
 
     def append_summary(self, segment, parts):
-        """A segment's summary records, then the trailer that seals it."""
+        """A segment's summary records, then the trailer that seals it: one write, so that a
+        retry after a failed one writes them once."""
         if segment != self.file_segment:
-            self.append(segment, ())
-        start = self.size
-        data_crc = self.crc & 0xFFFFFFFF
-        self.append(segment, parts)
-        self.append(segment, (seal_trailer(start, data_crc),))
+            self.append(segment, (), None)
+        self.append(segment, parts, seal_trailer(self.size, self.crc & 0xFFFFFFFF))
 
     def read(self, segment, position, size):
         """Bytes of a segment from position (fewer at its end): page-ins read their runs so."""

@@ -123,7 +123,7 @@ class JournalWriter:
                 elif len(chunk) > 2:
                     self.files.append_summary(segment, chunk[1])
                 else:
-                    self.files.append(segment, chunk[1])
+                    self.files.append(segment, chunk[1], None)
                 self._written_chunks = i + 1
             for segment in deletions:
                 self.files.remove(segment)

@@ -135,7 +135,7 @@ def _killed_at_a_roll(folder):
     chunks = node.writer.journal.take()[0]
     first = chunks[0][0]
     assert [target for target, *_ in chunks][:3] == [first, first, first + 1], chunks
-    node.writer.files.append(first, chunks[0][1])  # killed there: the old segment's summary unwritten
+    node.writer.files.append(first, chunks[0][1], None)  # killed there: the old segment's summary unwritten
     after = Node(folder, segment_bytes=2048)
     c = after.client()
     got = [body for body, _ in _bodies(c, b"dq")]

@@ -1,0 +1,202 @@
+"""A full disk, as a gateway's SD card fills: the data folder on a small tmpfs of its own, and
+publishers writing more than it holds. The broker says so, blocks the publishers and confirms
+nothing it could not write; once the disk has room again (the tmpfs grown, as a user frees
+space) they go on. After a SIGKILL every confirmed and PUBACKed message is there once, in
+order: the write the disk refused is written again in its place, and the segment it was in is
+sealed and read back whole (small segments: the failed write lands in a segment that rolls
+over later). On CPython with AMQP publishers to a queue and to a stream and an MQTT QoS 1
+publisher at once; on MicroPython (whose files write a record's parts one by one) with one
+AMQP publisher."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pika
+import pytest
+from brokers import BIN, RunningBroker, blocked_notices, free_port, sigkill, wait_until
+from micropython_env import micropython, serve_env
+from mqtt_brokers import MqttBroker, Paho, restart
+
+BODY = b"x" * 1000
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+REFUSED = "journal: cannot write: "  # the one error each broker logs: the refused write
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size): the broker's data folder (tmp_path/data, where RunningBroker puts it) on a
+    tmpfs of that size; unmounted after the test."""
+    data = tmp_path / "data"
+    data.mkdir()
+    mounted = []
+
+    def mount(size):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(data)], check=True)
+        mounted.append(data)
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.timeout(180)
+def test_a_full_disk_blocks_publishers_confirms_nothing_unwritten_and_loses_nothing(tmp_path, small_disk):
+    small_disk("2560k")  # full after about 2,300 messages
+    config = tmp_path / "hutch.toml"
+    config.write_text("[server]\nsegment_bytes = 1048576\n")
+    mqtt_port = free_port()
+    command = [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--mqtt-port", str(mqtt_port)]
+    running = RunningBroker(command, tmp_path).start()
+    broker = MqttBroker("hutch", mqtt_port, running=running)
+    wait_until(lambda: "listening for MQTT on 127.0.0.1:%d" % mqtt_port in running.log(), 30, what=running.log)
+    try:
+        collector = Paho(broker, "collector", clean=False).connect()
+        collector.subscribe("disk/#", 1)
+        collector.stop()  # its session's queue is durable: what it was sent waits on disk
+
+        amqp = Publisher(running.port, 3000)
+        stream = Publisher(running.port, 1000, "stream", {"x-queue-type": "stream"})
+        mqtt = Paho(broker, "publisher").connect()
+        sent = [mqtt.client.publish("disk/readings", b"%06d" % i + BODY, 1) for i in range(1000)]
+        _held_back_then_let_go(
+            running, lambda: (len(amqp.confirmed), len(stream.confirmed), sum(info.is_published() for info in sent))
+        )
+        amqp.finished()
+        stream.finished()
+        wait_until(lambda: all(info.is_published() for info in sent), 60, what="every PUBACK")
+        mqtt.stop()
+
+        sigkill(running)
+        restart(broker)
+        assert _amqp_queue(running.port) == list(range(3000))
+        assert _stream(running.port, 1000) == list(range(1000))
+        collector = Paho(broker, "collector", clean=False).connect()
+        assert collector.flags.session_present
+        got = [int(payload[:6]) for _, payload, _, _, _ in collector.take(1000, timeout=30)]
+        collector.stop()
+        assert got == list(range(1000))
+    finally:
+        code = running.stop()
+    # (the restart's replay would say so had it found a segment damaged or a message lost)
+    assert [line for line in running.errors() if REFUSED not in line] == []
+    assert code == 0
+
+
+@pytest.mark.timeout(180)
+def test_a_full_disk_on_micropython_loses_nothing(tmp_path, small_disk):
+    small_disk("256k")  # full after about 240 messages
+    config = tmp_path / "hutch.json"  # (MicroPython reads no TOML)
+    config.write_text(json.dumps({"server": {"segment_bytes": 65536}}))
+    command = [micropython(), "-m", "hutch.server.serve", "--config", str(config)]
+    running = RunningBroker(command, tmp_path, env=serve_env(tmp_path)).start()
+    try:
+        amqp = Publisher(running.port, 600)
+        _held_back_then_let_go(running, lambda: len(amqp.confirmed))
+        amqp.finished()
+        sigkill(running)
+        running.start()
+        assert _amqp_queue(running.port) == list(range(600))
+    finally:
+        if running.proc.poll() is None:
+            running.proc.send_signal(signal.SIGINT)  # (MicroPython has no signal module: Ctrl-C)
+            running.proc.wait(15)
+        running.stop()
+    assert [line for line in running.errors() if REFUSED not in line] == []
+
+
+def _held_back_then_let_go(running, counts):
+    """The disk fills: the broker logs it and blocks the publishers, and what they have had
+    confirmed (counts()) stops moving; then the disk grows, and the broker writes again."""
+    wait_until(lambda: REFUSED in running.log(), 60, what="the journal's write refused")
+    assert "publishers blocked" in running.log()
+    last = [None]
+
+    def still():
+        now = counts()
+        same = now == last[0]
+        last[0] = now
+        return now if same else None
+
+    stalled = wait_until(still, 30, interval=1.0, what="the publishers held back")
+    time.sleep(1)  # nothing more is confirmed while the disk stays full
+    assert counts() == stalled
+    subprocess.run(["mount", "-o", "remount,size=64m", running.data], check=True)
+    wait_until(lambda: "journal: writing again" in running.log(), 30, what=running.log)
+
+
+class Publisher:
+    """Persistent messages with confirms to a durable queue, one at a time (BlockingConnection
+    waits for each confirm), in a thread: confirmed gets each number confirmed. A publisher in
+    confirm mode is told no (basic.nack) while publishers are blocked: it sends that message
+    again until it is confirmed."""
+
+    def __init__(self, port, count, queue="readings", arguments=None):
+        self.port = port
+        self.count = count
+        self.queue = queue
+        self.arguments = arguments
+        self.confirmed = []
+        self.nacked = 0
+        self.notices = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        params = pika.ConnectionParameters("127.0.0.1", self.port, blocked_connection_timeout=None)
+        connection = pika.BlockingConnection(params)
+        self.notices = blocked_notices(connection)
+        channel = connection.channel()
+        channel.queue_declare(self.queue, durable=True, arguments=self.arguments)
+        channel.confirm_delivery()
+        for i in range(self.count):
+            while True:
+                try:
+                    channel.basic_publish("", self.queue, b"%06d" % i + BODY, PERSISTENT)
+                    break
+                except pika.exceptions.NackError:  # (a publish that came while publishers were blocked)
+                    self.nacked += 1
+                    connection.sleep(0.1)  # then sent again, as an application does
+            self.confirmed.append(i)
+            connection.process_data_events(time_limit=0)  # (hands over the notices that came)
+        connection.close()
+
+    def finished(self):
+        """Every message confirmed, the connection told it was blocked and then unblocked (pika
+        hands the notices over after the confirm it was waiting for)."""
+        self.thread.join(60)
+        assert len(self.confirmed) == self.count
+        assert self.notices == ["blocked", "unblocked"]
+
+
+def _stream(port, count):
+    """The stream's first count messages' numbers, read from its first offset."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=500)
+    got = []
+    for method, _, body in channel.consume("stream", arguments={"x-stream-offset": "first"}, inactivity_timeout=10):
+        if method is None:
+            break
+        got.append(int(body[:6]))
+        channel.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            break
+    connection.close()
+    return got
+
+
+def _amqp_queue(port):
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    channel = connection.channel()
+    got = []
+    while True:
+        method, _, body = channel.basic_get("readings", auto_ack=True)
+        if method is None:
+            break
+        got.append(int(body[:6]))
+    connection.close()
+    return got
