@@ -71,8 +71,9 @@ class PollNumbers:
 
     def take(self):
         if self.next >= self.reserved:
-            self.reserved = self.next + BLOCK
-            self.save(self.reserved)
+            reserved = self.next + BLOCK
+            self.save(reserved)  # (raises if the disk refuses: no number is given unsaved)
+            self.reserved = reserved
         number = self.next
         self.next += 1
         return number

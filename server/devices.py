@@ -86,7 +86,7 @@ class Devices:
         self.devices = []  # (the list core/snapshot.py shows: hutch ctl devices, /metrics)
         self.tasks = {}  # device name -> its polling task
         self.commands = None  # server/device_commands.py Commands, with a writable register
-        self.short = set()  # the devices whose last poll found no heap (a board's)
+        self.troubled = set()  # the devices whose last poll the broker could not take (said once)
         make_dir("%s/devices" % folder)
         runtime.broker.devices = self.devices
 
@@ -183,21 +183,27 @@ class Devices:
             await sleep_ms(max(0, due - now_ms()))
             try:
                 await self._poll(device, now_ms)
-                self.short.discard(device.name)
+                self.troubled.discard(device.name)
             except asyncio.CancelledError:
                 raise
             except MemoryError:  # a board's heap full: said once, until a poll fits again
-                if device.name not in self.short:
-                    self.short.add(device.name)
-                    self.log(
-                        "warning", "device %s: no heap left for its poll: polled again at its next turn" % device.name
-                    )
+                self._troubled(device, "no heap left for its poll")
+            except OSError as e:  # its poll numbers' file not written (a full disk): no number given
+                self._troubled(
+                    device, "cannot write %s (%s): its poll not taken" % (numbers_path(self.folder, device.name), e)
+                )
             except Exception as e:  # a bug: it costs this poll, never the device's polling or the broker
                 self.log("error", "device %s: internal error: %r" % (device.name, e), e)
             if device.state == "down":
                 due = now_ms() + int(device.delay() * 1000)
             else:  # on time: a late poll does not make the next ones late
                 due = max(due + int(device.delay() * 1000), now_ms())
+
+    def _troubled(self, device, why):
+        """A poll the broker could not take: said once, until one is taken again."""
+        if device.name not in self.troubled:
+            self.troubled.add(device.name)
+            self.log("warning", "device %s: %s: polled again at its next turn" % (device.name, why))
 
     async def _poll(self, device, now_ms):
         started = now_ms()

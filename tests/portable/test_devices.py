@@ -88,6 +88,28 @@ def test_poll_numbers_are_reserved_in_blocks_and_a_restart_begins_past_them():
     assert again.take() == 1 + 2 * BLOCK  # past everything the first run gave
 
 
+def test_a_poll_number_is_never_given_before_its_block_is_saved():
+    saved = []
+    refusing = [True]
+
+    def save(number):
+        if refusing[0]:
+            raise OSError(28, "No space left on device")
+        saved.append(number)
+
+    numbers = PollNumbers(1, save)
+    for _ in range(2):  # each poll while the disk is full: refused, no number given
+        try:
+            numbers.take()
+            raise AssertionError("a poll number given with its block unsaved")
+        except OSError:
+            pass
+    refusing[0] = False
+    assert numbers.take() == 1 and saved == [1 + BLOCK]
+    again = PollNumbers(saved[-1], saved.append)  # a restart
+    assert again.take() == 1 + BLOCK
+
+
 def settings(**more):
     one = {
         "name": "probe-1",

@@ -6,7 +6,9 @@ order: the write the disk refused is written again in its place, and the segment
 sealed and read back whole (small segments: the failed write lands in a segment that rolls
 over later). On CPython with AMQP publishers to a queue and to a stream and an MQTT QoS 1
 publisher at once; on MicroPython (whose files write a record's parts one by one) with one
-AMQP publisher."""
+AMQP publisher. A Modbus device whose poll numbers cannot be saved on the full disk is said
+once (no poll is numbered unsaved, so a restart never numbers one twice) and polled on once
+there is room."""
 
 import json
 import os
@@ -17,8 +19,9 @@ import time
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, blocked_notices, free_port, sigkill, wait_until
+from brokers import BIN, RunningBroker, blocked_notices, free_port, hutch_serve, sigkill, stop_all, wait_until
 from micropython_env import micropython, serve_env
+from modbus_support import ModbusDevices, bound_queue, check_polls, device_table, drain, polls_by_device
 from mqtt_brokers import MqttBroker, Paho, restart
 
 BODY = b"x" * 1000
@@ -106,6 +109,43 @@ def test_a_full_disk_on_micropython_loses_nothing(tmp_path, small_disk):
             running.proc.wait(15)
         running.stop()
     assert [line for line in running.errors() if REFUSED not in line] == []
+
+
+@pytest.mark.timeout(120)
+def test_a_device_polled_onto_a_full_disk_says_so_once_and_goes_on_once_there_is_room(tmp_path, small_disk):
+    small_disk("1m")
+    port = free_port()
+    broker = hutch_serve(tmp_path, device_table("probe-1", "modbus+tcp://127.0.0.1:%d" % port, 1, 0.1))
+    broker.start()
+    bound_queue(broker)  # (nothing answers yet: its polls fail, none is numbered)
+    filler = _fill(broker.data)
+    devices = ModbusDevices(port, [1])
+    try:
+        said = "device probe-1: cannot write "  # its poll numbers' file: no number is given unsaved
+        wait_until(lambda: said in broker.log(), 30, what=broker.log)
+        time.sleep(1)  # ten polls more on the full disk: said once
+        assert broker.log().count(said) == 1 and "internal error" not in broker.log()
+        os.remove(filler)
+        wait_until(lambda: "device probe-1: back up" in broker.log(), 10, what=broker.log)
+        time.sleep(1)
+        broker.stop()
+        polls, _ = polls_by_device(drain(broker.start()))
+    finally:
+        stop_all(broker, devices)
+    check_polls(polls)
+    assert len(polls["probe-1"]) >= 5, polls
+
+
+def _fill(folder):
+    """A file that takes what the disk has left: its path."""
+    path = os.path.join(folder, "filler")
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(65536))
+        except OSError:
+            pass  # full
+    return path
 
 
 def _held_back_then_let_go(running, counts):
