@@ -8,7 +8,9 @@ A profile is a small module (boards/esp32.py, ...) with:
     STORAGE   {"path": data folder, "max_bytes": what the journal may use (publishers are
               blocked near it), "segment_bytes": the size of one journal segment file, and
               optionally "max_segment_bytes": the largest it grows to when a config raises
-              the journal's budget (default 8 MiB; server/options.py)}
+              the journal's budget (default 8 MiB; server/options.py) and
+              "disk_free_limit": publishers are blocked while less is free on the data
+              folder's disk (ports/disk_free.py; a host's profile, none on a board)}
     SERIAL    UARTs wired for AMQP links: [{"uart": id, "tx": pin, "rx": pin, "baudrate": n}]
 
 `hutch serve --board NAME` (or "board" in the config's [server] section) picks

@@ -18,5 +18,10 @@ LIMITS = {
     "output_high_water": 256 * 1024,
 }
 READ_SIZE = 65536
-STORAGE = {"path": "hutch-data", "max_bytes": 4 * 1024 * 1024 * 1024, "segment_bytes": 8 * 1024 * 1024}
+STORAGE = {
+    "path": "hutch-data",
+    "max_bytes": 4 * 1024 * 1024 * 1024,
+    "segment_bytes": 8 * 1024 * 1024,
+    "disk_free_limit": 50 * 1000 * 1000,
+}
 SERIAL = [{"device": "/dev/serial0", "baudrate": 115200}]

@@ -13,6 +13,7 @@ package(
     files=(
         "__init__.py",
         "clock.py",
+        "disk_free.py",
         "files.py",
         "heap.py",
         "http.py",

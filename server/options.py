@@ -115,11 +115,13 @@ def settings(args):
     storage = profile.STORAGE
     journal_max_bytes = _checked(args, server, path, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _checked(args, server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
+    disk_free_limit = _checked(args, server, path, "disk_free_limit", storage.get("disk_free_limit"))
     return {
         "listeners": listeners,
         "data": folder or storage["path"],
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
+        "disk_free_limit": disk_free_limit,
         "log_level": level,
         "log_file": _log_file(_checked(args, server, path, "log_file"), args, path),
         "board": board,

@@ -79,6 +79,11 @@ KEYS = (
     ("server", "journal_max_bytes", "bytes", None, None, None,
      "The journal's and the streams' disk budget. From 90 % of it publishers are blocked until "
      "acks bring it under 75 %. Default: the board profile's."),
+    ("server", "disk_free_limit", "bytes", None, None, None,
+     "Publishers are blocked while less than this is free on the data folder's disk, so that "
+     "acks, a bridge's confirms and segment deletions still have room to be written; cleared "
+     "once a tenth more is free. Default: 50000000 (50 MB, as RabbitMQ) on a host's profile; "
+     "none on a board's, whose `journal_max_bytes` fits its flash."),
     ("server", "segment_bytes", "bytes", None, None, None,
      "The size of one journal segment file. Default: the profile's, grown in proportion when "
      "`journal_max_bytes` is raised above the profile's, up to the profile's largest (below: 16 "

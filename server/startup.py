@@ -191,6 +191,12 @@ async def start(opts, log, stop_event):
         reload_on_hangup(runtime)
     journal.start()
     runtime.journal = journal
+    if opts["disk_free_limit"]:  # (a host's profile: its data folder's disk is watched)
+        import asyncio
+
+        from ..ports.disk_free import watch
+
+        asyncio.create_task(watch(opts["data"], opts["disk_free_limit"], broker.flow, stop_event, log))
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
 

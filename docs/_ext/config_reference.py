@@ -263,6 +263,8 @@ def table_profiles():
     lines.append(row("`segment_bytes`", *[size(p.STORAGE["segment_bytes"]) for p in profiles]))
     largest = [size(p.STORAGE.get("max_segment_bytes", options.MAX_SCALED_SEGMENT)) for p in profiles]
     lines.append(row("`segment_bytes` grows to, at most", *largest))
+    free = [size(p.STORAGE["disk_free_limit"]) if p.STORAGE.get("disk_free_limit") else "none" for p in profiles]
+    lines.append(row("`disk_free_limit`", *free))
     lines.append(row("`data`", *['`"%s"`' % p.STORAGE["path"] for p in profiles]))
     lines.append(row("read buffer", *[size(p.READ_SIZE) for p in profiles]))
     lines.append(row("heap sized for", *[size(p.HEAP) if p.HEAP else "the machine's" for p in profiles]))

@@ -27,6 +27,9 @@ from mqtt_brokers import MqttBroker, Paho, restart
 BODY = b"x" * 1000
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 REFUSED = "journal: cannot write: "  # the one error each broker logs: the refused write
+# disk_free_limit at its least: the disk fills before the broker would block its publishers
+# for it, as when another program fills the disk
+LEAST_LIMIT = 4096
 
 
 @pytest.fixture
@@ -50,7 +53,7 @@ def small_disk(tmp_path):
 def test_a_full_disk_blocks_publishers_confirms_nothing_unwritten_and_loses_nothing(tmp_path, small_disk):
     small_disk("2560k")  # full after about 2,300 messages
     config = tmp_path / "hutch.toml"
-    config.write_text("[server]\nsegment_bytes = 1048576\n")
+    config.write_text("[server]\nsegment_bytes = 1048576\ndisk_free_limit = %d\n" % LEAST_LIMIT)
     mqtt_port = free_port()
     command = [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--mqtt-port", str(mqtt_port)]
     running = RunningBroker(command, tmp_path).start()
@@ -93,7 +96,7 @@ def test_a_full_disk_blocks_publishers_confirms_nothing_unwritten_and_loses_noth
 def test_a_full_disk_on_micropython_loses_nothing(tmp_path, small_disk):
     small_disk("256k")  # full after about 240 messages
     config = tmp_path / "hutch.json"  # (MicroPython reads no TOML)
-    config.write_text(json.dumps({"server": {"segment_bytes": 65536}}))
+    config.write_text(json.dumps({"server": {"segment_bytes": 65536, "disk_free_limit": LEAST_LIMIT}}))
     command = [micropython(), "-m", "hutch.server.serve", "--config", str(config)]
     running = RunningBroker(command, tmp_path, env=serve_env(tmp_path)).start()
     try:
@@ -115,7 +118,10 @@ def test_a_full_disk_on_micropython_loses_nothing(tmp_path, small_disk):
 def test_a_device_polled_onto_a_full_disk_says_so_once_and_goes_on_once_there_is_room(tmp_path, small_disk):
     small_disk("1m")
     port = free_port()
-    broker = hutch_serve(tmp_path, device_table("probe-1", "modbus+tcp://127.0.0.1:%d" % port, 1, 0.1))
+    table = "[server]\ndisk_free_limit = %d\n" % LEAST_LIMIT + device_table(
+        "probe-1", "modbus+tcp://127.0.0.1:%d" % port, 1, 0.1
+    )
+    broker = hutch_serve(tmp_path, table)
     broker.start()
     bound_queue(broker)  # (nothing answers yet: its polls fail, none is numbered)
     filler = _fill(broker.data)
@@ -134,6 +140,48 @@ def test_a_device_polled_onto_a_full_disk_says_so_once_and_goes_on_once_there_is
         stop_all(broker, devices)
     check_polls(polls)
     assert len(polls["probe-1"]) >= 5, polls
+
+
+@pytest.mark.timeout(180)
+def test_a_gateway_whose_backlog_fills_its_disk_in_an_outage_sends_it_all_once_the_upstream_is_back(
+    tmp_path, small_disk
+):
+    small_disk("3m")  # 5,000 readings of 1 KB do not fit
+    upstream = hutch_serve(tmp_path / "upstream")
+    (tmp_path / "upstream").mkdir()
+    upstream.start()
+    _declare(upstream.port, "readings")  # (durable: there again when the upstream comes back)
+    upstream.stop()
+    bridge = (
+        '[[bridge]]\nname = "uplink"\nuri = "amqp://guest:guest@127.0.0.1:%d/"\nqueue = "readings"\n' % upstream.port
+    )
+    edge = hutch_serve(tmp_path, "[server]\nsegment_bytes = 262144\ndisk_free_limit = 1048576\n" + bridge)
+    edge.start()
+    try:
+        sensors = Publisher(edge.port, 5000)
+        wait_until(lambda: "publishers blocked: low on disk: " in edge.log(), 60, what=edge.log)
+        assert len(sensors.confirmed) < 5000
+        upstream.start()
+        sensors.finished()
+        wait_until(lambda: _count(upstream.port, "readings") == 5000, 60, what="the backlog upstream")
+        wait_until(lambda: "publishers unblocked" in edge.log(), 30, what=edge.log)
+        assert _amqp_queue(upstream.port) == list(range(5000))
+    finally:
+        stop_all(edge, upstream)
+    assert edge.errors() == [] and upstream.errors() == []
+
+
+def _declare(port, queue):
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    connection.channel().queue_declare(queue, durable=True)
+    connection.close()
+
+
+def _count(port, queue):
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    count = connection.channel().queue_declare(queue, durable=True, passive=True).method.message_count
+    connection.close()
+    return count
 
 
 def _fill(folder):

@@ -1,0 +1,53 @@
+"""The data folder's disk, watched: publishers are blocked while less than `disk_free_limit`
+is free there (RabbitMQ's disk_free_limit; 50 MB by default on a host's profile), so that
+the journal keeps room for what frees disk: consumers' acks, a bridge's confirms from
+upstream, deleting and compacting segments. Without it a gateway whose backlog fills its SD
+card during an outage can write nothing more, not even the acks that would empty it.
+
+The "disk free" alarm (core/flow.py) is raised below the limit and cleared once a tenth more
+than the limit is free. The disk is looked at every second, and every 100 ms while less than
+four times the limit is free (a fast publisher writes megabytes in a second).
+
+Started by server/startup.py when the limit is set; a board's profile sets none (its
+journal_max_bytes keeps the journal within its flash), so a board does not load this module.
+"""
+
+import os
+
+from .clock import sleep_ms
+
+ALARM = "disk free"
+
+
+def free_bytes(folder):
+    """Bytes an unprivileged writer may still use on folder's filesystem."""
+    found = os.statvfs(folder)
+    return found[1] * found[4]  # f_frsize * f_bavail (the same places on CPython and MicroPython)
+
+
+def check(flow, free, limit):
+    """Raise or clear the alarm for free bytes against limit."""
+    if ALARM not in flow.alarms:
+        if free < limit:
+            flow.set_alarm(
+                ALARM, "low on disk: %d bytes free for the data folder, under disk_free_limit (%d)" % (free, limit)
+            )
+    elif free * 10 >= limit * 11:
+        flow.set_alarm(ALARM, None, "%d bytes free for the data folder again" % free)
+
+
+async def watch(folder, limit, flow, stop, log):
+    """Until stop (an asyncio.Event) is set."""
+    said = False
+    while not stop.is_set():
+        try:
+            free = free_bytes(folder)
+        except OSError as e:  # (the folder gone from under the broker: the journal says more)
+            if not said:
+                said = True
+                log("warning", "cannot see the free space of %s: %s" % (folder, e))
+            await sleep_ms(1000)
+            continue
+        said = False
+        check(flow, free, limit)
+        await sleep_ms(100 if free < 4 * limit else 1000)
