@@ -36,18 +36,40 @@ def check(flow, free, limit):
         flow.set_alarm(ALARM, None, "%d bytes free for the data folder again" % free)
 
 
-async def watch(folder, limit, flow, stop, log):
-    """Until stop (an asyncio.Event) is set."""
-    said = False
-    while not stop.is_set():
-        try:
-            free = free_bytes(folder)
-        except OSError as e:  # (the folder gone from under the broker: the journal says more)
-            if not said:
-                said = True
-                log("warning", "cannot see the free space of %s: %s" % (folder, e))
-            await sleep_ms(1000)
-            continue
+class DiskWatch:
+    """The watch of one data folder: free, the bytes last seen free (None before the first
+    look), for /metrics (server/monitoring.py)."""
+
+    def __init__(self, folder, limit, flow, log):
+        self.folder = folder
+        self.limit = limit
+        self.flow = flow
+        self.log = log
+        self.free = None
+
+    def figures(self):
+        """The /metrics figures of the watch (server/monitoring.py process_figures)."""
+        if self.free is None:
+            return {}
+        return {
+            "disk_free_bytes": self.free,
+            "disk_free_limit_bytes": self.limit,
+            "disk_free_alarm": int(ALARM in self.flow.alarms),
+        }
+
+    async def run(self, stop):
+        """Until stop (an asyncio.Event) is set."""
         said = False
-        check(flow, free, limit)
-        await sleep_ms(100 if free < 4 * limit else 1000)
+        while not stop.is_set():
+            try:
+                free = free_bytes(self.folder)
+            except OSError as e:  # (the folder gone from under the broker: the journal says more)
+                if not said:
+                    said = True
+                    self.log("warning", "cannot see the free space of %s: %s" % (self.folder, e))
+                await sleep_ms(1000)
+                continue
+            said = False
+            self.free = free
+            check(self.flow, free, self.limit)
+            await sleep_ms(100 if free < 4 * self.limit else 1000)

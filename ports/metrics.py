@@ -297,7 +297,12 @@ PROCESS = (
     ("rabbitmq_process_open_fds", "Open file descriptors", "open_fds"),
     ("hutch_heap_free_bytes", "Free heap (MicroPython)", "heap_free_bytes"),
     ("hutch_heap_used_bytes", "Heap in use (MicroPython)", "heap_used_bytes"),
-)
+    ("rabbitmq_disk_space_available_bytes", "Disk space free for the data folder", "disk_free_bytes"),
+    ("rabbitmq_disk_space_available_limit_bytes", "disk_free_limit: publishers are blocked below it",
+     "disk_free_limit_bytes"),
+    ("rabbitmq_alarms_free_disk_space_watermark", "1 while publishers are blocked for low disk space",
+     "disk_free_alarm"),
+)  # fmt: skip
 
 
 def _process(out, process):

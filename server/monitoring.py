@@ -30,9 +30,10 @@ CHALLENGE = ('WWW-Authenticate: Basic realm="hutch"',)
 
 
 class Monitoring:
-    def __init__(self, broker, auth_required):
+    def __init__(self, broker, auth_required, runtime=None):
         self.broker = broker
         self.auth_required = auth_required
+        self.runtime = runtime  # (its disk watch's figures, if it has one)
         self.started = time.time()  # (the port opens as the broker starts: its uptime from here)
 
     def handle(self, path, headers):
@@ -49,11 +50,16 @@ class Monitoring:
         # (each connection's record for the page's table; /metrics counts them only)
         snap = broker_snapshot.snapshot(self.broker, each_connection=path == "/api/overview")
         if path == "/metrics" or path == "/metrics/per-object":
-            body = metrics.render(snap, process_figures(), per_object=path.endswith("per-object"))
+            body = metrics.render(snap, process_figures(self.runtime), per_object=path.endswith("per-object"))
             return 200, TEXT, body.encode(), ()
         if path == "/api/overview":
             # at_ms: the broker's clock, so a reader's rates are per second of the broker's time
-            overview = {"broker": snap, "process": process_figures(), "node": self.node(), "at_ms": self.broker.now}
+            overview = {
+                "broker": snap,
+                "process": process_figures(self.runtime),
+                "node": self.node(),
+                "at_ms": self.broker.now,
+            }
             return 200, JSON, json.dumps(overview).encode(), ()
         return 404, "text/plain; charset=utf-8", b"not found\n", ()
 
@@ -83,16 +89,19 @@ class Monitoring:
         return None
 
 
-def process_figures():
+def process_figures(runtime=None):
     """What the snapshot cannot know: the process's memory and descriptors (Linux), or a board's
-    heap (MicroPython)."""
+    heap (MicroPython); and the data folder's free disk, where it is watched (ports/disk_free.py)."""
+    disk = getattr(runtime, "disk_free", None)
+    figures = {} if disk is None else disk.figures()
     if sys.implementation.name == "micropython":
         import gc
 
-        return {"heap_free_bytes": gc.mem_free(), "heap_used_bytes": gc.mem_alloc()}
+        figures["heap_free_bytes"] = gc.mem_free()
+        figures["heap_used_bytes"] = gc.mem_alloc()
+        return figures
     import os
 
-    figures = {}
     try:
         with open("/proc/self/statm") as f:
             figures["resident_memory_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -115,7 +124,7 @@ def users_configured(users):
 async def start(runtime, bind, port):
     """The metrics port (server/options.py checked bind and port): a listener among the others
     (ports/http.py), stopped with them. StartError (exit 1) if its port cannot be had."""
-    handle = Monitoring(runtime.broker, users_configured(runtime.broker.users)).handle
+    handle = Monitoring(runtime.broker, users_configured(runtime.broker.users), runtime).handle
     listener = HttpListener(runtime, handle, bind, port)
     try:
         await listener.start()

@@ -34,6 +34,7 @@ class Runtime:
     journal: "Any"
     status: "Any"
     devices: "Any"  # (CPython, with [[device]]s) server/devices.py's Devices
+    disk_free: "Any"  # (with a disk_free_limit) ports/disk_free.py's DiskWatch
 
     def __init__(self, broker, log, stats_interval_ms=0, stop_event=None):
         self.broker = broker

@@ -194,9 +194,10 @@ async def start(opts, log, stop_event):
     if opts["disk_free_limit"]:  # (a host's profile: its data folder's disk is watched)
         import asyncio
 
-        from ..ports.disk_free import watch
+        from ..ports.disk_free import DiskWatch
 
-        asyncio.create_task(watch(opts["data"], opts["disk_free_limit"], broker.flow, stop_event, log))
+        runtime.disk_free = DiskWatch(opts["data"], opts["disk_free_limit"], broker.flow, log)
+        asyncio.create_task(runtime.disk_free.run(stop_event))
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
 

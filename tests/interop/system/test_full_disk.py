@@ -23,6 +23,7 @@ from brokers import BIN, RunningBroker, blocked_notices, free_port, hutch_serve,
 from micropython_env import micropython, serve_env
 from modbus_support import ModbusDevices, bound_queue, check_polls, device_table, drain, polls_by_device
 from mqtt_brokers import MqttBroker, Paho, restart
+from scrapes import get, series
 
 BODY = b"x" * 1000
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -155,20 +156,34 @@ def test_a_gateway_whose_backlog_fills_its_disk_in_an_outage_sends_it_all_once_t
     bridge = (
         '[[bridge]]\nname = "uplink"\nuri = "amqp://guest:guest@127.0.0.1:%d/"\nqueue = "readings"\n' % upstream.port
     )
-    edge = hutch_serve(tmp_path, "[server]\nsegment_bytes = 262144\ndisk_free_limit = 1048576\n" + bridge)
+    metrics = free_port()
+    config = "[server]\nsegment_bytes = 262144\ndisk_free_limit = 1048576\n[metrics]\nport = %d\n" % metrics
+    edge = hutch_serve(tmp_path, config + bridge)
     edge.start()
     try:
         sensors = Publisher(edge.port, 5000)
         wait_until(lambda: "publishers blocked: low on disk: " in edge.log(), 60, what=edge.log)
         assert len(sensors.confirmed) < 5000
+        seen = _disk_metrics(metrics)
+        assert seen["rabbitmq_alarms_free_disk_space_watermark"] == 1, seen
+        assert (
+            seen["rabbitmq_disk_space_available_bytes"] < seen["rabbitmq_disk_space_available_limit_bytes"] == 1048576
+        )
         upstream.start()
         sensors.finished()
         wait_until(lambda: _count(upstream.port, "readings") == 5000, 60, what="the backlog upstream")
         wait_until(lambda: "publishers unblocked" in edge.log(), 30, what=edge.log)
+        assert _disk_metrics(metrics)["rabbitmq_alarms_free_disk_space_watermark"] == 0
         assert _amqp_queue(upstream.port) == list(range(5000))
     finally:
         stop_all(edge, upstream)
     assert edge.errors() == [] and upstream.errors() == []
+
+
+def _disk_metrics(port):
+    """The edge's disk series on /metrics, by name."""
+    _, _, text = get("http://127.0.0.1:%d/metrics" % port)
+    return {name: value for (name, labels), value in series(text).items() if "disk" in name}
 
 
 def _declare(port, queue):
