@@ -1,7 +1,8 @@
 """Where the MQTT specification says what a server does, run against hutch and against Debian's
 mosquitto alike (the `mqtt_broker` fixture): `$` topics and wildcards, retained messages under
 dotted filters, topics holding dots as published, a DISCONNECT's Session Expiry Interval, what
-is left of a Message Expiry Interval, the Payload Format Indicator, and a delayed will's delay;
+is left of a Message Expiry Interval, the Payload Format Indicator, a delayed will's delay, and
+an empty user name and password;
 and what the specification leaves to the server where a Mosquitto user counts on Mosquitto's
 choice: how many QoS 1 deliveries a subscriber has in flight. A version 5 subscriber's Receive
 Maximum is tested against hutch alone (mosquitto 2.0.11 goes past it: see that test)."""
@@ -178,6 +179,32 @@ def test_a_delayed_will_never_goes_out_before_its_delay(mqtt_broker):
         waited.append(time.monotonic() - cut)
     assert min(waited) >= 1.0, (waited, mqtt_broker.kind)
     watcher.stop()
+
+
+def test_an_empty_user_name_and_password_log_in_as_none_would(mqtt_broker):
+    """A client that sends an empty user name and password (an IDE's MQTT panel, a sensor's
+    firmware with the fields left blank) is taken as one that sends none: anonymous in
+    mosquitto (allow_anonymous), guest from the gateway itself in hutch; it then publishes and
+    subscribes as any client."""
+    sock = socket.create_connection((mqtt_broker.host, mqtt_broker.port), timeout=10)
+    try:
+        sock.sendall(packets.connect(b"blank-login", user=b"", password=b""))
+        sock.sendall(packets.subscribe(1, [(b"blank/#", 1)]))
+        sock.sendall(packets.publish(b"blank/x", b"hello", 1, packet_id=2))
+        data = bytearray()
+        kinds = []
+        deadline = time.monotonic() + 10
+        while len(kinds) < 4 and time.monotonic() < deadline:
+            data.extend(sock.recv(65536))
+            while (found := packets.split(data, 0, 1 << 20)) is not None:
+                first, start, end = found
+                kinds.append((first >> 4, bytes(data[start:end]) if first >> 4 == packets.CONNACK else None))
+                del data[:end]
+    finally:
+        sock.close()
+    assert kinds[0] == (packets.CONNACK, b"\x00\x00"), (mqtt_broker.kind, kinds)
+    # the SUBACK, then the PUBACK and the delivery (in either order)
+    assert sorted(kind for kind, _ in kinds[1:]) == [packets.PUBLISH, packets.PUBACK, packets.SUBACK], kinds
 
 
 def raw_subscriber(broker, client_id, topic_filter, level=packets.V311, props=None):
