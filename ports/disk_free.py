@@ -42,10 +42,17 @@ class DiskWatch:
 
     def __init__(self, folder, limit, flow, log):
         self.folder = folder
-        self.limit = limit
+        self.limit = limit  # (a reload may change it: the next look applies it)
         self.flow = flow
         self.log = log
         self.free = None
+        self.stopped = False
+
+    def stop(self):
+        """No more looks (a reload removed the limit), and publishers not blocked for it."""
+        self.stopped = True
+        if ALARM in self.flow.alarms:
+            self.flow.set_alarm(ALARM, None, "disk_free_limit removed")
 
     def figures(self):
         """The /metrics figures of the watch (server/monitoring.py process_figures)."""
@@ -58,9 +65,9 @@ class DiskWatch:
         }
 
     async def run(self, stop):
-        """Until stop (an asyncio.Event) is set."""
+        """Until stop (an asyncio.Event) is set, or stop()."""
         said = False
-        while not stop.is_set():
+        while not stop.is_set() and not self.stopped:
             try:
                 free = free_bytes(self.folder)
             except OSError as e:  # (the folder gone from under the broker: the journal says more)
@@ -70,6 +77,17 @@ class DiskWatch:
                 await sleep_ms(1000)
                 continue
             said = False
+            if self.stopped:
+                return
             self.free = free
             check(self.flow, free, self.limit)
             await sleep_ms(100 if free < 4 * self.limit else 1000)
+
+
+def start_watch(folder, limit, flow, stop, log):
+    """A DiskWatch of folder, running until stop (an asyncio.Event) is set or it is stopped."""
+    import asyncio
+
+    watch = DiskWatch(folder, limit, flow, log)
+    asyncio.create_task(watch.run(stop))
+    return watch

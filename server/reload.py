@@ -20,7 +20,8 @@ What takes effect:
   on);
 - the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
   window asks again at once);
-- the TLS listeners' certificate files (ports/tls.py ServerTLS.reload).
+- the TLS listeners' certificate files (ports/tls.py ServerTLS.reload);
+- `disk_free_limit` (ports/disk_free.py: the watch's next look applies it).
 
 Anything else that changed (listeners, the data folder, [limits], [mqtt]...) needs a restart:
 said in one line, the rest applied. A config that does not load (a syntax error, a wrong key, a
@@ -45,6 +46,7 @@ APPLIED = (
     "user_origins",
     "definitions",
     "listeners",
+    "disk_free_limit",
 )  # what a reload applies (listeners: TLS files only)
 
 
@@ -85,6 +87,7 @@ class Reloader:
             devices = getattr(self.runtime, "devices", None)  # (None: no device ever configured)
             if devices is not None:
                 said += await devices.apply(new["devices"])
+            said += self._disk_free_limit(new["disk_free_limit"])
             restart = [
                 key for key in sorted(new) if key not in APPLIED and _value(new[key]) != _value(self.opts.get(key))
             ]
@@ -112,6 +115,25 @@ class Reloader:
                     fits(self.runtime.broker, settings)
                 except BridgeError as e:
                     raise StartError(str(e), 2)
+
+    def _disk_free_limit(self, limit):
+        """The new disk_free_limit: the running watch's, a watch started, or the watch stopped
+        (and publishers no longer blocked for it). What changed, as a line."""
+        if limit == self.opts.get("disk_free_limit"):
+            return []
+        runtime = self.runtime
+        watch = getattr(runtime, "disk_free", None)
+        if watch is not None and limit:
+            watch.limit = limit
+        elif limit:
+            from ..ports.disk_free import start_watch
+
+            flow = runtime.broker.flow
+            runtime.disk_free = start_watch(self.opts["data"], limit, flow, runtime.stop_event, runtime.log)
+        elif watch is not None:
+            watch.stop()
+            runtime.disk_free = None
+        return ["disk_free_limit: %s" % ("%d bytes" % limit if limit else "none")]
 
     def _users(self, new, said):
         broker = self.runtime.broker

@@ -192,12 +192,9 @@ async def start(opts, log, stop_event):
     journal.start()
     runtime.journal = journal
     if opts["disk_free_limit"]:  # (a host's profile: its data folder's disk is watched)
-        import asyncio
+        from ..ports.disk_free import start_watch
 
-        from ..ports.disk_free import DiskWatch
-
-        runtime.disk_free = DiskWatch(opts["data"], opts["disk_free_limit"], broker.flow, log)
-        asyncio.create_task(runtime.disk_free.run(stop_event))
+        runtime.disk_free = start_watch(opts["data"], opts["disk_free_limit"], broker.flow, stop_event, log)
     if opts["serial"]:
         from ..ports.serial import SerialServer  # only a broker with serial links loads it
 

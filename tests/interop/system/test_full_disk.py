@@ -180,6 +180,34 @@ def test_a_gateway_whose_backlog_fills_its_disk_in_an_outage_sends_it_all_once_t
     assert edge.errors() == [] and upstream.errors() == []
 
 
+def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
+    """`hutch ctl reload` with a limit above what the disk has free blocks publishers at the
+    watch's next look; one below lets them go; the key removed brings back the profile's."""
+    small_disk("3m")
+    config = tmp_path / "hutch.toml"
+    config.write_text("[server]\ndisk_free_limit = 4096\n")
+    broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
+    try:
+        for limit, said, logged in (
+            ("67108864", "disk_free_limit: 67108864 bytes", "publishers blocked: low on disk: "),
+            ("4096", "disk_free_limit: 4096 bytes", "publishers unblocked: "),
+            (None, "disk_free_limit: 50000000 bytes", "publishers blocked: low on disk: "),
+        ):
+            config.write_text("" if limit is None else "[server]\ndisk_free_limit = %s\n" % limit)
+            before = broker.log().count(logged)
+            reloaded = subprocess.run(
+                [os.path.join(BIN, "hutch"), "ctl", "reload", "--data", broker.data],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert reloaded.returncode == 0 and said in reloaded.stdout, (reloaded.stdout, reloaded.stderr)
+            wait_until(lambda logged=logged, before=before: broker.log().count(logged) > before, 10, what=broker.log)
+    finally:
+        code = broker.stop()
+    assert broker.errors() == [] and code == 0
+
+
 def _disk_metrics(port):
     """The edge's disk series on /metrics, by name."""
     _, _, text = get("http://127.0.0.1:%d/metrics" % port)
