@@ -8,7 +8,9 @@ over later). On CPython with AMQP publishers to a queue and to a stream and an M
 publisher at once; on MicroPython (whose files write a record's parts one by one) with one
 AMQP publisher. A Modbus device whose poll numbers cannot be saved on the full disk is said
 once (no poll is numbered unsaved, so a restart never numbers one twice) and polled on once
-there is room."""
+there is room. A gateway whose backlog fills its disk during an outage is held back by
+disk_free_limit before the disk is full, and sends all of it once the upstream is back; a
+reload applies a new limit."""
 
 import json
 import os
