@@ -49,7 +49,9 @@ def small_disk(tmp_path):
 
     yield mount
     for folder in mounted:
-        subprocess.run(["umount", str(folder)], check=True)
+        subprocess.run(
+            ["umount", "--lazy", str(folder)], check=True
+        )  # (--lazy: even if a broker of a failed test holds it)
 
 
 @pytest.mark.timeout(180)
