@@ -48,10 +48,8 @@ def small_disk(tmp_path):
         mounted.append(data)
 
     yield mount
-    for folder in mounted:
-        subprocess.run(
-            ["umount", "--lazy", str(folder)], check=True
-        )  # (--lazy: even if a broker of a failed test holds it)
+    for folder in mounted:  # (--lazy: even while a broker of a failed test holds it)
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
 
 
 @pytest.mark.timeout(180)
