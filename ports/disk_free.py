@@ -8,8 +8,9 @@ The "disk free" alarm (core/flow.py) is raised below the limit and cleared once 
 than the limit is free. The disk is looked at every second, and every 100 ms while less than
 four times the limit is free (a fast publisher writes megabytes in a second).
 
-Started by server/startup.py when the limit is set; a board's profile sets none (its
-journal_max_bytes keeps the journal within its flash), so a board does not load this module.
+Started by server/startup.py when the limit is set (and by a reload that sets one); a board's
+profile sets none (its journal_max_bytes keeps the journal within its flash), so a board loads
+this module only when its config asks for a limit.
 """
 
 import os
@@ -77,8 +78,6 @@ class DiskWatch:
                 await sleep_ms(1000)
                 continue
             said = False
-            if self.stopped:
-                return
             self.free = free
             check(self.flow, free, self.limit)
             await sleep_ms(100 if free < 4 * self.limit else 1000)
