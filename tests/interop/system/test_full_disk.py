@@ -184,27 +184,39 @@ def test_a_gateway_whose_backlog_fills_its_disk_in_an_outage_sends_it_all_once_t
 
 def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
     """`hutch ctl reload` with a limit above what the disk has free blocks publishers at the
-    watch's next look; one below lets them go; the key removed brings back the profile's."""
+    watch's next look: a publisher in confirm mode meanwhile is told no (basic.nack) and sends
+    again; one below lets it go, and all it sent is there once, in order; the key removed
+    brings back the profile's."""
     small_disk("3m")
     config = tmp_path / "hutch.toml"
     config.write_text("[server]\ndisk_free_limit = 4096\n")
     broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
+
+    def reload(limit, said, logged):
+        config.write_text("" if limit is None else "[server]\ndisk_free_limit = %s\n" % limit)
+        before = broker.log().count(logged)
+        reloaded = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "reload", "--data", broker.data],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert reloaded.returncode == 0 and said in reloaded.stdout, (reloaded.stdout, reloaded.stderr)
+        wait_until(lambda: broker.log().count(logged) > before, 10, what=broker.log)
+
     try:
-        for limit, said, logged in (
-            ("67108864", "disk_free_limit: 67108864 bytes", "publishers blocked: low on disk: "),
-            ("4096", "disk_free_limit: 4096 bytes", "publishers unblocked: "),
-            (None, "disk_free_limit: 50000000 bytes", "publishers blocked: low on disk: "),
-        ):
-            config.write_text("" if limit is None else "[server]\ndisk_free_limit = %s\n" % limit)
-            before = broker.log().count(logged)
-            reloaded = subprocess.run(
-                [os.path.join(BIN, "hutch"), "ctl", "reload", "--data", broker.data],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert reloaded.returncode == 0 and said in reloaded.stdout, (reloaded.stdout, reloaded.stderr)
-            wait_until(lambda logged=logged, before=before: broker.log().count(logged) > before, 10, what=broker.log)
+        reload("67108864", "disk_free_limit: 67108864 bytes", "publishers blocked: low on disk: ")
+        sensors = Publisher(broker.port, 500)
+        wait_until(lambda: sensors.nacked >= 3, 10, what="a publisher told no while blocked")
+        assert sensors.confirmed == []
+        reload("4096", "disk_free_limit: 4096 bytes", "publishers unblocked: ")
+        sensors.thread.join(60)
+        assert len(sensors.confirmed) == 500
+        # (its connection.blocked came with the connection's opening, before pika takes a
+        # callback for it: the publisher hears the unblocked one)
+        assert sensors.notices == ["unblocked"]
+        assert _amqp_queue(broker.port) == list(range(500))
+        reload(None, "disk_free_limit: 50000000 bytes", "publishers blocked: low on disk: ")
     finally:
         code = broker.stop()
     assert broker.errors() == [] and code == 0
