@@ -17,7 +17,8 @@ would only cost heap there.
 import struct
 
 from ..codec import spec
-from ..codec.errors import UNEXPECTED_FRAME, Refused
+from ..codec.errors import UNEXPECTED_FRAME, DecodeError, Refused
+from ..codec.wire import check_property_list
 from ..core import headers
 from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from ..core.runs import publish_run as broker_publish_run
@@ -148,6 +149,10 @@ def publish_run(conn, number, data, records, slot, count, runs):
         header_tail = bytes(header_tail)
     if bits & 2 or len(header_tail) < 19 or header_tail[4:8] != b"\x00\x3c\x00\x00":
         return 0, 0  # immediate, or not a basic content header of weight 0: refused one by one
+    try:
+        check_property_list(header_tail, 4, len(header_tail) - 1)  # (the others': runs.c, as it takes them)
+    except DecodeError:
+        return 0, 0  # its properties cut short or overlong: the frame error of the one-by-one way
     run = PublishRun(runs, data, records, slot, count, number, bytes(data[payload + 6 : end]), header_tail)
     body_tail = data[header_end + 4 : records[slot + BODY_END] + 1] if header_end != records[slot + BODY_END] else None
     if body_tail is not None and type(body_tail) is not bytes:

@@ -23,7 +23,7 @@ from ..codec.errors import (
     UNEXPECTED_FRAME,
     Refused,
 )
-from ..codec.wire import FRAME_END_BYTE, decode_args, method_name, signature
+from ..codec.wire import FRAME_END_BYTE, check_property_list, decode_args, method_name, signature
 from ..core import counters
 from ..core.access import READ
 from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED, add_to_group
@@ -166,6 +166,7 @@ class Channel:
             )
         if buf[pos + 2] or buf[pos + 3]:
             raise Refused(UNEXPECTED_FRAME, "content header weight must be 0")
+        check_property_list(buf, pos, end)  # (a frame error: the connection closes with 501)
         size = struct.unpack_from(">Q", buf, pos + 4)[0]
         limit = self.broker.limits.max_message_bytes
         if size > limit:

@@ -4,6 +4,31 @@
 #include "bigendian.h"
 #include "runs.h"
 
+/* Whether the properties from `at` on of a content header payload p[0:len] whose property flags
+ * are `flags` end exactly at len: those after the headers table, the only ones a run lets
+ * differ (fixed_length in amqp091/batch.py keeps reply-to, expiration, user-id and a further
+ * flag word alike). Each is stepped over by its length; what is cut short or overlong is no
+ * part of a run, and goes one by one, to codec/wire.py check_property_list's frame error. */
+static int properties_end_at(const uint8_t *p, size_t at, size_t len, unsigned flags)
+{
+    unsigned bit;
+    for (bit = 0x1000; bit >= 0x0004; bit >>= 1) {
+        if (!(flags & bit))
+            continue;
+        if (bit == 0x1000 || bit == 0x0800) /* delivery-mode, priority: an octet */
+            at += 1;
+        else if (bit == 0x0040) /* timestamp: 8 octets */
+            at += 8;
+        else if (at < len) /* a shortstr */
+            at += 1 + (size_t)p[at];
+        else
+            return 0;
+        if (at > len)
+            return 0;
+    }
+    return at == len;
+}
+
 int hutch_publish_alike(const uint8_t *buf, const uint64_t *rec, unsigned number, const uint8_t *method,
                         size_t method_len, const uint8_t *header, size_t header_len, size_t fixed_len,
                         uint64_t *body_size, size_t *header_size)
@@ -22,6 +47,9 @@ int hutch_publish_alike(const uint8_t *buf, const uint64_t *rec, unsigned number
     if (memcmp(buf + header_at, header, HUTCH_BODY_SIZE_AT) != 0
         || memcmp(buf + header_at + HUTCH_PROPERTIES_AT, header + HUTCH_PROPERTIES_AT,
                   fixed_len - HUTCH_PROPERTIES_AT) != 0)
+        return 0;
+    if (fixed_len != header_len
+        && !properties_end_at(buf + header_at, fixed_len, size, ((unsigned)header[12] << 8) | header[13]))
         return 0;
     *body_size = get64(buf + header_at + HUTCH_BODY_SIZE_AT);
     *header_size = size;

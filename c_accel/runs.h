@@ -31,9 +31,9 @@
  * `number` whose method arguments after the ticket are method[0:method_len] and whose content
  * header payload is header[0:fixed_len] but for its body size; when fixed_len is header_len
  * its header has that length too, else at least fixed_len (the properties after fixed_len,
- * which the caller lets differ, are each publish's own). Its body size goes to *body_size,
- * its header payload's length to *header_size. The indexes in rec come from the scanner,
- * which checked them against the buffer. */
+ * which the caller lets differ, are each publish's own, and must end where its header does).
+ * Its body size goes to *body_size, its header payload's length to *header_size. The indexes
+ * in rec come from the scanner, which checked them against the buffer. */
 int hutch_publish_alike(const uint8_t *buf, const uint64_t *rec, unsigned number, const uint8_t *method,
                         size_t method_len, const uint8_t *header, size_t header_len, size_t fixed_len,
                         uint64_t *body_size, size_t *header_size);

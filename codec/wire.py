@@ -509,6 +509,31 @@ def decode_args(sig, buf, pos, end, text=False):
     return out
 
 
+def check_property_list(header, pos, end):
+    """That the content header payload header[pos:end] (class, weight, body size, flags, then
+    the properties) holds its properties whole and nothing after them: each is stepped over by
+    its length, none decoded. A publish's header is checked as it comes in (amqp091/channel.py
+    on_header; a run's first in amqp091/batch.py, the rest by c_accel/runs.c), so that what reads
+    the properties in place later (core/message.py persistent(), decode_properties) finds them
+    whole. DecodeError (a frame error) if not."""
+    _need(end, pos, 14)
+    flags = word = (header[pos + 12] << 8) | header[pos + 13]
+    at = pos + 14
+    while word & 1:  # continuation flag words (basic's 14 properties need none)
+        _need(end, at, 2)
+        word = (header[at] << 8) | header[at + 1]
+        at += 2
+    flags &= 0xFFFE
+    for _name, code in BASIC_PROPERTIES:
+        if not flags:
+            break
+        if flags & 0x8000:
+            at = _value_end(code, header, at, end)
+        flags = (flags << 1) & 0xFFFF
+    if at != end:
+        raise DecodeError("%d unexpected bytes after the content properties" % (end - at))
+
+
 def decode_properties(header, text=False, names=None):
     """A content header payload's properties as a dict keyed by the spec's names, or by those
     of `names` (see put_properties)."""

@@ -131,12 +131,13 @@ varying_run = st.builds(
     PER_MESSAGE,
     st.lists(BODIES, min_size=1, max_size=40),
 )
-# Property lists cut short or overlong: the broker reads them only where a feature asks (here:
-# never), one by one as in a run.
+# Property lists cut short or overlong (a frame error: codec/wire.py check_property_list), one by one
+# as in a run, into a plain queue or the durable one (delivery-mode read in place)
 broken_run = st.builds(
-    lambda flags, properties, bodies: b"".join(publish_raw(b, flags, properties) for b in bodies),
-    st.sampled_from([0x2000, 0x8000, 0xA000, 0x0800]),
-    st.sampled_from([b"", b"\x00\x00", b"\x05ab", b"\x00\x00\x00\x09xy"]),
+    lambda flags, properties, key, bodies: b"".join(publish_raw(b, flags, properties, key) for b in bodies),
+    st.sampled_from([0x2000, 0x8000, 0xA000, 0x0800, 0x9000, 0x1080]),
+    st.sampled_from([b"", b"\x00\x00", b"\x05ab", b"\x00\x00\x00\x09xy", b"\xc8ab", b"\x02\x02m1"]),
+    st.sampled_from([b"q", b"d"]),
     st.lists(BODIES, min_size=1, max_size=20),
 )
 # persistent into the durable queue: each into the journal, its backlog on disk once it pages
@@ -378,5 +379,53 @@ def test_a_run_stops_where_the_connection_has_no_more_room():
         assert sides[1].state() == sides[0].state()
         for side in sides:
             side.close()
+    finally:
+        shutil.rmtree(top)
+
+
+# A content header's properties cut short or overlong, in a run of alike publishes: its first
+# (delivery-mode after a content-type longer than the frame: what read the properties in place
+# raised IndexError, an internal error), or a later one (its own message-id longer than the
+# frame), or one with octets after its last property. Each is a frame error on every path.
+GOOD = (0x1080, b"\x02\x02m1")  # delivery-mode 2, message-id "m1"
+CUT_SHORT_PUBLISHES = [
+    [(0x9000, b"\xc8ab")] * 4,
+    [GOOD, GOOD, GOOD, (0x1080, b"\x02\x09m1"), GOOD],
+    [GOOD, GOOD, (0x1000, b"\x02xyz"), GOOD],
+]
+
+
+def test_properties_cut_short_or_overlong_are_a_frame_error_on_every_path():
+    """The pure-Python frame reader, the C scanner one by one and its runs answer alike:
+    connection.close 501 FRAME_ERROR naming what is wrong, what came before it taken, nothing
+    after it, and no internal error."""
+    from hutch.core.broker import Broker
+    from hutch.ports.recovery import recover
+
+    top = tempfile.mkdtemp(prefix="hutch-runs-")
+    try:
+        for n, publishes in enumerate(CUT_SHORT_PUBLISHES):
+            seen = []
+            for name in ("python", "one", "runs"):
+                folder = os.path.join(top, "%s-%d" % (name, n))
+                if name == "python":  # (no frame reader installed: amqp091/framing.py's)
+                    broker = Broker(Limits(), log=lambda level, message, exc=None: None)
+                    writer = recover(folder, broker, 1 << 20, 1 << 30, broker.log)
+                else:
+                    broker, writer = journaled_broker(folder, Limits(), name == "runs")
+                conn = Connection(broker, {"address": "127.0.0.1", "port": 1})
+                conn.feed(publisher_setup(True))
+                writer.commit()
+                conn.take_output()
+                conn.feed(b"".join(publish_raw(b"reading", flags, props, key=b"d") for flags, props in publishes))
+                writer.commit()
+                out = conn.take_output()
+                seen.append((broker.queues[b"d"].published, conn.state, out[out.find(b"\x00\x0a\x00\x32") :]))
+                writer.files.close()
+            taken = [i for i, p in enumerate(publishes) if p != GOOD][0]  # those before the bad one
+            assert seen[0][0] == taken, seen
+            assert seen[0][2].startswith(b"\x00\x0a\x00\x32\x01\xf5") and b"FRAME_ERROR - " in seen[0][2], seen
+            assert b"INTERNAL_ERROR" not in seen[0][2]
+            assert seen[1] == seen[0] and seen[2] == seen[0], (n, seen)
     finally:
         shutil.rmtree(top)
