@@ -53,12 +53,14 @@ class Monitoring:
             body = metrics.render(snap, process_figures(self.runtime), per_object=path.endswith("per-object"))
             return 200, TEXT, body.encode(), ()
         if path == "/api/overview":
-            # at_ms: the broker's clock, so a reader's rates are per second of the broker's time
+            # at_ms: the wall clock (epoch ms) the snapshot was taken at, as the snapshot's own
+            # times are (a device's since, a message's arrival): the page's ages and rates read it
+            broker = self.broker
             overview = {
                 "broker": snap,
                 "process": process_figures(self.runtime),
                 "node": self.node(),
-                "at_ms": self.broker.now,
+                "at_ms": broker.now + broker.wall_offset,
             }
             return 200, JSON, json.dumps(overview).encode(), ()
         return 404, "text/plain; charset=utf-8", b"not found\n", ()

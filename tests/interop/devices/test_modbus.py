@@ -137,6 +137,9 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
     assert page["devices.probe-2.reason"].startswith(("gone: ", "timeout: ")) and page["devices.probe-1.reason"] == "-"
     assert int(page["devices.probe-2.failed"]) >= 2 and int(page["devices.probe-1.ok"]) >= 15, page
     assert page["devices.probe-1.last"].startswith("#"), page
+    # how long each has been up or down, on the page's clock: seconds, never a negative age
+    assert re.fullmatch(r"\d+ s", page["devices.probe-2.for"]) and re.fullmatch(r"\d+ s", page["devices.probe-1.for"])
+    assert not [value for value in page.values() if re.search(r"(^|\s)-\d", value)], page
     assert log.count("Failed to connect") == 0 and log.count("Repeating") == 0, "pymodbus's own lines: %s" % log
 
 
