@@ -30,6 +30,7 @@ class Flow:
         self.alarms = {}  # name -> the reason it was raised
         self.blocked = False  # publishers are blocked: some alarm is raised
         self.reason = ""  # the reason given when they were blocked (connection.blocked carries it)
+        self.blocked_at = 0  # (ms, the broker's clock) since when they are
         self.held_back = []  # connections not read until publishers may go on (or a queue has room)
         self.refuse_connections = None  # a reason to refuse connection.open, set by the port
 
@@ -80,10 +81,13 @@ class Flow:
         if budget <= 0:
             return
         total = journal.total + self.broker.stream_bytes
-        if "disk" not in self.alarms and total * 10 >= budget * 9:
-            self.set_alarm("disk", "low on disk: journal uses %d of %d bytes" % (total, budget))
-        elif "disk" in self.alarms and total * 4 < budget * 3:
+        if "disk" not in self.alarms:
+            if total * 10 >= budget * 9:
+                self.set_alarm("disk", "low on disk: journal uses %d of %d bytes" % (total, budget))
+        elif total * 4 < budget * 3:
             self.set_alarm("disk", None, "journal back under 75%% of its %d bytes" % budget)
+        else:  # (the reason says what the journal uses now: hutch ctl status, the status page)
+            self.set_alarm("disk", "low on disk: journal uses %d of %d bytes" % (total, budget))
 
     def set_alarm(self, name, reason, cleared=""):
         """Raise alarm `name` with a reason (what clients and the log are told), or clear it
@@ -97,10 +101,17 @@ class Flow:
             if not self.blocked:
                 self._block(reason)
 
+    def reasons(self):
+        """Why publishers are blocked now: each raised alarm's reason, as its watch last said it
+        (the figures of this moment, where the reason given when they were blocked has those
+        of then)."""
+        return "; ".join(self.alarms.values())
+
     def _block(self, reason):
         broker = self.broker
         self.blocked = True
         self.reason = reason
+        self.blocked_at = broker.now
         broker.log("warning", "publishers blocked: " + reason)
         for conn in broker.connections:
             conn.notify_blocked(reason)

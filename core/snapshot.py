@@ -98,6 +98,7 @@ def snapshot(broker, each_connection=True):
             totals[i] += stats[i]
     counters = _named(totals)
     journal = broker.journal
+    flow = broker.flow
     out = {
         "counters": counters,
         "counters_by_protocol": by_protocol,
@@ -114,7 +115,9 @@ def snapshot(broker, each_connection=True):
         if journal is None
         else {"bytes": journal.total, "segments": len(journal.sizes), "appended": journal.appended},
         "held": {"messages": broker.flow.held_messages, "bytes": broker.flow.held_bytes},
-        "blocked": broker.flow.reason if broker.flow.blocked else None,
+        # why publishers are blocked, with the figures of now (None: they are not), and how long
+        "blocked": flow.reasons() if flow.blocked else None,
+        "blocked_for_s": (broker.now - flow.blocked_at) / 1000 if flow.blocked else None,
         "bridges": bridges,
         "left_behind": _left_behind(broker),
         # [[device]]s polled into the broker (devices/device.py; set by server/devices.py: a board has none)

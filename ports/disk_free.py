@@ -27,14 +27,19 @@ def free_bytes(folder):
 
 
 def check(flow, free, limit):
-    """Raise or clear the alarm for free bytes against limit."""
+    """Raise or clear the alarm for free bytes against limit; while it is raised, its reason
+    says what is free now (what `hutch ctl status` and the status page show)."""
     if ALARM not in flow.alarms:
         if free < limit:
-            flow.set_alarm(
-                ALARM, "low on disk: %d bytes free for the data folder, under disk_free_limit (%d)" % (free, limit)
-            )
+            flow.set_alarm(ALARM, _reason(free, limit))
     elif free * 10 >= limit * 11:
         flow.set_alarm(ALARM, None, "%d bytes free for the data folder again" % free)
+    else:
+        flow.set_alarm(ALARM, _reason(free, limit))
+
+
+def _reason(free, limit):
+    return "low on disk: %d bytes free for the data folder, under disk_free_limit (%d)" % (free, limit)
 
 
 class DiskWatch:

@@ -5,7 +5,8 @@
     hutch ctl devices [--data DIR] [--json]
     hutch ctl export [FILE] [--data DIR], hutch ctl import FILE [--data DIR]   (tools/ctl_live.py)
 
-prints what the journal holds (segments and bytes), what the last start recovered and
+prints whether publishers are blocked (a disk or memory alarm: why, with the figures of now,
+and for how long), what the journal holds (segments and bytes), what the last start recovered and
 set aside (recovery.txt, written by ports/recovery.py), the quarantined segments: the
 files a damaged journal left for a person to look at, and each stream (DATA/streams/,
 ports/streams.py): its first and last offset, segments, bytes and retention settings; and
@@ -108,8 +109,10 @@ def status(data):
             last_start = f.read().splitlines()
     except FileNotFoundError:
         last_start = None
+    broker = broker_status(data)
     return {
         "data": os.path.abspath(data),
+        "publishers": publishers(broker),
         "journal": {
             "segments": [{"file": name, "bytes": size} for name, size in segments],
             "bytes": sum(size for _, size in segments),
@@ -117,8 +120,18 @@ def status(data):
         "last_start": last_start,
         "quarantine": _quarantine(os.path.join(data, "quarantine")),
         "streams": streams(data),
-        "broker": broker_status(data),
+        "broker": broker,
     }
+
+
+def publishers(broker):
+    """Whether the broker's publishers are blocked (its disk or memory alarms: core/flow.py), as
+    its snapshot says: {"blocked", "reason" (with the figures of that moment), "for_s"}; None when
+    no broker answers and it left no status.json."""
+    if broker is None or "error" in broker:
+        return None
+    reason = broker.get("blocked")
+    return {"blocked": bool(reason), "reason": reason, "for_s": broker.get("blocked_for_s")}
 
 
 def broker_status(data):
@@ -236,6 +249,7 @@ def status_command(args):
         return 0
     journal = info["journal"]
     print("data folder: %s" % info["data"])
+    _print_publishers(info["publishers"], info["broker"])
     print("journal: %d segments, %d bytes" % (len(journal["segments"]), journal["bytes"]))
     for segment in journal["segments"]:
         print("  %s  %d bytes" % (segment["file"], segment["bytes"]))
@@ -269,6 +283,17 @@ def status_command(args):
             % (stream["name"], offsets, stream["segments"], stream["bytes"], ", ".join(retention) or "none")
         )
     return 0
+
+
+def _print_publishers(said, broker):
+    """The line that says whether publishers are blocked, and why: first, as it matters most."""
+    if said is None:
+        return  # (the queues' line says why nothing is known)
+    if not said["blocked"]:
+        print("publishers: not blocked (%s)" % _when(broker))
+        return
+    since = "" if said["for_s"] is None else " for %s" % _duration(said["for_s"])
+    print("publishers: BLOCKED%s: %s (%s)" % (since, said["reason"], _when(broker)))
 
 
 def _print_queues(broker):

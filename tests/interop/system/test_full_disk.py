@@ -25,7 +25,7 @@ from brokers import BIN, RunningBroker, blocked_notices, free_port, hutch_serve,
 from micropython_env import micropython, serve_env
 from modbus_support import ModbusDevices, bound_queue, check_polls, device_table, drain, polls_by_device
 from mqtt_brokers import MqttBroker, Paho, restart
-from scrapes import get, series
+from scrapes import dom_figures, get, series
 
 BODY = b"x" * 1000
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -185,15 +185,17 @@ def test_a_gateway_whose_backlog_fills_its_disk_in_an_outage_sends_it_all_once_t
 def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
     """`hutch ctl reload` with a limit above what the disk has free blocks publishers at the
     watch's next look: a publisher in confirm mode meanwhile is told no (basic.nack) and sends
-    again; one below lets it go, and all it sent is there once, in order; the key removed
-    brings back the profile's."""
+    again; `hutch ctl status` (and --json) and the status page say publishers are blocked, with
+    the bytes free as they are now; one below lets it go, and all it sent is there once, in
+    order; the key removed brings back the profile's."""
     small_disk("3m")
     config = tmp_path / "hutch.toml"
-    config.write_text("[server]\ndisk_free_limit = 4096\n")
+    metrics = "[metrics]\nport = %d\n" % free_port()
+    config.write_text(metrics + "[server]\ndisk_free_limit = 4096\n")
     broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
 
     def reload(limit, said, logged):
-        config.write_text("" if limit is None else "[server]\ndisk_free_limit = %s\n" % limit)
+        config.write_text(metrics + ("" if limit is None else "[server]\ndisk_free_limit = %s\n" % limit))
         before = broker.log().count(logged)
         reloaded = subprocess.run(
             [os.path.join(BIN, "hutch"), "ctl", "reload", "--data", broker.data],
@@ -209,7 +211,17 @@ def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
         sensors = Publisher(broker.port, 500)
         wait_until(lambda: sensors.nacked >= 3, 10, what="a publisher told no while blocked")
         assert sensors.confirmed == []
+        free_then = _blocked_free_bytes(broker)
+        with open(os.path.join(broker.data, "filler"), "wb") as f:
+            f.write(bytes(512 * 1024))  # the disk fills on while they are blocked: said as it is now
+        wait_until(lambda: _blocked_free_bytes(broker) <= free_then - 500 * 1024, 5, what="the figure of now")
+        said = json.loads(_ctl(broker, "status", "--json"))["publishers"]
+        assert said["blocked"] and said["for_s"] > 0 and "under disk_free_limit (67108864)" in said["reason"], said
+        page = dom_figures("http://127.0.0.1:%s/" % metrics.split()[-1], str(tmp_path / "chromium"))
+        assert page["blocked"].startswith("Publishers blocked for ") and " bytes free for the data folder" in page["blocked"]
+        os.remove(os.path.join(broker.data, "filler"))
         reload("4096", "disk_free_limit: 4096 bytes", "publishers unblocked: ")
+        assert "publishers: not blocked (live, " in _ctl(broker, "status")
         sensors.thread.join(60)
         assert len(sensors.confirmed) == 500
         # (its connection.blocked came with the connection's opening, before pika takes a
@@ -220,6 +232,21 @@ def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
     finally:
         code = broker.stop()
     assert broker.errors() == [] and code == 0
+
+
+def _ctl(broker, *command):
+    done = subprocess.run(
+        [os.path.join(BIN, "hutch"), "ctl", *command, "--data", broker.data], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _blocked_free_bytes(broker):
+    """What `hutch ctl status` says is free while publishers are blocked for the disk."""
+    line = [line for line in _ctl(broker, "status").splitlines() if line.startswith("publishers: ")][0]
+    assert line.startswith("publishers: BLOCKED for ") and ": low on disk: " in line, line
+    return int(line.split(": low on disk: ")[1].split()[0])
 
 
 def _disk_metrics(port):
