@@ -230,6 +230,7 @@ def _up(bridge, one, states, wall):
         "backlog": outbox.backlog(),
         "oldest_age_s": None if not oldest else max(0, wall - oldest) / 1000,
         "last_error": bridge.last_error,
+        "failed_attempts": bridge.failures,  # links tried that did not run, since one last ran
         "alarm": one.alarm or bridge.budget_held,  # (core/bridge/alarms.py, up.py) or None
         "priority": one.priority,  # (its share of an [uplink] budget, its order among the classes)
     }
@@ -268,6 +269,7 @@ def _down(bridge, states):
         "backlog": bridge.upstream_backlog,
         "oldest_age_s": None,
         "last_error": bridge.last_error,
+        "failed_attempts": bridge.failures,
         "alarm": None,
     }
     if bridge.window is not None:

@@ -102,6 +102,7 @@ class Device:
         self.backoff = settings["interval"]
         self.latency_total = 0.0  # seconds the polls that answered took, summed (their mean: /polls)
         self.refused = 0  # readings the broker refused (a full queue, the memory or disk alarm)
+        self.refusing = 0  # polls in a row whose readings it refused (the driver says a burst once)
 
     def delay(self):
         """Seconds to the next poll: the interval while up, the backoff while down."""

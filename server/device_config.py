@@ -115,6 +115,7 @@ def devices_from(data, path="config"):
         raise ConfigError("%s: [[device]] must be a list of tables" % path)
     devices = []
     names = set()
+    serial_lines = {}  # a serial device -> the first [[device]] on it: one line has one set of settings
     for i, table in enumerate(tables):
         if not isinstance(table, dict):
             raise ConfigError("%s: [[device]] #%d must be a table" % (path, i + 1))
@@ -122,6 +123,17 @@ def devices_from(data, path="config"):
         if device["name"] in names:
             raise ConfigError("%s: a second device named '%s'" % (path, device["name"]))
         names.add(device["name"])
+        line = device["line"]
+        if line["transport"] == "rtu":
+            first = serial_lines.setdefault(line["port"], device)
+            differ = [key for key in sorted(line) if line[key] != first["line"][key]]
+            if differ:
+                raise ConfigError(
+                    "%s: device '%s': its serial line %s is device '%s''s, with other settings (%s): "
+                    "devices on one line share its settings"
+                    % (path, device["name"], line["port"], first["name"],
+                       ", ".join("%s %s, not %s" % (key, line[key], first["line"][key]) for key in differ))
+                )  # fmt: skip
         devices.append(device)
     return devices
 

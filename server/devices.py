@@ -233,6 +233,7 @@ class Devices:
                 "warning", "device %s: no exchange '%s': its readings go nowhere" % (device.name, exchange.decode())
             )
             return
+        refused = 0
         for routing_key, headers, body in messages:
             key = routing_key.encode()
             props = {"content-type": JSON, "delivery-mode": PERSISTENT, "timestamp": int(time.time())}
@@ -241,7 +242,30 @@ class Devices:
             message = Message(exchange, key, shortstr(exchange) + shortstr(key), *tails(props, body))
             result = broker.publish(target, message, self)
             if result & ROUTED and result & REFUSED:
-                device.refused += 1
+                refused += 1
+        device.refused += refused
+        self._say_refusals(device, refused)
+
+    def _say_refusals(self, device, refused):
+        """Readings the broker refused (publishers blocked, or a full queue) are lost: said once a
+        burst, as it begins (why) and as it ends (how many polls it cost)."""
+        if refused:
+            if not device.refusing:
+                flow = self.broker.flow
+                why = "publishers blocked: " + flow.reasons() if flow.blocked else "a queue bound for them is full"
+                self.log(
+                    "warning",
+                    "device %s: its readings refused (%s): each poll's are lost until the broker takes them again"
+                    % (device.name, why),
+                )
+            device.refusing += 1
+        elif device.refusing:
+            self.log(
+                "info",
+                "device %s: its readings taken again, after %d polls whose readings were refused"
+                % (device.name, device.refusing),
+            )
+            device.refusing = 0
 
     def snapshot(self):
         return [device.snapshot() for device in self.devices]

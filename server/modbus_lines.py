@@ -8,6 +8,7 @@ close().
 
 import asyncio
 import logging
+import termios
 
 from ..devices.device import Failed, garbled
 from ..devices.registers import BITS
@@ -76,6 +77,13 @@ class Line:
                 connected = await client.connect()
             except OSError as e:
                 raise Failed("gone", "cannot connect: %s" % e)
+            except termios.error as e:  # a serial device that refuses the line's settings
+                line = self.line
+                raise Failed(
+                    "gone",
+                    "cannot set %s to baudrate=%s, parity=%s, stopbits=%s, bytesize=%s: %s (a pty takes no parity)"
+                    % (line["port"], line["baudrate"], line["parity"], line["stopbits"], line["bytesize"], e.args[-1]),
+                )
             if not connected:
                 raise Failed("gone", "cannot connect to %s" % device.settings["uri"])
         return client

@@ -424,6 +424,8 @@ def bridges_command(args):
                 "; confirmed up to offset %d" % b["confirmed_offset"] if "confirmed_offset" in b else "",
             )
         )
+        if b.get("failed_attempts"):  # (an outage: the log says it once, then every few minutes)
+            print("    down: %s attempts failed since a link last ran" % _n(b["failed_attempts"]))
         if b.get("window"):  # (an [uplink] schedule)
             print("    window: %s" % b["window"])
         if b.get("budget"):  # (an [uplink] or the bridge's own byte rate holds it back for long)

@@ -60,6 +60,10 @@ NAMES = ("starting", "connecting", "connecting", "running", "blocked", "backoff"
 WINDOW_CLOSED = "its window closed"  # (lost's reason: logged as news, not as an error)
 WINDOW_POLL_MS = 10000  # waiting for a window, the time of day is read again this often (a clock set)
 WINDOW_DRAIN_MS = 5000  # a closing window waits at most this long for what is in flight
+# While a bridge cannot get a link to run (an outage), its retries are said once, with their
+# reason (each new reason once), then summed up this often, until a link runs again: not a
+# warning and an info line per retry, thousands a day at max_reconnect_delay
+OUTAGE_SUMMARY_MS = 300000
 
 DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
 
@@ -112,6 +116,14 @@ class Machine:
         self.steps = []  # the set-up methods still to call on this link
         self.upstream_blocked = False  # connection.blocked, until connection.unblocked
         self.always_connected = settings.get("always_connected", False)
+        # the outage: links tried that did not run since one last ran, since when (ms), the
+        # reasons said (each once), when it was last summed up; quiet once its first backoff
+        # is said (connecting and backoff no longer logged, each retry)
+        self.failures = 0
+        self.down_since = None
+        self.said_reasons = []
+        self.summed_at = 0
+        self.quiet = False
         # in flight, messages are in memory and count in the broker's budget: a board's (esp32:
         # 48 messages) must keep room for the publishers and the queues' windows
         self.prefetch = settings["prefetch"] or max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
@@ -120,10 +132,25 @@ class Machine:
         broker.bridges.append(self)
 
     def set_state(self, state, detail=""):
-        """Each change a user can see is one log line."""
-        if NAMES[state] != NAMES[self.state]:
+        """Each change a user can see is one log line; in an outage, once its first backoff was
+        said, its retries (connecting, backoff) are not (outage())."""
+        if NAMES[state] != NAMES[self.state] and not (self.quiet and state in (CONNECTING, BACKOFF)):
             self.log("info", "bridge %s: %s%s" % (self.name, NAMES[state], detail))
         self.state = state
+
+    def outage(self, now):
+        """(connect_to, at a round's end) The outage said: when it began, and every
+        OUTAGE_SUMMARY_MS how many attempts it has cost and the last reason."""
+        if self.down_since is None:
+            self.down_since = self.summed_at = now
+        elif now - self.summed_at >= OUTAGE_SUMMARY_MS:
+            self.summed_at = now
+            self.log(
+                "warning",
+                "bridge %s: still down after %d attempts in %s; last error: %s; retrying every %s s at most"
+                % (self.name, self.failures, _minutes(now - self.down_since), self.last_error,
+                   _seconds(self.settings["max_reconnect_delay"])),
+            )  # fmt: skip
 
     # ------------------------------------------------------------ between links
 
@@ -156,6 +183,9 @@ class Machine:
         self.wait_ms = int(wait * 1000)
         self.delay = min(self.delay * 2, settings["max_reconnect_delay"])
         self.set_state(BACKOFF, " for %.1f s (%s)" % (wait, self.last_error))
+        if self.failures:
+            self.outage(now)
+            self.quiet = True  # (said: its retries are summed up from here on)
         return None
 
     def see_window(self, day_s):
@@ -194,7 +224,16 @@ class Machine:
         if self.steps:
             return self.steps.pop(0)
         self.ran = True
-        self.set_state(RUNNING, " (upstream %s)" % self.upstream)
+        after = ""
+        if self.failures:  # the outage's end: what it cost
+            after = ", after %d failed attempts" % self.failures
+            if self.down_since is not None:
+                after += " in %s" % _minutes(self.opened_at - self.down_since)
+        self.failures = 0
+        self.down_since = None
+        self.said_reasons = []
+        self.quiet = False
+        self.set_state(RUNNING, " (upstream %s)%s" % (self.upstream, after))
         self.running()
         return None
 
@@ -234,12 +273,17 @@ class Machine:
         self.link_down()
         if self.ran:
             self.progressed = True
+        elif reason is not None and reason != WINDOW_CLOSED:
+            self.failures += 1  # a link that never ran: an attempt of the outage
         self.ran = False
         if reason == WINDOW_CLOSED:
             self.log("info", "bridge %s: %s" % (self.name, reason))
         elif reason is not None:
             self.last_error = "%s: %s" % (self.upstream, reason)
-            if self.state != STOPPED:
+            # each reason once an outage (two URIs that fail alike, or apart, in turn)
+            if self.state != STOPPED and self.last_error not in self.said_reasons:
+                if len(self.said_reasons) < 8:
+                    self.said_reasons.append(self.last_error)
                 self.log("warning", "bridge %s: %s" % (self.name, self.last_error))
 
     def again(self):
@@ -252,3 +296,16 @@ class Machine:
         """The bridge ends (after its last link): its local side lets go."""
         self.close()
         self.set_state(STOPPED)
+
+
+def _minutes(ms):
+    """A stretch of time as the log says it: seconds under two minutes, else minutes or hours."""
+    if ms < 120000:
+        return "%d s" % (ms // 1000)
+    if ms < 7200000:
+        return "%d min" % (ms // 60000)
+    return "%.1f h" % (ms / 3600000)
+
+
+def _seconds(value):
+    return "%g" % value

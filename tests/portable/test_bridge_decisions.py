@@ -151,8 +151,55 @@ def test_the_uris_in_turn_then_a_backoff_that_doubles_up_to_the_most_with_jitter
         waits.append(machine.wait_ms)
     assert waits == [1000, 1000, 3000, 5000, 5000], waits  # 1, 2 * 0.5, 4 * 0.75, then the most
     assert machine.last_error == "amqp://guest:***@b:5672/: connection refused"
-    assert log.texts().count("bridge b: connecting to amqp://guest:***@a:5672/") == 5
-    assert "bridge b: backoff for 1.0 s (amqp://guest:***@b:5672/: connection refused)" in log.texts()
+    # the first round is said, each URI's reason once; its retries are not (the outage's summary)
+    assert log.texts() == [
+        "bridge b: connecting to amqp://guest:***@a:5672/",
+        "bridge b: amqp://guest:***@a:5672/: connection refused",
+        "bridge b: amqp://guest:***@b:5672/: connection refused",
+        "bridge b: backoff for 1.0 s (amqp://guest:***@b:5672/: connection refused)",
+    ]
+
+
+def test_an_outage_is_said_once_then_summed_up_every_few_minutes_and_its_end_says_what_it_cost():
+    """Retries every 5 s for 12 minutes: the first round's lines, a new reason once, a summary
+    every OUTAGE_SUMMARY_MS (two), and the link that runs again says how many attempts failed."""
+    from hutch.core.bridge.machine import OUTAGE_SUMMARY_MS
+
+    client, machine, log = up_bridge(random_bits=bits(*[EXACT] * 200), reconnect_delay=5.0, max_reconnect_delay=5.0)
+    now = 0
+    attempts = 0
+    while now < 12 * 60000:
+        assert machine.connect_to(now) is not None
+        attempts += 1
+        machine.lost("connection refused" if now < 6 * 60000 else "login refused: 403 (ACCESS_REFUSED)")
+        assert machine.connect_to(now) is None and machine.state == 5  # BACKOFF
+        now += machine.wait_ms
+    machine.connect_to(now)
+    machine.opened(now)
+    while machine.next_step() is not None:
+        pass
+    upstream = "amqp://guest:***@up:5672/"
+    assert OUTAGE_SUMMARY_MS == 300000 and attempts == 144
+    assert log.texts() == [
+        "bridge b: connecting to " + upstream,
+        "bridge b: %s: connection refused" % upstream,
+        "bridge b: backoff for 5.0 s (%s: connection refused)" % upstream,
+        "bridge b: still down after 61 attempts in 5 min; last error: %s: connection refused; "
+        "retrying every 5 s at most" % upstream,
+        "bridge b: %s: login refused: 403 (ACCESS_REFUSED)" % upstream,  # a new reason: said
+        "bridge b: still down after 121 attempts in 10 min; last error: %s: login refused: 403 "
+        "(ACCESS_REFUSED); retrying every 5 s at most" % upstream,
+        "bridge b: running (upstream %s), after 144 failed attempts in 12 min" % upstream,
+    ]
+    assert [level for level, _ in log.lines] == ["info", "warning", "info", "warning", "warning", "warning", "info"]
+    # a link that runs, then is lost: said again, the next outage anew
+    machine.lost("upstream closed the connection")
+    assert machine.connect_to(now) is None and machine.connect_to(now + machine.wait_ms) is not None
+    assert log.texts()[-3:] == [
+        "bridge b: %s: upstream closed the connection" % upstream,
+        "bridge b: backoff for 5.0 s (%s: upstream closed the connection)" % upstream,
+        "bridge b: connecting to " + upstream,
+    ]
 
 
 def test_a_link_that_ran_brings_the_backoff_back_to_its_start():

@@ -3,6 +3,7 @@ helpers every system test shares: waiting for a condition another process brings
 connection that gives up quickly, stopping a process by its PID, Ctrl-C to a MicroPython
 broker. The interop tests' fixtures (tests/interop/conftest.py) are built on these."""
 
+import json
 import os
 import shutil
 import signal
@@ -263,6 +264,21 @@ def hutch_serve(tmp_path, config=None):
         path.write_text(config)
         command += ["--config", str(path)]
     return RunningBroker(command, tmp_path)
+
+
+def failed_attempts(running, name):
+    """How many links the broker's bridge `name` tried that did not run since one last ran, as
+    `hutch ctl bridges --json` shows it (0 before it has said)."""
+    done = subprocess.run(
+        [os.path.join(BIN, "hutch"), "ctl", "bridges", "--json", "--data", running.data],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0 or not done.stdout.strip().startswith("{"):
+        return 0
+    found = [b for b in json.loads(done.stdout).get("bridges", []) if b["name"] == name]
+    return found[0].get("failed_attempts", 0) if found else 0
 
 
 def connect_retrying(running):

@@ -1,5 +1,5 @@
 """Helpers of the tests that poll Modbus devices (tests/interop/devices/test_modbus.py, a board's
-tests/interop/boards/test_board_modbus.py): the scripted devices (modbus_device.py) run and
+tests/interop/boards/test_board_modbus.py): the scripted devices (examples/modbus_device.py) run and
 stopped, a socat pty pair as an RS-485 line, and what the readings in a queue say."""
 
 import collections
@@ -11,13 +11,13 @@ import sys
 
 import pika
 from brokers import wait_until
-from paths import SUPPORT
+from paths import ROOT
 
-DEVICE_SCRIPT = os.path.join(SUPPORT, "modbus_device.py")
+DEVICE_SCRIPT = os.path.join(ROOT, "examples", "modbus_device.py")  # (the docs' device without hardware)
 
 
 class ModbusDevices:
-    """tests/support/modbus_device.py serving units on a TCP port (or, line: on that serial
+    """examples/modbus_device.py serving units on a TCP port (or, line: on that serial
     device at 19,200 baud), stopped by its PID."""
 
     def __init__(self, port, units, line=None):

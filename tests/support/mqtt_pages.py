@@ -1,9 +1,8 @@
 """A dashboard's MQTT over WebSocket, run for real: a page with MQTT.js's browser bundle in
-headless Chromium, and a Node-RED flow started from its flows file (test_mqtt_browser.py,
-test_node_red.py, and the docs' snippets: tests/docs/test_snippets.py)."""
+headless Chromium (test_mqtt_browser.py, and the docs' snippets: tests/docs/test_snippets.py),
+and a Node-RED flow started from its flows file (test_node_red.py)."""
 
 import http.server
-import json
 import os
 import pathlib
 import shutil
@@ -67,46 +66,26 @@ def page_dom(page, log):
 
 
 class NodeRed:
-    """Node-RED started headless on a flows file (its user folder beside it, an admin port of its
-    own, its working folder the flows file's: a file node's relative name lands there)."""
+    """Node-RED started headless on a flows file as docs/mqtt.md starts it: `node-red --userDir .
+    flows.json` in the flows file's folder (its credentials file, flows_cred.json, beside it; a
+    file node's relative name lands there too), with an admin port of its own."""
 
     def __init__(self, flows_file):
         folder = os.path.dirname(str(flows_file))
         self.log_path = os.path.join(folder, "node-red.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            ["node", NODE_RED, "--userDir", os.path.join(folder, "red"), "--port", str(free_port()), str(flows_file)],
+            ["node", NODE_RED, "--userDir", ".", "--port", str(free_port()), os.path.basename(str(flows_file))],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             cwd=folder,
         )
 
+    def said(self):
+        with open(self.log_path) as f:
+            return f.read()
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(30)
         self.log.close()
-
-
-def flow_output(flow_text, folder, broker_log, quiet_s=1.0):
-    """Run a flows file (text) that subscribes over MQTT and writes to file nodes, in folder, until
-    its broker node has connected and its files have stopped growing: {file name: its text}."""
-    files = [node["filename"] for node in json.loads(flow_text) if node.get("type") == "file"]
-    flows_file = os.path.join(folder, "flows.json")
-    with open(flows_file, "w") as f:
-        f.write(flow_text)
-    red = NodeRed(flows_file)
-    try:
-        wait_until(lambda: "client id 'nodered" in broker_log(), 60, what="Node-RED's broker node to connect")
-        paths = [os.path.join(folder, name) for name in files]
-        wait_until(lambda: all(os.path.exists(p) for p in paths), 30, what="the flow's files")
-        sizes = None
-        while sizes != [os.path.getsize(p) for p in paths]:  # until a quiet second
-            sizes = [os.path.getsize(p) for p in paths]
-            time.sleep(quiet_s)
-    finally:
-        red.stop()
-    out = {}
-    for name, path in zip(files, paths):
-        with open(path) as f:
-            out[name] = f.read()
-    return out

@@ -1,7 +1,7 @@
 """A board that polls Modbus devices on its UART: the esp32 profile on MicroPython's unix port,
 the firmware bundle with the board's RTU master (python -m hutch.firmware.build --modbus) in
 ROMFS as on a board, its serial line one end of a socat pty pair, pymodbus's server on the other
-as two soil probes and a third whose answers come with a bad CRC (tests/support/modbus_device.py).
+as two soil probes and a third whose answers come with a bad CRC (examples/modbus_device.py).
 
 The probes are polled one request at a time, each poll's values its own read's (the scripted
 values say which read they came from), numbered without a repeat; the garbled one is down for

@@ -5,11 +5,12 @@ publishes with confirms at the edge; a consumer upstream must get every message,
 """
 
 import os
+import re
 import subprocess
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, free_port, interrupt_between_collections, stop_all, wait_until
+from brokers import BIN, RunningBroker, failed_attempts, free_port, interrupt_between_collections, stop_all, wait_until
 from windowed import publish_windowed
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -181,13 +182,24 @@ def test_messages_wait_at_the_edge_while_upstream_is_unreachable_then_go_in_orde
 
 
 def test_a_refused_login_is_logged_with_its_reason_and_retried(tmp_path, rabbitmq):
+    """Retried every 0.4 s at most, the outage is said once (its reason, its first backoff),
+    not a warning and a line per retry; `hutch ctl bridges` counts the attempts."""
     bad = "amqp://guest:wrong@127.0.0.1:%d/" % rabbitmq.port
-    edge = edge_with_bridge(tmp_path, {"name": "badlogin", "uri": bad, "queue": "q", "reconnect_delay": 0.2})
+    bridge = {"name": "badlogin", "uri": bad, "queue": "q", "reconnect_delay": 0.2, "max_reconnect_delay": 0.4}
+    edge = edge_with_bridge(tmp_path, bridge)
     try:
-        wait_until(lambda: edge.log().count("bridge badlogin: backoff") >= 2, timeout=30, what="two backoffs")
+        wait_until(lambda: failed_attempts(edge, "badlogin") >= 8, timeout=60, what="eight attempts")
         log = edge.log()
         assert "login refused: 403" in log or "ACCESS_REFUSED" in log, log[-2000:]
         assert "wrong" not in log, "the password is never logged"
+        lines = [line for line in log.splitlines() if "bridge badlogin: " in line]
+        assert [line.split("bridge badlogin: ")[1].split(" ")[0] for line in lines] == [
+            "connecting", "amqp://guest:***@127.0.0.1:%d/:" % rabbitmq.port, "backoff"
+        ], lines  # fmt: skip
+        shown = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "bridges", "--data", edge.data], capture_output=True, text=True
+        )
+        assert re.search(r"    down: \d+ attempts failed since a link last ran", shown.stdout), shown.stdout
     finally:
         edge.stop()
 

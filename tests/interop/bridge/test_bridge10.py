@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from brokers import BIN, RunningBroker, wait_until
+from brokers import BIN, RunningBroker, failed_attempts, wait_until
 from test_bridge import (
     _fresh_status,
     consume_all,
@@ -116,7 +116,7 @@ def test_a_v2_address_refused_by_rabbitmq_3_10_is_logged_and_retried_with_nothin
     )
     try:
         publish_confirmed(edge, "waiting10", [b"kept-%d" % i for i in range(20)])
-        wait_until(lambda: edge.log().count("bridge v2at310: backoff") >= 2, timeout=30, what="two backoffs")
+        wait_until(lambda: failed_attempts(edge, "v2at310") >= 2, timeout=30, what="two attempts")
         log = edge.log()
         assert "upstream ended the session: amqp:invalid-field" in log, log[-3000:]
         assert "/exchanges/amq.topic/x" in log
@@ -164,7 +164,7 @@ def test_a_1_0_login_refused_by_rabbitmq_is_logged_and_retried(tmp_path, rabbitm
         },
     )
     try:
-        wait_until(lambda: edge.log().count("bridge bad10: backoff") >= 2, timeout=30, what="two backoffs")
+        wait_until(lambda: failed_attempts(edge, "bad10") >= 2, timeout=30, what="two attempts")
         log = edge.log()
         assert "login refused: SASL outcome 1 (auth)" in log, log[-2000:]
         assert "wrong" not in log, "the password is never logged"

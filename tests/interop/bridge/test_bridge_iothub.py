@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import pytest
 from amqp10_sections import sections
-from brokers import wait_until
+from brokers import failed_attempts, wait_until
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 from test_bridge import edge_with_bridge, publish_confirmed
@@ -449,7 +449,7 @@ def test_a_token_made_from_the_wrong_key_is_refused_and_retried(tmp_path, certif
     hub = FakeIotHub(cert, key=base64.b64encode(os.urandom(32)).decode()).start()
     edge = iot_bridge(tmp_path, hub, ca)
     try:
-        wait_until(lambda: edge.log().count("bridge iot: backoff") >= 2, timeout=30, what="two backoffs")
+        wait_until(lambda: failed_attempts(edge, "iot") >= 2, timeout=30, what="two attempts")
         assert "login refused: SASL outcome 1 (auth)" in edge.log()
         assert len(hub.logins) >= 2 and hub.problems[0] == "a token whose signature is not the key's"
     finally:

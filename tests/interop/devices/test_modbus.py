@@ -1,4 +1,4 @@
-"""[[device]]s polled from real Modbus devices: pymodbus's server (tests/support/modbus_device.py)
+"""[[device]]s polled from real Modbus devices: pymodbus's server (examples/modbus_device.py)
 answers each read with values that say which read of its device it is, so a reading shows
 which poll it came from and the two registers of one poll agree.
 
@@ -32,6 +32,7 @@ import pytest
 from brokers import BIN, free_port, hutch_serve, sigkill, stop_all, wait_until
 from modbus_support import ModbusDevices, PtyPair, bound_queue, check_polls, drain, epoch, polls_by_device
 from modbus_support import device_table as modbus_table
+from paths import ROOT
 from scrapes import dom_figures
 
 INTERVAL = 0.2  # seconds between a device's polls
@@ -209,6 +210,104 @@ def test_a_reload_adds_removes_and_changes_devices(tmp_path):
     check_polls(after)
 
 
+def test_readings_refused_while_publishers_are_blocked_are_said_once_a_burst(tmp_path):
+    """A disk_free_limit above what the disk has blocks publishers: each poll's readings are
+    refused, which the log says once, with why, and counts; a reload that lets publishers go on
+    says how many polls the burst cost, and the polls after it are taken."""
+    port = free_port()
+    devices = ModbusDevices(port, [1])
+    table = device_table("probe-1", port, 1)
+    broker = hutch_serve(tmp_path, "[server]\ndisk_free_limit = 1000000000000000\n" + table)
+    try:
+        broker.start()
+        bound_queue(broker)
+        said = "device probe-1: its readings refused (publishers blocked: low on disk: "
+        wait_until(lambda: said in broker.log(), 10, what=broker.log)
+        time.sleep(10 * INTERVAL)
+        (tmp_path / "hutch.toml").write_text(table)  # (the limit back to the profile's)
+        reload = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "reload", "--data", broker.data],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        taken = re.compile(r"device probe-1: its readings taken again, after (\d+) polls whose readings were refused")
+        wait_until(lambda: taken.search(broker.log()), 10, what=broker.log)
+        time.sleep(5 * INTERVAL)
+        ctl = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "devices", "--json", "--data", broker.data],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        polls, _ = polls_by_device(drain(broker))
+        log = broker.log()
+    finally:
+        stop_all(broker, devices)
+    assert reload.returncode == 0, reload.stdout + reload.stderr
+    assert log.count(said) == 1, log  # once for the burst, not once a poll
+    refused_polls = int(taken.search(log).group(1))
+    assert refused_polls >= 8, log
+    (counted,) = json.loads(ctl.stdout)["devices"]
+    assert counted["refused"] == 2 * refused_polls + 1, counted  # two readings a poll, and its first status
+    assert len(polls["probe-1"]) >= 3, polls  # taken again once publishers go on
+    check_polls(polls)
+
+
+def test_the_page_s_device_without_hardware_is_polled_as_the_recipe_says(tmp_path):
+    """docs/modbus.md's "Trying it without a device": its simulated device on TCP, its config and
+    definitions file as written (the port made a free one), its commands; then its RTU line on a
+    socat pty pair, where parity=E is said as what it is (a pty takes no parity), once, without
+    a traceback."""
+    with open(os.path.join(ROOT, "docs", "modbus.md"), encoding="utf-8") as f:
+        page = f.read()
+    recipe = page[page.index("## Trying it without a device") : page.index("## A device")]
+    (config,) = re.findall(r"```toml\n(.*?)```", recipe, re.S)
+    (definitions,) = re.findall(r"```json\n(.*?)```", recipe, re.S)
+    port = free_port()
+    (tmp_path / "try-modbus.json").write_text(definitions)
+    config = config.replace("5020", str(port)).replace(
+        '"try-modbus.json"', json.dumps(str(tmp_path / "try-modbus.json"))
+    )
+    assert "python examples/modbus_device.py tcp 5020 1" in recipe
+    device = ModbusDevices(port, [1])
+    broker = hutch_serve(tmp_path, config)
+    try:
+        broker.start()
+        wait_until(lambda: "device sim-1: up (modbus+tcp" in broker.log(), 10, what=broker.log)
+        time.sleep(4.5)  # (polled every 2 s)
+        assert "hutch get readings --count 4 --ack --user me --password greenhouse" in recipe
+        got = subprocess.run(
+            [os.path.join(BIN, "hutch"), "get", "readings", "--count", "4", "--ack", "--port", str(broker.port),
+             "--user", "me", "--password", "greenhouse"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    finally:
+        stop_all(broker, device)
+    readings = [json.loads(line) for line in got.stdout.splitlines()]
+    assert [(r["sensor"], r["poll"]) for r in readings] == [
+        ("sim-1.counter", 1), ("sim-1.temp", 1), ("sim-1.counter", 2), ("sim-1.temp", 2)
+    ], got.stdout + got.stderr  # fmt: skip
+    assert readings[0]["value"] == 10 and readings[1]["value"] == 20.5 and readings[1]["unit"] == "°C"
+    # the RTU line, as the page makes it
+    line = PtyPair(tmp_path)
+    assert "socat pty,raw,echo=0,link=/tmp/rtu-device pty,raw,echo=0,link=/tmp/rtu-gateway &" in recipe
+    rtu = ModbusDevices(None, [1], line=line.ends[0])
+    (tmp_path / "rtu").mkdir()
+    uri = "modbus+rtu://%s?baudrate=19200" % line.ends[1]
+    broker = hutch_serve(tmp_path / "rtu", modbus_table("sim-1", uri, 1, 0.5))
+    try:
+        broker.start()
+        wait_until(lambda: "device sim-1: up (modbus+rtu" in broker.log(), 10, what=broker.log)
+        broker.stop()
+        (tmp_path / "rtu" / "hutch.toml").write_text(modbus_table("sim-1", uri + "&parity=E", 1, 0.5))
+        broker.start()
+        said = "device sim-1: down (gone: cannot set %s to baudrate=19200, parity=E" % line.ends[1]
+        wait_until(lambda: said in broker.log(), 10, what=broker.log)
+        time.sleep(2)
+        log = broker.log()
+    finally:
+        stop_all(broker, rtu, line)
+    assert "Invalid argument (a pty takes no parity)" in log and log.count(said) == 1, log
+    assert "Traceback" not in log and not broker.errors(), log
+
+
 COMMANDED = """
 [users.admin]
 password_hash = "qATcBy2MZRgLPdclaT6GOoHfrsf0Tj2cISm8IrktPZ43E1MW"
@@ -330,6 +429,9 @@ def drain_as(broker, user, password):
          "runs past address 65535"),
         ('name = "p"\nuri = "modbus+tcp://h"\nregisters = [{ name = "a", address = 0, kind = "input", writable = true }]',
          "writable: Modbus writes holding registers and coils, not input registers"),
+        ('name = "q"\nuri = "modbus+rtu:///dev/ttyS9?baudrate=9600"\nregisters = [{ name = "a", address = 0 }]\n'
+         '[[device]]\nname = "p"\nuri = "modbus+rtu:///dev/ttyS9?baudrate=9600&parity=E"\nregisters = [{ name = "a", address = 0 }]',
+         "its serial line /dev/ttyS9 is device 'q''s, with other settings (parity E, not N)"),
     ],
 )  # fmt: skip
 def test_a_device_config_mistake_is_one_line_and_exit_2(tmp_path, table, said):

@@ -1,6 +1,6 @@
 """Modbus devices to Parquet rows, exactly once through a gateway's bad day.
 
-An edge hutch polls three devices (tests/support/modbus_device.py: each read's values say
+An edge hutch polls three devices (examples/modbus_device.py: each read's values say
 which read of its device it is): an energy meter over Modbus TCP, and two soil probes on one
 RS-485 line (a socat pty pair), where a third unit answers with a bad CRC and a fourth with
 random octets (garbage, no frame at all). The edge's up

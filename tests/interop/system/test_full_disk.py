@@ -218,7 +218,10 @@ def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
         said = json.loads(_ctl(broker, "status", "--json"))["publishers"]
         assert said["blocked"] and said["for_s"] > 0 and "under disk_free_limit (67108864)" in said["reason"], said
         page = dom_figures("http://127.0.0.1:%s/" % metrics.split()[-1], str(tmp_path / "chromium"))
-        assert page["blocked"].startswith("Publishers blocked for ") and " bytes free for the data folder" in page["blocked"]
+        assert (
+            page["blocked"].startswith("Publishers blocked for ")
+            and " bytes free for the data folder" in page["blocked"]
+        )
         os.remove(os.path.join(broker.data, "filler"))
         reload("4096", "disk_free_limit: 4096 bytes", "publishers unblocked: ")
         assert "publishers: not blocked (live, " in _ctl(broker, "status")

@@ -1,8 +1,12 @@
-"""Scripted Modbus devices for the tests: pymodbus's server (its SimDevice, pinned in the test
+"""Simulated Modbus devices, to try hutch's [[device]] polling without hardware (docs/modbus.md,
+"Trying it without a device") and to test it: pymodbus's server (its SimDevice: the modbus
 extra), each unit's values changing with every read.
 
-    python modbus_device.py tcp PORT UNIT [UNIT ...]
-    python modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...] [garbled=UNIT] [noise=UNIT]
+    python examples/modbus_device.py tcp PORT UNIT [UNIT ...]
+    python examples/modbus_device.py rtu SERIAL-DEVICE BAUDRATE UNIT [UNIT ...] [garbled=UNIT] [noise=UNIT]
+
+tcp serves the units on 127.0.0.1:PORT (Modbus TCP); rtu on a serial device at that baud rate,
+no parity (Modbus RTU: one end of a socat pty pair is a line without hardware).
 
 A unit's n-th read of a kind of register (its holding registers, its input registers: counted
 apart) answers with what script() says of n: holding register A holds n * 10 + A (uint16), the
