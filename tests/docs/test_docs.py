@@ -209,10 +209,18 @@ def toml_blocks(path):
     return re.findall(r"```toml\n(.*?)```", read(path), re.S)
 
 
-def test_every_config_the_docs_show_is_one_hutch_serve_accepts(tmp_path):
+def test_every_config_the_docs_show_is_one_hutch_serve_accepts(tmp_path, monkeypatch):
     configs = [(path, block) for path in USER_TEXTS for block in toml_blocks(path)]
     configs += [(path, read(path)) for path in glob.glob(os.path.join(ROOT, "examples", "*.toml"))]
     assert len(configs) >= 6
+    # a config that names a definitions file finds it where the page has it: its ```json block
+    # of definitions, beside the config (docs/modbus.md's try-modbus.json)
+    monkeypatch.chdir(tmp_path)
+    for path, text in configs:
+        named = re.search(r'definitions = "([^"/]+)"', text)
+        if named:
+            (found,) = [b for b in re.findall(r"```json\n(.*?)```", read(path), re.S) if '"queues"' in b]
+            (tmp_path / named.group(1)).write_text(found)
     for i, (path, text) in enumerate(configs):
         config_file = tmp_path / ("config-%d.toml" % i)
         config_file.write_text(text)
