@@ -129,6 +129,7 @@ class Connection(PortConnection):
     # rest of the client-properties table is not kept: on a board it would cost ~1 KiB per client.
     wants = 0
     product = b"?"  # its client library's product name, for the log line of its open
+    provided_name = b""  # the name its client gave it (connection_name): `hutch ctl list connections`
     auth_mechanism = b""
 
     def __init__(self, broker, peer):

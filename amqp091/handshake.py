@@ -140,6 +140,9 @@ def _start_ok(conn, client_properties, mechanism, response, _locale):
     product = client_properties.get("product")
     if isinstance(product, bytes):
         conn.product = product
+    provided = client_properties.get("connection_name")
+    if isinstance(provided, bytes):
+        conn.provided_name = provided
     broker = conn.broker
     if mechanism == b"PLAIN" or mechanism == b"AMQPLAIN":
         conn.auth_mechanism = mechanism

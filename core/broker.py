@@ -110,6 +110,9 @@ class Broker:
     # The config's [uplink] (core/bridge/uplink.py): a byte budget all up bridges share, and the
     # windows they connect in; None without one.
     uplink = None
+    # This gateway's name ([server] name, set at start and by a reload): what its bridges stamp
+    # on what they forward (x-hutch-gateway) and its devices on their readings.
+    name = "hutch"
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch"):
         self.limits = limits or Limits()

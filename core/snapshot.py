@@ -46,6 +46,8 @@ def snapshot(broker, each_connection=True):
     them); without it, only "connections_by_protocol", how many each protocol has open, which
     both give. status.json is written every two seconds: with 10,000 MQTT sensors connected, their
     records would make each write 1.2 MB of the data folder's flash and 50 ms of CPU."""
+    from .broker import VERSION  # (loaded: its module made the broker shown)
+
     now = broker.now + broker.wall_offset  # wall clock ms, as messages are stamped (Broker.publish)
     unacked = {}
     connections = []
@@ -100,6 +102,8 @@ def snapshot(broker, each_connection=True):
     journal = broker.journal
     flow = broker.flow
     out = {
+        "name": broker.name,  # this gateway's ([server] name)
+        "version": VERSION,
         "counters": counters,
         "counters_by_protocol": by_protocol,
         "connections_by_protocol": open_by_protocol,

@@ -6,9 +6,11 @@ register, flat JSON that `hutch pipeline` reads as it is:
 
     routing key   the device's routing_key with {device} and {register} filled in
                   (sensors.{device} unless the config says otherwise)
-    headers       x-sensor-id "DEVICE.REGISTER", x-sensor-seq the poll's number
+    headers       x-sensor-id "DEVICE.REGISTER", x-sensor-seq the poll's number,
+                  x-hutch-gateway the gateway's name
     body          {"sensor": "probe-1.moisture", "ts": "2026-11-27T18:00:00.000Z", "value": 41.7,
-                   "unit": "%", "device": "probe-1", "register": "moisture", "poll": 17}
+                   "unit": "%", "device": "probe-1", "register": "moisture", "poll": 17,
+                   "gateway": "greenhouse"}
 
 so that each (device, register, poll) is taken once however often it is sent again: by the
 broker's sensor dedup, a bridge's, and the pipeline's. A poll's number is never given twice,
@@ -84,6 +86,7 @@ class Device:
     # (an annotation alone costs nothing at run time)
     line: "Any"
     polling: bool
+    gateway = None  # the gateway's name ([server] name), as the driver last set it: on each reading
 
     def __init__(self, settings, numbers):
         self.settings = settings
@@ -163,8 +166,11 @@ class Device:
         }
         if register.get("unit") is not None:
             body["unit"] = register["unit"]
+        headers = {"x-sensor-id": sensor, "x-sensor-seq": poll}
+        if self.gateway is not None:
+            body["gateway"] = headers["x-hutch-gateway"] = self.gateway
         key = settings["routing_key"].replace("{device}", self.name).replace("{register}", register["name"])
-        return key, {"x-sensor-id": sensor, "x-sensor-seq": poll}, json.dumps(body).encode()
+        return key, headers, json.dumps(body).encode()
 
     def _status(self, wall):
         body = {"device": self.name, "state": self.state, "ts": iso(wall)}

@@ -76,6 +76,15 @@ def render(snap, process, per_object=False):
     """snap: core/snapshot.py's; process: what only the port knows, a dict of hutch_process_*
     figures (resident_memory_bytes, open_fds, heap_free_bytes, heap_used_bytes: those it has)."""
     out = Writer()
+    # the gateway's name and hutch's version, as RabbitMQ's rabbitmq_build_info: a fleet's
+    # dashboards and alerts name a gateway by it (group_left from this series)
+    out.one(
+        "hutch_build_info",
+        "gauge",
+        "This gateway's name ([server] name) and hutch's version",
+        1,
+        '{gateway="%s",version="%s"}' % (escape(snap["name"]), snap["version"]),
+    )
     counters = snap["counters"]
     protocols = _protocols(snap)
     for name, help_text, parts in GLOBAL:

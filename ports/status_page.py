@@ -1,7 +1,7 @@
 """The status page served at `/` of the metrics port (server/monitoring.py): one HTML page with
 its style and script inline (no external asset: it works on a gateway with no internet), which
 reads /api/overview every second and draws what RabbitMQ's management overview shows —
-the node (host, version, uptime), a banner while publishers are blocked, totals, message rates with small charts, queues with their
+the gateway's name, the node (host, version, uptime), a banner while publishers are blocked, totals, message rates with small charts, queues with their
 own rates, connections, MQTT's sessions, bridges, Modbus devices, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
 shows, so a test (and a script) can read it.
 """
@@ -18,7 +18,7 @@ th{background:#eee}td:first-child,th:first-child{text-align:left}
 .box b{display:block;font-size:1.5em}.rate svg{display:block}#state{color:#666}
 .bad{color:#b00}.alarm{background:#b00;color:#fff;font-weight:bold;font-size:1.15em;padding:.5em 1em;margin:.5em 0}
 </style></head><body>
-<h1>hutch <span id="node"></span></h1><div id="uptime"></div><div id="state">loading...</div>
+<h1><span id="gateway">hutch</span> <small id="node"></small></h1><div id="uptime"></div><div id="state">loading...</div>
 <div id="blocked" class="alarm" hidden></div>
 <h2>Totals</h2><div class="totals" id="totals"></div>
 <h2>Message rates (per second, last minute)</h2><div class="totals" id="rates"></div>
@@ -83,7 +83,12 @@ function draw(data) {
   b.queues.forEach(function (q) { byName[q.name] = {published: q.published, delivered: q.delivered, acknowledged: q.acknowledged}; });
   samples.push({t: now, c: c, queues: byName}); if (samples.length > KEEP) samples.shift();
   var node = data.node || {};
-  document.getElementById("node").textContent = node.version ? node.version + " on " + node.host : "";
+  document.getElementById("node").textContent = node.version ? "hutch " + node.version + " on " + node.host : "";
+  // the gateway's name ([server] name): the heading, and the browser tab's title
+  var gateway = document.getElementById("gateway");
+  gateway.textContent = b.name || "hutch";
+  gateway.setAttribute("data-figure", "gateway");
+  document.title = (b.name || "hutch") + " - hutch status";
   queueRates(b.queues);
   var ready = 0, unacked = 0;
   b.queues.forEach(function (q) { ready += q.messages; unacked += q.unacked; });

@@ -25,7 +25,7 @@ def connect(bridge, uri, frame_max, now):
         uri["password"],
         uri["vhost"],
         uri["heartbeat"],
-        "hutch bridge " + bridge.machine.name,
+        "hutch bridge %s/%s" % (bridge.broker.name, bridge.machine.name),
         mechanism=uri["auth_mechanism"],
     )
     return protocol, None

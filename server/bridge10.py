@@ -39,7 +39,7 @@ def connect(bridge, uri, frame_max, now):
         hostname,
         address,
         idle_ms=uri["heartbeat"] * 1000,
-        container="hutch-bridge-" + machine.name,
+        container="hutch bridge %s/%s" % (bridge.broker.name, machine.name),
         mechanism=mechanism,
         settled=settings["ack_mode"] != "on-confirm",
         cbs=cbs,

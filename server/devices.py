@@ -218,6 +218,7 @@ class Devices:
             if status is not None:
                 self.publish(device, [status])
             return
+        device.gateway = self.broker.name  # (a reload may rename the gateway)
         messages, line = device.answered(answers, time.time(), (now_ms() - started) / 1000)
         if line is not None:
             self.log("info", line)

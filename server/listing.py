@@ -90,6 +90,8 @@ def _connections(broker):
                 "protocol": conn.protocol,
                 # an MQTT client's id (rabbitmqctl list_mqtt_connections's column); other protocols: ""
                 "client_id": text(getattr(conn, "client_id", b"") or b""),
+                # the name a 0-9-1 client gave its connection (its connection_name property)
+                "user_provided_name": text(getattr(conn, "provided_name", b"") or b""),
             }
         )
     return out
@@ -241,6 +243,7 @@ COLUMNS = {
         "auth_mechanism",
         "protocol",
         "client_id",
+        "user_provided_name",
     ),
     "channels": ("name", "connection", "number", "user", "consumer_count", "messages_unacknowledged",
                  "prefetch_count", "global_prefetch_count", "confirm", "transactional"),

@@ -117,6 +117,7 @@ def settings(args):
     segment_bytes = _checked(args, server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     disk_free_limit = _checked(args, server, path, "disk_free_limit", storage.get("disk_free_limit"))
     return {
+        "name": _checked(args, server, path, "name") or host_name(),
         "listeners": listeners,
         "data": folder or storage["path"],
         "journal_max_bytes": journal_max_bytes,
@@ -149,6 +150,24 @@ def settings(args):
         "amqp10": _amqp10(server, profile, path),
         "mqtt_settings": _mqtt(args, data, path, listeners),
     }
+
+
+def host_name():
+    """The default gateway name: the host's name, its first label, with any character a name
+    may not hold as "-" (schema.NAME_CHARACTERS); a board's network host name, else its platform."""
+    if sys.implementation.name == "micropython":
+        try:
+            import network  # pyright: ignore[reportMissingImports] (a board's)
+
+            found = network.hostname()
+        except (ImportError, AttributeError, OSError):
+            found = sys.platform
+    else:
+        import socket
+
+        found = socket.gethostname()
+    found = found.split(".")[0][: schema.NAME_MOST]
+    return "".join(c if c in schema.NAME_CHARACTERS else "-" for c in found) or "hutch"
 
 
 def _metrics(args, data, path):

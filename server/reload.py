@@ -21,7 +21,9 @@ What takes effect:
 - the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
   window asks again at once);
 - the TLS listeners' certificate files (ports/tls.py ServerTLS.reload);
-- `disk_free_limit` (ports/disk_free.py: the watch's next look applies it).
+- `disk_free_limit` (ports/disk_free.py: the watch's next look applies it);
+- `name`: what bridges stamp on what they forward from now on, and devices on their readings
+  (a bridge's link keeps its connection name until it connects again).
 
 Anything else that changed (listeners, the data folder, [limits], [mqtt]...) needs a restart:
 said in one line, the rest applied. A config that does not load (a syntax error, a wrong key, a
@@ -47,6 +49,7 @@ APPLIED = (
     "definitions",
     "listeners",
     "disk_free_limit",
+    "name",
 )  # what a reload applies (listeners: TLS files only)
 
 
@@ -88,6 +91,9 @@ class Reloader:
             if devices is not None:
                 said += await devices.apply(new["devices"])
             said += self._disk_free_limit(new["disk_free_limit"])
+            if new["name"] != self.runtime.broker.name:  # (what bridges and devices stamp from now on)
+                said.append("name: %s (was %s)" % (new["name"], self.runtime.broker.name))
+                self.runtime.broker.name = new["name"]
             restart = [
                 key for key in sorted(new) if key not in APPLIED and _value(new[key]) != _value(self.opts.get(key))
             ]

@@ -42,7 +42,12 @@ KINDS = {
     "table": "a table",
     "text": "a string",
     "hours": 'a list of windows "HH:MM-HH:MM" (local time)',
+    "name": "1 to 64 letters, digits, '-' or '_' (it names the gateway in headers, metrics and Parquet partitions)",
 }
+# what a gateway's name may hold: a routing key's word, a header, a metric's label and a Parquet
+# partition's folder carry it as it is (ASCII: MicroPython's str has no isalnum)
+NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+NAME_MOST = 64
 INTEGERS = ("port", "seconds", "bytes", "positive")  # (their command-line options are numbers)
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -61,6 +66,12 @@ KEYS = (
     ("server", "data", "folder", None, "--data", "data folder (default ./hutch-data, or the board's)",
      "The data folder (`--data`): the journal, the streams, the lock, the status file. One broker "
      "per folder. Default: the board profile's path."),
+    ("server", "name", "name", None, "--name", "this gateway's name (default: the host name)",
+     "This gateway's name (`--name`): 1 to 64 letters, digits, `-` or `_`. Bridges carry it upstream "
+     "(the header `x-hutch-gateway` on what they forward, where it has none, and their connections' "
+     "names, `hutch bridge NAME/BRIDGE`), devices stamp it on their readings, `hutch pipeline` keys "
+     "readings by it, and `hutch ctl status`, the status page and `/metrics` show it. Default: the "
+     "host name (its first label, any other character as `-`); a board's network host name."),
     ("server", "log_level", "level", "info", "--log-level", "debug, info, warning or error (default info)",
      "`debug`, `info`, `warning` or `error` (`--log-level`)."),
     ("server", "board", "board", None, "--board", "board profile: %s (default: limits from the config)",
@@ -321,6 +332,8 @@ def check(kind, value, where, choices=None):
         ok = isinstance(value, dict)
     elif kind == "hours":
         ok = isinstance(value, list) and all(window_of(item) is not None for item in value)
+    elif kind == "name":
+        ok = isinstance(value, str) and 0 < len(value) <= NAME_MOST and all(c in NAME_CHARACTERS for c in value)
     else:  # address, user, text
         ok = isinstance(value, str)
     if ok:

@@ -142,6 +142,7 @@ async def start(opts, log, stop_event):
         log("info", line)
     entropy = os.urandom(6) if hasattr(os, "urandom") else b"hutch"
     broker = Broker(opts["limits"], opts["users"], log, platform_name(), entropy)
+    broker.name = opts["name"]
     if sys.implementation.name != "micropython":  # (before its first exchange: amq.* are made when named)
         from ..core.route_cache import routers  # pyright: ignore[reportMissingImports] (host only)
 
@@ -208,7 +209,10 @@ async def start(opts, log, stop_event):
         runtime.devices.add(device)
     runtime.monitor.fit(broker.limits)
     board = " (board profile %s)" % opts["board"] if opts["board"] else ""
-    log("info", "hutch %s on %s%s, data folder %s" % (VERSION, platform_name(), board, opts["data"]))
+    log(
+        "info",
+        "hutch %s on %s%s, gateway %s, data folder %s" % (VERSION, platform_name(), board, opts["name"], opts["data"]),
+    )
     return runtime
 
 

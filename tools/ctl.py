@@ -248,8 +248,11 @@ def status_command(args):
         print(json.dumps(info, indent=1))
         return 0
     journal = info["journal"]
+    broker = info["broker"]
+    if broker is not None and "name" in broker:  # (a status.json of an older hutch has none)
+        print("gateway: %s" % broker["name"])
     print("data folder: %s" % info["data"])
-    _print_publishers(info["publishers"], info["broker"])
+    _print_publishers(info["publishers"], broker)
     print("journal: %d segments, %d bytes" % (len(journal["segments"]), journal["bytes"]))
     for segment in journal["segments"]:
         print("  %s  %d bytes" % (segment["file"], segment["bytes"]))

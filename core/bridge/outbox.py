@@ -23,6 +23,8 @@ and bridge), x-hutch-seq (a number that only grows along the queue and stays the
 the message is sent again: its journal id, which survives restarts; a transient message,
 which does not, counts in a lane of this run's own, named in its origin) and x-hutch-hops
 (one more than it came with). So an upstream can tell a message sent again from a new one.
+A message without x-hutch-gateway gets this gateway's name (the broker's [server] name) in it:
+the gateway a reading was first taken at, which a relay further up keeps.
 
 A message upstream cannot route comes back (basic.return) before its confirm: it is put back
 and sent again, up to MAX_RETURNS times; then it is dead-lettered from the source queue if
@@ -44,6 +46,8 @@ ORIGIN = b"x-hutch-origin"
 SEQ = b"x-hutch-seq"
 HOPS = b"x-hutch-hops"
 KEYS = (ORIGIN, SEQ, HOPS)
+GATEWAY = b"x-hutch-gateway"
+GATEWAY_KEY = b"\x0fx-hutch-gateway"  # (as a shortstr: Message.has_header looks for it so)
 MAX_RETURNS = 5
 
 
@@ -196,23 +200,36 @@ class Outbox:
             if isinstance(came, int):
                 hops = came + 1
         template = self.template
-        if template is None or template[0] != tail or template[1] != origin or template[2] != hops:
-            template = self.template = self._template(tail, origin, hops)
+        name = self.broker.name  # (a reload may change it)
+        if (
+            template is None
+            or template[0] != tail
+            or template[1] != origin
+            or template[2] != hops
+            or template[5] != name
+        ):
+            template = self.template = self._template(tail, origin, hops, name)
         return b"".join((template[3], struct.pack(">q", seq), template[4]))
 
-    def _template(self, tail, origin, hops):
-        """(tail, origin, hops, before, after): the header forwarded for a message with that
-        content header tail, origin and hop count is before + its number (8 bytes) + after.
-        A backlog's messages mostly share their properties: its headers are rewritten once,
-        not once a message. (Where the number goes: the first byte two numbers differ at.)"""
+    def _template(self, tail, origin, hops, name):
+        """(tail, origin, hops, before, after, name): the header forwarded for a message with
+        that content header tail, origin and hop count, from the gateway called name, is before +
+        its number (8 bytes) + after. A backlog's messages mostly share their properties: its
+        headers are rewritten once, not once a message. (Where the number goes: the first byte
+        two numbers differ at.)"""
+        gateway = b""
+        if not (tail[16] & 0x20 and GATEWAY_KEY in tail):  # (no headers, or none of that name)
+            gateway = GATEWAY_KEY + b"S" + struct.pack(">I", len(name)) + name.encode()
         made = []
         for seq in (0, -1):
-            entries = b"".join((self._head(origin), struct.pack(">q", seq), self.hops_key, struct.pack(">i", hops)))
+            entries = b"".join(
+                (self._head(origin), struct.pack(">q", seq), self.hops_key, struct.pack(">i", hops), gateway)
+            )
             made.append(with_entries(tail, entries, KEYS, True))
         at = 0
         while made[0][at] == made[1][at]:
             at += 1
-        return (tail, origin, hops, made[0][:at], made[0][at + 8 :])
+        return (tail, origin, hops, made[0][:at], made[0][at + 8 :], name)
 
     def _head(self, origin):
         """The encoded entries that come before a message's number: x-hutch-origin and the key

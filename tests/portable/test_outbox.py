@@ -95,13 +95,18 @@ def test_forwarded_headers_name_origin_sequence_and_hops_and_make_it_persistent(
     assert headers["a"] == 1 and headers["x-hutch-origin"] == outbox.run_origin
     assert outbox.run_origin.startswith(b"node-1/up/run-")
     assert (headers["x-hutch-seq"], headers["x-hutch-hops"]) == (1, 1)
+    assert headers["x-hutch-gateway"] == b"hutch"  # the gateway's name (the broker's: [server] name)
     assert _props(outbox.header_for(second))["headers"]["x-hutch-seq"] == 2
     assert _props(outbox.header_for(first))["headers"]["x-hutch-seq"] == 1, "sent again: the same number"
-    # a message that came over a bridge already: one hop more, its old bridge headers replaced
+    # a message that came over a bridge already: one hop more, its old bridge headers replaced,
+    # the gateway that took it first kept
     came = Message(b"", b"k", b"\x00\x01k", outbox.header_for(first), None, 0)
+    client.broker.name = "relay"
     again = _props(outbox.header_for(came))["headers"]
-    assert sorted(again) == ["a", "x-hutch-hops", "x-hutch-origin", "x-hutch-seq"]
-    assert again["x-hutch-hops"] == 2
+    assert sorted(again) == ["a", "x-hutch-gateway", "x-hutch-hops", "x-hutch-origin", "x-hutch-seq"]
+    assert again["x-hutch-hops"] == 2 and again["x-hutch-gateway"] == b"hutch"
+    # renamed (a reload): what is forwarded from then on carries the new name
+    assert _props(outbox.header_for(second))["headers"]["x-hutch-gateway"] == b"relay"
 
 
 def test_a_returned_message_is_sent_again_and_without_a_dead_letter_exchange_the_bridge_is_stuck():
@@ -134,11 +139,12 @@ def test_a_header_made_from_the_template_is_the_header_made_whole():
     outbox = Outbox(client.broker, client.broker.queues[b"src"], "up", 4, node=b"node-1")
     outbox.link_up()
     tail = outbox.take()[0][0].header_tail
+    gateway = b"\x0fx-hutch-gateway" + b"S" + struct.pack(">I", 4) + b"gw-1"
     for hops in (1, 7):
-        _, _, _, before, after = outbox._template(tail, b"n/up", hops)
+        _, _, _, before, after, _ = outbox._template(tail, b"n/up", hops, "gw-1")
         for seq in (1, 255, 256, 1 << 40, (1 << 63) - 1):
             entries = outbox._head(b"n/up") + struct.pack(">q", seq) + outbox.hops_key + struct.pack(">i", hops)
-            assert before + struct.pack(">q", seq) + after == with_entries(tail, entries, KEYS, True)
+            assert before + struct.pack(">q", seq) + after == with_entries(tail, entries + gateway, KEYS, True)
 
 
 def test_a_persistent_message_is_numbered_within_the_start_that_journalled_it():

@@ -71,7 +71,11 @@ def polls_by_device(messages):
         if key.startswith("status."):
             statuses.append(body)
             continue
-        assert headers == {"x-sensor-id": body["sensor"], "x-sensor-seq": body["poll"]}, (headers, body)
+        assert body["gateway"] and headers == {
+            "x-sensor-id": body["sensor"],
+            "x-sensor-seq": body["poll"],
+            "x-hutch-gateway": body["gateway"],
+        }, (headers, body)
         assert key == "sensors.%s" % body["device"] and body["sensor"] == "%s.%s" % (body["device"], body["register"])
         registers = polls[body["device"]].setdefault(body["poll"], {})
         assert body["register"] not in registers, "poll %s of %s twice: %s" % (body["poll"], body["device"], body)

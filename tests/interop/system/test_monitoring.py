@@ -240,13 +240,16 @@ def test_with_users_only_monitoring_users_may_look(tmp_path):
 
 def test_the_status_page_opened_with_credentials_in_its_url(tmp_path):
     """http://user:password@host:port/ as a user types it: the page logs in and draws (a browser
-    refuses to fetch a URL with credentials, so the page fetches its origin's), with the node's
-    name, version and uptime, and each queue's rates."""
+    refuses to fetch a URL with credentials, so the page fetches its origin's), with the gateway's
+    name, the node's, the version and uptime, and each queue's rates."""
     from hutch.core.broker import VERSION
 
     done = subprocess.run([HUTCH, "passwd", "--password", "w-pw"], capture_output=True, text=True, timeout=30)
     config = tmp_path / "hutch.toml"
-    config.write_text('[users.watcher]\npassword_hash = "%s"\ntags = ["monitoring"]\n' % done.stdout.strip())
+    config.write_text(
+        '[server]\nname = "greenhouse-gw"\n[users.watcher]\npassword_hash = "%s"\ntags = ["monitoring"]\n'
+        % done.stdout.strip()
+    )
     broker = monitored(tmp_path, "--config", str(config))
     try:
         url = broker.metrics_url.replace("http://", "http://watcher:w-pw@") + "/"
@@ -254,7 +257,8 @@ def test_the_status_page_opened_with_credentials_in_its_url(tmp_path):
         assert "broker not answering" not in figures["updated"], figures
         assert figures["updated"].startswith("updated ") and figures["connections"] == "0", figures
         assert figures["uptime"] in ("up 0 s", "up 1 s", "up 2 s", "up 3 s", "up 4 s", "up 5 s"), figures
-        assert figures["node"] == "%s on %s" % (VERSION, os.uname().nodename), figures
+        assert figures["node"] == "hutch %s on %s" % (VERSION, os.uname().nodename), figures
+        assert figures["gateway"] == "greenhouse-gw", figures  # its [server] name, the page's heading
         for rate in ("published", "delivered"):
             assert figures["rate." + rate] == "0", figures
     finally:
