@@ -21,6 +21,11 @@ FILE = "hutch-pipeline.json"
 COMPARED = ("--streams", "--output", "--window", "--watermark", "--schema", "--fields", "--format", "--dedup")
 # what a checkpoint written before an option existed was made with (its query had no such step)
 BEFORE = {"--dedup": "none", "--fields": ""}
+# The query's form, kept beside its options: windows per gateway with correction rows
+# (spark/windows.py). A checkpoint without it holds an earlier query's state (one Spark
+# watermark for every reading, late readings dropped, no gateway column), which this query
+# cannot read, and its output has other columns.
+QUERY = "per-gateway windows, corrections"
 
 
 class CheckpointMismatch(Exception):
@@ -38,6 +43,7 @@ def options_of(job):
         "--fields": job.fields_text,
         "--format": job.format,
         "--dedup": job.dedup,
+        "query": QUERY,
     }
 
 
@@ -47,6 +53,12 @@ def check(job):
     made_with = _read(job.checkpoint)
     if made_with is None or not _committed(job.checkpoint):
         return
+    if made_with.get("query") != QUERY:
+        raise CheckpointMismatch(
+            "--checkpoint %s was made by an earlier hutch pipeline, whose query kept one watermark for every "
+            "gateway and wrote no gateway column: this one cannot take its state on. Give a new --checkpoint "
+            "and --output (docs: pipeline, Many gateways, one dataset)" % job.checkpoint
+        )
     now = options_of(job)
     for name, value in BEFORE.items():
         made_with.setdefault(name, value)

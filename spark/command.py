@@ -30,6 +30,7 @@ import time
 
 from . import checkpoint, preflight, progress, settings
 from .options import Options
+from .written import batch_rows
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -55,8 +56,9 @@ class _Parser(argparse.ArgumentParser):
 def make_parser():
     p = _Parser(
         prog="hutch pipeline",
-        description="aggregate sensor readings from stream queues per sensor per event-time window "
-        "(count, min, max, mean, last) into Parquet partitioned by date, exactly once, with Spark",
+        description="aggregate sensor readings from stream queues per gateway, sensor and event-time window "
+        "(count, sum, min, max, mean, last) into Parquet partitioned by date, every reading once however late, "
+        "with Spark",
     )
     p.add_argument(
         "--uri", required=True, help="amqp://user:password@host:port/vhost; several, comma-separated: failover"
@@ -79,13 +81,18 @@ def make_parser():
         "(SHT3X.Temperature), routing_key[N] (the routing key's Nth word) or header:NAME",
     )
     p.add_argument("--window", default="1 minute", help='the windows\' length (default "1 minute")')
-    p.add_argument("--watermark", default="10 minutes", help='how late a reading may come (default "10 minutes")')
+    p.add_argument(
+        "--watermark",
+        default="10 minutes",
+        help="how long after a window's end, in its gateway's readings' time, its row is written; later "
+        'readings for it are correction rows (default "10 minutes")',
+    )
     p.add_argument(
         "--dedup",
         choices=("sensor", "none"),
         default="sensor",
-        help="sensor: count a reading whose x-sensor-id and x-sensor-seq came before (within the watermark) "
-        "once (default); none: count every record",
+        help="sensor: count a reading whose x-sensor-id and x-sensor-seq its gateway sent before once "
+        "(default); none: count every record",
     )
     p.add_argument(
         "--trigger",
@@ -120,8 +127,6 @@ class Job:
         self.format = args.format
         self.window = settings.duration("--window", args.window)
         self.watermark = settings.duration("--watermark", args.watermark)
-        self.window_s = settings.seconds(self.window)
-        self.watermark_s = settings.seconds(self.watermark)
         self.trigger = settings.trigger(args.trigger)
         self.dedup = args.dedup
         if args.fields is not None and (args.schema is not None or args.schema_file is not None):
@@ -221,12 +226,6 @@ def run(job, out, err):
             "hutch pipeline: %s -> %s (%s windows, watermark %s, trigger %s; Spark's log: %s)\n"
             % (",".join(job.streams), job.output, job.window, job.watermark, _trigger_words(job.trigger), job.log)
         )
-        if job.dedup == "sensor" and job.watermark_s < job.window_s:
-            out.write(
-                "hutch pipeline: --watermark %s is shorter than --window %s: a reading's copy that comes more than "
-                "twice the watermark after it, before its window is written, counts again (docs: pipeline, Repeats)\n"
-                % (job.watermark, job.window)
-            )
         out.write("hutch pipeline: starting Spark (%s)...\n" % job.master)
         out.flush()
         started = time.monotonic()
@@ -236,13 +235,13 @@ def run(job, out, err):
         dedup = job.dedup == "sensor"
         records = pipeline.records(spark, job.source_options)
         if job.fields is not None:
-            readings = pipeline.readings_at(records, job.fields, dedup)
+            readings = pipeline.readings_at(records, job.fields)
         else:
             try:
                 schema = pipeline.reading_schema(job.schema)
             except Exception as e:
                 return _fail(terminal, EXIT_USAGE, "--schema: %s" % first_line(e))
-            readings = pipeline.readings(records, schema, dedup)
+            readings = pipeline.readings(records, schema)
         query = pipeline.start_query(
             pipeline.aggregates(readings, job.window, job.watermark, dedup),
             job.output,
@@ -281,9 +280,12 @@ def watch(query, out, stop, job=None):
             report = json.loads(report.json)
             if report["batchId"] > printed:
                 printed = report["batchId"]
-                out.write(progress.line(report) + "\n")
-                why = progress.waiting(report, job.window_s, job.watermark_s, closed) if job is not None else None
-                closed = closed or bool(progress.rows_out(report))
+                written = None
+                if job is not None and job.format == "parquet":
+                    written = batch_rows(job.output, report["batchId"])
+                out.write(progress.line(report, written) + "\n")
+                why = progress.waiting(report, written, job.watermark, closed) if job is not None else None
+                closed = closed or bool(written and sum(written.values()))
                 if why is not None:
                     out.write("hutch pipeline: %s\n" % why)
                 out.flush()

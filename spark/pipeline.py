@@ -1,15 +1,17 @@
 """The Spark job behind `hutch pipeline`: sensor readings from stream queues, aggregated per
-sensor per event-time window, written once per window as Parquet (or Delta) partitioned by
-date.
+gateway, sensor and event-time window, written as Parquet (or Delta) partitioned by date.
 
-    records (the `hutch` source) -> JSON body parsed -> ts as a timestamp -> watermark
-      -> per (window, sensor): count, min, max, mean, last -> file sink, append mode
+    records (the `hutch` source) -> JSON body parsed -> ts as a timestamp, the gateway
+      -> per gateway (spark/windows.py, in applyInPandasWithState): repeats dropped, windows
+         closed on the gateway's own progress (final rows), late readings as correction rows
+      -> file sink, append mode
 
 Exactly once: the source reads the same records for the same offset range every time, the
-checkpoint holds the offsets and the windows' state, and the file sink's commit log
+checkpoint holds the offsets and each gateway's state, and the file sink's commit log
 (`_spark_metadata`) lists only the files of committed batches. A batch replayed after a
-crash writes the same windows again into new files; only one set of them is ever listed.
-Append mode with a watermark writes each window once, when the watermark passes its end.
+crash writes the same rows again into new files; only one set of them is ever listed. Each
+reading is in exactly one row (its window's final row, or one correction row), so the merged
+figures (spark/merged.py) count it once however late it came.
 
 command.py checks everything it can before this module is imported (it imports pyspark).
 """
@@ -96,18 +98,16 @@ def reading_schema(ddl):
     return StructType([StructField(f.name, StringType(), True) if f.name == "ts" else f for f in schema.fields])
 
 
-def readings(records, schema, dedup=True):
-    """The readings of the records' JSON bodies: every field of schema, ts a timestamp. A body
-    that is not JSON, or lacks a sensor, a ts that parses, or a value, is left out. dedup: with
-    the reading's identity (READING_ID's columns) for aggregates() to drop repeats by."""
+def readings(records, schema):
+    """The readings of the records' JSON bodies: every field of schema, ts a timestamp, with the
+    gateway, the reading's identity and its record (reading_id()). A body that is not JSON, or
+    lacks a sensor, a ts that parses, or a value, is left out."""
     body = F.from_json(F.col("body").cast("string"), schema)
-    columns = [body.alias("r")]
-    if dedup:
-        columns += reading_id()
-    return _stamped(records.select(*columns).select("r.*", *(READING_ID if dedup else ())))
+    columns = [body.alias("r")] + reading_id()
+    return _stamped(records.select(*columns).select("r.*", *READING_ID, *RECORD, "gateway"))
 
 
-def readings_at(records, fields, dedup=True):
+def readings_at(records, fields):
     """The readings of records whose sensor, ts and value are where --fields says (settings.fields:
     a JSON path into the body, a word of the routing key, a header), as readings() gives them:
     sensor a string, ts a timestamp, value a double; a record without one of them is left out."""
@@ -122,9 +122,7 @@ def readings_at(records, fields, dedup=True):
         else:
             column = F.col("headers")[where]
         columns.append((column.try_cast("double") if name == "value" else column).alias(name))
-    if dedup:
-        columns += reading_id()
-    return _stamped(records.select(*columns))
+    return _stamped(records.select(*(columns + reading_id())))
 
 
 def _stamped(parsed):
@@ -138,51 +136,118 @@ def _stamped(parsed):
     return parsed.where(F.col("sensor").isNotNull() & F.col("ts").isNotNull() & F.col("value").isNotNull())
 
 
-# A reading's identity (docs/exactly-once.md): its sensor's x-sensor-id and x-sensor-seq headers;
-# for a record without them, its stream and offset (which no other record has: never a repeat)
+# A reading's identity (docs/exactly-once.md): its sensor's x-sensor-id and x-sensor-seq headers
+# (null where it has none: never a repeat), and the record it came in (its stream and offset: the
+# order a batch's readings are taken in, the same every time it is read)
 READING_ID = ("_hutch_sensor", "_hutch_seq")
+RECORD = ("stream", "offset")
+# The gateway a reading comes from (docs/pipeline.md, Many gateways): the header its first
+# gateway's bridge or device stamped, x-hutch-gateway; else the body's "gateway"; else the node
+# an older gateway's bridge names in x-hutch-origin (NODE/BRIDGE/...); else "" (a sensor that
+# publishes straight to the broker the pipeline reads)
+GATEWAY_HEADER = "x-hutch-gateway"
 
 
 def reading_id():
-    """The columns READING_ID names, from a record's headers, stream and offset."""
+    """The identity and record columns, and the gateway's, from a record's headers and body."""
     headers = F.col("headers")
-    sensor, seq = headers["x-sensor-id"], headers["x-sensor-seq"]
-    numbered = sensor.isNotNull() & seq.isNotNull()
+    origin_node = F.split(headers["x-hutch-origin"], "/").getItem(0)
+    gateway = F.coalesce(
+        headers[GATEWAY_HEADER],
+        F.get_json_object(F.col("body").cast("string"), "$.gateway"),
+        F.when(origin_node != "", origin_node),
+        F.lit(""),
+    )
     return [
-        F.when(numbered, F.concat(F.lit("s:"), sensor))
-        .otherwise(F.concat(F.lit("o:"), F.col("stream")))
-        .alias(READING_ID[0]),
-        F.when(numbered, seq).otherwise(F.col("offset").cast("string")).alias(READING_ID[1]),
+        headers["x-sensor-id"].alias(READING_ID[0]),
+        headers["x-sensor-seq"].alias(READING_ID[1]),
+        F.col("stream"),
+        F.col("offset"),
+        gateway.alias("gateway"),
     ]
 
 
+# What the pipeline writes: a row per gateway, sensor and window, `final` when the gateway's
+# progress closed the window, `correction` for readings that came after (spark/windows.py)
+OUTPUT = (
+    "gateway STRING, sensor STRING, window_start TIMESTAMP, window_end TIMESTAMP, kind STRING, count LONG, "
+    "sum DOUBLE, min DOUBLE, max DOUBLE, mean DOUBLE, last DOUBLE, last_ts TIMESTAMP"
+)
+# A gateway's state: its progress (µs), its open windows (JSON), its sensors' repeats (bytes)
+STATE = "progress LONG, windows STRING, seen BINARY"
+
+
 def aggregates(readings_df, window, watermark, dedup=True):
-    """Per sensor per tumbling event-time window: count, min, max, mean, and last (the value of
-    the latest ts in the window), with the window's start and end and the date (UTC) of its
-    start, the partition column. dedup: a reading whose identity came before is dropped first
-    (Spark keeps each identity while the watermark has not passed its reading's ts by the
-    watermark's delay: docs/pipeline.md)."""
-    watermarked = readings_df.withWatermark("ts", watermark)
-    if dedup:
-        watermarked = watermarked.dropDuplicatesWithinWatermark(list(READING_ID))
-    windowed = watermarked.groupBy(F.window("ts", window).alias("window"), F.col("sensor")).agg(
-        F.count(F.lit(1)).alias("count"),
-        F.min("value").alias("min"),
-        F.max("value").alias("max"),
-        F.avg("value").alias("mean"),
-        F.max_by("value", "ts").alias("last"),
+    """Per gateway, sensor and tumbling event-time window: count, sum, min, max, mean, and last
+    (the value of the latest ts, with that ts), its kind, the window's start and end, and the
+    date (UTC) of its start, the partition column. Each gateway's readings go through its own
+    state (spark/windows.py): its windows close on its own progress, a reading for a window it
+    closed is a correction row, and (dedup) a reading whose identity it sent before is dropped.
+    No Spark watermark: nothing is dropped as late."""
+    from .settings import seconds
+
+    window_us = int(seconds(window) * 1000000)
+    delay_us = int(seconds(watermark) * 1000000)
+    columns = ["gateway", "sensor", "ts", "value", READING_ID[0], READING_ID[1], RECORD[0], RECORD[1]]
+    windowed = (
+        readings_df.select(*columns)
+        .withColumn("value", F.col("value").cast("double"))
+        .groupBy("gateway")
+        .applyInPandasWithState(per_gateway(window_us, delay_us, dedup), OUTPUT, STATE, "append", "NoTimeout")
     )
-    return windowed.select(
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
-        F.col("sensor").cast("string").alias("sensor"),
-        "count",
-        F.col("min").cast("double").alias("min"),
-        F.col("max").cast("double").alias("max"),
-        "mean",
-        F.col("last").cast("double").alias("last"),
-        F.to_date(F.col("window.start")).alias("date"),
-    )
+    return windowed.withColumn("date", F.to_date(F.col("window_start")))
+
+
+def per_gateway(window_us, delay_us, dedup):
+    """The function applyInPandasWithState calls with a gateway's readings of a batch: its rows,
+    as spark/windows.py Gateway.batch makes them, as one pandas DataFrame."""
+
+    def run(key, frames, state):
+        import pandas
+
+        from .windows import Gateway
+
+        gateway = Gateway.restored(state.get, dedup) if state.exists else Gateway(dedup)
+        readings = []
+        for frame in frames:
+            ts = frame["ts"].astype("int64") // 1000  # (ns to µs)
+            readings.extend(
+                zip(
+                    frame["sensor"],
+                    ts.tolist(),
+                    frame["value"].tolist(),
+                    _nones(frame[READING_ID[0]]),
+                    _nones(frame[READING_ID[1]]),
+                    frame[RECORD[0]],
+                    frame[RECORD[1]].tolist(),
+                )
+            )
+        rows = gateway.batch(readings, window_us, delay_us)
+        state.update(gateway.state())
+        name = key[0]
+        yield pandas.DataFrame(
+            {
+                "gateway": [name] * len(rows),
+                "sensor": [row[1] for row in rows],
+                "window_start": pandas.to_datetime([row[2] for row in rows], unit="us"),
+                "window_end": pandas.to_datetime([row[2] + window_us for row in rows], unit="us"),
+                "kind": [row[0] for row in rows],
+                "count": [row[3] for row in rows],
+                "sum": [float(row[4]) for row in rows],
+                "min": [float(row[5]) for row in rows],
+                "max": [float(row[6]) for row in rows],
+                "mean": [row[4] / row[3] for row in rows],
+                "last": [float(row[8]) for row in rows],
+                "last_ts": pandas.to_datetime([row[7] for row in rows], unit="us"),
+            }
+        )
+
+    return run
+
+
+def _nones(column):
+    """A pandas column's values with its missing ones (None, NaN) as None."""
+    return [None if value is None or value != value else value for value in column.tolist()]
 
 
 def records(spark, source_options):

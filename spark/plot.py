@@ -1,10 +1,11 @@
-"""`hutch plot`: a picture of what `hutch pipeline` wrote, one line per sensor over time.
+"""`hutch plot`: a picture of what `hutch pipeline` wrote, one line per gateway and sensor over time.
 
     hutch plot --output /data/aggregates --png aggregates.png
 
 It reads the part files the Parquet sink's commit log lists (`DIR/_spark_metadata`: a
-crashed batch may have left files in no commit, which a glob would count twice), and draws
-each sensor's mean per window as a line in a band from its min to its max, the windows'
+crashed batch may have left files in no commit, which a glob would count twice), merges each
+window's final and correction rows (spark/merged.py), and draws each gateway's sensor's mean
+per window as a line in a band from its min to its max, the windows'
 starts on the time axis (UTC). `--value` draws another column instead (min, max, last,
 count), without the band.
 
@@ -15,9 +16,11 @@ command line, 1 for what is missing or unreadable.
 
 import argparse
 import datetime
-import json
 import os
 import sys
+
+from .merged import merged
+from .written import NotAnOutput, committed_files
 
 VALUES = ("mean", "min", "max", "last", "count")
 
@@ -57,9 +60,10 @@ def main(argv=None):
         sensors = draw(windows, args.png, args.value, title, args.unit)
     except PlotError as e:
         return _fail(1, str(e))
+    gateways = len(set(row["gateway"] for row in windows))
     print(
-        "hutch plot: %d windows of %d sensors (%d aggregates), %s -> %s"
-        % (len(set(starts)), sensors, len(windows), span, args.png)
+        "hutch plot: %d windows of %d sensors of %d gateway%s (%d aggregates), %s -> %s"
+        % (len(set(starts)), sensors, gateways, "" if gateways == 1 else "s", len(windows), span, args.png)
     )
     return 0
 
@@ -70,42 +74,29 @@ def _fail(code, message):
     return code
 
 
-def committed_files(output):
-    """The part files the sink's commit log lists, added and not deleted since (the log's
-    compacted files, N.compact, hold every entry before them: reading them all is the same)."""
-    log = os.path.join(output, "_spark_metadata")
-    try:
-        names = sorted(name for name in os.listdir(log) if not name.startswith("."))
-    except OSError as e:
-        raise PlotError("%s is not the output of hutch pipeline (no _spark_metadata: %s)" % (output, e.strerror))
-    added, deleted = set(), set()
-    for name in names:
-        with open(os.path.join(log, name)) as f:
-            lines = f.read().splitlines()
-        for line in lines[1:]:  # the first is the log's version, "v1"
-            entry = json.loads(line)
-            path = entry["path"].replace("file://", "", 1)
-            (added if entry["action"] == "add" else deleted).add(path)
-    return sorted(added - deleted)
-
-
 def read_aggregates(output):
-    """Every committed aggregate row, as dicts, in window order."""
+    """Every committed aggregate, its final and correction rows merged (spark/merged.py), as
+    dicts, in window order."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise PlotError("reading Parquet needs pyarrow: pip install '.[plot]' in hutch's checkout")
     rows = []
-    for path in committed_files(output):
+    try:
+        files = committed_files(output)
+    except NotAnOutput as e:
+        raise PlotError(str(e))
+    for path in files:
         try:
             rows.extend(pq.read_table(path).to_pylist())
         except OSError as e:
             raise PlotError("cannot read %s: %s" % (path, e))
-    return sorted(rows, key=lambda row: (row["window_start"], str(row["sensor"])))
+    return merged(rows)
 
 
 def draw(windows, png, value, title, unit=""):
-    """One line per sensor (with the min-max band for the mean) to png; the number of sensors."""
+    """One line per gateway and sensor (with the min-max band for the mean) to png, each named
+    GATEWAY/SENSOR (the sensor alone when no window names a gateway); the number of lines."""
     try:
         import matplotlib
     except ImportError:
@@ -113,9 +104,11 @@ def draw(windows, png, value, title, unit=""):
     matplotlib.use("Agg")  # no display: a file
     from matplotlib import dates, pyplot
 
+    named = any(row["gateway"] for row in windows)
     by_sensor = {}
     for row in windows:
-        by_sensor.setdefault(row["sensor"], []).append(row)
+        label = "%s/%s" % (row["gateway"], row["sensor"]) if named else str(row["sensor"])
+        by_sensor.setdefault(label, []).append(row)
     figure, axes = pyplot.subplots(figsize=(9, 4.5), dpi=100)
     for sensor in sorted(by_sensor, key=str):
         rows = by_sensor[sensor]
@@ -134,7 +127,7 @@ def draw(windows, png, value, title, unit=""):
     axes.set_ylabel(value + (" (%s)" % unit if unit else "") + (", band: min to max" if value == "mean" else ""))
     axes.xaxis.set_major_formatter(dates.DateFormatter("%m-%d %H:%M" if days else "%H:%M", tz=datetime.timezone.utc))
     axes.grid(True, alpha=0.3)
-    axes.legend(title="sensor", fontsize=8, loc="best")
+    axes.legend(title="gateway/sensor" if named else "sensor", fontsize=8, loc="best")
     figure.tight_layout()
     try:
         figure.savefig(png)

@@ -35,7 +35,11 @@ from snippets import PAGES, devices_config, page_name, snippets, with_port
 
 from hutch.bench.brokers import free_port
 
-RUN_ELSEWHERE = {"docs/spark.md": "tests/interop/spark/test_spark_snippets.py"}
+RUN_ELSEWHERE = {
+    "docs/spark.md": "tests/interop/spark/test_spark_snippets.py",
+    # the snippets that read a pipeline's merged figures, run on the fleet's output
+    "docs/pipeline.md": "tests/interop/spark/test_fleet_to_parquet.py",
+}
 NODE = shutil.which("node")
 
 # What each snippet that is run prints, by page and its place among the page's snippets

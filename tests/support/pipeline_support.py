@@ -101,41 +101,26 @@ def bodies(readings, start=0):
     return [reading(sensor, seconds, value, start + i) for i, (sensor, seconds, value) in enumerate(readings)]
 
 
-def expected_aggregates(runs):
-    """What append mode with a watermark writes after these runs (each a list of micro-batches,
-    each a list of (sensor, ts, value)), as Spark's streaming aggregation does it. Each batch
-    has an eviction watermark: the latest ts of the batches before it less the delay; a window
-    is written once that reaches its end. A run ends with a batch without data, which writes
-    what the last one's watermark closed. A reading is dropped as late when its window ended
-    at or before the watermark of the batch before (Spark filters late rows by window, one
-    batch behind). Readings between the two rules (behind the watermark, their window not
-    yet written: Spark may count them or not) would make the answer depend on batch timing:
-    the data must have none. {(window start, sensor): (count, min, max, mean, last)}, and how
-    many readings were dropped as late."""
-    evict = previous = 0
-    accepted, late = [], 0
-    for run in runs:
-        for batch in run + [[]]:
-            for sensor, seconds, value in batch:
-                window_end = seconds // WINDOW_S * WINDOW_S + WINDOW_S
-                if window_end <= previous:
-                    late += 1
-                else:
-                    assert seconds > evict, "a reading between the rules: %r" % ((sensor, seconds, value),)
-                    accepted.append((sensor, seconds, value))
-            previous = evict
-            if batch:
-                evict = max(evict, max(seconds for _, seconds, _ in batch) - WATERMARK_S)
+def expected_aggregates(readings, delay=WATERMARK_S):
+    """What the pipeline's rows, merged, hold once it has read these readings, however they were
+    cut into batches and however late each came: (gateway, sensor, ts, value) each counted once
+    (repeats left out by the caller), a window's figures there once its gateway's latest ts is
+    past its end by the delay (its final row then written; a reading for it that came after is a
+    correction row of it), the others still open. {(gateway, window start, sensor): (count, min,
+    max, mean, last)}; last is the value of the latest ts (the readings' ts differ)."""
+    latest = {}
+    for gateway, _sensor, seconds, _value in readings:
+        latest[gateway] = max(latest.get(gateway, seconds), seconds)
     windows = {}
-    for sensor, seconds, value in accepted:
+    for gateway, sensor, seconds, value in readings:
         start = seconds // WINDOW_S * WINDOW_S
-        if start + WINDOW_S <= evict:
-            windows.setdefault((start, sensor), []).append((seconds, value))
+        if start + WINDOW_S <= latest[gateway] - delay:
+            windows.setdefault((gateway, start, sensor), []).append((seconds, value))
     result = {}
     for key, values in windows.items():
         numbers = [v for _, v in values]
         result[key] = (len(numbers), min(numbers), max(numbers), sum(numbers) / len(numbers), max(values)[1])
-    return result, late
+    return result
 
 
 # ---------------------------------------------------------------- reading what the pipeline wrote
@@ -157,25 +142,47 @@ def committed_files(output):
     return sorted(added - deleted)
 
 
-def written_aggregates(output):
-    """{(window start, sensor): (count, min, max, mean, last)} from the committed files; each
-    row's date partition checked against its window's start; a key twice fails."""
-    rows = {}
-    dates = set()
+def written_rows(output, window=WINDOW_S):
+    """Every committed row, as a dict with its window's start and end in epoch seconds and its
+    date partition; each row's partition checked against its window's start, its length against
+    window (seconds)."""
+    rows = []
     for path in committed_files(output):
         date = re.search(r"/date=(\d{4}-\d{2}-\d{2})/", path).group(1)
-        dates.add(date)
         table = pq.read_table(path)
         starts = table.column("window_start").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
         ends = table.column("window_end").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
-        for row, start_us, end_us in zip(table.to_pylist(), starts, ends):
-            start = start_us // 1000000
-            assert end_us // 1000000 == start + WINDOW_S
-            assert datetime.datetime.fromtimestamp(start, datetime.timezone.utc).date().isoformat() == date
-            key = (start, row["sensor"])
-            assert key not in rows, "window written twice: %r" % (key,)
-            rows[key] = (row["count"], row["min"], row["max"], row["mean"], row["last"])
-    return rows, dates
+        lasts = table.column("last_ts").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
+        for row, start_us, end_us, last_us in zip(table.to_pylist(), starts, ends, lasts):
+            row.update(start=start_us // 1000000, end=end_us // 1000000, last_us=last_us, date=date)
+            assert row["end"] == row["start"] + window and row["kind"] in ("final", "correction"), row
+            assert datetime.datetime.fromtimestamp(row["start"], datetime.timezone.utc).date().isoformat() == date
+            rows.append(row)
+    return rows
+
+
+def written_aggregates(output, window=WINDOW_S):
+    """{(gateway, window start, sensor): (count, min, max, mean, last)} of the committed rows,
+    merged as docs/pipeline.md says to read them (counts and sums summed, min of mins, max of
+    maxes, the last of the latest), and the date partitions. A window with two final rows fails,
+    and so does a correction of a window with no final row."""
+    merged = {}
+    finals = set()
+    dates = set()
+    for row in written_rows(output, window):
+        dates.add(row["date"])
+        key = (row["gateway"], row["start"], row["sensor"])
+        if row["kind"] == "final":
+            assert key not in finals, "window written twice: %r" % (key,)
+            finals.add(key)
+        have = merged.setdefault(key, [0, 0.0, row["min"], row["max"], -1, None])
+        have[0] += row["count"]
+        have[1] += row["sum"]
+        have[2], have[3] = min(have[2], row["min"]), max(have[3], row["max"])
+        if row["last_us"] > have[4]:
+            have[4], have[5] = row["last_us"], row["last"]
+    assert set(merged) == finals, "corrections of windows never written: %r" % (set(merged) - finals)
+    return {key: (c, low, high, total / c, last) for key, (c, total, low, high, _, last) in merged.items()}, dates
 
 
 def assert_same(written, expected):
@@ -263,27 +270,22 @@ def group_alive(pgid):
 
 
 BATCH_LINE = re.compile(
-    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?:, \d+ repeats)?(?:, (\d+) late)?, (\d+\.\d\d) s, lag (\d+) offsets"
-    r"(?:, watermark (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ))?$"
+    r"^batch (\d+): (\d+) rows in, (\d+) rows out(?: \((?:\d+ final, )?(\d+) correction\))?, (\d+\.\d\d) s, "
+    r"lag (\d+) offsets$"
 )
 
 
 WAITING_LINES = (
     "hutch pipeline: starting Spark (",
-    "hutch pipeline: --watermark ",
     "hutch pipeline: Spark started in ",
-    "hutch pipeline: no window has closed yet (",
+    "hutch pipeline: no window has closed yet: ",
+    "hutch pipeline: this batch's windows are still open: ",
 )
 
 
-def repeats(lines):
-    """The readings the progress lines say were dropped as repeats, in all."""
-    return sum(int(found) for found in re.findall(r"^batch \d+: .*?, (\d+) repeats,", "\n".join(lines), re.M))
-
-
 def batch_lines(lines):
-    """[(batch id, rows in, rows out, late, lag, watermark)] of the progress lines; any other
-    line but the first (the start line) and the lines that say what the command waits for
+    """[(batch id, rows in, rows out, corrections among them, lag)] of the progress lines; any
+    other line but the first (the start line) and the lines that say what the command waits for
     (Spark starting, no window closed yet) fails."""
     assert lines[0].startswith("hutch pipeline: "), lines
     found = []
@@ -292,8 +294,8 @@ def batch_lines(lines):
             continue
         match = BATCH_LINE.match(line)
         assert match, "not a progress line: %r" % line
-        batch, rows_in, rows_out, late, _, lag, mark = match.groups()
-        found.append((int(batch), int(rows_in), int(rows_out), int(late or 0), int(lag), mark))
+        batch, rows_in, rows_out, corrections, _, lag = match.groups()
+        found.append((int(batch), int(rows_in), int(rows_out), int(corrections or 0), int(lag)))
     return found
 
 
@@ -303,13 +305,14 @@ def batch_lines(lines):
 
 class Pipeline:
     """`hutch pipeline` over upstream's stream (upstream.url, upstream.stream) in a process group
-    of its own, its output kept: 1-minute windows, a watermark no reading is ever behind, the
-    readings' dedup unless dedup is false."""
+    of its own, its output kept: 1-minute windows, each written once its gateway's readings are
+    1000 days past it (publish_end() closes them), unless window and watermark say otherwise;
+    the readings' dedup unless dedup is false."""
 
-    def __init__(self, upstream, output, checkpoint, dedup=True):
+    def __init__(self, upstream, output, checkpoint, dedup=True, window="1 minute", watermark="1000 days"):
         self.args = [
             "--uri", upstream.url, "--streams", upstream.stream, "--output", output, "--checkpoint", checkpoint,
-            "--window", "1 minute", "--watermark", "1000 days",  # no reading is ever late
+            "--window", window, "--watermark", watermark,  # (by default no reading is ever a correction)
             "--dedup", "sensor" if dedup else "none",
         ]  # fmt: skip
         self.checkpoint = checkpoint
@@ -388,9 +391,21 @@ def logged(logs):
     return found
 
 
-def expected_windows(readings):
-    """{(window start, sensor): (count, min, max)} of the logged readings."""
+def expected_windows(readings, gateway):
+    """{(gateway, window start, sensor): (count, min, max)} of the logged readings, all from that
+    gateway."""
     windows = {}
     for (sensor, _seq), (ts, value) in readings.items():
-        windows.setdefault((ts // 60 * 60, sensor), []).append(value)
+        windows.setdefault((gateway, ts // 60 * 60, sensor), []).append(value)
     return {key: (len(values), min(values), max(values)) for key, values in windows.items()}
+
+
+def publish_end(url, stream, gateway, ts):
+    """A reading of the sensor "~end" from gateway, stamped ts, published straight to the stream:
+    it moves that gateway's progress past every window before ts (their rows are written)."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    body = json.dumps({"sensor": "~end", "ts": ts, "value": 0}).encode()
+    channel.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2, headers={"x-hutch-gateway": gateway}))
+    connection.close()

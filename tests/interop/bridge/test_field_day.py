@@ -51,7 +51,7 @@ from mqtt_brokers import start_mosquitto
 from mqtt_brokers import stop as stop_mosquitto
 from paho.mqtt.enums import CallbackAPIVersion
 from paths import ROOT
-from pipeline_support import Pipeline, expected_windows, logged, written_aggregates
+from pipeline_support import Pipeline, expected_windows, logged, publish_end, written_aggregates
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -64,6 +64,7 @@ PAUSE = "1.0"  # s between a sensor's readings
 BIG = 30000  # a debug log's bytes: more than a window of the budget carries (OPEN_FOR * BUDGET)
 T0 = 1714604400  # 2024-05-01T23:00:00Z: a sensor's n-th reading is stamped T0 + 10 n
 END_TS = T0 + 3000 * 86400  # the reading that closes every window
+GATEWAY = "field"  # the gateway's [server] name: its readings' x-hutch-gateway upstream
 SENSORS = os.path.join(ROOT, "tests", "sensor")
 UMQTT = os.path.join(ROOT, "build", "umqtt")
 LINK = {"reconnect_delay": 0.5, "max_reconnect_delay": 2.0, "watchdog": 5.0}
@@ -109,7 +110,7 @@ def write_config(path, mqtt_port, cloud_port, rabbit_port, stream, schedule=Fals
         rabbit["classes"] = CLASSES
     else:
         rabbit["binding_key"] = "sensors.#"
-    text = "[server]\nmqtt_port = %d\n\n[uplink]\n" % mqtt_port
+    text = '[server]\nname = "%s"\nmqtt_port = %d\n\n[uplink]\n' % (GATEWAY, mqtt_port)
     text += "".join("%s = %s\n" % (k, toml(v)) for k, v in uplink.items())
     for bridge in (cloud, rabbit):
         text += "\n[[bridge]]\n" + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items())
@@ -322,12 +323,7 @@ def test_a_day_in_the_field(tmp_path, rabbitmq, request):
 
         # every reading to Parquet, once: a reading past every window closes them, then the
         # pipeline reads the stream to its end
-        connection = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port))
-        channel = connection.channel()
-        channel.confirm_delivery()
-        end = json.dumps({"sensor": "~end", "ts": END_TS, "value": 0}).encode()
-        channel.basic_publish("", stream, end, pika.BasicProperties(delivery_mode=2))
-        connection.close()
+        publish_end("amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port, stream, GATEWAY, END_TS)
         upstream_of = types.SimpleNamespace(url="amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port, stream=stream)
         output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
         request.getfixturevalue("spark_jvm")  # (conftest.py: the run's class archive, once made)
@@ -427,8 +423,8 @@ def test_a_day_in_the_field(tmp_path, rabbitmq, request):
 
     # every reading in Parquet, exactly once
     written, _ = written_aggregates(output)
-    written.pop((END_TS // 60 * 60, "~end"), None)
-    expected = expected_windows(readings)
+    written.pop((GATEWAY, END_TS // 60 * 60, "~end"), None)
+    expected = expected_windows(readings, GATEWAY)
     counted = {key: row[0] for key, row in written.items()}
     wrong = {key for key in set(counted) | set(expected) if counted.get(key) != expected.get(key, (None,))[0]}
     if wrong:

@@ -38,7 +38,7 @@ import pika
 import pytest
 from brokers import BIN, RunningBroker, free_port, hutch_serve, sigkill, stop_all, wait_until
 from modbus_support import ModbusDevices, PtyPair, check_polls, device_table, drain, epoch, polls_by_device
-from pipeline_support import Pipeline, written_aggregates
+from pipeline_support import Pipeline, publish_end, written_aggregates
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -180,13 +180,9 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
         )  # fmt: skip
         assert not edge.errors(), edge.errors()
         statuses = [body for _key, _headers, body in drain(edge, "statuses")]
-        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", upstream.port))
-        connection.channel().basic_publish(
-            "", stream, json.dumps({"sensor": "~end", "ts": END_TS, "value": 0}).encode(),
-            pika.BasicProperties(delivery_mode=2),
-        )  # fmt: skip
-        connection.close()
         records = stream_records(upstream, stream)
+        (gateway,) = {body["gateway"] for _, body in records}  # (the edge's: its host's name)
+        publish_end(upstream.url, stream, gateway, END_TS)
         # the pipeline: every reading of the stream once in its window's row
         request.getfixturevalue("spark_jvm")  # (conftest.py: the run's class archive, once made)
         output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
@@ -199,10 +195,12 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
     finally:
         stop_all(*running)
 
-    readings = [(headers, body) for headers, body in records if body["sensor"] != "~end"]
+    readings = records
     keys = [(headers["x-sensor-id"], headers["x-sensor-seq"]) for headers, _ in readings]
     assert len(keys) == len(set(keys)), "a reading twice in the stream"
-    sensor_headers = [{key: headers[key] for key in ("x-sensor-id", "x-sensor-seq")} for headers, _ in readings]
+    sensor_headers = [
+        {key: headers[key] for key in ("x-sensor-id", "x-sensor-seq", "x-hutch-gateway")} for headers, _ in readings
+    ]
     polls, _ = polls_by_device(
         [("sensors.%s" % body["device"], headers, body) for headers, (_, body) in zip(sensor_headers, readings)]
     )  # (the bridge's own headers left out)
@@ -224,8 +222,8 @@ def test_polled_readings_reach_parquet_once_each_through_kills_a_cut_uplink_and_
     written, _ = written_aggregates(output)
     expected = {}
     for _headers, body in readings:
-        expected.setdefault((int(epoch(body["ts"])) // 60 * 60, body["sensor"]), []).append(body["value"])
-    got = {key: row[:3] for key, row in written.items() if key[1] != "~end"}
+        expected.setdefault((gateway, int(epoch(body["ts"])) // 60 * 60, body["sensor"]), []).append(body["value"])
+    got = {key: row[:3] for key, row in written.items() if key[2] != "~end"}
     assert got == {
         key: (len(values), pytest.approx(min(values)), pytest.approx(max(values))) for key, values in expected.items()
     }

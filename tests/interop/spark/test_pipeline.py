@@ -3,8 +3,9 @@ Spark, in its own process group), against a real `hutch serve`, readings publish
 
 The aggregates it writes are read back from the Parquet files the sink's commit log
 (`_spark_metadata`) lists, and compared with aggregates computed here in plain Python from
-what was published: late and out-of-order readings, two streams, a restart from the
-checkpoint with new data in capped batches. Every mistake an operator can make before Spark
+what was published: late and out-of-order readings, repeats, two streams, two gateways, a
+restart from the checkpoint with new data in capped batches whose late readings are
+correction rows. Every mistake an operator can make before Spark
 starts is one line on stderr, the right exit code, within a second or two.
 
 Two full Spark runs in all (about 40 s each on a 2-core machine); the rest takes seconds.
@@ -29,9 +30,9 @@ from pipeline_support import (
     fresh,
     pipeline_args,
     publish,
-    repeats,
     run_pipeline,
     written_aggregates,
+    written_rows,
 )
 
 
@@ -48,12 +49,12 @@ def hutch(tmp_path_factory):
 
 
 def second_run_readings():
-    """Twenty readings for stream a, read in two batches of ten (--max-offsets-per-trigger 10).
-    First batch (watermark 00:01:30 from the first run): one far too late (23:58:10, its window
-    written already: dropped), one late but within the watermark (00:01:40: its window still
-    open), then time moves on to 00:06:00. Second batch (watermark 00:04:00): one too late
-    (00:00:30, its window written in the first run), one out of order but within the
-    watermark (00:04:30), up to 00:07:05."""
+    """Twenty readings for stream a, read in two batches of ten (--max-offsets-per-trigger 10),
+    from the gateway of stream a's first readings (its progress: 00:03:20, windows closed up to
+    00:01:00). First batch: one far too late (23:58:10, its window written: a correction), one
+    late (00:01:40: its window still open), then time moves on to 00:06:00 (closing up to
+    00:04:00). Second batch: one late again (00:00:30, its window written in the first run: a
+    correction), one out of order (00:04:30, open), up to 00:07:05."""
     first = [("s0", T0 + 190, 500.0), ("s1", T0 + 400, 41.5)]
     first += [("s%d" % (i % 3), T0 + 425 + i * 10, 10.0 + i) for i in range(8)]  # 00:02:05 .. 00:03:15
     first[-1] = ("s0", T0 + 660, 66.0)  # 00:06:00
@@ -63,22 +64,28 @@ def second_run_readings():
     return first, second
 
 
+def bridged(readings, first_seq):
+    """Headers of readings come through the gateway "edge"'s bridge, each numbered by its sensor
+    (x-sensor-id, x-sensor-seq): the bridge's own numbers too (all new: this broker takes them
+    all, as a hop that is only at least once delivers them). An older gateway's bridge stamps
+    no x-hutch-gateway: the pipeline takes the node its x-hutch-origin names."""
+    return [
+        {"x-sensor-id": sensor, "x-sensor-seq": n, "x-hutch-origin": "edge/up", "x-hutch-seq": n}
+        for n, (sensor, _, _) in enumerate(readings, first_seq)
+    ]
+
+
 @pytest.mark.xdist_group("spark")  # conftest.py: the Spark jobs of a run, one after another
 @pytest.mark.timeout(600)
-def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tmp_path):
+def test_aggregates_equal_python_s_and_late_readings_after_a_restart_are_correction_rows(hutch, tmp_path):
     a, b = fresh("readings-a"), fresh("readings-b")
     declare(hutch, a, b)
     first = first_run_readings()
-    # stream a's readings numbered by their sensors (x-sensor-id, x-sensor-seq), three of them
-    # twice: counted once. They come as through a bridge (which this broker deduplicates by the
-    # bridge's own numbers, here all new: as a hop that is only at least once, toward RabbitMQ,
-    # delivers them). Stream b's are not numbered.
-    numbered = [{"x-sensor-id": sensor, "x-sensor-seq": i} for i, (sensor, _, _) in enumerate(first["a"])]
-    numbered += numbered[3:6]
-    numbered = [
-        dict(headers, **{"x-hutch-origin": "edge/up", "x-hutch-seq": n}) for n, headers in enumerate(numbered, 1)
-    ]
-    publish(hutch, a, bodies(first["a"]) + bodies(first["a"])[3:6], numbered)
+    # stream a's readings from the gateway "edge", three of them twice: counted once. Stream
+    # b's are a sensor's straight to this broker: no gateway, no numbers
+    numbered = bridged(first["a"], 1)
+    twice = [dict(headers, **{"x-hutch-seq": 1000 + n}) for n, headers in enumerate(numbered[3:6])]
+    publish(hutch, a, bodies(first["a"]) + bodies(first["a"])[3:6], numbered + twice)
     publish(hutch, b, bodies(first["b"], 1) + [b"not json", b'{"sensor": "s2", "ts": "2024-05-01T23:59:00Z"}'])
     output, checkpoint = str(tmp_path / "aggregates"), str(tmp_path / "checkpoint")
     # failover: the first broker is not there
@@ -87,36 +94,42 @@ def test_aggregates_equal_python_s_and_a_restart_adds_only_new_windows(hutch, tm
     code, out, err, seconds = run_pipeline(*command)
     print("first run: %.1f s\n%s" % (seconds, "\n".join(out)))
     assert (code, err) == (0, []), (code, err, out)
-    one_batch = first["a"] + first["b"]  # no cap: one batch of both streams
-    expected, _ = expected_aggregates([[one_batch]])
+    readings = [("edge",) + one for one in first["a"]] + [("",) + one for one in first["b"]]
+    expected = expected_aggregates(readings)
     written, dates = written_aggregates(output)
     assert_same(written, expected)
+    assert {gateway for gateway, _, _ in written} == {"edge", ""}
     assert dates == {"2024-05-01", "2024-05-02"}
-    batches = batch_lines(out)
-    # the data batch (every record, the bad two included), then the one the watermark's move
-    # asks for: it writes the windows that move closed
-    assert [(rows_in, lag) for _, rows_in, _, _, lag, _ in batches] == [(len(one_batch) + 3 + 2, 0), (0, 0)]
-    assert repeats(out) == 3
-    assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected)
-    assert [mark for _, _, _, _, _, mark in batches] == [None, "2024-05-02T00:01:30Z"]
+    # one batch: every record (the repeats and the bad two included); each window its gateway's
+    # readings closed written once, final
+    assert batch_lines(out) == [(0, len(readings) + 3 + 2, len(expected), 0, 0)]
+    before = written_rows(output)
 
-    # new readings, late ones among them; a restart from the same checkpoint in capped batches
+    # new readings from edge, late ones among them; a restart from the same checkpoint in
+    # capped batches
     second_a, second_b = second_run_readings()
-    publish(hutch, a, bodies(second_a + second_b))
+    publish(hutch, a, bodies(second_a + second_b), bridged(second_a + second_b, 100))
     code, out, err, seconds = run_pipeline(*command, "--max-offsets-per-trigger", "10")
     print("second run: %.1f s\n%s" % (seconds, "\n".join(out)))
     assert (code, err) == (0, []), (code, err, out)
-    expected_now, late = expected_aggregates([[one_batch], [second_a, second_b]])
-    assert late == 2
-    written_now, _ = written_aggregates(output)  # no window twice (checked as it reads)
+    readings += [("edge",) + one for one in second_a + second_b]
+    expected_now = expected_aggregates(readings)
+    written_now, _ = written_aggregates(output)  # (a window's final row once: checked as it reads)
     assert_same(written_now, expected_now)
-    assert {key: written_now[key] for key in written} == written  # what was written stays as it was
+    # the readings that came after their windows were written count: in correction rows
+    assert written_now["edge", T0 + 180, "s0"][0] == expected[("edge", T0 + 180, "s0")][0] + 1
+    assert 500.0 == written_now["edge", T0 + 180, "s0"][2]
+    rows = written_rows(output)
+    assert all(row in rows for row in before), "what was written stays as it was: rows are only added"
+    corrections = [row for row in rows if row["kind"] == "correction"]
+    assert sorted((row["start"], row["sensor"], row["count"]) for row in corrections) == [
+        (T0 + 180, "s0", 1), (T0 + 300, "s1", 1)
+    ], corrections  # fmt: skip
     batches = batch_lines(out)
-    assert [batch for batch, _, _, _, _, _ in batches] == list(range(2, 2 + len(batches)))
-    data = [(rows_in, lag) for _, rows_in, _, _, lag, _ in batches if rows_in]
-    assert data == [(10, 10), (10, 0)]
-    assert sum(late for _, _, _, late, _, _ in batches) == 2
-    assert sum(rows_out for _, _, rows_out, _, _, _ in batches) == len(expected_now) - len(expected)
+    assert [batch for batch, _, _, _, _ in batches] == [1, 2]
+    assert [(rows_in, lag) for _, rows_in, _, _, lag in batches] == [(10, 10), (10, 0)]
+    assert [corrected for _, _, _, corrected, _ in batches] == [1, 1]
+    assert sum(rows_out for _, _, rows_out, _, _ in batches) == len(rows) - len(before)
 
 
 @pytest.mark.xdist_group("spark")
@@ -139,10 +152,8 @@ def test_trigger_once_reads_what_is_there_and_the_checkpoint_refuses_other_optio
     assert out[1].startswith("hutch pipeline: starting Spark (") and out[2].startswith(
         "hutch pipeline: Spark started in "
     )
-    assert [rows_in for _, rows_in, _, _, _, _ in batch_lines(out)] == [len(everything), 0]
-    # the data batch wrote nothing (no window had closed): said, with when the first will be
-    assert any(line.startswith("hutch pipeline: no window has closed yet (") for line in out), out
-    expected, _ = expected_aggregates([[everything]])
+    expected = expected_aggregates([("",) + one for one in everything])
+    assert batch_lines(out) == [(0, len(everything), len(expected), 0, 0)]
     assert_same(written_aggregates(output)[0], expected)
     plot_of(output, tmp_path / "aggregates.png", len(expected))  # (expected: a row per window and sensor)
 
@@ -181,10 +192,10 @@ def plot_of(output, png, rows):
     )
     assert (done.returncode, done.stderr) == (0, ""), done
     written = written_aggregates(output)[0]
-    windows, sensors = len({start for start, _ in written}), len({sensor for _, sensor in written})
+    windows, sensors = len({start for _, start, _ in written}), len({sensor for _, _, sensor in written})
     assert windows * sensors == rows
     assert done.stdout.startswith(
-        "hutch plot: %d windows of %d sensors (%d aggregates), " % (windows, sensors, rows)
+        "hutch plot: %d windows of %d sensors of 1 gateway (%d aggregates), " % (windows, sensors, rows)
     ), done.stdout
     with open(png, "rb") as f:
         picture = f.read()
@@ -290,8 +301,9 @@ MISTAKES = [
 ]
 
 
-def test_a_checkpoint_made_before_dedup_existed_is_refused_unless_run_with_dedup_none(tmp_path):
-    """Its query had no dedup step: Spark cannot go on from it with one. Said in one line."""
+def test_a_checkpoint_of_an_earlier_query_is_refused_and_so_is_one_made_with_another_dedup(tmp_path):
+    """A checkpoint of the query before windows were kept per gateway holds state this query
+    cannot read; one made with --dedup none has no repeats to go on with. Each said in one line."""
     from types import SimpleNamespace
 
     from hutch.spark import checkpoint
@@ -301,16 +313,21 @@ def test_a_checkpoint_made_before_dedup_existed_is_refused_unless_run_with_dedup
         schema="sensor STRING, ts TIMESTAMP, value DOUBLE", format="parquet", dedup="sensor", fields_text="",
     )  # fmt: skip
     made_with = checkpoint.options_of(job)
-    del made_with["--dedup"]
-    del made_with["--fields"]  # (nor --fields: a checkpoint of then is one without)
-    with open(os.path.join(str(tmp_path), checkpoint.FILE), "w") as f:
-        json.dump(made_with, f)
+    earlier = dict(made_with)
+    del earlier["query"]
+    del earlier["--dedup"]  # (nor --dedup or --fields: a checkpoint of then is one without)
     os.makedirs(os.path.join(str(tmp_path), "commits"))
     with open(os.path.join(str(tmp_path), "commits", "0"), "w") as f:
         f.write("v1\n")
-    with pytest.raises(checkpoint.CheckpointMismatch) as refused:
-        checkpoint.check(job)
-    assert "was made with --dedup none; this run gives --dedup sensor" in str(refused.value)
+    for written, said in (
+        (earlier, "was made by an earlier hutch pipeline, whose query kept one watermark for every gateway"),
+        (dict(made_with, **{"--dedup": "none"}), "was made with --dedup none; this run gives --dedup sensor"),
+    ):
+        with open(os.path.join(str(tmp_path), checkpoint.FILE), "w") as f:
+            json.dump(written, f)
+        with pytest.raises(checkpoint.CheckpointMismatch) as refused:
+            checkpoint.check(job)
+        assert said in str(refused.value)
     job.dedup = "none"
     checkpoint.check(job)
 
@@ -424,48 +441,36 @@ def test_the_progress_line_of_a_batch():
         "numInputRows": 120,
         "batchDuration": 1420,
         "sink": {"numOutputRows": -1},
-        "stateOperators": [{"numRowsRemoved": 6, "numRowsDroppedByWatermark": 2}],
         "sources": [{"endOffset": '{"a": 100, "b": 7}', "latestOffset": '{"a": 130, "b": 7}'}],
     }
-    assert line(report) == "batch 7: 120 rows in, 6 rows out, 2 late, 1.42 s, lag 30 offsets"
-    report["eventTime"] = {"watermark": "2024-05-02T00:04:00.000Z"}
-    assert line(report).endswith(", lag 30 offsets, watermark 2024-05-02T00:04:00Z")
-    report["eventTime"] = {"watermark": "1970-01-01T00:00:00.000Z"}
+    written = {"final": 6, "correction": 2}
+    assert line(report, written) == "batch 7: 120 rows in, 8 rows out (6 final, 2 correction), 1.42 s, lag 30 offsets"
+    assert line(report, {"final": 6}) == "batch 7: 120 rows in, 6 rows out, 1.42 s, lag 30 offsets"
     report["sources"][0]["latestOffset"] = None
-    report["stateOperators"][0]["numRowsDroppedByWatermark"] = 0
-    assert line(report) == "batch 7: 120 rows in, 6 rows out, 1.42 s, lag ? offsets"
+    assert line(report, None) == "batch 7: 120 rows in, ? rows out, 1.42 s, lag ? offsets"  # (Delta's: not counted)
 
 
-def test_a_batch_that_wrote_nothing_says_when_the_first_window_closes():
+def test_a_batch_that_wrote_nothing_says_when_its_windows_close():
     from hutch.spark.progress import waiting
 
-    report = {
-        "batchId": 0,
-        "numInputRows": 1080,
-        "sink": {"numOutputRows": -1},
-        "stateOperators": [{"numRowsRemoved": 0, "numRowsTotal": 36}],
-        "eventTime": {"min": "2024-05-01T06:00:00.000Z", "max": "2024-05-01T06:59:50.000Z"},
-    }
-    assert waiting(report, 300, 300) == (
-        "no window has closed yet (36 aggregate rows open): the first, ending 2024-05-01T06:05:00Z, "
-        "is written once a reading stamped after 2024-05-01T06:10:00Z arrives (its end + --watermark)"
+    report = {"batchId": 0, "numInputRows": 1080, "sink": {"numOutputRows": -1}}
+    assert waiting(report, {}, "5 minutes") == (
+        "no window has closed yet: each is written once its gateway sends a reading stamped 5 minutes after its "
+        "end (--watermark)"
     )
-    assert waiting(report, 300, 300, closed_before=True) == (
-        "this batch's windows are still open (36 aggregate rows): the first, ending 2024-05-01T06:05:00Z, "
-        "is written once a reading stamped after 2024-05-01T06:10:00Z arrives (its end + --watermark)"
-    ), "after a batch that closed a window, it does not say none has"
-    report["stateOperators"][0]["numRowsRemoved"] = 3  # it wrote some: nothing to explain
-    assert waiting(report, 300, 300) is None
-    report["stateOperators"][0]["numRowsRemoved"] = 0
+    assert waiting(report, {}, "5 minutes", closed_before=True).startswith("this batch's windows are still open: "), (
+        "after a batch that closed a window, it does not say none has"
+    )
+    assert waiting(report, {"final": 3}, "5 minutes") is None  # it wrote some: nothing to explain
     report["numInputRows"] = 0  # nothing read: nothing to explain either
-    assert waiting(report, 300, 300) is None
+    assert waiting(report, {}, "5 minutes") is None
 
 
 def test_an_empty_batch_wrote_0_rows():
     from hutch.spark.progress import line
 
     report = {"batchId": 4, "numInputRows": 0, "sink": {"numOutputRows": -1}, "batchDuration": 20}
-    assert line(report).startswith("batch 4: 0 rows in, 0 rows out, 0.02 s"), line(report)
+    assert line(report, {}).startswith("batch 4: 0 rows in, 0 rows out, 0.02 s"), line(report, {})
 
 
 def test_a_failure_of_the_source_is_its_message_not_the_line_that_raised_it():

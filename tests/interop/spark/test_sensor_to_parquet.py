@@ -48,7 +48,7 @@ import pytest
 from brokers import BIN, RunningBroker, free_port, pika_connection, sigkill, wait_until
 from micropython_env import micropython
 from paths import ROOT
-from pipeline_support import Pipeline, committed_files, expected_windows, logged, repeats, written_aggregates
+from pipeline_support import Pipeline, committed_files, expected_windows, logged, publish_end, written_aggregates
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -59,6 +59,7 @@ MOST = 100000  # readings per sensor at most (they stop when the test says)
 AMQP_SENSORS, MQTT_SENSORS = 40, 10
 T0 = 1714604400  # 2024-05-01T23:00:00Z: each sensor's n-th reading is stamped T0 + 10 n
 END_TS = T0 + 3000 * 86400  # the reading that closes every window
+GATEWAY = "edge"  # the edge's [server] name: its readings' x-hutch-gateway upstream
 UMQTT = os.path.join(ROOT, "build", "umqtt")
 SENSORS = os.path.join(ROOT, "tests", "sensor")
 BRIDGE = {
@@ -97,7 +98,7 @@ class Edge:
         )
         config = folder / "hutch.toml"
         config.write_text(
-            "[server]\nmqtt_port = %d\n\n" % self.mqtt_port
+            '[server]\nname = "%s"\nmqtt_port = %d\n\n' % (GATEWAY, self.mqtt_port)
             + ("" if DEDUP else "[limits]\nmax_sensors = 0\n\n")
             + "[[bridge]]\n"
             + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items())
@@ -294,14 +295,7 @@ def sensor_to_parquet(tmp_path, upstream, request):
         sensors_took = time.monotonic() - started
         readings = logged(logs)
         wait_until(edge.drained, 120, what="the edge's bridge to forward everything")
-        connection = upstream.connection()
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.basic_publish(
-            "", upstream.stream, json.dumps({"sensor": "~end", "ts": END_TS, "value": 0}).encode(),
-            pika.BasicProperties(delivery_mode=2),
-        )  # fmt: skip
-        connection.close()
+        publish_end(upstream.url, upstream.stream, GATEWAY, END_TS)
         pipeline.stop()  # (the one started after the kill: it may have failed with the upstream's restart)
         pipeline = Pipeline(upstream, output, checkpoint, DEDUP).start("--trigger", "available-now")
         runs.append(pipeline)
@@ -309,8 +303,8 @@ def sensor_to_parquet(tmp_path, upstream, request):
         records, repeated = stream_repeats(upstream)
 
         written, _ = written_aggregates(output)
-        written.pop((END_TS // 60 * 60, "~end"), None)  # (its window is still open: not written)
-        expected = expected_windows(readings)
+        written.pop((GATEWAY, END_TS // 60 * 60, "~end"), None)  # (its window is still open: not written)
+        expected = expected_windows(readings, GATEWAY)
         missing = sum(count for key, (count, _, _) in expected.items() if key not in written)
         counted = {key: row[0] for key, row in written.items()}
         twice = sum(max(0, counted[key] - expected.get(key, (0,))[0]) for key in counted)
@@ -318,11 +312,11 @@ def sensor_to_parquet(tmp_path, upstream, request):
         edge_dropped = edge.status().get("sensors", {}).get("duplicates_dropped")
         print(
             "%s: %d readings from %d sensors in %.0f s; %d rounds of faults in the first %.0f s (%s); the edge's last start "
-            "dropped %s repeats; the stream holds %d records, %d of them repeats; the pipeline's runs dropped %d "
-            "repeats; %d window rows in %d Parquet files: missing %d, counted twice %d"
+            "dropped %s repeats; the stream holds %d records, %d of them repeats; %d window rows in %d Parquet "
+            "files: missing %d, counted twice %d"
             % (
                 upstream.kind, len(readings), AMQP_SENSORS + MQTT_SENSORS, sensors_took, len(faults) // 8, faults_took, ", ".join(faults[:8]),
-                edge_dropped, records, repeated, sum(repeats(run.lines) for run in runs), len(written),
+                edge_dropped, records, repeated, len(written),
                 len(committed_files(output)), short, twice,
             )
         )  # fmt: skip

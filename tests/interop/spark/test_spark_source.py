@@ -496,8 +496,8 @@ def test_readings_whose_json_is_not_flat_are_found_where_fields_says(spark):
         ("s", 2, None, "tele", "amq.topic", {}, {}, tasmota),  # (no second word: no sensor)
     ]
     records = spark.createDataFrame(rows, SCHEMA)
-    found = readings_at(records, fields("sensor=routing_key[1], ts=Time, value=SHT3X.Temperature"), dedup=False)
+    found = readings_at(records, fields("sensor=routing_key[1], ts=Time, value=SHT3X.Temperature"))
     got = [(r["sensor"], r["ts"].isoformat(), r["value"]) for r in found.collect()]
     assert got == [("greenhouse-1", "2024-05-01T06:00:10", 23.4)], got
-    by_header = readings_at(records, fields("sensor=header:device,ts=Time,value=SHT3X.Humidity"), dedup=False)
+    by_header = readings_at(records, fields("sensor=header:device,ts=Time,value=SHT3X.Humidity"))
     assert by_header.count() == 0, "no device header: no sensor"
