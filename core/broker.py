@@ -113,6 +113,7 @@ class Broker:
     # This gateway's name ([server] name, set at start and by a reload): what its bridges stamp
     # on what they forward (x-hutch-gateway) and its devices on their readings.
     name = "hutch"
+    started = 0  # (ms, its clock) its first tick
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch"):
         self.limits = limits or Limits()
@@ -185,6 +186,7 @@ class Broker:
     def tick(self, now, wall_seconds=0):
         if not self.ticked:  # the first: what was declared before it (the journal's replay) was used now
             self.ticked = True
+            self.started = now  # (the broker's clock at its start: what "down since the start" counts from)
             for queue in self.expirable:
                 queue.last_used = now
         self.now = now

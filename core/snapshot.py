@@ -87,9 +87,9 @@ def snapshot(broker, each_connection=True):
         for bridge in broker.bridges:
             if bridge.settings["direction"] == "up":
                 for one in bridge.classes:
-                    bridges.append(_up(bridge, one, STATES, now))
+                    bridges.append(_up(bridge, one, STATES, now, broker.now))
             else:
-                bridges.append(_down(bridge, STATES))
+                bridges.append(_down(bridge, STATES, broker.now))
     # the broker's totals, and each protocol's counters (core/counters.py): 0-9-1's list is the
     # broker's own too (the bridges' local sides, dead-lettering, the journal)
     totals = list(broker.stats)
@@ -117,11 +117,18 @@ def snapshot(broker, each_connection=True):
         "streams": streams,
         "journal": None
         if journal is None
-        else {"bytes": journal.total, "segments": len(journal.sizes), "appended": journal.appended},
+        else {
+            "bytes": journal.total,
+            "segments": len(journal.sizes),
+            "appended": journal.appended,
+            "max_bytes": journal.max_bytes,  # its disk budget (journal_max_bytes)
+        },
         "held": {"messages": broker.flow.held_messages, "bytes": broker.flow.held_bytes},
         # why publishers are blocked, with the figures of now (None: they are not), and how long
         "blocked": flow.reasons() if flow.blocked else None,
         "blocked_for_s": (broker.now - flow.blocked_at) / 1000 if flow.blocked else None,
+        "alarms": sorted(flow.alarms),  # the alarms raised (core/flow.py: memory, budget, disk...)
+        "at": now / 1000,  # (wall seconds) when it was taken: what ages are counted from
         "bridges": bridges,
         "left_behind": _left_behind(broker),
         # [[device]]s polled into the broker (devices/device.py; set by server/devices.py: a board has none)
@@ -209,7 +216,7 @@ def _stream(stream, unacked):
     }
 
 
-def _up(bridge, one, states, wall):
+def _up(bridge, one, states, wall, now_ms):
     """An up bridge's class (core/bridge/classes.py; a bridge without classes is one) as `hutch
     ctl bridges` shows it: forwarded is what upstream confirmed, backlog what waits here, the
     oldest age that of the oldest message not yet confirmed. A class that may not send in the
@@ -235,6 +242,8 @@ def _up(bridge, one, states, wall):
         "oldest_age_s": None if not oldest else max(0, wall - oldest) / 1000,
         "last_error": bridge.last_error,
         "failed_attempts": bridge.failures,  # links tried that did not run, since one last ran
+        "down_s": _down_s(bridge, now_ms),  # since when no link runs (None while one does)
+        "alarm_age": settings.get("alarm_age"),  # (core/health.py: down this long is failing)
         "alarm": one.alarm or bridge.budget_held,  # (core/bridge/alarms.py, up.py) or None
         "priority": one.priority,  # (its share of an [uplink] budget, its order among the classes)
     }
@@ -254,7 +263,18 @@ def _up(bridge, one, states, wall):
     return out
 
 
-def _down(bridge, states):
+def _down_s(bridge, now_ms):
+    """Seconds since the bridge last had a link running (or since the start, if none has), or
+    None while it has one (or it waits for its [uplink]'s window, as it should)."""
+    since = bridge.down_at
+    if since is None or bridge.state in (3, 7):  # (RUNNING, WAITING)
+        return None
+    if since < 0:  # (core/bridge/machine.py SINCE_START)
+        since = bridge.broker.started
+    return max(0, now_ms - since) / 1000
+
+
+def _down(bridge, states, now_ms):
     """A down bridge as `hutch ctl bridges` shows it: what was taken here, and what waited
     upstream when the link came up."""
     settings = bridge.settings
@@ -274,6 +294,8 @@ def _down(bridge, states):
         "oldest_age_s": None,
         "last_error": bridge.last_error,
         "failed_attempts": bridge.failures,
+        "down_s": _down_s(bridge, now_ms),
+        "alarm_age": settings.get("alarm_age"),
         "alarm": None,
     }
     if bridge.window is not None:

@@ -85,6 +85,7 @@ def render(snap, process, per_object=False):
         1,
         '{gateway="%s",version="%s"}' % (escape(snap["name"]), snap["version"]),
     )
+    _health(out, snap)
     counters = snap["counters"]
     protocols = _protocols(snap)
     for name, help_text, parts in GLOBAL:
@@ -271,6 +272,25 @@ def _devices(out, devices):
     out.family("hutch_device_readings_refused_total", "counter", "Readings the broker refused (a full queue, an alarm)")
     for device in devices:
         out.sample("hutch_device_readings_refused_total", device["refused"], '{device="%s"}' % escape(device["name"]))
+
+
+def _health(out, snap):
+    """The gateway's health (core/health.py: 1 for the state it is in), and whether publishers
+    are blocked, for memory (RabbitMQ's series: the memory and budget alarms) and at all."""
+    from ..core.health import STATES, verdict
+
+    state, _ = verdict(snap)
+    out.family("hutch_health", "gauge", "1 for the gateway's health: ok, degraded or failing (hutch ctl health)")
+    for one in STATES:
+        out.sample("hutch_health", state == one, '{state="%s"}' % one)
+    alarms = snap.get("alarms", ())
+    out.one(
+        "rabbitmq_alarms_memory_used_watermark",
+        "gauge",
+        "1 while publishers are blocked for memory (the heap, or the budget of queued messages)",
+        "memory" in alarms or "budget" in alarms,
+    )
+    out.one("hutch_publishers_blocked", "gauge", "1 while publishers are blocked, for any alarm", bool(snap["blocked"]))
 
 
 def _bridges(out, bridges):

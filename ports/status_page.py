@@ -1,7 +1,8 @@
 """The status page served at `/` of the metrics port (server/monitoring.py): one HTML page with
 its style and script inline (no external asset: it works on a gateway with no internet), which
 reads /api/overview every second and draws what RabbitMQ's management overview shows —
-the gateway's name, the node (host, version, uptime), a banner while publishers are blocked, totals, message rates with small charts, queues with their
+the gateway's name, the node (host, version, uptime), its health (core/health.py), a banner
+while publishers are blocked, totals, message rates with small charts, queues with their
 own rates, connections, MQTT's sessions, bridges, Modbus devices, streams, the journal, memory — read-only. Every figure is an element with a data-figure attribute naming what it
 shows, so a test (and a script) can read it.
 """
@@ -16,10 +17,12 @@ table{border-collapse:collapse;background:#fff}td,th{padding:.25em .8em;border-b
 th{background:#eee}td:first-child,th:first-child{text-align:left}
 .totals{display:flex;flex-wrap:wrap;gap:.6em}.box{background:#fff;border:1px solid #ddd;padding:.4em .8em;min-width:7em}
 .box b{display:block;font-size:1.5em}.rate svg{display:block}#state{color:#666}
-.bad{color:#b00}.alarm{background:#b00;color:#fff;font-weight:bold;font-size:1.15em;padding:.5em 1em;margin:.5em 0}
+.bad{color:#b00}.health-degraded{background:#fe9;padding:.4em 1em}.health-failing{background:#fcc;padding:.4em 1em}
+.alarm{background:#b00;color:#fff;font-weight:bold;font-size:1.15em;padding:.5em 1em;margin:.5em 0}
 </style></head><body>
 <h1><span id="gateway">hutch</span> <small id="node"></small></h1><div id="uptime"></div><div id="state">loading...</div>
 <div id="blocked" class="alarm" hidden></div>
+<div id="health"></div>
 <h2>Totals</h2><div class="totals" id="totals"></div>
 <h2>Message rates (per second, last minute)</h2><div class="totals" id="rates"></div>
 <h2>Queues</h2><table id="queues"></table>
@@ -142,6 +145,12 @@ function draw(data) {
   blocked.hidden = !b.blocked;
   blocked.textContent = b.blocked ? "Publishers blocked for " + duration(b.blocked_for_s || 0) + ": " + b.blocked : "";
   blocked.setAttribute("data-figure", "blocked");
+  // the gateway's health (hutch ctl health's): ok, or degraded or failing with why
+  var health = data.health || {state: "ok", reasons: []};
+  var said = document.getElementById("health");
+  said.className = "health-" + health.state;
+  said.textContent = "health: " + health.state + (health.reasons.length ? " - " + health.reasons.join("; ") : "");
+  said.setAttribute("data-figure", "health");
   document.getElementById("node").setAttribute("data-figure", "node");
   var uptime = document.getElementById("uptime");
   uptime.textContent = node.uptime_s !== undefined ? "up " + duration(node.uptime_s) : "";

@@ -2,7 +2,7 @@
 status page, read-only, from one snapshot of the broker (core/snapshot.py) taken per request.
 
     GET /                    the status page (ports/status_page.py): no external assets
-    GET /api/overview        what the page shows, as JSON: the snapshot and the process
+    GET /api/overview        what the page shows, as JSON: the snapshot, the process, the health
     GET /metrics             RabbitMQ's series, aggregated (ports/metrics.py)
     GET /metrics/per-object  ... with each queue's {vhost, queue} labels, and hutch's per stream
 
@@ -55,12 +55,16 @@ class Monitoring:
         if path == "/api/overview":
             # at_ms: the wall clock (epoch ms) the snapshot was taken at, as the snapshot's own
             # times are (a device's since, a message's arrival): the page's ages and rates read it
+            from ..core.health import verdict
+
             broker = self.broker
+            state, reasons = verdict(snap)
             overview = {
                 "broker": snap,
                 "process": process_figures(self.runtime),
                 "node": self.node(),
                 "at_ms": broker.now + broker.wall_offset,
+                "health": {"state": state, "reasons": reasons},  # (core/health.py: hutch ctl health's)
             }
             return 200, JSON, json.dumps(overview).encode(), ()
         return 404, "text/plain; charset=utf-8", b"not found\n", ()

@@ -3,6 +3,7 @@
     hutch ctl status [--data DIR] [--json]
     hutch ctl bridges [--data DIR] [--json]
     hutch ctl devices [--data DIR] [--json]
+    hutch ctl health [--data DIR] [--json]
     hutch ctl export [FILE] [--data DIR], hutch ctl import FILE [--data DIR]   (tools/ctl_live.py)
 
 prints whether publishers are blocked (a disk or memory alarm: why, with the figures of now,
@@ -20,7 +21,9 @@ since the start and in flight, the backlog waiting in its source queue, the olde
 message's age, the last error and, for a stream source, the offset up to which upstream
 confirmed every record. `devices` prints each [[device]] polled (devices/device.py): up or
 down and since when (and why), its last poll's number and time, and its polls by how they
-ended. --json prints the same as one JSON object.
+ended. `health` says ok, degraded or failing, with the reasons (core/health.py), and exits 0,
+1 or 2 (3 when not known) as a monitoring plugin does. --json prints the same as one JSON
+object.
 """
 
 import json
@@ -64,6 +67,13 @@ def add_options(parser):
     data_option(devices)
     devices.add_argument("--json", action="store_true", help="print it as one JSON object")
     devices.set_defaults(run=devices_command)
+    health = commands.add_parser(
+        "health",
+        help="ok, degraded or failing, and why; exit 0, 1 or 2 (3: not known), as a monitoring plugin's",
+    )
+    data_option(health)
+    health.add_argument("--json", action="store_true", help="print it as one JSON object")
+    health.set_defaults(run=health_command)
     from . import ctl_live  # (its commands ask the running broker)
 
     ctl_live.add_options(commands, data_option)
@@ -466,3 +476,39 @@ def devices_command(args):
         )
         print("    polls: %s; readings refused %s" % (polls, _n(d["refused"])))
     return 0
+
+
+# `hutch ctl health`'s exit codes, as a Nagios (or Icinga, Zabbix...) plugin's: ok, warning,
+# critical, unknown
+HEALTH_EXIT = {"ok": 0, "degraded": 1, "failing": 2, "unknown": 3}
+
+
+def health(data):
+    """{"state", "reasons", "gateway", "live"} of the broker's data folder (core/health.py's
+    verdict of its snapshot, asked or from status.json): a broker that is not running is
+    failing; one that left no status is not known."""
+    from ..core.health import FAILING, verdict
+
+    broker = broker_status(data)
+    if broker is None or "error" in broker:
+        why = broker["error"] if broker else "the broker has not run on this folder since it writes %s" % STATUS_FILE
+        return {"state": "unknown", "reasons": [why], "gateway": None, "live": False}
+    state, reasons = verdict(broker)
+    if not broker["live"]:
+        state, reasons = FAILING, ["the broker is not running (%s)" % _when(broker)]
+    return {"state": state, "reasons": reasons, "gateway": broker.get("name"), "live": broker["live"]}
+
+
+def health_command(args):
+    data = args.data
+    if _no_folder(data):
+        return 2
+    said = health(data)
+    if args.json:
+        print(json.dumps(said, indent=1))
+    else:
+        gateway = " (gateway %s)" % said["gateway"] if said["gateway"] else ""
+        print("health: %s%s" % (said["state"], gateway))
+        for reason in said["reasons"]:
+            print("  " + reason)
+    return HEALTH_EXIT[said["state"]]

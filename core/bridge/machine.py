@@ -66,6 +66,7 @@ WINDOW_DRAIN_MS = 5000  # a closing window waits at most this long for what is i
 OUTAGE_SUMMARY_MS = 300000
 
 DEFAULT_PREFETCH = 1000  # as RabbitMQ's shovel
+SINCE_START = -1  # (down_at) no link has run since the broker started (Broker.started)
 
 
 class BridgeError(Exception):
@@ -124,6 +125,9 @@ class Machine:
         self.said_reasons = []
         self.summed_at = 0
         self.quiet = False
+        # (ms, the broker's clock) since when no link runs (None while one does): the health's
+        # "down for" (core/health.py); SINCE_START until the first link runs
+        self.down_at = SINCE_START
         # in flight, messages are in memory and count in the broker's budget: a board's (esp32:
         # 48 messages) must keep room for the publishers and the queues' windows
         self.prefetch = settings["prefetch"] or max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
@@ -233,6 +237,7 @@ class Machine:
         self.down_since = None
         self.said_reasons = []
         self.quiet = False
+        self.down_at = None
         self.set_state(RUNNING, " (upstream %s)%s" % (self.upstream, after))
         self.running()
         return None
@@ -273,6 +278,7 @@ class Machine:
         self.link_down()
         if self.ran:
             self.progressed = True
+            self.down_at = self.broker.now  # (a link that ran ended: down from now)
         elif reason is not None and reason != WINDOW_CLOSED:
             self.failures += 1  # a link that never ran: an attempt of the outage
         self.ran = False
