@@ -18,6 +18,7 @@ package(
         "fifo.py",
         "flow.py",
         "headers.py",
+        "health.py",
         "limits.py",
         "login_reasons.py",
         "message.py",

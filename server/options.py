@@ -165,7 +165,7 @@ def host_name():
     else:
         import socket
 
-        found = socket.gethostname()
+        found = socket.gethostname()  # pyright: ignore[reportAttributeAccessIssue] (CPython's socket)
     found = found.split(".")[0][: schema.NAME_MOST]
     return "".join(c if c in schema.NAME_CHARACTERS else "-" for c in found) or "hutch"
 
