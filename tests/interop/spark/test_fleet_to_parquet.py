@@ -217,6 +217,13 @@ def test_three_gateways_into_one_stream_every_reading_once_through_an_outage_and
     outage = [key for key in counted if key[0] == "pump-house"]
     assert len(outage) > len(expected) // 6, "the pump house's readings of the outage are there"
     check_the_docs_snippets(output, written, tmp_path)
+    # hutch plot: a line per gateway and sensor, the two meter-1s apart
+    drawn = subprocess.run(
+        [os.path.join(BIN, "hutch"), "plot", "--output", output, "--png", str(tmp_path / "fleet.png")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = len({(gateway, sensor) for gateway, _, sensor in written})
+    assert drawn.returncode == 0 and " of %d sensors of 3 gateways (" % lines in drawn.stdout, drawn
 
 
 def check_the_docs_snippets(output, written, tmp_path):
