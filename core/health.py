@@ -4,7 +4,8 @@ or an alert watching a fleet.
 
 failing: what the gateway takes in is refused, or stays here:
   - publishers blocked (memory, the disk budget, the disk: core/flow.py);
-  - a bridge with no link running for longer than its alarm_age (DOWN_S without one);
+  - a bridge with no link running, or no confirm from any node, for longer than its alarm_age
+    (DOWN_S without one);
 degraded: it works, and something needs a look:
   - a bridge with no link running, for less than that, or whose upstream blocks it;
   - a bridge's alarm raised (its backlog, oldest message or bytes past its thresholds);
@@ -33,8 +34,11 @@ def verdict(snap):
         if down is not None and name not in said:
             said.add(name)
             most = bridge.get("alarm_age") or DOWN_S
+            state = bridge["state"]
+            if state == "unconfirmed":
+                state = "no confirms from any node"
             why = "bridge %s: %s for %s (last error: %s)" % (
-                name, bridge["state"], _duration(down), bridge.get("last_error") or "none",
+                name, state, _duration(down), bridge.get("last_error") or "none",
             )  # fmt: skip
             (failing if down >= most else degraded).append(why)
         elif bridge["state"] == "blocked" and name not in said:

@@ -230,6 +230,8 @@ def _up(bridge, one, states, wall, now_ms):
     state = states[bridge.state]
     if not bridge.may_send(one) and bridge.state != 6:  # (6: STOPPED)
         state = "waiting"
+    elif bridge.unconfirmed() and bridge.state != 6:  # no node confirms: a state of its own
+        state = "unconfirmed"
     out = {
         "name": one.name,
         "direction": "up",
@@ -244,6 +246,8 @@ def _up(bridge, one, states, wall, now_ms):
         "failed_attempts": bridge.failures,  # links tried that did not run, since one last ran
         "down_s": _down_s(bridge, now_ms),  # since when no link runs (None while one does)
         "alarm_age": settings.get("alarm_age"),  # (core/health.py: down this long is failing)
+        "upstream_s": _upstream_s(bridge, now_ms),  # how long this link has run (None: none runs)
+        "failovers": bridge.failovers,
         "alarm": one.alarm or bridge.budget_held,  # (core/bridge/alarms.py, up.py) or None
         "priority": one.priority,  # (its share of an [uplink] budget, its order among the classes)
     }
@@ -263,11 +267,18 @@ def _up(bridge, one, states, wall, now_ms):
     return out
 
 
+def _upstream_s(bridge, now_ms):
+    return None if bridge.running_at is None else max(0, now_ms - bridge.running_at) / 1000
+
+
 def _down_s(bridge, now_ms):
     """Seconds since the bridge last had a link running (or since the start, if none has), or
-    None while it has one (or it waits for its [uplink]'s window, as it should)."""
+    None while it has one (or it waits for its [uplink]'s window, as it should); an up bridge
+    no node confirms for: since its last confirm."""
     since = bridge.down_at
-    if since is None or bridge.state in (3, 7):  # (RUNNING, WAITING)
+    if bridge.settings["direction"] == "up" and bridge.unconfirmed():
+        since = bridge.unconfirmed_since()
+    elif since is None or bridge.state in (3, 7):  # (RUNNING, WAITING)
         return None
     if since < 0:  # (core/bridge/machine.py SINCE_START)
         since = bridge.broker.started
@@ -296,6 +307,8 @@ def _down(bridge, states, now_ms):
         "failed_attempts": bridge.failures,
         "down_s": _down_s(bridge, now_ms),
         "alarm_age": settings.get("alarm_age"),
+        "upstream_s": _upstream_s(bridge, now_ms),
+        "failovers": bridge.failovers,
         "alarm": None,
     }
     if bridge.window is not None:

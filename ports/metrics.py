@@ -226,7 +226,7 @@ def _journal(out, journal, counters):
     out.one("hutch_journal_segments", "gauge", "Journal segment files", journal["segments"])
 
 
-BRIDGE_STATES = ("starting", "connecting", "running", "blocked", "backoff", "waiting", "stopped")
+BRIDGE_STATES = ("starting", "connecting", "running", "blocked", "backoff", "waiting", "unconfirmed", "stopped")
 
 
 def _dedup(out, snap):
@@ -302,6 +302,7 @@ def _bridges(out, bridges):
             labels = '{bridge="%s",state="%s"}' % (escape(bridge["name"]), state)
             out.sample("hutch_bridge_state", bridge["state"] == state, labels)
     for series, kind, help_text, key in (
+        ("hutch_bridge_failovers_total", "counter", "Links that ran on another URI than the link before", "failovers"),
         ("hutch_bridge_forwarded_total", "counter", "Messages forwarded (up) or received (down)", "forwarded"),
         ("hutch_bridge_in_flight", "gauge", "Messages sent and not yet confirmed", "in_flight"),
         ("hutch_bridge_backlog", "gauge", "Messages waiting to be forwarded (NaN: not known)", "backlog"),

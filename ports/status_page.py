@@ -124,7 +124,7 @@ function draw(data) {
   drawMqtt(b);
   table("bridges", [["name", "name"], ["state", "state"], ["window", "window"], ["upstream", "upstream"],
     ["forwarded", "forwarded"], ["in flight", "in_flight"], ["backlog", "backlog"], ["oldest (s)", "oldest_age_s"],
-    ["alarm", "alarm"], ["last error", "last_error"]], b.bridges);
+    ["fail-overs", "failovers"], ["alarm", "alarm"], ["last error", "last_error"]], b.bridges);
   drawDevices(b.devices || [], now);
   table("streams", [["name", "name"], ["first", "first"], ["last", "last"], ["bytes", "bytes"], ["consumers", "consumers"]], b.streams);
   var storage = document.getElementById("storage"); storage.textContent = "";

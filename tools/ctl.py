@@ -437,6 +437,14 @@ def bridges_command(args):
                 "; confirmed up to offset %d" % b["confirmed_offset"] if "confirmed_offset" in b else "",
             )
         )
+        if b.get("upstream_s") is not None:  # the node (URI) this link is on, since when
+            failovers = b.get("failovers", 0)
+            print(
+                "    on %s for %s%s"
+                % (b["upstream"], _duration(b["upstream_s"]), "; %d fail-overs" % failovers if failovers else "")
+            )
+        if b["state"] == "unconfirmed":
+            print("    no confirms from any node for %s: what waits stays here" % _duration(b.get("down_s") or 0))
         if b.get("failed_attempts"):  # (an outage: the log says it once, then every few minutes)
             print("    down: %s attempts failed since a link last ran" % _n(b["failed_attempts"]))
         if b.get("window"):  # (an [uplink] schedule)

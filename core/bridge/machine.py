@@ -128,6 +128,10 @@ class Machine:
         # (ms, the broker's clock) since when no link runs (None while one does): the health's
         # "down for" (core/health.py); SINCE_START until the first link runs
         self.down_at = SINCE_START
+        self.running_at = None  # (ms, the broker's clock) since when this link runs
+        self.last_ran = None  # the URI the last link that ran was on: a link on another is a fail-over
+        self.failovers = 0  # links that ran on another URI than the one before (hutch_bridge_failovers_total)
+        self.ended = None  # why the last link that ran ended
         # in flight, messages are in memory and count in the broker's budget: a board's (esp32:
         # 48 messages) must keep room for the publishers and the queues' windows
         self.prefetch = settings["prefetch"] or max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
@@ -238,7 +242,16 @@ class Machine:
         self.said_reasons = []
         self.quiet = False
         self.down_at = None
+        self.running_at = self.broker.now
         self.set_state(RUNNING, " (upstream %s)%s" % (self.upstream, after))
+        if self.last_ran is not None and self.last_ran != self.upstream:  # one line per fail-over
+            self.failovers += 1
+            self.log(
+                "warning",
+                "bridge %s: failed over from %s to %s (it ended: %s)"
+                % (self.name, self.last_ran, self.upstream, self.ended),
+            )
+        self.last_ran = self.upstream
         self.running()
         return None
 
@@ -276,6 +289,7 @@ class Machine:
         """The link ended: why (logged, and kept as the last error), or None when the bridge
         stops. What it had in flight goes back."""
         self.link_down()
+        self.running_at = None
         if self.ran:
             self.progressed = True
             self.down_at = self.broker.now  # (a link that ran ended: down from now)
@@ -286,6 +300,8 @@ class Machine:
             self.log("info", "bridge %s: %s" % (self.name, reason))
         elif reason is not None:
             self.last_error = "%s: %s" % (self.upstream, reason)
+            if self.progressed and self.upstream == self.last_ran:
+                self.ended = reason  # (why the link that ran ended: what a fail-over says)
             # each reason once an outage (two URIs that fail alike, or apart, in turn)
             if self.state != STOPPED and self.last_error not in self.said_reasons:
                 if len(self.said_reasons) < 8:

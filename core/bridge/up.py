@@ -34,7 +34,7 @@ from ...codec.errors import Refused
 from ..session import MESSAGE
 from ..topology import add_binding, declare_queue
 from .classes import MessageClass, classes_of, sending_order, set_policy
-from .machine import BLOCKED, RUNNING, BridgeError, Machine
+from .machine import BLOCKED, OUTAGE_SUMMARY_MS, RUNNING, BridgeError, Machine
 from .outbox import Outbox
 
 OUTRANK_POLL_MS = 100  # how often one outranked by another bridge asks again (uplink.py outranking)
@@ -73,6 +73,11 @@ class UpMachine(Machine):
         self.refusal = ""  # why, the last time
         self.refusal_delay = settings["reconnect_delay"]  # the next pause after a refusal (s)
         self.hold_until = -1  # (ms) no sending until then: the pause after a refusal
+        self.unconfirmed_links = 0  # links the watchdog ended since upstream last confirmed
+        self.unconfirmed_at = None  # (ms, the broker's clock) since when nothing was confirmed
+        self.refusing_since = None  # (ms, the broker's clock) since when upstream refuses all (_pause)
+        self.refusals = 0  # messages it refused since then
+        self.said_refusals = 0  # (ms, the driver's clock) when that was last said
         self.budget_held = None  # why a budget holds the link back for long (said once), or None
 
     # ------------------------------------------------------------ a link's start
@@ -128,6 +133,17 @@ class UpMachine(Machine):
         """Upstream took the message numbered seq (and with multiple, every one before it)."""
         for one in self.classes:
             one.outbox.confirmed(seq, multiple)
+        if self.unconfirmed_links:  # a confirm at last: some node answers
+            self.unconfirmed_links = 0
+            self.unconfirmed_at = None
+        if self.refusing_since is not None:  # upstream accepts again: said, with what it cost
+            self.log(
+                "info",
+                "bridge %s: upstream accepts again, after refusing %d messages for %d s"
+                % (self.name, self.refusals, (self.broker.now - self.refusing_since) // 1000),
+            )
+            self.refusing_since = None
+            self.refusals = 0
         if self.hold_until < 0 and not self.refused:  # accepted since the last pause: no backoff
             self.refusal_delay = self.settings["reconnect_delay"]
 
@@ -219,16 +235,33 @@ class UpMachine(Machine):
 
     def _pause(self, now):
         """Upstream refused messages (they are back at the head of the queue): sending pauses,
-        longer each time while it accepts nothing in between."""
+        longer each time while it accepts nothing in between. Refusals of messages sent before
+        the pause began only count. Said once when upstream begins to refuse, then summed up
+        every OUTAGE_SUMMARY_MS while it accepts nothing (a quorum queue without a majority
+        refuses everything it is sent, until it has one again)."""
+        refused = self.refused
+        self.refused = 0
+        self.refusals += refused
+        if now < self.hold_until:
+            return  # (what was in flight when the pause began: refused with it)
+        if self.refusing_since is None:
+            self.refusing_since = self.broker.now
+            self.said_refusals = now
+            self.log(
+                "warning",
+                "bridge %s: upstream refused %d messages (%s): sending again after a pause, longer each time "
+                "while it accepts nothing" % (self.name, refused, self.refusal),
+            )
+        elif now - self.said_refusals >= OUTAGE_SUMMARY_MS:
+            self.said_refusals = now
+            self.log(
+                "warning",
+                "bridge %s: upstream still refuses what it is sent: %d messages refused in %d min (%s)"
+                % (self.name, self.refusals, (self.broker.now - self.refusing_since) // 60000, self.refusal),
+            )
         delay = self.refusal_delay
-        self.log(
-            "warning",
-            "bridge %s: upstream refused %d messages (%s): sending again in %.1f s"
-            % (self.name, self.refused, self.refusal, delay),
-        )
         self.hold_until = now + int(delay * 1000)
         self.refusal_delay = min(delay * 2, self.settings["max_reconnect_delay"])
-        self.refused = 0
 
     def forward(self, publish, count):
         """Forward the next count messages sendable() allowed, in its order (classes.py), through
@@ -282,11 +315,29 @@ class UpMachine(Machine):
             self.progress_at = now
         watchdog_ms = self.settings["watchdog"] * 1000
         if watchdog_ms and now - self.progress_at > watchdog_ms:
+            # no confirm on one link after another: once every URI has had its turn, the bridge
+            # is "unconfirmed" (a cluster without a majority takes publishes and confirms none)
+            self.unconfirmed_links += 1
+            if self.unconfirmed_at is None:
+                self.unconfirmed_at = self.broker.now - (now - self.progress_at)
             return "watchdog: no confirm for %.1f s while %d messages wait" % (
                 (now - self.progress_at) / 1000,
                 in_flight,
             )
         return None
+
+    def unconfirmed(self):
+        """Whether no node confirms anything: each of the URIs, in turn, ended by the watchdog, or
+        upstream refusing everything it is sent for a watchdog's time (at least a second)."""
+        if self.unconfirmed_links >= len(self.settings["uris"]):
+            return True
+        since = self.refusing_since
+        return since is not None and self.broker.now - since >= max(1000, self.settings["watchdog"] * 1000)
+
+    def unconfirmed_since(self):
+        """(ms, the broker's clock) since when nothing was confirmed, as unconfirmed() saw it."""
+        found = [at for at in (self.unconfirmed_at, self.refusing_since) if at is not None]
+        return min(found) if found else self.broker.now
 
     def check(self):
         for one in self.classes:

@@ -24,6 +24,7 @@ NAVIGATION = (
             "backlogs",
             "streams",
             "bridges",
+            "cluster",
             "spark",
             "pipeline",
             "operations",

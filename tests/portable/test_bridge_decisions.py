@@ -268,7 +268,10 @@ def test_confirms_settle_nacks_put_back_and_the_window_refills():
     assert machine.outbox.forwarded == 2 and len(machine.outbox.in_flight) == 1
     # upstream refused: sending pauses (reconnect_delay), said in the log
     assert machine.sendable(0) == 0 and machine.wake_ms == 1000
-    assert log.texts()[-1] == "bridge b: upstream refused 1 messages (basic.nack): sending again in 1.0 s"
+    assert log.texts()[-1] == (
+        "bridge b: upstream refused 1 messages (basic.nack): sending again after a pause, longer each time while "
+        "it accepts nothing"
+    )
     assert machine.sendable(999) == 0
     machine.forward(sink, machine.sendable(1000))
     # m4 and m5 came when the ack made room; the nacked one goes back to its place in the
@@ -297,9 +300,14 @@ def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
         now += machine.wake_ms
     assert pauses == [500, 1000, 1500, 1500]
     assert sink.bodies() == [b"m0"] * 4 and machine.outbox.backlog() == 3, "nothing lost"
-    assert log.texts()[-1] == "bridge b: upstream refused 1 messages (released): sending again in 1.5 s"
+    refusals = [text for text in log.texts() if "refuse" in text]
+    assert refusals == [
+        "bridge b: upstream refused 1 messages (released): sending again after a pause, longer each time while "
+        "it accepts nothing"
+    ], "said once, not once a pause"
     machine.forward(sink, machine.sendable(now))
     machine.accepted(machine.outbox.seq, False)  # accepted at last
+    assert log.texts()[-1] == "bridge b: upstream accepts again, after refusing 4 messages for 0 s"
     machine.forward(sink, machine.sendable(now))
     machine.rejected(machine.outbox.seq, False, "rejected (amqp:resource-limit-exceeded)")
     assert machine.sendable(now) == 0 and machine.wake_ms == 500, "the backoff starts over"
@@ -893,3 +901,46 @@ def test_a_queue_a_bridge_left_behind_goes_to_the_classes_that_take_it_or_stays_
     assert not gone.inbound and gone.message_count() == 2
     client.publish(1, b"amq.topic", b"sensors.t", b"t2")
     assert gone.message_count() == 2, "unbound: it grows no more"
+
+
+def set_up(machine, now=0):
+    """The link to the URI connect_to() gave opened and set up: running."""
+    machine.opened(now)
+    while machine.next_step() is not None:
+        pass
+
+
+def test_a_link_on_another_uri_is_a_fail_over_said_with_why_the_last_ended():
+    client, machine, log = up_bridge(uris=[_uri("a"), _uri("b")])
+    assert machine.connect_to()["host"] == "a"
+    set_up(machine)
+    assert machine.failovers == 0
+    machine.lost("connection reset")
+    assert machine.connect_to()["host"] == "b"
+    set_up(machine)
+    assert machine.failovers == 1
+    failed_over = "bridge b: failed over from amqp://guest:***@a:5672/ to amqp://guest:***@b:5672/"
+    assert failed_over + " (it ended: connection reset)" in log.texts()
+    machine.lost("connection reset")
+    assert machine.connect_to() is None and machine.connect_to()["host"] == "a"  # (a backoff: then a again)
+    set_up(machine)
+    assert machine.failovers == 2
+
+
+def test_no_confirm_from_any_uri_makes_the_bridge_unconfirmed_until_one_comes():
+    client, machine, log = up_bridge(4, uris=[_uri("a"), _uri("b")], watchdog=1.0)
+    now = 0
+    for host in ("a", "b"):
+        assert machine.connect_to(now)["host"] == host
+        set_up(machine, now)
+        machine.forward(Sink(), machine.sendable(now))
+        assert not machine.unconfirmed()
+        assert machine.tick(now + 1001, False).startswith("watchdog: no confirm for 1.0 s while 4 messages wait")
+        machine.lost("watchdog")
+        now += 2000
+    assert machine.unconfirmed(), "each URI had its turn: no confirm from any"
+    assert machine.connect_to(now) is None and machine.connect_to(now)["host"] == "a"
+    set_up(machine, now)
+    machine.forward(Sink(), machine.sendable(now))
+    machine.accepted(machine.seq, True)
+    assert not machine.unconfirmed() and machine.outbox.forwarded == 4

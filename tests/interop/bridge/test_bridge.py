@@ -16,12 +16,13 @@ from windowed import publish_windowed
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def edge_with_bridge(tmp_path, bridge, name="edge"):
-    """hutch serve with one [[bridge]] table (a dict), started."""
+def edge_with_bridge(tmp_path, bridge, name="edge", metrics_port=None):
+    """hutch serve with one [[bridge]] table (a dict), started (with a metrics port, if given)."""
     folder = tmp_path / name
     folder.mkdir()
     config = folder / "hutch.toml"
-    config.write_text("[[bridge]]\n" + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items()))
+    metrics = "[metrics]\nport = %d\n" % metrics_port if metrics_port else ""
+    config.write_text(metrics + "[[bridge]]\n" + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items()))
     return RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start()
 
 

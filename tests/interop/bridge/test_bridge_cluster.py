@@ -1,0 +1,202 @@
+"""A bridge into a RabbitMQ cluster: three Debian rabbitmq-server nodes on this machine
+(bench/brokers.py RabbitMQCluster), a quorum queue upstream, the bridge's URI list naming the
+three nodes. Under a steady load (pika publishing into the edge with confirms, persistent, as
+test_bridge_soak.py's Publisher does), faults of the cluster's own:
+
+- the node the bridge is connected to SIGKILLed (and started again), twice;
+- that node hung (SIGSTOP, longer than the heartbeat and the watchdog, then SIGCONT): the bridge
+  leaves it within heartbeat + watchdog, and the node rejoins the cluster.
+
+Each time: every message the edge confirmed is upstream once or more, the first copies in
+publishing order, and the duplicates at most the bridge's window (its prefetch) per fault: a
+quorum queue confirms a publish once a majority has it, and the bridge removes its copy only
+then, sending again on the next node what was unconfirmed. The figures (confirmed, upstream,
+duplicates, seconds to fail over) are printed.
+"""
+
+import os
+import signal
+import time
+
+import pika
+import pytest
+from brokers import free_port, wait_until
+from test_bridge import edge_with_bridge
+from test_bridge_soak import BRIDGE, PREFETCH, RUNNING, UPSTREAM_QUEUE, URI_OPTIONS, Publisher, Soak, seeded
+
+pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Three nodes as one cluster, with the quorum queue UPSTREAM_QUEUE (its three replicas)."""
+    from hutch.bench.brokers import RabbitMQCluster
+
+    cluster = RabbitMQCluster(str(tmp_path_factory.mktemp("cluster")))
+    try:
+        cluster.start()
+        connection = pika.BlockingConnection(pika.URLParameters(node_url(cluster, 0)))
+        connection.channel().queue_declare(UPSTREAM_QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+        connection.close()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def node_url(cluster, i):
+    return "amqp://guest:guest@127.0.0.1:%d/" % cluster.nodes[i].port
+
+
+def connected(edge, cluster):
+    """The index of the node the bridge is on (its upstream URI's port), once it runs."""
+    import json
+    import subprocess
+
+    from brokers import BIN
+
+    done = subprocess.run(
+        [os.path.join(BIN, "hutch"), "ctl", "bridges", "--json", "--data", edge.data], capture_output=True, text=True
+    )
+    (bridge,) = json.loads(done.stdout)["bridges"]
+    if bridge["state"] != "running":
+        return None
+    port = int(bridge["upstream"].rsplit(":", 1)[1].split("/")[0])
+    return [node.port for node in cluster.nodes].index(port)
+
+
+def cluster_edge(tmp_path, cluster, metrics=None):
+    uris = ["%s%s" % (node_url(cluster, i), URI_OPTIONS) for i in range(len(cluster.nodes))]
+    edge = edge_with_bridge(tmp_path, dict(BRIDGE, uri=uris), metrics_port=metrics)
+    return edge
+
+
+def relaunched(node):
+    """A node SIGKILLed, started again as itself (its data, ports and name): it rejoins."""
+    node.proc.wait(30)  # (the wrapper script follows its beam)
+    node.log.close()
+    node._launch()
+    node.start()
+
+
+def on_connected(fault, edge, cluster, soak):
+    """The fault, as Soak runs it: on the node the bridge is on now."""
+    return lambda: fault(connected(edge, cluster), soak)
+
+
+def soaked(tmp_path, cluster, faults, metrics=False):
+    """The edge bridging into the cluster under load; faults ([(kind, function of the connected
+    node's index and the Soak)]) one after another; what came upstream checked, and said:
+    (the Soak, what came upstream in the order it came)."""
+    seed, chooser = seeded()
+    port = free_port() if metrics else None
+    edge = cluster_edge(tmp_path, cluster, port)
+    publisher = Publisher(edge, BRIDGE["queue"])
+    soak = Soak(edge, None, publisher, node_url(cluster, 0), chooser)
+    soak.metrics = port
+    soak.kinds = {kind: on_connected(fault, edge, cluster, soak) for kind, fault in faults}
+    try:
+        publisher.start()
+        wait_until(lambda: soak.count(RUNNING), what="the bridge running")
+        soak.run([kind for kind, _ in faults])
+        received = soak.collect()
+    finally:
+        publisher.stopping.set()
+        edge.stop()
+    first, by_kind, most = soak.duplicates(received)
+    soak.check_order(received, first)
+    assert set(publisher.confirmed) <= set(received)
+    assert most[0] <= PREFETCH, "more duplicates after one fault than the window: %r (seed %d)" % (most, seed)
+    assert not edge.errors(), edge.log()[-3000:]
+    print(
+        "cluster, seed %d: faults %s; %d published, %d confirmed, %d upstream, %d duplicates (by kind %s; at most "
+        "%d after one fault, window %d); seconds until the bridge ran again %s"
+        % (seed, [kind for kind, _ in faults], publisher.next, len(publisher.confirmed), len(received),
+           len(received) - len(first), by_kind, most[0], PREFETCH, [round(t, 1) for _, _, t in soak.timeline])
+    )  # fmt: skip
+    return soak, received
+
+
+def running_nodes(cluster):
+    import json
+
+    return len(json.loads(cluster.ctl("cluster_status", "--formatter", "json"))["running_nodes"])
+
+
+def test_the_node_the_bridge_is_on_sigkilled_twice_loses_nothing(tmp_path, cluster):
+    failed_over = []
+
+    def kill(i, soak):
+        node = cluster.nodes[i]
+        running = soak.count(RUNNING)
+        at = time.monotonic()
+        os.kill(node.pid, signal.SIGKILL)
+        wait_until(lambda: soak.count(RUNNING) > running, 60, what="the bridge on another node", interval=0.05)
+        failed_over.append(round(time.monotonic() - at, 1))
+        relaunched(node)  # (the next fault finds three nodes)
+
+    soaked(tmp_path, cluster, [("first node kill", kill), ("second node kill", kill)])
+    print("seconds from each kill to the bridge running on another node: %s" % failed_over)
+    assert running_nodes(cluster) == 3
+
+
+def test_a_hung_node_is_left_within_heartbeat_and_watchdog_and_rejoins(tmp_path, cluster):
+    left = {}
+
+    def hang(i, soak):
+        """SIGSTOP: the node accepts (its kernel's backlog) and answers nothing, until the bridge
+        runs on another node and two seconds more; then SIGCONT."""
+        node = cluster.nodes[i]
+        running = soak.count(RUNNING)
+        at = time.monotonic()
+        os.kill(node.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: soak.count(RUNNING) > running, 60, what="the bridge on another node", interval=0.05)
+            left["seconds"] = time.monotonic() - at
+            time.sleep(2)
+        finally:
+            os.kill(node.pid, signal.SIGCONT)
+
+    soaked(tmp_path, cluster, [("hung node", hang)])
+    # heartbeat 1 s, the watchdog 1 s, the handshake's connection_timeout 2 s: left within seconds
+    assert left["seconds"] < 10, "the bridge left the hung node after %.1f s" % left["seconds"]
+    print("the bridge left the hung node after %.1f s" % left["seconds"])
+    wait_until(lambda: running_nodes(cluster) == 3, 60, what="the hung node back in the cluster", interval=1)
+
+
+def test_without_a_majority_nothing_is_confirmed_nothing_leaves_the_edge_and_it_says_so(tmp_path, cluster):
+    """Two of the three nodes down: the one left takes publishes and confirms none (its quorum
+    queue has no majority). The edge keeps every message (nothing confirmed, nothing removed),
+    and says the bridge is unconfirmed: `hutch ctl bridges`, /metrics. One node back, and the
+    backlog drains."""
+    import json
+    import subprocess
+
+    from brokers import BIN
+    from scrapes import get, series
+
+    said = {}
+
+    def two_down(i, soak):
+        down = [n for n in range(3) if n != i][:1] + [i]  # the bridge's node among them
+        for n in down:
+            os.kill(cluster.nodes[n].pid, signal.SIGKILL)
+        for n in down:
+            cluster.nodes[n].proc.wait(30)
+
+        def shown():
+            done = subprocess.run([os.path.join(BIN, "hutch"), "ctl", "bridges", "--data", soak.edge.data],
+                                  capture_output=True, text=True)  # fmt: skip
+            return done.stdout if "no confirms from any node" in done.stdout else None
+
+        said["ctl"] = wait_until(shown, 60, what="the bridge unconfirmed", interval=0.5)
+        scraped = series(get("http://127.0.0.1:%d/metrics" % soak.metrics)[2])
+        said["metric"] = scraped[("hutch_bridge_state", '{bridge="soak",state="unconfirmed"}')]
+        done = subprocess.run([os.path.join(BIN, "hutch"), "ctl", "bridges", "--json", "--data", soak.edge.data],
+                              capture_output=True, text=True)  # fmt: skip
+        said["backlog"] = json.loads(done.stdout)["bridges"][0]["backlog"]
+        for n in down:  # one node back: a majority, and the backlog drains; then the other
+            relaunched(cluster.nodes[n])
+
+    soaked(tmp_path, cluster, [("two nodes down", two_down)], metrics=True)
+    print("without a majority: %s; backlog kept at the edge: %d" % (said["ctl"].splitlines()[1:], said["backlog"]))
+    assert said["metric"] == 1 and said["backlog"] > 0
