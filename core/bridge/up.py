@@ -75,6 +75,11 @@ class UpMachine(Machine):
         self.hold_until = -1  # (ms) no sending until then: the pause after a refusal
         self.unconfirmed_links = 0  # links the watchdog ended since upstream last confirmed
         self.unconfirmed_at = None  # (ms, the broker's clock) since when nothing was confirmed
+        # After a link was lost, and while upstream refuses, one message at a time until upstream
+        # confirms one: a quorum queue that is electing a leader refuses some publishes and takes
+        # those sent after them, so a whole window sent meanwhile would come upstream out of
+        # order (and be sent again, to come twice)
+        self.slow = False
         self.refusing_since = None  # (ms, the broker's clock) since when upstream refuses all (_pause)
         self.refusals = 0  # messages it refused since then
         self.said_refusals = 0  # (ms, the driver's clock) when that was last said
@@ -133,6 +138,7 @@ class UpMachine(Machine):
         """Upstream took the message numbered seq (and with multiple, every one before it)."""
         for one in self.classes:
             one.outbox.confirmed(seq, multiple)
+        self.slow = False
         if self.unconfirmed_links:  # a confirm at last: some node answers
             self.unconfirmed_links = 0
             self.unconfirmed_at = None
@@ -211,13 +217,16 @@ class UpMachine(Machine):
             for one in order:
                 waiting = waiting + one.outbox.waiting
         n = len(waiting)
+        if self.slow:  # one at a time until upstream confirms one (slow, below)
+            n = min(n, 0 if self.unsettled() else 1)
+        wanted = n
         for rate in (shared, self.rate):  # (each holds to what the ones before allowed)
             if rate is not None:
                 n = rate.allowed(waiting, now, n)
         for rate in (shared, self.rate):
             if rate is not None:
                 rate.spend(waiting, n)
-        if n < len(waiting):
+        if n < wanted:  # a rate holds some back
             self.wake_ms = (self.rate or shared).wait_ms()
             if n == 0:
                 held_by = (
@@ -242,6 +251,7 @@ class UpMachine(Machine):
         refused = self.refused
         self.refused = 0
         self.refusals += refused
+        self.slow = True
         if now < self.hold_until:
             return  # (what was in flight when the pause began: refused with it)
         if self.refusing_since is None:
@@ -346,6 +356,7 @@ class UpMachine(Machine):
         return None
 
     def link_down(self):
+        self.slow = True  # (the next link starts one at a time: see slow)
         for one in self.classes:
             one.outbox.down()  # what was in flight goes back, in order
 
