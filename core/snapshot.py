@@ -248,6 +248,7 @@ def _up(bridge, one, states, wall, now_ms):
         "alarm_age": settings.get("alarm_age"),  # (core/health.py: down this long is failing)
         "upstream_s": _upstream_s(bridge, now_ms),  # how long this link has run (None: none runs)
         "failovers": bridge.failovers,
+        "failbacks": bridge.failbacks,  # (prefer_first) moves back to an earlier URI
         "alarm": one.alarm or bridge.budget_held,  # (core/bridge/alarms.py, up.py) or None
         "priority": one.priority,  # (its share of an [uplink] budget, its order among the classes)
     }
@@ -309,6 +310,7 @@ def _down(bridge, states, now_ms):
         "alarm_age": settings.get("alarm_age"),
         "upstream_s": _upstream_s(bridge, now_ms),
         "failovers": bridge.failovers,
+        "failbacks": bridge.failbacks,
         "alarm": None,
     }
     if bridge.window is not None:

@@ -303,6 +303,12 @@ def _bridges(out, bridges):
             out.sample("hutch_bridge_state", bridge["state"] == state, labels)
     for series, kind, help_text, key in (
         ("hutch_bridge_failovers_total", "counter", "Links that ran on another URI than the link before", "failovers"),
+        (
+            "hutch_bridge_failbacks_total",
+            "counter",
+            "Moves back to an earlier URI that answered again (prefer_first)",
+            "failbacks",
+        ),
         ("hutch_bridge_forwarded_total", "counter", "Messages forwarded (up) or received (down)", "forwarded"),
         ("hutch_bridge_in_flight", "gauge", "Messages sent and not yet confirmed", "in_flight"),
         ("hutch_bridge_backlog", "gauge", "Messages waiting to be forwarded (NaN: not known)", "backlog"),

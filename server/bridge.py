@@ -74,6 +74,7 @@ class Bridge:
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
         self.up = settings["direction"] == "up"
+        self.prefers_first = settings.get("prefer_first", False)  # (its probes: server/bridge_probe.py)
         self.offsets = None  # a stream source's offset file
         self.stream_source = None  # and its machine
         if self.up:  # (each direction's decisions are loaded only by a bridge of that direction)
@@ -226,19 +227,21 @@ class Bridge:
         self.machine.opened(now)
         return protocol, login
 
-    async def _link(self, uri):
-        """Connect, then forward until the link ends."""
+    def open(self, uri):
+        """The connection to uri (TLS for amqps://), as a coroutine: (reader, writer)."""
         if uri["tls"]:
             tls = self.machine.settings["tls"]
             from ..ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
 
             context = client_context(tls["ca_file"], tls["cert_file"], tls["key_file"], tls["verify"])
-            opening = asyncio.open_connection(
+            return asyncio.open_connection(
                 uri["host"], uri["port"], ssl=context, server_hostname=tls["server_name"] or uri["host"]
             )
-        else:
-            opening = asyncio.open_connection(uri["host"], uri["port"])
-        reader, writer = await asyncio.wait_for(opening, uri["connection_timeout"] / 1000)
+        return asyncio.open_connection(uri["host"], uri["port"])
+
+    async def _link(self, uri):
+        """Connect, then forward until the link ends."""
+        reader, writer = await asyncio.wait_for(self.open(uri), uri["connection_timeout"] / 1000)
         protocol, login = self.start_protocol(uri, self.clock.now_ms())
         link = _Link(self, protocol, reader, writer, login, self.machine.settings["credit"])
         writing = self._task(link.write_loop())
@@ -424,6 +427,11 @@ class _Link:
             day_s = day_seconds() if bridge.broker.uplink is not None else None
             self.silent = self.machine.tick(now, self.protocol.tick(now) < 0, day_s)
             bridge.save_offset()
+            probe = self.machine.probe_due(now) if bridge.prefers_first else None
+            if probe is not None:  # (prefer_first: an earlier URI tried on a second connection)
+                from .bridge_probe import probe_uri
+
+                bridge._task(probe_uri(bridge, probe[0], probe[1]))
             if self.login is not None and not self.silent:
                 self.silent = self.login.renew(self, now)
             if self.silent:

@@ -178,6 +178,13 @@ ROWS = (
     ("bridge", "always_connected", "bool", False, None, None,
      "`true`: the bridge connects at any time, outside the `[uplink]`'s `hours` and `every` "
      "windows too (alarms that must not wait for a window). Default `false`."),
+    ("bridge", "prefer_first", "bool", False, None, None,
+     "Up, `amqp://` URIs: `true` moves back to an earlier URI of `uri` once it answers again, "
+     "make-before-break: while on a later one, a second connection tries the earlier ones every "
+     "`max_reconnect_delay` (the handshake, the login, `confirm.select`, a passive declare of "
+     "what the bridge sends to); only when one answers does the link stop sending, let its "
+     "confirms come (5 s at most) and move. A primary and a standby want it; a cluster, whose "
+     "nodes are alike, does not. Default `false`."),
     # a bridge's classes = [{...}]
     ("bridge.classes", "name", "text", None, None, None,
      "The class's name (required; no `/`)."),
@@ -388,12 +395,29 @@ def _bridge(table, path, number):
         "protocol": protocol,
         "priority": _setting(table, "priority", where),
         "always_connected": _setting(table, "always_connected", where),
+        "prefer_first": _prefer_first(table, protocol, direction, uris, where),
     }
     bridge.update(amqp10)
     bridge.update(mqtt)
     bridge["credit"] = protocol in upstreams.CREDIT  # (what the driver and the machine read)
     bridge["set_up"] = protocol in upstreams.SET_UP
     return bridge
+
+
+def _prefer_first(table, protocol, direction, uris, where):
+    """prefer_first, where it can be had: an up bridge's, over AMQP 0-9-1 (whose probe goes as far
+    as the link's set-up); with one URI it means nothing (said, not ignored)."""
+    prefer = _setting(table, "prefer_first", where)
+    if not prefer:
+        return False
+    if direction != "up" or protocol != "0-9-1":
+        raise ConfigError("%s: prefer_first moves an up bridge back over amqp:// URIs (not %s)"
+                          % (where, "a down bridge" if direction != "up" else _spoken(protocol)))  # fmt: skip
+    if len(uris) < 2:
+        raise ConfigError(
+            "%s: prefer_first needs uri to be a list of two or more: it moves back to an earlier one" % where
+        )
+    return True
 
 
 def _protocol(table, uris, where):

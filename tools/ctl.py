@@ -438,11 +438,9 @@ def bridges_command(args):
             )
         )
         if b.get("upstream_s") is not None:  # the node (URI) this link is on, since when
-            failovers = b.get("failovers", 0)
-            print(
-                "    on %s for %s%s"
-                % (b["upstream"], _duration(b["upstream_s"]), "; %d fail-overs" % failovers if failovers else "")
-            )
+            moves = [("%d fail-overs" % b[key] if key == "failovers" else "%d moves back" % b[key])
+                     for key in ("failovers", "failbacks") if b.get(key)]  # fmt: skip
+            print("    on %s for %s%s" % (b["upstream"], _duration(b["upstream_s"]), "".join("; " + m for m in moves)))
         if b["state"] == "unconfirmed":
             print("    no confirms from any node for %s: what waits stays here" % _duration(b.get("down_s") or 0))
         if b.get("failed_attempts"):  # (an outage: the log says it once, then every few minutes)

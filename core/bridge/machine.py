@@ -58,6 +58,8 @@ STOPPED = 6
 WAITING = 7  # for the [uplink]'s next window (core/bridge/uplink.py)
 NAMES = ("starting", "connecting", "connecting", "running", "blocked", "backoff", "stopped", "waiting")
 WINDOW_CLOSED = "its window closed"  # (lost's reason: logged as news, not as an error)
+FAIL_BACK = "moving back to an earlier URI that answers again"  # (prefer_first: news too)
+MOVE_DRAIN_MS = 5000  # moving back, what is in flight on the old link may take this long to be confirmed
 WINDOW_POLL_MS = 10000  # waiting for a window, the time of day is read again this often (a clock set)
 WINDOW_DRAIN_MS = 5000  # a closing window waits at most this long for what is in flight
 # While a bridge cannot get a link to run (an outage), its retries are said once, with their
@@ -132,6 +134,16 @@ class Machine:
         self.last_ran = None  # the URI the last link that ran was on: a link on another is a fail-over
         self.failovers = 0  # links that ran on another URI than the one before (hutch_bridge_failovers_total)
         self.ended = None  # why the last link that ran ended
+        # prefer_first (fail-back, make-before-break): when the next probe of an earlier URI is
+        # due (ms, the driver's clock), which one, the one being probed, the one to move back to
+        # (once what is in flight is confirmed, since move_began), and how often it moved back
+        self.probe_at = 0
+        self.probe_next = 0
+        self.probing = None
+        self.moving_to = None
+        self.move_began = None
+        self.failbacks = 0
+        self.probe_said = {}  # a URI's index -> why its last probe failed, as said (server/bridge_probe.py)
         # in flight, messages are in memory and count in the broker's budget: a board's (esp32:
         # 48 messages) must keep room for the publishers and the queues' windows
         self.prefetch = settings["prefetch"] or max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))
@@ -244,14 +256,19 @@ class Machine:
         self.down_at = None
         self.running_at = self.broker.now
         self.set_state(RUNNING, " (upstream %s)%s" % (self.upstream, after))
-        if self.last_ran is not None and self.last_ran != self.upstream:  # one line per fail-over
-            self.failovers += 1
-            self.log(
-                "warning",
-                "bridge %s: failed over from %s to %s (it ended: %s)"
-                % (self.name, self.last_ran, self.upstream, self.ended),
-            )
+        if self.last_ran is not None and self.last_ran != self.upstream:  # one line per fail-over or back
+            if self.ended == FAIL_BACK:
+                self.failbacks += 1
+                self.log("info", "bridge %s: moved back from %s to %s" % (self.name, self.last_ran, self.upstream))
+            else:
+                self.failovers += 1
+                self.log(
+                    "warning",
+                    "bridge %s: failed over from %s to %s (it ended: %s)"
+                    % (self.name, self.last_ran, self.upstream, self.ended),
+                )
         self.last_ran = self.upstream
+        self.probe_at = 0  # (prefer_first: the first probe of this link at its first tick)
         self.running()
         return None
 
@@ -278,6 +295,11 @@ class Machine:
             self.closed_at = now
         if self.closed_at is not None and (not self.unsettled() or now - self.closed_at > WINDOW_DRAIN_MS):
             return WINDOW_CLOSED
+        if self.moving_to is not None:  # an earlier URI answered a probe: once this link drained
+            if self.move_began is None:
+                self.move_began = now
+            if not self.unsettled() or now - self.move_began > MOVE_DRAIN_MS:
+                return FAIL_BACK
         if silent:
             return "missed heartbeats: upstream is silent"
         timeout = self.uri["connection_timeout"]
@@ -296,7 +318,11 @@ class Machine:
         elif reason is not None and reason != WINDOW_CLOSED:
             self.failures += 1  # a link that never ran: an attempt of the outage
         self.ran = False
-        if reason == WINDOW_CLOSED:
+        moving_to = self.moving_to
+        self.moving_to = self.move_began = None  # (a link that ends otherwise meanwhile: no move)
+        if reason == FAIL_BACK:
+            self.tried = moving_to  # (connect_to gives it next, without a backoff)
+        elif reason == WINDOW_CLOSED:
             self.log("info", "bridge %s: %s" % (self.name, reason))
         elif reason is not None:
             self.last_error = "%s: %s" % (self.upstream, reason)
@@ -307,6 +333,44 @@ class Machine:
                 if len(self.said_reasons) < 8:
                     self.said_reasons.append(self.last_error)
                 self.log("warning", "bridge %s: %s" % (self.name, self.last_error))
+
+    def probe_due(self, now):
+        """(prefer_first) An earlier URI to try on a second connection now, as (its index, its
+        settings), or None: while a link runs on a later URI, every max_reconnect_delay, the
+        earlier ones in turn, one probe at a time."""
+        if not self.settings.get("prefer_first") or self.state not in (RUNNING, BLOCKED):
+            return None
+        current = self.tried - 1  # (the URI this link is on)
+        if current <= 0 or self.probing is not None or self.moving_to is not None:
+            return None
+        if self.probe_at == 0:
+            self.probe_at = now + int(self.settings["max_reconnect_delay"] * 1000)
+        if now < self.probe_at:
+            return None
+        self.probe_at = now + int(self.settings["max_reconnect_delay"] * 1000)
+        index = self.probe_next % current
+        self.probe_next = index + 1
+        self.probing = index
+        return index, self.settings["uris"][index]
+
+    def probe_ended(self, index, answered, why=None):
+        """The probe of URI index answered (its set-up went through), or not (why): if it did,
+        this link sends nothing new and, once what it has in flight is confirmed (MOVE_DRAIN_MS at
+        most: tick), ends, and the next link is on that URI. A probe that gets no answer changes
+        nothing: the working link goes on."""
+        self.probing = None
+        if answered:
+            self.probe_said.pop(index, None)
+        if not answered or self.state not in (RUNNING, BLOCKED) or index >= self.tried - 1:
+            return
+        self.moving_to = index
+        self.draining = True
+        self.ended = FAIL_BACK
+        self.log(
+            "info",
+            "bridge %s: %s answers again: moving back to it once what is in flight on %s is confirmed"
+            % (self.name, self.settings["uris"][index]["uri"], self.upstream),
+        )
 
     def again(self):
         """The link was ended on purpose, to log in anew (its token renewed): connect_to() gives

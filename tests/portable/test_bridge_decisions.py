@@ -957,3 +957,40 @@ def test_no_confirm_from_any_uri_makes_the_bridge_unconfirmed_until_one_comes():
     machine.forward(Sink(), machine.sendable(now))
     machine.accepted(machine.seq, True)
     assert machine.outbox.forwarded == 4
+
+
+def test_prefer_first_probes_earlier_uris_and_moves_back_once_one_answers_and_the_link_drained():
+    client, machine, log = up_bridge(
+        4, uris=[_uri("a"), _uri("b"), _uri("c")], prefer_first=True, max_reconnect_delay=2.0
+    )
+    for _ in range(3):  # a and b refuse: the link runs on c
+        uri = machine.connect_to(0)
+        if uri["host"] != "c":
+            machine.lost("connection refused")
+    set_up(machine)
+    assert machine.upstream == "amqp://guest:***@c:5672/"
+    assert machine.probe_due(0) is None, "the first probe a max_reconnect_delay after the link runs"
+    assert machine.probe_due(2000) == (0, machine.settings["uris"][0]) and machine.probe_due(2000) is None
+    machine.probe_ended(0, False, "no answer within connection_timeout")  # a hung a: nothing changes
+    assert machine.tick(3000, False) is None and machine.state == 3 and not machine.draining
+    assert machine.probe_due(3000) is None and machine.probe_due(4000)[0] == 1  # then b
+    sink = Sink()
+    machine.forward(sink, machine.sendable(4000))
+    machine.probe_ended(1, True)  # b answers: nothing new is sent; once what is in flight is confirmed, move
+    assert machine.draining and machine.sendable(4000) == 0
+    assert machine.tick(4500, False) is None, "4 messages in flight: the link waits for their confirms"
+    machine.accepted(4, True)
+    assert machine.tick(5000, False) == "moving back to an earlier URI that answers again"
+    machine.lost("moving back to an earlier URI that answers again")
+    assert machine.connect_to(5000)["host"] == "b", "at once, no backoff"
+    set_up(machine, 5000)
+    assert (machine.failbacks, machine.failovers) == (1, 0)
+    assert "bridge b: moved back from amqp://guest:***@c:5672/ to amqp://guest:***@b:5672/" in log.texts()
+    assert not [text for text in log.texts() if "failed over" in text], "a move back is no fail-over"
+    # a move whose drain takes too long goes anyway (MOVE_DRAIN_MS); from b, a is probed
+    assert machine.probe_due(5000) is None and machine.probe_due(7000)[0] == 0
+    client.publish(1, b"", b"src", b"m9")
+    machine.forward(sink, machine.sendable(7000))
+    machine.probe_ended(0, True)
+    assert machine.tick(7100, False) is None
+    assert machine.tick(12101, False) == "moving back to an earlier URI that answers again"

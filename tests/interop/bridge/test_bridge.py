@@ -268,6 +268,15 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
             {"name": "x", "uri": "amqps://h/?auth_mechanism=external", "queue": "q"},
             "needs an amqps:// URI and cert_file",
         ),
+        ({"name": "x", "uri": "amqp://h/", "queue": "q", "prefer_first": True}, "prefer_first needs uri to be a list"),
+        (
+            {"name": "x", "uri": ["mqtt://h/", "mqtt://g/"], "queue": "q", "prefer_first": True},
+            "prefer_first moves an up bridge back over amqp:// URIs (not MQTT",
+        ),
+        (
+            {"name": "x", "direction": "down", "uri": ["amqp://h/", "amqp://g/"], "queue": "q", "prefer_first": True},
+            "prefer_first moves an up bridge back over amqp:// URIs (not a down bridge)",
+        ),
     ],
 )
 def test_a_wrong_bridge_config_is_one_line_and_exit_code_2(tmp_path, bridge, words):

@@ -64,10 +64,19 @@ def connected(edge, cluster):
     return [node.port for node in cluster.nodes].index(port)
 
 
-def cluster_edge(tmp_path, cluster, metrics=None):
-    uris = ["%s%s" % (node_url(cluster, i), URI_OPTIONS) for i in range(len(cluster.nodes))]
-    edge = edge_with_bridge(tmp_path, dict(BRIDGE, uri=uris), metrics_port=metrics)
-    return edge
+def cluster_edge(tmp_path, cluster, metrics=None, order=(0, 1, 2), **more):
+    """The edge, its bridge's URIs the nodes in that order."""
+    uris = ["%s%s" % (node_url(cluster, i), URI_OPTIONS) for i in order]
+    return edge_with_bridge(tmp_path, dict(BRIDGE, uri=uris, **more), metrics_port=metrics)
+
+
+def leader(cluster):
+    """The index of the node the quorum queue's leader is on."""
+    import json
+
+    (queue,) = [q for q in json.loads(cluster.ctl("list_queues", "name", "leader", "--formatter", "json"))
+                if q["name"] == UPSTREAM_QUEUE]  # fmt: skip
+    return [node.node for node in cluster.nodes].index(queue["leader"])
 
 
 def relaunched(node):
@@ -83,13 +92,13 @@ def on_connected(fault, edge, cluster, soak):
     return lambda: fault(connected(edge, cluster), soak)
 
 
-def soaked(tmp_path, cluster, faults, metrics=False):
-    """The edge bridging into the cluster under load; faults ([(kind, function of the connected
-    node's index and the Soak)]) one after another; what came upstream checked, and said:
-    (the Soak, what came upstream in the order it came)."""
+def soaked(tmp_path, cluster, faults, metrics=False, **more):
+    """The edge bridging into the cluster under load (more: keys of its [[bridge]]); faults
+    ([(kind, function of the connected node's index and the Soak)]) one after another; what came
+    upstream checked, and said: (the Soak, what came upstream in the order it came)."""
     seed, chooser = seeded()
     port = free_port() if metrics else None
-    edge = cluster_edge(tmp_path, cluster, port)
+    edge = cluster_edge(tmp_path, cluster, port, **more)
     publisher = Publisher(edge, BRIDGE["queue"])
     soak = Soak(edge, None, publisher, node_url(cluster, 0), chooser)
     soak.metrics = port
@@ -200,3 +209,44 @@ def test_without_a_majority_nothing_is_confirmed_nothing_leaves_the_edge_and_it_
     soaked(tmp_path, cluster, [("two nodes down", two_down)], metrics=True)
     print("without a majority: %s; backlog kept at the edge: %d" % (said["ctl"].splitlines()[1:], said["backlog"]))
     assert said["metric"] == 1 and said["backlog"] > 0
+
+
+def test_prefer_first_moves_back_once_the_first_node_answers_and_a_hung_one_never_takes_the_link_down(
+    tmp_path, cluster
+):
+    """prefer_first: the first node hung (SIGSTOP), the bridge goes on on the second; its probes
+    of the first (a second connection) get no answer for 6 s, and the working link goes on,
+    confirms and all (mosquitto#3293 drops it); SIGCONT, and the next probe's answer moves the
+    bridge back, once what it had in flight is confirmed."""
+    said = {}
+
+    # the first URI a node the queue's leader is not on: while it hangs, the others confirm
+    first = (leader(cluster) + 1) % 3
+    order = (first, (first + 1) % 3, (first + 2) % 3)
+
+    def hang_then_back(i, soak):
+        assert i == first, "the bridge starts on the first URI's node"
+        node = cluster.nodes[first]
+        running = soak.count(RUNNING)
+        os.kill(node.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: soak.count(RUNNING) > running, 60, what="the bridge on the second node", interval=0.05)
+            on_second = soak.count(RUNNING)
+            confirmed = len(soak.publisher.confirmed)
+            time.sleep(6)  # probes of the hung node meanwhile, each unanswered
+            said["links while hung"] = soak.count(RUNNING) - on_second
+            said["confirms while hung"] = len(soak.publisher.confirmed) - confirmed
+        finally:
+            os.kill(node.pid, signal.SIGCONT)
+        at = time.monotonic()
+        wait_until(lambda: "moved back from" in soak.edge.log(), 60, what="the bridge back on the first node")
+        said["moved back after"] = round(time.monotonic() - at, 1)
+
+    faults = [("hung first node, then back", hang_then_back)]
+    soak, received = soaked(tmp_path, cluster, faults, order=order, prefer_first=True)
+    print("prefer_first: %s" % said)
+    assert said["links while hung"] == 0, "a probe that gets no answer never takes the working link down"
+    assert said["confirms while hung"] > 500, said
+    log = soak.edge.log()
+    assert log.count("failed over from") == 1 and log.count("moved back from") == 1, log[-3000:]
+    wait_until(lambda: running_nodes(cluster) == 3, 60, what="the first node back in the cluster", interval=1)

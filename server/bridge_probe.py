@@ -1,0 +1,104 @@
+"""prefer_first's probe (make-before-break fail-back): while a bridge's link runs on a later URI of
+its list, a second connection tries an earlier one as far as the link's set-up would go: the
+0-9-1 handshake and login, channel.open, confirm.select, and a passive declare of what the
+bridge sends to (its exchange, or the queue the default exchange routes its routing key to).
+Only if all of it answers within the URI's connection_timeout is the machine told that URI
+answers (core/bridge/machine.py probe_ended), and the working link then drains and moves; a
+probe that gets no answer (a node that accepts and answers nothing: mosquitto#3293's trap),
+or a refusal, changes nothing. The probe's connection is closed either way.
+
+Loaded only by a bridge with prefer_first (server/bridge_config.py: up, amqp:// URIs).
+"""
+
+import asyncio
+
+from ..codec import spec
+from ..ports.tcp import close_writer
+from . import bridge091
+
+READ_SIZE = 16384
+
+
+async def probe_uri(bridge, index, uri):
+    """Try URI index of the bridge (its settings), then tell the machine what came of it."""
+    answered, why = False, None
+    writer = None
+    try:
+        reader, writer = await asyncio.wait_for(bridge.open(uri), uri["connection_timeout"] / 1000)
+        answered = await asyncio.wait_for(_set_up(bridge, uri, reader, writer), uri["connection_timeout"] / 1000)
+    except asyncio.TimeoutError:
+        why = "no answer within %d ms" % uri["connection_timeout"]
+    except (OSError, ProbeRefused) as e:
+        why = str(e) or e.__class__.__name__
+    except asyncio.CancelledError:
+        raise
+    finally:
+        if writer is not None:
+            try:
+                await close_writer(writer)
+            except OSError:
+                pass
+    machine = bridge.machine
+    if not answered and why and machine.probe_said.get(index) != why:  # (each reason once a URI)
+        machine.probe_said[index] = why
+        machine.log("info", "bridge %s: %s does not answer a probe yet: %s" % (machine.name, uri["uri"], why))
+    machine.probe_ended(index, answered, why)
+
+
+class ProbeRefused(Exception):
+    """Upstream ended the probe's connection or channel: why."""
+
+
+def passive_declare(settings):
+    """The passive declare of what the bridge sends to: its exchange, or (the default exchange)
+    the queue its routing key names; None when the message's own exchange is used."""
+    exchange = settings["exchange"]
+    if exchange:
+        return spec.EXCHANGE_DECLARE, (0, exchange, "topic", True, False, False, False, False, None)
+    if exchange == "" and settings["routing_key"]:
+        return spec.QUEUE_DECLARE, (0, settings["routing_key"], True, False, False, False, False, None)
+    return None
+
+
+async def _set_up(bridge, uri, reader, writer):
+    """The probe's steps on its connection: True once each answered; ProbeRefused if upstream
+    ends the connection or the channel. Then a connection.close (what it answers is not waited for)."""
+    settings = bridge.machine.settings
+    frame_max = uri["frame_max"] or bridge.broker.limits.frame_max
+    protocol, _login = bridge091.connect(bridge, uri, frame_max, bridge.clock.now_ms())
+    steps = [(spec.CONFIRM_SELECT, (False,))]
+    declare = passive_declare(settings)
+    if declare is not None:
+        steps.append(declare)
+    pending = b""
+    while True:
+        while True:  # (taking the events is what runs the handshake: its answers are queued then)
+            event = protocol.next_event()
+            if event is None:
+                break
+            if event[0] == "ended":
+                raise ProbeRefused(event[1])
+        _flush(protocol, writer)
+        await writer.drain()
+        if protocol.channel_open and not protocol.awaiting:
+            if not steps:
+                protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))
+                _flush(protocol, writer)
+                return True
+            method, args = steps.pop(0)
+            protocol.call(method, args)
+            continue
+        if pending:
+            pending = pending[protocol.receive_data(pending) :]
+            continue
+        pending = await reader.read(READ_SIZE)
+        if not pending:
+            raise ProbeRefused("upstream closed the connection")
+
+
+def _flush(protocol, writer):
+    while True:
+        data = protocol.data_to_send()
+        if data is None:
+            return
+        writer.write(bytes(data))
