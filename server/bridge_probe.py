@@ -66,10 +66,8 @@ async def _set_up(bridge, uri, reader, writer):
     settings = bridge.machine.settings
     frame_max = uri["frame_max"] or bridge.broker.limits.frame_max
     protocol, _login = bridge091.connect(bridge, uri, frame_max, bridge.clock.now_ms())
-    steps = [(spec.CONFIRM_SELECT, (False,))]
     declare = passive_declare(settings)
-    if declare is not None:
-        steps.append(declare)
+    steps = [(spec.CONFIRM_SELECT, (False,))] + ([declare] if declare is not None else [])  # type: list[tuple]
     pending = b""
     while True:
         while True:  # (taking the events is what runs the handshake: its answers are queued then)

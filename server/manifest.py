@@ -11,6 +11,7 @@ package(
         "__init__.py",
         "bridge.py",
         "bridge091.py",
+        "bridge_probe.py",
         "bridge10.py",
         "bridgemqtt.py",
         "bridge_config.py",

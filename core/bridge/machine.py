@@ -320,7 +320,7 @@ class Machine:
         self.ran = False
         moving_to = self.moving_to
         self.moving_to = self.move_began = None  # (a link that ends otherwise meanwhile: no move)
-        if reason == FAIL_BACK:
+        if reason == FAIL_BACK and moving_to is not None:
             self.tried = moving_to  # (connect_to gives it next, without a backoff)
         elif reason == WINDOW_CLOSED:
             self.log("info", "bridge %s: %s" % (self.name, reason))
