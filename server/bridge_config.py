@@ -359,6 +359,15 @@ def _bridge(table, path, number):
         raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
     delay = _setting(table, "reconnect_delay", where)
     uris = [parse_uri(uri, where) for uri in uris]
+    seen = {}
+    for uri in uris:  # a node named twice: tried twice a round, and fail-over counts go wrong
+        node = (uri["host"].lower(), uri["port"])
+        if node in seen:
+            raise ConfigError(
+                "%s: uri names %s:%d twice (%s and %s): list each node once"
+                % (where, node[0], node[1], seen[node], uri["uri"])
+            )
+        seen[node] = uri["uri"]
     tls = _tls(table, where)
     protocol = _protocol(table, uris, where)
     for uri in uris:

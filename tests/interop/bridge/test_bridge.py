@@ -270,6 +270,10 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
         ),
         ({"name": "x", "uri": "amqp://h/", "queue": "q", "prefer_first": True}, "prefer_first needs uri to be a list"),
         (
+            {"name": "x", "uri": ["amqp://a@h:5672/", "amqp://g/", "amqp://b@H/"], "queue": "q"},
+            "uri names h:5672 twice (amqp://a@h:5672/ and amqp://b@H/): list each node once",
+        ),
+        (
             {"name": "x", "uri": ["mqtt://h/", "mqtt://g/"], "queue": "q", "prefer_first": True},
             "prefer_first moves an up bridge back over amqp:// URIs (not MQTT",
         ),

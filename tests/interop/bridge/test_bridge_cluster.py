@@ -97,6 +97,9 @@ def soaked(tmp_path, cluster, faults, metrics=False, **more):
     ([(kind, function of the connected node's index and the Soak)]) one after another; what came
     upstream checked, and said: (the Soak, what came upstream in the order it came)."""
     seed, chooser = seeded()
+    connection = pika.BlockingConnection(pika.URLParameters(node_url(cluster, 0)))
+    connection.channel().queue_purge(UPSTREAM_QUEUE)  # (what a test before left there)
+    connection.close()
     port = free_port() if metrics else None
     edge = cluster_edge(tmp_path, cluster, port, **more)
     publisher = Publisher(edge, BRIDGE["queue"])
@@ -250,3 +253,61 @@ def test_prefer_first_moves_back_once_the_first_node_answers_and_a_hung_one_neve
     log = soak.edge.log()
     assert log.count("failed over from") == 1 and log.count("moved back from") == 1, log[-3000:]
     wait_until(lambda: running_nodes(cluster) == 3, 60, what="the first node back in the cluster", interval=1)
+
+
+def confirm_stall(metrics, seconds):
+    """The longest time, within the next `seconds`, in which upstream confirmed nothing to the
+    bridge (its hutch_bridge_forwarded_total on the edge's /metrics, read every 50 ms)."""
+    from scrapes import get
+
+    def forwarded():
+        text = get("http://127.0.0.1:%d/metrics" % metrics)[2]
+        return [line for line in text.splitlines() if line.startswith("hutch_bridge_forwarded_total{")][0]
+
+    longest, last, count = 0.0, time.monotonic(), forwarded()
+    ends = last + seconds
+    while time.monotonic() < ends:
+        time.sleep(0.05)
+        now, seen = time.monotonic(), forwarded()
+        if seen != count:
+            count, last = seen, now
+        longest = max(longest, now - last)
+    return longest
+
+
+def test_the_quorum_leader_sigkilled_while_the_bridge_is_on_another_node_pauses_confirms_for_the_election(
+    tmp_path, cluster
+):
+    said = {}
+    # the bridge on a node the leader is not on: its first URI
+    first = (leader(cluster) + 1) % 3
+    order = (first, (first + 1) % 3, (first + 2) % 3)
+
+    def kill_the_leader(i, soak):
+        was = leader(cluster)
+        assert i != was, "the bridge is on another node than the leader"
+        os.kill(cluster.nodes[was].pid, signal.SIGKILL)
+        said["confirms paused for s"] = round(confirm_stall(soak.metrics, 8), 1)
+        said["links"] = soak.count(RUNNING)
+        relaunched(cluster.nodes[was])
+        said["new leader"] = leader(cluster) != was
+        return True  # (the bridge's link stays up through it)
+
+    soak, _ = soaked(tmp_path, cluster, [("leader kill", kill_the_leader)], metrics=True, order=order)
+    print("leader killed: %s" % said)
+    assert said["links"] == 1, "the bridge stayed on its node"
+    assert said["new leader"] and running_nodes(cluster) == 3
+
+
+def test_a_rolling_restart_of_the_three_nodes_loses_nothing(tmp_path, cluster):
+    """stop_app and start_app on each node in turn, as an upgrade does: the bridge's node closes
+    its connections (320 CONNECTION_FORCED), and the bridge goes on on another."""
+
+    def rolling(i, soak):
+        for node in range(3):
+            cluster.ctl("stop_app", node=node)
+            cluster.ctl("start_app", node=node)
+            wait_until(lambda: running_nodes(cluster) == 3, 60, what="the node back", interval=0.5)
+
+    soak, _ = soaked(tmp_path, cluster, [("rolling restart", rolling)])
+    assert soak.edge.log().count("failed over from") >= 1
