@@ -181,25 +181,35 @@ class Bridge:
                     await sleep_ms(100)
                     waited += 100
                 continue
-            reason = None
-            unexpected = None
-            renewed = False
-            try:
-                await self._link(uri)
-            except Renewed:
-                renewed = True
-            except LinkError as e:
-                reason = str(e)
-            except OSError as e:
-                reason = _os_reason(e)
-            except asyncio.TimeoutError:
-                reason = "timed out connecting"
-            except asyncio.CancelledError:
-                machine.lost(None)  # what was in flight goes back, in order
-                raise
-            except Exception as e:  # a bug, or TLS material the ssl module refuses: still retried
-                reason = "%s: %s" % (e.__class__.__name__, e)
-                unexpected = e
+            addresses = await self.addresses(uri)
+            while True:  # each address of the URI's host, until a link runs on one (or none does)
+                address = addresses.pop(0)
+                reason = None
+                unexpected = None
+                renewed = False
+                try:
+                    await self._link(uri, address)
+                except Renewed:
+                    renewed = True
+                except LinkError as e:
+                    reason = str(e)
+                except asyncio.TimeoutError:  # (before OSError: CPython's is a subclass of it)
+                    reason = "timed out connecting"
+                except OSError as e:
+                    reason = _os_reason(e)
+                except asyncio.CancelledError:
+                    machine.lost(None)  # what was in flight goes back, in order
+                    raise
+                except Exception as e:  # a bug, or TLS material the ssl module refuses: still retried
+                    reason = "%s: %s" % (e.__class__.__name__, e)
+                    unexpected = e
+                if not addresses or machine.ran or renewed or unexpected or self.stopping:
+                    break
+                machine.log(
+                    "info",
+                    "bridge %s: %s at %s: %s; trying its next address, %s"
+                    % (machine.name, uri["host"], address[0], reason, addresses[0][0]),
+                )
             machine.lost(None if self.stopping else reason)
             if renewed:
                 machine.again()
@@ -227,21 +237,39 @@ class Bridge:
         self.machine.opened(now)
         return protocol, login
 
-    def open(self, uri):
-        """The connection to uri (TLS for amqps://), as a coroutine: (reader, writer)."""
+    async def addresses(self, uri):
+        """The addresses of the URI's host, each tried in turn before the next URI (a name with
+        several A or AAAA records: a node's), as (host, port); on a board the name itself, which
+        its socket resolves. A name that does not resolve: itself (the connection says why)."""
+        if MICROPYTHON:
+            return [(uri["host"], uri["port"])]
+        import socket
+
+        try:
+            found = await asyncio.get_event_loop().getaddrinfo(uri["host"], uri["port"], type=socket.SOCK_STREAM)
+        except OSError:
+            return [(uri["host"], uri["port"])]
+        out = []
+        for _family, _kind, _proto, _name, where in found:
+            if where[:2] not in out:
+                out.append(where[:2])
+        return out or [(uri["host"], uri["port"])]
+
+    def open(self, uri, address=None):
+        """The connection to uri (TLS for amqps://, its name checked against the URI's host), at
+        address (host, port) if given, as a coroutine: (reader, writer)."""
+        host, port = address or (uri["host"], uri["port"])
         if uri["tls"]:
             tls = self.machine.settings["tls"]
             from ..ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
 
             context = client_context(tls["ca_file"], tls["cert_file"], tls["key_file"], tls["verify"])
-            return asyncio.open_connection(
-                uri["host"], uri["port"], ssl=context, server_hostname=tls["server_name"] or uri["host"]
-            )
-        return asyncio.open_connection(uri["host"], uri["port"])
+            return asyncio.open_connection(host, port, ssl=context, server_hostname=tls["server_name"] or uri["host"])
+        return asyncio.open_connection(host, port)
 
-    async def _link(self, uri):
-        """Connect, then forward until the link ends."""
-        reader, writer = await asyncio.wait_for(self.open(uri), uri["connection_timeout"] / 1000)
+    async def _link(self, uri, address=None):
+        """Connect (at address, one of its host's), then forward until the link ends."""
+        reader, writer = await asyncio.wait_for(self.open(uri, address), uri["connection_timeout"] / 1000)
         protocol, login = self.start_protocol(uri, self.clock.now_ms())
         link = _Link(self, protocol, reader, writer, login, self.machine.settings["credit"])
         writing = self._task(link.write_loop())

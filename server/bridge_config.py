@@ -219,7 +219,7 @@ ROWS = (
     ("bridge.uri", "frame_max", "seconds", 0, None, None,
      "The largest frame for the link; 0: this broker's `frame_max`."),
     ("bridge.uri", "connection_timeout", "seconds", 30000, None, None,
-     "Milliseconds to wait for upstream's handshake before trying the next URI."),
+     "Milliseconds to wait for upstream's handshake before trying the host's next address, then the next URI."),
     ("bridge.uri", "auth_mechanism", "text", "plain", None, None,
      "`plain` (the URI's user and password) or `external`: over `amqps://` with `cert_file`, "
      "upstream takes the user from the client certificate; over AMQP 1.0 also `anonymous`."),

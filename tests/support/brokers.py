@@ -60,13 +60,13 @@ def pika_connection(broker, heartbeat=10, blocked_connection_timeout=30):
     return pika.BlockingConnection(params)
 
 
-def wait_for_port(port, proc, log_path, timeout=30):
+def wait_for_port(port, proc, log_path, timeout=30, host="127.0.0.1"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError("broker exited with %s:\n%s" % (proc.returncode, read_log(log_path)))
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            socket.create_connection((host, port), timeout=0.5).close()
             return
         except OSError:
             time.sleep(0.05)  # the polling interval
@@ -109,13 +109,12 @@ def delete_users(rabbitmq, names):
     assert done.returncode == 0 and done.stdout.strip() == b"ok", (done.stdout, done.stderr)
 
 
-def says_listening(log, port, tls=False):
-    """Whether a broker's log says it listens on 127.0.0.1:port (for AMQP 0-9-1, and 1.0 where it
+def says_listening(log, port, tls=False, host="127.0.0.1"):
+    """Whether a broker's log says it listens on host:port (for AMQP 0-9-1, and 1.0 where it
     serves it: a CPython broker by default, a board's when its config asks)."""
     over = " over TLS" if tls else ""
     return any(
-        "listening for %s%s on 127.0.0.1:%d" % (what, over, port) in log
-        for what in ("AMQP 0-9-1", "AMQP 0-9-1 and 1.0")
+        "listening for %s%s on %s:%d" % (what, over, host, port) in log for what in ("AMQP 0-9-1", "AMQP 0-9-1 and 1.0")
     )
 
 
@@ -125,9 +124,8 @@ def read_log(path):
 
 
 class RunningBroker:
-    host = "127.0.0.1"
-
-    def __init__(self, command, tmp_path, env=None):
+    def __init__(self, command, tmp_path, env=None, host="127.0.0.1"):
+        self.host = host  # the address it listens on (--bind)
         self.base_command = command
         self.data = str(tmp_path / "data")
         self.log_path = str(tmp_path / "broker.log")
@@ -137,7 +135,7 @@ class RunningBroker:
 
     def _take_port(self, port):
         self.port = port
-        self.command = self.base_command + ["--bind", "127.0.0.1", "--port", str(port), "--data", self.data]
+        self.command = self.base_command + ["--bind", self.host, "--port", str(port), "--data", self.data]
 
     def start(self):
         """Start the broker (again: on the same port and data folder) and wait until it listens.
@@ -168,9 +166,9 @@ class RunningBroker:
             self._take_port(free_port())
 
     def _wait_listening(self, offset):
-        wait_for_port(self.port, self.proc, self.log_path)
+        wait_for_port(self.port, self.proc, self.log_path, host=self.host)
         wait_until(
-            lambda: self.proc.poll() is not None or says_listening(self.log_since(offset), self.port),
+            lambda: self.proc.poll() is not None or says_listening(self.log_since(offset), self.port, host=self.host),
             30,
             what="listening on port %d in the broker's log" % self.port,
         )
@@ -197,7 +195,7 @@ class RunningBroker:
 
     @property
     def url(self):
-        return "amqp://guest:guest@127.0.0.1:%d/" % self.port
+        return "amqp://guest:guest@%s:%d/" % (self.host, self.port)
 
 
 def interrupt(running, timeout=15):
