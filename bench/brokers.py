@@ -306,6 +306,14 @@ class RabbitMQ:
         self.pid = int(children.stdout.split()[0]) if children.stdout.split() else None
         return self
 
+    def relaunch(self, timeout=90):
+        """Started again after a SIGKILL as the same node (its data, ports and name: a cluster's
+        node rejoins its cluster)."""
+        self.proc.wait(30)  # (the wrapper script follows its beam)
+        self.log.close()
+        self._launch()
+        return self.start(timeout)
+
     def restart(self):
         """Stopped and started again as the same node, on the same port and data (a fault test's
         upstream going away and coming back)."""

@@ -8,6 +8,7 @@
     hutch bench --amqp10 [--start-rabbitmq]  ... and the AMQP 1.0 rows, rhea the load (bench/amqp10.py)
     hutch bench --backlog N [--start-rabbitmq]   instead: a backlog of N queued (bench/backlog.py)
     hutch bench --bridge N --start-rabbitmq      instead: a bridge forwarding N to RabbitMQ (bench/bridges.py)
+    hutch bench --cluster N                      instead: a bridge into a 3-node RabbitMQ cluster, nodes killed (bench/cluster.py)
     hutch bench --spark [N]                      instead: Spark reading a hutch stream (bench/pipeline.py)
     hutch bench --board wasm32                   instead: the esp32 profile's heap on a 32-bit MicroPython (bench/board_wasm32.py)
     hutch bench --modbus                         instead: polling a Modbus RTU device against the line's limit (bench/modbus.py)
@@ -372,6 +373,16 @@ def add_options(parser):
         help="the drain after the outage under an [uplink] max_byte_rate of BYTES body bytes a second",
     )
 
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of the scenarios: an up bridge forwarding N persistent messages a phase into a quorum "
+        "queue on three Debian rabbitmq-server nodes started as one cluster, live, with the bridge's node "
+        "SIGKILLed and with the queue's leader SIGKILLed (bench/cluster.py); e.g. 30000",
+    )
+
     mqtt = parser.add_argument_group("MQTT (--mqtt: only these, see bench/mqtt.py)")
     mqtt.add_argument(
         "--mqtt",
@@ -442,10 +453,10 @@ def brokers_to_run(args, workdir, tls=None, plugins=()):
 
 
 def run(args):
-    modes = (args.backlog, args.bridge, args.spark, args.board, args.mqtt, args.dedup, args.modbus)
+    modes = (args.backlog, args.bridge, args.cluster, args.spark, args.board, args.mqtt, args.dedup, args.modbus)
     if sum(1 for mode in modes if mode) > 1:
         print(
-            "hutch bench: --backlog, --bridge, --spark, --board, --mqtt, --dedup and --modbus: pick one",
+            "hutch bench: --backlog, --bridge, --cluster, --spark, --board, --mqtt, --dedup and --modbus: pick one",
             file=sys.stderr,
         )
         return 2
@@ -480,6 +491,14 @@ def run(args):
         return _backlog(args)
     if args.bridge:
         return _bridge(args)
+    if args.cluster:
+        from . import cluster  # (these rows only: three RabbitMQ nodes)
+
+        try:
+            return cluster.run(args, lambda line: print(line, file=sys.stderr, flush=True))
+        except (BenchError, loadgen.LoadError) as e:
+            print("hutch bench: %s" % e, file=sys.stderr)
+            return 2
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     if args.tls:
         names += [n for n in TLS_SCENARIOS if n not in names]

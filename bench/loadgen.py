@@ -173,6 +173,10 @@ class ConfirmedPublisher:
     def acked(self):
         return self.settled - self.nacked
 
+    def frames(self, count):
+        """The next count publishes, encoded (each the same one here)."""
+        return self.one * count
+
     def run(self, count, window, deadline, stop=None):
         """Publish `count` more and wait for their confirms. After a nack no more are sent (a
         broker says no when a budget is used up: the caller decides what that means); nor once
@@ -183,7 +187,7 @@ class ConfirmedPublisher:
                 return
             room = min(window - (self.sent - self.settled), target - self.sent)
             if room > 0 and not self.nacked:
-                self.conn.send(self.one * room)
+                self.conn.send(self.frames(room))
                 self.sent += room
             for method_id, args in self.conn.events():
                 if method_id == spec.BASIC_ACK or method_id == spec.BASIC_NACK:

@@ -5,6 +5,7 @@ Chromium leaves it)."""
 import base64
 import re
 import subprocess
+import urllib.error
 import urllib.request
 
 PROMTOOL = "/usr/bin/promtool"
@@ -17,6 +18,21 @@ def get(url, auth=None):
         request.add_header("Authorization", "Basic " + base64.b64encode(("%s:%s" % auth).encode()).decode())
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.status, response.headers.get("Content-Type"), response.read().decode()
+
+
+def get_once_listening(url, timeout=10):
+    """get(url), tried again while nothing listens yet (a broker opens its metrics port a moment
+    after its AMQP one, which is what RunningBroker waits for)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return get(url)
+        except urllib.error.URLError as e:
+            if not isinstance(e.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def series(text):

@@ -217,7 +217,7 @@ def test_the_wasm32_board_refuses_in_one_line():
     assert (
         done.returncode == 2
         and done.stderr
-        == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt, --dedup and --modbus: pick one\n"
+        == "hutch bench: --backlog, --bridge, --cluster, --spark, --board, --mqtt, --dedup and --modbus: pick one\n"
     )
     done = bench("--dedup", "--mqtt", timeout=60)
     assert done.returncode == 2 and done.stderr.endswith("--dedup and --modbus: pick one\n"), done

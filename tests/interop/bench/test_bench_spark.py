@@ -57,5 +57,5 @@ def test_spark_and_another_mode_is_refused():
     assert (
         done.returncode == 2
         and done.stderr
-        == "hutch bench: --backlog, --bridge, --spark, --board, --mqtt, --dedup and --modbus: pick one\n"
+        == "hutch bench: --backlog, --bridge, --cluster, --spark, --board, --mqtt, --dedup and --modbus: pick one\n"
     )

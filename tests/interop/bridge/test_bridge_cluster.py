@@ -79,14 +79,6 @@ def leader(cluster):
     return [node.node for node in cluster.nodes].index(queue["leader"])
 
 
-def relaunched(node):
-    """A node SIGKILLed, started again as itself (its data, ports and name): it rejoins."""
-    node.proc.wait(30)  # (the wrapper script follows its beam)
-    node.log.close()
-    node._launch()
-    node.start()
-
-
 def on_connected(fault, edge, cluster, soak):
     """The fault, as Soak runs it: on the node the bridge is on now."""
     return lambda: fault(connected(edge, cluster), soak)
@@ -144,7 +136,7 @@ def test_the_node_the_bridge_is_on_sigkilled_twice_loses_nothing(tmp_path, clust
         os.kill(node.pid, signal.SIGKILL)
         wait_until(lambda: soak.count(RUNNING) > running, 60, what="the bridge on another node", interval=0.05)
         failed_over.append(round(time.monotonic() - at, 1))
-        relaunched(node)  # (the next fault finds three nodes)
+        node.relaunch()  # (the next fault finds three nodes)
 
     soaked(tmp_path, cluster, [("first node kill", kill), ("second node kill", kill)])
     print("seconds from each kill to the bridge running on another node: %s" % failed_over)
@@ -207,7 +199,7 @@ def test_without_a_majority_nothing_is_confirmed_nothing_leaves_the_edge_and_it_
                               capture_output=True, text=True)  # fmt: skip
         said["backlog"] = json.loads(done.stdout)["bridges"][0]["backlog"]
         for n in down:  # one node back: a majority, and the backlog drains; then the other
-            relaunched(cluster.nodes[n])
+            cluster.nodes[n].relaunch()
 
     soaked(tmp_path, cluster, [("two nodes down", two_down)], metrics=True)
     print("without a majority: %s; backlog kept at the edge: %d" % (said["ctl"].splitlines()[1:], said["backlog"]))
@@ -289,7 +281,7 @@ def test_the_quorum_leader_sigkilled_while_the_bridge_is_on_another_node_pauses_
         os.kill(cluster.nodes[was].pid, signal.SIGKILL)
         said["confirms paused for s"] = round(confirm_stall(soak.metrics, 8), 1)
         said["links"] = soak.count(RUNNING)
-        relaunched(cluster.nodes[was])
+        cluster.nodes[was].relaunch()
         said["new leader"] = leader(cluster) != was
         return True  # (the bridge's link stays up through it)
 

@@ -12,7 +12,7 @@ import subprocess
 from brokers import free_port, hutch_serve, wait_until
 from modbus_support import device_table
 from paths import ROOT
-from scrapes import PROMTOOL, get, series
+from scrapes import PROMTOOL, get, get_once_listening, series
 
 RULES = os.path.join(ROOT, "monitoring", "prometheus")
 DASHBOARD = os.path.join(ROOT, "monitoring", "grafana", "hutch-fleet.json")
@@ -67,7 +67,7 @@ def test_every_series_they_name_is_one_a_gateway_serves(tmp_path):
     broker = hutch_serve(tmp_path, config).start()
     try:
         url = "http://127.0.0.1:%d/metrics" % metrics
-        wait_until(lambda: "hutch_device_up{" in get(url)[2], 10, what="the device's series")
+        wait_until(lambda: "hutch_device_up{" in get_once_listening(url)[2], 10, what="the device's series")
         served = {name for name, _ in series(get(url)[2])}
     finally:
         broker.stop()
