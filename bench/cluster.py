@@ -39,6 +39,7 @@ QUORUM = {"x-queue-type": "quorum"}
 URI_OPTIONS = "?heartbeat=5&connection_timeout=5000"
 TIMEOUT = 1800  # seconds for one phase at most
 POLL = 0.02  # seconds between two looks at the queue's depth and the edge's metrics
+PHASES = {"kill": "node kill", "leader": "leader kill"}  # the fault phases' row keys: their names
 
 ROWS = (
     ("direct", "direct: raw client -> the quorum queue, confirms, window %d" % WINDOW, "msg/s"),
@@ -265,7 +266,8 @@ def live(cluster, depth, n, workdir, figures, edges, log):
 
 
 def node_kill(cluster, depth, n, workdir, figures, edges, log, key, victim_of):
-    """A fault phase: victim_of(edge) names the node to SIGKILL once a third is upstream."""
+    """A fault phase: victim_of(edge) names the node to SIGKILL once a third is upstream. Its
+    note: the bridge's fail-overs, each with why the link before it ended (its log's words)."""
     depth.reset()
     order = (0, 1, 2)
     if key == "leader":
@@ -280,7 +282,7 @@ def node_kill(cluster, depth, n, workdir, figures, edges, log, key, victim_of):
         victim = victim_of(edge)
         depth.avoid = victim
         depth.close()
-        log("%s kill: SIGKILL %s" % (key, cluster.nodes[victim].node))
+        log("%s: SIGKILL %s" % (PHASES[key], cluster.nodes[victim].node))
         os.kill(cluster.nodes[victim].pid, signal.SIGKILL)
         killed.append(victim)
 
@@ -293,9 +295,17 @@ def node_kill(cluster, depth, n, workdir, figures, edges, log, key, victim_of):
     figures[key + "-pause"] = round(watch.longest, 2)
     counted(upstream_numbers(cluster, killed[0], n), n, figures, key)
     edge.stop()
-    log("%s kill: %s started again" % (key, cluster.nodes[killed[0]].node))
+    note = "%s: %d fail-overs%s" % (PHASES[key], len(ended(edge)), "".join("; it ended: " + why for why in ended(edge)))
+    log("%s: %s started again" % (PHASES[key], cluster.nodes[killed[0]].node))
     cluster.nodes[killed[0]].relaunch()
     depth.avoid = None
+    return note
+
+
+def ended(edge):
+    """Why each link the edge's bridge failed over from ended, from its log."""
+    with open(os.path.join(edge.folder, "broker.log")) as f:
+        return [line.rsplit("(it ended: ", 1)[1].rstrip(")\n") for line in f if " failed over from " in line]
 
 
 def _publishing(edge, n):
@@ -347,9 +357,13 @@ def run(args, log):
         direct(cluster, depth, n, figures, log)
         live(cluster, depth, n, workdir, figures, edges, log)
         log("node kill: %s messages, the bridge's node SIGKILLed a third of the way" % "{:,}".format(n))
-        node_kill(cluster, depth, n, workdir, figures, edges, log, "kill", lambda edge: connected_node(edge, cluster))
+        notes = [
+            node_kill(cluster, depth, n, workdir, figures, edges, log, "kill", lambda e: connected_node(e, cluster))
+        ]
         log("leader kill: %s messages, the quorum leader's node SIGKILLed a third of the way" % "{:,}".format(n))
-        node_kill(cluster, depth, n, workdir, figures, edges, log, "leader", lambda edge: leader_node(cluster))
+        notes.append(
+            node_kill(cluster, depth, n, workdir, figures, edges, log, "leader", lambda e: leader_node(cluster))
+        )
     except (BenchError, loadgen.LoadError, OSError) as e:
         print("hutch bench: %s" % e, file=sys.stderr, flush=True)
         for line in broker_trouble(edges):
@@ -366,7 +380,10 @@ def run(args, log):
         shutil.rmtree(workdir, ignore_errors=True)
     figures["live/direct"] = round(figures["live"] / figures["direct"], 2)
     print(table(figures, n))
+    print("")
+    for note in notes:
+        print(note)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cluster": n, "figures": figures}, f, indent=1)
+            json.dump({"cluster": n, "figures": figures, "notes": notes}, f, indent=1)
     return 0

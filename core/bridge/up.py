@@ -80,6 +80,11 @@ class UpMachine(Machine):
         # those sent after them, so a whole window sent meanwhile would come upstream out of
         # order (and be sent again, to come twice)
         self.slow = False
+        # Refusals on this link since upstream last took one: at the second the link ends. A
+        # quorum queue's leader killed, a RabbitMQ 3.10 channel that published to it during the
+        # election went on refusing everything it was sent, while a new connection's was taken
+        self.link_refusals = 0
+        self.end_link = None  # why the link must end (stalled() says so), or None
         self.refusing_since = None  # (ms, the broker's clock) since when upstream refuses all (_pause)
         self.refusals = 0  # messages it refused since then
         self.said_refusals = 0  # (ms, the driver's clock) when that was last said
@@ -118,6 +123,8 @@ class UpMachine(Machine):
         for one in self.classes:
             one.outbox.stuck = None  # found again if upstream still returns the head of the queue
         self.flow_stopped = False
+        self.link_refusals = 0
+        self.end_link = None
         self.progress_at = now
         self.progress_mark = self.forwarded()
         settings = self.settings
@@ -139,6 +146,7 @@ class UpMachine(Machine):
         for one in self.classes:
             one.outbox.confirmed(seq, multiple)
         self.slow = False
+        self.link_refusals = 0
         if self.unconfirmed_links:  # a confirm at last: some node answers
             self.unconfirmed_links = 0
             self.unconfirmed_at = None
@@ -254,6 +262,9 @@ class UpMachine(Machine):
         self.slow = True
         if now < self.hold_until:
             return  # (what was in flight when the pause began: refused with it)
+        self.link_refusals += 1
+        if self.link_refusals >= 2:  # refused again, one message at a time: a new link (stalled)
+            self.end_link = "upstream refused what it was sent again, one message at a time: a new link"
         if self.refusing_since is None:
             self.refusing_since = self.broker.now
             self.said_refusals = now
@@ -323,18 +334,21 @@ class UpMachine(Machine):
         if forwarded != self.progress_mark or not in_flight:
             self.progress_mark = forwarded
             self.progress_at = now
+        why = self.end_link
         watchdog_ms = self.settings["watchdog"] * 1000
-        if watchdog_ms and now - self.progress_at > watchdog_ms:
+        if why is None and watchdog_ms and now - self.progress_at > watchdog_ms:
+            why = "watchdog: no confirm for %.1f s while %d messages wait" % (
+                (now - self.progress_at) / 1000,
+                in_flight,
+            )
+        if why is not None:
             # no confirm on one link after another: once every URI has had its turn, the bridge
             # is "unconfirmed" (a cluster without a majority takes publishes and confirms none)
             self.unconfirmed_links += 1
             if self.unconfirmed_at is None:
                 self.unconfirmed_at = self.broker.now - (now - self.progress_at)
-            return "watchdog: no confirm for %.1f s while %d messages wait" % (
-                (now - self.progress_at) / 1000,
-                in_flight,
-            )
-        return None
+            self.end_link = None
+        return why
 
     def unconfirmed(self):
         """Whether no node confirms anything: each of the URIs, in turn, ended by the watchdog, or

@@ -317,6 +317,48 @@ def test_refusals_pause_sending_longer_each_time_until_upstream_accepts_again():
     assert sink.bodies() == [b"m0"] * 5 + [b"m1"]
 
 
+def test_a_link_refused_twice_with_nothing_taken_between_ends_and_the_next_one_starts_slow():
+    """A quorum queue's leader killed: a RabbitMQ 3.10 channel that published during the
+    election refused all it was sent afterwards, and a new connection's channel was taken. A
+    second refusal on one link with nothing accepted in between ends the link (the next URI,
+    after the pause); an acceptance between two refusals keeps it."""
+    client, machine, log = up_bridge(
+        4, prefetch=2, reconnect_delay=0.5, max_reconnect_delay=1.5, uris=[_uri("a"), _uri("b")]
+    )
+    run_link(machine)
+    sink = Sink()
+    machine.forward(sink, machine.sendable(0))
+    machine.rejected(machine.outbox.seq, True, "basic.nack")  # a whole window refused
+    assert machine.sendable(0) == 0 and machine.tick(100, False) is None, "one refusal: the link stays"
+    now = machine.wake_ms
+    assert machine.sendable(now) == 1, "then one message at a time"
+    machine.forward(sink, 1)
+    machine.rejected(machine.outbox.seq, False, "basic.nack")
+    assert machine.sendable(now) == 0
+    assert machine.tick(now + 100, False) == (
+        "upstream refused what it was sent again, one message at a time: a new link"
+    )
+    machine.lost("upstream refused what it was sent again, one message at a time: a new link")
+    assert machine.unconfirmed_links == 1
+    assert machine.connect_to()["host"] == "b", "the next URI"
+    machine.opened(now + 200)
+    while machine.next_step() is not None:
+        pass
+    machine.running()
+    now += machine.wake_ms + 200
+    assert machine.sendable(now) == 1, "the new link starts slow"
+    machine.forward(sink, 1)
+    machine.rejected(machine.outbox.seq, False, "basic.nack")
+    assert machine.sendable(now) == 0 and machine.tick(now + 100, False) is None, "its first refusal: it stays"
+    now += machine.wake_ms
+    machine.forward(sink, machine.sendable(now))
+    machine.accepted(machine.outbox.seq, False)
+    machine.forward(sink, machine.sendable(now))
+    machine.rejected(machine.outbox.seq, True, "basic.nack")
+    assert machine.sendable(now) == 0 and machine.tick(now + 100, False) is None, "taken in between: it stays"
+    assert sink.bodies()[0:2] == [b"m0", b"m1"] and machine.outbox.backlog() == 3, "nothing lost"
+
+
 def test_blocked_and_paused_links_send_nothing_until_upstream_lets_go():
     client, machine, log = up_bridge(2)
     run_link(machine)

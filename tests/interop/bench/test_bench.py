@@ -210,6 +210,16 @@ def test_an_unknown_scenario_is_refused():
     assert done.returncode == 2 and "unknown scenario warp" in done.stderr
 
 
+def test_a_cluster_run_of_fewer_than_three_messages_is_refused_in_one_line():
+    """(`hutch bench --cluster N` itself starts three RabbitMQ nodes: docs/performance.md has its
+    figures; tests/interop/bridge/test_bridge_cluster.py runs the same faults as tests.)"""
+    done = bench("--cluster", "2", timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "hutch bench: --cluster wants a number of messages, at least 3\n", done.stderr
+    done = bench("--cluster", "10", "--bridge", "10", timeout=60)
+    assert done.returncode == 2 and done.stderr.endswith("--dedup and --modbus: pick one\n"), done
+
+
 def test_the_wasm32_board_refuses_in_one_line():
     """`hutch bench --board wasm32` with another mode, or without its port installed: one line,
     exit 2. (Its scenarios and table run in tests/boards/test_wasm32.py.)"""
