@@ -6,12 +6,14 @@ Everything goes through hutch's own client (hutch.client.simple): one protocol
 implementation per side.
 """
 
+import logging
 import time
 
-from hutch.client.protocol import AMQPError, ChannelClosed
+from hutch.client.protocol import AMQPError, ChannelClosed, ConnectionClosed
 from hutch.client.simple import Client
 
 OFFSET_HEADER = "x-stream-offset"
+log = logging.getLogger("hutch.spark")
 # Big frames: a reader on a host moves many records; the client's default (4096) suits boards.
 FRAME_MAX = 131072
 
@@ -20,11 +22,13 @@ class StreamError(Exception):
     """What the source cannot do with a stream: missing, not a stream, data lost..."""
 
 
-def connect(options):
-    """A connected Client to the first broker of options.brokers that takes us; the errors of
-    all of them if none does."""
+def connect(options, first=0):
+    """A connected Client to the first broker of options.brokers that takes us, from the one
+    numbered first on (round the list); the errors of all of them if none does."""
     failures = []
-    for broker in options.brokers:
+    brokers = options.brokers
+    for i in range(len(brokers)):
+        broker = brokers[(first + i) % len(brokers)]
         client = Client(
             broker.host,
             broker.port,
@@ -42,6 +46,39 @@ def connect(options):
         except (OSError, AMQPError) as e:
             failures.append("%r: %s" % (broker, e))
     raise StreamError("hutch source: cannot connect to any broker: " + "; ".join(failures))
+
+
+class Recovery:
+    """A link lost (a cluster's node went down) or a stream that has no replica on the node yet
+    (RabbitMQ's 406 while the stream elects a new writer, for a second or two): tried again on
+    the next broker of the list each time, RETRY_PAUSE_S apart, until timeoutMs has passed
+    since the first of them. Anything else is not tried again."""
+
+    RETRY_PAUSE_S = 0.5
+
+    def __init__(self, options):
+        self.options = options
+        self.tries = 0
+        self.since = None
+
+    def connect(self):
+        return connect(self.options, self.tries)
+
+    def again(self, error, where):
+        """Whether to try again after error (the caller re-raises it otherwise); pauses first."""
+        lost = isinstance(error, (OSError, ConnectionClosed))
+        electing = isinstance(error, ChannelClosed) and error.code == 406 and "replica" in error.text
+        if not (lost or electing):
+            return False
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        if now - self.since > self.options.timeout_ms / 1000:
+            return False
+        self.tries += 1
+        log.warning("hutch source: %s: %s; trying again on the next broker", where, error)
+        time.sleep(self.RETRY_PAUSE_S)
+        return True
 
 
 def record_offset(message, stream):
@@ -118,9 +155,14 @@ def ends(client, stream, options):
 
 
 def all_ends(options):
-    """ends() of every stream of the options, over one connection."""
-    client = connect(options)
-    try:
-        return dict((stream, ends(client, stream, options)) for stream in options.streams)
-    finally:
-        client.close()
+    """ends() of every stream of the options, over one connection (asked again as Recovery says)."""
+    recovery = Recovery(options)
+    while True:
+        client = recovery.connect()
+        try:
+            return dict((stream, ends(client, stream, options)) for stream in options.streams)
+        except (OSError, AMQPError) as e:
+            if not recovery.again(e, "asking where the streams end"):
+                raise
+        finally:
+            client.close()

@@ -6,11 +6,17 @@ a row, and the read stops at the first record at or past end - 1. `end` never li
 record that exists (broker.ends), so that record comes. Nothing is taken from the stream:
 an ack only moves the consumer's credit window on, so a task that fails and runs again, or
 a batch replayed after a crash, reads the same records.
+
+A link lost mid-read (the node of a cluster the task read from went down) does not fail the
+task: the read goes on from the next record over a connection to the next broker of the `uri`
+list (broker.Recovery says how long it keeps trying).
 """
 
 from pyspark.sql.datasource import InputPartition
 
-from .broker import OFFSET_HEADER, StreamError, connect, probe, record_offset, wait_for
+from hutch.client.protocol import AMQPError
+
+from .broker import OFFSET_HEADER, Recovery, StreamError, probe, record_offset, wait_for
 from .records import row
 
 
@@ -29,22 +35,28 @@ class OffsetRange(InputPartition):
 
 def read_range(options, part):
     """The rows of the records of part (an OffsetRange), in offset order."""
-    if part.start >= part.end:
-        return
-    client = connect(options)
-    deliveries = _deliveries(client, options, part)
-    try:
-        for message in deliveries:
-            offset = record_offset(message, part.stream)
-            if offset >= part.end:
-                break
-            if offset >= part.start:
-                yield row(part.stream, offset, message)
-            if offset >= part.end - 1:
-                break
-    finally:
-        deliveries.close()  # cancels the consumer
-        client.close()
+    start = part.start  # the next offset to give a row for
+    recovery = Recovery(options)
+    while start < part.end:
+        client = recovery.connect()
+        deliveries = _deliveries(client, options, OffsetRange(part.stream, start, part.end))
+        try:
+            for message in deliveries:
+                offset = record_offset(message, part.stream)
+                if offset >= part.end:
+                    return
+                if offset >= start:
+                    yield row(part.stream, offset, message)
+                    start = offset + 1
+                    recovery.since = None  # (reading again: a later loss has its own timeoutMs)
+                if offset >= part.end - 1:
+                    return
+        except (OSError, AMQPError) as e:
+            if not recovery.again(e, "stream %r, reading from offset %d" % (part.stream, start)):
+                raise
+        finally:
+            deliveries.close()  # cancels the consumer
+            client.close()
 
 
 def _deliveries(client, options, part):

@@ -109,6 +109,30 @@ def rabbitmq(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_cluster(tmp_path_factory):
+    """Three Debian rabbitmq-server nodes as one cluster (bench/brokers.py RabbitMQCluster), for
+    the tests of the xdist group "cluster", which one worker runs one after another: started
+    once, by the first of them (about 13 s, 140 MB a node). Each node also serves MQTT
+    (rabbitmq_mqtt) on its mqtt_port. A test that kills or stops a node starts it again
+    before it ends: the next test finds three nodes."""
+    from hutch.bench.brokers import RabbitMQCluster
+
+    mqtt_ports = [free_port() for _ in range(3)]
+    cluster = RabbitMQCluster(
+        str(tmp_path_factory.mktemp("cluster")),
+        conf=lambda i: ("mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_ports[i],),
+        plugins=("rabbitmq_mqtt",),
+    )
+    for node, port in zip(cluster.nodes, mqtt_ports):
+        node.mqtt_port = port
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 # ---------------------------------------------------------------- the Spark session of a run
 #
 # Three xdist groups hold what Spark starts, each run by one worker, one test after another,

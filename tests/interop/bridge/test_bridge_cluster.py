@@ -28,19 +28,13 @@ pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """Three nodes as one cluster, with the quorum queue UPSTREAM_QUEUE (its three replicas)."""
-    from hutch.bench.brokers import RabbitMQCluster
-
-    cluster = RabbitMQCluster(str(tmp_path_factory.mktemp("cluster")))
-    try:
-        cluster.start()
-        connection = pika.BlockingConnection(pika.URLParameters(node_url(cluster, 0)))
-        connection.channel().queue_declare(UPSTREAM_QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
-        connection.close()
-        yield cluster
-    finally:
-        cluster.stop()
+def cluster(rabbitmq_cluster):
+    """The run's three nodes (conftest.py), with the quorum queue UPSTREAM_QUEUE (its three
+    replicas)."""
+    connection = pika.BlockingConnection(pika.URLParameters(node_url(rabbitmq_cluster, 0)))
+    connection.channel().queue_declare(UPSTREAM_QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+    connection.close()
+    return rabbitmq_cluster
 
 
 def node_url(cluster, i):
