@@ -113,8 +113,9 @@ def rabbitmq(tmp_path_factory):
 def rabbitmq_cluster(tmp_path_factory):
     """Three Debian rabbitmq-server nodes as one cluster (bench/brokers.py RabbitMQCluster), for
     the tests of the xdist group "cluster", which one worker runs one after another: started
-    once, by the first of them (about 13 s, 140 MB a node). Each node also serves MQTT
-    (rabbitmq_mqtt) on its mqtt_port. A test that kills or stops a node starts it again
+    once, by the first of them (about 13 s, 140 MB a node). Each node's mqtt_port is in its
+    config for RabbitMQ's MQTT plugin, which a test starts on the nodes for itself
+    (test_bridge_cluster.py mqtt_plugin). A test that kills or stops a node starts it again
     before it ends: the next test finds three nodes."""
     from hutch.bench.brokers import RabbitMQCluster
 
@@ -122,7 +123,6 @@ def rabbitmq_cluster(tmp_path_factory):
     cluster = RabbitMQCluster(
         str(tmp_path_factory.mktemp("cluster")),
         conf=lambda i: ("mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_ports[i],),
-        plugins=("rabbitmq_mqtt",),
     )
     for node, port in zip(cluster.nodes, mqtt_ports):
         node.mqtt_port = port
