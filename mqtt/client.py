@@ -93,15 +93,16 @@ class Protocol(Upstream):
         self._spoke = False
 
     def connect(self, now, client_id, user, password, keep_alive, session_expiry, topic=None, filters=None,
-                exchange=None):  # fmt: skip
-        """Queue the CONNECT of a persistent session. topic: the template of an up link's
-        topics ("{routing_key}", "{exchange}" and "{client_id}" filled in; the routing key as a
-        topic, `.` as `/`); filters: a down link's subscriptions (QoS 1), its deliveries to
-        exchange (default amq.topic)."""
-        props = {SESSION_EXPIRY_INTERVAL: session_expiry} if self.level == V5 else None
+                exchange=None, clean=False):  # fmt: skip
+        """Queue the CONNECT of a persistent session (clean: of a clean one, which the broker
+        keeps nothing of: a probe's). topic: the template of an up link's topics
+        ("{routing_key}", "{exchange}" and "{client_id}" filled in; the routing key as a topic,
+        `.` as `/`); filters: a down link's subscriptions (QoS 1), its deliveries to exchange
+        (default amq.topic)."""
+        props = {SESSION_EXPIRY_INTERVAL: 0 if clean else session_expiry} if self.level == V5 else None
         self._send(
             packets.connect(
-                client_id, False, keep_alive, user or None, password if user else None, level=self.level, props=props
+                client_id, clean, keep_alive, user or None, password if user else None, level=self.level, props=props
             )
         )
         self.client_id = client_id.encode() if isinstance(client_id, str) else client_id

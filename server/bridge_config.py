@@ -179,11 +179,11 @@ ROWS = (
      "`true`: the bridge connects at any time, outside the `[uplink]`'s `hours` and `every` "
      "windows too (alarms that must not wait for a window). Default `false`."),
     ("bridge", "prefer_first", "bool", False, None, None,
-     "Up, `amqp://` URIs: `true` moves back to an earlier URI of `uri` once it answers again, "
-     "make-before-break: while on a later one, a second connection tries the earlier ones every "
-     "`max_reconnect_delay` (the handshake, the login, `confirm.select`, a passive declare of "
-     "what the bridge sends to); only when one answers does the link stop sending, let its "
-     "confirms come (5 s at most) and move. A primary and a standby want it; a cluster, whose "
+     "Up, `amqp://` or `mqtt://` URIs: `true` moves back to an earlier URI of `uri` once it "
+     "answers again, make-before-break: while on a later one, a second connection tries the "
+     "earlier ones every `max_reconnect_delay` (AMQP: the handshake, the login, `confirm.select`, "
+     "a passive declare of what the bridge sends to; MQTT: CONNECT and its CONNACK); only when one "
+     "answers does the link stop sending, let its confirms come (5 s at most) and move. A primary and a standby want it; a cluster, whose "
      "nodes are alike, does not. Default `false`."),
     # a bridge's classes = [{...}]
     ("bridge.classes", "name", "text", None, None, None,
@@ -414,13 +414,14 @@ def _bridge(table, path, number):
 
 
 def _prefer_first(table, protocol, direction, uris, where):
-    """prefer_first, where it can be had: an up bridge's, over AMQP 0-9-1 (whose probe goes as far
-    as the link's set-up); with one URI it means nothing (said, not ignored)."""
+    """prefer_first, where it can be had: an up bridge's, over AMQP 0-9-1 or MQTT (whose probes
+    go as far as the link's set-up: server/bridge_probe.py); with one URI it means nothing
+    (said, not ignored)."""
     prefer = _setting(table, "prefer_first", where)
     if not prefer:
         return False
-    if direction != "up" or protocol != "0-9-1":
-        raise ConfigError("%s: prefer_first moves an up bridge back over amqp:// URIs (not %s)"
+    if direction != "up" or protocol not in ("0-9-1", "mqtt"):
+        raise ConfigError("%s: prefer_first moves an up bridge back over amqp:// or mqtt:// URIs (not %s)"
                           % (where, "a down bridge" if direction != "up" else _spoken(protocol)))  # fmt: skip
     if len(uris) < 2:
         raise ConfigError(

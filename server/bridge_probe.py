@@ -1,13 +1,14 @@
 """prefer_first's probe (make-before-break fail-back): while a bridge's link runs on a later URI of
-its list, a second connection tries an earlier one as far as the link's set-up would go: the
-0-9-1 handshake and login, channel.open, confirm.select, and a passive declare of what the
-bridge sends to (its exchange, or the queue the default exchange routes its routing key to).
+its list, a second connection tries an earlier one as far as the link's set-up would go: over
+AMQP 0-9-1 the handshake and login, channel.open, confirm.select, and a passive declare of what
+the bridge sends to (its exchange, or the queue the default exchange routes its routing key
+to); over MQTT the CONNECT and its CONNACK (a clean session, a client id of its own).
 Only if all of it answers within the URI's connection_timeout is the machine told that URI
 answers (core/bridge/machine.py probe_ended), and the working link then drains and moves; a
 probe that gets no answer (a node that accepts and answers nothing: mosquitto#3293's trap),
 or a refusal, changes nothing. The probe's connection is closed either way.
 
-Loaded only by a bridge with prefer_first (server/bridge_config.py: up, amqp:// URIs).
+Loaded only by a bridge with prefer_first (server/bridge_config.py: up, amqp:// or mqtt:// URIs).
 """
 
 import asyncio
@@ -17,6 +18,9 @@ from ..ports.tcp import close_writer
 from . import bridge091
 
 READ_SIZE = 16384
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
+    from typing import Any  # noqa: F401 (_probing's type comment)
 
 
 async def probe_uri(bridge, index, uri):
@@ -60,14 +64,27 @@ def passive_declare(settings):
     return None
 
 
+def _probing(bridge, uri):
+    # type: (Any, dict) -> tuple[Any, list, Any]
+    """(the protocol connecting, the calls after its handshake, what says goodbye on it): one
+    protocol or the other, which the probe drives alike."""
+    frame_max = uri["frame_max"] or bridge.broker.limits.frame_max
+    now = bridge.clock.now_ms()
+    if uri["protocol"] == "mqtt":
+        from . import bridgemqtt  # (an MQTT bridge's: loaded by it only)
+
+        protocol = bridgemqtt.connect(bridge, uri, frame_max, now, probe=True)[0]
+        return protocol, [], protocol.close  # DISCONNECT: the broker drops the clean session
+    protocol = bridge091.connect(bridge, uri, frame_max, now)[0]
+    declare = passive_declare(bridge.machine.settings)
+    steps = [(spec.CONFIRM_SELECT, (False,))] + ([declare] if declare is not None else [])  # type: list[tuple]
+    return protocol, steps, lambda: protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))
+
+
 async def _set_up(bridge, uri, reader, writer):
     """The probe's steps on its connection: True once each answered; ProbeRefused if upstream
-    ends the connection or the channel. Then a connection.close (what it answers is not waited for)."""
-    settings = bridge.machine.settings
-    frame_max = uri["frame_max"] or bridge.broker.limits.frame_max
-    protocol, _login = bridge091.connect(bridge, uri, frame_max, bridge.clock.now_ms())
-    declare = passive_declare(settings)
-    steps = [(spec.CONFIRM_SELECT, (False,))] + ([declare] if declare is not None else [])  # type: list[tuple]
+    ends the connection or the channel. Then goodbye (what it answers is not waited for)."""
+    protocol, steps, goodbye = _probing(bridge, uri)
     pending = b""
     while True:
         while True:  # (taking the events is what runs the handshake: its answers are queued then)
@@ -80,7 +97,7 @@ async def _set_up(bridge, uri, reader, writer):
         await writer.drain()
         if protocol.channel_open and not protocol.awaiting:
             if not steps:
-                protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))
+                goodbye()
                 _flush(protocol, writer)
                 return True
             method, args = steps.pop(0)

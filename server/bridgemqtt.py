@@ -13,19 +13,23 @@ from ..codec.wire import text
 from ..mqtt.client import Protocol
 
 
-def connect(bridge, uri, frame_max, now):
-    """(the MQTT client protocol, connecting; no login to renew)."""
+def connect(bridge, uri, frame_max, now, probe=False):
+    """(the MQTT client protocol, connecting; no login to renew). probe: prefer_first's
+    (server/bridge_probe.py): a clean session, its client id the link's with "-probe" after it
+    (a cluster that knew the link's id would end the link's session to give it to the probe)."""
     settings = bridge.machine.settings
     protocol = Protocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)
+    client_id = settings["client_id"] or "%s-%s" % (text(bridge.node), bridge.machine.name)
     protocol.connect(
         now,
-        settings["client_id"] or "%s-%s" % (text(bridge.node), bridge.machine.name),
+        client_id + "-probe" if probe else client_id,
         uri["user"] if uri["login"] else None,
         uri["password"],
         uri["heartbeat"],
         settings["session_expiry"],
         settings["topic"],
-        settings["filters"],
+        None if probe else settings["filters"],
         settings["exchange"],
+        clean=probe,
     )
     return protocol, None

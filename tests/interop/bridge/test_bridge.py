@@ -274,12 +274,12 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
             "uri names h:5672 twice (amqp://a@h:5672/ and amqp://b@H/): list each node once",
         ),
         (
-            {"name": "x", "uri": ["mqtt://h/", "mqtt://g/"], "queue": "q", "prefer_first": True},
-            "prefer_first moves an up bridge back over amqp:// URIs (not MQTT",
+            {"name": "x", "uri": ["amqp10://h/", "amqp10://g/"], "queue": "q", "prefer_first": True},
+            "prefer_first moves an up bridge back over amqp:// or mqtt:// URIs (not AMQP 1.0",
         ),
         (
             {"name": "x", "direction": "down", "uri": ["amqp://h/", "amqp://g/"], "queue": "q", "prefer_first": True},
-            "prefer_first moves an up bridge back over amqp:// URIs (not a down bridge)",
+            "prefer_first moves an up bridge back over amqp:// or mqtt:// URIs (not a down bridge)",
         ),
     ],
 )
