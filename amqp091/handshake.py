@@ -274,7 +274,7 @@ def _open(conn, vhost):
 def server_properties(conn):
     """connection.start's server properties: made once per broker, with its first client."""
     serving = conn.serving
-    if serving.properties is None:
+    if serving.properties is None or serving.properties["cluster_name"] != conn.broker.name:  # (renamed)
         serving.properties = {
             "product": "hutch",
             "version": VERSION,
@@ -282,5 +282,8 @@ def server_properties(conn):
             "information": "AMQP 0-9-1 and 1.0 broker for edge and IoT hardware",
             "copyright": "the hutch developers",
             "capabilities": CAPABILITIES,
+            # (RabbitMQ's key: a hutch is a cluster of one, named as its gateway; a bridge whose
+            # URI list leads into another cluster says so)
+            "cluster_name": conn.broker.name,
         }
     return serving.properties

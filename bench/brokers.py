@@ -371,7 +371,8 @@ class RabbitMQCluster:
         os.chmod(cookie, 0o400)
         epmd = free_port()
         names = ["hutch-n%d-%d@localhost" % (i + 1, epmd) for i in range(count)]
-        peers = ["cluster_formation.peer_discovery_backend = classic_config"]
+        # (named: unnamed, each node says its own node name as its cluster_name)
+        peers = ["cluster_name = hutch-cluster", "cluster_formation.peer_discovery_backend = classic_config"]
         peers += ["cluster_formation.classic_config.nodes.%d = %s" % (i + 1, name) for i, name in enumerate(names)]
         self.nodes = [
             RabbitMQ(self.folder, conf=tuple(peers) + tuple(conf(i)), plugins=plugins, cluster=(home, epmd, names[i]))

@@ -161,7 +161,7 @@ class Protocol(ReadBuffer):
         self.connection_lost()
         self.state = "opening"
         self._pos = self._n = self.seq = 0
-        self._body = self.blocked = self.server_product = None
+        self._body = self.blocked = self.server_product = self.server_cluster = None
         self._spoke = self._heard = False
         self._rx_at = self._tx_at = self._tick_at = now
         props = {
@@ -459,8 +459,9 @@ class Protocol(ReadBuffer):
         elif method_id == spec.CONNECTION_START:
             # the broker's name ("hutch", "RabbitMQ"): what a client may rely on differs (README:
             # "Finding a stream's ends"); only the name is kept, not the whole table
-            server = args[2]
-            self.server_product = server.get("product") if isinstance(server, dict) else None
+            server = args[2] if isinstance(args[2], dict) else {}
+            self.server_product = server.get("product")
+            self.server_cluster = server.get("cluster_name")  # (a bridge's list: one cluster's nodes)
             self.send(spec.CONNECTION_START_OK, self._login)
             return None
         elif method_id == spec.CONNECTION_TUNE:

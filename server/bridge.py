@@ -334,6 +334,8 @@ class _Link:
                     step = machine.next_step()  # the set-up, one reply at a time; None: running
                     if step is not None:
                         protocol.call(step[0], step[1])
+                    else:
+                        machine.in_cluster(getattr(protocol, "server_cluster", None))
                 reason = machine.check()
                 if reason:
                     raise LinkError(reason)

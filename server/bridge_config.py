@@ -212,6 +212,10 @@ ROWS = (
      "A queue to declare upstream and bind to `exchange`."),
     ("bridge.declare", "binding_key", "text", None, None, None,
      "Its binding key. None: `routing_key`, else `#`."),
+    ("bridge.declare", "arguments", "table", None, None, None,
+     "The queue's arguments, as upstream takes them at a declare: `{ \"x-queue-type\" = "
+     "\"quorum\" }` for a cluster's quorum queue (or `\"stream\"`). A queue that exists must have "
+     "the same (RabbitMQ refuses a declare that differs: 406)."),
     # the query options of a bridge's uri ("?heartbeat=30")
     ("bridge.uri", "heartbeat", "seconds", 60, None, None,
      "Heartbeat interval in seconds offered to upstream (`?heartbeat=30`); over AMQP 1.0 the idle "
@@ -596,6 +600,15 @@ def _declare(table, where):
         raise ConfigError('%s: declare.exchange_type needs exchange = "..." (the one to declare)' % where)
     if out["binding_key"] is None:
         out["binding_key"] = table.get("routing_key") or "#"
+    arguments = out["arguments"]
+    if arguments is not None:
+        if not out["queue"]:
+            raise ConfigError('%s: declare.arguments needs declare.queue = "..." (the queue they are for)' % where)
+        for key, value in arguments.items():
+            if isinstance(value, float) or not isinstance(value, (str, int)):  # (bool is an int)
+                raise ConfigError(
+                    "%s: declare.arguments.%s must be a string, an integer or true/false, not %r" % (where, key, value)
+                )
     return out
 
 

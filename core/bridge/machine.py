@@ -132,6 +132,7 @@ class Machine:
         self.down_at = SINCE_START
         self.running_at = None  # (ms, the broker's clock) since when this link runs
         self.last_ran = None  # the URI the last link that ran was on: a link on another is a fail-over
+        self.cluster = None  # the cluster (0-9-1's cluster_name) the last link that ran was in
         self.failovers = 0  # links that ran on another URI than the one before (hutch_bridge_failovers_total)
         self.ended = None  # why the last link that ran ended
         # prefer_first (fail-back, make-before-break): when the next probe of an earlier URI is
@@ -271,6 +272,23 @@ class Machine:
         self.probe_at = 0  # (prefer_first: the first probe of this link at its first tick)
         self.running()
         return None
+
+    def in_cluster(self, cluster):
+        """(A link that runs) Its node says which cluster it is in (0-9-1's cluster_name, or
+        None): a list of one cluster's nodes that led into another cluster is said, once per
+        change, as what goes there is in that cluster's queues and not where the pipeline reads
+        the first's. (A primary and its standby elsewhere, prefer_first, are two by design.) A
+        RabbitMQ cluster that was given no name says each node's own (name@host): not a cluster's."""
+        if cluster and "@" in cluster:
+            cluster = None
+        if cluster and self.cluster and cluster != self.cluster and not self.settings.get("prefer_first"):
+            self.log(
+                "warning",
+                "bridge %s: %s is in cluster '%s', not '%s' as the node before: what it sends now is in"
+                " that cluster's queues (list one cluster's nodes in uri; a standby elsewhere wants"
+                " prefer_first)" % (self.name, self.upstream, cluster, self.cluster),
+            )
+        self.cluster = cluster or self.cluster
 
     def blocked(self, why):
         """Upstream holds its publishers back (0-9-1's connection.blocked)."""

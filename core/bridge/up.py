@@ -114,7 +114,8 @@ class UpMachine(Machine):
                 (spec.EXCHANGE_DECLARE, (0, exchange, declare["exchange_type"], False, True, False, False, False, None))
             )
         if declare["queue"]:
-            steps.append((spec.QUEUE_DECLARE, (0, declare["queue"], False, True, False, False, False, None)))
+            arguments = declare.get("arguments")  # (a quorum queue: its x-queue-type)
+            steps.append((spec.QUEUE_DECLARE, (0, declare["queue"], False, True, False, False, False, arguments)))
             if exchange:
                 steps.append((spec.QUEUE_BIND, (0, declare["queue"], exchange, declare["binding_key"], False, None)))
         return steps

@@ -979,6 +979,24 @@ def test_a_link_on_another_uri_is_a_fail_over_said_with_why_the_last_ended():
     assert machine.failovers == 2
 
 
+def test_a_link_into_another_named_cluster_is_said_once_and_unnamed_nodes_never():
+    for prefer_first in (False, True):
+        client, machine, log = up_bridge(uris=[_uri("a"), _uri("b")], prefer_first=prefer_first)
+        for cluster in ("rabbit@a", "rabbit@b", "farm", "farm", "other", "other", None, "farm"):
+            machine.connect_to()
+            set_up(machine)
+            machine.in_cluster(cluster)  # (what the link's node said; None: nothing)
+            machine.lost("connection reset")
+            machine.connect_to()  # (the backoff after b: a again next)
+        said = [text for text in log.texts() if "is in cluster" in text]
+        if prefer_first:  # (a primary and its standby elsewhere: two clusters by design)
+            assert said == []
+            continue
+        assert len(said) == 2, said  # farm -> other, other -> farm; a node's own name is no cluster's
+        assert "is in cluster 'other', not 'farm' as the node before" in said[0]
+        assert "is in cluster 'farm', not 'other' as the node before" in said[1]
+
+
 def test_no_confirm_from_any_uri_makes_the_bridge_unconfirmed_until_one_comes():
     client, machine, log = up_bridge(4, uris=[_uri("a"), _uri("b")], watchdog=1.0)
     now = 0

@@ -274,6 +274,14 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
             "uri names h:5672 twice (amqp://a@h:5672/ and amqp://b@H/): list each node once",
         ),
         (
+            {"name": "x", "uri": "amqp://h/", "queue": "q", "declare": {"arguments": {"x-queue-type": "quorum"}}},
+            'declare.arguments needs declare.queue = "..."',
+        ),
+        (
+            {"name": "x", "uri": "amqp://h/", "queue": "q", "declare": {"queue": "q", "arguments": {"x-max-age": 1.5}}},
+            "declare.arguments.x-max-age must be a string, an integer or true/false, not 1.5",
+        ),
+        (
             {"name": "x", "uri": ["amqp10://h/", "amqp10://g/"], "queue": "q", "prefer_first": True},
             "prefer_first moves an up bridge back over amqp:// or mqtt:// URIs (not AMQP 1.0",
         ),

@@ -1,25 +1,32 @@
 """A URI list with a bad node in it, two hutch upstreams standing for two nodes: one whose URI has
 the wrong password (it is said, with which node, and the other is used), and one that lacks the
 queue the bridge sends to (the bridge says which node returns its messages and moves on; with
-`declare`, the queue is made there). Nothing is lost either way.
+`declare`, the queue is made there). A node of another cluster in
+the list is said when the bridge moves there. Nothing is lost either way.
 """
 
 import os
 import re
 
+import pika
 import pytest
 from brokers import BIN, RunningBroker, wait_until
-from test_bridge import consume_all, edge_with_bridge, publish_confirmed, upstream_queue
+from test_bridge import consume_all, edge_with_bridge, publish_confirmed, rabbitmq_url, upstream_queue
 
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def upstreams(tmp_path):
+def upstreams(tmp_path, clusters=("hall", "hall")):
+    """Two hutch upstreams, up1 and up2, each a cluster of one named as given ([server] name:
+    the cluster_name its connection.start says, as a RabbitMQ cluster's nodes say theirs)."""
     out = []
-    for name in ("up1", "up2"):
+    for name, cluster in zip(("up1", "up2"), clusters):
         folder = tmp_path / name
         folder.mkdir()
-        out.append(RunningBroker([os.path.join(BIN, "hutch"), "serve"], folder).start())
+        config = folder / "hutch.toml"
+        config.write_text('[server]\nname = "%s"\n' % cluster)
+        command = [os.path.join(BIN, "hutch"), "serve", "--config", str(config)]
+        out.append(RunningBroker(command, folder).start())
     return out
 
 
@@ -45,6 +52,7 @@ def test_wrong_credentials_on_one_node_are_said_for_that_node_and_the_next_is_us
         log = edge.log()
         assert re.search(re.escape(shown(up1)) + r"\S*: login refused: 403", log), log[-3000:]
         assert "bridge creds: running (upstream %s" % shown(up2) in log
+        assert "is in cluster" not in log  # (up1's refusal: no link ran there)
     finally:
         edge.stop()
         up1.stop()
@@ -95,3 +103,74 @@ def test_a_node_without_the_queue_is_named_and_nothing_is_lost(tmp_path, declare
         for broker in (up1, up2):
             if broker.proc.poll() is None:
                 broker.stop()
+
+
+@pytest.mark.parametrize("prefer_first", [False, True], ids=["one cluster's list", "prefer_first"])
+def test_a_node_of_another_cluster_in_the_list_is_said_as_the_bridge_moves_there(tmp_path, prefer_first):
+    """up1 is in cluster 'north', up2 in 'south'. up1 stops: the bridge moves to up2 and says that
+    what it sends now is in another cluster's queues, unless prefer_first says the list is a
+    primary and a standby elsewhere. Everything arrives, on whichever node it went to."""
+    up1, up2 = upstreams(tmp_path, ("north", "south"))
+    for broker in (up1, up2):
+        upstream_queue(broker.url, "central")
+    bridge = {"name": "far", "uri": [uri(up1), uri(up2)], "queue": "edge-out", "routing_key": "central"}
+    bridge.update(reconnect_delay=0.2, max_reconnect_delay=0.5, prefer_first=prefer_first)
+    edge = edge_with_bridge(tmp_path, bridge)
+    try:
+        first = [b"n%03d" % i for i in range(50)]
+        publish_confirmed(edge, "edge-out", first)
+        assert [body for body, _h, _m in consume_all(up1.url, "central", len(first))] == first
+        up1.stop()
+        later = [b"s%03d" % i for i in range(50)]
+        publish_confirmed(edge, "edge-out", later)
+        assert [body for body, _h, _m in consume_all(up2.url, "central", len(later))] == later
+        said = "bridge far: %s" % shown(up2)
+        line = [text for text in edge.log().splitlines() if "is in cluster" in text]
+        if prefer_first:
+            assert line == []
+        else:
+            assert len(line) == 1 and said in line[0], edge.log()[-3000:]
+            assert "is in cluster 'south', not 'north' as the node before" in line[0]
+    finally:
+        edge.stop()
+        for broker in (up1, up2):
+            if broker.proc.poll() is None:
+                broker.stop()
+
+
+def test_a_missing_quorum_queue_is_declared_as_one_and_a_declare_that_differs_is_said(tmp_path, rabbitmq):
+    """Against RabbitMQ: the quorum queue the bridge sends to is missing; `declare` with its
+    arguments makes it again, as a quorum queue, and everything arrives. A second bridge whose
+    declare leaves the arguments out asks for a classic queue of that name: RabbitMQ's 406 is
+    said, with the node, and what it was to send waits at its edge."""
+    url = rabbitmq_url(rabbitmq)
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_delete("central-quorum")
+    connection.close()
+    quorum = {"x-queue-type": "quorum"}
+    bridge = {"name": "q", "uri": url, "queue": "edge-out", "routing_key": "central-quorum"}
+    edge = edge_with_bridge(tmp_path, dict(bridge, declare={"queue": "central-quorum", "arguments": quorum}))
+    other = None
+    try:
+        bodies = [b"q%03d" % i for i in range(100)]
+        publish_confirmed(edge, "edge-out", bodies)
+        assert [body for body, _h, _m in consume_all(url, "central-quorum", len(bodies))] == bodies
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        connection.channel().queue_declare("central-quorum", durable=True, arguments=quorum)  # (406 unless quorum)
+        connection.close()
+        other = edge_with_bridge(tmp_path, dict(bridge, declare={"queue": "central-quorum"}), name="edge-2")
+        publish_confirmed(other, "edge-out", bodies[:20])
+        inequivalent = "bridge q: amqp://guest:***@127.0.0.1:%d/: upstream closed the channel: 406" % rabbitmq.port
+        wait_until(lambda: inequivalent in other.log(), 30, what="the 406 said")
+        assert "inequivalent arg 'x-queue-type'" in other.log()
+        connection = pika.BlockingConnection(pika.URLParameters(other.url))
+        waiting = connection.channel().queue_declare("edge-out", passive=True).method.message_count
+        connection.close()
+        assert waiting == 20  # (at the edge, nothing lost)
+    finally:
+        edge.stop()
+        if other is not None:
+            other.stop()
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        connection.channel().queue_delete("central-quorum")
+        connection.close()

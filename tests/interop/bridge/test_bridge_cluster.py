@@ -91,6 +91,8 @@ def soaked(tmp_path, cluster, faults, metrics=False, url=node_url, **more):
     seed, chooser = seeded()
     connection = pika.BlockingConnection(pika.URLParameters(node_url(cluster, 0)))
     connection.channel().queue_purge(UPSTREAM_QUEUE)  # (what a test before left there)
+    # (a named cluster: every node says this name, and the bridge warns of none on its way)
+    assert connection._impl.server_properties["cluster_name"] == "hutch-cluster"
     connection.close()
     port = free_port() if metrics else None
     edge = cluster_edge(tmp_path, cluster, port, url=url, **more)
@@ -111,6 +113,7 @@ def soaked(tmp_path, cluster, faults, metrics=False, url=node_url, **more):
     assert set(publisher.confirmed) <= set(received)
     assert most[0] <= PREFETCH, "more duplicates after one fault than the window: %r (seed %d)" % (most, seed)
     assert not edge.errors(), edge.log()[-3000:]
+    assert "is in cluster" not in edge.log()  # (the nodes say one cluster_name: no warning)
     print(
         "cluster, seed %d: faults %s; %d published, %d confirmed, %d upstream, %d duplicates (by kind %s; at most "
         "%d after one fault, window %d); seconds until the bridge ran again %s"
