@@ -34,7 +34,6 @@ import csv
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
@@ -42,7 +41,7 @@ from ..boards import unix
 from ..core.bridge.machine import DEFAULT_PREFETCH
 from ..core.limits import Limits
 from . import loadgen
-from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb
+from .brokers import BenchError, External, Hutch, RabbitMQ, failed, rss_kb
 from .gate import Gate
 
 SIZE = 100  # bytes per message body
@@ -393,10 +392,7 @@ def run(args, log):
         samples, note = offline(upstream, n, workdir, figures, edges, log, args.uplink_budget)
         notes.append(note)
     except (BenchError, loadgen.LoadError, OSError) as e:
-        print("hutch bench: %s" % e, file=sys.stderr, flush=True)
-        for line in broker_trouble(edges):
-            print("  " + line, file=sys.stderr)
-        return 2
+        return failed(e, edges)
     finally:
         for _name, edge in edges:
             edge.stop()

@@ -424,6 +424,15 @@ class External:
         pass
 
 
+def failed(error, brokers, doing=""):
+    """A run that failed, said on stderr: what hutch's brokers said that may explain it, then
+    the error (last: where a terminal or a folded CI log shows it). The exit code, 2."""
+    for line in broker_trouble(brokers):
+        print("  " + line, file=sys.stderr)
+    print("hutch bench: %s%s" % (doing + ": " if doing else "", error), file=sys.stderr, flush=True)
+    return 2
+
+
 def broker_trouble(brokers, most=20):
     """What hutch's brokers said that may explain a failed run: whether each still runs, and
     the last of its warnings, errors and tracebacks (the logs go with the run's folder)."""

@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 from . import loadgen
-from .brokers import BenchError, Hutch, RabbitMQCluster, broker_trouble
+from .brokers import BenchError, Hutch, RabbitMQCluster, failed
 
 SIZE = 100  # bytes per message body
 WINDOW = 1000  # unconfirmed publishes at most, direct and into the edge
@@ -365,10 +365,7 @@ def run(args, log):
             node_kill(cluster, depth, n, workdir, figures, edges, log, "leader", lambda e: leader_node(cluster))
         )
     except (BenchError, loadgen.LoadError, OSError) as e:
-        print("hutch bench: %s" % e, file=sys.stderr, flush=True)
-        for line in broker_trouble(edges):
-            print("  " + line, file=sys.stderr)
-        return 2
+        return failed(e, edges)
     finally:
         for _name, edge in edges:
             if edge.proc.poll() is None:

@@ -30,7 +30,7 @@ import time
 
 from . import amqp10, loadgen, scale
 from . import recovery as recovery_bench
-from .brokers import BenchError, External, Hutch, RabbitMQ, broker_trouble, rss_kb, tls_certificate, tls_client
+from .brokers import BenchError, External, Hutch, RabbitMQ, failed, rss_kb, tls_certificate, tls_client
 
 # name: (what it measures, its unit, whether more is better, the loadgen call)
 SCENARIOS = {
@@ -558,11 +558,7 @@ def run(args):
             for figure, values in samples[key].items():
                 results[key][figure] = median(values)
     except (BenchError, loadgen.LoadError) as e:
-        for line in broker_trouble(brokers):
-            print("  " + line, file=sys.stderr)
-        # (last: what went wrong, where a terminal or a folded CI log shows it)
-        print("hutch bench: %s%s" % (doing + ": " if doing else "", e), file=sys.stderr)
-        return 2
+        return failed(e, brokers, doing)
     finally:
         for _, broker in brokers:
             broker.stop()

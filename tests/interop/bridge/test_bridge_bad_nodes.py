@@ -10,7 +10,7 @@ import re
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, wait_until
+from brokers import BIN, RunningBroker, stop_all, wait_until
 from test_bridge import consume_all, edge_with_bridge, publish_confirmed, rabbitmq_url, upstream_queue
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -28,6 +28,39 @@ def upstreams(tmp_path, clusters=("hall", "hall")):
         command = [os.path.join(BIN, "hutch"), "serve", "--config", str(config)]
         out.append(RunningBroker(command, folder).start())
     return out
+
+
+def arrived(url, queue, expected, earlier=()):
+    """What came to queue upstream until each of expected had, in the order it came, checked:
+    each of expected came, the first copies in order, and nothing else but copies of earlier
+    ones (in flight when the node before stopped: their confirms lost, sent again)."""
+    got = []
+    while True:
+        missing = [body for body in expected if body not in got]
+        if not missing:
+            break
+        batch = [body for body, _h, _m in consume_all(url, queue, len(missing))]
+        assert batch, "never came: %r" % missing[:5]
+        got += batch
+    first = []
+    for body in got:
+        if body not in first:
+            first.append(body)
+    assert [body for body in first if body in expected] == list(expected), got
+    assert set(got) <= set(expected) | set(earlier), got
+    return got
+
+
+def first_node_then_stopped(edge, up1):
+    """(first, later): 50 messages published at the edge and arrived on up1, in order; up1
+    stopped; 50 more published (confirmed at the edge: the bridge has them to send)."""
+    first = [b"first-%03d" % i for i in range(50)]
+    publish_confirmed(edge, "edge-out", first)
+    assert [body for body, _h, _m in consume_all(up1.url, "central", len(first))] == first
+    up1.stop()
+    later = [b"later-%03d" % i for i in range(50)]
+    publish_confirmed(edge, "edge-out", later)
+    return first, later
 
 
 def uri(broker, password="guest"):
@@ -54,9 +87,7 @@ def test_wrong_credentials_on_one_node_are_said_for_that_node_and_the_next_is_us
         assert "bridge creds: running (upstream %s" % shown(up2) in log
         assert "is in cluster" not in log  # (up1's refusal: no link ran there)
     finally:
-        edge.stop()
-        up1.stop()
-        up2.stop()
+        stop_all(edge, up1, up2)
 
 
 @pytest.mark.parametrize("declared", [False, True], ids=["without declare", "with declare"])
@@ -79,14 +110,9 @@ def test_a_node_without_the_queue_is_named_and_nothing_is_lost(tmp_path, declare
         bridge["declare"] = {"queue": "central"}
     edge = edge_with_bridge(tmp_path, bridge)
     try:
-        first = [b"f%03d" % i for i in range(100)]
-        publish_confirmed(edge, "edge-out", first)
-        assert [body for body, _h, _m in consume_all(up1.url, "central", len(first))] == first
-        up1.stop()
-        later = [b"l%03d" % i for i in range(50)]
-        publish_confirmed(edge, "edge-out", later)
+        first, later = first_node_then_stopped(edge, up1)
         if declared:
-            got = consume_all(up2.url, "central", len(later))
+            arrived(up2.url, "central", later, first)
         else:
             wait_until(
                 lambda: re.search(
@@ -96,13 +122,9 @@ def test_a_node_without_the_queue_is_named_and_nothing_is_lost(tmp_path, declare
                 what="the line naming the node that returns the messages",
             )
             up1.start()
-            got = consume_all(up1.url, "central", len(later))
-        assert sorted(body for body, _h, _m in got) == later
+            arrived(up1.url, "central", later, first)
     finally:
-        edge.stop()
-        for broker in (up1, up2):
-            if broker.proc.poll() is None:
-                broker.stop()
+        stop_all(edge, up1, up2)  # (a stopped one: nothing to do)
 
 
 @pytest.mark.parametrize("prefer_first", [False, True], ids=["one cluster's list", "prefer_first"])
@@ -117,13 +139,8 @@ def test_a_node_of_another_cluster_in_the_list_is_said_as_the_bridge_moves_there
     bridge.update(reconnect_delay=0.2, max_reconnect_delay=0.5, prefer_first=prefer_first)
     edge = edge_with_bridge(tmp_path, bridge)
     try:
-        first = [b"n%03d" % i for i in range(50)]
-        publish_confirmed(edge, "edge-out", first)
-        assert [body for body, _h, _m in consume_all(up1.url, "central", len(first))] == first
-        up1.stop()
-        later = [b"s%03d" % i for i in range(50)]
-        publish_confirmed(edge, "edge-out", later)
-        assert [body for body, _h, _m in consume_all(up2.url, "central", len(later))] == later
+        first, later = first_node_then_stopped(edge, up1)
+        arrived(up2.url, "central", later, first)
         said = "bridge far: %s" % shown(up2)
         line = [text for text in edge.log().splitlines() if "is in cluster" in text]
         if prefer_first:
@@ -132,10 +149,7 @@ def test_a_node_of_another_cluster_in_the_list_is_said_as_the_bridge_moves_there
             assert len(line) == 1 and said in line[0], edge.log()[-3000:]
             assert "is in cluster 'south', not 'north' as the node before" in line[0]
     finally:
-        edge.stop()
-        for broker in (up1, up2):
-            if broker.proc.poll() is None:
-                broker.stop()
+        stop_all(edge, up1, up2)  # (a stopped one: nothing to do)
 
 
 def test_a_missing_quorum_queue_is_declared_as_one_and_a_declare_that_differs_is_said(tmp_path, rabbitmq):
@@ -168,9 +182,7 @@ def test_a_missing_quorum_queue_is_declared_as_one_and_a_declare_that_differs_is
         connection.close()
         assert waiting == 20  # (at the edge, nothing lost)
     finally:
-        edge.stop()
-        if other is not None:
-            other.stop()
+        stop_all(edge, *([other] if other is not None else []))
         connection = pika.BlockingConnection(pika.URLParameters(url))
         connection.channel().queue_delete("central-quorum")
         connection.close()

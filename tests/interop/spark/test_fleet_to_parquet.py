@@ -102,6 +102,22 @@ def stream_readings(url, stream):
     return found, records
 
 
+def counted_in_parquet(readings, output, window=WINDOW):
+    """(expected, counted, missing, twice): the readings upstream ({(gateway, sensor, seq): (ts,
+    value)}) counted per (gateway, window start, sensor), beside the counts of the windows
+    committed to output (windows of that many seconds); how many of them are missing from it, and how many counted twice."""
+    expected = {}
+    for (gateway, sensor, _seq), (ts, _value) in readings.items():
+        if sensor != "~end":
+            start = int(epoch(ts)) // window * window
+            expected[(gateway, start, sensor)] = expected.get((gateway, start, sensor), 0) + 1
+    written, _ = written_aggregates(output, window)
+    counted = {key: figures[0] for key, figures in written.items() if key[2] != "~end"}
+    missing = sum(max(0, n - counted.get(key, 0)) for key, n in expected.items())
+    twice = sum(max(0, n - expected.get(key, 0)) for key, n in counted.items())
+    return expected, counted, missing, twice
+
+
 def epoch(ts):
     if isinstance(ts, float):
         return ts
@@ -188,15 +204,7 @@ def test_three_gateways_into_one_stream_every_reading_once_through_an_outage_and
     for (gateway, _meter), sensor in zip(GATEWAYS, sensors):  # every confirmed reading went upstream
         got = {seq for (g, s, seq) in readings if (g, s) == (gateway, "s-1")}
         assert set(sensor.confirmed) <= got, (gateway, sorted(set(sensor.confirmed) - got)[:10])
-    expected = {}
-    for (gateway, sensor, _seq), (ts, _value) in readings.items():
-        if sensor != "~end":
-            start = int(epoch(ts)) // WINDOW * WINDOW
-            expected[(gateway, start, sensor)] = expected.get((gateway, start, sensor), 0) + 1
-    written, _ = written_aggregates(output, WINDOW)
-    counted = {key: figures[0] for key, figures in written.items() if key[2] != "~end"}
-    missing = sum(max(0, n - counted.get(key, 0)) for key, n in expected.items())
-    twice = sum(max(0, n - expected.get(key, 0)) for key, n in counted.items())
+    expected, counted, missing, twice = counted_in_parquet(readings, output)
     rows = [row for row in written_rows(output, WINDOW) if row["sensor"] != "~end"]
     corrections = [row for row in rows if row["kind"] == "correction"]
     per_gateway = {
@@ -216,6 +224,7 @@ def test_three_gateways_into_one_stream_every_reading_once_through_an_outage_and
     assert ("barn", "meter-2.temp") in series
     outage = [key for key in counted if key[0] == "pump-house"]
     assert len(outage) > len(expected) // 6, "the pump house's readings of the outage are there"
+    written, _ = written_aggregates(output, WINDOW)
     check_the_docs_snippets(output, written, tmp_path)
     # hutch plot: a line per gateway and sensor, the two meter-1s apart
     drawn = subprocess.run(

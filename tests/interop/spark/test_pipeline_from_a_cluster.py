@@ -17,8 +17,8 @@ import time
 import pika
 import pytest
 from brokers import BIN, RunningBroker, stop_all, wait_until
-from pipeline_support import Pipeline, committed_files, publish_end, written_aggregates
-from test_fleet_to_parquet import Sensor, drained, epoch, stream_readings
+from pipeline_support import Pipeline, committed_files, publish_end
+from test_fleet_to_parquet import Sensor, counted_in_parquet, drained, stream_readings
 from test_pipeline_exactly_once import descendants, is_executor_worker
 from windowed import publish_windowed
 
@@ -130,15 +130,7 @@ def test_the_pipeline_reads_on_when_its_node_is_killed_and_writes_every_reading_
         assert set(confirmed) <= got, (name, sorted(set(confirmed) - got)[:10])
     with open(os.path.join(checkpoint, "pipeline.log")) as f:  # (Spark's log: the tasks' warnings)
         said = [line.strip() for line in f if "trying again on the next broker" in line]
-    expected = {}
-    for (gateway, name, _seq), (ts, _value) in readings.items():
-        if name != "~end":
-            start = int(epoch(ts)) // WINDOW * WINDOW
-            expected[(gateway, start, name)] = expected.get((gateway, start, name), 0) + 1
-    written, _ = written_aggregates(output, WINDOW)
-    counted = {key: figures[0] for key, figures in written.items() if key[2] != "~end"}
-    missing = sum(max(0, n - counted.get(key, 0)) for key, n in expected.items())
-    twice = sum(max(0, n - expected.get(key, 0)) for key, n in counted.items())
+    expected, counted, missing, twice = counted_in_parquet(readings, output, WINDOW)
     print(
         "%d readings confirmed, %d in the stream (%d records), %d windows in %d Parquet files; batches before the "
         "kill %d; missing %d, counted twice %d; the source said: %s"
