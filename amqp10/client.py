@@ -1,5 +1,5 @@
 """The client side of AMQP 1.0, sans-IO: one sending link to a 1.0 broker, the uplink of a
-bridge (server/bridge.py drives it as it drives the 0-9-1 client, client/protocol.py).
+bridge (server/bridges/driver.py drives it as it drives the 0-9-1 client, client/protocol.py).
 
 In the style of h11: no socket and no clock of its own (the time comes in, in milliseconds),
 bytes in, events and bytes out.
@@ -25,7 +25,7 @@ Each message goes as an unsettled transfer (or pre-settled, `settled=True`), num
 on each connection as the bridge's outbox numbers what it sends, in as many frames as the
 smaller of the two max-frame-sizes needs. What a bridge needs of the outcomes comes out in
 the bridge's words (codec/upstream.py), which its machine takes from every protocol
-(core/bridge/machine.py, through server/bridge.py):
+(core/bridge/machine.py, through server/bridges/driver.py):
 
 - ("accepted", seq, multiple);
 - ("rejected", seq, multiple, why) for `rejected`, ("released", seq, multiple, why) for

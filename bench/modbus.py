@@ -13,7 +13,7 @@ request's and the answer's characters at 11 bits each, 3.5 characters of silence
 the polls a second hutch made (its readings in the queue over --modbus-seconds, after a
 second of warm-up), their ratio, and hutch's CPU per poll (the broker process's user and
 system time over the same seconds). With --micropython the board's own RTU master
-(server/rtu_master.py) gets the same rows, on MicroPython's unix port.
+(server/devices/rtu_master.py) gets the same rows, on MicroPython's unix port.
 
 Needs pymodbus (the modbus extra). Every process it starts is stopped by its PID at the end.
 """

@@ -104,7 +104,7 @@ class Broker:
     # The bridges' decisions (core/bridge/machine.py), which register here: core/snapshot.py
     # reads their status. A list of its own with the first.
     bridges = ()
-    # The journal id each start numbered from (server/bridge.py run_starts): set by the first up
+    # The journal id each start numbered from (server/bridges/driver.py run_starts): set by the first up
     # bridge; what its outbox names the start a persistent message was numbered in by.
     bridge_runs = None
     # The config's [uplink] (core/bridge/uplink.py): a byte budget all up bridges share, and the

@@ -3,7 +3,7 @@ header frame tail (core/message.py header_tail: payload size, class, weight, bod
 property flags, properties, frame-end), every other property byte for byte.
 
 A stream adds x-stream-offset to each record (core/streams/streamlog.py); a bridge adds its hop,
-origin and sequence headers to what it forwards (server/bridge.py); dead-lettering
+origin and sequence headers to what it forwards (server/bridges/driver.py); dead-lettering
 (core/deadletter.py) sets x-death and its companions and drops the expiration property. A
 published message's CC and BCC headers are read here too (sender_selected), and BCC taken out.
 Sans-IO and MicroPython-clean.

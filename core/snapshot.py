@@ -131,7 +131,7 @@ def snapshot(broker, each_connection=True):
         "at": now / 1000,  # (wall seconds) when it was taken: what ages are counted from
         "bridges": bridges,
         "left_behind": _left_behind(broker),
-        # [[device]]s polled into the broker (devices/device.py; set by server/devices.py: a board has none)
+        # [[device]]s polled into the broker (devices/device.py; set by server/devices/polling.py: a board has none)
         "devices": [device.snapshot() for device in getattr(broker, "devices", ())],
     }
     if each_connection:

@@ -27,7 +27,7 @@ each change is logged once and published as a status message on status.{device}:
 While down it is polled again after a backoff (its interval doubled each time, up to
 MAX_BACKOFF seconds), so a dead device costs its bus little and the others keep their turns.
 
-Sans-IO and MicroPython-clean: the driver (server/devices.py) does the reads and publishes
+Sans-IO and MicroPython-clean: the driver (server/devices/polling.py) does the reads and publishes
 what this returns.
 """
 
@@ -82,7 +82,7 @@ class PollNumbers:
 
 
 class Device:
-    # set by the driver (server/devices.py): the line it is polled on, and whether it still is
+    # set by the driver (server/devices/polling.py): the line it is polled on, and whether it still is
     # (an annotation alone costs nothing at run time)
     line: "Any"
     polling: bool

@@ -1,6 +1,6 @@
 """A Modbus device's registers: which reads fetch them, and what their words say.
 
-A register of the config (server/device_config.py) is a dict:
+A register of the config (server/devices/config.py) is a dict:
 
     name         what its value is called in the readings ("moisture")
     address      its first address, as the device's manual numbers them from 0
@@ -18,7 +18,7 @@ together, up to what one request may ask for (125 registers, 2,000 bits); a hole
 addresses starts another read, as devices answer a read across an address they do not have with
 an exception (ILLEGAL DATA ADDRESS). decode() turns what a read returned into values.
 
-Sans-IO and MicroPython-clean: the CPython driver (server/devices.py, through pymodbus) and a
+Sans-IO and MicroPython-clean: the CPython driver (server/devices/polling.py, through pymodbus) and a
 board's RTU master give it the words or bits their reads returned.
 """
 

@@ -12,7 +12,7 @@ An answer with the function code's top bit set is a Modbus exception (5 octets);
 that does not fit (a bad CRC, another unit's or function's answer, too few octets) is "error":
 noise on the line, not an answer.
 
-Sans-IO and MicroPython-clean: a board's RTU master (server/rtu_master.py) sends and reads the
+Sans-IO and MicroPython-clean: a board's RTU master (server/devices/rtu_master.py) sends and reads the
 octets; on CPython pymodbus frames its own.
 """
 

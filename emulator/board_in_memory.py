@@ -15,8 +15,8 @@ time. It is a port, as ports/tcp.py is one, with memory where that one has socke
   time, through one read buffer the host fills in place (as a board's socket fills its own
   with readinto); what the broker sends comes out of take(), part by part (ports/tcp.py writes
   conn.take_parts() so too), every connection's after every step (so none needs a wake).
-- A bridge ([[bridge]] in hutch.json) is made by server/bridge.py's Bridge, as startup does;
-  its link upstream is driven here as server/bridge.py's _Link drives it (the same methods for
+- A bridge ([[bridge]] in hutch.json) is made by server/bridges/driver.py's Bridge, as startup does;
+  its link upstream is driven here as server/bridges/driver.py's _Link drives it (the same methods for
   the upstream's events, what to forward and what to write), over the uplink the host serves.
 
 So the heap holds what a board's holds: the broker, its connections, the journal's and the
@@ -31,7 +31,7 @@ import os
 import sys
 
 TICK_MS = 200  # server/runtime.py's: the broker's tick
-LINK_TICK_MS = 500  # server/bridge.py's: a link's heartbeats and watchdog
+LINK_TICK_MS = 500  # server/bridges/driver.py's: a link's heartbeats and watchdog
 
 
 class VirtualClock:
@@ -86,7 +86,7 @@ class Board:
         self.used = None  # the heap in use that sent() saw, when it asked for no collection
         self.next_tick = 0
         self.bridge = None
-        self.link = None  # server/bridge.py's _Link while the uplink is up
+        self.link = None  # server/bridges/driver.py's _Link while the uplink is up
         self.uplink = None
         self.next_link_tick = 0
 
@@ -120,12 +120,12 @@ class Board:
         runtime.clock = self.clock  # (before anything reads it: the bridges keep it)
         if opts["bridges"] and not hasattr(os, "urandom"):
             # A port difference papered over: the WebAssembly port has no os.urandom, which
-            # server/bridge.py's node_id() takes the bridge's node name from at a first start
+            # server/bridges/driver.py's node_id() takes the bridge's node name from at a first start
             # (ESP32 and RP2040 ports have it). The node-id file that start writes is put in
             # the data folder first, as after an earlier start.
             write_node_id(opts["data"])
         if opts["bridges"]:
-            from hutch.server.bridge_setup import make_bridges
+            from hutch.server.bridges.setup import make_bridges
 
             runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
         journal.commit()  # what journal.start() does first; then its task's work is each step's
@@ -170,7 +170,7 @@ class Board:
     # ------------------------------------------------------------ the bridge's uplink
 
     def uplink_refused(self):
-        """The bridge tries its uplink, which refuses (the network is down): server/bridge.py's
+        """The bridge tries its uplink, which refuses (the network is down): server/bridges/driver.py's
         retry loop with a link that raised ECONNREFUSED. 0 if it tried; while the machine backs
         off, how many milliseconds it waits."""
         machine = self.bridge.machine
@@ -181,10 +181,10 @@ class Board:
         return 0
 
     def uplink_open(self):
-        """The uplink connects: server/bridge.py Bridge._link, with the host as the socket.
+        """The uplink connects: server/bridges/driver.py Bridge._link, with the host as the socket.
         0 once it did; while the machine backs off, how many milliseconds it waits (the host
         moves the clock on, then asks again)."""
-        from hutch.server.bridge import _Link
+        from hutch.server.bridges.driver import _Link
 
         bridge = self.bridge
         uri = bridge.machine.connect_to()
@@ -210,7 +210,7 @@ class Board:
                 link._events()
                 if not data:
                     break
-        except Exception as e:  # server/bridge.py's LinkError: the link ends
+        except Exception as e:  # server/bridges/driver.py's LinkError: the link ends
             self._link_ended(str(e))
             return
         if machine.ran and not link.ended:
@@ -318,7 +318,7 @@ class Board:
 
 
 def write_node_id(folder):
-    """DATA/node-id, as server/bridge.py node_id() writes it (unless there is one)."""
+    """DATA/node-id, as server/bridges/driver.py node_id() writes it (unless there is one)."""
     try:
         os.stat(folder + "/node-id")
     except OSError:

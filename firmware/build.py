@@ -49,7 +49,7 @@ BROKER = ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards")
 FEATURES = (
     ("amqp10", ("amqp10:serving",)),
     ("mqtt", ("mqtt",)),
-    ("modbus", ("devices", "server:devices")),
+    ("modbus", ("devices", "server/devices")),
 )
 
 

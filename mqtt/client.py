@@ -1,5 +1,5 @@
 """The client side of MQTT 3.1.1 and 5.0, sans-IO: a bridge's link to an MQTT broker (AWS IoT
-Core, HiveMQ, Mosquitto...), driven by server/bridge.py as it drives the AMQP clients
+Core, HiveMQ, Mosquitto...), driven by server/bridges/driver.py as it drives the AMQP clients
 (client/protocol.py, amqp10/client.py). The packets are mqtt/packets.py's, the mapping of
 messages mqtt/publishing.py's and mqtt/topics.py's: one implementation of each, both sides.
 
@@ -181,7 +181,7 @@ class Protocol(Upstream):
     # -- down: deliveries acked ------------------------------------------------------------
 
     def ack(self, tag, multiple=False):
-        """Deliveries held here as promised (the down machine's to_ack, server/bridge.py): the
+        """Deliveries held here as promised (the down machine's to_ack, server/bridges/driver.py): the
         PUBACK of tag, or of every delivery up to it, in order."""
         self._puback(tag, multiple, packets.SUCCESS)
 

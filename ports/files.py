@@ -1,6 +1,6 @@
 """Files written durably: synced to the disk, and a file replaced whole so that a crash leaves
 the old one or the new one, never half of one. Used by the streams' files (streams.py), a stream
-source's offset (server/bridge_offsets.py) and a device's poll numbers (server/devices.py).
+source's offset (server/bridges/offsets.py) and a device's poll numbers (server/devices/polling.py).
 """
 
 import os

@@ -44,8 +44,8 @@ from . import schema
 from .schema import ConfigError  # noqa: F401 (config.ConfigError: what every reader of the config raises)
 
 # Each section's keys (server/schema.py); None: a section whose keys are checked where it is read
-# ([limits]: core/limits.py, [users.NAME]: USER_KEYS, [[bridge]]: server/bridge_config.py and
-# [[device]]: server/device_config.py, by their rows in server/schema.py's format).
+# ([limits]: core/limits.py, [users.NAME]: USER_KEYS, [[bridge]]: server/bridges/config.py and
+# [[device]]: server/devices/config.py, by their rows in server/schema.py's format).
 SECTIONS = {
     "wifi": schema.keys_of("wifi"),  # used by firmware/main.py on boards with a network module
     "server": schema.keys_of("server"),
@@ -53,7 +53,7 @@ SECTIONS = {
     "users": None,
     "auth": schema.keys_of("auth"),
     "bridge": None,
-    "device": None,  # [[device]]: server/device_config.py
+    "device": None,  # [[device]]: server/devices/config.py
     "listener": schema.keys_of("listener"),  # [[listener]]: a list of tables, each with these keys
     "metrics": schema.keys_of("metrics"),  # the metrics port: Prometheus and the status page
     "mqtt": schema.keys_of("mqtt"),  # the MQTT front end's settings (mqtt/connection.py Serving)
@@ -91,7 +91,10 @@ def read(path):
     for section in data:
         if section not in SECTIONS:
             raise ConfigError("%s: unknown section [%s] (known: %s)" % (path, section, ", ".join(sorted(SECTIONS))))
-        if section in ("bridge", "device"):  # (checked where they are read: server/bridge_config.py, device_config.py)
+        if section in (
+            "bridge",
+            "device",
+        ):  # (checked where they are read: server/bridges/config.py, server/devices/config.py)
             continue
         if section == "listener":
             tables = data[section]

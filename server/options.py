@@ -470,7 +470,7 @@ def _uplink(data, path):
 def _bridges(data, path):
     if "bridge" not in data:
         return []
-    from .bridge_config import bridges_from  # only a config with bridges loads their checks
+    from .bridges.config import bridges_from  # only a config with bridges loads their checks
 
     return bridges_from(data, path)
 
@@ -479,7 +479,7 @@ def _devices(data, path):
     if "device" not in data:
         return []
     try:
-        from .device_config import devices_from  # only a config with devices loads their checks
+        from .devices.config import devices_from  # only a config with devices loads their checks
     except ImportError:  # a board's firmware built without them
         raise config.ConfigError(
             "%s: [[device]]: this board's firmware polls no Modbus devices (build it with --modbus; "

@@ -16,7 +16,7 @@ What takes effect:
   those `hutch ctl add-user` kept): connections already open get their user's new permissions,
   and those of a removed user are closed (server/open_logins.py);
 - [[device]]s, by name: one the file no longer has is no longer polled; a new one is; one
-  whose table changed starts again with the new table (server/devices.py; its poll numbers go
+  whose table changed starts again with the new table (server/devices/polling.py; its poll numbers go
   on);
 - the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
   window asks again at once);
@@ -35,7 +35,7 @@ import asyncio
 
 from ..ports.descriptors import fit_connections
 from . import config, options
-from .bridge_setup import bridge_tls_files, make_bridges, set_uplink, take_in_left_behind
+from .bridges.setup import bridge_tls_files, make_bridges, set_uplink, take_in_left_behind
 from .open_logins import apply_users
 from .runtime import StartError
 
@@ -70,7 +70,7 @@ class Reloader:
                     bridge_tls_files(bridge)
                 self._check_bridges(new["bridges"])
                 if new["devices"] and getattr(self.runtime, "devices", None) is None:
-                    from .devices import Devices  # (pymodbus missing: StartError, nothing changed)
+                    from .devices.polling import Devices  # (pymodbus missing: StartError, nothing changed)
 
                     self.runtime.devices = Devices(self.runtime, self.opts["data"])
             except (config.ConfigError, StartError) as e:
@@ -112,7 +112,7 @@ class Reloader:
         """StartError if a new or changed bridge cannot be set up here (what Bridge() would
         refuse once the old one is stopped)."""
         from ..core.bridge.machine import BridgeError
-        from .bridge import fits
+        from .bridges.driver import fits
 
         running = {bridge.machine.name: bridge.machine.settings for bridge in self.runtime.bridges}
         for settings in bridges:

@@ -33,7 +33,7 @@ class Runtime:
     # run (an annotation alone costs nothing at run time).
     journal: "Any"
     status: "Any"
-    devices: "Any"  # (CPython, with [[device]]s) server/devices.py's Devices
+    devices: "Any"  # (CPython, with [[device]]s) server/devices/polling.py's Devices
     disk_free: "Any"  # (with a disk_free_limit) ports/disk_free.py's DiskWatch
 
     def __init__(self, broker, log, stats_interval_ms=0, stop_event=None):

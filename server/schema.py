@@ -16,7 +16,7 @@ argparse options, its Options and its checks, and the docs their reference. Addi
 row here, the line of settings() that uses it, and its test.
 
 The [limits] keys are core/limits.py's Limits (each a field with its default and bounds). The
-[[bridge]] tables' rows, in this format, are server/bridge_config.py's ROWS: a board loads this
+[[bridge]] tables' rows, in this format, are server/bridges/config.py's ROWS: a board loads this
 module at every start, that one only with bridges to check (the names in the rows stay in a
 board's heap once loaded).
 
@@ -261,7 +261,7 @@ def window_of(text):
 
 
 def keys_of(section, rows=KEYS):
-    """The keys of a section, in the schema's order (rows: this module's, or bridge_config's)."""
+    """The keys of a section, in the schema's order (rows: this module's, or server/bridges/config.py's)."""
     return tuple(str(row[KEY]) for row in rows if row[SECTION] == section)
 
 

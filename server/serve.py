@@ -31,7 +31,7 @@ async def serve(opts, log, stop_event):
         startup.forget_folder(made)
         raise
     startup = None
-    forget("hutch.server.startup", "hutch.server.bridge_setup")
+    forget("hutch.server.startup", "hutch.server.bridges.setup")
     try:
         await runtime.run()
     finally:
@@ -63,7 +63,7 @@ def forget_settings():
     checks (the bridges' and the devices' too: server/*config.py) and the board profiles (their
     figures are in the settings and the Limits now)."""
     made = [name for name in sys.modules if name.startswith("hutch.boards.") or name.endswith("config")]
-    forget("hutch.server.options", "hutch.server.schema", "hutch.server.upstreams", *made)
+    forget("hutch.server.options", "hutch.server.schema", "hutch.server.bridges.upstreams", *made)
     forget("hutch.boards")
 
 

@@ -133,7 +133,7 @@ async def start(opts, log, stop_event):
     # First: certificate files that do not make a context stop the broker before it does anything
     tls = [server_tls(entry, log) for entry in opts["listeners"]]
     if opts["bridges"]:  # (a broker without bridges loads none of their set-up)
-        from .bridge_setup import bridge_tls_files
+        from .bridges.setup import bridge_tls_files
 
         for bridge in opts["bridges"]:
             bridge_tls_files(bridge)
@@ -164,13 +164,13 @@ async def start(opts, log, stop_event):
         definitions.apply(broker, log)
     runtime = Runtime(broker, log, opts["stats_interval"] * 1000, stop_event)
     if opts["bridges"] or any(name.startswith(b"hutch.bridge.") for name in broker.queues):  # before clients come
-        from .bridge_setup import make_bridges, set_uplink, take_in_left_behind
+        from .bridges.setup import make_bridges, set_uplink, take_in_left_behind
 
         set_uplink(runtime, opts["uplink"])
         runtime.bridges = make_bridges(opts["bridges"], runtime, opts["data"])
         take_in_left_behind(runtime, opts["bridges"])  # (queues a config's change left behind)
     if opts.get("devices"):  # (a broker without [[device]]s loads none of their code)
-        from .devices import Devices  # pyright: ignore[reportMissingImports] (host only)
+        from .devices.polling import Devices  # pyright: ignore[reportMissingImports] (host only)
 
         runtime.devices = Devices(runtime, opts["data"])  # (pymodbus missing: said before listening)
     runtime.status = await host_services(

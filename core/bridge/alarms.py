@@ -1,7 +1,7 @@
 """A bridge's alarms, before anything is lost: its backlog, the age of its oldest message and
 the bytes it holds waiting, against the thresholds of its [[bridge]] table (`alarm_backlog`,
 `alarm_age`, `alarm_bytes`; a class's too). Checked every second by the driver
-(server/bridge.py) while the bridge runs, link or no link; a crossing is one warning line, and
+(server/bridges/driver.py) while the bridge runs, link or no link; a crossing is one warning line, and
 so is the clearing, once each; the state is the snapshot's `alarm` (core/snapshot.py), so
 `hutch_bridge_alarm` on /metrics and the status page show it. The same check says what a
 class dropped by its time-to-live or disk budget, once a burst (`say_drops`).

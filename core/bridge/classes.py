@@ -1,6 +1,6 @@
 """An up bridge's classes of messages, which its one link upstream sends from by priority.
 
-A bridge with `classes` (server/bridge_config.py) takes what its source exchange routes into
+A bridge with `classes` (server/bridges/config.py) takes what its source exchange routes into
 one queue per class, hutch.bridge.NAME.CLASS, each bound with the class's binding key and
 shown as the bridge NAME.CLASS; a bridge without classes is one class, its own queue, under
 its own name. Each class has its outbox (outbox.py: what the queue delivered to the link),

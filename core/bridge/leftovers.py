@@ -3,7 +3,7 @@ queue hutch.bridge.NAME (with classes, one per class: hutch.bridge.NAME.CLASS), 
 a bridge removed from the config, made into classes, or a class removed or renamed leaves a
 queue that the exchange still fills and nobody forwards.
 
-At each start and reload (server/bridge_setup.py), for each such queue no bridge owns:
+At each start and reload (server/bridges/setup.py), for each such queue no bridge owns:
 
 - its messages go to the queues of the bridge that inherits it, the up bridge named NAME (or
   the longest name NAME.CLASS starts with) if it forwards from a source exchange: each to the

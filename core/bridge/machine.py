@@ -1,4 +1,4 @@
-"""One bridge's decisions, sans-IO: the state machine that server/bridge.py (the driver: sockets,
+"""One bridge's decisions, sans-IO: the state machine that server/bridges/driver.py (the driver: sockets,
 TLS, bytes through client/protocol.py, sleeps and tasks) tells what happened and asks what to
 do. Nothing here reads a clock or a socket: the time (ms) and the events come in, and the
 answers are values the driver acts on.
@@ -34,7 +34,7 @@ The driver's calls, in the order a link meets them:
 
 and each direction's own: core/bridge/up.py (what to forward; accepted, rejected, released
 and returned: what upstream says of what was sent, in neutral words each protocol's driver
-translates to, server/bridge.py; flow; the watchdog) and core/bridge/down.py (what to nack and ack upstream), which
+translates to, server/bridges/driver.py; flow; the watchdog) and core/bridge/down.py (what to nack and ack upstream), which
 also define the hooks this class calls (Machine's annotations: no defaults, each a function
 object a board would hold for nothing).
 
@@ -99,7 +99,7 @@ class Machine:
     always_connected = False  # whether (a class of) the bridge sends outside the windows too
 
     def __init__(self, broker, settings, log, random_bits):
-        """settings: server/bridge_config.py's checked [[bridge]]; log(level, text); random_bits:
+        """settings: server/bridges/config.py's checked [[bridge]]; log(level, text); random_bits:
         n -> an int of n random bits (random.getrandbits), the jitter's source."""
         self.broker = broker
         self.settings = settings  # (never changed: a reload compares it with the config's)
@@ -144,7 +144,7 @@ class Machine:
         self.moving_to = None
         self.move_began = None
         self.failbacks = 0
-        self.probe_said = {}  # a URI's index -> why its last probe failed, as said (server/bridge_probe.py)
+        self.probe_said = {}  # a URI's index -> why its last probe failed, as said (server/bridges/probe.py)
         # in flight, messages are in memory and count in the broker's budget: a board's (esp32:
         # 48 messages) must keep room for the publishers and the queues' windows
         self.prefetch = settings["prefetch"] or max(1, min(DEFAULT_PREFETCH, broker.limits.total_max_messages // 4))

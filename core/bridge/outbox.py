@@ -2,7 +2,7 @@
 deliveries wait to be sent upstream and leave the queue only once upstream took them.
 
 It is a consumer session as core/queue.py's Consumer describes one (as a 0-9-1 channel is),
-with no socket: the bridge's decisions (core/bridge/up.py) drive it, and server/bridge.py
+with no socket: the bridge's decisions (core/bridge/up.py) drive it, and server/bridges/driver.py
 drives them. A stream's is core/bridge/streamout.py.
 
 - While the link is up (`up`), the queue delivers to it: at most `window` messages (the
@@ -254,7 +254,7 @@ class Outbox:
 
     def _numbered_by(self, journal_id):
         """The origin of a persistent message: this node's and bridge's, and the start of the
-        broker that gave it its journal id (server/bridge.py run_starts says why), the last start
+        broker that gave it its journal id (server/bridges/driver.py run_starts says why), the last start
         whose first id is at most journal_id."""
         runs = self.broker.bridge_runs
         if not runs:

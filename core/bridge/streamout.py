@@ -15,7 +15,7 @@ place in it:
   back); a lost link lets go of everything not confirmed and rewinds the cursor to the oldest
   of it, read again first on the next link, in order.
 - Where a restart reads from (`next_offset`: the oldest record not confirmed) goes to the
-  bridge's offset file (server/bridge.py writes it; core/bridge/up.py says when). At start,
+  bridge's offset file (server/bridges/driver.py writes it; core/bridge/up.py says when). At start,
   `saved` (that file: offset, lane, stream name) is read from if it fits the stream: the
   same stream name, and an offset the stream has reached (a stream made again under the
   same name starts below it). Otherwise the bridge starts a new lane at the stream's first

@@ -19,7 +19,7 @@ URIs and backoff are core/bridge/machine.py's. Per link, after the handshake:
   one whose queue's head upstream keeps returning (`check`).
 
 A stream source also says where a restart reads from: `offset_to_save(now)`, written by the
-driver to the bridge's offset file (server/bridge.py).
+driver to the bridge's offset file (server/bridges/driver.py).
 
 Over AMQP 1.0 (settings["protocol"] "1.0") the driver's client protocol (amqp10/client.py)
 attaches its link itself, so there is no set-up here, and it tells the outcomes of its

@@ -2,7 +2,7 @@
 
 Every key comes from the schema the broker checks a config file against: the sections and
 their keys, with their descriptions, from server/schema.py (`SECTIONS` in server/config.py)
-and server/bridge_config.py's ROWS, the limits from `Limits` (core/limits.py). Every default
+and server/bridges/config.py's ROWS, the limits from `Limits` (core/limits.py). Every default
 comes from the code: `settings()` (server/options.py) run on an empty config, `Limits()`, each
 board profile (boards/), `bridges_from()` on a minimal bridge, the schema's rows. What the
 limits' and users' keys are for is written here, in DESCRIPTIONS: a key of the schema without
@@ -16,7 +16,9 @@ docs/configuration.md holds each table NAME of TABLES (below) in a region
 
 from hutch import boards
 from hutch.core.limits import Limits
-from hutch.server import bridge_config, config, device_config, options, schema
+from hutch.server import config, options, schema
+from hutch.server.bridges import config as bridge_config
+from hutch.server.devices import config as device_config
 
 
 class ConfigReferenceError(Exception):

@@ -30,7 +30,7 @@ def _uri(host, timeout=30000):
 
 
 def settings(**over):
-    """A [[bridge]] as server/bridge_config.py hands it over (its defaults; prefetch 4)."""
+    """A [[bridge]] as server/bridges/config.py hands it over (its defaults; prefetch 4)."""
     out = {
         "name": "b",
         "direction": "up",
@@ -683,7 +683,7 @@ def classes_bridge(prefetch=4, **over):
 
 
 def test_classes_share_one_link_and_the_highest_priority_with_messages_goes_first():
-    """server/bridge_config.py classes: one link, one count of numbers; the alarms go before any
+    """server/bridges/config.py classes: one link, one count of numbers; the alarms go before any
     telemetry, and a class whose messages are not all ready (its window full) holds back those
     below it."""
     client, machine, log = classes_bridge(prefetch=2)

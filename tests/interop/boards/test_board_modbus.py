@@ -77,7 +77,7 @@ def test_an_esp32_board_polls_two_probes_on_its_rs485_line_and_counts_a_garbled_
     check_polls({name: polls[name] for name in ("soil-1", "soil-2")})
     assert len(polls["soil-1"]) >= 6 and len(polls["soil-2"]) >= 6, {d: sorted(p) for d, p in polls.items()}
     assert "noisy" not in polls and not [s for s in statuses if s["state"] == "down"], statuses
-    # (its status message went out before the test's queue was bound: server/devices.py publishes
+    # (its status message went out before the test's queue was bound: server/devices/polling.py publishes
     # it as on CPython, where tests/interop/devices/test_modbus.py reads it)
     said = [line for line in board.log().splitlines() if "device noisy:" in line]
     assert len(said) == 1 and "down (error: " in said[0], said

@@ -310,7 +310,7 @@ def test_a_wrong_bridge_config_is_one_line_and_exit_code_2(tmp_path, bridge, wor
 
 
 def test_bridge_config_reads_rabbitmq_uris():
-    from hutch.server.bridge_config import parse_uri
+    from hutch.server.bridges.config import parse_uri
 
     uri = parse_uri("amqps://edge:p%40ss@[::1]:5999/%2Fsensors?heartbeat=10&frame_max=8192")
     assert (uri["host"], uri["port"], uri["user"], uri["password"], uri["vhost"]) == (

@@ -353,7 +353,7 @@ KEY = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="
 
 
 def one_bridge(**table):
-    from hutch.server.bridge_config import bridges_from
+    from hutch.server.bridges.config import bridges_from
 
     table.setdefault("name", "b")
     table.setdefault("queue", "q")

@@ -1,4 +1,4 @@
-"""A bridge's classes of messages (server/bridge_config.py classes): after an outage the class of
+"""A bridge's classes of messages (server/bridges/config.py classes): after an outage the class of
 the higher priority goes first; a class's time-to-live drops what waited too long, its disk
 budget refuses new messages or drops the oldest, and `hutch ctl bridges` shows each class's
 backlog, age, bytes and drops."""

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 from brokers import BIN
 
-from hutch.server import bridge_config, config, options, schema
+from hutch.server import config, options, schema
+from hutch.server.bridges import config as bridge_config
 
 SERVE_HELP = subprocess.run([BIN + "/hutch", "serve", "--help"], capture_output=True, text=True).stdout
 
@@ -37,7 +38,7 @@ NEEDED = {
 
 
 def test_each_bridge_key_is_one_row_checked_by_its_kind():
-    """[[bridge]]'s rows (server/bridge_config.py ROWS): each key once, described, of a kind the
+    """[[bridge]]'s rows (server/bridges/config.py ROWS): each key once, described, of a kind the
     checks know; its default is what a bridge that does not set it gets; a wrong value of each
     number says what it must be, with its bounds."""
     names = [(row[schema.SECTION], row[schema.KEY]) for row in bridge_config.ROWS]

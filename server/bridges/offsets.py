@@ -1,6 +1,6 @@
 """A stream source's offset file (DATA/bridge-NAME.offset): where a bridge that forwards from a
 stream queue stands in it, written as it moves and read at start, so a restart goes on from
-there (server/bridge.py; loaded only by such a bridge)."""
+there (server/bridges/driver.py; loaded only by such a bridge)."""
 
 import binascii
 
@@ -25,7 +25,7 @@ def read_offset(path):
 def write_offset(path, offset, lane, stream_name):
     """The offset file replaced whole: a new file, synced, renamed over the old one, so a crash
     leaves the old file or the new one, never half of one."""
-    from ..ports.files import replace_file
+    from ...ports.files import replace_file
 
     line = "%d %s %s\n" % (offset, lane.decode(), binascii.hexlify(stream_name).decode())
     replace_file(path, line.encode())

@@ -8,14 +8,14 @@ answers (core/bridge/machine.py probe_ended), and the working link then drains a
 probe that gets no answer (a node that accepts and answers nothing: mosquitto#3293's trap),
 or a refusal, changes nothing. The probe's connection is closed either way.
 
-Loaded only by a bridge with prefer_first (server/bridge_config.py: up, amqp:// or mqtt:// URIs).
+Loaded only by a bridge with prefer_first (server/bridges/config.py: up, amqp:// or mqtt:// URIs).
 """
 
 import asyncio
 
-from ..codec import spec
-from ..ports.tcp import close_writer
-from . import bridge091
+from ...codec import spec
+from ...ports.tcp import close_writer
+from . import amqp091
 
 READ_SIZE = 16384
 TYPE_CHECKING = False
@@ -71,11 +71,11 @@ def _probing(bridge, uri):
     frame_max = uri["frame_max"] or bridge.broker.limits.frame_max
     now = bridge.clock.now_ms()
     if uri["protocol"] == "mqtt":
-        from . import bridgemqtt  # (an MQTT bridge's: loaded by it only)
+        from . import mqtt  # (an MQTT bridge's: loaded by it only)
 
-        protocol = bridgemqtt.connect(bridge, uri, frame_max, now, probe=True)[0]
+        protocol = mqtt.connect(bridge, uri, frame_max, now, probe=True)[0]
         return protocol, [], protocol.close  # DISCONNECT: the broker drops the clean session
-    protocol = bridge091.connect(bridge, uri, frame_max, now)[0]
+    protocol = amqp091.connect(bridge, uri, frame_max, now)[0]
     declare = passive_declare(bridge.machine.settings)
     steps = [(spec.CONFIRM_SELECT, (False,))] + ([declare] if declare is not None else [])  # type: list[tuple]
     return protocol, steps, lambda: protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))

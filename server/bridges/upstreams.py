@@ -2,7 +2,7 @@
 (typed by column, as a board's type check reads them), keyed by the protocol's name.
 
     SCHEMES  its URI schemes, plain and over TLS (amqp:// and amqps:// speak AMQP 1.0 too, with
-             protocol = "1.0": server/bridge_config.py)
+             protocol = "1.0": server/bridges/config.py)
     PORTS    the default ports, plain and over TLS
     SPOKEN   how a config error names it
     CREDIT   the protocols whose links forward no more than the client's room(): AMQP 1.0's
@@ -12,9 +12,9 @@
              and down.py: declares, qos, consume, confirm.select); the others' clients attach
              or subscribe by themselves once connected
 
-server/bridge_config.py checks URIs with these and copies credit and set_up into each bridge's
+server/bridges/config.py checks URIs with these and copies credit and set_up into each bridge's
 settings, so the machine and the driver read a flag rather than a protocol's name; how each
-connects is server/bridge.py start_protocol's. Loaded only to check a config: a board forgets
+connects is server/bridges/driver.py start_protocol's. Loaded only to check a config: a board forgets
 it with the config's checks (server/serve.py), where a module kept for the run would hold the
 table and its texts in its heap.
 """

@@ -1,7 +1,7 @@
 """A board's Modbus RTU master: one serial line (a UART, or a tty on the unix port), one request
 on it at a time, in devices/rtu.py's frames. On MicroPython, where pymodbus is not,
-server/devices.py makes one RtuLine per line its devices name; it answers poll(), write() and
-close() as server/modbus_lines.py's Line does on CPython.
+server/devices/polling.py makes one RtuLine per line its devices name; it answers poll(), write() and
+close() as server/devices/modbus_lines.py's Line does on CPython.
 
 A request goes out once the line has been quiet for 3.5 characters, after what arrived
 between requests (a late answer, noise) is dropped. Its answer is read until it is whole (the
@@ -15,10 +15,10 @@ octet, and an idle line costs nothing.
 
 import asyncio
 
-from ..devices import rtu
-from ..devices.device import Failed, garbled
-from ..ports.clock import Clock, sleep_ms
-from ..ports.uart import open_serial, uart_id
+from ...devices import rtu
+from ...devices.device import Failed, garbled
+from ...ports.clock import Clock, sleep_ms
+from ...ports.uart import open_serial, uart_id
 
 PARITY = {"N": None, "E": 0, "O": 1}  # machine.UART's parity argument
 

@@ -1,8 +1,8 @@
 """A device's line on CPython, through pymodbus (the modbus extra): one TCP address or one serial
 line, one request on it at a time (an RS-485 bus is half duplex; pymodbus's RTU framer keeps the
-silent intervals between frames). server/devices.py makes one Line per line its devices name.
+silent intervals between frames). server/devices/polling.py makes one Line per line its devices name.
 
-A board has no pymodbus: its RTU line is server/rtu_master.py's, with the same poll(), write() and
+A board has no pymodbus: its RTU line is server/devices/rtu_master.py's, with the same poll(), write() and
 close().
 """
 
@@ -10,9 +10,9 @@ import asyncio
 import logging
 import termios
 
-from ..devices.device import Failed, garbled
-from ..devices.registers import BITS
-from .runtime import StartError
+from ...devices.device import Failed, garbled
+from ...devices.registers import BITS
+from ..runtime import StartError
 
 # a register kind -> the pymodbus client's method that reads it
 READS = {

@@ -1,4 +1,4 @@
-"""Commands to the devices' writable registers (server/devices.py; loaded with the first device
+"""Commands to the devices' writable registers (server/devices/polling.py; loaded with the first device
 that has one).
 
 A client sets a register by publishing to the device's exchange with the routing key
@@ -23,14 +23,14 @@ import asyncio
 import json
 import time
 
-from ..codec import spec
-from ..codec.wire import shortstr
-from ..core.content import tails
-from ..core.message import Message
-from ..core.queue import Consumer
-from ..core.session import MESSAGE
-from ..core.topology import bind, declare_queue, unbind
-from ..devices.registers import encode
+from ...codec import spec
+from ...codec.wire import shortstr
+from ...core.content import tails
+from ...core.message import Message
+from ...core.queue import Consumer
+from ...core.session import MESSAGE
+from ...core.topology import bind, declare_queue, unbind
+from ...devices.registers import encode
 
 QUEUE = b"hutch.devices.commands"
 

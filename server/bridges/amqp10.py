@@ -1,4 +1,4 @@
-"""What a bridge over AMQP 1.0 adds to its driver (server/bridge.py), loaded only by a bridge
+"""What a bridge over AMQP 1.0 adds to its driver (server/bridges/driver.py), loaded only by a bridge
 whose URIs speak 1.0, so a board whose bridges speak 0-9-1 holds none of it:
 
     connect(bridge, uri, frame_max, now) -> (protocol, login)
@@ -11,7 +11,7 @@ lifetime: on $cbs (`cbs = true`), or by letting what is in flight settle, closin
 logging in again at once.
 """
 
-from ..amqp10.client import Protocol, v2_address
+from ...amqp10.client import Protocol, v2_address
 
 RENEW_GRACE_MS = 10000  # at most this long for what is in flight to settle before a renewal's close
 CLOSE_ANSWER_MS = 5000  # and for upstream to answer the close
@@ -52,7 +52,7 @@ class Login:
     each valid for token_lifetime seconds and renewed at half of it."""
 
     def __init__(self, machine, hostname, now):
-        from ..amqp10 import sas  # (loaded only by a bridge with a sas_key)
+        from ...amqp10 import sas  # (loaded only by a bridge with a sas_key)
 
         self.sas = sas
         self.machine = machine
@@ -70,7 +70,7 @@ class Login:
         self.renew_at = now + lifetime * 500  # (ms: half the lifetime)
 
     def renew(self, link, now):
-        """(Each tick of link: server/bridge.py _Link) At half the token's lifetime, a new one put
+        """(Each tick of link: server/bridges/driver.py _Link) At half the token's lifetime, a new one put
         on $cbs; or (SASL PLAIN) nothing more sent, and once what is in flight is settled (or
         after RENEW_GRACE_MS) the connection closed, to log in again at once (its answer ends
         the link with Renewed). Why the link must be dropped now (upstream did not answer the

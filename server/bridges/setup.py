@@ -1,10 +1,10 @@
-"""The config's [[bridge]]s made into running bridges (server/bridge.py), and its [uplink] (their
+"""The config's [[bridge]]s made into running bridges (server/bridges/driver.py), and its [uplink] (their
 shared budget and windows) set on the broker: at start (server/startup.py) and at a reload
 (server/reload.py). Their certificate files are checked first: a link that could never connect
 is said in one line, not retried forever."""
 
-from .readable import check_readable
-from .runtime import StartError
+from ..readable import check_readable
+from ..runtime import StartError
 
 
 def bridge_tls_files(bridge):
@@ -14,11 +14,11 @@ def bridge_tls_files(bridge):
 
 
 def make_bridges(settings, runtime, data_folder):
-    """The config's [[bridge]]s, their queues set up (server/bridge.py; not imported without one);
+    """The config's [[bridge]]s, their queues set up (server/bridges/driver.py; not imported without one);
     StartError (exit 2) if one does not fit what the broker holds (its source exchange missing)."""
     if not settings:
         return []
-    from .bridge import Bridge, BridgeError, node_id
+    from .driver import Bridge, BridgeError, node_id
 
     node = node_id(data_folder)
     try:
@@ -35,12 +35,12 @@ def take_in_left_behind(runtime, bridges):
     their messages to the bridge that inherits them, the rest unbound. What was done, one line
     each, also logged."""
     broker = runtime.broker
-    from ..core.bridge.classes import classes_of
+    from ...core.bridge.classes import classes_of
 
     owned = {one["queue"] for settings in bridges if settings["direction"] == "up" for one in classes_of(settings)}
     if not any(name.startswith(b"hutch.bridge.") and name.decode() not in owned for name in broker.queues):
         return []
-    from ..core.bridge.leftovers import take_in
+    from ...core.bridge.leftovers import take_in
 
     said = take_in(broker, bridges)
     for line in said:
@@ -54,6 +54,6 @@ def set_uplink(runtime, settings):
     if settings is None:
         runtime.broker.uplink = None
         return
-    from ..core.bridge.uplink import Uplink
+    from ...core.bridge.uplink import Uplink
 
     runtime.broker.uplink = Uplink(settings, runtime.clock.now_ms())

@@ -1,4 +1,4 @@
-"""What a bridge over MQTT adds to its driver (server/bridge.py), loaded only by a bridge whose
+"""What a bridge over MQTT adds to its driver (server/bridges/driver.py), loaded only by a bridge whose
 URIs speak MQTT:
 
     connect(bridge, uri, frame_max, now) -> (protocol, None)
@@ -9,13 +9,13 @@ each other's session), its session expiry, and what it publishes to (`topic`, up
 subscribes to (`filters`, down, delivered to `exchange`).
 """
 
-from ..codec.wire import text
-from ..mqtt.client import Protocol
+from ...codec.wire import text
+from ...mqtt.client import Protocol
 
 
 def connect(bridge, uri, frame_max, now, probe=False):
     """(the MQTT client protocol, connecting; no login to renew). probe: prefer_first's
-    (server/bridge_probe.py): a clean session, its client id the link's with "-probe" after it
+    (server/bridges/probe.py): a clean session, its client id the link's with "-probe" after it
     (a cluster that knew the link's id would end the link's session to give it to the probe)."""
     settings = bridge.machine.settings
     protocol = Protocol(frame_max, 5 if settings["mqtt_version"] == "5" else 4)  # (CONNECT's level)

@@ -1,4 +1,4 @@
-"""What a bridge over AMQP 0-9-1 adds to its driver (server/bridge.py), loaded only by a bridge
+"""What a bridge over AMQP 0-9-1 adds to its driver (server/bridges/driver.py), loaded only by a bridge
 whose URIs speak 0-9-1:
 
     connect(bridge, uri, frame_max, now) -> (protocol, None)
@@ -12,8 +12,8 @@ connection.blocked upstream's flow control, a close the link's end.
 
 import struct
 
-from ..client.protocol import AMQPError, ChannelClosed, Message, Protocol
-from ..codec import spec
+from ...client.protocol import AMQPError, ChannelClosed, Message, Protocol
+from ...codec import spec
 
 
 def connect(bridge, uri, frame_max, now):

@@ -10,16 +10,16 @@
       { name = "temp", address = 2, kind = "input", type = "float32" },
     ]
 
-Devices whose URIs name one TCP address or one serial line share it (server/devices.py: one
+Devices whose URIs name one TCP address or one serial line share it (server/devices/polling.py: one
 request at a time). Every mistake is one ConfigError naming the device and the key, so `hutch
 serve` says it in one line and exits with 2 rather than polling a device that cannot answer.
 """
 
 import sys
 
-from ..devices.registers import width
-from . import schema
-from .config import ConfigError, did_you_mean
+from ...devices.registers import width
+from .. import schema
+from ..config import ConfigError, did_you_mean
 
 # One row per key, as server/schema.py's rows (section, key, kind, default, flag, help,
 # description): "device" (a [[device]] table), "device.registers" (each of its registers),

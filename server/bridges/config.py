@@ -52,8 +52,9 @@ mistake is one ConfigError naming the bridge and the key, so `hutch serve` says 
 line and exits with 2 rather than running a bridge that does nothing.
 """
 
-from . import schema, upstreams
-from .config import ConfigError, did_you_mean
+from .. import schema
+from ..config import ConfigError, did_you_mean
+from . import upstreams
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
@@ -419,7 +420,7 @@ def _bridge(table, path, number):
 
 def _prefer_first(table, protocol, direction, uris, where):
     """prefer_first, where it can be had: an up bridge's, over AMQP 0-9-1 or MQTT (whose probes
-    go as far as the link's set-up: server/bridge_probe.py); with one URI it means nothing
+    go as far as the link's set-up: server/bridges/probe.py); with one URI it means nothing
     (said, not ignored)."""
     prefer = _setting(table, "prefer_first", where)
     if not prefer:

@@ -1,5 +1,5 @@
-"""The config's [[device]]s polled: on CPython through pymodbus (server/modbus_lines.py, the
-modbus extra), on a board over its UART (server/rtu_master.py, Modbus RTU).
+"""The config's [[device]]s polled: on CPython through pymodbus (server/devices/modbus_lines.py, the
+modbus extra), on a board over its UART (server/devices/rtu_master.py, Modbus RTU).
 
 Devices whose URIs name one TCP address or one serial line share a line: one request on it at a
 time (an RS-485 bus is half duplex). Each device polls in a task of its own, at its interval; a
@@ -18,14 +18,14 @@ import binascii
 import sys
 import time
 
-from ..codec.wire import shortstr
-from ..core.broker import REFUSED, ROUTED
-from ..core.content import tails
-from ..core.message import Message
-from ..devices.device import Device, Failed, PollNumbers
-from ..ports.clock import sleep_ms
-from ..ports.files import replace_file
-from ..ports.segments import make_dir
+from ...codec.wire import shortstr
+from ...core.broker import REFUSED, ROUTED
+from ...core.content import tails
+from ...core.message import Message
+from ...devices.device import Device, Failed, PollNumbers
+from ...ports.clock import sleep_ms
+from ...ports.files import replace_file
+from ...ports.segments import make_dir
 
 PERSISTENT = 2
 JSON = b"application/json"
@@ -85,7 +85,7 @@ class Devices:
         self.lines = {}
         self.devices = []  # (the list core/snapshot.py shows: hutch ctl devices, /metrics)
         self.tasks = {}  # device name -> its polling task
-        self.commands = None  # server/device_commands.py Commands, with a writable register
+        self.commands = None  # server/devices/commands.py Commands, with a writable register
         self.troubled = set()  # the devices whose last poll the broker could not take (said once)
         make_dir("%s/devices" % folder)
         runtime.broker.devices = self.devices
@@ -112,7 +112,7 @@ class Devices:
         self.devices.append(device)
         if any(register["writable"] for register in settings["registers"]):
             if self.commands is None:
-                from .device_commands import Commands  # (loaded with the first writable register)
+                from .commands import Commands  # (loaded with the first writable register)
 
                 self.commands = Commands(self)
             self.commands.bind(device)

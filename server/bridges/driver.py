@@ -29,10 +29,10 @@ import random
 import sys
 import time
 
-from ..core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
-from ..ports.clock import Clock, sleep_ms
-from ..ports.interrupt import guarded
-from ..ports.tcp import close_writer
+from ...core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
+from ...ports.clock import Clock, sleep_ms
+from ...ports.interrupt import guarded
+from ...ports.tcp import close_writer
 
 MICROPYTHON = sys.implementation.name == "micropython"
 READ_SIZE = 65536
@@ -44,11 +44,11 @@ SLICE = 100  # messages forwarded per write to the socket, at most (see _Link.se
 def fits(broker, settings):
     """BridgeError if a bridge's table does not fit this broker (what Bridge() would refuse)."""
     if settings["direction"] == "up":
-        from ..core.bridge.up import check_source
+        from ...core.bridge.up import check_source
 
         check_source(broker, settings)
     else:
-        from ..core.bridge.down import check_destination
+        from ...core.bridge.down import check_destination
 
         check_destination(broker, settings)
 
@@ -58,11 +58,11 @@ class LinkError(Exception):
 
 
 class Renewed(Exception):
-    """The link was closed to log in anew with a new token (server/bridge10.py): reconnect at once."""
+    """The link was closed to log in anew with a new token (server/bridges/amqp10.py): reconnect at once."""
 
 
 class Bridge:
-    """One [[bridge]] (server/bridge_config.py's checked settings): its machine and local side,
+    """One [[bridge]] (server/bridges/config.py's checked settings): its machine and local side,
     set up at construction (BridgeError if they cannot be), and its retry loop once started."""
 
     def __init__(self, broker, settings, log, clock=None, node=b"hutch", on_interrupt=None, data_folder=None):
@@ -74,21 +74,21 @@ class Bridge:
         self.output = asyncio.Event()  # something to write: protocol output or messages to forward
         self.task = None
         self.up = settings["direction"] == "up"
-        self.prefers_first = settings.get("prefer_first", False)  # (its probes: server/bridge_probe.py)
+        self.prefers_first = settings.get("prefer_first", False)  # (its probes: server/bridges/probe.py)
         self.offsets = None  # a stream source's offset file
         self.stream_source = None  # and its machine
         if self.up:  # (each direction's decisions are loaded only by a bridge of that direction)
-            from ..core.bridge.up import UpMachine, source_queues
+            from ...core.bridge.up import UpMachine, source_queues
 
             queues = source_queues(self.broker, settings)
             if data_folder is not None and broker.journal is not None and broker.bridge_runs is None:
                 broker.bridge_runs = run_starts(data_folder, broker.journal.next_id)  # once per start
             saved = None
             if queues[0].is_stream and data_folder is not None:
-                from . import bridge_offsets  # (loaded only by a stream source)
+                from . import offsets  # (loaded only by a stream source)
 
-                self.offsets = bridge_offsets.offset_path(data_folder, settings["name"])
-                saved = bridge_offsets.read_offset(self.offsets)
+                self.offsets = offsets.offset_path(data_folder, settings["name"])
+                saved = offsets.read_offset(self.offsets)
             machine = UpMachine(broker, settings, log, random.getrandbits, queues, node, self.output.set, saved)
             self.machine = machine
             thresholds = settings["alarm_backlog"] or settings["alarm_age"] or settings["alarm_bytes"]
@@ -98,7 +98,7 @@ class Bridge:
                 self.stream_source = machine
                 self.save_offset(True)  # a new lane is on disk before anything is forwarded in it
         else:
-            from ..core.bridge.down import DownMachine
+            from ...core.bridge.down import DownMachine
 
             self.machine = DownMachine(broker, settings, log, random.getrandbits, self.output.set)
 
@@ -113,7 +113,7 @@ class Bridge:
     async def _watch(self, machine, thresholds):
         """Every second, link or no link: the alarms' thresholds, and what the classes dropped by
         their policies (core/bridge/alarms.py, loaded only with either)."""
-        from ..core.bridge.alarms import check, say_drops
+        from ...core.bridge.alarms import check, say_drops
 
         broker = self.broker
         while not self.stopping:
@@ -160,7 +160,7 @@ class Bridge:
         saving = machine.offset_to_save(self.clock.now_ms(), force)
         if saving is None:
             return
-        from .bridge_offsets import write_offset  # (a stream source's: loaded with it)
+        from .offsets import write_offset  # (a stream source's: loaded with it)
 
         try:
             write_offset(self.offsets, saving[0], saving[1], saving[2])
@@ -226,13 +226,13 @@ class Bridge:
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         frame_max = uri["frame_max"] or self.broker.limits.frame_max
-        speaks = uri["protocol"]  # (server/upstreams.py: the protocols a bridge speaks)
+        speaks = uri["protocol"]  # (server/bridges/upstreams.py: the protocols a bridge speaks)
         if speaks == "1.0":
-            from . import bridge10 as driver
+            from . import amqp10 as driver
         elif speaks == "mqtt":
-            from . import bridgemqtt as driver
+            from . import mqtt as driver
         else:
-            from . import bridge091 as driver
+            from . import amqp091 as driver
         protocol, login = driver.connect(self, uri, frame_max, now)
         self.machine.opened(now)
         return protocol, login
@@ -261,7 +261,7 @@ class Bridge:
         host, port = address or (uri["host"], uri["port"])
         if uri["tls"]:
             tls = self.machine.settings["tls"]
-            from ..ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
+            from ...ports.tls import client_context  # (ssl loaded only by a broker with TLS links)
 
             context = client_context(tls["ca_file"], tls["cert_file"], tls["key_file"], tls["verify"])
             return asyncio.open_connection(host, port, ssl=context, server_hostname=tls["server_name"] or uri["host"])
@@ -296,7 +296,7 @@ class _Link:
         self.ended = False
         self.silent = None  # why the ticker hung up
         self.credit = credit  # (AMQP 1.0, MQTT) forward no more than its protocol's room()
-        self.login = login  # an IoT Hub login (server/bridge10.py Login), or None
+        self.login = login  # an IoT Hub login (server/bridges/amqp10.py Login), or None
         self.renewing = 0  # (ms) since when this link winds down to log in with a new token
         self.closed_at = 0  # (ms) when it sent its close for that
 
@@ -390,7 +390,7 @@ class _Link:
                 machine.blocked(event[1])
             elif kind == "unblocked":
                 machine.unblocked()
-            elif self.closed_at:  # ("ended",) the answer to the close of a renewal (server/bridge10.py)
+            elif self.closed_at:  # ("ended",) the answer to the close of a renewal (server/bridges/amqp10.py)
                 raise Renewed()
             else:  # ("ended", reason, condition)
                 raise LinkError(event[1])
@@ -459,7 +459,7 @@ class _Link:
             bridge.save_offset()
             probe = self.machine.probe_due(now) if bridge.prefers_first else None
             if probe is not None:  # (prefer_first: an earlier URI tried on a second connection)
-                from .bridge_probe import probe_uri
+                from .probe import probe_uri
 
                 bridge._task(probe_uri(bridge, probe[0], probe[1]))
             if self.login is not None and not self.silent:
