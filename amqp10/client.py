@@ -25,21 +25,19 @@ Each message goes as an unsettled transfer (or pre-settled, `settled=True`), num
 on each connection as the bridge's outbox numbers what it sends, in as many frames as the
 smaller of the two max-frame-sizes needs. What a bridge needs of the outcomes comes out in
 the bridge's words (codec/upstream.py), which its machine takes from every protocol
-(core/bridge/machine.py, through server/bridges/driver.py):
-
-- ("accepted", seq, multiple);
-- ("rejected", seq, multiple, why) for `rejected`, ("released", seq, multiple, why) for
-  `released` or `modified` (why: the outcome and its error), which the bridge sends again;
-- ("ended", reason, condition): the link, the session or the connection ended (the reason says
-  how and why, with the peer's condition: amqp:link:detach-forced, amqp:not-found...), or the
-  login was refused.
+(core/bridge/machine.py, through server/bridges/driver.py): accepted; rejected for
+`rejected`, released for `released` or `modified` (why: the outcome and its error), which the
+bridge sends again; ended when the link, the session or the connection ended (the reason says
+how and why, with the peer's condition: amqp:link:detach-forced, amqp:not-found...), or the
+login was refused.
 
 MicroPython-clean: a board's bridge to a 1.0 cloud runs it (imported only by such a bridge).
 """
 
 import struct
 
-from ..codec.upstream import NO_LIMIT, Upstream
+from ..codec.upstream import ACCEPTED, ENDED, REJECTED, RELEASED
+from ..codec.upstream_client import NO_LIMIT, Upstream
 from ..codec.wire import text
 from ..core.message import Message
 from . import spec
@@ -57,7 +55,7 @@ CBS_CREDIT = 4  # put-token replies we take at once
 # The handshake, in order
 (SASL_WAIT, MECHANISMS, OUTCOME, AMQP_WAIT, OPENING, BEGINNING, ATTACHING, RUNNING, CLOSED) = range(9)
 
-ACCEPTED = Described(Ulong(spec.ACCEPTED), [])
+ACCEPTED_OUTCOME = Described(Ulong(spec.ACCEPTED), [])
 OUTCOMES = {spec.REJECTED: "rejected", spec.RELEASED: "released", spec.MODIFIED: "modified"}
 SASL_OUTCOMES = ("ok", "auth", "sys", "sys-perm", "sys-temp")
 
@@ -318,7 +316,7 @@ class Protocol(Upstream):
         return True
 
     def _end(self, reason, condition=None):
-        self._events.append(("ended", reason, condition))
+        self._events.append((ENDED, reason, condition))
         self.state = CLOSED
         self.channel_open = False
 
@@ -502,18 +500,18 @@ class Protocol(Upstream):
             in_flight = self.in_flight
             if in_flight[: len(settled)] == settled:  # the oldest ones: one event for them all
                 del in_flight[: len(settled)]
-                self._events.append(("accepted", settled[-1], True))
+                self._events.append((ACCEPTED, settled[-1], True))
                 return
             for seq in settled:
                 in_flight.remove(seq)
-                self._events.append(("accepted", seq, False))
+                self._events.append((ACCEPTED, seq, False))
             return
         why = OUTCOMES.get(code or 0, "settled without an outcome")
         if code == spec.REJECTED and state.value:
             why += " (%s)" % _error_text(state.value[0])
         elif code == spec.MODIFIED and len(state.value) > 1 and state.value[1] is True:
             why += " (undeliverable here)"
-        said = "rejected" if code == spec.REJECTED else "released"
+        said = REJECTED if code == spec.REJECTED else RELEASED
         for seq in settled:
             self.in_flight.remove(seq)
             self._events.append((said, seq, False, why))
@@ -551,7 +549,7 @@ class Protocol(Upstream):
         link.delivery_count = (link.delivery_count + 1) & MASK
         link.credit -= 1
         if not settled:
-            self._send(frame(0, spec.DISPOSITION, [True, Uint(delivery_id), None, True, ACCEPTED]))
+            self._send(frame(0, spec.DISPOSITION, [True, Uint(delivery_id), None, True, ACCEPTED_OUTCOME]))
         if link.credit <= CBS_CREDIT // 2:
             link.credit = CBS_CREDIT
             self._flow_out(link, False)

@@ -11,6 +11,7 @@ package(
         "readbuffer.py",
         "spec.py",
         "upstream.py",
+        "upstream_client.py",
         "wire.py",
     ),
 )

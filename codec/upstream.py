@@ -1,58 +1,52 @@
-"""What the bridge's clients for AMQP 1.0 and MQTT (amqp10/client.py, mqtt/client.py) share
-around their protocol, beside the read buffer they both are (codec/readbuffer.py): the output
-they queue, the events they read (in the words below) and their idle clocks.
-(The 0-9-1 client, client/protocol.py, keeps its own: a sensor node's, with a send buffer of its
-own; a board loads this only with a bridge over 1.0 or MQTT.)
+"""The bridge's words: the one vocabulary its upstream clients speak to it, whatever their
+protocol (the 1.0 and MQTT clients, amqp10/client.py and mqtt/client.py, on the base they
+share, codec/upstream_client.py; the 0-9-1 client through server/bridges/amqp091.py). Words
+only: a board's bridge loads nothing else with them.
+
+Events: what a client reads from upstream, as tuples (a board's heap holds a tuple per event;
+a class per kind would cost each board a class object and an instance per confirm). The first
+item is the event's word, which is also the name of the bridge machine's method that takes
+the rest (core/bridge/machine.py, up.py and down.py: machine.accepted(seq, multiple)), so the
+driver hands every event on in one line (server/bridges/driver.py):
+
+    ("accepted", seq, multiple)        upstream has the message numbered seq (and, multiple,
+                                       every one before it): a confirm, 1.0's accepted, a PUBACK
+    ("rejected", seq, multiple, why)   it refused it (basic.nack, 1.0's rejected, a 5.0 PUBACK
+                                       error): the bridge sends it again after a pause
+    ("released", seq, multiple, why)   1.0's released or modified: sent again
+    ("returned", headers, code, text)  0-9-1's basic.return of a mandatory message (its
+                                       confirm follows and puts it back)
+    ("delivered", tag, exchange, routing_key, header_tail, body_tail, body_size)
+                                       a message from upstream (a down bridge): the machine
+                                       says whether to refuse it, (tag, requeue), or None
+    ("backlog", count)                 the upstream queue's count, answered at the set-up
+    ("flow", active)                   0-9-1's channel.flow
+    ("blocked", why), ("unblocked",)   upstream holds its publishers back, lets them go
+    ("ended", reason, condition)       the link, session or connection ended, or the login was
+                                       refused (condition: the peer's, where it gave one)
+
+Set-up steps: what the machine asks of a link before it runs, in these words, one at a time
+(a driver's set_up(step); the next once the client awaits no reply): a protocol whose client
+attaches or subscribes by itself (1.0, MQTT) is given none.
+
+    ("exchange", name, kind)           declare the durable exchange
+    ("queue", name, arguments)         declare the durable queue (arguments: its x-arguments)
+    ("bind", queue, exchange, key)     bind the queue
+    ("confirm",)                       ask upstream to confirm each message
+    ("has-exchange", name), ("has-queue", name)
+                                       check that it exists (a passive declare; "backlog"
+                                       answers the second)
+    ("prefetch", count)                at most count unacknowledged deliveries
+    ("consume", queue, tag)            deliver the queue's messages (acknowledged)
 """
 
-from .readbuffer import ReadBuffer, joined
-
-NO_LIMIT = 1 << 29  # tick(): no time-out to wait for (a small int on every port)
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
-    from typing import Callable
-
-
-class Upstream(ReadBuffer):
-    """The bridge's AMQP 1.0 and MQTT clients' plumbing. Holds _out (what to write, in order),
-    _events (what was read, for next_event), _most (the most bytes a write joins), _spoke and
-    _heard (output taken, input come, since the last tick), _sent_at and _heard_at (ms): the
-    client sets them, and reads one frame or packet at a time in its _step() (False: not all
-    of it has come, or the link is closed)."""
-
-    _out: list
-    _events: list
-    _step: "Callable[[], bool]"
-    _most: int
-    _spoke: bool
-    _sent_at: int
-    _heard_at: int
-
-    def _send(self, data):
-        self._out.append(data)
-
-    def data_to_send(self):
-        """The next bytes to write (frames or packets joined, up to _most bytes), or None."""
-        out = self._out
-        if not out:
-            return None
-        self._spoke = True
-        return joined(out, self._most)
-
-    def next_event(self):
-        """The next event in what was received, or None until more comes in."""
-        events = self._events
-        while not events:
-            if not self._step():
-                break
-        return events.pop(0) if events else None
-
-    def _clock(self, now):
-        """(At a tick) When output was last taken and input last came: now, if since the last tick."""
-        if self._spoke:
-            self._spoke = False
-            self._sent_at = now
-        if self._heard:
-            self._heard = False
-            self._heard_at = now
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+RELEASED = "released"
+RETURNED = "returned"
+DELIVERED = "delivered"
+BACKLOG = "backlog"
+FLOW = "flow"
+BLOCKED = "blocked"
+UNBLOCKED = "unblocked"
+ENDED = "ended"

@@ -216,10 +216,7 @@ class Board:
         if machine.ran and not link.ended:
             link.send()
             link.flush()
-        if protocol.channel_open and not machine.ran and not protocol.awaiting:
-            step = machine.next_step()
-            if step is not None:
-                protocol.call(step[0], step[1])
+        link.set_up_next()
         reason = machine.check()
         if reason:
             self._link_ended(reason)

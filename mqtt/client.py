@@ -23,22 +23,19 @@ expiry (5.0), so the broker keeps a down bridge's subscription and its messages 
 link is down. p.channel_open is true once the broker accepted the CONNECT (and the
 subscriptions, down).
 
-Events, in the bridge's words (codec/upstream.py):
-
-- ("accepted", seq, False): the PUBACK of the message numbered seq (5.0: any reason code
-  below 0x80, "no matching subscribers" included: the broker took it);
-- ("rejected", seq, False, why): a 5.0 PUBACK with an error (0x87 not authorized...);
-- ("delivery", tag, exchange, routing key, header tail, body tail, body size): a delivery, as
-  the down machine takes it: to `exchange` (amq.topic, as this broker's MQTT front end
-  publishes) with the topic as routing key, the properties mapped as mqtt/publishing.py maps
-  a client's PUBLISH;
-- ("ended", reason, None): the login was refused, the broker disconnected, or sent what is not
-  MQTT.
+Events, in the bridge's words (codec/upstream.py): accepted, the PUBACK of the message
+numbered seq (5.0: any reason code below 0x80, "no matching subscribers" included: the broker
+took it); rejected, a 5.0 PUBACK with an error (0x87 not authorized...); delivered, a PUBLISH
+as the down machine takes it: to `exchange` (amq.topic, as this broker's MQTT front end
+publishes) with the topic as routing key, the properties mapped as mqtt/publishing.py maps a
+client's PUBLISH; ended, when the login was refused, the broker disconnected, or sent what is
+not MQTT.
 
 MicroPython-clean: a board's bridge to an MQTT cloud runs it (imported only by such a bridge).
 """
 
-from ..codec.upstream import NO_LIMIT, Upstream
+from ..codec.upstream import ACCEPTED, DELIVERED, ENDED, REJECTED
+from ..codec.upstream_client import NO_LIMIT, Upstream
 from ..codec.wire import text
 from ..core.content import tails
 from ..core.message import Message
@@ -228,9 +225,9 @@ class Protocol(Upstream):
                 return  # (not ours: a PUBACK the session held from before)
             self.in_flight.remove(seq)
             if code < 0x80:
-                self._events.append(("accepted", seq, False))
+                self._events.append((ACCEPTED, seq, False))
             else:
-                self._events.append(("rejected", seq, False, "PUBACK 0x%02x%s" % (code, _reason(buf, pos, end))))
+                self._events.append((REJECTED, seq, False, "PUBACK 0x%02x%s" % (code, _reason(buf, pos, end))))
         elif kind == PUBLISH:
             self._publish(first, buf, pos, end)
         elif kind == CONNACK:
@@ -287,10 +284,10 @@ class Protocol(Upstream):
             self._ids[tag] = packet_id
         exact = topic if b"." in topic else None  # (carried: mqtt/topics.py)
         header_tail, body_tail, size = tails(properties_091(qos, bool(first & 8), props, None, exact), payload)
-        self._events.append(("delivery", tag, self.exchange, routing_key(topic), header_tail, body_tail, size))
+        self._events.append((DELIVERED, tag, self.exchange, routing_key(topic), header_tail, body_tail, size))
 
     def _end(self, reason):
-        self._events.append(("ended", reason, None))
+        self._events.append((ENDED, reason, None))
         self.state = CLOSED
         self.channel_open = False
 

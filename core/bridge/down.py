@@ -1,8 +1,8 @@
 """A down bridge's decisions: an upstream queue brought here (commands).
 
 Its local side is core/bridge/inbox.py; the state, URIs and backoff are core/bridge/machine.py's.
-Per link, after the handshake: set-up (a passive declare of the upstream queue, whose message
-count is the backlog shown; basic.qos with prefetch; basic.consume), then each delivery is
+Per link, after the handshake: set-up (has-queue, the upstream queue checked, its count the
+backlog shown; prefetch; consume: codec/upstream.py's steps), then each delivery is
 published here (`delivered`: a refusal to send upstream at once, if any) and acked upstream
 once held here as promised (`to_ack`), in neutral words each client says in its protocol's
 (ack and nack: client/protocol.py, mqtt/client.py). A message that no local queue takes is refused
@@ -13,7 +13,6 @@ back off.
 Sans-IO and MicroPython-clean.
 """
 
-from ...codec import spec
 from .inbox import DROP, REQUEUE, Inbox
 from .machine import BridgeError, Machine
 
@@ -38,19 +37,15 @@ class DownMachine(Machine):
         if not self.settings["set_up"]:
             return []  # (the MQTT client subscribes once connected)
         queue = self.settings["queue"]
-        return [
-            (spec.QUEUE_DECLARE, (0, queue, True, False, False, False, False, None)),
-            (spec.BASIC_QOS, (0, self.prefetch, False)),
-            (spec.BASIC_CONSUME, (0, queue, "hutch.bridge." + self.name, False, False, False, False, None)),
-        ]
+        return [("has-queue", queue), ("prefetch", self.prefetch), ("consume", queue, "hutch.bridge." + self.name)]
 
     def link_opened(self, now):
         self.acked = 0
         self.refused = None
 
-    def replied(self, method_id, args):
-        if method_id == spec.QUEUE_DECLARE_OK:
-            self.upstream_backlog = args[1]
+    def backlog(self, count):
+        """The upstream queue's count, as its has-queue step was answered."""
+        self.upstream_backlog = count
 
     def delivered(self, tag, exchange, routing_key, header_tail, body_tail, body_size):
         """A delivery from upstream, published here: None (acked once held: to_ack), or

@@ -19,9 +19,12 @@ The driver's calls, in the order a link meets them:
                              local time of day in seconds)
     opened(now)              the socket is open: the handshake begins (connection_timeout)
     next_step()              once upstream's channel is open and no reply is awaited: the
-                             next set-up method (method_id, args) to call, or None: running
-    replied(method_id, args) upstream's reply to a set-up method (a 0-9-1 upstream's)
-    blocked(why), unblocked()  upstream holds back its publishers, or lets them go on
+                             next set-up step (codec/upstream.py's words), or None: running
+    in_cluster(name)         the node the link runs on says its cluster (or None)
+    EVENT(...)               each event upstream's client reads, by its word, as the method
+                             of that name (codec/upstream.py): accepted, rejected, released,
+                             returned, delivered, backlog, flow, blocked, unblocked; a
+                             direction that has no use for one ignores it
     tick(now, silent)        every tick: why the link must end now (missed heartbeats, no
                              answer to the handshake, the direction's watchdog), or None
     check()                  after each batch of events: why the link must end, or None
@@ -33,8 +36,8 @@ The driver's calls, in the order a link meets them:
     stop()                   the bridge's end
 
 and each direction's own: core/bridge/up.py (what to forward; accepted, rejected, released
-and returned: what upstream says of what was sent, in neutral words each protocol's driver
-translates to, server/bridges/driver.py; flow; the watchdog) and core/bridge/down.py (what to nack and ack upstream), which
+and returned: what upstream says of what was sent; flow; the watchdog) and core/bridge/down.py
+(delivered and backlog; what to nack and ack upstream), which
 also define the hooks this class calls (Machine's annotations: no defaults, each a function
 object a board would hold for nothing).
 
@@ -81,10 +84,9 @@ class Machine:
     link that stays silent. The directions fill in the hooks."""
 
     # The hooks each direction defines (annotations alone: nothing at run time).
-    set_up_steps: "Callable[[], list]"  # the set-up methods of a new link, in order
+    set_up_steps: "Callable[[], list]"  # the set-up steps of a new link, in order (codec/upstream.py's words)
     link_opened: "Callable[[int], None]"
     running: "Callable[[], None]"  # the set-up is done
-    replied: "Callable[[int, tuple], None]"  # upstream's reply to a set-up method
     stalled: "Callable[[int], str | None]"  # the direction's watchdog
     check: "Callable[[], str | None]"  # why the link must end now
     link_down: "Callable[[], None]"
@@ -116,7 +118,7 @@ class Machine:
         self.progressed = False  # a link of this round ran
         self.ran = False  # this link got through its set-up
         self.opened_at = 0
-        self.steps = []  # the set-up methods still to call on this link
+        self.steps = []  # the set-up steps still to take on this link
         self.upstream_blocked = False  # connection.blocked, until connection.unblocked
         self.always_connected = settings.get("always_connected", False)
         # the outage: links tried that did not run since one last ran, since when (ms), the
@@ -238,8 +240,8 @@ class Machine:
         self.link_opened(now)
 
     def next_step(self):
-        """(The channel is open, no reply awaited) The next set-up method to call, as
-        (method_id, args); None once all are done: the link runs."""
+        """(The channel is open, no reply awaited) The next set-up step (codec/upstream.py's
+        words); None once all are done: the link runs."""
         if self.state == CONNECTING:
             self.state = SETTING_UP
         if self.steps:
@@ -289,6 +291,12 @@ class Machine:
                 " prefer_first)" % (self.name, self.upstream, cluster, self.cluster),
             )
         self.cluster = cluster or self.cluster
+
+    def _ignored(self, *_):
+        """An event of the bridge's words (codec/upstream.py: each is the method that takes it)
+        that this direction has no use for: a down link's confirms, an up link's backlog."""
+
+    accepted = rejected = released = returned = flow = delivered = backlog = _ignored
 
     def blocked(self, why):
         """Upstream holds its publishers back (0-9-1's connection.blocked)."""

@@ -3,8 +3,8 @@
 Its local side is core/bridge/outbox.py (a stream's: core/bridge/streamout.py); the state,
 URIs and backoff are core/bridge/machine.py's. Per link, after the handshake:
 
-- set-up: `declare` (the destination exchange of its type, a queue bound to it: nothing has
-  to be set up upstream by hand), then confirm.select (ack_mode on-confirm);
+- set-up (codec/upstream.py's steps): `declare` (the destination exchange of its type, a queue
+  bound to it: nothing has to be set up upstream by hand), then confirm (ack_mode on-confirm);
 - running: `sendable(now)` says how many waiting messages may go now (none while upstream
   blocks the connection or pauses the channel; at most what max_rate and max_byte_rate
   allow: then `wake_ms` says when to ask again), `forward(publish, n)` hands them to the
@@ -29,7 +29,6 @@ as a basic.nack with the outcome as its fourth argument.
 Sans-IO and MicroPython-clean.
 """
 
-from ...codec import spec
 from ...codec.errors import Refused
 from ..session import MESSAGE
 from ..topology import add_binding, declare_queue
@@ -97,7 +96,7 @@ class UpMachine(Machine):
             return []  # (the 1.0 client attaches its link, MQTT's connects: each says what it took)
         steps = self._declarations()
         if self.settings["ack_mode"] == "on-confirm":
-            steps.append((spec.CONFIRM_SELECT, (False,)))
+            steps.append(("confirm",))
         return steps
 
     def _declarations(self):
@@ -110,14 +109,11 @@ class UpMachine(Machine):
         exchange = self.settings["exchange"] or ""
         steps = []
         if declare["exchange_type"]:
-            steps.append(
-                (spec.EXCHANGE_DECLARE, (0, exchange, declare["exchange_type"], False, True, False, False, False, None))
-            )
+            steps.append(("exchange", exchange, declare["exchange_type"]))
         if declare["queue"]:
-            arguments = declare.get("arguments")  # (a quorum queue: its x-queue-type)
-            steps.append((spec.QUEUE_DECLARE, (0, declare["queue"], False, True, False, False, False, arguments)))
+            steps.append(("queue", declare["queue"], declare.get("arguments")))  # (a quorum queue: x-queue-type)
             if exchange:
-                steps.append((spec.QUEUE_BIND, (0, declare["queue"], exchange, declare["binding_key"], False, None)))
+                steps.append(("bind", declare["queue"], exchange, declare["binding_key"]))
         return steps
 
     def link_opened(self, now):
@@ -179,9 +175,6 @@ class UpMachine(Machine):
             self.set_state(BLOCKED, " by upstream: channel.flow")
         else:
             self.set_state(RUNNING, " (upstream %s)" % self.upstream)
-
-    def replied(self, method_id, args):
-        pass  # (its set-up's replies say nothing it keeps)
 
     def returned(self, headers, code, text):
         """basic.return (the bridge publishes mandatory) of a message with these headers: its

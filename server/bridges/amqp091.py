@@ -1,19 +1,35 @@
-"""What a bridge over AMQP 0-9-1 adds to its driver (server/bridges/driver.py), loaded only by a bridge
-whose URIs speak 0-9-1:
+"""What a bridge over AMQP 0-9-1 adds to its driver (server/bridges/driver.py), loaded only by a
+bridge whose URIs speak 0-9-1:
 
     connect(bridge, uri, frame_max, now) -> (protocol, None)
 
 the sensor client's protocol (client/protocol.py) connecting, as BridgeProtocol: the same
-client, whose events come out in the bridge's words (codec/upstream.py). This module is the one
-place that knows 0-9-1's names for them: basic.ack and basic.nack are a confirm, a
-basic.deliver a delivery, basic.return a returned message, channel.flow and
-connection.blocked upstream's flow control, a close the link's end.
+client, whose events come out in the bridge's words and which takes its set-up steps in them
+(codec/upstream.py). This module is the one place that knows 0-9-1's names for them:
+basic.ack and basic.nack are accepted and rejected, a basic.deliver delivered, basic.return
+returned, queue.declare-ok's count the backlog, channel.flow and connection.blocked upstream's
+flow control, a close the link's end; a step is the synchronous method that does it.
+
+(The sensor client is not on codec/upstream.py's Upstream base, as the 1.0 and MQTT clients
+are: it is a sensor node's first, which runs without the bridge's modules, with a send buffer
+of its own that a board's node sizes once; the bridge speaks to it through this subclass.)
 """
 
 import struct
 
 from ...client.protocol import AMQPError, ChannelClosed, Message, Protocol
 from ...codec import spec
+from ...codec.upstream import (
+    ACCEPTED,
+    BACKLOG,
+    BLOCKED,
+    DELIVERED,
+    ENDED,
+    FLOW,
+    REJECTED,
+    RETURNED,
+    UNBLOCKED,
+)
 
 
 def connect(bridge, uri, frame_max, now):
@@ -32,8 +48,31 @@ def connect(bridge, uri, frame_max, now):
 
 
 class BridgeProtocol(Protocol):
-    """The 0-9-1 client, its events in the bridge's words. (One method, the words inline: each
-    function is an object in a board's heap.)"""
+    """The 0-9-1 client, its events and set-up steps in the bridge's words. (Two methods, the
+    words inline: each function is an object in a board's heap.)"""
+
+    def set_up(self, step):
+        """A set-up step (codec/upstream.py) sent as the method that does it; its reply is
+        awaited (self.awaiting) before the next."""
+        word = step[0]
+        if word == "exchange":
+            self.call(spec.EXCHANGE_DECLARE, (0, step[1], step[2], False, True, False, False, False, None))
+        elif word == "queue":
+            self.call(spec.QUEUE_DECLARE, (0, step[1], False, True, False, False, False, step[2]))
+        elif word == "bind":
+            self.call(spec.QUEUE_BIND, (0, step[1], step[2], step[3], False, None))
+        elif word == "confirm":
+            self.call(spec.CONFIRM_SELECT, (False,))
+        elif word == "has-exchange":  # (passive: its type is not checked)
+            self.call(spec.EXCHANGE_DECLARE, (0, step[1], "topic", True, False, False, False, False, None))
+        elif word == "has-queue":
+            self.call(spec.QUEUE_DECLARE, (0, step[1], True, False, False, False, False, None))
+        elif word == "prefetch":
+            self.call(spec.BASIC_QOS, (0, step[1], False))
+        elif word == "consume":
+            self.call(spec.BASIC_CONSUME, (0, step[1], step[2], False, False, False, False, None))
+        else:
+            raise ValueError("no set-up step %r over AMQP 0-9-1" % (word,))
 
     def next_event(self):
         while True:
@@ -42,7 +81,7 @@ class BridgeProtocol(Protocol):
                 return None
             if isinstance(event, Message):
                 if event.kind == spec.BASIC_RETURN:  # (up, mandatory: its confirm follows)
-                    return ("returned", event.properties.get("headers") or {}, event.reply_code, event.reply_text)
+                    return (RETURNED, event.properties.get("headers") or {}, event.reply_code, event.reply_text)
                 if event.kind != spec.BASIC_DELIVER:
                     continue  # (a basic.get-ok: the bridge never asks for one)
                 # down: a delivery, as the broker keeps one (content header and body as frame tails)
@@ -52,7 +91,7 @@ class BridgeProtocol(Protocol):
                     raw = struct.pack(">HHQH", 60, 0, len(body), 0)
                 exchange, key = event.exchange, event.routing_key
                 return (
-                    "delivery",
+                    DELIVERED,
                     event.delivery_tag,
                     exchange.encode() if isinstance(exchange, str) else exchange,
                     key.encode() if isinstance(key, str) else key,
@@ -67,16 +106,18 @@ class BridgeProtocol(Protocol):
                     why = "login refused"
                 else:
                     why = "upstream closed the connection"
-                return ("ended", "%s: %d %s" % (why, event.code, event.text), None)
+                return (ENDED, "%s: %d %s" % (why, event.code, event.text), None)
             method, args = event
             if method == spec.BASIC_ACK:
-                return ("accepted", args[0], args[1])
+                return (ACCEPTED, args[0], args[1])
             if method == spec.BASIC_NACK:
-                return ("rejected", args[0], args[1], "basic.nack")
+                return (REJECTED, args[0], args[1], "basic.nack")
+            if method == spec.QUEUE_DECLARE_OK:
+                return (BACKLOG, args[1])
             if method == spec.CHANNEL_FLOW:  # (flow-ok already answered by the protocol)
-                return ("flow", args[0])
+                return (FLOW, args[0])
             if method == spec.CONNECTION_BLOCKED:
-                return ("blocked", args[0] if args else "")
+                return (BLOCKED, args[0] if args else "")
             if method == spec.CONNECTION_UNBLOCKED:
-                return ("unblocked",)
-            return ("reply", method, args)
+                return (UNBLOCKED,)
+            # (the other replies, to the handshake and the set-up, say nothing the bridge keeps)

@@ -29,6 +29,7 @@ import random
 import sys
 import time
 
+from ...codec.upstream import ENDED
 from ...core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
 from ...ports.clock import Clock, sleep_ms
 from ...ports.interrupt import guarded
@@ -303,7 +304,6 @@ class _Link:
     async def read_loop(self):
         bridge = self.bridge
         machine = self.machine
-        protocol = self.protocol
         bridge.output.set()  # the protocol header
         ticker = bridge._task(self._tick_loop())
         try:
@@ -330,17 +330,25 @@ class _Link:
                     self.send()
                     self.flush()
                 bridge.output.set()
-                if protocol.channel_open and not machine.ran and not protocol.awaiting:
-                    step = machine.next_step()  # the set-up, one reply at a time; None: running
-                    if step is not None:
-                        protocol.call(step[0], step[1])
-                    else:
-                        machine.in_cluster(getattr(protocol, "server_cluster", None))
+                self.set_up_next()
                 reason = machine.check()
                 if reason:
                     raise LinkError(reason)
         finally:
             ticker.cancel()
+
+    def set_up_next(self):
+        """(Upstream's channel open, no reply awaited, the link not running yet) The machine's
+        next set-up step to the protocol; none left: the link runs, in the cluster its node
+        names."""
+        protocol = self.protocol
+        machine = self.machine
+        if protocol.channel_open and not machine.ran and not protocol.awaiting:
+            step = machine.next_step()
+            if step is not None:
+                protocol.set_up(step)
+            else:
+                machine.in_cluster(getattr(protocol, "server_cluster", None))
 
     async def _read(self):
         """Read into the protocol (its events are then taken): how many bytes came (0: the end).
@@ -361,8 +369,8 @@ class _Link:
         return size
 
     def _events(self):
-        """Each event the protocol has, in the bridge's words (codec/upstream.py), told to the
-        machine; the link's end raised."""
+        """Each event the protocol has, in the bridge's words (codec/upstream.py), handed to the
+        machine's method of that word; the link's end raised."""
         protocol = self.protocol
         machine = self.machine
         while True:
@@ -370,30 +378,13 @@ class _Link:
             if event is None:
                 return
             kind = event[0]
-            if kind == "accepted":
-                machine.accepted(event[1], event[2])
-            elif kind == "delivery":
-                refused = machine.delivered(event[1], event[2], event[3], event[4], event[5], event[6])
-                if refused is not None:
-                    protocol.nack(refused[0], refused[1])
-            elif kind == "rejected":
-                machine.rejected(event[1], event[2], event[3])
-            elif kind == "released":
-                machine.released(event[1], event[2], event[3])
-            elif kind == "reply":
-                machine.replied(event[1], event[2])
-            elif kind == "returned":
-                machine.returned(event[1], event[2], event[3])
-            elif kind == "flow":
-                machine.flow(event[1])
-            elif kind == "blocked":
-                machine.blocked(event[1])
-            elif kind == "unblocked":
-                machine.unblocked()
-            elif self.closed_at:  # ("ended",) the answer to the close of a renewal (server/bridges/amqp10.py)
-                raise Renewed()
-            else:  # ("ended", reason, condition)
+            if kind == ENDED:
+                if self.closed_at:  # the answer to the close of a renewal (server/bridges/amqp10.py)
+                    raise Renewed()
                 raise LinkError(event[1])
+            refused = getattr(machine, kind)(*event[1:])
+            if refused is not None:  # (delivered: what the machine refuses goes back upstream)
+                protocol.nack(refused[0], refused[1])
 
     def send(self):
         """What the machine says goes upstream now: up, the messages that may go, a slice at a

@@ -14,6 +14,7 @@ Loaded only by a bridge with prefer_first (server/bridges/config.py: up, amqp://
 import asyncio
 
 from ...codec import spec
+from ...codec.upstream import ENDED
 from ...ports.tcp import close_writer
 from . import amqp091
 
@@ -58,9 +59,9 @@ def passive_declare(settings):
     the queue its routing key names; None when the message's own exchange is used."""
     exchange = settings["exchange"]
     if exchange:
-        return spec.EXCHANGE_DECLARE, (0, exchange, "topic", True, False, False, False, False, None)
+        return ("has-exchange", exchange)
     if exchange == "" and settings["routing_key"]:
-        return spec.QUEUE_DECLARE, (0, settings["routing_key"], True, False, False, False, False, None)
+        return ("has-queue", settings["routing_key"])
     return None
 
 
@@ -77,7 +78,7 @@ def _probing(bridge, uri):
         return protocol, [], protocol.close  # DISCONNECT: the broker drops the clean session
     protocol = amqp091.connect(bridge, uri, frame_max, now)[0]
     declare = passive_declare(bridge.machine.settings)
-    steps = [(spec.CONFIRM_SELECT, (False,))] + ([declare] if declare is not None else [])  # type: list[tuple]
+    steps = [("confirm",)] + ([declare] if declare is not None else [])  # type: list[tuple]
     return protocol, steps, lambda: protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))
 
 
@@ -91,7 +92,7 @@ async def _set_up(bridge, uri, reader, writer):
             event = protocol.next_event()
             if event is None:
                 break
-            if event[0] == "ended":
+            if event[0] == ENDED:
                 raise ProbeRefused(event[1])
         _flush(protocol, writer)
         await writer.drain()
@@ -100,8 +101,7 @@ async def _set_up(bridge, uri, reader, writer):
                 goodbye()
                 _flush(protocol, writer)
                 return True
-            method, args = steps.pop(0)
-            protocol.call(method, args)
+            protocol.set_up(steps.pop(0))
             continue
         if pending:
             pending = pending[protocol.receive_data(pending) :]

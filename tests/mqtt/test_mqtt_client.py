@@ -101,7 +101,7 @@ def test_a_downlink_subscribes_and_pubacks_what_the_bridge_acked():
         )
     _pump(client, conn)
     deliveries = _events(client)
-    assert [d[:4] for d in deliveries] == [("delivery", n + 1, b"amq.topic", b"cmd.gw-1.valve") for n in range(3)]
+    assert [d[:4] for d in deliveries] == [("delivered", n + 1, b"amq.topic", b"cmd.gw-1.valve") for n in range(3)]
     _kind, tag, _exchange, _key, header_tail, body_tail, size = deliveries[1]
     assert body_tail[4:-1] == b"open 1" and size == 6
     assert b"\x01n" in header_tail  # (the user property, a header of the stored form)
