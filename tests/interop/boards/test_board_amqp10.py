@@ -13,10 +13,10 @@ import sys
 
 import pika
 import pytest
+from board_heap import heap_figures
 from brokers import RunningBroker, interrupt_between_collections, wait_until
 from proton import Message
 from proton.utils import BlockingConnection
-from test_board_memory import heap_figures
 
 from hutch.firmware import build
 

@@ -10,9 +10,9 @@ import os
 import sys
 
 import pytest
+from board_heap import heap_figures
+from bridging import consume_all, publish_confirmed, upstream_queue
 from brokers import BIN, RunningBroker, interrupt_between_collections, wait_until
-from interop.bridge.test_bridge import consume_all, publish_confirmed, upstream_queue
-from test_board_memory import heap_figures
 
 from hutch.firmware import build
 

@@ -17,9 +17,9 @@ import sys
 import time
 
 import pytest
+from board_heap import heap_figures, stop_board
 from brokers import RunningBroker, stop_all, wait_until
 from modbus_support import ModbusDevices, PtyPair, bound_queue, check_polls, drain, polls_by_device
-from test_board_memory import heap_figures, stop_board
 
 from hutch.firmware import build
 

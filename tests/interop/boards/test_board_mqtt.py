@@ -15,9 +15,9 @@ import sys
 
 import pika
 import pytest
+from board_heap import heap_figures, stop_board
 from brokers import BIN, RunningBroker, free_port, wait_until
 from micropython_env import micropython
-from test_board_memory import heap_figures, stop_board
 
 from hutch.firmware import build
 

@@ -10,122 +10,22 @@ import subprocess
 
 import pika
 import pytest
+from bridging import (
+    consume_all,
+    consume_every,
+    edge_with_bridge,
+    fresh_status,
+    publish_confirmed,
+    publish_during,
+    rabbitmq_url,
+    status,
+    toml,
+    upstream_count,
+    upstream_queue,
+)
 from brokers import BIN, RunningBroker, failed_attempts, free_port, interrupt_between_collections, stop_all, wait_until
-from windowed import publish_windowed
 
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def edge_with_bridge(tmp_path, bridge, name="edge", metrics_port=None):
-    """hutch serve with one [[bridge]] table (a dict), started (with a metrics port, if given)."""
-    folder = tmp_path / name
-    folder.mkdir()
-    config = folder / "hutch.toml"
-    metrics = "[metrics]\nport = %d\n" % metrics_port if metrics_port else ""
-    config.write_text(metrics + "[[bridge]]\n" + "".join("%s = %s\n" % (k, toml(v)) for k, v in bridge.items()))
-    return RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], folder).start()
-
-
-def toml(value):
-    if isinstance(value, dict):
-        return "{ %s }" % ", ".join("%s = %s" % (k, toml(v)) for k, v in value.items())
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"%s"' % value
-    if isinstance(value, list):
-        return "[%s]" % ", ".join(toml(v) for v in value)
-    return repr(value)
-
-
-def publish_confirmed(broker, queue, bodies, rate=None, window=200):
-    """bodies, persistent, each with its length in a header, all confirmed (windowed.py: at
-    most `window` of them unconfirmed; rate: at most that many a second)."""
-    messages = [(queue, body, pika.BasicProperties(delivery_mode=2, headers={"n": len(body)})) for body in bodies]
-    publish_windowed(broker.url, messages, window=window, rate=rate)
-
-
-def consume_all(url, queue, count, timeout=30):
-    """The bodies of count messages from queue (acked), in the order they came."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=500)
-    got = []
-    for method, properties, body in channel.consume(queue, inactivity_timeout=timeout):
-        if method is None:
-            break
-        got.append((body, properties.headers, properties.delivery_mode))
-        channel.basic_ack(method.delivery_tag)
-        if len(got) == count:
-            break
-    channel.cancel()
-    connection.close()
-    return got
-
-
-def consume_every(url, queue, bodies, timeout=90):
-    """What queue holds, consumed (and acked) until every one of bodies has come and a second
-    passes with nothing more (the copies a fault makes the bridge send again come before the
-    first copies that follow them), or until timeout seconds: a quiet spell alone is no end,
-    since a loaded machine's bridge may take many seconds to come back after a fault."""
-    import time
-
-    wanted = set(bodies)
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=500)
-    got = []
-    deadline = time.monotonic() + timeout
-    for method, properties, body in channel.consume(queue, inactivity_timeout=1):
-        if method is None:
-            if not wanted or time.monotonic() > deadline:
-                break
-            continue
-        got.append((body, properties.headers, properties.delivery_mode))
-        wanted.discard(body)
-        channel.basic_ack(method.delivery_tag)
-    channel.cancel()
-    connection.close()
-    return got
-
-
-def publish_during(edge, queue, thread, body, rate, at_least=0, most=100000, batch=500, after=None):
-    """Confirmed publishes to queue at the edge (publish_confirmed), rate a second in batches of
-    `batch`: at_least of them, and on for as long as thread (the fault injector) runs, up to
-    most, so that the faults fall on a busy bridge however long they take. body(i): the i-th
-    one's body; after(n): called after the n-th batch. The bodies published, in order."""
-    bodies = []
-    while len(bodies) < at_least or (thread.is_alive() and len(bodies) < most):
-        more = [body(i) for i in range(len(bodies), len(bodies) + batch)]
-        publish_confirmed(edge, queue, more, rate=rate)
-        if after is not None:
-            after(len(bodies) // batch)
-        bodies += more
-    return bodies
-
-
-def upstream_count(url, name):
-    """How many messages queue `name` holds (a passive declare)."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        return connection.channel().queue_declare(name, passive=True).method.message_count
-    finally:
-        connection.close()
-
-
-def upstream_queue(url, name, purge=True):
-    """The durable queue name upstream; purged of an earlier test's messages unless purge is
-    false (an upstream that a running bridge already forwards to: the purge would take some)."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.queue_declare(name, durable=True)
-    if purge:
-        channel.queue_purge(name)
-    connection.close()
-
-
-def rabbitmq_url(rabbitmq):
-    return "amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port
 
 
 def test_an_up_bridge_forwards_every_confirmed_message_to_rabbitmq_in_order(tmp_path, rabbitmq):
@@ -772,7 +672,7 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
             upstream.start()
             # everything is upstream: the window again (dropped) and the rest after it
             wait_until(lambda k=kill: upstream_count(upstream.url, "central") == (k + 1) * 1500, timeout=60)
-            dropped.append(_fresh_status(upstream)["duplicates_dropped"])
+            dropped.append(fresh_status(upstream)["duplicates_dropped"])
         got = consume_all(upstream.url, "central", 10**9, timeout=3)
     finally:
         stop_all(edge, proxy, upstream)
@@ -786,31 +686,6 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
     # a window killed before its sync is lost upstream and simply taken again; the 0.3 s makes
     # that rare, and at least one restart must have had duplicates to drop
     assert max(dropped) > 0, dropped
-
-
-def _fresh_status(broker):
-    """status.json as this start of the broker wrote it from now on (the one its killed
-    predecessor left may still be there)."""
-    import time
-
-    since = time.time()
-    wait_until(
-        lambda: _status(broker).get("pid") == broker.proc.pid and _status(broker)["written_at"] > since,
-        timeout=30,
-        what="status.json",
-    )
-    return _status(broker)
-
-
-def _status(broker):
-    """The broker's status.json (what `hutch ctl status` reads), {} before it is written."""
-    import json
-
-    try:
-        with open(os.path.join(broker.data, "status.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def test_amqps_checks_upstreams_certificate_and_forwards_over_tls(tmp_path, rabbitmq):
@@ -1104,7 +979,7 @@ def test_a_stream_source_forwards_every_record_once_in_order_through_restarts_an
         publish_confirmed(edge, "events", bodies[:1000])
         wait_until(lambda: upstream_count(upstream.url, "central") == 1000, timeout=60, what="the first 1000")
         wait_until(
-            lambda: [b.get("confirmed_offset") for b in _status(edge).get("bridges", [])] == [999],
+            lambda: [b.get("confirmed_offset") for b in status(edge).get("bridges", [])] == [999],
             timeout=30,
             what="the confirmed offset in status.json",
         )
@@ -1117,7 +992,7 @@ def test_a_stream_source_forwards_every_record_once_in_order_through_restarts_an
         # their confirms are back at the edge before the replies are muted: a confirm still on
         # its way would keep its record in the window, and the window upstream short of 100
         wait_until(
-            lambda: [b.get("confirmed_offset") for b in _status(edge).get("bridges", [])] == [1999],
+            lambda: [b.get("confirmed_offset") for b in status(edge).get("bridges", [])] == [1999],
             timeout=30,
             what="the confirmed offset in status.json",
         )

@@ -14,16 +14,16 @@ import threading
 import time
 
 import pytest
-from brokers import BIN, RunningBroker, failed_attempts, wait_until
-from test_bridge import (
-    _fresh_status,
+from bridging import (
     consume_all,
     consume_every,
     edge_with_bridge,
+    fresh_status,
     publish_confirmed,
     publish_during,
     upstream_queue,
 )
+from brokers import BIN, RunningBroker, failed_attempts, wait_until
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -96,7 +96,7 @@ def test_a_1_0_bridge_forwards_to_rabbitmq_3_10_through_its_v1_addresses(tmp_pat
 
 
 def _backlog_empty(edge):
-    bridge = _fresh_status(edge)["bridges"][0]
+    bridge = fresh_status(edge)["bridges"][0]
     return bridge["backlog"] == 0 and bridge["in_flight"] == 0
 
 
@@ -120,7 +120,7 @@ def test_a_v2_address_refused_by_rabbitmq_3_10_is_logged_and_retried_with_nothin
         log = edge.log()
         assert "upstream ended the session: amqp:invalid-field" in log, log[-3000:]
         assert "/exchanges/amq.topic/x" in log
-        status = _fresh_status(edge)["bridges"][0]
+        status = fresh_status(edge)["bridges"][0]
         assert status["backlog"] == 20 and status["forwarded"] == 0
     finally:
         edge.stop()
@@ -146,7 +146,7 @@ def test_rabbitmq_3_10_accepts_over_1_0_what_it_cannot_route(tmp_path, rabbitmq)
     )
     try:
         publish_confirmed(edge, "unroutable10", [b"gone-%d" % i for i in range(10)])
-        wait_until(lambda: _fresh_status(edge)["bridges"][0]["forwarded"] == 10, timeout=30, what="10 accepted")
+        wait_until(lambda: fresh_status(edge)["bridges"][0]["forwarded"] == 10, timeout=30, what="10 accepted")
         assert "refused" not in edge.log()
     finally:
         edge.stop()

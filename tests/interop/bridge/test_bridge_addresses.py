@@ -15,8 +15,8 @@ import socket
 import subprocess
 
 import pytest
+from bridging import consume_all, edge_with_bridge, publish_confirmed, upstream_queue
 from brokers import BIN, RunningBroker, free_port
-from test_bridge import consume_all, edge_with_bridge, publish_confirmed, upstream_queue
 
 pytestmark = [pytest.mark.timeout(120)]
 

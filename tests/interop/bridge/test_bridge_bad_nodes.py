@@ -10,8 +10,8 @@ import re
 
 import pika
 import pytest
+from bridging import consume_all, edge_with_bridge, publish_confirmed, rabbitmq_url, upstream_queue
 from brokers import BIN, RunningBroker, stop_all, wait_until
-from test_bridge import consume_all, edge_with_bridge, publish_confirmed, rabbitmq_url, upstream_queue
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -9,8 +9,8 @@ import subprocess
 
 import pika
 import pytest
+from bridging import consume_every, edge_with_bridge, upstream_queue
 from brokers import BIN, RunningBroker, wait_until
-from test_bridge import consume_every, edge_with_bridge, upstream_queue
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -101,8 +101,8 @@ def test_an_alarm_is_raised_and_cleared_once_each_and_shown_on_metrics(tmp_path)
     warning line and hutch_bridge_alarm 1; cleared once upstream took the backlog, one line and 0."""
     import urllib.request
 
+    from bridging import toml
     from brokers import free_port
-    from test_bridge import toml
 
     up_folder = tmp_path / "up"
     up_folder.mkdir()

@@ -21,8 +21,8 @@ import urllib.parse
 
 import pika
 import pytest
+from bridging import edge_with_bridge
 from brokers import free_port, wait_until
-from test_bridge import edge_with_bridge
 from test_bridge_soak import BRIDGE, PREFETCH, RUNNING, UPSTREAM_QUEUE, URI_OPTIONS, Publisher, Soak, seeded
 
 pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300)]

@@ -22,10 +22,10 @@ from urllib.parse import quote
 
 import pytest
 from amqp10_sections import sections
+from bridging import edge_with_bridge, publish_confirmed
 from brokers import failed_attempts, wait_until
 from cryptography import x509
 from cryptography.x509.oid import NameOID
-from test_bridge import edge_with_bridge, publish_confirmed
 from tls_certs import Certificates
 
 from hutch.amqp10 import spec

@@ -9,10 +9,10 @@ import time
 
 import pika
 import pytest
+from bridging import edge_with_bridge
 from brokers import free_port, wait_until
 from mqtt_brokers import Paho, start_mosquitto, stop
 from tcp_proxy import TcpProxy
-from test_bridge import edge_with_bridge
 from windowed import PERSISTENT, publish_windowed
 
 pytestmark = [pytest.mark.timeout(300)]

@@ -9,8 +9,8 @@ import threading
 
 import pika
 import pytest
+from bridging import consume_every, publish_confirmed, toml, upstream_queue
 from brokers import BIN, RunningBroker, wait_until
-from test_bridge import consume_every, publish_confirmed, toml, upstream_queue
 
 pytestmark = [pytest.mark.timeout(180)]
 

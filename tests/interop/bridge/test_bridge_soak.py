@@ -37,9 +37,9 @@ import time
 
 import pika
 import pytest
+from bridging import edge_with_bridge, rabbitmq_url, upstream_queue
 from brokers import BIN, RunningBroker, wait_until
 from tcp_proxy import TcpProxy
-from test_bridge import edge_with_bridge, rabbitmq_url, upstream_queue
 from windowed import PACE, confirming_connection
 
 FAULTS_PER_KIND = int(os.environ.get("HUTCH_SOAK_FAULTS", "4"))

@@ -9,8 +9,8 @@ import time
 
 import pika
 import pytest
+from bridging import publish_confirmed, toml, upstream_queue
 from brokers import BIN, RunningBroker, wait_until
-from test_bridge import publish_confirmed, toml, upstream_queue
 
 pytestmark = [pytest.mark.timeout(180)]
 
