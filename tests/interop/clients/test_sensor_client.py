@@ -20,7 +20,7 @@ import threading
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, pika_connection
+from brokers import BIN, RunningBroker, pika_connection, says_listening, wait_until
 from micropython_env import ROOT, micropython, node_root, serve_env
 from sensor.sensor_node import body
 from tls_certs import Certificates
@@ -447,7 +447,8 @@ def test_tls_with_the_broker_verified_and_the_node_s_certificate(node, tmp_path)
     tls_options = ["--tls-port", str(tls_port), "--certfile", certs.server.cert, "--keyfile", certs.server.key]
     tls_options += ["--cacertfile", certs.ca, "--verify-peer", "--fail-if-no-peer-cert"]
     broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)] + tls_options, tmp_path)
-    broker.start()
+    broker.start()  # (it waits for the plain listener; the TLS one opens after it)
+    wait_until(lambda: says_listening(broker.log(), tls_port, tls=True), 30, what="the TLS listener")
     try:
         lines = node.run("sensor_node.py", "tls", tls_port, certs.ca, device.cert, device.key, stranger.ca, "tls-q")
     finally:
