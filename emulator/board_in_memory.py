@@ -135,8 +135,8 @@ class Board:
         self.runtime = runtime
         self.broker = broker
         self.fronts["amqp"] = FrontEnds(runtime)
-        if opts["mqtt_settings"] is not None:  # (as a board whose config serves MQTT starts it)
-            startup.serve_mqtt(broker, opts["mqtt_settings"])
+        startup.serve_front_ends(broker, opts["front_ends"])  # (as a board whose config serves MQTT starts it)
+        if "mqtt" in opts["front_ends"]:
             self.fronts["mqtt"] = FrontEnds(runtime, "mqtt")
         if runtime.bridges:
             self.bridge = runtime.bridges[0]

@@ -18,6 +18,7 @@ package(
         "qos2.py",
         "qos2_out.py",
         "retained.py",
+        "serving.py",
         "session.py",
         "shared.py",
         "topics.py",

@@ -25,7 +25,7 @@ The figures are the broker's, every protocol's together (core/counters.py, core/
     load/messages/received/1min, 5min, 15min    per minute, moving averages over those spans
     load/messages/sent/..., load/publish/dropped/..., load/connections/...
 
-CPython only (server/startup.py serve_mqtt): a board publishes none, and its bundle leaves this
+CPython only (mqtt/serving.py): a board publishes none, and its bundle leaves this
 module out. Bytes are not among them: the broker does not count them.
 """
 

@@ -9,17 +9,12 @@ bind:port) and the serial links are handed a FrontEnds: their connection factory
 
 A client's first octets are its protocol header, and they choose the front end: FrontEnds
 says, per listener protocol, which front end takes which header.
+
+Which front end serves a listener's protocol, and which claims which header, is
+server/listeners.py's table.
 """
 
 from ..amqp091.connection import Connection
-
-# A listener's protocol, named as RabbitMQ names its listeners ("amqp": AMQP on TCP) -> what its
-# listener says it serves. On an AMQP listener 0-9-1's front end takes every header by default:
-# its handshake answers a header it does not speak with its own and hangs up, as RabbitMQ does
-# (amqp091/handshake.py). AMQP 1.0 claims its headers where the runtime serves it
-# (runtime.amqp10, from the settings); a board that does not keeps nothing for 1.0 in its heap.
-# An MQTT listener's clients are MQTT's (mqtt/), whose CONNECT comes without a header to sniff.
-PROTOCOLS = {"amqp": "AMQP 0-9-1", "mqtt": "MQTT"}
 
 
 class FrontEnds:
@@ -38,21 +33,20 @@ class FrontEnds:
         self.clock = runtime.clock
         self.default = Connection
         self.claims = {}  # {header: the front end that claims it}
-        self.title = PROTOCOLS[protocol]  # what it serves, for the listener's log line
-        if protocol == "mqtt":
-            from .. import mqtt  # pyright: ignore[reportMissingImports] (loaded where MQTT is served: server/startup.py)
+        from .listeners import CLAIMS, LISTENERS, PACKAGE, TITLE, front_end  # (a board forgets it once started)
 
-            self.default = mqtt.new_connection  # (MQTT has no protocol header to sniff: CONNECT says)
-            if websocket is not None:  # ({"path", "origins"}: ports/websocket.py, CPython only)
-                from ..ports.websocket import WebSocketFraming  # pyright: ignore[reportMissingImports] (host only)
+        row = LISTENERS[protocol]
+        self.title = row[TITLE]  # what it serves, for the listener's log line
+        if row[PACKAGE] is not None:  # (its connection module is loaded with its first client)
+            self.default = front_end(row[PACKAGE], "new_connection")
+        if websocket is not None:  # ({"path", "origins"}: ports/websocket.py, CPython only)
+            from ..ports.websocket import WebSocketFraming  # pyright: ignore[reportMissingImports] (host only)
 
-                self.default = _framed(mqtt.new_connection, WebSocketFraming, websocket)
-                self.title += " over WebSocket"
-        elif protocol == "amqp" and runtime.amqp10:
-            from .. import amqp10  # (its connection module is loaded with the first 1.0 client)
-
-            for header in amqp10.HEADERS:
-                self.claims[header] = amqp10.new_connection
+            self.default = _framed(self.default, WebSocketFraming, websocket)
+            self.title += " over WebSocket"
+        if row[CLAIMS] is not None and runtime.amqp10:
+            for header in front_end(row[CLAIMS], "HEADERS"):
+                self.claims[header] = front_end(row[CLAIMS], "new_connection")
             self.title += " and 1.0"
 
     def received(self, client, data):

@@ -12,6 +12,7 @@ package(
         "config.py",
         "definitions.py",
         "frontends.py",
+        "listeners.py",
         "monitoring.py",
         "options.py",
         "readable.py",

@@ -148,7 +148,7 @@ def settings(args):
         # without one loads none of it (and `hutch serve --metrics-port` sets its port)
         "metrics": _metrics(args, data, path),
         "amqp10": _amqp10(server, profile, path),
-        "mqtt_settings": _mqtt(args, data, path, listeners),
+        "front_ends": _front_end_settings(args, data, path, listeners),
     }
 
 
@@ -272,14 +272,14 @@ def _listeners(args, server, data, path):
             raise config.ConfigError(
                 "%s: [server] bind/port and [[listener]] both say where to listen: keep one" % path
             )
-        from .frontends import PROTOCOLS  # (here, not at the top: a board starts with less in its heap)
+        from .listeners import LISTENERS  # (here, not at the top: a board starts with less in its heap)
 
         for table in tables:
             protocol = table.get("protocol", "amqp")
-            if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+            if not isinstance(protocol, str) or protocol not in LISTENERS:
                 raise config.ConfigError(
                     "%s: unknown protocol %r in [[listener]] (known: %s)"
-                    % (path, table["protocol"], ", ".join(PROTOCOLS))
+                    % (path, table["protocol"], ", ".join(LISTENERS))
                 )
         listeners = _checked_listeners(tables, path)
     if listeners is None or args.bind is not None or args.port is not None:
@@ -300,17 +300,22 @@ def _listeners(args, server, data, path):
     return listeners
 
 
-def _mqtt(args, data, path, listeners):
-    """The [mqtt] settings (mqtt/connection.py Serving's), checked, where a listener serves MQTT;
-    None where none does (a board then holds nothing of MQTT)."""
-    table = data.get("mqtt") or {}
-    if not any(listener["protocol"] == "mqtt" for listener in listeners):
-        return None
-    found = {}
-    for key in schema.keys_of("mqtt"):
-        default = schema.row_of("mqtt", key)[schema.DEFAULT]
-        found[key] = _checked(args, table, path, key, default, "mqtt")
-    return found
+def _front_end_settings(args, data, path, listeners):
+    """{section: its settings, checked} of each front end a listener serves that has a section
+    of its own (server/frontends.py LISTENERS: [mqtt], mqtt/connection.py Serving's); none for
+    the others (a board then holds nothing of them)."""
+    from .listeners import LISTENERS, SECTION
+
+    out = {}
+    for listener in listeners:
+        section = LISTENERS[listener["protocol"]][SECTION]
+        if section is not None and section not in out:
+            table = data.get(section) or {}
+            found = out[section] = {}
+            for key in schema.keys_of(section):
+                default = schema.row_of(section, key)[schema.DEFAULT]
+                found[key] = _checked(args, table, path, key, default, section)
+    return out
 
 
 def _tls_options(args, server):
@@ -338,21 +343,20 @@ def _tls_options(args, server):
     }
 
 
-# A listener's port when its table names none: (plain, with TLS), as RabbitMQ's are.
-DEFAULT_PORTS = {"amqp": (5672, 5671), "mqtt": (1883, 8883), "mqtt over websocket": (8083, 8084)}
-
-
 def _checked_listeners(tables, path, checked=(), named=None):
     """The listeners of these tables after those already checked (two on one port: refused).
     named(key): how an error names a table's port or bind ("--port", "hutch.toml: [server]
     bind"); by default the file's [[listener]] number N, or --tls-port's."""
+    from .listeners import LISTENERS, PORTS, WEBSOCKET
+
     listeners = list(checked)
     for n, table in enumerate(tables, 1):
         bind = schema.check("address", table.get("bind", "0.0.0.0"), _listener_where(named, table, path, n, "bind"))
         tls = table.get("tls")
         protocol = table.get("protocol", "amqp")
         websocket = _websocket(table, protocol, path, n)
-        ports = DEFAULT_PORTS["mqtt over websocket" if websocket is not None else protocol]
+        row = LISTENERS[protocol]  # (its default ports, plain and with TLS, as RabbitMQ's are)
+        ports = row[WEBSOCKET] if websocket is not None else row[PORTS]
         port = table.get("port", ports[0 if tls is None else 1])
         schema.check("port", port, _listener_where(named, table, path, n, "port"))
         for other in listeners:
@@ -368,16 +372,21 @@ def _checked_listeners(tables, path, checked=(), named=None):
 
 
 def _websocket(table, protocol, path, n):
-    """A listener's WebSocket settings ({"path", "origins"}), checked, or None: it serves MQTT
-    over WebSocket where `websocket = true` (ports/websocket.py)."""
+    """A listener's WebSocket settings ({"path", "origins"}), checked, or None: it serves its
+    front end over WebSocket where `websocket = true` (ports/websocket.py), if its row in
+    server/frontends.py LISTENERS has WebSocket ports (MQTT's)."""
     where = "%s: [[listener]] #%d" % (path, n)
     if not schema.check("bool", table.get("websocket", False), lambda: where + " websocket"):
         for key in ("path", "allowed_origins"):
             if key in table:
                 raise config.ConfigError("%s %s: a key of a listener with websocket = true" % (where, key))
         return None
-    if protocol != "mqtt":
-        raise config.ConfigError('%s websocket: MQTT is served over WebSocket (protocol = "mqtt")' % where)
+    from .listeners import LISTENERS, TITLE, WEBSOCKET
+
+    if LISTENERS[protocol][WEBSOCKET] is None:
+        served = ["%s is served over WebSocket (protocol = \"%s\")" % (row[TITLE], name)
+                  for name, row in LISTENERS.items() if row[WEBSOCKET]]  # fmt: skip
+        raise config.ConfigError("%s websocket: %s" % (where, "; ".join(served)))
     if sys.implementation.name == "micropython":
         raise config.ConfigError("%s websocket: WebSocket is not in this board's firmware" % where)
     served = table.get("path")

@@ -31,7 +31,7 @@ async def serve(opts, log, stop_event):
         startup.forget_folder(made)
         raise
     startup = None
-    forget("hutch.server.startup", "hutch.server.bridges.setup")
+    forget("hutch.server.startup", "hutch.server.bridges.setup", "hutch.server.listeners")
     try:
         await runtime.run()
     finally:

@@ -177,8 +177,7 @@ async def start(opts, log, stop_event):
         opts["data"], runtime, opts["user_origins"]
     )  # (after the bridges: it shows them)
     runtime.amqp10 = opts["amqp10"]
-    if opts["mqtt_settings"] is not None:  # a listener serves MQTT: its [mqtt] settings, before any client
-        serve_mqtt(broker, opts["mqtt_settings"])
+    serve_front_ends(broker, opts["front_ends"])  # ([mqtt]'s, where a listener serves MQTT)
     await start_listeners(runtime, opts["listeners"], opts["read_size"], tls)
     if opts["metrics"] is not None:
         from .monitoring import start  # (only with a metrics port)
@@ -230,33 +229,26 @@ def heap_too_small():
     )
 
 
-def serve_mqtt(broker, mqtt):
-    """The MQTT front end set up from its [mqtt] settings (mqtt/connection.py Serving), or a
-    StartError where the firmware holds none of it."""
-    try:
-        from ..mqtt.connection import Serving  # pyright: ignore[reportMissingImports] (in a board's bundle when asked)
-    except ImportError:
-        raise StartError(
-            "MQTT is not in this board's firmware: build it with python -m hutch.firmware.build --mqtt "
-            "(hutch flash does, for a config that serves MQTT)",
-            2,
-        )
-    serving = broker.front_ends["mqtt"] = Serving(
-        mqtt["exchange"].encode(),
-        mqtt["prefetch"],
-        mqtt["max_session_expiry"],
-        mqtt["max_keep_alive"],
-        (mqtt["sensor_id_field"], mqtt["sensor_seq_field"]),
-    )
-    if sys.implementation.name != "micropython":  # (host only: a board loads neither)
-        from ..mqtt.runs import parse  # pyright: ignore[reportMissingImports]
+def serve_front_ends(broker, front_ends):
+    """Each front end a listener serves that has settings of its own (options: {section:
+    settings}) set up from them before any client comes (its package's serving.serve: mqtt/),
+    or a StartError where the firmware holds none of it."""
+    from .listeners import FEATURE, LISTENERS, PACKAGE, ROOT, SECTION, TITLE, front_end
 
-        # (Connection.parse reads with it: runs of QoS 0 PUBLISHes; a board's Serving has no such attribute)
-        serving.parse = parse  # pyright: ignore[reportAttributeAccessIssue]
-        if mqtt["sys_interval"]:
-            from ..mqtt.sys_topics import SysTopics  # pyright: ignore[reportMissingImports]
-
-            broker.tickers = tuple(broker.tickers) + (SysTopics(broker, serving, mqtt["sys_interval"]),)
+    for row in LISTENERS.values():
+        settings = front_ends.get(row[SECTION]) if row[SECTION] is not None else None
+        if settings is None:
+            continue
+        try:
+            serve = front_end(row[PACKAGE] + ".serving", "serve")
+        except ImportError:
+            raise StartError(
+                "%s is not in this board's firmware: build it with python -m hutch.firmware.build --%s "
+                "(hutch flash does, for a config that serves it)" % (row[TITLE], row[FEATURE]),
+                2,
+            )
+        serve(broker, settings)
+        forget(ROOT + row[PACKAGE] + ".serving")  # (a board needs it no more)
 
 
 async def start_listeners(runtime, listeners, read_size, tls=None):

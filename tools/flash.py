@@ -100,8 +100,13 @@ def served_front_ends(settings):
     data = json.loads(settings) if settings is not None else {}
     server = data.get("server") or {}
     listeners = data.get("listener") or []
-    mqtt = server.get("mqtt") is True or server.get("mqtt_port") is not None
-    mqtt = mqtt or any(isinstance(one, dict) and one.get("protocol") == "mqtt" for one in listeners)
+    from ..server.listeners import FEATURE, LISTENERS
+
+    # the features the [[listener]]s' protocols need (server/listeners.py LISTENERS: FEATURE)
+    features = {
+        LISTENERS.get(one.get("protocol", "amqp"), (None,) * 7)[FEATURE] for one in listeners if isinstance(one, dict)
+    }
+    mqtt = server.get("mqtt") is True or server.get("mqtt_port") is not None or "mqtt" in features
     mqtt = mqtt or any(_speaks_mqtt(bridge) for bridge in data.get("bridge") or [] if isinstance(bridge, dict))
     return server.get("amqp10") is True, mqtt, bool(data.get("device"))
 
