@@ -47,6 +47,20 @@ def connect(bridge, uri, frame_max, now):
     return protocol, None
 
 
+def probing(bridge, uri, frame_max, now):
+    """prefer_first's probe of uri (server/bridges/probe.py): (the protocol connecting, its
+    set-up steps: confirm, and a passive declare of what the bridge sends to, its exchange or
+    the queue the default exchange routes its routing key to; the goodbye)."""
+    protocol = connect(bridge, uri, frame_max, now)[0]
+    settings = bridge.machine.settings
+    steps = [("confirm",)]  # type: list[tuple]
+    if settings["exchange"]:
+        steps.append(("has-exchange", settings["exchange"]))
+    elif settings["exchange"] == "" and settings["routing_key"]:
+        steps.append(("has-queue", settings["routing_key"]))
+    return protocol, steps, lambda: protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))
+
+
 class BridgeProtocol(Protocol):
     """The 0-9-1 client, its events and set-up steps in the bridge's words. (Two methods, the
     words inline: each function is an object in a board's heap.)"""

@@ -451,6 +451,7 @@ def _protocol(table, uris, where):
     protocol = named[0] if named else protocol or "0-9-1"
     for uri in uris:
         uri["protocol"] = protocol
+        uri["driver"] = upstreams.DRIVERS[protocol]  # (the module that connects it: driver.py)
         if protocol == "0-9-1" and uri["auth_mechanism"] == "ANONYMOUS":
             raise ConfigError("%s: auth_mechanism=anonymous in '%s' is AMQP 1.0's only" % (where, uri["uri"]))
         if protocol == "mqtt" and (uri["vhost"] != "/" or uri["auth_mechanism"] != "PLAIN" or uri["frame_max"]):

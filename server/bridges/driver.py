@@ -227,16 +227,14 @@ class Bridge:
         # the largest frame either way: the URI's, else the broker's own (a board's is small:
         # the protocol's receive buffer is that large)
         frame_max = uri["frame_max"] or self.broker.limits.frame_max
-        speaks = uri["protocol"]  # (server/bridges/upstreams.py: the protocols a bridge speaks)
-        if speaks == "1.0":
-            from . import amqp10 as driver
-        elif speaks == "mqtt":
-            from . import mqtt as driver
-        else:
-            from . import amqp091 as driver
-        protocol, login = driver.connect(self, uri, frame_max, now)
+        protocol, login = self.protocol_driver(uri).connect(self, uri, frame_max, now)
         self.machine.opened(now)
         return protocol, login
+
+    def protocol_driver(self, uri):
+        """The module that speaks uri's protocol upstream (server/bridges/upstreams.py DRIVERS:
+        amqp091, amqp10 or mqtt), imported now: a board loads only its bridges'."""
+        return __import__(__name__[: -len("driver")] + uri.get("driver", "amqp091"), None, None, ("connect",))
 
     async def addresses(self, uri):
         """The addresses of the URI's host, each tried in turn before the next URI (a name with

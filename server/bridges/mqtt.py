@@ -33,3 +33,11 @@ def connect(bridge, uri, frame_max, now, probe=False):
         clean=probe,
     )
     return protocol, None
+
+
+def probing(bridge, uri, frame_max, now):
+    """prefer_first's probe of uri (server/bridges/probe.py): (the protocol connecting, no set-up
+    steps: the CONNACK is the answer; the goodbye, a DISCONNECT: the broker drops the clean
+    session)."""
+    protocol = connect(bridge, uri, frame_max, now, probe=True)[0]
+    return protocol, [], protocol.close

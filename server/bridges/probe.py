@@ -13,10 +13,8 @@ Loaded only by a bridge with prefer_first (server/bridges/config.py: up, amqp://
 
 import asyncio
 
-from ...codec import spec
 from ...codec.upstream import ENDED
 from ...ports.tcp import close_writer
-from . import amqp091
 
 READ_SIZE = 16384
 TYPE_CHECKING = False
@@ -54,32 +52,13 @@ class ProbeRefused(Exception):
     """Upstream ended the probe's connection or channel: why."""
 
 
-def passive_declare(settings):
-    """The passive declare of what the bridge sends to: its exchange, or (the default exchange)
-    the queue its routing key names; None when the message's own exchange is used."""
-    exchange = settings["exchange"]
-    if exchange:
-        return ("has-exchange", exchange)
-    if exchange == "" and settings["routing_key"]:
-        return ("has-queue", settings["routing_key"])
-    return None
-
-
 def _probing(bridge, uri):
     # type: (Any, dict) -> tuple[Any, list, Any]
-    """(the protocol connecting, the calls after its handshake, what says goodbye on it): one
-    protocol or the other, which the probe drives alike."""
+    """(the protocol connecting, the set-up steps after its handshake, what says goodbye on it):
+    its protocol's driver says (probing() of server/bridges/amqp091.py or mqtt.py), and the probe
+    drives each alike."""
     frame_max = uri["frame_max"] or bridge.broker.limits.frame_max
-    now = bridge.clock.now_ms()
-    if uri["protocol"] == "mqtt":
-        from . import mqtt  # (an MQTT bridge's: loaded by it only)
-
-        protocol = mqtt.connect(bridge, uri, frame_max, now, probe=True)[0]
-        return protocol, [], protocol.close  # DISCONNECT: the broker drops the clean session
-    protocol = amqp091.connect(bridge, uri, frame_max, now)[0]
-    declare = passive_declare(bridge.machine.settings)
-    steps = [("confirm",)] + ([declare] if declare is not None else [])  # type: list[tuple]
-    return protocol, steps, lambda: protocol.send(spec.CONNECTION_CLOSE, (200, "hutch bridge probe done", 0, 0))
+    return bridge.protocol_driver(uri).probing(bridge, uri, frame_max, bridge.clock.now_ms())
 
 
 async def _set_up(bridge, uri, reader, writer):

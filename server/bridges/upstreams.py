@@ -8,13 +8,15 @@
     CREDIT   the protocols whose links forward no more than the client's room(): AMQP 1.0's
              link credit, MQTT's window of unacknowledged publishes (0-9-1's is the machine's
              prefetch)
-    SET_UP   the protocols whose links the machine sets up with 0-9-1 methods (core/bridge/up.py
-             and down.py: declares, qos, consume, confirm.select); the others' clients attach
-             or subscribe by themselves once connected
+    SET_UP   the protocols whose links take the machine's set-up steps (codec/upstream.py:
+             declares, prefetch, consume, confirm); the others' clients attach or subscribe by
+             themselves once connected
+    DRIVERS  the module of server/bridges/ that connects a link of it and probes an earlier
+             URI (prefer_first): connect(bridge, uri, frame_max, now) and probing(bridge, uri)
 
 server/bridges/config.py checks URIs with these and copies credit and set_up into each bridge's
-settings, so the machine and the driver read a flag rather than a protocol's name; how each
-connects is server/bridges/driver.py start_protocol's. Loaded only to check a config: a board forgets
+settings and the driver's module into each of its URIs', so the machine and the driver read a flag or a name
+rather than compare a protocol's (server/bridges/driver.py start_protocol, probe.py). Loaded only to check a config: a board forgets
 it with the config's checks (server/serve.py), where a module kept for the run would hold the
 table and its texts in its heap.
 """
@@ -28,6 +30,7 @@ SPOKEN = {
 }
 CREDIT = ("1.0", "mqtt")
 SET_UP = ("0-9-1",)
+DRIVERS = {"0-9-1": "amqp091", "1.0": "amqp10", "mqtt": "mqtt"}
 
 
 def scheme(name):
