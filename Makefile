@@ -79,6 +79,7 @@ check: lint
 
 soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT)
 	HUTCH_SOAK_FAULTS=20 $(BIN)/python -m pytest -n 2 tests/interop/bridge/test_bridge_soak.py $(ARGS)
+	HUTCH_CLUSTER_ROUNDS=10 $(BIN)/python -m pytest -n 1 tests/interop/bridge/test_bridge_cluster.py $(ARGS)
 	HUTCH_MODBUS_SECONDS=600 HUTCH_MODBUS_CUT=60 $(BIN)/python -m pytest -n 1 tests/interop/devices/test_modbus_to_parquet.py $(ARGS)
 
 docs: $(DOCS_INSTALLED)

@@ -12,6 +12,9 @@ publishing order, and the duplicates at most the bridge's window (its prefetch) 
 quorum queue confirms a publish once a majority has it, and the bridge removes its copy only
 then, sending again on the next node what was unconfirmed. The figures (confirmed, upstream,
 duplicates, seconds to fail over) are printed.
+
+HUTCH_CLUSTER_ROUNDS=N runs each scenario's faults N times over under the same load: 1 in
+`make test`, 10 in `make soak`.
 """
 
 import os
@@ -25,7 +28,8 @@ from bridging import edge_with_bridge
 from brokers import free_port, wait_until
 from test_bridge_soak import BRIDGE, PREFETCH, RUNNING, UPSTREAM_QUEUE, URI_OPTIONS, Publisher, Soak, seeded
 
-pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300)]
+ROUNDS = int(os.environ.get("HUTCH_CLUSTER_ROUNDS", "1"))
+pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300 * ROUNDS)]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +107,7 @@ def soaked(tmp_path, cluster, faults, metrics=False, url=node_url, **more):
     try:
         publisher.start()
         wait_until(lambda: soak.count(RUNNING), what="the bridge running")
-        soak.run([kind for kind, _ in faults])
+        soak.run([kind for kind, _ in faults] * ROUNDS)
         received = soak.collect()
     finally:
         publisher.stopping.set()
