@@ -19,6 +19,7 @@ import sys
 import time
 
 from ...codec.wire import shortstr
+from ...core import counters
 from ...core.broker import REFUSED, ROUTED
 from ...core.content import tails
 from ...core.message import Message
@@ -73,13 +74,16 @@ class Devices:
     (Broker.publish) it can be told no. apply() makes a reload's devices the running ones."""
 
     confirming = True
-    stats = None  # its counters: the broker's own
+    stats = None  # its counters (core/counters.py): the "modbus" protocol's, set at start
     closed = False  # (what the journal's waiters have: the readings' publishes wait for nothing)
 
     def __init__(self, runtime, folder):
         self.line_class = line_class()  # (said at start, in one line, if pymodbus is missing)
         self.runtime = runtime
         self.broker = runtime.broker
+        # what the devices publish is counted as theirs (protocol="modbus" on /metrics), not
+        # as an AMQP 0-9-1 client's
+        self.stats = counters.of(runtime.broker, "modbus")
         self.log = runtime.log
         self.folder = folder
         self.lines = {}

@@ -128,6 +128,10 @@ def test_a_device_that_stops_answering_is_down_while_the_other_is_polled_on_time
     ok = re.search(r'hutch_device_polls_total\{device="probe-1",result="ok"\} (\d+)', metrics)
     assert gone and int(gone.group(1)) >= 2 and ok and int(ok.group(1)) >= 15, metrics
     assert re.search(r'hutch_device_poll_seconds_count\{device="probe-1"\} \d+', metrics), metrics
+    # the readings are counted as the devices' own protocol's, not as an AMQP client's
+    received = re.search(r'rabbitmq_global_messages_received_total\{protocol="modbus"\} (\d+)', metrics)
+    assert received and int(received.group(1)) >= 15, metrics
+    assert 'rabbitmq_global_messages_received_total{protocol="amqp091"} 0' in metrics, metrics
     assert ctl.returncode == 0 and "devices: 2" in ctl.stdout, ctl.stdout + ctl.stderr
     assert re.search(
         r"probe-2 \(modbus\+tcp://127\.0\.0\.1:\d+, unit 1\): down for [\d.]+ s \((gone|timeout): ", ctl.stdout
