@@ -103,9 +103,8 @@ def served_front_ends(settings):
     from ..server.listeners import FEATURE, LISTENERS
 
     # the features the [[listener]]s' protocols need (server/listeners.py LISTENERS: FEATURE)
-    features = {
-        LISTENERS.get(one.get("protocol", "amqp"), (None,) * 7)[FEATURE] for one in listeners if isinstance(one, dict)
-    }
+    protocols = [one.get("protocol", "amqp") for one in listeners if isinstance(one, dict)]
+    features = {LISTENERS[name][FEATURE] for name in protocols if name in LISTENERS}
     mqtt = server.get("mqtt") is True or server.get("mqtt_port") is not None or "mqtt" in features
     mqtt = mqtt or any(_speaks_mqtt(bridge) for bridge in data.get("bridge") or [] if isinstance(bridge, dict))
     return server.get("amqp10") is True, mqtt, bool(data.get("device"))

@@ -5,7 +5,7 @@ into it, what arrives upstream consumed, an upstream queue made ready.
 import os
 
 import pika
-from brokers import BIN, RunningBroker, wait_until
+from brokers import BIN, RunningBroker
 from windowed import publish_windowed
 
 
@@ -119,28 +119,3 @@ def upstream_queue(url, name, purge=True):
 
 def rabbitmq_url(rabbitmq):
     return "amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port
-
-
-def fresh_status(broker):
-    """status.json as this start of the broker wrote it from now on (the one its killed
-    predecessor left may still be there)."""
-    import time
-
-    since = time.time()
-    wait_until(
-        lambda: status(broker).get("pid") == broker.proc.pid and status(broker)["written_at"] > since,
-        timeout=30,
-        what="status.json",
-    )
-    return status(broker)
-
-
-def status(broker):
-    """The broker's status.json (what `hutch ctl status` reads), {} before it is written."""
-    import json
-
-    try:
-        with open(os.path.join(broker.data, "status.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}

@@ -293,3 +293,24 @@ def sigkill(running):
     running.proc.send_signal(signal.SIGKILL)
     running.proc.wait()
     running.log_file.close()
+
+
+def fresh_status(broker):
+    """status.json as this start of the broker wrote it from now on (the one its killed
+    predecessor left may still be there)."""
+    since = time.time()
+    wait_until(
+        lambda: status(broker).get("pid") == broker.proc.pid and status(broker)["written_at"] > since,
+        timeout=30,
+        what="status.json",
+    )
+    return status(broker)
+
+
+def status(broker):
+    """The broker's status.json (what `hutch ctl status` reads), {} before it is written."""
+    try:
+        with open(os.path.join(broker.data, "status.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}

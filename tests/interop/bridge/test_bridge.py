@@ -14,16 +14,24 @@ from bridging import (
     consume_all,
     consume_every,
     edge_with_bridge,
-    fresh_status,
     publish_confirmed,
     publish_during,
     rabbitmq_url,
-    status,
     toml,
     upstream_count,
     upstream_queue,
 )
-from brokers import BIN, RunningBroker, failed_attempts, free_port, interrupt_between_collections, stop_all, wait_until
+from brokers import (
+    BIN,
+    RunningBroker,
+    failed_attempts,
+    free_port,
+    fresh_status,
+    interrupt_between_collections,
+    status,
+    stop_all,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -18,12 +18,11 @@ from bridging import (
     consume_all,
     consume_every,
     edge_with_bridge,
-    fresh_status,
     publish_confirmed,
     publish_during,
     upstream_queue,
 )
-from brokers import BIN, RunningBroker, failed_attempts, wait_until
+from brokers import BIN, RunningBroker, failed_attempts, fresh_status, wait_until
 
 pytestmark = [pytest.mark.timeout(240)]
 

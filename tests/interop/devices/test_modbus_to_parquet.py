@@ -36,7 +36,7 @@ import urllib.request
 
 import pika
 import pytest
-from brokers import BIN, RunningBroker, free_port, hutch_serve, sigkill, stop_all, wait_until
+from brokers import BIN, RunningBroker, free_port, hutch_serve, sigkill, status, stop_all, wait_until
 from modbus_support import ModbusDevices, PtyPair, check_polls, device_table, drain, epoch, polls_by_device
 from pipeline_support import Pipeline, publish_end, written_aggregates
 from tcp_proxy import TcpProxy
@@ -81,14 +81,6 @@ def declare(broker, queue, keys, arguments=None):
     for key in keys:
         channel.queue_bind(queue, "amq.topic", key)
     connection.close()
-
-
-def status(edge):
-    try:
-        with open(os.path.join(edge.data, "status.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def drained(edge):
