@@ -49,11 +49,9 @@ COUNT = 25  # how many there are: Broker.stats = [0] * COUNT
 
 
 def of(broker, label):
-    """The counters of the front end whose metrics label this is: 0-9-1's are Broker.stats (a
-    board serving only 0-9-1 keeps one list), another's a list of its own, made with its
-    first connection."""
-    if label == "amqp091":
-        return broker.stats
+    """The counters of a front end other than 0-9-1 (its metrics label: "mqtt"), a list of its
+    own, made with its first connection: 0-9-1's are Broker.stats (core/snapshot.py
+    BROKER_LABEL), so a board serving only 0-9-1 keeps one list."""
     if broker.stats_by is None:
         broker.stats_by = {}
     found = broker.stats_by.get(label)

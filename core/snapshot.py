@@ -4,6 +4,10 @@ host, the metrics and the status page). It reads the broker's state and counters
 Loaded when something asks for one: an idle board does not hold it.
 """
 
+# The metrics label of the front end whose counters are Broker.stats, the broker's own too (its
+# connections say it: amqp091/connection.py metrics_label); the others' are Broker.stats_by's.
+BROKER_LABEL = "amqp091"
+
 # The counters' names, in the order of core/counters.py's constants (tests/portable/test_stats.py
 # checks that each NAMES[CONSTANT] is the constant's name).
 NAMES = (
@@ -51,7 +55,7 @@ def snapshot(broker, each_connection=True):
     now = broker.now + broker.wall_offset  # wall clock ms, as messages are stamped (Broker.publish)
     unacked = {}
     connections = []
-    open_by_protocol = {"amqp091": 0}  # (0-9-1's always; another once one of its clients is here)
+    open_by_protocol = {BROKER_LABEL: 0}  # (0-9-1's always; another once one of its clients is here)
     channels = 0
     for conn in broker.connections:
         for queue, _entry in conn.unsettled():
@@ -93,7 +97,7 @@ def snapshot(broker, each_connection=True):
     # the broker's totals, and each protocol's counters (core/counters.py): 0-9-1's list is the
     # broker's own too (the bridges' local sides, dead-lettering, the journal)
     totals = list(broker.stats)
-    by_protocol = {"amqp091": _named(broker.stats)}
+    by_protocol = {BROKER_LABEL: _named(broker.stats)}
     for label, stats in (broker.stats_by or {}).items():
         by_protocol[label] = _named(stats)
         for i in range(len(stats)):

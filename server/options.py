@@ -289,14 +289,22 @@ def _listeners(args, server, data, path):
     tls_listener = _tls_options(args, server)
     if tls_listener is not None:  # --tls-port: one more, beside whichever the others are
         listeners = _checked_listeners([tls_listener], path, listeners)
-    mqtt_port = _checked(args, server, path, "mqtt_port")
-    if mqtt_port is not None or _checked(args, server, path, "mqtt", False):  # MQTT beside AMQP
-        mqtt = {"protocol": "mqtt", "bind": _server(args, server, "bind", "0.0.0.0"), "port": mqtt_port or 1883}
-        listeners = _checked_listeners([mqtt], path, listeners, named=lambda key: _named(args, path, "mqtt_port"))
-    ws_port = _checked(args, server, path, "mqtt_ws_port")
-    if ws_port is not None:  # MQTT over WebSocket beside them
-        ws = {"protocol": "mqtt", "websocket": True, "bind": _server(args, server, "bind", "0.0.0.0"), "port": ws_port}
-        listeners = _checked_listeners([ws], path, listeners, named=lambda key: _named(args, path, "mqtt_ws_port"))
+    from .listeners import LISTENERS, PACKAGE, PORTS, WEBSOCKET
+
+    for protocol, row in LISTENERS.items():  # [server] NAME = true, NAME_port, NAME_ws_port: beside AMQP
+        if row[PACKAGE] is None:
+            continue  # (AMQP's: the short form above)
+        bind = _server(args, server, "bind", "0.0.0.0")
+        key = protocol + "_port"
+        port = _checked(args, server, path, key)
+        if port is not None or _checked(args, server, path, protocol, False):
+            one = {"protocol": protocol, "bind": bind, "port": port or row[PORTS][0]}
+            listeners = _checked_listeners([one], path, listeners, named=lambda _, key=key: _named(args, path, key))
+        key = protocol + "_ws_port"
+        port = _checked(args, server, path, key) if row[WEBSOCKET] is not None else None
+        if port is not None:
+            one = {"protocol": protocol, "websocket": True, "bind": bind, "port": port}
+            listeners = _checked_listeners([one], path, listeners, named=lambda _, key=key: _named(args, path, key))
     return listeners
 
 

@@ -13,18 +13,20 @@ or Ctrl-C (MicroPython): every client gets connection.close 320 CONNECTION_FORCE
 import sys
 
 from ..ports.log import make_log
-from .runtime import forget, run_loop
+from .runtime import StartError, forget, run_loop
 
 
 async def serve(opts, log, stop_event):
-    from . import startup  # needed only to start: a board forgets it once the broker runs
-
+    try:
+        from . import startup  # needed only to start: a board forgets it once the broker runs
+    except MemoryError:  # (its imports are the front ends' and the core's: the heap may end there)
+        raise heap_too_small()
     lock, made = startup.claim_data_folder(opts["data"])
     try:
         try:
             runtime = await startup.start(opts, log, stop_event)
         except MemoryError:  # a board whose heap cannot hold what its config asks for
-            raise startup.heap_too_small()
+            raise heap_too_small()
     except BaseException:
         if lock is not None:
             lock.release()
@@ -37,6 +39,20 @@ async def serve(opts, log, stop_event):
     finally:
         if lock is not None:
             lock.release()
+
+
+def heap_too_small():
+    """The StartError of a start that ran out of heap: what the board has, in one line."""
+    import gc
+
+    gc.collect()
+    free = getattr(gc, "mem_free", lambda: 0)()
+    total = free + getattr(gc, "mem_alloc", lambda: 0)()
+    return StartError(
+        "the heap ran out while starting: this board's %d bytes (%d free now) do not hold what the config "
+        "asks for (its listeners, bridges and devices): ask for less, or use a board with more memory" % (total, free),
+        1,
+    )
 
 
 def run(opts, on_start=None):

@@ -215,20 +215,6 @@ async def start(opts, log, stop_event):
     return runtime
 
 
-def heap_too_small():
-    """The StartError of a start that ran out of heap: what the board has, in one line."""
-    import gc
-
-    gc.collect()
-    free = getattr(gc, "mem_free", lambda: 0)()
-    total = free + getattr(gc, "mem_alloc", lambda: 0)()
-    return StartError(
-        "the heap ran out while starting: this board's %d bytes (%d free now) do not hold what the config "
-        "asks for (its listeners, bridges and devices): ask for less, or use a board with more memory" % (total, free),
-        1,
-    )
-
-
 def serve_front_ends(broker, front_ends):
     """Each front end a listener serves that has settings of its own (options: {section:
     settings}) set up from them before any client comes (its package's serving.serve: mqtt/),

@@ -197,8 +197,8 @@ def bridge_defaults():
             out[key] = bridge["tls"][key]
         elif key in bridge:
             out[key] = bridge[key]
-        else:
-            out[key] = None
+        else:  # (another protocol's key: its row's default)
+            out[key] = schema.row_of("bridge", key, bridge_config.ROWS)[schema.DEFAULT]
     out["name"] = out["uri"] = out["queue"] = "required"
     out["binding_key"] = bridge["binding_key"] or None
     uri = bridge_config.parse_uri("amqp://upstream")

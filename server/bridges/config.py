@@ -231,7 +231,6 @@ ROWS = (
 )
 # fmt: on
 KEYS = schema.keys_of("bridge", ROWS)  # each key's kind, default, description
-PROTOCOLS = ("0-9-1", "1.0")  # what protocol = "..." may say (MQTT: by its URIs only)
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 URI_OPTIONS = schema.keys_of("bridge.uri", ROWS)
 AUTH_MECHANISMS = {"plain": "PLAIN", "external": "EXTERNAL", "anonymous": "ANONYMOUS"}  # RabbitMQ's URI values
@@ -338,31 +337,6 @@ def _bridge(table, path, number):
         uris = [uris]
     if not isinstance(uris, list) or not uris:
         raise ConfigError('%s needs uri = "amqp://user:password@host:port/vhost" (or a list of them)' % where)
-    queue = table.get("queue")
-    source_exchange = _setting(table, "source_exchange", where)
-    mqtt_down = direction == "down" and _names_mqtt(uris)
-    if (
-        direction == "down"
-        and not mqtt_down
-        and (source_exchange is not None or not isinstance(queue, str) or not queue)
-    ):
-        raise ConfigError('%s: a down bridge needs queue = "..." (the upstream queue it consumes)' % where)
-    if mqtt_down:
-        if queue is not None or source_exchange is not None:
-            raise ConfigError(
-                '%s: a down bridge from MQTT subscribes to topic = "..." (its filter, or a list of them), '
-                "not a queue" % where
-            )
-    elif source_exchange is not None:
-        if queue is not None:
-            raise ConfigError("%s: queue or source_exchange, not both" % where)
-        queue = "hutch.bridge." + name
-    elif not isinstance(queue, str) or not queue:
-        raise ConfigError('%s needs queue = "..." (the local queue it forwards) or source_exchange = "..."' % where)
-    ack_mode = table.get("ack_mode", _default("ack_mode"))
-    if ack_mode not in ACK_MODES:
-        raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
-    delay = _setting(table, "reconnect_delay", where)
     uris = [parse_uri(uri, where) for uri in uris]
     seen = {}
     for uri in uris:  # a node named twice: tried twice a round, and fail-over counts go wrong
@@ -373,18 +347,19 @@ def _bridge(table, path, number):
                 % (where, node[0], node[1], seen[node], uri["uri"])
             )
         seen[node] = uri["uri"]
+    protocol = _protocol(table, uris, direction, where)
+    queue, source_exchange = _source(table, name, direction, protocol, where)
+    ack_mode = table.get("ack_mode", _default("ack_mode"))
+    if ack_mode not in ACK_MODES:
+        raise ConfigError("%s: ack_mode must be one of %s, not %r" % (where, ", ".join(ACK_MODES), ack_mode))
+    delay = _setting(table, "reconnect_delay", where)
     tls = _tls(table, where)
-    protocol = _protocol(table, uris, where)
     for uri in uris:
         if uri["auth_mechanism"] == "EXTERNAL" and not (uri["tls"] and tls["cert_file"]):
             raise ConfigError(
                 "%s: auth_mechanism=external in '%s' needs an amqps:// URI and cert_file (the client "
                 "certificate that names the user)" % (where, uri["uri"])
             )
-    amqp10 = _amqp10(table, uris, protocol, direction, where)
-    mqtt = _mqtt(table, protocol, direction, where)
-    if protocol == "mqtt" and direction == "down":
-        queue = None  # (an MQTT subscription: its topic filters)
     bridge = {
         "name": name,
         "direction": direction,
@@ -410,24 +385,50 @@ def _bridge(table, path, number):
         "priority": _setting(table, "priority", where),
         "always_connected": _setting(table, "always_connected", where),
         "prefer_first": _prefer_first(table, protocol, direction, uris, where),
+        "credit": protocol in upstreams.CREDIT,  # (what the driver and the machine read)
+        "set_up": protocol in upstreams.SET_UP,
     }
-    bridge.update(amqp10)
-    bridge.update(mqtt)
-    bridge["credit"] = protocol in upstreams.CREDIT  # (what the driver and the machine read)
-    bridge["set_up"] = protocol in upstreams.SET_UP
+    check = upstreams.CHECKS[protocol]  # (the protocol's own keys and URI rules)
+    bridge.update(check(table, uris, direction, where, lambda key: _setting(table, key, where)))
     return bridge
 
 
+def _source(table, name, direction, protocol, where):
+    """(queue, source_exchange): what an up bridge forwards (a local queue, or its own queue
+    bound to a local exchange) or the upstream queue a down bridge consumes (none for one that
+    subscribes to topic filters: its protocol's checks read them)."""
+    queue = table.get("queue")
+    source_exchange = _setting(table, "source_exchange", where)
+    if direction == "down" and protocol in upstreams.SUBSCRIBES:
+        if queue is not None or source_exchange is not None:
+            raise ConfigError(
+                '%s: a down bridge from %s subscribes to topic = "..." (its filter, or a list of them), '
+                "not a queue" % (where, _spoken(protocol).partition(" (")[0])
+            )
+        return None, None
+    if direction == "down":
+        if source_exchange is not None or not isinstance(queue, str) or not queue:
+            raise ConfigError('%s: a down bridge needs queue = "..." (the upstream queue it consumes)' % where)
+    elif source_exchange is not None:
+        if queue is not None:
+            raise ConfigError("%s: queue or source_exchange, not both" % where)
+        queue = "hutch.bridge." + name
+    elif not isinstance(queue, str) or not queue:
+        raise ConfigError('%s needs queue = "..." (the local queue it forwards) or source_exchange = "..."' % where)
+    return queue, source_exchange
+
+
 def _prefer_first(table, protocol, direction, uris, where):
-    """prefer_first, where it can be had: an up bridge's, over AMQP 0-9-1 or MQTT (whose probes
-    go as far as the link's set-up: server/bridges/probe.py); with one URI it means nothing
-    (said, not ignored)."""
+    """prefer_first, where it can be had: an up bridge's, over a protocol whose probes go as far
+    as the link's set-up (upstreams.PROBED: server/bridges/probe.py); with one URI it means
+    nothing (said, not ignored)."""
     prefer = _setting(table, "prefer_first", where)
     if not prefer:
         return False
-    if direction != "up" or protocol not in ("0-9-1", "mqtt"):
-        raise ConfigError("%s: prefer_first moves an up bridge back over amqp:// or mqtt:// URIs (not %s)"
-                          % (where, "a down bridge" if direction != "up" else _spoken(protocol)))  # fmt: skip
+    if direction != "up" or protocol not in upstreams.PROBED:
+        probed = " or ".join(upstreams.SCHEMES[one][0] + "://" for one in upstreams.PROBED)
+        raise ConfigError("%s: prefer_first moves an up bridge back over %s URIs (not %s)"
+                          % (where, probed, "a down bridge" if direction != "up" else _spoken(protocol)))  # fmt: skip
     if len(uris) < 2:
         raise ConfigError(
             "%s: prefer_first needs uri to be a list of two or more: it moves back to an earlier one" % where
@@ -435,147 +436,42 @@ def _prefer_first(table, protocol, direction, uris, where):
     return True
 
 
-def _protocol(table, uris, where):
-    """The protocol of every URI of the bridge: "1.0" for amqp10:// and amqps10://, and for
-    amqp:// and amqps:// with protocol = "1.0"; else "0-9-1". One protocol per bridge."""
+def _protocol(table, uris, direction, where):
+    """The protocol every URI of the bridge speaks: its scheme's, or for amqp:// and amqps://
+    the one protocol = "..." names (upstreams.SETTING, the first by default). One protocol per
+    bridge; a key of another protocol's links is refused, naming the protocol it is for."""
     protocol = table.get("protocol")
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ConfigError('%s: protocol must be "0-9-1" or "1.0", not %r' % (where, protocol))
+    if protocol is not None and protocol not in upstreams.SETTING:
+        raise ConfigError(
+            "%s: protocol must be %s, not %r"
+            % (where, " or ".join('"%s"' % one for one in upstreams.SETTING), protocol)
+        )
     named = [uri["protocol"] for uri in uris if uri["protocol"] is not None]
-    if named and protocol is not None and (protocol == "0-9-1" or named[0] == "mqtt"):
+    if named and protocol is not None and named[0] != protocol:
         raise ConfigError('%s: protocol = "%s", but a uri is %s' % (where, protocol, _spoken(named[0])))
     if named and (len(named) != len(uris) or len(set(named)) > 1):
         raise ConfigError(
             "%s: all its URIs must speak one protocol (amqp10:// with amqp10://, mqtt:// with mqtt://)" % where
         )
-    protocol = named[0] if named else protocol or "0-9-1"
+    protocol = named[0] if named else protocol or upstreams.SETTING[0]
+    if direction == "down" and protocol not in upstreams.DOWN:
+        raise ConfigError(
+            "%s: a down bridge speaks %s, not %s"
+            % (where, " or ".join(_spoken(one).partition(" (")[0] for one in upstreams.DOWN), _spoken(protocol))
+        )
+    for other, keys in upstreams.KEYS.items():
+        for key in keys:
+            if other != protocol and key in table and key not in upstreams.KEYS[protocol]:
+                raise ConfigError("%s: %s is for links over %s; this bridge speaks %s"
+                                  % (where, key, _spoken(other), _spoken(protocol)))  # fmt: skip
     for uri in uris:
         uri["protocol"] = protocol
         uri["driver"] = upstreams.DRIVERS[protocol]  # (the module that connects it: driver.py)
-        if protocol == "0-9-1" and uri["auth_mechanism"] == "ANONYMOUS":
-            raise ConfigError("%s: auth_mechanism=anonymous in '%s' is AMQP 1.0's only" % (where, uri["uri"]))
-        if protocol == "mqtt" and (uri["vhost"] != "/" or uri["auth_mechanism"] != "PLAIN" or uri["frame_max"]):
-            raise ConfigError(
-                "%s: '%s': an MQTT URI names no vhost, auth_mechanism or frame_max (the options are heartbeat, "
-                "its keep-alive in seconds, and connection_timeout)" % (where, uri["uri"])
-            )
-        if protocol == "1.0" and uri["vhost"] != "/":
-            raise ConfigError(
-                "%s: '%s' names a vhost: an AMQP 1.0 link has none (its host is the open's hostname)"
-                % (where, uri["uri"])
-            )
     return protocol
 
 
 def _spoken(protocol):
     return upstreams.SPOKEN[protocol]
-
-
-AMQP10_KEYS = ("address", "device_id", "sas_key", "token_lifetime", "cbs")
-IOT_HUB_TARGET = "/devices/%s/messages/events"
-
-
-def _amqp10(table, uris, protocol, direction, where):
-    """The keys of an AMQP 1.0 uplink: the target `address`; for Azure IoT Hub, the device,
-    its key and the lifetime of the SAS tokens made from it, and whether they go on $cbs."""
-    out = {"address": None, "device_id": None, "sas_key": None, "token_lifetime": 3600, "cbs": False}
-    if protocol != "1.0":
-        for key in AMQP10_KEYS:
-            if key in table:
-                raise ConfigError('%s: %s is for AMQP 1.0 links (amqp10:// URIs, or protocol = "1.0")' % (where, key))
-        if protocol == "mqtt" and table.get("declare") is not None:
-            raise ConfigError("%s: declare is AMQP 0-9-1's: an MQTT broker needs nothing declared" % where)
-        return out
-    if direction != "up":
-        raise ConfigError("%s: a down bridge speaks AMQP 0-9-1 only (its uri is AMQP 1.0)" % where)
-    if table.get("declare") is not None:
-        raise ConfigError(
-            "%s: declare is AMQP 0-9-1's: over AMQP 1.0 the target must exist upstream (set it up there)" % where
-        )
-    address = _setting(table, "address", where)
-    if address is not None and (table.get("exchange") is not None or table.get("routing_key") is not None):
-        raise ConfigError("%s: address or exchange/routing_key, not both (address is the whole target)" % where)
-    if address == "":
-        raise ConfigError('%s: address must name a target ("/queues/NAME", "/exchange/X/KEY", ...)' % where)
-    device = _setting(table, "device_id", where)
-    key = _setting(table, "sas_key", where)
-    if (device is None) != (key is None) or device == "":
-        raise ConfigError("%s: device_id and sas_key go together (an IoT Hub device and its key)" % where)
-    if key is not None:
-        import binascii  # (a bridge with a sas_key)
-
-        try:
-            if not binascii.a2b_base64(key):
-                raise ValueError
-        except ValueError:
-            raise ConfigError("%s: sas_key must be the device's key in base64, as Azure shows it" % where)
-        for uri in uris:
-            if not uri["tls"]:
-                raise ConfigError("%s: '%s': a SAS token goes over TLS only (amqps10://)" % (where, uri["uri"]))
-            if uri["login"]:
-                raise ConfigError(
-                    "%s: '%s' names a user: with device_id and sas_key the bridge makes its own" % (where, uri["uri"])
-                )
-        if address is None:
-            address = IOT_HUB_TARGET % device
-    for name in ("token_lifetime", "cbs"):
-        if name in table and key is None:
-            raise ConfigError("%s: %s needs sas_key (the key its tokens are made from)" % (where, name))
-    cbs = _setting(table, "cbs", where)
-    out.update(
-        address=address,
-        device_id=device,
-        sas_key=key,
-        token_lifetime=_setting(table, "token_lifetime", where),
-        cbs=cbs,
-    )
-    return out
-
-
-MQTT_KEYS = ("topic", "client_id", "mqtt_version", "session_expiry")
-MQTT_VERSIONS = {"3.1.1": "3.1.1", "5": "5", "5.0": "5"}
-
-
-def _names_mqtt(uris):
-    """Whether the (unparsed) uri setting names MQTT brokers (mqtt:// or mqtts://)."""
-    schemes = upstreams.SCHEMES["mqtt"]
-    return any(isinstance(uri, str) and uri.partition("://")[0] in schemes for uri in uris)
-
-
-def _mqtt(table, protocol, direction, where):
-    """The keys of an MQTT link: up, the `topic` template each message goes to ("{routing_key}",
-    the message's routing key with `.` as `/`; "{exchange}", "{client_id}"); down, the topic
-    filter (or filters) it subscribes to; the client id (default: the node's name and the
-    bridge's), the protocol version and a version 5 session's expiry (seconds)."""
-    out = {"topic": None, "filters": None, "client_id": None, "mqtt_version": "3.1.1", "session_expiry": 86400}
-    if protocol != "mqtt":
-        for key in MQTT_KEYS:
-            if key in table:
-                raise ConfigError("%s: %s is for MQTT links (mqtt:// or mqtts:// URIs)" % (where, key))
-        return out
-    topic = table.get("topic")
-    if direction == "down":
-        filters = [topic] if isinstance(topic, str) else topic
-        if not isinstance(filters, list) or not filters or not all(isinstance(f, str) and f for f in filters):
-            raise ConfigError('%s: a down bridge from MQTT needs topic = "..." (the filter it subscribes to)' % where)
-        out["filters"] = filters
-    else:
-        if topic is not None and (not isinstance(topic, str) or not topic):
-            raise ConfigError('%s: topic must be a template such as "dt/gateway-7/{routing_key}"' % where)
-        out["topic"] = topic or "{routing_key}"
-        if "+" in out["topic"] or "#" in out["topic"]:
-            raise ConfigError("%s: topic '%s' holds a wildcard: a message goes to one topic" % (where, topic))
-    out["client_id"] = _setting(table, "client_id", where)
-    version = table.get("mqtt_version", _default("mqtt_version"))
-    if version not in MQTT_VERSIONS:
-        raise ConfigError('%s: mqtt_version must be "3.1.1" or "5", not %r' % (where, version))
-    out["mqtt_version"] = MQTT_VERSIONS[version]
-    out["session_expiry"] = _setting(table, "session_expiry", where)
-    if "session_expiry" in table and out["mqtt_version"] != "5":
-        raise ConfigError(
-            '%s: session_expiry is MQTT 5\'s (mqtt_version = "5"): 3.1.1 keeps a session until it is cleaned' % where
-        )
-    return out
 
 
 DECLARE_KEYS = schema.keys_of("bridge.declare", ROWS)
@@ -642,7 +538,7 @@ def parse_uri(uri, where="uri"):
     authority, slash, vhost = rest.partition("/")
     credentials, at, hostport = authority.rpartition("@")
     user, _, password = credentials.partition(":") if at else ("guest", "", "guest")
-    host, port = hostport, upstreams.PORTS[protocol or "0-9-1"][1 if tls else 0]
+    host, port = hostport, upstreams.PORTS[protocol or upstreams.SETTING[0]][1 if tls else 0]
     if hostport.startswith("["):  # [ipv6]:port
         end = hostport.find("]")
         host, tail = hostport[1:end], hostport[end + 1 :]

@@ -234,7 +234,7 @@ class Bridge:
     def protocol_driver(self, uri):
         """The module that speaks uri's protocol upstream (server/bridges/upstreams.py DRIVERS:
         amqp091, amqp10 or mqtt), imported now: a board loads only its bridges'."""
-        return __import__(__name__[: -len("driver")] + uri.get("driver", "amqp091"), None, None, ("connect",))
+        return __import__(__name__[: -len("driver")] + uri["driver"], None, None, ("connect",))
 
     async def addresses(self, uri):
         """The addresses of the URI's host, each tried in turn before the next URI (a name with

@@ -41,3 +41,10 @@ def test_a_client_s_work_is_counted():
     assert (counted["channels_opened"], counted["connections_opened"]) == (1, 1)
     queue = {q["name"]: q for q in snapshot(client.broker)["queues"]}["q"]
     assert (queue["published"], queue["delivered"], queue["acknowledged"]) == (3, 3, 1)
+
+
+def test_the_broker_s_own_counters_are_labelled_as_its_0_9_1_connections_are():
+    from hutch.amqp091.connection import Connection
+    from hutch.core.snapshot import BROKER_LABEL
+
+    assert Connection.metrics_label == BROKER_LABEL

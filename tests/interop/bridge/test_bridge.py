@@ -150,8 +150,23 @@ def test_hutch_to_hutch_with_the_upstream_starting_later(tmp_path):
         ({"name": "x", "uri": "mqtt://h/", "queue": "q", "topic": "dt/+/x"}, "holds a wildcard"),
         ({"name": "x", "direction": "down", "uri": "mqtt://h/"}, 'needs topic = "..."'),
         ({"name": "x", "uri": "mqtt://h/", "queue": "q", "mqtt_version": "4"}, 'mqtt_version must be "3.1.1" or "5"'),
-        ({"name": "x", "uri": "amqp://h/", "queue": "q", "topic": "t"}, "topic is for MQTT links"),
+        (
+            {"name": "x", "uri": "amqp://h/", "queue": "q", "topic": "t"},
+            "topic is for links over MQTT (mqtt:// or mqtts://); this bridge speaks AMQP 0-9-1",
+        ),
         ({"name": "x", "uri": "mqtt://h/sensors", "queue": "q"}, "an MQTT URI names no vhost"),
+        (
+            {"name": "x", "uri": "mqtt://h/", "queue": "q", "declare": {"queue": "x"}},
+            "declare is for links over AMQP 0-9-1 (amqp:// or amqps://); this bridge speaks MQTT",
+        ),
+        (
+            {"name": "x", "direction": "down", "uri": "mqtt://h/", "topic": "t", "queue": "q"},
+            'a down bridge from MQTT subscribes to topic = "..."',
+        ),
+        (
+            {"name": "x", "uri": "mqtt://h/", "queue": "q", "protocol": "1.0"},
+            'protocol = "1.0", but a uri is MQTT (mqtt:// or mqtts://)',
+        ),
         ({"name": "x", "uri": ["mqtt://h/", "amqp://h/"], "queue": "q"}, "must speak one protocol"),
         ({"name": "x", "uri": "amqp://h:99999/", "queue": "q"}, "has no valid port"),
         ({"name": "x", "uri": "amqp://h/?heartbeet=5", "queue": "q"}, "unknown option 'heartbeet'"),
