@@ -8,7 +8,7 @@ server (bench/modbus_device.py) on one end of a serial line this process makes o
 it answers as a wire at the baud rate would let it. hutch polls it on the other end back to
 back (an interval far below a poll's time), at 9,600 and 115,200 baud.
 
-Each row gives the polls a second the line itself allows (devices/rtu.py line_limit(): the
+Each row gives the polls a second the line itself allows (devices/modbus/rtu.py line_limit(): the
 request's and the answer's characters at 11 bits each, 3.5 characters of silence after each),
 the polls a second hutch made (its readings in the queue over --modbus-seconds, after a
 second of warm-up), their ratio, and hutch's CPU per poll (the broker process's user and
@@ -30,7 +30,7 @@ import tty
 
 import pika
 
-from ..devices.rtu import line_limit
+from ..devices.modbus.rtu import line_limit
 from .brokers import BenchError, Hutch, cpu_seconds, stop_process
 
 BAUDS = (9600, 115200)

@@ -7,7 +7,7 @@ Unit 1 has 64 holding registers. A pty carries octets as fast as they are writte
 device waits what the wire would take: as a request arrives, its characters' time (11 bits
 each: start, 8 data, parity or a second stop bit, stop); before its answer goes out, the 3.5
 characters of silence that end the request and the answer's own characters' time. The master
-keeps its own silence before its next request. A poll then takes what devices/rtu.py
+keeps its own silence before its next request. A poll then takes what devices/modbus/rtu.py
 line_limit() counts, plus the master's own time.
 
 Prints "ready" once it serves; runs until killed.
@@ -20,7 +20,7 @@ import time
 from pymodbus.server import ModbusSerialServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
-from ..devices.rtu import silence
+from ..devices.modbus.rtu import silence
 
 SIZE = 64
 

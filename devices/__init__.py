@@ -4,11 +4,15 @@ A `[[device]]` of the config (server/devices/config.py) is a Modbus device, over
 RS-485 line, polled every `interval` seconds; each poll's values are published into the broker
 as readings, numbered so that the sensor dedup, the bridge and `hutch pipeline` take each once.
 
-- registers.py: which reads fetch a device's registers, and what their words say (sans-IO).
 - device.py: one device's state, numbering and readings: what a poll publishes, when the
-  device is up or down, what is counted (sans-IO).
-- rtu.py: Modbus RTU frames, a request's octets and what an answer's say (sans-IO).
+  device is up or down, what is counted (sans-IO, whatever its protocol).
+- failures.py: how a poll or a write fails (timeout, exception, error, gone).
+- line.py: the contract of a line devices are polled on (poll, write, close; one request at a
+  time), the base of each protocol's.
+- modbus/: the field protocol, sans-IO: registers planned into reads and decoded
+  (registers.py), the PDUs of a read or a write (pdu.py), RTU's framing (rtu.py).
 
 server/devices/polling.py drives them: on CPython through pymodbus (the modbus extra), on a board
-through its own RTU master (server/devices/rtu_master.py, with rtu.py's frames).
+through its own RTU master (server/devices/rtu_master.py, with modbus/rtu.py's frames). A second
+field protocol is a folder beside modbus/ and a line of its own.
 """

@@ -1,7 +1,7 @@
 """One polled device as the broker sees it: its polls numbered, what each publishes, whether it
 is up or down, and what is counted.
 
-A poll reads every register (devices/registers.py plan()) and publishes one reading per
+A poll reads every register (its line's poll(): devices/line.py) and publishes one reading per
 register, flat JSON that `hutch pipeline` reads as it is:
 
     routing key   the device's routing_key with {device} and {register} filled in
@@ -17,8 +17,8 @@ broker's sensor dedup, a bridge's, and the pipeline's. A poll's number is never 
 through restarts too: PollNumbers reserves them in blocks in the data folder.
 
 A poll either answers (every read returned its values) or fails: "timeout" (no answer after the
-retries), "exception" (the device answered with a Modbus exception code), "error" (an answer
-that was not Modbus: a bad CRC, garbage on the line) or "gone" (no connection to it). Each is
+retries), "exception" (the device answered with its protocol's exception), "error" (an answer
+that was none: a bad CRC, garbage on the line) or "gone" (no connection to it). Each is
 counted. The device is "up" after a poll that answered and "down" after one that failed;
 each change is logged once and published as a status message on status.{device}:
 
@@ -34,24 +34,14 @@ what this returns.
 import json
 import time
 
-from .registers import decode, plan
+from .failures import RESULTS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module
     from typing import Any
 
-RESULTS = ("ok", "timeout", "exception", "error", "gone")
 MAX_BACKOFF = 60.0  # seconds between the polls of a device that is down, at most
 BLOCK = 1000  # poll numbers reserved at a time (one write of the data folder per BLOCK polls)
-
-
-class Failed(Exception):
-    """A poll or write that failed: Failed(result, why), result one of RESULTS but "ok"."""
-
-
-def garbled(heard, what):
-    """The failure of a request whose answer was octets that were no Modbus answer."""
-    return Failed("error", "%d octets to %s that were no answer (a bad CRC, or noise on the line)" % (heard, what))
 
 
 def iso(wall):
@@ -91,7 +81,7 @@ class Device:
     def __init__(self, settings, numbers):
         self.settings = settings
         self.name = settings["name"]
-        self.reads = plan(settings["registers"])
+        self.plan = None  # the reads a poll makes, as its line's protocol plans them (its line's)
         self.numbers = numbers
         self.state = "unknown"  # then "up" or "down"
         self.since = None  # wall seconds of the last change of state
@@ -111,13 +101,10 @@ class Device:
         """Seconds to the next poll: the interval while up, the backoff while down."""
         return self.settings["interval"] if self.state != "down" else self.backoff
 
-    def answered(self, answers, wall, seconds=0.0):
-        """A poll whose every read answered (answers: each read's words or bits, in plan order):
+    def answered(self, values, wall, seconds=0.0):
+        """A poll whose every read answered (values: {register name: value}, its line's poll()):
         [(routing key, headers, body)] to publish, its readings and, if it was not up, a status
         message; and the line to log (or None)."""
-        values = {}
-        for read, answer in zip(self.reads, answers):
-            values.update(decode(read, answer))
         poll = self.numbers.take()
         self.counts["ok"] += 1
         self.polls += 1

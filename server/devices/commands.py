@@ -30,7 +30,7 @@ from ...core.message import Message
 from ...core.queue import Consumer
 from ...core.session import MESSAGE
 from ...core.topology import bind, declare_queue, unbind
-from ...devices.registers import encode
+from ...devices.modbus.registers import encode
 
 QUEUE = b"hutch.devices.commands"
 

@@ -17,7 +17,7 @@ serve` says it in one line and exits with 2 rather than polling a device that ca
 
 import sys
 
-from ...devices.registers import width
+from ...devices.modbus.registers import width
 from .. import schema
 from ..config import ConfigError, did_you_mean
 

@@ -2,16 +2,16 @@
 line, one request on it at a time (an RS-485 bus is half duplex; pymodbus's RTU framer keeps the
 silent intervals between frames). server/devices/polling.py makes one Line per line its devices name.
 
-A board has no pymodbus: its RTU line is server/devices/rtu_master.py's, with the same poll(), write() and
-close().
+A board has no pymodbus: its RTU line is server/devices/rtu_master.py's. Both keep devices/line.py's
+contract (poll, write, close).
 """
 
-import asyncio
 import logging
 import termios
 
-from ...devices.device import Failed, garbled
-from ...devices.registers import BITS
+from ...devices import line as base
+from ...devices.failures import Failed, garbled
+from ...devices.modbus.registers import BITS, decode, described, reads_of
 from ..runtime import StartError
 
 # a register kind -> the pymodbus client's method that reads it
@@ -37,16 +37,13 @@ def pymodbus():
     return client, exceptions
 
 
-class Line:
+class Line(base.Line):
     """One TCP address or serial line, its pymodbus client made at the first poll and made again
     after the connection is lost; one request at a time."""
 
     def __init__(self, line, timeout, retries):
-        self.line = line
-        self.timeout = timeout
-        self.retries = retries
+        super().__init__(line, timeout, retries)
         self.client = None
-        self.turn = asyncio.Lock()
         self.heard = 0  # octets received since the request under way was sent (_asked)
 
     def _make(self):
@@ -114,38 +111,31 @@ class Line:
             raise Failed("exception", "exception code %s to %s" % (getattr(answer, "exception_code", None), what))
         return answer
 
-    async def write(self, device, register, value):
-        """value (encode()'s: words, or a coil's bool) written to the register: None once the
-        device confirmed it, else why not."""
+    async def written(self, device, register, value):
+        """value (encode()'s: words, or a coil's bool) written to the register, or Failed."""
         address = register["address"]
         unit = device.settings["unit"]
-        what = "a write of %s at %d" % (register["name"], address)
-        async with self.turn:
-            try:
-                client = await self._connected(device)
-                if register["kind"] == "coil":
-                    request = client.write_coil(address, value, device_id=unit)
-                elif len(value) == 1:
-                    request = client.write_register(address, value[0], device_id=unit)
-                else:
-                    request = client.write_registers(address, value, device_id=unit)
-                await self._asked(request, what)
-            except Failed as e:
-                return "%s: %s" % e.args
-        return None
+        client = await self._connected(device)
+        if register["kind"] == "coil":
+            request = client.write_coil(address, value, device_id=unit)
+        elif len(value) == 1:
+            request = client.write_register(address, value[0], device_id=unit)
+        else:
+            request = client.write_registers(address, value, device_id=unit)
+        await self._asked(request, "a write of %s at %d" % (register["name"], address))
 
-    async def poll(self, device):
-        """Each of the device's reads: their words or bits, in plan order; or Failed."""
-        async with self.turn:
-            client = await self._connected(device)
-            answers = []
-            unit = device.settings["unit"]
-            for kind, start, count, _members in device.reads:
-                read = getattr(client, READS[kind])
-                what = "a read of %d %s at %d" % (count, kind, start)
-                answer = await self._asked(read(start, count=count, device_id=unit), what)
-                answers.append(answer.bits[:count] if kind in BITS else answer.registers)
-            return answers
+    async def values(self, device):
+        """Each of the device's reads, decoded: {register name: value}; or Failed."""
+        client = await self._connected(device)
+        values = {}
+        unit = device.settings["unit"]
+        for read in reads_of(device):
+            kind, start, count, _members = read
+            answer = await self._asked(
+                getattr(client, READS[kind])(start, count=count, device_id=unit), described(read)
+            )
+            values.update(decode(read, answer.bits[:count] if kind in BITS else answer.registers))
+        return values
 
     def close(self):
         if self.client is not None:

@@ -23,7 +23,8 @@ from ...core import counters
 from ...core.broker import REFUSED, ROUTED
 from ...core.content import tails
 from ...core.message import Message
-from ...devices.device import Device, Failed, PollNumbers
+from ...devices.device import Device, PollNumbers
+from ...devices.failures import Failed
 from ...ports.clock import sleep_ms
 from ...ports.files import replace_file
 from ...ports.segments import make_dir
@@ -212,7 +213,7 @@ class Devices:
     async def _poll(self, device, now_ms):
         started = now_ms()
         try:
-            answers = await device.line.poll(device)
+            values = await device.line.poll(device)
         except Failed as e:
             if not device.polling:
                 return  # (removed while its poll waited: not a failure of the device)
@@ -223,7 +224,7 @@ class Devices:
                 self.publish(device, [status])
             return
         device.gateway = self.broker.name  # (a reload may rename the gateway)
-        messages, line = device.answered(answers, time.time(), (now_ms() - started) / 1000)
+        messages, line = device.answered(values, time.time(), (now_ms() - started) / 1000)
         if line is not None:
             self.log("info", line)
         self.publish(device, messages)

@@ -1,7 +1,7 @@
 """A board's Modbus RTU master: one serial line (a UART, or a tty on the unix port), one request
-on it at a time, in devices/rtu.py's frames. On MicroPython, where pymodbus is not,
-server/devices/polling.py makes one RtuLine per line its devices name; it answers poll(), write() and
-close() as server/devices/modbus_lines.py's Line does on CPython.
+on it at a time, in devices/modbus/rtu.py's frames. On MicroPython, where pymodbus is not,
+server/devices/polling.py makes one RtuLine per line its devices name; it keeps devices/line.py's
+contract (poll, write, close) as server/devices/modbus_lines.py's Line does on CPython.
 
 A request goes out once the line has been quiet for 3.5 characters, after what arrived
 between requests (a late answer, noise) is dropped. Its answer is read until it is whole (the
@@ -13,23 +13,21 @@ ten, then every five until the timeout: an answer is seen within a millisecond o
 octet, and an idle line costs nothing.
 """
 
-import asyncio
-
-from ...devices import rtu
-from ...devices.device import Failed, garbled
+from ...devices import line as base
+from ...devices.failures import Failed, garbled
+from ...devices.modbus import rtu
+from ...devices.modbus.registers import decode, described, reads_of
 from ...ports.clock import Clock, sleep_ms
 from ...ports.uart import open_serial, uart_id
 
 PARITY = {"N": None, "E": 0, "O": 1}  # machine.UART's parity argument
 
 
-class RtuLine:
+class RtuLine(base.Line):
     def __init__(self, line, timeout, retries):
-        self.line = line
+        super().__init__(line, timeout, retries)
         self.timeout_ms = int(timeout * 1000)
-        self.retries = retries
         self.port = None
-        self.turn = asyncio.Lock()
         self.clock = Clock()
         self.quiet_ms = max(2, int(rtu.silence(line["baudrate"]) * 1000 + 0.999))
 
@@ -76,7 +74,7 @@ class RtuLine:
         return got, len(got)
 
     async def _asked(self, request, what):
-        """What the device answered to one request (devices/rtu.py answer()), or Failed."""
+        """What the device answered to one request (devices/modbus/rtu.py answer()), or Failed."""
         heard = 0
         for _ in range(self.retries + 1):
             port = self._opened()
@@ -95,26 +93,20 @@ class RtuLine:
             raise garbled(heard, what)
         raise Failed("timeout", "no answer to %s" % what)
 
-    async def poll(self, device):
-        """Each of the device's reads: their words or bits, in plan order; or Failed."""
-        async with self.turn:
-            unit = device.settings["unit"]
-            answers = []
-            for kind, start, count, _members in device.reads:
-                request = rtu.read_request(unit, kind, start, count)
-                answers.append(await self._asked(request, "a read of %d %s at %d" % (count, kind, start)))
-            return answers
+    async def values(self, device):
+        """Each of the device's reads, decoded: {register name: value}; or Failed."""
+        unit = device.settings["unit"]
+        values = {}
+        for read in reads_of(device):
+            request = rtu.read_request(unit, read[0], read[1], read[2])
+            values.update(decode(read, await self._asked(request, described(read))))
+        return values
 
-    async def write(self, device, register, value):
-        """value (registers.py encode()'s: words, or a coil's bool) written to the register: None
-        once the device confirmed it, else why not."""
+    async def written(self, device, register, value):
+        """value (registers.py encode()'s: words, or a coil's bool) written to the register, or
+        Failed."""
         request = rtu.write_request(device.settings["unit"], register["kind"], register["address"], value)
-        async with self.turn:
-            try:
-                await self._asked(request, "a write of %s at %d" % (register["name"], register["address"]))
-            except Failed as e:
-                return "%s: %s" % e.args
-        return None
+        await self._asked(request, "a write of %s at %d" % (register["name"], register["address"]))
 
     def close(self):
         port, self.port = self.port, None

@@ -5,9 +5,10 @@ the Modbus RTU frames a board's own master sends and reads."""
 import json
 import struct
 
-from hutch.devices import rtu
-from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, Failed, PollNumbers, iso
-from hutch.devices.registers import decode, encode, plan
+from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, PollNumbers, iso
+from hutch.devices.failures import Failed
+from hutch.devices.modbus import pdu, rtu
+from hutch.devices.modbus.registers import decode, encode, plan, reads_of
 
 
 def register(name, address, kind="holding", type_="uint16", **more):
@@ -123,9 +124,17 @@ def settings(**more):
     return one
 
 
+def decoded(device, answers):
+    """What a line's poll gives the device: its reads' answers (words or bits), decoded."""
+    values = {}
+    for read, answer in zip(reads_of(device), answers):
+        values.update(decode(read, answer))
+    return values
+
+
 def test_a_poll_publishes_a_flat_reading_per_register_numbered_by_the_poll():
     device = Device(settings(), PollNumbers(41, lambda number: None))
-    out, line = device.answered([[417], [(-3) & 0xFFFF]], 1795800000.25, 0.01)
+    out, line = device.answered(decoded(device, [[417], [(-3) & 0xFFFF]]), 1795800000.25, 0.01)
     assert line == "device probe-1: up (modbus+tcp://10.0.0.5:502)", line
     readings, status = out[:2], out[2]
     key, headers, body = readings[0]
@@ -135,13 +144,13 @@ def test_a_poll_publishes_a_flat_reading_per_register_numbered_by_the_poll():
     assert abs(body["value"] - 41.7) < 1e-9 and body["ts"] == iso(1795800000.25) == "2026-11-27T17:20:00.250Z"
     assert json.loads(readings[1][2])["value"] == -3 and "unit" not in json.loads(readings[1][2])
     assert status[0] == "status.probe-1" and json.loads(status[2])["state"] == "up"
-    out, line = device.answered([[418], [0]], 1795800002.25)
+    out, line = device.answered(decoded(device, [[418], [0]]), 1795800002.25)
     assert line is None and len(out) == 2 and out[0][1]["x-sensor-seq"] == 42  # up already: no status
 
 
 def test_a_device_that_fails_is_said_down_once_backs_off_and_is_said_back_up():
     device = Device(settings(), PollNumbers(1, lambda number: None))
-    device.answered([[1], [1]], 100.0)
+    device.answered(decoded(device, [[1], [1]]), 100.0)
     status, line = device.failed("timeout", "no answer", 102.0)
     assert line == "device probe-1: down (timeout: no answer); polled again after a backoff", line
     assert json.loads(status[2]) == {
@@ -156,7 +165,7 @@ def test_a_device_that_fails_is_said_down_once_backs_off_and_is_said_back_up():
         delays.append(device.delay())
     assert delays[:3] == [4.0, 8.0, 16.0] and delays[-1] == MAX_BACKOFF, delays
     assert device.counts == {"ok": 1, "timeout": 1, "exception": 0, "error": 0, "gone": 10}
-    out, line = device.answered([[2], [2]], 200.0)
+    out, line = device.answered(decoded(device, [[2], [2]]), 200.0)
     assert line == "device probe-1: back up after 98 s down (timeout: no answer)", line
     assert json.loads(out[-1][2])["state"] == "up" and device.delay() == 2.0
 
@@ -219,14 +228,14 @@ def test_rtu_frames_carry_modbus_s_crc_and_requests_fix_their_answer_s_length():
 
 def test_an_rtu_answer_gives_words_or_bits_and_anything_else_is_an_exception_or_noise():
     read = rtu.read_request(3, "holding", 0, 2)
-    answer = rtu.framed(bytes((3, 3, 4, 0, 170, 0x41, 0xA0)))
+    answer = rtu.framed(3, bytes((3, 4, 0, 170, 0x41, 0xA0)))
     assert rtu.complete(read, answer[:-1]) is False and rtu.complete(read, answer) is True
     assert rtu.answer(read, answer, "a read") == [170, 0x41A0]
     bits = rtu.read_request(3, "coil", 0, 10)
-    assert rtu.answer(bits, rtu.framed(bytes((3, 1, 2, 0b00000101, 0b10))), "a read") == [
+    assert rtu.answer(bits, rtu.framed(3, bytes((1, 2, 0b00000101, 0b10))), "a read") == [
         True, False, True, False, False, False, False, False, False, True,
     ]  # fmt: skip
-    exception = rtu.framed(bytes((3, 0x83, 2)))  # ILLEGAL DATA ADDRESS
+    exception = rtu.framed(3, bytes((0x83, 2)))  # ILLEGAL DATA ADDRESS
     assert rtu.complete(read, exception) is True
     assert refused(lambda: rtu.answer(read, exception, "a read of 2 holding at 0")) == (
         "exception", "exception code 2 to a read of 2 holding at 0",
@@ -234,11 +243,23 @@ def test_an_rtu_answer_gives_words_or_bits_and_anything_else_is_an_exception_or_
     flipped = answer[:-1] + bytes((answer[-1] ^ 0xFF,))
     result, why = refused(lambda: rtu.answer(read, flipped, "a read"))
     assert result == "error" and why.startswith("9 octets to a read that were no answer"), why
-    another_unit = rtu.framed(bytes((4,)) + answer[1:-2])
+    another_unit = rtu.framed(4, answer[1:-2])
     assert refused(lambda: rtu.answer(read, another_unit, "a read"))[0] == "error"
     write = rtu.write_request(3, "holding", 4, [7])
     assert rtu.answer(write, write, "a write") is None  # (a single write's answer echoes it)
     assert refused(lambda: rtu.answer(write, rtu.write_request(3, "holding", 4, [8]), "a write"))[0] == "error"
+
+
+def test_a_pdu_is_the_same_whatever_frames_it():
+    # what RTU frames and what Modbus TCP would: the function and its data, nothing else
+    read = pdu.read_request("holding", 0, 2)
+    assert read == bytes((3, 0, 0, 0, 2)) and rtu.read_request(3, "holding", 0, 2)[1:-2] == read
+    assert pdu.answer_size(read) == 6 and pdu.answer(read, bytes((3, 4, 0, 170, 0x41, 0xA0)), "a read") == [170, 0x41A0]
+    assert refused(lambda: pdu.answer(read, bytes((0x83, 2)), "a read")) == ("exception", "exception code 2 to a read")
+    assert (
+        refused(lambda: pdu.answer(read, bytes((4, 4, 0, 170, 0x41, 0xA0)), "a read"))[0] == "error"
+    )  # another function
+    assert pdu.write_request("holding", 4, [7]) == bytes((6, 0, 4, 0, 7))
 
 
 def test_the_line_s_own_limit_counts_eleven_bits_a_character_and_the_silences():

@@ -404,7 +404,7 @@ def test_modbus_rows_against_the_line_s_limit():
     """hutch bench --modbus polls its simulated RTU device at 9,600 and 115,200 baud and prints
     each row with the line's limit, the polls hutch made, their ratio and the CPU per poll. Only
     the form is checked (figures are the performance page's): every cell a figure, the limits
-    those devices/rtu.py counts, and polls made at each speed."""
+    those devices/modbus/rtu.py counts, and polls made at each speed."""
     done = bench("--modbus", "--modbus-seconds", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [

@@ -140,3 +140,15 @@ def encode(register, value):
     if register.get("word_order", "big") == "little":
         words.reverse()
     return words
+
+
+def reads_of(device):
+    """The reads a poll of the device makes (plan()), planned at its first poll and kept on it."""
+    if device.plan is None:
+        device.plan = plan(device.settings["registers"])
+    return device.plan
+
+
+def described(read):
+    """How a failure names a read: "a read of 2 holding at 0"."""
+    return "a read of %d %s at %d" % (read[2], read[0], read[1])
