@@ -29,6 +29,17 @@ def body_tail(body):
     return b"".join((struct.pack(">I", len(body)), body, FRAME_END_OCTET))
 
 
+def made(exchange, routing_key, props, body):
+    """A message the broker makes itself (a device's reading, a command's answer, a $SYS topic,
+    what an MQTT session keeps in its own queues): to exchange (b"": the default) with
+    routing_key, its 0-9-1 properties (codec/wire.py's names) and body, as a client's publish of
+    them would arrive."""
+    from .message import Message  # (loaded already: the broker's)
+
+    route = bytes((len(exchange),)) + exchange + bytes((len(routing_key),)) + routing_key
+    return Message(exchange, routing_key, route, *tails(props, body))
+
+
 def tails(props, body):
     """(header_tail, body_tail, body_size), as core/message.py Message takes them, from 0-9-1
     properties (as codec/wire.py decode_properties gives them) and a body."""

@@ -12,6 +12,7 @@ package(
         "counters.py",
         "auth.py",
         "broker.py",
+        "broker_side.py",
         "deadletter.py",
         "dedup.py",
         "exchange.py",

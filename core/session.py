@@ -3,8 +3,13 @@
 A front end (the 0-9-1 connection and its channels, amqp091/; an AMQP 1.0 connection, its
 sessions and links, amqp10/; an MQTT connection and its session, mqtt/; the bridge's local
 sides, core/bridge/) speaks its protocol to its peer and these to the broker.
-Nothing here is a class to inherit: each is the set of attributes and methods the broker
-calls, and core/broker.py, core/queue.py and core/streams/stream.py call no others.
+Each is the set of attributes and methods the broker calls, and core/broker.py, core/queue.py
+and core/streams/stream.py call no others. The broker's own side (a bridge's local sides, the
+devices, the commands, an MQTT session's held messages) starts from core/broker_side.py's
+BrokerPublisher and BrokerSession, which have the defaults, and says only what it does
+differently; a front end writes its own. A Consumer (core/queue.py) is made by keyword
+(no_ack, exclusive, prefetch), and Broker.consume, core/topology.py bind and unbind take the
+request a refusal names as an optional number of the front end's (0: none).
 
 **Who asks** (`who`): core/auth.py `Login`, one per logged-in connection (its user and
 name), or None for the broker itself (dead-lettering, recovery, a bridge's local side).

@@ -4,8 +4,7 @@ an acknowledgement waits for: one place for each, for every MQTT module that kee
 
 from ..core import topology
 from ..core.broker import JOURNALLED
-from ..core.content import tails
-from ..core.message import Message
+from ..core.content import made
 
 PERSISTENT = {"delivery-mode": 2}
 # a session's QoS 2 packet ids between PUBREC and PUBREL (mqtt/qos2.py), and its QoS 2 deliveries
@@ -34,8 +33,7 @@ def queue(broker, name, arguments=None):
 def put(broker, name, properties, body):
     """A persistent message into the queue `name` (through the default exchange). Returns the
     journal sequence number it is on disk at (waits_for)."""
-    route = bytes((0, len(name))) + name  # (the default exchange's and the queue's shortstrs)
-    message = Message(b"", name, route, *tails(dict(properties, **PERSISTENT), body))
+    message = made(b"", name, dict(properties, **PERSISTENT), body)
     expiration = properties.get("expiration")
     if expiration is not None:  # (as a publisher's is read: core/broker.py; a retained message's expiry)
         message.ttl = int(expiration)

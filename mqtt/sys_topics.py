@@ -33,8 +33,7 @@ import math
 
 from ..core import counters
 from ..core.broker import VERSION
-from ..core.content import tails
-from ..core.message import Message
+from ..core.content import made
 from . import retained, shared
 from .publishing import properties_091
 from .session import QUEUE_PREFIX
@@ -133,8 +132,7 @@ class SysTopics:
         exchange = broker.exchange(self.serving.exchange)
         if exchange is None:
             return
-        route = bytes((len(exchange.name),)) + exchange.name + bytes((len(key),)) + key
-        message = Message(exchange.name, key, route, *tails(properties_091(0, False, None), value))
+        message = made(exchange.name, key, properties_091(0, False, None), value)
         self.serving.sys_latest[topic] = message
         # MQTT subscribers' queues only: an AMQP queue bound with `#` (a bridge's, a stream the
         # pipeline reads) is not given the broker's figures

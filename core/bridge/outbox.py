@@ -38,6 +38,7 @@ import struct
 
 from ...codec.wire import shortstr
 from ..broker import ACCEPT, REJECT, REQUEUE
+from ..broker_side import BrokerSession
 from ..headers import with_entries
 from ..queue import Consumer
 from ..session import MESSAGE
@@ -51,13 +52,8 @@ GATEWAY_KEY = b"\x0fx-hutch-gateway"  # (as a shortstr: Message.has_header looks
 MAX_RETURNS = 5
 
 
-class Outbox:
+class Outbox(BrokerSession):
     HELD_WINDOWS = 2  # the consumer's window: the link's and what is held (a stream's reads: 1)
-    # A consumer session's fields that bound deliveries across its consumers (basic.qos
-    # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.
-    prefetch_global = 0
-    consumer_unacked = 0
-    stats = None  # its counters: the broker's own (core/counters.py)
     last_return = ""  # the code and text of upstream's last basic.return
 
     def __init__(self, broker, queue, name, window, wake=None, node=b"hutch", arguments=None):
@@ -85,10 +81,8 @@ class Outbox:
         self.seq = 0  # the last sequence number given on this link
         self.forwarded = 0  # confirmed by upstream, since start
         self.wake = wake  # called when messages arrive for the port to send
-        self.consumer = Consumer(
-            self, b"hutch.bridge." + name.encode(), queue, False, False, window * self.HELD_WINDOWS
-        )
-        broker.consume(None, queue, self.consumer, 0, arguments)  # (a stream's: where it reads from)
+        self.consumer = Consumer(self, b"hutch.bridge." + name.encode(), queue, prefetch=window * self.HELD_WINDOWS)
+        broker.consume(None, queue, self.consumer, arguments=arguments)  # (a stream's: where it reads from)
 
     # ------------------------------------------------------------ the queue's side
 

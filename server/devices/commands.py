@@ -23,10 +23,8 @@ import asyncio
 import json
 import time
 
-from ...codec import spec
-from ...codec.wire import shortstr
-from ...core.content import tails
-from ...core.message import Message
+from ...core.broker_side import BrokerSession
+from ...core.content import made
 from ...core.queue import Consumer
 from ...core.session import MESSAGE
 from ...core.topology import bind, declare_queue, unbind
@@ -39,11 +37,8 @@ def command_key(device, register):
     return ("cmd.%s.%s" % (device.name, register["name"])).encode()
 
 
-class Commands:
+class Commands(BrokerSession):
     # a consumer session (core/session.py): one consumer, nothing to acknowledge
-    prefetch_global = 0
-    consumer_unacked = 0
-    stats = None  # its counters: the broker's own
 
     def __init__(self, devices):
         self.devices = devices
@@ -52,26 +47,21 @@ class Commands:
         self.tasks = {}  # a command's number -> the task carrying it out
         self.commands = 0
         queue = declare_queue(self.broker, None, QUEUE)
-        self.consumer = Consumer(self, b"hutch.devices", queue, True, False, 0)
-        self.broker.consume(None, queue, self.consumer, spec.BASIC_CONSUME)
+        self.consumer = Consumer(self, b"hutch.devices", queue, no_ack=True)
+        self.broker.consume(None, queue, self.consumer)
         queue.dispatch()
 
     def bind(self, device):
         for register in _writable(device):
             exchange = device.settings["exchange"].encode()
-            bind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, spec.QUEUE_BIND, to_queue=True)
+            bind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, to_queue=True)
 
     def unbind(self, device):
         for register in _writable(device):
             exchange = device.settings["exchange"].encode()
-            unbind(
-                self.broker, None, exchange, QUEUE, command_key(device, register), {}, spec.QUEUE_UNBIND, to_queue=True
-            )
+            unbind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, to_queue=True)
 
     # ------------------------------------------------------------ the queue's side
-
-    def can_deliver(self):
-        return True
 
     def deliver(self, consumer, queue, entry):
         self.broker.delivered(queue, entry, True)  # (no ack: the answer says what became of it)
@@ -136,7 +126,7 @@ class Commands:
         if props.get("correlation-id") is not None:
             reply["correlation-id"] = props["correlation-id"]
         broker = self.broker
-        message = Message(b"", key, shortstr(b"") + shortstr(key), *tails(reply, json.dumps(answer).encode()))
+        message = made(b"", key, reply, json.dumps(answer).encode())
         broker.publish(broker.default_exchange, message, self.devices)
 
 

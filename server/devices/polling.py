@@ -18,11 +18,10 @@ import binascii
 import sys
 import time
 
-from ...codec.wire import shortstr
 from ...core import counters
 from ...core.broker import REFUSED, ROUTED
-from ...core.content import tails
-from ...core.message import Message
+from ...core.broker_side import BrokerPublisher
+from ...core.content import made
 from ...devices.device import Device, PollNumbers
 from ...devices.failures import Failed
 from ...ports.clock import sleep_ms
@@ -70,13 +69,9 @@ def read_number(path):
         return None
 
 
-class Devices:
+class Devices(BrokerPublisher):
     """Every [[device]] of the config, polled, each in a task of its own; as a publisher
     (Broker.publish) it can be told no. apply() makes a reload's devices the running ones."""
-
-    confirming = True
-    stats = None  # its counters (core/counters.py): the "modbus" protocol's, set at start
-    closed = False  # (what the journal's waiters have: the readings' publishes wait for nothing)
 
     def __init__(self, runtime, folder):
         self.line_class = line_class()  # (said at start, in one line, if pymodbus is missing)
@@ -175,12 +170,6 @@ class Devices:
         for name in list(self.tasks):
             await self.remove(name)
 
-    def flush_confirms(self):
-        """(Broker.journal_synced) Nothing waits: a reading is not answered to anyone."""
-
-    def hold_for(self, queue):
-        """(Broker.publish: never called, this publisher confirms)"""
-
     async def _run(self, device):
         now_ms = self.runtime.clock.now_ms
         due = now_ms()
@@ -245,7 +234,7 @@ class Devices:
             props = {"content-type": JSON, "delivery-mode": PERSISTENT, "timestamp": int(time.time())}
             if headers:
                 props["headers"] = headers
-            message = Message(exchange, key, shortstr(exchange) + shortstr(key), *tails(props, body))
+            message = made(exchange, key, props, body)
             result = broker.publish(target, message, self)
             if result & ROUTED and result & REFUSED:
                 refused += 1
