@@ -19,8 +19,20 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ["HUTCH_FREE_PORTS"] = "%d-%d" % (_LOW, _LOW + 2800)
 
 
+# The kinds of test a run may pick or leave out (`pytest -m "not soak and not bench"`); pytest
+# refuses a marker not listed here (--strict-markers).
+MARKERS = {
+    "long": "takes half a minute or more alone; started early in a run",
+    "soak": "a fault run that `make soak` lengthens (its module's settings); `make test` runs it short",
+    "bench": "`hutch bench` runs that print figures and assert none (tests/interop/bench/, by folder)",
+    "system": "the broker as a program: processes, signals, files (tests/interop/system/, by folder)",
+}
+FOLDER_MARKERS = ("bench", "system")  # tests/interop/FOLDER/: every test in it has the marker
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "long: takes half a minute or more alone; started early in a run")
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", "%s: %s" % (name, what))
 
 
 def pytest_collection_modifyitems(items):
@@ -35,6 +47,13 @@ def pytest_collection_modifyitems(items):
     started 486 s into a run and ended it, the other workers' cores idle in its last minute
     and a half. A long test handed out last ends a run the same way. (In each worker alike:
     every worker must collect the same list.)"""
+
+    for item in items:
+        parts = item.path.parts
+        if "interop" in parts and parts.index("interop") + 1 < len(parts):
+            folder = parts[parts.index("interop") + 1]
+            if folder in FOLDER_MARKERS:
+                item.add_marker(folder)
 
     def group(item):
         mark = item.get_closest_marker("xdist_group")

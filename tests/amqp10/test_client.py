@@ -7,40 +7,16 @@ Plain functions and asserts: tests/micropython/test_amqp10_micropython.py runs t
 MicroPython too (a board's bridge to a 1.0 cloud runs this client).
 """
 
+from amqp10_peer import events, forward
 from amqp10_sections import sections, to_parts
 
 from hutch.amqp10 import spec
 from hutch.amqp10.client import Protocol, quote, v2_address
 from hutch.amqp10.frames import field, frame, split
 from hutch.amqp10.types import Array, Described, Symbol, Ubyte, Uint, Ulong, Ushort, encode
-from hutch.core.content import tails
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
-
-
-def message(body, headers=None, **props):
-    """(header_tail, body_tail) of a 0-9-1 message as a broker keeps it (core/message.py);
-    props by pika's names (content_type)."""
-    props = {name.replace("_", "-"): value for name, value in props.items()}
-    if headers is not None:
-        props["headers"] = headers
-    header_tail, body_tail, _size = tails(props, body)
-    return header_tail, body_tail
-
-
-def forward(client, body, exchange=b"", routing_key=b"q", **props):
-    header_tail, body_tail = message(body, **props)
-    return client.forward(exchange, routing_key, header_tail, body_tail, True)
-
-
-def events(client):
-    out = []
-    while True:
-        event = client.next_event()
-        if event is None:
-            return out
-        out.append(event)
 
 
 def described(code, fields):

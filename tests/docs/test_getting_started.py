@@ -16,19 +16,13 @@ import sys
 import time
 
 import pytest
+from fresh_clone import clone
 from paths import ROOT
 
 from hutch.bench.brokers import free_port
 
 # the tests that install hutch into fresh virtualenvs: one worker, one after the other
 pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.timeout(300)]
-
-
-def clone(tmp_path):
-    """A fresh clone of the repository's HEAD, as `git clone` gives it to a user."""
-    path = str(tmp_path / "hutch")
-    subprocess.run(["git", "clone", "--quiet", ROOT, path], check=True, timeout=60)
-    return path
 
 
 def shell(command, cwd, timeout=120):

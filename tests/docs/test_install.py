@@ -16,8 +16,8 @@ import zipfile
 
 import pika
 import pytest
+from fresh_clone import clone
 from service_tree import assert_scripts_name_opt_hutch
-from test_getting_started import clone
 
 from hutch.bench.brokers import free_port
 

@@ -7,7 +7,7 @@ check the core alone, under CPython and MicroPython.
 import struct
 
 from harness import closed_with, frame, method, names, opened
-from test_journal import PERSISTENT, Node, _in_folder
+from journal_node import PERSISTENT, Node, in_folder
 
 from hutch.codec import spec
 from hutch.core.deadletter import cycle
@@ -239,7 +239,7 @@ def _paged(folder):
     return Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=1))
 
 
-@_in_folder
+@in_folder
 def _paged_drop_head(folder):
     node = _paged(folder)
     c = node.client()
@@ -260,7 +260,7 @@ def test_max_length_bytes_drop_head_on_a_queue_paged_to_disk():
     _paged_drop_head()
 
 
-@_in_folder
+@in_folder
 def _paged_reject(folder):
     node = _paged(folder)
     c = node.client()
@@ -292,7 +292,7 @@ def test_max_length_bytes_reject_publish_on_a_queue_paged_to_disk():
     _paged_reject()
 
 
-@_in_folder
+@in_folder
 def _after_restart(folder):
     for window in (1, 4):  # the backlog on disk, or all of it in memory after the replay
         name = b"q%d" % window
@@ -320,7 +320,7 @@ def test_max_length_bytes_holds_after_a_restart():
     _after_restart()
 
 
-@_in_folder
+@in_folder
 def _durable_dead_letters(folder):
     node = Node(folder)
     c = node.client()

@@ -1,7 +1,7 @@
 """core/dedup.py: a message a bridge sends again is dropped by the broker that took it."""
 
 from harness import names, opened
-from test_journal import Node, _bodies, _in_folder, _segments
+from journal_node import Node, in_folder, segment_names, taken_bodies
 
 from hutch.core import dedup
 from hutch.core.dedup import Dedup
@@ -92,7 +92,7 @@ def _bridged_durable(client, seq):
     return client.publish(1, b"", b"dq", b"m%d" % seq, {"headers": headers, "delivery-mode": 2})
 
 
-@_in_folder
+@in_folder
 def _restart(folder):
     node = Node(folder, segment_bytes=2048)  # small: the snapshots move on, the old segments go
     c = node.client()
@@ -106,7 +106,7 @@ def _restart(folder):
             for _ in range(10):  # consumed and acked: the segments that held them can go
                 c.get(1, b"dq", True)
     node.writer.commit()
-    assert len(_segments(folder)) < 10, "old segments were deleted: their records are gone"
+    assert len(segment_names(folder)) < 10, "old segments were deleted: their records are gone"
     node.crash()  # (a kill: what was written stays)
 
     after = Node(folder, segment_bytes=2048)
@@ -117,14 +117,14 @@ def _restart(folder):
     after.writer.commit()
     assert after.broker.dedup.dropped == 4
     assert names(c.read()) == ["basic.ack"], "confirmed, the duplicates too"
-    assert [body for body, _ in _bodies(c, b"dq")] == [b"m30", b"m61"]
+    assert [body for body, _ in taken_bodies(c, b"dq")] == [b"m30", b"m61"]
 
 
 def test_numbers_taken_before_a_restart_are_still_duplicates_after_it():
     _restart()
 
 
-@_in_folder
+@in_folder
 def _killed_at_a_roll(folder):
     node = Node(folder, segment_bytes=2048)
     c = node.client()
@@ -138,13 +138,13 @@ def _killed_at_a_roll(folder):
     node.writer.files.append(first, chunks[0][1], None)  # killed there: the old segment's summary unwritten
     after = Node(folder, segment_bytes=2048)
     c = after.client()
-    got = [body for body, _ in _bodies(c, b"dq")]
+    got = [body for body, _ in taken_bodies(c, b"dq")]
     assert got and len(got) < 30, got  # what the first chunk held came back ...
     for seq in range(1, 31):  # ... and, sent again, is not taken twice
         _bridged_durable(c, seq)
     after.writer.commit()
     assert after.broker.dedup.dropped == len(got)
-    assert [body for body, _ in _bodies(c, b"dq")] == [b"m%d" % seq for seq in range(len(got) + 1, 31)]
+    assert [body for body, _ in taken_bodies(c, b"dq")] == [b"m%d" % seq for seq in range(len(got) + 1, 31)]
 
 
 def test_a_kill_between_two_segments_of_one_commit_leaves_no_repeat():

@@ -7,68 +7,22 @@ A "restart" is a new Broker replaying the same folder (ports/storage.recover), a
 
 import os
 
-from harness import names, opened
-from scratch import remove_tree, scratch_folder
+from harness import names
+from journal_node import (
+    PERSISTENT,
+    TRANSIENT,
+    Node,
+    damage_segment,
+    in_folder,
+    recovery_report,
+    segment_names,
+    taken_bodies,
+)
 
 from hutch.codec import spec
-from hutch.core.broker import Broker
-from hutch.core.limits import Limits
-from hutch.ports.recovery import recover
-
-PERSISTENT = {"delivery-mode": 2}
-TRANSIENT = {"delivery-mode": 1}
 
 
-class Node:
-    """A broker on a data folder, with what it logged."""
-
-    def __init__(self, folder, segment_bytes=1 << 20, max_bytes=1 << 30, limits=None):
-        self.logs = []
-        self.broker = Broker(limits or Limits(), log=self._log)
-        self.writer = recover(folder, self.broker, segment_bytes, max_bytes, self.broker.log)
-
-    def _log(self, level, text, exc=None):
-        self.logs.append((level, text))
-
-    def client(self):
-        return opened(self.broker)
-
-    def stop(self):
-        """A clean stop: everything written and synced, the file closed."""
-        self.writer.commit()
-        self.writer.files.close()
-
-    def crash(self):
-        """A killed process: what was written stays, nothing more is synced or closed."""
-        self.writer.write()
-
-
-def _bodies(client, queue, count=1000):
-    out = []
-    for _ in range(count):
-        events = client.get(1, queue, True)
-        if events[0].name == "basic.get-empty":
-            return out
-        out.append((events[0].body, events[0].args[1]))
-    return out
-
-
-def _segments(folder):
-    return sorted(n for n in os.listdir(folder + "/journal") if n.endswith(".seg"))
-
-
-def _in_folder(test):
-    def run():
-        folder = scratch_folder()
-        try:
-            test(folder)
-        finally:
-            remove_tree(folder)
-
-    return run
-
-
-@_in_folder
+@in_folder
 def _definitions(folder):
     node = Node(folder)
     c = node.client()
@@ -95,7 +49,7 @@ def test_durable_definitions_come_back_and_transient_ones_do_not():
     _definitions()
 
 
-@_in_folder
+@in_folder
 def _expiry_after_restart(folder):
     node = Node(folder)
     node.broker.tick(5_000)
@@ -115,7 +69,7 @@ def test_a_queue_s_expiry_counts_from_the_restart_not_from_the_clock_s_zero():
     _expiry_after_restart()
 
 
-@_in_folder
+@in_folder
 def _messages(folder):
     node = Node(folder)
     c = node.client()
@@ -132,7 +86,7 @@ def _messages(folder):
     node.crash()
     again = Node(folder)
     c = again.client()
-    assert _bodies(c, b"q") == [(b"m0", True), (b"m2", False), (b"m3", False), (b"m4", False)]
+    assert taken_bodies(c, b"q") == [(b"m0", True), (b"m2", False), (b"m3", False), (b"m4", False)]
     assert b"t" not in again.broker.queues
     assert any("recovered 4 messages in 1 queues" in text for _, text in again.logs), again.logs
 
@@ -141,7 +95,7 @@ def test_messages_come_back_in_order_with_their_redelivered_flags():
     _messages()
 
 
-@_in_folder
+@in_folder
 def _confirms(folder):
     node = Node(folder)
     c = node.client()
@@ -160,7 +114,7 @@ def test_a_confirm_waits_until_the_journal_is_synced():
     _confirms()
 
 
-@_in_folder
+@in_folder
 def _tx(folder):
     node = Node(folder)
     c = node.client()
@@ -176,7 +130,7 @@ def test_tx_commit_ok_waits_until_the_journal_is_synced():
     _tx()
 
 
-@_in_folder
+@in_folder
 def _segments_go(folder):
     node = Node(folder, segment_bytes=4096)
     c = node.client()
@@ -184,10 +138,10 @@ def _segments_go(folder):
     for i in range(200):
         c.publish(1, b"", b"q", b"%03d" % i + b"x" * 100, PERSISTENT)
     node.writer.commit()
-    assert len(_segments(folder)) > 5
-    assert len(_bodies(c, b"q")) == 200
+    assert len(segment_names(folder)) > 5
+    assert len(taken_bodies(c, b"q")) == 200
     node.writer.commit()
-    assert len(_segments(folder)) == 1, _segments(folder)  # only the one being written
+    assert len(segment_names(folder)) == 1, segment_names(folder)  # only the one being written
     node.stop()
     again = Node(folder, segment_bytes=4096)
     assert again.broker.queues[b"q"].message_count() == 0
@@ -197,7 +151,7 @@ def test_segments_roll_over_and_fully_acked_ones_are_deleted():
     _segments_go()
 
 
-@_in_folder
+@in_folder
 def _pinned(folder):
     node = Node(folder, segment_bytes=4096)
     c = node.client()
@@ -206,16 +160,16 @@ def _pinned(folder):
     tag = c.get(1, b"q")[0].args[0]  # held unacked: its segment must stay
     for _i in range(100):
         c.publish(1, b"", b"q", b"x" * 100, PERSISTENT)
-    assert len(_bodies(c, b"q")) == 100  # acked (no-ack gets), in later segments
+    assert len(taken_bodies(c, b"q")) == 100  # acked (no-ack gets), in later segments
     node.writer.commit()  # their REMOVED records and the delivery of "kept" go to the segment written now
     for _i in range(50):
         c.publish(1, b"", b"q", b"y" * 100, PERSISTENT)
-    assert len(_bodies(c, b"q")) == 50
+    assert len(taken_bodies(c, b"q")) == 50
     node.writer.commit()
-    assert len(_segments(folder)) > 2  # that segment stays with segment 1: its records speak of it
+    assert len(segment_names(folder)) > 2  # that segment stays with segment 1: its records speak of it
     node.crash()
     again = Node(folder, segment_bytes=4096)
-    assert _bodies(again.client(), b"q") == [(b"kept", True)]
+    assert taken_bodies(again.client(), b"q") == [(b"kept", True)]
     assert tag == 1
 
 
@@ -223,7 +177,7 @@ def test_removals_in_later_segments_stay_valid_while_an_older_one_is_kept():
     _pinned()
 
 
-@_in_folder
+@in_folder
 def _budget(folder):
     node = Node(folder, segment_bytes=4096, max_bytes=16384)
     c = node.client()
@@ -245,7 +199,7 @@ def _budget(folder):
     assert nacked, "a publisher with confirms is told no near the disk budget"
     ready = node.broker.queues[b"q"].message_count()
     assert ready > 0  # every confirmed message is still there: nothing was dropped
-    assert len(_bodies(c, b"q")) == ready
+    assert len(taken_bodies(c, b"q")) == ready
     node.writer.commit()
     assert not node.broker.flow.blocked, node.broker.flow.reason
 
@@ -265,58 +219,41 @@ def _fill(folder, count=60):
     for i in range(count):
         c.publish(1, b"", b"q", b"m%02d" % i + b"." * 200, PERSISTENT)
     node.crash()
-    return _segments(folder)
-
-
-def _damage(folder, name, change):
-    path = folder + "/journal/" + name
-    with open(path, "rb") as f:
-        data = f.read()
-    data = change(data)
-    if data is None:
-        os.remove(path)
-        return
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def _report(folder):
-    with open(folder + "/recovery.txt") as f:
-        return f.read()
+    return segment_names(folder)
 
 
 def _ids(client):
-    return [int(body[1:3]) for body, _ in _bodies(client, b"q")]
+    return [int(body[1:3]) for body, _ in taken_bodies(client, b"q")]
 
 
-@_in_folder
+@in_folder
 def _truncated(folder):
     segments = _fill(folder)
-    _damage(folder, segments[-1], lambda data: data[: len(data) - 100])
+    damage_segment(folder, segments[-1], lambda data: data[: len(data) - 100])
     node = Node(folder, segment_bytes=4096)
     ids = _ids(node.client())
     assert ids == list(range(len(ids))) and 45 < len(ids) < 60, ids  # only the cut-off write is lost
-    assert "torn tail cut" in _report(folder)
+    assert "torn tail cut" in recovery_report(folder)
 
 
 def test_a_truncated_segment_is_cut_at_its_last_good_record():
     _truncated()
 
 
-@_in_folder
+@in_folder
 def _zeros(folder):
     segments = _fill(folder)
-    _damage(folder, segments[-1], lambda data: data + bytes(3000))
+    damage_segment(folder, segments[-1], lambda data: data + bytes(3000))
     node = Node(folder, segment_bytes=4096)
     assert _ids(node.client()) == list(range(60))
-    assert "torn tail cut" in _report(folder)
+    assert "torn tail cut" in recovery_report(folder)
 
 
 def test_a_zero_filled_tail_is_cut_and_nothing_is_lost():
     _zeros()
 
 
-@_in_folder
+@in_folder
 def _flipped(folder):
     segments = _fill(folder)
     middle = segments[len(segments) // 2]
@@ -326,41 +263,41 @@ def _flipped(folder):
         data[len(data) // 2] ^= 0x40
         return bytes(data)
 
-    _damage(folder, middle, flip)
+    damage_segment(folder, middle, flip)
     node = Node(folder, segment_bytes=4096)
     ids = _ids(node.client())
     assert 0 < len(ids) < 60 and ids == sorted(ids), ids
     assert 0 in ids and 59 in ids  # the segments before and after are served
-    report = _report(folder)
+    report = recovery_report(folder)
     assert "corrupt" in report and "quarantined" in report, report
     assert os.listdir(folder + "/quarantine") == [middle]
     assert any(level == "warning" and "quarantined" in text for level, text in node.logs)
     # the next start finds the cut segment sound, and the same messages
     node.stop()
     Node(folder, segment_bytes=4096)
-    assert "nothing was cut" in _report(folder)
+    assert "nothing was cut" in recovery_report(folder)
 
 
 def test_a_segment_with_a_flipped_byte_is_quarantined_and_the_rest_served():
     _flipped()
 
 
-@_in_folder
+@in_folder
 def _missing(folder):
     segments = _fill(folder)
     gone = segments[1]
-    _damage(folder, gone, lambda data: None)
+    damage_segment(folder, gone, lambda data: None)
     node = Node(folder, segment_bytes=4096)
     ids = _ids(node.client())
     assert 0 in ids and 59 in ids and len(ids) < 60, ids
-    assert "segment %s: missing" % gone[:-4] in _report(folder), _report(folder)
+    assert "segment %s: missing" % gone[:-4] in recovery_report(folder), recovery_report(folder)
 
 
 def test_a_missing_segment_is_reported_and_the_rest_served():
     _missing()
 
 
-@_in_folder
+@in_folder
 def _garbage(folder):
     os.mkdir(folder + "/journal")
     with open(folder + "/journal/00000001.seg", "wb") as f:
@@ -368,7 +305,7 @@ def _garbage(folder):
     node = Node(folder)
     c = node.client()
     assert c.queue(1, b"q", durable=True) == b"q"  # boots, and serves
-    assert "corrupt at byte 0" in _report(folder)
+    assert "corrupt at byte 0" in recovery_report(folder)
 
 
 def test_a_segment_of_garbage_does_not_stop_the_broker():

@@ -6,7 +6,16 @@ every queue feature does with messages that are on disk only. Also run under Mic
 import struct
 
 from harness import names
-from test_journal import PERSISTENT, TRANSIENT, Node, _bodies, _damage, _in_folder, _report, _segments
+from journal_node import (
+    PERSISTENT,
+    TRANSIENT,
+    Node,
+    damage_segment,
+    in_folder,
+    recovery_report,
+    segment_names,
+    taken_bodies,
+)
 
 from hutch.codec import spec
 from hutch.core.limits import Limits
@@ -34,7 +43,7 @@ def _numbers(bodies):
     return [int(body[1:4]) for body, _ in bodies]
 
 
-@_in_folder
+@in_folder
 def _window(folder):
     node = _small(folder)
     c = _fill(node, 100)
@@ -42,7 +51,7 @@ def _window(folder):
     assert queue.messages.length == 4 and queue.paged == 96, (queue.messages.length, queue.paged)
     assert queue.message_count() == 100
     assert c.call(1, spec.QUEUE_DECLARE, (0, b"q", True, True, False, False, False, {}))[0].args[1] == 100
-    assert _numbers(_bodies(c, b"q")) == list(range(100))
+    assert _numbers(taken_bodies(c, b"q")) == list(range(100))
     assert queue.paged == 0 and queue.runs == [] and queue.message_count() == 0
 
 
@@ -50,7 +59,7 @@ def test_a_durable_queue_keeps_a_window_in_memory_and_reads_the_rest_back_in_ord
     _window()
 
 
-@_in_folder
+@in_folder
 def _consumer(folder):
     node = _small(folder)
     c = _fill(node, 50)
@@ -72,13 +81,13 @@ def test_a_consumer_drains_a_paged_backlog_in_order():
     _consumer()
 
 
-@_in_folder
+@in_folder
 def _requeue(folder):
     node = _small(folder)
     c = _fill(node, 20)
     tags = [c.get(1, b"q")[0].args[0] for _ in range(6)]  # 0..5 delivered, unacked; 6.. on disk
     c.call(1, spec.BASIC_NACK, (tags[-1], True, True))  # all six back, at the head
-    bodies = _bodies(c, b"q")
+    bodies = taken_bodies(c, b"q")
     assert _numbers(bodies) == list(range(20))
     assert [redelivered for _, redelivered in bodies] == [True] * 6 + [False] * 14
 
@@ -87,7 +96,7 @@ def test_requeued_messages_go_back_before_the_backlog_on_disk():
     _requeue()
 
 
-@_in_folder
+@in_folder
 def _requeue_order(folder):
     node = _small(folder)
     c = _fill(node, 20)
@@ -108,7 +117,7 @@ def test_requeued_messages_of_a_paged_queue_go_back_to_their_places():
     _requeue_order()
 
 
-@_in_folder
+@in_folder
 def _interleaved(folder):
     node = _small(folder)
     c = _fill(node, 30, queue=b"a")
@@ -133,8 +142,8 @@ def _interleaved(folder):
     runs = again.broker.queues[b"a"].runs
     assert runs[0].bitmap is None and runs[-1].bitmap is not None  # dense again where ids follow each other
     d = again.client()
-    assert _numbers(_bodies(d, b"b")) == mine[b"b"]
-    assert _numbers(_bodies(d, b"a", 10)) == mine[b"a"][:10]
+    assert _numbers(taken_bodies(d, b"b")) == mine[b"b"]
+    assert _numbers(taken_bodies(d, b"a", 10)) == mine[b"a"][:10]
     assert d.call(1, spec.QUEUE_PURGE, (0, b"a", False))[0].args[0] == len(mine[b"a"]) - 10
     again.crash()
     last = Node(folder, segment_bytes=4096)
@@ -204,7 +213,7 @@ def test_a_dense_run_goes_on_into_the_next_segments_with_two_numbers_each():
     assert _read(run, (105,)) == [105] and run.count == 0
 
 
-@_in_folder
+@in_folder
 def _ttl(folder):
     node = _small(folder)
     c = _fill(node, 30, arguments={"x-message-ttl": 1000})
@@ -221,7 +230,7 @@ def test_messages_on_disk_expire_by_their_ttl():
     _ttl()
 
 
-@_in_folder
+@in_folder
 def _dead_letters(folder):
     node = _small(folder)
     c = node.client()
@@ -230,14 +239,14 @@ def _dead_letters(folder):
         1, b"q", durable=True, arguments={"x-max-length": 5, "x-dead-letter-exchange": b""}
     )
     assert node.broker.queues[b"q"].message_count() == 5
-    assert _numbers(_bodies(c, b"q")) == [7, 8, 9, 10, 11]
+    assert _numbers(taken_bodies(c, b"q")) == [7, 8, 9, 10, 11]
 
 
 def test_max_length_drops_the_oldest_of_a_paged_queue():
     _dead_letters()
 
 
-@_in_folder
+@in_folder
 def _purge(folder):
     node = _small(folder)
     c = _fill(node, 40)
@@ -255,14 +264,14 @@ def test_a_purged_paged_queue_stays_empty_after_a_restart():
     _purge()
 
 
-@_in_folder
+@in_folder
 def _delete(folder):
     node = _small(folder)
     c = _fill(node, 40)
     assert c.call(1, spec.QUEUE_DELETE, (0, b"q", False, False, False))[0].args[0] == 40
     c.queue(1, b"q", durable=True)
     node.writer.commit()
-    assert len(_segments(folder)) == 1, _segments(folder)  # nothing keeps the old segments
+    assert len(segment_names(folder)) == 1, segment_names(folder)  # nothing keeps the old segments
     node.crash()
     again = Node(folder, segment_bytes=4096)
     assert again.broker.queues[b"q"].message_count() == 0
@@ -272,7 +281,7 @@ def test_a_deleted_paged_queue_frees_its_segments():
     _delete()
 
 
-@_in_folder
+@in_folder
 def _restart(folder):
     node = _small(folder)
     c = _fill(node, 200)
@@ -284,7 +293,7 @@ def _restart(folder):
     assert queue.messages.length == 0 and queue.paged == 199  # nothing read yet: all on disk
     # the first segment's run has a gap (2 was acked); from the next segment on, one dense run
     assert [run.bitmap is None for run in queue.runs] == [False, True] and len(queue.runs[1].parts) >= 4
-    bodies = _bodies(again.client(), b"q")
+    bodies = taken_bodies(again.client(), b"q")
     assert _numbers(bodies) == [0, 1] + list(range(3, 200))
     assert [r for _, r in bodies[:3]] == [True, True, False]
     log = [text for level, text in again.logs if "recovered" in text]
@@ -295,7 +304,7 @@ def test_a_paged_backlog_comes_back_after_a_crash_from_the_summaries():
     _restart()
 
 
-@_in_folder
+@in_folder
 def _transient(folder):
     node = _small(folder)
     c = _fill(node, 10)
@@ -306,27 +315,27 @@ def _transient(folder):
     node.crash()
     # Nothing was taken: a restart brings back the persistent ones only, in order.
     again = Node(folder, segment_bytes=4096)
-    assert _numbers(_bodies(again.client(), b"q")) == list(range(10)) + [20]
+    assert _numbers(taken_bodies(again.client(), b"q")) == list(range(10)) + [20]
 
 
 def test_transient_messages_keep_a_paged_queue_in_order_and_do_not_come_back():
     _transient()
 
 
-@_in_folder
+@in_folder
 def _transient_order(folder):
     node = _small(folder)
     c = _fill(node, 10)
     for i in range(10, 20):
         c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, TRANSIENT)
-    assert _numbers(_bodies(c, b"q")) == list(range(20))
+    assert _numbers(taken_bodies(c, b"q")) == list(range(20))
 
 
 def test_transient_messages_behind_a_backlog_on_disk_come_in_order():
     _transient_order()
 
 
-@_in_folder
+@in_folder
 def _one_ack_of_many(folder):
     node = _small(folder)
     c = _fill(node, 30)
@@ -349,7 +358,7 @@ def _one_ack_of_many(folder):
     node.stop()
     # A restart brings back only the persistent ones left unacked, as delivered ones
     again = Node(folder, segment_bytes=4096)
-    bodies = _bodies(again.client(), b"q")
+    bodies = taken_bodies(again.client(), b"q")
     assert _numbers(bodies) == list(range(50, 60)), _numbers(bodies)
     assert all(redelivered for _, redelivered in bodies)
 
@@ -358,13 +367,13 @@ def test_one_ack_of_many_removes_them_all_across_segments():
     _one_ack_of_many()
 
 
-@_in_folder
+@in_folder
 def _sealed(folder):
     node = _small(folder)
     _fill(node, 120)
     node.crash()
     Node(folder, segment_bytes=4096)  # seals the segment the crash left open
-    segments = _segments(folder)
+    segments = segment_names(folder)
     for name in segments[:-1]:
         with open(folder + "/journal/" + name, "rb") as f:
             assert f.read()[-16:-12] == b"HSUM", name  # every segment but the newest is sealed
@@ -377,11 +386,11 @@ def _sealed(folder):
         data[200] ^= 0x08
         return bytes(data)
 
-    _damage(folder, middle, flip)
+    damage_segment(folder, middle, flip)
     node = Node(folder, segment_bytes=4096)
-    report = _report(folder)
+    report = recovery_report(folder)
     assert "corrupt" in report and "quarantined" in report, report
-    numbers = _numbers(_bodies(node.client(), b"q"))
+    numbers = _numbers(taken_bodies(node.client(), b"q"))
     assert numbers == sorted(numbers) and 0 in numbers and 119 in numbers and len(numbers) < 120
 
 
@@ -389,25 +398,25 @@ def test_a_flipped_byte_in_a_sealed_segment_is_found_by_its_checksum():
     _sealed()
 
 
-@_in_folder
+@in_folder
 def _summary_damage(folder):
     node = _small(folder)
     _fill(node, 120)
     node.crash()
     Node(folder, segment_bytes=4096).stop()
-    segments = _segments(folder)
+    segments = segment_names(folder)
     first, second = segments[0], segments[1]
-    _damage(folder, first, lambda data: data[:-3])  # the trailer cut: read whole
-    _damage(folder, second, lambda data: data[:-20] + bytes((data[-20] ^ 1,)) + data[-19:])  # the summary
+    damage_segment(folder, first, lambda data: data[:-3])  # the trailer cut: read whole
+    damage_segment(folder, second, lambda data: data[:-20] + bytes((data[-20] ^ 1,)) + data[-19:])  # the summary
     node = Node(folder, segment_bytes=4096)
-    assert _numbers(_bodies(node.client(), b"q")) == list(range(120))  # nothing was lost
+    assert _numbers(taken_bodies(node.client(), b"q")) == list(range(120))  # nothing was lost
 
 
 def test_a_damaged_summary_or_trailer_only_means_reading_the_segment_whole():
     _summary_damage()
 
 
-@_in_folder
+@in_folder
 def _cut_during_paging(folder):
     node = _small(folder)
     c = _fill(node, 60)
@@ -416,8 +425,8 @@ def _cut_during_paging(folder):
     [run] = queue.runs  # one run, over several segments
     assert run.parts is not None and len(run.parts) >= 4, run.parts
     # the card loses the end of a segment under a running broker: one in the middle of the run
-    _damage(folder, "%08d.seg" % (run.segment + 1), lambda data: data[: len(data) // 2])
-    numbers = _numbers(_bodies(c, b"q"))
+    damage_segment(folder, "%08d.seg" % (run.segment + 1), lambda data: data[: len(data) // 2])
+    numbers = _numbers(taken_bodies(c, b"q"))
     assert numbers == sorted(numbers) and numbers[:4] == [0, 1, 2, 3] and len(numbers) < 60
     assert 59 in numbers  # what the segments after it hold is read
     assert any(level == "error" and "lost" in text for level, text in node.logs), node.logs
@@ -428,7 +437,7 @@ def test_a_segment_cut_under_a_running_broker_loses_only_what_it_held():
     _cut_during_paging()
 
 
-@_in_folder
+@in_folder
 def _compaction(folder):
     node = Node(folder, segment_bytes=4096)
     c = node.client()
@@ -440,21 +449,21 @@ def _compaction(folder):
     for round in range(6):
         for i in range(40):
             c.publish(1, b"", b"q", b"m%03d" % i + b"." * 100, PERSISTENT)
-        assert len(_bodies(c, b"q")) == 40
+        assert len(taken_bodies(c, b"q")) == 40
         node.writer.commit()
         c.tick(1000 * (round + 1))
     node.writer.commit()
     assert any("compacted" in text for _, text in node.logs), node.logs
     # the pinned message was written again: nothing holds the old segments any more
-    assert len(_segments(folder)) <= 3, _segments(folder)
-    assert "00000001.seg" not in _segments(folder)
+    assert len(segment_names(folder)) <= 3, segment_names(folder)
+    assert "00000001.seg" not in segment_names(folder)
     node.crash()
     again = Node(folder, segment_bytes=4096)
     queue = again.broker.queues[b"q"]
     page_in(queue)
     # the copy keeps the message's arrival (its TTL and age run from its publish, not the move)
     assert queue.messages.peek()[0].arrived == arrived > 0
-    assert _bodies(again.client(), b"q") == [(b"pinned", True)]
+    assert taken_bodies(again.client(), b"q") == [(b"pinned", True)]
     assert tag == 1
 
 
@@ -462,7 +471,7 @@ def test_compaction_moves_a_pinned_message_forward_and_the_replay_finds_it():
     _compaction()
 
 
-@_in_folder
+@in_folder
 def _confirms_and_tx(folder):
     node = _small(folder)
     c = _fill(node, 10)
@@ -478,7 +487,7 @@ def _confirms_and_tx(folder):
     node.writer.commit()
     assert names(c.read()) == ["tx.commit-ok"]
     assert node.broker.queues[b"q"].paged == 13 - WINDOW[0]
-    assert _numbers(_bodies(c, b"q")) == list(range(13))
+    assert _numbers(taken_bodies(c, b"q")) == list(range(13))
 
 
 def test_confirms_and_transactions_on_a_paged_queue():

@@ -3,7 +3,7 @@ and consumers, paged (a window of a few messages, the rest on disk in runs of on
 and across a restart from the journal. Also run under MicroPython."""
 
 from harness import opened
-from test_journal import Node, _in_folder
+from journal_node import Node, in_folder
 
 from hutch.codec import spec
 from hutch.core.limits import Limits
@@ -84,7 +84,7 @@ def test_a_consumer_gets_the_highest_priority_waiting():
     assert [e.body for e in events if e.name == "basic.deliver"] == [b"mid"]
 
 
-@_in_folder
+@in_folder
 def _restart(folder):
     node = Node(folder)
     client = node.client()
@@ -134,7 +134,7 @@ def _restarted(folder):
     return Node(folder, segment_bytes=4096, limits=Limits(queue_window_messages=4))
 
 
-@_in_folder
+@in_folder
 def _paged(folder):
     published, delivered = _mixed(60)
     node, client = _paged_node(folder, published[:40])
@@ -153,7 +153,7 @@ def test_a_paged_priority_queue_delivers_by_priority_from_disk_and_memory():
     _paged()
 
 
-@_in_folder
+@in_folder
 def _paged_restart(folder):
     published, delivered = _mixed(80)
     node, _client = _paged_node(folder, published[:70])
@@ -171,7 +171,7 @@ def test_a_paged_priority_queue_comes_back_in_priority_order_after_a_restart():
     _paged_restart()
 
 
-@_in_folder
+@in_folder
 def _paged_purge(folder):
     node, client = _paged_node(folder, _mixed(30)[0])
     events = client.call(1, spec.QUEUE_PURGE, (0, b"q", False))
@@ -187,7 +187,7 @@ def test_a_purged_paged_priority_queue_stays_empty_after_a_restart():
     _paged_purge()
 
 
-@_in_folder
+@in_folder
 def _expiry_first(folder):
     published, delivered = _mixed(40)
     node, _client = _paged_node(folder, published[:30], {"x-message-ttl": 3600000})

@@ -2,7 +2,7 @@
 confirmed and dropped, through a restart, within the limits' bounds."""
 
 from harness import names, opened
-from test_journal import Node, _bodies, _in_folder
+from journal_node import Node, in_folder, taken_bodies
 
 from hutch.core.limits import Limits
 from hutch.core.snapshot import snapshot
@@ -146,7 +146,7 @@ def test_a_bridged_reading_is_deduplicated_by_its_bridge_s_numbers_only():
     assert client.broker.sensors is None
 
 
-@_in_folder
+@in_folder
 def _through_a_restart(folder):
     node = Node(folder, segment_bytes=2048)  # small: snapshots move on, old segments go
     c = node.client()
@@ -158,7 +158,7 @@ def _through_a_restart(folder):
                 _reading(c, sensor, seq, queue=b"dq")
         if seq % 10 == 0:
             node.writer.commit()
-            _bodies(c, b"dq")  # consumed: the segments that held them can go
+            taken_bodies(c, b"dq")  # consumed: the segments that held them can go
     node.writer.commit()
     node.crash()
 
@@ -169,7 +169,7 @@ def _through_a_restart(folder):
         _reading(c, sensor, seq, queue=b"dq")
     after.writer.commit()
     assert names(c.read()) == ["basic.ack"]
-    assert [body for body, _ in _bodies(c, b"dq")] == [b"s2-20", b"s2-41"]
+    assert [body for body, _ in taken_bodies(c, b"dq")] == [b"s2-20", b"s2-41"]
     assert after.broker.sensors.dropped == 4
 
 
@@ -177,7 +177,7 @@ def test_readings_taken_before_a_restart_are_still_repeats_after_it():
     _through_a_restart()
 
 
-@_in_folder
+@in_folder
 def _window_resized(folder):
     node = Node(folder, limits=Limits(sensor_window=1024))
     c = node.client()
@@ -191,7 +191,7 @@ def _window_resized(folder):
         c = after.client()
         for seq in (298, 299, 300):
             _reading(c, "s1", seq, queue=b"dq")
-        taken = [body for body, _ in _bodies(c, b"dq")][len(first) :]  # (after the first node's)
+        taken = [body for body, _ in taken_bodies(c, b"dq")][len(first) :]  # (after the first node's)
         assert taken == ([b"s1-299"] if window == 64 else []), (window, taken)
         after.stop()
 
@@ -200,7 +200,7 @@ def test_a_sensor_s_state_survives_a_change_of_sensor_window():
     _window_resized()
 
 
-@_in_folder
+@in_folder
 def _turned_off(folder):
     node = Node(folder)
     c = node.client()
@@ -211,7 +211,7 @@ def _turned_off(folder):
     c = after.client()
     _reading(c, "s1", 1, queue=b"dq")
     assert after.broker.sensors is None
-    assert [body for body, _ in _bodies(c, b"dq")] == [b"s1-1", b"s1-1"]
+    assert [body for body, _ in taken_bodies(c, b"dq")] == [b"s1-1", b"s1-1"]
     after.stop()
 
 

@@ -12,7 +12,10 @@ RabbitMQ's observation into hutch's, and says why in its docstring; the rest mus
 
 import uuid
 
+import pika
 import pytest
+from brokers import pika_connection
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 # Every differential test talks to its worker's RabbitMQ (tests/interop/conftest.py rabbitmq).
 MARKS = [pytest.mark.timeout(120)]
@@ -47,3 +50,29 @@ def closed_by(error):
         code = error.args[0]
         reply_text = error.args[1] if len(error.args) > 1 else reply_text
     return (code, reply_text)
+
+
+def url(target):
+    """The AMQP URL of either broker (the run's RabbitMQ object has no .url)."""
+    return "amqp://guest:guest@%s:%d/" % (target.host, target.port)
+
+
+def attempt(target, action, **connection_options):
+    """Run action(connection, channel) on a fresh pika connection: ("ok", what it returned), or
+    who closed what with which reply code and text."""
+    if connection_options:
+        params = pika.ConnectionParameters(
+            target.host, target.port, credentials=pika.PlainCredentials("guest", "guest"), **connection_options
+        )
+        connection = pika.BlockingConnection(params)
+    else:
+        connection = pika_connection(target)
+    try:
+        return ("ok", action(connection, connection.channel()))
+    except ChannelClosedByBroker as e:
+        return ("channel closed",) + closed_by(e)
+    except ConnectionClosedByBroker as e:
+        return ("connection closed",) + closed_by(e)
+    finally:
+        if connection.is_open:
+            connection.close()

@@ -409,3 +409,137 @@ def publish_end(url, stream, gateway, ts):
     body = json.dumps({"sensor": "~end", "ts": ts, "value": 0}).encode()
     channel.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2, headers={"x-hutch-gateway": gateway}))
     connection.close()
+
+
+EVERY = 0.1  # s between a sensor's readings
+
+
+class Sensor:
+    """s-1 on a gateway: a reading every EVERY s to amq.topic (sensors.s-1), numbered
+    (x-sensor-id, x-sensor-seq), stamped with the wall clock, in confirm mode; what was
+    confirmed is kept: {seq: (ts, value)}. A publish that fails (its gateway restarting) is sent
+    again with the same number."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.confirmed = {}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.broker.port))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        seq = 0
+        while not self.stopping.is_set():
+            seq += 1
+            ts, value = round(time.time(), 3), float(seq % 50)
+            body = json.dumps({"sensor": "s-1", "ts": ts, "value": value}).encode()
+            headers = {"x-sensor-id": "s-1", "x-sensor-seq": seq}
+            channel.basic_publish(
+                "amq.topic", "sensors.s-1", body, pika.BasicProperties(delivery_mode=2, headers=headers)
+            )
+            self.confirmed[seq] = (ts, value)
+            time.sleep(EVERY)
+        connection.close()
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(30)
+
+
+def stream_readings(url, stream):
+    """{(gateway, sensor, seq): (ts, value)} of the stream's records, and how many records (a
+    reading the bridge sent again is in the stream twice)."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=1000)
+    found, records = {}, 0
+    for method, properties, body in channel.consume(
+        stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=2
+    ):
+        if method is None:
+            break
+        records += 1
+        headers = properties.headers or {}
+        reading = json.loads(body)
+        key = (headers.get("x-hutch-gateway"), reading["sensor"], headers.get("x-sensor-seq"))  # (~end has none)
+        found[key] = (float(reading["ts"]) if not isinstance(reading["ts"], str) else reading["ts"], reading["value"])
+        channel.basic_ack(method.delivery_tag)
+    connection.close()
+    return found, records
+
+
+def counted_in_parquet(readings, output, window):
+    """(expected, counted, missing, twice): the readings upstream ({(gateway, sensor, seq): (ts,
+    value)}) counted per (gateway, window start, sensor), beside the counts of the windows
+    committed to output (windows of that many seconds); how many of them are missing from it, and how many counted twice."""
+    expected = {}
+    for (gateway, sensor, _seq), (ts, _value) in readings.items():
+        if sensor != "~end":
+            start = int(epoch(ts)) // window * window
+            expected[(gateway, start, sensor)] = expected.get((gateway, start, sensor), 0) + 1
+    written, _ = written_aggregates(output, window)
+    counted = {key: figures[0] for key, figures in written.items() if key[2] != "~end"}
+    missing = sum(max(0, n - counted.get(key, 0)) for key, n in expected.items())
+    twice = sum(max(0, n - expected.get(key, 0)) for key, n in counted.items())
+    return expected, counted, missing, twice
+
+
+def epoch(ts):
+    if isinstance(ts, float):
+        return ts
+    import datetime
+
+    return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def drained(broker):
+    done = subprocess.run(
+        [os.path.join(BIN, "hutch"), "ctl", "bridges", "--json", "--data", broker.data],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    bridges = json.loads(done.stdout)["bridges"] if done.returncode == 0 else []
+    return bridges and all(b["state"] == "running" and b["backlog"] == 0 and b["in_flight"] == 0 for b in bridges)
+
+
+def descendants(pid):
+    """The pids of pid's living descendants (Spark's Python daemon makes a process group of its
+    own: a process group alone does not find its workers)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(entry)
+            if stat and stat[0] != "Z":
+                children.setdefault(int(stat[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stat(pid, path="/proc/%s/stat"):
+    """(state, parent pid, process group) of a process (or a thread), None if it is gone."""
+    try:
+        with open(path % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], fields[1], fields[2]
+
+
+def command_line(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def is_executor_worker(pid):
+    """A Python worker running a Spark task (forked by `python -m pyspark.daemon pyspark.worker`),
+    not the driver's source runner nor a planning worker."""
+    return command_line(pid).endswith("pyspark.daemon pyspark.worker")

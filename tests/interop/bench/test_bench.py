@@ -8,13 +8,12 @@ import re
 import subprocess
 
 import pytest
-from brokers import BIN
+from bench_runs import bench, number
 
 # One worker runs these one after another (pytest-xdist): the benchmarks' brokers do not
 # compete with each other. (The beam processes a test counts are those of its own folder.)
 pytestmark = pytest.mark.xdist_group("bench")
 
-HUTCH = os.path.join(BIN, "hutch")
 SCENARIO_ROWS = [
     "throughput 16 B, no-ack consumer",
     "throughput 16 B, acks every 100",
@@ -47,10 +46,6 @@ AMQP10_ROWS = [
 ]
 
 
-def bench(*args, timeout=600, env=None):
-    return subprocess.run([HUTCH, "bench"] + list(args), capture_output=True, text=True, timeout=timeout, env=env)
-
-
 def rows(table):
     """{scenario: [cells after the unit]} from the printed table."""
     found = {}
@@ -59,10 +54,6 @@ def rows(table):
             if line.startswith(name + "  "):
                 found[name] = line[len(name) :].split()[1:]
     return found
-
-
-def number(cell):
-    return float(cell.replace(",", ""))
 
 
 def running(name):

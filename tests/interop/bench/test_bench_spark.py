@@ -7,8 +7,8 @@ import json
 import subprocess
 
 import pytest
+from bench_runs import HUTCH, bench, number
 from pipeline_support import assert_group_ends
-from test_bench import HUTCH, bench, number
 
 SPARK_ROWS = [
     "publish N readings into the stream (4 publishers, confirms)",

@@ -24,12 +24,12 @@ import urllib.parse
 
 import pika
 import pytest
+from bridge_soak import BRIDGE, PREFETCH, RUNNING, UPSTREAM_QUEUE, URI_OPTIONS, Publisher, Soak, seeded
 from bridging import edge_with_bridge
 from brokers import free_port, wait_until
-from test_bridge_soak import BRIDGE, PREFETCH, RUNNING, UPSTREAM_QUEUE, URI_OPTIONS, Publisher, Soak, seeded
 
 ROUNDS = int(os.environ.get("HUTCH_CLUSTER_ROUNDS", "1"))
-pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300 * ROUNDS)]
+pytestmark = [pytest.mark.soak, pytest.mark.xdist_group("cluster"), pytest.mark.timeout(300 * ROUNDS)]
 
 
 @pytest.fixture(scope="module")

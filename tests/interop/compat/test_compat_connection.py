@@ -16,39 +16,13 @@ import pika
 import pytest
 from aio_pika.patterns import RPC
 from brokers import BIN, RunningBroker, pika_connection, pump_until
-from differential import MARKS, closed_by, fresh, same_on_both
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
+from differential import MARKS, attempt, fresh, same_on_both, url
+from pika.exceptions import UnroutableError
 from tcp_proxy import TcpProxy
 
 pytestmark = MARKS
 
 PSEUDO = "amq.rabbitmq.reply-to"
-
-
-def url(target):
-    """The AMQP URL of either broker (the run's RabbitMQ object has no .url)."""
-    return "amqp://guest:guest@%s:%d/" % (target.host, target.port)
-
-
-def attempt(target, action, **connection_options):
-    """Run action(connection, channel) on a fresh pika connection: ("ok", what it returned), or
-    who closed what with which reply code and text."""
-    if connection_options:
-        params = pika.ConnectionParameters(
-            target.host, target.port, credentials=pika.PlainCredentials("guest", "guest"), **connection_options
-        )
-        connection = pika.BlockingConnection(params)
-    else:
-        connection = pika_connection(target)
-    try:
-        return ("ok", action(connection, connection.channel()))
-    except ChannelClosedByBroker as e:
-        return ("channel closed",) + closed_by(e)
-    except ConnectionClosedByBroker as e:
-        return ("connection closed",) + closed_by(e)
-    finally:
-        if connection.is_open:
-            connection.close()
 
 
 # ---------------------------------------------------------------- connection.update-secret

@@ -7,8 +7,7 @@ import asyncio
 
 import aio_pika
 from aio_pika.patterns import RPC
-from differential import MARKS, fresh, same_on_both
-from test_compat_connection import attempt, url
+from differential import MARKS, attempt, fresh, same_on_both, url
 
 pytestmark = MARKS
 

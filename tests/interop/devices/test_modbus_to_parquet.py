@@ -41,7 +41,7 @@ from modbus_support import ModbusDevices, PtyPair, check_polls, device_table, dr
 from pipeline_support import Pipeline, publish_end, written_aggregates
 from tcp_proxy import TcpProxy
 
-pytestmark = [pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(900)]
 
 SECONDS = float(os.environ.get("HUTCH_MODBUS_SECONDS", "40"))
 CUT = float(os.environ.get("HUTCH_MODBUS_CUT", "10"))

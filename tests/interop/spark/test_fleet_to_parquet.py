@@ -11,19 +11,27 @@ reading a sensor had confirmed is in the stream. docs/pipeline.md's two snippets
 merged figures (Spark's and pandas') print the same figures from the output.
 """
 
-import json
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pika
 import pytest
 from brokers import BIN, RunningBroker, free_port, stop_all, wait_until
 from modbus_support import ModbusDevices, device_table
-from pipeline_support import Pipeline, committed_files, publish_end, written_aggregates, written_rows
+from pipeline_support import (
+    Pipeline,
+    Sensor,
+    committed_files,
+    counted_in_parquet,
+    drained,
+    publish_end,
+    stream_readings,
+    written_aggregates,
+    written_rows,
+)
 from snippets import snippets
 from tcp_proxy import TcpProxy
 
@@ -32,42 +40,6 @@ pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(600)]
 GATEWAYS = (("greenhouse", "meter-1"), ("pump-house", "meter-1"), ("barn", "meter-2"))
 WINDOW, WATERMARK = 2, 3  # seconds: event time is the wall clock's
 CUT = 5 * WATERMARK  # the pump-house's uplink is cut this long
-EVERY = 0.1  # s between a sensor's readings
-
-
-class Sensor:
-    """s-1 on a gateway: a reading every EVERY s to amq.topic (sensors.s-1), numbered
-    (x-sensor-id, x-sensor-seq), stamped with the wall clock, in confirm mode; what was
-    confirmed is kept: {seq: (ts, value)}. A publish that fails (its gateway restarting) is sent
-    again with the same number."""
-
-    def __init__(self, broker):
-        self.broker = broker
-        self.confirmed = {}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.broker.port))
-        channel = connection.channel()
-        channel.confirm_delivery()
-        seq = 0
-        while not self.stopping.is_set():
-            seq += 1
-            ts, value = round(time.time(), 3), float(seq % 50)
-            body = json.dumps({"sensor": "s-1", "ts": ts, "value": value}).encode()
-            headers = {"x-sensor-id": "s-1", "x-sensor-seq": seq}
-            channel.basic_publish(
-                "amq.topic", "sensors.s-1", body, pika.BasicProperties(delivery_mode=2, headers=headers)
-            )
-            self.confirmed[seq] = (ts, value)
-            time.sleep(EVERY)
-        connection.close()
-
-    def stop(self):
-        self.stopping.set()
-        self.thread.join(30)
 
 
 def gateway_config(name, meter, meter_port, uplink_port, stream):
@@ -78,61 +50,6 @@ def gateway_config(name, meter, meter_port, uplink_port, stream):
         'source_exchange = "amq.topic"\nbinding_key = "sensors.#"\nexchange = ""\nrouting_key = "%s"\n'
         "reconnect_delay = 0.1\nmax_reconnect_delay = 0.5\nwatchdog = 1.0\n" % (uplink_port, stream)
     )
-
-
-def stream_readings(url, stream):
-    """{(gateway, sensor, seq): (ts, value)} of the stream's records, and how many records (a
-    reading the bridge sent again is in the stream twice)."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=1000)
-    found, records = {}, 0
-    for method, properties, body in channel.consume(
-        stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=2
-    ):
-        if method is None:
-            break
-        records += 1
-        headers = properties.headers or {}
-        reading = json.loads(body)
-        key = (headers.get("x-hutch-gateway"), reading["sensor"], headers.get("x-sensor-seq"))  # (~end has none)
-        found[key] = (float(reading["ts"]) if not isinstance(reading["ts"], str) else reading["ts"], reading["value"])
-        channel.basic_ack(method.delivery_tag)
-    connection.close()
-    return found, records
-
-
-def counted_in_parquet(readings, output, window=WINDOW):
-    """(expected, counted, missing, twice): the readings upstream ({(gateway, sensor, seq): (ts,
-    value)}) counted per (gateway, window start, sensor), beside the counts of the windows
-    committed to output (windows of that many seconds); how many of them are missing from it, and how many counted twice."""
-    expected = {}
-    for (gateway, sensor, _seq), (ts, _value) in readings.items():
-        if sensor != "~end":
-            start = int(epoch(ts)) // window * window
-            expected[(gateway, start, sensor)] = expected.get((gateway, start, sensor), 0) + 1
-    written, _ = written_aggregates(output, window)
-    counted = {key: figures[0] for key, figures in written.items() if key[2] != "~end"}
-    missing = sum(max(0, n - counted.get(key, 0)) for key, n in expected.items())
-    twice = sum(max(0, n - expected.get(key, 0)) for key, n in counted.items())
-    return expected, counted, missing, twice
-
-
-def epoch(ts):
-    if isinstance(ts, float):
-        return ts
-    import datetime
-
-    return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-
-
-def drained(broker):
-    done = subprocess.run(
-        [os.path.join(BIN, "hutch"), "ctl", "bridges", "--json", "--data", broker.data],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    bridges = json.loads(done.stdout)["bridges"] if done.returncode == 0 else []
-    return bridges and all(b["state"] == "running" and b["backlog"] == 0 and b["in_flight"] == 0 for b in bridges)
 
 
 def test_three_gateways_into_one_stream_every_reading_once_through_an_outage_and_a_kill(tmp_path, rabbitmq, request):
@@ -204,7 +121,7 @@ def test_three_gateways_into_one_stream_every_reading_once_through_an_outage_and
     for (gateway, _meter), sensor in zip(GATEWAYS, sensors):  # every confirmed reading went upstream
         got = {seq for (g, s, seq) in readings if (g, s) == (gateway, "s-1")}
         assert set(sensor.confirmed) <= got, (gateway, sorted(set(sensor.confirmed) - got)[:10])
-    expected, counted, missing, twice = counted_in_parquet(readings, output)
+    expected, counted, missing, twice = counted_in_parquet(readings, output, WINDOW)
     rows = [row for row in written_rows(output, WINDOW) if row["sensor"] != "~end"]
     corrections = [row for row in rows if row["kind"] == "correction"]
     per_gateway = {

@@ -63,12 +63,16 @@ from brokers import RunningBroker, pika_connection, wait_until
 from paths import SUPPORT
 from pipeline_support import (
     HUTCH,
+    _stat,
     assert_group_ends,
     assert_same,
     bodies,
+    command_line,
     committed_files,
     declare,
+    descendants,
     expected_aggregates,
+    is_executor_worker,
     pipeline_args,
     publish,
     written_aggregates,
@@ -170,33 +174,6 @@ def not_once(batches, counts):
 # ---------------------------------------------------------------- the pipeline's processes
 
 
-def descendants(pid):
-    """The pids of pid's living descendants (Spark's Python daemon makes a process group of its
-    own: a process group alone does not find its workers)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(entry)
-            if stat and stat[0] != "Z":
-                children.setdefault(int(stat[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _stat(pid, path="/proc/%s/stat"):
-    """(state, parent pid, process group) of a process (or a thread), None if it is gone."""
-    try:
-        with open(path % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return fields[0], fields[1], fields[2]
-
-
 def running_threads(pgid):
     """[(pid, command line, thread, state)] of the threads of the group not stopped. A thread
     in uninterruptible sleep (D) counts as stopped: it runs no code of its own before it
@@ -235,14 +212,6 @@ def alive(pid):
     return stat is not None and stat[0] != "Z"
 
 
-def command_line(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
 def socket_owner(local_port, remote_port, pids):
     """Which of pids holds the TCP socket 127.0.0.1:local_port -> remote_port, or None."""
     inodes = set()
@@ -259,12 +228,6 @@ def socket_owner(local_port, remote_port, pids):
         except OSError:
             continue
     return None
-
-
-def is_executor_worker(pid):
-    """A Python worker running a Spark task (forked by `python -m pyspark.daemon pyspark.worker`),
-    not the driver's source runner nor a planning worker."""
-    return command_line(pid).endswith("pyspark.daemon pyspark.worker")
 
 
 def kill_group(proc):

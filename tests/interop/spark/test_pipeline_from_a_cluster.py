@@ -17,9 +17,17 @@ import time
 import pika
 import pytest
 from brokers import BIN, RunningBroker, stop_all, wait_until
-from pipeline_support import Pipeline, committed_files, publish_end
-from test_fleet_to_parquet import Sensor, counted_in_parquet, drained, stream_readings
-from test_pipeline_exactly_once import descendants, is_executor_worker
+from pipeline_support import (
+    Pipeline,
+    Sensor,
+    committed_files,
+    counted_in_parquet,
+    descendants,
+    drained,
+    is_executor_worker,
+    publish_end,
+    stream_readings,
+)
 from windowed import publish_windowed
 
 pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.timeout(600)]
