@@ -119,3 +119,14 @@ def upstream_queue(url, name, purge=True):
 
 def rabbitmq_url(rabbitmq):
     return "amqp://guest:guest@127.0.0.1:%d/" % rabbitmq.port
+
+
+def first_copies(received):
+    """received without its repeats (what a fault had a bridge send again), in order; and how
+    many repeats there were."""
+    seen, first = set(), []
+    for body in received:
+        if body not in seen:
+            seen.add(body)
+            first.append(body)
+    return first, len(received) - len(first)

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import pytest
 from amqp10_sections import sections
-from bridging import edge_with_bridge, publish_confirmed
+from bridging import edge_with_bridge, first_copies, publish_confirmed
 from brokers import failed_attempts, wait_until
 from cryptography import x509
 from cryptography.x509.oid import NameOID
@@ -389,11 +389,6 @@ def forward_to(hub, tmp_path, ca, seconds, **more):
     return edge, bodies
 
 
-def first_copies(received):
-    seen = set()
-    return [body for body in received if not (body in seen or seen.add(body))]
-
-
 def test_an_iot_hub_uplink_logs_in_with_sas_tokens_and_renews_them_before_they_expire(tmp_path, certificate):
     """SASL PLAIN: `{device}@sas.{hub}` and a token valid for token_lifetime seconds; at half of
     it the bridge lets what is in flight be accepted, closes, and logs in at once with a new
@@ -425,7 +420,7 @@ def test_a_link_detached_when_the_hub_takes_the_token_for_expired_goes_on_with_a
     )
     assert hub.problems == []
     assert hub.detached >= 2 and len(hub.logins) >= 3
-    assert first_copies(hub.bodies) == bodies, "every message, first copies in order"
+    assert first_copies(hub.bodies)[0] == bodies, "every message, first copies in order"
     log = edge.log()
     assert "upstream detached the link to '/devices/gateway-7/messages/events': amqp:link:detach-forced" in log
 

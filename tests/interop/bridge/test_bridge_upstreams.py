@@ -1,0 +1,129 @@
+"""Each bridge scenario written once, run over every protocol a bridge speaks upstream, to the
+run's RabbitMQ: AMQP 0-9-1 (its AMQP port), AMQP 1.0 (its rabbitmq_amqp1_0 plugin, on the same
+port) and MQTT (its rabbitmq_mqtt plugin). UPSTREAMS says, a row each, how a bridge of that
+protocol reaches the queue a test reads with pika, and what its log says of a refused login;
+a fourth upstream protocol is a row here.
+
+- Cut, reset and black-holed links (tests/support/tcp_proxy.py) while pika publishes at the
+  edge: every message the edge confirmed arrives, first copies in the order sent.
+- A refused login: said once with its reason (never the password), retried with a backoff,
+  counted by `hutch ctl bridges`.
+"""
+
+import os
+import random
+import re
+import subprocess
+import threading
+import time
+
+import pika
+import pytest
+from bridging import consume_every, edge_with_bridge, first_copies, publish_during, rabbitmq_url, upstream_queue
+from brokers import BIN, failed_attempts, wait_until
+from tcp_proxy import TcpProxy
+
+# protocol -> (its URI, its port of the run's RabbitMQ (a fixture attribute), the bridge keys
+# that send to queue Q, what its log says of a refused login, the refused attempts a test waits
+# for: RabbitMQ 3.10's 1.0 plugin answers a refused SASL login only after seconds)
+UPSTREAMS = {
+    "0-9-1": ("amqp://%s@127.0.0.1:%d/", "port", lambda q: {"routing_key": q}, ("login refused: 403", "ACCESS_REFUSED"), 8),
+    "1.0": ("amqp10://%s@127.0.0.1:%d", "port", lambda q: {"address": "/amq/queue/" + q}, ("login refused: SASL outcome 1 (auth)",), 2),
+    "mqtt": ("mqtt://%s@127.0.0.1:%d", "mqtt_port", lambda q: {"topic": "bridged/" + q}, ("login refused", "not authorized"), 8),
+}  # fmt: skip
+PROTOCOLS = sorted(UPSTREAMS)
+FAULT_OPTIONS = "heartbeat=1&connection_timeout=2000"  # a black hole is found within seconds
+
+
+def uri(protocol, port, login="guest:guest", options=FAULT_OPTIONS):
+    return UPSTREAMS[protocol][0] % (login, port) + ("?" + options if options else "")
+
+
+def queue_for(rabbitmq, protocol, name):
+    """The upstream queue the bridge's messages land in, declared (and bound to amq.topic for
+    MQTT's, whose topic bridged/NAME RabbitMQ routes as bridged.NAME)."""
+    url = rabbitmq_url(rabbitmq)
+    upstream_queue(url, name)
+    if protocol == "mqtt":
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        conn.channel().queue_bind(name, "amq.topic", "bridged." + name)
+        conn.close()
+    return url
+
+
+@pytest.mark.timeout(240)  # about 30 s alone; a loaded machine's RabbitMQ is slow to take links back
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, rabbitmq, protocol):
+    """A TCP proxy between the bridge and RabbitMQ cuts (FIN), resets (RST) and black-holes
+    (silence: found by heartbeats or keep-alives) the link again and again while pika publishes
+    at the edge. A message leaves the edge only once upstream took it (a confirm, `accepted`, a
+    PUBACK): every one arrives, first copies in order; duplicates (what was in flight at a fault)
+    are counted and printed."""
+    name = "faults-" + protocol.replace(".", "")
+    url = queue_for(rabbitmq, protocol, name)
+    proxy = TcpProxy(getattr(rabbitmq, UPSTREAMS[protocol][1])).start()
+    bridge = {"name": name, "uri": uri(protocol, proxy.port), "queue": name + "-out", "prefetch": 200}
+    bridge.update(UPSTREAMS[protocol][2](name), reconnect_delay=0.1, max_reconnect_delay=0.5)
+    edge = edge_with_bridge(tmp_path, bridge)
+    faults = {"cut": 0, "reset": 0, "black-hole": 0}
+    seed = random.randrange(1 << 30)
+    chooser = random.Random(seed)
+    kinds = ["cut", "reset", "black-hole"] * 4
+    chooser.shuffle(kinds)
+
+    def inject():
+        for kind in kinds:
+            time.sleep(chooser.uniform(0.2, 0.6))
+            proxy.fault(kind, chooser)
+            faults[kind] += 1
+
+    try:
+        wait_until(lambda: "bridge %s: running" % name in edge.log(), timeout=30, what="the bridge running")
+        injector = threading.Thread(target=inject, daemon=True)
+        injector.start()
+        bodies = publish_during(edge, name + "-out", injector, lambda i: b"f%06d" % i, 1000, most=20000)
+        injector.join(60)
+        got = consume_every(url, name, bodies)
+    finally:
+        edge.stop()
+        proxy.stop()
+    first, duplicates = first_copies([body for body, _h, _m in got])
+    print(
+        "%s, seed %d: faults %s, links %d, %d sent, %d received, %d duplicates"
+        % (protocol, seed, faults, proxy.accepted, len(bodies), len(got), duplicates)
+    )
+    assert sum(faults.values()) == 12, faults
+    assert len(bodies) >= 500 and first == bodies, "lost or out of order (seed %d)" % seed
+    assert duplicates <= 200 * 12, "more duplicates than the window per fault"
+    log = edge.log()  # (a black hole is found by the link's silence, whatever its protocol)
+    assert "missed heartbeats: upstream is silent" in log or "no answer to the handshake" in log, log[-3000:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_refused_login_is_logged_with_its_reason_and_retried(tmp_path, rabbitmq, protocol):
+    """Retried every 0.4 s at most, the outage is said once (its reason, its first backoff),
+    not a warning and a line per retry; `hutch ctl bridges` counts the attempts."""
+    name = "badlogin-" + protocol.replace(".", "")
+    queue_for(rabbitmq, protocol, name)
+    port = getattr(rabbitmq, UPSTREAMS[protocol][1])
+    bad = uri(protocol, port, "guest:wrong", None)
+    attempts = UPSTREAMS[protocol][4]
+    bridge = {"name": name, "uri": bad, "queue": "q", "reconnect_delay": 0.2, "max_reconnect_delay": 0.4}
+    bridge.update(UPSTREAMS[protocol][2](name))
+    edge = edge_with_bridge(tmp_path, bridge)
+    try:
+        wait_until(lambda: failed_attempts(edge, name) >= attempts, timeout=60, what="%d attempts" % attempts)
+        log = edge.log()
+        assert any(words in log for words in UPSTREAMS[protocol][3]), log[-2000:]
+        assert "wrong" not in log, "the password is never logged"
+        lines = [line for line in log.splitlines() if "bridge %s: " % name in line]
+        assert [line.split("bridge %s: " % name)[1].split(" ")[0] for line in lines] == [
+            "connecting", bad.replace("guest:wrong", "guest:***") + ":", "backoff"
+        ], lines  # fmt: skip
+        shown = subprocess.run(
+            [os.path.join(BIN, "hutch"), "ctl", "bridges", "--data", edge.data], capture_output=True, text=True
+        )
+        assert re.search(r"    down: \d+ attempts failed since a link last ran", shown.stdout), shown.stdout
+    finally:
+        edge.stop()
