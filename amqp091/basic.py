@@ -34,7 +34,7 @@ def basic_consume(ch, args):
         tag = _new_consumer_tag(ch)
     elif tag in ch.consumers:
         raise Refused(NOT_ALLOWED, "attempt to reuse consumer tag '%s'" % text(tag), spec.BASIC_CONSUME)
-    consumer = output.ChannelConsumer(ch, tag, queue, no_ack=no_ack, exclusive=exclusive, prefetch=ch.prefetch_consumer)
+    consumer = output.ChannelConsumer(ch, tag, queue, no_ack, exclusive, ch.prefetch_consumer)
     ch.broker.consume(ch.client, queue, consumer, spec.BASIC_CONSUME, arguments)
     ch.consumers[tag] = consumer
     if not nowait:

@@ -166,7 +166,7 @@ class OutgoingLink:
         self.drain = False
         self.consumer_unacked = 0
         tag = name.encode() if isinstance(name, str) else bytes(name)
-        self.consumer = Consumer(self, tag, queue, no_ack=settled)
+        self.consumer = Consumer(self, tag, queue, settled, False, 0)
 
     @property
     def number(self):

@@ -415,11 +415,11 @@ class Broker:
             queue.publish(message, self.expiry(queue, message))
         return result
 
-    def consume(self, who, queue, consumer, method=0, arguments=None):
+    def consume(self, who, queue, consumer, method, arguments=None):
         """Add consumer to queue for who (core/auth.py Login; None: the broker itself), or
         refuse it (another client's exclusive queue: 405; exclusive use: 403; the consumer limit: 406;
         method: the request to name in the error, as the front end numbers its requests (0:
-        none, the broker's own side); arguments: the consumer's, which a stream
+        none: the broker's own side, MQTT); arguments: the consumer's, which a stream
         reads its x-stream-offset from). Deliveries start at queue.dispatch(), which the
         front end calls once it has told its client the consumer is on."""
         check_exclusive(queue, who, method)

@@ -45,7 +45,7 @@ class Consumer:
     priority = 0  # its x-priority (Broker.consume sets another): a class default costs a consumer nothing
     cursor = None  # a stream consumer's place in the stream (core/streams/stream.py Cursor)
 
-    def __init__(self, session, tag, queue, no_ack=False, exclusive=False, prefetch=0):
+    def __init__(self, session, tag, queue, no_ack, exclusive, prefetch):
         self.session = session
         self.tag = tag
         self.queue = queue

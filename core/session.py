@@ -7,9 +7,13 @@ Each is the set of attributes and methods the broker calls, and core/broker.py, 
 and core/streams/stream.py call no others. The broker's own side (a bridge's local sides, the
 devices, the commands, an MQTT session's held messages) starts from core/broker_side.py's
 BrokerPublisher and BrokerSession, which have the defaults, and says only what it does
-differently; a front end writes its own. A Consumer (core/queue.py) is made by keyword
-(no_ack, exclusive, prefetch), and Broker.consume, core/topology.py bind and unbind take the
-request a refusal names as an optional number of the front end's (0: none).
+differently; a front end writes its own (and an up bridge's outbox, what a board runs most,
+writes its defaults out: the module costs a board's heap 1.3 KiB). Broker.consume,
+core/topology.py bind and unbind take the request a refusal names as the front end numbers its
+requests, 0 for none (the broker's own side, MQTT): always given, as a Consumer's arguments
+are, by position. (On MicroPython a default before a keyword-only argument, or a call by
+keyword, leaves garbage a board's heap holds until its next collection: with bind's, the up
+bridge scenario of tests/boards/test_wasm32.py took 10 KiB more.)
 
 **Who asks** (`who`): core/auth.py `Login`, one per logged-in connection (its user and
 name), or None for the broker itself (dead-lettering, recovery, a bridge's local side).

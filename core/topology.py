@@ -170,7 +170,7 @@ def _binding_checks(broker, who, source_name, to_queue, destination_name, key, m
     return source
 
 
-def bind(broker, who, source_name, destination_name, key, arguments, method=0, *, to_queue):
+def bind(broker, who, source_name, destination_name, key, arguments, method, *, to_queue):
     """queue.bind (to_queue) or exchange.bind, by names: after _binding_checks, a missing source,
     then a missing destination is 404, another client's exclusive queue 405."""
     source = _binding_checks(broker, who, source_name, to_queue, destination_name, key, method)
@@ -199,7 +199,7 @@ def add_binding(broker, source, destination, key, arguments, method):
             broker.journal.bound(binding)
 
 
-def unbind(broker, who, source_name, destination_name, key, arguments, method=0, *, to_queue):
+def unbind(broker, who, source_name, destination_name, key, arguments, method, *, to_queue):
     """Remove a binding, as RabbitMQ 3.10 answers: after _binding_checks (the default exchange
     is refused, 403), a missing source, a missing destination or a missing binding is no error
     (an auto-delete exchange may be gone with its last binding: clients unbind from it at

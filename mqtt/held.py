@@ -38,8 +38,8 @@ class Held(BrokerSession):
             self._consume(queue)
 
     def _consume(self, queue):
-        self.consumer = Consumer(self, self.tag, queue)
-        self.broker.consume(None, queue, self.consumer)
+        self.consumer = Consumer(self, self.tag, queue, False, False, 0)
+        self.broker.consume(None, queue, self.consumer, 0)  # (0: no request of a client to name)
         queue.dispatch()
 
     def keep(self, properties, body):

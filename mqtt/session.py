@@ -426,7 +426,7 @@ class Session:
 
     def _consume(self, queue, qos, in_group=False):
         tag = (b"mqtt-shared-qos%d" if in_group else b"mqtt-qos%d") % qos
-        consumer = Consumer(self, tag, queue, no_ack=not qos, prefetch=self.window if qos else 0)
+        consumer = Consumer(self, tag, queue, not qos, False, self.window if qos else 0)
         self.broker.consume(self.conn.client, queue, consumer, NO_METHOD)
         if in_group:
             if self.shared is NO_SHARED:

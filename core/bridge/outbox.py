@@ -38,7 +38,6 @@ import struct
 
 from ...codec.wire import shortstr
 from ..broker import ACCEPT, REJECT, REQUEUE
-from ..broker_side import BrokerSession
 from ..headers import with_entries
 from ..queue import Consumer
 from ..session import MESSAGE
@@ -52,8 +51,16 @@ GATEWAY_KEY = b"\x0fx-hutch-gateway"  # (as a shortstr: Message.has_header looks
 MAX_RETURNS = 5
 
 
-class Outbox(BrokerSession):
+class Outbox:
+    # The broker's own session (core/session.py) written out, not core/broker_side.py's base: an
+    # up bridge is what a board runs most, and loading that module costs it 1.3 KiB of heap
+    # (tests/boards/test_wasm32.py's bridge scenario went past its 96 KiB bound).
     HELD_WINDOWS = 2  # the consumer's window: the link's and what is held (a stream's reads: 1)
+    # A consumer session's fields that bound deliveries across its consumers (basic.qos
+    # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.
+    prefetch_global = 0
+    consumer_unacked = 0
+    stats = None  # its counters: the broker's own (core/counters.py)
     last_return = ""  # the code and text of upstream's last basic.return
 
     def __init__(self, broker, queue, name, window, wake=None, node=b"hutch", arguments=None):
@@ -81,8 +88,11 @@ class Outbox(BrokerSession):
         self.seq = 0  # the last sequence number given on this link
         self.forwarded = 0  # confirmed by upstream, since start
         self.wake = wake  # called when messages arrive for the port to send
-        self.consumer = Consumer(self, b"hutch.bridge." + name.encode(), queue, prefetch=window * self.HELD_WINDOWS)
-        broker.consume(None, queue, self.consumer, arguments=arguments)  # (a stream's: where it reads from)
+        # (by position: core/session.py says why)
+        self.consumer = Consumer(
+            self, b"hutch.bridge." + name.encode(), queue, False, False, window * self.HELD_WINDOWS
+        )
+        broker.consume(None, queue, self.consumer, 0, arguments)  # (a stream's: where it reads from)
 
     # ------------------------------------------------------------ the queue's side
 

@@ -37,6 +37,9 @@ def command_key(device, register):
     return ("cmd.%s.%s" % (device.name, register["name"])).encode()
 
 
+NO_REQUEST = 0  # what a refusal of the broker names as the request: none of a protocol's (core/session.py)
+
+
 class Commands(BrokerSession):
     # a consumer session (core/session.py): one consumer, nothing to acknowledge
 
@@ -47,19 +50,19 @@ class Commands(BrokerSession):
         self.tasks = {}  # a command's number -> the task carrying it out
         self.commands = 0
         queue = declare_queue(self.broker, None, QUEUE)
-        self.consumer = Consumer(self, b"hutch.devices", queue, no_ack=True)
-        self.broker.consume(None, queue, self.consumer)
+        self.consumer = Consumer(self, b"hutch.devices", queue, True, False, 0)
+        self.broker.consume(None, queue, self.consumer, NO_REQUEST)
         queue.dispatch()
 
     def bind(self, device):
         for register in _writable(device):
             exchange = device.settings["exchange"].encode()
-            bind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, to_queue=True)
+            bind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, NO_REQUEST, to_queue=True)
 
     def unbind(self, device):
         for register in _writable(device):
             exchange = device.settings["exchange"].encode()
-            unbind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, to_queue=True)
+            unbind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, NO_REQUEST, to_queue=True)
 
     # ------------------------------------------------------------ the queue's side
 

@@ -7,8 +7,9 @@ Plain functions and asserts: tests/micropython/test_amqp10_micropython.py runs t
 MicroPython too (a board's bridge to a 1.0 cloud runs this client).
 """
 
-from amqp10_peer import events, forward
+from amqp10_peer import forward
 from amqp10_sections import sections, to_parts
+from upstream_events import events
 
 from hutch.amqp10 import spec
 from hutch.amqp10.client import Protocol, quote, v2_address

@@ -4,7 +4,8 @@ null target routes by each message's `to`, and messages in parts keep flowing th
 front end's session window. (Apart from test_client.py: under micropython these run in the
 default heap only, the scripted peer's tests in a board-sized one too.)"""
 
-from amqp10_peer import events, forward
+from amqp10_peer import forward
+from upstream_events import events
 
 from hutch.amqp10.client import Protocol, v2_address
 from hutch.core.broker import Broker

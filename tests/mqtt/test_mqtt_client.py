@@ -4,6 +4,7 @@ front end (mqtt/connection.py): bytes from one fed to the other, no sockets. The
 tests/micropython runs these under MicroPython too."""
 
 from harness_mqtt import Client, published
+from upstream_events import events
 
 from hutch.core.broker import Broker
 from hutch.core.content import tails
@@ -33,15 +34,6 @@ def _pump(client, conn):
             return
 
 
-def _events(client):
-    found = []
-    while True:
-        event = client.next_event()
-        if event is None:
-            return found
-        found.append(event)
-
-
 def _linked(level, password=b"guest", filters=None, topic="dt/{client_id}/{routing_key}"):
     broker = Broker(Limits())
     sink = Client(broker, level=V5)
@@ -51,9 +43,9 @@ def _linked(level, password=b"guest", filters=None, topic="dt/{client_id}/{routi
     client.connect(0, "gw-1", "guest", password, 30, 3600, topic, filters)
     conn = Connection(broker, LOCAL)
     _pump(client, conn)
-    events = _events(client)  # (the CONNACK: the SUBSCRIBE of a downlink follows it)
+    said = events(client)  # (the CONNACK: the SUBSCRIBE of a downlink follows it)
     _pump(client, conn)
-    client.said = events + _events(client)
+    client.said = said + events(client)
     return broker, sink, client, conn
 
 
@@ -70,7 +62,7 @@ def test_an_uplink_publishes_at_qos_1_and_each_puback_accepts_its_message():
             client.forward(b"amq.topic", b"sensors.t1", header_tail, body_tail, True)
         assert client.in_flight == [1, 2, 3]
         _pump(client, conn)
-        assert _events(client) == [("accepted", n, False) for n in (1, 2, 3)]
+        assert events(client) == [("accepted", n, False) for n in (1, 2, 3)]
         assert client.in_flight == []
         got = [published(p, V5) for p in sink.read() if p.name == "PUBLISH"]
         assert [(topic, payload, qos) for topic, payload, qos, *_ in got] == [(b"dt/gw-1/sensors/t1", b"21.5", 0)] * 3
@@ -84,9 +76,9 @@ def test_an_uplink_publishes_at_qos_1_and_each_puback_accepts_its_message():
 def test_a_refused_login_ends_the_link_with_the_brokers_reason():
     for level in (V311, V5):
         _broker, _sink, client, _conn = _linked(level, password=b"wrong")
-        events = client.said
-        assert len(events) == 1 and events[0][0] == "ended", events
-        assert events[0][1].startswith("login refused: CONNACK"), events[0]
+        said = client.said
+        assert len(said) == 1 and said[0][0] == "ended", said
+        assert said[0][1].startswith("login refused: CONNACK"), said[0]
         assert not client.channel_open
 
 
@@ -100,7 +92,7 @@ def test_a_downlink_subscribes_and_pubacks_what_the_bridge_acked():
             b"cmd/gw-1/valve", b"open %d" % n, 1, packet_id=n + 1, props={packets.USER_PROPERTY: [(b"n", b"%d" % n)]}
         )
     _pump(client, conn)
-    deliveries = _events(client)
+    deliveries = events(client)
     assert [d[:4] for d in deliveries] == [("delivered", n + 1, b"amq.topic", b"cmd.gw-1.valve") for n in range(3)]
     _kind, tag, _exchange, _key, header_tail, body_tail, size = deliveries[1]
     assert body_tail[4:-1] == b"open 1" and size == 6

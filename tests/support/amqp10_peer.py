@@ -18,12 +18,3 @@ def message(body, headers=None, **props):
 def forward(client, body, exchange=b"", routing_key=b"q", **props):
     header_tail, body_tail = message(body, **props)
     return client.forward(exchange, routing_key, header_tail, body_tail, True)
-
-
-def events(client):
-    out = []
-    while True:
-        event = client.next_event()
-        if event is None:
-            return out
-        out.append(event)
