@@ -12,7 +12,6 @@ package(
         "counters.py",
         "auth.py",
         "broker.py",
-        "broker_side.py",
         "deadletter.py",
         "dedup.py",
         "exchange.py",

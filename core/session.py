@@ -4,11 +4,11 @@ A front end (the 0-9-1 connection and its channels, amqp091/; an AMQP 1.0 connec
 sessions and links, amqp10/; an MQTT connection and its session, mqtt/; the bridge's local
 sides, core/bridge/) speaks its protocol to its peer and these to the broker.
 Each is the set of attributes and methods the broker calls, and core/broker.py, core/queue.py
-and core/streams/stream.py call no others. The broker's own side (a bridge's local sides, the
-devices, the commands, an MQTT session's held messages) starts from core/broker_side.py's
-BrokerPublisher and BrokerSession, which have the defaults, and says only what it does
-differently; a front end writes its own (and an up bridge's outbox, what a board runs most,
-writes its defaults out: the module costs a board's heap 1.3 KiB). Broker.consume,
+and core/streams/stream.py call no others. Nothing here is a class to inherit: the broker's own side (a
+bridge's local sides, the devices, the commands, an MQTT session's held messages) writes the
+few defaults it needs out (confirming, closed, stats None, prefetch_global 0, ...), as the
+front ends write theirs: on a board a module of base classes cost 1.1 to 1.3 KiB of heap
+wherever it was loaded, more than the lines it saved. Broker.consume,
 core/topology.py bind and unbind take the request a refusal names as the front end numbers its
 requests, 0 for none (the broker's own side, MQTT): always given, as a Consumer's arguments
 are, by position. (On MicroPython a default before a keyword-only argument, or a call by

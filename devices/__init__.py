@@ -6,9 +6,9 @@ as readings, numbered so that the sensor dedup, the bridge and `hutch pipeline` 
 
 - device.py: one device's state, numbering and readings: what a poll publishes, when the
   device is up or down, what is counted (sans-IO, whatever its protocol).
-- failures.py: how a poll or a write fails (timeout, exception, error, gone).
 - line.py: the contract of a line devices are polled on (poll, write, close; one request at a
-  time), the base of each protocol's.
+  time), the base of each protocol's, and how a poll or a write fails (Failed: timeout,
+  exception, error, gone).
 - modbus/: the field protocol, sans-IO: registers planned into reads and decoded
   (registers.py), the PDUs of a read or a write (pdu.py), RTU's framing (rtu.py).
 

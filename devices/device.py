@@ -34,7 +34,7 @@ what this returns.
 import json
 import time
 
-from .failures import RESULTS
+from .line import RESULTS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # read by type checkers only: MicroPython has no typing module

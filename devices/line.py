@@ -4,7 +4,8 @@
     why = await line.write(device, register, value)   # None once the device confirmed it
     line.close()                            # opened again by the next request
 
-A poll that gets no answer ends in devices/failures.py's Failed. One request on a line at a
+A poll or a write that fails ends in Failed, whatever its protocol (the protocol's codec
+raises it too, for an answer that says no or is none). One request on a line at a
 time (`turn`: an RS-485 bus is half duplex, and a TCP gateway in front of one serialises too). A protocol's line (devices/modbus/: server/devices/modbus_lines.py
 through pymodbus, server/devices/rtu_master.py a board's RTU master) gives values() and
 written(); tests/interop/devices/test_device_lines.py holds every line to this.
@@ -12,7 +13,19 @@ written(); tests/interop/devices/test_device_lines.py holds every line to this.
 
 import asyncio
 
-from .failures import Failed
+RESULTS = ("ok", "timeout", "exception", "error", "gone")
+
+
+class Failed(Exception):
+    """A poll or write that failed: Failed(result, why), result one of RESULTS but "ok":
+    "timeout" (no answer after the retries), "exception" (the device said no: a protocol's
+    exception answer), "error" (an answer that was none: a bad CRC, noise) or "gone" (no
+    connection to it)."""
+
+
+def garbled(heard, what):
+    """The failure of a request whose answer was octets that were no answer."""
+    return Failed("error", "%d octets to %s that were no answer (a bad CRC, or noise on the line)" % (heard, what))
 
 
 class Line:

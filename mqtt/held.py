@@ -2,12 +2,11 @@
 the base of mqtt/qos2.py's and mqtt/qos2_out.py's, loaded with the first of them."""
 
 from ..core.broker import ACCEPT, REQUEUE
-from ..core.broker_side import BrokerSession
 from ..core.queue import Consumer
 from . import own_queues
 
 
-class Held(BrokerSession):
+class Held:
     """A session's own durable queue whose messages it holds unsettled while its client is
     connected (mqtt/qos2.py, mqtt/qos2_out.py): the session of the queue's consumer
     (core/session.py). When the connection goes they go back to the queue, and the session's
@@ -39,7 +38,7 @@ class Held(BrokerSession):
 
     def _consume(self, queue):
         self.consumer = Consumer(self, self.tag, queue, False, False, 0)
-        self.broker.consume(None, queue, self.consumer, 0)  # (0: no request of a client to name)
+        self.broker.consume(None, queue, self.consumer, 0)
         queue.dispatch()
 
     def keep(self, properties, body):
@@ -67,6 +66,12 @@ class Held(BrokerSession):
         self.held = {}
         if forget:
             own_queues.drop(broker, (self.name,))
+
+    def can_deliver(self):
+        return True
+
+    def deliver_records(self, consumer, stream, cursor, room):
+        return 0, None
 
     def server_cancel(self, consumer):
         self.consumer = None  # (its queue was deleted: what it held is forgotten)

@@ -14,16 +14,18 @@ Sans-IO and MicroPython-clean.
 
 from ...codec.wire import shortstr
 from ..broker import JOURNALLED, REFUSED, ROUTED
-from ..broker_side import BrokerPublisher
 from ..message import Message
 
 DROP = 1  # receive(): nack it, upstream dead-letters it (no queue here takes it)
 REQUEUE = 2  # receive(): nack it back to upstream's queue and pause (refused here for now)
 
 
-class Inbox(BrokerPublisher):
-    # As a publisher (Broker.publish): it can be told no, and it is never held back by waiting;
-    # the journal's waiter (core/broker.py journal_synced) that acks upstream what is durable.
+class Inbox:
+    # What the journal's waiters have (core/broker.py journal_synced): an inbox is never closed.
+    closed = False
+    # As a publisher (Broker.publish): it can be told no, and it is never held back by waiting.
+    confirming = True
+    stats = None  # its counters: the broker's own (core/counters.py)
 
     def __init__(self, broker, exchange, routing_key, wake=None):
         self.broker = broker
@@ -77,6 +79,9 @@ class Inbox(BrokerPublisher):
         """(Broker.journal_synced) More is durable: the port may ack more."""
         if self.pending and self.wake is not None:
             self.wake()
+
+    def hold_for(self, queue):
+        """(Broker.publish, for a publisher without confirms: never called, this one confirms.)"""
 
     def link_down(self):
         """The upstream link is gone: its unacked deliveries go back to upstream's queue by

@@ -52,9 +52,6 @@ MAX_RETURNS = 5
 
 
 class Outbox:
-    # The broker's own session (core/session.py) written out, not core/broker_side.py's base: an
-    # up bridge is what a board runs most, and loading that module costs it 1.3 KiB of heap
-    # (tests/boards/test_wasm32.py's bridge scenario went past its 96 KiB bound).
     HELD_WINDOWS = 2  # the consumer's window: the link's and what is held (a stream's reads: 1)
     # A consumer session's fields that bound deliveries across its consumers (basic.qos
     # global in 0-9-1): an outbox has one consumer, bounded by its own prefetch.

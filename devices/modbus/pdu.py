@@ -11,7 +11,7 @@ the code); one that does not fit the request (another function's, another length
 
 import struct
 
-from ..failures import Failed, garbled
+from ..line import Failed, garbled
 from .registers import FUNCTIONS
 
 EXCEPTION = 0x80  # the function code's top bit, in an exception answer

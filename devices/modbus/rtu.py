@@ -19,7 +19,7 @@ octets; on CPython pymodbus frames its own.
 
 import struct
 
-from ..failures import garbled
+from ..line import garbled
 from . import pdu
 
 FRAMING = 3  # octets RTU adds to a PDU: the unit id before, the CRC-16 after

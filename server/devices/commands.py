@@ -23,7 +23,6 @@ import asyncio
 import json
 import time
 
-from ...core.broker_side import BrokerSession
 from ...core.content import made
 from ...core.queue import Consumer
 from ...core.session import MESSAGE
@@ -40,8 +39,11 @@ def command_key(device, register):
 NO_REQUEST = 0  # what a refusal of the broker names as the request: none of a protocol's (core/session.py)
 
 
-class Commands(BrokerSession):
+class Commands:
     # a consumer session (core/session.py): one consumer, nothing to acknowledge
+    prefetch_global = 0
+    consumer_unacked = 0
+    stats = None  # its counters: the broker's own
 
     def __init__(self, devices):
         self.devices = devices
@@ -65,6 +67,9 @@ class Commands(BrokerSession):
             unbind(self.broker, None, exchange, QUEUE, command_key(device, register), {}, NO_REQUEST, to_queue=True)
 
     # ------------------------------------------------------------ the queue's side
+
+    def can_deliver(self):
+        return True
 
     def deliver(self, consumer, queue, entry):
         self.broker.delivered(queue, entry, True)  # (no ack: the answer says what became of it)

@@ -10,7 +10,7 @@ import logging
 import termios
 
 from ...devices import line as base
-from ...devices.failures import Failed, garbled
+from ...devices.line import Failed, garbled
 from ...devices.modbus.registers import BITS, decode, described, reads_of
 from ..runtime import StartError
 

@@ -20,10 +20,9 @@ import time
 
 from ...core import counters
 from ...core.broker import REFUSED, ROUTED
-from ...core.broker_side import BrokerPublisher
 from ...core.content import made
 from ...devices.device import Device, PollNumbers
-from ...devices.failures import Failed
+from ...devices.line import Failed
 from ...ports.clock import sleep_ms
 from ...ports.files import replace_file
 from ...ports.segments import make_dir
@@ -69,9 +68,13 @@ def read_number(path):
         return None
 
 
-class Devices(BrokerPublisher):
+class Devices:
     """Every [[device]] of the config, polled, each in a task of its own; as a publisher
     (Broker.publish) it can be told no. apply() makes a reload's devices the running ones."""
+
+    confirming = True
+    stats = None  # its counters (core/counters.py): the "modbus" protocol's, set at start
+    closed = False  # (what the journal's waiters have: the readings' publishes wait for nothing)
 
     def __init__(self, runtime, folder):
         self.line_class = line_class()  # (said at start, in one line, if pymodbus is missing)
@@ -169,6 +172,12 @@ class Devices(BrokerPublisher):
     async def stop(self):
         for name in list(self.tasks):
             await self.remove(name)
+
+    def flush_confirms(self):
+        """(Broker.journal_synced) Nothing waits: a reading is not answered to anyone."""
+
+    def hold_for(self, queue):
+        """(Broker.publish: never called, this publisher confirms)"""
 
     async def _run(self, device):
         now_ms = self.runtime.clock.now_ms

@@ -14,7 +14,7 @@ octet, and an idle line costs nothing.
 """
 
 from ...devices import line as base
-from ...devices.failures import Failed, garbled
+from ...devices.line import Failed, garbled
 from ...devices.modbus import rtu
 from ...devices.modbus.registers import decode, described, reads_of
 from ...ports.clock import Clock, sleep_ms

@@ -6,7 +6,7 @@ import json
 import struct
 
 from hutch.devices.device import BLOCK, MAX_BACKOFF, Device, PollNumbers, iso
-from hutch.devices.failures import Failed
+from hutch.devices.line import Failed
 from hutch.devices.modbus import pdu, rtu
 from hutch.devices.modbus.registers import decode, encode, plan, reads_of
 

@@ -15,8 +15,7 @@ import pytest
 from modbus_support import ModbusDevices, PtyPair
 
 from hutch.devices.device import Device, PollNumbers
-from hutch.devices.failures import Failed
-from hutch.devices.line import Line
+from hutch.devices.line import Failed, Line
 from hutch.devices.modbus.registers import encode
 from hutch.server.devices.config import devices_from
 
