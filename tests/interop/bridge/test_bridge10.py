@@ -7,19 +7,13 @@ pika publishes with confirms at the edge; what arrives upstream is read with pik
 cuts, resets and black-holes the link (tests/support/tcp_proxy.py).
 """
 
-import json
 import os
-import random
-import threading
-import time
 
 import pytest
 from bridging import (
     consume_all,
-    consume_every,
     edge_with_bridge,
     publish_confirmed,
-    publish_during,
     upstream_queue,
 )
 from brokers import BIN, RunningBroker, failed_attempts, fresh_status, wait_until
@@ -136,88 +130,6 @@ def hutch_upstream(tmp_path, queue="central"):
     upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], folder).start()
     upstream_queue(upstream.url, queue)
     return upstream
-
-
-@pytest.mark.long  # tests/conftest.py: started early
-@pytest.mark.timeout(240)
-def test_hutch_to_hutch_over_1_0_is_exactly_once_through_link_faults(tmp_path):
-    """Upstream is a hutch; the bridge's target is RabbitMQ 4's v2 address of its exchange and
-    routing key (/queues/central), messages of every size up to several 4 KiB frames. What the
-    bridge sends again after a cut, reset or black-holed link carries the same x-hutch-origin
-    and x-hutch-seq (as application properties), and the upstream hutch drops it: every
-    confirmed message arrives once, in order."""
-    from tcp_proxy import TcpProxy
-
-    upstream = hutch_upstream(tmp_path)
-    proxy = TcpProxy(upstream.port).start()
-    edge = edge_with_bridge(
-        tmp_path,
-        {
-            "name": "h2h10",
-            "uri": "amqp10://guest:guest@127.0.0.1:%d?heartbeat=1&connection_timeout=2000&frame_max=4096" % proxy.port,
-            "queue": "edge-out",
-            "exchange": "",
-            "routing_key": "central",
-            "prefetch": 300,
-            "reconnect_delay": 0.1,
-            "max_reconnect_delay": 0.5,
-        },
-    )
-    seed = random.randrange(1 << 30)
-    chooser = random.Random(seed)
-    faults = {"cut": 0, "reset": 0, "black-hole": 0, "mute": 0}
-    kinds = ["cut", "reset", "black-hole"] * 3
-    chooser.shuffle(kinds)
-    sizes = [chooser.choice((0, 10, 500, 5000, 13000)) for _ in range(20000)]  # (the most published below)
-    try:
-        wait_until(lambda: "bridge h2h10: running" in edge.log(), timeout=30, what="the bridge running")
-
-        def inject():
-            # first the replies muted while a batch flows: upstream takes messages whose
-            # outcomes the edge never hears, so it sends them again (duplicates, for certain)
-            time.sleep(0.2)
-            proxy.mute_replies()
-            time.sleep(2.5)  # past twice the idle time-out
-            proxy.heal()
-            faults["mute"] += 1
-            for kind in kinds:
-                time.sleep(chooser.uniform(0.2, 0.6))
-                proxy.fault(kind, chooser)
-                faults[kind] += 1
-
-        injector = threading.Thread(target=inject, daemon=True)
-        injector.start()
-        # 6,000 messages at least, 400 a second, and on while the faults go on (about 15 s)
-        bodies = publish_during(
-            edge,
-            "edge-out",
-            injector,
-            lambda i: b"x%06d-" % i + b"b" * sizes[i],
-            400,
-            at_least=6000,
-            most=20000,
-            batch=1000,
-        )
-        injector.join(60)
-        got = consume_every(upstream.url, "central", bodies)
-    finally:
-        edge.stop()
-        proxy.stop()
-        upstream.stop()
-    received = [body for body, _h, _m in got]
-    with open(os.path.join(upstream.data, "status.json")) as f:
-        dropped = json.load(f)["duplicates_dropped"]
-    print(
-        "seed %d: faults %s, links %d, %d sent, %d received, upstream dropped %d duplicates"
-        % (seed, faults, proxy.accepted, len(bodies), len(received), dropped)
-    )
-    assert len(received) == len(set(received)), "duplicates upstream (seed %d)" % seed
-    assert received == bodies, "lost or out of order (seed %d)" % seed
-    assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"
-    headers = got[0][1]
-    assert headers["x-hutch-hops"] == 1 and headers["x-hutch-seq"] == 1, headers
-    assert not upstream.errors(), upstream.log()[-3000:]
-    assert not edge.errors(), edge.log()[-3000:]
 
 
 def test_without_a_target_each_message_goes_where_its_own_exchange_and_routing_key_say(tmp_path):

@@ -8,8 +8,11 @@ a fourth upstream protocol is a row here.
   edge: every message the edge confirmed arrives, first copies in the order sent.
 - A refused login: said once with its reason (never the password), retried with a backoff,
   counted by `hutch ctl bridges`.
+- To another hutch (TO_HUTCH: the protocols that carry a message's origin and number), exactly
+  once through muted replies, link faults and edge SIGKILLs.
 """
 
+import json
 import os
 import random
 import re
@@ -20,7 +23,7 @@ import time
 import pika
 import pytest
 from bridging import consume_every, edge_with_bridge, first_copies, publish_during, rabbitmq_url, upstream_queue
-from brokers import BIN, failed_attempts, wait_until
+from brokers import BIN, RunningBroker, failed_attempts, stop_all, wait_until
 from tcp_proxy import TcpProxy
 
 # protocol -> (its URI, its port of the run's RabbitMQ (a fixture attribute), the bridge keys
@@ -127,3 +130,91 @@ def test_a_refused_login_is_logged_with_its_reason_and_retried(tmp_path, rabbitm
         assert re.search(r"    down: \d+ attempts failed since a link last ran", shown.stdout), shown.stdout
     finally:
         edge.stop()
+
+
+# ---------------------------------------------------------------- to another hutch, exactly once
+
+# protocol -> the URI of a bridge to a hutch upstream (through the proxy's port) and the keys
+# that send to its queue `central`; what is sent again carries x-hutch-origin and x-hutch-seq
+# (0-9-1 headers, 1.0 application properties) and the upstream hutch drops it. (MQTT 3.1.1
+# carries no headers: its uplink is at least once, tests/interop/bridge/test_bridge_mqtt.py.)
+TO_HUTCH = {
+    "0-9-1": ("amqp://guest:guest@127.0.0.1:%d/?heartbeat=1&connection_timeout=2000&frame_max=4096", {"routing_key": "central"}),
+    "1.0": ("amqp10://guest:guest@127.0.0.1:%d?heartbeat=1&connection_timeout=2000&frame_max=4096", {"exchange": "", "routing_key": "central"}),
+}  # fmt: skip
+
+
+@pytest.mark.long  # tests/conftest.py: started early
+@pytest.mark.timeout(300)  # (about 40 s alone; a loaded machine has taken over 120)
+@pytest.mark.parametrize("protocol", sorted(TO_HUTCH))
+def test_hutch_to_hutch_is_exactly_once_through_link_faults_and_edge_sigkills(tmp_path, protocol):
+    """Upstream is a hutch: what the bridge sends again after a muted reply, a cut, reset or
+    black-holed link (a TCP proxy) or after the edge is SIGKILLed and restarted, it drops by
+    origin and number. Messages of every size up to several 4 KiB frames. Upstream gets every
+    confirmed message once, in order, and must have dropped some (the muted replies make
+    duplicates certain)."""
+    upstream_folder = tmp_path / "up"
+    upstream_folder.mkdir()
+    upstream = RunningBroker([os.path.join(BIN, "hutch"), "serve"], upstream_folder).start()
+    upstream_queue(upstream.url, "central")
+    proxy = TcpProxy(upstream.port).start()
+    bridge = {"name": "h2h", "uri": TO_HUTCH[protocol][0] % proxy.port, "queue": "edge-out", "prefetch": 300}
+    bridge.update(TO_HUTCH[protocol][1], reconnect_delay=0.1, max_reconnect_delay=0.5)
+    edge = edge_with_bridge(tmp_path, bridge)
+    seed = random.randrange(1 << 30)
+    chooser = random.Random(seed)
+    faults = {"cut": 0, "reset": 0, "black-hole": 0, "mute": 0, "sigkill": 0}
+    kinds = ["cut", "reset", "black-hole"] * 3
+    chooser.shuffle(kinds)
+    sizes = [chooser.choice((0, 10, 500, 5000, 13000)) for _ in range(20000)]  # (the most published below)
+
+    def inject():
+        # first the replies muted while a batch flows: upstream takes messages whose confirms
+        # the edge never sees, so it sends them again (duplicates, for certain)
+        time.sleep(0.2)
+        proxy.mute_replies()
+        time.sleep(2.5)  # past twice the heartbeat
+        proxy.heal()
+        faults["mute"] += 1
+        for kind in kinds:
+            time.sleep(chooser.uniform(0.2, 0.6))
+            proxy.fault(kind, chooser)
+            faults[kind] += 1
+
+    def sigkill(batch):
+        if batch % 2 == 1 and faults["sigkill"] < 3:
+            time.sleep(chooser.uniform(0.0, 0.05))  # the bridge is mid-flight
+            edge.proc.kill()
+            edge.proc.wait()
+            faults["sigkill"] += 1
+            edge.start()
+
+    try:
+        # running before the faults: muted replies during the handshake keep the link from opening
+        wait_until(lambda: "bridge h2h: running" in edge.log(), timeout=30, what="the bridge running")
+        injector = threading.Thread(target=inject, daemon=True)
+        injector.start()
+        # 8,000 messages at least, 500 a second, on while the faults go on (about 15 s); the edge
+        # SIGKILLed after batches 2, 4 and 6
+        bodies = publish_during(
+            edge, "edge-out", injector, lambda i: b"x%06d-" % i + b"b" * sizes[i], 500,
+            at_least=8000, most=20000, batch=1000, after=sigkill,
+        )  # fmt: skip
+        injector.join(60)
+        got = consume_every(upstream.url, "central", bodies)
+    finally:
+        stop_all(edge, proxy, upstream)
+    received = [body for body, _h, _m in got]
+    with open(os.path.join(upstream.data, "status.json")) as f:
+        dropped = json.load(f)["duplicates_dropped"]
+    print(
+        "%s, seed %d: faults %s, links %d, %d sent, %d received, upstream dropped %d duplicates"
+        % (protocol, seed, faults, proxy.accepted, len(bodies), len(received), dropped)
+    )
+    assert faults["sigkill"] == 3 and sum(faults.values()) == 13, faults
+    assert len(received) == len(set(received)), "duplicates upstream (seed %d)" % seed
+    assert received == bodies, "lost or out of order (seed %d)" % seed
+    assert dropped > 0, "no fault made the bridge send anything again: the test proved nothing"
+    headers = got[0][1]
+    assert headers["x-hutch-hops"] == 1 and headers["x-hutch-seq"] == 1, headers
+    assert not upstream.errors(), upstream.log()[-3000:]
