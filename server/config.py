@@ -41,6 +41,7 @@ import json
 from ..core.auth import Users, decode_hash
 from ..core.limits import Limits
 from . import schema
+from .listeners import LISTENERS, SECTION
 from .schema import ConfigError  # noqa: F401 (config.ConfigError: what every reader of the config raises)
 
 # Each section's keys (server/schema.py); None: a section whose keys are checked where it is read
@@ -56,9 +57,12 @@ SECTIONS = {
     "device": None,  # [[device]]: server/devices/config.py
     "listener": schema.keys_of("listener"),  # [[listener]]: a list of tables, each with these keys
     "metrics": schema.keys_of("metrics"),  # the metrics port: Prometheus and the status page
-    "mqtt": schema.keys_of("mqtt"),  # the MQTT front end's settings (mqtt/connection.py Serving)
     "uplink": schema.keys_of("uplink"),  # the bridges' shared budget and windows (core/bridge/uplink.py)
 }
+
+for _row in LISTENERS.values():  # a front end's own section ([mqtt]): its row in server/listeners.py
+    if _row[SECTION] is not None:
+        SECTIONS[_row[SECTION]] = schema.keys_of(_row[SECTION])
 
 # The keys of a [[listener]]'s tls table, checked by server/options.py.
 TLS_KEYS = schema.keys_of("listener.tls")
