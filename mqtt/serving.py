@@ -1,4 +1,4 @@
-"""The MQTT front end set up from its [mqtt] settings (server/frontends.py LISTENERS: its
+"""The MQTT front end set up from its [mqtt] settings (server/listeners.py LISTENERS: its
 SECTION), before any client comes: loaded by the start only (a board forgets it then).
 """
 

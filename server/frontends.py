@@ -45,8 +45,9 @@ class FrontEnds:
             self.default = _framed(self.default, WebSocketFraming, websocket)
             self.title += " over WebSocket"
         if row[CLAIMS] is not None and runtime.amqp10:
+            claimer = front_end(row[CLAIMS], "new_connection")
             for header in front_end(row[CLAIMS], "HEADERS"):
-                self.claims[header] = front_end(row[CLAIMS], "new_connection")
+                self.claims[header] = claimer
             self.title += " and 1.0"
 
     def received(self, client, data):

@@ -310,7 +310,7 @@ def _listeners(args, server, data, path):
 
 def _front_end_settings(args, data, path, listeners):
     """{section: its settings, checked} of each front end a listener serves that has a section
-    of its own (server/frontends.py LISTENERS: [mqtt], mqtt/connection.py Serving's); none for
+    of its own (server/listeners.py LISTENERS: [mqtt], mqtt/connection.py Serving's); none for
     the others (a board then holds nothing of them)."""
     from .listeners import LISTENERS, SECTION
 
@@ -382,7 +382,7 @@ def _checked_listeners(tables, path, checked=(), named=None):
 def _websocket(table, protocol, path, n):
     """A listener's WebSocket settings ({"path", "origins"}), checked, or None: it serves its
     front end over WebSocket where `websocket = true` (ports/websocket.py), if its row in
-    server/frontends.py LISTENERS has WebSocket ports (MQTT's)."""
+    server/listeners.py LISTENERS has WebSocket ports (MQTT's)."""
     where = "%s: [[listener]] #%d" % (path, n)
     if not schema.check("bool", table.get("websocket", False), lambda: where + " websocket"):
         for key in ("path", "allowed_origins"):

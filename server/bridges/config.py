@@ -403,7 +403,7 @@ def _source(table, name, direction, protocol, where):
         if queue is not None or source_exchange is not None:
             raise ConfigError(
                 '%s: a down bridge from %s subscribes to topic = "..." (its filter, or a list of them), '
-                "not a queue" % (where, _spoken(protocol).partition(" (")[0])
+                "not a queue" % (where, _named(protocol))
             )
         return None, None
     if direction == "down":
@@ -457,7 +457,7 @@ def _protocol(table, uris, direction, where):
     if direction == "down" and protocol not in upstreams.DOWN:
         raise ConfigError(
             "%s: a down bridge speaks %s, not %s"
-            % (where, " or ".join(_spoken(one).partition(" (")[0] for one in upstreams.DOWN), _spoken(protocol))
+            % (where, " or ".join(_named(one) for one in upstreams.DOWN), _spoken(protocol))
         )
     for other, keys in upstreams.KEYS.items():
         for key in keys:
@@ -472,6 +472,11 @@ def _protocol(table, uris, direction, where):
 
 def _spoken(protocol):
     return upstreams.SPOKEN[protocol]
+
+
+def _named(protocol):
+    """The protocol's name without its schemes ("MQTT")."""
+    return _spoken(protocol).partition(" (")[0]
 
 
 DECLARE_KEYS = schema.keys_of("bridge.declare", ROWS)

@@ -26,13 +26,15 @@ from bridging import consume_every, edge_with_bridge, first_copies, publish_duri
 from brokers import BIN, RunningBroker, failed_attempts, stop_all, wait_until
 from tcp_proxy import TcpProxy
 
-# protocol -> (its URI, its port of the run's RabbitMQ (a fixture attribute), the bridge keys
-# that send to queue Q, what its log says of a refused login, the refused attempts a test waits
-# for: RabbitMQ 3.10's 1.0 plugin answers a refused SASL login only after seconds)
+# protocol -> (its URI, its port of the run's RabbitMQ (a fixture attribute), for queue Q: the
+# bridge keys that send to it and the key it is bound to amq.topic with (None: it need not be;
+# RabbitMQ routes MQTT's topic bridged/Q as bridged.Q), what its log says of a refused login,
+# the refused attempts a test waits for: RabbitMQ 3.10's 1.0 plugin answers a refused SASL
+# login only after seconds)
 UPSTREAMS = {
-    "0-9-1": ("amqp://%s@127.0.0.1:%d/", "port", lambda q: {"routing_key": q}, ("login refused: 403", "ACCESS_REFUSED"), 8),
-    "1.0": ("amqp10://%s@127.0.0.1:%d", "port", lambda q: {"address": "/amq/queue/" + q}, ("login refused: SASL outcome 1 (auth)",), 2),
-    "mqtt": ("mqtt://%s@127.0.0.1:%d", "mqtt_port", lambda q: {"topic": "bridged/" + q}, ("login refused", "not authorized"), 8),
+    "0-9-1": ("amqp://%s@127.0.0.1:%d/", "port", lambda q: ({"routing_key": q}, None), ("login refused: 403", "ACCESS_REFUSED"), 8),
+    "1.0": ("amqp10://%s@127.0.0.1:%d", "port", lambda q: ({"address": "/amq/queue/" + q}, None), ("login refused: SASL outcome 1 (auth)",), 2),
+    "mqtt": ("mqtt://%s@127.0.0.1:%d", "mqtt_port", lambda q: ({"topic": "bridged/" + q}, "bridged." + q), ("login refused", "not authorized"), 8),
 }  # fmt: skip
 PROTOCOLS = sorted(UPSTREAMS)
 FAULT_OPTIONS = "heartbeat=1&connection_timeout=2000"  # a black hole is found within seconds
@@ -43,13 +45,14 @@ def uri(protocol, port, login="guest:guest", options=FAULT_OPTIONS):
 
 
 def queue_for(rabbitmq, protocol, name):
-    """The upstream queue the bridge's messages land in, declared (and bound to amq.topic for
-    MQTT's, whose topic bridged/NAME RabbitMQ routes as bridged.NAME)."""
+    """The upstream queue the bridge's messages land in, declared (and bound to amq.topic where
+    the protocol's row says)."""
     url = rabbitmq_url(rabbitmq)
     upstream_queue(url, name)
-    if protocol == "mqtt":
+    binding_key = UPSTREAMS[protocol][2](name)[1]
+    if binding_key is not None:
         conn = pika.BlockingConnection(pika.URLParameters(url))
-        conn.channel().queue_bind(name, "amq.topic", "bridged." + name)
+        conn.channel().queue_bind(name, "amq.topic", binding_key)
         conn.close()
     return url
 
@@ -66,7 +69,7 @@ def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, r
     url = queue_for(rabbitmq, protocol, name)
     proxy = TcpProxy(getattr(rabbitmq, UPSTREAMS[protocol][1])).start()
     bridge = {"name": name, "uri": uri(protocol, proxy.port), "queue": name + "-out", "prefetch": 200}
-    bridge.update(UPSTREAMS[protocol][2](name), reconnect_delay=0.1, max_reconnect_delay=0.5)
+    bridge.update(UPSTREAMS[protocol][2](name)[0], reconnect_delay=0.1, max_reconnect_delay=0.5)
     edge = edge_with_bridge(tmp_path, bridge)
     faults = {"cut": 0, "reset": 0, "black-hole": 0}
     seed = random.randrange(1 << 30)
@@ -113,7 +116,7 @@ def test_a_refused_login_is_logged_with_its_reason_and_retried(tmp_path, rabbitm
     bad = uri(protocol, port, "guest:wrong", None)
     attempts = UPSTREAMS[protocol][4]
     bridge = {"name": name, "uri": bad, "queue": "q", "reconnect_delay": 0.2, "max_reconnect_delay": 0.4}
-    bridge.update(UPSTREAMS[protocol][2](name))
+    bridge.update(UPSTREAMS[protocol][2](name)[0])
     edge = edge_with_bridge(tmp_path, bridge)
     try:
         wait_until(lambda: failed_attempts(edge, name) >= attempts, timeout=60, what="%d attempts" % attempts)
