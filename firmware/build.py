@@ -43,28 +43,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The manifests that make up each bundle: a package's manifest.py, or PACKAGE:NAME for its
 # manifest_NAME.py. The broker's bundle holds 0-9-1; each feature a board's config may ask for
-# adds its manifests (amqp10:serving, the AMQP 1.0 front end; mqtt, the MQTT front end; modbus,
-# the devices polled over a UART), and the bundle is named for them: broker-amqp10-mqtt.
+# adds its manifests, and the bundle is named for them: broker-amqp10-mqtt. A feature is a row:
+# (its name, which is its --NAME option here; its manifests; what it serves, that option's help).
+# A listener's row in server/listeners.py (FEATURE) and an upstream's in
+# server/bridges/upstreams.py (FIRMWARE) name the feature that holds its code.
 BROKER = ("codec", "core", "amqp091", "amqp10", "ports", "server", "boards")
 FEATURES = (
-    ("amqp10", ("amqp10:serving",)),
-    ("mqtt", ("mqtt",)),
-    ("modbus", ("devices", "server/devices")),
+    ("amqp10", ("amqp10:serving",), "the AMQP 1.0 front end ([server] amqp10 = true)"),
+    ("mqtt", ("mqtt",), "the MQTT front end ([server] mqtt = true) and the client of a bridge to MQTT"),
+    ("modbus", ("devices", "server/devices"), "Modbus devices polled on a UART ([[device]])"),
 )
+NAME, MANIFESTS, SERVES = range(3)
 
 
-def broker_bundle(amqp10=False, mqtt=False, modbus=False):
-    """The name of the broker's bundle with the features a board serves besides 0-9-1."""
-    wanted = {"amqp10": amqp10, "mqtt": mqtt, "modbus": modbus}
-    return "-".join(["broker"] + [name for name, _ in FEATURES if wanted[name]])
+def broker_bundle(features=()):
+    """The name of the broker's bundle with the features (names of FEATURES rows) a board serves
+    besides 0-9-1."""
+    return "-".join(["broker"] + [row[NAME] for row in FEATURES if row[NAME] in features])
 
 
 def _bundles():
     bundles = {"node": ("client",)}
     for mask in range(1 << len(FEATURES)):
         chosen = [FEATURES[i] for i in range(len(FEATURES)) if mask >> i & 1]
-        name = "-".join(["broker"] + [feature for feature, _ in chosen])
-        bundles[name] = BROKER + tuple(manifest for _, manifests in chosen for manifest in manifests)
+        name = broker_bundle([row[NAME] for row in chosen])
+        bundles[name] = BROKER + tuple(manifest for row in chosen for manifest in row[MANIFESTS])
     return bundles
 
 
@@ -322,24 +325,16 @@ def build(out_dir=None, optimize=2, bundle_name="broker"):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="build hutch's MicroPython firmware bundle")
     parser.add_argument("--node", action="store_true", help="a sensor node's bundle (hutch.client), not the broker's")
-    parser.add_argument(
-        "--amqp10", action="store_true", help="the broker's bundle with the AMQP 1.0 front end ([server] amqp10 = true)"
-    )
-    parser.add_argument(
-        "--mqtt", action="store_true", help="the broker's bundle with the MQTT front end ([server] mqtt = true)"
-    )
-    parser.add_argument(
-        "--modbus", action="store_true", help="the broker's bundle that polls Modbus devices on a UART ([[device]])"
-    )
+    for row in FEATURES:
+        parser.add_argument("--" + row[NAME], action="store_true", help="the broker's bundle with " + row[SERVES])
     parser.add_argument("--out", default=None, help="output folder (default build/firmware, or build/node)")
     args = parser.parse_args(argv)
-    if args.node and (args.amqp10 or args.mqtt or args.modbus):
-        print("hutch: --node is the sensor client's bundle: it takes no --amqp10, --mqtt or --modbus", file=sys.stderr)
+    features = [row[NAME] for row in FEATURES if getattr(args, row[NAME])]
+    if args.node and features:
+        print("hutch: --node is the sensor client's bundle: it takes no --%s" % features[0], file=sys.stderr)
         return 2
     try:
-        result = build(
-            args.out, bundle_name="node" if args.node else broker_bundle(args.amqp10, args.mqtt, args.modbus)
-        )
+        result = build(args.out, bundle_name="node" if args.node else broker_bundle(features))
     except RuntimeError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 1

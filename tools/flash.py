@@ -87,27 +87,33 @@ def add_options(parser):
 # ---------------------------------------------------------------- the config for the board
 
 
-def _speaks_mqtt(bridge):
+def _uris(bridge):
     uris = bridge.get("uri")
-    uris = [uris] if isinstance(uris, str) else uris if isinstance(uris, list) else []
-    return any(isinstance(uri, str) and uri.startswith(("mqtt://", "mqtts://")) for uri in uris)
+    return [uris] if isinstance(uris, str) else uris if isinstance(uris, list) else []
 
 
-def served_front_ends(settings):
-    """(AMQP 1.0?, MQTT?, Modbus?): what beside 0-9-1 a board's config (board_config's JSON text,
-    or None) serves, whose code its bundle must hold (MQTT's also for a bridge to an MQTT
-    broker: its client is mqtt/client.py, on the same packets; Modbus's for a [[device]])."""
+def served_features(settings):
+    """The firmware features (firmware/build.py FEATURES) a board's config (board_config's JSON
+    text, or None) needs beside 0-9-1, whose code its bundle must hold: the front ends its
+    listeners serve (server/listeners.py FEATURE; [server] NAME = true, NAME_port and
+    NAME_ws_port are listeners too) and those that claim a header on them ([server] amqp10 =
+    true: CLAIMS), the clients its bridges speak upstream (server/bridges/upstreams.py FIRMWARE:
+    MQTT's is mqtt/client.py, on the front end's packets), and Modbus's for a [[device]]."""
+    from ..server.bridges.upstreams import FIRMWARE, scheme
+    from ..server.listeners import CLAIMS, FEATURE, LISTENERS
+
     data = json.loads(settings) if settings is not None else {}
     server = data.get("server") or {}
-    listeners = data.get("listener") or []
-    from ..server.listeners import FEATURE, LISTENERS
-
-    # the features the [[listener]]s' protocols need (server/listeners.py LISTENERS: FEATURE)
-    protocols = [one.get("protocol", "amqp") for one in listeners if isinstance(one, dict)]
+    protocols = {one.get("protocol", "amqp") for one in data.get("listener") or [] if isinstance(one, dict)}
+    protocols.update(name for name in LISTENERS if any(server.get(name + key) not in (None, False) for key in ("", "_port", "_ws_port")))  # fmt: skip
     features = {LISTENERS[name][FEATURE] for name in protocols if name in LISTENERS}
-    mqtt = server.get("mqtt") is True or server.get("mqtt_port") is not None or "mqtt" in features
-    mqtt = mqtt or any(_speaks_mqtt(bridge) for bridge in data.get("bridge") or [] if isinstance(bridge, dict))
-    return server.get("amqp10") is True, mqtt, bool(data.get("device"))
+    features.update(row[CLAIMS] for row in LISTENERS.values() if row[CLAIMS] and server.get(row[CLAIMS]) is True)
+    for bridge in (one for one in data.get("bridge") or [] if isinstance(one, dict)):
+        spoken = [scheme(uri.split("://")[0]) for uri in _uris(bridge) if isinstance(uri, str)]
+        features.update(FIRMWARE.get(found[0]) for found in spoken if found)
+    if data.get("device"):
+        features.add("modbus")
+    return features - {None}
 
 
 def board_config(path, board):
@@ -372,7 +378,7 @@ def flash(
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # mpremote's ROMFS writer lists every file
                 # (the AMQP 1.0 and MQTT front ends only for a board whose config serves them)
-                name = "node" if node else build.broker_bundle(*served_front_ends(settings))
+                name = "node" if node else build.broker_bundle(served_features(settings))
                 bundle = build.build(os.path.join(tmp, "firmware"), bundle_name=name)
         except RuntimeError as e:
             raise FlashError(str(e))

@@ -20,6 +20,9 @@ protocol's own config checks below them.
                 subscribe by themselves once connected
     DRIVERS     the module of server/bridges/ that connects a link of it and probes an earlier
                 URI (prefer_first): connect(bridge, uri, frame_max, now), probing(bridge, uri)
+    FIRMWARE    the firmware feature whose bundles hold its client (firmware/build.py
+                FEATURES: `hutch flash` picks it for a board's config that bridges over it);
+                the others' are in every broker bundle
     CHECKS      its config checks (below): check(table, uris, direction, where, setting), the
                 settings its driver reads, or ConfigError
 
@@ -53,6 +56,7 @@ PROBED = ("0-9-1", "mqtt")
 CREDIT = ("1.0", "mqtt")
 SET_UP = ("0-9-1",)
 DRIVERS = {"0-9-1": "amqp091", "1.0": "amqp10", "mqtt": "mqtt"}
+FIRMWARE = {"mqtt": "mqtt"}
 
 
 def scheme(name):

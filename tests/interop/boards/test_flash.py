@@ -336,10 +336,10 @@ def test_the_bundle_holds_the_front_ends_the_config_serves():
         serves them, and the board's Modbus master only for one with a [[device]] (firmware/build.py:
     broker, broker-amqp10, broker-mqtt, broker-modbus, broker-amqp10-mqtt, ...)."""
     from hutch.firmware.build import broker_bundle
-    from hutch.tools.flash import served_front_ends
+    from hutch.tools.flash import served_features
 
     def bundle(config):
-        return broker_bundle(*served_front_ends(json.dumps(config) if config is not None else None))
+        return broker_bundle(served_features(json.dumps(config) if config is not None else None))
 
     assert bundle(None) == bundle({"server": {"board": "esp32"}}) == "broker"
     assert bundle({"server": {"amqp10": True}}) == "broker-amqp10"
@@ -347,3 +347,11 @@ def test_the_bundle_holds_the_front_ends_the_config_serves():
     assert bundle({"listener": [{"port": 1883, "protocol": "mqtt"}]}) == "broker-mqtt"
     assert bundle({"server": {"amqp10": True, "mqtt": True}}) == "broker-amqp10-mqtt"
     assert bundle({"device": [{"name": "probe", "uri": "modbus+rtu://uart2"}]}) == "broker-modbus"
+    assert (
+        bundle({"server": {"mqtt_ws_port": 8083}})
+        == bundle({"server": {"mqtt": False, "mqtt_port": 1884}})
+        == "broker-mqtt"
+    )
+    mqtt_up = {"uri": ["amqp://cloud", "mqtts://cloud:8883"], "topic": "t"}
+    assert bundle({"bridge": [mqtt_up], "device": [{"name": "probe"}]}) == "broker-mqtt-modbus"
+    assert bundle({"bridge": [{"uri": "amqps10://hub.example/"}, "not a table"]}) == "broker"
