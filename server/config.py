@@ -55,6 +55,7 @@ SECTIONS = {
     "auth": schema.keys_of("auth"),
     "bridge": None,
     "device": None,  # [[device]]: server/devices/config.py
+    "fleet": None,  # [fleet]: server/fleet/config.py
     "listener": schema.keys_of("listener"),  # [[listener]]: a list of tables, each with these keys
     "metrics": schema.keys_of("metrics"),  # the metrics port: Prometheus and the status page
     "uplink": schema.keys_of("uplink"),  # the bridges' shared budget and windows (core/bridge/uplink.py)

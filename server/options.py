@@ -84,8 +84,10 @@ def _checked(args, table, path, key, default=None, section="server", choices=Non
     return schema.check(kind, value, lambda: _named(args, path, key, section), choices)
 
 
-def settings(args):
-    """Merge options (argparse's or an Options), config file and defaults; raises config.ConfigError."""
+def settings(args, fleet_documents=None):
+    """Merge options (argparse's or an Options), config file and defaults; raises config.ConfigError.
+    A fleet member's config is the file with the documents it runs over it (server/fleet/state.py;
+    fleet_documents: those instead, to check a document's whole config before it is applied)."""
     data = config.read(args.config)
     server = data.get("server", {})
     path = args.config or "config"
@@ -106,13 +108,19 @@ def settings(args):
     explicit_baud = _checked(args, server, path, "baud")
     baud = explicit_baud or 115200  # (serial links whose profile entry sets none)
     stats = _checked(args, server, path, "stats_interval", 60 if sys.implementation.name == "micropython" else 0)
+    folder = _checked(args, server, path, "data")
+    storage = profile.STORAGE
+    fleet = None
+    if "fleet" in data:  # (only a fleet member loads server/fleet/)
+        data, fleet = _fleet(
+            data, path, folder or storage["path"], _checked(args, server, path, "name"), fleet_documents
+        )
+        server = data.get("server", {})
     definitions_path = _checked(args, server, path, "definitions")
     users, definitions = _users(data, path, definitions_path)
-    folder = _checked(args, server, path, "data")
     anonymous = _anonymous(data, path, users)
     if anonymous is not None:  # (else the attribute is not there: core/auth.py Users)
         users.anonymous = anonymous
-    storage = profile.STORAGE
     journal_max_bytes = _checked(args, server, path, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _checked(args, server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     disk_free_limit = _checked(args, server, path, "disk_free_limit", storage.get("disk_free_limit"))
@@ -142,6 +150,7 @@ def settings(args):
         ],
         "baud": baud,
         "bridges": _bridges(data, path),
+        "fleet": fleet,
         "devices": _devices(data, path),
         "uplink": _uplink(data, path),
         # the [metrics] table, checked when the port opens (server/monitoring.py): a board
@@ -482,6 +491,18 @@ def _uplink(data, path):
             "%s: [uplink] open_for must be more than 0 and less than every (%d), not %r" % (path, every, open_for)
         )
     return found
+
+
+def _fleet(data, path, folder, name, documents):
+    """(the config's sections with the fleet's documents over them, [fleet]'s settings)."""
+    from .fleet.config import fleet_from  # pyright: ignore[reportMissingImports] (host only)
+    from .fleet.state import State, overlay  # pyright: ignore[reportMissingImports] (host only)
+
+    fleet = fleet_from(data, path, name or host_name())
+    state = State(folder)
+    if documents is None:
+        documents = state.read()["applied"]
+    return overlay(data, documents, state), fleet
 
 
 def _bridges(data, path):

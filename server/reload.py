@@ -60,6 +60,11 @@ class Reloader:
         self.opts = opts
         self.lock = asyncio.Lock()
 
+    def settings(self, fleet_documents=None):
+        """The config file read again, as it would be reloaded (fleet_documents: a fleet
+        member's documents in place of those it runs: server/fleet/agent.py); ConfigError."""
+        return options.settings(self.args, fleet_documents)
+
     async def reload(self):
         """(True, [what changed, one line each]) or (False, [why nothing did])."""
         async with self.lock:

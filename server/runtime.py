@@ -34,6 +34,7 @@ class Runtime:
     journal: "Any"
     status: "Any"
     devices: "Any"  # (CPython, with [[device]]s) server/devices/polling.py's Devices
+    fleet: "Any"  # (CPython, with [fleet]) server/fleet/agent.py's Agent
     disk_free: "Any"  # (with a disk_free_limit) ports/disk_free.py's DiskWatch
 
     def __init__(self, broker, log, stats_interval_ms=0, stop_event=None):
@@ -81,6 +82,9 @@ class Runtime:
 
     async def shutdown(self):
         self.log("info", "shutting down")
+        fleet = getattr(self, "fleet", None)  # (CPython, [fleet]: server/fleet/agent.py's)
+        if fleet is not None:  # (a document being tried stays pending: tried again at the next start)
+            await fleet.stop()
         devices = getattr(self, "devices", None)  # (set by server/startup.py with [[device]]s: a board has none)
         if devices is not None:  # no more readings: what they published is in the journal's next commit
             await devices.stop()

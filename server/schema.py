@@ -37,6 +37,7 @@ KINDS = {
     "bool": "true or false",
     "devices": "a list of device names",
     "users": "a list of user names",
+    "strings": "a list of strings",
     "user": "a user's name",
     "protocol": "a protocol",
     "table": "a table",
@@ -324,7 +325,7 @@ def check(kind, value, where, choices=None):
         ok = value in LEVELS
     elif kind in ("folder", "file"):
         ok = isinstance(value, str) and value != ""
-    elif kind in ("devices", "users"):
+    elif kind in ("devices", "users", "strings"):
         ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
     elif kind in ("board", "protocol"):
         ok = isinstance(value, str) and (choices is None or value in choices)

@@ -189,6 +189,10 @@ async def start(opts, log, stop_event):
 
             runtime.reloader = Reloader(runtime, opts["args"], opts)
         reload_on_hangup(runtime)
+        if opts.get("fleet") is not None and runtime.reloader is not None:  # ([fleet]: a member)
+            from .fleet.agent import Agent  # pyright: ignore[reportMissingImports] (host only)
+
+            runtime.fleet = Agent(runtime, opts["fleet"], opts["data"])
     journal.start()
     runtime.journal = journal
     if opts["disk_free_limit"]:  # (a host's profile: its data folder's disk is watched)
@@ -204,6 +208,9 @@ async def start(opts, log, stop_event):
             await runtime.serials[-1].start()
     for bridge in runtime.bridges:
         bridge.start()
+    fleet = getattr(runtime, "fleet", None)  # (a member of a fleet: server/fleet/agent.py's)
+    if fleet is not None:
+        await fleet.start()
     for device in opts.get("devices") or ():
         runtime.devices.add(device)
     runtime.monitor.fit(broker.limits)

@@ -8,6 +8,7 @@ hutch publish --routing-key K [--exchange X] [--host H] [--port P] BODY   one me
 hutch get [--host H] [--port P] [--count N] [--ack] QUEUE    messages from a queue
 hutch ctl status [--data DIR]    the journal, the last recovery and the quarantine
 hutch ctl list queues|... , purge, delete, ... , import, export   ask the running broker (tools/ctl_live.py)
+hutch fleet keygen | sign | push | status   a fleet of gateways: signed configuration down, status up
 hutch install-service [--root DIR]   hutch as a systemd service
 hutch pipeline --uri URI --streams A,B --output DIR --checkpoint DIR [--trigger available-now|processing=10s]
                  [--window "1 minute"] [--watermark "10 minutes"] [--schema DDL | --schema-file FILE]
@@ -66,6 +67,12 @@ COMMANDS = {
         "look at a data folder: journal, last recovery, quarantine",
         "look at a broker's data folder (running or not)",
         "hutch.tools.ctl",
+    ),
+    "fleet": (
+        "a fleet of gateways: keys, signed documents pushed to them, their status",
+        "the fleet's side: make a signing key, sign a configuration document, push it to the "
+        "gateways of its target, and read each gateway's newest status",
+        "hutch.tools.fleet",
     ),
     "install-service": (
         "install hutch as a systemd service (a hardened Type=notify unit, its own user)",

@@ -4,6 +4,7 @@
     hutch ctl bridges [--data DIR] [--json]
     hutch ctl devices [--data DIR] [--json]
     hutch ctl health [--data DIR] [--json]
+    hutch ctl config [--config FILE] [--data DIR] [--json]   (tools/ctl_config.py)
     hutch ctl export [FILE] [--data DIR], hutch ctl import FILE [--data DIR]   (tools/ctl_live.py)
 
 prints whether publishers are blocked (a disk or memory alarm: why, with the figures of now,
@@ -74,8 +75,9 @@ def add_options(parser):
     data_option(health)
     health.add_argument("--json", action="store_true", help="print it as one JSON object")
     health.set_defaults(run=health_command)
-    from . import ctl_live  # (its commands ask the running broker)
+    from . import ctl_config, ctl_live  # (ctl_live's commands ask the running broker)
 
+    ctl_config.add_options(commands, data_option)
     ctl_live.add_options(commands, data_option)
 
 

@@ -19,6 +19,9 @@ from hutch.core.limits import Limits
 from hutch.server import config, options, schema
 from hutch.server.bridges import config as bridge_config
 from hutch.server.devices import config as device_config
+from hutch.server.fleet import config as fleet_config
+
+ROWS = schema.KEYS + bridge_config.ROWS + device_config.ROWS + fleet_config.ROWS
 
 
 class ConfigReferenceError(Exception):
@@ -29,7 +32,7 @@ class ConfigReferenceError(Exception):
 # URI option): those of server/schema.py's rows, and below the limits' and the users' keys. Present tense, for users; defaults come from the code, not from here.
 DESCRIPTIONS = {
     "%s.%s" % (row[schema.SECTION], row[schema.KEY]): row[schema.DESCRIPTION]
-    for row in schema.KEYS + bridge_config.ROWS + device_config.ROWS
+    for row in ROWS
     if row[schema.SECTION] is not None
 }
 DESCRIPTIONS.update(
@@ -109,6 +112,7 @@ FREE_FORM = {
     "users": lambda: list(config.USER_KEYS),
     "bridge": lambda: list(bridge_config.KEYS),
     "device": lambda: list(device_config.KEYS),
+    "fleet": lambda: list(fleet_config.KEYS),
 }
 
 PROFILE_COLUMNS = ("rpi", "esp32", "esp32s3-psram", "rp2-pico-w")
@@ -229,11 +233,7 @@ def table_server():
 
 def section_defaults(section):
     """The defaults of a section's rows in server/schema.py."""
-    return {
-        row[schema.KEY]: row[schema.DEFAULT]
-        for row in schema.KEYS + bridge_config.ROWS + device_config.ROWS
-        if row[schema.SECTION] == section
-    }
+    return {row[schema.KEY]: row[schema.DEFAULT] for row in ROWS if row[schema.SECTION] == section}
 
 
 def table_listener():
@@ -330,6 +330,9 @@ def table_device_uri():
     return key_table("device.uri", device_config.URI_OPTIONS, section_defaults("device.uri"))
 
 
+# The keys a section cannot do without, shown so rather than with a default.
+REQUIRED = {"fleet": {"uri": "required", "keys": "required"}}
+
 # The sections with a table of their own above; every other section of SECTIONS is shown by
 # table_other_sections, so a section added to the schema appears in the reference at once.
 OWN_TABLES = ("server", "listener", "limits", "users", "auth", "wifi", "bridge", "device")
@@ -344,8 +347,8 @@ def table_other_sections():
         names = FREE_FORM[section]() if names is None else names
         given = settings.get(section)
         if not isinstance(given, dict):  # (a section settings() does not give whole: its schema defaults)
-            given = {row[schema.KEY]: row[schema.DEFAULT] for row in schema.KEYS if row[schema.SECTION] == section}
-        defaults = given
+            given = section_defaults(section)
+        defaults = dict(given, **REQUIRED.get(section, {}))
         lines += ["", "## `[%s]`" % section, ""] + key_table(section, names, defaults)
     return lines
 

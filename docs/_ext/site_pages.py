@@ -25,6 +25,7 @@ NAVIGATION = (
             "streams",
             "bridges",
             "cluster",
+            "fleet",
             "spark",
             "pipeline",
             "operations",
