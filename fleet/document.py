@@ -198,12 +198,20 @@ def _settable(section, value):
             uris = bridge.get("uri") if isinstance(bridge, dict) else None
             for uri in [uris] if isinstance(uris, str) else uris if isinstance(uris, list) else []:
                 password = _password(uri) if isinstance(uri, str) else None
-                if password and not (password.startswith(SECRET) and password.endswith("}")):
+                if password and not _is_reference(password):
                     raise Refused(
                         "password",
                         "bridge %s: its uri carries a password; write ${secret:NAME} for it, kept in the "
                         "gateway's data folder as fleet/secrets/NAME" % bridge.get("name", "?"),
                     )
+
+
+def _is_reference(password):
+    """Whether a URI's password is ${secret:NAME}, NAME a file's name in fleet/secrets/ (letters,
+    digits, '-', '_', '.': never a path out of it)."""
+    name = password[len(SECRET) : -1]
+    allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+    return password.startswith(SECRET) and password.endswith("}") and name.strip(".") != "" and all(c in allowed for c in name) and ".." not in name  # fmt: skip
 
 
 def _password(uri):

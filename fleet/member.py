@@ -30,6 +30,18 @@ The steps, in order, each a tuple:
 IDLE, CHECKING, TRYING, RELOADING, CONFIRMING = "idle", "checking", "trying", "reloading", "confirming"
 
 
+def newest(found):
+    """Of documents read together ((document, body, signed text), as a connect reads each
+    target's last ones), the newest of each target, in the order they came: an older one is
+    never applied after it, nor instead of it."""
+    best = {}
+    for item in found:
+        target = item[0]["target"]
+        if target not in best or item[0]["version"] > best[target][0]["version"]:
+            best[target] = item
+    return [item for item in found if best[item[0]["target"]] is item]
+
+
 def event(target, version, outcome, reason, text, now=None):
     """What the member last did with a document (a status's `last`)."""
     return {"target": target, "version": version, "outcome": outcome, "reason": reason, "text": text, "time": now}

@@ -14,7 +14,7 @@ import time
 
 from ...core.broker import VERSION
 from ...fleet.document import Refused, checked, key_bytes, key_text, verified
-from ...fleet.member import Member
+from ...fleet.member import Member, newest
 from ..config import SECTIONS, ConfigError
 from .state import State
 
@@ -83,15 +83,25 @@ class Agent:
         self.member = Member(current, self.state.pending(), time.time)
         await self._do(self.member.resume())  # (a try a stop cut short: again, first)
         while True:
-            raw = await self.inbox.get()
+            raws = [await self.inbox.get()]
+            while not self.inbox.empty():  # (read together, as at a connect: each target's newest only)
+                raws.append(self.inbox.get_nowait())
             try:
-                await self._do(self._take(raw))
+                found = []
+                for raw in raws:
+                    taken = self._checked(raw)
+                    if isinstance(taken, list):
+                        await self._do(taken)  # (a refusal, said)
+                    else:
+                        found.append(taken)
+                for doc, body, raw in newest(found):
+                    await self._do(self.member.take(doc, body, raw))
             except Exception as e:  # (one document's trouble never ends the agent)
                 self.log("error", "fleet: a document could not be handled: %r" % (e,))
 
-    def _take(self, raw):
-        """The member's first steps with a document: its checks (fleet/document.py), then
-        take() or refused()."""
+    def _checked(self, raw):
+        """(document, body, signed text) of a document that passes fleet/document.py's checks,
+        or the member's steps for one refused."""
         member = self.member
         keys = member.state["keys"]
         trusted = [key_bytes(key) for key in keys] if keys is not None else self.settings["keys"]
@@ -99,8 +109,8 @@ class Agent:
             body = verified(raw, trusted)
             doc = checked(body, self.settings["node"], self.settings["groups"], member.running(), member.failed(), time.time(), SECTIONS)  # fmt: skip
         except Refused as e:
-            return self.member.refused(e.reason, e.text, raw.decode(errors="replace"))
-        return member.take(doc, body.decode(), raw.decode())
+            return member.refused(e.reason, e.text, raw.decode(errors="replace"))
+        return doc, body.decode(), raw.decode()
 
     async def _do(self, steps):
         """The member's steps done, in order, each answer's steps after them."""

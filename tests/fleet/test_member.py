@@ -4,7 +4,7 @@ pre-flight, by the reload, rolled back unconfirmed, a try cut short by a stop an
 the refusals said once. Plain functions: also run under MicroPython
 (tests/micropython/test_fleet_micropython.py)."""
 
-from hutch.fleet.member import CONFIRMING, IDLE, Member
+from hutch.fleet.member import CONFIRMING, IDLE, Member, newest
 
 EMPTY = {"applied": {}, "keys": None, "failed": [], "last": None}
 RAW = "[document] version 2, signed"
@@ -104,3 +104,9 @@ def test_a_document_that_names_keys_makes_them_the_trusted_ones_once_kept():
         raise AssertionError("two tries at once")
     except ValueError:
         pass
+
+
+def test_of_documents_read_together_only_each_target_s_newest_is_taken():
+    read = [(_doc(3), "b3", "r3"), (_doc(5, "node:gw1"), "n5", "rn5"), (_doc(4), "b4", "r4"), (_doc(2), "b2", "r2")]
+    assert newest(read) == [read[1], read[2]]
+    assert newest([]) == []

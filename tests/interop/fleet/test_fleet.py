@@ -103,6 +103,13 @@ def test_five_gateways_take_their_group_s_documents_in_waves_with_readings_flowi
     for gateway in gateways:
         wait_applied(gateway, target, 1)
     print("version 1 applied and confirmed by 5 gateways in %.1f s" % (time.monotonic() - began))
+
+    def all_say(version):
+        found = fleet_status(rabbitmq)
+        return all((found.get(g.node) or {}).get("config", {}).get("applied") == {target: version} for g in gateways)
+
+    wait_until(lambda: all_say(1), 30, what="five statuses saying version 1")
+    print("`hutch fleet status` shows all 5 at version 1 %.1f s after the push" % (time.monotonic() - began))
     load = SensorLoad(gateways, "readings")
     load.thread.start()
     proxy.down()
@@ -202,6 +209,10 @@ def test_what_a_member_refuses_and_why(rabbitmq, tmp_path):
         ("forbidden", signer.sign(document(6, node, '[fleet]\nuri = "amqp://evil:5672"\n'))),
         ("password", signer.sign(document(6, node, '[users.ops]\npassword = "hunter2"\n'))),
         ("password", signer.sign(document(6, node, bridge_to(rabbitmq, queue).replace("${secret:rabbit}", "guest")))),
+        (
+            "password",
+            signer.sign(document(6, node, bridge_to(rabbitmq, queue).replace("${secret:rabbit}", "${secret:..}"))),
+        ),
         ("format", signer.sign(b"version = 6\n")),
         ("format", signer.sign(document(6, node, "[nonsense]\nkey = 1\n"))),
         ("format", signer.sign(document(6, node) + "#" * 70000 + "\n")),
@@ -308,3 +319,48 @@ def test_a_document_not_confirmed_upstream_is_rolled_back_and_a_kill_retries_it(
     _publish(gateway, queue, b"kept")
     assert [got[0] for got in consume_all(url, queue, 1)] == [b"kept"]
     gateway.stop()
+    at = len(gateway.log())  # the applied configuration survives a restart, nothing tried again
+    started(gateway)
+    wait_said(gateway, "bridge cloud: running", after=at)
+    assert applied(gateway) == {node: 3} and "applied" not in gateway.log()[at:].replace("applied by", "")
+    gateway.stop()
+
+
+def test_a_document_whose_status_cannot_go_up_once_applied_is_rolled_back(rabbitmq, tmp_path):
+    """The fleet link is cut (a fault proxy: the upstream gone) while a document's pre-flight
+    runs (its new bridge's upstream answers slowly, through a second proxy): the document is
+    applied, its status cannot be confirmed, and within confirm_within it is rolled back and
+    marked failed; when the link is back, the same document, read again, is not applied again."""
+    signer = Signer()
+    fleet_link = TcpProxy(rabbitmq.port).start()
+    slow = TcpProxy(rabbitmq.port).start()
+    slow.byte_rate = 300  # (the pre-flight's handshake takes seconds)
+    node_name = _unique("gw")
+    gateway = member(tmp_path, rabbitmq, node_name, [], [signer.key], confirm_within=4)
+    config = gateway.base_command[-1]
+    with open(config) as f:
+        text = f.read().replace("@127.0.0.1:%d" % rabbitmq.port, "@127.0.0.1:%d" % fleet_link.port)
+    with open(config, "w") as f:
+        f.write(text)
+    started(gateway)
+    node, key = "node:" + node_name, "node." + node_name
+    queue = _unique("fleet-in")
+    upstream_queue(rabbitmq_url(rabbitmq), queue)
+    through_slow = bridge_to(rabbitmq, queue).replace(":%d" % rabbitmq.port, ":%d" % slow.port)
+    at = len(gateway.log())
+    _deliver(rabbitmq, key, signer.sign(document(1, node, through_slow)))
+    wait_until(lambda: slow.accepted, 30, what="the pre-flight's connection")  # (the document is in)
+    fleet_link.down()
+    cut = time.monotonic()
+    wait_said(gateway, "fleet: version 1 for %s applied" % node, after=at)
+    wait_said(gateway, "fleet: version 1 for %s not kept (rolled back)" % node, after=at)
+    print("applied with the fleet link cut: rolled back %.1f s after the cut (confirm_within 4 s)" % (time.monotonic() - cut))  # fmt: skip
+    wait_said(gateway, "bridge cloud stopped", after=at)
+    assert applied(gateway) == {} and state(gateway)["failed"] == [[node, 1]]
+    fleet_link.heal()
+    wait_said(gateway, "fleet: link up", after=len(gateway.log()))
+    time.sleep(1)  # (the document, read again at the connect, goes nowhere)
+    assert gateway.log()[at:].count("version 1 for %s applied" % node) == 1 and applied(gateway) == {}
+    gateway.stop()
+    fleet_link.stop()
+    slow.stop()
