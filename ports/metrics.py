@@ -287,7 +287,7 @@ def _health(out, snap):
     out.one(
         "rabbitmq_alarms_memory_used_watermark",
         "gauge",
-        "1 while publishers are blocked for memory (the heap, or the budget of queued messages)",
+        "1 while publishers are blocked for memory (above memory_high_watermark, the heap, or the budget of queued messages)",
         "memory" in alarms or "budget" in alarms,
     )
     out.one("hutch_publishers_blocked", "gauge", "1 while publishers are blocked, for any alarm", bool(snap["blocked"]))
@@ -330,6 +330,8 @@ def _bridges(out, bridges):
 
 PROCESS = (
     ("rabbitmq_process_resident_memory_bytes", "Resident memory of the broker's process", "resident_memory_bytes"),
+    ("rabbitmq_resident_memory_limit_bytes", "memory_high_watermark: publishers are blocked above it",
+     "resident_memory_limit_bytes"),
     ("rabbitmq_process_open_fds", "Open file descriptors", "open_fds"),
     ("hutch_heap_free_bytes", "Free heap (MicroPython)", "heap_free_bytes"),
     ("hutch_heap_used_bytes", "Heap in use (MicroPython)", "heap_used_bytes"),

@@ -100,6 +100,9 @@ def process_figures(runtime=None):
     heap (MicroPython); and the data folder's free disk, where it is watched (ports/disk_free.py)."""
     disk = getattr(runtime, "disk_free", None)
     figures = {} if disk is None else disk.figures()
+    memory = getattr(runtime, "memory_watch", None)
+    if memory is not None:
+        figures.update(memory.figures())
     if sys.implementation.name == "micropython":
         import gc
 

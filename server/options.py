@@ -124,6 +124,13 @@ def settings(args, fleet_documents=None):
     journal_max_bytes = _checked(args, server, path, "journal_max_bytes", storage["max_bytes"])
     segment_bytes = _checked(args, server, path, "segment_bytes", _segment_bytes(storage, journal_max_bytes))
     disk_free_limit = _checked(args, server, path, "disk_free_limit", storage.get("disk_free_limit"))
+    # A host's memory only: a board's heap is watched by ports/heap.py, and one more key checked
+    # here costs a board about 12 KiB of passing garbage (tests/boards/test_wasm32.py's peak).
+    watermark = None
+    if sys.implementation.name != "micropython":
+        watermark = _checked(args, server, path, "memory_high_watermark", 0.4)
+    elif "memory_high_watermark" in server:
+        raise config.ConfigError("%s: [server] memory_high_watermark: a board's heap is watched by its profile" % path)  # fmt: skip
     return {
         "name": _checked(args, server, path, "name") or host_name(),
         "listeners": listeners,
@@ -131,6 +138,7 @@ def settings(args, fleet_documents=None):
         "journal_max_bytes": journal_max_bytes,
         "segment_bytes": segment_bytes,
         "disk_free_limit": disk_free_limit,
+        "memory_high_watermark": watermark,
         "log_level": level,
         "log_file": _log_file(_checked(args, server, path, "log_file"), args, path),
         "board": board,

@@ -21,7 +21,8 @@ What takes effect:
 - the [uplink] budget and windows (the bridges read them as they go: a bridge waiting for a
   window asks again at once);
 - the TLS listeners' certificate files (ports/tls.py ServerTLS.reload);
-- `disk_free_limit` (ports/disk_free.py: the watch's next look applies it);
+- `disk_free_limit` (ports/disk_free.py: the watch's next look applies it), and
+  `memory_high_watermark` (ports/memory_watch.py: likewise);
 - `name`: what bridges stamp on what they forward from now on, and devices on their readings
   (a bridge's link keeps its connection name until it connects again).
 
@@ -49,6 +50,7 @@ APPLIED = (
     "definitions",
     "listeners",
     "disk_free_limit",
+    "memory_high_watermark",
     "name",
 )  # what a reload applies (listeners: TLS files only)
 
@@ -96,6 +98,7 @@ class Reloader:
             if devices is not None:
                 said += await devices.apply(new["devices"])
             said += self._disk_free_limit(new["disk_free_limit"])
+            said += self._memory_high_watermark(new["memory_high_watermark"])
             if new["name"] != self.runtime.broker.name:  # (what bridges and devices stamp from now on)
                 said.append("name: %s (was %s)" % (new["name"], self.runtime.broker.name))
                 self.runtime.broker.name = new["name"]
@@ -145,6 +148,21 @@ class Reloader:
             watch.stop()
             runtime.disk_free = None
         return ["disk_free_limit: %s" % ("%d bytes" % limit if limit else "none")]
+
+    def _memory_high_watermark(self, watermark):
+        """The new memory_high_watermark: the running watch's, a watch started, or it stopped."""
+        if watermark == self.opts.get("memory_high_watermark"):
+            return []
+        runtime = self.runtime
+        watch = getattr(runtime, "memory_watch", None)
+        if watch is not None:
+            watch.stop()
+            runtime.memory_watch = None
+        if watermark:
+            from ..ports.memory_watch import start_watch
+
+            runtime.memory_watch = start_watch(watermark, runtime.broker.flow, runtime.stop_event, runtime.log)
+        return ["memory_high_watermark: %s" % (runtime.memory_watch.limit if watermark else "none")]
 
     def _users(self, new, said):
         broker = self.runtime.broker

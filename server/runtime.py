@@ -36,6 +36,7 @@ class Runtime:
     devices: "Any"  # (CPython, with [[device]]s) server/devices/polling.py's Devices
     fleet: "Any"  # (CPython, with [fleet]) server/fleet/agent.py's Agent
     disk_free: "Any"  # (with a disk_free_limit) ports/disk_free.py's DiskWatch
+    memory_watch: "Any"  # (a host, with a memory_high_watermark) ports/memory_watch.py's MemoryWatch
 
     def __init__(self, broker, log, stats_interval_ms=0, stop_event=None):
         self.broker = broker

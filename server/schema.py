@@ -38,6 +38,7 @@ KINDS = {
     "devices": "a list of device names",
     "users": "a list of user names",
     "strings": "a list of strings",
+    "watermark": "a number of bytes (at least 4096), or a fraction above 0 and at most 1",
     "user": "a user's name",
     "protocol": "a protocol",
     "table": "a table",
@@ -96,6 +97,10 @@ KEYS = (
      "acks, a bridge's confirms and segment deletions still have room to be written; cleared "
      "once a tenth more is free. Default: 50000000 (50 MB, as RabbitMQ) on a host's profile; "
      "none on a board's, whose `journal_max_bytes` fits its flash."),
+    ("server", "memory_high_watermark", "watermark", None, None, None,
+     "Publishers are blocked while the broker's resident memory is above this, and let go under "
+     "90 % of it: bytes, or a fraction of the memory there is (the cgroup's limit, if set, else "
+     "the machine's). Default: 0.4 on a host, as RabbitMQ's; a board's heap is watched by its profile."),
     ("server", "segment_bytes", "bytes", None, None, None,
      "The size of one journal segment file. Default: the profile's, grown in proportion when "
      "`journal_max_bytes` is raised above the profile's, up to the profile's largest (below: 16 "
@@ -321,6 +326,10 @@ def check(kind, value, where, choices=None):
             ok = value > 0
     elif kind == "bool":
         ok = isinstance(value, bool)
+    elif kind == "watermark":
+        ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 4096) or (
+            isinstance(value, float) and 0 < value <= 1
+        )
     elif kind == "level":
         ok = value in LEVELS
     elif kind in ("folder", "file"):

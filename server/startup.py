@@ -195,6 +195,10 @@ async def start(opts, log, stop_event):
             runtime.fleet = Agent(runtime, opts["fleet"], opts["data"])
     journal.start()
     runtime.journal = journal
+    if opts.get("memory_high_watermark"):  # (a host: its resident memory is watched)
+        from ..ports.memory_watch import start_watch as watch_memory  # pyright: ignore[reportMissingImports] (host only)
+
+        runtime.memory_watch = watch_memory(opts["memory_high_watermark"], broker.flow, stop_event, log)
     if opts["disk_free_limit"]:  # (a host's profile: its data folder's disk is watched)
         from ..ports.disk_free import start_watch
 
