@@ -140,8 +140,12 @@ def signed(fragment, args):
     try:
         import tomllib
 
-        if "document" in tomllib.loads(fragment.decode()):
+        sections = tomllib.loads(fragment.decode())
+        if "document" in sections:
             raise FleetError("%s has a [document] table: its version and target are --version and --target" % path)
+        loose = [key for key, value in sections.items() if not isinstance(value, (dict, list))]
+        if loose:
+            raise FleetError("%s: '%s' is outside any section: a fragment holds sections ([server], [[bridge]], ...)" % (path, loose[0]))  # fmt: skip
     except (UnicodeError, ValueError) as e:
         raise FleetError("%s is not TOML: %s" % (path, e))
     body = header(args) + fragment + (b"" if fragment.endswith(b"\n") else b"\n")

@@ -10,7 +10,7 @@ import re
 
 import pika
 import pytest
-from bridging import consume_all, edge_with_bridge, publish_confirmed, rabbitmq_url, upstream_queue
+from bridging import consume_all, edge_with_bridge, publish_confirmed, rabbitmq_url, upstream_count, upstream_queue
 from brokers import BIN, RunningBroker, stop_all, wait_until
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -168,6 +168,9 @@ def test_a_missing_quorum_queue_is_declared_as_one_and_a_declare_that_differs_is
     try:
         bodies = [b"q%03d" % i for i in range(100)]
         publish_confirmed(edge, "edge-out", bodies)
+        wait_until(
+            lambda: _exists(url, "central-quorum"), 30, what="the bridge's declare upstream"
+        )  # (confirmed at the edge first)
         assert [body for body, _h, _m in consume_all(url, "central-quorum", len(bodies))] == bodies
         connection = pika.BlockingConnection(pika.URLParameters(url))
         connection.channel().queue_declare("central-quorum", durable=True, arguments=quorum)  # (406 unless quorum)
@@ -186,3 +189,12 @@ def test_a_missing_quorum_queue_is_declared_as_one_and_a_declare_that_differs_is
         connection = pika.BlockingConnection(pika.URLParameters(url))
         connection.channel().queue_delete("central-quorum")
         connection.close()
+
+
+def _exists(url, name):
+    """Whether upstream has queue `name` (a passive declare answers, not a 404)."""
+    try:
+        upstream_count(url, name)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    return True
