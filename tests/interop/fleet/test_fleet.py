@@ -230,6 +230,9 @@ def test_what_a_member_refuses_and_why(rabbitmq, tmp_path):
     unsigned.write_text("[limits]\nframe_max = 8192\n")
     sign = subprocess.run([os.path.join(BIN, "hutch"), "fleet", "sign", "--key", str(secret), "--version", "6", "--target", node, str(unsigned), "--out", str(tmp_path / "bad.signed")], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert sign.returncode == 1 and sign.stderr.count("\n") == 1 and "[limits] is applied only at a start" in sign.stderr, sign.stderr  # fmt: skip
+    unsigned.write_text("frame_max = 8192\n")  # (outside any section)
+    sign = subprocess.run([os.path.join(BIN, "hutch"), "fleet", "sign", "--key", str(secret), "--version", "6", "--target", node, str(unsigned)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert sign.returncode == 1 and "'frame_max' is outside any section" in sign.stderr, sign.stderr
     not_a_key = tmp_path / "public.txt"
     not_a_key.write_text(keygen.stdout)
     unsigned.write_text(bridge_to(rabbitmq, queue))
