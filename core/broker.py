@@ -241,7 +241,7 @@ class Broker:
         self.stats[counters.JOURNAL_SYNCS] += 1
         journal = self.journal
         if journal is not None:
-            journal.synced = seq
+            journal.mark_synced(seq)
         if self.stream_syncs:
             streams = self.stream_syncs
             self.stream_syncs = []

@@ -103,10 +103,12 @@ class Outbox:
         if entry[MESSAGE].journal_id:  # a restart brings it back redelivered
             broker.delivered(queue, entry, False)
             journal = broker.journal
-            if held or journal.synced < journal.seq:
+            if held or not journal.durable(entry[MESSAGE]):
                 # Not forwarded before it is durable here: a crash would take it back, and the
                 # publisher (a sensor) would send it again, to be numbered anew: upstream would
-                # have it twice. (As a stream's records: durable before visible.)
+                # have it twice. (As a stream's records: durable before visible.) A message
+                # already durable goes, whatever came after it: a backlog drains even while
+                # the disk refuses new records (another program filled it).
                 held.append([journal.seq, entry])
                 broker.wait_for_journal(self)
                 return
@@ -138,7 +140,7 @@ class Outbox:
         synced = journal.synced if journal is not None else held[-1][0]
         room = self.window - len(self.waiting) - len(self.in_flight)
         n = 0
-        while n < len(held) and n < room and held[n][0] <= synced:
+        while n < len(held) and n < room and (held[n][0] <= synced or _durable(journal, held[n][1][MESSAGE])):
             self.waiting.append(held[n][1])
             n += 1
         if n:
@@ -391,3 +393,8 @@ class Outbox:
         if self.consumer is not None:
             self.broker.cancel(self.consumer)
             self.consumer = None
+
+
+def _durable(journal, message):
+    """Whether a held message's own record is durable (a transient one, never journalled: no)."""
+    return journal is not None and message.journal_id and journal.durable(message)

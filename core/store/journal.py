@@ -125,6 +125,12 @@ class Journal:
         self.find_messages = None
         self.seq = 0  # records appended so far
         self.synced = 0  # records the port has made durable
+        # The oldest message whose own record may not be durable yet (its id; 0: every message's
+        # is), and the record of the newest message: a message older than that one is durable
+        # even while later records are not (a disk another program filled refuses them), so a
+        # bridge may forward it (durable()).
+        self.unsynced_from = 0
+        self.message_seq = 0
         self.chunks = []  # [segment, [bytes, ...]] not yet taken by the port ([..., True]: a summary)
         self.segment = 0  # the segment records go to
         self.sizes = {}  # segment -> bytes (existing files and the current one)
@@ -255,6 +261,16 @@ class Journal:
         self._wake()
         return segment
 
+    def mark_synced(self, seq):
+        """(Broker.journal_synced) Every record up to seq is durable."""
+        self.synced = seq
+        if seq >= self.message_seq:
+            self.unsynced_from = 0
+
+    def durable(self, message):
+        """Whether a journalled message's own record is durable (what came after it may not be)."""
+        return not self.unsynced_from or message.journal_id < self.unsynced_from
+
     def _wake(self):
         if not self._woken:
             self._woken = True
@@ -375,6 +391,9 @@ class Journal:
         # (next_id moves on only after the append: a segment it rolls over starts at this id)
         segment = self.append_record(MESSAGE, message_parts(message, journal_id, flags, message.arrived, names))
         self.next_id = journal_id + 1
+        if not self.unsynced_from:
+            self.unsynced_from = journal_id
+        self.message_seq = self.seq
         message.journal_id = journal_id
         message.segment = segment
         self.live[segment] = self.live.get(segment, 0) + len(names)

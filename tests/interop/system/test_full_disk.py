@@ -182,6 +182,47 @@ def test_a_gateway_whose_backlog_fills_its_disk_in_an_outage_sends_it_all_once_t
     assert edge.errors() == [] and upstream.errors() == []
 
 
+@pytest.mark.timeout(180)
+def test_a_backlog_drains_while_another_program_keeps_the_disk_full(tmp_path, small_disk):
+    """A backlog waits on disk during an outage; then another program fills the disk (a log
+    file, here a filler), so the broker can write no record more; the upstream comes back: the
+    bridge sends every message already durable all the same, and upstream has the whole backlog,
+    in order, while the disk stays full. Once the filler is removed, the acks are written and
+    the backlog's segments deleted: the disk frees."""
+    small_disk("4m")
+    upstream = hutch_serve(tmp_path / "upstream")
+    (tmp_path / "upstream").mkdir()
+    upstream.start()
+    _declare(upstream.port, "readings")
+    upstream.stop()
+    bridge = (
+        '[[bridge]]\nname = "uplink"\nuri = "amqp://guest:guest@127.0.0.1:%d/"\nqueue = "readings"\n' % upstream.port
+    )
+    edge = hutch_serve(tmp_path, "[server]\nsegment_bytes = 262144\ndisk_free_limit = %d\n" % LEAST_LIMIT + bridge)
+    edge.start()
+    try:
+        sensors = Publisher(edge.port, 1500)
+        sensors.thread.join(60)
+        assert len(sensors.confirmed) == 1500
+        filler = _fill(edge.data)
+        used = _used(edge.data)
+        upstream.start()
+        wait_until(lambda: _count(upstream.port, "readings") == 1500, 60, what=lambda: edge.log()[-2000:])
+        assert REFUSED in edge.log() and os.path.exists(filler)  # (the disk full all along)
+        assert _amqp_queue(upstream.port) == list(range(1500))
+        os.remove(filler)
+        wait_until(lambda: _used(edge.data) < used // 2, 30, what="the backlog's segments deleted")
+        wait_until(lambda: _count(edge.port, "readings") == 0, 30, what="the acks written")
+    finally:
+        stop_all(edge, upstream)
+    assert upstream.errors() == []
+
+
+def _used(folder):
+    """Bytes the data folder's files take."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
+
+
 def test_a_reload_applies_a_new_disk_free_limit(tmp_path, small_disk):
     """`hutch ctl reload` with a limit above what the disk has free blocks publishers at the
     watch's next look: a publisher in confirm mode meanwhile is told no (basic.nack) and sends
