@@ -64,6 +64,8 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, chec
     sizes = {}
     to_seal = []  # (segment, summary parts) of segments read whole
     numbers = files.numbers()
+    for name in files.strangers():  # (never read as a segment, never deleted)
+        report.append("%s/journal/%s: not a segment, and not hutch's: left alone" % (folder, name))
     read_size = CHECK_READ if sys.implementation.name != "micropython" else 4096
     unchecked = []  # (segment, summary start, data CRC): sealed segments whose data is checked later
     for segment in numbers:

@@ -70,6 +70,11 @@ class SegmentFiles:
         out.sort()
         return out
 
+    def strangers(self):
+        """The names in the journal's folder that are not segments: files hutch did not write
+        (said at start, left alone)."""
+        return sorted(name for name in os.listdir(self.dir) if not (name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit()))  # fmt: skip
+
     def append(self, segment, parts, tail):
         """parts (then tail, unless None) written at the end of segment's file as one whole. If the
         disk refuses any of it (full, failing), size and crc stay as they were, and the retry

@@ -289,6 +289,7 @@ DAMAGE = {
     "zero-filled": (lambda data: data + bytes(4096), "torn tail cut"),
     "flipped": (_flip, "quarantined"),
     "missing": (None, "missing"),
+    "a stranger": (None, "notes.txt: not a segment, and not hutch's: left alone"),  # (a file of another's)
 }
 
 
@@ -310,7 +311,10 @@ def test_a_damaged_journal_boots_reports_and_serves_the_rest(tmp_path, damage):
     # A torn write is at the end of the newest segment; damage from the card, anywhere.
     target = segments[-1] if damage in ("truncated", "zero-filled") else segments[len(segments) // 2]
     path = os.path.join(folder, target)
-    if change is None:
+    if damage == "a stranger":
+        with open(os.path.join(folder, "notes.txt"), "w") as f:
+            f.write("a person's notes, or a log another program writes\n")
+    elif change is None:
         os.remove(path)
     else:
         with open(path, "rb") as f:
@@ -335,8 +339,9 @@ def test_a_damaged_journal_boots_reports_and_serves_the_rest(tmp_path, damage):
     bodies = [body for body, _, _ in _get_all(channel, "kept")]
     numbers = [int(body[:4]) for body in bodies]
     assert numbers == sorted(numbers) and all(body[4:] == b"." * 300 for body in bodies)
-    if damage == "zero-filled":
-        assert numbers == list(range(200))  # nothing was lost: only zeros were cut
+    if damage in ("zero-filled", "a stranger"):
+        assert numbers == list(range(200))  # nothing was lost: only zeros were cut, or nothing
+        assert os.path.exists(os.path.join(folder, "notes.txt")) == (damage == "a stranger")
     else:
         assert 100 < len(numbers) < 200, numbers
     channel.basic_publish("", "kept", b"new", PERSISTENT)  # and it serves on
