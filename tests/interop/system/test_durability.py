@@ -5,6 +5,7 @@ random moments during confirmed persistent publishing, and damaged journals on d
 import os
 import random
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -284,11 +285,21 @@ def _flip(data):
     return bytes(data)
 
 
+def _lying_summary(data):
+    """A sealed segment whose trailer says a data CRC that is not its data's (the trailer's own
+    CRC made to match): the summary lies, the records are sound."""
+    tail = bytearray(data[-16:])
+    struct.pack_into(">I", tail, 8, struct.unpack_from(">I", tail, 8)[0] ^ 1)
+    struct.pack_into(">I", tail, 12, zlib.crc32(bytes(tail[:12])) & 0xFFFFFFFF)
+    return data[:-16] + bytes(tail)
+
+
 DAMAGE = {
     "truncated": (lambda data: data[:-150], "torn tail cut"),
     "zero-filled": (lambda data: data + bytes(4096), "torn tail cut"),
     "flipped": (_flip, "quarantined"),
     "missing": (None, "missing"),
+    "a lying summary": (_lying_summary, "quarantined"),
     "a stranger": (None, "notes.txt: not a segment, and not hutch's: left alone"),  # (a file of another's)
 }
 
@@ -339,8 +350,8 @@ def test_a_damaged_journal_boots_reports_and_serves_the_rest(tmp_path, damage):
     bodies = [body for body, _, _ in _get_all(channel, "kept")]
     numbers = [int(body[:4]) for body in bodies]
     assert numbers == sorted(numbers) and all(body[4:] == b"." * 300 for body in bodies)
-    if damage in ("zero-filled", "a stranger"):
-        assert numbers == list(range(200))  # nothing was lost: only zeros were cut, or nothing
+    if damage in ("zero-filled", "a stranger", "a lying summary"):
+        assert numbers == list(range(200))  # nothing was lost: only zeros, a summary, or nothing
         assert os.path.exists(os.path.join(folder, "notes.txt")) == (damage == "a stranger")
     else:
         assert 100 < len(numbers) < 200, numbers
