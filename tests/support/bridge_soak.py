@@ -195,9 +195,10 @@ class Soak:
     def depth(self):
         """How many messages upstream's queue holds (nothing else consumes it). A RabbitMQ just
         restarted after a SIGKILL accepts connections while it still recovers its durable
-        queues, and may answer 404 for one meanwhile (a full run failed so once, and the same
-        seed passed alone): asked again, for up to 30 s; a queue really gone still fails."""
-        deadline = time.monotonic() + 30
+        queues, and may answer 404 for one meanwhile (full runs failed so twice, after 30 s,
+        and the same seeds passed alone): asked again, for up to 90 s; a queue really gone
+        still fails."""
+        deadline = time.monotonic() + 90
         while True:
             connection = pika.BlockingConnection(connection_parameters(self.upstream))
             try:
