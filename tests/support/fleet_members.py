@@ -14,6 +14,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hutch.fleet.document import key_text, signature_line
 
 RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+MEMBERS = []  # every gateway member() made: stop_members() ends those still running
+
+
+def stop_members():
+    """Each member still running stopped (SIGTERM; a test that failed midway left it)."""
+    while MEMBERS:
+        gateway = MEMBERS.pop()
+        if gateway.proc is not None and gateway.proc.poll() is None:
+            gateway.stop()
 
 
 class Signer:
@@ -51,6 +60,7 @@ def member(tmp_path, rabbitmq, node, groups, keys, user="guest:guest", extra="",
     )
     gateway = hutch_serve(folder, config)
     gateway.node = node
+    MEMBERS.append(gateway)
     secrets = os.path.join(gateway.data, "fleet", "secrets")
     os.makedirs(secrets)
     with open(os.path.join(secrets, "rabbit"), "w") as f:

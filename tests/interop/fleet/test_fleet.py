@@ -25,6 +25,7 @@ from fleet_members import (
     push,
     started,
     state,
+    stop_members,
     user_who_cannot_report,
     wait_applied,
     wait_said,
@@ -32,6 +33,13 @@ from fleet_members import (
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(autouse=True)
+def _members_stopped():
+    """Whatever a test leaves running (it failed midway) is stopped after it."""
+    yield
+    stop_members()
 
 
 def _unique(word):
