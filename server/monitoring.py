@@ -111,9 +111,10 @@ def process_figures(runtime=None):
         return figures
     import os
 
+    from ..ports.memory_watch import resident_bytes  # pyright: ignore[reportMissingImports] (host only)
+
     try:
-        with open("/proc/self/statm") as f:
-            figures["resident_memory_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        figures["resident_memory_bytes"] = resident_bytes()
         figures["open_fds"] = len(os.listdir("/proc/self/fd"))
     except (OSError, ValueError):
         pass  # not Linux: the figures are left out

@@ -15,6 +15,8 @@ import json
 import os
 import sys
 
+from ..fleet.document import SECRET
+
 SERVICE_CONFIG = "/etc/hutch/hutch.toml"  # (what `hutch install-service` writes)
 
 
@@ -50,8 +52,6 @@ def config_command(args):
 def effective(path, data):
     """[(key, value, origin)] of the config file at path with the fleet documents the data folder
     holds over it; the folder is the file's [server] data when it names one."""
-    import tomllib
-
     from ..server import config
 
     if not os.path.exists(path):
@@ -59,21 +59,10 @@ def effective(path, data):
     sections = config.read(path)
     origins = {section: "file %s" % path for section in sections}
     if "fleet" in sections:
-        from ..server.fleet.state import State, ordered
+        from ..server.fleet.state import State, overlay
 
         folder = (sections.get("server") or {}).get("data") or data
-        applied = State(folder).read()["applied"]
-        for target in ordered(applied):
-            fragment = tomllib.loads(applied[target]["body"])
-            fragment.pop("document", None)
-            origin = "fleet %s version %d" % (target, applied[target]["version"])
-            for section, value in fragment.items():
-                if section == "server":  # (its keys, one by one)
-                    sections["server"] = dict(sections.get("server") or {}, **value)
-                    origins.update({"server." + key: origin for key in value})
-                else:
-                    sections[section] = value
-                    origins[section] = origin
+        sections = overlay(sections, State(folder).read()["applied"], None, origins)
     rows = []
     for section, value in sections.items():
         for key, leaf in _flat(section, value):
@@ -94,14 +83,13 @@ def _flat(prefix, value):
 
 
 def _hidden(key, value):
+    """A value as the listing shows it: a password hash, and a URI's password, as ***."""
     if key.endswith("password_hash") or key.endswith(".password"):
         return "***"
-    if isinstance(value, str) and "://" in value and "@" in value.split("://", 1)[1].split("/", 1)[0]:
-        scheme, rest = value.split("://", 1)
-        credentials, _, host = rest.partition("@")
-        user, colon, password = credentials.partition(":")
-        if colon and not password.startswith("${secret:"):
-            return "%s://%s:***@%s" % (scheme, user, host)
     if isinstance(value, list):
         return [_hidden(key, item) for item in value]
+    if isinstance(value, str) and "://" in value and SECRET not in value:  # (a reference is no secret)
+        from ..server.bridges.config import hide_password
+
+        return hide_password(value)
     return value

@@ -536,7 +536,7 @@ def parse_uri(uri, where="uri"):
     if spoken is None:
         raise ConfigError(
             "%s: '%s' is not an amqp://, amqps://, amqp10://, amqps10://, mqtt:// or mqtts:// URI"
-            % (where, _hide_password(uri))
+            % (where, hide_password(uri))
         )
     protocol, tls = spoken
     rest, _, query = rest.partition("?")
@@ -553,29 +553,28 @@ def parse_uri(uri, where="uri"):
         host, _, text = hostport.rpartition(":")
         port = _port(text, uri, where)
     if not host:
-        raise ConfigError("%s: '%s' names no host" % (where, _hide_password(uri)))
+        raise ConfigError("%s: '%s' names no host" % (where, hide_password(uri)))
     options = {name: _default(name, "bridge.uri") for name in URI_OPTIONS}  # frame_max 0: the broker's
     mechanism = AUTH_MECHANISMS[options.pop("auth_mechanism")]
     for pair in query.split("&") if query else ():
         key, _, value = pair.partition("=")
         if key not in URI_OPTIONS:
             raise ConfigError(
-                "%s: unknown option '%s' in '%s' (known: %s)"
-                % (where, key, _hide_password(uri), ", ".join(URI_OPTIONS))
+                "%s: unknown option '%s' in '%s' (known: %s)" % (where, key, hide_password(uri), ", ".join(URI_OPTIONS))
             )
         if key == "auth_mechanism":
             mechanism = AUTH_MECHANISMS.get(value.lower())
             if mechanism is None:
                 raise ConfigError(
                     "%s: auth_mechanism must be plain, external or anonymous, not '%s' in '%s'"
-                    % (where, value, _hide_password(uri))
+                    % (where, value, hide_password(uri))
                 )
             continue
         if not value.isdigit():
-            raise ConfigError("%s: %s must be a whole number in '%s'" % (where, key, _hide_password(uri)))
+            raise ConfigError("%s: %s must be a whole number in '%s'" % (where, key, hide_password(uri)))
         options[key] = int(value)
     return {
-        "uri": _hide_password(uri),
+        "uri": hide_password(uri),
         "tls": tls,
         "protocol": protocol,  # "1.0" for amqp10://; set for the others by the bridge's protocol
         "login": bool(at),  # the URI names a user
@@ -593,7 +592,7 @@ def parse_uri(uri, where="uri"):
 
 def _port(text, uri, where):
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise ConfigError("%s: '%s' has no valid port" % (where, _hide_password(uri)))
+        raise ConfigError("%s: '%s' has no valid port" % (where, hide_password(uri)))
     return int(text)
 
 
@@ -618,7 +617,7 @@ def _is_hex(pair):
     return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
 
 
-def _hide_password(uri):
+def hide_password(uri):
     """The URI as logs and status may show it: without its password."""
     scheme, sep, rest = uri.partition("://")
     authority, slash, tail = rest.partition("/")

@@ -83,22 +83,30 @@ def ordered(applied):
     return sorted(applied, key=lambda target: (target.startswith("node:"), applied[target]["version"]))
 
 
-def overlay(data, applied, state):
+def overlay(data, applied, state=None, origins=None):
     """The config file's sections (data, as config.read gives them) with the applied documents'
-    over them ({target: {"version", "body"}}); ${secret:NAME} resolved through state."""
+    over them ({target: {"version", "body"}}); ${secret:NAME} resolved through state (None: the
+    references stay, as `hutch ctl config` shows them). origins: a dict told where each section
+    a document set (and each [server] key) comes from ("fleet TARGET version N")."""
     import tomllib
 
     out = dict(data)
     for target in ordered(applied):
+        origin = "fleet %s version %d" % (target, applied[target]["version"])
         sections = tomllib.loads(applied[target]["body"])
         sections.pop("document", None)
         for section, value in sections.items():
             if section == "server":  # (only SERVER_KEYS: fleet/document.py checked it)
-                out["server"] = dict(out.get("server") or {}, **{k: v for k, v in value.items() if k in SERVER_KEYS})
-            elif section == "bridge":
-                out["bridge"] = [_with_secrets(bridge, state) for bridge in value]
-            else:
-                out[section] = value
+                keys = {k: v for k, v in value.items() if k in SERVER_KEYS}
+                out["server"] = dict(out.get("server") or {}, **keys)
+                if origins is not None:
+                    origins.update({"server." + key: origin for key in keys})
+                continue
+            if section == "bridge" and state is not None:
+                value = [_with_secrets(bridge, state) for bridge in value]
+            out[section] = value
+            if origins is not None:
+                origins[section] = origin
     return out
 
 
