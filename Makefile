@@ -44,6 +44,9 @@ MOSQUITTO := /usr/sbin/mosquitto
 UMQTT := build/umqtt/umqtt/robust.py
 # Debian's socat: the Modbus tests' RS-485 line is a pty pair it makes (tests/interop/devices)
 SOCAT := /usr/bin/socat
+# Debian's strace: the power-cut tests record the broker's file calls with it
+# (tests/support/crash_states.py)
+STRACE := /usr/bin/strace
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -64,7 +67,7 @@ BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|bu
 # 8 s of CPU apiece. Collected once here with writing allowed, they are read by every worker.
 TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -o addopts= -p no:cacheprovider >/dev/null
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) $(STRACE) lint
 	$(BYTECODE)
 	$(TEST_BYTECODE)
 	$(BIN)/python -m pytest $(ARGS)
@@ -77,10 +80,11 @@ check: lint
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q -n 2 $(IN_PROCESS_TESTS) $(ARGS)
 
-soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT)
+soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT) $(STRACE)
 	HUTCH_SOAK_FAULTS=20 $(BIN)/python -m pytest -n 2 tests/interop/bridge/test_bridge_soak.py $(ARGS)
 	HUTCH_CLUSTER_ROUNDS=10 $(BIN)/python -m pytest -n 1 tests/interop/bridge/test_bridge_cluster.py $(ARGS)
 	HUTCH_MODBUS_SECONDS=600 HUTCH_MODBUS_CUT=60 $(BIN)/python -m pytest -n 1 tests/interop/devices/test_modbus_to_parquet.py $(ARGS)
+	HUTCH_CRASH_STATES=20000 $(BIN)/python -m pytest -n 1 tests/interop/system/test_power_cut.py $(ARGS)
 
 docs: $(DOCS_INSTALLED)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs site
@@ -94,7 +98,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) $(STRACE)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -135,6 +139,9 @@ $(UMQTT): tests/support/fetch_umqtt.py | $(BIN)/python
 
 $(SOCAT):
 	$(APT_INSTALL) socat || ($(SUDO) apt-get update -q && $(APT_INSTALL) socat)
+
+$(STRACE):
+	$(APT_INSTALL) strace || ($(SUDO) apt-get update -q && $(APT_INSTALL) strace)
 
 $(MOSQUITTO):
 	$(APT_INSTALL) mosquitto mosquitto-clients || ($(SUDO) apt-get update -q && $(APT_INSTALL) mosquitto mosquitto-clients)

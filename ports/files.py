@@ -5,17 +5,7 @@ source's offset (server/bridges/offsets.py) and a device's poll numbers (server/
 
 import os
 
-
-def sync_dir(path):
-    """A new or renamed entry is durable once its directory is (CPython; a board's flush() of
-    the file is all its filesystem offers)."""
-    read_only = getattr(os, "O_RDONLY", None)
-    if hasattr(os, "fsync") and read_only is not None:
-        fd = os.open(path, read_only)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+from .segments import make_dir, sync_dir  # noqa: F401 (the folder rules, for this module's users)
 
 
 def sync_file(f):

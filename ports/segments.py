@@ -37,8 +37,23 @@ def exists(path):
 
 
 def make_dir(path):
+    """path made if it is not there, durably: a new folder's entry is in its parent, which is
+    synced too (a power cut would otherwise take the folder, and all it holds, away)."""
     if not exists(path):
         os.mkdir(path)
+        sync_dir(path.rsplit("/", 1)[0] if "/" in path.rstrip("/") else ".")
+
+
+def sync_dir(path):
+    """A new, renamed or deleted entry is durable once its directory is synced (CPython; a
+    board's flush() of the file is all its filesystem offers)."""
+    read_only = getattr(os, "O_RDONLY", None)  # (MicroPython's os has neither)
+    if hasattr(os, "fsync") and read_only is not None:
+        fd = os.open(path or "/", read_only)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class SegmentFiles:
@@ -169,13 +184,8 @@ class SegmentFiles:
     def sync(self, files, new_file):
         for f in files:
             self.sync_file(f)
-        read_only = getattr(os, "O_RDONLY", None)  # CPython: MicroPython's os has neither
-        if new_file and hasattr(os, "fsync") and read_only is not None:
-            fd = os.open(self.dir, read_only)  # a new file is durable once its directory entry is
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if new_file:
+            sync_dir(self.dir)  # a new file is durable once its directory entry is
 
     def synced(self, files):
         """Close the files that were rolled over, now that they are synced."""

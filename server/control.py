@@ -17,6 +17,7 @@ import json
 import os
 
 from ..codec.wire import text
+from ..ports.files import replace_file
 from . import definitions
 from .open_logins import apply_users
 
@@ -352,11 +353,7 @@ def forget_user(folder, name):
 
 
 def _write(path, data):
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    replace_file(path, json.dumps(data, indent=1).encode())  # (whole, and its new name durable)
 
 
 def load_users(folder, loopback_users):

@@ -14,6 +14,7 @@ import os
 import sys
 
 from ..core.broker import VERSION, Broker
+from ..ports.segments import make_dir
 from .frontends import FrontEnds
 from .runtime import Runtime, StartError, forget
 
@@ -32,8 +33,7 @@ def _steps(path):
 
 def _make_dirs(path):
     for step in _steps(path):
-        if not _exists(step):
-            os.mkdir(step)
+        make_dir(step)  # (each synced into its parent: a power cut keeps the data folder)
 
 
 def _exists(path):

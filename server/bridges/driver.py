@@ -501,6 +501,10 @@ def run_starts(data_folder, first_id):
         f.flush()
         if hasattr(os, "fsync"):  # (a board's file is on flash once closed)
             os.fsync(f.fileno())
+    if len(starts) == 1 and hasattr(os, "fsync"):  # a new file: durable once its folder is
+        from ...ports.files import sync_dir  # (CPython; a board's LittleFS commits it closed)
+
+        sync_dir(data_folder)
     return starts
 
 
@@ -510,12 +514,19 @@ def node_id(data_folder):
     path = data_folder + "/node-id"
     try:
         with open(path) as f:
-            return f.read().strip().encode()
+            kept = f.read().strip()
+        if kept and "\x00" not in kept:  # (empty or zeros: a power cut took it; made again)
+            return kept.encode()
     except OSError:
         pass
     name = "hutch-" + binascii.hexlify(os.urandom(6)).decode()
-    with open(path, "w") as f:
-        f.write(name + "\n")
+    if hasattr(os, "fsync"):  # CPython: whole or not there after a power cut
+        from ...ports.files import replace_file
+
+        replace_file(path, (name + "\n").encode())
+    else:  # a board: LittleFS commits a file whole when it is closed
+        with open(path, "w") as f:
+            f.write(name + "\n")
     return name.encode()
 
 

@@ -19,7 +19,7 @@ import json
 import os
 
 from ...fleet.document import SECRET, SERVER_KEYS
-from ...ports.files import replace_file
+from ...ports.files import make_dir, replace_file, sync_dir
 from ..schema import ConfigError
 
 EMPTY = {"applied": {}, "keys": None, "failed": [], "last": None}
@@ -37,7 +37,7 @@ class State:
         return _read(self.path, dict(EMPTY))
 
     def write(self, state):
-        os.makedirs(self.folder, exist_ok=True)
+        make_dir(self.folder)
         replace_file(self.path, json.dumps(state, sort_keys=True).encode())
 
     def pending(self):
@@ -46,7 +46,7 @@ class State:
         return _read(self.pending_path, None)
 
     def set_pending(self, pending):
-        os.makedirs(self.folder, exist_ok=True)
+        make_dir(self.folder)
         replace_file(self.pending_path, json.dumps(pending, sort_keys=True).encode())
 
     def clear_pending(self):
@@ -54,8 +54,6 @@ class State:
             os.remove(self.pending_path)
         except FileNotFoundError:
             return
-        from ...ports.files import sync_dir
-
         sync_dir(self.folder)
 
     def secret(self, name):
