@@ -31,9 +31,9 @@ SYSCALLS = (
     "unlink,unlinkat,mkdir,mkdirat,rmdir,fsync,fdatasync,close,lseek,sendto,sendmsg"
 )
 _HEX = re.compile(r"(?:\\x[0-9a-f]{2})+")
-_CALL = re.compile(r"^(\d+) (\w+)\((.*)\) += (-?\d+)(?:<.*>)?(?: [A-Z].*)?$")
-_UNFINISHED = re.compile(r"^(\d+) (\w+)\((.*) <unfinished \.\.\.>$")
-_RESUMED = re.compile(r"^(\d+) <\.\.\. (\w+) resumed>(.*)$")
+_CALL = re.compile(r"^(\d+) +(\w+)\((.*)\) += (-?\d+)(?:<.*>)?(?: [A-Z].*)?$")
+_UNFINISHED = re.compile(r"^(\d+) +(\w+)\((.*) <unfinished \.\.\.>$")
+_RESUMED = re.compile(r"^(\d+) +<\.\.\. (\w+) resumed>(.*)$")
 _FD = re.compile(r"(-?\d+)<(.*?)>(?:, |$)")
 _STRING = re.compile(r'"((?:\\x[0-9a-f]{2})*)"')
 
