@@ -47,6 +47,9 @@ SOCAT := /usr/bin/socat
 # Debian's strace: the power-cut tests record the broker's file calls with it
 # (tests/support/crash_states.py)
 STRACE := /usr/bin/strace
+# Debian's faketime (libfaketime): the clock-jump tests run the broker a year in the past and
+# move its clock while it runs (tests/interop/system/test_clock_jumps.py)
+FAKETIME := /usr/bin/faketime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
@@ -67,7 +70,7 @@ BYTECODE := $(BIN)/python -m compileall -q -x '(^|/)(\.venv|node_modules|site|bu
 # 8 s of CPU apiece. Collected once here with writing allowed, they are read by every worker.
 TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -o addopts= -p no:cacheprovider >/dev/null
 
-test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) $(STRACE) lint
+test: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) $(STRACE) $(FAKETIME) lint
 	$(BYTECODE)
 	$(TEST_BYTECODE)
 	$(BIN)/python -m pytest $(ARGS)
@@ -98,7 +101,7 @@ lint: $(TEST_INSTALLED)
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/lint-imports --no-cache
 
-setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) $(STRACE)
+setup: $(TEST_INSTALLED) $(NODE_INSTALLED) $(RABBITMQ_SERVER) $(CHROMIUM) $(PROMTOOL) $(SYSTEMD_ANALYZE) $(NSPAWN) $(DEBOOTSTRAP) $(MOSQUITTO) $(UMQTT) $(SOCAT) $(STRACE) $(FAKETIME)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +145,9 @@ $(SOCAT):
 
 $(STRACE):
 	$(APT_INSTALL) strace || ($(SUDO) apt-get update -q && $(APT_INSTALL) strace)
+
+$(FAKETIME):
+	$(APT_INSTALL) faketime || ($(SUDO) apt-get update -q && $(APT_INSTALL) faketime)
 
 $(MOSQUITTO):
 	$(APT_INSTALL) mosquitto mosquitto-clients || ($(SUDO) apt-get update -q && $(APT_INSTALL) mosquitto mosquitto-clients)

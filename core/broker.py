@@ -114,6 +114,10 @@ class Broker:
     # on what they forward (x-hutch-gateway) and its devices on their readings.
     name = "hutch"
     started = 0  # (ms, its clock) its first tick
+    # The wall clock's jumps while it runs (core/clock_jump.py), and for the messages paged out
+    # then, [(the journal id the jump came before, ms)]: their stamps move when paged in.
+    clock_jumps = 0
+    stamp_moves = ()
 
     def __init__(self, limits=None, users=None, log=None, platform="", entropy=b"hutch"):
         self.limits = limits or Limits()
@@ -194,7 +198,11 @@ class Broker:
         if wall_seconds:
             offset = wall_seconds * 1000 - now
             if offset - self.wall_offset > 2000 or self.wall_offset - offset > 2000:
-                self.wall_offset = offset  # the first tick, or the wall clock was set
+                if self.wall_offset:  # not the first tick: the wall clock was set
+                    from .clock_jump import clock_moved
+
+                    clock_moved(self, offset - self.wall_offset)
+                self.wall_offset = offset
         for conn in list(self.connections):
             try:
                 conn.tick(now)

@@ -12,6 +12,7 @@ package(
         "counters.py",
         "auth.py",
         "broker.py",
+        "clock_jump.py",
         "deadletter.py",
         "dedup.py",
         "exchange.py",

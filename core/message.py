@@ -46,6 +46,9 @@ class Message:
     # published). Kept in memory only, as native is.
     origin = None  # type: bytes | None
     retain = False
+    # A QoS 2 publish (mqtt/publishing.py): its packet id's record follows its own in the journal,
+    # and a power cut between the two takes both (core/store/journal.py PAIRED).
+    paired = False
 
     def with_key(self, routing_key):
         """The same message under another routing key, for routing it by that key alone."""

@@ -119,6 +119,8 @@ class Publishing:
             return
         key, route, exact = self.routes.get(topic) or self._route(topic)
         code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1, route, exact)
+        if qos == 2 and code < 0x80:  # held, on disk right after the message, until the PUBREL
+            seq = max(seq, awaiting.hold(packet_id))
         if first & 1 and code < 0x80:  # RETAIN: kept for the subscriptions to come (mqtt/retained.py)
             kept = retained.retain(self.broker, topic, properties_091(qos, False, props), payload)
             if kept is None:
@@ -132,8 +134,6 @@ class Publishing:
         if qos == 1:
             self.after_sync(seq, packets.ack(PUBACK, packet_id, code, level))
         elif qos == 2:
-            if code < 0x80:  # (held, on disk with the message, until the PUBREL)
-                seq = max(seq, awaiting.hold(packet_id))
             self.after_sync(seq, packets.ack(PUBREC, packet_id, code, level))
         if self.broker.flow.blocked:
             conn.pause()
@@ -189,6 +189,8 @@ class Publishing:
                 encoded = _identity.with_identity(encoded, identity)
             parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
         message = Message(exchange, key, route, *parts)
+        if qos == 2:
+            message.paired = True  # (its packet id's record follows: Publishing.publish)
         if self.session.serving.origins:
             message.origin = self.session.client_id
         if retain:
@@ -239,6 +241,12 @@ class Publishing:
             self.waiting.append([seq, ack])
             self.broker.wait_for_journal(self.conn)
         else:
+            self._send(ack)
+
+    def _send(self, ack):
+        if callable(ack):  # (what follows a SUBACK: mqtt/session.py _after_journal)
+            ack()
+        else:
             self.conn.send(ack)
 
     def flush_acks(self):
@@ -249,7 +257,7 @@ class Publishing:
         waiting = self.waiting
         done = 0
         while done < len(waiting) and waiting[done][0] <= synced:
-            self.conn.send(waiting[done][1])
+            self._send(waiting[done][1])
             done += 1
         self.waiting = waiting[done:]
         if self.waiting:

@@ -289,8 +289,12 @@ class Session:
                 if handling == 0 or (handling == 1 and not existed):
                     kept.append((topic_filter, code))
         self._options_changed()
-        self.conn.send(packets.suback(packet_id, codes, self.level))
-        for topic_filter, granted in kept:  # (after the SUBACK: the retained messages, then the queues')
+        self._after_journal(packets.suback(packet_id, codes, self.level))
+        if kept or started:  # (after the SUBACK: the retained messages, then the queues')
+            self._after_journal(lambda: self._subscribed(kept, sub_id, started))
+
+    def _subscribed(self, kept, sub_id, started):
+        for topic_filter, granted in kept:
             for topic, message, expires_at in retained.matching(self.broker, topic_filter):
                 self._deliver_retained(topic, message, granted, sub_id, expires_at)
         for queue in started:
@@ -461,7 +465,23 @@ class Session:
                         code = NOT_AUTHORIZED
             codes.append(code)
         self._options_changed()
-        self.conn.send(packets.unsuback(packet_id, codes, self.level))
+        self._after_journal(packets.unsuback(packet_id, codes, self.level))
+
+    def _after_journal(self, ack):
+        """A SUBACK or UNSUBACK (or what follows it: a function) of a session that outlives its
+        connection goes once the journal holds the change (its queues, bindings): a power cut
+        after it cannot take a subscription the client was told of (or bring back one it
+        ended). Others go at once, as does everything after one that waits, in order."""
+        journal = self.broker.journal
+        publishing = self._publishing
+        if (self.expiry and journal is not None and journal.synced < journal.seq) or (
+            publishing and publishing.waiting
+        ):
+            self.publishing.after_sync(journal.seq if journal is not None else 0, ack)
+        elif callable(ack):
+            ack()
+        else:
+            self.conn.send(ack)
 
     def _unshare(self, group, topic_filter):
         queue = self.broker.queues.get(shared.queue_name(group, topic_filter))

@@ -20,8 +20,9 @@ import os
 import sys
 
 from ..core.replay import Replay
-from ..core.store.journal import Journal
-from ..core.store.records import CORRUPT, TORN, scan_records
+from ..core.store.journal import Journal, unpaired_tail
+from ..core.store.records import CORRUPT, HEADER_SIZE, TORN, scan_records
+from ..core.store.records import TRAILER_SIZE as RECORD_TRAILER_SIZE
 from .clock import Clock
 from .repair import Repair
 from .segments import TRAILER_SIZE, SegmentFiles
@@ -68,6 +69,8 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, chec
         report.append("%s/journal/%s: not a segment, and not hutch's: left alone" % (folder, name))
     read_size = CHECK_READ if sys.implementation.name != "micropython" else 4096
     unchecked = []  # (segment, summary start, data CRC): sealed segments whose data is checked later
+    # the journal's end: the newest segment with anything in it (a roll's new file may be empty)
+    tail = next((n for n in reversed(numbers) if os.stat(files.path(n))[6]), None)
     for segment in numbers:
         summary = repair.summary(segment, read_size, not check_later)
         if summary is not None and check_later:
@@ -79,6 +82,13 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, chec
             continue
         data = repair.read(segment)
         records, good_end, ending = scan_records(data)
+        cut = unpaired_tail(records) if segment == tail else 0
+        if cut:  # (a QoS 2 message whose packet id a power cut took: the client sends it again)
+            for _kind, payload in records[-cut:]:
+                good_end -= HEADER_SIZE + len(payload) + RECORD_TRAILER_SIZE
+            del records[-cut:]
+            repair.cut(segment, data, good_end)
+            report.append("segment %08d: a QoS 2 message without its packet id cut at byte %d" % (segment, good_end))
         if ending == TORN:
             repair.cut(segment, data, good_end)
             report.append(

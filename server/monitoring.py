@@ -16,7 +16,6 @@ import binascii
 import json
 import os
 import sys
-import time
 
 from ..core import snapshot as broker_snapshot
 from ..ports import metrics
@@ -34,7 +33,6 @@ class Monitoring:
         self.broker = broker
         self.auth_required = auth_required
         self.runtime = runtime  # (its disk watch's figures, if it has one)
-        self.started = time.time()  # (the port opens as the broker starts: its uptime from here)
 
     def handle(self, path, headers):
         """(status, content type, body, extra header lines) for a GET of path."""
@@ -77,7 +75,8 @@ class Monitoring:
             host = os.uname().nodename
         except AttributeError:  # (a board: no uname)
             host = sys.platform
-        return {"host": host, "version": VERSION, "uptime_s": int(time.time() - self.started)}
+        broker = self.broker  # (its uptime on the monotonic clock: a wall clock set moves it not)
+        return {"host": host, "version": VERSION, "uptime_s": (broker.now - broker.started) // 1000}
 
     def _refused(self, authorization):
         """None for a user who may look, else why not (said to the client, who knows the user)."""

@@ -56,6 +56,10 @@ SENSOR_TAKEN = 19  # a sensor's reading's number, taken (core/dedup.py)
 REDELIVERED = 1  # written again by compaction after it had been delivered
 MOVED = 2  # written again by compaction: its id is older than the segment's
 TRANSIENT = 4  # not persistent, journalled only to keep a paging queue's order: not restored
+# The next MESSAGE record completes this one (a QoS 2 publish, then its packet id: the id held
+# without the message would drop the client's resend, the message without the id would take it
+# twice). Found last at the journal's end, the two did not both reach the disk: recovery cuts it.
+PAIRED = 8
 
 COMPACT_BELOW = 4  # compact a segment once at most 1/4 of its messages are still held (core/store/compaction.py)
 
@@ -382,7 +386,7 @@ class Journal:
                 names.append(queue.name_shortstr)
         if not names:
             return False
-        flags = 0
+        flags = PAIRED if message.paired else 0
         if not message.persistent():
             if not paging:
                 return False
@@ -398,7 +402,7 @@ class Journal:
         message.segment = segment
         self.live[segment] = self.live.get(segment, 0) + len(names)
         self.written[segment] = self.written.get(segment, 0) + 1
-        if not flags:
+        if not flags & TRANSIENT:  # (a persistent message: in the segment's summary)
             members = self.members
             for queue in queues:
                 if queue.journalled:
@@ -523,6 +527,16 @@ class Journal:
             chunks.append([target, parts])
         self.seq += 1
         self._wake()
+
+
+def unpaired_tail(records):
+    """How many of records (a journal's newest segment, as read back) to cut at its end: from a
+    last MESSAGE record flagged PAIRED whose other half never came, else none."""
+    for i in range(len(records) - 1, -1, -1):
+        kind, payload = records[i]
+        if kind == MESSAGE:
+            return len(records) - i if payload[ID_SIZE] & PAIRED else 0
+    return 0
 
 
 def message_parts(message, journal_id, flags, arrived, names):

@@ -249,6 +249,7 @@ def enqueue(queue, run, data, fields):
     totals. How many. (data is bytes: its slices are the messages' own.)"""
     broker = queue.broker
     wall = broker.now + broker.wall_offset
+    moves = broker.stamp_moves  # (the wall clock's jumps since they were paged out: core/clock_jump.py)
     before = queue.delivered_before
     push = queue.messages.push
     segment = run.segment
@@ -261,6 +262,10 @@ def enqueue(queue, run, data, fields):
             data[route + 1 : key], data[key + 1 : names], data[route:names], data[header:body], body_tail, size
         )
         message.journal_id = journal_id
+        if moves and arrived:
+            for before_id, delta in moves:
+                if journal_id < before_id:
+                    arrived += delta
         message.arrived = arrived
         message.segment = segment
         broker.published += 1

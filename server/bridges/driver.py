@@ -30,7 +30,7 @@ import sys
 import time
 
 from ...codec.upstream import ENDED
-from ...core.bridge.machine import BridgeError  # noqa: F401 (server/startup.py reads it here)
+from ...core.bridge.machine import WAITING, BridgeError  # noqa: F401 (server/startup.py reads BridgeError here)
 from ...ports.clock import Clock, sleep_ms
 from ...ports.interrupt import guarded
 from ...ports.tcp import close_writer
@@ -178,9 +178,12 @@ class Bridge:
             uri = machine.connect_to(self.clock.now_ms(), day_seconds() if uplink is not None else None)
             if uri is None:  # backoff, waiting for a window (a reload may open it), or stopped
                 waited = 0
+                jumps = broker.clock_jumps  # (the wall clock set: a window's wait is read again)
                 while waited < machine.wait_ms and not self.stopping and broker.uplink is uplink:
                     await sleep_ms(100)
                     waited += 100
+                    if broker.clock_jumps != jumps and machine.state == WAITING:
+                        break
                 continue
             addresses = await self.addresses(uri)
             while True:  # each address of the URI's host, until a link runs on one (or none does)

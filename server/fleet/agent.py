@@ -36,7 +36,7 @@ class Agent:
         self.confirmed = 0  # the newest status upstream confirmed
         self.confirmed_event = asyncio.Event()
         self.changed = asyncio.Event()
-        self.started = time.time()
+        self.started = time.monotonic()  # (its uptime: a wall clock set moves it not)
         self.tasks = []
         self.member = None  # (hutch/fleet/member.py's: what it runs and tries, once started)
         self.candidate = None  # the settings a document being tried makes
@@ -200,7 +200,7 @@ class Agent:
             "hutch": VERSION,
             "state": state,  # online; offline: the last word of a member that stops
             "time": time.time(),
-            "uptime": round(time.time() - self.started),
+            "uptime": round(time.monotonic() - self.started),
             "interval": self.settings["status_interval"],
             "config": {
                 "applied": {target: entry["version"] for target, entry in current["applied"].items()},

@@ -251,21 +251,30 @@ def test_no_local_on_a_shared_subscription_is_a_protocol_error_and_a_bad_share_i
 # ---------------------------------------------------------------- QoS 2 with a journal
 
 
-def test_pubrec_waits_for_the_message_on_disk_and_pubcomp_for_the_id_s_release():
+def _with_a_journal(scenario):
+    """scenario(folder, recover) on a scratch data folder, removed after."""
     from hutch.ports.recovery import recover
 
     folder = scratch_folder("mqtt")
     try:
-        _qos_2_with_a_journal(folder, recover)
+        scenario(folder, recover)
     finally:
         remove_tree(folder)
+
+
+def test_pubrec_waits_for_the_message_on_disk_and_pubcomp_for_the_id_s_release():
+    _with_a_journal(_qos_2_with_a_journal)
 
 
 def _qos_2_with_a_journal(folder, recover):
     broker = Broker(Limits())
     writer = recover(folder, broker, 1 << 20, 1 << 30, broker.log)
     c = v5(broker, b"q2", clean=False, props={packets.SESSION_EXPIRY_INTERVAL: 60})
-    subscribe(c, 1, b"m", 0)  # (a durable queue for the message: the session outlives its connection)
+    # a durable queue for the message (the session outlives its connection): its SUBACK waits
+    # until the journal holds the subscription, as a PUBREC waits for its message
+    assert c.send(packets.subscribe(1, [(b"m", 0)], V5)) == []
+    writer.commit()
+    assert [p.name for p in c.read()] == ["SUBACK"]
     out = c.send(packets.publish(b"m", b"x", 2, packet_id=5, level=V5))
     assert [p.name for p in out] == ["PUBLISH"]  # delivered; the PUBREC waits for the disk
     writer.commit()
@@ -274,6 +283,36 @@ def _qos_2_with_a_journal(folder, recover):
     writer.commit()  # the PUBCOMP waits until its release is on disk
     assert [(p.name, p.body[:2]) for p in c.read()] == [("PUBCOMP", b"\x00\x05")]
     writer.files.close()
+
+
+def test_qos_2_messages_come_back_after_a_restart_from_their_segments_summaries():
+    _with_a_journal(_qos_2_through_summaries)
+
+
+def _qos_2_through_summaries(folder, recover):
+    """Segments of 4 KiB roll over while a QoS 2 publisher sends to a session that is away: each
+    sealed segment's summary names the messages it holds (a QoS 2 message's record is flagged
+    PAIRED with its packet id's: a persistent message still), so a restart finds them all."""
+    broker = Broker(Limits())
+    writer = recover(folder, broker, 4096, 1 << 30, broker.log)
+    away = v5(broker, b"away", clean=False, props={packets.SESSION_EXPIRY_INTERVAL: 600})
+    assert away.send(packets.subscribe(1, [(b"m", QOS1)], V5)) == []  # (its SUBACK waits for the disk)
+    writer.commit()
+    away.read()
+    away.conn.eof()
+    c = v5(broker, b"q2", clean=False, props={packets.SESSION_EXPIRY_INTERVAL: 60})
+    for i in range(60):
+        c.send(packets.publish(b"m", b"reading %02d" % i + b"." * 100, 2, packet_id=i + 1, level=V5))
+        writer.commit()
+        c.read()
+        c.send(packets.ack(packets.PUBREL, i + 1, level=V5))
+        writer.commit()
+        c.read()
+    assert len(writer.files.numbers()) > 2, "the segments rolled over"
+    writer.files.close()
+    again = Broker(Limits())
+    recover(folder, again, 4096, 1 << 30, again.log).files.close()
+    assert again.queues[b"mqtt-subscription-awayqos1"].message_count() == 60
 
 
 def test_hutch_ctl_lists_every_consumer_of_a_session_on_its_connection():

@@ -3,8 +3,9 @@
 A SIGKILL leaves the kernel's page cache, so every write reaches the disk; a pulled plug does
 not. One run of hutch is recorded under strace (tests/support/crash_states.py) while the
 clients a gateway has all work at once: pika publishes with confirms into two queues and a
-stream and takes (and acks) from one of them, so segments roll over and are deleted; an MQTT
-publisher sends QoS 1 messages to a persistent session that is away; `hutch ctl` adds a user
+stream and takes (and acks) from one of them, so segments roll over and are deleted; MQTT
+publishers send QoS 1 and QoS 2 messages to a persistent session that is away (each QoS 2
+message's PUBREL held back until the next one's PUBREC); `hutch ctl` adds a user
 and gives it permissions. Then, for each of HUTCH_CRASH_STATES crash states built from the
 recording (a cut at a random moment, or just before an fsync returned, with a random part
 of what was not yet synced kept, some of it torn at 512-byte or 4 KiB blocks), a real hutch
@@ -16,17 +17,22 @@ starts on that disk and is asked, by the same real clients:
   publishing order per queue, unless it was delivered to the consumer before the cut (then
   at most once: its ack may not have been synced); nothing is there that was never
   published;
+- the QoS 2 publisher, resuming its session (PUBREL again, or the PUBLISH again with DUP where
+  it had no PUBREC), leaves each of its messages in the session exactly once;
 - a user whose `hutch ctl set-permissions` was answered before the cut logs in;
 - the bridge's DATA/node-id is the one the cut left, or a new one if it left none.
 
 `make test` runs 120 states; `make soak` (HUTCH_CRASH_STATES) tens of thousands. The seed is
-printed; HUTCH_CRASH_SEED replays the states of a recording.
+printed; HUTCH_CRASH_SEED replays the states of a recording. The states that found a bug are
+kept in crash_states/ (the data folder, and what was said before the cut) and started again.
 """
 
 import concurrent.futures
+import json
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 import time
@@ -64,6 +70,63 @@ def hutch_command(folder, mqtt_port):
     return [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--mqtt-port", str(mqtt_port)]
 
 
+class RawQos2:
+    """An MQTT 3.1.1 publisher of QoS 2 written byte by byte (a persistent session, clean
+    session 0), so that a test decides when each PUBREL goes and can send a PUBLISH again
+    with DUP, as a client resuming its session after a broker's restart does."""
+
+    def __init__(self, port, client_id=b"crash-q2"):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        body = b"\x00\x04MQTT\x04\x00\x00\x3c" + struct.pack(">H", len(client_id)) + client_id
+        self.send(0x10, body)
+        kind, answer = self.read()
+        assert kind == 2 and answer[1] == 0, (kind, answer)
+
+    def send(self, first, body):
+        self.sock.sendall(bytes([first, len(body)]) + body if len(body) < 128 else bytes([first]) + _length(len(body)) + body)  # fmt: skip
+
+    def read(self):
+        head = self._exactly(2)
+        size, shift, byte = head[1] & 0x7F, 7, head[1]
+        while byte & 0x80:
+            byte = self._exactly(1)[0]
+            size |= (byte & 0x7F) << shift
+            shift += 7
+        return head[0] >> 4, self._exactly(size)
+
+    def _exactly(self, n):
+        data = b""
+        while len(data) < n:
+            more = self.sock.recv(n - len(data))
+            assert more, "the broker closed the connection"
+            data += more
+        return data
+
+    def publish(self, n, dup=False):
+        """Message n (packet id n + 1) to TOPIC; its PUBREC read."""
+        topic = TOPIC.encode()
+        self.send(0x34 | (0x08 if dup else 0), struct.pack(">H", len(topic)) + topic + struct.pack(">H", n + 1) + b"q2:%d" % n)  # fmt: skip
+        kind, answer = self.read()
+        assert kind == 5 and answer[:2] == struct.pack(">H", n + 1), (n, kind, answer)
+
+    def release(self, n):
+        self.send(0x62, struct.pack(">H", n + 1))
+        kind, answer = self.read()
+        assert kind == 7 and answer[:2] == struct.pack(">H", n + 1), (n, kind, answer)
+
+    def close(self):
+        self.sock.close()  # (no DISCONNECT needed: clean session 0 keeps it either way)
+
+
+def _length(n):
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
 def mqtt_client(client_id, port, clean):
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean)
     client.connect("127.0.0.1", port)
@@ -80,6 +143,7 @@ def run_clients(broker, mqtt_port, data):
     subscriber.disconnect()
     subscriber.loop_stop()
     publisher_mqtt = mqtt_client("crash-pub", mqtt_port, clean=True)
+    qos2 = RawQos2(mqtt_port)
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
     channels = {}
     for number, queue in QUEUES.items():
@@ -97,6 +161,9 @@ def run_clients(broker, mqtt_port, data):
                     "", queue, b"%s:%d" % (queue.encode(), n), pika.BasicProperties(delivery_mode=2)
                 )
             publisher_mqtt.publish(TOPIC, b"m:%d" % n, qos=1).wait_for_publish(10)
+            qos2.publish(n)  # (its id held between PUBREC and PUBREL until the next one's PUBREC)
+            if n:
+                qos2.release(n - 1)
             n += 1
         for _ in range(PER_ROUND // 2 + round_ % 3):  # the consumer falls behind, then catches up
             method, _properties, _body = consumer.basic_get("crash-b")
@@ -106,6 +173,8 @@ def run_clients(broker, mqtt_port, data):
             ctl = [os.path.join(BIN, "hutch"), "ctl"]
             subprocess.run(ctl + ["add-user", "crash-user", "crash-pass", "--data", data], check=True, capture_output=True)  # fmt: skip
             subprocess.run(ctl + ["set-permissions", "crash-user", ".*", ".*", ".*", "--data", data], check=True, capture_output=True)  # fmt: skip
+    qos2.release(n - 1)
+    qos2.close()
     publisher_mqtt.disconnect()
     publisher_mqtt.loop_stop()
     consumer.connection.close()
@@ -185,12 +254,42 @@ def mqtt_confirmed(recording, cut, mqtt_port):
     """The numbers of the MQTT messages whose PUBACK was sent before cut (paho numbers its
     publishes 1, 2, ...: message n went with packet id n + 1)."""
     acked = set()
-    for socket, stream in recording.sent_before(cut, "TCP:").items():
-        if ":%d->" % mqtt_port in socket:
-            for kind, body in mqtt_packets(stream):
-                if kind == 4:  # PUBACK
-                    acked.add(struct.unpack_from(">H", body)[0] - 1)
+    for stream in recording.sent_before(cut, "TCP:[127.0.0.1:%d->" % mqtt_port).values():
+        for kind, body in mqtt_packets(stream):
+            if kind == 4:  # PUBACK
+                acked.add(struct.unpack_from(">H", body)[0] - 1)
     return acked
+
+
+def qos2_said(recording, cut, mqtt_port):
+    """({n: PUBREC sent before cut}, {n: PUBCOMP sent}) of the QoS 2 publisher's messages, and
+    whether the session's SUBACK was sent (its subscription promised)."""
+    received, completed, subscribed = set(), set(), False
+    for stream in recording.sent_before(cut, "TCP:[127.0.0.1:%d->" % mqtt_port).values():
+        for kind, body in mqtt_packets(stream):
+            if kind == 5:
+                received.add(struct.unpack_from(">H", body)[0] - 1)
+            elif kind == 7:
+                completed.add(struct.unpack_from(">H", body)[0] - 1)
+            elif kind == 9:
+                subscribed = True
+    return received, completed, subscribed
+
+
+def resume_qos2(port, published, received, completed):
+    """The QoS 2 publisher back after the restart, as a client resumes its session: a PUBREL
+    again for each message it had a PUBREC for and no PUBCOMP, each other message sent again
+    with DUP (then released)."""
+    client = RawQos2(port)
+    try:
+        for n in range(published):
+            if n in completed:
+                continue
+            if n not in received:
+                client.publish(n, dup=True)
+            client.release(n)
+    finally:
+        client.close()
 
 
 def ctl_answers(recording, cut):
@@ -269,6 +368,23 @@ def check_queue(name, found, confirmed, published, may_be_gone=()):
     assert not missing, "%s: confirmed and lost: %s (found %s)" % (name, sorted(missing), found)
 
 
+def said_before(recording, cut, mqtt_port, published):
+    """What the broker had told its clients before the cut (the trace's sends), as JSON keeps it:
+    what a crash state is checked against (check_started)."""
+    confirmed, delivered = amqp_said(recording, cut)
+    received, completed, subscribed = qos2_said(recording, cut, mqtt_port)
+    return {
+        "published": published,
+        "confirmed": {str(number): sorted(tags) for number, tags in confirmed.items()},
+        "delivered": sorted(body.decode() for body in delivered),
+        "mqtt_acked": sorted(mqtt_confirmed(recording, cut, mqtt_port)),
+        "qos2_received": sorted(received),
+        "qos2_completed": sorted(completed),
+        "subscribed": subscribed,
+        "ctl_answers": ctl_answers(recording, cut),
+    }
+
+
 def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorded):
     """One crash state: hutch started on it, asked by the real clients."""
     keep = rng.choice((0.0, 0.3, 0.7, 1.0))
@@ -276,15 +392,19 @@ def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorde
     state = recording.state(cut, rng, keep=keep, block=block)
     where = folder / ("state-%d" % index)
     materialize(state, recording.root, str(where / "data"))
-    what = "crash state %d (cut before op %d of %d, keep %.1f, blocks of %d)" % (
-        index,
-        cut,
-        len(recording.ops),
-        keep,
-        block,
-    )
-    confirmed, delivered = amqp_said(recording, cut)
-    acked_mqtt = mqtt_confirmed(recording, cut, mqtt_port_recorded)
+    said = said_before(recording, cut, mqtt_port_recorded, published)
+    node_id = state.get(recording.root + "/node-id")
+    said["node_id"] = node_id.decode("latin-1") if node_id else None
+    what = "crash state %d (cut before op %d of %d, keep %.1f, blocks of %d)" % (index, cut, len(recording.ops), keep, block)  # fmt: skip
+    (where / "said.json").write_text(json.dumps(said))  # (with data/: the state kept, if it fails)
+    check_started(where, said, what)
+    shutil.rmtree(where)  # (kept when it failed: the crash state to look at)
+
+
+def check_started(where, said, what):
+    """hutch started on the crash state in where/data, asked by the real clients what said
+    (said_before) says it must hold."""
+    published = said["published"]
     mqtt_port = free_port()
     broker = RunningBroker(hutch_command(where, mqtt_port), where)
     try:
@@ -294,35 +414,38 @@ def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorde
             channel = connection.channel()
             for number, queue in QUEUES.items():
                 prefix = queue.encode() + b":"
+                confirmed = said["confirmed"][str(number)]
                 try:
                     if queue == "crash-s":
                         found = numbers(read_stream(connection.channel(), queue), prefix)
                     else:
                         found = numbers(read_queue(channel, queue), prefix)
                 except pika.exceptions.ChannelClosedByBroker as e:
-                    assert not confirmed[number], "%s: %s: %s, with %d confirmed" % (what, queue, e, len(confirmed[number]))  # fmt: skip
+                    assert not confirmed, "%s: %s, with %d confirmed" % (queue, e, len(confirmed))
                     channel = connection.channel()
                     continue
                 # delivery tag t confirmed the message numbered t - 1
-                check_queue(
-                    "%s: %s" % (what, queue),
-                    found,
-                    {tag - 1 for tag in confirmed[number]},
-                    published,
-                    numbers(delivered, prefix) if queue == "crash-b" else (),
-                )
+                delivered = [body.encode() for body in said["delivered"]] if queue == "crash-b" else []
+                check_queue(queue, found, {tag - 1 for tag in confirmed}, published, numbers(delivered, prefix))
         finally:
             connection.close()
-        check_queue("%s: MQTT session" % what, numbers(read_session(mqtt_port), b"m:"), acked_mqtt, published)
-        check_user(broker.port, ctl_answers(recording, cut))
-        check_node_id(state.get(recording.root + "/node-id"), where / "data" / "node-id")
+        received, completed = set(said["qos2_received"]), set(said["qos2_completed"])
+        resume_qos2(mqtt_port, published, received, completed)
+        session = read_session(mqtt_port)
+        check_queue("MQTT session", numbers(session, b"m:"), said["mqtt_acked"], published)
+        # QoS 2: each message exactly once once the subscription was promised, whatever the cut
+        # left (the resumed publisher sent again what it had no PUBREC for)
+        every = range(published) if said["subscribed"] else ()
+        check_queue("MQTT session, QoS 2", numbers(session, b"q2:"), every, published)
+        check_user(broker.port, said["ctl_answers"])
+        node_id = said["node_id"]
+        check_node_id(node_id.encode("latin-1") if node_id else None, where / "data" / "node-id")
         log = broker.log()
-        assert "Traceback" not in log and "internal error" not in log, "%s:\n%s" % (what, log[-3000:])
+        assert "Traceback" not in log and "internal error" not in log, log[-3000:]
     except AssertionError as e:
-        raise AssertionError("%s\n%s\nthe broker's log:\n%s" % (what, e, broker.log()[-2000:])) from None
+        raise AssertionError("%s: %s\nthe broker's log:\n%s" % (what, e, broker.log()[-2000:])) from None
     finally:
         broker.stop()
-    shutil.rmtree(where)  # (kept when it failed: the crash state to look at)
 
 
 @pytest.mark.long  # tests/conftest.py: started early
@@ -389,3 +512,16 @@ def test_the_trace_reader_takes_strace_lines_of_every_shape(tmp_path):
     assert kept == {root: None, root + "/f": b"hello"}, kept
     lost = record.state(3, random.Random(1), keep=0.0)
     assert lost == {root: None}, lost  # (the name never synced: the file, synced, has none)
+
+
+KEPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_states")
+
+
+@pytest.mark.parametrize("name", sorted(os.listdir(KEPT)))
+def test_a_crash_state_that_failed_once_is_served_whole(name, tmp_path):
+    """The crash states that found a bug (tests/interop/system/crash_states/NAME: the data folder
+    as the cut left it, and what the broker had said before it), started again as they were."""
+    shutil.copytree(os.path.join(KEPT, name, "data"), tmp_path / "data")
+    with open(os.path.join(KEPT, name, "said.json")) as f:
+        said = json.load(f)
+    check_started(tmp_path, said, "kept crash state %s" % name)
