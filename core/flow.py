@@ -8,7 +8,9 @@ watches each raise one):
 - "memory": the port sees the heap run short (ports/heap.py);
 - "disk": the journal (with its streams) is near its disk budget: from 90% of it, cleared
   under 75% (check_disk);
-- "disk failure": the journal cannot write (ports/storage.py).
+- "disk failure": the journal cannot write (ports/storage.py);
+- "disk reserve": the journal wrote its way out of a full disk into its reserve, which is
+  not made again yet (ports/reserve.py).
 
 Blocked publishers are told (connection.blocked, to clients that support it); a publisher
 in confirm mode is answered basic.nack and still read, since its acks may be what frees
