@@ -12,6 +12,7 @@ hundreds of megabytes a second on a host, and a look costs microseconds. CPython
 
 import os
 
+from ..core.store.squeeze import squeeze
 from .clock import sleep_ms
 
 ALARM = "memory"  # (RabbitMQ's alarm, and /metrics' rabbitmq_alarms_memory_used_watermark)
@@ -76,9 +77,11 @@ def check(flow, used, limit, log):
     """Raise or clear the alarm for used bytes against limit, each way said in one line."""
     if ALARM not in flow.alarms:
         if used > limit:
-            log("warning", "memory: resident %d bytes, above memory_high_watermark (%d): publishers blocked" % (used, limit))  # fmt: skip
+            paged = squeeze(flow.broker, True)  # (the durable queues' windows: to disk)
+            log("warning", "memory: resident %d bytes, above memory_high_watermark (%d): publishers blocked, %d messages of durable queues paged to disk" % (used, limit, paged))  # fmt: skip
             flow.set_alarm(ALARM, _reason(used, limit))
     elif used * 10 < limit * 9:
+        squeeze(flow.broker, False)
         log("info", "memory: resident %d bytes, under 90 %% of memory_high_watermark (%d): publishers let go" % (used, limit))  # fmt: skip
         flow.set_alarm(ALARM, None, "resident memory %d bytes, under 90 %% of memory_high_watermark" % used)
     else:
@@ -100,6 +103,7 @@ class MemoryWatch:
     def stop(self):
         self.stopped = True
         if ALARM in self.flow.alarms:
+            squeeze(self.flow.broker, False)
             self.flow.set_alarm(ALARM, None, "memory_high_watermark removed")
 
     def figures(self):

@@ -515,3 +515,36 @@ def test_every_feature_of_a_paged_queue_with_a_window_of_one_message():
             scenario()
     finally:
         WINDOW[0] = 4
+
+
+@in_folder
+def _squeezed(folder):
+    from hutch.core.store.squeeze import SQUEEZED, squeeze
+
+    node = Node(folder, segment_bytes=4096)
+    c = _fill(node, 100)  # all in memory: the window holds 1024
+    for _ in range(20):  # given to a consumer and back: the first 20 redelivered
+        c.get(1, b"q")
+    c.expect(1, spec.CHANNEL_CLOSE, (200, b"", 0, 0))
+    c.channel(1)
+    node.writer.commit()
+    broker = node.broker
+    queue = broker.queues[b"q"]
+    held = broker.flow.held_messages
+    assert queue.messages.length == 100 and not queue.paged
+    assert squeeze(broker, True) == 100 - SQUEEZED  # the memory alarm: to disk, past the first 16
+    assert queue.messages.length == SQUEEZED and queue.paged == 100 - SQUEEZED
+    assert broker.flow.held_messages == held - (100 - SQUEEZED)
+    c.publish(1, b"", b"q", b"m100" + b"." * 100, PERSISTENT)  # (after the backlog: order kept)
+    taken = taken_bodies(c, b"q", 40)
+    assert _numbers(taken) == list(range(40)), taken
+    assert [redelivered for _, redelivered in taken] == [True] * 20 + [False] * 20  # (marks kept on disk)
+    assert queue.messages.length <= SQUEEZED, "read back a squeezed window at a time"
+    squeeze(broker, False)  # the alarm cleared: the window is its size again
+    assert queue.window_messages == broker.limits.queue_window_messages
+    assert _numbers(taken_bodies(c, b"q")) == list(range(40, 101))
+    assert queue.message_count() == 0 and queue.paged_bytes == 0 and queue.ready_bytes == 0
+
+
+def test_under_the_memory_alarm_a_durable_queue_pages_its_window_to_disk_in_order():
+    _squeezed()

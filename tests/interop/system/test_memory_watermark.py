@@ -1,11 +1,13 @@
 """memory_high_watermark on a host, as RabbitMQ's vm_memory_high_watermark: a broker in a memory
 cgroup of its own (600 MiB, the limit a container or a systemd unit's MemoryMax gives) with a
 watermark of a fraction of it takes a backlog in memory until its resident memory passes the
-watermark; then its publishers are blocked (connection.blocked; nacks in confirm mode), it is
-never killed, /metrics says so in RabbitMQ's series, and every message it confirmed is there for
-a consumer; once it is consumed, the publishers are let go. A watermark in bytes, reloaded,
+watermark; then its publishers are blocked (connection.blocked; nacks in confirm mode), a
+durable queue's window pages to disk, it is never killed, /metrics says so in RabbitMQ's
+series, and every message it confirmed is there for a consumer; once it is consumed, the
+publishers are let go. A watermark in bytes, reloaded,
 applies at once."""
 
+import json
 import os
 import re
 import signal
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.system
 LIMIT = 600 * 1024 * 1024
 BODY = 256 * 1024  # (transient messages to a non-durable queue: kept in memory)
 MOST = 1500  # the publisher gives up after this many: 375 MiB, past the watermark, under the limit
+KEPT = 300  # persistent messages of 1 KiB in a durable queue: its window holds them in memory
 
 
 @pytest.fixture
@@ -69,6 +72,9 @@ def test_a_backlog_past_memory_high_watermark_blocks_publishers_and_loses_nothin
     channel = connection.channel()
     channel.queue_declare("backlog", durable=False)
     channel.confirm_delivery()
+    channel.queue_declare("kept", durable=True)  # a durable queue's backlog: in memory, its window
+    for i in range(KEPT):
+        channel.basic_publish("", "kept", b"%04d" % i + bytes(1020), pika.BasicProperties(delivery_mode=2))
     confirmed = 0
     for i in range(MOST):
         try:
@@ -86,6 +92,10 @@ def test_a_backlog_past_memory_high_watermark_blocks_publishers_and_loses_nothin
     assert found[("rabbitmq_alarms_memory_used_watermark", "")] == 1
     assert found[("rabbitmq_resident_memory_limit_bytes", "")] == watermark
     assert found[("rabbitmq_process_resident_memory_bytes", "")] > watermark
+    # the durable queue paged to disk: 16 messages of it stay in memory
+    [kept] = [q for q in json.loads(get("http://127.0.0.1:%d/api/overview" % metrics)[2])["broker"]["queues"] if q["name"] == "kept"]  # fmt: skip
+    assert (kept["in_memory"], kept["on_disk"]) == (16, KEPT - 16), kept
+    assert "%d messages of durable queues paged to disk" % (KEPT - 16) in broker.log()
     # a consumer takes all of it, whole: nothing confirmed is lost
     reader = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
     inbound = reader.channel()
@@ -104,6 +114,8 @@ def test_a_backlog_past_memory_high_watermark_blocks_publishers_and_loses_nothin
     wait_until(lambda: (connection.process_data_events(time_limit=0.1), "unblocked" in blocked)[1], 30, what=broker.log)  # fmt: skip
     assert "under 90 % of memory_high_watermark" in broker.log()
     channel.basic_publish("", "backlog", b"after", pika.BasicProperties(delivery_mode=1))
+    kept = [body[:4] for _, _, body in (channel.basic_get("kept", auto_ack=True) for _ in range(KEPT))]
+    assert kept == [b"%04d" % i for i in range(KEPT)]  # read back from disk, in order
     # a watermark in bytes, reloaded (SIGHUP): below what the broker uses, so blocked again
     config.write_text("[server]\nmemory_high_watermark = 4096\n[metrics]\nport = %d\n" % metrics)
     broker.proc.send_signal(signal.SIGHUP)
