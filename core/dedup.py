@@ -103,6 +103,7 @@ class Dedup:
         if self.seen(*key) and not (self.sensors and self.behind(*key)):
             self.dropped += 1
             return True
+        message.paired |= 16  # (core/store/journal.py NUMBERED: its number's record follows its own)
         return key
 
     def took(self, broker, key, journalled):

@@ -46,9 +46,10 @@ class Message:
     # published). Kept in memory only, as native is.
     origin = None  # type: bytes | None
     retain = False
-    # A QoS 2 publish (mqtt/publishing.py): its packet id's record follows its own in the journal,
-    # and a power cut between the two takes both (core/store/journal.py PAIRED).
-    paired = False
+    # Whose record completes its own in the journal, as its flags say it (core/store/journal.py):
+    # PAIRED, a QoS 2 publish's packet id (mqtt/publishing.py); NUMBERED, a bridge's or a
+    # sensor's number taken (core/dedup.py). A power cut that takes that record takes it too.
+    paired = 0
 
     def with_key(self, routing_key):
         """The same message under another routing key, for routing it by that key alone."""

@@ -190,7 +190,7 @@ class Publishing:
             parts = header_tail(encoded, len(payload)), body_tail(payload), len(payload)
         message = Message(exchange, key, route, *parts)
         if qos == 2:
-            message.paired = True  # (its packet id's record follows: Publishing.publish)
+            message.paired = 8  # (core/store/journal.py PAIRED: its packet id's record follows)
         if self.session.serving.origins:
             message.origin = self.session.client_id
         if retain:

@@ -20,7 +20,7 @@ import os
 import sys
 
 from ..core.replay import Replay
-from ..core.store.journal import Journal, unpaired_tail
+from ..core.store.journal import SUMMARY, Journal, unpaired_tail
 from ..core.store.records import CORRUPT, HEADER_SIZE, TORN, scan_records
 from ..core.store.records import TRAILER_SIZE as RECORD_TRAILER_SIZE
 from .clock import Clock
@@ -57,6 +57,29 @@ def recover(folder, broker, segment_bytes, max_bytes, log, check_later=False):
                 freeze()  # what was rebuilt lives long: keep it out of later collections too
 
 
+def _unseal_for_a_pair(repair, segment):
+    """The journal's last segment with anything in it is sealed (the one a roll began after it
+    came to nothing, or never was): the roll may have come between a message and the record that
+    completes it (core/store/journal.py PAIRED, NUMBERED), which the newer segment lost. If so,
+    the segment is cut before that message (its summary goes with it, so it is read whole) and
+    True."""
+    data = repair.read(segment)
+    records, _end, _ending = scan_records(data)
+    kept = len(records)
+    for i, (kind, _payload) in enumerate(records):
+        if kind == SUMMARY:
+            kept = i
+            break
+    cut = unpaired_tail(records[:kept])
+    if not cut:
+        return False
+    at = 0
+    for _kind, payload in records[: kept - cut]:
+        at += HEADER_SIZE + len(payload) + RECORD_TRAILER_SIZE
+    repair.cut(segment, data, at)
+    return True
+
+
 def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, check_later):
     files = SegmentFiles(folder)
     repair = Repair(files)
@@ -73,6 +96,12 @@ def _recover(folder, broker, segment_bytes, max_bytes, log, clock, started, chec
     tail = next((n for n in reversed(numbers) if os.stat(files.path(n))[6]), None)
     for segment in numbers:
         summary = repair.summary(segment, read_size, not check_later)
+        if summary is not None and segment == tail and _unseal_for_a_pair(repair, segment):
+            report.append(
+                "segment %08d: sealed as a roll split a message from the record that completes it, "
+                "which a power cut took: the message cut (its repeat brings it once), the segment read whole" % segment
+            )
+            summary = None
         if summary is not None and check_later:
             summary, start, data_crc = summary
             unchecked.append((segment, start, data_crc))

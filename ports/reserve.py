@@ -56,6 +56,21 @@ class Reserve:
         self.present = True
         return True
 
+    def guard(self, writer):
+        """writer's writes (ports/storage.py JournalWriter: its write() says False, and keeps the
+        error in failing, when the disk refuses) go through the reserve: a write refused for
+        want of room releases it and is written again, at once, into its room. (An instance's
+        own attribute: the board's JournalWriter holds nothing of this.)"""
+        write = writer.write
+
+        def through_reserve():
+            if write():
+                return True
+            return self.release(writer.failing) and write()
+
+        writer.write = through_reserve
+        self.start()
+
     def start(self):
         if not self.make():
             self.log("warning", "journal: no room for %s (%d bytes): tried again later" % (self.path, RESERVE_BYTES))
@@ -93,7 +108,3 @@ class Reserve:
             self.retrying = None
         self.log("info", "journal: its reserve (%d bytes) made again" % RESERVE_BYTES)
         self.flow.set_alarm(ALARM, None, "the journal's reserve is made again")
-
-    def stop(self):
-        if self.retrying is not None:
-            self.retrying.cancel()

@@ -28,8 +28,6 @@ class JournalWriter:
     """Writes what the journal has, syncs when a confirm waits (or every SYNC_EVERY_MS), and
     tells the broker what is durable. One asyncio task; fsync in a thread on CPython."""
 
-    reserve = None  # CPython: ports/reserve.py's Reserve (server/startup.py), the way out of a full disk
-
     def __init__(self, journal, files, broker, log):
         self.journal = journal
         self.files = files
@@ -80,8 +78,6 @@ class JournalWriter:
 
     def start(self):
         self.event = asyncio.Event()
-        if self.reserve is not None:
-            self.reserve.start()
         self.commit()  # the new segment's snapshot, on disk before any client: then idle means idle
         self.tasks = [asyncio.create_task(self._run())]
         if self.unchecked:
@@ -132,9 +128,6 @@ class JournalWriter:
             for segment in deletions:
                 self.files.remove(segment)
         except OSError as e:
-            if self.reserve is not None and self.reserve.release(e):
-                self.failing = e  # (so that the retry writes what failed, from where it failed)
-                return self.write()  # into the room the reserve gave (once: it is gone now)
             # Disk full or failing: nothing is confirmed; keep the records, block publishers,
             # and try again. (A partly written chunk is cut as a torn tail at the next start.)
             if self.failing is None:
@@ -187,8 +180,6 @@ class JournalWriter:
         self.stopping = True
         for task in self.tasks:
             task.cancel()
-        if self.reserve is not None:
-            self.reserve.stop()
         self.commit()
         for stream in self.broker.streams:
             stream.close()  # each notes its next offset, exactly: no gap at the next start

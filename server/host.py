@@ -13,6 +13,7 @@ import asyncio
 
 from ..ports.control_socket import ControlSocket
 from ..ports.descriptors import fit_connections
+from ..ports.reserve import Reserve
 from ..ports.status_file import StatusWriter
 from ..ports.systemd import Notifier
 from .control import Control, load_users
@@ -32,6 +33,12 @@ class HostServices:
     async def start(self):
         fit_connections(self.runtime.broker.limits)  # (before the listeners open)
         add_imported_users(self.folder, self.runtime.broker.users, self.runtime.log)
+        # the journal's way out of a disk another program fills (ports/reserve.py), set here, in
+        # host code only: its writer (ports/storage.py JournalWriter) is the owner of the
+        # journal's wake, and a board's modules name nothing of it (each new name they hold
+        # takes a board's heap)
+        broker = self.runtime.broker
+        Reserve(self.folder, broker.flow, self.runtime.log).guard(broker.journal.wake.__self__)
         self.status.start()
         control = ControlSocket(self.folder, self.controller.handle, self.runtime.log)
         try:

@@ -193,10 +193,6 @@ async def start(opts, log, stop_event):
             from .fleet.agent import Agent  # pyright: ignore[reportMissingImports] (host only)
 
             runtime.fleet = Agent(runtime, opts["fleet"], opts["data"])
-    if sys.implementation.name != "micropython":  # (a host's disk may be filled by another program)
-        from ..ports.reserve import Reserve  # pyright: ignore[reportMissingImports] (host only)
-
-        journal.reserve = Reserve(opts["data"], broker.flow, log)
     journal.start()
     runtime.journal = journal
     if opts.get("memory_high_watermark"):  # (a host: its resident memory is watched)

@@ -56,10 +56,14 @@ SENSOR_TAKEN = 19  # a sensor's reading's number, taken (core/dedup.py)
 REDELIVERED = 1  # written again by compaction after it had been delivered
 MOVED = 2  # written again by compaction: its id is older than the segment's
 TRANSIENT = 4  # not persistent, journalled only to keep a paging queue's order: not restored
-# The next MESSAGE record completes this one (a QoS 2 publish, then its packet id: the id held
-# without the message would drop the client's resend, the message without the id would take it
-# twice). Found last at the journal's end, the two did not both reach the disk: recovery cuts it.
+# A record that completes this one follows it: PAIRED, a QoS 2 publish's packet id (the next
+# MESSAGE record: mqtt/publishing.py); NUMBERED, a bridge's or a sensor's number taken (a
+# DEDUP_TAKEN or SENSOR_TAKEN record at the end of its group commit: core/dedup.py). The message
+# without it would take the client's repeat twice. Found without it at the journal's end, the
+# two did not both reach the disk: recovery cuts it (unpaired_tail), and the repeat brings it
+# once.
 PAIRED = 8
+NUMBERED = 16
 
 COMPACT_BELOW = 4  # compact a segment once at most 1/4 of its messages are still held (core/store/compaction.py)
 
@@ -386,7 +390,7 @@ class Journal:
                 names.append(queue.name_shortstr)
         if not names:
             return False
-        flags = PAIRED if message.paired else 0
+        flags = message.paired & (PAIRED | NUMBERED)
         if not message.persistent():
             if not paging:
                 return False
@@ -530,13 +534,21 @@ class Journal:
 
 
 def unpaired_tail(records):
-    """How many of records (a journal's newest segment, as read back) to cut at its end: from a
-    last MESSAGE record flagged PAIRED whose other half never came, else none."""
+    """How many of records (the journal's end, as read back: up to a sealed segment's summary)
+    to cut: from the first MESSAGE record whose other half never came (PAIRED with no MESSAGE
+    record after it, NUMBERED with no number taken after it), else none."""
+    cut = len(records)
+    message_after = taken_after = False
     for i in range(len(records) - 1, -1, -1):
         kind, payload = records[i]
-        if kind == MESSAGE:
-            return len(records) - i if payload[ID_SIZE] & PAIRED else 0
-    return 0
+        if kind == DEDUP_TAKEN or kind == SENSOR_TAKEN:
+            taken_after = True
+        elif kind == MESSAGE:
+            flags = payload[ID_SIZE]
+            if (flags & PAIRED and not message_after) or (flags & NUMBERED and not taken_after):
+                cut = i
+            message_after = True
+    return len(records) - cut
 
 
 def message_parts(message, journal_id, flags, arrived, names):

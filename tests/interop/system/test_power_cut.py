@@ -2,8 +2,9 @@
 
 A SIGKILL leaves the kernel's page cache, so every write reaches the disk; a pulled plug does
 not. One run of hutch is recorded under strace (tests/support/crash_states.py) while the
-clients a gateway has all work at once: pika publishes with confirms into two queues and a
-stream and takes (and acks) from one of them, so segments roll over and are deleted; MQTT
+clients a gateway has all work at once: pika publishes with confirms into two queues, a stream
+and a sensor's queue (its readings numbered: x-sensor-id, x-sensor-seq) and takes (and acks)
+from one of them, so segments roll over and are deleted; a Modbus meter is polled; MQTT
 publishers send QoS 1 and QoS 2 messages to a persistent session that is away (each QoS 2
 message's PUBREL held back until the next one's PUBREC); `hutch ctl` adds a user
 and gives it permissions. Then, for each of HUTCH_CRASH_STATES crash states built from the
@@ -19,8 +20,12 @@ starts on that disk and is asked, by the same real clients:
   published;
 - the QoS 2 publisher, resuming its session (PUBREL again, or the PUBLISH again with DUP where
   it had no PUBREC), leaves each of its messages in the session exactly once;
+- the sensor, sending every reading again after the start, leaves each exactly once (the
+  broker's record of the numbers it took is whole with the readings);
 - a user whose `hutch ctl set-permissions` was answered before the cut logs in;
-- the bridge's DATA/node-id is the one the cut left, or a new one if it left none.
+- the bridge's DATA/node-id is the one the cut left, or a new one if it left none;
+- a Modbus meter's poll numbers (kept in DATA/devices/) are never given twice: the readings the
+  cut left and those of the polls after the start go on growing.
 
 `make test` runs 120 states; `make soak` (HUTCH_CRASH_STATES) tens of thousands. The seed is
 printed; HUTCH_CRASH_SEED replays the states of a recording. The states that found a bug are
@@ -42,11 +47,13 @@ import pika
 import pytest
 from brokers import BIN, RunningBroker, free_port, wait_until
 from crash_states import Recording, materialize, snapshot, traced, traced_pid
+from modbus_support import ModbusDevices, bound_queue, device_table, drain
 
 STATES = int(os.environ.get("HUTCH_CRASH_STATES", "120"))
 ROUNDS = 12  # publishing rounds in the recorded run
 PER_ROUND = 8  # messages per queue and round
-QUEUES = {1: "crash-a", 2: "crash-b", 3: "crash-s"}  # the publisher's channel: its queue
+QUEUES = {1: "crash-a", 2: "crash-b", 3: "crash-s", 4: "crash-r"}  # the publisher's channel: its queue
+SENSOR = "crash-r"  # its readings numbered as a sensor's (x-sensor-id, x-sensor-seq: core/dedup.py)
 TOPIC = "crash/m"
 # small segments: they roll over and are deleted during the run. A bridge whose upstream never
 # answers (port 9): its start writes DATA/node-id and DATA/bridge-runs.
@@ -64,9 +71,11 @@ reconnect_delay = 5
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300 + STATES)]
 
 
-def hutch_command(folder, mqtt_port):
+def hutch_command(folder, mqtt_port, device_port):
+    """hutch serve with CONFIG, MQTT on mqtt_port and a Modbus meter (its poll numbers kept in
+    DATA/devices/) polled every 0.2 s on device_port."""
     config = folder / "hutch.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG + device_table("crash-meter", "modbus+tcp://127.0.0.1:%d" % device_port, 1, 0.2))
     return [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--mqtt-port", str(mqtt_port)]
 
 
@@ -134,6 +143,26 @@ def mqtt_client(client_id, port, clean):
     return client
 
 
+def properties(queue, n):
+    """Persistent; the sensor's queue's readings numbered as the sensor's."""
+    if queue == SENSOR:
+        return pika.BasicProperties(delivery_mode=2, headers={"x-sensor-id": "crash-sensor", "x-sensor-seq": n})
+    return pika.BasicProperties(delivery_mode=2)
+
+
+def resend_readings(port, published):
+    """The sensor after the restart: every reading sent again, as a sensor that lost its link
+    does with those it had no confirm for (all of them here: a repeat must go nowhere)."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for n in range(published):
+            channel.basic_publish("", SENSOR, b"%s:%d" % (SENSOR.encode(), n), properties(SENSOR, n))
+    finally:
+        connection.close()
+
+
 def run_clients(broker, mqtt_port, data):
     """What the gateway's clients do while the broker is recorded."""
     subscriber = mqtt_client("crash-sub", mqtt_port, clean=False)
@@ -157,9 +186,7 @@ def run_clients(broker, mqtt_port, data):
     for round_ in range(ROUNDS):
         for _ in range(PER_ROUND):
             for number, queue in QUEUES.items():
-                channels[number].basic_publish(
-                    "", queue, b"%s:%d" % (queue.encode(), n), pika.BasicProperties(delivery_mode=2)
-                )
+                channels[number].basic_publish("", queue, b"%s:%d" % (queue.encode(), n), properties(queue, n))
             publisher_mqtt.publish(TOPIC, b"m:%d" % n, qos=1).wait_for_publish(10)
             qos2.publish(n)  # (its id held between PUBREC and PUBREL until the next one's PUBREC)
             if n:
@@ -190,10 +217,15 @@ def recording(tmp_path_factory):
     initial = snapshot(str(data))
     trace = str(folder / "trace")
     mqtt_port = free_port()
-    broker = RunningBroker(traced(hutch_command(folder, mqtt_port), trace), folder).start()  # (on folder/data)
+    meter = ModbusDevices(free_port(), [1])
+    broker = RunningBroker(
+        traced(hutch_command(folder, mqtt_port, meter.port), trace), folder
+    ).start()  # (on folder/data)
     try:
+        bound_queue(broker)  # (its readings: a durable queue)
         published = run_clients(broker, mqtt_port, str(data))
     finally:
+        meter.stop()
         pid = traced_pid(broker.proc.pid)
         if pid is not None:
             os.kill(pid, 9)  # (a cut: what it did before is in the trace)
@@ -309,6 +341,27 @@ def check_user(port, answers):
         assert answers == 1 and "530" in str(e), "crash-user after %d answers: %s" % (answers, e)
 
 
+def readings_count(broker):
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    try:
+        return connection.channel().queue_declare("readings", passive=True).method.message_count
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def check_polls_numbered_once(broker, before):
+    """The meter's readings (those the cut left, then those of its polls since the start, once
+    there are more than `before`): no poll number given twice, and each later than the one
+    before (a restart goes on past every number the last run reserved, which it keeps in
+    DATA/devices/ before it gives any of them)."""
+    wait_until(lambda: readings_count(broker) > before, 10, what="a poll after the start")
+    numbers = [body["poll"] for key, _headers, body in drain(broker) if key.startswith("sensors.")]
+    firsts = numbers[::2]  # (two registers a poll: its number twice, one after the other)
+    assert numbers == [n for n in firsts for _ in (0, 1)][: len(numbers)], numbers
+    assert firsts == sorted(set(firsts)), "a poll number given again after the start: %s" % firsts
+
+
 def check_node_id(before, path):
     """The bridge's node id: kept if the cut left one, else made again; never empty."""
     now = path.read_bytes().strip()
@@ -385,7 +438,7 @@ def said_before(recording, cut, mqtt_port, published):
     }
 
 
-def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorded):
+def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorded, meter):
     """One crash state: hutch started on it, asked by the real clients."""
     keep = rng.choice((0.0, 0.3, 0.7, 1.0))
     block = rng.choice((512, 4096))
@@ -397,24 +450,26 @@ def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorde
     said["node_id"] = node_id.decode("latin-1") if node_id else None
     what = "crash state %d (cut before op %d of %d, keep %.1f, blocks of %d)" % (index, cut, len(recording.ops), keep, block)  # fmt: skip
     (where / "said.json").write_text(json.dumps(said))  # (with data/: the state kept, if it fails)
-    check_started(where, said, what)
+    check_started(where, said, what, meter)
     shutil.rmtree(where)  # (kept when it failed: the crash state to look at)
 
 
-def check_started(where, said, what):
+def check_started(where, said, what, meter):
     """hutch started on the crash state in where/data, asked by the real clients what said
-    (said_before) says it must hold."""
+    (said_before) says it must hold; meter: the Modbus device it polls."""
     published = said["published"]
     mqtt_port = free_port()
-    broker = RunningBroker(hutch_command(where, mqtt_port), where)
+    broker = RunningBroker(hutch_command(where, mqtt_port, meter.port), where)
     try:
         broker.start()
+        bound_queue(broker)  # (again: the cut may have taken it; the polls to come go there)
+        before = readings_count(broker)
         connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
         try:
             channel = connection.channel()
             for number, queue in QUEUES.items():
                 prefix = queue.encode() + b":"
-                confirmed = said["confirmed"][str(number)]
+                confirmed = said["confirmed"].get(str(number), [])  # (a kept state may be older than a queue)
                 try:
                     if queue == "crash-s":
                         found = numbers(read_stream(connection.channel(), queue), prefix)
@@ -427,6 +482,10 @@ def check_started(where, said, what):
                 # delivery tag t confirmed the message numbered t - 1
                 delivered = [body.encode() for body in said["delivered"]] if queue == "crash-b" else []
                 check_queue(queue, found, {tag - 1 for tag in confirmed}, published, numbers(delivered, prefix))
+                if queue == SENSOR:  # every reading sent again: what the queue took is not taken twice
+                    resend_readings(broker.port, published)
+                    again = numbers(read_queue(channel, queue), prefix)
+                    assert sorted(found + again) == list(range(published)), "the readings once each: %s then %s" % (found, again)  # fmt: skip
         finally:
             connection.close()
         received, completed = set(said["qos2_received"]), set(said["qos2_completed"])
@@ -440,6 +499,7 @@ def check_started(where, said, what):
         check_user(broker.port, said["ctl_answers"])
         node_id = said["node_id"]
         check_node_id(node_id.encode("latin-1") if node_id else None, where / "data" / "node-id")
+        check_polls_numbered_once(broker, before)
         log = broker.log()
         assert "Traceback" not in log and "internal error" not in log, log[-3000:]
     except AssertionError as e:
@@ -448,8 +508,16 @@ def check_started(where, said, what):
         broker.stop()
 
 
+@pytest.fixture(scope="module")
+def meter():
+    """The Modbus meter the crash states' brokers poll (one for all of them)."""
+    device = ModbusDevices(free_port(), [1])
+    yield device
+    device.stop()
+
+
 @pytest.mark.long  # tests/conftest.py: started early
-def test_every_confirmed_message_survives_power_cuts(recording, tmp_path):
+def test_every_confirmed_message_survives_power_cuts(recording, tmp_path, meter):
     record, published, mqtt_port = recording
     seed = int(os.environ.get("HUTCH_CRASH_SEED", random.randrange(10**8)))
     print("crash states: seed %d, %d ops recorded, %d fsyncs" % (seed, len(record.ops), len(record.syncs)))
@@ -461,7 +529,7 @@ def test_every_confirmed_message_survives_power_cuts(recording, tmp_path):
     began = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         done = [
-            pool.submit(check_state, record, published, tmp_path, i, cut, random.Random(s), mqtt_port)
+            pool.submit(check_state, record, published, tmp_path, i, cut, random.Random(s), mqtt_port, meter)
             for i, (cut, s) in enumerate(zip(cuts, seeds))
         ]
         for future in done:
@@ -518,10 +586,10 @@ KEPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_states")
 
 
 @pytest.mark.parametrize("name", sorted(os.listdir(KEPT)))
-def test_a_crash_state_that_failed_once_is_served_whole(name, tmp_path):
+def test_a_crash_state_that_failed_once_is_served_whole(name, tmp_path, meter):
     """The crash states that found a bug (tests/interop/system/crash_states/NAME: the data folder
     as the cut left it, and what the broker had said before it), started again as they were."""
     shutil.copytree(os.path.join(KEPT, name, "data"), tmp_path / "data")
     with open(os.path.join(KEPT, name, "said.json")) as f:
         said = json.load(f)
-    check_started(tmp_path, said, "kept crash state %s" % name)
+    check_started(tmp_path, said, "kept crash state %s" % name, meter)
