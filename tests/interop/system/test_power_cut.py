@@ -395,16 +395,32 @@ def read_stream(channel, queue):
     return bodies
 
 
-def read_session(port):
+def session_backlog(port):
+    """How many messages the away session's queue holds (a passive declare: 0 if it is not
+    there), so that reading it waits for all of them, however slow a loaded machine is."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        return connection.channel().queue_declare("mqtt-subscription-crash-subqos1", passive=True).method.message_count
+    except pika.exceptions.ChannelClosedByBroker:
+        return 0
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def read_session(port, amqp_port):
+    """The away session's messages: as many as its queue holds (a message it holds twice is
+    counted there twice), and whatever more comes within 0.05 s."""
+    expected = session_backlog(amqp_port)
     got = []
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="crash-sub", clean_session=False)
     client.on_message = lambda _c, _u, message: got.append(message.payload)
     client.connect("127.0.0.1", port)
     client.loop_start()
     try:
-        wait_until(client.is_connected, what="the MQTT session")
-        quiet, count = time.monotonic(), 0
-        while time.monotonic() - quiet < 0.3:
+        wait_until(lambda: len(got) >= expected, 30, what="the session's %d messages" % expected, interval=0.05)
+        quiet, count = time.monotonic(), len(got)
+        while time.monotonic() - quiet < 0.05:
             time.sleep(0.05)
             if len(got) != count:
                 quiet, count = time.monotonic(), len(got)
@@ -490,7 +506,7 @@ def check_started(where, said, what, meter):
             connection.close()
         received, completed = set(said["qos2_received"]), set(said["qos2_completed"])
         resume_qos2(mqtt_port, published, received, completed)
-        session = read_session(mqtt_port)
+        session = read_session(mqtt_port, broker.port)
         check_queue("MQTT session", numbers(session, b"m:"), said["mqtt_acked"], published)
         # QoS 2: each message exactly once once the subscription was promised, whatever the cut
         # left (the resumed publisher sent again what it had no PUBREC for)
