@@ -7,8 +7,9 @@ and a sensor's queue (its readings numbered: x-sensor-id, x-sensor-seq) and take
 from one of them, so segments roll over and are deleted; a Modbus meter is polled; MQTT
 publishers send QoS 1 and QoS 2 messages to a persistent session that is away (each QoS 2
 message's PUBREL held back until the next one's PUBREC); `hutch ctl` adds a user
-and gives it permissions. Then, for each of HUTCH_CRASH_STATES crash states built from the
-recording (a cut at a random moment, or just before an fsync returned, with a random part
+and gives it permissions; a fleet's upstream (another hutch) sends the gateway two signed
+documents, which it tries and keeps (fleet/pending.json, then fleet/state.json). Then, for
+each of HUTCH_CRASH_STATES crash states built from the recording (a cut at a random moment, or just before an fsync returned, with a random part
 of what was not yet synced kept, some of it torn at 512-byte or 4 KiB blocks), a real hutch
 starts on that disk and is asked, by the same real clients:
 
@@ -21,9 +22,14 @@ starts on that disk and is asked, by the same real clients:
 - the QoS 2 publisher, resuming its session (PUBREL again, or the PUBLISH again with DUP where
   it had no PUBREC), leaves each of its messages in the session exactly once;
 - the sensor, sending every reading again after the start, leaves each exactly once (the
-  broker's record of the numbers it took is whole with the readings);
+  broker's record of the numbers it took is whole with the readings); so does a bridge of
+  another hutch (x-hutch-origin, x-hutch-seq: its dedup window), sending again what it
+  forwarded;
 - a user whose `hutch ctl set-permissions` was answered before the cut logs in;
 - the bridge's DATA/node-id is the one the cut left, or a new one if it left none;
+- the fleet's files are whole (the old or the new); a document the gateway said it runs, with
+  no try pending, is the one its state holds; a try the cut left pending is tried again at
+  the start, and said;
 - a Modbus meter's poll numbers (kept in DATA/devices/) are never given twice: the readings the
   cut left and those of the polls after the start go on growing.
 
@@ -45,15 +51,19 @@ import time
 import paho.mqtt.client as mqtt
 import pika
 import pytest
-from brokers import BIN, RunningBroker, free_port, wait_until
+from brokers import BIN, RunningBroker, free_port, hutch_serve, wait_until
 from crash_states import Recording, materialize, snapshot, traced, traced_pid
+from fleet_members import Signer, document
 from modbus_support import ModbusDevices, bound_queue, device_table, drain
 
 STATES = int(os.environ.get("HUTCH_CRASH_STATES", "120"))
 ROUNDS = 12  # publishing rounds in the recorded run
 PER_ROUND = 8  # messages per queue and round
-QUEUES = {1: "crash-a", 2: "crash-b", 3: "crash-s", 4: "crash-r"}  # the publisher's channel: its queue
+QUEUES = {1: "crash-a", 2: "crash-b", 3: "crash-s", 4: "crash-r", 5: "crash-d"}  # the publisher's channel: its queue
 SENSOR = "crash-r"  # its readings numbered as a sensor's (x-sensor-id, x-sensor-seq: core/dedup.py)
+BRIDGED = "crash-d"  # its messages numbered as another hutch's bridge numbers them (x-hutch-origin, x-hutch-seq)
+NUMBERED = (SENSOR, BRIDGED)  # sent again after the start: each taken once
+NODE = "crash-gw"  # the gateway's name in its fleet
 TOPIC = "crash/m"
 # small segments: they roll over and are deleted during the run. A bridge whose upstream never
 # answers (port 9): its start writes DATA/node-id and DATA/bridge-runs.
@@ -71,11 +81,13 @@ reconnect_delay = 5
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300 + STATES)]
 
 
-def hutch_command(folder, mqtt_port, device_port):
-    """hutch serve with CONFIG, MQTT on mqtt_port and a Modbus meter (its poll numbers kept in
-    DATA/devices/) polled every 0.2 s on device_port."""
+def hutch_command(folder, mqtt_port, device_port, fleet_port=9, key=None):
+    """hutch serve with CONFIG, MQTT on mqtt_port, a Modbus meter (its poll numbers kept in
+    DATA/devices/) polled every 0.2 s on device_port, and a member of the fleet whose upstream
+    is on fleet_port (9: none answers), trusting key (fleet_members.Signer's)."""
     config = folder / "hutch.toml"
-    config.write_text(CONFIG + device_table("crash-meter", "modbus+tcp://127.0.0.1:%d" % device_port, 1, 0.2))
+    fleet = '[fleet]\nuri = "amqp://guest:guest@127.0.0.1:%d"\nnode = "%s"\nkeys = [%s]\nstatus_interval = 1\nconfirm_within = 10\n' % (fleet_port, NODE, json.dumps(key or ANY_KEY))  # fmt: skip
+    config.write_text(CONFIG + fleet + device_table("crash-meter", "modbus+tcp://127.0.0.1:%d" % device_port, 1, 0.2))
     return [os.path.join(BIN, "hutch"), "serve", "--config", str(config), "--mqtt-port", str(mqtt_port)]
 
 
@@ -136,6 +148,9 @@ def _length(n):
             return out
 
 
+ANY_KEY = "ed25519:" + "A" * 43 + "="  # (a crash state's start: a pending try's keys are in its files)
+
+
 def mqtt_client(client_id, port, clean):
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean)
     client.connect("127.0.0.1", port)
@@ -144,27 +159,69 @@ def mqtt_client(client_id, port, clean):
 
 
 def properties(queue, n):
-    """Persistent; the sensor's queue's readings numbered as the sensor's."""
+    """Persistent; the sensor's readings numbered as a sensor numbers them, the bridged ones as
+    a hutch bridge does (from 1, along its queue)."""
     if queue == SENSOR:
         return pika.BasicProperties(delivery_mode=2, headers={"x-sensor-id": "crash-sensor", "x-sensor-seq": n})
+    if queue == BRIDGED:
+        return pika.BasicProperties(delivery_mode=2, headers={"x-hutch-origin": "crash-edge/up", "x-hutch-seq": n + 1})
     return pika.BasicProperties(delivery_mode=2)
 
 
-def resend_readings(port, published):
-    """The sensor after the restart: every reading sent again, as a sensor that lost its link
-    does with those it had no confirm for (all of them here: a repeat must go nowhere)."""
+def resend(port, queue, published):
+    """The sensor, or the other hutch's bridge, after the restart: every message sent again, as
+    one that lost its link does with those it had no confirm for (all of them here: a repeat
+    must go nowhere)."""
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     try:
         channel = connection.channel()
         channel.confirm_delivery()
         for n in range(published):
-            channel.basic_publish("", SENSOR, b"%s:%d" % (SENSOR.encode(), n), properties(SENSOR, n))
+            channel.basic_publish("", queue, b"%s:%d" % (queue.encode(), n), properties(queue, n))
     finally:
         connection.close()
 
 
-def run_clients(broker, mqtt_port, data):
-    """What the gateway's clients do while the broker is recorded."""
+def push(cloud, signer, version):
+    """`hutch fleet push` of a signed document for the gateway (a [server] key a reload applies)."""
+    path = cloud.data + "/pushed-%d.toml" % version
+    with open(path, "wb") as f:
+        f.write(
+            signer.sign(document(version, "node:" + NODE, "[server]\ndisk_free_limit = %d\n" % (1000000 * version)))
+        )
+    uri = "amqp://guest:guest@127.0.0.1:%d" % cloud.port
+    subprocess.run([os.path.join(BIN, "hutch"), "fleet", "push", "--uri", uri, path], check=True, capture_output=True, timeout=60)  # fmt: skip
+
+
+def fleet_files(data, files=None):
+    """(the version of the gateway's own document its fleet/state.json holds, or None; the
+    version fleet/pending.json tries, or None; the version it goes back to if that try fails),
+    read from the data folder or from a crash state's files (path -> content). Each file must
+    be whole: JSON, as written."""
+
+    def read(name):
+        path = os.path.join(data, "fleet", name)
+        if files is not None:
+            content = files.get(path)
+        else:
+            try:
+                with open(path, "rb") as f:
+                    content = f.read()
+            except FileNotFoundError:
+                content = None
+        return None if content is None else json.loads(content)
+
+    def version(state):
+        applied = (state or {}).get("applied", {}).get("node:" + NODE)
+        return applied and applied["version"]
+
+    pending = read("pending.json")
+    return version(read("state.json")), pending and pending["version"], pending and version(pending["before"])
+
+
+def run_clients(broker, mqtt_port, data, fleet):
+    """What the gateway's clients do while the broker is recorded; fleet: (its upstream, the
+    signer of its documents)."""
     subscriber = mqtt_client("crash-sub", mqtt_port, clean=False)
     subscribed = subscriber.subscribe(TOPIC, qos=1)
     wait_until(lambda: subscribed[0] == 0 and subscriber.is_connected(), what="the MQTT subscription")
@@ -196,12 +253,17 @@ def run_clients(broker, mqtt_port, data):
             method, _properties, _body = consumer.basic_get("crash-b")
             if method is not None:
                 consumer.basic_ack(method.delivery_tag)
+        if round_ in (2, ROUNDS - 4):
+            push(*fleet, 1 if round_ == 2 else 2)
         if round_ == ROUNDS // 2:
             ctl = [os.path.join(BIN, "hutch"), "ctl"]
             subprocess.run(ctl + ["add-user", "crash-user", "crash-pass", "--data", data], check=True, capture_output=True)  # fmt: skip
             subprocess.run(ctl + ["set-permissions", "crash-user", ".*", ".*", ".*", "--data", data], check=True, capture_output=True)  # fmt: skip
     qos2.release(n - 1)
     qos2.close()
+    wait_until(
+        lambda: fleet_files(data)[:2] == (2, None), 60, what="the fleet's second document kept"
+    )  # (each step recorded)
     publisher_mqtt.disconnect()
     publisher_mqtt.loop_stop()
     consumer.connection.close()
@@ -218,12 +280,14 @@ def recording(tmp_path_factory):
     trace = str(folder / "trace")
     mqtt_port = free_port()
     meter = ModbusDevices(free_port(), [1])
-    broker = RunningBroker(
-        traced(hutch_command(folder, mqtt_port, meter.port), trace), folder
-    ).start()  # (on folder/data)
+    (folder / "cloud").mkdir()
+    cloud = hutch_serve(folder / "cloud").start()  # the fleet's upstream (not recorded)
+    signer = Signer()
+    command = hutch_command(folder, mqtt_port, meter.port, cloud.port, signer.key)
+    broker = RunningBroker(traced(command, trace), folder).start()  # (on folder/data)
     try:
         bound_queue(broker)  # (its readings: a durable queue)
-        published = run_clients(broker, mqtt_port, str(data))
+        published = run_clients(broker, mqtt_port, str(data), (cloud, signer))
     finally:
         meter.stop()
         pid = traced_pid(broker.proc.pid)
@@ -231,7 +295,9 @@ def recording(tmp_path_factory):
             os.kill(pid, 9)  # (a cut: what it did before is in the trace)
         broker.proc.wait(30)
         broker.log_file.close()
-    return Recording(trace, str(data), initial), published, mqtt_port
+        cloud.stop()
+    ports = {"amqp": broker.port, "mqtt": mqtt_port, "fleet": cloud.port}
+    return Recording(trace, str(data), initial), published, ports
 
 
 def frames(stream):
@@ -247,11 +313,12 @@ def frames(stream):
         at += 8 + size
 
 
-def amqp_said(recording, cut):
-    """({channel: the delivery tags confirmed}, {the bodies given to the consumer}) before cut."""
+def amqp_said(recording, cut, port):
+    """({channel: the delivery tags confirmed}, {the bodies given to the consumer}) before cut,
+    by the broker's AMQP listener on port."""
     confirmed = {number: set() for number in QUEUES}
     delivered = set()
-    for _socket, stream in recording.sent_before(cut, "TCP:").items():
+    for _socket, stream in recording.sent_before(cut, "TCP:[127.0.0.1:%d->" % port).items():
         for kind, channel, payload in frames(stream):
             if kind == 1 and payload[:4] == b"\x00\x3c\x00\x50":  # basic.ack
                 tag, multiple = struct.unpack_from(">QB", payload, 4)
@@ -263,6 +330,21 @@ def amqp_said(recording, cut):
             elif kind == 3 and payload.startswith(b"crash-b:"):
                 delivered.add(payload)
     return confirmed, delivered
+
+
+def fleet_said(recording, cut, port):
+    """The version of its own document the gateway's status said it runs, kept (no try
+    pending), before cut: the newest in its statuses sent to the fleet's upstream on port."""
+    said = None
+    for socket_, stream in recording.sent_before(cut, "TCP:").items():
+        if not socket_.endswith("->127.0.0.1:%d]" % port):
+            continue
+        for kind, _channel, payload in frames(stream):
+            if kind == 3 and payload.startswith(b"{"):
+                config = json.loads(payload)["config"]
+                if config["pending"] is None:
+                    said = config["applied"].get("node:" + NODE)
+    return said
 
 
 def mqtt_packets(stream):
@@ -437,10 +519,11 @@ def check_queue(name, found, confirmed, published, may_be_gone=()):
     assert not missing, "%s: confirmed and lost: %s (found %s)" % (name, sorted(missing), found)
 
 
-def said_before(recording, cut, mqtt_port, published):
+def said_before(recording, cut, ports, published):
     """What the broker had told its clients before the cut (the trace's sends), as JSON keeps it:
     what a crash state is checked against (check_started)."""
-    confirmed, delivered = amqp_said(recording, cut)
+    mqtt_port = ports["mqtt"]
+    confirmed, delivered = amqp_said(recording, cut, ports["amqp"])
     received, completed, subscribed = qos2_said(recording, cut, mqtt_port)
     return {
         "published": published,
@@ -451,23 +534,41 @@ def said_before(recording, cut, mqtt_port, published):
         "qos2_completed": sorted(completed),
         "subscribed": subscribed,
         "ctl_answers": ctl_answers(recording, cut),
+        "fleet_runs": fleet_said(recording, cut, ports["fleet"]),
     }
 
 
-def check_state(recording, published, folder, index, cut, rng, mqtt_port_recorded, meter):
+def check_fleet_files(state, root, said):
+    """The fleet's files a crash state holds: whole, and what the gateway said it runs kept (or,
+    with a later try pending, what that try goes back to if it fails)."""
+    runs, pending, before = fleet_files(root, state)
+    said["fleet_pending"] = pending
+    if said["fleet_runs"] is not None:
+        kept = runs if pending is None else before
+        assert kept is not None and kept >= said["fleet_runs"], (
+            "the gateway said it runs document %d, kept; its files: %s, pending %s (before it: %s)"
+            % (said["fleet_runs"], runs, pending, before)
+        )
+
+
+def check_state(recording, published, folder, index, cut, rng, ports, meter):
     """One crash state: hutch started on it, asked by the real clients."""
     keep = rng.choice((0.0, 0.3, 0.7, 1.0))
     block = rng.choice((512, 4096))
     state = recording.state(cut, rng, keep=keep, block=block)
     where = folder / ("state-%d" % index)
     materialize(state, recording.root, str(where / "data"))
-    said = said_before(recording, cut, mqtt_port_recorded, published)
+    said = said_before(recording, cut, ports, published)
     node_id = state.get(recording.root + "/node-id")
     said["node_id"] = node_id.decode("latin-1") if node_id else None
     what = "crash state %d (cut before op %d of %d, keep %.1f, blocks of %d)" % (index, cut, len(recording.ops), keep, block)  # fmt: skip
-    (where / "said.json").write_text(json.dumps(said))  # (with data/: the state kept, if it fails)
+    try:
+        check_fleet_files(state, recording.root, said)
+    finally:
+        (where / "said.json").write_text(json.dumps(said))  # (with data/: the state kept, if it fails)
     check_started(where, said, what, meter)
     shutil.rmtree(where)  # (kept when it failed: the crash state to look at)
+    return said
 
 
 def check_started(where, said, what, meter):
@@ -498,10 +599,10 @@ def check_started(where, said, what, meter):
                 # delivery tag t confirmed the message numbered t - 1
                 delivered = [body.encode() for body in said["delivered"]] if queue == "crash-b" else []
                 check_queue(queue, found, {tag - 1 for tag in confirmed}, published, numbers(delivered, prefix))
-                if queue == SENSOR:  # every reading sent again: what the queue took is not taken twice
-                    resend_readings(broker.port, published)
+                if queue in NUMBERED:  # every one sent again: what the queue took is not taken twice
+                    resend(broker.port, queue, published)
                     again = numbers(read_queue(channel, queue), prefix)
-                    assert sorted(found + again) == list(range(published)), "the readings once each: %s then %s" % (found, again)  # fmt: skip
+                    assert sorted(found + again) == list(range(published)), "%s once each: %s then %s" % (queue, found, again)  # fmt: skip
         finally:
             connection.close()
         received, completed = set(said["qos2_received"]), set(said["qos2_completed"])
@@ -516,6 +617,9 @@ def check_started(where, said, what, meter):
         node_id = said["node_id"]
         check_node_id(node_id.encode("latin-1") if node_id else None, where / "data" / "node-id")
         check_polls_numbered_once(broker, before)
+        if said.get("fleet_pending") is not None:  # (a try cut short: again, first)
+            text = "fleet: version %d for node:%s was being tried when hutch stopped: trying it again" % (said["fleet_pending"], NODE)  # fmt: skip
+            wait_until(lambda: text in broker.log(), 10, what=text)
         log = broker.log()
         assert "Traceback" not in log and "internal error" not in log, log[-3000:]
     except AssertionError as e:
@@ -534,7 +638,7 @@ def meter():
 
 @pytest.mark.long  # tests/conftest.py: started early
 def test_every_confirmed_message_survives_power_cuts(recording, tmp_path, meter):
-    record, published, mqtt_port = recording
+    record, published, ports = recording
     seed = int(os.environ.get("HUTCH_CRASH_SEED", random.randrange(10**8)))
     print("crash states: seed %d, %d ops recorded, %d fsyncs" % (seed, len(record.ops), len(record.syncs)))
     assert record.ops and record.syncs, "the trace holds none of the broker's file calls (strace's format?)"
@@ -545,14 +649,20 @@ def test_every_confirmed_message_survives_power_cuts(recording, tmp_path, meter)
     began = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         done = [
-            pool.submit(check_state, record, published, tmp_path, i, cut, random.Random(s), mqtt_port, meter)
+            pool.submit(check_state, record, published, tmp_path, i, cut, random.Random(s), ports, meter)
             for i, (cut, s) in enumerate(zip(cuts, seeds))
         ]
-        for future in done:
-            future.result()
+        said = [future.result() for future in done]
     print(
-        "crash states: %d tried (seed %d) in %.0f s, every one came up and kept what it confirmed"
-        % (len(cuts), seed, time.monotonic() - began)
+        "crash states: %d tried (seed %d) in %.0f s, every one came up and kept what it confirmed; "
+        "%d after a fleet document was kept, %d with a fleet try pending"
+        % (
+            len(cuts),
+            seed,
+            time.monotonic() - began,
+            sum(1 for s in said if s["fleet_runs"]),
+            sum(1 for s in said if s["fleet_pending"]),
+        )
     )
 
 
