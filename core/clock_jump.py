@@ -7,7 +7,8 @@ backoffs, budgets: the port's monotonic clock). What does is a moment: when a me
 (its age, and its TTL after a restart), x-death times, a stream's timestamps, the [uplink]'s
 windows. A message's arrival was stamped on the clock as it was then; the stamps of the
 messages held move with the clock, so their ages stay what really elapsed. The [uplink]'s
-windows are read again (server/bridges/driver.py watches `clock_jumps`)."""
+windows are read again (server/bridges/driver.py watches `clock_jumps`). A stream's segments
+are aged for x-max-age on the clock after the jump: none is dropped for a year it never lived."""
 
 from .session import MESSAGE
 
@@ -25,6 +26,8 @@ def clock_moved(broker, delta_ms):
     for queue in broker.queues.values():
         for entry in queue.messages:
             move(entry[MESSAGE])
+        if queue.is_stream:  # (its records keep their stamps; retention ages its segments on the new clock)
+            queue.stamp_moves = list(queue.stamp_moves) + [(queue.next, delta_ms)]
     for machine in broker.bridges:
         for one in getattr(machine, "classes", ()):  # (an up bridge's outboxes)
             outbox = one.outbox

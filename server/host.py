@@ -10,6 +10,7 @@ runs none of it (server/startup.py host_services), and its bundle leaves this mo
 """
 
 import asyncio
+import time
 
 from ..ports.control_socket import ControlSocket
 from ..ports.descriptors import fit_connections
@@ -17,6 +18,10 @@ from ..ports.reserve import Reserve
 from ..ports.status_file import StatusWriter
 from ..ports.systemd import Notifier
 from .control import Control, load_users
+
+# A wall clock before this has not been set: a Raspberry Pi without a real-time clock boots at
+# 1970-01-01 (or its last shutdown), until NTP answers. (2024-01-01 UTC: older than any hutch.)
+CLOCK_SET_AFTER = 1704067200
 
 
 class HostServices:
@@ -32,6 +37,7 @@ class HostServices:
 
     async def start(self):
         fit_connections(self.runtime.broker.limits)  # (before the listeners open)
+        say_an_unset_clock(self.runtime.log)
         add_imported_users(self.folder, self.runtime.broker.users, self.runtime.log)
         # the journal's way out of a disk another program fills (ports/reserve.py), set here, in
         # host code only: its writer (ports/storage.py JournalWriter) is the owner of the
@@ -85,3 +91,17 @@ def add_imported_users(folder, users, log):
             for table in (imported.hashes, imported.tags, imported.permissions or {}):
                 table.pop(name, None)
     users.merge(imported)
+
+
+def say_an_unset_clock(log, now=None):
+    """One line at the start when the wall clock has not been set yet: hutch serves all the
+    same (durations run on the monotonic clock) and follows the jump when the clock is set."""
+    now = time.time() if now is None else now
+    if now < CLOCK_SET_AFTER:
+        log(
+            "warning",
+            "clock: the wall clock reads %s UTC, before 2024: it is not set yet (no real-time clock, "
+            "NTP not answered); arrivals are stamped on it until it is, and its jump then is followed; "
+            "TLS upstreams refuse certificates not yet valid until then"
+            % time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now)),
+        )

@@ -162,6 +162,9 @@ class Stream:
     expires = None
     overflow = b"drop-head"
     dead_letter_exchange = None
+    # [(the offset next when the wall clock moved, by how many ms)] (core/clock_jump.py): a
+    # segment begun before a jump is aged on the clock after it, for retention by x-max-age
+    stamp_moves = ()  # type: tuple | list
 
     def __init__(self, broker, name, arguments, log):
         """log: the storage port's files for this stream (ports/streams.py), as found on disk."""
@@ -329,15 +332,22 @@ class Stream:
             following = segments[1]
             if following[FIRST] > self.visible:
                 return
-            if not (
-                (max_bytes is not None and self.bytes > max_bytes) or (cutoff is not None and following[STAMP] < cutoff)
-            ):
+            if not ((max_bytes is not None and self.bytes > max_bytes) or (cutoff is not None and self._began(following) < cutoff)):  # fmt: skip
                 return
             oldest = segments.pop(0)
             self.bytes -= oldest[SIZE]
             self.broker.stream_bytes -= oldest[SIZE]
             self.first = following[FIRST]
             self.log.remove(oldest[FIRST])
+
+    def _began(self, segment):
+        """When a segment began, in ms on the wall clock as it reads now (its stamp, written on
+        the clock of then, moved by each jump since)."""
+        stamp = segment[STAMP]
+        for at, delta_ms in self.stamp_moves:
+            if segment[FIRST] < at:
+                stamp += delta_ms
+        return stamp
 
     # ------------------------------------------------------------ consumers
 

@@ -600,6 +600,29 @@ def test_retention_by_age_follows_the_brokers_clock():
     _by_age()
 
 
+@_in_folder
+def _by_age_across_a_jump(folder):
+    node = Node(folder)
+    c = node.client()
+    arguments = dict(STREAM, **{"x-stream-max-segment-size-bytes": 400, "x-max-age": "10s"})
+    c.queue(1, b"s", durable=True, arguments=arguments)
+    year = 365 * 86400
+    publish(node, c, [b"old" + b"." * 60] * 12)  # on the clock the board booted with
+    node.broker.tick(1000, WALL + 1 + year)  # NTP answers: a year forward (and the second that passed)
+    publish(node, c, [b"new" + b"." * 60] * 12)
+    stream = node.broker.queues[b"s"]
+    segments = len(stream.segments)
+    node.broker.tick(5000, WALL + 5 + year)  # 5 s lived: none is 10 s old, though stamped a year ago
+    assert len(stream.segments) == segments and stream.first == 0
+    node.broker.tick(12000, WALL + 12 + year)  # the old records are 12 s old now
+    assert 0 < len(stream.segments) < segments and stream.first > 0
+    assert [text for _level, text in node.logs if "clock: the wall clock moved +%d s" % year in text]
+
+
+def test_retention_by_age_counts_what_a_segment_lived_across_a_jump_of_the_clock():
+    _by_age_across_a_jump()
+
+
 # ---------------------------------------------------------------- restarts
 
 

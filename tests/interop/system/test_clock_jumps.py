@@ -193,6 +193,31 @@ def test_a_year_behind_then_forward_then_back_a_day(tmp_path):
         upstream.stop()
 
 
+def test_a_gateway_that_boots_at_1970_says_so_serves_and_follows_ntp(tmp_path):
+    """A Raspberry Pi without a real-time clock (nor fake-hwclock) boots at 1970-01-01: hutch
+    says so in one line and serves; when NTP sets the clock, it follows the jump and keeps what
+    it holds (a message with a 60 s TTL is not 56 years old)."""
+    env, stamp = fake_clock(tmp_path, -int(time.time()) + 3600)  # 1970-01-01 01:00 UTC
+    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve"], tmp_path, env=env).start()
+    try:
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", edge.port))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("readings", durable=True, arguments={"x-message-ttl": 60000})
+        for n in range(3):
+            channel.basic_publish("", "readings", b"r:%d" % n, pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        said = [line for line in edge.log().splitlines() if "clock: the wall clock reads" in line]
+        assert len(said) == 1 and "1970-01-01 01:00:" in said[0] and "not set yet" in said[0], edge.log()
+        set_clock(stamp, 0)  # NTP answers
+        wait_until(lambda: "clock: the wall clock moved +" in edge.log(), timeout=5, what="the jump said")
+        time.sleep(1.5)  # (ticks on the new clock: a message stamped at 1970 would expire now)
+        assert queue_count(edge, "readings") == 3
+        assert "Traceback" not in edge.log(), edge.log()[-3000:]
+    finally:
+        edge.stop()
+
+
 def queue_count(broker, queue):
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
     try:
