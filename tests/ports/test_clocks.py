@@ -37,6 +37,7 @@ TIMERS = {
     ("ports/serial.py", "start"): (MONOTONIC, "a serial link's idle time"),
     ("ports/serial.py", "_pump"): (MONOTONIC, "a serial link's idle time"),
     ("ports/status_file.py", "snapshot"): (WALL, "status.json's written_at: a moment `hutch ctl status` shows"),
+    ("server/host.py", "say_an_unset_clock"): (WALL, "a start before 2024: the clock not set yet, said"),
     ("ports/storage.py", "__init__"): (MONOTONIC, "the journal's sync interval"),
     ("ports/storage.py", "_run"): (MONOTONIC, "the journal's sync interval"),
     ("ports/storage.py", "commit"): (MONOTONIC, "group commit timing"),
