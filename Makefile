@@ -53,7 +53,7 @@ FAKETIME := /usr/bin/faketime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: serve test check soak docs screenshot lint setup clean
+.PHONY: serve test check soak fuzz docs screenshot lint setup clean
 
 serve: $(SERVE_INSTALLED)
 	@echo "make serve: hutch is installed in $(BIN)/. To run the hutch command yourself: . $(BIN)/activate"
@@ -88,6 +88,11 @@ soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT) $(STRACE)
 	HUTCH_CLUSTER_ROUNDS=10 $(BIN)/python -m pytest -n 1 tests/interop/bridge/test_bridge_cluster.py $(ARGS)
 	HUTCH_MODBUS_SECONDS=600 HUTCH_MODBUS_CUT=60 $(BIN)/python -m pytest -n 1 tests/interop/devices/test_modbus_to_parquet.py $(ARGS)
 	HUTCH_CRASH_STATES=20000 $(BIN)/python -m pytest -n 1 tests/interop/system/test_power_cut.py $(ARGS)
+
+# Every fuzz target under atheris without end, a turn of 300 s each (tests/fuzz/fuzz_all.py:
+# ARGS="--seconds 60 --only amqp091-session"); its corpora grow in build/fuzz/
+fuzz: $(TEST_INSTALLED)
+	$(BIN)/python tests/fuzz/fuzz_all.py $(ARGS)
 
 docs: $(DOCS_INSTALLED)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs site

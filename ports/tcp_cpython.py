@@ -292,6 +292,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.server.clients.remove(self)
         if not conn.closed:
             self.server.front.lost(conn)
+        conn.wake = None  # (it and this hold each other: see ports/epoll_sockets.py _let_go)
 
     def pause_writing(self):
         self.writing_paused = True

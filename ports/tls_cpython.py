@@ -76,8 +76,10 @@ class TLSLayer:
 
     def connection_lost(self, exc):
         self._handshake_over()
-        if self.client is not None:
-            self.client.connection_lost(exc)
+        self.closing = True
+        client, self.client = self.client, None  # (no cycle left with it: see ports/epoll_sockets.py _let_go)
+        if client is not None:
+            client.connection_lost(exc)
 
     def pause_writing(self):
         if self.client is not None:

@@ -23,6 +23,7 @@ A board's firmware has no wsproto: server/options.py says so in one line.
 """
 
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import AcceptConnection, RejectConnection, Request
 from wsproto.utilities import RemoteProtocolError
 
@@ -47,6 +48,17 @@ class WebSocketFraming:
     def unwrap(self, data):
         """The connection's octets in what the transport read (b"": none yet); what the
         WebSocket answers itself (the upgrade, a pong, a close) goes to raw."""
+        conn = self.conn
+        if conn.closed:
+            return b""  # (a WebSocket that ended reads nothing more: wsproto, closed, would raise)
+        try:
+            return self._unwrap(data)
+        except Exception as e:  # a bug of the framing's or wsproto's: it costs this connection, never the broker
+            conn.broker.log("error", "%s: internal error: %r" % (conn.name, e), e)
+            conn.end()
+            return b""
+
+    def _unwrap(self, data):
         if self.reader is None:
             return self._upgrading(data)
         try:
@@ -100,9 +112,11 @@ class WebSocketFraming:
                 if isinstance(event, Request):
                     self._upgrade(event)
         except RemoteProtocolError as e:  # not a WebSocket upgrade: answered as HTTP, then closed
-            if e.event_hint is not None:
-                self._say(self.handshake.send(e.event_hint))
+            if e.event_hint is not None and self.handshake.state is not ConnectionState.CLOSED:
+                self._say(self.handshake.send(e.event_hint))  # (wsproto answers no more once closed)
             self._end("WebSocket handshake refused: %s" % e)
+        except UnicodeError:  # (wsproto reads the headers it checks as ASCII, and raises this for others)
+            self._refuse(400, "a header of the upgrade that is not ASCII")
         return b""  # (a client sends its first frame once it has the answer)
 
     def _upgrade(self, request):
@@ -123,11 +137,12 @@ class WebSocketFraming:
         self.reader = frames.FrameReader(masked=True)
 
     def _refuse(self, status, why):
-        self._say(
-            self.handshake.send(
-                RejectConnection(status_code=status, headers=[(b"content-length", b"0")], has_body=False)
+        if self.handshake.state is ConnectionState.CONNECTING:  # (else wsproto answers no more)
+            self._say(
+                self.handshake.send(
+                    RejectConnection(status_code=status, headers=[(b"content-length", b"0")], has_body=False)
+                )
             )
-        )
         self._end("WebSocket upgrade refused (%d): %s" % (status, why))
 
     def _closed_by_client(self, payload):

@@ -22,6 +22,27 @@ from . import definitions
 from .open_logins import apply_users
 
 USERS_FILE = "users.json"
+# What each command takes: {argument: (JSON type, required)}. handle() answers a request that
+# does not fit (an argument missing, or of another type) with an error naming it, before any
+# command reads it: whatever reaches the socket is answered, never raised. (dict: an object;
+# list: an array of strings.)
+ARGUMENTS = {
+    "export": {},
+    "import": {"definitions": (dict, True)},
+    "list": {"kind": (str, True), "user": (str, False), "columns": (list, False)},
+    "purge": {"name": (str, True)},
+    "delete": {"name": (str, True), "kind": (str, False)},
+    "close-connection": {"name": (str, True), "reason": (str, False)},
+    "add-user": {"name": (str, True), "password": (str, True), "tags": (list, False)},
+    "change-password": {"name": (str, True), "password": (str, True)},
+    "clear-permissions": {"name": (str, True)},
+    "set-permissions": {"name": (str, True), "configure": (str, True), "write": (str, True), "read": (str, True)},
+    "delete-user": {"name": (str, True)},
+    "ping": {},
+    "status": {},
+    "reload": {},
+}
+JSON_TYPES = {str: "a string", dict: "an object", list: "an array of strings"}
 
 
 class Control:
@@ -56,6 +77,9 @@ class Control:
             return {
                 "error": "unknown command '%s' (known: %s)" % (request["command"], ", ".join(sorted(self.commands)))
             }
+        error = _misfit(request)
+        if error is not None:
+            return {"error": error}
         return command(request)
 
     async def reload(self, request):
@@ -380,3 +404,17 @@ def _read(path):
             return json.load(f)
     except FileNotFoundError:
         return None
+
+
+def _misfit(request):
+    """Why a request does not fit its command's ARGUMENTS, or None."""
+    command = request["command"]
+    for argument, (kind, required) in ARGUMENTS[command].items():
+        value = request.get(argument)
+        if value is None:
+            if required:
+                return "%s needs '%s'" % (command, argument)
+            continue
+        if not isinstance(value, kind) or (kind is list and not all(isinstance(item, str) for item in value)):
+            return "%s: '%s' must be %s, not %s" % (command, argument, JSON_TYPES[kind], json.dumps(value)[:60])
+    return None

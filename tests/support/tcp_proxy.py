@@ -9,6 +9,10 @@ what the peers send piles up in their send buffers) or mutes the target's replie
     proxy.byte_rate = 16000                  # each direction paced to at most this many bytes/s
     proxy.stop()
 
+proxy.record() keeps what each link carried: proxy.recorded[n] = (what the client sent, what
+the target answered), links numbered from 0 in the order they came: a real peer's bytes
+(tests/fuzz's seed corpora).
+
 down() is the target gone (a broker stopped, a route refused): every link reset, and each new
 one reset as it comes, until heal().
 
@@ -38,10 +42,15 @@ class TcpProxy:
         self.on_accept = None  # on_accept(client socket) true: that link is black-holed from the start
         self.refusing = False  # down(): new links are reset at once
         self.byte_rate = 0  # bytes/s each direction of a link forwards at most (0: no cap)
+        self.recorded = None  # record(): {link number: (the bytes its client sent, those answered)}
         self.forwarded = 0  # bytes the clients' side sent that reached the target
 
     def start(self):
         threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def record(self):
+        self.recorded = {}
         return self
 
     def _accept(self):
@@ -64,13 +73,16 @@ class TcpProxy:
             trapped = self.on_accept is not None and self.on_accept(client)
             with self.lock:
                 self.links.append(pair)
+                number = self.accepted
                 self.accepted += 1
+                if self.recorded is not None:
+                    self.recorded[number] = (bytearray(), bytearray())
                 if self.holes or trapped:
                     self.dead.append(pair)
-            threading.Thread(target=self._pump, args=(client, upstream, pair, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, pair, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, pair, False, number), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, pair, True, number), daemon=True).start()
 
-    def _pump(self, source, sink, pair, replies):
+    def _pump(self, source, sink, pair, replies, number):
         while True:
             while pair in self.dead and not self.stopped:
                 time.sleep(0.01)  # nothing read, so the peer's kernel gets no room to send more
@@ -86,6 +98,8 @@ class TcpProxy:
                 sink.sendall(data)
             except OSError:
                 break
+            if self.recorded is not None:
+                self.recorded[number][1 if replies else 0].extend(data)
             if not replies:
                 self.forwarded += len(data)
             if self.byte_rate:

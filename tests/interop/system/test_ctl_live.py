@@ -250,3 +250,33 @@ def test_a_user_of_the_config_file_is_changed_there_and_the_refusal_names_the_ke
             assert line in done.stderr, done.stderr
     finally:
         broker.stop()
+
+
+def test_a_request_that_does_not_fit_its_command_is_answered_with_what_is_wrong(tmp_path):
+    """The control socket is a door too: a request with an argument missing or of another JSON
+    type is answered with an error naming it (server/control.py ARGUMENTS), never raised into
+    the log, and the broker answers the next one."""
+    from hutch.ports.control_request import request
+
+    broker = RunningBroker([HUTCH, "serve"], tmp_path).start()
+    try:
+        said = [
+            request(broker.data, "purge"),
+            request(broker.data, "purge", name=["a", "list"]),
+            request(broker.data, "add-user", name="x", password=7),
+            request(broker.data, "set-permissions", name="x", configure=".*", write=".*"),
+            request(broker.data, "list", kind="queues", columns=[1, 2]),
+            request(broker.data, "import", definitions=[]),
+        ]
+        assert [answer["error"] for answer in said] == [
+            "purge needs 'name'",
+            'purge: \'name\' must be a string, not ["a", "list"]',
+            "add-user: 'password' must be a string, not 7",
+            "set-permissions needs 'read'",
+            "list: 'columns' must be an array of strings, not [1, 2]",
+            "import: 'definitions' must be an object, not []",
+        ], said
+        assert "pid" in request(broker.data, "ping")
+        assert not broker.errors(), broker.log()[-3000:]
+    finally:
+        broker.stop()
