@@ -362,7 +362,8 @@ class Protocol(Upstream):
 
     def _mechanisms(self, f):
         offered = field(f, 0)
-        names = [str(m.value) for m in (offered.value if isinstance(offered, Array) else [offered]) if m is not None]
+        # (symbols, one or an array of them: what else is there names no mechanism)
+        names = [str(m.value) for m in (offered.value if isinstance(offered, Array) else [offered]) if isinstance(m, Symbol)]  # fmt: skip
         mechanism, user, password = self._login
         if mechanism not in names:
             self._end("login refused: upstream offers SASL %s, not %s" % (", ".join(names), mechanism))

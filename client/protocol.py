@@ -74,7 +74,10 @@ _SIGS = {}  # method id -> its signature, looked up in the spec once
 def _sig(method_id):
     sig = _SIGS.get(method_id)
     if sig is None:
-        sig = _SIGS[method_id] = wire.signature(method_id)
+        sig = wire.signature(method_id)
+        if sig is None:  # (a method the broker may not send: what came is not AMQP 0-9-1)
+            raise wire.DecodeError("unknown method %d.%d" % (method_id >> 16, method_id & 0xFFFF))
+        _SIGS[method_id] = sig
     return sig
 
 

@@ -19,6 +19,7 @@ import struct
 
 from ...client.protocol import AMQPError, ChannelClosed, Message, Protocol
 from ...codec import spec
+from ...codec.errors import DecodeError
 from ...codec.upstream import (
     ACCEPTED,
     BACKLOG,
@@ -90,7 +91,10 @@ class BridgeProtocol(Protocol):
 
     def next_event(self):
         while True:
-            event = Protocol.next_event(self)
+            try:
+                event = Protocol.next_event(self)
+            except DecodeError as e:  # (the upstream's bytes are not AMQP 0-9-1: the link ends, said in a line)
+                return (ENDED, "upstream sent what is not AMQP 0-9-1: %s" % e)
             if event is None:
                 return None
             if isinstance(event, Message):

@@ -369,6 +369,8 @@ def main():
                 keep("http-request", "%s-%d" % ("chromium" if b"Chrome" in sent else "urllib", n), sent)
             for protocol, answered in bridge_answers(folder, broker.port, mqtt_port).items():
                 keep("bridge-upstream", protocol, answered)
+                for choice in (0,) if protocol == "amqp091" else (1,) if protocol == "amqp10" else (2, 3):
+                    keep("upstream-clients", "%s-%d" % (protocol, choice), bytes([choice]) + answered)
             for n, line in enumerate(ctl_requests(broker.data, folder)):
                 keep("control", "hutch-ctl-%d" % n, line)
             exported = os.path.join(folder, "definitions.json")

@@ -24,6 +24,7 @@ TARGETS = {
     "definitions": "loaders:definitions",
     "pem": "loaders:pem",
     "http-request": "loaders:http_request",
+    "upstream-clients": "upstream:clients",
 }
 
 # whose code a board runs: their inputs replayed under MicroPython too

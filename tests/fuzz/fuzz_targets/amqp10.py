@@ -15,7 +15,7 @@ from hutch.amqp10.message import body_091, properties_091
 from hutch.amqp10.sections import Sections
 from hutch.amqp10.types import DecodeError, decode
 
-from .served import PEER, Logged, ended, pieces
+from .served import PEER, served
 
 
 def types(data):
@@ -48,14 +48,6 @@ def types(data):
 
 
 def session(data):
-    if not data:
-        return
     from hutch.amqp10.connection import Connection
 
-    parts, _stream = pieces(data)
-    logged = Logged()
-    conn = Connection(logged.broker, PEER)
-    for part in parts:
-        conn.feed(part)
-        conn.take_output()
-    ended(logged, conn)
+    served(data, lambda broker: Connection(broker, PEER))

@@ -33,13 +33,18 @@ def pieces(data):
     return [stream[at : at + size] for at in range(0, len(stream), size)], stream
 
 
-def fed(connection, parts):
-    """A connection fed each part, its output taken after each: [output after each part]."""
-    said = []
+def served(data, connect):
+    """A client's bytes (pieces() of data) fed to the connection connect(broker) makes, on a
+    broker of its own, its output taken after each piece; then ended()'s checks."""
+    if not data:
+        return
+    parts, _stream = pieces(data)
+    logged = Logged()
+    conn = connect(logged.broker)
     for part in parts:
-        connection.feed(part)
-        said.append(connection.take_output())
-    return said
+        conn.feed(part)
+        conn.take_output()
+    ended(logged, conn)
 
 
 def ended(logged, connection):

@@ -12,7 +12,7 @@ served after it ends.
 
 from hutch.codec import websocket as frames
 
-from .served import PEER, Logged, ended, pieces
+from .served import PEER, served
 
 
 def _read(data, size):
@@ -48,16 +48,12 @@ def frame_reader(data):
 
 
 def session(data):
-    if not data:
-        return
     from hutch.mqtt.connection import Connection
     from hutch.ports.websocket import WebSocketFraming
 
-    parts, _stream = pieces(data)
-    logged = Logged()
-    conn = Connection(logged.broker, PEER)
-    conn.framing = WebSocketFraming(conn, "/mqtt")
-    for part in parts:
-        conn.feed(part)
-        conn.take_output()
-    ended(logged, conn)
+    def connect(broker):
+        conn = Connection(broker, PEER)
+        conn.framing = WebSocketFraming(conn, "/mqtt")
+        return conn
+
+    served(data, connect)

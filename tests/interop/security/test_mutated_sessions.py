@@ -17,8 +17,10 @@ holds at most 500 messages, at most 500 queues, a persistent MQTT session 5 s af
 went), so that what it holds fills to those bounds in the first quarter; memory that grows
 after that is memory lost.
 
-HUTCH_FUZZ_FRAMES sets how many frames each front door is sent (the seeds' frames, each
-session's counted as its seed's): a few thousand in `make test`; `make soak` ten million.
+HUTCH_FUZZ_FRAMES sets how many frames each protocol's front door is sent (the seeds' frames,
+each session's counted as its seed's): a few thousand in `make test`; `make soak` ten million.
+HUTCH_FUZZ_REQUESTS sets how many requests the metrics port and the control socket are sent
+(one a session, at a few hundred a second: `make soak` sends each a hundred thousand).
 """
 
 import json
@@ -27,6 +29,7 @@ import random
 import socket
 import ssl
 import struct
+import subprocess
 import threading
 import time
 import urllib.request
@@ -39,6 +42,7 @@ from paths import TESTS
 from tls_certs import Certificates
 
 FRAMES = int(os.environ.get("HUTCH_FUZZ_FRAMES", "3000"))
+REQUESTS = int(os.environ.get("HUTCH_FUZZ_REQUESTS", "2000"))
 SEED = int(os.environ.get("HUTCH_FUZZ_SEED", random.randrange(10**6)))
 CORPUS = os.path.join(TESTS, "fuzz", "corpus")
 # front door: (the listener it reaches, the seeds' corpus, how its frames are counted)
@@ -55,7 +59,7 @@ BOUNDS = "[limits]\nqueue_max_messages = 500\nmax_queues = 500\n\n[mqtt]\nmax_se
 ONLY = os.environ.get("HUTCH_FUZZ_DOORS")  # some doors alone: "amqp091,mqtt"
 ODD_VALUES = (None, 0, -1, 2**64, 1.5, True, "", "x" * 300, "../..", [], {}, ["a", 1], {"k": None})
 
-pytestmark = pytest.mark.timeout(600 + FRAMES // 2000)
+pytestmark = pytest.mark.timeout(600 + FRAMES // 500 + REQUESTS // 100)
 
 
 def frame_count(kind, data):
@@ -351,7 +355,8 @@ def test_mutated_sessions_at_every_front_door_cost_nothing_else(tmp_path):
             door_rng = random.Random("%d-%s" % (SEED, door))
             frames = sessions = 0
             began = time.monotonic()
-            while frames < FRAMES:
+            bound = REQUESTS if DOORS[door][2] == "one" else FRAMES
+            while frames < bound:
                 data, count = door_rng.choice(recorded)
                 play(port, mutated(data, door_rng), door_rng, tls)
                 frames += count
@@ -416,3 +421,99 @@ def test_refused_tls_handshakes_leave_no_memory_behind(tmp_path):
         assert sizes[1] <= sizes[0] * 1.10, sizes
     finally:
         broker.stop()
+
+
+class MutatedUpstream:
+    """An upstream that answers each link a bridge opens with what a real one answered a bridge
+    (tests/fuzz/corpus/bridge-upstream/PROTOCOL: this hutch's answers, recorded), mutated, in
+    pieces; whatever the bridge sends is read and dropped; the link is closed after it."""
+
+    def __init__(self, answers, seed):
+        self.answers = answers
+        self.rng = random.Random(seed)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.links = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            self.links += 1
+            threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
+
+    def _answer(self, sock):
+        rng = random.Random(self.rng.random())
+        try:
+            sock.settimeout(0.2)
+            try:
+                sock.recv(65536)  # (its header first, as a server waits for it)
+            except OSError:
+                pass
+            data = mutated(self.answers, rng)
+            for at in range(0, len(data), 64):
+                sock.sendall(data[at : at + 64])
+                _drain(sock, 0.005)
+            _drain(sock, 0.1)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+    def stop(self):
+        self.listener.close()
+
+
+def test_a_bridge_whose_upstream_answers_mutated_frames_goes_on(tmp_path):
+    """Bridges of every protocol (0-9-1, 1.0, MQTT) whose upstream answers each link with a real
+    upstream's answers mutated: every link ends in a clean error and a reconnect, never a
+    traceback or an internal error; the gateway serves a real client throughout; the bridge
+    says what went wrong (last_error)."""
+    folder = os.path.join(CORPUS, "bridge-upstream")
+    upstreams = {}
+    config = ""
+    for protocol, scheme in (("amqp091", "amqp"), ("amqp10", "amqp10"), ("mqtt", "mqtt")):
+        with open(os.path.join(folder, protocol), "rb") as f:
+            upstreams[protocol] = MutatedUpstream(f.read(), "%d-%s" % (SEED, protocol))
+        config += '[[bridge]]\nname = "%s"\nqueue = "out.%s"\nuri = "%s://guest:guest@127.0.0.1:%d/?connection_timeout=2000"\n' % (
+            protocol, protocol, scheme, upstreams[protocol].port,
+        )  # fmt: skip
+        config += "reconnect_delay = 0.05\nmax_reconnect_delay = 0.2\n"
+        config += 'topic = "up/{routing_key}"\n\n' if protocol == "mqtt" else 'exchange = ""\nrouting_key = "up"\n\n'
+    (tmp_path / "hutch.toml").write_text(config)
+    edge = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(tmp_path / "hutch.toml")], tmp_path)
+    edge.start()
+    served = None
+    try:
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", edge.port))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for protocol in upstreams:
+            channel.queue_declare("out." + protocol, durable=True)
+            for n in range(5):
+                channel.basic_publish("", "out." + protocol, b"reading %d" % n, pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        served = Served("pika", pika_trips(edge.port))
+        links = max(20, min(FRAMES // 100, 5000))  # links each bridge makes to its mutated upstream
+        wait_until(lambda: all(u.links >= links for u in upstreams.values()), 120 + links,
+                   what=lambda: "%d links to each upstream: %s" % (links, {p: u.links for p, u in upstreams.items()}))  # fmt: skip
+        trips = served.stop()
+        served = None
+        log = edge.log()
+        assert "Traceback" not in log and "internal error" not in log and " ERROR " not in log, log[-5000:]
+        done = subprocess.run([os.path.join(BIN, "hutch"), "ctl", "bridges", "--json", "--data", edge.data],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        bridges = {b["name"]: b for b in json.loads(done.stdout)["bridges"]}
+        for protocol in upstreams:
+            assert bridges[protocol]["last_error"], bridges[protocol]
+        print("bridge links answered with mutated frames: %s; a client served %d round trips meanwhile"
+              % ({p: u.links for p, u in upstreams.items()}, trips))  # fmt: skip
+    finally:
+        if served is not None:
+            served.stopped = True
+        for upstream in upstreams.values():
+            upstream.stop()
+        edge.stop()
