@@ -10,14 +10,13 @@ error in the log; the device is polled on to the end. HUTCH_FUZZ_POLLS sets how 
 
 import os
 import random
-import socket
 import struct
-import threading
 import time
 
 import pika
 from brokers import BIN, RunningBroker
 from modbus_support import bound_queue, device_table, drain
+from peer_server import PeerServer
 
 POLLS = int(os.environ.get("HUTCH_FUZZ_POLLS", "100"))
 SEED = int(os.environ.get("HUTCH_FUZZ_SEED", random.randrange(10**6)))
@@ -43,18 +42,9 @@ class Device:
 
     def __init__(self, seed):
         self.rng = random.Random(seed)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.answered = dict.fromkeys(KINDS, 0)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+        self.server = PeerServer(self._serve)
+        self.port = self.server.port
 
     def _serve(self, sock):
         with sock:
@@ -92,7 +82,7 @@ class Device:
                     return
 
     def stop(self):
-        self.listener.close()
+        self.server.stop()
 
 
 def _exactly(sock, n):

@@ -39,6 +39,7 @@ import pika
 import pytest
 from brokers import BIN, RunningBroker, free_port, wait_until
 from paths import TESTS
+from peer_server import PeerServer
 from tls_certs import Certificates
 
 FRAMES = int(os.environ.get("HUTCH_FUZZ_FRAMES", "3000"))
@@ -431,19 +432,12 @@ class MutatedUpstream:
     def __init__(self, answers, seed):
         self.answers = answers
         self.rng = random.Random(seed)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.links = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.server = PeerServer(self._answer)
+        self.port = self.server.port
 
-    def _accept(self):
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            self.links += 1
-            threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
+    @property
+    def links(self):
+        return self.server.accepted
 
     def _answer(self, sock):
         rng = random.Random(self.rng.random())
@@ -464,7 +458,7 @@ class MutatedUpstream:
             sock.close()
 
     def stop(self):
-        self.listener.close()
+        self.server.stop()
 
 
 def test_a_bridge_whose_upstream_answers_mutated_frames_goes_on(tmp_path):
