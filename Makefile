@@ -47,6 +47,7 @@ SOCAT := /usr/bin/socat
 # Debian's strace: the power-cut tests record the broker's file calls with it
 # (tests/support/crash_states.py)
 STRACE := /usr/bin/strace
+CLANG := /usr/bin/clang
 # Debian's faketime (libfaketime): the clock-jump tests run the broker a year in the past and
 # move its clock while it runs (tests/interop/system/test_clock_jumps.py)
 FAKETIME := /usr/bin/faketime
@@ -93,7 +94,8 @@ soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT) $(STRACE)
 
 # Every fuzz target under atheris without end, a turn of 300 s each (tests/fuzz/fuzz_all.py:
 # ARGS="--seconds 60 --only amqp091-session"); its corpora grow in build/fuzz/
-fuzz: $(TEST_INSTALLED)
+# clang: the C accelerator built with libFuzzer's coverage counters (tests/fuzz/c_coverage.py)
+fuzz: $(TEST_INSTALLED) $(CLANG)
 	$(BIN)/python tests/fuzz/fuzz_all.py $(ARGS)
 
 docs: $(DOCS_INSTALLED)
@@ -152,6 +154,9 @@ $(SOCAT):
 
 $(STRACE):
 	$(APT_INSTALL) strace || ($(SUDO) apt-get update -q && $(APT_INSTALL) strace)
+
+$(CLANG):
+	$(APT_INSTALL) clang || ($(SUDO) apt-get update -q && $(APT_INSTALL) clang)
 
 $(FAKETIME):
 	$(APT_INSTALL) faketime || ($(SUDO) apt-get update -q && $(APT_INSTALL) faketime)

@@ -6,6 +6,8 @@ ends the run, said with the command that replays it.
     .venv/bin/python tests/fuzz/fuzz_all.py [--seconds 300] [--rounds N] [--only NAME ...]
 
 After each turn, one line: the target, the inputs run (all turns), per second, coverage.
+Where clang is installed (`make fuzz` installs it), the C accelerator is built with coverage
+counters (c_coverage.py) and the targets' C paths count in their coverage.
 A finding is kept as a regression input in tests/fuzz/findings/NAME/ once fixed.
 """
 
@@ -16,10 +18,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "support")]
 
+from c_coverage import build  # noqa: E402
 from fuzz_support import fuzzed  # noqa: E402
 from fuzz_targets import TARGETS  # noqa: E402
 
-BUILD = os.path.join(HERE, "..", "..", "build", "fuzz")
+BUILD = os.path.normpath(os.path.join(HERE, "..", "..", "build", "fuzz"))
 
 
 def main():
@@ -30,6 +33,8 @@ def main():
     options = parser.parse_args()
     names = options.only or sorted(TARGETS)
     totals = dict.fromkeys(names, 0)
+    c_accel = build(os.path.join(BUILD, "c_accel"))
+    print("fuzz: the C accelerator %s" % ("with coverage counters: " + c_accel if c_accel else "without coverage counters (no clang)"))  # fmt: skip
     round_ = 0
     while not options.rounds or round_ < options.rounds:
         round_ += 1
@@ -37,7 +42,7 @@ def main():
             folder = os.path.join(BUILD, name)
             os.makedirs(folder, exist_ok=True)
             try:
-                figures = fuzzed(name, folder, options.seconds, round_)
+                figures = fuzzed(name, folder, options.seconds, round_, c_accel)
             except AssertionError as e:
                 findings = os.path.join(BUILD, "findings")
                 os.makedirs(findings, exist_ok=True)

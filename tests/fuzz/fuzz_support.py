@@ -37,14 +37,18 @@ def same_outcomes_under_micropython(tmp_path, name, folders):
     return len(here)
 
 
-def fuzzed(name, folder, seconds, seed):
+def fuzzed(name, folder, seconds, seed, c_accel=None):
     """libFuzzer's figures of a bounded run of a target (its new inputs into folder): {runs,
-    per_second, coverage}; AssertionError with its log if an input failed the target."""
+    per_second, coverage}; AssertionError with its log if an input failed the target. c_accel:
+    the C accelerator built with coverage counters (c_coverage.py), for the target to use."""
+    from c_coverage import ENVIRONMENT
+
     command = [sys.executable, os.path.join(HERE, "run.py"), name, str(folder)]
     command += [path for path in kept_folders(name) if os.path.isdir(path)]
     command += ["-max_total_time=%d" % seconds, "-seed=%d" % seed, "-timeout=30", "-rss_limit_mb=2048"]
     command += ["-print_final_stats=1", "-artifact_prefix=%s/" % folder]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    env = dict(os.environ, **({ENVIRONMENT: c_accel} if c_accel else {}))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120, env=env)
     log = done.stdout + done.stderr
     failed = [entry for entry in os.listdir(folder) if entry.startswith(("crash-", "timeout-", "oom-"))]
     assert done.returncode == 0 and not failed, "%s failed on %s:\n%s" % (name, failed, log[-6000:])

@@ -94,6 +94,23 @@ def pika_session(port):
     connection.close()
 
 
+def pika_persistent_session(port):
+    """Persistent publishes in a burst, as a sensor gateway sends them: runs for the journal."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    channel = connection.channel()
+    channel.queue_declare("fz.p", durable=True)
+    persistent = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+    for n in range(200):  # (without confirms: pika sends each at once, and they come in a run)
+        channel.basic_publish("", "fz.p", b'{"sensor": "t1", "seq": %d, "v": 21.5}' % n, persistent)
+    channel.confirm_delivery()
+    for n in range(5):
+        channel.basic_publish("", "fz.p", b'{"seq": %d}' % n, persistent)
+    channel.queue_delete("fz.p")
+    connection.close()
+
+
 def kombu_session(port):
     import kombu
 
@@ -346,7 +363,11 @@ def main():
             import paho.mqtt.client as mqtt
 
             wait_until(lambda: "MQTT over WebSocket" in broker.log(), 30, what="the WebSocket listener")
-            for name, session in (("pika", pika_session), ("kombu", kombu_session)):
+            for name, session in (
+                ("pika", pika_session),
+                ("pika-persistent", pika_persistent_session),
+                ("kombu", kombu_session),
+            ):
                 for n, (sent, _answered) in enumerate(recorded(broker.port, session)):
                     keep("amqp091-session", "%s-%d" % (name, n), PIECES + sent)
                     keep("amqp091-frames", "%s-%d" % (name, n), b"\x01" + sent[8:])  # (the frames after the header)

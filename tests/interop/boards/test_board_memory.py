@@ -39,6 +39,9 @@ it arrives when not even its connection fits, and the broker goes on; a flood en
 for a full queue) and recovers with nothing lost.
 """
 
+import json
+import os
+import random
 import re
 import sys
 import threading
@@ -46,8 +49,9 @@ import time
 
 import pika
 import pytest
-from board_heap import heap_figures, stop_board
+from board_heap import heap_figures, stats_lines, stop_board
 from brokers import RunningBroker, blocked_notices, drain, pump_until, wait_until
+from mutation import Served, mutated, pika_trips, play, seeds
 from pika.exceptions import (
     AMQPConnectionError,
     ChannelClosedByBroker,
@@ -72,7 +76,7 @@ def romfs(tmp_path_factory):
     return build.build(str(tmp_path_factory.mktemp("firmware")))["romfs"]
 
 
-def start_board(romfs, tmp_path, heap):
+def start_board(romfs, tmp_path, heap, *more):
     command = [
         sys.executable,
         "-m",
@@ -87,6 +91,7 @@ def start_board(romfs, tmp_path, heap):
         "esp32",
         "--stats-interval",
         "1",
+        *more,
     ]
     return RunningBroker(command, tmp_path).start()
 
@@ -372,3 +377,126 @@ def test_a_bundle_without_mqtt_says_so_in_one_line_to_a_config_that_serves_it(ro
     said = [line for line in (done.stdout + done.stderr).splitlines() if "MQTT" in line]
     assert len(said) == 1 and "MQTT is not in this board's firmware" in said[0], done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+# The names the recorded sessions use (tests/fuzz/corpus/amqp091-session/): guest may make and
+# use these alone, so what a mutated session leaves (a durable queue and its messages, an
+# exchange) is there to delete before each measure; a name a mutation changed is refused (403).
+FUZZ_NAMES = ("fz.q", "fz.p", "fz.s", "fz.k", "fz.topic")
+BOARD_SESSIONS = int(os.environ.get("HUTCH_FUZZ_BOARD_SESSIONS", "300"))
+# The idle heap between rounds of 600 mutated sessions moved within 5.4 KiB (151,936 to 157,344 B
+# over six rounds, seed 416304) and never grew: what the broker keeps is bounded (a queue's 8
+# messages, its tables of sensors and recent clients) and holds more or less of it by what the
+# last sessions sent. So the heap after the sessions is held to the most of three such rounds
+# before them.
+ROUNDS_BEFORE = 3
+FUZZ_SEED = int(os.environ.get("HUTCH_FUZZ_SEED", random.randrange(10**6)))
+# The sessions were recorded against a host's broker (frame_max 131,072, channel_max 2,047, pika's
+# 60 s heartbeat); a board's frame_max is 4,096 and channel_max 4, and pika's frames of a
+# 5,000-byte body need 8,192: the board is given that, and each session's tune-ok asks for the
+# board's, with a 5 s heartbeat: a session the board holds back (a blocked publisher's socket is
+# not read, as RabbitMQ's is not) is dropped within seconds, not a minute, of its socket closing.
+BOARD_FRAME_MAX, BOARD_CHANNEL_MAX, SESSION_HEARTBEAT = 8192, 4, 5
+# The idle broker takes 124 KiB of this port's heap, the stream code (loaded by a session's
+# stream) 23 KiB more; a queue holds at most 8 messages here, so what the sessions leave queued
+# stays well inside the board's budget for queued messages, and the served client is not held.
+FUZZ_HEAP = "256k"
+
+
+def fuzz_config(path):
+    """The board's config (JSON: MicroPython has no TOML parser): guest held to FUZZ_NAMES, a
+    user of its own for the served client and the clean-up."""
+    from hutch.core.auth import hash_password
+
+    names = "^(%s)$" % "|".join(re.escape(name) for name in FUZZ_NAMES)
+    config = {
+        "limits": {"frame_max": BOARD_FRAME_MAX, "queue_max_messages": 8},
+        "auth": {"loopback_users": []},
+        "users": {
+            "guest": {
+                "password_hash": hash_password("guest", b"salt"),
+                "permissions": {"configure": names, "write": names + "|^amq\\.default$", "read": names},
+            },
+            "served": {"password_hash": hash_password("served", b"salt")},
+        },
+    }
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def for_the_board(session):
+    """A recorded 0-9-1 session whose connection.tune-ok asks for the board's channel_max,
+    BOARD_FRAME_MAX and SESSION_HEARTBEAT."""
+    import struct
+
+    tune_ok = struct.pack(">BHII", 1, 0, 12, 0x000A001F)  # (its frame's head, then the method)
+    at = session.find(tune_ok)
+    assert at >= 0, "no connection.tune-ok in a recorded session"
+    at += len(tune_ok)
+    return session[:at] + struct.pack(">HIH", BOARD_CHANNEL_MAX, BOARD_FRAME_MAX, SESSION_HEARTBEAT) + session[at + 8 :]
+
+
+def idle_heap(board):
+    """The live heap once the board holds no connection and no message (every session gone, what
+    they left deleted), from its stats line saying so."""
+
+    def idle(messages):
+        pattern = r"stats: 0 connections, %s queued messages .*; heap live (\d+)" % messages
+        seen = len(stats_lines(board))
+        found = wait_until(
+            lambda: [line for line in stats_lines(board)[seen:] if re.search(pattern, line)], 60, what="the board idle"
+        )
+        return int(re.search(pattern, found[-1]).group(1))
+
+    idle(r"\d+")  # (a session the board closed holds its place until its close-ok's time is up)
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters(board.host, board.port, credentials=pika.PlainCredentials("served", "served"))
+    )
+    channel = connection.channel()
+    for name in FUZZ_NAMES:
+        channel.queue_delete(name)
+        channel.exchange_delete(name)
+    connection.close()
+    return idle("0")
+
+
+def test_mutated_sessions_leave_the_board_s_heap_as_it_was(romfs, tmp_path):
+    """Real clients' recorded AMQP 0-9-1 sessions, mutated (tests/support/mutation.py), played at
+    a board's broker while a real client is served round trips: no traceback, no MemoryError,
+    and the heap's live bytes once the sessions are gone (what they left deleted) no more than
+    after the rounds of sessions before them (the first round unmutated: the code each path needs
+    loaded). HUTCH_FUZZ_BOARD_SESSIONS: how many in a round."""
+    board = start_board(romfs, tmp_path, FUZZ_HEAP, "--config", fuzz_config(tmp_path / "hutch.json"))
+    rng = random.Random(FUZZ_SEED)
+    recorded = [for_the_board(session) for session in seeds("amqp091-session")]
+    served = None
+    try:
+        for data in recorded:  # the first round: the code of every path a session takes loaded
+            play(board.port, data, rng)
+        rounds = []
+        for _ in range(ROUNDS_BEFORE):
+            for _ in range(BOARD_SESSIONS):
+                play(board.port, mutated(rng.choice(recorded), rng), rng)
+            rounds.append(idle_heap(board))
+        before = max(rounds)
+        served = Served("pika", pika_trips(board.port, credentials=pika.PlainCredentials("served", "served")))
+        began = time.monotonic()
+        for _ in range(BOARD_SESSIONS):
+            play(board.port, mutated(rng.choice(recorded), rng), rng)
+        seconds = time.monotonic() - began
+        trips = served.stop()
+        served = None
+        after = idle_heap(board)
+        _, peak = heap_figures(board)
+        log = board.log()
+    finally:
+        if served is not None:
+            served.stopped = True
+        stop_board(board)
+    refused = log.count("connection limit (4)")
+    print(
+        "\nesp32 profile, %s unix heap: %d mutated sessions in %.1f s (%d refused at the board's 4 connections), "
+        "%d round trips served meanwhile; idle heap live after rounds before %s B, after %d B (peak %d B; seed %d)"
+        % (FUZZ_HEAP, BOARD_SESSIONS, seconds, refused, trips, rounds, after, peak, FUZZ_SEED)
+    )
+    assert after <= before + 512, "the heap kept %d B more after the sessions" % (after - before)
