@@ -288,9 +288,7 @@ class RabbitMQ:
             RABBITMQ_CONFIG_FILE=config,
             RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(home, "enabled_plugins"),
             RABBITMQ_ENABLED_PLUGINS=",".join(plugins),
-            # (HUTCH_RABBITMQ_ERL_ARGS: more emulator flags, which the test suite sets)
-            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1} "
-            + os.environ.get("HUTCH_RABBITMQ_ERL_ARGS", ""),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
         )
         self._launch()
 

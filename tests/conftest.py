@@ -18,13 +18,6 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     _LOW = 10000 + (int(_WORKER[2:]) % 8) * 2800  # eight ranges of 2,800 ports: 10000 to 32400
     os.environ["HUTCH_FREE_PORTS"] = "%d-%d" % (_LOW, _LOW + 2800)
 
-# Every RabbitMQ node the tests start (the oracle, the cluster, those `hutch bench
-# --start-rabbitmq` starts) sleeps when it runs out of work instead of spinning first (Erlang's
-# scheduler busy-wait): the suite keeps both cores busy, and a node's spin is CPU another test
-# waits for (3,000 confirmed publishes cost a node 0.47 s of CPU with the spin, 0.36 without).
-# A user's `hutch bench` leaves RabbitMQ as it comes.
-os.environ.setdefault("HUTCH_RABBITMQ_ERL_ARGS", "+sbwt none +sbwtdcpu none +sbwtdio none")
-
 
 # The kinds of test a run may pick or leave out (`pytest -m "not soak and not bench"`); pytest
 # refuses a marker not listed here (--strict-markers).
