@@ -479,7 +479,10 @@ def test_mutated_sessions_leave_the_board_s_heap_as_it_was(romfs, tmp_path):
                 play(board.port, mutated(rng.choice(recorded), rng), rng)
             rounds.append(idle_heap(board))
         before = max(rounds)
-        served = Served("pika", pika_trips(board.port, credentials=pika.PlainCredentials("served", "served")))
+        # (a publish the board nacks while the sessions' messages fill its budget is sent again)
+        served = Served(
+            "pika", pika_trips(board.port, credentials=pika.PlainCredentials("served", "served"), nacked_again=True)
+        )
         began = time.monotonic()
         for _ in range(BOARD_SESSIONS):
             play(board.port, mutated(rng.choice(recorded), rng), rng)

@@ -1,7 +1,8 @@
 """The Modbus line from the device's side: a device that answers garbage, late, twice, for
-another unit or another transaction, cut short, too long, or with an exception, at random
-among its right answers, while hutch polls it (Modbus TCP, a poll every 0.1 s) and a real
-client is served on the same broker.
+another unit or another transaction (Modbus TCP) or with a wrong CRC (RTU), cut short, too long,
+or with an exception, at random among its right answers, while hutch polls it (a poll every
+0.1 s; over Modbus TCP, and over RTU on an RS-485 line of two ptys joined by socat, at 115,200
+baud) and a real client is served on the same broker.
 
 Only a right answer becomes a reading (every reading holds the values the device's right
 answers hold); each other one is a failed poll, counted, never a traceback or an internal
@@ -11,12 +12,17 @@ error in the log; the device is polled on to the end. HUTCH_FUZZ_POLLS sets how 
 import os
 import random
 import struct
+import threading
 import time
 
 import pika
+import pytest
+import serial
 from brokers import BIN, RunningBroker
-from modbus_support import bound_queue, device_table, drain
+from modbus_support import PtyPair, bound_queue, device_table, drain
 from peer_server import PeerServer
+
+from hutch.devices.modbus.rtu import framed
 
 POLLS = int(os.environ.get("HUTCH_FUZZ_POLLS", "100"))
 SEED = int(os.environ.get("HUTCH_FUZZ_SEED", random.randrange(10**6)))
@@ -25,6 +31,7 @@ TEMP = struct.pack(">f", 21.5)  # input registers 0-1
 # mostly right: a device wrong in most of its answers is down, and polled after a backoff that
 # doubles up to a minute (devices/device.py)
 KINDS = ("right",) * 20 + ("garbage", "late", "twice", "unit", "transaction", "short", "long", "exception", "silent")
+RTU_KINDS = ("right",) * 20 + ("garbage", "late", "twice", "unit", "crc", "short", "long", "exception", "silent")
 
 
 def answer_pdu(pdu):
@@ -34,6 +41,24 @@ def answer_pdu(pdu):
     if pdu[0] == 4:
         return struct.pack(">BB", 4, 4) + TEMP
     return bytes((pdu[0] | 0x80, 1))  # (a function it does not have: illegal function)
+
+
+def wrong(kind, body, rng):
+    """A PDU answer made wrong the ways both transports share (or left right)."""
+    if kind == "exception":
+        return bytes((body[0] | 0x80, 2))  # illegal data address
+    if kind == "long":
+        return body + bytes(rng.randrange(256) for _ in range(rng.randint(1, 9)))
+    return body
+
+
+def sent(kind, frame, rng):
+    """The octets a frame goes out as: garbage instead, cut short, or twice."""
+    if kind == "garbage":
+        return bytes(rng.randrange(256) for _ in range(rng.randint(1, 24)))
+    if kind == "short":
+        return frame[: rng.randint(1, len(frame) - 1)]
+    return frame * 2 if kind == "twice" else frame
 
 
 class Device:
@@ -58,31 +83,59 @@ class Device:
                     return
                 kind = self.rng.choice(KINDS)
                 self.answered[kind] += 1
-                body = answer_pdu(pdu)
-                if kind == "exception":
-                    body = bytes((pdu[0] | 0x80, 2))  # illegal data address
-                elif kind == "unit":
+                body = wrong(kind, answer_pdu(pdu), self.rng)
+                if kind == "unit":
                     unit ^= 0x5A
                 elif kind == "transaction":
                     transaction ^= 0x0101
-                elif kind == "long":
-                    body += bytes(self.rng.randrange(256) for _ in range(self.rng.randint(1, 9)))
                 frame = struct.pack(">HHHB", transaction, protocol, len(body) + 1, unit) + body
-                if kind == "garbage":
-                    frame = bytes(self.rng.randrange(256) for _ in range(self.rng.randint(1, 24)))
-                elif kind == "short":
-                    frame = frame[: self.rng.randint(1, len(frame) - 1)]
                 try:
                     if kind == "silent":
                         continue
                     if kind == "late":
                         time.sleep(0.4)  # (past the read's timeout of 0.3 s)
-                    sock.sendall(frame * 2 if kind == "twice" else frame)
+                    sock.sendall(sent(kind, frame, self.rng))
                 except OSError:
                     return
 
     def stop(self):
         self.server.stop()
+
+
+class RtuDevice:
+    """A Modbus RTU device (unit 1) on the device's end of a pty line, answering each request as
+    RTU_KINDS says, at random (seeded); counts what it answered."""
+
+    def __init__(self, path, seed):
+        self.rng = random.Random(seed)
+        self.answered = dict.fromkeys(RTU_KINDS, 0)
+        self.port = serial.Serial(path, 115200, timeout=0.2)
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped:
+            request = self.port.read(8)  # (a read request: unit, function, start, count, CRC)
+            if len(request) < 8:
+                self.port.reset_input_buffer()  # (a master's frame cut by a timeout: start again)
+                continue
+            kind = self.rng.choice(RTU_KINDS)
+            self.answered[kind] += 1
+            unit = request[0] ^ 0x5A if kind == "unit" else request[0]
+            frame = framed(unit, wrong(kind, answer_pdu(request[1:-2]), self.rng))
+            if kind == "crc":
+                frame = frame[:-1] + bytes((frame[-1] ^ 0xFF,))
+            if kind == "silent":
+                continue
+            if kind == "late":
+                time.sleep(0.4)  # (past the read's timeout of 0.3 s)
+            self.port.write(sent(kind, frame, self.rng))
+
+    def stop(self):
+        self.stopped = True
+        self.thread.join(5)
+        self.port.close()
 
 
 def _exactly(sock, n):
@@ -98,10 +151,18 @@ def _exactly(sock, n):
     return data
 
 
-def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path):
-    device = Device(SEED)
+@pytest.mark.parametrize("transport", ["tcp", "rtu"])
+def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path, transport):
+    line = None
+    if transport == "tcp":
+        device = Device(SEED)
+        uri = "modbus+tcp://127.0.0.1:%d" % device.port
+    else:
+        line = PtyPair(tmp_path)
+        device = RtuDevice(line.ends[0], SEED)
+        uri = "modbus+rtu://%s?baudrate=115200" % line.ends[1]
     config = tmp_path / "hutch.toml"
-    config.write_text(device_table("odd-meter", "modbus+tcp://127.0.0.1:%d" % device.port, 1, 0.1))
+    config.write_text(device_table("odd-meter", uri, 1, 0.1))
     broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
     try:
         bound_queue(broker)
@@ -123,8 +184,10 @@ def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path):
         assert readings, "no poll got right answers to both its reads (answers: %s)" % device.answered
         log = broker.log()
         assert "Traceback" not in log and "internal error" not in log and " ERROR " not in log, log[-5000:]
-        print("device answers: %s; %d readings, all right; %d round trips of a client meanwhile (seed %d)"
-              % (device.answered, len(readings), trips, SEED))  # fmt: skip
+        print("%s device answers: %s; %d readings, all right; %d round trips of a client meanwhile (seed %d)"
+              % (transport, device.answered, len(readings), trips, SEED))  # fmt: skip
     finally:
         device.stop()
         broker.stop()
+        if line is not None:
+            line.stop()
