@@ -127,6 +127,14 @@ def kombu_session(port):
 # ---------------------------------------------------------------- MQTT
 
 
+def mqtt_js_session(port, version):
+    """MQTT.js (tests/node/mqtt_js.js: a persistent subscriber, QoS 0-2, a retained message, a
+    will on a cut link, user properties in 5), its clients each a link."""
+    from mqtt_brokers import run_mqtt_js
+
+    run_mqtt_js(None, version, url="mqtt://guest:guest@127.0.0.1:%d" % port)
+
+
 def paho_session(port, version, transport="tcp"):
     import paho.mqtt.client as mqtt
     from paho.mqtt.packettypes import PacketTypes
@@ -377,6 +385,12 @@ def main():
                 ):
                     keep("mqtt-session", "%s-%d" % (name, n), PIECES + sent)
                     keep("mqtt-packets", "%s-%d" % (name, n), sent)
+            for version in (4, 5):
+                for n, (sent, _answered) in enumerate(
+                    recorded(mqtt_port, lambda port, v=version: mqtt_js_session(port, v))
+                ):
+                    keep("mqtt-session", "mqtt-js-%d-%d" % (version, n), PIECES + sent)
+                    keep("mqtt-packets", "mqtt-js-%d-%d" % (version, n), sent)
             for name, version in (("paho-3.1.1", mqtt.MQTTv311), ("paho-5", mqtt.MQTTv5)):
                 links = recorded(ws_port, lambda port, v=version: paho_session(port, v, "websockets"))
                 for n, (sent, _answered) in enumerate(links):
