@@ -125,14 +125,9 @@ class Served:
         return self.done
 
 
-def pika_trips(port, ssl_options=None, credentials=None, nacked_again=False):
-    """A pika client's round trips; nacked_again: a publish the broker nacks (a board's memory
-    budget full, its documented answer) is sent again after a pause, not a failure."""
-
+def pika_trips(port, ssl_options=None):
     def trips(stopped):
         params = pika.ConnectionParameters("127.0.0.1", port, ssl_options=ssl_options, heartbeat=0)
-        if credentials is not None:
-            params.credentials = credentials
         connection = pika.BlockingConnection(params)
         channel = connection.channel()
         queue = channel.queue_declare("", exclusive=True).method.queue
@@ -140,14 +135,7 @@ def pika_trips(port, ssl_options=None, credentials=None, nacked_again=False):
         n = 0
         while not stopped():
             n += 1
-            while True:
-                try:
-                    channel.basic_publish("", queue, b"trip %d" % n)
-                    break
-                except pika.exceptions.NackError:
-                    if not nacked_again:
-                        raise
-                    connection.sleep(0.1)
+            channel.basic_publish("", queue, b"trip %d" % n)
             got = channel.basic_get(queue, auto_ack=True)[2]
             assert got == b"trip %d" % n, got
             yield n
