@@ -131,10 +131,13 @@ class Line(base.Line):
         unit = device.settings["unit"]
         for read in reads_of(device):
             kind, start, count, _members = read
-            answer = await self._asked(
-                getattr(client, READS[kind])(start, count=count, device_id=unit), described(read)
-            )
-            values.update(decode(read, answer.bits[:count] if kind in BITS else answer.registers))
+            what = described(read)
+            answer = await self._asked(getattr(client, READS[kind])(start, count=count, device_id=unit), what)
+            got = answer.bits if kind in BITS else answer.registers
+            if len(got) < count:  # (pymodbus hands on a sound answer whatever it counts)
+                unit_name = "bits" if kind in BITS else "registers"
+                raise Failed("error", "an answer of %d %s to %s" % (len(got), unit_name, what))
+            values.update(decode(read, got[:count]))
         return values
 
     def close(self):

@@ -18,7 +18,7 @@ import time
 import pika
 import pytest
 import serial
-from brokers import BIN, RunningBroker
+from brokers import BIN, RunningBroker, wait_until
 from modbus_support import PtyPair, bound_queue, device_table, drain
 from peer_server import PeerServer
 
@@ -30,8 +30,9 @@ MOISTURE = 100  # holding register 0 (scaled 0.1: 10.0 %)
 TEMP = struct.pack(">f", 21.5)  # input registers 0-1
 # mostly right: a device wrong in most of its answers is down, and polled after a backoff that
 # doubles up to a minute (devices/device.py)
-KINDS = ("right",) * 20 + ("garbage", "late", "twice", "unit", "transaction", "short", "long", "exception", "silent")
-RTU_KINDS = ("right",) * 20 + ("garbage", "late", "twice", "unit", "crc", "short", "long", "exception", "silent")
+WRONG = ("garbage", "late", "twice", "unit", "short", "long", "fewer", "exception", "silent")
+KINDS = ("right",) * 20 + WRONG + ("transaction",)
+RTU_KINDS = ("right",) * 20 + WRONG + ("crc",)
 
 
 def answer_pdu(pdu):
@@ -45,6 +46,8 @@ def answer_pdu(pdu):
 
 def wrong(kind, body, rng):
     """A PDU answer made wrong the ways both transports share (or left right)."""
+    if kind == "fewer":  # a sound answer with a register less than was asked for
+        return bytes((body[0], body[1] - 2)) + body[2:-2]
     if kind == "exception":
         return bytes((body[0] | 0x80, 2))  # illegal data address
     if kind == "long":
@@ -104,11 +107,12 @@ class Device:
 
 class RtuDevice:
     """A Modbus RTU device (unit 1) on the device's end of a pty line, answering each request as
-    RTU_KINDS says, at random (seeded); counts what it answered."""
+    kinds (RTU_KINDS) says, at random (seeded); counts what it answered."""
 
-    def __init__(self, path, seed):
+    def __init__(self, path, seed, kinds=RTU_KINDS):
         self.rng = random.Random(seed)
-        self.answered = dict.fromkeys(RTU_KINDS, 0)
+        self.kinds = kinds
+        self.answered = dict.fromkeys(kinds, 0)
         self.port = serial.Serial(path, 115200, timeout=0.2)
         self.stopped = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -120,7 +124,7 @@ class RtuDevice:
             if len(request) < 8:
                 self.port.reset_input_buffer()  # (a master's frame cut by a timeout: start again)
                 continue
-            kind = self.rng.choice(RTU_KINDS)
+            kind = self.rng.choice(self.kinds)
             self.answered[kind] += 1
             unit = request[0] ^ 0x5A if kind == "unit" else request[0]
             frame = framed(unit, wrong(kind, answer_pdu(request[1:-2]), self.rng))
@@ -191,3 +195,23 @@ def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path, 
         broker.stop()
         if line is not None:
             line.stop()
+
+
+def test_an_answer_with_fewer_registers_than_asked_is_an_error_of_the_poll(tmp_path):
+    """A device whose every answer is sound (its CRC right) but holds a register less than the
+    read asked for: each poll fails as an error said in one line, never a reading, never an
+    internal error (pymodbus hands such an answer on: decoding it raised struct.error)."""
+    line = PtyPair(tmp_path)
+    device = RtuDevice(line.ends[0], SEED, kinds=("fewer",))
+    config = tmp_path / "hutch.toml"
+    config.write_text(device_table("short-meter", "modbus+rtu://%s?baudrate=115200" % line.ends[1], 1, 0.1))
+    broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
+    try:
+        said = "device short-meter: down (error: an answer of 0 registers to a read of 1 holding at 0)"
+        wait_until(lambda: said in broker.log(), 30, what=lambda: broker.log()[-2000:])
+        log = broker.log()
+        assert "Traceback" not in log and "internal error" not in log and " ERROR " not in log, log[-5000:]
+    finally:
+        device.stop()
+        broker.stop()
+        line.stop()
