@@ -31,7 +31,11 @@ def duration_ms(value):
     value is not one (also for zero, which RabbitMQ refuses)."""
     if not isinstance(value, (bytes, str)):
         return None
-    value = value.decode() if isinstance(value, bytes) else value
+    if isinstance(value, bytes):
+        try:
+            value = value.decode()
+        except UnicodeError:  # (not UTF-8: no duration of RabbitMQ's)
+            return None
     digits = value[:-1]
     unit = DURATION_UNITS.get(value[-1:])
     if unit is None or not digits or not digits.isdigit():  # isdigit: no sign, no space, no dot
@@ -126,7 +130,11 @@ def start_of(arguments, name, method):
 def _erlang(value):
     """A refused x-stream-offset as RabbitMQ prints it: {longstr,<<"5">>}, {bool,true}..."""
     if isinstance(value, (bytes, str)):
-        return '{longstr,<<"%s">>}' % text(as_bytes(value))
+        octets = as_bytes(value)
+        try:
+            return '{longstr,<<"%s">>}' % octets.decode()
+        except UnicodeError:  # not UTF-8: as Erlang prints a binary that is no text
+            return "{longstr,<<%s>>}" % ",".join(str(octet) for octet in octets)
     if isinstance(value, bool):
         return "{bool,%s}" % ("true" if value else "false")
     return "{%s,...}" % type_name(value)

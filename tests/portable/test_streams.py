@@ -408,7 +408,13 @@ def _forms(folder):
         b"later": [10, 11, 12, 13],
     }, got
     # refused forms, in RabbitMQ's words (3.10 crashes with 541 on "banana" and true; 406 since)
-    for bad, shown in (("5", '{longstr,<<"5">>}'), ("banana", '{longstr,<<"banana">>}'), (True, "{bool,true}")):
+    # (b"firs\x80": a mutated "first" that is no UTF-8, which raised UnicodeDecodeError)
+    for bad, shown in (
+        ("5", '{longstr,<<"5">>}'),
+        ("banana", '{longstr,<<"banana">>}'),
+        (True, "{bool,true}"),
+        (b"firs\x80", "{longstr,<<102,105,114,115,128>>}"),
+    ):
         text = refusal(consume(c, bad, ch=2), spec.PRECONDITION_FAILED)
         assert text == (
             "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue 's' in vhost '/': "
