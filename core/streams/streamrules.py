@@ -31,11 +31,7 @@ def duration_ms(value):
     value is not one (also for zero, which RabbitMQ refuses)."""
     if not isinstance(value, (bytes, str)):
         return None
-    if isinstance(value, bytes):
-        try:
-            value = value.decode()
-        except UnicodeError:  # (not UTF-8: no duration of RabbitMQ's)
-            return None
+    value = text(value)  # (octets that are no UTF-8 come back as their repr: no duration)
     digits = value[:-1]
     unit = DURATION_UNITS.get(value[-1:])
     if unit is None or not digits or not digits.isdigit():  # isdigit: no sign, no space, no dot
