@@ -89,7 +89,7 @@ soak: $(TEST_INSTALLED) $(RABBITMQ_SERVER) $(SOCAT) $(STRACE)
 	HUTCH_CLUSTER_ROUNDS=10 $(BIN)/python -m pytest -n 1 tests/interop/bridge/test_bridge_cluster.py $(ARGS)
 	HUTCH_MODBUS_SECONDS=600 HUTCH_MODBUS_CUT=60 $(BIN)/python -m pytest -n 1 tests/interop/devices/test_modbus_to_parquet.py $(ARGS)
 	HUTCH_CRASH_STATES=20000 $(BIN)/python -m pytest -n 1 tests/interop/system/test_power_cut.py $(ARGS)
-	HUTCH_FUZZ_FRAMES=10000000 HUTCH_FUZZ_REQUESTS=100000 $(BIN)/python -m pytest -n 1 tests/interop/security/test_mutated_sessions.py $(ARGS)
+	HUTCH_FUZZ_FRAMES=10000000 HUTCH_FUZZ_REQUESTS=100000 HUTCH_FUZZ_PLAYERS=8 $(BIN)/python -m pytest -n 1 tests/interop/security/test_mutated_sessions.py $(ARGS)
 	HUTCH_FUZZ_POLLS=10000 $(BIN)/python -m pytest -n 1 tests/interop/devices/test_device_answers_mutated.py $(ARGS)
 
 # Every fuzz target under atheris without end, a turn of 300 s each (tests/fuzz/fuzz_all.py:

@@ -22,7 +22,7 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
 # The kinds of test a run may pick or leave out (`pytest -m "not soak and not bench"`); pytest
 # refuses a marker not listed here (--strict-markers).
 MARKERS = {
-    "long": "takes half a minute or more alone; started early in a run",
+    "long": "takes half a minute or more alone, or 15 s and more mostly waiting (timers, lines, restarts); started early in a run",
     "soak": "a fault run that `make soak` lengthens (its module's settings); `make test` runs it short",
     "bench": "`hutch bench` runs that print figures and assert none (tests/interop/bench/, by folder)",
     "system": "the broker as a program: processes, signals, files (tests/interop/system/, by folder)",
@@ -45,7 +45,11 @@ def pytest_collection_modifyitems(items):
     size alone, the bridge soak toward RabbitMQ (a group of one, five minutes) came after the
     small groups and the soak toward hutch (100 s) right behind it on the same worker: that
     started 486 s into a run and ended it, the other workers' cores idle in its last minute
-    and a half. A long test handed out last ends a run the same way. (In each worker alike:
+    and a half. A long test handed out last ends a run the same way. So does a test that mostly
+    waits (a delayed will, a fleet's confirm_within, a device answering late): the run's first
+    eight minutes keep both cores busy, and a test waiting there costs them nothing, while six
+    such tests at the end left a third of the cores idle for three minutes; they are marked
+    long too. (In each worker alike:
     every worker must collect the same list.)"""
 
     for item in items:

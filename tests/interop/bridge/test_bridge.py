@@ -61,6 +61,7 @@ def test_an_up_bridge_forwards_every_confirmed_message_to_rabbitmq_in_order(tmp_
     assert not edge.errors(), edge.log()[-3000:]
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_messages_wait_at_the_edge_while_upstream_is_unreachable_then_go_in_order(tmp_path, rabbitmq):
     """The first URI refuses connections (nothing listens there): the bridge logs why, backs
     off, and fails over to the second; meanwhile the backlog waits in the local queue."""
@@ -551,6 +552,7 @@ def test_hutch_to_hutch_stays_exactly_once_when_the_upstream_hutch_is_sigkilled(
     assert max(dropped) > 0, dropped
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_amqps_checks_upstreams_certificate_and_forwards_over_tls(tmp_path, rabbitmq):
     """Upstream behind TLS (a terminator in front of the run's RabbitMQ), its certificate
     self-signed: trusted through ca_file it forwards; with the system's CAs only it is refused

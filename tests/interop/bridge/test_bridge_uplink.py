@@ -118,6 +118,7 @@ def test_after_an_outage_the_budget_paces_the_drain_and_the_higher_priority_goes
     assert sent <= 1.1 * (budget / 10 + budget * took) + 500, "the budget was exceeded"
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_every_n_seconds_for_m_it_connects_sends_only_then_and_keeps_the_rest_on_disk(tmp_path):
     """every = 10, open_for = 3: a publisher sends a message every 100 ms for 22 s; upstream gets
     each once, in order, and each within a window (at most a moment after its close, in flight

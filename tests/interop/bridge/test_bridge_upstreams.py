@@ -57,6 +57,7 @@ def queue_for(rabbitmq, protocol, name):
     return url
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 @pytest.mark.timeout(240)  # about 30 s alone; a loaded machine's RabbitMQ is slow to take links back
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_cut_reset_and_black_holed_links_lose_nothing_and_keep_order(tmp_path, rabbitmq, protocol):

@@ -155,6 +155,7 @@ def _exactly(sock, n):
     return data
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 @pytest.mark.parametrize("transport", ["tcp", "rtu"])
 def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path, transport):
     line = None

@@ -79,6 +79,7 @@ class SensorLoad:
         return self.sent
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_five_gateways_take_their_group_s_documents_in_waves_with_readings_flowing(rabbitmq, tmp_path):
     """Five gateways of one group, each bridging readings up to RabbitMQ while documents change
     that bridge under it: version 1 reaches all five; one cut off from the fleet's upstream (a
@@ -287,6 +288,7 @@ def test_what_a_member_refuses_and_why(rabbitmq, tmp_path):
     gateway.stop()
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_a_document_not_confirmed_upstream_is_rolled_back_and_a_kill_retries_it(rabbitmq, tmp_path):
     """A member whose status cannot be confirmed upstream (its user may not publish it) applies
     a document, then goes back to the configuration before it once confirm_within has passed,

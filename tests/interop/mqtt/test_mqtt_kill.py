@@ -17,6 +17,7 @@ QOS1_ROUND = 200  # QoS 1 messages published each round before the kill, without
 QOS2_ROUND = 60  # ... and QoS 2 ones (Paho has 20 in flight at a time: the rest wait in it)
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 @pytest.mark.timeout(400)
 def test_every_acknowledged_message_survives_sigkills_and_qos_2_is_taken_once(tmp_path):
     broker = start_hutch(tmp_path)

@@ -21,6 +21,9 @@ HUTCH_FUZZ_FRAMES sets how many frames each protocol's front door is sent (the s
 each session's counted as its seed's): a few thousand in `make test`; `make soak` ten million.
 HUTCH_FUZZ_REQUESTS sets how many requests the metrics port and the control socket are sent
 (one a session, at a few hundred a second: `make soak` sends each a hundred thousand).
+HUTCH_FUZZ_PLAYERS sets how many sessions each door is played at once (1 in `make test`): an
+MQTT session is a few small packets and a wait for the broker's answers, so one player reaches
+two thousand frames a second, and `make soak` plays several to send its ten million in minutes.
 """
 
 import json
@@ -57,6 +60,7 @@ DOORS = {
 }
 BOUNDS = "[limits]\nqueue_max_messages = 500\nmax_queues = 500\n\n[mqtt]\nmax_session_expiry = 5\n"
 ONLY = os.environ.get("HUTCH_FUZZ_DOORS")  # some doors alone: "amqp091,mqtt"
+PLAYERS = int(os.environ.get("HUTCH_FUZZ_PLAYERS", "1"))
 
 pytestmark = pytest.mark.timeout(600 + FRAMES // 500 + REQUESTS // 100)
 
@@ -223,20 +227,20 @@ def test_mutated_sessions_at_every_front_door_cost_nothing_else(tmp_path):
         figures = {}
         samples = []  # (s since the start, RSS), twice a second while the doors are fuzzed
 
-        def fuzz(door):
+        def fuzz(door, player):
             port, recorded, tls = plan[door]
-            door_rng = random.Random("%d-%s" % (SEED, door))
+            door_rng = random.Random("%d-%s-%d" % (SEED, door, player))
             frames = sessions = 0
             began = time.monotonic()
-            bound = REQUESTS if DOORS[door][2] == "one" else FRAMES
+            bound = (REQUESTS if DOORS[door][2] == "one" else FRAMES) // PLAYERS
             while frames < bound:
                 data, count = door_rng.choice(recorded)
                 play(port, mutated(data, door_rng), door_rng, tls)
                 frames += count
                 sessions += 1
-            figures[door] = (sessions, frames, time.monotonic() - began)
+            figures[door, player] = (sessions, frames, time.monotonic() - began)
 
-        threads = [threading.Thread(target=fuzz, args=(door,)) for door in plan]
+        threads = [threading.Thread(target=fuzz, args=(door, n)) for door in plan for n in range(PLAYERS)]
         began = time.monotonic()
         for thread in threads:
             thread.start()
@@ -245,7 +249,9 @@ def test_mutated_sessions_at_every_front_door_cost_nothing_else(tmp_path):
             time.sleep(0.5)
         for thread in threads:
             thread.join()
-        assert len(figures) == len(plan), "a door's sessions stopped: %s" % sorted(set(plan) - set(figures))
+        assert len(figures) == len(threads), "a door's sessions stopped: %s" % sorted(
+            set(plan) - {d for d, _ in figures}
+        )
         trips = {client.name: client.stop() for client in served}
         served = []
         after = rss(broker.proc.pid)
@@ -254,8 +260,10 @@ def test_mutated_sessions_at_every_front_door_cost_nothing_else(tmp_path):
         log = broker.log()
         assert "Traceback" not in log and "internal error" not in log and " ERROR " not in log, log[-5000:]
         assert after <= before * 1.10, "RSS %d after the sessions, %d before" % (after, before)
-        for door, (sessions, frames, seconds) in sorted(figures.items()):
-            print("%s: %d mutated sessions, %d frames in %.1f s (%.0f frames/s)" % (door, sessions, frames, seconds, frames / seconds))  # fmt: skip
+        for door in plan:
+            sessions, frames = (sum(figures[door, n][i] for n in range(PLAYERS)) for i in (0, 1))
+            seconds = max(figures[door, n][2] for n in range(PLAYERS))
+            print("%s: %d mutated sessions, %d frames in %.1f s (%.0f frames/s, %d at once)" % (door, sessions, frames, seconds, frames / seconds, PLAYERS))  # fmt: skip
         print("served throughout: %s; RSS after each quarter %s, at the end %d (seed %d)" % (trips, quarters, after, SEED))  # fmt: skip
     finally:
         for client in served:

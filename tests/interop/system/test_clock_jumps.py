@@ -84,6 +84,7 @@ def window_around_now():
     return "%02d:%02d-%02d:%02d" % (start, now.tm_min, end, now.tm_min)
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_a_year_behind_then_forward_then_back_a_day(tmp_path):
     upstream_folder = tmp_path / "up"
     upstream_folder.mkdir()

@@ -40,6 +40,7 @@ def connect(port):
     return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1))
 
 
+@pytest.mark.long  # mostly waits: started early (tests/conftest.py)
 def test_the_service_under_a_real_systemd_ready_watched_reloaded_and_restarted(tmp_path):
     tree = debian_tree()
     sentinel = tempfile.NamedTemporaryFile(prefix="hutch-sentinel-", dir="/tmp", delete=False)
