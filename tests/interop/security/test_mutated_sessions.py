@@ -259,7 +259,7 @@ def test_mutated_sessions_at_every_front_door_cost_nothing_else(tmp_path):
         before = quarters[0]
         log = broker.log()
         assert "Traceback" not in log and "internal error" not in log and " ERROR " not in log, log[-5000:]
-        assert after <= before * 1.10, "RSS %d after the sessions, %d before" % (after, before)
+        assert after <= before * 1.10, "RSS %d after the sessions, %d before (after each quarter %s)" % (after, before, quarters)  # fmt: skip
         for door in plan:
             sessions, frames = (sum(figures[door, n][i] for n in range(PLAYERS)) for i in (0, 1))
             seconds = max(figures[door, n][2] for n in range(PLAYERS))
