@@ -47,6 +47,14 @@ def mutated(rng, data):
     return bytes(data)
 
 
+def still_serving(broker):
+    client = Paho(broker, "after").connect()
+    client.subscribe("after/check", 1)
+    client.publish("after/check", b"still serving", 1)
+    assert client.take(1)[0][:2] == ("after/check", b"still serving")
+    client.stop()
+
+
 def test_a_thousand_mutated_sessions_leave_the_broker_serving(tmp_path):
     broker = start_hutch(tmp_path)
     rng = random.Random(20261126)
@@ -69,11 +77,7 @@ def test_a_thousand_mutated_sessions_leave_the_broker_serving(tmp_path):
                         pass
                 except OSError:
                     pass  # the broker hung up on what it could not read
-        client = Paho(broker, "after").connect()
-        client.subscribe("after/check", 1)
-        client.publish("after/check", b"still serving", 1)
-        assert client.take(1)[0][:2] == ("after/check", b"still serving")
-        client.stop()
+        still_serving(broker)
     finally:
         stop(broker)  # (fails on any ERROR line or traceback in the broker's log)
 
@@ -117,10 +121,6 @@ def test_clients_that_announce_a_16_mb_packet_and_go_leave_no_memory_behind(tmp_
         after = resident(pid)
         print("resident memory before ten clients that announced 16 MB: %d B, after them: %d B" % (before, after))
         assert after < before + 8 * 1024 * 1024, (before, after)
-        client = Paho(broker, "after").connect()
-        client.subscribe("after/check", 1)
-        client.publish("after/check", b"still serving", 1)
-        assert client.take(1)[0][:2] == ("after/check", b"still serving")
-        client.stop()
+        still_serving(broker)
     finally:
         stop(broker)
