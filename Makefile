@@ -10,7 +10,10 @@
 #   make check    the inner loop: lint and the in-process tests (no other broker, JVM or Node)
 #   make soak     the long runs at full length: the bridge's soaks, 100 faults toward hutch and
 #                 toward RabbitMQ (make test runs 20 of each); Modbus devices to Parquet for 10
-#                 minutes with the uplink cut for one (make test: 40 s, cut for 10)
+#                 minutes with the uplink cut for one (make test: 40 s, cut for 10); 20,000
+#                 power-cut crash states (make test: 120); ten million mutated frames at each
+#                 front door and 100,000 requests at the metrics port and the control socket
+#                 (make test: 3,000 and 2,000); 10,000 polls of a device answering wrongly
 #   make docs     the documentation site into site/ (Sphinx, warnings are errors)
 #   make screenshot   docs/assets/home.png: the built site's home page in headless Chromium
 
