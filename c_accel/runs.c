@@ -5,17 +5,18 @@
 #include "runs.h"
 
 /* Whether the properties from `at` on of a content header payload p[0:len] whose property flags
- * are `flags` end exactly at len: those after the headers table, the only ones a run lets
- * differ (fixed_length in amqp091/batch.py keeps reply-to, expiration, user-id and a further
- * flag word alike). Each is stepped over by its length; what is cut short or overlong is no
- * part of a run, and goes one by one, to codec/wire.py check_property_list's frame error. */
+ * are `flags` end exactly at len: those after the delivery-mode, the only ones a run lets
+ * differ (fixed_length in amqp091/batch.py keeps the delivery-mode, whether the journal takes
+ * the message, and reply-to, expiration, user-id and a further flag word alike). Each is
+ * stepped over by its length; what is cut short or overlong is no part of a run, and goes one
+ * by one, to codec/wire.py check_property_list's frame error. */
 static int properties_end_at(const uint8_t *p, size_t at, size_t len, unsigned flags)
 {
     unsigned bit;
-    for (bit = 0x1000; bit >= 0x0004; bit >>= 1) {
+    for (bit = 0x0800; bit >= 0x0004; bit >>= 1) {
         if (!(flags & bit))
             continue;
-        if (bit == 0x1000 || bit == 0x0800) /* delivery-mode, priority: an octet */
+        if (bit == 0x0800) /* priority: an octet */
             at += 1;
         else if (bit == 0x0040) /* timestamp: 8 octets */
             at += 8;
