@@ -20,7 +20,7 @@ from ..codec import spec
 from ..codec.errors import UNEXPECTED_FRAME, DecodeError, Refused
 from ..codec.wire import check_property_list
 from ..core import headers
-from ..core.message import FLAG_DELIVERY_MODE, FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from ..core.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from ..core.runs import publish_run as broker_publish_run
 from . import output
 from .channel import IDLE, publish_arguments
@@ -128,7 +128,7 @@ def read_batch(conn, data, pos, scan, records, runs=None):
 def publish_run(conn, number, data, records, slot, count, runs):
     """The publishes recorded from slot on (count records) that are alike (same channel,
     exchange, routing key, flags and properties, only the body differs, and the properties
-    after the delivery-mode when no gate reads them: fixed_length), as one run of the
+    after the headers table when no gate reads them: fixed_length), as one run of the
     channel's: the broker's run path (core/runs.py publish_run) decides whether they may go
     together, into one stream or into queues, and the channel confirms them together.
     (taken, where the frame after them starts); taken is 0 or less when the first publish
@@ -172,14 +172,11 @@ def publish_run(conn, number, data, records, slot, count, runs):
 
 def fixed_length(header_tail):
     """How many octets of a content header's payload every publish of a run must share: up to
-    the end of its delivery-mode (or where it would be: the property after the headers table)
-    when none of the properties after it is one a gate of the broker reads (reply-to,
-    expiration, user-id: Broker.admit passes a run as it passes its first publish); all of them
-    otherwise. The properties after it (a message-id or timestamp per reading) are then each
-    publish's own. The delivery-mode is shared: whether the journal takes a run is asked of its
-    first publish (core/runs.py journalled), and a run of a persistent publish then transient
-    ones wrote the transient ones to the journal (a fuzzed session's delivery-mode 0x82 among
-    2s; a transient first would have left the persistent ones off it)."""
+    the end of its headers table (or where it would be) when none of the properties after it
+    is one a gate of the broker reads (reply-to, expiration, user-id: Broker.admit passes a run
+    as it passes its first publish); all of them otherwise. The properties after it (a
+    message-id or timestamp per reading) are then each publish's own, but for the
+    delivery-mode, which the C code keeps alike (runs.c hutch_publish_alike)."""
     flags = (header_tail[16] << 8) | header_tail[17]
     if flags & (FLAG_REPLY_TO | FLAG_EXPIRATION | FLAG_USER_ID | 1):  # (1: more flags follow)
         return len(header_tail) - 5
@@ -187,8 +184,7 @@ def fixed_length(header_tail):
         after = headers.split(header_tail)[3]  # (size(4), payload, frame-end)
     except (IndexError, struct.error):  # properties cut short: the whole header must be alike
         return len(header_tail) - 5
-    mode = 1 if flags & FLAG_DELIVERY_MODE and after else 0  # (its octet: the first after the table)
-    return len(header_tail) - 5 - len(after) + mode
+    return len(header_tail) - 5 - len(after)
 
 
 class PublishRun:

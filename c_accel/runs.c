@@ -5,18 +5,17 @@
 #include "runs.h"
 
 /* Whether the properties from `at` on of a content header payload p[0:len] whose property flags
- * are `flags` end exactly at len: those after the delivery-mode, the only ones a run lets
- * differ (fixed_length in amqp091/batch.py keeps the delivery-mode, whether the journal takes
- * the message, and reply-to, expiration, user-id and a further flag word alike). Each is
- * stepped over by its length; what is cut short or overlong is no part of a run, and goes one
- * by one, to codec/wire.py check_property_list's frame error. */
+ * are `flags` end exactly at len: those after the headers table, the only ones a run lets
+ * differ (fixed_length in amqp091/batch.py keeps reply-to, expiration, user-id and a further
+ * flag word alike). Each is stepped over by its length; what is cut short or overlong is no
+ * part of a run, and goes one by one, to codec/wire.py check_property_list's frame error. */
 static int properties_end_at(const uint8_t *p, size_t at, size_t len, unsigned flags)
 {
     unsigned bit;
-    for (bit = 0x0800; bit >= 0x0004; bit >>= 1) {
+    for (bit = 0x1000; bit >= 0x0004; bit >>= 1) {
         if (!(flags & bit))
             continue;
-        if (bit == 0x0800) /* priority: an octet */
+        if (bit == 0x1000 || bit == 0x0800) /* delivery-mode, priority: an octet */
             at += 1;
         else if (bit == 0x0040) /* timestamp: 8 octets */
             at += 8;
@@ -36,6 +35,7 @@ int hutch_publish_alike(const uint8_t *buf, const uint64_t *rec, unsigned number
 {
     size_t payload = (size_t)rec[HUTCH_R_PAYLOAD_START], end = (size_t)rec[HUTCH_R_PAYLOAD_END];
     size_t header_at = end + 8, header_end = (size_t)rec[HUTCH_R_HEADER_END], size;
+    unsigned flags;
     if (rec[HUTCH_R_TYPE] != HUTCH_R_PUBLISH || rec[HUTCH_R_CHANNEL] != number)
         return 0;
     if (end - payload < 6 || end - payload - 6 != method_len || memcmp(buf + payload + 6, method, method_len) != 0)
@@ -49,8 +49,13 @@ int hutch_publish_alike(const uint8_t *buf, const uint64_t *rec, unsigned number
         || memcmp(buf + header_at + HUTCH_PROPERTIES_AT, header + HUTCH_PROPERTIES_AT,
                   fixed_len - HUTCH_PROPERTIES_AT) != 0)
         return 0;
-    if (fixed_len != header_len
-        && !properties_end_at(buf + header_at, fixed_len, size, ((unsigned)header[12] << 8) | header[13]))
+    flags = ((unsigned)header[12] << 8) | header[13];
+    if (fixed_len != header_len && !properties_end_at(buf + header_at, fixed_len, size, flags))
+        return 0;
+    /* The delivery-mode, the first property after the headers table, is alike too: the journal
+     * is asked of a run's first publish (core/runs.py journalled), and a persistent one then
+     * transient ones journalled them all; a transient one first, none of the persistent ones. */
+    if (fixed_len != header_len && (flags & 0x1000) && buf[header_at + fixed_len] != header[fixed_len])
         return 0;
     *body_size = get64(buf + header_at + HUTCH_BODY_SIZE_AT);
     *header_size = size;

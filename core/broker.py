@@ -397,9 +397,6 @@ class Broker:
                     result |= REFUSED  # the board's budget for this queue is spent: nack, never drop silently
                     continue
                 publisher.hold_for(queue)  # no confirms to say no with: slow the publisher down instead
-                if not queue.takes_held():
-                    result |= REFUSED
-                    continue
             targets.append(queue)
         result |= self.store(message, targets)
         if numbered is not None and (targets or result & JOURNALLED):

@@ -72,9 +72,7 @@ class Queue:
     delivered = 0
     acknowledged = 0
     dropped = 0  # left undelivered: expired, over its length (x-overflow drop-head), rejected
-    refused = 0  # publishes refused over its length (x-overflow reject-publish), or full (takes_held)
-    over = 0  # messages taken beyond the board's budget, one per publisher held (takes_held)
-    said_full = False
+    refused = 0  # publishes refused over its length (x-overflow reject-publish)
     is_queue = True
     is_stream = False  # a stream (core/streams/stream.py) stands where a queue stands; Broker.publish tells them apart
     # How it picks a consumer: round-robin over all (the class defaults), or, once set on the
@@ -286,7 +284,7 @@ class Queue:
                 return None  # the rest of the backlog was lost to a damaged segment (logged)
         entry = self.messages.pop()
         self.ready_bytes -= entry[MESSAGE].body_size
-        if (self.waiting or self.over) and not self.is_full():
+        if self.waiting and not self.is_full():
             self._wake_waiting()
         return entry
 
@@ -378,32 +376,7 @@ class Queue:
         self._wake_waiting()
         return count
 
-    def takes_held(self):
-        """(Broker.publish, a full queue's) Whether it takes the message a publisher without
-        confirms sent before it was held back (hold_for): one beyond the budget for each held
-        publisher whose connection is open, not one for every client that comes: sensors that
-        connect, publish a reading and go each left one more (a soak's short MQTT sessions grew
-        a queue held to 500 to 4,462). What it does not take is counted (refused), and said once
-        until the queue has room again."""
-        self.waiting = [publisher for publisher in self.waiting if not publisher.conn.closed]
-        if self.over < len(self.waiting):
-            self.over += 1
-            return True
-        self.refused += 1
-        if not self.said_full:
-            self.said_full = True
-            self.broker.log(
-                "warning",
-                "queue '%s' in vhost '/' is full (the broker's limits): publishes without confirms are dropped, "
-                "their publishers held back, until it has room" % text(self.name),
-            )
-        return False
-
     def _wake_waiting(self):
-        if self.over:
-            self.over = 0
-        if self.said_full:
-            self.said_full = False
         if self.waiting:
             waiting = self.waiting
             self.waiting = []

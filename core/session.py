@@ -29,9 +29,7 @@ core/topology.py check_exclusive.
     publisher.confirming           it can be told no (a nack): a full queue or blocked
                                    publishers refuse its message rather than hold it back
     publisher.hold_for(queue)      (no confirms) stop taking its publishes until queue has
-                                   room; the queue keeps it in queue.waiting until then, and
-                                   takes one message beyond its budget for each held one
-                                   whose publisher.conn is not closed (Queue.takes_held)
+                                   room; the queue keeps it in queue.waiting until then
     publisher.resume()             that queue has room now
     publisher.direct_reply_to(m)   a publish with reply-to amq.rabbitmq.reply-to: the message
                                    that goes instead (or a Refused)

@@ -114,7 +114,7 @@ def checked(body, node, groups, running, failed, now, known=None):
 
     try:
         data = tomllib.loads(body.decode())
-    except (UnicodeError, ValueError) as e:
+    except (UnicodeError, ValueError, RecursionError) as e:  # (nested past the recursion limit)
         raise Refused("format", "not a TOML document: %s" % e)
     header = data.pop("document", None)
     if not isinstance(header, dict):

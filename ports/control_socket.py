@@ -22,6 +22,20 @@ from .control_request import socket_path
 MAX_REQUEST = 64 * 1024 * 1024  # a definitions file to import, as one line of JSON
 
 
+def read_request(line):
+    """(the request, None), or (None, the answer that refuses it): a line that is no JSON object
+    with a command in it. (RecursionError: arrays or objects nested deeper than Python's
+    recursion limit, which json.loads does not take: a line of 5,000 "[" raised out of the
+    socket's reading, a traceback in the log; found by the control target's fuzzing.)"""
+    try:
+        request = json.loads(line)
+        if not isinstance(request, dict) or not isinstance(request.get("command"), str):
+            raise ValueError("a request is a JSON object with a command")
+    except (ValueError, RecursionError) as e:  # (UnicodeDecodeError too: octets that are no UTF-8)
+        return None, {"error": "not a control request: %s" % e}
+    return request, None
+
+
 class ControlSocket:
     def __init__(self, folder, handle, log):
         self.path = socket_path(folder)
@@ -42,14 +56,8 @@ class ControlSocket:
 
     async def _serve(self, reader, writer):
         try:
-            line = await reader.readline()
-            try:
-                request = json.loads(line)
-                if not isinstance(request, dict) or not isinstance(request.get("command"), str):
-                    raise ValueError("a request is a JSON object with a command")
-            except ValueError as e:
-                answer = {"error": "not a control request: %s" % e}
-            else:
+            request, answer = read_request(await reader.readline())
+            if request is not None:
                 answer = self.handle(request)
                 if hasattr(answer, "send"):  # a coroutine: a command that waits (a reload)
                     answer = await answer

@@ -163,7 +163,7 @@ def broker_status(data):
             found = json.load(f)
     except FileNotFoundError:
         return None
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         return {"error": "%s does not read as JSON: %s" % (STATUS_FILE, e)}
     found["age_s"] = round(max(0.0, time.time() - found.get("written_at", 0)), 1)
     found["live"] = (

@@ -167,7 +167,7 @@ def import_command(args):
     except OSError as e:
         print("hutch ctl import: cannot read %s: %s" % (args.file, e.strerror or e), file=sys.stderr)
         return 2
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # (RecursionError: nested past the recursion limit)
         print("hutch ctl import: %s is not JSON: %s" % (args.file, e), file=sys.stderr)
         return 2
     answer = ask(args.data, "import", definitions=definitions)

@@ -129,7 +129,7 @@ def board_config(path, board):
                 data = tomllib.load(f)
     except OSError as e:
         raise FlashError("cannot read config file %s: %s" % (path, e.strerror or e))
-    except ValueError as e:  # JSON and TOML syntax errors
+    except (ValueError, RecursionError) as e:  # JSON and TOML syntax errors; nested past the recursion limit
         raise FlashError("config file %s is not valid: %s" % (path, e))
     if not isinstance(data, dict):
         raise FlashError("config file %s: expected sections (a table), not %s" % (path, type(data).__name__))

@@ -112,7 +112,7 @@ def checked_document(body, path):
         import tomllib
 
         target = tomllib.loads(body.decode()).get("document", {}).get("target", "")
-    except (UnicodeError, ValueError, AttributeError):
+    except (UnicodeError, ValueError, RecursionError, AttributeError):
         target = ""
     kind, _, name = target.partition(":") if isinstance(target, str) else ("", "", "")
     try:
@@ -146,7 +146,7 @@ def signed(fragment, args):
         loose = [key for key, value in sections.items() if not isinstance(value, (dict, list))]
         if loose:
             raise FleetError("%s: '%s' is outside any section: a fragment holds sections ([server], [[bridge]], ...)" % (path, loose[0]))  # fmt: skip
-    except (UnicodeError, ValueError) as e:
+    except (UnicodeError, ValueError, RecursionError) as e:
         raise FleetError("%s is not TOML: %s" % (path, e))
     body = header(args) + fragment + (b"" if fragment.endswith(b"\n") else b"\n")
     if len(body) > MOST_BYTES:
@@ -278,7 +278,7 @@ class Statuses:
         try:
             status = json.loads(bytes(message.body))
             node = status["node"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError, KeyError, TypeError):
             status, node = None, None
         if node is not None:
             self.all.append(status)

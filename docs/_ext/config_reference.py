@@ -54,8 +54,7 @@ DESCRIPTIONS.update(
         "limits.max_consumers": "Consumers at once; beyond it: 406.",
         "limits.max_message_bytes": "The largest message body; a larger publish closes the channel with 406.",
         "limits.queue_max_messages": "Messages in one queue. A full queue nacks publishers in confirm mode and "
-        "stops reading the others until it drains; it takes the one message each of those had sent before it "
-        "was stopped, and drops (and logs once) a message from a client that publishes and goes while it is full.",
+        "stops reading the others until it drains.",
         "limits.queue_max_bytes": "Body bytes in one queue, with the same answer as `queue_max_messages`.",
         "limits.total_max_messages": "Messages in memory in all queues together. Past it, `connection.blocked` "
         "goes to the clients that support it, confirm-mode publishers get `basic.nack`, others are not read.",

@@ -146,7 +146,7 @@ def _value(body):
     """A command's value: its body as JSON, a bare value or {"value": ...}; ValueError else."""
     try:
         value = json.loads(bytes(body))
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested past the recursion limit)
         raise ValueError("the command's body is not JSON: %r" % bytes(body)[:80])
     if isinstance(value, dict):
         if "value" not in value:

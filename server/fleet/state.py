@@ -71,7 +71,7 @@ def _read(path, missing):
             return json.loads(f.read())
     except FileNotFoundError:
         return missing
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise ConfigError("%s cannot be read: %s; move it away to start without the fleet's documents" % (path, e))
 
 

@@ -47,25 +47,15 @@ class Session:
         self.broker.cancel(consumer)
 
 
-class Connection:
-    closed = False
-
-
 class Publisher:
     stats = None  # (its counters: the broker's own)
 
     def __init__(self, confirming):
         self.confirming = confirming
         self.held_for = []
-        self.conn = Connection()
 
     def hold_for(self, queue):
         self.held_for.append(queue.name)
-        if self not in queue.waiting:
-            queue.waiting.append(self)
-
-    def resume(self):
-        pass
 
 
 def bodies(session):
@@ -132,48 +122,6 @@ def test_flow_control_asks_the_publisher():
     declare_queue(broker, None, b"other")
     assert broker.publish(broker.default_exchange, message(b"other", b"x"), confirming) == ROUTED | REFUSED
     assert not broker.publish(broker.default_exchange, message(b"other", b"x"), confirming) & JOURNALLED
-
-
-def test_a_full_queue_takes_one_message_for_each_open_publisher_it_holds_and_refuses_the_rest():
-    """Each publisher without confirms that meets the full queue had read its message before it
-    was held back: the queue takes it. A client that connects, publishes and goes each time
-    (a sensor) does not grow the queue past that: its message is refused, counted and said."""
-    said = []
-    broker = Broker(Limits(queue_max_messages=2), log=lambda level, text, exc=None: said.append((level, text)))
-    queue = declare_queue(broker, None, b"q")
-
-    def publish(body, publisher):
-        return broker.publish(broker.default_exchange, message(b"q", body), publisher)
-
-    first, second = Publisher(False), Publisher(False)
-    assert [publish(b, first) for b in (b"1", b"2")] == [ROUTED, ROUTED]  # room for both
-    assert publish(b"3", first) == ROUTED and first.held_for == [b"q"]  # taken, then held back
-    assert publish(b"4", second) == ROUTED and second.held_for == [b"q"]  # held too: its one taken
-    first.conn.closed = second.conn.closed = True  # both went
-    sensors = [Publisher(False) for _ in range(5)]
-
-    def sensor_publishes(i):  # and goes
-        result = publish(b"s%d" % i, sensors[i])
-        sensors[i].conn.closed = True
-        return result
-
-    assert [sensor_publishes(i) for i in range(5)] == [ROUTED | REFUSED] * 5
-    assert queue.message_count() == 4 and queue.refused == 5
-    held = [Publisher(False) for _ in range(3)]  # three held at once, open: at most one each
-    assert [publish(b"h", publisher) for publisher in held] == [ROUTED | REFUSED, ROUTED | REFUSED, ROUTED]
-    assert queue.message_count() == 5  # the budget, 2, and one for each of the three
-    assert [level for level, text in said if "is full" in text] == ["warning"], said  # said once
-    assert "queue 'q' in vhost '/' is full" in said[-1][1]
-    while queue.message_count() > 1:  # room again: the next held publisher's one is taken again
-        queue.take()
-    for publisher in held:
-        publisher.conn.closed = True
-    one, two = Publisher(False), Publisher(False)
-    assert publish(b"5", one) == ROUTED and publish(b"6", one) == ROUTED  # to 2, then one held: its one taken
-    assert publish(b"7", two) == ROUTED  # two held: its one taken
-    two.conn.closed = True
-    assert publish(b"8", Publisher(False)) == ROUTED | REFUSED
-    assert [level for level, text in said if "is full" in text] == ["warning", "warning"]  # said again
 
 
 def test_a_message_published_by_another_front_end_reaches_a_0_9_1_consumer():

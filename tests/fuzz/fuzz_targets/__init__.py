@@ -25,6 +25,7 @@ TARGETS = {
     "pem": "loaders:pem",
     "http-request": "loaders:http_request",
     "upstream-clients": "upstream:clients",
+    "control": "control:requests",
 }
 
 # whose code a board runs: their inputs replayed under MicroPython too

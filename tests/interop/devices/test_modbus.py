@@ -370,6 +370,7 @@ def test_a_command_sets_a_writable_register_and_is_answered(tmp_path):
             "too big": command(broker, "admin", "edge-secret", "cmd.boiler.level", b"40000"),
             "half a step": command(broker, "admin", "edge-secret", "cmd.boiler.level", b"0.25"),
             "refused": command(broker, "admin", "edge-secret", "cmd.boiler.locked", b"1"),
+            "nested": command(broker, "admin", "edge-secret", "cmd.boiler.level", b"[" * 3000),
         }
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
             command(broker, "sensor", "greenhouse", "cmd.boiler.setpoint", b"99")
@@ -385,6 +386,10 @@ def test_a_command_sets_a_writable_register_and_is_answered(tmp_path):
     assert said["too big"]["error"] == "level is int16: 40000 is out of its range", said
     assert said["half a step"]["error"] == "level is int16: 0.25 is not a whole number of its steps", said
     assert said["refused"]["error"].startswith("exception: exception code 2 to a write of locked at 63"), said
+    assert said["nested"]["error"].startswith("the command's body is not JSON: b'[[["), (
+        said
+    )  # (past the recursion limit)
+    assert "Traceback" not in log, log[-3000:]
     assert refused.value.args[0] == 403 and "cmd.boiler.setpoint" in refused.value.args[1], refused.value.args
     # what the device holds now, as the polls read it
     last = {}

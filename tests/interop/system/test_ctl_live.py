@@ -5,6 +5,7 @@ for whatever cannot be done."""
 
 import json
 import os
+import socket
 import subprocess
 
 import pika
@@ -255,7 +256,8 @@ def test_a_user_of_the_config_file_is_changed_there_and_the_refusal_names_the_ke
 def test_a_request_that_does_not_fit_its_command_is_answered_with_what_is_wrong(tmp_path):
     """The control socket is a door too: a request with an argument missing or of another JSON
     type is answered with an error naming it (server/control.py ARGUMENTS), never raised into
-    the log, and the broker answers the next one."""
+    the log, and the broker answers the next one; so is a line that is no request (arrays nested
+    5,000 deep raised out of the socket's reading)."""
     from hutch.ports.control_request import request
 
     broker = RunningBroker([HUTCH, "serve"], tmp_path).start()
@@ -276,7 +278,14 @@ def test_a_request_that_does_not_fit_its_command_is_answered_with_what_is_wrong(
             "list: 'columns' must be an array of strings, not [1, 2]",
             "import: 'definitions' must be an object, not []",
         ], said
+        # arrays nested deeper than Python's recursion limit: no JSON json.loads takes
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(os.path.join(broker.data, "control.sock"))
+            s.sendall(b"[" * 5000 + b"\n")
+            answer = json.loads(s.makefile("rb").readline())
+        assert answer["error"].startswith("not a control request: maximum recursion depth exceeded"), answer
         assert "pid" in request(broker.data, "ping")
-        assert not broker.errors(), broker.log()[-3000:]
+        assert not broker.errors() and "Traceback" not in broker.log(), broker.log()[-3000:]
     finally:
         broker.stop()
