@@ -91,7 +91,7 @@ def read(path):
                 data = json.load(f)
     except OSError as e:
         raise ConfigError("cannot read config file %s: %s" % (path, e))
-    except (ValueError, RecursionError) as e:  # decode errors; arrays nested past the recursion limit
+    except ValueError as e:  # tomllib.TOMLDecodeError and JSON errors are ValueErrors
         raise ConfigError("config file %s is not valid: %s" % (path, e))
     for section in data:
         if section not in SECTIONS:

@@ -101,7 +101,7 @@ def read_file(path):
             data = json.load(f)
     except OSError as e:
         raise ConfigError("cannot read definitions file %s: %s" % (path, getattr(e, "strerror", None) or e))
-    except (ValueError, RecursionError) as e:  # (RecursionError: nested past the recursion limit)
+    except ValueError as e:
         raise ConfigError("definitions file %s is not JSON: %s" % (path, e))
     try:
         return parse(data)
