@@ -26,8 +26,9 @@ from ..codec.errors import (
 from ..codec.wire import FRAME_END_BYTE, check_property_list, decode_args, method_name, signature
 from ..core import counters
 from ..core.access import READ
-from ..core.broker import ACCEPT, REJECT, REQUEUE, ROUTED, add_to_group
+from ..core.broker import ACCEPT, HELD, REJECT, REQUEUE, ROUTED, add_to_group
 from ..core.message import Message
+from ..core.queue import stop_waiting
 from ..core.session import MESSAGE, REDELIVERED
 from ..core.topology import queue_for
 from . import basic, declare, output
@@ -73,6 +74,7 @@ class Channel:
     reply_tag = None
     reply_name = None
     held_by = None  # the full queues this publisher waits for (hold_for), while it does
+    held_publish = None  # (message, mandatory): the publish a full queue held back, published again at resume
     # What most channels never change, class-level until one does (each attribute an instance
     # holds costs a board's heap, per channel):
     # content assembly (a consumer's channel never publishes)
@@ -238,6 +240,9 @@ class Channel:
         """Into the broker; then what 0-9-1 says of it: basic.return, and the confirm."""
         broker = self.broker
         result = broker.publish(exchange, message, self)
+        if result & HELD:
+            self.held_publish = (message, mandatory)
+            return
         if mandatory and not result & ROUTED:
             self.send_return(spec.NO_ROUTE, "NO_ROUTE", message)
         if self.confirming:
@@ -250,17 +255,28 @@ class Channel:
 
     def hold_for(self, queue):
         """A full queue asks this publisher (without confirms) to wait: its connection is not read
-        until the queue has room (resume)."""
-        if self not in queue.waiting:
-            queue.waiting.append(self)
-            if self.held_by is None:
-                self.held_by = []
-            self.held_by.append(queue)
+        until the queue has room (resume). Outside a transaction the publish waits too, here
+        (held_publish: Broker.publish takes nothing of it); a commit's publishes are taken."""
+        queue.hold(self)
         self.conn.pause()
+        return self.tx is None
 
     def resume(self):
-        """The queue this publisher waited for has room."""
+        """The queue this publisher waited for has room: the publish it held back goes in (or
+        is held back again), then the connection is read again, unless another of its
+        channels still holds one back (each channel's publishes stay in their order)."""
         self.held_by = None
+        held = self.held_publish
+        if held is not None and self.state == OPEN:
+            self.held_publish = None
+            message, mandatory = held
+            try:
+                self.publish_now(self.broker.exchange_for_publish(message.exchange), message, mandatory)
+            except Refused as e:  # its exchange deleted meanwhile: 404, as if published now
+                self.conn.channel_error(self, e)
+        for channel in self.conn.channels.values():
+            if channel.held_publish is not None:
+                return
         self.conn.resume_reading()
 
     def direct_reply_to(self, message):
@@ -403,11 +419,12 @@ class Channel:
         for consumer in consumers:
             self.broker.cancel(consumer, False)
         self.tx = None
-        if self.held_by is not None:  # it waits no more
-            for queue in self.held_by:
-                if self in queue.waiting:
-                    queue.waiting.remove(self)
-            self.held_by = None
+        if self.held_publish is not None:  # it goes with its channel, as its octets unread would: said
+            self.held_publish = None
+            self.broker.log(
+                "warning", "%s: channel %d went while held back, its publish not taken" % (self.conn.name, self.number)
+            )
+        stop_waiting(self)
         if self.reply_tag is not None:
             from .replyto import forget
 

@@ -1,7 +1,7 @@
 """The broker: the single virtual host "/", its connections, exchanges and queues, and the
 one way messages go in and out of queues, whatever front end carries them.
 
-    result = broker.publish(exchange, message, publisher)   # route, journal, enqueue: ROUTED|REFUSED|JOURNALLED
+    result = broker.publish(exchange, message, publisher)   # route, journal, enqueue: ROUTED|REFUSED|JOURNALLED|HELD
     broker.consume(who, queue, consumer, method) ... broker.cancel(consumer)
     entry = broker.get(who, queue, no_ack, method)
     broker.delivered(queue, entry, settled)                 # a queue's entry went to a consumer
@@ -52,6 +52,7 @@ BCC = b"\x03BCC"
 ROUTED = 1  # it matched at least one queue (a mandatory message that matched none comes back)
 REFUSED = 2  # some queue refused it (x-overflow reject-publish, a full queue, publishers blocked)
 JOURNALLED = 4  # it went into the journal: confirm it once the journal has synced up to journal.seq
+HELD = 8  # not taken: a full queue holds its publisher back, which publishes it again once it has room
 
 # How a delivered message is settled (Broker.settle), as AMQP 1.0 names the outcomes.
 ACCEPT = 0  # done with: it leaves the queue and the journal (basic.ack, a no-ack delivery)
@@ -335,13 +336,24 @@ class Broker:
         publisher is who publishes, for flow control: publisher.confirming is true when it can
         be told no (then it is refused, rather than held back, by a full queue or while
         publishers are blocked), and publisher.hold_for(queue) stops reading it until queue
-        has room. None is the broker itself (dead-lettering): never held back; a queue that
+        has room; it returns true when the publisher keeps this message back and publishes it
+        again then (HELD: nothing of it is taken), false when it cannot (a transaction's commit,
+        a will) and the message is taken. None is the broker itself (dead-lettering): never held back; a queue that
         refuses it drops it, or dead-letters it again if it is x-overflow reject-publish-dlx
         (as RabbitMQ does: its cycle check keeps that finite). exclude: names of queues the
         message must not go to (dead-lettering's cycle check). identity: a sensor's reading's
         headers x-sensor-id and x-sensor-seq, where its publisher read them already
         (mqtt/identity.py): the dedup takes them from there (core/dedup.py Dedup.numbered)."""
         queues = self.route(exchange, message)
+        if publisher is not None and not publisher.confirming:
+            # Held back before anything of the message is taken: taken, one message over the
+            # budget per publisher grew a full queue without end under clients that publish and go
+            held = False
+            for queue in queues:
+                if not queue.is_stream and queue.is_full() and publisher.hold_for(queue):
+                    held = True
+            if held:
+                return HELD
         if publisher is not None:  # a client's (the broker's own publishes count where they are made)
             stats = publisher.stats or self.stats  # (its front end's counters: core/counters.py)
             stats[counters.RECEIVED] += 1
@@ -392,12 +404,10 @@ class Broker:
 
                     dead_letter(self, queue, message, b"maxlen")
                 continue
-            if publisher is not None and queue.is_full():
-                if publisher.confirming:
-                    result |= REFUSED  # the board's budget for this queue is spent: nack, never drop silently
-                    continue
-                publisher.hold_for(queue)  # no confirms to say no with: slow the publisher down instead
-            targets.append(queue)
+            if publisher is not None and publisher.confirming and queue.is_full():
+                result |= REFUSED  # the board's budget for this queue is spent: nack, never drop silently
+                continue
+            targets.append(queue)  # (a publisher without confirms was held back above)
         result |= self.store(message, targets)
         if numbered is not None and (targets or result & JOURNALLED):
             dedup.took(self, numbered, result & JOURNALLED)

@@ -251,8 +251,10 @@ class PortConnection:
         except MemoryError:  # (a board: the first write of an attribute can grow the instance's table)
             gc.collect()
             self.closed = True
-        self.pending = b""
         broker = self.broker
+        if self.paused and self.pending:  # (held back by a full queue or blocked: never read, so never taken)
+            broker.log("warning", "%s: went while held back, %d octets it sent unread" % (self.name, len(self.pending)))
+        self.pending = b""
         try:
             broker.guard.settled(self, self.source)  # (if it was still in its handshake)
         except MemoryError:  # (a board's heap full: its entry goes when the source's next handshake drops it)

@@ -35,6 +35,16 @@ def publish_order(entry):
     return entry[MESSAGE].order
 
 
+def stop_waiting(publisher):
+    """publisher is going (its channel or session ends): the queues it waited for (Queue.hold)
+    forget it."""
+    if publisher.held_by is not None:
+        for queue in publisher.held_by:
+            if publisher in queue.waiting:
+                queue.waiting.remove(publisher)
+        publisher.held_by = None
+
+
 class Consumer:
     """A consumer of a queue, whatever front end serves it. Its session delivers and settles
     (a 0-9-1 channel; the bridge or an AMQP 1.0 link to come): session.deliver(consumer, queue,
@@ -375,6 +385,15 @@ class Queue:
                 paging_module().drop_run(self, run)
         self._wake_waiting()
         return count
+
+    def hold(self, publisher):
+        """publisher (a front end's, in its hold_for) waits until this queue has room: its
+        resume() is called then. Its held_by lists the queues it waits for (stop_waiting)."""
+        if publisher not in self.waiting:
+            self.waiting.append(publisher)
+            if publisher.held_by is None:
+                publisher.held_by = []
+            publisher.held_by.append(self)
 
     def _wake_waiting(self):
         if self.waiting:

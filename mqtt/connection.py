@@ -179,7 +179,8 @@ class Connection(PortConnection):
             if found is None:
                 break
             first, start, end = found
-            self.packet(first, data, start, end)
+            if self.packet(first, data, start, end):
+                break  # a PUBLISH held back unread: read again from it at resume
             pos = end
         return pos
 
@@ -201,6 +202,7 @@ class Connection(PortConnection):
             self.session.flush_acks()
 
     def packet(self, first, buf, start, end):
+        """One whole packet, handled; True if it is a PUBLISH a full queue held back unread."""
         kind = first >> 4
         flags = first & 0x0F
         if self.state == CONNECT_WAIT:
@@ -211,8 +213,7 @@ class Connection(PortConnection):
             self.connect(packets.Connect(buf, start, end))
             return
         if kind == PUBLISH:
-            self.session.publishing.publish(first, buf, start, end)
-            return
+            return self.session.publishing.publish(first, buf, start, end)  # (True: held back unread)
         if flags != (2 if kind in (PUBREL, SUBSCRIBE, UNSUBSCRIBE) else 0):
             raise Malformed(MALFORMED_PACKET, "%s with flags 0x%x" % (packets.NAMES[kind], flags))
         session = self.session

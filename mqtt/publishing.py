@@ -29,7 +29,7 @@ or it may not publish there (0x87).
 from ..codec.errors import Refused
 from ..codec.wire import encode_properties, text
 from ..core import counters
-from ..core.broker import REFUSED, ROUTED
+from ..core.broker import HELD, REFUSED, ROUTED
 from ..core.content import body_tail, header_tail, tails
 from ..core.message import Message
 from . import own_queues, packets, retained
@@ -93,6 +93,7 @@ class Publishing:
     # ------------------------------------------------------------ PUBLISH
 
     def publish(self, first, buf, start, end):
+        """A PUBLISH packet, taken and answered; True if a full queue held it back unread."""
         conn = self.conn
         level = conn.level
         qos = (first >> 1) & 3
@@ -119,6 +120,8 @@ class Publishing:
             return
         key, route, exact = self.routes.get(topic) or self._route(topic)
         code, seq = self.send(key, payload, qos, bool(first & 8), props, first & 1, route, exact)
+        if code is None:
+            return True  # held back by a full queue: read again once it has room (hold_for)
         if qos == 2 and code < 0x80:  # held, on disk right after the message, until the PUBREL
             seq = max(seq, awaiting.hold(packet_id))
         if first & 1 and code < 0x80:  # RETAIN: kept for the subscriptions to come (mqtt/retained.py)
@@ -169,7 +172,8 @@ class Publishing:
 
     def send(self, key, payload, qos, dup, props, retain=False, route=None, exact=None):
         """One publish through the broker: (reason code, the journal sequence its acknowledgement
-        waits for, or 0). exact: the topic, where its routing key cannot say it."""
+        waits for, or 0); (None, 0) if a full queue held it back (hold_for). exact: the topic,
+        where its routing key cannot say it."""
         global _identity
         broker = self.broker
         exchange = self.exchange
@@ -200,6 +204,8 @@ class Publishing:
         except Refused as e:
             return self._refused(e, key), 0
         result = broker.publish(target, message, self, None, identity)  # (the dedup reads it here)
+        if result & HELD:
+            return None, 0
         if qos:  # (Broker.publish counts a confirming publisher's; this one is held back instead)
             self.stats[counters.RECEIVED_CONFIRM] += 1
         seq = own_queues.waits_for(broker, result)
@@ -286,11 +292,16 @@ class Publishing:
     # ------------------------------------------------------------ the publisher's contract (core/session.py)
 
     def hold_for(self, queue):
-        if self not in queue.waiting:
-            queue.waiting.append(self)
+        """A full queue holds this publisher back: the PUBLISH stays unread (publish() returns
+        True), read again once the queue has room (resume). A will is taken: its client is gone."""
+        if self.conn.closed:
+            return False
+        queue.hold(self)
         self.conn.pause()
+        return True
 
     def resume(self):
+        self.held_by = None
         self.conn.resume_reading()
 
     def direct_reply_to(self, message):

@@ -78,7 +78,8 @@ def parse(conn, data):
                     pos = after
                     continue
                 solo = max(0, -taken - 1)
-        conn.packet(first, data, start, end)
+        if conn.packet(first, data, start, end):
+            break  # a PUBLISH held back unread (Connection.parse)
         pos = end
     return pos
 

@@ -25,7 +25,7 @@ from ..codec.errors import Refused
 from ..codec.wire import text
 from ..core import topology
 from ..core.broker import ACCEPT, REQUEUE
-from ..core.queue import Consumer
+from ..core.queue import Consumer, stop_waiting
 from ..core.session import EXPIRES_AT, MESSAGE, REDELIVERED
 from . import options, own_queues, packets, retained, shared
 from .packets import (
@@ -242,6 +242,8 @@ class Session:
         with DUP, to the session's next connection), and a session without an expiry ends."""
         broker = self.broker
         self.ended = True  # (nothing more is delivered to it: the requeued go to the next connection)
+        if self._publishing is not None:
+            stop_waiting(self._publishing)  # (a full queue it was held back by forgets it)
         for qos in QOSES:
             consumer = self.consumers_by_qos[qos]
             if consumer is not None:

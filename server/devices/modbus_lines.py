@@ -11,7 +11,7 @@ import termios
 
 from ...devices import line as base
 from ...devices.line import Failed, garbled
-from ...devices.modbus.registers import BITS, decode, described, reads_of
+from ...devices.modbus.registers import BITS, FUNCTIONS, decode, described, reads_of
 from ..runtime import StartError
 
 # a register kind -> the pymodbus client's method that reads it
@@ -133,9 +133,15 @@ class Line(base.Line):
             kind, start, count, _members = read
             what = described(read)
             answer = await self._asked(getattr(client, READS[kind])(start, count=count, device_id=unit), what)
-            got = answer.bits if kind in BITS else answer.registers
-            if len(got) < count:  # (pymodbus hands on a sound answer whatever it counts)
-                unit_name = "bits" if kind in BITS else "registers"
+            # pymodbus hands on a sound answer whatever function and count it holds: over RTU
+            # (no transaction id) a late answer to the read before, another function's, came
+            # as this read's answer and its registers became a wrong reading
+            if answer.function_code != FUNCTIONS[kind]:
+                raise Failed("error", "an answer of function %d to %s" % (answer.function_code, what))
+            bits = kind in BITS
+            got = answer.bits if bits else answer.registers
+            if len(got) < count or (not bits and len(got) > count):  # (bits come padded to whole octets)
+                unit_name = "bits" if bits else "registers"
                 raise Failed("error", "an answer of %d %s to %s" % (len(got), unit_name, what))
             values.update(decode(read, got[:count]))
         return values

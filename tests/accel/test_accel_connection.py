@@ -14,7 +14,7 @@ import struct
 from accel_sides import SCANNERS, Side
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raw_amqp import login, method
+from raw_amqp import login, method, publish
 
 from hutch.codec import spec
 from hutch.codec.wire import frame
@@ -23,14 +23,6 @@ from hutch.core.limits import Limits
 
 def handshake(frame_max):
     return login(frame_max)
-
-
-def publish(body, queue=b"q", exchange=b"", properties=b"\x00\x00", channel=1):
-    return (
-        method(channel, spec.BASIC_PUBLISH, "hssbb", [0, exchange, queue, False, False])
-        + frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + properties)
-        + (frame(3, channel, body) if body else b"")
-    )
 
 
 # Publishes the channel refuses after its header arrived, each in its own way: the channel

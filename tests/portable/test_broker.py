@@ -8,7 +8,7 @@ from harness import names, opened
 
 from hutch.codec import spec
 from hutch.codec.wire import encode_properties, shortstr, tail
-from hutch.core.broker import ACCEPT, JOURNALLED, REFUSED, REJECT, REQUEUE, ROUTED, Broker
+from hutch.core.broker import ACCEPT, HELD, JOURNALLED, REFUSED, REJECT, REQUEUE, ROUTED, Broker
 from hutch.core.limits import Limits
 from hutch.core.message import Message
 from hutch.core.queue import Consumer
@@ -50,12 +50,14 @@ class Session:
 class Publisher:
     stats = None  # (its counters: the broker's own)
 
-    def __init__(self, confirming):
+    def __init__(self, confirming, keeps=True):
         self.confirming = confirming
+        self.keeps = keeps  # whether it keeps a publish a full queue holds back (a transaction's commit does not)
         self.held_for = []
 
     def hold_for(self, queue):
         self.held_for.append(queue.name)
+        return self.keeps
 
 
 def bodies(session):
@@ -109,12 +111,15 @@ def test_requeue_puts_back_at_the_head_redelivered_and_reject_dead_letters():
 
 def test_flow_control_asks_the_publisher():
     broker = Broker(Limits(queue_max_messages=1))
-    declare_queue(broker, None, b"q")
+    queue = declare_queue(broker, None, b"q")
     declare_queue(broker, None, b"capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
     confirming, plain = Publisher(True), Publisher(False)
     assert broker.publish(broker.default_exchange, message(b"q", b"1"), plain) == ROUTED
-    assert broker.publish(broker.default_exchange, message(b"q", b"2"), plain) == ROUTED  # taken, then held back
-    assert plain.held_for == [b"q"]
+    assert broker.publish(broker.default_exchange, message(b"q", b"2"), plain) == HELD  # nothing of it taken
+    assert plain.held_for == [b"q"] and queue.message_count() == 1
+    committing = Publisher(False, keeps=False)
+    assert broker.publish(broker.default_exchange, message(b"q", b"2"), committing) == ROUTED  # taken, then held back
+    assert committing.held_for == [b"q"] and queue.message_count() == 2
     assert broker.publish(broker.default_exchange, message(b"q", b"3"), confirming) == ROUTED | REFUSED
     assert broker.publish(broker.default_exchange, message(b"capped", b"1"), confirming) == ROUTED
     assert broker.publish(broker.default_exchange, message(b"capped", b"2"), confirming) == ROUTED | REFUSED

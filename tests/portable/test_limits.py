@@ -33,16 +33,19 @@ def test_full_queue_pauses_a_publisher_without_confirms():
         _publish(1, b"q", b"1") + _publish(1, b"q", b"2") + _publish(1, b"q", b"3") + _publish(1, b"q", b"4")
     )
     conn = publisher.conn
-    # the third publish found the queue full: it was accepted (nothing is lost) and the
-    # connection stopped reading; the fourth waits unread
+    # the third publish found the queue full: held back on its channel (nothing of it taken,
+    # nothing lost) and the connection stopped reading; the fourth waits unread
     assert not conn.want_read
-    assert publisher.broker.queues[b"q"].message_count() == 3
+    assert publisher.broker.queues[b"q"].message_count() == 2
     consumer = opened(publisher.broker)
-    for expected in (b"1", b"2"):
-        assert consumer.get(1, b"q", no_ack=True)[0].body == expected
+    assert consumer.get(1, b"q", no_ack=True)[0].body == b"1"
+    # room for one: the third goes in, and the fourth, read again, is held back in its turn
+    assert not conn.want_read and publisher.broker.queues[b"q"].message_count() == 2
+    assert consumer.get(1, b"q", no_ack=True)[0].body == b"2"
     assert conn.want_read  # room again: the publisher is read again and the held frames go through
     bodies = [consumer.get(1, b"q", no_ack=True)[0].body for _ in range(2)]
     assert bodies == [b"3", b"4"]
+    assert publisher.broker.queues[b"q"].message_count() == 0
 
 
 def test_queue_byte_budget():

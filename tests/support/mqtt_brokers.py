@@ -81,6 +81,13 @@ def stop(broker):
         terminate(broker.proc, 10, "mosquitto", broker.log)
 
 
+def open_connections(broker):
+    """How many connections a hutch broker lists (`hutch ctl list connections`)."""
+    done = subprocess.run([os.path.join(BIN, "hutch"), "ctl", "list", "connections", "--json", "--data", broker.running.data],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    return len(json.loads(done.stdout))
+
+
 VERSIONS = {"3.1.1": paho.MQTTv311, "5": paho.MQTTv5}
 
 

@@ -23,3 +23,13 @@ def login(frame_max=131072, user=b"guest", password=b"guest", channel=1):
         + method(0, spec.CONNECTION_OPEN, "ssb", [b"/", b"", False])
         + method(channel, spec.CHANNEL_OPEN, "s", [b""])
     )
+
+
+def publish(body, queue=b"q", exchange=b"", properties=b"\x00\x00", channel=1):
+    """A basic.publish and its content frames (properties: the content header's flags and what
+    they announce; none by default)."""
+    return (
+        method(channel, spec.BASIC_PUBLISH, "hssbb", [0, exchange, queue, False, False])
+        + frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + properties)
+        + (frame(3, channel, body) if body else b"")
+    )

@@ -30,7 +30,7 @@ MOISTURE = 100  # holding register 0 (scaled 0.1: 10.0 %)
 TEMP = struct.pack(">f", 21.5)  # input registers 0-1
 # mostly right: a device wrong in most of its answers is down, and polled after a backoff that
 # doubles up to a minute (devices/device.py)
-WRONG = ("garbage", "late", "twice", "unit", "short", "long", "fewer", "exception", "silent")
+WRONG = ("garbage", "late", "twice", "unit", "short", "long", "fewer", "other", "exception", "silent")
 KINDS = ("right",) * 20 + WRONG + ("transaction",)
 RTU_KINDS = ("right",) * 20 + WRONG + ("crc",)
 
@@ -48,6 +48,8 @@ def wrong(kind, body, rng):
     """A PDU answer made wrong the ways both transports share (or left right)."""
     if kind == "fewer":  # a sound answer with a register less than was asked for
         return bytes((body[0], body[1] - 2)) + body[2:-2]
+    if kind == "other":  # a sound answer to the other read (as the read before's, late, looks)
+        return answer_pdu(bytes((7 - body[0],)))
     if kind == "exception":
         return bytes((body[0] | 0x80, 2))  # illegal data address
     if kind == "long":
@@ -198,17 +200,26 @@ def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path, 
             line.stop()
 
 
-def test_an_answer_with_fewer_registers_than_asked_is_an_error_of_the_poll(tmp_path):
+@pytest.mark.parametrize(
+    "kind, said",
+    [
+        # pymodbus hands such an answer on: decoding it raised struct.error
+        ("fewer", "an answer of 0 registers to a read of 1 holding at 0"),
+        # over RTU a late answer to the read before looks so: its registers became a reading
+        ("other", "an answer of function 4 to a read of 1 holding at 0"),
+    ],
+)
+def test_a_sound_answer_that_does_not_fit_the_read_is_an_error_of_the_poll(tmp_path, kind, said):
     """A device whose every answer is sound (its CRC right) but holds a register less than the
-    read asked for: each poll fails as an error said in one line, never a reading, never an
-    internal error (pymodbus hands such an answer on: decoding it raised struct.error)."""
+    read asked for, or answers another function: each poll fails as an error said in one line,
+    never a reading, never an internal error."""
     line = PtyPair(tmp_path)
-    device = RtuDevice(line.ends[0], SEED, kinds=("fewer",))
+    device = RtuDevice(line.ends[0], SEED, kinds=(kind,))
     config = tmp_path / "hutch.toml"
     config.write_text(device_table("short-meter", "modbus+rtu://%s?baudrate=115200" % line.ends[1], 1, 0.1))
     broker = RunningBroker([os.path.join(BIN, "hutch"), "serve", "--config", str(config)], tmp_path).start()
     try:
-        said = "device short-meter: down (error: an answer of 0 registers to a read of 1 holding at 0)"
+        said = "device short-meter: down (error: %s)" % said
         wait_until(lambda: said in broker.log(), 30, what=lambda: broker.log()[-2000:])
         log = broker.log()
         assert "Traceback" not in log and "internal error" not in log and " ERROR " not in log, log[-5000:]

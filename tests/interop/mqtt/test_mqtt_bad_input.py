@@ -3,15 +3,12 @@
 The broker logs no error or traceback, and a Paho client is served after them. And clients that
 announce a packet as large as the broker takes, send a little of it and go."""
 
-import json
-import os
 import random
 import socket
-import subprocess
 import time
 
-from brokers import BIN, wait_until
-from mqtt_brokers import Paho, start_hutch, stop
+from brokers import wait_until
+from mqtt_brokers import Paho, open_connections, start_hutch, stop
 
 from hutch.mqtt import packets
 from hutch.mqtt.packets import V5, V311
@@ -80,12 +77,6 @@ def test_a_thousand_mutated_sessions_leave_the_broker_serving(tmp_path):
         still_serving(broker)
     finally:
         stop(broker)  # (fails on any ERROR line or traceback in the broker's log)
-
-
-def open_connections(broker):
-    done = subprocess.run([os.path.join(BIN, "hutch"), "ctl", "list", "connections", "--json", "--data", broker.running.data],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
-    return len(json.loads(done.stdout))
 
 
 def resident(pid):
