@@ -53,8 +53,8 @@ DESCRIPTIONS.update(
         "limits.max_bindings": "Bindings at once; beyond it: 406.",
         "limits.max_consumers": "Consumers at once; beyond it: 406.",
         "limits.max_message_bytes": "The largest message body; a larger publish closes the channel with 406.",
-        "limits.queue_max_messages": "Messages in one queue. A full queue nacks publishers in confirm mode and "
-        "stops reading the others until it drains.",
+        "limits.queue_max_messages": "Messages in one queue. A full queue nacks publishers in confirm mode; the "
+        "others (MQTT, 0-9-1 without confirms) are not read until it has room, their next publish left unread.",
         "limits.queue_max_bytes": "Body bytes in one queue, with the same answer as `queue_max_messages`.",
         "limits.total_max_messages": "Messages in memory in all queues together. Past it, `connection.blocked` "
         "goes to the clients that support it, confirm-mode publishers get `basic.nack`, others are not read.",
