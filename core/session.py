@@ -29,7 +29,11 @@ core/topology.py check_exclusive.
     publisher.confirming           it can be told no (a nack): a full queue or blocked
                                    publishers refuse its message rather than hold it back
     publisher.hold_for(queue)      (no confirms) stop taking its publishes until queue has
-                                   room; the queue keeps it in queue.waiting until then
+                                   room (Queue.hold keeps it in queue.waiting until then);
+                                   true if it keeps this publish back and publishes it again
+                                   at resume (Broker.publish takes nothing of it: HELD), false
+                                   if it cannot (a transaction's commit, a will): then taken
+    publisher.held_by              the queues it waits for (core/queue.py stop_waiting)
     publisher.resume()             that queue has room now
     publisher.direct_reply_to(m)   a publish with reply-to amq.rabbitmq.reply-to: the message
                                    that goes instead (or a Refused)
