@@ -80,8 +80,10 @@ class Reloader:
                     from .devices.polling import Devices  # (pymodbus missing: StartError, nothing changed)
 
                     self.runtime.devices = Devices(self.runtime, self.opts["data"])
-            except (config.ConfigError, StartError) as e:
-                line = "reload refused, the running config is kept: %s" % e.args[0]
+            except (config.ConfigError, StartError, RecursionError) as e:
+                line = "reload refused, the running config is kept: %s" % (
+                    too_deep(e) if isinstance(e, RecursionError) else e.args[0]
+                )
                 self.runtime.log("error", line)
                 return False, [line]
             said = []
@@ -253,3 +255,21 @@ def _value(setting):
 def _listening(opts):
     """What of the listeners a reload cannot change (their TLS files it re-reads)."""
     return [(one["bind"], one["port"], one.get("protocol"), one.get("tls") is not None) for one in opts["listeners"]]
+
+
+def too_deep(e):
+    """What a RecursionError out of the config's or the definitions' reader (server/config.py
+    read, server/definitions.py read_file) says, in their words for a file that is not valid:
+    one nested deeper than Python's recursion limit. Said by their CPython callers (`hutch
+    serve`, a reload): those readers go onto boards, where MicroPython has no RecursionError."""
+    said = "a file read is not valid"
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = tb.tb_frame.f_locals.get("path")
+        if code.co_name == "read" and code.co_filename.endswith("/server/config.py"):
+            said = "config file %s is not valid" % path
+        elif code.co_name == "read_file" and code.co_filename.endswith("/server/definitions.py"):
+            said = "definitions file %s is not JSON" % path
+        tb = tb.tb_next
+    return "%s: %s" % (said, e)

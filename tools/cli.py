@@ -94,6 +94,11 @@ def cmd_serve(args):
     except config.ConfigError as e:
         print("hutch: %s" % e, file=sys.stderr)
         return 2
+    except RecursionError as e:  # (server/reload.py too_deep says why here)
+        from ..server.reload import too_deep
+
+        print("hutch: %s" % too_deep(e), file=sys.stderr)
+        return 2
     opts["args"] = args  # (read again by a reload: server/reload.py)
     if not options.needs_tls(opts):
         # No TLS anywhere in this config: asyncio runs without OpenSSL (it imports ssl only to

@@ -123,6 +123,9 @@ def test_limits_from_config_reach_the_client(tmp_path):
             "bridge 'b': priority must be a whole number from 0 to 9, not 10",
         ),
         ("this is not toml", "is not valid"),
+        pytest.param(
+            "a = " + "[" * 5000 + "]" * 5000, "is not valid: maximum recursion depth exceeded", id="nested-too-deep"
+        ),
     ],
 )
 def test_bad_config_is_one_readable_line(tmp_path, text, message):
@@ -134,6 +137,36 @@ def test_bad_config_is_one_readable_line(tmp_path, text, message):
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("hutch: %s: " % config) or "not valid" in message, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+DEEP_JSON = "[" * 5000 + "]" * 5000  # (nested past Python's recursion limit)
+
+
+def test_definitions_nested_too_deep_are_one_readable_line(tmp_path):
+    definitions = tmp_path / "definitions.json"
+    definitions.write_text(DEEP_JSON)
+    result = _hutch("serve", "--definitions", str(definitions), "--port", "0", "--data", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("hutch: definitions file %s is not JSON: maximum recursion depth" % definitions)
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_reload_of_a_config_nested_too_deep_is_refused_and_the_broker_serves_on(tmp_path):
+    config = tmp_path / "hutch.toml"
+    config.write_text("[limits]\nmax_queues = 100\n")
+    broker = RunningBroker([HUTCH, "serve", "--config", str(config)], tmp_path).start()
+    try:
+        config.write_text("a = " + DEEP_JSON)
+        refused = _hutch("ctl", "reload", "--data", broker.data)
+        said = "reload refused, the running config is kept: config file %s is not valid: maximum recursion" % config
+        assert refused.returncode != 0 and said in refused.stdout + refused.stderr, refused
+        conn = _connect(broker)
+        conn.channel().queue_declare("still-served")
+        conn.close()
+    finally:
+        broker.stop()
+    assert [line for line in broker.errors() if "reload refused" not in line] == [], broker.log()[-3000:]
+    assert "Traceback" not in broker.log()
 
 
 def test_missing_config_file(tmp_path):
