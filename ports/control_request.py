@@ -8,6 +8,7 @@ command would cost to start.
 import json
 import os
 import socket
+import time
 
 SOCKET_FILE = "control.sock"
 
@@ -16,13 +17,32 @@ def socket_path(folder):
     return os.path.join(folder, SOCKET_FILE)
 
 
+def connected(path, timeout):
+    """A stream socket connected to the Unix socket at path, its timeout set. A listener whose
+    backlog is full (a busy broker not accepting yet) is waited for, as a blocking connect
+    waits, up to timeout: with a timeout set, Linux answers such a connect at once with EAGAIN."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(path)
+            return sock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                sock.close()
+                raise
+            time.sleep(0.01)  # (the polling interval)
+        except BaseException:
+            sock.close()
+            raise
+
+
 def request(folder, command, timeout=30, **arguments):
     """Send one request to the broker running on folder; its answer (a dict). OSError when no
     broker answers there (no socket: none runs; refused: a killed one's)."""
     message = dict(arguments, command=command)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(socket_path(folder))
+    with connected(socket_path(folder), timeout) as sock:
         sock.sendall(json.dumps(message).encode() + b"\n")
         chunks = []
         while True:

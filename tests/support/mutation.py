@@ -15,6 +15,8 @@ import time
 import pika
 from paths import TESTS
 
+from hutch.ports.control_request import connected
+
 CORPUS = os.path.join(TESTS, "fuzz", "corpus")
 ODD_VALUES = (None, 0, -1, 2**64, 1.5, True, "", "x" * 300, "../..", [], {}, ["a", 1], {"k": None})
 
@@ -61,9 +63,7 @@ def play(port, data, rng, tls=None):
     (a reset, one time in four). port: a TCP port, or a Unix socket's path."""
     try:
         if isinstance(port, str):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(5)
-            sock.connect(port)
+            sock = connected(port, 5)  # (as `hutch ctl` connects: a full backlog is waited for)
         else:
             sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     except OSError as e:
