@@ -158,6 +158,7 @@ def _exactly(sock, n):
 
 
 @pytest.mark.long  # mostly waits: started early (tests/conftest.py)
+@pytest.mark.timeout(max(300, 120 + POLLS))  # (past its own deadline: `make soak` polls 10,000 times)
 @pytest.mark.parametrize("transport", ["tcp", "rtu"])
 def test_a_device_answering_wrongly_in_every_way_costs_its_polls_only(tmp_path, transport):
     line = None
