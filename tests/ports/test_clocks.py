@@ -32,6 +32,7 @@ TIMERS = {
     ("ports/clock.py", "now_ms"): (MONOTONIC, "the ports' ms clock: time.monotonic on CPython, ticks on a board"),
     ("ports/clock.py", "wall_seconds"): (WALL, "the wall clock, read once a tick (Broker.tick sees it jump)"),
     ("ports/log.py", "log"): (WALL, "a log line's timestamp"),
+    ("ports/control_request.py", "connected"): (MONOTONIC, "`hutch ctl`'s wait for a full control socket backlog"),
     ("ports/recovery.py", "recover"): (MONOTONIC, "how long recovery took"),
     ("ports/recovery.py", "_recover"): (MONOTONIC, "how long recovery took"),
     ("ports/serial.py", "start"): (MONOTONIC, "a serial link's idle time"),

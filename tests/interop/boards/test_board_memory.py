@@ -471,7 +471,8 @@ def test_mutated_sessions_leave_the_board_s_heap_as_it_was(romfs, tmp_path):
     a board's broker in rounds: no traceback, no MemoryError, and the idle heap's floor (its live
     bytes once a round's sessions are gone and what they left deleted, the least of three rounds)
     after three more rounds no higher than the rounds before measured (the recorded sessions played unmutated
-    first, then WARM_UP mutated: the code each path needs loaded, the bounded tables filled). HUTCH_FUZZ_BOARD_SESSIONS: how many in a round."""
+    first, then WARM_UP mutated: the code each path needs loaded, the bounded tables filled),
+    give or take what the rounds before spread over. HUTCH_FUZZ_BOARD_SESSIONS: how many in a round."""
     board = start_board(romfs, tmp_path, FUZZ_HEAP, "--config", fuzz_config(tmp_path / "hutch.json"))
     rng = random.Random(FUZZ_SEED)
     recorded = [for_the_board(session) for session in seeds("amqp091-session")]
@@ -495,7 +496,11 @@ def test_mutated_sessions_leave_the_board_s_heap_as_it_was(romfs, tmp_path):
         "(peak %d B; seed %d)"
         % (FUZZ_HEAP, ROUNDS, BOARD_SESSIONS, ROUNDS, seconds, refused, before, after, peak, FUZZ_SEED)
     )
-    assert min(after) <= max(before), "the idle heap's floor rose %d B above the rounds before" % (
+    # (rounds of the same code land up to 3 KiB apart: a dict's table grown by one session stays
+    # grown. A leak shows as a floor after above what the rounds before spread over: one of 8 B
+    # a session is 3.6 KiB over the three rounds after.)
+    spread = max(before) - min(before)
+    assert min(after) <= max(before) + spread, "the idle heap's floor rose %d B above the rounds before" % (
         min(after) - max(before)
     )
 
